@@ -1,0 +1,197 @@
+/*
+ * ngx-ratelimit core: the C API.
+ *
+ * Everything the nginx glue (and the tools) need: rule parsing and
+ * validation, the pure algorithm transitions, and the shared-memory key
+ * table.  No function here throws, allocates on the request path, or knows
+ * about nginx.
+ *
+ * Time is always an integer number of milliseconds since the Unix epoch
+ * (wall clock).  Every algorithm is jump-safe: a clock that steps backwards
+ * never lets a key spend more than its limit.
+ */
+
+#ifndef RATELIMIT_H
+#define RATELIMIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define RL_API __attribute__((visibility("default")))
+#else
+#define RL_API
+#endif
+
+
+/* ---- rules -------------------------------------------------------------- */
+
+enum rl_algorithm {
+    RL_GCRA = 0,
+    RL_TOKEN_BUCKET,
+    RL_FIXED_WINDOW,
+    RL_ALGORITHM_COUNT
+};
+
+enum rl_align {
+    RL_ALIGN_EPOCH = 0,     /* windows start at multiples of period since 1970 */
+    RL_ALIGN_FIRST          /* a key's window starts at its first request */
+};
+
+#define RL_LIMIT_MAX      1000000000u          /* limit, burst, cost */
+#define RL_PERIOD_MAX_MS  (366LL * 86400000)   /* one (leap) year */
+#define RL_NAME_MAX       64                   /* including the NUL */
+#define RL_ERR_MAX        256                  /* enough for any message */
+#define RL_RULES_MAX      32                   /* rules one request is checked against */
+
+typedef struct {
+    uint32_t  algorithm;        /* enum rl_algorithm */
+    uint32_t  limit;            /* cost units per period */
+    uint32_t  burst;            /* gcra, token_bucket: capacity (default limit) */
+    uint32_t  cost;             /* constant cost (default 1) */
+    int64_t   period_ms;        /* default 1000 */
+    uint32_t  align;            /* fixed_window: enum rl_align */
+    uint32_t  given;            /* internal: parameters set explicitly */
+    char      name[RL_NAME_MAX];/* given by name=, or derived by rl_rule_finish */
+} rl_rule_t;
+
+/* Results of rl_rule_param. */
+#define RL_OK        0
+#define RL_ERROR    -1
+#define RL_DECLINED  1   /* zone=, key= or cost=$var: the caller's business */
+
+RL_API void rl_rule_init(rl_rule_t *rule);
+
+/*
+ * Parses one "name=value" parameter of the ratelimit directive.  On RL_ERROR
+ * err holds a message naming the parameter, the value and what is allowed.
+ */
+RL_API int rl_rule_param(rl_rule_t *rule, const char *param, size_t len,
+    char *err, size_t errlen);
+
+/* Checks the parameters together, fills defaults and the derived name. */
+RL_API int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen);
+
+/*
+ * Parses whitespace-separated parameters (as written in the directive) and
+ * finishes the rule; zone= and key= are accepted and ignored.  For tools.
+ */
+RL_API int rl_rule_parse(rl_rule_t *rule, const char *text, char *err,
+    size_t errlen);
+
+/*
+ * The identity that keys a rule's state in a table: rules with the same
+ * identity and key share state.  It is the rule's name and algorithm; a
+ * derived name also takes in the key expression, so two unnamed rules
+ * differing only in their key never share state.
+ */
+RL_API uint64_t rl_rule_identity(const rl_rule_t *rule, const char *key_expr,
+    size_t key_expr_len);
+
+/* Parses an nginx-style time ("500ms", "1m30s", "2h", "7d"; bare = s). */
+RL_API int rl_parse_time_ms(const char *s, size_t len, int64_t *ms);
+
+
+/* ---- decisions ---------------------------------------------------------- */
+
+typedef struct {
+    int32_t   allowed;          /* 1: admitted, 0: denied */
+    int32_t   never;            /* denied because cost exceeds what the rule
+                                   can ever admit */
+    uint64_t  remaining;        /* cost-1 requests admissible right after this
+                                   decision */
+    int64_t   reset_ms;         /* ms until the key is back to full budget */
+    int64_t   retry_after_ms;   /* denied: ms until this cost is admissible
+                                   (never: until full budget); 0 if allowed */
+} rl_decision_t;
+
+/*
+ * A key's state, as stored inline in the table.  t is the instant (ms) from
+ * which the key is certainly back to full budget: the table may drop a key
+ * whose t is in the past without losing anything.  n is the algorithm's.
+ */
+typedef struct {
+    int64_t   t;
+    uint32_t  n;
+} rl_state_t;
+
+/*
+ * The pure transition: the decision for spending cost at now from state,
+ * and the state to store if the request is admitted.  A zeroed state is a
+ * key never seen.  Returns 1 when the new state must be stored (admitted
+ * and cost > 0), 0 otherwise.
+ */
+RL_API int rl_transition(const rl_rule_t *rule, const rl_state_t *state,
+    int64_t now_ms, uint64_t cost, rl_state_t *next, rl_decision_t *d);
+
+
+/* ---- the shared-memory key table ---------------------------------------- */
+
+typedef struct {
+    uint64_t  size;             /* bytes of the block */
+    uint64_t  capacity;         /* key slots */
+    uint64_t  keys;             /* slots in use */
+    uint64_t  evictions;        /* keys dropped to make room */
+    uint64_t  live_evictions;   /* of those, keys not yet back to full budget */
+} rl_table_stats_t;
+
+/* The smallest block rl_table_init accepts. */
+RL_API size_t rl_table_min_size(void);
+
+/*
+ * Lays a fresh table out over mem (64-byte aligned, size bytes), with a new
+ * random hash secret, or the 16 bytes of secret when not NULL (tests).
+ */
+RL_API int rl_table_init(void *mem, size_t size, const uint8_t *secret,
+    char *err, size_t errlen);
+
+/* 1 if mem holds a table of this layout and size (kept across reload). */
+RL_API int rl_table_valid(const void *mem, size_t size);
+
+RL_API void rl_table_get_stats(const void *mem, rl_table_stats_t *st);
+
+/* Slots a block of size bytes holds (for sizing and docs). */
+RL_API uint64_t rl_table_capacity_for(size_t size);
+
+
+/* ---- checking a request ------------------------------------------------- */
+
+enum rl_combine {
+    RL_COMBINE_ALL = 0,         /* every rule must allow */
+    RL_COMBINE_ANY              /* one allowing rule is enough */
+};
+
+typedef struct {
+    void                *table;     /* in: a table's memory */
+    const rl_rule_t     *rule;      /* in */
+    uint64_t             identity;  /* in: rl_rule_identity() */
+    const void          *key;       /* in: key bytes (any length) */
+    size_t               key_len;
+    uint64_t             cost;      /* in */
+    uint64_t             tag;       /* out of rl_check_hash() */
+    rl_decision_t        decision;  /* out of rl_check() */
+} rl_check_t;
+
+/* Hashes every key with its table's secret; needs no lock. */
+RL_API void rl_check_hash(rl_check_t *c, size_t n);
+
+/*
+ * Decides a request against n (<= RL_RULES_MAX) rules and commits the
+ * outcome atomically: either every consuming rule's state is stored or
+ * none (with combine any, exactly the allowing rules consume).  The caller
+ * holds the lock of every table involved.  Returns 1 if the request is
+ * allowed; *binding is the index of the rule that headers describe (the
+ * fewest remaining when allowed, the longest wait when denied).
+ */
+RL_API int rl_check(rl_check_t *c, size_t n, int combine, int64_t now_ms,
+    size_t *binding);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RATELIMIT_H */

@@ -1,0 +1,391 @@
+// Rule parameters: parsing and validation, once, for the nginx directive and
+// the tools alike.  Every message names the parameter, the value and what is
+// allowed; the glue prefixes the directive and nginx adds FILE:LINE.
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+
+#include "ratelimit.h"
+#include "siphash.h"
+
+namespace {
+
+enum Param : uint32_t {
+    P_ALGORITHM = 1u << 0,
+    P_LIMIT = 1u << 1,
+    P_PERIOD = 1u << 2,
+    P_BURST = 1u << 3,
+    P_COST = 1u << 4,
+    P_NAME = 1u << 5,
+    P_ALIGN = 1u << 6,
+};
+
+struct Name {
+    const char *text;
+    uint32_t value;
+};
+
+const Name algorithms[] = {
+    {"gcra", RL_GCRA},
+    {"token_bucket", RL_TOKEN_BUCKET},
+    {"fixed_window", RL_FIXED_WINDOW},
+};
+const char *const algorithm_list = "gcra, token_bucket or fixed_window";
+
+const Name aligns[] = {{"epoch", RL_ALIGN_EPOCH}, {"first", RL_ALIGN_FIRST}};
+
+struct Text {
+    const char *p;
+    size_t len;
+    bool is(const char *s) const { return std::strlen(s) == len && std::memcmp(p, s, len) == 0; }
+};
+
+int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err != nullptr && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        std::vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return RL_ERROR;
+}
+
+bool parse_uint(Text v, uint64_t max, uint64_t *out)
+{
+    if (v.len == 0) {
+        return false;
+    }
+    uint64_t n = 0;
+    for (size_t i = 0; i < v.len; i++) {
+        if (v.p[i] < '0' || v.p[i] > '9') {
+            return false;
+        }
+        n = n * 10 + (uint64_t) (v.p[i] - '0');
+        if (n > max) {
+            return false;
+        }
+    }
+    *out = n;
+    return true;
+}
+
+bool lookup(const Name *names, size_t n, Text v, uint32_t *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (v.is(names[i].text)) {
+            *out = names[i].value;
+            return true;
+        }
+    }
+    return false;
+}
+
+const char *algorithm_name(uint32_t a)
+{
+    for (const Name &n : algorithms) {
+        if (n.value == a) {
+            return n.text;
+        }
+    }
+    return "?";
+}
+
+// The shortest exact spelling of a period: 60000 -> "1m", 1500 -> "1500ms".
+void format_period(int64_t ms, char *buf, size_t len)
+{
+    static const struct {
+        int64_t ms;
+        const char *unit;
+    } units[] = {{86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"}, {1, "ms"}};
+    for (const auto &u : units) {
+        if (ms % u.ms == 0) {
+            std::snprintf(buf, len, "%lld%s", (long long) (ms / u.ms), u.unit);
+            return;
+        }
+    }
+}
+
+bool name_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.';
+}
+
+int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t errlen)
+{
+    const int w = (int) whole.len;
+    uint32_t bit;
+    uint64_t n;
+
+    if (name.is("zone") || name.is("key") || (name.is("cost") && v.len > 0 && v.p[0] == '$')) {
+        return RL_DECLINED;
+    }
+
+    if (name.is("algorithm")) {
+        bit = P_ALGORITHM;
+    } else if (name.is("limit")) {
+        bit = P_LIMIT;
+    } else if (name.is("period")) {
+        bit = P_PERIOD;
+    } else if (name.is("burst")) {
+        bit = P_BURST;
+    } else if (name.is("cost")) {
+        bit = P_COST;
+    } else if (name.is("name")) {
+        bit = P_NAME;
+    } else if (name.is("align")) {
+        bit = P_ALIGN;
+    } else {
+        return fail(err, errlen,
+                    "unknown parameter \"%.*s\": expected zone=, key=, algorithm=, limit=, period=, burst=, "
+                    "cost=, name= or align=",
+                    w, whole.p);
+    }
+
+    if (rule->given & bit) {
+        return fail(err, errlen, "duplicate parameter \"%.*s\": each parameter may be given once", w, whole.p);
+    }
+    rule->given |= bit;
+
+    switch (bit) {
+    case P_ALGORITHM:
+        if (!lookup(algorithms, sizeof(algorithms) / sizeof(algorithms[0]), v, &rule->algorithm)) {
+            return fail(err, errlen, "invalid \"%.*s\": expected algorithm=%s", w, whole.p, algorithm_list);
+        }
+        return RL_OK;
+
+    case P_LIMIT:
+    case P_BURST:
+    case P_COST: {
+        const uint64_t min = bit == P_COST ? 0 : 1;
+        if (!parse_uint(v, RL_LIMIT_MAX, &n) || n < min) {
+            return fail(err, errlen, "invalid \"%.*s\": expected an integer from %llu to %u%s", w, whole.p,
+                        (unsigned long long) min, RL_LIMIT_MAX, bit == P_COST ? ", or a $variable" : "");
+        }
+        uint32_t *field = bit == P_LIMIT ? &rule->limit : bit == P_BURST ? &rule->burst : &rule->cost;
+        *field = (uint32_t) n;
+        return RL_OK;
+    }
+
+    case P_PERIOD: {
+        int64_t ms;
+        if (rl_parse_time_ms(v.p, v.len, &ms) != RL_OK || ms < 1 || ms > RL_PERIOD_MAX_MS) {
+            return fail(err, errlen, "invalid \"%.*s\": expected a time from 1ms to 366d, like 500ms, 1s, 1m, 1h, 7d",
+                        w, whole.p);
+        }
+        rule->period_ms = ms;
+        return RL_OK;
+    }
+
+    case P_NAME:
+        if (v.len == 0 || v.len >= RL_NAME_MAX) {
+            return fail(err, errlen, "invalid \"%.*s\": expected 1 to %d characters", w, whole.p, RL_NAME_MAX - 1);
+        }
+        for (size_t i = 0; i < v.len; i++) {
+            if (!name_char(v.p[i])) {
+                return fail(err, errlen, "invalid \"%.*s\": expected letters, digits, \"_\", \"-\" or \".\"", w,
+                            whole.p);
+            }
+        }
+        std::memcpy(rule->name, v.p, v.len);
+        rule->name[v.len] = '\0';
+        return RL_OK;
+
+    default: /* P_ALIGN */
+        if (!lookup(aligns, 2, v, &rule->align)) {
+            return fail(err, errlen, "invalid \"%.*s\": expected align=epoch or align=first", w, whole.p);
+        }
+        return RL_OK;
+    }
+}
+
+}  // namespace
+
+extern "C" {
+
+void rl_rule_init(rl_rule_t *rule)
+{
+    std::memset(rule, 0, sizeof(*rule));
+    rule->algorithm = RL_GCRA;
+    rule->period_ms = 1000;
+    rule->cost = 1;
+    rule->align = RL_ALIGN_EPOCH;
+}
+
+int rl_rule_param(rl_rule_t *rule, const char *param, size_t len, char *err, size_t errlen)
+{
+    try {
+        const char *eq = static_cast<const char *>(std::memchr(param, '=', len));
+        if (eq == nullptr || eq == param) {
+            return fail(err, errlen, "invalid parameter \"%.*s\": expected name=value", (int) len, param);
+        }
+        Text name{param, (size_t) (eq - param)};
+        Text value{eq + 1, len - name.len - 1};
+        return set_param(rule, name, value, Text{param, len}, err, errlen);
+    } catch (...) {
+        return fail(err, errlen, "internal error");
+    }
+}
+
+int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
+{
+    try {
+        const char *alg = algorithm_name(rule->algorithm);
+        const bool bucket = rule->algorithm == RL_GCRA || rule->algorithm == RL_TOKEN_BUCKET;
+
+        if (!(rule->given & P_LIMIT)) {
+            return fail(err, errlen, "missing \"limit=\": every rule needs one, e.g. limit=100");
+        }
+        if ((rule->given & P_BURST) && !bucket) {
+            return fail(err, errlen, "\"burst=%u\" does not apply to algorithm=%s: burst is for gcra and token_bucket",
+                        rule->burst, alg);
+        }
+        if ((rule->given & P_ALIGN) && rule->algorithm != RL_FIXED_WINDOW) {
+            return fail(err, errlen, "\"align=\" does not apply to algorithm=%s: align is for fixed_window", alg);
+        }
+        if (!(rule->given & P_BURST)) {
+            rule->burst = rule->limit;
+        }
+
+        const uint32_t capacity = bucket ? rule->burst : rule->limit;
+        if (rule->cost > capacity) {
+            return fail(err, errlen, "\"cost=%u\" can never be admitted: it exceeds %s=%u", rule->cost,
+                        bucket ? "burst" : "limit", capacity);
+        }
+
+        // The exact arithmetic (exact_time.h) works in units of 1/limit ms
+        // and needs burst * period_ms (and twice it) to fit in 63 bits.
+        if (bucket && (uint64_t) rule->burst * (uint64_t) rule->period_ms > (1ull << 61)) {
+            return fail(err, errlen,
+                        "\"burst=%u\" with \"period=%lldms\" is too large: burst x period must stay under 2^61 ms; "
+                        "use a shorter period",
+                        rule->burst, (long long) rule->period_ms);
+        }
+
+        if (!(rule->given & P_NAME)) {
+            char period[32];
+            format_period(rule->period_ms, period, sizeof(period));
+            if (bucket && rule->burst != rule->limit) {
+                std::snprintf(rule->name, RL_NAME_MAX, "%s_%u_%s_b%u", alg, rule->limit, period, rule->burst);
+            } else {
+                std::snprintf(rule->name, RL_NAME_MAX, "%s_%u_%s", alg, rule->limit, period);
+            }
+        }
+        return RL_OK;
+    } catch (...) {
+        return fail(err, errlen, "internal error");
+    }
+}
+
+int rl_rule_parse(rl_rule_t *rule, const char *text, char *err, size_t errlen)
+{
+    rl_rule_init(rule);
+    const char *p = text;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n') {
+            p++;
+        }
+        if (*p == '\0') {
+            break;
+        }
+        const char *start = p;
+        while (*p != '\0' && *p != ' ' && *p != '\t' && *p != '\n') {
+            p++;
+        }
+        int rc = rl_rule_param(rule, start, (size_t) (p - start), err, errlen);
+        if (rc == RL_ERROR) {
+            return RL_ERROR;
+        }
+        if (rc == RL_DECLINED && std::strncmp(start, "cost=", 5) == 0) {
+            return fail(err, errlen, "invalid \"%.*s\": variables are only known inside nginx", (int) (p - start),
+                        start);
+        }
+    }
+    return rl_rule_finish(rule, err, errlen);
+}
+
+uint64_t rl_rule_identity(const rl_rule_t *rule, const char *key_expr, size_t key_expr_len)
+{
+    // A fixed hash key: identities only need to be distinct, and the table
+    // mixes its own secret in when it hashes keys.
+    static const uint8_t k[16] = {'n', 'g', 'x', '-', 'r', 'a', 't', 'e', 'l', 'i', 'm', 'i', 't', 'i', 'd', '1'};
+    uint8_t buf[1 + RL_NAME_MAX + 512];
+    size_t len = 0;
+
+    buf[len++] = (uint8_t) rule->algorithm;
+    size_t nlen = std::strlen(rule->name);
+    std::memcpy(buf + len, rule->name, nlen + 1);
+    len += nlen + 1;
+
+    rl::SipHash h(k);
+    h.update(buf, len);
+    if (!(rule->given & P_NAME)) {
+        h.update(key_expr, key_expr_len);
+    }
+    return h.finish();
+}
+
+int rl_parse_time_ms(const char *s, size_t len, int64_t *ms)
+{
+    // nginx's time syntax for milliseconds: [Nw][Nd][Nh][Nm][Ns][Nms], units
+    // in this order, each once; a trailing bare number is seconds.
+    static const struct {
+        const char *unit;
+        int64_t ms;
+    } units[] = {{"w", 604800000}, {"d", 86400000}, {"h", 3600000}, {"ms", 1}, {"m", 60000}, {"s", 1000}};
+    static const int order[] = {0, 1, 2, 5, 3, 4};   // rank of each unit (w d h ms m s -> w d h m s ms)
+    const int64_t max = RL_PERIOD_MAX_MS * 1000;
+    int64_t total = 0;
+    int last_rank = -1;
+    size_t i = 0;
+
+    if (len == 0) {
+        return RL_ERROR;
+    }
+    while (i < len) {
+        if (s[i] < '0' || s[i] > '9') {
+            return RL_ERROR;
+        }
+        int64_t v = 0;
+        while (i < len && s[i] >= '0' && s[i] <= '9') {
+            v = v * 10 + (s[i++] - '0');
+            if (v > max) {
+                return RL_ERROR;
+            }
+        }
+        int64_t scale = 1000;   // a bare number (necessarily last) is seconds
+        int rank = 4;
+        if (i < len) {
+            int u = -1;
+            for (int k = 0; k < 6; k++) {
+                size_t ul = std::strlen(units[k].unit);
+                if (i + ul <= len && std::memcmp(s + i, units[k].unit, ul) == 0) {
+                    u = k;
+                    break;
+                }
+            }
+            if (u < 0) {
+                return RL_ERROR;
+            }
+            i += std::strlen(units[u].unit);
+            scale = units[u].ms;
+            rank = order[u];
+        }
+        if (rank <= last_rank) {
+            return RL_ERROR;
+        }
+        last_rank = rank;
+        if (v > max / scale) {
+            return RL_ERROR;
+        }
+        total += v * scale;
+        if (total > max) {
+            return RL_ERROR;
+        }
+    }
+    *ms = total;
+    return RL_OK;
+}
+
+}  // extern "C"

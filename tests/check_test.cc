@@ -1,0 +1,132 @@
+// Checking a request against several rules: all/any combination, atomic
+// commit with no partial consumption, the binding rule, shared state.
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "helpers.h"
+
+namespace {
+
+struct Zone {
+    void *mem;
+    explicit Zone(size_t n = 256 * 1024)
+    {
+        mem = std::aligned_alloc(64, n);
+        char err[RL_ERR_MAX];
+        rl_table_init(mem, n, nullptr, err, sizeof(err));
+    }
+    ~Zone() { std::free(mem); }
+};
+
+struct Request {
+    std::vector<rl_rule_t> rules;
+    std::vector<Zone *> zones;
+    std::vector<std::string> keys;
+    int combine = RL_COMBINE_ALL;
+    std::vector<rl_check_t> c;
+    size_t binding = 99;
+
+    void add(Zone &z, const std::string &rule, const std::string &key)
+    {
+        rules.push_back(rule_of(rule));
+        zones.push_back(&z);
+        keys.push_back(key);
+    }
+
+    bool send(int64_t now, uint64_t cost = 1)
+    {
+        c.assign(rules.size(), rl_check_t{});
+        for (size_t i = 0; i < rules.size(); i++) {
+            c[i].table = zones[i]->mem;
+            c[i].rule = &rules[i];
+            c[i].identity = rl_rule_identity(&rules[i], "$k", 2);
+            c[i].key = keys[i].data();
+            c[i].key_len = keys[i].size();
+            c[i].cost = cost;
+        }
+        rl_check_hash(c.data(), c.size());
+        return rl_check(c.data(), c.size(), combine, now, &binding) == 1;
+    }
+};
+
+}  // namespace
+
+TEST(Check, AllDeniesWithNoPartialConsumption)
+{
+    Zone z1, z2;
+    Request r;
+    r.add(z1, "limit=10 period=1m name=wide", "k");
+    r.add(z2, "limit=3 period=1m name=narrow", "k");
+    for (int i = 0; i < 3; i++) {
+        ASSERT_TRUE(r.send(kT0));
+    }
+    for (int i = 0; i < 50; i++) {
+        ASSERT_FALSE(r.send(kT0));
+        EXPECT_EQ(r.binding, 1u);
+    }
+    // the wide rule spent exactly the 3 admitted requests
+    Request wide;
+    wide.add(z1, "limit=10 period=1m name=wide", "k");
+    ASSERT_TRUE(wide.send(kT0));
+    EXPECT_EQ(wide.c[0].decision.remaining, 6u);
+}
+
+TEST(Check, BindingRuleIsFewestRemainingWhenAllowedLongestWaitWhenDenied)
+{
+    Zone z;
+    Request r;
+    r.add(z, "limit=10 period=10s name=a", "k");
+    r.add(z, "limit=4 period=1s name=b", "k");
+    r.add(z, "limit=5 period=100s name=c", "k");
+    ASSERT_TRUE(r.send(kT0));
+    EXPECT_EQ(r.binding, 1u);   // b: 3 left, c: 4, a: 9
+    for (int i = 0; i < 3; i++) r.send(kT0);
+    ASSERT_FALSE(r.send(kT0));   // b denies (250 ms), c does not yet
+    EXPECT_EQ(r.binding, 1u);
+    ASSERT_TRUE(r.send(kT0 + 250));   // c's fifth
+    ASSERT_FALSE(r.send(kT0 + 260));  // b and c deny; c waits longest
+    EXPECT_EQ(r.binding, 2u);
+    EXPECT_EQ(r.c[1].decision.retry_after_ms, 240);     // TAT 1250 + 250 - 1000 - 260
+    EXPECT_EQ(r.c[2].decision.retry_after_ms, 19740);   // TAT 100 s + 20 s - 100 s - 0.26 s
+}
+
+TEST(Check, AnyAllowsWhenOneAllowsAndOnlyAllowingRulesConsume)
+{
+    Zone z;
+    Request r;
+    r.combine = RL_COMBINE_ANY;
+    r.add(z, "limit=2 period=1m name=free", "k");
+    r.add(z, "limit=1 period=1m name=paid", "k");
+    ASSERT_TRUE(r.send(kT0));
+    ASSERT_TRUE(r.send(kT0));   // paid is spent; free still allows
+    EXPECT_FALSE(r.c[1].decision.allowed);
+    EXPECT_TRUE(r.c[0].decision.allowed);
+    EXPECT_EQ(r.binding, 0u);
+    ASSERT_FALSE(r.send(kT0));
+    EXPECT_EQ(r.c[0].decision.remaining, 0u);
+    EXPECT_EQ(r.c[1].decision.remaining, 0u);
+}
+
+TEST(Check, RulesSharingIdentityAndKeyShareState)
+{
+    Zone z;
+    Request r;
+    r.add(z, "limit=5 period=1m name=same", "k");
+    r.add(z, "limit=5 period=1m name=same", "k");
+    ASSERT_TRUE(r.send(kT0));
+    EXPECT_EQ(r.c[1].decision.remaining, 3u);   // both requests' units spent in one state
+    ASSERT_TRUE(r.send(kT0));
+    ASSERT_FALSE(r.send(kT0));   // 4 spent, the pair needs 2
+}
+
+TEST(Check, DistinctKeysAreIndependent)
+{
+    Zone z;
+    Request a, b;
+    a.add(z, "limit=1 period=1h", "alice");
+    b.add(z, "limit=1 period=1h", "bob");
+    EXPECT_TRUE(a.send(kT0));
+    EXPECT_FALSE(a.send(kT0));
+    EXPECT_TRUE(b.send(kT0));
+}

@@ -1,0 +1,132 @@
+// The rule parser: every parameter, its bounds, and the messages.
+#include <cstring>
+#include <string>
+
+#include "helpers.h"
+
+namespace {
+
+std::string error_of(const std::string &text)
+{
+    rl_rule_t r;
+    char err[RL_ERR_MAX] = "";
+    EXPECT_EQ(rl_rule_parse(&r, text.c_str(), err, sizeof(err)), RL_ERROR) << text;
+    return err;
+}
+
+int64_t ms_of(const char *s)
+{
+    int64_t ms = -1;
+    return rl_parse_time_ms(s, std::strlen(s), &ms) == RL_OK ? ms : -1;
+}
+
+}  // namespace
+
+TEST(Rule, DefaultsAndDerivedName)
+{
+    rl_rule_t r = rule_of("limit=100");
+    EXPECT_EQ(r.algorithm, (uint32_t) RL_GCRA);
+    EXPECT_EQ(r.period_ms, 1000);
+    EXPECT_EQ(r.burst, 100u);
+    EXPECT_EQ(r.cost, 1u);
+    EXPECT_STREQ(r.name, "gcra_100_1s");
+    EXPECT_STREQ(rule_of("limit=100 period=1m burst=20").name, "gcra_100_1m_b20");
+    EXPECT_STREQ(rule_of("algorithm=fixed_window limit=5 period=90s").name, "fixed_window_5_90s");
+    EXPECT_STREQ(rule_of("limit=5 period=1500ms name=login").name, "login");
+}
+
+TEST(Rule, AcceptsEdgeValues)
+{
+    EXPECT_EQ(rule_of("limit=1 period=1ms").limit, 1u);
+    EXPECT_EQ(rule_of("limit=1000000000 period=1s").limit, 1000000000u);
+    EXPECT_EQ(rule_of("limit=1 period=366d").period_ms, 366LL * 86400000);
+    EXPECT_EQ(rule_of("limit=5 cost=0").cost, 0u);
+    EXPECT_EQ(rule_of("limit=5 burst=7 cost=7").cost, 7u);
+    EXPECT_EQ(rule_of("algorithm=fixed_window limit=5 align=first").align, (uint32_t) RL_ALIGN_FIRST);
+    EXPECT_EQ(rule_of("zone=api key=$remote_addr limit=5").limit, 5u);   // the glue's, ignored
+}
+
+TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
+{
+    EXPECT_EQ(error_of("limit=5 algorithm=magic"),
+              "invalid \"algorithm=magic\": expected algorithm=gcra, token_bucket or fixed_window");
+    EXPECT_EQ(error_of("limit=0"), "invalid \"limit=0\": expected an integer from 1 to 1000000000");
+    EXPECT_EQ(error_of("limit=-3"), "invalid \"limit=-3\": expected an integer from 1 to 1000000000");
+    EXPECT_EQ(error_of("limit=abc"), "invalid \"limit=abc\": expected an integer from 1 to 1000000000");
+    EXPECT_EQ(error_of("limit=1000000001"),
+              "invalid \"limit=1000000001\": expected an integer from 1 to 1000000000");
+    EXPECT_EQ(error_of("limit=99999999999999999999999"),
+              "invalid \"limit=99999999999999999999999\": expected an integer from 1 to 1000000000");
+    EXPECT_EQ(error_of("limit=5 burst=0"), "invalid \"burst=0\": expected an integer from 1 to 1000000000");
+    EXPECT_EQ(error_of("limit=5 period=fast"),
+              "invalid \"period=fast\": expected a time from 1ms to 366d, like 500ms, 1s, 1m, 1h, 7d");
+    EXPECT_EQ(error_of("limit=5 period=0"),
+              "invalid \"period=0\": expected a time from 1ms to 366d, like 500ms, 1s, 1m, 1h, 7d");
+    EXPECT_EQ(error_of("limit=5 period=367d"),
+              "invalid \"period=367d\": expected a time from 1ms to 366d, like 500ms, 1s, 1m, 1h, 7d");
+    EXPECT_EQ(error_of("limit=5 colour=red"),
+              "unknown parameter \"colour=red\": expected zone=, key=, algorithm=, limit=, period=, burst=, "
+              "cost=, name= or align=");
+    EXPECT_EQ(error_of("limit=5 fast"), "invalid parameter \"fast\": expected name=value");
+    EXPECT_EQ(error_of("limit=5 limit=6"), "duplicate parameter \"limit=6\": each parameter may be given once");
+    EXPECT_EQ(error_of("period=1s"), "missing \"limit=\": every rule needs one, e.g. limit=100");
+    EXPECT_EQ(error_of("algorithm=fixed_window limit=5 burst=2"),
+              "\"burst=2\" does not apply to algorithm=fixed_window: burst is for gcra and token_bucket");
+    EXPECT_EQ(error_of("limit=5 align=first"),
+              "\"align=\" does not apply to algorithm=gcra: align is for fixed_window");
+    EXPECT_EQ(error_of("algorithm=fixed_window limit=5 align=noon"),
+              "invalid \"align=noon\": expected align=epoch or align=first");
+    EXPECT_EQ(error_of("limit=5 cost=6"), "\"cost=6\" can never be admitted: it exceeds burst=5");
+    EXPECT_EQ(error_of("algorithm=fixed_window limit=5 cost=6"),
+              "\"cost=6\" can never be admitted: it exceeds limit=5");
+    EXPECT_EQ(error_of("limit=5 cost=x"),
+              "invalid \"cost=x\": expected an integer from 0 to 1000000000, or a $variable");
+    EXPECT_EQ(error_of("limit=5 name=a\"b"), "invalid \"name=a\"b\": expected letters, digits, \"_\", \"-\" or \".\"");
+    EXPECT_EQ(error_of("limit=5 name="), "invalid \"name=\": expected 1 to 63 characters");
+    EXPECT_EQ(error_of("limit=5 cost=$arg_c"), "invalid \"cost=$arg_c\": variables are only known inside nginx");
+    EXPECT_NE(error_of("limit=1000000000 period=366d").find("is too large"), std::string::npos);
+}
+
+TEST(Rule, ParamReportsDeclinedForTheGluesParameters)
+{
+    rl_rule_t r;
+    rl_rule_init(&r);
+    char err[RL_ERR_MAX];
+    for (const char *p : {"zone=api", "key=$remote_addr", "cost=$arg_cost"}) {
+        EXPECT_EQ(rl_rule_param(&r, p, std::strlen(p), err, sizeof(err)), RL_DECLINED) << p;
+    }
+}
+
+TEST(Rule, TimeSyntaxIsNginxs)
+{
+    EXPECT_EQ(ms_of("500ms"), 500);
+    EXPECT_EQ(ms_of("1s"), 1000);
+    EXPECT_EQ(ms_of("30"), 30000);
+    EXPECT_EQ(ms_of("1m"), 60000);
+    EXPECT_EQ(ms_of("1m30s"), 90000);
+    EXPECT_EQ(ms_of("1m30"), 90000);
+    EXPECT_EQ(ms_of("1h"), 3600000);
+    EXPECT_EQ(ms_of("7d"), 7 * 86400000LL);
+    EXPECT_EQ(ms_of("2w"), 14 * 86400000LL);
+    EXPECT_EQ(ms_of("1d12h"), 36 * 3600000LL);
+    EXPECT_EQ(ms_of("1s500ms"), 1500);
+    EXPECT_EQ(ms_of(""), -1);
+    EXPECT_EQ(ms_of("s"), -1);
+    EXPECT_EQ(ms_of("1x"), -1);
+    EXPECT_EQ(ms_of("1s1m"), -1);
+    EXPECT_EQ(ms_of("1s1s"), -1);
+    EXPECT_EQ(ms_of("1s5"), -1);
+    EXPECT_EQ(ms_of("-1s"), -1);
+    EXPECT_EQ(ms_of("1 s"), -1);
+    EXPECT_EQ(ms_of("99999999999999999999s"), -1);
+}
+
+TEST(Rule, IdentityIsNameAndAlgorithmAndKeyWhenDerived)
+{
+    rl_rule_t a = rule_of("limit=10 name=api"), b = rule_of("limit=20 name=api");
+    rl_rule_t c = rule_of("algorithm=token_bucket limit=10 name=api");
+    EXPECT_EQ(rl_rule_identity(&a, "$a", 2), rl_rule_identity(&b, "$b", 2));   // named: limits may change
+    EXPECT_NE(rl_rule_identity(&a, "$a", 2), rl_rule_identity(&c, "$a", 2));   // a state is one algorithm's
+    rl_rule_t d = rule_of("limit=10");
+    EXPECT_NE(rl_rule_identity(&d, "$a", 2), rl_rule_identity(&d, "$b", 2));   // derived: key expression counts
+}

@@ -1,0 +1,186 @@
+// The shared-memory key table: hashing, lookups, cuckoo moves, eviction
+// order, and the density figure.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+
+#include "helpers.h"
+#include "siphash.h"
+#include "table.h"
+
+namespace {
+
+struct Block {
+    void *mem;
+    size_t size;
+    explicit Block(size_t n, const uint8_t *secret = nullptr) : size(n)
+    {
+        mem = std::aligned_alloc(64, (n + 63) & ~size_t{63});
+        char err[RL_ERR_MAX];
+        EXPECT_EQ(rl_table_init(mem, n, secret, err, sizeof(err)), RL_OK) << err;
+    }
+    ~Block() { std::free(mem); }
+    rl::Table *table() { return rl::Table::at(mem); }
+    rl_table_stats_t stats()
+    {
+        rl_table_stats_t st;
+        rl_table_get_stats(mem, &st);
+        return st;
+    }
+};
+
+const uint8_t kSecret[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+
+}  // namespace
+
+TEST(SipHash, ReferenceVectors)
+{
+    // Appendix A of the SipHash paper: key 00..0f, message 00..(len-1).
+    uint8_t key[16], msg[64];
+    for (int i = 0; i < 16; i++) key[i] = (uint8_t) i;
+    for (int i = 0; i < 64; i++) msg[i] = (uint8_t) i;
+    struct {
+        size_t len;
+        uint64_t out;
+    } v[] = {{0, 0x726fdb47dd0e0e31ull}, {1, 0x74f839c593dc67fdull}, {7, 0xab0200f58b01d137ull},
+             {8, 0x93f5f5799a932462ull}, {15, 0xa129ca6149be45e5ull}, {63, 0x958a324ceb064572ull}};
+    for (auto &e : v) {
+        rl::SipHash h(key);
+        h.update(msg, e.len);
+        EXPECT_EQ(h.finish(), e.out) << "len " << e.len;
+        // the same message fed in pieces
+        rl::SipHash p(key);
+        for (size_t i = 0; i < e.len; i++) p.update(msg + i, 1);
+        EXPECT_EQ(p.finish(), e.out) << "len " << e.len << " bytewise";
+    }
+}
+
+TEST(Table, SameKeyHashesDifferentlyInTwoZones)
+{
+    Block a(64 * 1024), b(64 * 1024);   // two random secrets
+    EXPECT_NE(a.table()->tag(1, "10.0.0.1", 8), b.table()->tag(1, "10.0.0.1", 8));
+    EXPECT_EQ(a.table()->tag(1, "10.0.0.1", 8), a.table()->tag(1, "10.0.0.1", 8));
+    EXPECT_NE(a.table()->tag(1, "10.0.0.1", 8), a.table()->tag(2, "10.0.0.1", 8));
+    EXPECT_NE(memcmp(a.table()->header().secret, b.table()->header().secret, 16), 0);
+}
+
+TEST(Table, KeysOfAnyLengthCostOneSlot)
+{
+    Block b(64 * 1024, kSecret);
+    std::string big(1 << 20, 'x');
+    uint64_t t1 = b.table()->tag(1, big.data(), big.size());
+    uint64_t t0 = b.table()->tag(1, "", 0);
+    b.table()->store(t1, {kT0 + 5, 1}, kT0);
+    b.table()->store(t0, {kT0 + 6, 2}, kT0);
+    rl_state_t s;
+    ASSERT_TRUE(b.table()->find(t1, &s));
+    EXPECT_EQ(s.t, kT0 + 5);
+    ASSERT_TRUE(b.table()->find(t0, &s));
+    EXPECT_EQ(s.n, 2u);
+    EXPECT_EQ(b.stats().keys, 2u);
+}
+
+TEST(Table, ValidAfterInitOnlyForTheSameSize)
+{
+    Block b(64 * 1024);
+    EXPECT_TRUE(rl_table_valid(b.mem, b.size));
+    EXPECT_FALSE(rl_table_valid(b.mem, b.size - 64));
+    memset(b.mem, 0, 64);
+    EXPECT_FALSE(rl_table_valid(b.mem, b.size));
+}
+
+TEST(Table, CuckooMovesKeepEveryStateWithItsKey)
+{
+    // A small table filled to 90%: many keys share buckets and get moved to
+    // their other bucket; each must still find exactly its own state.
+    Block b(rl_table_min_size() * 4, kSecret);
+    const uint64_t cap = b.stats().capacity;
+    std::map<uint64_t, rl_state_t> want;
+    for (uint64_t i = 0; want.size() < cap * 9 / 10; i++) {
+        uint64_t tag = b.table()->tag(7, &i, sizeof(i));
+        rl_state_t s{kT0 + 1000000 + (int64_t) i, (uint32_t) i};
+        b.table()->store(tag, s, kT0);
+        want[tag] = s;
+    }
+    EXPECT_EQ(b.stats().live_evictions, 0u);
+    EXPECT_EQ(b.stats().keys, want.size());
+    for (auto &[tag, s] : want) {
+        rl_state_t got;
+        ASSERT_TRUE(b.table()->find(tag, &got));
+        EXPECT_EQ(got.t, s.t);
+        EXPECT_EQ(got.n, s.n);
+    }
+}
+
+TEST(Table, FullTableEvictsKeysBackAtFullBudgetFirst)
+{
+    Block b(rl_table_min_size(), kSecret);
+    const uint64_t cap = b.stats().capacity;
+    // Fill every slot we can with keys whose budget is already full again.
+    for (uint64_t i = 0; i < cap * 4; i++) {
+        b.table()->store(b.table()->tag(1, &i, sizeof(i)), {kT0 - 1, 0}, kT0);
+    }
+    rl_table_stats_t st = b.stats();
+    EXPECT_EQ(st.live_evictions, 0u);
+    EXPECT_EQ(st.keys, cap);
+    EXPECT_EQ(st.evictions, cap * 4 - cap);   // every later key took an expired one's slot
+}
+
+TEST(Table, LiveEvictionTakesTheCandidateBackToFullBudgetSoonest)
+{
+    Block b(rl_table_min_size(), kSecret);
+    rl::Table *t = b.table();
+    std::mt19937_64 rng(3);
+    std::map<uint64_t, int64_t> expiry;
+    uint64_t i = 0;
+    while (b.stats().live_evictions == 0) {
+        uint64_t tag = t->tag(1, &i, sizeof(i));
+        int64_t until = kT0 + 1000 + (int64_t) (rng() % 100000);
+        t->store(tag, {until, 0}, kT0);
+        expiry[tag] = until;
+        i++;
+    }
+    // Exactly one key is gone: the one the last insert displaced.  It was
+    // the soonest to expire of the six slots of the new key's two buckets.
+    uint64_t last = t->tag(1, &(i = i - 1), sizeof(i)), gone = 0;
+    int missing = 0;
+    for (auto &[tag, until] : expiry) {
+        if (t->bucket_of(tag) < 0) {
+            gone = tag;
+            missing++;
+        }
+    }
+    ASSERT_EQ(missing, 1);
+    int others = 0;
+    for (auto &[tag, until] : expiry) {
+        int64_t at = t->bucket_of(tag);
+        if (tag != last && (at == t->first(last) || at == t->second(last))) {
+            EXPECT_GE(until, expiry[gone]);
+            others++;
+        }
+    }
+    EXPECT_EQ(others, t->first(last) == t->second(last) ? 2 : 5);
+    EXPECT_GT(b.stats().keys, b.stats().capacity * 8 / 10);
+}
+
+TEST(Table, DensityKeysPerMegabyteBeforeTheFirstLiveEviction)
+{
+    // 1 MiB, every key live for an hour: how many distinct keys fit before
+    // one that still holds state must go.  nginx's limit_req keeps ~8,000.
+    const size_t mb = 1 << 20;
+    Block b(mb, kSecret);
+    uint64_t i = 0;
+    while (b.stats().live_evictions == 0) {
+        b.table()->store(b.table()->tag(1, &i, sizeof(i)), {kT0 + 3600000, 1}, kT0);
+        i++;
+    }
+    const uint64_t held = i - 1;
+    std::printf("[ density ] 1 MiB holds %llu live GCRA keys before the first live eviction "
+                "(%.1f%% of %llu slots; %.1f bytes a key)\n",
+                (unsigned long long) held, 100.0 * (double) held / (double) b.stats().capacity,
+                (unsigned long long) b.stats().capacity, (double) mb / (double) held);
+    EXPECT_GE(held, 32000u);
+}
