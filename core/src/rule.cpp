@@ -118,7 +118,7 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
     uint32_t bit;
     uint64_t n;
 
-    if (name.is("zone") || name.is("key") || (name.is("cost") && v.len > 0 && v.p[0] == '$')) {
+    if (name.is("zone") || name.is("key")) {
         return RL_DECLINED;
     }
 
@@ -147,6 +147,10 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
         return fail(err, errlen, "duplicate parameter \"%.*s\": each parameter may be given once", w, whole.p);
     }
     rule->given |= bit;
+
+    if (bit == P_COST && v.len > 0 && v.p[0] == '$') {
+        return RL_DECLINED;   // the glue evaluates it per request
+    }
 
     switch (bit) {
     case P_ALGORITHM:

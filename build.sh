@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# ngx-ratelimit: the one entry point.
+#
+#   ./build.sh          install what is missing, build the core and the module
+#   ./build.sh test     build, then run the unit tests (ctest) and the
+#                       end-to-end tests against real nginx (prove -r t/)
+#   ./build.sh demo     build, then run nginx with examples/nginx.conf on
+#                       127.0.0.1:8080 in the foreground
+#
+# Result: build/ngx_http_ratelimit_module.so, loadable into Debian's nginx.
+# NGINX_SRC=/path/to/nginx-source builds against another nginx source tree
+# (default: Debian's /usr/share/nginx/src from nginx-dev).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+BUILD=$ROOT/build
+NGINX_SRC=${NGINX_SRC:-/usr/share/nginx/src}
+NGINX_BIN=${NGINX_BIN:-/usr/sbin/nginx}
+JOBS=$(nproc 2>/dev/null || echo 2)
+
+PACKAGES=(nginx nginx-dev cmake make g++ libgtest-dev libpcre2-dev libssl-dev
+          zlib1g-dev perl)
+
+log() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
+
+# Debian packages only, and only what is missing, so re-runs stay fast.
+ensure_packages() {
+    local missing=() p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \
+            || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    log "installing ${missing[*]}"
+    local sudo=()
+    [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo[@]}" apt-get update -q
+    "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+build_core() {
+    log "core (CMake)"
+    if [ ! -f "$BUILD/cmake/CMakeCache.txt" ]; then
+        cmake -S "$ROOT" -B "$BUILD/cmake" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    fi
+    cmake --build "$BUILD/cmake" -j "$JOBS"
+}
+
+# Configures a copy of the nginx source with the distro's own flags (so the
+# module is binary compatible with the packaged nginx) and builds the module.
+build_module() {
+    local lib=$BUILD/cmake/libratelimit_core.a
+    local objdir=$BUILD/nginx
+    local cc_opt="" ld_opt="" stamp
+    if [ -x "$NGINX_BIN" ]; then
+        cc_opt=$("$NGINX_BIN" -V 2>&1 | sed -n "s/.*--with-cc-opt='\([^']*\)'.*/\1/p")
+        ld_opt=$("$NGINX_BIN" -V 2>&1 | sed -n "s/.*--with-ld-opt='\([^']*\)'.*/\1/p")
+    fi
+    stamp=$(printf '%s\n' "$NGINX_SRC" "$lib" "$cc_opt" "$ld_opt" | cat - "$ROOT/config" | sha256sum)
+
+    if [ ! -f "$objdir/objs/Makefile" ] || [ "$(cat "$objdir/.stamp" 2>/dev/null)" != "$stamp" ]; then
+        log "configuring nginx from $NGINX_SRC"
+        rm -rf "$objdir"
+        mkdir -p "$objdir"
+        cp -a "$NGINX_SRC/." "$objdir/"
+        (
+            cd "$objdir"
+            local flags=(--with-compat)
+            if [ -f conf_flags ]; then
+                # shellcheck disable=SC1091
+                . ./conf_flags
+                flags=("${NGX_CONF_FLAGS[@]}")
+            fi
+            RL_CORE_LIB=$lib ./configure "${flags[@]}" \
+                --with-cc-opt="$cc_opt -fPIC" --with-ld-opt="$ld_opt -fPIC" \
+                --add-dynamic-module="$ROOT" >"$objdir/configure.log" 2>&1 \
+                || { tail -30 "$objdir/configure.log"; exit 1; }
+        )
+        echo "$stamp" >"$objdir/.stamp"
+    fi
+
+    log "module"
+    # the link does not depend on the core library in nginx's Makefile
+    if [ "$lib" -nt "$objdir/objs/ngx_http_ratelimit_module.so" ]; then
+        rm -f "$objdir/objs/ngx_http_ratelimit_module.so"
+    fi
+    make -C "$objdir" -f objs/Makefile -j "$JOBS" modules >"$objdir/make.log" 2>&1 \
+        || { cat "$objdir/make.log"; exit 1; }
+    cp "$objdir/objs/ngx_http_ratelimit_module.so" "$BUILD/"
+    log "built $BUILD/ngx_http_ratelimit_module.so"
+}
+
+build() {
+    ensure_packages "${PACKAGES[@]}"
+    mkdir -p "$BUILD"
+    build_core
+    build_module
+}
+
+run_tests() {
+    log "unit tests (ctest)"
+    ctest --test-dir "$BUILD/cmake" --output-on-failure -j "$JOBS"
+    log "end-to-end tests (prove -r t/)"
+    (cd "$ROOT" && prove -r t/)
+}
+
+demo() {
+    local prefix
+    prefix=$(mktemp -d /tmp/ngx-ratelimit-demo.XXXXXX)
+    chmod 755 "$prefix"   # nginx's workers run as nobody
+    mkdir -p "$prefix/modules" "$prefix/html" "$prefix/logs"
+    cp "$BUILD/ngx_http_ratelimit_module.so" "$prefix/modules/"
+    cp "$ROOT/examples/nginx.conf" "$prefix/nginx.conf"
+    echo "hello from ngx-ratelimit" >"$prefix/html/index.html"
+    cat >&2 <<EOF
+
+nginx is running on http://127.0.0.1:8080 (prefix $prefix). In another terminal:
+
+    curl -i http://127.0.0.1:8080/      # six times: X-RateLimit-Remaining counts
+                                        # down 4, 3, 2, 1, 0, then 429 + Retry-After
+    tail -f $prefix/logs/access.log    # \$ratelimit_status of each request
+
+Ctrl-C stops it.
+EOF
+    exec "$NGINX_BIN" -p "$prefix/" -c "$prefix/nginx.conf" -e stderr
+}
+
+case "${1:-build}" in
+    build) build ;;
+    test) build; run_tests ;;
+    demo) build; demo ;;
+    *) echo "usage: $0 [build|test|demo]" >&2; exit 2 ;;
+esac

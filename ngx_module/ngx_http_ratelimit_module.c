@@ -1,0 +1,1344 @@
+
+/*
+ * ngx-ratelimit: the nginx glue.
+ *
+ * Directives, zone set-up, the preaccess handler, the header filter and the
+ * variables.  It evaluates keys and costs and hands them to the core
+ * (core/include/ratelimit.h), which holds every algorithm, the parameter
+ * parser and the shared-memory key table.
+ *
+ * Clock: the core gets nginx's cached wall-clock time in milliseconds
+ * (ngx_timeofday()).  Wall time because fixed windows are aligned to the
+ * Unix epoch and a zone's state must mean the same after a reload; the core
+ * is jump-safe, so a clock stepping backwards never admits more.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ratelimit.h"
+
+
+#define NGX_HTTP_RATELIMIT_PASSED            1
+#define NGX_HTTP_RATELIMIT_DELAYED           2
+#define NGX_HTTP_RATELIMIT_REJECTED          3
+#define NGX_HTTP_RATELIMIT_DELAYED_DRY_RUN   4
+#define NGX_HTTP_RATELIMIT_REJECTED_DRY_RUN  5
+#define NGX_HTTP_RATELIMIT_EXEMPT            6
+
+#define NGX_HTTP_RATELIMIT_HEADERS_LEGACY    0x01
+#define NGX_HTTP_RATELIMIT_HEADERS_IETF      0x02
+
+/* The documented minimum: room for the slab pool header and the table. */
+#define NGX_HTTP_RATELIMIT_ZONE_MIN          (32 * 1024)
+
+/* Bytes of a key shown in log lines, escaped. */
+#define NGX_HTTP_RATELIMIT_KEY_LOG_MAX       64
+
+
+typedef struct {
+    ngx_slab_pool_t             *shpool;    /* its mutex is the zone's lock */
+    void                        *table;     /* rl table inside the zone */
+} ngx_http_ratelimit_zone_t;
+
+
+typedef struct {
+    ngx_shm_zone_t              *shm_zone;  /* data: ngx_http_ratelimit_zone_t */
+    rl_rule_t                    rule;
+    uint64_t                     identity;
+    ngx_str_t                    name;      /* rule.name */
+    ngx_http_complex_value_t     key;
+    ngx_http_complex_value_t    *cost;      /* NULL: rule.cost */
+    ngx_flag_t                   cost_warned;
+} ngx_http_ratelimit_rule_t;
+
+
+typedef struct {
+    ngx_array_t                  rules;     /* ngx_http_ratelimit_rule_t */
+    ngx_uint_t                   combine;
+    ngx_uint_t                   status_code;
+    ngx_uint_t                   headers;
+    ngx_flag_t                   dry_run;
+    ngx_uint_t                   log_level;
+} ngx_http_ratelimit_loc_conf_t;
+
+
+typedef struct {
+    ngx_shm_zone_t              *shm_zone;
+    u_char                      *file;
+    ngx_uint_t                   line;
+} ngx_http_ratelimit_zone_ref_t;
+
+
+typedef struct {
+    ngx_array_t                  zone_refs; /* ngx_http_ratelimit_zone_ref_t */
+} ngx_http_ratelimit_main_conf_t;
+
+
+/* Per request, on r->main; found again after internal redirects. */
+typedef struct {
+    ngx_uint_t                   status;    /* NGX_HTTP_RATELIMIT_* */
+    ngx_uint_t                   headers;   /* mode of the checking location */
+    ngx_http_ratelimit_rule_t   *rule;      /* binding rule, or NULL */
+    rl_decision_t                decision;  /* binding rule's decision */
+    unsigned                     headers_done:1;
+} ngx_http_ratelimit_ctx_t;
+
+
+static ngx_int_t ngx_http_ratelimit_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_ratelimit_header_filter(ngx_http_request_t *r);
+static ngx_http_ratelimit_ctx_t *ngx_http_ratelimit_get_ctx(
+    ngx_http_request_t *r);
+static void ngx_http_ratelimit_ctx_cleanup(void *data);
+static uint64_t ngx_http_ratelimit_cost(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule);
+static void ngx_http_ratelimit_lock(rl_check_t *checks,
+    ngx_http_ratelimit_rule_t **rules, ngx_uint_t n, ngx_uint_t lock);
+static void ngx_http_ratelimit_log_reject(ngx_http_request_t *r,
+    ngx_http_ratelimit_loc_conf_t *rlcf, ngx_http_ratelimit_rule_t *rule,
+    rl_check_t *check);
+static ngx_int_t ngx_http_ratelimit_add_header(ngx_http_request_t *r,
+    ngx_str_t *name, u_char *value, size_t len);
+static int64_t ngx_http_ratelimit_seconds(int64_t ms);
+
+static ngx_int_t ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone,
+    void *data);
+static ngx_int_t ngx_http_ratelimit_add_variables(ngx_conf_t *cf);
+static ngx_int_t ngx_http_ratelimit_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+static void *ngx_http_ratelimit_create_main_conf(ngx_conf_t *cf);
+static void *ngx_http_ratelimit_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent,
+    void *child);
+static char *ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_ratelimit_set_enum(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_ratelimit_set_status(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+static ngx_int_t ngx_http_ratelimit_init(ngx_conf_t *cf);
+
+
+/* Values of an enum directive, and how its error message lists them. */
+typedef struct {
+    ngx_conf_enum_t             *values;
+    char                        *allowed;
+} ngx_http_ratelimit_enum_t;
+
+
+static ngx_conf_enum_t  ngx_http_ratelimit_combine_values[] = {
+    { ngx_string("all"), RL_COMBINE_ALL },
+    { ngx_string("any"), RL_COMBINE_ANY },
+    { ngx_null_string, 0 }
+};
+
+static ngx_http_ratelimit_enum_t  ngx_http_ratelimit_combine_enum = {
+    ngx_http_ratelimit_combine_values, "\"all\" or \"any\""
+};
+
+
+static ngx_conf_enum_t  ngx_http_ratelimit_headers_values[] = {
+    { ngx_string("off"), 0 },
+    { ngx_string("legacy"), NGX_HTTP_RATELIMIT_HEADERS_LEGACY },
+    { ngx_string("ietf"), NGX_HTTP_RATELIMIT_HEADERS_IETF },
+    { ngx_string("both"), NGX_HTTP_RATELIMIT_HEADERS_LEGACY
+                          |NGX_HTTP_RATELIMIT_HEADERS_IETF },
+    { ngx_null_string, 0 }
+};
+
+static ngx_http_ratelimit_enum_t  ngx_http_ratelimit_headers_enum = {
+    ngx_http_ratelimit_headers_values,
+    "\"off\", \"legacy\", \"ietf\" or \"both\""
+};
+
+
+static ngx_conf_enum_t  ngx_http_ratelimit_log_levels[] = {
+    { ngx_string("info"), NGX_LOG_INFO },
+    { ngx_string("notice"), NGX_LOG_NOTICE },
+    { ngx_string("warn"), NGX_LOG_WARN },
+    { ngx_string("error"), NGX_LOG_ERR },
+    { ngx_null_string, 0 }
+};
+
+static ngx_http_ratelimit_enum_t  ngx_http_ratelimit_log_level_enum = {
+    ngx_http_ratelimit_log_levels,
+    "\"info\", \"notice\", \"warn\" or \"error\""
+};
+
+
+static ngx_command_t  ngx_http_ratelimit_commands[] = {
+
+    { ngx_string("ratelimit_zone"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_2MORE,
+      ngx_http_ratelimit_zone,
+      0,
+      0,
+      NULL },
+
+    { ngx_string("ratelimit"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_ratelimit,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("ratelimit_combine"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_ratelimit_set_enum,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_ratelimit_loc_conf_t, combine),
+      &ngx_http_ratelimit_combine_enum },
+
+    { ngx_string("ratelimit_status"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_ratelimit_set_status,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_ratelimit_loc_conf_t, status_code),
+      NULL },
+
+    { ngx_string("ratelimit_headers"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_ratelimit_set_enum,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_ratelimit_loc_conf_t, headers),
+      &ngx_http_ratelimit_headers_enum },
+
+    { ngx_string("ratelimit_dry_run"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_ratelimit_loc_conf_t, dry_run),
+      NULL },
+
+    { ngx_string("ratelimit_log_level"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_ratelimit_set_enum,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_ratelimit_loc_conf_t, log_level),
+      &ngx_http_ratelimit_log_level_enum },
+
+      ngx_null_command
+};
+
+
+static ngx_http_module_t  ngx_http_ratelimit_module_ctx = {
+    ngx_http_ratelimit_add_variables,      /* preconfiguration */
+    ngx_http_ratelimit_init,               /* postconfiguration */
+
+    ngx_http_ratelimit_create_main_conf,   /* create main configuration */
+    NULL,                                  /* init main configuration */
+
+    NULL,                                  /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    ngx_http_ratelimit_create_loc_conf,    /* create location configuration */
+    ngx_http_ratelimit_merge_loc_conf      /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_http_ratelimit_module = {
+    NGX_MODULE_V1,
+    &ngx_http_ratelimit_module_ctx,        /* module context */
+    ngx_http_ratelimit_commands,           /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    NULL,                                  /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    NULL,                                  /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+
+
+enum {
+    NGX_HTTP_RATELIMIT_VAR_STATUS = 0,
+    NGX_HTTP_RATELIMIT_VAR_LIMIT,
+    NGX_HTTP_RATELIMIT_VAR_REMAINING,
+    NGX_HTTP_RATELIMIT_VAR_RESET,
+    NGX_HTTP_RATELIMIT_VAR_RETRY_AFTER,
+    NGX_HTTP_RATELIMIT_VAR_RULE
+};
+
+
+static ngx_http_variable_t  ngx_http_ratelimit_vars[] = {
+
+    { ngx_string("ratelimit_status"), NULL, ngx_http_ratelimit_variable,
+      NGX_HTTP_RATELIMIT_VAR_STATUS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ratelimit_limit"), NULL, ngx_http_ratelimit_variable,
+      NGX_HTTP_RATELIMIT_VAR_LIMIT, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ratelimit_remaining"), NULL, ngx_http_ratelimit_variable,
+      NGX_HTTP_RATELIMIT_VAR_REMAINING, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ratelimit_reset"), NULL, ngx_http_ratelimit_variable,
+      NGX_HTTP_RATELIMIT_VAR_RESET, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ratelimit_retry_after"), NULL, ngx_http_ratelimit_variable,
+      NGX_HTTP_RATELIMIT_VAR_RETRY_AFTER, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ratelimit_rule"), NULL, ngx_http_ratelimit_variable,
+      NGX_HTTP_RATELIMIT_VAR_RULE, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+      ngx_http_null_variable
+};
+
+
+static ngx_str_t  ngx_http_ratelimit_status_names[] = {
+    ngx_null_string,
+    ngx_string("PASSED"),
+    ngx_string("DELAYED"),
+    ngx_string("REJECTED"),
+    ngx_string("DELAYED_DRY_RUN"),
+    ngx_string("REJECTED_DRY_RUN"),
+    ngx_string("EXEMPT")
+};
+
+
+static ngx_str_t  ngx_http_ratelimit_limit_header =
+    ngx_string("X-RateLimit-Limit");
+static ngx_str_t  ngx_http_ratelimit_remaining_header =
+    ngx_string("X-RateLimit-Remaining");
+static ngx_str_t  ngx_http_ratelimit_reset_header =
+    ngx_string("X-RateLimit-Reset");
+static ngx_str_t  ngx_http_ratelimit_policy_header =
+    ngx_string("RateLimit-Policy");
+static ngx_str_t  ngx_http_ratelimit_ietf_header =
+    ngx_string("RateLimit");
+static ngx_str_t  ngx_http_ratelimit_retry_after_header =
+    ngx_string("Retry-After");
+
+
+static ngx_int_t
+ngx_http_ratelimit_handler(ngx_http_request_t *r)
+{
+    size_t                          binding;
+    int64_t                         now;
+    ngx_str_t                       key;
+    ngx_uint_t                      i, n;
+    ngx_time_t                     *tp;
+    rl_check_t                      checks[RL_RULES_MAX];
+    ngx_http_ratelimit_ctx_t       *ctx;
+    ngx_http_ratelimit_zone_t      *zone;
+    ngx_http_ratelimit_rule_t      *rules, *used[RL_RULES_MAX];
+    ngx_http_ratelimit_loc_conf_t  *rlcf;
+    ngx_pool_cleanup_t             *cln;
+
+    rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
+
+    if (rlcf->rules.nelts == 0) {
+        return NGX_DECLINED;
+    }
+
+    /* checked already: an internal redirect or a subrequest */
+    if (ngx_http_ratelimit_get_ctx(r) != NULL) {
+        return NGX_DECLINED;
+    }
+
+    cln = ngx_pool_cleanup_add(r->main->pool,
+                               sizeof(ngx_http_ratelimit_ctx_t));
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx = cln->data;
+    ngx_memzero(ctx, sizeof(ngx_http_ratelimit_ctx_t));
+    cln->handler = ngx_http_ratelimit_ctx_cleanup;
+    ngx_http_set_ctx(r->main, ctx, ngx_http_ratelimit_module);
+
+    ctx->headers = rlcf->headers;
+
+    rules = rlcf->rules.elts;
+    n = 0;
+
+    for (i = 0; i < rlcf->rules.nelts; i++) {
+
+        if (ngx_http_complex_value(r, &rules[i].key, &key) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (key.len == 0) {
+            continue;   /* an empty key exempts the request from this rule */
+        }
+
+        zone = rules[i].shm_zone->data;
+
+        ngx_memzero(&checks[n], sizeof(rl_check_t));
+        checks[n].table = zone->table;
+        checks[n].rule = &rules[i].rule;
+        checks[n].identity = rules[i].identity;
+        checks[n].key = key.data;
+        checks[n].key_len = key.len;
+        checks[n].cost = ngx_http_ratelimit_cost(r, &rules[i]);
+        used[n++] = &rules[i];
+    }
+
+    if (n == 0) {
+        ctx->status = NGX_HTTP_RATELIMIT_EXEMPT;
+        return NGX_DECLINED;
+    }
+
+    rl_check_hash(checks, n);   /* outside the locks */
+
+    tp = ngx_timeofday();
+    now = (int64_t) tp->sec * 1000 + tp->msec;
+
+    ngx_http_ratelimit_lock(checks, used, n, 1);
+    ctx->status = rl_check(checks, n, rlcf->combine, now, &binding)
+                  ? NGX_HTTP_RATELIMIT_PASSED : NGX_HTTP_RATELIMIT_REJECTED;
+    ngx_http_ratelimit_lock(checks, used, n, 0);
+
+    ctx->rule = used[binding];
+    ctx->decision = checks[binding].decision;
+
+    if (ctx->status == NGX_HTTP_RATELIMIT_PASSED) {
+        return NGX_DECLINED;
+    }
+
+    ngx_http_ratelimit_log_reject(r, rlcf, used[binding], &checks[binding]);
+
+    if (rlcf->dry_run) {
+        ctx->status = NGX_HTTP_RATELIMIT_REJECTED_DRY_RUN;
+        return NGX_DECLINED;
+    }
+
+    return rlcf->status_code;
+}
+
+
+/*
+ * The request's context.  Internal redirects (error_page, try_files, ...)
+ * clear module contexts, so the context also lives as a cleanup of the main
+ * request's pool, where it is found again: a redirected request is neither
+ * counted twice nor left without its headers and variables.
+ */
+
+static ngx_http_ratelimit_ctx_t *
+ngx_http_ratelimit_get_ctx(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t        *cln;
+    ngx_http_ratelimit_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r->main, ngx_http_ratelimit_module);
+
+    if (ctx != NULL || !r->main->internal) {
+        return ctx;
+    }
+
+    for (cln = r->main->pool->cleanup; cln; cln = cln->next) {
+        if (cln->handler == ngx_http_ratelimit_ctx_cleanup) {
+            ctx = cln->data;
+            ngx_http_set_ctx(r->main, ctx, ngx_http_ratelimit_module);
+            return ctx;
+        }
+    }
+
+    return NULL;
+}
+
+
+static void
+ngx_http_ratelimit_ctx_cleanup(void *data)
+{
+    /* nothing to free: the handler only marks the context */
+}
+
+
+/*
+ * cost=$variable: a non-negative integer; anything else is logged once per
+ * worker and rule and counts as 1.
+ */
+
+static uint64_t
+ngx_http_ratelimit_cost(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule)
+{
+    ngx_int_t  cost;
+    ngx_str_t  value;
+
+    if (rule->cost == NULL) {
+        return rule->rule.cost;
+    }
+
+    if (ngx_http_complex_value(r, rule->cost, &value) != NGX_OK) {
+        return 1;
+    }
+
+    cost = ngx_atoi(value.data, value.len);   /* digits only, no overflow */
+
+    if (cost != NGX_ERROR) {
+        return (uint64_t) cost;
+    }
+
+    if (!rule->cost_warned) {
+        rule->cost_warned = 1;
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "ratelimit: rule \"%V\": cost \"%V\" is not a "
+                      "non-negative integer, counted as 1 (logged once per "
+                      "worker)", &rule->name, &rule->cost->value);
+    }
+
+    return 1;
+}
+
+
+/*
+ * Locks (lock = 1) or unlocks every zone the checks use, each once, in
+ * address order so that two requests never wait for each other.
+ */
+
+static void
+ngx_http_ratelimit_lock(rl_check_t *checks, ngx_http_ratelimit_rule_t **rules,
+    ngx_uint_t n, ngx_uint_t lock)
+{
+    ngx_uint_t                  i, j, k, m;
+    ngx_slab_pool_t            *pools[RL_RULES_MAX], *p;
+    ngx_http_ratelimit_zone_t  *zone;
+
+    m = 0;
+
+    for (i = 0; i < n; i++) {
+        zone = rules[i]->shm_zone->data;
+        p = zone->shpool;
+
+        for (j = 0; j < m && pools[j] < p; j++) { /* void */ }
+
+        if (j < m && pools[j] == p) {
+            continue;
+        }
+
+        for (k = m++; k > j; k--) {
+            pools[k] = pools[k - 1];
+        }
+
+        pools[j] = p;
+    }
+
+    if (lock) {
+        for (i = 0; i < m; i++) {
+            ngx_shmtx_lock(&pools[i]->mutex);
+        }
+
+    } else {
+        for (i = m; i-- > 0; /* void */) {
+            ngx_shmtx_unlock(&pools[i]->mutex);
+        }
+    }
+}
+
+
+static void
+ngx_http_ratelimit_log_reject(ngx_http_request_t *r,
+    ngx_http_ratelimit_loc_conf_t *rlcf, ngx_http_ratelimit_rule_t *rule,
+    rl_check_t *check)
+{
+    u_char       *p, *last, c;
+    size_t        i, len;
+    u_char        key[NGX_HTTP_RATELIMIT_KEY_LOG_MAX * 4 + 4];
+    const u_char *data;
+
+    /* the key, escaped and truncated: it is client-controlled */
+
+    data = check->key;
+    len = ngx_min(check->key_len, NGX_HTTP_RATELIMIT_KEY_LOG_MAX);
+    p = key;
+    last = key + sizeof(key);
+
+    for (i = 0; i < len; i++) {
+        c = data[i];
+
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+            *p++ = c;
+
+        } else {
+            p = ngx_snprintf(p, last - p, "\\x%02xd", c);
+        }
+    }
+
+    if (check->key_len > len) {
+        p = ngx_cpymem(p, "...", 3);
+    }
+
+    ngx_log_error(rlcf->log_level, r->connection->log, 0,
+                  "ratelimit: %s by rule \"%V\" in zone \"%V\", key \"%*s\","
+                  " cost %uL%s, retry after %L ms",
+                  rlcf->dry_run ? "would reject (dry run)" : "rejected",
+                  &rule->name, &rule->shm_zone->shm.name, p - key, key,
+                  check->cost,
+                  check->decision.never ? " (more than the rule ever admits)"
+                                        : "",
+                  check->decision.retry_after_ms);
+}
+
+
+static ngx_int_t
+ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
+{
+    u_char                    *p, *start;
+    ngx_http_ratelimit_ctx_t  *ctx;
+    ngx_http_ratelimit_rule_t *rule;
+
+    if (r != r->main) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    ctx = ngx_http_ratelimit_get_ctx(r);
+
+    if (ctx == NULL || ctx->rule == NULL || ctx->headers == 0
+        || ctx->headers_done)
+    {
+        return ngx_http_next_header_filter(r);
+    }
+
+    ctx->headers_done = 1;
+    rule = ctx->rule;
+
+    /* one buffer for every value: at most five numbers and two names */
+
+    start = ngx_pnalloc(r->pool, 5 * NGX_INT64_LEN + 2 * RL_NAME_MAX + 32);
+    if (start == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = start;
+
+    if (ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_LEGACY) {
+
+        p = ngx_sprintf(start, "%uD", rule->rule.limit);
+        if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_limit_header,
+                                          start, p - start)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        start = p;
+        p = ngx_sprintf(start, "%uL", ctx->decision.remaining);
+        if (ngx_http_ratelimit_add_header(r,
+                                          &ngx_http_ratelimit_remaining_header,
+                                          start, p - start)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        start = p;
+        p = ngx_sprintf(start, "%L",
+                        ngx_http_ratelimit_seconds(ctx->decision.reset_ms));
+        if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_reset_header,
+                                          start, p - start)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        start = p;
+    }
+
+    if (ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF) {
+
+        p = ngx_sprintf(start, "\"%V\";q=%uD;w=%L", &rule->name,
+                        rule->rule.limit,
+                        ngx_http_ratelimit_seconds(rule->rule.period_ms));
+        if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_policy_header,
+                                          start, p - start)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        start = p;
+        p = ngx_sprintf(start, "\"%V\";r=%uL;t=%L", &rule->name,
+                        ctx->decision.remaining,
+                        ngx_http_ratelimit_seconds(ctx->decision.reset_ms));
+        if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_ietf_header,
+                                          start, p - start)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        start = p;
+    }
+
+    if (ctx->status == NGX_HTTP_RATELIMIT_REJECTED) {
+
+        p = ngx_sprintf(start, "%L",
+                 ngx_max(ngx_http_ratelimit_seconds(
+                             ctx->decision.retry_after_ms), 1));
+        if (ngx_http_ratelimit_add_header(r,
+                                          &ngx_http_ratelimit_retry_after_header,
+                                          start, p - start)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    return ngx_http_next_header_filter(r);
+}
+
+
+static ngx_int_t
+ngx_http_ratelimit_add_header(ngx_http_request_t *r, ngx_str_t *name,
+    u_char *value, size_t len)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    h->key = *name;
+    h->value.data = value;
+    h->value.len = len;
+#if (nginx_version >= 1023000)
+    h->next = NULL;
+#endif
+
+    return NGX_OK;
+}
+
+
+/* Whole seconds, rounded up: headers never promise too early. */
+
+static int64_t
+ngx_http_ratelimit_seconds(int64_t ms)
+{
+    return ms <= 0 ? 0 : (ms + 999) / 1000;
+}
+
+
+static ngx_int_t
+ngx_http_ratelimit_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    u_char                    *p;
+    ngx_str_t                 *s;
+    ngx_http_ratelimit_ctx_t  *ctx;
+
+    ctx = ngx_http_ratelimit_get_ctx(r);
+
+    if (ctx == NULL || ctx->status == 0
+        || (data != NGX_HTTP_RATELIMIT_VAR_STATUS && ctx->rule == NULL))
+    {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
+
+    if (data == NGX_HTTP_RATELIMIT_VAR_STATUS) {
+        s = &ngx_http_ratelimit_status_names[ctx->status];
+        v->len = s->len;
+        v->data = s->data;
+        return NGX_OK;
+    }
+
+    if (data == NGX_HTTP_RATELIMIT_VAR_RULE) {
+        v->len = ctx->rule->name.len;
+        v->data = ctx->rule->name.data;
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_INT64_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    v->data = p;
+
+    switch (data) {
+
+    case NGX_HTTP_RATELIMIT_VAR_LIMIT:
+        p = ngx_sprintf(p, "%uD", ctx->rule->rule.limit);
+        break;
+
+    case NGX_HTTP_RATELIMIT_VAR_REMAINING:
+        p = ngx_sprintf(p, "%uL", ctx->decision.remaining);
+        break;
+
+    case NGX_HTTP_RATELIMIT_VAR_RESET:
+        p = ngx_sprintf(p, "%L",
+                        ngx_http_ratelimit_seconds(ctx->decision.reset_ms));
+        break;
+
+    default: /* NGX_HTTP_RATELIMIT_VAR_RETRY_AFTER */
+        p = ngx_sprintf(p, "%L", ctx->decision.allowed ? 0
+                 : ngx_max(ngx_http_ratelimit_seconds(
+                               ctx->decision.retry_after_ms), 1));
+        break;
+    }
+
+    v->len = p - v->data;
+
+    return NGX_OK;
+}
+
+
+/*
+ * A zone is the slab pool header (its mutex is the zone lock, which the
+ * master releases if a worker dies holding it) followed by the core's table.
+ * Reloaded with the same name and size, the table is kept as it is.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
+{
+    ngx_http_ratelimit_zone_t  *ozone = data;
+
+    u_char                     *mem, *end;
+    size_t                      size;
+    ngx_uint_t                  i;
+    ngx_list_part_t            *part;
+    ngx_shm_zone_t             *old;
+    ngx_http_ratelimit_zone_t  *zone;
+    char                        err[RL_ERR_MAX];
+
+    zone = shm_zone->data;
+    zone->shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+
+    mem = ngx_align_ptr(shm_zone->shm.addr + sizeof(ngx_slab_pool_t), 64);
+    end = shm_zone->shm.addr + shm_zone->shm.size;
+    size = (end - mem) & ~(size_t) 63;
+
+    if (ozone != NULL) {
+        if (rl_table_valid(ozone->table, size)) {
+            zone->table = ozone->table;
+            return NGX_OK;
+        }
+
+        ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
+                      "ratelimit_zone \"%V\" has an older layout: its state "
+                      "starts empty", &shm_zone->shm.name);
+    }
+
+    if (shm_zone->shm.exists) {
+        zone->table = zone->shpool->data;
+        return NGX_OK;
+    }
+
+    if (rl_table_init(mem, size, NULL, err, sizeof(err)) != RL_OK) {
+        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                      "ratelimit_zone \"%V\": %s", &shm_zone->shm.name, err);
+        return NGX_ERROR;
+    }
+
+    zone->table = mem;
+    zone->shpool->data = mem;
+
+    /* the previous cycle's zone of this name, if its size was different */
+
+    part = (ngx_list_part_t *) &ngx_cycle->shared_memory.part;
+    old = part->elts;
+
+    for (i = 0; /* void */ ; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+            part = part->next;
+            old = part->elts;
+            i = 0;
+        }
+
+        if (old[i].tag == &ngx_http_ratelimit_module
+            && old[i].shm.name.len == shm_zone->shm.name.len
+            && ngx_strncmp(old[i].shm.name.data, shm_zone->shm.name.data,
+                           shm_zone->shm.name.len) == 0
+            && old[i].shm.size != shm_zone->shm.size)
+        {
+            ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
+                          "ratelimit_zone \"%V\" changed size from %uz to "
+                          "%uz bytes: its state starts empty",
+                          &shm_zone->shm.name, old[i].shm.size,
+                          shm_zone->shm.size);
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_ratelimit_add_variables(ngx_conf_t *cf)
+{
+    ngx_http_variable_t  *var, *v;
+
+    for (v = ngx_http_ratelimit_vars; v->name.len; v++) {
+        var = ngx_http_add_variable(cf, &v->name, v->flags);
+        if (var == NULL) {
+            return NGX_ERROR;
+        }
+
+        var->get_handler = v->get_handler;
+        var->data = v->data;
+    }
+
+    return NGX_OK;
+}
+
+
+static void *
+ngx_http_ratelimit_create_main_conf(ngx_conf_t *cf)
+{
+    ngx_http_ratelimit_main_conf_t  *rmcf;
+
+    rmcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_ratelimit_main_conf_t));
+    if (rmcf == NULL) {
+        return NULL;
+    }
+
+    if (ngx_array_init(&rmcf->zone_refs, cf->pool, 4,
+                       sizeof(ngx_http_ratelimit_zone_ref_t))
+        != NGX_OK)
+    {
+        return NULL;
+    }
+
+    return rmcf;
+}
+
+
+static void *
+ngx_http_ratelimit_create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_ratelimit_loc_conf_t  *conf;
+
+    conf = ngx_pcalloc(cf->pool, sizeof(ngx_http_ratelimit_loc_conf_t));
+    if (conf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     conf->rules.elts = NULL;
+     */
+
+    conf->combine = NGX_CONF_UNSET_UINT;
+    conf->status_code = NGX_CONF_UNSET_UINT;
+    conf->headers = NGX_CONF_UNSET_UINT;
+    conf->dry_run = NGX_CONF_UNSET;
+    conf->log_level = NGX_CONF_UNSET_UINT;
+
+    return conf;
+}
+
+
+static char *
+ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    ngx_http_ratelimit_loc_conf_t *prev = parent;
+    ngx_http_ratelimit_loc_conf_t *conf = child;
+
+    /* rules are inherited only by a level that has none, as limit_req's */
+
+    if (conf->rules.elts == NULL) {
+        conf->rules = prev->rules;
+    }
+
+    ngx_conf_merge_uint_value(conf->combine, prev->combine, RL_COMBINE_ALL);
+    ngx_conf_merge_uint_value(conf->status_code, prev->status_code,
+                              NGX_HTTP_TOO_MANY_REQUESTS);
+    ngx_conf_merge_uint_value(conf->headers, prev->headers,
+                              NGX_HTTP_RATELIMIT_HEADERS_LEGACY);
+    ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
+    ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_shm_zone_t *
+ngx_http_ratelimit_find_zone(ngx_conf_t *cf, ngx_str_t *name)
+{
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_shm_zone_t   *zone;
+
+    part = &cf->cycle->shared_memory.part;
+    zone = part->elts;
+
+    for (i = 0; /* void */ ; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return NULL;
+            }
+            part = part->next;
+            zone = part->elts;
+            i = 0;
+        }
+
+        if (zone[i].tag == &ngx_http_ratelimit_module
+            && zone[i].shm.name.len == name->len
+            && ngx_strncmp(zone[i].shm.name.data, name->data, name->len) == 0)
+        {
+            return &zone[i];
+        }
+    }
+}
+
+
+/* ratelimit_zone NAME SIZE; */
+
+static char *
+ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ssize_t                     size;
+    ngx_str_t                  *value, name;
+    ngx_shm_zone_t             *shm_zone;
+    ngx_http_ratelimit_zone_t  *zone;
+
+    value = cf->args->elts;
+    name = value[1];
+
+    if (name.len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: empty zone name");
+        return NGX_CONF_ERROR;
+    }
+
+    size = ngx_parse_size(&value[2]);
+
+    if (size == NGX_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: invalid size \"%V\" "
+                           "of zone \"%V\": expected a size like 32k, 10m "
+                           "or 1g", &value[2], &name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (size < NGX_HTTP_RATELIMIT_ZONE_MIN) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: size \"%V\" of zone "
+                           "\"%V\" is too small: the minimum is 32k",
+                           &value[2], &name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (cf->args->nelts > 3) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: unknown parameter "
+                           "\"%V\": expected NAME SIZE", &value[3]);
+        return NGX_CONF_ERROR;
+    }
+
+    shm_zone = ngx_http_ratelimit_find_zone(cf, &name);
+
+    if (shm_zone != NULL && shm_zone->data != NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: zone \"%V\" is "
+                           "already declared (size %uz): each zone is "
+                           "declared once", &name, shm_zone->shm.size);
+        return NGX_CONF_ERROR;
+    }
+
+    shm_zone = ngx_shared_memory_add(cf, &name, size,
+                                     &ngx_http_ratelimit_module);
+    if (shm_zone == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    zone = ngx_pcalloc(cf->pool, sizeof(ngx_http_ratelimit_zone_t));
+    if (zone == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    shm_zone->init = ngx_http_ratelimit_init_zone;
+    shm_zone->data = zone;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * ratelimit zone=NAME [key=STRING] [cost=N|$var] ...;
+ * zone=, key= and variable costs are the glue's; the core parses the rest.
+ */
+
+static char *
+ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_ratelimit_loc_conf_t *rlcf = conf;
+
+    int                                 rc;
+    ngx_str_t                          *value, zone, key, s;
+    ngx_uint_t                          i;
+    ngx_http_ratelimit_rule_t          *rule;
+    ngx_http_ratelimit_zone_ref_t      *ref;
+    ngx_http_ratelimit_main_conf_t     *rmcf;
+    ngx_http_compile_complex_value_t    ccv;
+    char                                err[RL_ERR_MAX];
+
+    static ngx_str_t  default_key = ngx_string("$binary_remote_addr");
+
+    if (rlcf->rules.elts == NULL) {
+        if (ngx_array_init(&rlcf->rules, cf->pool, 2,
+                           sizeof(ngx_http_ratelimit_rule_t))
+            != NGX_OK)
+        {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    if (rlcf->rules.nelts == RL_RULES_MAX) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit\" directive: too many rules: at most "
+                           "%d apply to one request", RL_RULES_MAX);
+        return NGX_CONF_ERROR;
+    }
+
+    rule = ngx_array_push(&rlcf->rules);
+    if (rule == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memzero(rule, sizeof(ngx_http_ratelimit_rule_t));
+    rl_rule_init(&rule->rule);
+
+    value = cf->args->elts;
+    ngx_str_null(&zone);
+    ngx_str_null(&key);
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        rc = rl_rule_param(&rule->rule, (char *) value[i].data, value[i].len,
+                           err, sizeof(err));
+
+        if (rc == RL_ERROR) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"ratelimit\" directive: %s", err);
+            return NGX_CONF_ERROR;
+        }
+
+        if (rc == RL_OK) {
+            continue;
+        }
+
+        /* RL_DECLINED: zone=, key= or cost=$variable */
+
+        if (ngx_strncmp(value[i].data, "zone=", 5) == 0) {
+            s.data = value[i].data + 5;
+            s.len = value[i].len - 5;
+
+            if (zone.data != NULL || s.len == 0) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "\"ratelimit\" directive: %s \"%V\": "
+                                   "expected one zone=NAME",
+                                   zone.data ? "duplicate parameter"
+                                             : "invalid", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            zone = s;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "key=", 4) == 0) {
+            if (key.data != NULL) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "\"ratelimit\" directive: duplicate "
+                                   "parameter \"%V\": each parameter may be "
+                                   "given once", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            key.data = value[i].data + 4;
+            key.len = value[i].len - 4;
+            continue;
+        }
+
+        /* cost=$variable */
+
+        rule->cost = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
+        if (rule->cost == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        s.data = value[i].data + 5;
+        s.len = value[i].len - 5;
+
+        ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+        ccv.cf = cf;
+        ccv.value = &s;
+        ccv.complex_value = rule->cost;
+
+        if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    if (zone.data == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit\" directive: missing \"zone=\": "
+                           "expected zone=NAME of a \"ratelimit_zone\"");
+        return NGX_CONF_ERROR;
+    }
+
+    if (rl_rule_finish(&rule->rule, err, sizeof(err)) != RL_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit\" directive: %s", err);
+        return NGX_CONF_ERROR;
+    }
+
+    if (key.data == NULL) {
+        key = default_key;
+    }
+
+    ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+    ccv.cf = cf;
+    ccv.value = &key;
+    ccv.complex_value = &rule->key;
+
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    rule->name.data = (u_char *) rule->rule.name;
+    rule->name.len = ngx_strlen(rule->rule.name);
+    rule->identity = rl_rule_identity(&rule->rule, (char *) key.data, key.len);
+
+    /* a zone may be declared after its use; checked in postconfiguration */
+
+    rule->shm_zone = ngx_shared_memory_add(cf, &zone, 0,
+                                           &ngx_http_ratelimit_module);
+    if (rule->shm_zone == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    rmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_ratelimit_module);
+
+    ref = ngx_array_push(&rmcf->zone_refs);
+    if (ref == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ref->shm_zone = rule->shm_zone;
+    ref->file = cf->conf_file->file.name.data;
+    ref->line = cf->conf_file->line;
+
+    return NGX_CONF_OK;
+}
+
+
+/* An enum directive whose error names the directive, value and choices. */
+
+static char *
+ngx_http_ratelimit_set_enum(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    ngx_str_t                  *value;
+    ngx_uint_t                 *np, i;
+    ngx_conf_enum_t            *e;
+    ngx_http_ratelimit_enum_t  *choices;
+
+    np = (ngx_uint_t *) (p + cmd->offset);
+
+    if (*np != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    choices = cmd->post;
+
+    for (e = choices->values, i = 0; e[i].name.len != 0; i++) {
+        if (e[i].name.len == value[1].len
+            && ngx_strcasecmp(e[i].name.data, value[1].data) == 0)
+        {
+            *np = e[i].value;
+            return NGX_CONF_OK;
+        }
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid value \"%V\" in \"%V\" directive: expected %s",
+                       &value[1], &cmd->name, choices->allowed);
+
+    return NGX_CONF_ERROR;
+}
+
+
+static char *
+ngx_http_ratelimit_set_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_ratelimit_loc_conf_t *rlcf = conf;
+
+    ngx_int_t   status;
+    ngx_str_t  *value;
+
+    if (rlcf->status_code != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    status = ngx_atoi(value[1].data, value[1].len);
+
+    if (status < 400 || status > 599) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"ratelimit_status\" "
+                           "directive: expected a status code from 400 to "
+                           "599", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    rlcf->status_code = status;
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_ratelimit_init(ngx_conf_t *cf)
+{
+    ngx_uint_t                       i;
+    ngx_http_handler_pt             *h;
+    ngx_http_core_main_conf_t       *cmcf;
+    ngx_http_ratelimit_zone_ref_t   *refs;
+    ngx_http_ratelimit_main_conf_t  *rmcf;
+
+    rmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_ratelimit_module);
+    refs = rmcf->zone_refs.elts;
+
+    for (i = 0; i < rmcf->zone_refs.nelts; i++) {
+        if (refs[i].shm_zone->data == NULL) {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "\"ratelimit\" directive: zone=%V is not declared: "
+                          "expected a \"ratelimit_zone %V SIZE;\" in the http "
+                          "block, used in %s:%ui",
+                          &refs[i].shm_zone->shm.name,
+                          &refs[i].shm_zone->shm.name,
+                          refs[i].file, refs[i].line);
+            return NGX_ERROR;
+        }
+    }
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_ratelimit_handler;
+
+    ngx_http_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_ratelimit_header_filter;
+
+    return NGX_OK;
+}
