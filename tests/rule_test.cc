@@ -69,7 +69,7 @@ TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
               "cost=, name= or align=");
     EXPECT_EQ(error_of("limit=5 fast"), "invalid parameter \"fast\": expected name=value");
     EXPECT_EQ(error_of("limit=5 limit=6"), "duplicate parameter \"limit=6\": each parameter may be given once");
-    EXPECT_EQ(error_of("limit=5 cost=$a cost=2"), "duplicate parameter \"cost=2\": each parameter may be given once");
+    EXPECT_EQ(error_of("limit=5 cost=2 cost=$a"), "duplicate parameter \"cost=$a\": each parameter may be given once");
     EXPECT_EQ(error_of("period=1s"), "missing \"limit=\": every rule needs one, e.g. limit=100");
     EXPECT_EQ(error_of("algorithm=fixed_window limit=5 burst=2"),
               "\"burst=2\" does not apply to algorithm=fixed_window: burst is for gcra and token_bucket");
