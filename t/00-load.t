@@ -1,0 +1,41 @@
+#!/usr/bin/perl
+# The module loads into the unmodified distro nginx with load_module.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use RLTest;
+
+my $t = RLTest->new();
+
+my $v = `/usr/sbin/nginx -V 2>&1`;
+like($v, qr/--with-compat/, 'the packaged nginx is a --with-compat build');
+
+my $conf = $t->conf_text(<<'EOF');
+ratelimit_zone z 1m;
+server {
+    listen 127.0.0.1:%%PORT%%;
+    location / { ratelimit zone=z limit=100 period=1m; }
+}
+EOF
+like($conf, qr/^load_module \S+ngx_http_ratelimit_module\.so;/m, 'loaded with load_module');
+my ($rc, $out) = $t->nginx_t($conf);
+is($rc, 0, 'nginx -t accepts the module and its directives');
+like($out, qr/syntax is ok.*test is successful/s, 'nginx -t output');
+
+$t->write_conf(<<'EOF');
+ratelimit_zone z 1m;
+server {
+    listen 127.0.0.1:%%PORT%%;
+    location / { ratelimit zone=z limit=100 period=1m; }
+}
+EOF
+$t->start();
+my $r = $t->get('/index.html');
+is($r->{status}, 200, 'a request passes');
+is($r->{content}, "ok\n", 'and is served');
+is($r->{headers}{'x-ratelimit-remaining'}, 99, 'with the rate-limit headers');
+$t->stop();
+
+done_testing();

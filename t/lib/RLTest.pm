@@ -1,0 +1,240 @@
+package RLTest;
+
+# A small harness for the end-to-end tests, in the style of nginx-tests'
+# Test::Nginx: it writes a configuration, starts Debian's real nginx with the
+# built module on a free loopback port in a temporary prefix, talks HTTP to
+# it, and stops it, failing the test if the error log shows an alert, an
+# emergency, a crash or a sanitizer report.
+#
+#   my $t = RLTest->new();
+#   $t->write_conf('ratelimit_zone z 1m; server { listen 127.0.0.1:%%PORT%%; ... }');
+#   $t->start();
+#   my $r = $t->get('/index.html', { 'X-User' => 'a' });   # HTTP::Tiny response
+#   $t->reload($new_body);  $t->stop();
+#
+# RL_MODULE overrides the module (default: build/ngx_http_ratelimit_module.so),
+# RL_NGINX the binary (default: /usr/sbin/nginx); RL_KEEP=1 keeps the prefix.
+
+use strict;
+use warnings;
+
+use Cwd qw(abs_path);
+use File::Basename qw(dirname);
+use File::Path qw(make_path);
+use File::Temp qw(tempdir);
+use HTTP::Tiny;
+use IO::Socket::INET;
+use POSIX qw(WNOHANG);
+use Test::More;
+use Time::HiRes qw(sleep time);
+
+my $root = abs_path(dirname(__FILE__) . '/../..');
+my @running;
+
+sub new {
+    my ($class) = @_;
+    my $module = $ENV{RL_MODULE} // "$root/build/ngx_http_ratelimit_module.so";
+    die "RLTest: $module not found: run ./build.sh first\n" unless -f $module;
+
+    my $prefix = tempdir('ngx-ratelimit-t-XXXXXX', TMPDIR => 1, CLEANUP => !$ENV{RL_KEEP});
+    diag("prefix kept: $prefix") if $ENV{RL_KEEP};
+    make_path("$prefix/html", "$prefix/tmp");
+    write_file("$prefix/html/index.html", "ok\n");
+    write_file("$prefix/html/f", "f\n");
+
+    my $self = bless {
+        prefix => $prefix, module => $module, nginx => $ENV{RL_NGINX} // '/usr/sbin/nginx',
+        port => free_port(), pid => undef, nconf => 0,
+    }, $class;
+    return $self;
+}
+
+sub prefix { $_[0]{prefix} }
+sub port   { $_[0]{port} }
+sub module { $_[0]{module} }
+
+sub write_file {
+    my ($path, $text) = @_;
+    open(my $fh, '>', $path) or die "RLTest: $path: $!\n";
+    print $fh $text;
+    close $fh;
+}
+
+sub read_file {
+    my ($path) = @_;
+    open(my $fh, '<', $path) or return '';
+    local $/;
+    return <$fh>;
+}
+
+sub free_port {
+    my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp', Listen => 1)
+        or die "RLTest: no free port: $!\n";
+    my $port = $s->sockport;
+    close $s;
+    return $port;
+}
+
+# The configuration write_conf would write: the module, a main context that
+# works as root and in a temporary prefix, and $body inside http {}.
+sub conf_text {
+    my ($self, $body, %opt) = @_;
+    my $p = $self->{prefix};
+    my $user = $> == 0 ? "user root;\n" : '';
+    my $workers = $opt{workers} // 1;
+    my $master = $opt{master} // 'on';
+    my $level = $opt{log_level} // 'notice';
+    my $main = $opt{main} // '';
+    my $access = $opt{no_access_log} ? 'access_log off;' : "access_log $p/access.log;";
+    $body =~ s/%%PORT%%/$self->{port}/g;
+    $body =~ s/%%PREFIX%%/$p/g;
+    return <<"EOF";
+load_module $self->{module};
+${user}worker_processes $workers;
+daemon off;
+master_process $master;
+pid $p/nginx.pid;
+error_log $p/error.log $level;
+$main
+events {
+    worker_connections 4096;
+}
+
+http {
+    $access
+    client_body_temp_path $p/tmp/body;
+    proxy_temp_path $p/tmp/proxy;
+    fastcgi_temp_path $p/tmp/fastcgi;
+    uwsgi_temp_path $p/tmp/uwsgi;
+    scgi_temp_path $p/tmp/scgi;
+    root $p/html;
+
+$body
+}
+EOF
+}
+
+sub write_conf {
+    my ($self, $body, %opt) = @_;
+    my $text = $self->conf_text($body, %opt);
+    write_file("$self->{prefix}/nginx.conf", $text);
+    return $text;
+}
+
+sub start {
+    my ($self) = @_;
+    my $p = $self->{prefix};
+    my $pid = fork() // die "RLTest: fork: $!\n";
+    if ($pid == 0) {
+        open(STDOUT, '>>', "$p/stderr.log");
+        open(STDERR, '>&', \*STDOUT);
+        exec($self->{nginx}, '-p', "$p/", '-c', "$p/nginx.conf", '-e', "$p/error.log");
+        POSIX::_exit(127);
+    }
+    $self->{pid} = $pid;
+    push @running, $pid;
+
+    my $up = wait_until(sub {
+        return 1 if IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $self->{port}, Proto => 'tcp');
+        die "RLTest: nginx exited at start:\n" . $self->error_log . read_file("$p/stderr.log")
+            if waitpid($pid, WNOHANG) == $pid;
+        return 0;
+    }, 10);
+    die "RLTest: nginx did not listen on $self->{port}:\n" . $self->error_log unless $up;
+    return $self;
+}
+
+# SIGQUIT, wait, and check the error log once.
+sub stop {
+    my ($self) = @_;
+    return unless $self->{pid};
+    my $pid = delete $self->{pid};
+    kill 'QUIT', $pid;
+    my $done = wait_until(sub { waitpid($pid, WNOHANG) == $pid }, 10);
+    unless ($done) {
+        kill 'KILL', $pid;
+        waitpid($pid, 0);
+    }
+    @running = grep { $_ != $pid } @running;
+    ok($done, 'nginx stopped gracefully');
+
+    my @bad = grep { /\[(alert|emerg|crit)\]|exited on signal|AddressSanitizer|LeakSanitizer|runtime error:/ }
+        split /\n/, $self->error_log;
+    ok(!@bad, 'error log clean') or diag(join "\n", @bad);
+}
+
+sub worker_pids {
+    my ($self) = @_;
+    return () unless $self->{pid};
+    my @pids;
+    for my $stat (glob '/proc/[0-9]*/stat') {
+        my $s = read_file($stat) or next;
+        # pid (comm) state ppid ...: comm may hold spaces, so split after ')'
+        my ($pid, $rest) = $s =~ /^(\d+) \(.*\) (.*)$/s or next;
+        my (undef, $ppid) = split ' ', $rest;
+        push @pids, $pid if $ppid == $self->{pid};
+    }
+    return sort { $a <=> $b } @pids;
+}
+
+# Optionally rewrites the configuration, then reloads and waits until every
+# worker is a new one.
+sub reload {
+    my ($self, $body, %opt) = @_;
+    $self->write_conf($body, %opt) if defined $body;
+    my %old = map { $_ => 1 } $self->worker_pids;
+    kill 'HUP', $self->{pid};
+    wait_until(sub {
+        my @now = $self->worker_pids;
+        return @now && !grep { $old{$_} } @now;
+    }, 10) or die "RLTest: reload did not complete:\n" . $self->error_log;
+    return $self;
+}
+
+# One GET on a new connection: each request may reach any worker, and none
+# sticks to a worker that a reload retired.
+sub get {
+    my ($self, $path, $headers) = @_;
+    my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10, max_redirect => 0);
+    return $http->get("http://127.0.0.1:$self->{port}$path", { headers => $headers // {} });
+}
+
+# `nginx -t` of a whole configuration text: (exit code, output).
+sub nginx_t {
+    my ($self, $text) = @_;
+    my $p = $self->{prefix};
+    my $file = "$p/test-" . ++$self->{nconf} . '.conf';
+    write_file($file, $text);
+    my $out = `$self->{nginx} -t -p $p/ -c $file -e $p/test-error.log 2>&1`;
+    return ($? >> 8, $out);
+}
+
+sub error_log  { read_file("$_[0]{prefix}/error.log") }
+sub access_log { read_file("$_[0]{prefix}/access.log") }
+
+sub wait_until {
+    my ($cond, $timeout) = @_;
+    my $end = time + $timeout;
+    while (time < $end) {
+        return 1 if $cond->();
+        sleep 0.05;
+    }
+    return $cond->() ? 1 : 0;
+}
+
+sub DESTROY {
+    my ($self) = @_;
+    if (my $pid = $self->{pid}) {
+        kill 'KILL', $pid;
+        waitpid($pid, 0);
+    }
+}
+
+END {
+    for my $pid (@running) {
+        kill 'KILL', $pid;
+        waitpid($pid, 0);
+    }
+}
+
+1;
