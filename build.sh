@@ -109,7 +109,7 @@ demo() {
     local prefix
     prefix=$(mktemp -d /tmp/ngx-ratelimit-demo.XXXXXX)
     chmod 755 "$prefix"   # nginx's workers run as nobody
-    mkdir -p "$prefix/modules" "$prefix/html" "$prefix/logs"
+    mkdir -p "$prefix/modules" "$prefix/html" "$prefix/logs" "$prefix/tmp"
     cp "$BUILD/ngx_http_ratelimit_module.so" "$prefix/modules/"
     cp "$ROOT/examples/nginx.conf" "$prefix/nginx.conf"
     echo "hello from ngx-ratelimit" >"$prefix/html/index.html"
@@ -123,7 +123,8 @@ nginx is running on http://127.0.0.1:8080 (prefix $prefix). In another terminal:
 
 Ctrl-C stops it.
 EOF
-    exec "$NGINX_BIN" -p "$prefix/" -c "$prefix/nginx.conf" -e stderr
+    trap 'rm -rf "$prefix"' EXIT
+    "$NGINX_BIN" -p "$prefix/" -c "$prefix/nginx.conf" -e stderr
 }
 
 case "${1:-build}" in

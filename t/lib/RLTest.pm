@@ -128,8 +128,8 @@ sub start {
     if ($pid == 0) {
         open(STDOUT, '>>', "$p/stderr.log");
         open(STDERR, '>&', \*STDOUT);
-        exec($self->{nginx}, '-p', "$p/", '-c', "$p/nginx.conf", '-e', "$p/error.log");
-        POSIX::_exit(127);
+        exec($self->{nginx}, '-p', "$p/", '-c', "$p/nginx.conf", '-e', "$p/error.log")
+            or POSIX::_exit(127);
     }
     $self->{pid} = $pid;
     push @running, $pid;

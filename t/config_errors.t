@@ -1,0 +1,121 @@
+#!/usr/bin/perl
+# Every invalid directive fails `nginx -t` with a message naming the
+# directive, the parameter, the value and what is allowed; valid edge values
+# pass.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use RLTest;
+
+my $t = RLTest->new();
+
+# [ what, http-level text, location-level text, message regex ]
+my @bad = (
+    [ 'unknown algorithm', '', 'ratelimit zone=z limit=5 algorithm=magic;',
+      qr/"ratelimit" directive: invalid "algorithm=magic": expected algorithm=gcra, token_bucket or fixed_window/ ],
+    [ 'limit zero', '', 'ratelimit zone=z limit=0;',
+      qr/"ratelimit" directive: invalid "limit=0": expected an integer from 1 to 1000000000/ ],
+    [ 'limit negative', '', 'ratelimit zone=z limit=-5;', qr/invalid "limit=-5": expected an integer from 1/ ],
+    [ 'limit not a number', '', 'ratelimit zone=z limit=abc;', qr/invalid "limit=abc": expected an integer/ ],
+    [ 'limit too large', '', 'ratelimit zone=z limit=1000000001;',
+      qr/invalid "limit=1000000001": expected an integer from 1 to 1000000000/ ],
+    [ 'bad period', '', 'ratelimit zone=z limit=5 period=fast;',
+      qr/invalid "period=fast": expected a time from 1ms to 366d/ ],
+    [ 'zero period', '', 'ratelimit zone=z limit=5 period=0s;', qr/invalid "period=0s": expected a time/ ],
+    [ 'period too long', '', 'ratelimit zone=z limit=5 period=400d;', qr/invalid "period=400d"/ ],
+    [ 'burst zero', '', 'ratelimit zone=z limit=5 burst=0;',
+      qr/invalid "burst=0": expected an integer from 1 to 1000000000/ ],
+    [ 'unknown parameter', '', 'ratelimit zone=z limit=5 colour=red;',
+      qr/unknown parameter "colour=red": expected zone=, key=, algorithm=, limit=/ ],
+    [ 'parameter without value', '', 'ratelimit zone=z limit=5 fast;',
+      qr/invalid parameter "fast": expected name=value/ ],
+    [ 'duplicate parameter', '', 'ratelimit zone=z limit=5 limit=6;',
+      qr/duplicate parameter "limit=6": each parameter may be given once/ ],
+    [ 'duplicate key', '', 'ratelimit zone=z key=$uri key=$host limit=5;',
+      qr/duplicate parameter "key=\$host"/ ],
+    [ 'missing zone', '', 'ratelimit limit=5;', qr/"ratelimit" directive: missing "zone=": expected zone=NAME/ ],
+    [ 'empty zone', '', 'ratelimit zone= limit=5;', qr/"ratelimit" directive: invalid "zone=": expected one zone=NAME/ ],
+    [ 'missing limit', '', 'ratelimit zone=z period=1s;',
+      qr/"ratelimit" directive: missing "limit=": every rule needs one/ ],
+    [ 'zone never declared', '', 'ratelimit zone=nope limit=5;',
+      qr/"ratelimit" directive: zone=nope is not declared: expected a "ratelimit_zone nope SIZE;"/ ],
+    [ 'zone too small', 'ratelimit_zone small 16k;', '',
+      qr/"ratelimit_zone" directive: size "16k" of zone "small" is too small: the minimum is 32k/ ],
+    [ 'zone size not a size', 'ratelimit_zone big lots;', '',
+      qr/"ratelimit_zone" directive: invalid size "lots" of zone "big": expected a size like 32k/ ],
+    [ 'zone declared twice with another size', 'ratelimit_zone z 2m;', '',
+      qr/"ratelimit_zone" directive: zone "z" is already declared \(size 1048576\)/ ],
+    [ 'zone with an unknown parameter', 'ratelimit_zone other 1m fast;', '',
+      qr/"ratelimit_zone" directive: unknown parameter "fast"/ ],
+    [ 'cost never admissible', '', 'ratelimit zone=z limit=5 cost=6;',
+      qr/"cost=6" can never be admitted: it exceeds burst=5/ ],
+    [ 'cost negative', '', 'ratelimit zone=z limit=5 cost=-1;',
+      qr/invalid "cost=-1": expected an integer from 0 to 1000000000, or a \$variable/ ],
+    [ 'burst with fixed_window', '', 'ratelimit zone=z algorithm=fixed_window limit=5 burst=3;',
+      qr/"burst=3" does not apply to algorithm=fixed_window: burst is for gcra and token_bucket/ ],
+    [ 'align with gcra', '', 'ratelimit zone=z limit=5 align=first;',
+      qr/"align=" does not apply to algorithm=gcra: align is for fixed_window/ ],
+    [ 'bad align', '', 'ratelimit zone=z algorithm=fixed_window limit=5 align=noon;',
+      qr/invalid "align=noon": expected align=epoch or align=first/ ],
+    [ 'bad name', '', 'ratelimit zone=z limit=5 name=a/b;',
+      qr/invalid "name=a\/b": expected letters, digits/ ],
+    [ 'status out of range', '', 'ratelimit_status 200;',
+      qr/invalid value "200" in "ratelimit_status" directive: expected a status code from 400 to 599/ ],
+    [ 'status not a number', '', 'ratelimit_status teapot;',
+      qr/invalid value "teapot" in "ratelimit_status" directive: expected a status code from 400 to 599/ ],
+    [ 'status duplicate', '', 'ratelimit_status 429; ratelimit_status 503;',
+      qr/"ratelimit_status" directive is duplicate/ ],
+    [ 'headers mode', '', 'ratelimit_headers loud;',
+      qr/invalid value "loud" in "ratelimit_headers" directive: expected "off", "legacy", "ietf" or "both"/ ],
+    [ 'log level', '', 'ratelimit_log_level debug;',
+      qr/invalid value "debug" in "ratelimit_log_level" directive: expected "info", "notice", "warn" or "error"/ ],
+    [ 'combine', '', 'ratelimit_combine most;',
+      qr/invalid value "most" in "ratelimit_combine" directive: expected "all" or "any"/ ],
+    [ 'dry run', '', 'ratelimit_dry_run maybe;',
+      qr/invalid value "maybe" in "ratelimit_dry_run" directive, it must be "on" or "off"/ ],
+    [ 'zone in a location', '', 'ratelimit_zone inner 1m;', qr/"ratelimit_zone" directive is not allowed here/ ],
+    [ 'no arguments', '', 'ratelimit;', qr/invalid number of arguments in "ratelimit" directive/ ],
+    [ 'too many rules', '', join(' ', map { "ratelimit zone=z limit=5 name=r$_;" } 1 .. 33),
+      qr/"ratelimit" directive: too many rules: at most 32 apply to one request/ ],
+);
+
+for my $case (@bad) {
+    my ($what, $http, $loc, $re) = @$case;
+    my ($rc, $out) = $t->nginx_t($t->conf_text(
+        "ratelimit_zone z 1m;\n$http\n"
+        . "server {\n    listen 127.0.0.1:%%PORT%%;\n    location / { $loc }\n}\n"));
+    isnt($rc, 0, "$what: nginx -t fails");
+    like($out, $re, "$what: message");
+    like($out, qr/ in \S+\.conf:\d+/, "$what: names the file and line");
+}
+
+# valid edge values
+my @good = (
+    'ratelimit zone=z limit=1 period=1ms;',
+    'ratelimit zone=z limit=1000000000 period=1s;',
+    'ratelimit zone=z limit=1 period=366d;',
+    'ratelimit zone=z limit=3 period=1m30s burst=1000000000;',
+    'ratelimit zone=z limit=5 cost=0;',
+    'ratelimit zone=z limit=5 burst=9 cost=9;',
+    'ratelimit zone=z algorithm=token_bucket limit=5 burst=2 cost=2;',
+    'ratelimit zone=z algorithm=fixed_window limit=5 cost=5 align=first;',
+    'ratelimit zone=later limit=5;',
+    'ratelimit zone=z limit=5 cost=$arg_cost key=$http_x_user$uri;',
+    'ratelimit zone=z limit=5 name=' . ('n' x 63) . ';',
+    'ratelimit_status 400;', 'ratelimit_status 599;',
+    'ratelimit_headers off;', 'ratelimit_headers BOTH;',
+    'ratelimit_combine any;', 'ratelimit_dry_run on;', 'ratelimit_log_level info;',
+    join(' ', map { "ratelimit zone=z limit=5 name=r$_;" } 1 .. 32),
+);
+
+for my $loc (@good) {
+    my ($rc, $out) = $t->nginx_t($t->conf_text(
+        "ratelimit_zone z 32k;\n"
+        . "server {\n    listen 127.0.0.1:%%PORT%%;\n    location / { $loc }\n}\n"
+        . "ratelimit_zone later 1m;\n"));
+    is($rc, 0, "valid: " . substr($loc, 0, 70)) or diag($out);
+}
+
+done_testing();

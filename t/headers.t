@@ -1,0 +1,132 @@
+#!/usr/bin/perl
+# ratelimit_headers legacy | ietf | both | off with exact values, on static,
+# proxied, error_page responses and the rejection itself; ratelimit_status.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use RLTest;
+
+my $t = RLTest->new();
+open(my $fh, '>', $t->prefix . '/html/sorry.html') or die;
+print $fh "slow down\n";
+close $fh;
+
+$t->write_conf(<<'EOF');
+ratelimit_zone z 1m;
+server {
+    listen 127.0.0.1:%%PORT%%;
+
+    location /legacy/ {
+        ratelimit zone=z limit=2 period=1m name=legacy;
+        alias %%PREFIX%%/html/;
+    }
+    location /ietf/ {
+        ratelimit zone=z limit=2 period=1m name=ietf;
+        ratelimit_headers ietf;
+        alias %%PREFIX%%/html/;
+    }
+    location /both/ {
+        ratelimit zone=z limit=2 period=1m name=both;
+        ratelimit_headers both;
+        alias %%PREFIX%%/html/;
+    }
+    location /off/ {
+        ratelimit zone=z limit=2 period=1m name=off;
+        ratelimit_headers off;
+        alias %%PREFIX%%/html/;
+    }
+    location /status/ {
+        ratelimit zone=z limit=1 period=1m name=status;
+        ratelimit_status 503;
+        alias %%PREFIX%%/html/;
+    }
+    location /page/ {
+        ratelimit zone=z limit=1 period=1m name=page;
+        error_page 429 /sorry.html;
+        alias %%PREFIX%%/html/;
+    }
+    location = /sorry.html { }
+    location /proxy/ {
+        ratelimit zone=z limit=2 period=1m name=proxy;
+        proxy_pass http://127.0.0.1:%%PORT%%/backend/;
+    }
+    location /backend/ {
+        alias %%PREFIX%%/html/;
+    }
+}
+EOF
+$t->start();
+
+sub h {
+    my ($r, $name) = @_;
+    return $r->{headers}{$name};
+}
+
+# legacy (the default)
+{
+    my @r = map { $t->get('/legacy/index.html') } 1 .. 3;
+    is_deeply([ map { $_->{status} } @r ], [ 200, 200, 429 ], 'legacy: statuses');
+    is(h($r[0], 'x-ratelimit-limit'), 2, 'legacy: limit');
+    is(h($r[0], 'x-ratelimit-remaining'), 1, 'legacy: remaining');
+    is(h($r[0], 'x-ratelimit-reset'), 30, 'legacy: reset');
+    is(h($r[2], 'retry-after'), 30, 'legacy: Retry-After on the rejection');
+    is(h($r[0], 'ratelimit'), undef, 'legacy: no IETF headers');
+    is(h($r[0], 'retry-after'), undef, 'legacy: no Retry-After when allowed');
+}
+
+# ietf
+{
+    my @r = map { $t->get('/ietf/index.html') } 1 .. 3;
+    is(h($r[0], 'ratelimit-policy'), '"ietf";q=2;w=60', 'ietf: policy');
+    is(h($r[0], 'ratelimit'), '"ietf";r=1;t=30', 'ietf: 1st');
+    is(h($r[1], 'ratelimit'), '"ietf";r=0;t=60', 'ietf: 2nd');
+    is(h($r[2], 'ratelimit'), '"ietf";r=0;t=60', 'ietf: rejected');
+    is(h($r[2], 'retry-after'), 30, 'ietf: Retry-After');
+    is(h($r[0], 'x-ratelimit-limit'), undef, 'ietf: no legacy headers');
+}
+
+# both
+{
+    my @r = map { $t->get('/both/index.html') } 1 .. 3;
+    is(h($r[1], 'x-ratelimit-remaining'), 0, 'both: legacy remaining');
+    is(h($r[1], 'ratelimit'), '"both";r=0;t=60', 'both: ietf');
+    is(h($r[2], 'retry-after'), 30, 'both: Retry-After');
+}
+
+# off: no headers at all, not even Retry-After
+{
+    my @r = map { $t->get('/off/index.html') } 1 .. 3;
+    is($r[2]{status}, 429, 'off: still rejected');
+    is(join(',', grep { /ratelimit|retry-after/ } sort keys %{ $r[2]{headers} }), '', 'off: no headers');
+}
+
+# custom status
+{
+    my @r = map { $t->get('/status/index.html') } 1 .. 2;
+    is($r[1]{status}, 503, 'ratelimit_status 503');
+    is(h($r[1], 'retry-after'), 60, '503 carries Retry-After');
+}
+
+# error_page: the page for 429 is served with the headers, counted once
+{
+    my @r = map { $t->get('/page/index.html') } 1 .. 2;
+    is($r[1]{status}, 429, 'error_page: status kept');
+    is($r[1]{content}, "slow down\n", 'error_page: the custom page');
+    is(h($r[1], 'retry-after'), 60, 'error_page: Retry-After');
+    is(h($r[1], 'x-ratelimit-remaining'), 0, 'error_page: rate-limit headers');
+}
+
+# proxied responses carry the headers too
+{
+    my $r = $t->get('/proxy/index.html');
+    is($r->{status}, 200, 'proxy: passed');
+    is($r->{content}, "ok\n", 'proxy: backend content');
+    is(h($r, 'x-ratelimit-remaining'), 1, 'proxy: headers on the proxied response');
+}
+
+like($t->access_log, qr/GET \/sorry\.html|GET \/page\/index\.html/, 'access log written');
+
+$t->stop();
+done_testing();

@@ -1,0 +1,56 @@
+#!/usr/bin/perl
+# A reload keeps the zone's state; a changed zone size starts it empty with a
+# notice; a stop and start begins fresh.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use RLTest;
+
+my $t = RLTest->new();
+
+sub body {
+    my ($size, $limit) = @_;
+    return <<"EOF";
+ratelimit_zone z $size;
+server {
+    listen 127.0.0.1:%%PORT%%;
+    location / {
+        ratelimit zone=z limit=$limit period=1h name=r;
+    }
+}
+EOF
+}
+
+sub statuses {
+    my ($n) = @_;
+    return join ' ', map { $t->get('/index.html')->{status} } 1 .. $n;
+}
+
+$t->write_conf(body('1m', 3), workers => 2);
+$t->start();
+
+is(statuses(2), '200 200', 'two of three spent');
+$t->reload(body('1m', 3), workers => 2);
+is(statuses(2), '200 429', 'reload with the same zone keeps the state');
+
+# A named rule keeps its keys' state when its limit changes.  GCRA's state
+# is the time until full budget: one hour spent at 3/h is one hour spent at
+# 6/h, and the next unit comes 600 s (the new interval) after it.
+$t->reload(body('1m', 6), workers => 2);
+my $r = $t->get('/index.html');
+is($r->{status}, 429, 'named rule, limit raised: the spent hour carries over');
+is($r->{headers}{'retry-after'}, 600, 'named rule, limit raised: paced at the new interval');
+
+$t->reload(body('2m', 6), workers => 2);
+like($t->error_log, qr/\[notice\].*ratelimit_zone "z" changed size from 1048576 to 2097152 bytes: its state starts empty/,
+     'a changed size is logged');
+is(statuses(7), '200 200 200 200 200 200 429', 'a changed size starts empty');
+
+$t->stop();
+$t->start();
+is(statuses(7), '200 200 200 200 200 200 429', 'stop and start begins fresh');
+$t->stop();
+
+done_testing();
