@@ -100,11 +100,13 @@ static void ngx_http_ratelimit_log_reject(ngx_http_request_t *r,
     ngx_http_ratelimit_loc_conf_t *rlcf, ngx_http_ratelimit_rule_t *rule,
     rl_check_t *check);
 static ngx_int_t ngx_http_ratelimit_add_header(ngx_http_request_t *r,
-    ngx_str_t *name, u_char *value, size_t len);
+    ngx_str_t *name, const char *fmt, ...);
 static int64_t ngx_http_ratelimit_seconds(int64_t ms);
 
 static ngx_int_t ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
+static ngx_shm_zone_t *ngx_http_ratelimit_lookup_zone(
+    ngx_list_t *shared_memory, ngx_str_t *name);
 static ngx_int_t ngx_http_ratelimit_add_variables(ngx_conf_t *cf);
 static ngx_int_t ngx_http_ratelimit_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
@@ -582,9 +584,9 @@ ngx_http_ratelimit_log_reject(ngx_http_request_t *r,
 static ngx_int_t
 ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
 {
-    u_char                    *p, *start;
-    ngx_http_ratelimit_ctx_t  *ctx;
-    ngx_http_ratelimit_rule_t *rule;
+    int64_t                     reset;
+    ngx_http_ratelimit_ctx_t   *ctx;
+    ngx_http_ratelimit_rule_t  *rule;
 
     if (r != r->main) {
         return ngx_http_next_header_filter(r);
@@ -600,87 +602,44 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
 
     ctx->headers_done = 1;
     rule = ctx->rule;
+    reset = ngx_http_ratelimit_seconds(ctx->decision.reset_ms);
 
-    /* one buffer for every value: at most five numbers and two names */
-
-    start = ngx_pnalloc(r->pool, 5 * NGX_INT64_LEN + 2 * RL_NAME_MAX + 32);
-    if (start == NULL) {
+    if ((ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_LEGACY)
+        && (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_limit_header,
+                                          "%uD", rule->rule.limit)
+            != NGX_OK
+            || ngx_http_ratelimit_add_header(r,
+                                          &ngx_http_ratelimit_remaining_header,
+                                          "%uL", ctx->decision.remaining)
+               != NGX_OK
+            || ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_reset_header,
+                                             "%L", reset)
+               != NGX_OK))
+    {
         return NGX_ERROR;
     }
 
-    p = start;
-
-    if (ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_LEGACY) {
-
-        p = ngx_sprintf(start, "%uD", rule->rule.limit);
-        if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_limit_header,
-                                          start, p - start)
-            != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
-
-        start = p;
-        p = ngx_sprintf(start, "%uL", ctx->decision.remaining);
-        if (ngx_http_ratelimit_add_header(r,
-                                          &ngx_http_ratelimit_remaining_header,
-                                          start, p - start)
-            != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
-
-        start = p;
-        p = ngx_sprintf(start, "%L",
-                        ngx_http_ratelimit_seconds(ctx->decision.reset_ms));
-        if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_reset_header,
-                                          start, p - start)
-            != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
-
-        start = p;
+    if ((ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF)
+        && (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_policy_header,
+                          "\"%V\";q=%uD;w=%L", &rule->name, rule->rule.limit,
+                          ngx_http_ratelimit_seconds(rule->rule.period_ms))
+            != NGX_OK
+            || ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_ietf_header,
+                          "\"%V\";r=%uL;t=%L", &rule->name,
+                          ctx->decision.remaining, reset)
+               != NGX_OK))
+    {
+        return NGX_ERROR;
     }
 
-    if (ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF) {
-
-        p = ngx_sprintf(start, "\"%V\";q=%uD;w=%L", &rule->name,
-                        rule->rule.limit,
-                        ngx_http_ratelimit_seconds(rule->rule.period_ms));
-        if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_policy_header,
-                                          start, p - start)
-            != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
-
-        start = p;
-        p = ngx_sprintf(start, "\"%V\";r=%uL;t=%L", &rule->name,
-                        ctx->decision.remaining,
-                        ngx_http_ratelimit_seconds(ctx->decision.reset_ms));
-        if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_ietf_header,
-                                          start, p - start)
-            != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
-
-        start = p;
-    }
-
-    if (ctx->status == NGX_HTTP_RATELIMIT_REJECTED) {
-
-        p = ngx_sprintf(start, "%L",
-                 ngx_max(ngx_http_ratelimit_seconds(
-                             ctx->decision.retry_after_ms), 1));
-        if (ngx_http_ratelimit_add_header(r,
-                                          &ngx_http_ratelimit_retry_after_header,
-                                          start, p - start)
-            != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
+    if (ctx->status == NGX_HTTP_RATELIMIT_REJECTED
+        && ngx_http_ratelimit_add_header(r,
+                          &ngx_http_ratelimit_retry_after_header, "%L",
+                          ngx_max(ngx_http_ratelimit_seconds(
+                                      ctx->decision.retry_after_ms), 1))
+           != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     return ngx_http_next_header_filter(r);
@@ -689,19 +648,31 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
 
 static ngx_int_t
 ngx_http_ratelimit_add_header(ngx_http_request_t *r, ngx_str_t *name,
-    u_char *value, size_t len)
+    const char *fmt, ...)
 {
+    u_char           *p;
+    va_list           args;
     ngx_table_elt_t  *h;
+
+    /* the longest value: a quoted name and three numbers */
+    p = ngx_pnalloc(r->pool, RL_NAME_MAX + 3 * NGX_INT64_LEN + 16);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
 
     h = ngx_list_push(&r->headers_out.headers);
     if (h == NULL) {
         return NGX_ERROR;
     }
 
+    va_start(args, fmt);
+    h->value.len = ngx_vslprintf(p, p + RL_NAME_MAX + 3 * NGX_INT64_LEN + 16,
+                                 fmt, args) - p;
+    va_end(args);
+
     h->hash = 1;
     h->key = *name;
-    h->value.data = value;
-    h->value.len = len;
+    h->value.data = p;
 #if (nginx_version >= 1023000)
     h->next = NULL;
 #endif
@@ -801,8 +772,6 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     u_char                     *mem, *end;
     size_t                      size;
-    ngx_uint_t                  i;
-    ngx_list_part_t            *part;
     ngx_shm_zone_t             *old;
     ngx_http_ratelimit_zone_t  *zone;
     char                        err[RL_ERR_MAX];
@@ -841,32 +810,15 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     /* the previous cycle's zone of this name, if its size was different */
 
-    part = (ngx_list_part_t *) &ngx_cycle->shared_memory.part;
-    old = part->elts;
+    old = ngx_http_ratelimit_lookup_zone((ngx_list_t *)
+                                         &ngx_cycle->shared_memory,
+                                         &shm_zone->shm.name);
 
-    for (i = 0; /* void */ ; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-            part = part->next;
-            old = part->elts;
-            i = 0;
-        }
-
-        if (old[i].tag == &ngx_http_ratelimit_module
-            && old[i].shm.name.len == shm_zone->shm.name.len
-            && ngx_strncmp(old[i].shm.name.data, shm_zone->shm.name.data,
-                           shm_zone->shm.name.len) == 0
-            && old[i].shm.size != shm_zone->shm.size)
-        {
-            ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
-                          "ratelimit_zone \"%V\" changed size from %uz to "
-                          "%uz bytes: its state starts empty",
-                          &shm_zone->shm.name, old[i].shm.size,
-                          shm_zone->shm.size);
-        }
+    if (old != NULL && old->shm.size != shm_zone->shm.size) {
+        ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
+                      "ratelimit_zone \"%V\" changed size from %uz to %uz "
+                      "bytes: its state starts empty", &shm_zone->shm.name,
+                      old->shm.size, shm_zone->shm.size);
     }
 
     return NGX_OK;
@@ -963,14 +915,16 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 }
 
 
+/* This module's zone NAME in a cycle's list of shared memory zones. */
+
 static ngx_shm_zone_t *
-ngx_http_ratelimit_find_zone(ngx_conf_t *cf, ngx_str_t *name)
+ngx_http_ratelimit_lookup_zone(ngx_list_t *shared_memory, ngx_str_t *name)
 {
     ngx_uint_t        i;
     ngx_list_part_t  *part;
     ngx_shm_zone_t   *zone;
 
-    part = &cf->cycle->shared_memory.part;
+    part = &shared_memory->part;
     zone = part->elts;
 
     for (i = 0; /* void */ ; i++) {
@@ -1038,7 +992,8 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    shm_zone = ngx_http_ratelimit_find_zone(cf, &name);
+    shm_zone = ngx_http_ratelimit_lookup_zone(&cf->cycle->shared_memory,
+                                              &name);
 
     if (shm_zone != NULL && shm_zone->data != NULL) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
