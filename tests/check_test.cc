@@ -10,14 +10,20 @@ namespace {
 
 struct Zone {
     void *mem;
-    explicit Zone(size_t n = 256 * 1024)
+    explicit Zone(size_t n = 256 * 1024, std::vector<uint32_t> blobs = {})
     {
         mem = std::aligned_alloc(64, n);
         char err[RL_ERR_MAX];
-        rl_table_init(mem, n, nullptr, err, sizeof(err));
+        EXPECT_EQ(rl_table_init(mem, n, blobs.data(), blobs.size(), nullptr, err, sizeof(err)), RL_OK) << err;
     }
     ~Zone() { std::free(mem); }
 };
+
+uint32_t blob_of(const char *rule)
+{
+    rl_rule_t r = rule_of(rule);
+    return (uint32_t) (rl_state_size(&r) - sizeof(rl_state_t));
+}
 
 struct Request {
     std::vector<rl_rule_t> rules;
@@ -129,4 +135,52 @@ TEST(Check, DistinctKeysAreIndependent)
     EXPECT_TRUE(a.send(kT0));
     EXPECT_FALSE(a.send(kT0));
     EXPECT_TRUE(b.send(kT0));
+}
+
+TEST(Check, BlockStatesCommitAtomicallyWithHeadOnlyOnes)
+{
+    const char *log = "algorithm=sliding_log limit=3 period=1m name=log";
+    const char *win = "algorithm=sliding_window limit=5 period=1m name=win";
+    Zone z(256 * 1024, {blob_of(log), blob_of(win)});
+    Request r;
+    r.add(z, log, "k");
+    r.add(z, win, "k");
+    r.add(z, "limit=4 period=1m name=gcra", "k");
+    for (int i = 0; i < 3; i++) {
+        ASSERT_TRUE(r.send(kT0 + i));
+    }
+    for (int i = 0; i < 5; i++) {
+        ASSERT_FALSE(r.send(kT0 + 10));   // the log is full
+        EXPECT_EQ(r.binding, 0u);
+    }
+    // the window and gcra spent only the 3 admitted
+    EXPECT_EQ(r.c[1].decision.remaining, 1u);
+    EXPECT_EQ(r.c[2].decision.remaining, 0u);
+    Request w;
+    w.add(z, win, "k");
+    ASSERT_TRUE(w.send(kT0 + 20));
+    EXPECT_EQ(w.c[0].decision.remaining, 1u);   // 5 - 3 - 1
+    ASSERT_TRUE(w.send(kT0 + 20));
+    ASSERT_FALSE(w.send(kT0 + 20));
+}
+
+TEST(Check, CancelGivesBackAnAbandonedReservationOnlyIfItIsTheLast)
+{
+    Zone z;
+    const char *shaper = "algorithm=leaky_bucket limit=1 period=1s max_delay=10s";
+    Request a, b;
+    a.add(z, shaper, "k");
+    b.add(z, shaper, "k");
+    ASSERT_TRUE(a.send(kT0));
+    ASSERT_TRUE(b.send(kT0));
+    EXPECT_EQ(b.c[0].decision.delay_ms, 1000);
+    rl_check_cancel(b.c.data(), 1);   // b's client left: its slot is free again
+    ASSERT_TRUE(b.send(kT0));
+    EXPECT_EQ(b.c[0].decision.delay_ms, 1000);
+    std::vector<rl_check_t> held = b.c;   // b waits; then a is queued behind it
+    ASSERT_TRUE(a.send(kT0));
+    EXPECT_EQ(a.c[0].decision.delay_ms, 2000);
+    rl_check_cancel(held.data(), 1);   // b leaves, but a's slot follows: nothing to give back
+    ASSERT_TRUE(a.send(kT0));
+    EXPECT_EQ(a.c[0].decision.delay_ms, 3000);
 }

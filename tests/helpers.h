@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "ratelimit.h"
 
@@ -20,26 +22,31 @@ inline rl_rule_t rule_of(const std::string &text)
 // One key under one rule: the pure transition, with the state kept here.
 struct Key {
     rl_rule_t rule;
-    rl_state_t state{0, 0};
+    std::vector<uint8_t> state;
 
-    explicit Key(const std::string &text) : rule(rule_of(text)) {}
+    explicit Key(const std::string &text) : rule(rule_of(text)), state(rl_state_size(&rule), 0) {}
 
     rl_decision_t hit(int64_t now, uint64_t cost = 1)
     {
-        rl_state_t next;
         rl_decision_t d;
-        rl_state_t before = state;
-        if (rl_transition(&rule, &state, now, cost, &next, &d)) {
-            state = next;
-        }
+        const std::vector<uint8_t> before = state;
+        const int changed = rl_transition(&rule, state.data(), now, cost, 1, &d);
         if (!d.allowed) {
-            EXPECT_EQ(before.t, state.t);   // a denial never consumes
-            EXPECT_EQ(before.n, state.n);
+            EXPECT_EQ(before, state);   // a denial never consumes
             EXPECT_GT(d.retry_after_ms, 0);
+            EXPECT_EQ(changed, 0);
         } else {
             EXPECT_EQ(d.retry_after_ms, 0);
+            EXPECT_EQ(changed, cost > 0 ? 1 : 0);
         }
         return d;
+    }
+
+    rl_state_t head() const
+    {
+        rl_state_t h;
+        std::memcpy(&h, state.data(), sizeof(h));
+        return h;
     }
 };
 

@@ -49,7 +49,8 @@ TEST(Rule, AcceptsEdgeValues)
 TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
 {
     EXPECT_EQ(error_of("limit=5 algorithm=magic"),
-              "invalid \"algorithm=magic\": expected algorithm=gcra, token_bucket or fixed_window");
+              "invalid \"algorithm=magic\": expected algorithm=gcra, token_bucket, fixed_window, sliding_window, "
+              "sliding_log, leaky_bucket or quota");
     EXPECT_EQ(error_of("limit=0"), "invalid \"limit=0\": expected an integer from 1 to 1000000000");
     EXPECT_EQ(error_of("limit=-3"), "invalid \"limit=-3\": expected an integer from 1 to 1000000000");
     EXPECT_EQ(error_of("limit=abc"), "invalid \"limit=abc\": expected an integer from 1 to 1000000000");
@@ -66,7 +67,7 @@ TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
               "invalid \"period=367d\": expected a time from 1ms to 366d, like 500ms, 1s, 1m, 1h, 7d");
     EXPECT_EQ(error_of("limit=5 colour=red"),
               "unknown parameter \"colour=red\": expected zone=, key=, algorithm=, limit=, period=, burst=, "
-              "cost=, name= or align=");
+              "cost=, name=, align=, buckets=, max_delay=, reset= or utc_offset=");
     EXPECT_EQ(error_of("limit=5 fast"), "invalid parameter \"fast\": expected name=value");
     EXPECT_EQ(error_of("limit=5 limit=6"), "duplicate parameter \"limit=6\": each parameter may be given once");
     EXPECT_EQ(error_of("limit=5 cost=2 cost=$a"), "duplicate parameter \"cost=$a\": each parameter may be given once");
@@ -86,6 +87,62 @@ TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
     EXPECT_EQ(error_of("limit=5 name="), "invalid \"name=\": expected 1 to 63 characters");
     EXPECT_EQ(error_of("limit=5 cost=$arg_c"), "invalid \"cost=$arg_c\": variables are only known inside nginx");
     EXPECT_NE(error_of("limit=1000000000 period=366d").find("is too large"), std::string::npos);
+}
+
+TEST(Rule, AlgorithmSpecificParameters)
+{
+    EXPECT_EQ(rule_of("algorithm=sliding_window limit=5").buckets, 10u);
+    EXPECT_EQ(rule_of("algorithm=sliding_window limit=5 buckets=1").buckets, 1u);
+    EXPECT_EQ(rule_of("algorithm=sliding_window limit=5 buckets=100").buckets, 100u);
+    EXPECT_EQ(rule_of("algorithm=leaky_bucket limit=5 period=1m").max_delay_ms, 60000);
+    EXPECT_EQ(rule_of("algorithm=leaky_bucket limit=5 max_delay=0").max_delay_ms, 0);
+    EXPECT_EQ(rule_of("algorithm=leaky_bucket limit=5 max_delay=2500ms").max_delay_ms, 2500);
+    rl_rule_t q = rule_of("algorithm=quota limit=1000 reset=monthly utc_offset=-05:30");
+    EXPECT_EQ(q.reset, (uint32_t) RL_RESET_MONTHLY);
+    EXPECT_EQ(q.utc_offset_min, -330);
+    EXPECT_STREQ(q.name, "quota_1000_monthly");
+    EXPECT_EQ(rule_of("algorithm=quota limit=1 reset=daily utc_offset=+14:00").utc_offset_min, 840);
+    EXPECT_EQ(rule_of("algorithm=sliding_log limit=10000 period=24d").limit, 10000u);
+
+    EXPECT_EQ(error_of("algorithm=sliding_window limit=5 buckets=0"),
+              "invalid \"buckets=0\": expected an integer from 1 to 100");
+    EXPECT_EQ(error_of("algorithm=sliding_window limit=5 buckets=101"),
+              "invalid \"buckets=101\": expected an integer from 1 to 100");
+    EXPECT_EQ(error_of("limit=5 buckets=4"), "\"buckets=\" does not apply to algorithm=gcra: buckets is for sliding_window");
+    EXPECT_EQ(error_of("algorithm=sliding_log limit=10001"),
+              "\"limit=10001\" is too large for algorithm=sliding_log: it keeps one time a unit, at most 10000; use "
+              "sliding_window for larger limits");
+    EXPECT_EQ(error_of("algorithm=sliding_log limit=5 period=25d"),
+              "\"period=\" is too long for algorithm=sliding_log: at most 24d (2^31 ms); use sliding_window or quota "
+              "for longer periods");
+    EXPECT_EQ(error_of("algorithm=leaky_bucket limit=5 max_delay=soon"),
+              "invalid \"max_delay=soon\": expected a time from 0ms to 366d, like 500ms, 5s, 1m");
+    EXPECT_EQ(error_of("algorithm=leaky_bucket limit=5 burst=3"),
+              "\"burst=3\" does not apply to algorithm=leaky_bucket: burst is for gcra and token_bucket");
+    EXPECT_EQ(error_of("limit=5 max_delay=1s"),
+              "\"max_delay=\" does not apply to algorithm=gcra: max_delay is for leaky_bucket");
+    EXPECT_EQ(error_of("algorithm=quota limit=5"),
+              "missing \"reset=\" for algorithm=quota: expected reset=daily, weekly or monthly");
+    EXPECT_EQ(error_of("algorithm=quota limit=5 reset=yearly"),
+              "invalid \"reset=yearly\": expected reset=daily, reset=weekly or reset=monthly");
+    EXPECT_EQ(error_of("algorithm=quota limit=5 reset=daily period=1d"),
+              "\"period=\" does not apply to algorithm=quota: its period is the calendar's, set by reset=daily, "
+              "weekly or monthly");
+    for (const char *bad : {"+15:00", "+14:01", "5:30", "+05:60", "+0530", "UTC", "+05:3a"}) {
+        EXPECT_EQ(error_of(std::string("algorithm=quota limit=5 reset=daily utc_offset=") + bad),
+                  std::string("invalid \"utc_offset=") + bad +
+                      "\": expected +HH:MM or -HH:MM, at most 14:00, like +05:30");
+    }
+    EXPECT_EQ(error_of("limit=5 reset=daily"), "\"reset=\" does not apply to algorithm=gcra: reset is for quota");
+    EXPECT_EQ(error_of("algorithm=quota limit=5 reset=daily cost=6"),
+              "\"cost=6\" can never be admitted: it exceeds limit=5");
+    EXPECT_NE(error_of("algorithm=leaky_bucket limit=1000000000 period=366d").find("is too large"),
+              std::string::npos);
+    EXPECT_EQ(rl_state_size(&q), sizeof(rl_state_t));
+    rl_rule_t sw = rule_of("algorithm=sliding_window limit=5 buckets=10");
+    EXPECT_EQ(rl_state_size(&sw), sizeof(rl_state_t) + 8 + 4 * 11);
+    rl_rule_t sl = rule_of("algorithm=sliding_log limit=100");
+    EXPECT_EQ(rl_state_size(&sl), sizeof(rl_state_t) + 16 + 4 * 100);
 }
 
 TEST(Rule, ParamReportsDeclinedForTheGluesParameters)

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <vector>
 
 #include "helpers.h"
 #include "siphash.h"
@@ -20,7 +21,7 @@ struct Block {
     {
         mem = std::aligned_alloc(64, (n + 63) & ~size_t{63});
         char err[RL_ERR_MAX];
-        EXPECT_EQ(rl_table_init(mem, n, secret, err, sizeof(err)), RL_OK) << err;
+        EXPECT_EQ(rl_table_init(mem, n, nullptr, 0, secret, err, sizeof(err)), RL_OK) << err;
     }
     ~Block() { std::free(mem); }
     rl::Table *table() { return rl::Table::at(mem); }
@@ -75,21 +76,24 @@ TEST(Table, KeysOfAnyLengthCostOneSlot)
     uint64_t t0 = b.table()->tag(1, "", 0);
     b.table()->store(t1, {kT0 + 5, 1}, kT0);
     b.table()->store(t0, {kT0 + 6, 2}, kT0);
-    rl_state_t s;
+    rl::State s;
     ASSERT_TRUE(b.table()->find(t1, &s));
-    EXPECT_EQ(s.t, kT0 + 5);
+    EXPECT_EQ(s.head.t, kT0 + 5);
     ASSERT_TRUE(b.table()->find(t0, &s));
-    EXPECT_EQ(s.n, 2u);
+    EXPECT_EQ(s.head.n, 2u);
+    EXPECT_EQ(s.blob, nullptr);
     EXPECT_EQ(b.stats().keys, 2u);
 }
 
 TEST(Table, ValidAfterInitOnlyForTheSameSize)
 {
     Block b(64 * 1024);
-    EXPECT_TRUE(rl_table_valid(b.mem, b.size));
-    EXPECT_FALSE(rl_table_valid(b.mem, b.size - 64));
+    EXPECT_TRUE(rl_table_valid(b.mem, b.size, nullptr, 0));
+    EXPECT_FALSE(rl_table_valid(b.mem, b.size - 64, nullptr, 0));
+    const uint32_t blob = 52;
+    EXPECT_FALSE(rl_table_valid(b.mem, b.size, &blob, 1));   // another layout
     memset(b.mem, 0, 64);
-    EXPECT_FALSE(rl_table_valid(b.mem, b.size));
+    EXPECT_FALSE(rl_table_valid(b.mem, b.size, nullptr, 0));
 }
 
 TEST(Table, CuckooMovesKeepEveryStateWithItsKey)
@@ -108,10 +112,10 @@ TEST(Table, CuckooMovesKeepEveryStateWithItsKey)
     EXPECT_EQ(b.stats().live_evictions, 0u);
     EXPECT_EQ(b.stats().keys, want.size());
     for (auto &[tag, s] : want) {
-        rl_state_t got;
+        rl::State got;
         ASSERT_TRUE(b.table()->find(tag, &got));
-        EXPECT_EQ(got.t, s.t);
-        EXPECT_EQ(got.n, s.n);
+        EXPECT_EQ(got.head.t, s.t);
+        EXPECT_EQ(got.head.n, s.n);
     }
 }
 
@@ -183,4 +187,127 @@ TEST(Table, DensityKeysPerMegabyteBeforeTheFirstLiveEviction)
                 (unsigned long long) held, 100.0 * (double) held / (double) b.stats().capacity,
                 (unsigned long long) b.stats().capacity, (double) mb / (double) held);
     EXPECT_GE(held, 32000u);
+}
+
+// ---- blocks for the larger states ----------------------------------------
+
+namespace {
+
+struct BlobBlock {
+    void *mem;
+    size_t size;
+    BlobBlock(size_t n, std::vector<uint32_t> blobs) : size(n)
+    {
+        mem = std::aligned_alloc(64, n);
+        char err[RL_ERR_MAX];
+        EXPECT_EQ(rl_table_init(mem, n, blobs.data(), blobs.size(), kSecret, err, sizeof(err)), RL_OK) << err;
+    }
+    ~BlobBlock() { std::free(mem); }
+    rl::Table *table() { return rl::Table::at(mem); }
+    rl_table_stats_t stats()
+    {
+        rl_table_stats_t st;
+        rl_table_get_stats(mem, &st);
+        return st;
+    }
+};
+
+}  // namespace
+
+TEST(TableBlocks, LayoutGivesBucketsAThirdAndPoolsTheRest)
+{
+    BlobBlock b(1 << 20, {52, 416, 52});
+    const rl::TableHeader &h = b.table()->header();
+    EXPECT_EQ(h.npools, 2u);   // 52 twice is one pool
+    EXPECT_EQ(h.pools[0].block_size, 64u);
+    EXPECT_EQ(h.pools[1].block_size, 432u);
+    EXPECT_NEAR((double) h.nbuckets * 64, (1 << 20) / 3.0, 4096);
+    EXPECT_EQ(b.table()->pool_for(52), 0);
+    EXPECT_EQ(b.table()->pool_for(416), 1);
+    EXPECT_EQ(b.table()->pool_for(100), -1);
+    // the same sizes in another order make the same layout
+    const uint32_t other[] = {416, 52};
+    EXPECT_TRUE(rl_table_valid(b.mem, b.size, other, 2));
+    char err[RL_ERR_MAX];
+    const uint32_t huge = 40016;
+    EXPECT_EQ(rl_table_plan(64 * 1024, &huge, 1, err, sizeof(err)), RL_ERROR);
+    EXPECT_STREQ(err, "too small for its rules' states of up to 40032 bytes a key: it needs at least 235k");
+    EXPECT_EQ(rl_table_plan(235 * 1024, &huge, 1, err, sizeof(err)), RL_OK);   // the size it names is enough
+}
+
+TEST(TableBlocks, AcquireGivesAZeroedBlockThatFindReturns)
+{
+    BlobBlock b(256 * 1024, {52});
+    rl::Table *t = b.table();
+    const uint64_t tag = t->tag(1, "k", 1);
+    rl::State s = t->acquire(tag, 0, kT0);
+    ASSERT_NE(s.blob, nullptr);
+    for (int i = 0; i < 52; i++) ASSERT_EQ(s.blob[i], 0);
+    s.blob[0] = 42;
+    t->set_t(tag, kT0 + 1000);
+    rl::State f;
+    ASSERT_TRUE(t->find(tag, &f));
+    EXPECT_EQ(f.blob, s.blob);
+    EXPECT_EQ(f.blob[0], 42);
+    EXPECT_EQ(f.head.t, kT0 + 1000);
+    EXPECT_EQ(t->acquire(tag, 0, kT0).blob, s.blob);   // the same block again
+    EXPECT_EQ(b.stats().blocks_used, 1u);
+}
+
+TEST(TableBlocks, FullPoolEvictsABlockOfAKeyBackAtFullBudgetFirst)
+{
+    BlobBlock b(64 * 1024, {400});
+    rl::Table *t = b.table();
+    const uint64_t blocks = b.stats().blocks;
+    std::vector<uint64_t> tags;
+    for (uint64_t i = 0; i < blocks; i++) {
+        tags.push_back(t->tag(1, &i, sizeof(i)));
+        t->acquire(tags.back(), 0, kT0);
+        t->set_t(tags.back(), i == 5 ? kT0 - 1 : kT0 + 100000);   // key 5 is back to full budget
+    }
+    EXPECT_EQ(b.stats().blocks_used, blocks);
+    uint64_t extra = 999999;
+    t->acquire(t->tag(1, &extra, sizeof(extra)), 0, kT0);
+    rl::State s;
+    EXPECT_FALSE(t->find(tags[5], &s));   // its key went with its block
+    EXPECT_EQ(b.stats().live_evictions, 0u);
+    EXPECT_EQ(b.stats().evictions, 1u);
+    uint64_t more = 1000000;
+    t->acquire(t->tag(1, &more, sizeof(more)), 0, kT0);
+    EXPECT_EQ(b.stats().live_evictions, 1u);   // no expired one left: a live one goes
+    EXPECT_EQ(b.stats().blocks_used, blocks);
+    EXPECT_EQ(b.stats().keys, blocks);
+}
+
+TEST(TableBlocks, EvictedSlotsFreeTheirBlocksAndMovesKeepThem)
+{
+    // Many keys with blocks and without in a small table: slots are moved
+    // by cuckoo and evicted; every key found keeps its own block contents.
+    BlobBlock b(64 * 1024, {8});
+    rl::Table *t = b.table();
+    std::map<uint64_t, uint64_t> owner_of;
+    for (uint64_t i = 0; i < 20000; i++) {
+        const uint64_t tag = t->tag(2, &i, sizeof(i));
+        if (i % 2) {
+            rl::State s = t->acquire(tag, 0, kT0);
+            std::memcpy(s.blob, &i, sizeof(i));
+            t->set_t(tag, kT0 + 1 + (int64_t) (i % 1000));
+            owner_of[tag] = i;
+        } else {
+            t->store(tag, {kT0 + 1 + (int64_t) (i % 1000), 0}, kT0);
+        }
+    }
+    size_t found = 0;
+    for (auto &[tag, i] : owner_of) {
+        rl::State s;
+        if (t->find(tag, &s)) {
+            ASSERT_NE(s.blob, nullptr);
+            uint64_t v;
+            std::memcpy(&v, s.blob, sizeof(v));
+            ASSERT_EQ(v, i);
+            found++;
+        }
+    }
+    EXPECT_EQ(found, b.stats().blocks_used);   // no block without its key, no key without its block
+    EXPECT_GT(found, 0u);
 }

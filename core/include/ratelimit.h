@@ -34,6 +34,10 @@ enum rl_algorithm {
     RL_GCRA = 0,
     RL_TOKEN_BUCKET,
     RL_FIXED_WINDOW,
+    RL_SLIDING_WINDOW,
+    RL_SLIDING_LOG,
+    RL_LEAKY_BUCKET,
+    RL_QUOTA,
     RL_ALGORITHM_COUNT
 };
 
@@ -42,8 +46,18 @@ enum rl_align {
     RL_ALIGN_FIRST          /* a key's window starts at its first request */
 };
 
+enum rl_reset {
+    RL_RESET_DAILY = 0,     /* quota: calendar days, weeks (from Monday), months */
+    RL_RESET_WEEKLY,
+    RL_RESET_MONTHLY
+};
+
 #define RL_LIMIT_MAX      1000000000u          /* limit, burst, cost */
+#define RL_LOG_LIMIT_MAX  10000u               /* sliding_log: one timestamp a unit */
+#define RL_BUCKETS_MAX    100u                 /* sliding_window */
 #define RL_PERIOD_MAX_MS  (366LL * 86400000)   /* one (leap) year */
+#define RL_LOG_PERIOD_MAX_MS 2147483647LL      /* sliding_log: 2^31 ms, 24.8 days */
+#define RL_UTC_OFFSET_MAX_MIN (14 * 60)
 #define RL_NAME_MAX       64                   /* including the NUL */
 #define RL_ERR_MAX        256                  /* enough for any message */
 #define RL_RULES_MAX      32                   /* rules one request is checked against */
@@ -53,8 +67,12 @@ typedef struct {
     uint32_t  limit;            /* cost units per period */
     uint32_t  burst;            /* gcra, token_bucket: capacity (default limit) */
     uint32_t  cost;             /* constant cost (default 1) */
-    int64_t   period_ms;        /* default 1000 */
+    int64_t   period_ms;        /* default 1000; quota: the current period */
     uint32_t  align;            /* fixed_window: enum rl_align */
+    uint32_t  buckets;          /* sliding_window: sub-buckets (default 10) */
+    int64_t   max_delay_ms;     /* leaky_bucket: longest delay (default period) */
+    uint32_t  reset;            /* quota: enum rl_reset */
+    int32_t   utc_offset_min;   /* quota: calendar's offset from UTC */
     uint32_t  given;            /* internal: parameters set explicitly */
     char      name[RL_NAME_MAX];/* given by name=, or derived by rl_rule_finish */
 } rl_rule_t;
@@ -103,30 +121,39 @@ typedef struct {
     int32_t   never;            /* denied because cost exceeds what the rule
                                    can ever admit */
     uint64_t  remaining;        /* cost-1 requests admissible right after this
-                                   decision */
-    int64_t   reset_ms;         /* ms until the key is back to full budget */
+                                   decision (a delayed one: after its delay) */
+    int64_t   reset_ms;         /* ms until the key is back to full budget
+                                   (a delayed request: from its release) */
     int64_t   retry_after_ms;   /* denied: ms until this cost is admissible
                                    (never: until full budget); 0 if allowed */
+    int64_t   delay_ms;         /* leaky_bucket: hold the request this long */
+    int64_t   window_ms;        /* the policy's window: period, or the
+                                   current calendar period of a quota */
 } rl_decision_t;
 
 /*
- * A key's state, as stored inline in the table.  t is the instant (ms) from
- * which the key is certainly back to full budget: the table may drop a key
- * whose t is in the past without losing anything.  n is the algorithm's.
+ * The head of a key's state, stored inline in the table's slot.  t is the
+ * instant (ms) from which the key is certainly back to full budget: the
+ * table may drop a key whose t is in the past without losing anything.  n
+ * is the algorithm's.  sliding_window and sliding_log keep the rest of
+ * their state in a block of the zone (rl_state_size() - sizeof head bytes).
  */
 typedef struct {
     int64_t   t;
     uint32_t  n;
 } rl_state_t;
 
+/* Bytes of one key's whole state: the head, then the block if any. */
+RL_API size_t rl_state_size(const rl_rule_t *rule);
+
 /*
- * The pure transition: the decision for spending cost at now from state,
- * and the state to store if the request is admitted.  A zeroed state is a
- * key never seen.  Returns 1 when the new state must be stored (admitted
- * and cost > 0), 0 otherwise.
+ * The pure transition on a key's whole state (rl_state_size() bytes, all
+ * zero for a key never seen): the decision for spending cost at now, and,
+ * when apply is set and the request is admitted, the new state written in
+ * place.  A denial never changes the state.  Returns 1 if the state changed.
  */
-RL_API int rl_transition(const rl_rule_t *rule, const rl_state_t *state,
-    int64_t now_ms, uint64_t cost, rl_state_t *next, rl_decision_t *d);
+RL_API int rl_transition(const rl_rule_t *rule, void *state, int64_t now_ms,
+    uint64_t cost, int apply, rl_decision_t *d);
 
 
 /* ---- the shared-memory key table ---------------------------------------- */
@@ -137,25 +164,40 @@ typedef struct {
     uint64_t  keys;             /* slots in use */
     uint64_t  evictions;        /* keys dropped to make room */
     uint64_t  live_evictions;   /* of those, keys not yet back to full budget */
+    uint64_t  blocks;           /* blocks for larger states (sliding_window,
+                                   sliding_log) */
+    uint64_t  blocks_used;
 } rl_table_stats_t;
 
-/* The smallest block rl_table_init accepts. */
+/*
+ * A table's layout depends on its size and on the sizes of the blocks its
+ * rules' states need beyond the slot: rl_state_size(rule) - sizeof
+ * (rl_state_t) for each rule using it (0 for most algorithms, which can be
+ * left out).  With none, every byte goes to key slots.
+ */
+
+/* The smallest block a table without blocks accepts. */
 RL_API size_t rl_table_min_size(void);
+
+/* Key slots a table of size bytes without blocks holds. */
+RL_API uint64_t rl_table_capacity_for(size_t size);
+
+/* RL_OK if a table of size bytes can hold these block sizes; else err. */
+RL_API int rl_table_plan(size_t size, const uint32_t *blob_sizes, size_t n,
+    char *err, size_t errlen);
 
 /*
  * Lays a fresh table out over mem (64-byte aligned, size bytes), with a new
  * random hash secret, or the 16 bytes of secret when not NULL (tests).
  */
-RL_API int rl_table_init(void *mem, size_t size, const uint8_t *secret,
-    char *err, size_t errlen);
+RL_API int rl_table_init(void *mem, size_t size, const uint32_t *blob_sizes,
+    size_t n, const uint8_t *secret, char *err, size_t errlen);
 
-/* 1 if mem holds a table of this layout and size (kept across reload). */
-RL_API int rl_table_valid(const void *mem, size_t size);
+/* 1 if mem holds a table of exactly this layout (kept across reload). */
+RL_API int rl_table_valid(const void *mem, size_t size,
+    const uint32_t *blob_sizes, size_t n);
 
 RL_API void rl_table_get_stats(const void *mem, rl_table_stats_t *st);
-
-/* Slots a block of size bytes holds (for sizing and docs). */
-RL_API uint64_t rl_table_capacity_for(size_t size);
 
 
 /* ---- checking a request ------------------------------------------------- */
@@ -174,6 +216,8 @@ typedef struct {
     uint64_t             cost;      /* in */
     uint64_t             tag;       /* out of rl_check_hash() */
     rl_decision_t        decision;  /* out of rl_check() */
+    rl_state_t           before;    /* out of rl_check(): the head before */
+    rl_state_t           after;     /*   and after a commit (for cancel) */
 } rl_check_t;
 
 /* Hashes every key with its table's secret; needs no lock. */
@@ -189,6 +233,16 @@ RL_API void rl_check_hash(rl_check_t *c, size_t n);
  */
 RL_API int rl_check(rl_check_t *c, size_t n, int combine, int64_t now_ms,
     size_t *binding);
+
+/*
+ * Gives back what an admitted request reserved, when it is abandoned before
+ * it was served (a delayed request whose client left): each rule whose state
+ * is still the one the request left (c->after) gets c->before back, so a
+ * later request may take the slot.  A rule some other request has spent
+ * since keeps its state: nothing is ever given back twice.  The caller holds
+ * the locks.
+ */
+RL_API void rl_check_cancel(rl_check_t *c, size_t n);
 
 #ifdef __cplusplus
 }

@@ -1,30 +1,55 @@
-// The pure algorithm transitions, one file each.  Every transition takes the
-// stored state, the time and the cost, and returns the decision plus the
-// state to store if the request is admitted.  A denied request never
-// consumes: its state is never stored.
+// The pure algorithm transitions, one file each.
+//
+// A transition decides spending `cost` at `now` on a key's state and, when
+// `apply` is set and the request is admitted, writes the new state in place.
+// A denied request never changes the state.  The state is the head kept in
+// the table's slot (rl_state_t: t = when the key is back to full budget) and,
+// for sliding_window and sliding_log, a block of the zone (blob; nullptr for
+// a key never seen, which reads as all zeros).
 #pragma once
+
+#include <cstddef>
+#include <cstdint>
 
 #include "ratelimit.h"
 
 namespace rl {
 
-struct Step {
-    rl_decision_t decision;
-    rl_state_t    next;     // to store when commit
-    bool          commit;   // admitted and something was spent
+struct State {
+    rl_state_t head;
+    uint8_t *blob;
 };
 
-Step gcra(const rl_rule_t &rule, rl_state_t s, int64_t now, uint64_t cost);
-Step token_bucket(const rl_rule_t &rule, rl_state_t s, int64_t now, uint64_t cost);
-Step fixed_window(const rl_rule_t &rule, rl_state_t s, int64_t now, uint64_t cost);
+using Transition = rl_decision_t (*)(const rl_rule_t &, State &, int64_t now, uint64_t cost, bool apply);
+
+rl_decision_t gcra(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
+rl_decision_t token_bucket(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
+rl_decision_t fixed_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
+rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
+rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
+rl_decision_t leaky_bucket(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
+rl_decision_t quota(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
 
 // Dispatches on rule.algorithm.
-Step transition(const rl_rule_t &rule, rl_state_t s, int64_t now, uint64_t cost);
+rl_decision_t transition(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
+
+// Bytes of the rule's block (0: the head holds the whole state).
+size_t blob_size(const rl_rule_t &rule);
+size_t sliding_window_blob_size(const rl_rule_t &rule);
+size_t sliding_log_blob_size(const rl_rule_t &rule);
+
+// A counter of units spent in a window ending at `end` (fixed_window,
+// quota): the head is {window end, units spent}.
+rl_decision_t windowed_count(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply, int64_t end,
+                             int64_t window);
+
+// A denial for a cost no state of the rule can ever admit.
+rl_decision_t never(int64_t window, uint64_t remaining, int64_t reset_ms);
 
 // ceil(a / b) for non-negative a and positive b.
 inline int64_t ceil_div(uint64_t a, uint64_t b) { return (int64_t) ((a + b - 1) / b); }
 
-// A denial for a cost no state of the rule can ever admit.
-Step never(rl_state_t s, uint64_t remaining, int64_t reset_ms);
+// floor(a / b) for any a and positive b.
+inline int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b < 0); }
 
 }  // namespace rl

@@ -5,16 +5,23 @@
 
 namespace {
 
-// Two rules with the same identity and key in one table share a state: the
-// later one is decided on the state the earlier one would leave.
-rl_state_t current_state(const rl_check_t *c, const rl::Step *steps, size_t i)
+struct Item {
+    rl::State state;    // as found; a head-only state holds the new head
+    int pool;           // the rule's block pool, -1 for a head-only state
+};
+
+// The state rule i is decided on.  Two rules with the same identity and key
+// in one table share a state: a head-only one is decided on the head the
+// earlier rule would leave; one with a block on the block as it is.
+rl::State current(const rl_check_t *c, const Item *items, size_t i)
 {
+    rl::State s{rl_state_t{0, 0}, nullptr};
     for (size_t j = i; j-- > 0;) {
-        if (c[j].table == c[i].table && c[j].tag == c[i].tag) {
-            return steps[j].next;
+        if (c[j].table == c[i].table && c[j].tag == c[i].tag && items[j].pool < 0) {
+            s.head = items[j].state.head;
+            return s;
         }
     }
-    rl_state_t s{0, 0};
     rl::Table::at(c[i].table)->find(c[i].tag, &s);
     return s;
 }
@@ -23,6 +30,8 @@ bool binds_more(const rl_decision_t &a, const rl_decision_t &b, bool allowed)
 {
     return allowed ? a.remaining < b.remaining : a.retry_after_ms > b.retry_after_ms;
 }
+
+bool same(const rl_state_t &a, const rl_state_t &b) { return a.t == b.t && a.n == b.n; }
 
 }  // namespace
 
@@ -40,27 +49,45 @@ void rl_check_hash(rl_check_t *c, size_t n)
 int rl_check(rl_check_t *c, size_t n, int combine, int64_t now_ms, size_t *binding)
 {
     try {
-        rl::Step steps[RL_RULES_MAX];
+        Item items[RL_RULES_MAX];
         size_t allowing = 0;
 
         if (n > RL_RULES_MAX) {
             n = RL_RULES_MAX;
         }
         for (size_t i = 0; i < n; i++) {
-            steps[i] = rl::transition(*c[i].rule, current_state(c, steps, i), now_ms, c[i].cost);
-            c[i].decision = steps[i].decision;
-            allowing += steps[i].decision.allowed;
+            const rl_rule_t &rule = *c[i].rule;
+            const size_t blob = rl::blob_size(rule);
+            rl::Table *table = rl::Table::at(c[i].table);
+
+            items[i].pool = blob ? table->pool_for(blob) : -1;
+            items[i].state = current(c, items, i);
+            if (blob && items[i].pool < 0) {
+                items[i].state.blob = nullptr;   // no pool for it: decide as cold, never commit
+            }
+            c[i].before = items[i].state.head;
+            // a head-only state is updated on the copy: that is the new head
+            c[i].decision = rl::transition(rule, items[i].state, now_ms, c[i].cost, !blob);
+            c[i].after = items[i].state.head;
+            allowing += c[i].decision.allowed;
         }
 
         const bool allowed = combine == RL_COMBINE_ANY ? allowing > 0 || n == 0 : allowing == n;
 
         // With any, only the allowing rules consume; with all, every rule
         // allows whenever the request is allowed.
-        if (allowed) {
-            for (size_t i = 0; i < n; i++) {
-                if (steps[i].commit) {
-                    rl::Table::at(c[i].table)->store(c[i].tag, steps[i].next, now_ms);
-                }
+        for (size_t i = 0; allowed && i < n; i++) {
+            if (!c[i].decision.allowed || c[i].cost == 0) {
+                continue;
+            }
+            rl::Table *table = rl::Table::at(c[i].table);
+            if (!rl::blob_size(*c[i].rule)) {
+                table->store(c[i].tag, c[i].after, now_ms);
+            } else if (items[i].pool >= 0) {
+                rl::State s = table->acquire(c[i].tag, items[i].pool, now_ms);
+                rl::transition(*c[i].rule, s, now_ms, c[i].cost, true);
+                table->set_t(c[i].tag, s.head.t);
+                c[i].after = s.head;
             }
         }
 
@@ -76,6 +103,21 @@ int rl_check(rl_check_t *c, size_t n, int combine, int64_t now_ms, size_t *bindi
     } catch (...) {
         *binding = 0;
         return 1;   // unreachable: nothing here throws; fail open if it ever did
+    }
+}
+
+void rl_check_cancel(rl_check_t *c, size_t n)
+{
+    try {
+        for (size_t i = 0; i < n; i++) {
+            rl::Table *table = rl::Table::at(c[i].table);
+            rl::State s{};
+            if (rl::blob_size(*c[i].rule) == 0 && table->find(c[i].tag, &s) && same(s.head, c[i].after) &&
+                !same(c[i].before, c[i].after)) {
+                table->store(c[i].tag, c[i].before, 0);
+            }
+        }
+    } catch (...) {
     }
 }
 

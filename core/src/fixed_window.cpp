@@ -10,42 +10,49 @@
 
 namespace rl {
 
-Step fixed_window(const rl_rule_t &rule, rl_state_t s, int64_t now, uint64_t cost)
+rl_decision_t windowed_count(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply, int64_t end,
+                             int64_t window)
 {
-    const int64_t period = rule.period_ms;
-    int64_t end;
-    uint64_t spent;
-
-    if (rule.align == RL_ALIGN_FIRST) {
-        end = s.t > now ? s.t : now + period;
-    } else {
-        end = now - now % period + period;
-        end = s.t > end ? s.t : end;
+    if (s.head.t > end) {
+        end = s.head.t;   // the clock stepped back: keep the later window
     }
-    spent = s.t == end ? s.n : 0;
-
+    const uint64_t spent = s.head.t == end ? s.head.n : 0;
     const uint64_t left = spent < rule.limit ? rule.limit - spent : 0;
     const int64_t to_end = end - now;
 
     if (cost > rule.limit) {
-        return never(s, left, spent ? to_end : 0);
+        return never(window, left, spent ? to_end : 0);
     }
 
-    Step r{};
+    rl_decision_t d{};
+    d.window_ms = window;
 
     if (cost <= left) {
-        r.decision.allowed = 1;
-        r.decision.remaining = left - cost;
-        r.decision.reset_ms = spent + cost ? to_end : 0;
-        r.next = rl_state_t{end, (uint32_t) (spent + cost)};
-        r.commit = cost > 0;
+        d.allowed = 1;
+        d.remaining = left - cost;
+        d.reset_ms = spent + cost ? to_end : 0;
+        if (apply && cost > 0) {
+            s.head = rl_state_t{end, (uint32_t) (spent + cost)};
+        }
     } else {
-        r.decision.remaining = left;
-        r.decision.reset_ms = to_end;
-        r.decision.retry_after_ms = to_end;
-        r.next = s;
+        d.remaining = left;
+        d.reset_ms = to_end;
+        d.retry_after_ms = to_end;
     }
-    return r;
+    return d;
+}
+
+rl_decision_t fixed_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
+{
+    const int64_t period = rule.period_ms;
+    int64_t end;
+
+    if (rule.align == RL_ALIGN_FIRST) {
+        end = s.head.t > now ? s.head.t : now + period;
+    } else {
+        end = floor_div(now, period) * period + period;
+    }
+    return windowed_count(rule, s, now, cost, apply, end, period);
 }
 
 }  // namespace rl

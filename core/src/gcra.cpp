@@ -11,33 +11,34 @@
 
 namespace rl {
 
-Step gcra(const rl_rule_t &rule, rl_state_t s, int64_t now, uint64_t cost)
+rl_decision_t gcra(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
 {
     const uint64_t T = (uint64_t) rule.period_ms;
     const uint64_t tau = (uint64_t) rule.burst * T;
-    const uint64_t ahead = units_ahead(s, now, rule.limit);   // TAT - now
+    const uint64_t ahead = units_ahead(s.head, now, rule.limit);   // TAT - now
     const uint64_t room = ahead < tau ? tau - ahead : 0;
 
     if (cost > rule.burst) {
-        return never(s, room / T, ceil_div(ahead, rule.limit));
+        return never(rule.period_ms, room / T, ceil_div(ahead, rule.limit));
     }
 
     const uint64_t need = ahead + cost * T;   // TAT - now after admitting
-    Step r{};
+    rl_decision_t d{};
+    d.window_ms = rule.period_ms;
 
     if (need <= tau || cost == 0) {   // looking (cost 0) is always allowed
-        r.decision.allowed = 1;
-        r.decision.remaining = (need <= tau ? tau - need : 0) / T;
-        r.decision.reset_ms = ceil_div(need, rule.limit);
-        r.next = instant_after(now, need, rule.limit);
-        r.commit = cost > 0;
+        d.allowed = 1;
+        d.remaining = (need <= tau ? tau - need : 0) / T;
+        d.reset_ms = ceil_div(need, rule.limit);
+        if (apply && cost > 0) {
+            s.head = instant_after(now, need, rule.limit);
+        }
     } else {
-        r.decision.remaining = room / T;
-        r.decision.reset_ms = ceil_div(ahead, rule.limit);
-        r.decision.retry_after_ms = ceil_div(need - tau, rule.limit);
-        r.next = s;
+        d.remaining = room / T;
+        d.reset_ms = ceil_div(ahead, rule.limit);
+        d.retry_after_ms = ceil_div(need - tau, rule.limit);
     }
-    return r;
+    return d;
 }
 
 }  // namespace rl

@@ -4,6 +4,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 
 #include "ratelimit.h"
 #include "siphash.h"
@@ -18,6 +19,10 @@ enum Param : uint32_t {
     P_COST = 1u << 4,
     P_NAME = 1u << 5,
     P_ALIGN = 1u << 6,
+    P_BUCKETS = 1u << 7,
+    P_MAX_DELAY = 1u << 8,
+    P_RESET = 1u << 9,
+    P_UTC_OFFSET = 1u << 10,
 };
 
 struct Name {
@@ -29,10 +34,48 @@ const Name algorithms[] = {
     {"gcra", RL_GCRA},
     {"token_bucket", RL_TOKEN_BUCKET},
     {"fixed_window", RL_FIXED_WINDOW},
+    {"sliding_window", RL_SLIDING_WINDOW},
+    {"sliding_log", RL_SLIDING_LOG},
+    {"leaky_bucket", RL_LEAKY_BUCKET},
+    {"quota", RL_QUOTA},
 };
-const char *const algorithm_list = "gcra, token_bucket or fixed_window";
+const char *const algorithm_list =
+    "gcra, token_bucket, fixed_window, sliding_window, sliding_log, leaky_bucket or quota";
 
 const Name aligns[] = {{"epoch", RL_ALIGN_EPOCH}, {"first", RL_ALIGN_FIRST}};
+const Name resets[] = {{"daily", RL_RESET_DAILY}, {"weekly", RL_RESET_WEEKLY}, {"monthly", RL_RESET_MONTHLY}};
+
+// Parameters that belong to one algorithm only: [bit, name, algorithm].
+const struct {
+    uint32_t bit;
+    const char *name;
+    uint32_t algorithm;
+} specific[] = {
+    {P_ALIGN, "align", RL_FIXED_WINDOW},
+    {P_BUCKETS, "buckets", RL_SLIDING_WINDOW},
+    {P_MAX_DELAY, "max_delay", RL_LEAKY_BUCKET},
+    {P_RESET, "reset", RL_QUOTA},
+    {P_UTC_OFFSET, "utc_offset", RL_QUOTA},
+};
+
+// "+HH:MM" or "-HH:MM", at most 14:00 either way.
+bool parse_offset(const char *p, size_t len, int32_t *minutes)
+{
+    if (len != 6 || (p[0] != '+' && p[0] != '-') || p[3] != ':') {
+        return false;
+    }
+    for (size_t i : {1, 2, 4, 5}) {
+        if (p[i] < '0' || p[i] > '9') {
+            return false;
+        }
+    }
+    const int h = (p[1] - '0') * 10 + (p[2] - '0'), m = (p[4] - '0') * 10 + (p[5] - '0');
+    if (m > 59 || h * 60 + m > RL_UTC_OFFSET_MAX_MIN) {
+        return false;
+    }
+    *minutes = (p[0] == '-' ? -1 : 1) * (h * 60 + m);
+    return true;
+}
 
 struct Text {
     const char *p;
@@ -136,10 +179,18 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
         bit = P_NAME;
     } else if (name.is("align")) {
         bit = P_ALIGN;
+    } else if (name.is("buckets")) {
+        bit = P_BUCKETS;
+    } else if (name.is("max_delay")) {
+        bit = P_MAX_DELAY;
+    } else if (name.is("reset")) {
+        bit = P_RESET;
+    } else if (name.is("utc_offset")) {
+        bit = P_UTC_OFFSET;
     } else {
         return fail(err, errlen,
                     "unknown parameter \"%.*s\": expected zone=, key=, algorithm=, limit=, period=, burst=, "
-                    "cost=, name= or align=",
+                    "cost=, name=, align=, buckets=, max_delay=, reset= or utc_offset=",
                     w, whole.p);
     }
 
@@ -196,6 +247,35 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
         rule->name[v.len] = '\0';
         return RL_OK;
 
+    case P_BUCKETS:
+        if (!parse_uint(v, RL_BUCKETS_MAX, &n) || n < 1) {
+            return fail(err, errlen, "invalid \"%.*s\": expected an integer from 1 to %u", w, whole.p,
+                        RL_BUCKETS_MAX);
+        }
+        rule->buckets = (uint32_t) n;
+        return RL_OK;
+
+    case P_MAX_DELAY:
+        if (rl_parse_time_ms(v.p, v.len, &rule->max_delay_ms) != RL_OK || rule->max_delay_ms > RL_PERIOD_MAX_MS) {
+            return fail(err, errlen, "invalid \"%.*s\": expected a time from 0ms to 366d, like 500ms, 5s, 1m", w,
+                        whole.p);
+        }
+        return RL_OK;
+
+    case P_RESET:
+        if (!lookup(resets, 3, v, &rule->reset)) {
+            return fail(err, errlen, "invalid \"%.*s\": expected reset=daily, reset=weekly or reset=monthly", w,
+                        whole.p);
+        }
+        return RL_OK;
+
+    case P_UTC_OFFSET:
+        if (!parse_offset(v.p, v.len, &rule->utc_offset_min)) {
+            return fail(err, errlen, "invalid \"%.*s\": expected +HH:MM or -HH:MM, at most 14:00, like +05:30",
+                        w, whole.p);
+        }
+        return RL_OK;
+
     default: /* P_ALIGN */
         if (!lookup(aligns, 2, v, &rule->align)) {
             return fail(err, errlen, "invalid \"%.*s\": expected align=epoch or align=first", w, whole.p);
@@ -235,8 +315,9 @@ int rl_rule_param(rl_rule_t *rule, const char *param, size_t len, char *err, siz
 int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
 {
     try {
-        const char *alg = algorithm_name(rule->algorithm);
-        const bool bucket = rule->algorithm == RL_GCRA || rule->algorithm == RL_TOKEN_BUCKET;
+        const uint32_t a = rule->algorithm;
+        const char *alg = algorithm_name(a);
+        const bool bucket = a == RL_GCRA || a == RL_TOKEN_BUCKET;
 
         if (!(rule->given & P_LIMIT)) {
             return fail(err, errlen, "missing \"limit=\": every rule needs one, e.g. limit=100");
@@ -245,11 +326,46 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
             return fail(err, errlen, "\"burst=%u\" does not apply to algorithm=%s: burst is for gcra and token_bucket",
                         rule->burst, alg);
         }
-        if ((rule->given & P_ALIGN) && rule->algorithm != RL_FIXED_WINDOW) {
-            return fail(err, errlen, "\"align=\" does not apply to algorithm=%s: align is for fixed_window", alg);
+        for (const auto &p : specific) {
+            if ((rule->given & p.bit) && a != p.algorithm) {
+                return fail(err, errlen, "\"%s=\" does not apply to algorithm=%s: %s is for %s", p.name, alg, p.name,
+                            algorithm_name(p.algorithm));
+            }
+        }
+
+        if (a == RL_QUOTA) {
+            if (rule->given & P_PERIOD) {
+                return fail(err, errlen,
+                            "\"period=\" does not apply to algorithm=quota: its period is the calendar's, "
+                            "set by reset=daily, weekly or monthly");
+            }
+            if (!(rule->given & P_RESET)) {
+                return fail(err, errlen, "missing \"reset=\" for algorithm=quota: expected reset=daily, weekly or monthly");
+            }
+            static const int64_t lengths[] = {86400000, 7 * 86400000LL, 30 * 86400000LL};
+            rule->period_ms = lengths[rule->reset];   // nominal: names and docs; decisions use the calendar
+        }
+        if (a == RL_SLIDING_LOG) {
+            if (rule->limit > RL_LOG_LIMIT_MAX) {
+                return fail(err, errlen,
+                            "\"limit=%u\" is too large for algorithm=sliding_log: it keeps one time a unit, at most "
+                            "%u; use sliding_window for larger limits",
+                            rule->limit, RL_LOG_LIMIT_MAX);
+            }
+            if (rule->period_ms > RL_LOG_PERIOD_MAX_MS) {
+                return fail(err, errlen,
+                            "\"period=\" is too long for algorithm=sliding_log: at most 24d (2^31 ms); use "
+                            "sliding_window or quota for longer periods");
+            }
         }
         if (!(rule->given & P_BURST)) {
             rule->burst = rule->limit;
+        }
+        if (!(rule->given & P_BUCKETS)) {
+            rule->buckets = 10;
+        }
+        if (!(rule->given & P_MAX_DELAY)) {
+            rule->max_delay_ms = rule->period_ms;
         }
 
         const uint32_t capacity = bucket ? rule->burst : rule->limit;
@@ -258,18 +374,28 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
                         bucket ? "burst" : "limit", capacity);
         }
 
-        // The exact arithmetic (exact_time.h) works in units of 1/limit ms
-        // and needs burst * period_ms (and twice it) to fit in 63 bits.
-        if (bucket && (uint64_t) rule->burst * (uint64_t) rule->period_ms > (1ull << 61)) {
+        // The exact arithmetic (exact_time.h) works in units of 1/limit ms;
+        // a bucket's capacity, or a shaper's queue, must fit in 2^61 units.
+        const uint64_t units = bucket ? (uint64_t) rule->burst * (uint64_t) rule->period_ms
+                               : a == RL_LEAKY_BUCKET
+                                   ? ((uint64_t) rule->max_delay_ms + (uint64_t) rule->period_ms) * rule->limit
+                                   : 0;
+        if (units > (1ull << 61)) {
             return fail(err, errlen,
-                        "\"burst=%u\" with \"period=%lldms\" is too large: burst x period must stay under 2^61 ms; "
-                        "use a shorter period",
-                        rule->burst, (long long) rule->period_ms);
+                        "%s=%u with \"period=%lldms\"%s is too large: the state would not fit 2^61 units of "
+                        "1/limit ms; use a shorter period",
+                        bucket ? "burst" : "limit", bucket ? rule->burst : rule->limit, (long long) rule->period_ms,
+                        a == RL_LEAKY_BUCKET ? " and max_delay" : "");
         }
 
         if (!(rule->given & P_NAME)) {
             char period[32];
-            format_period(rule->period_ms, period, sizeof(period));
+            static const char *const reset_names[] = {"daily", "weekly", "monthly"};
+            if (a == RL_QUOTA) {
+                std::snprintf(period, sizeof(period), "%s", reset_names[rule->reset]);
+            } else {
+                format_period(rule->period_ms, period, sizeof(period));
+            }
             if (bucket && rule->burst != rule->limit) {
                 std::snprintf(rule->name, RL_NAME_MAX, "%s_%u_%s_b%u", alg, rule->limit, period, rule->burst);
             } else {

@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -13,41 +14,116 @@ namespace rl {
 
 namespace {
 
-const char kMagic[8] = {'R', 'L', 'T', 'A', 'B', 'L', 'E', '1'};
-const uint32_t kVersion = 1;
+const char kMagic[8] = {'R', 'L', 'T', 'A', 'B', 'L', 'E', '2'};
+const uint32_t kVersion = 2;
+const uint64_t kMinBuckets = 16;
+const uint32_t kMinBlocks = 4;
 
 // Buckets a cuckoo search may visit before giving up and evicting.  Enough
 // to fill past 90% (tests/table_test.cc measures it); small enough that an
 // insert into a full table stays a few microseconds.
 const int kSearchBuckets = 32;
 
-void move_slot(Bucket &to, int ti, Bucket &from, int fi)
+// Blocks a full pool looks at to choose the one to evict.
+const uint32_t kSweep = 8;
+
+void move_slot(Bucket &to, int ti, const Bucket &from, int fi)
 {
     to.tag[ti] = from.tag[fi];
     to.t[ti] = from.t[fi];
     to.n[ti] = from.n[fi];
+    to.blob = (to.blob & ~(1u << ti)) | (((from.blob >> fi) & 1u) << ti);
 }
 
 }  // namespace
 
-void Table::init(size_t size, const uint8_t secret[16])
+// Without blocks every byte goes to buckets.  With them, buckets get a third
+// (a key with a block also needs a slot, and the slots stay under 2/3 full)
+// and the pools share the rest equally.
+bool Table::plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char *err, size_t errlen)
+{
+    uint32_t sizes[kPoolsMax];
+    uint32_t npools = 0, largest = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t bs = block_size_for(blobs[i]);
+        uint32_t at = 0;   // kept sorted: the layout must not depend on rule order
+        while (at < npools && sizes[at] < bs) {
+            at++;
+        }
+        if (at < npools && sizes[at] == bs) {
+            continue;
+        }
+        if (npools == kPoolsMax) {
+            std::snprintf(err, errlen, "its rules need more than %u different state sizes", kPoolsMax);
+            return false;
+        }
+        for (uint32_t k = npools++; k > at; k--) {
+            sizes[k] = sizes[k - 1];
+        }
+        sizes[at] = bs;
+        largest = std::max(largest, bs);
+    }
+
+    const uint64_t avail = size > header_bytes() ? size - header_bytes() : 0;
+    const uint64_t bucket_bytes = npools == 0 ? avail : avail / 3 / 64 * 64;
+    const uint64_t share = npools == 0 ? 0 : (avail - bucket_bytes) / npools / 64 * 64;
+
+    *out = Layout{};
+    out->nbuckets = std::min<uint64_t>(bucket_bytes / 64, 0xffffffffu);
+    out->npools = npools;
+
+    uint64_t offset = header_bytes() + bucket_bytes;
+    for (uint32_t i = 0; i < npools; i++) {
+        Pool &p = out->pools[i];
+        p.offset = offset;
+        p.block_size = sizes[i];
+        p.blocks = (uint32_t) std::min<uint64_t>(share / sizes[i], kBlocksMax);
+        offset += share;
+        if (p.blocks < kMinBlocks) {
+            const uint64_t need = header_bytes() + 3 * (uint64_t) npools * kMinBlocks * largest / 2 + 64 * npools;
+            std::snprintf(err, errlen,
+                          "too small for its rules' states of up to %u bytes a key: it needs at least %lluk",
+                          largest, (unsigned long long) (need + 1023) / 1024);
+            return false;
+        }
+    }
+    if (out->nbuckets < kMinBuckets) {
+        std::snprintf(err, errlen, "too small: it needs at least %zu bytes",
+                      header_bytes() + (size_t) kMinBuckets * sizeof(Bucket));
+        return false;
+    }
+    return true;
+}
+
+void Table::init(size_t size, const Layout &layout, const uint8_t secret[16])
 {
     std::memset(this, 0, header_bytes());
     std::memcpy(h_.magic, kMagic, sizeof(kMagic));
     h_.version = kVersion;
     h_.header_size = (uint32_t) header_bytes();
     h_.size = size;
-    uint64_t nb = buckets_for(size);
-    h_.nbuckets = nb > 0xffffffffu ? 0xffffffffu : nb;   // bucket indexes are 32-bit
+    h_.nbuckets = layout.nbuckets;
+    h_.npools = layout.npools;
+    std::memcpy(h_.pools, layout.pools, sizeof(h_.pools));
     std::memcpy(h_.secret, secret, 16);
     std::memset(buckets(), 0, h_.nbuckets * sizeof(Bucket));
 }
 
-bool Table::valid(size_t size) const
+bool Table::valid(size_t size, const Layout &layout) const
 {
-    return std::memcmp(h_.magic, kMagic, sizeof(kMagic)) == 0 && h_.version == kVersion &&
-           h_.header_size == header_bytes() && h_.size == size && h_.nbuckets >= 1 &&
-           h_.nbuckets <= buckets_for(size);
+    if (std::memcmp(h_.magic, kMagic, sizeof(kMagic)) != 0 || h_.version != kVersion ||
+        h_.header_size != header_bytes() || h_.size != size || h_.nbuckets != layout.nbuckets ||
+        h_.npools != layout.npools) {
+        return false;
+    }
+    for (uint32_t i = 0; i < h_.npools; i++) {
+        const Pool &a = h_.pools[i], &b = layout.pools[i];
+        if (a.offset != b.offset || a.block_size != b.block_size || a.blocks != b.blocks) {
+            return false;
+        }
+    }
+    return true;
 }
 
 uint64_t Table::tag(uint64_t identity, const void *key, size_t len) const
@@ -69,9 +145,27 @@ void Table::prefetch(uint64_t tag) const
     __builtin_prefetch(&buckets()[second(tag)], 1);
 }
 
-Table::Slot Table::locate(uint64_t tag)
+int Table::pool_for(size_t blob) const
 {
-    Bucket *b = buckets();
+    const uint32_t bs = block_size_for(blob);
+    for (uint32_t i = 0; i < h_.npools; i++) {
+        if (h_.pools[i].block_size == bs) {
+            return (int) i;
+        }
+    }
+    return -1;
+}
+
+uint8_t *Table::block(uint32_t handle) const
+{
+    const Pool &p = h_.pools[handle >> 24];
+    return const_cast<uint8_t *>(reinterpret_cast<const uint8_t *>(this)) + p.offset +
+           (uint64_t) (handle & (kBlocksMax - 1)) * p.block_size;
+}
+
+Table::Slot Table::locate(uint64_t tag) const
+{
+    Bucket *b = const_cast<Table *>(this)->buckets();
     for (uint32_t i : {first(tag), second(tag)}) {
         for (int s = 0; s < 3; s++) {
             if (b[i].tag[s] == tag) {
@@ -84,30 +178,138 @@ Table::Slot Table::locate(uint64_t tag)
 
 int64_t Table::bucket_of(uint64_t tag) const
 {
-    Slot slot = const_cast<Table *>(this)->locate(tag);
+    Slot slot = locate(tag);
     return slot.b == nullptr ? -1 : slot.b - buckets();
 }
 
-bool Table::find(uint64_t tag, rl_state_t *s) const
-{
-    Slot slot = const_cast<Table *>(this)->locate(tag);
-    if (slot.b == nullptr) {
-        return false;
-    }
-    s->t = slot.b->t[slot.i];
-    s->n = slot.b->n[slot.i];
-    return true;
-}
-
-void Table::store(uint64_t tag, rl_state_t s, int64_t now)
+bool Table::find(uint64_t tag, State *s) const
 {
     Slot slot = locate(tag);
     if (slot.b == nullptr) {
-        slot = make_room(first(tag), second(tag), now);
-        slot.b->tag[slot.i] = tag;
+        return false;
     }
-    slot.b->t[slot.i] = s.t;
-    slot.b->n[slot.i] = s.n;
+    s->head = rl_state_t{slot.b->t[slot.i], slot.b->n[slot.i]};
+    s->blob = (slot.b->blob >> slot.i) & 1u ? block(slot.b->n[slot.i]) + 8 : nullptr;
+    return true;
+}
+
+Table::Slot Table::insert(uint64_t tag, int64_t now)
+{
+    Slot slot = make_room(first(tag), second(tag), now);
+    slot.b->tag[slot.i] = tag;
+    slot.b->t[slot.i] = 0;
+    slot.b->n[slot.i] = 0;
+    slot.b->blob &= ~(1u << slot.i);
+    return slot;
+}
+
+void Table::store(uint64_t tag, rl_state_t head, int64_t now)
+{
+    Slot slot = locate(tag);
+    if (slot.b == nullptr) {
+        slot = insert(tag, now);
+    } else if ((slot.b->blob >> slot.i) & 1u) {
+        free_block(slot.b->n[slot.i]);   // the key's state no longer has a block
+        slot.b->blob &= ~(1u << slot.i);
+    }
+    slot.b->t[slot.i] = head.t;
+    slot.b->n[slot.i] = head.n;
+}
+
+State Table::acquire(uint64_t tag, int pool, int64_t now)
+{
+    Slot slot = locate(tag);
+    if (slot.b == nullptr) {
+        slot = insert(tag, now);
+    }
+    const bool has = (slot.b->blob >> slot.i) & 1u;
+    if (!has || (slot.b->n[slot.i] >> 24) != (uint32_t) pool) {
+        if (has) {
+            free_block(slot.b->n[slot.i]);
+        }
+        // Allocating may evict another key; this one has no block yet, so
+        // it is never the one evicted, but its slot must be found again.
+        const uint32_t handle = alloc_block((uint32_t) pool, now);
+        uint8_t *blk = block(handle);
+        std::memcpy(blk, &tag, sizeof(tag));
+        slot = locate(tag);
+        slot.b->n[slot.i] = handle;
+        slot.b->blob |= 1u << slot.i;
+    }
+    return State{rl_state_t{slot.b->t[slot.i], slot.b->n[slot.i]}, block(slot.b->n[slot.i]) + 8};
+}
+
+void Table::set_t(uint64_t tag, int64_t t)
+{
+    Slot slot = locate(tag);
+    if (slot.b != nullptr) {
+        slot.b->t[slot.i] = t;
+    }
+}
+
+uint32_t Table::alloc_block(uint32_t pool, int64_t now)
+{
+    Pool &p = h_.pools[pool];
+    uint32_t idx;
+
+    if (p.free_head != 0) {
+        idx = p.free_head - 1;
+        const uint8_t *blk = block(pool << 24 | idx);
+        std::memcpy(&p.free_head, blk + 8, sizeof(p.free_head));
+        p.used++;
+    } else if (p.fresh < p.blocks) {
+        idx = p.fresh++;
+        p.used++;
+    } else {
+        // Full: of a few blocks from the hand on, take one whose key is back
+        // to full budget, else the one back soonest; its key goes with it.
+        idx = p.hand;
+        int64_t best = INT64_MAX;
+        Slot victim{nullptr, 0};
+        for (uint32_t k = 0; k < kSweep && k < p.blocks; k++) {
+            const uint32_t i = (p.hand + k) % p.blocks;
+            uint64_t owner;
+            std::memcpy(&owner, block(pool << 24 | i), sizeof(owner));
+            Slot s = locate(owner);
+            const int64_t t = s.b != nullptr ? s.b->t[s.i] : INT64_MIN;
+            if (t < best) {
+                best = t;
+                idx = i;
+                victim = s;
+            }
+            if (t < now) {
+                break;
+            }
+        }
+        p.hand = (idx + 1) % p.blocks;
+        if (victim.b != nullptr) {
+            drop(victim, now);
+        }
+    }
+    std::memset(block(pool << 24 | idx), 0, p.block_size);
+    return pool << 24 | idx;
+}
+
+void Table::free_block(uint32_t handle)
+{
+    Pool &p = h_.pools[handle >> 24];
+    uint8_t *blk = block(handle);
+    std::memset(blk, 0, 8);   // no owner
+    std::memcpy(blk + 8, &p.free_head, sizeof(p.free_head));
+    p.free_head = (handle & (kBlocksMax - 1)) + 1;
+    p.used--;
+}
+
+// Removes a key whose block another key takes.
+void Table::drop(Slot s, int64_t now)
+{
+    h_.keys--;
+    h_.evictions++;
+    if (s.b->t[s.i] >= now) {
+        h_.live_evictions++;
+    }
+    s.b->tag[s.i] = 0;
+    s.b->blob &= ~(1u << s.i);
 }
 
 // An empty slot, else one whose key is back to full budget, else -1.
@@ -135,6 +337,10 @@ void Table::vacate(Bucket &b, int i, int64_t now)
     h_.evictions++;
     if (b.t[i] >= now) {
         h_.live_evictions++;
+    }
+    if ((b.blob >> i) & 1u) {
+        free_block(b.n[i]);
+        b.blob &= ~(1u << i);
     }
 }
 
@@ -240,21 +446,32 @@ extern "C" {
 
 size_t rl_table_min_size(void)
 {
-    return rl::Table::header_bytes() + 16 * sizeof(rl::Bucket);
+    return rl::Table::header_bytes() + rl::kMinBuckets * sizeof(rl::Bucket);
 }
 
 uint64_t rl_table_capacity_for(size_t size)
 {
-    uint64_t nb = rl::Table::buckets_for(size);
-    return (nb > 0xffffffffu ? 0xffffffffu : nb) * 3;
+    rl::Layout layout;
+    char err[RL_ERR_MAX];
+    return rl::Table::plan(size, nullptr, 0, &layout, err, sizeof(err)) ? layout.nbuckets * 3 : 0;
 }
 
-int rl_table_init(void *mem, size_t size, const uint8_t *secret, char *err, size_t errlen)
+int rl_table_plan(size_t size, const uint32_t *blob_sizes, size_t n, char *err, size_t errlen)
+{
+    rl::Layout layout;
+    return rl::Table::plan(size, blob_sizes, n, &layout, err, errlen) ? RL_OK : RL_ERROR;
+}
+
+int rl_table_init(void *mem, size_t size, const uint32_t *blob_sizes, size_t n, const uint8_t *secret, char *err,
+                  size_t errlen)
 {
     try {
-        if (((uintptr_t) mem & 63) != 0 || size < rl_table_min_size()) {
-            std::snprintf(err, errlen, "table memory must be 64-byte aligned and at least %zu bytes",
-                          rl_table_min_size());
+        rl::Layout layout;
+        if (((uintptr_t) mem & 63) != 0) {
+            std::snprintf(err, errlen, "table memory must be 64-byte aligned");
+            return RL_ERROR;
+        }
+        if (!rl::Table::plan(size, blob_sizes, n, &layout, err, errlen)) {
             return RL_ERROR;
         }
         uint8_t key[16];
@@ -264,7 +481,7 @@ int rl_table_init(void *mem, size_t size, const uint8_t *secret, char *err, size
             std::snprintf(err, errlen, "getrandom() failed: %s", std::strerror(errno));
             return RL_ERROR;
         }
-        rl::Table::at(mem)->init(size, key);
+        rl::Table::at(mem)->init(size, layout, key);
         return RL_OK;
     } catch (...) {
         std::snprintf(err, errlen, "internal error");
@@ -272,9 +489,14 @@ int rl_table_init(void *mem, size_t size, const uint8_t *secret, char *err, size
     }
 }
 
-int rl_table_valid(const void *mem, size_t size)
+int rl_table_valid(const void *mem, size_t size, const uint32_t *blob_sizes, size_t n)
 {
-    return rl::Table::at(mem)->valid(size) ? 1 : 0;
+    rl::Layout layout;
+    char err[RL_ERR_MAX];
+    return rl::Table::plan(size, blob_sizes, n, &layout, err, sizeof(err)) &&
+                   rl::Table::at(mem)->valid(size, layout)
+               ? 1
+               : 0;
 }
 
 void rl_table_get_stats(const void *mem, rl_table_stats_t *st)
@@ -285,6 +507,12 @@ void rl_table_get_stats(const void *mem, rl_table_stats_t *st)
     st->keys = h.keys;
     st->evictions = h.evictions;
     st->live_evictions = h.live_evictions;
+    st->blocks = 0;
+    st->blocks_used = 0;
+    for (uint32_t i = 0; i < h.npools; i++) {
+        st->blocks += h.pools[i].blocks;
+        st->blocks_used += h.pools[i].used;
+    }
 }
 
 }  // extern "C"

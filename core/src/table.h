@@ -1,14 +1,19 @@
 // The shared-memory key table: fixed-size slots keyed by a 64-bit SipHash of
 // (rule identity, key bytes) under a per-table random secret, state inline.
 //
-// Layout: a header, then buckets of one cache line each holding three slots
-// (tag, t, n: 20 bytes a key).  Bucketized cuckoo hashing with two choices:
-// a key lives in one of two buckets derived from its tag, so a lookup reads
-// at most two cache lines, and the table fills past 90% before it must
-// evict.  When a key finds no room (both buckets full and no cuckoo path of
-// moves to a free slot), one of its six candidate slots is evicted: a key
-// already back to full budget if any (nothing lost), otherwise the one
-// that will be back soonest (the least state lost).
+// Layout: a header, buckets of one cache line each holding three slots
+// (tag, t, n: 20 bytes a key), then, only when rules of the zone need more
+// state than a slot holds (sliding_window, sliding_log), one pool of
+// fixed-size blocks per block size.
+//
+// Bucketized cuckoo hashing with two choices: a key lives in one of two
+// buckets derived from its tag, so a lookup reads at most two cache lines,
+// and the table fills past 90% before it must evict.  When a key finds no
+// room (both buckets full and no cuckoo path of moves to a free slot), one
+// of its six candidate slots is evicted: a key already back to full budget
+// if any (nothing lost), otherwise the one that will be back soonest (the
+// least state lost).  A full pool evicts the same way among a few blocks
+// swept by a clock hand, and drops the owning key's slot with the block.
 //
 // Not thread-safe: the caller holds the table's lock.
 #pragma once
@@ -16,17 +21,31 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "algorithms.h"
 #include "ratelimit.h"
 
 namespace rl {
 
 struct alignas(64) Bucket {
     uint64_t tag[3];    // 0 = empty slot
-    int64_t t[3];       // rl_state_t.t
-    uint32_t n[3];      // rl_state_t.n
-    uint32_t spare;
+    int64_t t[3];       // head.t
+    uint32_t n[3];      // head.n; for a key with a block: pool << 24 | block
+    uint32_t blob;      // bit i: slot i owns a block
 };
 static_assert(sizeof(Bucket) == 64, "a bucket is one cache line");
+
+constexpr uint32_t kPoolsMax = 8;
+constexpr uint32_t kBlocksMax = 1u << 24;
+
+struct Pool {
+    uint64_t offset;        // bytes from the table's start
+    uint32_t block_size;    // an owner tag, then the algorithm's block
+    uint32_t blocks;
+    uint32_t fresh;         // blocks [fresh, blocks) never used yet
+    uint32_t free_head;     // a freed block + 1, 0 if none
+    uint32_t used;
+    uint32_t hand;          // where the next eviction sweep starts
+};
 
 struct alignas(64) TableHeader {
     char magic[8];
@@ -38,6 +57,17 @@ struct alignas(64) TableHeader {
     uint64_t keys;          // slots in use
     uint64_t evictions;
     uint64_t live_evictions;
+    uint32_t npools;
+    uint32_t reserved;
+    Pool pools[kPoolsMax];
+};
+
+// Where a block size's pool is, for a table of `size` bytes whose rules
+// need blocks of these sizes.
+struct Layout {
+    uint64_t nbuckets;
+    uint32_t npools;
+    Pool pools[kPoolsMax];
 };
 
 class Table {
@@ -46,24 +76,33 @@ public:
     static const Table *at(const void *mem) { return static_cast<const Table *>(mem); }
 
     static size_t header_bytes() { return (sizeof(TableHeader) + 63) & ~size_t{63}; }
-    static uint64_t buckets_for(size_t size) { return size < header_bytes() ? 0 : (size - header_bytes()) / 64; }
+    // The pool block holding an algorithm block of `blob` bytes.
+    static uint32_t block_size_for(size_t blob) { return (uint32_t) ((8 + blob + 15) & ~size_t{15}); }
+    static bool plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char *err, size_t errlen);
 
-    void init(size_t size, const uint8_t secret[16]);
-    bool valid(size_t size) const;
+    void init(size_t size, const Layout &layout, const uint8_t secret[16]);
+    bool valid(size_t size, const Layout &layout) const;
 
     uint64_t tag(uint64_t identity, const void *key, size_t len) const;
     void prefetch(uint64_t tag) const;
 
-    // The stored state of tag, or false.
-    bool find(uint64_t tag, rl_state_t *s) const;
-    // Stores tag's state, inserting (and evicting if need be) when absent.
-    void store(uint64_t tag, rl_state_t s, int64_t now);
+    // The pool for an algorithm block of `blob` bytes, or -1.
+    int pool_for(size_t blob) const;
+
+    // The key's state: its head, and its block (nullptr if none).  False if
+    // the key has no slot.
+    bool find(uint64_t tag, State *s) const;
+    // Stores a key's head, inserting (and evicting if need be) when absent.
+    void store(uint64_t tag, rl_state_t head, int64_t now);
+    // The key's state with a block of `pool`, created zeroed when absent; a
+    // later set_t(tag, t) records its new head.t.
+    State acquire(uint64_t tag, int pool, int64_t now);
+    void set_t(uint64_t tag, int64_t t);
 
     const TableHeader &header() const { return h_; }
 
     // The bucket holding tag, or -1 (tests).
     int64_t bucket_of(uint64_t tag) const;
-
     // The two buckets a tag may live in.
     uint32_t first(uint64_t tag) const { return (uint32_t) (((tag & 0xffffffffu) * h_.nbuckets) >> 32); }
     uint32_t second(uint64_t tag) const { return (uint32_t) (((tag >> 32) * h_.nbuckets) >> 32); }
@@ -79,13 +118,18 @@ private:
     {
         return reinterpret_cast<const Bucket *>(reinterpret_cast<const char *>(this) + header_bytes());
     }
+    uint8_t *block(uint32_t handle) const;
     uint32_t other(uint32_t b, uint64_t tag) const { return b == first(tag) ? second(tag) : first(tag); }
 
-    Slot locate(uint64_t tag);
+    Slot locate(uint64_t tag) const;
+    Slot insert(uint64_t tag, int64_t now);
     Slot make_room(uint32_t b1, uint32_t b2, int64_t now);
     bool cuckoo_path(uint32_t b1, uint32_t b2, int64_t now, Slot *out);
     int free_slot(const Bucket &b, int64_t now) const;
     void vacate(Bucket &b, int i, int64_t now);
+    void drop(Slot s, int64_t now);
+    uint32_t alloc_block(uint32_t pool, int64_t now);
+    void free_block(uint32_t handle);
 
     TableHeader h_;
 };

@@ -12,34 +12,35 @@
 
 namespace rl {
 
-Step token_bucket(const rl_rule_t &rule, rl_state_t s, int64_t now, uint64_t cost)
+rl_decision_t token_bucket(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
 {
     const uint64_t token = (uint64_t) rule.period_ms;   // one token, in units
     const uint64_t capacity = (uint64_t) rule.burst * token;
-    const uint64_t missing = units_ahead(s, now, rule.limit);   // until full
+    const uint64_t missing = units_ahead(s.head, now, rule.limit);   // until full
     const uint64_t tokens = missing < capacity ? capacity - missing : 0;
 
     if (cost > rule.burst) {
-        return never(s, tokens / token, ceil_div(missing, rule.limit));
+        return never(rule.period_ms, tokens / token, ceil_div(missing, rule.limit));
     }
 
     const uint64_t spend = cost * token;
-    Step r{};
+    rl_decision_t d{};
+    d.window_ms = rule.period_ms;
 
     if (tokens >= spend) {
-        r.decision.allowed = 1;
-        r.decision.remaining = (tokens - spend) / token;
-        r.decision.reset_ms = ceil_div(missing + spend, rule.limit);
-        r.next = instant_after(now, missing + spend, rule.limit);
-        r.commit = cost > 0;
+        d.allowed = 1;
+        d.remaining = (tokens - spend) / token;
+        d.reset_ms = ceil_div(missing + spend, rule.limit);
+        if (apply && cost > 0) {
+            s.head = instant_after(now, missing + spend, rule.limit);
+        }
     } else {
         // the tokens still to come arrive at `limit` units per ms
-        r.decision.remaining = tokens / token;
-        r.decision.reset_ms = ceil_div(missing, rule.limit);
-        r.decision.retry_after_ms = ceil_div(missing + spend - capacity, rule.limit);
-        r.next = s;
+        d.remaining = tokens / token;
+        d.reset_ms = ceil_div(missing, rule.limit);
+        d.retry_after_ms = ceil_div(missing + spend - capacity, rule.limit);
     }
-    return r;
+    return d;
 }
 
 }  // namespace rl

@@ -1,46 +1,70 @@
-// Dispatch to the algorithm a rule names, and the C entry point.
+// Dispatch to the algorithm a rule names, and the C entry points.
+#include <cstring>
+
 #include "algorithms.h"
 
 namespace rl {
 
-Step never(rl_state_t s, uint64_t remaining, int64_t reset_ms)
+rl_decision_t never(int64_t window, uint64_t remaining, int64_t reset_ms)
 {
     // Retrying cannot help; Retry-After points at the key's full budget, and
     // is at least one second like every other Retry-After.
-    Step r{};
-    r.decision.never = 1;
-    r.decision.remaining = remaining;
-    r.decision.reset_ms = reset_ms;
-    r.decision.retry_after_ms = reset_ms > 1000 ? reset_ms : 1000;
-    r.next = s;
-    return r;
+    rl_decision_t d{};
+    d.never = 1;
+    d.remaining = remaining;
+    d.reset_ms = reset_ms;
+    d.retry_after_ms = reset_ms > 1000 ? reset_ms : 1000;
+    d.window_ms = window;
+    return d;
 }
 
-Step transition(const rl_rule_t &rule, rl_state_t s, int64_t now, uint64_t cost)
+rl_decision_t transition(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
+{
+    static const Transition by_algorithm[RL_ALGORITHM_COUNT] = {
+        gcra, token_bucket, fixed_window, sliding_window, sliding_log, leaky_bucket, quota,
+    };
+    const uint32_t a = rule.algorithm < RL_ALGORITHM_COUNT ? rule.algorithm : (uint32_t) RL_GCRA;
+    return by_algorithm[a](rule, s, now, cost, apply);
+}
+
+size_t blob_size(const rl_rule_t &rule)
 {
     switch (rule.algorithm) {
-    case RL_TOKEN_BUCKET:
-        return token_bucket(rule, s, now, cost);
-    case RL_FIXED_WINDOW:
-        return fixed_window(rule, s, now, cost);
+    case RL_SLIDING_WINDOW:
+        return sliding_window_blob_size(rule);
+    case RL_SLIDING_LOG:
+        return sliding_log_blob_size(rule);
     default:
-        return gcra(rule, s, now, cost);
+        return 0;
     }
 }
 
 }  // namespace rl
 
-extern "C" int rl_transition(const rl_rule_t *rule, const rl_state_t *state,
-    int64_t now_ms, uint64_t cost, rl_state_t *next, rl_decision_t *d)
+extern "C" {
+
+size_t rl_state_size(const rl_rule_t *rule)
+{
+    return sizeof(rl_state_t) + rl::blob_size(*rule);
+}
+
+int rl_transition(const rl_rule_t *rule, void *state, int64_t now_ms, uint64_t cost, int apply, rl_decision_t *d)
 {
     try {
-        rl::Step r = rl::transition(*rule, *state, now_ms, cost);
-        *next = r.next;
-        *d = r.decision;
-        return r.commit ? 1 : 0;
+        uint8_t *p = static_cast<uint8_t *>(state);
+        rl::State s{};
+        std::memcpy(&s.head, p, sizeof(rl_state_t));
+        s.blob = rl::blob_size(*rule) ? p + sizeof(rl_state_t) : nullptr;
+        *d = rl::transition(*rule, s, now_ms, cost, apply != 0);
+        const bool changed = apply && d->allowed && cost > 0;
+        if (changed) {
+            std::memcpy(p, &s.head, sizeof(rl_state_t));
+        }
+        return changed ? 1 : 0;
     } catch (...) {
-        *next = *state;
         *d = rl_decision_t{};
         return 0;
     }
 }
+
+}  // extern "C"

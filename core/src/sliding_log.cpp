@@ -1,0 +1,87 @@
+// Sliding log (seed 001, seed 004): exact.  A key keeps the time of every
+// admitted unit of the last period; a request of cost q is admitted iff the
+// units in the window (now - period, now] plus q are at most limit.  Its
+// Retry-After is exact: when enough of the oldest units have left.
+//
+// Block: a ring of at most `limit` times (ms after `base`, ascending), so
+// limit is at most 10000 and period at most 2^31 ms (24.8 days): the state
+// grows with limit.  Jump-safe: times never go backwards (a unit is logged
+// at the newest time seen if the clock stepped back), so the log stays
+// sorted and a step back never frees a unit early.
+#include "algorithms.h"
+
+namespace rl {
+
+namespace {
+
+struct Block {
+    int64_t base;      // times are ms after base
+    uint32_t head;     // ring index of the oldest time
+    uint32_t count;    // times in the ring
+    uint32_t at[1];    // [limit]
+};
+
+}  // namespace
+
+size_t sliding_log_blob_size(const rl_rule_t &rule)
+{
+    return offsetof(Block, at) + sizeof(uint32_t) * rule.limit;
+}
+
+rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
+{
+    Block *b = reinterpret_cast<Block *>(s.blob);
+    const uint32_t size = rule.limit;
+    const int64_t W = rule.period_ms;
+    const uint32_t count = b != nullptr ? b->count : 0;
+    auto time_of = [&](uint32_t i) { return b->base + (int64_t) b->at[(b->head + i) % size]; };
+
+    const int64_t newest = count ? time_of(count - 1) : INT64_MIN;
+    const int64_t t = now > newest ? now : newest;   // the time a unit is logged at
+
+    uint32_t expired = 0;   // the oldest times out of (t - W, t]
+    while (expired < count && time_of(expired) <= t - W) {
+        expired++;
+    }
+    const uint64_t live = count - expired;
+    const int64_t reset = live ? newest + W - now : 0;
+
+    if (cost > rule.limit) {
+        return never(W, rule.limit - live, reset);
+    }
+
+    rl_decision_t d{};
+    d.window_ms = W;
+
+    if (live + cost <= rule.limit) {
+        d.allowed = 1;
+        d.remaining = rule.limit - live - cost;
+        d.reset_ms = cost > 0 ? t + W - now : reset;
+        if (apply && cost > 0) {
+            b->head = count ? (b->head + expired) % size : 0;
+            b->count = (uint32_t) live;
+            if (b->count == 0 || t - b->base > INT32_MAX) {
+                // rebase on the oldest live time: every live time is within
+                // W <= 2^31 ms of t, so offsets stay in 32 bits
+                const int64_t base = b->count ? time_of(0) : t;
+                for (uint32_t i = 0; i < b->count; i++) {
+                    uint32_t &a = b->at[(b->head + i) % size];
+                    a = (uint32_t) (b->base + a - base);
+                }
+                b->base = base;
+            }
+            for (uint64_t i = 0; i < cost; i++) {
+                b->at[(b->head + b->count++) % size] = (uint32_t) (t - b->base);
+            }
+            s.head.t = t + W;
+        }
+    } else {
+        // the (live + cost - limit)-th oldest live unit must leave first
+        d.remaining = rule.limit - live;
+        d.reset_ms = reset;
+        d.retry_after_ms = time_of(expired + (uint32_t) (live + cost - rule.limit) - 1) + W - now;
+    }
+    return d;
+}
+
+}  // namespace rl

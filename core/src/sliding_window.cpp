@@ -1,0 +1,142 @@
+// Sliding window, the sub-bucketed counter (seed 001's approximated sliding
+// window; seed 004's sliding window).  The window W = period is cut into
+// S = buckets ticks; a key counts the units admitted in each of the last
+// S + 1 ticks.  The window ending now covers the S newest ticks (the current
+// one partly) and a part of the oldest: its estimated count is
+//
+//     estimate = (sum of the S newest ticks) + oldest * (W - e) / W
+//
+// where e is how far now is into the current tick, in units of 1/S ms (a
+// tick is W of them).  A request of cost q is admitted iff estimate + q <=
+// limit.  Only the oldest tick is approximated, so the error is at most one
+// tick's count; S = 1 is the classic two-counter estimate previous *
+// (W - elapsed) / W + current.  Unlike fixed windows it never admits twice
+// the limit across a boundary.  All comparisons are exact integer ones.
+//
+// Block: the newest tick stored, then S + 1 counters in a ring.
+#include <cstring>
+
+#include "algorithms.h"
+
+namespace rl {
+
+namespace {
+
+struct Block {
+    int64_t tick;        // the newest tick with a counter
+    uint32_t count[1];   // [S + 1], tick j at j % (S + 1)
+};
+
+using wide = unsigned __int128;
+
+struct Window {
+    const rl_rule_t &rule;
+    const Block *b;      // nullptr: nothing counted
+    int64_t S, W;        // ticks per window, and a tick's length in 1/S ms
+
+    uint64_t count(int64_t j) const
+    {
+        if (b == nullptr || j > b->tick || j <= b->tick - (S + 1)) {
+            return 0;
+        }
+        return b->count[j % (S + 1)];
+    }
+
+    // The estimate at tick k, e into it, scaled by W: sum*W + oldest*(W-e).
+    wide used(int64_t k, int64_t e) const
+    {
+        uint64_t newer = 0;
+        for (int64_t j = k - S + 1; j <= k; j++) {
+            newer += count(j);
+        }
+        return (wide) newer * (uint64_t) W + (wide) count(k - S) * (uint64_t) (W - e);
+    }
+
+    // The first ms (>= from) at which cost fits, with no further requests.
+    int64_t admissible_at(int64_t k, int64_t from, uint64_t cost) const
+    {
+        const wide cap = (wide) rule.limit * (uint64_t) W;
+        for (int64_t m = 0;; m++) {
+            const int64_t j = k + m;
+            uint64_t newer = 0;
+            for (int64_t i = j - S + 1; i <= k; i++) {
+                newer += count(i);
+            }
+            const wide fixed = (wide) (newer + cost) * (uint64_t) W;
+            if (fixed > cap) {
+                continue;   // the newer ticks alone are too many: next tick
+            }
+            const wide room = cap - fixed;
+            const uint64_t old = count(j - S);
+            // old * (W - e) <= room  <=>  e >= W - floor(room / old)
+            int64_t e = 0;
+            if (old > 0 && room / old < (wide) W) {
+                e = W - (int64_t) (room / old);
+            }
+            const int64_t at = ceil_div((uint64_t) (j * W + e), (uint64_t) S);
+            if (at * S < (j + 1) * W) {   // still within tick j
+                return at > from ? at : from;
+            }
+        }
+    }
+};
+
+}  // namespace
+
+size_t sliding_window_blob_size(const rl_rule_t &rule)
+{
+    return offsetof(Block, count) + sizeof(uint32_t) * (rule.buckets + 1);
+}
+
+rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
+{
+    Block *b = reinterpret_cast<Block *>(s.blob);
+    Window w{rule, b, (int64_t) rule.buckets, rule.period_ms};
+
+    // tick k holds [k*W, (k+1)*W) in units of 1/S ms
+    int64_t k = floor_div(now * w.S, w.W);
+    int64_t e = now * w.S - k * w.W;
+    if (b != nullptr && b->tick > k) {
+        k = b->tick;   // the clock stepped back: count as of the newest tick
+        e = 0;
+    }
+
+    const wide cap = (wide) rule.limit * (uint64_t) w.W;
+    const wide used = w.used(k, e);
+    const int64_t newest = b != nullptr && b->tick > k - (w.S + 1) ? b->tick : INT64_MIN;
+    // a tick j has left the window entirely from (j + 1 + S) * W / S ms on
+    auto full_at = [&](int64_t j) { return ceil_div((uint64_t) ((j + 1 + w.S) * w.W), (uint64_t) w.S); };
+    const int64_t reset = newest == INT64_MIN || used == 0 ? 0 : full_at(newest) - now;
+
+    if (cost > rule.limit) {
+        return never(rule.period_ms, (uint64_t) ((cap - (used < cap ? used : cap)) / (uint64_t) w.W), reset);
+    }
+
+    rl_decision_t d{};
+    d.window_ms = rule.period_ms;
+    const wide spend = (wide) cost * (uint64_t) w.W;
+
+    if (used + spend <= cap) {
+        d.allowed = 1;
+        d.remaining = (uint64_t) ((cap - used - spend) / (uint64_t) w.W);
+        d.reset_ms = cost > 0 ? full_at(k) - now : reset;
+        if (apply && cost > 0) {
+            // advance the ring to tick k, zeroing the ticks it skips
+            if (b->tick < k) {
+                for (int64_t j = b->tick + 1; j <= k && j <= b->tick + w.S + 1; j++) {
+                    b->count[j % (w.S + 1)] = 0;
+                }
+                b->tick = k;
+            }
+            b->count[k % (w.S + 1)] += (uint32_t) cost;
+            s.head.t = full_at(k);
+        }
+    } else {
+        d.remaining = used < cap ? (uint64_t) ((cap - used) / (uint64_t) w.W) : 0;
+        d.reset_ms = reset;
+        d.retry_after_ms = w.admissible_at(k, now + 1, cost) - now;
+    }
+    return d;
+}
+
+}  // namespace rl
