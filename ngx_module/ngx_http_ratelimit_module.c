@@ -41,6 +41,9 @@
 typedef struct {
     ngx_slab_pool_t             *shpool;    /* its mutex is the zone's lock */
     void                        *table;     /* rl table inside the zone */
+    ngx_array_t                  blobs;     /* uint32_t: its rules' block sizes */
+    u_char                      *file;      /* where it is declared */
+    ngx_uint_t                   line;
 } ngx_http_ratelimit_zone_t;
 
 
@@ -69,6 +72,7 @@ typedef struct {
     ngx_shm_zone_t              *shm_zone;
     u_char                      *file;
     ngx_uint_t                   line;
+    uint32_t                     blob;      /* the rule's block size, or 0 */
 } ngx_http_ratelimit_zone_ref_t;
 
 
@@ -83,11 +87,22 @@ typedef struct {
     ngx_uint_t                   headers;   /* mode of the checking location */
     ngx_http_ratelimit_rule_t   *rule;      /* binding rule, or NULL */
     rl_decision_t                decision;  /* binding rule's decision */
+
+    /* a delayed request's reservations, given back if it is abandoned */
+    rl_check_t                  *held;
+    ngx_http_ratelimit_rule_t  **held_rules;
+    ngx_uint_t                   nheld;
+
     unsigned                     headers_done:1;
+    unsigned                     waiting:1;  /* delayed, not yet released */
 } ngx_http_ratelimit_ctx_t;
 
 
 static ngx_int_t ngx_http_ratelimit_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_ratelimit_delay_request(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, rl_check_t *checks,
+    ngx_http_ratelimit_rule_t **rules, ngx_uint_t n, ngx_msec_t delay);
+static void ngx_http_ratelimit_delay(ngx_http_request_t *r);
 static ngx_int_t ngx_http_ratelimit_header_filter(ngx_http_request_t *r);
 static ngx_http_ratelimit_ctx_t *ngx_http_ratelimit_get_ctx(
     ngx_http_request_t *r);
@@ -96,9 +111,8 @@ static uint64_t ngx_http_ratelimit_cost(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule);
 static void ngx_http_ratelimit_lock(rl_check_t *checks,
     ngx_http_ratelimit_rule_t **rules, ngx_uint_t n, ngx_uint_t lock);
-static void ngx_http_ratelimit_log_reject(ngx_http_request_t *r,
-    ngx_http_ratelimit_loc_conf_t *rlcf, ngx_http_ratelimit_rule_t *rule,
-    rl_check_t *check);
+static void ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
+    const char *what, ngx_http_ratelimit_rule_t *rule, rl_check_t *check);
 static ngx_int_t ngx_http_ratelimit_add_header(ngx_http_request_t *r,
     ngx_str_t *name, const char *fmt, ...);
 static int64_t ngx_http_ratelimit_seconds(int64_t ms);
@@ -110,6 +124,9 @@ static ngx_shm_zone_t *ngx_http_ratelimit_lookup_zone(
 static ngx_int_t ngx_http_ratelimit_add_variables(ngx_conf_t *cf);
 static ngx_int_t ngx_http_ratelimit_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
+static size_t ngx_http_ratelimit_table_size(size_t zone_size);
+static ngx_int_t ngx_http_ratelimit_check_layout(ngx_conf_t *cf,
+    ngx_shm_zone_t *shm_zone);
 static void *ngx_http_ratelimit_create_main_conf(ngx_conf_t *cf);
 static void *ngx_http_ratelimit_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent,
@@ -323,10 +340,12 @@ static ngx_str_t  ngx_http_ratelimit_retry_after_header =
 static ngx_int_t
 ngx_http_ratelimit_handler(ngx_http_request_t *r)
 {
+    int                             allowed;
     size_t                          binding;
     int64_t                         now;
     ngx_str_t                       key;
     ngx_uint_t                      i, n;
+    ngx_msec_t                      delay;
     ngx_time_t                     *tp;
     rl_check_t                      checks[RL_RULES_MAX];
     ngx_http_ratelimit_ctx_t       *ctx;
@@ -395,25 +414,140 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
     now = (int64_t) tp->sec * 1000 + tp->msec;
 
     ngx_http_ratelimit_lock(checks, used, n, 1);
-    ctx->status = rl_check(checks, n, rlcf->combine, now, &binding)
-                  ? NGX_HTTP_RATELIMIT_PASSED : NGX_HTTP_RATELIMIT_REJECTED;
+    allowed = rl_check(checks, n, rlcf->combine, now, &binding);
     ngx_http_ratelimit_lock(checks, used, n, 0);
+
+    if (!allowed) {
+        ctx->status = rlcf->dry_run ? NGX_HTTP_RATELIMIT_REJECTED_DRY_RUN
+                                    : NGX_HTTP_RATELIMIT_REJECTED;
+        ctx->rule = used[binding];
+        ctx->decision = checks[binding].decision;
+
+        ngx_http_ratelimit_log(r, rlcf->log_level,
+                               rlcf->dry_run ? "would reject (dry run)"
+                                             : "rejected",
+                               used[binding], &checks[binding]);
+
+        return rlcf->dry_run ? NGX_DECLINED : (ngx_int_t) rlcf->status_code;
+    }
+
+    /* a shaping rule may hold the request: the longest delay binds */
+
+    delay = 0;
+
+    for (i = 0; i < n; i++) {
+        if (checks[i].decision.allowed
+            && (ngx_msec_t) checks[i].decision.delay_ms > delay)
+        {
+            delay = checks[i].decision.delay_ms;
+            binding = i;
+        }
+    }
 
     ctx->rule = used[binding];
     ctx->decision = checks[binding].decision;
 
-    if (ctx->status == NGX_HTTP_RATELIMIT_PASSED) {
+    if (delay == 0) {
+        ctx->status = NGX_HTTP_RATELIMIT_PASSED;
         return NGX_DECLINED;
     }
 
-    ngx_http_ratelimit_log_reject(r, rlcf, used[binding], &checks[binding]);
+    ngx_http_ratelimit_log(r, rlcf->log_level == NGX_LOG_INFO
+                              ? NGX_LOG_INFO : rlcf->log_level + 1,
+                           rlcf->dry_run ? "would delay (dry run)"
+                                         : "delaying",
+                           used[binding], &checks[binding]);
 
     if (rlcf->dry_run) {
-        ctx->status = NGX_HTTP_RATELIMIT_REJECTED_DRY_RUN;
+        ctx->status = NGX_HTTP_RATELIMIT_DELAYED_DRY_RUN;
         return NGX_DECLINED;
     }
 
-    return rlcf->status_code;
+    ctx->status = NGX_HTTP_RATELIMIT_DELAYED;
+
+    return ngx_http_ratelimit_delay_request(r, ctx, checks, used, n, delay);
+}
+
+
+/*
+ * Holds a request for its delay on a timer, as limit_req does: the worker
+ * serves others meanwhile, and a client that closes is noticed.  What the
+ * request reserved is kept in its context, to be given back by the context's
+ * cleanup if it is abandoned before its release.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_delay_request(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, rl_check_t *checks,
+    ngx_http_ratelimit_rule_t **rules, ngx_uint_t n, ngx_msec_t delay)
+{
+    ngx_uint_t  i;
+
+    ctx->held = ngx_palloc(r->pool, n * sizeof(rl_check_t));
+    ctx->held_rules = ngx_palloc(r->pool,
+                                 n * sizeof(ngx_http_ratelimit_rule_t *));
+    if (ctx->held == NULL || ctx->held_rules == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
+        if (checks[i].decision.allowed && checks[i].cost > 0) {
+            ctx->held[ctx->nheld] = checks[i];
+            ctx->held[ctx->nheld].key = NULL;   /* hashed already */
+            ctx->held_rules[ctx->nheld++] = rules[i];
+        }
+    }
+
+    if (r->connection->read->ready) {
+        ngx_post_event(r->connection->read, &ngx_posted_events);
+
+    } else {
+        if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+
+    ctx->waiting = 1;
+    r->read_event_handler = ngx_http_test_reading;
+    r->write_event_handler = ngx_http_ratelimit_delay;
+
+    r->connection->write->delayed = 1;
+    ngx_add_timer(r->connection->write, delay);
+
+    return NGX_AGAIN;
+}
+
+
+static void
+ngx_http_ratelimit_delay(ngx_http_request_t *r)
+{
+    ngx_event_t               *wev;
+    ngx_http_ratelimit_ctx_t  *ctx;
+
+    wev = r->connection->write;
+
+    if (wev->delayed) {
+        if (ngx_handle_write_event(wev, 0) != NGX_OK) {
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        }
+
+        return;
+    }
+
+    ctx = ngx_http_ratelimit_get_ctx(r);
+    if (ctx != NULL) {
+        ctx->waiting = 0;
+    }
+
+    if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    r->read_event_handler = ngx_http_block_reading;
+    r->write_event_handler = ngx_http_core_run_phases;
+
+    ngx_http_core_run_phases(r);
 }
 
 
@@ -451,7 +585,15 @@ ngx_http_ratelimit_get_ctx(ngx_http_request_t *r)
 static void
 ngx_http_ratelimit_ctx_cleanup(void *data)
 {
-    /* nothing to free: the handler only marks the context */
+    ngx_http_ratelimit_ctx_t  *ctx = data;
+
+    /* a delayed request abandoned before its release */
+
+    if (ctx->waiting && ctx->nheld) {
+        ngx_http_ratelimit_lock(ctx->held, ctx->held_rules, ctx->nheld, 1);
+        rl_check_cancel(ctx->held, ctx->nheld);
+        ngx_http_ratelimit_lock(ctx->held, ctx->held_rules, ctx->nheld, 0);
+    }
 }
 
 
@@ -538,14 +680,17 @@ ngx_http_ratelimit_lock(rl_check_t *checks, ngx_http_ratelimit_rule_t **rules,
 
 
 static void
-ngx_http_ratelimit_log_reject(ngx_http_request_t *r,
-    ngx_http_ratelimit_loc_conf_t *rlcf, ngx_http_ratelimit_rule_t *rule,
-    rl_check_t *check)
+ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
+    const char *what, ngx_http_ratelimit_rule_t *rule, rl_check_t *check)
 {
     u_char       *p, *last, c;
     size_t        i, len;
     u_char        key[NGX_HTTP_RATELIMIT_KEY_LOG_MAX * 4 + 4];
     const u_char *data;
+
+    if (r->connection->log->log_level < level) {
+        return;
+    }
 
     /* the key, escaped and truncated: it is client-controlled */
 
@@ -569,11 +714,19 @@ ngx_http_ratelimit_log_reject(ngx_http_request_t *r,
         p = ngx_cpymem(p, "...", 3);
     }
 
-    ngx_log_error(rlcf->log_level, r->connection->log, 0,
+    if (check->decision.allowed) {
+        ngx_log_error(level, r->connection->log, 0,
+                      "ratelimit: %s by rule \"%V\" in zone \"%V\", key "
+                      "\"%*s\", cost %uL, for %L ms", what, &rule->name,
+                      &rule->shm_zone->shm.name, (size_t) (p - key), key,
+                      check->cost, check->decision.delay_ms);
+        return;
+    }
+
+    ngx_log_error(level, r->connection->log, 0,
                   "ratelimit: %s by rule \"%V\" in zone \"%V\", key \"%*s\","
-                  " cost %uL%s, retry after %L ms",
-                  rlcf->dry_run ? "would reject (dry run)" : "rejected",
-                  &rule->name, &rule->shm_zone->shm.name, p - key, key,
+                  " cost %uL%s, retry after %L ms", what, &rule->name,
+                  &rule->shm_zone->shm.name, (size_t) (p - key), key,
                   check->cost,
                   check->decision.never ? " (more than the rule ever admits)"
                                         : "",
@@ -622,7 +775,7 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
     if ((ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF)
         && (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_policy_header,
                           "\"%V\";q=%uD;w=%L", &rule->name, rule->rule.limit,
-                          ngx_http_ratelimit_seconds(rule->rule.period_ms))
+                          ngx_http_ratelimit_seconds(ctx->decision.window_ms))
             != NGX_OK
             || ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_ietf_header,
                           "\"%V\";r=%uL;t=%L", &rule->name,
@@ -770,7 +923,6 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
     ngx_http_ratelimit_zone_t  *ozone = data;
 
-    u_char                     *mem, *end;
     size_t                      size;
     ngx_shm_zone_t             *old;
     ngx_http_ratelimit_zone_t  *zone;
@@ -778,20 +930,14 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     zone = shm_zone->data;
     zone->shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+    size = ngx_http_ratelimit_table_size(shm_zone->shm.size);
 
-    mem = ngx_align_ptr(shm_zone->shm.addr + sizeof(ngx_slab_pool_t), 64);
-    end = shm_zone->shm.addr + shm_zone->shm.size;
-    size = (end - mem) & ~(size_t) 63;
-
-    if (ozone != NULL) {
-        if (rl_table_valid(ozone->table, size)) {
-            zone->table = ozone->table;
-            return NGX_OK;
-        }
-
-        ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
-                      "ratelimit_zone \"%V\" has an older layout: its state "
-                      "starts empty", &shm_zone->shm.name);
+    if (ozone != NULL
+        && rl_table_valid(ozone->table, size, zone->blobs.elts,
+                          zone->blobs.nelts))
+    {
+        zone->table = ozone->table;
+        return NGX_OK;
     }
 
     if (shm_zone->shm.exists) {
@@ -799,14 +945,19 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         return NGX_OK;
     }
 
-    if (rl_table_init(mem, size, NULL, err, sizeof(err)) != RL_OK) {
+    zone->table = (u_char *) zone->shpool
+                  + ngx_align(sizeof(ngx_slab_pool_t), 64);
+
+    if (rl_table_init(zone->table, size, zone->blobs.elts, zone->blobs.nelts,
+                      NULL, err, sizeof(err))
+        != RL_OK)
+    {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
                       "ratelimit_zone \"%V\": %s", &shm_zone->shm.name, err);
         return NGX_ERROR;
     }
 
-    zone->table = mem;
-    zone->shpool->data = mem;
+    zone->shpool->data = zone->table;
 
     /* the previous cycle's zone of this name, if its size was different */
 
@@ -822,6 +973,19 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * The table follows the slab pool header (whose mutex is the lock), at a
+ * 64-byte boundary: shared memory is page-aligned, so this is the same for
+ * every zone of a size.
+ */
+
+static size_t
+ngx_http_ratelimit_table_size(size_t zone_size)
+{
+    return (zone_size - ngx_align(sizeof(ngx_slab_pool_t), 64)) & ~(size_t) 63;
 }
 
 
@@ -1014,6 +1178,15 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    if (ngx_array_init(&zone->blobs, cf->pool, 2, sizeof(uint32_t))
+        != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    zone->file = cf->conf_file->file.name.data;
+    zone->line = cf->conf_file->line;
+
     shm_zone->init = ngx_http_ratelimit_init_zone;
     shm_zone->data = zone;
 
@@ -1186,6 +1359,7 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ref->shm_zone = rule->shm_zone;
     ref->file = cf->conf_file->file.name.data;
     ref->line = cf->conf_file->line;
+    ref->blob = (uint32_t) (rl_state_size(&rule->rule) - sizeof(rl_state_t));
 
     return NGX_CONF_OK;
 }
@@ -1258,17 +1432,76 @@ ngx_http_ratelimit_set_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/*
+ * A zone's layout (how much of it holds blocks, of which sizes) follows its
+ * rules.  Too small a zone for them fails the configuration; a reload that
+ * changes the layout gets fresh memory (old workers keep the old zone until
+ * they exit) and the zone starts empty.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_check_layout(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone)
+{
+    size_t                      size;
+    ngx_shm_zone_t             *old;
+    ngx_http_ratelimit_zone_t  *zone, *ozone;
+    char                        err[RL_ERR_MAX];
+
+    zone = shm_zone->data;
+    size = ngx_http_ratelimit_table_size(shm_zone->shm.size);
+
+    if (rl_table_plan(size, zone->blobs.elts, zone->blobs.nelts, err,
+                      sizeof(err))
+        != RL_OK)
+    {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "\"ratelimit_zone\" directive: zone \"%V\" of size %uz "
+                      "is %s, declared in %s:%ui", &shm_zone->shm.name,
+                      shm_zone->shm.size, err, zone->file, zone->line);
+        return NGX_ERROR;
+    }
+
+    old = ngx_http_ratelimit_lookup_zone((ngx_list_t *)
+                                         &ngx_cycle->shared_memory,
+                                         &shm_zone->shm.name);
+
+    if (old == NULL || old->shm.size != shm_zone->shm.size
+        || old->data == NULL || shm_zone->noreuse)
+    {
+        return NGX_OK;
+    }
+
+    ozone = old->data;
+
+    if (ozone->table != NULL
+        && !rl_table_valid(ozone->table, size, zone->blobs.elts,
+                           zone->blobs.nelts))
+    {
+        shm_zone->noreuse = 1;
+        ngx_log_error(NGX_LOG_NOTICE, cf->log, 0,
+                      "ratelimit_zone \"%V\": its rules' state sizes changed: "
+                      "its state starts empty", &shm_zone->shm.name);
+    }
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_ratelimit_init(ngx_conf_t *cf)
 {
+    uint32_t                        *blob;
     ngx_uint_t                       i;
     ngx_http_handler_pt             *h;
+    ngx_http_ratelimit_zone_t       *zone;
     ngx_http_core_main_conf_t       *cmcf;
     ngx_http_ratelimit_zone_ref_t   *refs;
     ngx_http_ratelimit_main_conf_t  *rmcf;
 
     rmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_ratelimit_module);
     refs = rmcf->zone_refs.elts;
+
+    /* every zone used is declared; each learns its rules' block sizes */
 
     for (i = 0; i < rmcf->zone_refs.nelts; i++) {
         if (refs[i].shm_zone->data == NULL) {
@@ -1279,6 +1512,22 @@ ngx_http_ratelimit_init(ngx_conf_t *cf)
                           &refs[i].shm_zone->shm.name,
                           &refs[i].shm_zone->shm.name,
                           refs[i].file, refs[i].line);
+            return NGX_ERROR;
+        }
+
+        if (refs[i].blob) {
+            zone = refs[i].shm_zone->data;
+            blob = ngx_array_push(&zone->blobs);
+            if (blob == NULL) {
+                return NGX_ERROR;
+            }
+
+            *blob = refs[i].blob;
+        }
+    }
+
+    for (i = 0; i < rmcf->zone_refs.nelts; i++) {
+        if (ngx_http_ratelimit_check_layout(cf, refs[i].shm_zone) != NGX_OK) {
             return NGX_ERROR;
         }
     }

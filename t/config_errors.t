@@ -14,7 +14,7 @@ my $t = RLTest->new();
 # [ what, http-level text, location-level text, message regex ]
 my @bad = (
     [ 'unknown algorithm', '', 'ratelimit zone=z limit=5 algorithm=magic;',
-      qr/"ratelimit" directive: invalid "algorithm=magic": expected algorithm=gcra, token_bucket or fixed_window/ ],
+      qr/"ratelimit" directive: invalid "algorithm=magic": expected algorithm=gcra, token_bucket, fixed_window, sliding_window, sliding_log, leaky_bucket or quota/ ],
     [ 'limit zero', '', 'ratelimit zone=z limit=0;',
       qr/"ratelimit" directive: invalid "limit=0": expected an integer from 1 to 1000000000/ ],
     [ 'limit negative', '', 'ratelimit zone=z limit=-5;', qr/invalid "limit=-5": expected an integer from 1/ ],
@@ -77,6 +77,23 @@ my @bad = (
       qr/invalid value "maybe" in "ratelimit_dry_run" directive, it must be "on" or "off"/ ],
     [ 'zone in a location', '', 'ratelimit_zone inner 1m;', qr/"ratelimit_zone" directive is not allowed here/ ],
     [ 'no arguments', '', 'ratelimit;', qr/invalid number of arguments in "ratelimit" directive/ ],
+    [ 'buckets out of range', '', 'ratelimit zone=z algorithm=sliding_window limit=5 buckets=0;',
+      qr/invalid "buckets=0": expected an integer from 1 to 100/ ],
+    [ 'sliding_log limit too large', '', 'ratelimit zone=z algorithm=sliding_log limit=20000;',
+      qr/"limit=20000" is too large for algorithm=sliding_log: it keeps one time a unit, at most 10000/ ],
+    [ 'max_delay with gcra', '', 'ratelimit zone=z limit=5 max_delay=1s;',
+      qr/"max_delay=" does not apply to algorithm=gcra: max_delay is for leaky_bucket/ ],
+    [ 'bad max_delay', '', 'ratelimit zone=z algorithm=leaky_bucket limit=5 max_delay=later;',
+      qr/invalid "max_delay=later": expected a time from 0ms to 366d/ ],
+    [ 'quota without reset', '', 'ratelimit zone=z algorithm=quota limit=5;',
+      qr/missing "reset=" for algorithm=quota: expected reset=daily, weekly or monthly/ ],
+    [ 'quota with period', '', 'ratelimit zone=z algorithm=quota limit=5 reset=daily period=1d;',
+      qr/"period=" does not apply to algorithm=quota: its period is the calendar's/ ],
+    [ 'bad utc_offset', '', 'ratelimit zone=z algorithm=quota limit=5 reset=weekly utc_offset=+15:00;',
+      qr/invalid "utc_offset=\+15:00": expected \+HH:MM or -HH:MM, at most 14:00/ ],
+    [ 'zone too small for its sliding_log', 'ratelimit_zone small 64k;',
+      'ratelimit zone=small algorithm=sliding_log limit=10000 period=1h;',
+      qr/"ratelimit_zone" directive: zone "small" of size 65536 is too small for its rules' states of up to 40032 bytes a key: it needs at least 239k/ ],
     [ 'too many rules', '', join(' ', map { "ratelimit zone=z limit=5 name=r$_;" } 1 .. 33),
       qr/"ratelimit" directive: too many rules: at most 32 apply to one request/ ],
 );
@@ -108,13 +125,19 @@ my @good = (
     'ratelimit_headers off;', 'ratelimit_headers BOTH;',
     'ratelimit_combine any;', 'ratelimit_dry_run on;', 'ratelimit_log_level info;',
     join(' ', map { "ratelimit zone=z limit=5 name=r$_;" } 1 .. 32),
+    'ratelimit zone=later algorithm=sliding_window limit=5 buckets=1;',
+    'ratelimit zone=later algorithm=sliding_log limit=1000 period=24d;',
+    'ratelimit zone=fits algorithm=sliding_log limit=10000 period=1h;',
+    'ratelimit zone=later algorithm=leaky_bucket limit=5 max_delay=0;',
+    'ratelimit zone=z algorithm=quota limit=5 reset=monthly utc_offset=-14:00;',
+    'ratelimit zone=z algorithm=quota limit=5 reset=weekly utc_offset=+05:45; ratelimit_combine any;',
 );
 
 for my $loc (@good) {
     my ($rc, $out) = $t->nginx_t($t->conf_text(
         "ratelimit_zone z 32k;\n"
         . "server {\n    listen 127.0.0.1:%%PORT%%;\n    location / { $loc }\n}\n"
-        . "ratelimit_zone later 1m;\n"));
+        . "ratelimit_zone later 1m;\nratelimit_zone fits 239k;\n"));
     is($rc, 0, "valid: " . substr($loc, 0, 70)) or diag($out);
 }
 

@@ -81,7 +81,9 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char
         p.blocks = (uint32_t) std::min<uint64_t>(share / sizes[i], kBlocksMax);
         offset += share;
         if (p.blocks < kMinBlocks) {
-            const uint64_t need = header_bytes() + 3 * (uint64_t) npools * kMinBlocks * largest / 2 + 64 * npools;
+            // with a page to spare for what the embedding puts before the table
+            const uint64_t need = 4096 + header_bytes() + 3 * (uint64_t) npools * kMinBlocks * largest / 2 +
+                                  64 * npools;
             std::snprintf(err, errlen,
                           "too small for its rules' states of up to %u bytes a key: it needs at least %lluk",
                           largest, (unsigned long long) (need + 1023) / 1024);

@@ -1,0 +1,150 @@
+#!/usr/bin/perl
+# leaky_bucket, the shaper, through real nginx: requests over the pace are
+# delayed to their slot on a timer (the worker serves others meanwhile),
+# those that would wait past max_delay are rejected, a dry run only logs, and
+# a client that leaves while delayed gives its slot back.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use HTTP::Tiny;
+use IO::Socket::INET;
+use Time::HiRes qw(time sleep);
+use RLTest;
+
+my $t = RLTest->new();
+$t->write_conf(<<'EOF');
+ratelimit_zone z 1m;
+log_format shaped '$uri $http_x_user $status $ratelimit_status';
+server {
+    listen 127.0.0.1:%%PORT%%;
+    access_log %%PREFIX%%/shaped.log shaped;
+
+    # 10 a second: one each 100 ms, waits of at most 500 ms
+    location /shape/ {
+        ratelimit zone=z key=$http_x_user algorithm=leaky_bucket limit=10 period=1s max_delay=500ms;
+        alias %%PREFIX%%/html/;
+    }
+    # one each 10 s, waits of at most 50 s: a dry run only logs them
+    location /dry/ {
+        ratelimit zone=z key=$http_x_user algorithm=leaky_bucket limit=1 period=10s max_delay=50s;
+        ratelimit_dry_run on;
+        alias %%PREFIX%%/html/;
+    }
+    # one each 2 s
+    location /slow/ {
+        ratelimit zone=z key=$http_x_user algorithm=leaky_bucket limit=1 period=2s max_delay=10s;
+        alias %%PREFIX%%/html/;
+    }
+    location /free/ {
+        alias %%PREFIX%%/html/;
+    }
+}
+EOF
+$t->start();
+
+# $n requests at once, each from its own process; returns them sorted by
+# when they were answered: [status, seconds taken, remaining header, time].
+sub at_once {
+    my ($path, $user, $n) = @_;
+    my @kids;
+    for (1 .. $n) {
+        pipe(my $rd, my $wr) or die;
+        my $pid = fork() // die;
+        if ($pid == 0) {
+            close $rd;
+            my $start = time;
+            my $r = HTTP::Tiny->new(keep_alive => 0, timeout => 10)
+                ->get('http://127.0.0.1:' . $t->port . $path, { headers => { 'X-User' => $user } });
+            printf $wr "%d %.4f %s %.4f\n", $r->{status}, time - $start,
+                $r->{headers}{'x-ratelimit-remaining'} // '-', time;
+            close $wr;
+            POSIX::_exit(0);
+        }
+        close $wr;
+        push @kids, [ $pid, $rd ];
+    }
+    my @out;
+    for (@kids) {
+        my ($pid, $rd) = @$_;
+        push @out, [ split ' ', scalar <$rd> ];
+        waitpid($pid, 0);
+    }
+    return sort { $a->[3] <=> $b->[3] } @out;
+}
+
+# 8 at once: 6 fit (waits 0, 100, ..., 500 ms), 2 would wait 600 and 700 ms
+{
+    my $free;
+    my $pid = fork() // die;
+    if ($pid == 0) {   # meanwhile, another location answers at once
+        sleep 0.15;
+        my $start = time;
+        my $r = HTTP::Tiny->new(keep_alive => 0)->get('http://127.0.0.1:' . $t->port . '/free/index.html');
+        open(my $fh, '>', $t->prefix . '/free.txt') or die;
+        printf $fh "%d %.4f\n", $r->{status}, time - $start;
+        close $fh;
+        POSIX::_exit(0);
+    }
+    my @r = at_once('/shape/index.html', 'a', 8);
+    waitpid($pid, 0);
+
+    my @ok = grep { $_->[0] == 200 } @r;
+    is(scalar @ok, 6, 'shaper: 6 admitted');
+    is(scalar(grep { $_->[0] == 429 } @r), 2, 'shaper: 2 rejected (they would wait more than 500 ms)');
+    # released one slot (100 ms) after another
+    for my $i (1 .. 5) {
+        my $gap = $ok[$i][3] - $ok[$i - 1][3];
+        ok($gap > 0.06 && $gap < 0.14, sprintf("shaper: #%d released %.3f s after #%d", $i + 1, $gap, $i));
+    }
+    my $span = $ok[5][3] - $ok[0][3];
+    ok($span > 0.47 && $span < 0.56, sprintf('shaper: the 6th 500 ms after the 1st (%.3f s)', $span));
+    is($ok[5][2], 5, 'shaper: headers describe the key at release');
+
+    my ($status, $took) = split ' ', RLTest::read_file($t->prefix . '/free.txt');
+    is($status, 200, 'another location is served while requests are delayed');
+    ok($took < 0.1, sprintf('... at once (%.3f s)', $took));
+}
+
+# dry run: nothing delayed, nothing rejected; logged as it would have been
+{
+    my @r = at_once('/dry/index.html', 'd', 8);
+    is(join(' ', map { $_->[0] } @r), '200 200 200 200 200 200 200 200', 'dry run: all pass');
+    ok($r[-1][1] < 0.2, sprintf('dry run: none delayed (slowest %.3f s)', $r[-1][1]));
+}
+
+# A client that leaves while delayed gives its slot back: A is served, B is
+# delayed 2 s and leaves, C then waits only for B's slot, not the one after.
+{
+    my $port = $t->port;
+    is($t->get('/slow/index.html', { 'X-User' => 's' })->{status}, 200, 'abort: A at once');
+    my $b = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port") or die;
+    print $b "GET /slow/index.html HTTP/1.1\r\nHost: x\r\nX-User: s\r\n\r\n";
+    my $sent = time;
+    sleep 0.2;
+    close $b;
+    sleep 0.3;
+    my $start = time;
+    my $r = $t->get('/slow/index.html', { 'X-User' => 's' });
+    my $waited = time - $start;
+    is($r->{status}, 200, 'abort: C admitted');
+    my $slot = $sent + 2 - $start;   # B's slot, 2 s after A
+    ok(abs($waited - $slot) < 0.2, sprintf('abort: C took the abandoned slot (waited %.2f s, slot in %.2f s)', $waited, $slot));
+}
+
+$t->stop();
+
+my $log = RLTest::read_file($t->prefix . '/shaped.log');
+my %count;
+$count{"$1 $2 $3"}++ while $log =~ m{^/(\w+)/index\.html \S+ (\d+) (\S+)$}mg;
+is($count{'shape 200 PASSED'}, 1, 'log: one PASSED');
+is($count{'shape 200 DELAYED'}, 5, 'log: five DELAYED');
+is($count{'shape 429 REJECTED'}, 2, 'log: two REJECTED');
+is($count{'dry 200 DELAYED_DRY_RUN'}, 5, 'log: dry run DELAYED_DRY_RUN');
+is($count{'dry 200 REJECTED_DRY_RUN'}, 2, 'log: dry run REJECTED_DRY_RUN');
+is($count{'slow 499 DELAYED'}, 1, 'log: the abandoned request, 499 while DELAYED');
+like($t->error_log, qr/\[warn\].*ratelimit: delaying by rule "leaky_bucket_10_1s" in zone "z", key "a", cost 1, for \d+ ms/,
+     'delays are logged one level below rejections');
+
+done_testing();
