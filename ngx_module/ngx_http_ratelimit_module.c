@@ -39,6 +39,7 @@
 
 
 typedef struct {
+    ngx_str_t                    name;      /* as declared */
     ngx_slab_pool_t             *shpool;    /* its mutex is the zone's lock */
     void                        *table;     /* rl table inside the zone */
     ngx_array_t                  blobs;     /* uint32_t: its rules' block sizes */
@@ -718,7 +719,8 @@ ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
         ngx_log_error(level, r->connection->log, 0,
                       "ratelimit: %s by rule \"%V\" in zone \"%V\", key "
                       "\"%*s\", cost %uL, for %L ms", what, &rule->name,
-                      &rule->shm_zone->shm.name, (size_t) (p - key), key,
+                      &((ngx_http_ratelimit_zone_t *) rule->shm_zone->data)->name,
+                      (size_t) (p - key), key,
                       check->cost, check->decision.delay_ms);
         return;
     }
@@ -726,7 +728,8 @@ ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
     ngx_log_error(level, r->connection->log, 0,
                   "ratelimit: %s by rule \"%V\" in zone \"%V\", key \"%*s\","
                   " cost %uL%s, retry after %L ms", what, &rule->name,
-                  &rule->shm_zone->shm.name, (size_t) (p - key), key,
+                  &((ngx_http_ratelimit_zone_t *) rule->shm_zone->data)->name,
+                  (size_t) (p - key), key,
                   check->cost,
                   check->decision.never ? " (more than the rule ever admits)"
                                         : "",
@@ -953,23 +956,28 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         != RL_OK)
     {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
-                      "ratelimit_zone \"%V\": %s", &shm_zone->shm.name, err);
+                      "ratelimit_zone \"%V\": %s", &zone->name, err);
         return NGX_ERROR;
     }
 
     zone->shpool->data = zone->table;
 
-    /* the previous cycle's zone of this name, if its size was different */
+    /* the previous cycle's zone of this name, if any, is not reused */
 
     old = ngx_http_ratelimit_lookup_zone((ngx_list_t *)
                                          &ngx_cycle->shared_memory,
-                                         &shm_zone->shm.name);
+                                         &zone->name);
 
     if (old != NULL && old->shm.size != shm_zone->shm.size) {
         ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
                       "ratelimit_zone \"%V\" changed size from %uz to %uz "
-                      "bytes: its state starts empty", &shm_zone->shm.name,
+                      "bytes: its state starts empty", &zone->name,
                       old->shm.size, shm_zone->shm.size);
+
+    } else if (old != NULL) {
+        ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
+                      "ratelimit_zone \"%V\": its rules' state sizes changed: "
+                      "its state starts empty", &zone->name);
     }
 
     return NGX_OK;
@@ -1079,14 +1087,19 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 }
 
 
-/* This module's zone NAME in a cycle's list of shared memory zones. */
+/*
+ * This module's zone declared as NAME in a cycle's list of shared memory
+ * zones (their own names may carry a layout, see check_layout).
+ */
 
 static ngx_shm_zone_t *
 ngx_http_ratelimit_lookup_zone(ngx_list_t *shared_memory, ngx_str_t *name)
 {
-    ngx_uint_t        i;
-    ngx_list_part_t  *part;
-    ngx_shm_zone_t   *zone;
+    ngx_str_t                  *declared;
+    ngx_uint_t                  i;
+    ngx_list_part_t            *part;
+    ngx_shm_zone_t             *zone;
+    ngx_http_ratelimit_zone_t  *z;
 
     part = &shared_memory->part;
     zone = part->elts;
@@ -1102,9 +1115,15 @@ ngx_http_ratelimit_lookup_zone(ngx_list_t *shared_memory, ngx_str_t *name)
             i = 0;
         }
 
-        if (zone[i].tag == &ngx_http_ratelimit_module
-            && zone[i].shm.name.len == name->len
-            && ngx_strncmp(zone[i].shm.name.data, name->data, name->len) == 0)
+        if (zone[i].tag != &ngx_http_ratelimit_module) {
+            continue;
+        }
+
+        z = zone[i].data;
+        declared = z != NULL ? &z->name : &zone[i].shm.name;
+
+        if (declared->len == name->len
+            && ngx_strncmp(declared->data, name->data, name->len) == 0)
         {
             return &zone[i];
         }
@@ -1184,6 +1203,7 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    zone->name = name;
     zone->file = cf->conf_file->file.name.data;
     zone->line = cf->conf_file->line;
 
@@ -1434,17 +1454,20 @@ ngx_http_ratelimit_set_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 /*
  * A zone's layout (how much of it holds blocks, of which sizes) follows its
- * rules.  Too small a zone for them fails the configuration; a reload that
- * changes the layout gets fresh memory (old workers keep the old zone until
- * they exit) and the zone starts empty.
+ * rules.  Too small a zone for them fails the configuration.  The layout is
+ * part of the shared memory zone's name, so a reload that changes it gets a
+ * fresh zone from nginx (old workers keep the old one until they exit, and
+ * nginx frees it then), while a reload that keeps it keeps the zone.
  */
 
 static ngx_int_t
 ngx_http_ratelimit_check_layout(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone)
 {
+    u_char                     *p;
     size_t                      size;
-    ngx_shm_zone_t             *old;
-    ngx_http_ratelimit_zone_t  *zone, *ozone;
+    uint32_t                    crc;
+    ngx_uint_t                  i;
+    ngx_http_ratelimit_zone_t  *zone;
     char                        err[RL_ERR_MAX];
 
     zone = shm_zone->data;
@@ -1456,32 +1479,31 @@ ngx_http_ratelimit_check_layout(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone)
     {
         ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
                       "\"ratelimit_zone\" directive: zone \"%V\" of size %uz "
-                      "is %s, declared in %s:%ui", &shm_zone->shm.name,
+                      "is %s, declared in %s:%ui", &zone->name,
                       shm_zone->shm.size, err, zone->file, zone->line);
         return NGX_ERROR;
     }
 
-    old = ngx_http_ratelimit_lookup_zone((ngx_list_t *)
-                                         &ngx_cycle->shared_memory,
-                                         &shm_zone->shm.name);
-
-    if (old == NULL || old->shm.size != shm_zone->shm.size
-        || old->data == NULL || shm_zone->noreuse)
-    {
-        return NGX_OK;
+    if (zone->blobs.nelts == 0 || shm_zone->shm.name.len != zone->name.len) {
+        return NGX_OK;   /* no blocks, or named already */
     }
 
-    ozone = old->data;
+    /* the block sizes, in any order: the layout depends on the set */
 
-    if (ozone->table != NULL
-        && !rl_table_valid(ozone->table, size, zone->blobs.elts,
-                           zone->blobs.nelts))
-    {
-        shm_zone->noreuse = 1;
-        ngx_log_error(NGX_LOG_NOTICE, cf->log, 0,
-                      "ratelimit_zone \"%V\": its rules' state sizes changed: "
-                      "its state starts empty", &shm_zone->shm.name);
+    crc = 0;
+    for (i = 0; i < zone->blobs.nelts; i++) {
+        crc ^= ngx_crc32_short((u_char *) &((uint32_t *) zone->blobs.elts)[i],
+                               sizeof(uint32_t));
     }
+
+    p = ngx_pnalloc(cf->pool, zone->name.len + sizeof(" layout=") + 8);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    shm_zone->shm.name.data = p;
+    shm_zone->shm.name.len = ngx_sprintf(p, "%V layout=%08xD", &zone->name,
+                                         crc) - p;
 
     return NGX_OK;
 }

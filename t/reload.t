@@ -48,9 +48,29 @@ like($t->error_log, qr/\[notice\].*ratelimit_zone "z" changed size from 1048576 
      'a changed size is logged');
 is(statuses(7), '200 200 200 200 200 200 429', 'a changed size starts empty');
 
+# A sliding window's state lives in a block of the zone: adding such a rule
+# changes the zone's layout, which starts it empty; a reload that keeps the
+# layout keeps the blocks too.
+my $with_window = <<'EOF';
+ratelimit_zone z 2m;
+server {
+    listen 127.0.0.1:%%PORT%%;
+    location / {
+        ratelimit zone=z limit=6 period=1h name=r;
+        ratelimit zone=z algorithm=sliding_window limit=3 period=1h name=w;
+    }
+}
+EOF
+$t->reload($with_window, workers => 2);
+like($t->error_log, qr/\[notice\].*ratelimit_zone "z": its rules' state sizes changed: its state starts empty/,
+     'a new layout is logged');
+is(statuses(2), '200 200', 'a new layout starts empty');
+$t->reload($with_window, workers => 2);
+is(statuses(2), '200 429', 'a reload keeps the sliding window blocks');
+
 $t->stop();
 $t->start();
-is(statuses(7), '200 200 200 200 200 200 429', 'stop and start begins fresh');
+is(statuses(4), '200 200 200 429', 'stop and start begins fresh');
 $t->stop();
 
 done_testing();

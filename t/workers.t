@@ -1,6 +1,8 @@
 #!/usr/bin/perl
-# Two worker processes share one limit exactly: concurrent clients spread
-# over both workers, exactly `limit` requests admitted.
+# Two worker processes share limits exactly: concurrent clients spread over
+# both workers; exactly `limit` admitted, and stacked rules in two zones
+# consume atomically (all: nothing for denied requests; any: only the
+# allowing rules).
 use strict;
 use warnings;
 use FindBin;
@@ -12,49 +14,86 @@ use RLTest;
 my $t = RLTest->new();
 $t->write_conf(<<'EOF', workers => 2);
 ratelimit_zone z 1m;
+ratelimit_zone other 1m;
 server {
     listen 127.0.0.1:%%PORT%% reuseport;
-    location / {
+    add_header X-Worker $pid always;
+    location /one/ {
         ratelimit zone=z key=shared limit=50 period=1h;
-        add_header X-Worker $pid always;
+        alias %%PREFIX%%/html/;
+    }
+    location /all/ {
+        ratelimit zone=z key=all limit=30 period=1h name=a;
+        ratelimit zone=other key=all limit=50 period=1h name=b;
+        alias %%PREFIX%%/html/;
+    }
+    location /all-b/ {
+        ratelimit zone=other key=all limit=50 period=1h name=b;
+        alias %%PREFIX%%/html/;
+    }
+    location /any/ {
+        ratelimit zone=z key=any limit=30 period=1h name=a;
+        ratelimit zone=other key=any limit=50 period=1h name=b;
+        ratelimit_combine any;
+        alias %%PREFIX%%/html/;
+    }
+    location /any-a/ {
+        ratelimit zone=z key=any limit=30 period=1h name=a;
+        alias %%PREFIX%%/html/;
     }
 }
 EOF
 $t->start();
 
-my ($clients, $each) = (8, 40);
-my @kids;
-for my $c (1 .. $clients) {
-    pipe(my $rd, my $wr) or die "pipe: $!";
-    my $pid = fork() // die "fork: $!";
-    if ($pid == 0) {
-        close $rd;
-        my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10);
-        for (1 .. $each) {
-            my $r = $http->get('http://127.0.0.1:' . $t->port . '/index.html');
-            print $wr "$r->{status} ", ($r->{headers}{'x-worker'} // '-'), "\n";
+# $clients processes, $each requests each, new connections: status counts
+# and the workers that answered.
+sub hammer {
+    my ($path, $clients, $each) = @_;
+    my @kids;
+    for my $c (1 .. $clients) {
+        pipe(my $rd, my $wr) or die "pipe: $!";
+        my $pid = fork() // die "fork: $!";
+        if ($pid == 0) {
+            close $rd;
+            my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10);
+            for (1 .. $each) {
+                my $r = $http->get('http://127.0.0.1:' . $t->port . $path);
+                print $wr "$r->{status} ", ($r->{headers}{'x-worker'} // '-'), "\n";
+            }
+            close $wr;
+            POSIX::_exit(0);
         }
         close $wr;
-        POSIX::_exit(0);
+        push @kids, [ $pid, $rd ];
     }
-    close $wr;
-    push @kids, [ $pid, $rd ];
+    my (%status, %worker);
+    for my $k (@kids) {
+        my ($pid, $rd) = @$k;
+        while (my $line = <$rd>) {
+            my ($s, $w) = split ' ', $line;
+            $status{$s}++;
+            $worker{$w}++;
+        }
+        waitpid($pid, 0);
+    }
+    return (\%status, \%worker);
 }
 
-my (%status, %worker);
-for my $k (@kids) {
-    my ($pid, $rd) = @$k;
-    while (my $line = <$rd>) {
-        my ($s, $w) = split ' ', $line;
-        $status{$s}++;
-        $worker{$w}++;
-    }
-    waitpid($pid, 0);
-}
+my ($status, $worker) = hammer('/one/index.html', 8, 40);
+is($status->{200}, 50, 'one rule: exactly the limit admitted across both workers');
+is($status->{429}, 320 - 50, 'one rule: every other request rejected');
+is(scalar(keys %$worker), 2, 'both workers served requests');
 
-is($status{200}, 50, 'exactly the limit admitted across both workers');
-is($status{429}, $clients * $each - 50, 'every other request rejected');
-is(scalar(keys %worker), 2, 'both workers served requests');
+($status) = hammer('/all/index.html', 8, 25);
+is($status->{200}, 30, 'all: admitted as the tighter rule allows');
+is($t->get('/all-b/index.html')->{headers}{'x-ratelimit-remaining'}, 50 - 30 - 1,
+   'all: the other rule spent exactly the admitted requests');
+
+($status) = hammer('/any/index.html', 8, 25);
+is($status->{200}, 50, 'any: admitted while either rule allows');
+my $r = $t->get('/any-a/index.html');
+is($r->{status}, 429, 'any: the tighter rule spent exactly its 30');
+is($r->{headers}{'x-ratelimit-remaining'}, 0, 'any: and no more');
 
 $t->stop();
 done_testing();
