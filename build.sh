@@ -87,7 +87,9 @@ build_module() {
     fi
     make -C "$objdir" -f objs/Makefile -j "$JOBS" modules >"$objdir/make.log" 2>&1 \
         || { cat "$objdir/make.log"; exit 1; }
-    cp "$objdir/objs/ngx_http_ratelimit_module.so" "$BUILD/"
+    # a new file, not rewritten in place: a running nginx may have it mapped
+    cp "$objdir/objs/ngx_http_ratelimit_module.so" "$BUILD/.module.so.tmp"
+    mv -f "$BUILD/.module.so.tmp" "$BUILD/ngx_http_ratelimit_module.so"
     log "built $BUILD/ngx_http_ratelimit_module.so"
 }
 

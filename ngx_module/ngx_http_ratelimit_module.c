@@ -54,8 +54,11 @@ typedef struct {
     uint64_t                     identity;
     ngx_str_t                    name;      /* rule.name */
     ngx_http_complex_value_t     key;
+    ngx_int_t                    key_index; /* a key that is one variable */
     ngx_http_complex_value_t    *cost;      /* NULL: rule.cost */
     ngx_flag_t                   cost_warned;
+    ngx_str_t                    limit;     /* header texts known in advance */
+    ngx_str_t                    policy;    /* "name";q=N;w=  */
 } ngx_http_ratelimit_rule_t;
 
 
@@ -100,6 +103,8 @@ typedef struct {
 
 
 static ngx_int_t ngx_http_ratelimit_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_ratelimit_key(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule, ngx_str_t *key);
 static ngx_int_t ngx_http_ratelimit_delay_request(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, rl_check_t *checks,
     ngx_http_ratelimit_rule_t **rules, ngx_uint_t n, ngx_msec_t delay);
@@ -115,8 +120,9 @@ static void ngx_http_ratelimit_lock(rl_check_t *checks,
 static void ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
     const char *what, ngx_http_ratelimit_rule_t *rule, rl_check_t *check);
 static ngx_int_t ngx_http_ratelimit_add_header(ngx_http_request_t *r,
-    ngx_str_t *name, const char *fmt, ...);
-static int64_t ngx_http_ratelimit_seconds(int64_t ms);
+    ngx_str_t *name, u_char *value, size_t len);
+static u_char *ngx_http_ratelimit_number(u_char *p, uint64_t n);
+static uint64_t ngx_http_ratelimit_seconds(int64_t ms);
 
 static ngx_int_t ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
@@ -366,15 +372,20 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
-    cln = ngx_pool_cleanup_add(r->main->pool,
-                               sizeof(ngx_http_ratelimit_ctx_t));
+    /* the context and its pool cleanup in one allocation */
+
+    cln = ngx_pcalloc(r->main->pool,
+                      sizeof(ngx_pool_cleanup_t)
+                      + sizeof(ngx_http_ratelimit_ctx_t));
     if (cln == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ctx = cln->data;
-    ngx_memzero(ctx, sizeof(ngx_http_ratelimit_ctx_t));
+    ctx = (ngx_http_ratelimit_ctx_t *) (cln + 1);
     cln->handler = ngx_http_ratelimit_ctx_cleanup;
+    cln->data = ctx;
+    cln->next = r->main->pool->cleanup;
+    r->main->pool->cleanup = cln;
     ngx_http_set_ctx(r->main, ctx, ngx_http_ratelimit_module);
 
     ctx->headers = rlcf->headers;
@@ -384,7 +395,7 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
 
     for (i = 0; i < rlcf->rules.nelts; i++) {
 
-        if (ngx_http_complex_value(r, &rules[i].key, &key) != NGX_OK) {
+        if (ngx_http_ratelimit_key(r, &rules[i], &key) != NGX_OK) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
@@ -394,7 +405,6 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
 
         zone = rules[i].shm_zone->data;
 
-        ngx_memzero(&checks[n], sizeof(rl_check_t));
         checks[n].table = zone->table;
         checks[n].rule = &rules[i].rule;
         checks[n].identity = rules[i].identity;
@@ -599,6 +609,36 @@ ngx_http_ratelimit_ctx_cleanup(void *data)
 
 
 /*
+ * A key that is a single variable is read in place; any other is built by
+ * the complex value's script.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_key(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
+    ngx_str_t *key)
+{
+    ngx_http_variable_value_t  *vv;
+
+    if (rule->key_index == NGX_ERROR) {
+        return ngx_http_complex_value(r, &rule->key, key);
+    }
+
+    vv = ngx_http_get_indexed_variable(r, rule->key_index);
+
+    if (vv == NULL || vv->not_found) {
+        key->len = 0;
+        key->data = NULL;
+        return vv == NULL ? NGX_ERROR : NGX_OK;
+    }
+
+    key->len = vv->len;
+    key->data = vv->data;
+
+    return NGX_OK;
+}
+
+
+/*
  * cost=$variable: a non-negative integer; anything else is logged once per
  * worker and rule and counts as 1.
  */
@@ -647,6 +687,12 @@ ngx_http_ratelimit_lock(rl_check_t *checks, ngx_http_ratelimit_rule_t **rules,
     ngx_uint_t                  i, j, k, m;
     ngx_slab_pool_t            *pools[RL_RULES_MAX], *p;
     ngx_http_ratelimit_zone_t  *zone;
+
+    if (n == 1) {
+        zone = rules[0]->shm_zone->data;
+        (lock ? ngx_shmtx_lock : ngx_shmtx_unlock)(&zone->shpool->mutex);
+        return;
+    }
 
     m = 0;
 
@@ -740,7 +786,8 @@ ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
 static ngx_int_t
 ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
 {
-    int64_t                     reset;
+    u_char                     *p, *v;
+    uint64_t                    reset;
     ngx_http_ratelimit_ctx_t   *ctx;
     ngx_http_ratelimit_rule_t  *rule;
 
@@ -760,42 +807,83 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
     rule = ctx->rule;
     reset = ngx_http_ratelimit_seconds(ctx->decision.reset_ms);
 
-    if ((ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_LEGACY)
-        && (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_limit_header,
-                                          "%uD", rule->rule.limit)
-            != NGX_OK
-            || ngx_http_ratelimit_add_header(r,
+    /* every value in one buffer: at most a policy and five numbers */
+
+    p = ngx_pnalloc(r->pool, 2 * (RL_NAME_MAX + 32) + 5 * NGX_INT64_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_LEGACY) {
+
+        if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_limit_header,
+                                          rule->limit.data, rule->limit.len)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        v = p;
+        p = ngx_http_ratelimit_number(p, ctx->decision.remaining);
+        if (ngx_http_ratelimit_add_header(r,
                                           &ngx_http_ratelimit_remaining_header,
-                                          "%uL", ctx->decision.remaining)
-               != NGX_OK
-            || ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_reset_header,
-                                             "%L", reset)
-               != NGX_OK))
-    {
-        return NGX_ERROR;
+                                          v, p - v)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        v = p;
+        p = ngx_http_ratelimit_number(p, reset);
+        if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_reset_header,
+                                          v, p - v)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
     }
 
-    if ((ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF)
-        && (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_policy_header,
-                          "\"%V\";q=%uD;w=%L", &rule->name, rule->rule.limit,
-                          ngx_http_ratelimit_seconds(ctx->decision.window_ms))
-            != NGX_OK
-            || ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_ietf_header,
-                          "\"%V\";r=%uL;t=%L", &rule->name,
-                          ctx->decision.remaining, reset)
-               != NGX_OK))
-    {
-        return NGX_ERROR;
+    if (ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF) {
+
+        /* "name";q=limit;w=window and "name";r=remaining;t=reset */
+
+        v = p;
+        p = ngx_cpymem(p, rule->policy.data, rule->policy.len);
+        p = ngx_http_ratelimit_number(p, ngx_http_ratelimit_seconds(
+                                             ctx->decision.window_ms));
+        if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_policy_header,
+                                          v, p - v)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        v = p;
+        *p++ = '"';
+        p = ngx_cpymem(p, rule->name.data, rule->name.len);
+        p = ngx_cpymem(p, "\";r=", 4);
+        p = ngx_http_ratelimit_number(p, ctx->decision.remaining);
+        p = ngx_cpymem(p, ";t=", 3);
+        p = ngx_http_ratelimit_number(p, reset);
+        if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_ietf_header,
+                                          v, p - v)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
     }
 
-    if (ctx->status == NGX_HTTP_RATELIMIT_REJECTED
-        && ngx_http_ratelimit_add_header(r,
-                          &ngx_http_ratelimit_retry_after_header, "%L",
-                          ngx_max(ngx_http_ratelimit_seconds(
-                                      ctx->decision.retry_after_ms), 1))
-           != NGX_OK)
-    {
-        return NGX_ERROR;
+    if (ctx->status == NGX_HTTP_RATELIMIT_REJECTED) {
+        v = p;
+        p = ngx_http_ratelimit_number(p, ngx_max(ngx_http_ratelimit_seconds(
+                                          ctx->decision.retry_after_ms), 1));
+        if (ngx_http_ratelimit_add_header(r,
+                                          &ngx_http_ratelimit_retry_after_header,
+                                          v, p - v)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
     }
 
     return ngx_http_next_header_filter(r);
@@ -804,31 +892,19 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
 
 static ngx_int_t
 ngx_http_ratelimit_add_header(ngx_http_request_t *r, ngx_str_t *name,
-    const char *fmt, ...)
+    u_char *value, size_t len)
 {
-    u_char           *p;
-    va_list           args;
     ngx_table_elt_t  *h;
-
-    /* the longest value: a quoted name and three numbers */
-    p = ngx_pnalloc(r->pool, RL_NAME_MAX + 3 * NGX_INT64_LEN + 16);
-    if (p == NULL) {
-        return NGX_ERROR;
-    }
 
     h = ngx_list_push(&r->headers_out.headers);
     if (h == NULL) {
         return NGX_ERROR;
     }
 
-    va_start(args, fmt);
-    h->value.len = ngx_vslprintf(p, p + RL_NAME_MAX + 3 * NGX_INT64_LEN + 16,
-                                 fmt, args) - p;
-    va_end(args);
-
     h->hash = 1;
     h->key = *name;
-    h->value.data = p;
+    h->value.data = value;
+    h->value.len = len;
 #if (nginx_version >= 1023000)
     h->next = NULL;
 #endif
@@ -837,12 +913,30 @@ ngx_http_ratelimit_add_header(ngx_http_request_t *r, ngx_str_t *name,
 }
 
 
+/* A number in decimal: cheaper than ngx_sprintf on every response. */
+
+static u_char *
+ngx_http_ratelimit_number(u_char *p, uint64_t n)
+{
+    u_char   digits[NGX_INT64_LEN], *d;
+
+    d = digits + NGX_INT64_LEN;
+
+    do {
+        *--d = (u_char) ('0' + n % 10);
+        n /= 10;
+    } while (n);
+
+    return ngx_cpymem(p, d, digits + NGX_INT64_LEN - d);
+}
+
+
 /* Whole seconds, rounded up: headers never promise too early. */
 
-static int64_t
+static uint64_t
 ngx_http_ratelimit_seconds(int64_t ms)
 {
-    return ms <= 0 ? 0 : (ms + 999) / 1000;
+    return ms <= 0 ? 0 : ((uint64_t) ms + 999) / 1000;
 }
 
 
@@ -890,20 +984,20 @@ ngx_http_ratelimit_variable(ngx_http_request_t *r,
     switch (data) {
 
     case NGX_HTTP_RATELIMIT_VAR_LIMIT:
-        p = ngx_sprintf(p, "%uD", ctx->rule->rule.limit);
+        p = ngx_http_ratelimit_number(p, ctx->rule->rule.limit);
         break;
 
     case NGX_HTTP_RATELIMIT_VAR_REMAINING:
-        p = ngx_sprintf(p, "%uL", ctx->decision.remaining);
+        p = ngx_http_ratelimit_number(p, ctx->decision.remaining);
         break;
 
     case NGX_HTTP_RATELIMIT_VAR_RESET:
-        p = ngx_sprintf(p, "%L",
-                        ngx_http_ratelimit_seconds(ctx->decision.reset_ms));
+        p = ngx_http_ratelimit_number(p, ngx_http_ratelimit_seconds(
+                                             ctx->decision.reset_ms));
         break;
 
     default: /* NGX_HTTP_RATELIMIT_VAR_RETRY_AFTER */
-        p = ngx_sprintf(p, "%L", ctx->decision.allowed ? 0
+        p = ngx_http_ratelimit_number(p, ctx->decision.allowed ? 0
                  : ngx_max(ngx_http_ratelimit_seconds(
                                ctx->decision.retry_after_ms), 1));
         break;
@@ -1225,6 +1319,7 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_ratelimit_loc_conf_t *rlcf = conf;
 
     int                                 rc;
+    u_char                              c;
     ngx_str_t                          *value, zone, key, s;
     ngx_uint_t                          i;
     ngx_http_ratelimit_rule_t          *rule;
@@ -1360,6 +1455,47 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     rule->name.data = (u_char *) rule->rule.name;
     rule->name.len = ngx_strlen(rule->rule.name);
     rule->identity = rl_rule_identity(&rule->rule, (char *) key.data, key.len);
+
+    /* a key that is exactly one variable is read without copying it */
+
+    rule->key_index = NGX_ERROR;
+
+    if (key.len > 1 && key.data[0] == '$'
+        && ngx_http_script_variables_count(&key) == 1)
+    {
+        s.data = key.data + 1;
+        s.len = key.len - 1;
+
+        for (i = 0; i < s.len; i++) {
+            c = s.data[i];
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+                  || (c >= '0' && c <= '9') || c == '_'))
+            {
+                break;
+            }
+        }
+
+        if (i == s.len) {
+            rule->key_index = ngx_http_get_variable_index(cf, &s);
+            if (rule->key_index == NGX_ERROR) {
+                return NGX_CONF_ERROR;
+            }
+        }
+    }
+
+    /* the parts of the headers known now */
+
+    rule->limit.data = ngx_pnalloc(cf->pool, NGX_INT64_LEN);
+    rule->policy.data = ngx_pnalloc(cf->pool, rule->name.len + 32);
+    if (rule->limit.data == NULL || rule->policy.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    rule->limit.len = ngx_sprintf(rule->limit.data, "%uD", rule->rule.limit)
+                      - rule->limit.data;
+    rule->policy.len = ngx_sprintf(rule->policy.data, "\"%V\";q=%uD;w=",
+                                   &rule->name, rule->rule.limit)
+                       - rule->policy.data;
 
     /* a zone may be declared after its use; checked in postconfiguration */
 

@@ -6,23 +6,25 @@
 namespace {
 
 struct Item {
-    rl::State state;    // as found; a head-only state holds the new head
-    int pool;           // the rule's block pool, -1 for a head-only state
+    rl::State state;        // as found; a head-only state holds the new head
+    int pool;               // the rule's block pool, -1 for a head-only state
+    rl::Table::Ref ref;     // where the head was found, if it was
 };
 
 // The state rule i is decided on.  Two rules with the same identity and key
 // in one table share a state: a head-only one is decided on the head the
 // earlier rule would leave; one with a block on the block as it is.
-rl::State current(const rl_check_t *c, const Item *items, size_t i)
+rl::State current(const rl_check_t *c, Item *items, size_t i)
 {
     rl::State s{rl_state_t{0, 0}, nullptr};
+    items[i].ref.t = nullptr;
     for (size_t j = i; j-- > 0;) {
         if (c[j].table == c[i].table && c[j].tag == c[i].tag && items[j].pool < 0) {
             s.head = items[j].state.head;
             return s;
         }
     }
-    rl::Table::at(c[i].table)->find(c[i].tag, &s);
+    rl::Table::at(c[i].table)->find(c[i].tag, &s, &items[i].ref);
     return s;
 }
 
@@ -75,19 +77,26 @@ int rl_check(rl_check_t *c, size_t n, int combine, int64_t now_ms, size_t *bindi
         const bool allowed = combine == RL_COMBINE_ANY ? allowing > 0 || n == 0 : allowing == n;
 
         // With any, only the allowing rules consume; with all, every rule
-        // allows whenever the request is allowed.
+        // allows whenever the request is allowed.  A head found in place is
+        // written there, until an insertion may have moved keys.
+        bool moved = false;
         for (size_t i = 0; allowed && i < n; i++) {
             if (!c[i].decision.allowed || c[i].cost == 0) {
                 continue;
             }
             rl::Table *table = rl::Table::at(c[i].table);
-            if (!rl::blob_size(*c[i].rule)) {
-                table->store(c[i].tag, c[i].after, now_ms);
+            const bool head_only = rl::blob_size(*c[i].rule) == 0;
+            if (head_only && items[i].ref.t != nullptr && !moved) {
+                *items[i].ref.t = c[i].after.t;
+                *items[i].ref.n = c[i].after.n;
+            } else if (head_only) {
+                moved |= table->store(c[i].tag, c[i].after, now_ms);
             } else if (items[i].pool >= 0) {
                 rl::State s = table->acquire(c[i].tag, items[i].pool, now_ms);
                 rl::transition(*c[i].rule, s, now_ms, c[i].cost, true);
                 table->set_t(c[i].tag, s.head.t);
                 c[i].after = s.head;
+                moved = true;
             }
         }
 

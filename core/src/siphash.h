@@ -1,22 +1,97 @@
 // SipHash-2-4 (Aumasson & Bernstein, "SipHash: a fast short-input PRF",
 // 2012): a keyed 64-bit hash.  Keyed with a per-zone random secret it makes
 // table collisions impossible to craft from outside.  Streaming, so a rule
-// identity and a key hash as one message without copying.
+// identity and a key hash as one message without copying; inline, because
+// it runs once per rule on every request.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "SipHash words are read little-endian");
 
 namespace rl {
 
 class SipHash {
 public:
-    explicit SipHash(const uint8_t key[16]);
-    void update(const void *data, size_t len);
-    uint64_t finish();
+    explicit SipHash(const uint8_t key[16])
+    {
+        const uint64_t k0 = load(key), k1 = load(key + 8);
+        v0_ = k0 ^ 0x736f6d6570736575ull;
+        v1_ = k1 ^ 0x646f72616e646f6dull;
+        v2_ = k0 ^ 0x6c7967656e657261ull;
+        v3_ = k1 ^ 0x7465646279746573ull;
+    }
+
+    // Hashes a little-endian 64-bit word (aligned with the message so far).
+    void word(uint64_t m)
+    {
+        total_ += 8;
+        if (ntail_ == 0) {
+            compress(m);
+        } else {
+            update(&m, sizeof(m));
+            total_ -= 8;
+        }
+    }
+
+    void update(const void *data, size_t len)
+    {
+        const uint8_t *p = static_cast<const uint8_t *>(data);
+        total_ += len;
+        while (ntail_ != 0 && len != 0) {   // complete a partial word first
+            tail_ |= (uint64_t) *p++ << (8 * ntail_);
+            len--;
+            if (++ntail_ == 8) {
+                compress(tail_);
+                tail_ = 0;
+                ntail_ = 0;
+            }
+        }
+        for (; len >= 8; p += 8, len -= 8) {
+            compress(load(p));
+        }
+        for (size_t i = 0; i < len; i++) {
+            tail_ |= (uint64_t) p[i] << (8 * ntail_++);
+        }
+    }
+
+    uint64_t finish()
+    {
+        compress(tail_ | (total_ << 56));
+        v2_ ^= 0xff;
+        round();
+        round();
+        round();
+        round();
+        return v0_ ^ v1_ ^ v2_ ^ v3_;
+    }
 
 private:
-    void compress(uint64_t m);
+    static uint64_t load(const uint8_t *p)
+    {
+        uint64_t v;
+        std::memcpy(&v, p, sizeof(v));
+        return v;
+    }
+    static uint64_t rotl(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
+
+    void round()
+    {
+        v0_ += v1_; v1_ = rotl(v1_, 13); v1_ ^= v0_; v0_ = rotl(v0_, 32);
+        v2_ += v3_; v3_ = rotl(v3_, 16); v3_ ^= v2_;
+        v0_ += v3_; v3_ = rotl(v3_, 21); v3_ ^= v0_;
+        v2_ += v1_; v1_ = rotl(v1_, 17); v1_ ^= v2_; v2_ = rotl(v2_, 32);
+    }
+
+    void compress(uint64_t m)
+    {
+        v3_ ^= m;
+        round();
+        round();
+        v0_ ^= m;
+    }
 
     uint64_t v0_, v1_, v2_, v3_;
     uint64_t tail_ = 0;     // pending bytes, little-endian

@@ -89,11 +89,18 @@ public:
     // The pool for an algorithm block of `blob` bytes, or -1.
     int pool_for(size_t blob) const;
 
+    // Where a found key's head is: valid until the next insertion.
+    struct Ref {
+        int64_t *t;
+        uint32_t *n;
+    };
+
     // The key's state: its head, and its block (nullptr if none).  False if
     // the key has no slot.
-    bool find(uint64_t tag, State *s) const;
-    // Stores a key's head, inserting (and evicting if need be) when absent.
-    void store(uint64_t tag, rl_state_t head, int64_t now);
+    bool find(uint64_t tag, State *s, Ref *ref = nullptr) const;
+    // Stores a key's head, inserting (and evicting if need be) when absent;
+    // true if it inserted (which may move other keys).
+    bool store(uint64_t tag, rl_state_t head, int64_t now);
     // The key's state with a block of `pool`, created zeroed when absent; a
     // later set_t(tag, t) records its new head.t.
     State acquire(uint64_t tag, int pool, int64_t now);

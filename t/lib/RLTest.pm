@@ -12,6 +12,7 @@ package RLTest;
 #   my $r = $t->get('/index.html', { 'X-User' => 'a' });   # HTTP::Tiny response
 #   $t->reload($new_body);  $t->stop();
 #
+# RLTest->new(quiet => 1) makes stop() print nothing (benchmarks use it).
 # RL_MODULE overrides the module (default: build/ngx_http_ratelimit_module.so),
 # RL_NGINX the binary (default: /usr/sbin/nginx); RL_KEEP=1 keeps the prefix.
 
@@ -32,7 +33,7 @@ my $root = abs_path(dirname(__FILE__) . '/../..');
 my @running;
 
 sub new {
-    my ($class) = @_;
+    my ($class, %opt) = @_;
     my $module = $ENV{RL_MODULE} // "$root/build/ngx_http_ratelimit_module.so";
     die "RLTest: $module not found: run ./build.sh first\n" unless -f $module;
 
@@ -44,7 +45,7 @@ sub new {
 
     my $self = bless {
         prefix => $prefix, module => $module, nginx => $ENV{RL_NGINX} // '/usr/sbin/nginx',
-        port => free_port(), pid => undef, nconf => 0,
+        port => free_port(), pid => undef, nconf => 0, quiet => $opt{quiet},
     }, $class;
     return $self;
 }
@@ -156,6 +157,7 @@ sub stop {
         waitpid($pid, 0);
     }
     @running = grep { $_ != $pid } @running;
+    return if $self->{quiet};   # benchmarks: no test output
     ok($done, 'nginx stopped gracefully');
 
     my @bad = grep { /\[(alert|emerg|crit)\]|exited on signal|AddressSanitizer|LeakSanitizer|runtime error:/ }

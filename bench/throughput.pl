@@ -1,0 +1,130 @@
+#!/usr/bin/perl
+# Throughput and worker CPU through Debian's nginx, side by side in one run:
+# a static file served plain, behind limit_req, and behind ratelimit (gcra,
+# with its default headers and with ratelimit_headers off), with limits high
+# enough that nothing is rejected.  One worker pinned to CPU 0, wrk pinned to
+# CPU 1.  Two workloads: one key, and a random key among 1,000,000 per
+# request (an X-Key header, the key of both modules).  The locations run in
+# turn A B C D, round after round; each figure is the median of the rounds.
+#
+#   bench/throughput.pl [--rounds 5] [--seconds 5]
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/../t/lib";
+use Getopt::Long;
+use POSIX qw(sysconf _SC_CLK_TCK);
+use RLTest;
+
+my ($rounds, $seconds) = (5, 5);
+GetOptions('rounds=i' => \$rounds, 'seconds=i' => \$seconds) or die "usage: $0 [--rounds N] [--seconds N]\n";
+
+my $t = RLTest->new(quiet => 1);
+my $dir = $t->prefix;
+RLTest::write_file("$dir/html/f", "x" x 100);
+
+$t->write_conf(<<'EOF', no_access_log => 1, main => 'worker_cpu_affinity 01;');
+keepalive_requests 100000000;
+limit_req_zone $http_x_key zone=lr:256m rate=1000000r/s;
+ratelimit_zone rl 48m;
+server {
+    listen 127.0.0.1:%%PORT%%;
+    location /plain/ {
+        alias %%PREFIX%%/html/;
+    }
+    location /limit_req/ {
+        limit_req zone=lr burst=1000000 nodelay;
+        alias %%PREFIX%%/html/;
+    }
+    location /ratelimit/ {
+        ratelimit zone=rl key=$http_x_key limit=1000000 period=1s burst=1000000;
+        alias %%PREFIX%%/html/;
+    }
+    location /ratelimit-noheaders/ {
+        ratelimit zone=rl key=$http_x_key limit=1000000 period=1s burst=1000000;
+        ratelimit_headers off;
+        alias %%PREFIX%%/html/;
+    }
+}
+EOF
+$t->start();
+my ($worker) = $t->worker_pids;
+
+# wrk scripts: requests made once, in init(), so the client stays cheap.
+RLTest::write_file("$dir/one.lua", <<'EOF');
+init = function(args)
+    req = wrk.format("GET", wrk.path, { ["X-Key"] = "k" })
+end
+request = function() return req end
+EOF
+RLTest::write_file("$dir/random.lua", <<'EOF');
+local n = 1000000
+init = function(args)
+    math.randomseed(42)
+    reqs = {}
+    for i = 1, n do
+        reqs[i] = wrk.format("GET", wrk.path, { ["X-Key"] = tostring(math.random(n)) })
+    end
+    i = 0
+end
+request = function()
+    i = i % n + 1
+    return reqs[i]
+end
+EOF
+
+my $tick = sysconf(_SC_CLK_TCK);
+
+sub cpu_ticks {
+    my @f = split ' ', (RLTest::read_file("/proc/$worker/stat") =~ /\) (.*)$/s)[0];
+    return $f[11] + $f[12];   # utime + stime
+}
+
+sub run_wrk {
+    my ($path, $script) = @_;
+    my $before = cpu_ticks();
+    my $out = `taskset -c 1 wrk -t1 -c64 -d${seconds}s -s $dir/$script http://127.0.0.1:${\ $t->port}$path 2>&1`;
+    my $after = cpu_ticks();
+    my ($n) = $out =~ /(\d+) requests in/ or die "wrk: $out";
+    my ($rps) = $out =~ /Requests\/sec:\s+([\d.]+)/;
+    my ($non2xx) = $out =~ /Non-2xx or 3xx responses: (\d+)/;
+    die "wrk: $path answered $non2xx non-2xx responses\n" if $non2xx;
+    return ($rps, ($after - $before) * 1e6 / $tick / $n);
+}
+
+sub median {
+    my @s = sort { $a <=> $b } @_;
+    return @s % 2 ? $s[$#s / 2] : ($s[@s / 2 - 1] + $s[@s / 2]) / 2;
+}
+
+my @locations = ('plain', 'limit_req', 'ratelimit', 'ratelimit-noheaders');
+my %r;
+for my $workload ([ 'one key', 'one.lua' ], [ '1M random keys', 'random.lua' ]) {
+    my ($name, $script) = @$workload;
+    run_wrk('/plain/f', $script);   # warm up: connections, caches, Lua
+    for my $round (1 .. $rounds) {
+        for my $loc (@locations) {
+            my ($rps, $us) = run_wrk("/$loc/f", $script);
+            push @{ $r{$name}{$loc}{rps} }, $rps;
+            push @{ $r{$name}{$loc}{us} }, $us;
+            printf STDERR "  %-15s round %d %-20s %9.0f req/s %7.2f us/req\n", $name, $round, $loc, $rps, $us;
+        }
+    }
+}
+$t->stop();
+
+my $v = (`/usr/sbin/nginx -v 2>&1` =~ m{nginx/(\S+)})[0];
+my $cores = `nproc`;
+chomp $cores;
+printf "throughput: nginx %s, %d cores, 1 worker on CPU 0, wrk -t1 -c64 on CPU 1, %d rounds of %d s, medians\n",
+    $v, $cores, $rounds, $seconds;
+for my $name ('one key', '1M random keys') {
+    my %m = map { my $l = $_; ($l => { map { ($_ => median(@{ $r{$name}{$l}{$_} })) } qw(rps us) }) } @locations;
+    printf "\n%s\n  %-20s %10s %9s %12s %12s\n", $name, 'location', 'req/s', 'us/req', 'vs plain', 'vs limit_req';
+    for my $l (@locations) {
+        printf "  %-20s %10.0f %9.2f %5.3f/%5.3f %5.3f/%5.3f\n", $l, $m{$l}{rps}, $m{$l}{us},
+            $m{$l}{rps} / $m{plain}{rps}, $m{$l}{us} / $m{plain}{us},
+            $m{$l}{rps} / $m{limit_req}{rps}, $m{$l}{us} / $m{limit_req}{us};
+    }
+}
+print "\n(ratios: req/s ratio / worker CPU per request ratio)\n";
