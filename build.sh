@@ -6,6 +6,9 @@
 #                       end-to-end tests against real nginx (prove -r t/)
 #   ./build.sh demo     build, then run nginx with examples/nginx.conf on
 #                       127.0.0.1:8080 in the foreground
+#   ./build.sh bench    build, then run the benchmarks (bench/README.md);
+#                       ./build.sh bench core|throughput|density|shaping
+#                       runs one of them
 #
 # Result: build/ngx_http_ratelimit_module.so, loadable into Debian's nginx.
 # NGINX_SRC=/path/to/nginx-source builds against another nginx source tree
@@ -44,7 +47,7 @@ build_core() {
     if [ ! -f "$BUILD/cmake/CMakeCache.txt" ]; then
         cmake -S "$ROOT" -B "$BUILD/cmake" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
     fi
-    cmake --build "$BUILD/cmake" -j "$JOBS"
+    cmake --build "$BUILD/cmake" -j "$JOBS" >&2
 }
 
 # Configures a copy of the nginx source with the distro's own flags (so the
@@ -129,9 +132,29 @@ EOF
     "$NGINX_BIN" -p "$prefix/" -c "$prefix/nginx.conf" -e stderr
 }
 
+# Figures go to stdout, progress to stderr; bench/README.md explains them.
+run_bench() {
+    local which=${1:-all}
+    ensure_packages wrk libbenchmark-dev util-linux
+    build
+    if [ "$which" = all ] || [ "$which" = core ]; then
+        log "core micro-benchmarks"
+        "$BUILD/cmake/core_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
+            --benchmark_filter='.*' 2>/dev/null | grep -E 'median|^Run on|^Benchmark'
+        "$BUILD/cmake/contention_bench"
+    fi
+    for b in throughput density shaping; do
+        if [ "$which" = all ] || [ "$which" = "$b" ]; then
+            log "$b"
+            perl "$ROOT/bench/$b.pl"
+        fi
+    done
+}
+
 case "${1:-build}" in
     build) build ;;
     test) build; run_tests ;;
     demo) build; demo ;;
-    *) echo "usage: $0 [build|test|demo]" >&2; exit 2 ;;
+    bench) run_bench "${2:-all}" ;;
+    *) echo "usage: $0 [build|test|demo|bench [core|throughput|density|shaping]]" >&2; exit 2 ;;
 esac

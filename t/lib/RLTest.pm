@@ -86,6 +86,7 @@ sub conf_text {
     my $master = $opt{master} // 'on';
     my $level = $opt{log_level} // 'notice';
     my $main = $opt{main} // '';
+    my $connections = $opt{connections} // 4096;
     my $access = $opt{no_access_log} ? 'access_log off;' : "access_log $p/access.log;";
     $body =~ s/%%PORT%%/$self->{port}/g;
     $body =~ s/%%PREFIX%%/$p/g;
@@ -98,7 +99,7 @@ pid $p/nginx.pid;
 error_log $p/error.log $level;
 $main
 events {
-    worker_connections 4096;
+    worker_connections $connections;
 }
 
 http {
