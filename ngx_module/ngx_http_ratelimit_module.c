@@ -59,6 +59,7 @@ typedef struct {
     ngx_flag_t                   cost_warned;
     ngx_str_t                    limit;     /* header texts known in advance */
     ngx_str_t                    policy;    /* "name";q=N;w=  */
+    ngx_int_t                    stats;     /* its counters in the zone */
 } ngx_http_ratelimit_rule_t;
 
 
@@ -77,6 +78,8 @@ typedef struct {
     u_char                      *file;
     ngx_uint_t                   line;
     uint32_t                     blob;      /* the rule's block size, or 0 */
+    ngx_array_t                 *rules;     /* the rule: rules->elts[index] */
+    ngx_uint_t                   index;
 } ngx_http_ratelimit_zone_ref_t;
 
 
@@ -115,6 +118,9 @@ static ngx_http_ratelimit_ctx_t *ngx_http_ratelimit_get_ctx(
 static void ngx_http_ratelimit_ctx_cleanup(void *data);
 static uint64_t ngx_http_ratelimit_cost(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule);
+static void ngx_http_ratelimit_count(rl_check_t *checks,
+    ngx_http_ratelimit_rule_t **rules, ngx_uint_t n, ngx_uint_t allowed,
+    ngx_flag_t dry_run);
 static void ngx_http_ratelimit_lock(rl_check_t *checks,
     ngx_http_ratelimit_rule_t **rules, ngx_uint_t n, ngx_uint_t lock);
 static void ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
@@ -147,6 +153,10 @@ static char *ngx_http_ratelimit_set_enum(ngx_conf_t *cf, ngx_command_t *cmd,
 static char *ngx_http_ratelimit_set_status(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static ngx_int_t ngx_http_ratelimit_init(ngx_conf_t *cf);
+static ngx_int_t ngx_http_ratelimit_init_module(ngx_cycle_t *cycle);
+static char *ngx_http_ratelimit_stats(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static ngx_int_t ngx_http_ratelimit_stats_handler(ngx_http_request_t *r);
 
 
 /* Values of an enum directive, and how its error message lists them. */
@@ -247,6 +257,13 @@ static ngx_command_t  ngx_http_ratelimit_commands[] = {
       offsetof(ngx_http_ratelimit_loc_conf_t, log_level),
       &ngx_http_ratelimit_log_level_enum },
 
+    { ngx_string("ratelimit_stats"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_ratelimit_stats,
+      0,
+      0,
+      NULL },
+
       ngx_null_command
 };
 
@@ -272,7 +289,7 @@ ngx_module_t  ngx_http_ratelimit_module = {
     ngx_http_ratelimit_commands,           /* module directives */
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
-    NULL,                                  /* init module */
+    ngx_http_ratelimit_init_module,        /* init module */
     NULL,                                  /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
@@ -399,11 +416,13 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        if (key.len == 0) {
-            continue;   /* an empty key exempts the request from this rule */
-        }
-
         zone = rules[i].shm_zone->data;
+
+        if (key.len == 0) {
+            /* an empty key exempts the request from this rule */
+            rl_table_count(zone->table, rules[i].stats, RL_OUTCOME_EXEMPT);
+            continue;
+        }
 
         checks[n].table = zone->table;
         checks[n].rule = &rules[i].rule;
@@ -427,6 +446,8 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
     ngx_http_ratelimit_lock(checks, used, n, 1);
     allowed = rl_check(checks, n, rlcf->combine, now, &binding);
     ngx_http_ratelimit_lock(checks, used, n, 0);
+
+    ngx_http_ratelimit_count(checks, used, n, allowed, rlcf->dry_run);
 
     if (!allowed) {
         ctx->status = rlcf->dry_run ? NGX_HTTP_RATELIMIT_REJECTED_DRY_RUN
@@ -672,6 +693,40 @@ ngx_http_ratelimit_cost(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule)
     }
 
     return 1;
+}
+
+
+/*
+ * Each rule's outcome in its zone's counters: a rejected request counts
+ * against the rules that denied it, a passed one for the rules that allowed
+ * (and spent), as delayed where the rule delayed it.
+ */
+
+static void
+ngx_http_ratelimit_count(rl_check_t *checks, ngx_http_ratelimit_rule_t **rules,
+    ngx_uint_t n, ngx_uint_t allowed, ngx_flag_t dry_run)
+{
+    int                         outcome;
+    ngx_uint_t                  i;
+    ngx_http_ratelimit_zone_t  *zone;
+
+    for (i = 0; i < n; i++) {
+        if (checks[i].decision.allowed != (int32_t) allowed) {
+            continue;
+        }
+
+        if (!allowed) {
+            outcome = dry_run ? RL_OUTCOME_DRY_RUN_REJECTED
+                              : RL_OUTCOME_REJECTED;
+
+        } else {
+            outcome = checks[i].decision.delay_ms > 0 && !dry_run
+                      ? RL_OUTCOME_DELAYED : RL_OUTCOME_ALLOWED;
+        }
+
+        zone = rules[i]->shm_zone->data;
+        rl_table_count(zone->table, rules[i]->stats, outcome);
+    }
 }
 
 
@@ -1516,6 +1571,9 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ref->file = cf->conf_file->file.name.data;
     ref->line = cf->conf_file->line;
     ref->blob = (uint32_t) (rl_state_size(&rule->rule) - sizeof(rl_state_t));
+    ref->rules = &rlcf->rules;
+    ref->index = rlcf->rules.nelts - 1;
+    rule->stats = -1;
 
     return NGX_CONF_OK;
 }
@@ -1703,4 +1761,351 @@ ngx_http_ratelimit_init(ngx_conf_t *cf)
     ngx_http_top_header_filter = ngx_http_ratelimit_header_filter;
 
     return NGX_OK;
+}
+
+
+/*
+ * Each rule's counters in its zone, found by name once, in the master after
+ * the zones are set up; workers inherit the slot numbers.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_init_module(ngx_cycle_t *cycle)
+{
+    ngx_uint_t                       i;
+    ngx_http_ratelimit_zone_t       *zone;
+    ngx_http_ratelimit_rule_t       *rule;
+    ngx_http_ratelimit_zone_ref_t   *refs;
+    ngx_http_ratelimit_main_conf_t  *rmcf;
+
+    rmcf = ngx_http_cycle_get_module_main_conf(cycle,
+                                               ngx_http_ratelimit_module);
+    if (rmcf == NULL) {
+        return NGX_OK;
+    }
+
+    refs = rmcf->zone_refs.elts;
+
+    for (i = 0; i < rmcf->zone_refs.nelts; i++) {
+        rule = (ngx_http_ratelimit_rule_t *) refs[i].rules->elts
+               + refs[i].index;
+        zone = refs[i].shm_zone->data;
+
+        ngx_shmtx_lock(&zone->shpool->mutex);
+        rule->stats = rl_table_rule_slot(zone->table, rule->rule.name);
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+
+        if (rule->stats < 0) {
+            ngx_log_error(NGX_LOG_WARN, cycle->log, 0,
+                          "ratelimit_zone \"%V\" counts %d rule names "
+                          "already: rule \"%V\" is not counted in "
+                          "ratelimit_stats", &zone->name, RL_RULE_STATS_MAX,
+                          &rule->name);
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static char *
+ngx_http_ratelimit_stats(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_ratelimit_stats_handler;
+
+    return NGX_CONF_OK;
+}
+
+
+/* A zone's figures, read once for both formats. */
+
+typedef struct {
+    ngx_str_t                    name;
+    rl_table_stats_t             table;
+    uint64_t                     used;
+    size_t                       nrules;
+    rl_rule_stats_t              rules[RL_RULE_STATS_MAX];
+} ngx_http_ratelimit_snapshot_t;
+
+
+static const char  *ngx_http_ratelimit_outcomes[] = {
+    "allowed", "rejected", "delayed", "dry_run_rejected", "exempt"
+};
+
+static const char  *ngx_http_ratelimit_outcome_help[] = {
+    "Requests that passed and spent at the rule.",
+    "Requests rejected, the rule denying them.",
+    "Requests delayed by the rule.",
+    "Requests the rule would have rejected (dry run).",
+    "Requests exempt from the rule (empty key).",
+};
+
+
+/* A name inside double quotes, in JSON and in Prometheus labels alike. */
+
+static u_char *
+ngx_http_ratelimit_quoted(u_char *p, ngx_str_t *name)
+{
+    size_t  i;
+
+    *p++ = '"';
+
+    for (i = 0; i < name->len; i++) {
+        if (name->data[i] == '"' || name->data[i] == '\\') {
+            *p++ = '\\';
+        }
+
+        *p++ = name->data[i] < 0x20 ? '?' : name->data[i];
+    }
+
+    *p++ = '"';
+
+    return p;
+}
+
+
+static u_char *
+ngx_http_ratelimit_stats_json(u_char *p, ngx_http_ratelimit_snapshot_t *z,
+    ngx_uint_t nz)
+{
+    size_t      k, o;
+    ngx_str_t   rule;
+    ngx_uint_t  i;
+
+    p = ngx_cpymem(p, "{\"zones\":{", 10);
+
+    for (i = 0; i < nz; i++) {
+        p = ngx_http_ratelimit_quoted(p, &z[i].name);
+        p = ngx_sprintf(p, ":{\"size\":%uL,\"bytes_used\":%uL,\"keys\":%uL,"
+                        "\"capacity\":%uL,\"evictions\":%uL,"
+                        "\"live_evictions\":%uL,\"rules\":{",
+                        z[i].table.size, z[i].used, z[i].table.keys,
+                        z[i].table.capacity, z[i].table.evictions,
+                        z[i].table.live_evictions);
+
+        for (k = 0; k < z[i].nrules; k++) {
+            rule.data = (u_char *) z[i].rules[k].name;
+            rule.len = ngx_strlen(z[i].rules[k].name);
+            p = ngx_http_ratelimit_quoted(p, &rule);
+            *p++ = ':';
+
+            for (o = 0; o < RL_OUTCOMES; o++) {
+                p = ngx_sprintf(p, "%c\"%s\":%uL", o ? ',' : '{',
+                                ngx_http_ratelimit_outcomes[o],
+                                z[i].rules[k].count[o]);
+            }
+
+            *p++ = '}';
+            if (k + 1 < z[i].nrules) {
+                *p++ = ',';
+            }
+        }
+
+        *p++ = '}';
+        *p++ = '}';
+        if (i + 1 < nz) {
+            *p++ = ',';
+        }
+    }
+
+    return ngx_cpymem(p, "}}\n", 3);
+}
+
+
+/* The Prometheus text exposition format, version 0.0.4. */
+
+static u_char *
+ngx_http_ratelimit_stats_prometheus(u_char *p,
+    ngx_http_ratelimit_snapshot_t *z, ngx_uint_t nz)
+{
+    size_t      k, m, o;
+    uint64_t    v;
+    ngx_str_t   rule;
+    ngx_uint_t  i;
+
+    static const struct {
+        const char  *name;
+        const char  *type;
+        const char  *help;
+    } zone_metrics[] = {
+        { "zone_size_bytes", "gauge", "Size of the zone." },
+        { "zone_used_bytes", "gauge", "Bytes of the zone holding keys." },
+        { "zone_keys", "gauge", "Keys held in the zone." },
+        { "zone_capacity_keys", "gauge", "Key slots of the zone." },
+        { "zone_evictions_total", "counter",
+          "Keys evicted to make room." },
+        { "zone_live_evictions_total", "counter",
+          "Keys evicted before they were back to full budget." },
+    };
+
+    for (m = 0; m < sizeof(zone_metrics) / sizeof(zone_metrics[0]); m++) {
+        p = ngx_sprintf(p, "# HELP nginx_ratelimit_%s %s\n"
+                        "# TYPE nginx_ratelimit_%s %s\n",
+                        zone_metrics[m].name, zone_metrics[m].help,
+                        zone_metrics[m].name, zone_metrics[m].type);
+
+        for (i = 0; i < nz; i++) {
+            v = m == 0 ? z[i].table.size : m == 1 ? z[i].used
+                : m == 2 ? z[i].table.keys : m == 3 ? z[i].table.capacity
+                : m == 4 ? z[i].table.evictions : z[i].table.live_evictions;
+
+            p = ngx_sprintf(p, "nginx_ratelimit_%s{zone=",
+                            zone_metrics[m].name);
+            p = ngx_http_ratelimit_quoted(p, &z[i].name);
+            p = ngx_sprintf(p, "} %uL\n", v);
+        }
+    }
+
+    for (o = 0; o < RL_OUTCOMES; o++) {
+        p = ngx_sprintf(p, "# HELP nginx_ratelimit_%s_total %s\n"
+                        "# TYPE nginx_ratelimit_%s_total counter\n",
+                        ngx_http_ratelimit_outcomes[o],
+                        ngx_http_ratelimit_outcome_help[o],
+                        ngx_http_ratelimit_outcomes[o]);
+
+        for (i = 0; i < nz; i++) {
+            for (k = 0; k < z[i].nrules; k++) {
+                rule.data = (u_char *) z[i].rules[k].name;
+                rule.len = ngx_strlen(z[i].rules[k].name);
+
+                p = ngx_sprintf(p, "nginx_ratelimit_%s_total{zone=",
+                                ngx_http_ratelimit_outcomes[o]);
+                p = ngx_http_ratelimit_quoted(p, &z[i].name);
+                p = ngx_cpymem(p, ",rule=", 6);
+                p = ngx_http_ratelimit_quoted(p, &rule);
+                p = ngx_sprintf(p, "} %uL\n", z[i].rules[k].count[o]);
+            }
+        }
+    }
+
+    return p;
+}
+
+
+static ngx_int_t
+ngx_http_ratelimit_stats_handler(ngx_http_request_t *r)
+{
+    size_t                          len;
+    u_char                         *p;
+    ngx_int_t                       rc;
+    ngx_buf_t                      *b;
+    ngx_str_t                       format;
+    ngx_uint_t                      i, nz, prometheus;
+    ngx_chain_t                     out;
+    ngx_list_part_t                *part;
+    ngx_shm_zone_t                 *shm;
+    ngx_http_ratelimit_zone_t      *zone;
+    ngx_http_ratelimit_snapshot_t  *z;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    prometheus = ngx_http_arg(r, (u_char *) "format", 6, &format) == NGX_OK
+                 && format.len == 10
+                 && ngx_strncmp(format.data, "prometheus", 10) == 0;
+
+    /* a snapshot of every zone of this module, read without the locks */
+
+    nz = 0;
+    len = 0;
+    part = (ngx_list_part_t *) &ngx_cycle->shared_memory.part;
+
+    for (shm = part->elts, i = 0; /* void */ ; i++) {
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+            part = part->next;
+            shm = part->elts;
+            i = 0;
+        }
+
+        if (shm[i].tag == &ngx_http_ratelimit_module && shm[i].data != NULL
+            && ((ngx_http_ratelimit_zone_t *) shm[i].data)->table != NULL)
+        {
+            nz++;
+        }
+    }
+
+    z = ngx_palloc(r->pool, (nz + 1) * sizeof(ngx_http_ratelimit_snapshot_t));
+    if (z == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    nz = 0;
+    part = (ngx_list_part_t *) &ngx_cycle->shared_memory.part;
+
+    for (shm = part->elts, i = 0; /* void */ ; i++) {
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+            part = part->next;
+            shm = part->elts;
+            i = 0;
+        }
+
+        zone = shm[i].data;
+
+        if (shm[i].tag != &ngx_http_ratelimit_module || zone == NULL
+            || zone->table == NULL)
+        {
+            continue;
+        }
+
+        z[nz].name = zone->name;
+        rl_table_get_stats(zone->table, &z[nz].table);
+        z[nz].table.size = shm[i].shm.size;
+        z[nz].used = rl_table_bytes_used(zone->table);
+        z[nz].nrules = rl_table_rule_stats(zone->table, z[nz].rules,
+                                           RL_RULE_STATS_MAX);
+
+        /* room for every line of the zone, names escaped */
+        len += (11 + 11 * z[nz].nrules) * (2 * zone->name.len + 2 * RL_NAME_MAX
+                                            + 160);
+        nz++;
+    }
+
+    len += 4096;
+
+    b = ngx_create_temp_buf(r->pool, len);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = prometheus ? ngx_http_ratelimit_stats_prometheus(b->last, z, nz)
+                   : ngx_http_ratelimit_stats_json(b->last, z, nz);
+    b->last = p;
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = b->last - b->pos;
+    if (prometheus) {
+        ngx_str_set(&r->headers_out.content_type, "text/plain; version=0.0.4");
+
+    } else {
+        ngx_str_set(&r->headers_out.content_type, "application/json");
+    }
+
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+
+    rc = ngx_http_send_header(r);
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
 }

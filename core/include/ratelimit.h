@@ -199,6 +199,39 @@ RL_API int rl_table_valid(const void *mem, size_t size,
 
 RL_API void rl_table_get_stats(const void *mem, rl_table_stats_t *st);
 
+/* Bytes of the table holding something (slots and blocks in use). */
+RL_API uint64_t rl_table_bytes_used(const void *mem);
+
+/*
+ * Per-rule counters, kept in the table (so all workers add to them and a
+ * reload keeps them), counted by rule name: up to RL_RULE_STATS_MAX names.
+ */
+#define RL_RULE_STATS_MAX  64
+
+enum rl_outcome {
+    RL_OUTCOME_ALLOWED = 0,        /* passed, and spent at this rule */
+    RL_OUTCOME_REJECTED,           /* rejected, this rule denying */
+    RL_OUTCOME_DELAYED,            /* delayed by this rule */
+    RL_OUTCOME_DRY_RUN_REJECTED,   /* would have been rejected by it */
+    RL_OUTCOME_EXEMPT,             /* its key was empty */
+    RL_OUTCOMES
+};
+
+typedef struct {
+    char      name[RL_NAME_MAX];
+    uint64_t  count[RL_OUTCOMES];
+} rl_rule_stats_t;
+
+/* The counters of rule `name`, claimed on first use; -1 when all are taken.
+   The caller holds the table's lock. */
+RL_API int rl_table_rule_slot(void *mem, const char *name);
+
+/* Adds one to a rule's outcome: atomic, needs no lock. */
+RL_API void rl_table_count(void *mem, int slot, int outcome);
+
+/* Copies up to max rules' counters; returns how many. */
+RL_API size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out, size_t max);
+
 
 /* ---- checking a request ------------------------------------------------- */
 

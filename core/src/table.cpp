@@ -14,8 +14,8 @@ namespace rl {
 
 namespace {
 
-const char kMagic[8] = {'R', 'L', 'T', 'A', 'B', 'L', 'E', '2'};
-const uint32_t kVersion = 2;
+const char kMagic[8] = {'R', 'L', 'T', 'A', 'B', 'L', 'E', '3'};
+const uint32_t kVersion = 3;
 const uint64_t kMinBuckets = 16;
 const uint32_t kMinBlocks = 4;
 
@@ -506,6 +506,54 @@ int rl_table_valid(const void *mem, size_t size, const uint32_t *blob_sizes, siz
                    rl::Table::at(mem)->valid(size, layout)
                ? 1
                : 0;
+}
+
+uint64_t rl_table_bytes_used(const void *mem)
+{
+    const rl::TableHeader &h = rl::Table::at(mem)->header();
+    uint64_t used = rl::Table::header_bytes() + (h.keys * sizeof(rl::Bucket) + 2) / 3;
+    for (uint32_t i = 0; i < h.npools; i++) {
+        used += (uint64_t) h.pools[i].used * h.pools[i].block_size;
+    }
+    return used;
+}
+
+int rl_table_rule_slot(void *mem, const char *name)
+{
+    rl::TableHeader &h = rl::Table::at(mem)->header();
+    for (uint32_t i = 0; i < h.nrules; i++) {
+        if (std::strncmp(h.rules[i].name, name, RL_NAME_MAX) == 0) {
+            return (int) i;
+        }
+    }
+    if (h.nrules == RL_RULE_STATS_MAX) {
+        return -1;
+    }
+    rl::RuleCounters &c = h.rules[h.nrules];
+    std::memset(&c, 0, sizeof(c));
+    std::snprintf(c.name, sizeof(c.name), "%s", name);
+    return (int) h.nrules++;
+}
+
+void rl_table_count(void *mem, int slot, int outcome)
+{
+    rl::TableHeader &h = rl::Table::at(mem)->header();
+    if (slot >= 0 && slot < (int) RL_RULE_STATS_MAX && outcome >= 0 && outcome < RL_OUTCOMES) {
+        __atomic_fetch_add(&h.rules[slot].count[outcome], 1, __ATOMIC_RELAXED);
+    }
+}
+
+size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out, size_t max)
+{
+    const rl::TableHeader &h = rl::Table::at(mem)->header();
+    size_t n = 0;
+    for (uint32_t i = 0; i < h.nrules && n < max; i++, n++) {
+        std::memcpy(out[n].name, h.rules[i].name, RL_NAME_MAX);
+        for (int k = 0; k < RL_OUTCOMES; k++) {
+            out[n].count[k] = __atomic_load_n(&h.rules[i].count[k], __ATOMIC_RELAXED);
+        }
+    }
+    return n;
 }
 
 void rl_table_get_stats(const void *mem, rl_table_stats_t *st)

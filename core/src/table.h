@@ -47,6 +47,11 @@ struct Pool {
     uint32_t hand;          // where the next eviction sweep starts
 };
 
+struct RuleCounters {
+    char name[RL_NAME_MAX];     // "" = free
+    uint64_t count[RL_OUTCOMES];
+};
+
 struct alignas(64) TableHeader {
     char magic[8];
     uint32_t version;
@@ -58,8 +63,9 @@ struct alignas(64) TableHeader {
     uint64_t evictions;
     uint64_t live_evictions;
     uint32_t npools;
-    uint32_t reserved;
+    uint32_t nrules;
     Pool pools[kPoolsMax];
+    RuleCounters rules[RL_RULE_STATS_MAX];
 };
 
 // Where a block size's pool is, for a table of `size` bytes whose rules
@@ -107,6 +113,7 @@ public:
     void set_t(uint64_t tag, int64_t t);
 
     const TableHeader &header() const { return h_; }
+    TableHeader &header() { return h_; }
 
     // The bucket holding tag, or -1 (tests).
     int64_t bucket_of(uint64_t tag) const;
