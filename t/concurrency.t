@@ -1,0 +1,94 @@
+#!/usr/bin/perl
+# Exactness under concurrency: 2 worker processes, 64 concurrent keep-alive
+# connections, 2,000 requests for one key against limit=100 period=1h:
+# exactly 100 pass, every other one is a 429 with Retry-After; ten times
+# over.  Then with two stacked rules in two zones: the second rule spends
+# exactly what was admitted (no partial consumption).
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use HTTP::Tiny;
+use JSON::PP;
+use RLTest;
+
+my $t = RLTest->new();
+$t->write_conf(<<'EOF', workers => 2);
+ratelimit_zone one 1m;
+ratelimit_zone two 1m;
+server {
+    listen 127.0.0.1:%%PORT%% reuseport;
+    location /single/ {
+        ratelimit zone=one key=$http_x_key limit=100 period=1h;
+        alias %%PREFIX%%/html/;
+    }
+    location /stacked/ {
+        ratelimit zone=one key=$http_x_key limit=100 period=1h name=first;
+        ratelimit zone=two key=$http_x_key limit=1000 period=1h name=second;
+        alias %%PREFIX%%/html/;
+    }
+    location = /stats {
+        ratelimit_stats;
+    }
+}
+EOF
+$t->start();
+
+# 2,000 requests over 64 keep-alive connections at once; returns the counts
+# of 200, of 429 with a Retry-After, and of anything else.
+sub burst {
+    my ($path, $key) = @_;
+    my ($conns, $total) = (64, 2000);
+    my @kids;
+    for my $c (0 .. $conns - 1) {
+        my $n = int($total / $conns) + ($c < $total % $conns ? 1 : 0);
+        pipe(my $rd, my $wr) or die;
+        my $pid = fork() // die;
+        if ($pid == 0) {
+            close $rd;
+            my $http = HTTP::Tiny->new(keep_alive => 1, timeout => 10);
+            my ($ok, $limited, $other) = (0, 0, 0);
+            for (1 .. $n) {
+                my $r = $http->get('http://127.0.0.1:' . $t->port . $path, { headers => { 'X-Key' => $key } });
+                if ($r->{status} == 200) {
+                    $ok++;
+                } elsif ($r->{status} == 429 && ($r->{headers}{'retry-after'} // 0) >= 1) {
+                    $limited++;
+                } else {
+                    $other++;
+                }
+            }
+            print $wr "$ok $limited $other\n";
+            close $wr;
+            POSIX::_exit(0);
+        }
+        close $wr;
+        push @kids, [ $pid, $rd ];
+    }
+    my @sum = (0, 0, 0);
+    for (@kids) {
+        my ($pid, $rd) = @$_;
+        my @c = split ' ', (<$rd> // '0 0 2000');
+        $sum[$_] += $c[$_] for 0 .. 2;
+        waitpid($pid, 0);
+    }
+    return @sum;
+}
+
+for my $round (1 .. 10) {
+    my ($ok, $limited, $other) = burst('/single/index.html', "single-$round");
+    is("$ok $limited $other", '100 1900 0', "round $round: exactly 100 admitted of 2,000, the rest 429 + Retry-After");
+}
+
+for my $round (1 .. 3) {
+    my ($ok, $limited, $other) = burst('/stacked/index.html', "stacked-$round");
+    is("$ok $limited $other", '100 1900 0', "stacked round $round: exactly 100 admitted");
+}
+my $s = decode_json($t->get('/stats')->{content});
+is($s->{zones}{two}{rules}{second}{allowed}, 300, 'stacked: the second rule spent exactly the 300 admitted');
+is($s->{zones}{one}{rules}{first}{rejected}, 3 * 1900, 'stacked: every rejection was the first rule\'s');
+is($s->{zones}{one}{rules}{gcra_100_1h}{allowed}, 1000, 'single: 1,000 admitted over ten rounds');
+
+$t->stop();
+done_testing();
