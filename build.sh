@@ -4,6 +4,8 @@
 #   ./build.sh          install what is missing, build the core and the module
 #   ./build.sh test     build, then run the unit tests (ctest) and the
 #                       end-to-end tests against real nginx (prove -r t/)
+#   ./build.sh test-asan  the same tests, everything built with AddressSanitizer
+#                       and UndefinedBehaviorSanitizer
 #   ./build.sh demo     build, then run nginx with examples/nginx.conf on
 #                       127.0.0.1:8080 in the foreground
 #   ./build.sh bench    build, then run the benchmarks (bench/README.md);
@@ -42,28 +44,33 @@ ensure_packages() {
     "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
+# build_core DIR [cmake options...]: the core, its tests and tools in DIR.
 build_core() {
-    log "core (CMake)"
-    if [ ! -f "$BUILD/cmake/CMakeCache.txt" ]; then
-        cmake -S "$ROOT" -B "$BUILD/cmake" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    local dir=$1
+    shift
+    log "core (CMake, $dir)"
+    if [ ! -f "$dir/CMakeCache.txt" ]; then
+        cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
     fi
-    cmake --build "$BUILD/cmake" -j "$JOBS" >&2
+    cmake --build "$dir" -j "$JOBS" >&2
 }
 
-# Configures a copy of the nginx source with the distro's own flags (so the
-# module is binary compatible with the packaged nginx) and builds the module.
+# build_module CORE_LIB OBJDIR OUT [EXTRA_CC [EXTRA_LD]]: configures a copy
+# of the nginx source with the distro's own flags (so the module is binary
+# compatible with the packaged nginx) and builds the module into OUT.
 build_module() {
-    local lib=$BUILD/cmake/libratelimit_core.a
-    local objdir=$BUILD/nginx
+    local lib=$1 objdir=$2 out=$3 extra_cc=${4:-} extra_ld=${5:-}
     local cc_opt="" ld_opt="" stamp
     if [ -x "$NGINX_BIN" ]; then
         cc_opt=$("$NGINX_BIN" -V 2>&1 | sed -n "s/.*--with-cc-opt='\([^']*\)'.*/\1/p")
         ld_opt=$("$NGINX_BIN" -V 2>&1 | sed -n "s/.*--with-ld-opt='\([^']*\)'.*/\1/p")
     fi
+    cc_opt="$cc_opt -fPIC $extra_cc"
+    ld_opt="$ld_opt -fPIC $extra_ld"
     stamp=$(printf '%s\n' "$NGINX_SRC" "$lib" "$cc_opt" "$ld_opt" | cat - "$ROOT/config" | sha256sum)
 
     if [ ! -f "$objdir/objs/Makefile" ] || [ "$(cat "$objdir/.stamp" 2>/dev/null)" != "$stamp" ]; then
-        log "configuring nginx from $NGINX_SRC"
+        log "configuring nginx from $NGINX_SRC in $objdir"
         rm -rf "$objdir"
         mkdir -p "$objdir"
         cp -a "$NGINX_SRC/." "$objdir/"
@@ -75,15 +82,14 @@ build_module() {
                 . ./conf_flags
                 flags=("${NGX_CONF_FLAGS[@]}")
             fi
-            RL_CORE_LIB=$lib ./configure "${flags[@]}" \
-                --with-cc-opt="$cc_opt -fPIC" --with-ld-opt="$ld_opt -fPIC" \
+            RL_CORE_LIB=$lib ./configure "${flags[@]}" --with-cc-opt="$cc_opt" --with-ld-opt="$ld_opt" \
                 --add-dynamic-module="$ROOT" >"$objdir/configure.log" 2>&1 \
                 || { tail -30 "$objdir/configure.log"; exit 1; }
         )
         echo "$stamp" >"$objdir/.stamp"
     fi
 
-    log "module"
+    log "module ($out)"
     # the link does not depend on the core library in nginx's Makefile
     if [ "$lib" -nt "$objdir/objs/ngx_http_ratelimit_module.so" ]; then
         rm -f "$objdir/objs/ngx_http_ratelimit_module.so"
@@ -91,16 +97,16 @@ build_module() {
     make -C "$objdir" -f objs/Makefile -j "$JOBS" modules >"$objdir/make.log" 2>&1 \
         || { cat "$objdir/make.log"; exit 1; }
     # a new file, not rewritten in place: a running nginx may have it mapped
-    cp "$objdir/objs/ngx_http_ratelimit_module.so" "$BUILD/.module.so.tmp"
-    mv -f "$BUILD/.module.so.tmp" "$BUILD/ngx_http_ratelimit_module.so"
-    log "built $BUILD/ngx_http_ratelimit_module.so"
+    cp "$objdir/objs/ngx_http_ratelimit_module.so" "$out.tmp"
+    mv -f "$out.tmp" "$out"
 }
 
 build() {
     ensure_packages "${PACKAGES[@]}"
     mkdir -p "$BUILD"
-    build_core
-    build_module
+    build_core "$BUILD/cmake"
+    build_module "$BUILD/cmake/libratelimit_core.a" "$BUILD/nginx" "$BUILD/ngx_http_ratelimit_module.so"
+    log "built $BUILD/ngx_http_ratelimit_module.so"
 }
 
 run_tests() {
@@ -108,6 +114,27 @@ run_tests() {
     ctest --test-dir "$BUILD/cmake" --output-on-failure -j "$JOBS"
     log "end-to-end tests (prove -r t/)"
     (cd "$ROOT" && prove -r t/)
+}
+
+# Both suites again with the core, its tests, the tools and the module built
+# with AddressSanitizer and UBSan.  Debian's nginx is not instrumented: the
+# sanitizer runtime is preloaded into it (RL_PRELOAD, only for nginx), leak
+# checks are off (nginx does not free its cycle at exit), and any report in
+# the error log fails the test that caused it (t/lib/RLTest.pm).
+test_asan() {
+    local dir=$BUILD/asan
+    ensure_packages "${PACKAGES[@]}"
+    mkdir -p "$dir"
+    build_core "$dir/cmake" -DRL_SANITIZE=ON -DRL_BENCH=OFF -DRL_TOOLS_DIR="$dir"
+    build_module "$dir/cmake/libratelimit_core.a" "$dir/nginx" "$dir/ngx_http_ratelimit_module.so" \
+        "-fsanitize=address,undefined -fno-omit-frame-pointer" "-fsanitize=address,undefined"
+    export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:handle_segv=1
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    log "unit tests, sanitized (ctest)"
+    ctest --test-dir "$dir/cmake" --output-on-failure -j "$JOBS"
+    log "end-to-end tests, sanitized (prove -r t/)"
+    (cd "$ROOT" && RL_MODULE=$dir/ngx_http_ratelimit_module.so RL_REPLAY=$dir/ratelimit-replay \
+        RL_PRELOAD="$(gcc -print-file-name=libasan.so)" prove -r t/)
 }
 
 demo() {
@@ -154,7 +181,8 @@ run_bench() {
 case "${1:-build}" in
     build) build ;;
     test) build; run_tests ;;
+    test-asan) test_asan ;;
     demo) build; demo ;;
     bench) run_bench "${2:-all}" ;;
-    *) echo "usage: $0 [build|test|demo|bench [core|throughput|density|shaping]]" >&2; exit 2 ;;
+    *) echo "usage: $0 [build|test|test-asan|demo|bench [core|throughput|density|shaping]]" >&2; exit 2 ;;
 esac

@@ -10,7 +10,7 @@ use Test::More;
 use Time::HiRes qw(sleep);
 use RLTest;
 
-my $replay = "$FindBin::Bin/../build/ratelimit-replay";
+my $replay = $ENV{RL_REPLAY} // "$FindBin::Bin/../build/ratelimit-replay";
 ok(-x $replay, 'build/ratelimit-replay is built') or BAIL_OUT('no ratelimit-replay');
 
 my $t = RLTest->new();

@@ -14,7 +14,8 @@ package RLTest;
 #
 # RLTest->new(quiet => 1) makes stop() print nothing (benchmarks use it).
 # RL_MODULE overrides the module (default: build/ngx_http_ratelimit_module.so),
-# RL_NGINX the binary (default: /usr/sbin/nginx); RL_KEEP=1 keeps the prefix.
+# RL_NGINX the binary (default: /usr/sbin/nginx); RL_PRELOAD is preloaded into
+# nginx (a sanitizer runtime); RL_KEEP=1 keeps the prefix.
 
 use strict;
 use warnings;
@@ -130,6 +131,7 @@ sub start {
     if ($pid == 0) {
         open(STDOUT, '>>', "$p/stderr.log");
         open(STDERR, '>&', \*STDOUT);
+        $ENV{LD_PRELOAD} = $ENV{RL_PRELOAD} if $ENV{RL_PRELOAD};
         exec($self->{nginx}, '-p', "$p/", '-c', "$p/nginx.conf", '-e', "$p/error.log")
             or POSIX::_exit(127);
     }
@@ -162,7 +164,7 @@ sub stop {
     ok($done, 'nginx stopped gracefully');
 
     my @bad = grep { /\[(alert|emerg|crit)\]|exited on signal|AddressSanitizer|LeakSanitizer|runtime error:/ }
-        split /\n/, $self->error_log;
+        split /\n/, $self->error_log . read_file("$self->{prefix}/stderr.log");
     ok(!@bad, 'error log clean') or diag(join "\n", @bad);
 }
 
@@ -208,7 +210,8 @@ sub nginx_t {
     my $p = $self->{prefix};
     my $file = "$p/test-" . ++$self->{nconf} . '.conf';
     write_file($file, $text);
-    my $out = `$self->{nginx} -t -p $p/ -c $file -e $p/test-error.log 2>&1`;
+    my $preload = $ENV{RL_PRELOAD} ? "LD_PRELOAD=$ENV{RL_PRELOAD} " : '';
+    my $out = `$preload$self->{nginx} -t -p $p/ -c $file -e $p/test-error.log 2>&1`;
     return ($? >> 8, $out);
 }
 
