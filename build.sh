@@ -6,6 +6,7 @@
 #                       end-to-end tests against real nginx (prove -r t/)
 #   ./build.sh test-asan  the same tests, everything built with AddressSanitizer
 #                       and UndefinedBehaviorSanitizer
+#   ./build.sh fuzz [SECONDS]  the libFuzzer targets, each for SECONDS (60)
 #   ./build.sh demo     build, then run nginx with examples/nginx.conf on
 #                       127.0.0.1:8080 in the foreground
 #   ./build.sh bench    build, then run the benchmarks (bench/README.md);
@@ -178,11 +179,30 @@ run_bench() {
     done
 }
 
+# The libFuzzer targets (clang, with ASan and UBSan), each for SECONDS
+# (default 60), starting from the committed seeds in tests/fuzz/corpus.
+fuzz() {
+    local seconds=${1:-60} dir=$BUILD/fuzz t
+    ensure_packages clang libclang-rt-14-dev cmake make
+    build_core "$dir" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DRL_FUZZ=ON -DRL_TESTS=OFF \
+        -DRL_BENCH=OFF -DRL_TOOLS_DIR="$dir"
+    for t in rule transition; do
+        log "fuzz_$t for ${seconds}s"
+        mkdir -p "$dir/corpus/$t"
+        cp "$ROOT/tests/fuzz/corpus/$t/"* "$dir/corpus/$t/"
+        "$dir/fuzz_$t" -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$dir/" \
+            "$dir/corpus/$t" 2>&1 | grep -E '^(stat::number_of_executed_units|stat::new_units_added)|ERROR|failed|SUMMARY|Done'
+        [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "fuzz_$t failed: see $dir/crash-*" >&2; exit 1; }
+    done
+}
+
 case "${1:-build}" in
     build) build ;;
     test) build; run_tests ;;
     test-asan) test_asan ;;
+    fuzz) fuzz "${2:-60}" ;;
     demo) build; demo ;;
     bench) run_bench "${2:-all}" ;;
-    *) echo "usage: $0 [build|test|test-asan|demo|bench [core|throughput|density|shaping]]" >&2; exit 2 ;;
+    *) echo "usage: $0 [build|test|test-asan|fuzz [SECONDS]|demo|bench [core|throughput|density|shaping]]" >&2
+       exit 2 ;;
 esac

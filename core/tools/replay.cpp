@@ -386,7 +386,7 @@ int main(int argc, char **argv)
         } else {
             char t[32], k[4096], c[32];
             int n = std::sscanf(line.c_str(), "%31s %4095s %31s", t, k, c);
-            uint64_t ms;
+            uint64_t ms = 0;
             ok = n >= 2 && parse_uint64(t, &ms) && (n < 3 || parse_uint64(c, &cost));
             now = (int64_t) ms;
             shown = k;
