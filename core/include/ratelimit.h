@@ -277,6 +277,80 @@ RL_API int rl_check(rl_check_t *c, size_t n, int combine, int64_t now_ms,
  */
 RL_API void rl_check_cancel(rl_check_t *c, size_t n);
 
+
+/* ---- Redis: fleet-wide limits ------------------------------------------- */
+
+/*
+ * A zone with redis= decides its rules in Redis, with one script call per
+ * request (core/redis/ratelimit.lua, the transitions above in Lua).  The
+ * glue owns the connections; the core writes the command and reads the
+ * reply, so the fleet's servers all build the same keys and arguments.
+ */
+
+/* The script's text. */
+RL_API const char *rl_redis_script(size_t *len);
+
+/*
+ * RL_OK if the rule's arithmetic stays exact in Redis's Lua (doubles, exact
+ * below 2^53): limit (burst) x (period + max_delay) at most 2^50.  Else err.
+ */
+#define RL_REDIS_UNITS_MAX  (1ULL << 50)
+RL_API int rl_redis_rule_ok(const rl_rule_t *rule, char *err, size_t errlen);
+
+/* The key naming a rule's state for a key: prefix, then 32 hex characters
+   of SHA-256(identity, key).  No key bytes are stored in Redis. */
+#define RL_REDIS_HASH_LEN  32
+RL_API void rl_redis_key(char *out, const char *prefix, size_t prefix_len,
+    uint64_t identity, const void *key, size_t key_len);
+
+/* Bytes rl_redis_command writes at most. */
+RL_API size_t rl_redis_command_size(size_t n, size_t prefix_len,
+    size_t script_len);
+
+/*
+ * Writes one RESP command checking n rules (c[i].rule, identity, key, cost)
+ * with combine: EVALSHA with script = the script's SHA-1 in hex, or (eval
+ * set) EVAL with the script's text.  now_ms < 0 lets the script read Redis's
+ * TIME; tests pass their own clock.  Returns the bytes written.
+ */
+RL_API size_t rl_redis_command(char *buf, const char *script, size_t script_len,
+    int eval, const char *prefix, size_t prefix_len, const rl_check_t *c,
+    size_t n, int combine, int64_t now_ms);
+
+enum rl_resp_type {
+    RL_RESP_STATUS = '+',
+    RL_RESP_ERROR = '-',
+    RL_RESP_INTEGER = ':',
+    RL_RESP_BULK = '$',
+    RL_RESP_ARRAY = '*'
+};
+
+#define RL_RESP_ITEMS_MAX  (1 + 7 * RL_RULES_MAX)
+
+typedef struct {
+    int          type;          /* enum rl_resp_type */
+    int64_t      integer;       /* INTEGER; BULK, ARRAY: length (-1: nil) */
+    const char  *str;           /* STATUS, ERROR, BULK: into the buffer */
+    size_t       str_len;
+    size_t       nitems;        /* ARRAY: integer items kept in items */
+    int          integers;      /* ARRAY: 1 if every item is an integer */
+    int64_t      items[RL_RESP_ITEMS_MAX];
+} rl_resp_t;
+
+/*
+ * Parses the reply at p: returns the bytes it takes, 0 if more are needed,
+ * -1 if the bytes are not RESP (or nest deeper than 8).
+ */
+RL_API long rl_resp_parse(const char *p, size_t len, rl_resp_t *r);
+
+/*
+ * Reads the script's reply into c[i].decision: returns 1 if the request is
+ * allowed, 0 if not, -1 if the reply is not the script's answer for n
+ * rules.  *binding as rl_check().
+ */
+RL_API int rl_redis_decode(const rl_resp_t *r, rl_check_t *c, size_t n,
+    size_t *binding);
+
 #ifdef __cplusplus
 }
 #endif

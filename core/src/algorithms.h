@@ -46,6 +46,11 @@ rl_decision_t windowed_count(const rl_rule_t &rule, State &s, int64_t now, uint6
 // A denial for a cost no state of the rule can ever admit.
 rl_decision_t never(int64_t window, uint64_t remaining, int64_t reset_ms);
 
+// The rule whose decision a request's headers describe: among the rules
+// agreeing with the outcome, the fewest remaining when allowed, the longest
+// wait when denied (the first such).
+size_t binding_of(const rl_check_t *c, size_t n, bool allowed);
+
 // ceil(a / b) for non-negative a and positive b.
 inline int64_t ceil_div(uint64_t a, uint64_t b) { return (int64_t) ((a + b - 1) / b); }
 

@@ -28,14 +28,27 @@ rl::State current(const rl_check_t *c, Item *items, size_t i)
     return s;
 }
 
-bool binds_more(const rl_decision_t &a, const rl_decision_t &b, bool allowed)
-{
-    return allowed ? a.remaining < b.remaining : a.retry_after_ms > b.retry_after_ms;
-}
-
 bool same(const rl_state_t &a, const rl_state_t &b) { return a.t == b.t && a.n == b.n; }
 
 }  // namespace
+
+namespace rl {
+
+size_t binding_of(const rl_check_t *c, size_t n, bool allowed)
+{
+    size_t b = n;
+    for (size_t i = 0; i < n; i++) {
+        const rl_decision_t &d = c[i].decision;
+        if ((bool) d.allowed == allowed &&
+            (b == n || (allowed ? d.remaining < c[b].decision.remaining
+                                : d.retry_after_ms > c[b].decision.retry_after_ms))) {
+            b = i;
+        }
+    }
+    return b == n ? 0 : b;
+}
+
+}  // namespace rl
 
 extern "C" {
 
@@ -100,14 +113,7 @@ int rl_check(rl_check_t *c, size_t n, int combine, int64_t now_ms, size_t *bindi
             }
         }
 
-        size_t b = n;
-        for (size_t i = 0; i < n; i++) {
-            if ((bool) c[i].decision.allowed == allowed &&
-                (b == n || binds_more(c[i].decision, c[b].decision, allowed))) {
-                b = i;
-            }
-        }
-        *binding = b == n ? 0 : b;
+        *binding = rl::binding_of(c, n, allowed);
         return allowed ? 1 : 0;
     } catch (...) {
         *binding = 0;

@@ -1,0 +1,513 @@
+// Redis: the RESP reader, the key names, the command, and the conformance
+// of the Lua script (core/redis/ratelimit.lua) with the C++ core: random
+// traces run through rl_check on a local table and through the script in a
+// real redis-server (started here, on a unix socket, with no persistence)
+// must give identical decisions, remaining, reset and retry-after.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "helpers.h"
+
+extern char **environ;
+
+namespace {
+
+// ---- a blocking client, for tests only --------------------------------------
+
+class Redis {
+public:
+    static Redis &instance()
+    {
+        static Redis r;
+        return r;
+    }
+
+    bool ok() const { return fd_ >= 0; }
+    const std::string &why() const { return why_; }
+
+    // Sends raw RESP, reads one reply (kept in buf_ until the next call).
+    rl_resp_t call(const std::string &cmd)
+    {
+        rl_resp_t r{};
+        size_t off = 0;
+        while (off < cmd.size()) {
+            ssize_t n = ::write(fd_, cmd.data() + off, cmd.size() - off);
+            if (n <= 0) {
+                ADD_FAILURE() << "write to redis failed";
+                return r;
+            }
+            off += (size_t) n;
+        }
+        buf_.clear();
+        for (;;) {
+            long used = rl_resp_parse(buf_.data(), buf_.size(), &r);
+            if (used > 0) {
+                EXPECT_EQ((size_t) used, buf_.size());
+                return r;
+            }
+            if (used < 0) {
+                ADD_FAILURE() << "not RESP: " << buf_;
+                return r;
+            }
+            char tmp[65536];
+            ssize_t n = ::read(fd_, tmp, sizeof(tmp));
+            if (n <= 0) {
+                ADD_FAILURE() << "redis closed the connection";
+                return r;
+            }
+            buf_.append(tmp, (size_t) n);
+        }
+    }
+
+    rl_resp_t command(std::initializer_list<std::string> args)
+    {
+        std::string cmd = "*" + std::to_string(args.size()) + "\r\n";
+        for (const std::string &a : args) {
+            cmd += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
+        }
+        return call(cmd);
+    }
+
+private:
+    Redis()
+    {
+        char dir[] = "/tmp/rl-redis-test.XXXXXX";
+        if (mkdtemp(dir) == nullptr) {
+            why_ = "mkdtemp failed";
+            return;
+        }
+        dir_ = dir;
+        const std::string sock = dir_ + "/redis.sock";
+        const char *server = std::getenv("RL_REDIS_SERVER");
+        std::string bin = server ? server : "/usr/bin/redis-server";
+        std::vector<std::string> args = {bin,         "--port",       "0",        "--unixsocket", sock,
+                                         "--save",    "",             "--appendonly", "no",       "--dir",
+                                         dir_,        "--daemonize",  "no",       "--loglevel", "warning"};
+        std::vector<char *> argv;
+        for (std::string &a : args) {
+            argv.push_back(a.data());
+        }
+        argv.push_back(nullptr);
+        if (posix_spawn(&pid_, bin.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+            why_ = "cannot run " + bin + " (set RL_REDIS_SERVER)";
+            return;
+        }
+        for (int i = 0; i < 500 && fd_ < 0; i++) {   // up to 5 s
+            usleep(10000);
+            int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+            sockaddr_un a{};
+            a.sun_family = AF_UNIX;
+            std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock.c_str());
+            if (connect(fd, (sockaddr *) &a, sizeof(a)) == 0) {
+                fd_ = fd;
+            } else {
+                ::close(fd);
+            }
+        }
+        if (fd_ < 0) {
+            why_ = "redis-server did not start on " + sock;
+        }
+    }
+
+    ~Redis()
+    {
+        if (fd_ >= 0) {
+            ::close(fd_);
+        }
+        if (pid_ > 0) {
+            kill(pid_, SIGTERM);
+            waitpid(pid_, nullptr, 0);
+        }
+        if (!dir_.empty()) {
+            std::string cmd = "rm -rf " + dir_;
+            if (std::system(cmd.c_str()) != 0) {
+            }
+        }
+    }
+
+    pid_t pid_ = -1;
+    int fd_ = -1;
+    std::string dir_, why_, buf_;
+};
+
+#define NEED_REDIS()                                      \
+    Redis &redis = Redis::instance();                     \
+    ASSERT_TRUE(redis.ok()) << redis.why()
+
+std::string script_sha()
+{
+    Redis &redis = Redis::instance();
+    size_t len;
+    const char *text = rl_redis_script(&len);
+    rl_resp_t r = redis.command({"SCRIPT", "LOAD", std::string(text, len)});
+    EXPECT_EQ(r.type, RL_RESP_BULK) << std::string(r.str ? r.str : "", r.str_len);
+    return std::string(r.str, r.str_len);
+}
+
+// One request through the script: the reply's decisions in c.
+int check_in_redis(const std::string &sha, const std::string &prefix, std::vector<rl_check_t> &c, int combine,
+                   int64_t now, size_t *binding)
+{
+    std::string cmd(rl_redis_command_size(c.size(), prefix.size(), sha.size()), '\0');
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, prefix.data(), prefix.size(), c.data(),
+                                c.size(), combine, now));
+    rl_resp_t r = Redis::instance().call(cmd);
+    int allowed = rl_redis_decode(&r, c.data(), c.size(), binding);
+    EXPECT_GE(allowed, 0) << "reply type " << (char) r.type << ": " << std::string(r.str ? r.str : "", r.str_len);
+    return allowed;
+}
+
+std::string describe(const rl_decision_t &d)
+{
+    return "allowed=" + std::to_string(d.allowed) + " never=" + std::to_string(d.never) +
+           " remaining=" + std::to_string(d.remaining) + " reset=" + std::to_string(d.reset_ms) +
+           " retry=" + std::to_string(d.retry_after_ms) + " delay=" + std::to_string(d.delay_ms) +
+           " window=" + std::to_string(d.window_ms);
+}
+
+bool same(const rl_decision_t &a, const rl_decision_t &b)
+{
+    return a.allowed == b.allowed && a.never == b.never && a.remaining == b.remaining && a.reset_ms == b.reset_ms &&
+           a.retry_after_ms == b.retry_after_ms && a.delay_ms == b.delay_ms && a.window_ms == b.window_ms;
+}
+
+// ---- a trace: the same requests through the core and through Redis ----------
+
+struct Trace {
+    std::vector<rl_rule_t> rules;
+    std::vector<std::string> texts;
+    int combine = RL_COMBINE_ALL;
+    void *table = nullptr;
+    size_t table_size = 1 << 20;
+    std::string prefix;
+
+    Trace(const std::vector<std::string> &t, int comb, const std::string &pfx) : texts(t), combine(comb), prefix(pfx)
+    {
+        std::vector<uint32_t> blobs;
+        for (const std::string &s : texts) {
+            rules.push_back(rule_of(s));
+            char err[RL_ERR_MAX];
+            EXPECT_EQ(rl_redis_rule_ok(&rules.back(), err, sizeof(err)), RL_OK) << s << ": " << err;
+            blobs.push_back((uint32_t) (rl_state_size(&rules.back()) - sizeof(rl_state_t)));
+        }
+        table = std::aligned_alloc(64, table_size);
+        char err[RL_ERR_MAX];
+        EXPECT_EQ(rl_table_init(table, table_size, blobs.data(), blobs.size(), nullptr, err, sizeof(err)), RL_OK)
+            << err;
+    }
+    ~Trace() { std::free(table); }
+
+    std::vector<rl_check_t> checks(const std::vector<std::string> &keys, const std::vector<uint64_t> &costs)
+    {
+        std::vector<rl_check_t> c(rules.size());
+        for (size_t i = 0; i < rules.size(); i++) {
+            c[i] = rl_check_t{};
+            c[i].table = table;
+            c[i].rule = &rules[i];
+            c[i].identity = rl_rule_identity(&rules[i], "k", 1) + i;   // distinct state per rule
+            c[i].key = keys[i].data();
+            c[i].key_len = keys[i].size();
+            c[i].cost = costs[i];
+        }
+        return c;
+    }
+
+    // Runs one request both ways; false (with a failure) on a difference.
+    bool step(const std::string &sha, const std::vector<std::string> &keys, const std::vector<uint64_t> &costs,
+              int64_t now, size_t op)
+    {
+        std::vector<rl_check_t> local = checks(keys, costs), remote = checks(keys, costs);
+        size_t lb, rb;
+        rl_check_hash(local.data(), local.size());
+        const int la = rl_check(local.data(), local.size(), combine, now, &lb);
+        const int ra = check_in_redis(sha, prefix, remote, combine, now, &rb);
+        bool ok = la == ra && lb == rb;
+        for (size_t i = 0; i < rules.size(); i++) {
+            ok = ok && same(local[i].decision, remote[i].decision);
+        }
+        if (!ok) {
+            std::string msg = "op " + std::to_string(op) + " at " + std::to_string(now) + ", combine " +
+                              std::to_string(combine) + ":\n";
+            for (size_t i = 0; i < rules.size(); i++) {
+                msg += "  rule \"" + texts[i] + "\" key " + keys[i] + " cost " + std::to_string(costs[i]) +
+                       "\n    core:  " + describe(local[i].decision) + "\n    redis: " + describe(remote[i].decision) +
+                       "\n";
+            }
+            ADD_FAILURE() << msg << "  allowed core " << la << " redis " << ra << ", binding " << lb << " / " << rb;
+        }
+        return ok;
+    }
+};
+
+// A random rule of the algorithm, within what a Redis zone accepts.
+std::string random_rule(std::mt19937_64 &g, const std::string &algorithm)
+{
+    auto pick = [&](std::initializer_list<const char *> v) { return std::string(v.begin()[g() % v.size()]); };
+    const int limit = 1 + (int) (g() % 20);
+    std::string r = "algorithm=" + algorithm + " limit=" + std::to_string(limit);
+    if (algorithm == "quota") {
+        r += " reset=" + pick({"daily", "weekly", "monthly"}) + " utc_offset=" + pick({"+00:00", "+05:30", "-08:00"});
+        return r;
+    }
+    r += " period=" + pick({"1s", "700ms", "10s", "1m", "1h", "1d"});
+    if (algorithm == "gcra" || algorithm == "token_bucket") {
+        r += " burst=" + std::to_string(1 + g() % 30);
+    } else if (algorithm == "fixed_window") {
+        r += " align=" + pick({"epoch", "first"});
+    } else if (algorithm == "sliding_window") {
+        r += " buckets=" + pick({"1", "2", "5", "10", "60"});
+    } else if (algorithm == "leaky_bucket") {
+        r += " max_delay=" + pick({"0", "100ms", "1s", "30s"});
+    }
+    return r;
+}
+
+// The next request's time: mostly small steps, some long gaps, some
+// backward jumps (a stepped clock).
+int64_t next_time(std::mt19937_64 &g, int64_t now, int64_t period)
+{
+    const unsigned r = (unsigned) (g() % 100);
+    if (r < 60) {
+        return now + (int64_t) (g() % (uint64_t) (period / 20 + 2));
+    }
+    if (r < 85) {
+        return now + (int64_t) (g() % (uint64_t) (period + 1));
+    }
+    if (r < 95) {
+        return now + (int64_t) (g() % (uint64_t) (3 * period + 1));
+    }
+    return now - (int64_t) (g() % (uint64_t) (period / 2 + 1));
+}
+
+int64_t period_of(const rl_rule_t &r) { return r.period_ms; }
+
+void run_trace(const std::string &sha, std::mt19937_64 &g, Trace &t, size_t ops, size_t *done)
+{
+    int64_t now = kT0 + (int64_t) (g() % 86400000);
+    int64_t period = 0;
+    for (const rl_rule_t &r : t.rules) {
+        period = std::max(period, period_of(r));
+    }
+    for (size_t op = 0; op < ops; op++) {
+        std::vector<std::string> keys;
+        std::vector<uint64_t> costs;
+        const std::string key = "k" + std::to_string(g() % 3);
+        for (const rl_rule_t &r : t.rules) {
+            keys.push_back(key);
+            const uint64_t top = std::max(r.limit, r.burst);
+            const unsigned c = (unsigned) (g() % 100);
+            costs.push_back(c < 70 ? 1 : c < 80 ? 0 : c < 97 ? g() % (top + 1) : top + 1 + g() % 3);
+        }
+        if (!t.step(sha, keys, costs, now, op)) {
+            return;
+        }
+        ++*done;
+        now = next_time(g, now, period);
+    }
+}
+
+// ---- RESP, keys, command ---------------------------------------------------
+
+TEST(Resp, ParsesEveryTypeAndWaitsForMore)
+{
+    rl_resp_t r;
+    EXPECT_EQ(rl_resp_parse("+OK\r\n", 5, &r), 5);
+    EXPECT_EQ(r.type, RL_RESP_STATUS);
+    EXPECT_EQ(std::string(r.str, r.str_len), "OK");
+    EXPECT_EQ(rl_resp_parse("-NOSCRIPT No matching script\r\n", 30, &r), 30);
+    EXPECT_EQ(r.type, RL_RESP_ERROR);
+    EXPECT_EQ(std::string(r.str, 8), "NOSCRIPT");
+    EXPECT_EQ(rl_resp_parse(":-42\r\n", 6, &r), 6);
+    EXPECT_EQ(r.integer, -42);
+    EXPECT_EQ(rl_resp_parse("$3\r\nabc\r\n", 9, &r), 9);
+    EXPECT_EQ(std::string(r.str, r.str_len), "abc");
+    EXPECT_EQ(rl_resp_parse("$-1\r\n", 5, &r), 5);
+    EXPECT_EQ(r.integer, -1);
+    const std::string arr = "*3\r\n:1\r\n:-2\r\n:9007199254740993\r\n";
+    EXPECT_EQ(rl_resp_parse(arr.data(), arr.size(), &r), (long) arr.size());
+    ASSERT_EQ(r.nitems, 3u);
+    EXPECT_EQ(r.integers, 1);
+    EXPECT_EQ(r.items[2], 9007199254740993LL);
+    // every strict prefix is incomplete, never an error
+    for (size_t n = 0; n < arr.size(); n++) {
+        EXPECT_EQ(rl_resp_parse(arr.data(), n, &r), 0) << n;
+    }
+    const std::string mixed = "*2\r\n$1\r\nx\r\n*1\r\n:5\r\n";
+    EXPECT_EQ(rl_resp_parse(mixed.data(), mixed.size(), &r), (long) mixed.size());
+    EXPECT_EQ(r.integers, 0);
+}
+
+TEST(Resp, RejectsWhatIsNotResp)
+{
+    rl_resp_t r;
+    EXPECT_EQ(rl_resp_parse("HTTP/1.1 200\r\n", 14, &r), -1);
+    EXPECT_EQ(rl_resp_parse(":12a\r\n", 6, &r), -1);
+    EXPECT_EQ(rl_resp_parse("$3\r\nabcd\r\n", 10, &r), -1);
+    EXPECT_EQ(rl_resp_parse("*-5\r\n", 5, &r), -1);
+    EXPECT_EQ(rl_resp_parse(":99999999999999999999\r\n", 23, &r), -1);
+    std::string deep;
+    for (int i = 0; i < 20; i++) {
+        deep += "*1\r\n";
+    }
+    deep += ":1\r\n";
+    EXPECT_EQ(rl_resp_parse(deep.data(), deep.size(), &r), -1);
+}
+
+TEST(Redis, KeyIsPrefixAndSha256OfIdentityAndKey)
+{
+    char a[64], b[64], c[64];
+    rl_redis_key(a, "rl:", 3, 1, "alice", 5);
+    rl_redis_key(b, "rl:", 3, 1, "alice", 5);
+    rl_redis_key(c, "rl:", 3, 2, "alice", 5);
+    EXPECT_EQ(std::string(a, 35), std::string(b, 35));
+    EXPECT_NE(std::string(a, 35), std::string(c, 35));
+    EXPECT_EQ(std::string(a, 3), "rl:");
+    // SHA-256 of the 8 bytes of identity 1 (little endian) then "alice"
+    // (computed with sha256sum: printf '\x01\0\0\0\0\0\0\0alice' | sha256sum)
+    EXPECT_EQ(std::string(a + 3, 32), std::string("7722d5739177bb0bf55354c4ef9cd6b0"));
+}
+
+TEST(Redis, RulesTooFineForLuaNumbersAreRefused)
+{
+    rl_rule_t ok = rule_of("algorithm=gcra limit=1000000 period=1d");
+    rl_rule_t fine = rule_of("algorithm=gcra limit=1000000000 period=1h");
+    rl_rule_t quota = rule_of("algorithm=quota limit=1000000000 reset=monthly");
+    char err[RL_ERR_MAX];
+    EXPECT_EQ(rl_redis_rule_ok(&ok, err, sizeof(err)), RL_OK);
+    EXPECT_EQ(rl_redis_rule_ok(&fine, err, sizeof(err)), RL_ERROR);
+    EXPECT_NE(std::string(err).find("2^50"), std::string::npos) << err;
+    EXPECT_EQ(rl_redis_rule_ok(&quota, err, sizeof(err)), RL_OK);
+}
+
+TEST(Redis, CommandIsOneEvalshaWithKeysThenArguments)
+{
+    rl_rule_t r = rule_of("algorithm=gcra limit=10 period=1m");
+    rl_check_t c{};
+    c.rule = &r;
+    c.identity = 7;
+    c.key = "bob";
+    c.key_len = 3;
+    c.cost = 2;
+    const std::string sha(40, 'f');
+    std::string cmd(rl_redis_command_size(1, 3, sha.size()), '\0');
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, "rl:", 3, &c, 1, RL_COMBINE_ANY, -1));
+    rl_resp_t parsed;
+    EXPECT_EQ(rl_resp_parse(cmd.data(), cmd.size(), &parsed), (long) cmd.size());
+    EXPECT_EQ(parsed.integer, 3 + 1 + 2 + 10);
+    EXPECT_EQ(cmd.substr(0, 18), "*16\r\n$7\r\nEVALSHA\r\n");
+    EXPECT_NE(cmd.find("\r\n$0\r\n\r\n$1\r\n1\r\n$1\r\n0\r\n$2\r\n10\r\n$2\r\n10\r\n$5\r\n60000\r\n"), std::string::npos)
+        << cmd;
+    EXPECT_EQ(cmd.substr(cmd.size() - 7), "$1\r\n2\r\n");
+}
+
+// ---- the script against a real redis-server ---------------------------------
+
+TEST(RedisScript, EveryAlgorithmMatchesTheCoreOnRandomTraces)
+{
+    NEED_REDIS();
+    const std::string sha = script_sha();
+    std::mt19937_64 g(20261122);
+    const char *algorithms[] = {"gcra",         "token_bucket", "fixed_window", "sliding_window",
+                                "sliding_log",  "leaky_bucket", "quota"};
+    int trace = 0;
+    for (const char *a : algorithms) {
+        size_t done = 0;
+        // many short traces, each with its own random rule: >= 10,000 ops
+        while (done < 10000 && !HasFailure()) {
+            Trace t({random_rule(g, a)}, RL_COMBINE_ALL, "conf:" + std::to_string(trace++) + ":");
+            run_trace(sha, g, t, 400, &done);
+        }
+        EXPECT_GE(done, 10000u) << a;
+        std::printf("%-15s %zu operations identical in Redis and the core\n", a, done);
+    }
+}
+
+TEST(RedisScript, StackedRulesMatchTheCoreWithAllAndAny)
+{
+    NEED_REDIS();
+    const std::string sha = script_sha();
+    std::mt19937_64 g(7);
+    const char *algorithms[] = {"gcra",        "token_bucket", "fixed_window", "sliding_window",
+                                "sliding_log", "leaky_bucket", "quota"};
+    size_t done = 0;
+    int trace = 0;
+    while (done < 10000 && !HasFailure()) {
+        std::vector<std::string> rules;
+        const size_t n = 2 + g() % 2;
+        for (size_t i = 0; i < n; i++) {
+            rules.push_back(random_rule(g, algorithms[g() % 7]));
+        }
+        Trace t(rules, g() % 2 ? RL_COMBINE_ANY : RL_COMBINE_ALL, "stack:" + std::to_string(trace++) + ":");
+        run_trace(sha, g, t, 200, &done);
+    }
+    EXPECT_GE(done, 10000u);
+}
+
+TEST(RedisScript, StateExpiresWhenBackToFullBudgetAndHoldsNoKeyBytes)
+{
+    NEED_REDIS();
+    const std::string sha = script_sha();
+    rl_rule_t r = rule_of("algorithm=gcra limit=10 period=1m");
+    rl_check_t c{};
+    c.rule = &r;
+    c.identity = 99;
+    c.key = "secret-api-key";
+    c.key_len = 14;
+    c.cost = 3;
+    size_t b;
+    // Redis's own clock (now < 0): 3 of 10 per minute spent = 18 s to full
+    const std::string prefix = "ttl:";
+    std::string cmd(rl_redis_command_size(1, prefix.size(), sha.size()), '\0');
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, prefix.data(), prefix.size(), &c, 1,
+                                RL_COMBINE_ALL, -1));
+    rl_resp_t reply = redis.call(cmd);
+    ASSERT_EQ(rl_redis_decode(&reply, &c, 1, &b), 1);
+    EXPECT_EQ(c.decision.remaining, 7u);
+    EXPECT_EQ(c.decision.reset_ms, 18000);
+    char key[64];
+    rl_redis_key(key, prefix.data(), prefix.size(), 99, "secret-api-key", 14);
+    rl_resp_t ttl = redis.command({"PTTL", std::string(key, prefix.size() + RL_REDIS_HASH_LEN)});
+    EXPECT_GT(ttl.integer, 17900);
+    EXPECT_LE(ttl.integer, 18001);
+    rl_resp_t keys = redis.command({"KEYS", "*secret*"});
+    EXPECT_EQ(keys.integer, 0);
+}
+
+TEST(RedisScript, NoscriptIsAnErrorReplyAndEvalLoadsTheScript)
+{
+    NEED_REDIS();
+    redis.command({"SCRIPT", "FLUSH"});
+    rl_rule_t r = rule_of("algorithm=fixed_window limit=2 period=1m");
+    rl_check_t c{};
+    c.rule = &r;
+    c.key = "x";
+    c.key_len = 1;
+    c.cost = 1;
+    size_t len, b;
+    const char *text = rl_redis_script(&len);
+    const std::string sha = "0000000000000000000000000000000000000000";
+    std::string cmd(rl_redis_command_size(1, 2, len), '\0');
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, "n:", 2, &c, 1, RL_COMBINE_ALL, kT0));
+    rl_resp_t reply = redis.call(cmd);
+    EXPECT_EQ(reply.type, RL_RESP_ERROR);
+    EXPECT_EQ(std::string(reply.str, 8), "NOSCRIPT");
+    EXPECT_EQ(rl_redis_decode(&reply, &c, 1, &b), -1);
+    cmd.assign(rl_redis_command_size(1, 2, len), '\0');
+    cmd.resize(rl_redis_command(cmd.data(), text, len, 1, "n:", 2, &c, 1, RL_COMBINE_ALL, kT0));
+    reply = redis.call(cmd);
+    EXPECT_EQ(rl_redis_decode(&reply, &c, 1, &b), 1);
+    EXPECT_EQ(c.decision.remaining, 1u);
+    // EVAL cached it: the real SHA-1 works now
+    EXPECT_EQ(script_sha().size(), 40u);
+}
+
+}  // namespace
