@@ -19,6 +19,7 @@
 #include <ngx_http.h>
 
 #include "ratelimit.h"
+#include "ngx_http_ratelimit_redis.h"
 
 
 #define NGX_HTTP_RATELIMIT_PASSED            1
@@ -27,6 +28,13 @@
 #define NGX_HTTP_RATELIMIT_DELAYED_DRY_RUN   4
 #define NGX_HTTP_RATELIMIT_REJECTED_DRY_RUN  5
 #define NGX_HTTP_RATELIMIT_EXEMPT            6
+
+/* $ratelimit_decided_by: where the decision was taken */
+#define NGX_HTTP_RATELIMIT_BY_LOCAL          1
+#define NGX_HTTP_RATELIMIT_BY_REDIS          2
+#define NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL 3
+#define NGX_HTTP_RATELIMIT_BY_FALLBACK_ALLOW 4
+#define NGX_HTTP_RATELIMIT_BY_FALLBACK_DENY  5
 
 #define NGX_HTTP_RATELIMIT_HEADERS_LEGACY    0x01
 #define NGX_HTTP_RATELIMIT_HEADERS_IETF      0x02
@@ -45,6 +53,8 @@ typedef struct {
     ngx_array_t                  blobs;     /* uint32_t: its rules' block sizes */
     u_char                      *file;      /* where it is declared */
     ngx_uint_t                   line;
+    ngx_http_ratelimit_redis_t  *redis;     /* NULL: decided in the zone */
+    ngx_http_ratelimit_redis_stats_t  *redis_stats;  /* in the zone */
 } ngx_http_ratelimit_zone_t;
 
 
@@ -100,14 +110,38 @@ typedef struct {
     ngx_http_ratelimit_rule_t  **held_rules;
     ngx_uint_t                   nheld;
 
+    ngx_uint_t                   decided_by; /* NGX_HTTP_RATELIMIT_BY_* */
+
+    /* a request decided in Redis: its checks wait there */
+    ngx_http_ratelimit_redis_wait_t  redis;
+    ngx_http_ratelimit_rule_t  **redis_rules;
+    ngx_int_t                    rc;         /* the handler's, once decided */
+
     unsigned                     headers_done:1;
     unsigned                     waiting:1;  /* delayed, not yet released */
+    unsigned                     redis_waiting:1;
+    unsigned                     resume:1;   /* the handler returns rc */
 } ngx_http_ratelimit_ctx_t;
 
 
 static ngx_int_t ngx_http_ratelimit_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_ratelimit_key(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, ngx_str_t *key);
+static ngx_int_t ngx_http_ratelimit_decided(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, rl_check_t *checks,
+    ngx_http_ratelimit_rule_t **used, ngx_uint_t n, int allowed,
+    size_t binding);
+static ngx_int_t ngx_http_ratelimit_check_local(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, rl_check_t *checks,
+    ngx_http_ratelimit_rule_t **used, ngx_uint_t n);
+static ngx_int_t ngx_http_ratelimit_check_redis(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, rl_check_t *checks,
+    ngx_http_ratelimit_rule_t **used, ngx_uint_t n);
+static void ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
+    rl_resp_t *reply);
+static ngx_int_t ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, rl_check_t *checks,
+    ngx_http_ratelimit_rule_t **used, ngx_uint_t n);
 static ngx_int_t ngx_http_ratelimit_delay_request(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, rl_check_t *checks,
     ngx_http_ratelimit_rule_t **rules, ngx_uint_t n, ngx_msec_t delay);
@@ -138,6 +172,8 @@ static ngx_int_t ngx_http_ratelimit_add_variables(ngx_conf_t *cf);
 static ngx_int_t ngx_http_ratelimit_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 static size_t ngx_http_ratelimit_table_size(size_t zone_size);
+static ngx_int_t ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
+    ngx_http_ratelimit_zone_ref_t *ref);
 static ngx_int_t ngx_http_ratelimit_check_layout(ngx_conf_t *cf,
     ngx_shm_zone_t *shm_zone);
 static void *ngx_http_ratelimit_create_main_conf(ngx_conf_t *cf);
@@ -154,6 +190,7 @@ static char *ngx_http_ratelimit_set_status(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 static ngx_int_t ngx_http_ratelimit_init(ngx_conf_t *cf);
 static ngx_int_t ngx_http_ratelimit_init_module(ngx_cycle_t *cycle);
+static void ngx_http_ratelimit_exit_process(ngx_cycle_t *cycle);
 static char *ngx_http_ratelimit_stats(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_ratelimit_stats_handler(ngx_http_request_t *r);
@@ -293,7 +330,7 @@ ngx_module_t  ngx_http_ratelimit_module = {
     NULL,                                  /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
-    NULL,                                  /* exit process */
+    ngx_http_ratelimit_exit_process,       /* exit process */
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
@@ -308,7 +345,8 @@ enum {
     NGX_HTTP_RATELIMIT_VAR_REMAINING,
     NGX_HTTP_RATELIMIT_VAR_RESET,
     NGX_HTTP_RATELIMIT_VAR_RETRY_AFTER,
-    NGX_HTTP_RATELIMIT_VAR_RULE
+    NGX_HTTP_RATELIMIT_VAR_RULE,
+    NGX_HTTP_RATELIMIT_VAR_DECIDED_BY
 };
 
 
@@ -332,6 +370,9 @@ static ngx_http_variable_t  ngx_http_ratelimit_vars[] = {
     { ngx_string("ratelimit_rule"), NULL, ngx_http_ratelimit_variable,
       NGX_HTTP_RATELIMIT_VAR_RULE, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
+    { ngx_string("ratelimit_decided_by"), NULL, ngx_http_ratelimit_variable,
+      NGX_HTTP_RATELIMIT_VAR_DECIDED_BY, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
       ngx_http_null_variable
 };
 
@@ -344,6 +385,16 @@ static ngx_str_t  ngx_http_ratelimit_status_names[] = {
     ngx_string("DELAYED_DRY_RUN"),
     ngx_string("REJECTED_DRY_RUN"),
     ngx_string("EXEMPT")
+};
+
+
+static ngx_str_t  ngx_http_ratelimit_decided_by_names[] = {
+    ngx_null_string,
+    ngx_string("local"),
+    ngx_string("redis"),
+    ngx_string("fallback_local"),
+    ngx_string("fallback_allow"),
+    ngx_string("fallback_deny")
 };
 
 
@@ -364,13 +415,8 @@ static ngx_str_t  ngx_http_ratelimit_retry_after_header =
 static ngx_int_t
 ngx_http_ratelimit_handler(ngx_http_request_t *r)
 {
-    int                             allowed;
-    size_t                          binding;
-    int64_t                         now;
     ngx_str_t                       key;
     ngx_uint_t                      i, n;
-    ngx_msec_t                      delay;
-    ngx_time_t                     *tp;
     rl_check_t                      checks[RL_RULES_MAX];
     ngx_http_ratelimit_ctx_t       *ctx;
     ngx_http_ratelimit_zone_t      *zone;
@@ -384,9 +430,17 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
-    /* checked already: an internal redirect or a subrequest */
-    if (ngx_http_ratelimit_get_ctx(r) != NULL) {
-        return NGX_DECLINED;
+    ctx = ngx_http_ratelimit_get_ctx(r);
+
+    if (ctx != NULL) {
+        if (ctx->resume) {   /* decided in Redis meanwhile */
+            ctx->resume = 0;
+            return ctx->rc;
+        }
+
+        /* waiting for Redis; or checked already: an internal redirect or
+           a subrequest */
+        return ctx->redis_waiting ? NGX_AGAIN : NGX_DECLINED;
     }
 
     /* the context and its pool cleanup in one allocation */
@@ -438,6 +492,33 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
+    zone = used[0]->shm_zone->data;
+
+    if (zone->redis != NULL) {
+        return ngx_http_ratelimit_check_redis(r, ctx, checks, used, n);
+    }
+
+    ctx->decided_by = NGX_HTTP_RATELIMIT_BY_LOCAL;
+
+    return ngx_http_ratelimit_check_local(r, ctx, checks, used, n);
+}
+
+
+/* The request decided in its zones, under their locks. */
+
+static ngx_int_t
+ngx_http_ratelimit_check_local(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, rl_check_t *checks,
+    ngx_http_ratelimit_rule_t **used, ngx_uint_t n)
+{
+    int                             allowed;
+    size_t                          binding;
+    int64_t                         now;
+    ngx_time_t                     *tp;
+    ngx_http_ratelimit_loc_conf_t  *rlcf;
+
+    rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
+
     rl_check_hash(checks, n);   /* outside the locks */
 
     tp = ngx_timeofday();
@@ -446,6 +527,29 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
     ngx_http_ratelimit_lock(checks, used, n, 1);
     allowed = rl_check(checks, n, rlcf->combine, now, &binding);
     ngx_http_ratelimit_lock(checks, used, n, 0);
+
+    return ngx_http_ratelimit_decided(r, ctx, checks, used, n, allowed,
+                                      binding);
+}
+
+
+/*
+ * What a decision means for the request: counters, status, log, and the
+ * handler's result (the status of a rejection, NGX_DECLINED to go on, or
+ * NGX_AGAIN while a shaping rule holds it).
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_decided(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, rl_check_t *checks,
+    ngx_http_ratelimit_rule_t **used, ngx_uint_t n, int allowed,
+    size_t binding)
+{
+    ngx_uint_t                      i;
+    ngx_msec_t                      delay;
+    ngx_http_ratelimit_loc_conf_t  *rlcf;
+
+    rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
 
     ngx_http_ratelimit_count(checks, used, n, allowed, rlcf->dry_run);
 
@@ -498,6 +602,160 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
     ctx->status = NGX_HTTP_RATELIMIT_DELAYED;
 
     return ngx_http_ratelimit_delay_request(r, ctx, checks, used, n, delay);
+}
+
+
+/*
+ * Sends the request's rules to Redis, one script call for all of them, and
+ * waits for the reply on the event loop: the worker serves other requests
+ * meanwhile.  The checks are copied into the request's pool for the wait.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_check_redis(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, rl_check_t *checks,
+    ngx_http_ratelimit_rule_t **used, ngx_uint_t n)
+{
+    ngx_http_ratelimit_zone_t      *zone;
+    ngx_http_ratelimit_loc_conf_t  *rlcf;
+    ngx_http_ratelimit_redis_wait_t  *w;
+
+    rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
+    zone = used[0]->shm_zone->data;
+    w = &ctx->redis;
+
+    w->checks = ngx_palloc(r->pool, n * sizeof(rl_check_t));
+    ctx->redis_rules = ngx_palloc(r->pool,
+                                  n * sizeof(ngx_http_ratelimit_rule_t *));
+    if (w->checks == NULL || ctx->redis_rules == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_memcpy(w->checks, checks, n * sizeof(rl_check_t));
+    ngx_memcpy(ctx->redis_rules, used, n * sizeof(ngx_http_ratelimit_rule_t *));
+
+    w->request = r;
+    w->handler = ngx_http_ratelimit_redis_done;
+    w->n = n;
+    w->combine = rlcf->combine;
+
+    if (ngx_http_ratelimit_redis_send(zone->redis, w) != NGX_OK) {
+        /* Redis unreachable now: no waiting at all */
+        return ngx_http_ratelimit_redis_fallback(r, ctx, w->checks,
+                                                 ctx->redis_rules, n);
+    }
+
+    ctx->redis_waiting = 1;
+
+    if (r->connection->read->ready) {
+        ngx_post_event(r->connection->read, &ngx_posted_events);
+
+    } else if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    r->read_event_handler = ngx_http_test_reading;
+    r->write_event_handler = ngx_http_request_empty_handler;
+
+    return NGX_AGAIN;
+}
+
+
+/* Redis answered (reply) or failed (NULL): decide, and run the phases on. */
+
+static void
+ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
+    rl_resp_t *reply)
+{
+    int                         allowed;
+    size_t                      binding;
+    ngx_int_t                   rc;
+    ngx_http_request_t         *r = w->request;
+    ngx_http_ratelimit_ctx_t   *ctx;
+    ngx_http_ratelimit_zone_t  *zone;
+
+    ctx = ngx_http_ratelimit_get_ctx(r);
+    zone = ctx->redis_rules[0]->shm_zone->data;
+    ctx->redis_waiting = 0;
+
+    ngx_http_set_log_request(r->connection->log, r);
+
+    allowed = reply ? rl_redis_decode(reply, w->checks, w->n, &binding) : -1;
+
+    if (reply != NULL && allowed < 0) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "ratelimit: redis %V: unexpected reply of type '%c' "
+                      "to the script: is it another script under its SHA-1?",
+                      &zone->redis->server, reply->type);
+        (void) ngx_atomic_fetch_add(&zone->redis_stats->errors, 1);
+    }
+
+    if (allowed < 0) {
+        rc = ngx_http_ratelimit_redis_fallback(r, ctx, w->checks,
+                                               ctx->redis_rules, w->n);
+
+    } else {
+        (void) ngx_atomic_fetch_add(&zone->redis_stats->decisions, 1);
+        ctx->decided_by = NGX_HTTP_RATELIMIT_BY_REDIS;
+        rc = ngx_http_ratelimit_decided(r, ctx, w->checks, ctx->redis_rules,
+                                        w->n, allowed, binding);
+    }
+
+    if (rc == NGX_AGAIN) {
+        return;   /* held by a shaping rule: its timer runs the phases on */
+    }
+
+    /* the phase engine calls the handler again, which returns rc */
+
+    ctx->rc = rc;
+    ctx->resume = 1;
+    r->read_event_handler = ngx_http_block_reading;
+    r->write_event_handler = ngx_http_core_run_phases;
+    ngx_http_core_run_phases(r);
+}
+
+
+/*
+ * on_redis_error: local decides in the zone with the same rules; allow
+ * passes the request, deny rejects it (both without rate-limit headers:
+ * there is no decision to describe).
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, rl_check_t *checks,
+    ngx_http_ratelimit_rule_t **used, ngx_uint_t n)
+{
+    ngx_http_ratelimit_zone_t      *zone;
+    ngx_http_ratelimit_loc_conf_t  *rlcf;
+
+    rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
+    zone = used[0]->shm_zone->data;
+
+    (void) ngx_atomic_fetch_add(&zone->redis_stats->fallbacks, 1);
+
+    switch (zone->redis->on_error) {
+
+    case NGX_HTTP_RATELIMIT_REDIS_ALLOW:
+        ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_ALLOW;
+        ctx->status = NGX_HTTP_RATELIMIT_PASSED;
+        return NGX_DECLINED;
+
+    case NGX_HTTP_RATELIMIT_REDIS_DENY:
+        ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_DENY;
+
+        if (rlcf->dry_run) {
+            ctx->status = NGX_HTTP_RATELIMIT_REJECTED_DRY_RUN;
+            return NGX_DECLINED;
+        }
+
+        ctx->status = NGX_HTTP_RATELIMIT_REJECTED;
+        return rlcf->status_code;
+
+    default: /* NGX_HTTP_RATELIMIT_REDIS_LOCAL */
+        ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL;
+        return ngx_http_ratelimit_check_local(r, ctx, checks, used, n);
+    }
 }
 
 
@@ -618,6 +876,10 @@ static void
 ngx_http_ratelimit_ctx_cleanup(void *data)
 {
     ngx_http_ratelimit_ctx_t  *ctx = data;
+
+    if (ctx->redis_waiting) {
+        ngx_http_ratelimit_redis_cancel(&ctx->redis);
+    }
 
     /* a delayed request abandoned before its release */
 
@@ -1006,7 +1268,9 @@ ngx_http_ratelimit_variable(ngx_http_request_t *r,
     ctx = ngx_http_ratelimit_get_ctx(r);
 
     if (ctx == NULL || ctx->status == 0
-        || (data != NGX_HTTP_RATELIMIT_VAR_STATUS && ctx->rule == NULL))
+        || (data != NGX_HTTP_RATELIMIT_VAR_STATUS
+            && data != NGX_HTTP_RATELIMIT_VAR_DECIDED_BY && ctx->rule == NULL)
+        || (data == NGX_HTTP_RATELIMIT_VAR_DECIDED_BY && ctx->decided_by == 0))
     {
         v->not_found = 1;
         return NGX_OK;
@@ -1015,6 +1279,13 @@ ngx_http_ratelimit_variable(ngx_http_request_t *r,
     v->valid = 1;
     v->no_cacheable = 0;
     v->not_found = 0;
+
+    if (data == NGX_HTTP_RATELIMIT_VAR_DECIDED_BY) {
+        s = &ngx_http_ratelimit_decided_by_names[ctx->decided_by];
+        v->len = s->len;
+        v->data = s->data;
+        return NGX_OK;
+    }
 
     if (data == NGX_HTTP_RATELIMIT_VAR_STATUS) {
         s = &ngx_http_ratelimit_status_names[ctx->status];
@@ -1083,6 +1354,13 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     zone = shm_zone->data;
     zone->shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
     size = ngx_http_ratelimit_table_size(shm_zone->shm.size);
+    zone->redis_stats = (ngx_http_ratelimit_redis_stats_t *)
+                        ((u_char *) zone->shpool
+                         + ngx_align(sizeof(ngx_slab_pool_t), 64));
+
+    if (zone->redis) {
+        zone->redis->stats = zone->redis_stats;
+    }
 
     if (ozone != NULL
         && rl_table_valid(ozone->table, size, zone->blobs.elts,
@@ -1097,8 +1375,9 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         return NGX_OK;
     }
 
-    zone->table = (u_char *) zone->shpool
-                  + ngx_align(sizeof(ngx_slab_pool_t), 64);
+    ngx_memzero(zone->redis_stats, sizeof(ngx_http_ratelimit_redis_stats_t));
+    zone->table = (u_char *) zone->redis_stats
+                  + ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64);
 
     if (rl_table_init(zone->table, size, zone->blobs.elts, zone->blobs.nelts,
                       NULL, err, sizeof(err))
@@ -1134,15 +1413,17 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
 
 /*
- * The table follows the slab pool header (whose mutex is the lock), at a
- * 64-byte boundary: shared memory is page-aligned, so this is the same for
- * every zone of a size.
+ * The slab pool header (whose mutex is the lock), then the Redis counters,
+ * then the table, each at a 64-byte boundary: shared memory is
+ * page-aligned, so this is the same for every zone of a size.
  */
 
 static size_t
 ngx_http_ratelimit_table_size(size_t zone_size)
 {
-    return (zone_size - ngx_align(sizeof(ngx_slab_pool_t), 64)) & ~(size_t) 63;
+    return (zone_size - ngx_align(sizeof(ngx_slab_pool_t), 64)
+            - ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64))
+           & ~(size_t) 63;
 }
 
 
@@ -1286,6 +1567,9 @@ static char *
 ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ssize_t                     size;
+    ngx_int_t                   rc;
+    ngx_uint_t                  i;
+    ngx_http_ratelimit_redis_t *redis;
     ngx_str_t                  *value, name;
     ngx_shm_zone_t             *shm_zone;
     ngx_http_ratelimit_zone_t  *zone;
@@ -1317,10 +1601,28 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    if (cf->args->nelts > 3) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"ratelimit_zone\" directive: unknown parameter "
-                           "\"%V\": expected NAME SIZE", &value[3]);
+    redis = NULL;
+
+    for (i = 3; i < cf->args->nelts; i++) {
+        rc = ngx_http_ratelimit_redis_param(cf, &redis, &value[i], &name);
+
+        if (rc == NGX_ERROR) {
+            return NGX_CONF_ERROR;
+        }
+
+        if (rc == NGX_DECLINED) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"ratelimit_zone\" directive: unknown "
+                               "parameter \"%V\" of zone \"%V\": expected "
+                               "NAME SIZE [redis=HOST:PORT ...]",
+                               &value[i], &name);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    if (redis != NULL
+        && ngx_http_ratelimit_redis_finish(cf, redis, &name) != NGX_CONF_OK)
+    {
         return NGX_CONF_ERROR;
     }
 
@@ -1353,6 +1655,7 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     zone->name = name;
+    zone->redis = redis;
     zone->file = cf->conf_file->file.name.data;
     zone->line = cf->conf_file->line;
 
@@ -1703,6 +2006,56 @@ ngx_http_ratelimit_check_layout(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone)
 }
 
 
+/*
+ * A rule of a Redis zone: its arithmetic must stay exact in Lua, and its
+ * location's other rules must use the same zone, since one script call
+ * decides them all atomically (rules in local zones and in Redis could
+ * not be committed together).
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
+    ngx_http_ratelimit_zone_ref_t *ref)
+{
+    ngx_uint_t                  j;
+    ngx_http_ratelimit_rule_t  *rule, *rules;
+    ngx_http_ratelimit_zone_t  *zone, *other;
+    char                        err[RL_ERR_MAX];
+
+    rules = ref->rules->elts;
+    rule = &rules[ref->index];
+    zone = ref->shm_zone->data;
+
+    for (j = 0; j < ref->rules->nelts; j++) {
+        other = rules[j].shm_zone->data;
+
+        if (other != NULL && other != zone
+            && (zone->redis != NULL || other->redis != NULL))
+        {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "\"ratelimit\" directive: zone=%V and zone=%V "
+                          "in one location: a location's rules must all use "
+                          "the same Redis zone, or only local zones, in "
+                          "%s:%ui", &zone->name, &other->name,
+                          ref->file, ref->line);
+            return NGX_ERROR;
+        }
+    }
+
+    if (zone->redis != NULL
+        && rl_redis_rule_ok(&rule->rule, err, sizeof(err)) != RL_OK)
+    {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "\"ratelimit\" directive: rule \"%V\" in zone=%V: "
+                      "%s, in %s:%ui", &rule->name, &zone->name, err,
+                      ref->file, ref->line);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_ratelimit_init(ngx_conf_t *cf)
 {
@@ -1743,7 +2096,9 @@ ngx_http_ratelimit_init(ngx_conf_t *cf)
     }
 
     for (i = 0; i < rmcf->zone_refs.nelts; i++) {
-        if (ngx_http_ratelimit_check_layout(cf, refs[i].shm_zone) != NGX_OK) {
+        if (ngx_http_ratelimit_check_layout(cf, refs[i].shm_zone) != NGX_OK
+            || ngx_http_ratelimit_check_redis_rule(cf, &refs[i]) != NGX_OK)
+        {
             return NGX_ERROR;
         }
     }
@@ -1805,6 +2160,38 @@ ngx_http_ratelimit_init_module(ngx_cycle_t *cycle)
     }
 
     return NGX_OK;
+}
+
+
+/* A worker's Redis connections are closed as it exits. */
+
+static void
+ngx_http_ratelimit_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_uint_t                       i;
+    ngx_http_ratelimit_zone_t       *zone;
+    ngx_http_ratelimit_zone_ref_t   *refs;
+    ngx_http_ratelimit_main_conf_t  *rmcf;
+
+    if (ngx_get_conf(cycle->conf_ctx, ngx_http_module) == NULL) {
+        return;
+    }
+
+    rmcf = ngx_http_cycle_get_module_main_conf(cycle,
+                                               ngx_http_ratelimit_module);
+    if (rmcf == NULL) {
+        return;
+    }
+
+    refs = rmcf->zone_refs.elts;
+
+    for (i = 0; i < rmcf->zone_refs.nelts; i++) {
+        zone = refs[i].shm_zone->data;
+
+        if (zone->redis != NULL) {
+            ngx_http_ratelimit_redis_close(zone->redis);
+        }
+    }
 }
 
 

@@ -1,0 +1,102 @@
+/*
+ * ngx-ratelimit: per-worker Redis connections on nginx's event loop, for
+ * zones declared with redis=.  The core writes the command and reads the
+ * reply; this file connects, pipelines, times out and reconnects.
+ */
+
+#ifndef NGX_HTTP_RATELIMIT_REDIS_H
+#define NGX_HTTP_RATELIMIT_REDIS_H
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ratelimit.h"
+
+
+/* on_redis_error= */
+#define NGX_HTTP_RATELIMIT_REDIS_LOCAL    0
+#define NGX_HTTP_RATELIMIT_REDIS_ALLOW    1
+#define NGX_HTTP_RATELIMIT_REDIS_DENY     2
+
+/* latency buckets of ratelimit_stats, upper bounds in microseconds */
+#define NGX_HTTP_RATELIMIT_REDIS_BUCKETS  8
+extern const ngx_uint_t  ngx_http_ratelimit_redis_bucket_us[];
+
+/* counters in the zone: every worker adds, a reload keeps them */
+typedef struct {
+    ngx_atomic_t   decisions;     /* requests decided in Redis */
+    ngx_atomic_t   errors;        /* replies that were errors, lost connections */
+    ngx_atomic_t   timeouts;      /* no reply within redis_timeout */
+    ngx_atomic_t   fallbacks;     /* requests decided by on_redis_error */
+    ngx_atomic_t   reconnects;    /* connections opened */
+    ngx_atomic_t   latency[NGX_HTTP_RATELIMIT_REDIS_BUCKETS + 1];
+    ngx_atomic_t   latency_us;    /* sum */
+} ngx_http_ratelimit_redis_stats_t;
+
+
+typedef struct ngx_http_ratelimit_redis_s       ngx_http_ratelimit_redis_t;
+typedef struct ngx_http_ratelimit_redis_wait_s  ngx_http_ratelimit_redis_wait_t;
+
+/* reply: the script's answer, or NULL when Redis failed the request */
+typedef void (*ngx_http_ratelimit_redis_done_pt)(
+    ngx_http_ratelimit_redis_wait_t *w, rl_resp_t *reply);
+
+/* a request waiting for Redis, in the request's pool */
+struct ngx_http_ratelimit_redis_wait_s {
+    ngx_http_request_t                *request;
+    ngx_http_ratelimit_redis_done_pt   handler;
+    ngx_http_ratelimit_redis_t        *redis;
+    rl_check_t                        *checks;
+    size_t                             n;
+    ngx_uint_t                         combine;
+    void                              *conn;     /* while queued */
+    ngx_uint_t                         slot;
+    ngx_msec_t                         start;
+    ngx_event_t                        timer;
+    unsigned                           retried:1;
+    unsigned                           timed_out:1;
+};
+
+
+struct ngx_http_ratelimit_redis_s {
+    ngx_str_t                          server;   /* HOST:PORT, for logs */
+    ngx_addr_t                        *addrs;
+    ngx_uint_t                         naddrs;
+    ngx_msec_t                         timeout;
+    ngx_uint_t                         pool;
+    ngx_str_t                          password;
+    ngx_uint_t                         db;
+    ngx_str_t                          prefix;
+    ngx_uint_t                         on_error;
+    u_char                             sha[40];  /* the script's SHA-1 */
+    ngx_http_ratelimit_redis_stats_t  *stats;    /* in the zone */
+    void                              *conns;    /* this worker's */
+    ngx_uint_t                         next;
+};
+
+
+/* Parses one redis parameter of ratelimit_zone into *redis (created on the
+   first); NGX_DECLINED if param is not one. */
+ngx_int_t ngx_http_ratelimit_redis_param(ngx_conf_t *cf,
+    ngx_http_ratelimit_redis_t **redis, ngx_str_t *param, ngx_str_t *zone);
+
+/* Checks the parameters together once the directive is read. */
+char *ngx_http_ratelimit_redis_finish(ngx_conf_t *cf,
+    ngx_http_ratelimit_redis_t *redis, ngx_str_t *zone);
+
+/*
+ * Sends w's checks to Redis.  NGX_OK: queued, w->handler will be called
+ * from an event (never from here).  NGX_DECLINED: Redis is not reachable
+ * now (reconnecting later): decide by on_redis_error at once.
+ */
+ngx_int_t ngx_http_ratelimit_redis_send(ngx_http_ratelimit_redis_t *redis,
+    ngx_http_ratelimit_redis_wait_t *w);
+
+/* Closes this worker's connections (at exit). */
+void ngx_http_ratelimit_redis_close(ngx_http_ratelimit_redis_t *redis);
+
+/* Forgets a request that goes away while it waits. */
+void ngx_http_ratelimit_redis_cancel(ngx_http_ratelimit_redis_wait_t *w);
+
+#endif /* NGX_HTTP_RATELIMIT_REDIS_H */

@@ -1,0 +1,94 @@
+package RLRedis;
+# A private redis-server for a test: Debian's, on a free loopback port, no
+# persistence, in its own temporary directory; stopped at exit.
+#
+#   my $redis = RLRedis->new->start;
+#   $redis->cmd('SET', 'k', 'v');       # one command, its reply (arrays as refs)
+#   $redis->stop; $redis->start;        # the same port again
+use strict;
+use warnings;
+use File::Temp qw(tempdir);
+use IO::Socket::INET;
+use POSIX ();
+use Time::HiRes qw(sleep time);
+use RLTest;
+
+my @running;
+
+sub new {
+    my ($class, %opt) = @_;
+    my $dir = tempdir('ngx-ratelimit-redis-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+    return bless { dir => $dir, port => $opt{port} // RLTest::free_port(),
+                   server => $ENV{RL_REDIS_SERVER} // '/usr/bin/redis-server' }, $class;
+}
+
+sub port { $_[0]{port} }
+
+sub start {
+    my ($self) = @_;
+    my $pid = fork() // die "RLRedis: fork: $!\n";
+    if ($pid == 0) {
+        open(STDOUT, '>>', "$self->{dir}/redis.log");
+        open(STDERR, '>&', \*STDOUT);
+        exec($self->{server}, '--port', $self->{port}, '--bind', '127.0.0.1', '--save', '',
+             '--appendonly', 'no', '--dir', $self->{dir}, '--daemonize', 'no', '--loglevel', 'warning',
+             '--enable-debug-command', 'local')
+            or POSIX::_exit(127);
+    }
+    $self->{pid} = $pid;
+    push @running, $pid;
+    RLTest::wait_until(sub { $self->connect }, 10) or die "RLRedis: redis-server did not start\n";
+    return $self;
+}
+
+sub stop {
+    my ($self) = @_;
+    my $pid = delete $self->{pid} or return;
+    delete $self->{sock};
+    kill 'KILL', $pid;
+    waitpid($pid, 0);
+    @running = grep { $_ != $pid } @running;
+}
+
+sub pause  { kill 'STOP', $_[0]{pid} }
+sub resume { kill 'CONT', $_[0]{pid} }
+
+sub connect {
+    my ($self) = @_;
+    $self->{sock} = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $self->{port}, Proto => 'tcp');
+    return $self->{sock};
+}
+
+# One command on a fresh connection; the reply: a scalar, or an array ref.
+sub cmd {
+    my ($self, @args) = @_;
+    my $s = $self->connect or die "RLRedis: cannot connect\n";
+    my $req = '*' . @args . "\r\n" . join('', map { '$' . length($_) . "\r\n$_\r\n" } @args);
+    print $s $req;
+    return read_reply($s);
+}
+
+sub read_reply {
+    my ($s) = @_;
+    my $line = <$s> // die "RLRedis: no reply\n";
+    $line =~ s/\r\n$//;
+    my ($type, $rest) = (substr($line, 0, 1), substr($line, 1));
+    return $rest if $type eq '+' or $type eq ':';
+    return "ERR:$rest" if $type eq '-';
+    if ($type eq '$') {
+        return undef if $rest < 0;
+        my $buf = '';
+        read($s, $buf, $rest + 2);
+        return substr($buf, 0, $rest);
+    }
+    return [ map { read_reply($s) } 1 .. $rest ] if $type eq '*';
+    die "RLRedis: bad reply $line\n";
+}
+
+END {
+    local $?;
+    kill 'KILL', $_ for @running;
+    waitpid($_, 0) for @running;
+}
+
+1;
