@@ -194,6 +194,11 @@ static void ngx_http_ratelimit_exit_process(ngx_cycle_t *cycle);
 static char *ngx_http_ratelimit_stats(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_ratelimit_stats_handler(ngx_http_request_t *r);
+typedef struct ngx_http_ratelimit_snapshot_s  ngx_http_ratelimit_snapshot_t;
+static u_char *ngx_http_ratelimit_stats_json_redis(u_char *p,
+    ngx_http_ratelimit_snapshot_t *z);
+static u_char *ngx_http_ratelimit_stats_prometheus_redis(u_char *p,
+    ngx_http_ratelimit_snapshot_t *z, ngx_uint_t nz);
 
 
 /* Values of an enum directive, and how its error message lists them. */
@@ -2209,13 +2214,29 @@ ngx_http_ratelimit_stats(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 /* A zone's figures, read once for both formats. */
 
-typedef struct {
+struct ngx_http_ratelimit_snapshot_s {
     ngx_str_t                    name;
     rl_table_stats_t             table;
     uint64_t                     used;
     size_t                       nrules;
     rl_rule_stats_t              rules[RL_RULE_STATS_MAX];
-} ngx_http_ratelimit_snapshot_t;
+    ngx_http_ratelimit_redis_t  *redis;     /* NULL: a local zone */
+    ngx_http_ratelimit_redis_stats_t  rs;
+};
+
+
+/* the Redis counters, in the order of ngx_http_ratelimit_redis_stats_t */
+static const char  *ngx_http_ratelimit_redis_counters[] = {
+    "decisions", "errors", "timeouts", "fallbacks", "reconnects"
+};
+
+static const char  *ngx_http_ratelimit_redis_counter_help[] = {
+    "Requests decided in Redis.",
+    "Redis error replies and lost connections.",
+    "Requests with no Redis reply within redis_timeout.",
+    "Requests decided by on_redis_error.",
+    "Connections opened to Redis."
+};
 
 
 static const char  *ngx_http_ratelimit_outcomes[] = {
@@ -2251,6 +2272,32 @@ ngx_http_ratelimit_quoted(u_char *p, ngx_str_t *name)
     *p++ = '"';
 
     return p;
+}
+
+
+static u_char *
+ngx_http_ratelimit_stats_json_redis(u_char *p, ngx_http_ratelimit_snapshot_t *z)
+{
+    ngx_uint_t     k;
+    ngx_atomic_t  *counter = &z->rs.decisions;
+
+    p = ngx_cpymem(p, ",\"redis\":{\"server\":", 19);
+    p = ngx_http_ratelimit_quoted(p, &z->redis->server);
+
+    for (k = 0; k < 5; k++) {
+        p = ngx_sprintf(p, ",\"%s\":%uA", ngx_http_ratelimit_redis_counters[k],
+                        counter[k]);
+    }
+
+    p = ngx_cpymem(p, ",\"latency_us\":{", 15);
+
+    for (k = 0; k < NGX_HTTP_RATELIMIT_REDIS_BUCKETS; k++) {
+        p = ngx_sprintf(p, "\"le_%ui\":%uA,", ngx_http_ratelimit_redis_bucket_us[k],
+                        z->rs.latency[k]);
+    }
+
+    return ngx_sprintf(p, "\"inf\":%uA},\"latency_us_sum\":%uA}",
+                       z->rs.latency[k], z->rs.latency_us);
 }
 
 
@@ -2292,6 +2339,11 @@ ngx_http_ratelimit_stats_json(u_char *p, ngx_http_ratelimit_snapshot_t *z,
         }
 
         *p++ = '}';
+
+        if (z[i].redis) {
+            p = ngx_http_ratelimit_stats_json_redis(p, &z[i]);
+        }
+
         *p++ = '}';
         if (i + 1 < nz) {
             *p++ = ',';
@@ -2366,6 +2418,82 @@ ngx_http_ratelimit_stats_prometheus(u_char *p,
                 p = ngx_sprintf(p, "} %uL\n", z[i].rules[k].count[o]);
             }
         }
+    }
+
+    return ngx_http_ratelimit_stats_prometheus_redis(p, z, nz);
+}
+
+
+/* Redis counters and a latency histogram, for the zones with redis= */
+
+static u_char *
+ngx_http_ratelimit_stats_prometheus_redis(u_char *p,
+    ngx_http_ratelimit_snapshot_t *z, ngx_uint_t nz)
+{
+    ngx_uint_t    i, k;
+    ngx_atomic_t  sum;
+
+    for (i = 0; i < nz && z[i].redis == NULL; i++) { /* void */ }
+
+    if (i == nz) {
+        return p;   /* no zone uses Redis */
+    }
+
+    for (k = 0; k < 5; k++) {
+        p = ngx_sprintf(p, "# HELP nginx_ratelimit_redis_%s_total %s\n"
+                        "# TYPE nginx_ratelimit_redis_%s_total counter\n",
+                        ngx_http_ratelimit_redis_counters[k],
+                        ngx_http_ratelimit_redis_counter_help[k],
+                        ngx_http_ratelimit_redis_counters[k]);
+
+        for (i = 0; i < nz; i++) {
+            if (z[i].redis) {
+                p = ngx_sprintf(p, "nginx_ratelimit_redis_%s_total{zone=",
+                                ngx_http_ratelimit_redis_counters[k]);
+                p = ngx_http_ratelimit_quoted(p, &z[i].name);
+                p = ngx_sprintf(p, "} %uA\n", (&z[i].rs.decisions)[k]);
+            }
+        }
+    }
+
+    p = ngx_cpymem(p, "# HELP nginx_ratelimit_redis_latency_seconds Time from "
+                   "sending a request's script call to its reply.\n"
+                   "# TYPE nginx_ratelimit_redis_latency_seconds histogram\n",
+                   156);
+
+    for (i = 0; i < nz; i++) {
+        if (z[i].redis == NULL) {
+            continue;
+        }
+
+        sum = 0;
+
+        for (k = 0; k <= NGX_HTTP_RATELIMIT_REDIS_BUCKETS; k++) {
+            sum += z[i].rs.latency[k];
+            p = ngx_cpymem(p, "nginx_ratelimit_redis_latency_seconds_bucket"
+                           "{zone=", 50);
+            p = ngx_http_ratelimit_quoted(p, &z[i].name);
+
+            if (k < NGX_HTTP_RATELIMIT_REDIS_BUCKETS) {
+                p = ngx_sprintf(p, ",le=\"%ui.%06ui\"} %uA\n",
+                                ngx_http_ratelimit_redis_bucket_us[k] / 1000000,
+                                ngx_http_ratelimit_redis_bucket_us[k] % 1000000,
+                                sum);
+
+            } else {
+                p = ngx_sprintf(p, ",le=\"+Inf\"} %uA\n", sum);
+            }
+        }
+
+        p = ngx_cpymem(p, "nginx_ratelimit_redis_latency_seconds_sum{zone=",
+                       47);
+        p = ngx_http_ratelimit_quoted(p, &z[i].name);
+        p = ngx_sprintf(p, "} %uA.%06uA\n", z[i].rs.latency_us / 1000000,
+                        z[i].rs.latency_us % 1000000);
+        p = ngx_cpymem(p, "nginx_ratelimit_redis_latency_seconds_count{zone=",
+                       49);
+        p = ngx_http_ratelimit_quoted(p, &z[i].name);
+        p = ngx_sprintf(p, "} %uA\n", sum);
     }
 
     return p;
@@ -2455,6 +2583,12 @@ ngx_http_ratelimit_stats_handler(ngx_http_request_t *r)
         z[nz].used = rl_table_bytes_used(zone->table);
         z[nz].nrules = rl_table_rule_stats(zone->table, z[nz].rules,
                                            RL_RULE_STATS_MAX);
+        z[nz].redis = zone->redis;
+
+        if (zone->redis) {
+            z[nz].rs = *zone->redis_stats;
+            len += 2048 + 2 * zone->redis->server.len;
+        }
 
         /* room for every line of the zone, names escaped */
         len += (11 + 11 * z[nz].nrules) * (2 * zone->name.len + 2 * RL_NAME_MAX

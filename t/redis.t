@@ -1,0 +1,184 @@
+#!/usr/bin/perl
+# Fleet-wide limits: three nginx servers (two workers each) share one Redis.
+# A limit of 100 per hour holds across all of them, exactly, under
+# concurrent clients spread over the three; two stacked rules consume
+# together or not at all.  Every algorithm answers through Redis exactly as
+# through a local zone.  Redis holds hashed key names with a TTL only.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use HTTP::Tiny;
+use JSON::PP;
+use POSIX ();
+use RLTest;
+use RLRedis;
+
+my $redis = RLRedis->new->start;
+my $rport = $redis->port;
+
+my %rules = (
+    gcra           => 'algorithm=gcra limit=3 period=1h',
+    token_bucket   => 'algorithm=token_bucket limit=3 period=1h burst=2',
+    fixed_window   => 'algorithm=fixed_window limit=3 period=1h align=first',
+    sliding_window => 'algorithm=sliding_window limit=3 period=1h buckets=6',
+    sliding_log    => 'algorithm=sliding_log limit=3 period=1h',
+    leaky_bucket   => 'algorithm=leaky_bucket limit=2 period=1h max_delay=0',
+    quota          => 'algorithm=quota limit=3 reset=daily',
+);
+my $locations = join '', map {
+    "    location /r/$_/ { ratelimit zone=fleet key=\$http_x_key $rules{$_} name=r_$_; alias %%PREFIX%%/html/; }\n"
+  . "    location /l/$_/ { ratelimit zone=solo key=\$http_x_key $rules{$_} name=l_$_; alias %%PREFIX%%/html/; }\n"
+} sort keys %rules;
+
+my @fleet = map { RLTest->new() } 1 .. 3;
+for my $t (@fleet) {
+    mkdir $t->prefix . '/html';
+    RLTest::write_file($t->prefix . '/html/index.html', "hello\n");
+    # a generous timeout: exactness is what is tested here, not the fallback
+    $t->write_conf(<<"EOF", workers => 2);
+log_format rl '\$uri \$status \$ratelimit_decided_by';
+access_log %%PREFIX%%/rl.log rl;
+ratelimit_zone fleet 1m redis=127.0.0.1:$rport redis_timeout=5s;
+ratelimit_zone solo 1m;
+server {
+    listen 127.0.0.1:%%PORT%% reuseport;
+    location /single/ {
+        ratelimit zone=fleet key=\$http_x_key limit=100 period=1h;
+        alias %%PREFIX%%/html/;
+    }
+    location /stacked/ {
+        ratelimit zone=fleet key=\$http_x_key limit=100 period=1h name=first;
+        ratelimit zone=fleet key=\$http_x_key limit=1000 period=1h name=second;
+        alias %%PREFIX%%/html/;
+    }
+    location /second/ {
+        ratelimit zone=fleet key=\$http_x_key limit=1000 period=1h name=second;
+        alias %%PREFIX%%/html/;
+    }
+$locations
+    location = /stats {
+        ratelimit_stats;
+    }
+}
+EOF
+    $t->start();
+}
+
+# $total requests for one key over 48 keep-alive connections at once, the
+# connections spread over the three servers: (200s, 429s with Retry-After,
+# others).
+sub burst {
+    my ($path, $key, $total) = @_;
+    my $conns = 48;
+    my @kids;
+    for my $c (0 .. $conns - 1) {
+        my $n = int($total / $conns) + ($c < $total % $conns ? 1 : 0);
+        my $port = $fleet[$c % 3]->port;
+        pipe(my $rd, my $wr) or die;
+        my $pid = fork() // die;
+        if ($pid == 0) {
+            close $rd;
+            my $http = HTTP::Tiny->new(keep_alive => 1, timeout => 20);
+            my @n = (0, 0, 0);
+            for (1 .. $n) {
+                my $r = $http->get("http://127.0.0.1:$port$path", { headers => { 'X-Key' => $key } });
+                $n[ $r->{status} == 200 ? 0
+                  : $r->{status} == 429 && ($r->{headers}{'retry-after'} // 0) >= 1 ? 1 : 2 ]++;
+            }
+            print $wr "@n\n";
+            close $wr;
+            POSIX::_exit(0);
+        }
+        close $wr;
+        push @kids, [ $pid, $rd ];
+    }
+    my @sum = (0, 0, 0);
+    for (@kids) {
+        my ($pid, $rd) = @$_;
+        my @c = split ' ', (<$rd> // "0 0 $total");
+        $sum[$_] += $c[$_] for 0 .. 2;
+        waitpid($pid, 0);
+    }
+    return @sum;
+}
+
+for my $round (1 .. 3) {
+    my ($ok, $limited, $other) = burst('/single/index.html', "single-$round", 600);
+    is($ok, 100, "round $round: exactly 100 of 600 admitted across 3 servers");
+    is($limited, 500, "round $round: the other 500 are 429 with Retry-After");
+    is($other, 0, "round $round: nothing else");
+}
+
+{
+    my ($ok, $limited, $other) = burst('/stacked/index.html', 'stacked', 600);
+    is($ok, 100, 'stacked: exactly 100 of 600 admitted');
+    is($limited + $other, 500, 'stacked: the rest rejected');
+    # the second rule spent exactly what was admitted: 1000 - 100, then this one
+    my $r = $fleet[1]->get('/second/index.html', { 'X-Key' => 'stacked' });
+    is($r->{status}, 200, 'second rule alone admits');
+    is($r->{headers}{'x-ratelimit-remaining'}, 899, 'second rule spent 100 + 1: no partial consumption');
+}
+
+# every algorithm: the same statuses and headers through Redis as locally
+for my $alg (sort keys %rules) {
+    my (@redis, @local);
+    for my $i (1 .. 5) {
+        my $t = $fleet[ $i % 3 ];
+        push @redis, $t->get("/r/$alg/index.html", { 'X-Key' => "alg-$alg" });
+        push @local, $fleet[0]->get("/l/$alg/index.html", { 'X-Key' => "alg-$alg" });
+    }
+    my $same = 1;
+    for my $i (0 .. 4) {
+        my ($r, $l) = ($redis[$i], $local[$i]);
+        my @exact = map { $_->{status} . ' ' . ($_->{headers}{'x-ratelimit-limit'} // '-') . ' '
+                          . ($_->{headers}{'x-ratelimit-remaining'} // '-') } $r, $l;
+        # times are whole seconds and the two requests are milliseconds apart
+        my $close = 1;
+        for my $h ('retry-after', 'x-ratelimit-reset') {
+            my ($a, $b) = ($r->{headers}{$h}, $l->{headers}{$h});
+            $close &&= (defined $a == defined $b) && (!defined $a || abs($a - $b) <= 1);
+        }
+        unless ($exact[0] eq $exact[1] && $close) {
+            $same = 0;
+            diag("$alg request " . ($i + 1) . ": redis $exact[0] retry " . ($r->{headers}{'retry-after'} // '-')
+                 . ", local $exact[1] retry " . ($l->{headers}{'retry-after'} // '-'));
+        }
+    }
+    ok($same, "$alg: statuses and headers through Redis equal the local zone's");
+    my $first_denied = (grep { $redis[$_]{status} == 429 } 0 .. 4)[0];
+    my $expected = $alg eq 'leaky_bucket' ? 1 : $alg eq 'token_bucket' ? 2 : 3;
+    is($first_denied, $expected, "$alg: request " . ($expected + 1) . ' is the first denied');
+}
+
+# who decided: redis for the fleet zone, local for the other
+my $log = RLTest::read_file($fleet[0]->prefix . '/rl.log');
+like($log, qr{^/r/gcra/index.html 200 redis$}m, '$ratelimit_decided_by is redis for a Redis zone');
+like($log, qr{^/l/gcra/index.html 200 local$}m, '$ratelimit_decided_by is local for a local zone');
+
+# Redis holds names hashed with the rule, with a TTL; never key bytes
+my $keys = $redis->cmd('KEYS', '*');
+ok(@$keys > 0, scalar(@$keys) . ' keys in Redis');
+is(scalar(grep { !/^ratelimit:[0-9a-f]{32}$/ } @$keys), 0, 'every key is the prefix and 32 hex digits');
+is(scalar(grep { /single|stacked|alg-/ } @$keys), 0, 'no key bytes in key names');
+my @ttl = map { $redis->cmd('PTTL', $_) } @$keys;
+is(scalar(grep { $_ <= 0 } @ttl), 0, 'every key expires');
+
+# the stats of each server: its own decisions, no fallback
+my $decisions = 0;
+for my $t (@fleet) {
+    my $s = decode_json($t->get('/stats')->{content});
+    my $r = $s->{zones}{fleet}{redis};
+    $decisions += $r->{decisions};
+    is($r->{fallbacks}, 0, 'no fallback on server ' . $t->port);
+    is($r->{server}, "127.0.0.1:$rport", 'stats name the Redis server');
+}
+is($decisions, 4 * 600 + 1 + 5 * 7, 'the fleet decided every request in Redis');
+my $prom = $fleet[0]->get('/stats?format=prometheus')->{content};
+like($prom, qr/^nginx_ratelimit_redis_decisions_total\{zone="fleet"\} \d+$/m, 'Prometheus: Redis decisions');
+like($prom, qr/^nginx_ratelimit_redis_latency_seconds_bucket\{zone="fleet",le="\+Inf"\} \d+$/m,
+     'Prometheus: latency histogram');
+
+$_->stop() for @fleet;
+done_testing();
