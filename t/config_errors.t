@@ -94,6 +94,34 @@ my @bad = (
     [ 'zone too small for its sliding_log', 'ratelimit_zone small 64k;',
       'ratelimit zone=small algorithm=sliding_log limit=10000 period=1h;',
       qr/"ratelimit_zone" directive: zone "small" of size 65536 is too small for its rules' states of up to 40032 bytes a key: it needs at least 246k/ ],
+    [ 'redis without port', 'ratelimit_zone r 1m redis=127.0.0.1;', '',
+      qr/"ratelimit_zone" directive: invalid "redis=127.0.0.1" of zone "r": no port; expected redis=HOST:PORT/ ],
+    [ 'redis bad port', 'ratelimit_zone r 1m redis=127.0.0.1:99999;', '',
+      qr/invalid "redis=127.0.0.1:99999" of zone "r": invalid port; expected redis=HOST:PORT/ ],
+    [ 'redis_timeout zero', 'ratelimit_zone r 1m redis=127.0.0.1:6379 redis_timeout=0;', '',
+      qr/invalid "redis_timeout=0" of zone "r": expected redis_timeout=1ms..60s/ ],
+    [ 'redis_timeout not a time', 'ratelimit_zone r 1m redis=127.0.0.1:6379 redis_timeout=soon;', '',
+      qr/invalid "redis_timeout=soon" of zone "r"/ ],
+    [ 'redis_pool too large', 'ratelimit_zone r 1m redis=127.0.0.1:6379 redis_pool=65;', '',
+      qr/invalid "redis_pool=65" of zone "r": .*redis_pool=1..64/ ],
+    [ 'redis_db negative', 'ratelimit_zone r 1m redis=127.0.0.1:6379 redis_db=-1;', '',
+      qr/invalid "redis_db=-1" of zone "r": .*redis_db=0..65535/ ],
+    [ 'redis_password empty', 'ratelimit_zone r 1m redis=127.0.0.1:6379 redis_password=;', '',
+      qr/invalid "redis_password=" of zone "r": .*a non-empty redis_password/ ],
+    [ 'redis_prefix too long', 'ratelimit_zone r 1m redis=127.0.0.1:6379 redis_prefix=' . ('p' x 257) . ';', '',
+      qr/invalid "redis_prefix=p+" of zone "r": .*at most 256 bytes/ ],
+    [ 'on_redis_error unknown', 'ratelimit_zone r 1m redis=127.0.0.1:6379 on_redis_error=retry;', '',
+      qr/invalid "on_redis_error=retry" of zone "r": .*on_redis_error=local\|allow\|deny/ ],
+    [ 'unknown redis parameter', 'ratelimit_zone r 1m redis=127.0.0.1:6379 redis_colour=red;', '',
+      qr/unknown parameter "redis_colour=red" of zone "r": expected redis=, redis_timeout=/ ],
+    [ 'redis parameters without redis=', 'ratelimit_zone r 1m redis_timeout=10ms;', '',
+      qr/zone "r" has Redis parameters but no redis=HOST:PORT/ ],
+    [ 'local and Redis zones in one location', 'ratelimit_zone r 1m redis=127.0.0.1:6379;',
+      'ratelimit zone=z limit=5; ratelimit zone=r limit=5;',
+      qr/"ratelimit" directive: zone=z and zone=r in one location: a location's rules must all use the same Redis zone, or only local zones/ ],
+    [ 'rule too fine for Redis', 'ratelimit_zone r 1m redis=127.0.0.1:6379;',
+      'ratelimit zone=r limit=1000000000 period=1h;',
+      qr/"ratelimit" directive: rule "gcra_1000000000_1h" in zone=r: limit x period of 1000000000 per 3600000 ms is too fine for a Redis zone: at most 2\^50/ ],
     [ 'too many rules', '', join(' ', map { "ratelimit zone=z limit=5 name=r$_;" } 1 .. 33),
       qr/"ratelimit" directive: too many rules: at most 32 apply to one request/ ],
 );
@@ -131,13 +159,19 @@ my @good = (
     'ratelimit zone=later algorithm=leaky_bucket limit=5 max_delay=0;',
     'ratelimit zone=z algorithm=quota limit=5 reset=monthly utc_offset=-14:00;',
     'ratelimit zone=z algorithm=quota limit=5 reset=weekly utc_offset=+05:45; ratelimit_combine any;',
+    'ratelimit zone=r limit=5; ratelimit zone=r algorithm=sliding_log limit=10000 period=24d name=b;',
+    'ratelimit zone=r2 limit=1000000 period=1d; ratelimit zone=r2 algorithm=quota limit=1000000000 reset=monthly;',
 );
 
 for my $loc (@good) {
     my ($rc, $out) = $t->nginx_t($t->conf_text(
         "ratelimit_zone z 32k;\n"
         . "server {\n    listen 127.0.0.1:%%PORT%%;\n    location / { $loc }\n}\n"
-        . "ratelimit_zone later 1m;\nratelimit_zone fits 246k;\n"));
+        . "ratelimit_zone later 1m;\nratelimit_zone fits 246k;\n"
+        # Redis need not be up for nginx -t (nor for nginx to start)
+        . "ratelimit_zone r 1m redis=127.0.0.1:1;\n"
+        . "ratelimit_zone r2 1m redis=localhost:6379 redis_timeout=1ms redis_pool=64 redis_db=65535 "
+        . "redis_password=secret redis_prefix= on_redis_error=deny;\n"));
     is($rc, 0, "valid: " . substr($loc, 0, 70)) or diag($out);
 }
 

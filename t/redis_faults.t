@@ -16,7 +16,7 @@ use Time::HiRes qw(time sleep);
 use RLTest;
 use RLRedis;
 
-my $redis = RLRedis->new->start;
+my $redis = RLRedis->new;   # started after nginx
 my $rport = $redis->port;
 
 # a "Redis" that reads a command, sends half a reply and resets the connection
@@ -73,8 +73,10 @@ sub hit {
 
 sub stats { decode_json($t->get('/stats')->{content})->{zones}{$_[0]}{redis} }
 
-# Redis up
-is_deeply([ (hit('local', 'up'))[0, 1] ], [ 200, 'redis' ], 'Redis up: decided in Redis');
+# nginx starts while Redis is down, and decides locally
+is_deeply([ (hit('local', 'early'))[0, 1] ], [ 200, 'fallback_local' ], 'Redis not started: nginx runs, decides locally');
+$redis->start();
+ok(RLTest::wait_until(sub { (hit('local', 'up'))[1] eq 'redis' }, 15), 'Redis up: decided in Redis');
 
 # Redis stopped: each mode, at once (connection refused) or within the timeout
 $redis->stop();
@@ -92,7 +94,7 @@ for (1 .. 10) {
 }
 cmp_ok($slowest, '<', 0.1 + 0.4, "Redis down: every request answered within redis_timeout + slack (slowest ${slowest}s)");
 my $st = stats('rlocal');
-cmp_ok($st->{fallbacks}, '>=', 13, "stats count the fallbacks ($st->{fallbacks})");
+cmp_ok($st->{fallbacks}, '>=', 14, "stats count the fallbacks ($st->{fallbacks})");
 cmp_ok($st->{errors} + $st->{timeouts}, '>=', 1, 'stats count the errors');
 
 # Redis back: decisions return to Redis once the backoff has passed
