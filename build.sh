@@ -10,7 +10,7 @@
 #   ./build.sh demo     build, then run nginx with examples/nginx.conf on
 #                       127.0.0.1:8080 in the foreground
 #   ./build.sh bench    build, then run the benchmarks (bench/README.md);
-#                       ./build.sh bench core|throughput|density|shaping
+#                       ./build.sh bench core|throughput|density|shaping|redis
 #                       runs one of them
 #
 # Result: build/ngx_http_ratelimit_module.so, loadable into Debian's nginx.
@@ -171,7 +171,7 @@ run_bench() {
             --benchmark_filter='.*' 2>/dev/null | grep -E 'median|^Run on|^Benchmark'
         "$BUILD/cmake/contention_bench"
     fi
-    for b in throughput density shaping; do
+    for b in throughput density shaping redis; do
         if [ "$which" = all ] || [ "$which" = "$b" ]; then
             log "$b"
             perl "$ROOT/bench/$b.pl"
@@ -203,6 +203,6 @@ case "${1:-build}" in
     fuzz) fuzz "${2:-60}" ;;
     demo) build; demo ;;
     bench) run_bench "${2:-all}" ;;
-    *) echo "usage: $0 [build|test|test-asan|fuzz [SECONDS]|demo|bench [core|throughput|density|shaping]]" >&2
+    *) echo "usage: $0 [build|test|test-asan|fuzz [SECONDS]|demo|bench [core|throughput|density|shaping|redis]]" >&2
        exit 2 ;;
 esac

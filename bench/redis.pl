@@ -1,0 +1,130 @@
+#!/usr/bin/perl
+# Redis against the local zone, side by side in one run: one nginx worker,
+# a private redis-server on loopback, the same gcra rule in a local zone and
+# in a Redis zone.  Throughput with wrk -c64 (requests/s), and the latency a
+# request sees with one connection (wrk -c1 --latency: p50, p99), for one
+# key and for a random key among 1,000,000.  The locations run in turn,
+# round after round; each figure is the median of the rounds.  Then Redis's
+# memory per key.
+#
+#   bench/redis.pl [--rounds 3] [--seconds 5]
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/../t/lib";
+use Getopt::Long;
+use RLTest;
+use RLRedis;
+
+my ($rounds, $seconds) = (3, 5);
+GetOptions('rounds=i' => \$rounds, 'seconds=i' => \$seconds) or die "usage: $0 [--rounds N] [--seconds N]\n";
+
+my $redis = RLRedis->new->start;
+my $rport = $redis->port;
+my $t = RLTest->new(quiet => 1);
+my $dir = $t->prefix;
+RLTest::write_file("$dir/html/f", "x" x 100);
+
+$t->write_conf(<<"EOF", no_access_log => 1);
+keepalive_requests 100000000;
+ratelimit_zone local 48m;
+ratelimit_zone fleet 1m redis=127.0.0.1:$rport redis_timeout=1s;
+server {
+    listen 127.0.0.1:%%PORT%%;
+    location /local/ {
+        ratelimit zone=local key=\$http_x_key limit=1000000 period=1s burst=1000000;
+        alias %%PREFIX%%/html/;
+    }
+    location /redis/ {
+        ratelimit zone=fleet key=\$http_x_key limit=1000000 period=1s burst=1000000;
+        alias %%PREFIX%%/html/;
+    }
+}
+EOF
+$t->start();
+
+RLTest::write_file("$dir/one.lua", <<'EOF');
+init = function(args)
+    req = wrk.format("GET", wrk.path, { ["X-Key"] = "k" })
+end
+request = function() return req end
+EOF
+RLTest::write_file("$dir/random.lua", <<'EOF');
+local n = 1000000
+init = function(args)
+    math.randomseed(42)
+    reqs = {}
+    for i = 1, n do
+        reqs[i] = wrk.format("GET", wrk.path, { ["X-Key"] = tostring(math.random(n)) })
+    end
+    i = 0
+end
+request = function()
+    i = i % n + 1
+    return reqs[i]
+end
+EOF
+
+sub ms {
+    my ($v, $unit) = @_;
+    return $unit eq 'us' ? $v / 1000 : $unit eq 's' ? $v * 1000 : $v;
+}
+
+sub run_wrk {
+    my ($path, $script, $conns) = @_;
+    my $out = `wrk -t1 -c$conns -d${seconds}s --latency -s $dir/$script http://127.0.0.1:${\ $t->port}$path 2>&1`;
+    my ($rps) = $out =~ /Requests\/sec:\s+([\d.]+)/ or die "wrk: $out";
+    my ($non2xx) = $out =~ /Non-2xx or 3xx responses: (\d+)/;
+    die "wrk: $path answered $non2xx non-2xx responses\n" if $non2xx;
+    my ($p50, $u50) = $out =~ /^\s+50%\s+([\d.]+)(us|ms|s)$/m;
+    my ($p99, $u99) = $out =~ /^\s+99%\s+([\d.]+)(us|ms|s)$/m;
+    return ($rps, ms($p50, $u50), ms($p99, $u99));
+}
+
+sub median {
+    my @s = sort { $a <=> $b } @_;
+    return @s % 2 ? $s[$#s / 2] : ($s[@s / 2 - 1] + $s[@s / 2]) / 2;
+}
+
+my %r;
+for my $workload ([ 'one key', 'one.lua' ], [ '1M random keys', 'random.lua' ]) {
+    my ($name, $script) = @$workload;
+    run_wrk('/redis/f', $script, 64);   # warm up: connections, script loaded
+    for my $round (1 .. $rounds) {
+        for my $loc ('local', 'redis') {
+            my ($rps) = run_wrk("/$loc/f", $script, 64);
+            my (undef, $p50, $p99) = run_wrk("/$loc/f", $script, 1);
+            push @{ $r{$name}{$loc}{rps} }, $rps;
+            push @{ $r{$name}{$loc}{p50} }, $p50;
+            push @{ $r{$name}{$loc}{p99} }, $p99;
+            printf STDERR "  %-15s round %d %-6s %8.0f req/s  p50 %.3f ms  p99 %.3f ms\n",
+                $name, $round, $loc, $rps, $p50, $p99;
+        }
+    }
+}
+
+my $keys = $redis->cmd('DBSIZE');
+my ($used) = $redis->cmd('INFO', 'memory') =~ /used_memory:(\d+)/;
+my $sample = $redis->cmd('RANDOMKEY');
+my $usage = $redis->cmd('MEMORY', 'USAGE', $sample);
+$redis->cmd('FLUSHALL');
+my ($empty) = $redis->cmd('INFO', 'memory') =~ /used_memory:(\d+)/;
+$t->stop();
+
+my $v = (`/usr/sbin/nginx -v 2>&1` =~ m{nginx/(\S+)})[0];
+my $rv = (`redis-server --version` =~ /v=(\S+)/)[0];
+chomp(my $cores = `nproc`);
+printf "redis: nginx %s, redis %s, %d cores, 1 worker, wrk -t1 (-c64 for req/s, -c1 for latency), "
+     . "%d rounds of %d s, medians\n", $v, $rv, $cores, $rounds, $seconds;
+printf "%-15s %-6s %10s %10s %10s\n", 'workload', 'zone', 'req/s', 'p50 ms', 'p99 ms';
+for my $name ('one key', '1M random keys') {
+    for my $loc ('local', 'redis') {
+        printf "%-15s %-6s %10.0f %10.3f %10.3f\n", $name, $loc, map { median(@{ $r{$name}{$loc}{$_} }) } qw(rps p50 p99);
+    }
+    my ($l, $rd) = map { $r{$name}{$_} } 'local', 'redis';
+    printf "%-15s redis/local: %.2fx req/s, +%.3f ms p50, +%.3f ms p99\n", $name,
+        median(@{ $rd->{rps} }) / median(@{ $l->{rps} }),
+        median(@{ $rd->{p50} }) - median(@{ $l->{p50} }), median(@{ $rd->{p99} }) - median(@{ $l->{p99} });
+}
+printf "redis memory: %d keys, %.1f bytes a key (used_memory %d - %d empty); MEMORY USAGE of one key: %d bytes\n",
+    $keys, ($used - $empty) / ($keys || 1), $used, $empty, $usage;
