@@ -5,7 +5,7 @@
 # request sees with one connection (wrk -c1 --latency: p50, p99), for one
 # key and for a random key among 1,000,000.  The locations run in turn,
 # round after round; each figure is the median of the rounds.  Then Redis's
-# memory per key.
+# memory per key: a rule of 100 an hour, random keys for one run.
 #
 #   bench/redis.pl [--rounds 3] [--seconds 5]
 use strict;
@@ -37,6 +37,10 @@ server {
     }
     location /redis/ {
         ratelimit zone=fleet key=\$http_x_key limit=1000000 period=1s burst=1000000;
+        alias %%PREFIX%%/html/;
+    }
+    location /memory/ {
+        ratelimit zone=fleet key=\$http_x_key limit=100 period=1h name=memory;
         alias %%PREFIX%%/html/;
     }
 }
@@ -103,12 +107,14 @@ for my $workload ([ 'one key', 'one.lua' ], [ '1M random keys', 'random.lua' ]) 
     }
 }
 
+# memory: keys that stay (100 an hour), one request each for most of them
+$redis->cmd('FLUSHALL');
+my ($empty) = $redis->cmd('INFO', 'memory') =~ /used_memory:(\d+)/;
+run_wrk('/memory/f', 'random.lua', 64);
 my $keys = $redis->cmd('DBSIZE');
 my ($used) = $redis->cmd('INFO', 'memory') =~ /used_memory:(\d+)/;
 my $sample = $redis->cmd('RANDOMKEY');
 my $usage = $redis->cmd('MEMORY', 'USAGE', $sample);
-$redis->cmd('FLUSHALL');
-my ($empty) = $redis->cmd('INFO', 'memory') =~ /used_memory:(\d+)/;
 $t->stop();
 
 my $v = (`/usr/sbin/nginx -v 2>&1` =~ m{nginx/(\S+)})[0];
