@@ -483,6 +483,7 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
             continue;
         }
 
+        ngx_memzero(&checks[n], sizeof(rl_check_t));
         checks[n].table = zone->table;
         checks[n].rule = &rules[i].rule;
         checks[n].identity = rules[i].identity;
@@ -786,7 +787,10 @@ ngx_http_ratelimit_delay_request(ngx_http_request_t *r,
     }
 
     for (i = 0; i < n; i++) {
-        if (checks[i].decision.allowed && checks[i].cost > 0) {
+        /* what Redis reserved stays reserved: only a zone gives back */
+        if (checks[i].decision.allowed && checks[i].cost > 0
+            && ctx->decided_by != NGX_HTTP_RATELIMIT_BY_REDIS)
+        {
             ctx->held[ctx->nheld] = checks[i];
             ctx->held[ctx->nheld].key = NULL;   /* hashed already */
             ctx->held_rules[ctx->nheld++] = rules[i];

@@ -12,6 +12,8 @@ use Test::More;
 use HTTP::Tiny;
 use JSON::PP;
 use POSIX ();
+use IO::Socket::INET;
+use Time::HiRes ();
 use RLTest;
 use RLRedis;
 
@@ -38,7 +40,7 @@ for my $t (@fleet) {
     RLTest::write_file($t->prefix . '/html/index.html', "hello\n");
     # a generous timeout: exactness is what is tested here, not the fallback
     $t->write_conf(<<"EOF", workers => 2);
-log_format rl '\$uri \$status \$ratelimit_decided_by';
+log_format rl '\$uri \$status \$ratelimit_status \$ratelimit_decided_by';
 access_log %%PREFIX%%/rl.log rl;
 ratelimit_zone fleet 1m redis=127.0.0.1:$rport redis_timeout=5s;
 ratelimit_zone solo 1m;
@@ -58,6 +60,10 @@ server {
         alias %%PREFIX%%/html/;
     }
 $locations
+    location /shape/ {
+        ratelimit zone=fleet key=\$http_x_key algorithm=leaky_bucket limit=10 period=1s max_delay=1s;
+        alias %%PREFIX%%/html/;
+    }
     location = /stats {
         ratelimit_stats;
     }
@@ -154,8 +160,29 @@ for my $alg (sort keys %rules) {
 
 # who decided: redis for the fleet zone, local for the other
 my $log = RLTest::read_file($fleet[0]->prefix . '/rl.log');
-like($log, qr{^/r/gcra/index.html 200 redis$}m, '$ratelimit_decided_by is redis for a Redis zone');
-like($log, qr{^/l/gcra/index.html 200 local$}m, '$ratelimit_decided_by is local for a local zone');
+like($log, qr{^/r/gcra/index.html 200 PASSED redis$}m, '$ratelimit_decided_by is redis for a Redis zone');
+like($log, qr{^/l/gcra/index.html 200 PASSED local$}m, '$ratelimit_decided_by is local for a local zone');
+
+# shaping through Redis: the delay is decided there and waited in nginx
+{
+    my @took;
+    for my $i (1 .. 3) {
+        my $start = Time::HiRes::time();
+        my $r = $fleet[0]->get('/shape/index.html', { 'X-Key' => 'shape' });
+        push @took, Time::HiRes::time() - $start;
+        is($r->{status}, 200, "shaped request $i passes");
+    }
+    cmp_ok($took[0], '<', 0.08, 'the first is not delayed');
+    cmp_ok($took[1], '>', 0.03, "the next ones wait for their slot ($took[1] s)");
+    # a client that leaves while delayed: nothing breaks
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $fleet[0]->port);
+    print $s "GET /shape/index.html HTTP/1.1\r\nHost: x\r\nX-Key: shape\r\n\r\n";
+    Time::HiRes::sleep(0.02);
+    close $s;
+    Time::HiRes::sleep(0.3);
+    my $log = RLTest::read_file($fleet[0]->prefix . '/rl.log');
+    like($log, qr{^/shape/index.html 200 DELAYED redis$}m, 'a delayed request: DELAYED, decided in Redis');
+}
 
 # Redis holds names hashed with the rule, with a TTL; never key bytes
 my $keys = $redis->cmd('KEYS', '*');
@@ -174,7 +201,7 @@ for my $t (@fleet) {
     is($r->{fallbacks}, 0, 'no fallback on server ' . $t->port);
     is($r->{server}, "127.0.0.1:$rport", 'stats name the Redis server');
 }
-is($decisions, 4 * 600 + 1 + 5 * 7, 'the fleet decided every request in Redis');
+is($decisions, 4 * 600 + 1 + 5 * 7 + 4, 'the fleet decided every request in Redis');
 my $prom = $fleet[0]->get('/stats?format=prometheus')->{content};
 like($prom, qr/^nginx_ratelimit_redis_decisions_total\{zone="fleet"\} \d+$/m, 'Prometheus: Redis decisions');
 like($prom, qr/^nginx_ratelimit_redis_latency_seconds_bucket\{zone="fleet",le="\+Inf"\} \d+$/m,

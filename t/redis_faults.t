@@ -62,12 +62,14 @@ my ($worker) = $t->worker_pids;
 my $n = 0;
 sub hit {
     my ($where, $key) = @_;
+    my $lines = sub { my @l = split /\n/, RLTest::read_file($t->prefix . '/rl.log'); @l };
+    my $before = () = $lines->();
     my $start = time;
     my $r = $t->get("/$where/index.html", { 'X-Key' => $key });
     my $took = time - $start;
-    # the access log line of this request is the last one
-    my @lines = split /\n/, RLTest::read_file($t->prefix . '/rl.log');
-    my ($by) = ($lines[-1] // '') =~ /(\S+)$/;
+    # its access log line: written after the response was sent
+    RLTest::wait_until(sub { $lines->() > $before }, 5);
+    my ($by) = (($lines->())[-1] // '') =~ /(\S+)$/;
     return ($r->{status}, $by, $took);
 }
 
