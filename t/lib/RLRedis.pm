@@ -18,11 +18,13 @@ my @running;
 sub new {
     my ($class, %opt) = @_;
     my $dir = tempdir('ngx-ratelimit-redis-XXXXXX', TMPDIR => 1, CLEANUP => 1);
-    return bless { dir => $dir, port => $opt{port} // RLTest::free_port(),
+    return bless { dir => $dir, port => $opt{port} // RLTest::free_port(), args => $opt{args} // [],
                    server => $ENV{RL_REDIS_SERVER} // '/usr/bin/redis-server' }, $class;
 }
 
 sub port { $_[0]{port} }
+sub auth { $_[0]{auth} = $_[1]; $_[0] }
+sub db   { $_[0]{db} = $_[1]; $_[0] }
 
 sub start {
     my ($self) = @_;
@@ -32,12 +34,13 @@ sub start {
         open(STDERR, '>&', \*STDOUT);
         exec($self->{server}, '--port', $self->{port}, '--bind', '127.0.0.1', '--save', '',
              '--appendonly', 'no', '--dir', $self->{dir}, '--daemonize', 'no', '--loglevel', 'warning',
-             '--enable-debug-command', 'local')
+             '--enable-debug-command', 'local', @{ $self->{args} })
             or POSIX::_exit(127);
     }
     $self->{pid} = $pid;
     push @running, $pid;
     RLTest::wait_until(sub { $self->connect }, 10) or die "RLRedis: redis-server did not start\n";
+    delete $self->{sock};
     return $self;
 }
 
@@ -59,10 +62,16 @@ sub connect {
     return $self->{sock};
 }
 
-# One command on a fresh connection; the reply: a scalar, or an array ref.
+# One command on a fresh connection (after AUTH and SELECT if auth/db are
+# set); the reply: a scalar, or an array ref.
 sub cmd {
     my ($self, @args) = @_;
     my $s = $self->connect or die "RLRedis: cannot connect\n";
+    for my $pre ([ AUTH => $self->{auth} ], [ SELECT => $self->{db} ]) {
+        next unless defined $pre->[1];
+        print $s "*2\r\n\$" . length($pre->[0]) . "\r\n$pre->[0]\r\n\$" . length($pre->[1]) . "\r\n$pre->[1]\r\n";
+        read_reply($s);
+    }
     my $req = '*' . @args . "\r\n" . join('', map { '$' . length($_) . "\r\n$_\r\n" } @args);
     print $s $req;
     return read_reply($s);
