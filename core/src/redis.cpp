@@ -91,13 +91,13 @@ long line_number(const char *p, const char *end, int64_t *v)
     }
     const char *digits = q;
     while (q < end && *q >= '0' && *q <= '9') {
-        if (u > (uint64_t) INT64_MAX / 10) {
-            return -1;
+        if (q - digits == 19 || u > (uint64_t) INT64_MAX / 10) {
+            return -1;   // at most 19 digits: a RESP number is an int64
         }
         u = u * 10 + (uint64_t) (*q++ - '0');
     }
     if (q + 2 > end) {
-        return q - p > 21 ? -1 : 0;
+        return 0;
     }
     if (q == digits || q[0] != '\r' || q[1] != '\n' || u > (uint64_t) INT64_MAX) {
         return -1;

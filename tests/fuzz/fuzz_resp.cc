@@ -1,0 +1,54 @@
+// libFuzzer target: the RESP reader, which reads whatever a Redis server (or
+// anything listening on its port) sends.  On any bytes it never reads past
+// them; a reply it accepts is accepted again from exactly its own bytes and
+// from any longer buffer; a strict prefix of a reply is never an error; and
+// the script's reply decoder takes any parsed reply without a fault.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "ratelimit.h"
+
+#define CHECK(cond)                                                              \
+    do {                                                                         \
+        if (!(cond)) {                                                           \
+            std::fprintf(stderr, "fuzz_resp: %s failed at line %d\n", #cond, __LINE__); \
+            std::abort();                                                        \
+        }                                                                        \
+    } while (0)
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    // a copy of exactly size bytes: ASan catches any read past them
+    std::vector<char> buf(data, data + size);
+    rl_resp_t r;
+    const long used = rl_resp_parse(buf.data(), buf.size(), &r);
+    CHECK(used >= -1 && used <= (long) size);
+
+    if (used > 0) {
+        rl_resp_t again;
+        CHECK(rl_resp_parse(buf.data(), (size_t) used, &again) == used);
+        CHECK(again.type == r.type);
+        for (long n = 0; n < used; n++) {
+            CHECK(rl_resp_parse(buf.data(), (size_t) n, &again) == 0);
+        }
+        if (r.type == RL_RESP_ARRAY) {
+            CHECK(r.nitems <= RL_RESP_ITEMS_MAX);
+        }
+        rl_rule_t rule;
+        char err[RL_ERR_MAX];
+        CHECK(rl_rule_parse(&rule, "limit=5", err, sizeof(err)) == RL_OK);
+        rl_check_t c[3] = {};
+        for (size_t n = 0; n <= 3; n++) {
+            for (size_t i = 0; i < n; i++) {
+                c[i].rule = &rule;
+            }
+            size_t binding = 99;
+            const int allowed = rl_redis_decode(&r, c, n, &binding);
+            CHECK(allowed >= -1 && allowed <= 1);
+            CHECK(allowed < 0 || binding < (n ? n : 1));
+        }
+    }
+    return 0;
+}
