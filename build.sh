@@ -3,7 +3,8 @@
 #
 #   ./build.sh          install what is missing, build the core and the module
 #   ./build.sh test     build, then run the unit tests (ctest) and the
-#                       end-to-end tests against real nginx (prove -r t/)
+#                       end-to-end tests against real nginx (prove -r t/);
+#                       the Redis tests start their own redis-server
 #   ./build.sh test-asan  the same tests, everything built with AddressSanitizer
 #                       and UndefinedBehaviorSanitizer
 #   ./build.sh fuzz [SECONDS]  the libFuzzer targets, each for SECONDS (60)
