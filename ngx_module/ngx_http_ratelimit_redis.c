@@ -302,21 +302,28 @@ ngx_http_ratelimit_redis_send(ngx_http_ratelimit_redis_t *redis,
         redis->conns = conns;
     }
 
+    /* round robin over the connections that can take it: open, or due
+       to be opened again; not one whose ring is full */
+
     conns = redis->conns;
-    conn = &conns[redis->next++ % redis->pool];
+    conn = NULL;
 
-    if (conn->state == NGX_HTTP_RATELIMIT_REDIS_DOWN) {
-        if ((ngx_msec_int_t) (ngx_current_msec - conn->retry_at) < 0) {
-            return NGX_DECLINED;   /* backing off */
-        }
+    for (i = 0; i < redis->pool && conn == NULL; i++) {
+        conn = &conns[(redis->next + i) % redis->pool];
 
-        if (ngx_http_ratelimit_redis_connect(conn) != NGX_OK) {
-            return NGX_DECLINED;
+        if (conn->count == NGX_HTTP_RATELIMIT_REDIS_RING
+            || (conn->state == NGX_HTTP_RATELIMIT_REDIS_DOWN
+                && ((ngx_msec_int_t) (ngx_current_msec - conn->retry_at) < 0
+                    || ngx_http_ratelimit_redis_connect(conn) != NGX_OK)))
+        {
+            conn = NULL;
         }
     }
 
-    if (conn->count == NGX_HTTP_RATELIMIT_REDIS_RING) {
-        return NGX_DECLINED;   /* overloaded: do not queue without bound */
+    redis->next++;
+
+    if (conn == NULL) {
+        return NGX_DECLINED;   /* backing off, or overloaded */
     }
 
     if (ngx_http_ratelimit_redis_append(conn, w, 0) != NGX_OK) {
