@@ -2,7 +2,8 @@
 # Redis against the local zone, side by side in one run: one nginx worker,
 # a private redis-server on loopback, the same gcra rule in a local zone and
 # in a Redis zone.  Throughput with wrk -c64 (requests/s), and the latency a
-# request sees with one connection (wrk -c1 --latency: p50, p99), for one
+# request sees with one connection (wrk -c1 --latency: p50, p99), and the
+# worker's CPU time a request (/proc/<pid>/stat around the -c64 run), for one
 # key and for a random key among 1,000,000.  The locations run in turn,
 # round after round; each figure is the median of the rounds.  Then Redis's
 # memory per key: a rule of 100 an hour, random keys for one run.
@@ -13,6 +14,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../t/lib";
 use Getopt::Long;
+use POSIX qw(sysconf _SC_CLK_TCK);
 use RLTest;
 use RLRedis;
 
@@ -46,6 +48,13 @@ server {
 }
 EOF
 $t->start();
+my ($worker) = $t->worker_pids;
+my $tick = sysconf(_SC_CLK_TCK);
+
+sub cpu_ticks {
+    my @f = split ' ', (RLTest::read_file("/proc/$worker/stat") =~ /\) (.*)$/s)[0];
+    return $f[11] + $f[12];   # utime + stime
+}
 
 RLTest::write_file("$dir/one.lua", <<'EOF');
 init = function(args)
@@ -76,13 +85,16 @@ sub ms {
 
 sub run_wrk {
     my ($path, $script, $conns) = @_;
+    my $before = cpu_ticks();
     my $out = `wrk -t1 -c$conns -d${seconds}s --latency -s $dir/$script http://127.0.0.1:${\ $t->port}$path 2>&1`;
+    my $after = cpu_ticks();
+    my ($n) = $out =~ /(\d+) requests in/ or die "wrk: $out";
     my ($rps) = $out =~ /Requests\/sec:\s+([\d.]+)/ or die "wrk: $out";
     my ($non2xx) = $out =~ /Non-2xx or 3xx responses: (\d+)/;
     die "wrk: $path answered $non2xx non-2xx responses\n" if $non2xx;
     my ($p50, $u50) = $out =~ /^\s+50%\s+([\d.]+)(us|ms|s)$/m;
     my ($p99, $u99) = $out =~ /^\s+99%\s+([\d.]+)(us|ms|s)$/m;
-    return ($rps, ms($p50, $u50), ms($p99, $u99));
+    return ($rps, ms($p50, $u50), ms($p99, $u99), ($after - $before) * 1e6 / $tick / $n);
 }
 
 sub median {
@@ -96,13 +108,14 @@ for my $workload ([ 'one key', 'one.lua' ], [ '1M random keys', 'random.lua' ]) 
     run_wrk('/redis/f', $script, 64);   # warm up: connections, script loaded
     for my $round (1 .. $rounds) {
         for my $loc ('local', 'redis') {
-            my ($rps) = run_wrk("/$loc/f", $script, 64);
+            my ($rps, undef, undef, $us) = run_wrk("/$loc/f", $script, 64);
             my (undef, $p50, $p99) = run_wrk("/$loc/f", $script, 1);
             push @{ $r{$name}{$loc}{rps} }, $rps;
+            push @{ $r{$name}{$loc}{us} }, $us;
             push @{ $r{$name}{$loc}{p50} }, $p50;
             push @{ $r{$name}{$loc}{p99} }, $p99;
-            printf STDERR "  %-15s round %d %-6s %8.0f req/s  p50 %.3f ms  p99 %.3f ms\n",
-                $name, $round, $loc, $rps, $p50, $p99;
+            printf STDERR "  %-15s round %d %-6s %8.0f req/s %6.2f us/req  p50 %.3f ms  p99 %.3f ms\n",
+                $name, $round, $loc, $rps, $us, $p50, $p99;
         }
     }
 }
@@ -122,14 +135,15 @@ my $rv = (`redis-server --version` =~ /v=(\S+)/)[0];
 chomp(my $cores = `nproc`);
 printf "redis: nginx %s, redis %s, %d cores, 1 worker, wrk -t1 (-c64 for req/s, -c1 for latency), "
      . "%d rounds of %d s, medians\n", $v, $rv, $cores, $rounds, $seconds;
-printf "%-15s %-6s %10s %10s %10s\n", 'workload', 'zone', 'req/s', 'p50 ms', 'p99 ms';
+printf "%-15s %-6s %10s %10s %10s %10s\n", 'workload', 'zone', 'req/s', 'worker us', 'p50 ms', 'p99 ms';
 for my $name ('one key', '1M random keys') {
     for my $loc ('local', 'redis') {
-        printf "%-15s %-6s %10.0f %10.3f %10.3f\n", $name, $loc, map { median(@{ $r{$name}{$loc}{$_} }) } qw(rps p50 p99);
+        printf "%-15s %-6s %10.0f %10.2f %10.3f %10.3f\n", $name, $loc,
+            map { median(@{ $r{$name}{$loc}{$_} }) } qw(rps us p50 p99);
     }
     my ($l, $rd) = map { $r{$name}{$_} } 'local', 'redis';
-    printf "%-15s redis/local: %.2fx req/s, +%.3f ms p50, +%.3f ms p99\n", $name,
-        median(@{ $rd->{rps} }) / median(@{ $l->{rps} }),
+    printf "%-15s redis/local: %.2fx req/s, %.2fx worker CPU a request, +%.3f ms p50, +%.3f ms p99\n", $name,
+        median(@{ $rd->{rps} }) / median(@{ $l->{rps} }), median(@{ $rd->{us} }) / median(@{ $l->{us} }),
         median(@{ $rd->{p50} }) - median(@{ $l->{p50} }), median(@{ $rd->{p99} }) - median(@{ $l->{p99} });
 }
 printf "redis memory: %d keys, %.1f bytes a key (used_memory %d - %d empty); MEMORY USAGE of one key: %d bytes\n",
