@@ -132,6 +132,23 @@ is_deeply([ map { "$_->[0] $_->[1]" } @reset ], [ '200 fallback_local', '200 fal
 cmp_ok(stats('rfake')->{errors}, '>=', 1, 'stats count the reset');
 
 is_deeply([ $t->worker_pids ], [ $worker ], 'the worker never died');
+
+# a reload while a request waits on a paused Redis: the old worker answers it
+# (after the timeout) and then exits; the counters stay with the zone
+my $fallbacks = stats('rlocal')->{fallbacks};
+$redis->pause();
+my $kid = fork() // die;
+if ($kid == 0) {
+    my $r = $t->get('/local/index.html', { 'X-Key' => 'reload' });
+    POSIX::_exit($r->{status} == 200 ? 0 : 1);
+}
+sleep 0.03;
+$t->reload();
+waitpid($kid, 0);
+is($? >> 8, 0, 'reload: the waiting request was answered');
+cmp_ok(stats('rlocal')->{fallbacks}, '>', $fallbacks, 'reload: the Redis counters are kept');
+$redis->resume();
+ok(RLTest::wait_until(sub { (hit('local', 'reloaded'))[1] eq 'redis' }, 15), 'reload: new workers decide in Redis');
 like($t->error_log, qr/ratelimit: redis 127\.0\.0\.1:$rport: .*reconnecting in \d+ ms/, 'the error log says what failed');
 
 $t->stop();
