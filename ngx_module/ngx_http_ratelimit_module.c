@@ -622,8 +622,8 @@ ngx_http_ratelimit_check_redis(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, rl_check_t *checks,
     ngx_http_ratelimit_rule_t **used, ngx_uint_t n)
 {
-    ngx_http_ratelimit_zone_t      *zone;
-    ngx_http_ratelimit_loc_conf_t  *rlcf;
+    ngx_http_ratelimit_zone_t        *zone;
+    ngx_http_ratelimit_loc_conf_t    *rlcf;
     ngx_http_ratelimit_redis_wait_t  *w;
 
     rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
@@ -2296,8 +2296,8 @@ ngx_http_ratelimit_stats_json_redis(u_char *p, ngx_http_ratelimit_snapshot_t *z)
     p = ngx_cpymem(p, ",\"latency_us\":{", 15);
 
     for (k = 0; k < NGX_HTTP_RATELIMIT_REDIS_BUCKETS; k++) {
-        p = ngx_sprintf(p, "\"le_%ui\":%uA,", ngx_http_ratelimit_redis_bucket_us[k],
-                        z->rs.latency[k]);
+        p = ngx_sprintf(p, "\"le_%ui\":%uA,",
+                        ngx_http_ratelimit_redis_bucket_us[k], z->rs.latency[k]);
     }
 
     return ngx_sprintf(p, "\"inf\":%uA},\"latency_us_sum\":%uA}",

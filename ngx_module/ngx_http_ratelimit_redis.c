@@ -82,7 +82,7 @@ const ngx_uint_t  ngx_http_ratelimit_redis_bucket_us[] = {
 };
 
 
-/* ---- configuration -------------------------------------------------------- */
+/* ---- configuration ---------------------------------------------------- */
 
 ngx_int_t
 ngx_http_ratelimit_redis_param(ngx_conf_t *cf,
@@ -239,8 +239,8 @@ invalid:
 
 
 char *
-ngx_http_ratelimit_redis_finish(ngx_conf_t *cf, ngx_http_ratelimit_redis_t *redis,
-    ngx_str_t *zone)
+ngx_http_ratelimit_redis_finish(ngx_conf_t *cf,
+    ngx_http_ratelimit_redis_t *redis, ngx_str_t *zone)
 {
     size_t         len;
     u_char         digest[20];
@@ -275,7 +275,7 @@ ngx_http_ratelimit_redis_finish(ngx_conf_t *cf, ngx_http_ratelimit_redis_t *redi
 }
 
 
-/* ---- sending -------------------------------------------------------------- */
+/* ---- sending ---------------------------------------------------------- */
 
 ngx_int_t
 ngx_http_ratelimit_redis_send(ngx_http_ratelimit_redis_t *redis,
@@ -288,7 +288,8 @@ ngx_http_ratelimit_redis_send(ngx_http_ratelimit_redis_t *redis,
 
     if (redis->conns == NULL) {
         /* this worker's connections, for its lifetime */
-        conns = ngx_calloc(redis->pool * sizeof(ngx_http_ratelimit_redis_conn_t),
+        conns = ngx_calloc(redis->pool
+                           * sizeof(ngx_http_ratelimit_redis_conn_t),
                            ngx_cycle->log);
         if (conns == NULL) {
             return NGX_DECLINED;
@@ -575,7 +576,7 @@ ngx_http_ratelimit_redis_push(ngx_http_ratelimit_redis_conn_t *conn,
 }
 
 
-/* ---- events --------------------------------------------------------------- */
+/* ---- events ----------------------------------------------------------- */
 
 static void
 ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev)
@@ -602,7 +603,9 @@ ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev)
         err = 0;
         len = sizeof(int);
 
-        if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, (void *) &err, &len) == -1) {
+        if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, (void *) &err, &len)
+            == -1)
+        {
             err = ngx_socket_errno;
         }
 
