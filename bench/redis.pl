@@ -56,27 +56,6 @@ sub cpu_ticks {
     return $f[11] + $f[12];   # utime + stime
 }
 
-RLTest::write_file("$dir/one.lua", <<'EOF');
-init = function(args)
-    req = wrk.format("GET", wrk.path, { ["X-Key"] = "k" })
-end
-request = function() return req end
-EOF
-RLTest::write_file("$dir/random.lua", <<'EOF');
-local n = 1000000
-init = function(args)
-    math.randomseed(42)
-    reqs = {}
-    for i = 1, n do
-        reqs[i] = wrk.format("GET", wrk.path, { ["X-Key"] = tostring(math.random(n)) })
-    end
-    i = 0
-end
-request = function()
-    i = i % n + 1
-    return reqs[i]
-end
-EOF
 
 sub ms {
     my ($v, $unit) = @_;
@@ -86,7 +65,7 @@ sub ms {
 sub run_wrk {
     my ($path, $script, $conns) = @_;
     my $before = cpu_ticks();
-    my $out = `wrk -t1 -c$conns -d${seconds}s --latency -s $dir/$script http://127.0.0.1:${\ $t->port}$path 2>&1`;
+    my $out = `wrk -t1 -c$conns -d${seconds}s --latency -s $FindBin::Bin/wrk/$script http://127.0.0.1:${\ $t->port}$path 2>&1`;
     my $after = cpu_ticks();
     my ($n) = $out =~ /(\d+) requests in/ or die "wrk: $out";
     my ($rps) = $out =~ /Requests\/sec:\s+([\d.]+)/ or die "wrk: $out";
@@ -103,7 +82,7 @@ sub median {
 }
 
 my %r;
-for my $workload ([ 'one key', 'one.lua' ], [ '1M random keys', 'random.lua' ]) {
+for my $workload ([ 'one key', 'one_key.lua' ], [ '1M random keys', 'random_keys.lua' ]) {
     my ($name, $script) = @$workload;
     run_wrk('/redis/f', $script, 64);   # warm up: connections, script loaded
     for my $round (1 .. $rounds) {
@@ -123,7 +102,7 @@ for my $workload ([ 'one key', 'one.lua' ], [ '1M random keys', 'random.lua' ]) 
 # memory: keys that stay (100 an hour), one request each for most of them
 $redis->cmd('FLUSHALL');
 my ($empty) = $redis->cmd('INFO', 'memory') =~ /used_memory:(\d+)/;
-run_wrk('/memory/f', 'random.lua', 64);
+run_wrk('/memory/f', 'random_keys.lua', 64);
 my $keys = $redis->cmd('DBSIZE');
 my ($used) = $redis->cmd('INFO', 'memory') =~ /used_memory:(\d+)/;
 my $sample = $redis->cmd('RANDOMKEY');

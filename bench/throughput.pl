@@ -50,28 +50,6 @@ EOF
 $t->start();
 my ($worker) = $t->worker_pids;
 
-# wrk scripts: requests made once, in init(), so the client stays cheap.
-RLTest::write_file("$dir/one.lua", <<'EOF');
-init = function(args)
-    req = wrk.format("GET", wrk.path, { ["X-Key"] = "k" })
-end
-request = function() return req end
-EOF
-RLTest::write_file("$dir/random.lua", <<'EOF');
-local n = 1000000
-init = function(args)
-    math.randomseed(42)
-    reqs = {}
-    for i = 1, n do
-        reqs[i] = wrk.format("GET", wrk.path, { ["X-Key"] = tostring(math.random(n)) })
-    end
-    i = 0
-end
-request = function()
-    i = i % n + 1
-    return reqs[i]
-end
-EOF
 
 my $tick = sysconf(_SC_CLK_TCK);
 
@@ -83,7 +61,7 @@ sub cpu_ticks {
 sub run_wrk {
     my ($path, $script) = @_;
     my $before = cpu_ticks();
-    my $out = `taskset -c 1 wrk -t1 -c64 -d${seconds}s -s $dir/$script http://127.0.0.1:${\ $t->port}$path 2>&1`;
+    my $out = `taskset -c 1 wrk -t1 -c64 -d${seconds}s -s $FindBin::Bin/wrk/$script http://127.0.0.1:${\ $t->port}$path 2>&1`;
     my $after = cpu_ticks();
     my ($n) = $out =~ /(\d+) requests in/ or die "wrk: $out";
     my ($rps) = $out =~ /Requests\/sec:\s+([\d.]+)/;
@@ -99,7 +77,7 @@ sub median {
 
 my @locations = ('plain', 'limit_req', 'ratelimit', 'ratelimit-noheaders');
 my %r;
-for my $workload ([ 'one key', 'one.lua' ], [ '1M random keys', 'random.lua' ]) {
+for my $workload ([ 'one key', 'one_key.lua' ], [ '1M random keys', 'random_keys.lua' ]) {
     my ($name, $script) = @$workload;
     run_wrk('/plain/f', $script);   # warm up: connections, caches, Lua
     for my $round (1 .. $rounds) {

@@ -35,45 +35,10 @@ server {
 EOF
 $t->start();
 
-# 2,000 requests over 64 keep-alive connections at once; returns the counts
-# of 200, of 429 with a Retry-After, and of anything else.
+# 2,000 requests over 64 keep-alive connections at once
 sub burst {
     my ($path, $key) = @_;
-    my ($conns, $total) = (64, 2000);
-    my @kids;
-    for my $c (0 .. $conns - 1) {
-        my $n = int($total / $conns) + ($c < $total % $conns ? 1 : 0);
-        pipe(my $rd, my $wr) or die;
-        my $pid = fork() // die;
-        if ($pid == 0) {
-            close $rd;
-            my $http = HTTP::Tiny->new(keep_alive => 1, timeout => 10);
-            my ($ok, $limited, $other) = (0, 0, 0);
-            for (1 .. $n) {
-                my $r = $http->get('http://127.0.0.1:' . $t->port . $path, { headers => { 'X-Key' => $key } });
-                if ($r->{status} == 200) {
-                    $ok++;
-                } elsif ($r->{status} == 429 && ($r->{headers}{'retry-after'} // 0) >= 1) {
-                    $limited++;
-                } else {
-                    $other++;
-                }
-            }
-            print $wr "$ok $limited $other\n";
-            close $wr;
-            POSIX::_exit(0);
-        }
-        close $wr;
-        push @kids, [ $pid, $rd ];
-    }
-    my @sum = (0, 0, 0);
-    for (@kids) {
-        my ($pid, $rd) = @$_;
-        my @c = split ' ', (<$rd> // '0 0 2000');
-        $sum[$_] += $c[$_] for 0 .. 2;
-        waitpid($pid, 0);
-    }
-    return @sum;
+    return RLTest::burst(ports => [ $t->port ], path => $path, key => $key, total => 2000, conns => 64);
 }
 
 for my $round (1 .. 10) {

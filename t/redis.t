@@ -73,41 +73,11 @@ EOF
 }
 
 # $total requests for one key over 48 keep-alive connections at once, the
-# connections spread over the three servers: (200s, 429s with Retry-After,
-# others).
+# connections spread over the three servers
 sub burst {
     my ($path, $key, $total) = @_;
-    my $conns = 48;
-    my @kids;
-    for my $c (0 .. $conns - 1) {
-        my $n = int($total / $conns) + ($c < $total % $conns ? 1 : 0);
-        my $port = $fleet[$c % 3]->port;
-        pipe(my $rd, my $wr) or die;
-        my $pid = fork() // die;
-        if ($pid == 0) {
-            close $rd;
-            my $http = HTTP::Tiny->new(keep_alive => 1, timeout => 20);
-            my @n = (0, 0, 0);
-            for (1 .. $n) {
-                my $r = $http->get("http://127.0.0.1:$port$path", { headers => { 'X-Key' => $key } });
-                $n[ $r->{status} == 200 ? 0
-                  : $r->{status} == 429 && ($r->{headers}{'retry-after'} // 0) >= 1 ? 1 : 2 ]++;
-            }
-            print $wr "@n\n";
-            close $wr;
-            POSIX::_exit(0);
-        }
-        close $wr;
-        push @kids, [ $pid, $rd ];
-    }
-    my @sum = (0, 0, 0);
-    for (@kids) {
-        my ($pid, $rd) = @$_;
-        my @c = split ' ', (<$rd> // "0 0 $total");
-        $sum[$_] += $c[$_] for 0 .. 2;
-        waitpid($pid, 0);
-    }
-    return @sum;
+    return RLTest::burst(ports => [ map { $_->port } @fleet ], path => $path, key => $key, total => $total,
+                         conns => 48);
 }
 
 for my $round (1 .. 3) {

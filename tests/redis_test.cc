@@ -248,6 +248,9 @@ struct Trace {
     }
 };
 
+const char *const kAlgorithms[] = {"gcra",        "token_bucket", "fixed_window", "sliding_window",
+                                   "sliding_log", "leaky_bucket", "quota"};
+
 // A random rule of the algorithm, within what a Redis zone accepts.
 std::string random_rule(std::mt19937_64 &g, const std::string &algorithm)
 {
@@ -416,10 +419,8 @@ TEST(RedisScript, EveryAlgorithmMatchesTheCoreOnRandomTraces)
     NEED_REDIS();
     const std::string sha = script_sha();
     std::mt19937_64 g(20261122);
-    const char *algorithms[] = {"gcra",         "token_bucket", "fixed_window", "sliding_window",
-                                "sliding_log",  "leaky_bucket", "quota"};
     int trace = 0;
-    for (const char *a : algorithms) {
+    for (const char *a : kAlgorithms) {
         size_t done = 0;
         // many short traces, each with its own random rule: >= 10,000 ops
         while (done < 10000 && !HasFailure()) {
@@ -436,15 +437,13 @@ TEST(RedisScript, StackedRulesMatchTheCoreWithAllAndAny)
     NEED_REDIS();
     const std::string sha = script_sha();
     std::mt19937_64 g(7);
-    const char *algorithms[] = {"gcra",        "token_bucket", "fixed_window", "sliding_window",
-                                "sliding_log", "leaky_bucket", "quota"};
     size_t done = 0;
     int trace = 0;
     while (done < 10000 && !HasFailure()) {
         std::vector<std::string> rules;
         const size_t n = 2 + g() % 2;
         for (size_t i = 0; i < n; i++) {
-            rules.push_back(random_rule(g, algorithms[g() % 7]));
+            rules.push_back(random_rule(g, kAlgorithms[g() % 7]));
         }
         Trace t(rules, g() % 2 ? RL_COMBINE_ANY : RL_COMBINE_ALL, "stack:" + std::to_string(trace++) + ":");
         run_trace(sha, g, t, 200, &done);

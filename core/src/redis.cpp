@@ -106,6 +106,13 @@ long line_number(const char *p, const char *end, int64_t *v)
     return q + 2 - p;
 }
 
+// A bulk string's or an array's length: -1 (nil) or more.
+long length_line(const char *p, const char *end, int64_t *v)
+{
+    long n = line_number(p, end, v);
+    return n > 0 && *v < -1 ? -1 : n;
+}
+
 long parse(const char *p, size_t len, rl_resp_t *r, int depth)
 {
     const char *end = p + len;
@@ -149,14 +156,11 @@ long parse(const char *p, size_t len, rl_resp_t *r, int depth)
     }
     case RL_RESP_BULK: {
         int64_t v;
-        long n = line_number(q, end, &v);
+        long n = length_line(q, end, &v);
         if (n <= 0) {
             return n;
         }
         q += n;
-        if (v < -1) {
-            return -1;
-        }
         if (r) {
             r->type = type;
             r->integer = v;
@@ -176,14 +180,11 @@ long parse(const char *p, size_t len, rl_resp_t *r, int depth)
     }
     case RL_RESP_ARRAY: {
         int64_t v;
-        long n = line_number(q, end, &v);
+        long n = length_line(q, end, &v);
         if (n <= 0) {
             return n;
         }
         q += n;
-        if (v < -1) {
-            return -1;
-        }
         if (r) {
             r->type = type;
             r->integer = v;

@@ -204,6 +204,44 @@ sub get {
     return $http->get("http://127.0.0.1:$self->{port}$path", { headers => $headers // {} });
 }
 
+# $total requests for one key (an X-Key header) at once, over $conns
+# keep-alive connections in as many processes, the connections spread over
+# the given ports in turn: (200s, 429s with a Retry-After, anything else).
+sub burst {
+    my (%o) = @_;
+    my ($ports, $path, $key, $total, $conns) = @o{qw(ports path key total conns)};
+    my @kids;
+    for my $c (0 .. $conns - 1) {
+        my $n = int($total / $conns) + ($c < $total % $conns ? 1 : 0);
+        my $port = $ports->[ $c % @$ports ];
+        pipe(my $rd, my $wr) or die "RLTest: pipe: $!\n";
+        my $pid = fork() // die "RLTest: fork: $!\n";
+        if ($pid == 0) {
+            close $rd;
+            my $http = HTTP::Tiny->new(keep_alive => 1, timeout => 20);
+            my @n = (0, 0, 0);
+            for (1 .. $n) {
+                my $r = $http->get("http://127.0.0.1:$port$path", { headers => { 'X-Key' => $key } });
+                $n[ $r->{status} == 200 ? 0
+                  : $r->{status} == 429 && ($r->{headers}{'retry-after'} // 0) >= 1 ? 1 : 2 ]++;
+            }
+            print $wr "@n\n";
+            close $wr;
+            POSIX::_exit(0);
+        }
+        close $wr;
+        push @kids, [ $pid, $rd ];
+    }
+    my @sum = (0, 0, 0);
+    for (@kids) {
+        my ($pid, $rd) = @$_;
+        my @c = split ' ', (<$rd> // "0 0 $total");
+        $sum[$_] += $c[$_] for 0 .. 2;
+        waitpid($pid, 0);
+    }
+    return @sum;
+}
+
 # `nginx -t` of a whole configuration text: (exit code, output).
 sub nginx_t {
     my ($self, $text) = @_;
