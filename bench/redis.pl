@@ -12,10 +12,10 @@
 use strict;
 use warnings;
 use FindBin;
-use lib "$FindBin::Bin/../t/lib";
+use lib "$FindBin::Bin/../t/lib", "$FindBin::Bin/lib";
 use Getopt::Long;
-use POSIX qw(sysconf _SC_CLK_TCK);
 use RLTest;
+use RLBench qw(cpu_seconds median);
 use RLRedis;
 
 my ($rounds, $seconds) = (3, 5);
@@ -49,12 +49,7 @@ server {
 EOF
 $t->start();
 my ($worker) = $t->worker_pids;
-my $tick = sysconf(_SC_CLK_TCK);
 
-sub cpu_ticks {
-    my @f = split ' ', (RLTest::read_file("/proc/$worker/stat") =~ /\) (.*)$/s)[0];
-    return $f[11] + $f[12];   # utime + stime
-}
 
 
 sub ms {
@@ -64,22 +59,18 @@ sub ms {
 
 sub run_wrk {
     my ($path, $script, $conns) = @_;
-    my $before = cpu_ticks();
+    my $before = cpu_seconds($worker);
     my $out = `wrk -t1 -c$conns -d${seconds}s --latency -s $FindBin::Bin/wrk/$script http://127.0.0.1:${\ $t->port}$path 2>&1`;
-    my $after = cpu_ticks();
+    my $after = cpu_seconds($worker);
     my ($n) = $out =~ /(\d+) requests in/ or die "wrk: $out";
     my ($rps) = $out =~ /Requests\/sec:\s+([\d.]+)/ or die "wrk: $out";
     my ($non2xx) = $out =~ /Non-2xx or 3xx responses: (\d+)/;
     die "wrk: $path answered $non2xx non-2xx responses\n" if $non2xx;
     my ($p50, $u50) = $out =~ /^\s+50%\s+([\d.]+)(us|ms|s)$/m;
     my ($p99, $u99) = $out =~ /^\s+99%\s+([\d.]+)(us|ms|s)$/m;
-    return ($rps, ms($p50, $u50), ms($p99, $u99), ($after - $before) * 1e6 / $tick / $n);
+    return ($rps, ms($p50, $u50), ms($p99, $u99), ($after - $before) * 1e6 / $n);
 }
 
-sub median {
-    my @s = sort { $a <=> $b } @_;
-    return @s % 2 ? $s[$#s / 2] : ($s[@s / 2 - 1] + $s[@s / 2]) / 2;
-}
 
 my %r;
 for my $workload ([ 'one key', 'one_key.lua' ], [ '1M random keys', 'random_keys.lua' ]) {

@@ -11,10 +11,10 @@
 use strict;
 use warnings;
 use FindBin;
-use lib "$FindBin::Bin/../t/lib";
+use lib "$FindBin::Bin/../t/lib", "$FindBin::Bin/lib";
 use Getopt::Long;
-use POSIX qw(sysconf _SC_CLK_TCK);
 use RLTest;
+use RLBench qw(cpu_seconds median);
 
 my ($rounds, $seconds) = (5, 5);
 GetOptions('rounds=i' => \$rounds, 'seconds=i' => \$seconds) or die "usage: $0 [--rounds N] [--seconds N]\n";
@@ -51,29 +51,20 @@ $t->start();
 my ($worker) = $t->worker_pids;
 
 
-my $tick = sysconf(_SC_CLK_TCK);
 
-sub cpu_ticks {
-    my @f = split ' ', (RLTest::read_file("/proc/$worker/stat") =~ /\) (.*)$/s)[0];
-    return $f[11] + $f[12];   # utime + stime
-}
 
 sub run_wrk {
     my ($path, $script) = @_;
-    my $before = cpu_ticks();
+    my $before = cpu_seconds($worker);
     my $out = `taskset -c 1 wrk -t1 -c64 -d${seconds}s -s $FindBin::Bin/wrk/$script http://127.0.0.1:${\ $t->port}$path 2>&1`;
-    my $after = cpu_ticks();
+    my $after = cpu_seconds($worker);
     my ($n) = $out =~ /(\d+) requests in/ or die "wrk: $out";
     my ($rps) = $out =~ /Requests\/sec:\s+([\d.]+)/;
     my ($non2xx) = $out =~ /Non-2xx or 3xx responses: (\d+)/;
     die "wrk: $path answered $non2xx non-2xx responses\n" if $non2xx;
-    return ($rps, ($after - $before) * 1e6 / $tick / $n);
+    return ($rps, ($after - $before) * 1e6 / $n);
 }
 
-sub median {
-    my @s = sort { $a <=> $b } @_;
-    return @s % 2 ? $s[$#s / 2] : ($s[@s / 2 - 1] + $s[@s / 2]) / 2;
-}
 
 my @locations = ('plain', 'limit_req', 'ratelimit', 'ratelimit-noheaders');
 my %r;

@@ -193,6 +193,7 @@ static ngx_int_t ngx_http_ratelimit_init_module(ngx_cycle_t *cycle);
 static void ngx_http_ratelimit_exit_process(ngx_cycle_t *cycle);
 static char *ngx_http_ratelimit_stats(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static ngx_shm_zone_t *ngx_http_ratelimit_stats_zone(ngx_uint_t n);
 static ngx_int_t ngx_http_ratelimit_stats_handler(ngx_http_request_t *r);
 typedef struct ngx_http_ratelimit_snapshot_s  ngx_http_ratelimit_snapshot_t;
 static u_char *ngx_http_ratelimit_stats_json_redis(u_char *p,
@@ -2504,6 +2505,39 @@ ngx_http_ratelimit_stats_prometheus_redis(u_char *p,
 }
 
 
+/* The n-th zone of this module in the running cycle, or NULL. */
+
+static ngx_shm_zone_t *
+ngx_http_ratelimit_stats_zone(ngx_uint_t n)
+{
+    ngx_uint_t                  i;
+    ngx_shm_zone_t             *shm;
+    ngx_list_part_t            *part;
+    ngx_http_ratelimit_zone_t  *zone;
+
+    part = (ngx_list_part_t *) &ngx_cycle->shared_memory.part;
+
+    for (shm = part->elts, i = 0; /* void */ ; i++) {
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return NULL;
+            }
+            part = part->next;
+            shm = part->elts;
+            i = 0;
+        }
+
+        zone = shm[i].data;
+
+        if (shm[i].tag == &ngx_http_ratelimit_module && zone != NULL
+            && zone->table != NULL && n-- == 0)
+        {
+            return &shm[i];
+        }
+    }
+}
+
+
 static ngx_int_t
 ngx_http_ratelimit_stats_handler(ngx_http_request_t *r)
 {
@@ -2514,7 +2548,6 @@ ngx_http_ratelimit_stats_handler(ngx_http_request_t *r)
     ngx_str_t                       format;
     ngx_uint_t                      i, nz, prometheus;
     ngx_chain_t                     out;
-    ngx_list_part_t                *part;
     ngx_shm_zone_t                 *shm;
     ngx_http_ratelimit_zone_t      *zone;
     ngx_http_ratelimit_snapshot_t  *z;
@@ -2534,25 +2567,8 @@ ngx_http_ratelimit_stats_handler(ngx_http_request_t *r)
 
     /* a snapshot of every zone of this module, read without the locks */
 
-    nz = 0;
-    len = 0;
-    part = (ngx_list_part_t *) &ngx_cycle->shared_memory.part;
-
-    for (shm = part->elts, i = 0; /* void */ ; i++) {
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-            part = part->next;
-            shm = part->elts;
-            i = 0;
-        }
-
-        if (shm[i].tag == &ngx_http_ratelimit_module && shm[i].data != NULL
-            && ((ngx_http_ratelimit_zone_t *) shm[i].data)->table != NULL)
-        {
-            nz++;
-        }
+    for (nz = 0; ngx_http_ratelimit_stats_zone(nz) != NULL; nz++) {
+        /* void */
     }
 
     z = ngx_palloc(r->pool, (nz + 1) * sizeof(ngx_http_ratelimit_snapshot_t));
@@ -2560,44 +2576,28 @@ ngx_http_ratelimit_stats_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    nz = 0;
-    part = (ngx_list_part_t *) &ngx_cycle->shared_memory.part;
+    len = 0;
 
-    for (shm = part->elts, i = 0; /* void */ ; i++) {
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-            part = part->next;
-            shm = part->elts;
-            i = 0;
-        }
+    for (i = 0; i < nz; i++) {
+        shm = ngx_http_ratelimit_stats_zone(i);
+        zone = shm->data;
 
-        zone = shm[i].data;
-
-        if (shm[i].tag != &ngx_http_ratelimit_module || zone == NULL
-            || zone->table == NULL)
-        {
-            continue;
-        }
-
-        z[nz].name = zone->name;
-        rl_table_get_stats(zone->table, &z[nz].table);
-        z[nz].table.size = shm[i].shm.size;
-        z[nz].used = rl_table_bytes_used(zone->table);
-        z[nz].nrules = rl_table_rule_stats(zone->table, z[nz].rules,
-                                           RL_RULE_STATS_MAX);
-        z[nz].redis = zone->redis;
+        z[i].name = zone->name;
+        rl_table_get_stats(zone->table, &z[i].table);
+        z[i].table.size = shm->shm.size;
+        z[i].used = rl_table_bytes_used(zone->table);
+        z[i].nrules = rl_table_rule_stats(zone->table, z[i].rules,
+                                          RL_RULE_STATS_MAX);
+        z[i].redis = zone->redis;
 
         if (zone->redis) {
-            z[nz].rs = *zone->redis_stats;
+            z[i].rs = *zone->redis_stats;
             len += 2048 + 2 * zone->redis->server.len;
         }
 
         /* room for every line of the zone, names escaped */
-        len += (11 + 11 * z[nz].nrules) * (2 * zone->name.len + 2 * RL_NAME_MAX
-                                            + 160);
-        nz++;
+        len += (11 + 11 * z[i].nrules) * (2 * zone->name.len + 2 * RL_NAME_MAX
+                                           + 160);
     }
 
     len += 4096;

@@ -1,0 +1,25 @@
+package RLBench;
+# What the benchmarks share: a process's CPU time, and medians.
+use strict;
+use warnings;
+use Exporter 'import';
+use POSIX qw(sysconf _SC_CLK_TCK);
+use RLTest;
+
+our @EXPORT_OK = qw(cpu_seconds median);
+
+my $tick = sysconf(_SC_CLK_TCK);
+
+# Seconds of CPU (user + system) a process has used.
+sub cpu_seconds {
+    my ($pid) = @_;
+    my @f = split ' ', (RLTest::read_file("/proc/$pid/stat") =~ /\) (.*)$/s)[0];
+    return ($f[11] + $f[12]) / $tick;   # utime + stime
+}
+
+sub median {
+    my @s = sort { $a <=> $b } @_;
+    return @s % 2 ? $s[$#s / 2] : ($s[@s / 2 - 1] + $s[@s / 2]) / 2;
+}
+
+1;
