@@ -2052,6 +2052,27 @@ ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
         }
     }
 
+    /* Redis Cluster: a request's keys must share a slot, and they do when
+       every rule of the location has the same key (the hash tag) */
+
+    for (j = 0; zone->redis != NULL && zone->redis->cluster
+                && j < ref->rules->nelts; j++)
+    {
+        if (rules[j].key.value.len != rule->key.value.len
+            || ngx_strncmp(rules[j].key.value.data, rule->key.value.data,
+                           rule->key.value.len) != 0)
+        {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "\"ratelimit\" directive: key=%V and key=%V in one "
+                          "location of the Redis Cluster zone=%V: its rules "
+                          "must have the same key, so that one request's "
+                          "state is in one slot, in %s:%ui",
+                          &rule->key.value, &rules[j].key.value, &zone->name,
+                          ref->file, ref->line);
+            return NGX_ERROR;
+        }
+    }
+
     if (zone->redis != NULL
         && rl_redis_rule_ok(&rule->rule, err, sizeof(err)) != RL_OK)
     {

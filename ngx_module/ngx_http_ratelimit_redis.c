@@ -23,6 +23,8 @@
 #define NGX_HTTP_RATELIMIT_REDIS_IN        65536    /* longest reply */
 #define NGX_HTTP_RATELIMIT_REDIS_BACKOFF   100
 #define NGX_HTTP_RATELIMIT_REDIS_BACKOFF_MAX  5000
+#define NGX_HTTP_RATELIMIT_REDIS_NODES     32       /* cluster servers known */
+#define NGX_HTTP_RATELIMIT_REDIS_SLOTS     16384
 
 #define NGX_HTTP_RATELIMIT_REDIS_DOWN        0
 #define NGX_HTTP_RATELIMIT_REDIS_CONNECTING  1
@@ -33,8 +35,11 @@
     ((ngx_http_ratelimit_redis_wait_t *) &ngx_http_ratelimit_redis_own)
 
 
+typedef struct ngx_http_ratelimit_redis_node_s  ngx_http_ratelimit_redis_node_t;
+
 typedef struct {
     ngx_http_ratelimit_redis_t        *redis;
+    ngx_http_ratelimit_redis_node_t   *node;
     ngx_peer_connection_t              peer;
     ngx_uint_t                         state;
     ngx_msec_t                         retry_at;
@@ -54,6 +59,22 @@ typedef struct {
 } ngx_http_ratelimit_redis_conn_t;
 
 
+/* a Redis server and this worker's redis_pool connections to it */
+struct ngx_http_ratelimit_redis_node_s {
+    ngx_str_t                          name;     /* HOST:PORT */
+    ngx_addr_t                        *addrs;
+    ngx_uint_t                         naddrs;
+    ngx_uint_t                         next;
+    ngx_http_ratelimit_redis_conn_t    conns[1]; /* [pool] */
+};
+
+
+static ngx_http_ratelimit_redis_node_t *ngx_http_ratelimit_redis_node(
+    ngx_http_ratelimit_redis_t *redis, ngx_str_t *name);
+static ngx_http_ratelimit_redis_conn_t *ngx_http_ratelimit_redis_pick(
+    ngx_http_ratelimit_redis_node_t *node);
+static ngx_int_t ngx_http_ratelimit_redis_redirect(
+    ngx_http_ratelimit_redis_wait_t *w, rl_resp_t *reply);
 static ngx_int_t ngx_http_ratelimit_redis_connect(
     ngx_http_ratelimit_redis_conn_t *conn);
 static void ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
@@ -201,6 +222,20 @@ ngx_http_ratelimit_redis_param(ngx_conf_t *cf,
         return NGX_OK;
     }
 
+    if (name.len == 13 && ngx_strncmp(name.data, "redis_cluster", 13) == 0) {
+        if (value.len == 2 && ngx_strncmp(value.data, "on", 2) == 0) {
+            redis->cluster = 1;
+
+        } else if (value.len == 3 && ngx_strncmp(value.data, "off", 3) == 0) {
+            redis->cluster = 0;
+
+        } else {
+            goto invalid;
+        }
+
+        return NGX_OK;
+    }
+
     if (name.len == 14) {   /* on_redis_error */
         if (value.len == 5 && ngx_strncmp(value.data, "local", 5) == 0) {
             redis->on_error = NGX_HTTP_RATELIMIT_REDIS_LOCAL;
@@ -222,7 +257,8 @@ ngx_http_ratelimit_redis_param(ngx_conf_t *cf,
                        "\"ratelimit_zone\" directive: unknown parameter "
                        "\"%V\" of zone \"%V\": expected redis=, "
                        "redis_timeout=, redis_pool=, redis_password=, "
-                       "redis_db=, redis_prefix= or on_redis_error=",
+                       "redis_db=, redis_prefix=, redis_cluster= or "
+                       "on_redis_error=",
                        param, zone);
     return NGX_ERROR;
 
@@ -232,7 +268,8 @@ invalid:
                        "\"ratelimit_zone\" directive: invalid \"%V\" of zone "
                        "\"%V\": expected redis_timeout=1ms..60s, "
                        "redis_pool=1..64, a non-empty redis_password, "
-                       "redis_db=0..65535, redis_prefix of at most 256 bytes, "
+                       "redis_db=0..65535, redis_prefix of at most 256 bytes "
+                       "(with no braces in a cluster), redis_cluster=on|off, "
                        "on_redis_error=local|allow|deny", param, zone);
     return NGX_ERROR;
 }
@@ -263,6 +300,30 @@ ngx_http_ratelimit_redis_finish(ngx_conf_t *cf,
         ngx_str_set(&redis->prefix, "ratelimit:");
     }
 
+    /* a brace in the prefix would take the place of the keys' hash tag */
+
+    if (redis->cluster
+        && (ngx_strlchr(redis->prefix.data,
+                        redis->prefix.data + redis->prefix.len, '{')
+            || ngx_strlchr(redis->prefix.data,
+                           redis->prefix.data + redis->prefix.len, '}')))
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: invalid "
+                           "\"redis_prefix=%V\" of zone \"%V\": a Redis "
+                           "Cluster zone's prefix may not hold \"{\" or \"}\"",
+                           &redis->prefix, zone);
+        return NGX_CONF_ERROR;
+    }
+
+    if (redis->cluster && redis->db) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: \"redis_db=%ui\" "
+                           "of zone \"%V\": Redis Cluster has database 0 "
+                           "only", redis->db, zone);
+        return NGX_CONF_ERROR;
+    }
+
     /* EVALSHA names the script by its SHA-1 */
 
     script = rl_redis_script(&len);
@@ -281,47 +342,39 @@ ngx_int_t
 ngx_http_ratelimit_redis_send(ngx_http_ratelimit_redis_t *redis,
     ngx_http_ratelimit_redis_wait_t *w)
 {
-    ngx_uint_t                        i;
-    ngx_http_ratelimit_redis_conn_t  *conns, *conn;
+    ngx_uint_t                        node;
+    ngx_http_ratelimit_redis_conn_t  *conn;
 
     w->redis = redis;
 
-    if (redis->conns == NULL) {
-        /* this worker's connections, for its lifetime */
-        conns = ngx_calloc(redis->pool
-                           * sizeof(ngx_http_ratelimit_redis_conn_t),
-                           ngx_cycle->log);
-        if (conns == NULL) {
+    if (redis->nnodes == 0) {
+        /* this worker's servers, for its lifetime: the first is redis= */
+        if (redis->nodes == NULL) {
+            redis->nodes = ngx_calloc(NGX_HTTP_RATELIMIT_REDIS_NODES
+                                      * sizeof(void *), ngx_cycle->log);
+        }
+
+        if (redis->cluster && redis->slots == NULL) {
+            redis->slots = ngx_calloc(NGX_HTTP_RATELIMIT_REDIS_SLOTS,
+                                      ngx_cycle->log);
+        }
+
+        if (redis->nodes == NULL || (redis->cluster && redis->slots == NULL)
+            || ngx_http_ratelimit_redis_node(redis, &redis->server) == NULL)
+        {
             return NGX_DECLINED;
         }
-
-        for (i = 0; i < redis->pool; i++) {
-            conns[i].redis = redis;
-            conns[i].backoff = NGX_HTTP_RATELIMIT_REDIS_BACKOFF;
-        }
-
-        redis->conns = conns;
     }
 
-    /* round robin over the connections that can take it: open, or due
-       to be opened again; not one whose ring is full */
+    /* a cluster's slot: every rule's key has the first key's hash tag
+       (the location's rules share their key, see the configuration) */
 
-    conns = redis->conns;
-    conn = NULL;
+    node = redis->cluster
+           ? redis->slots[rl_redis_key_slot(w->checks[0].key,
+                                            w->checks[0].key_len)]
+           : 0;
 
-    for (i = 0; i < redis->pool && conn == NULL; i++) {
-        conn = &conns[(redis->next + i) % redis->pool];
-
-        if (conn->count == NGX_HTTP_RATELIMIT_REDIS_RING
-            || (conn->state == NGX_HTTP_RATELIMIT_REDIS_DOWN
-                && ((ngx_msec_int_t) (ngx_current_msec - conn->retry_at) < 0
-                    || ngx_http_ratelimit_redis_connect(conn) != NGX_OK)))
-        {
-            conn = NULL;
-        }
-    }
-
-    redis->next++;
+    conn = ngx_http_ratelimit_redis_pick(redis->nodes[node]);
 
     if (conn == NULL) {
         return NGX_DECLINED;   /* backing off, or overloaded */
@@ -341,19 +394,133 @@ ngx_http_ratelimit_redis_send(ngx_http_ratelimit_redis_t *redis,
 }
 
 
+/*
+ * Round robin over a server's connections that can take a request: open,
+ * or due to be opened again; not one whose ring is full.
+ */
+
+static ngx_http_ratelimit_redis_conn_t *
+ngx_http_ratelimit_redis_pick(ngx_http_ratelimit_redis_node_t *node)
+{
+    ngx_uint_t                        i, pool;
+    ngx_http_ratelimit_redis_conn_t  *conn;
+
+    pool = node->conns[0].redis->pool;
+
+    for (i = 0; i < pool; i++) {
+        conn = &node->conns[(node->next + i) % pool];
+
+        if (conn->count == NGX_HTTP_RATELIMIT_REDIS_RING
+            || (conn->state == NGX_HTTP_RATELIMIT_REDIS_DOWN
+                && ((ngx_msec_int_t) (ngx_current_msec - conn->retry_at) < 0
+                    || ngx_http_ratelimit_redis_connect(conn) != NGX_OK)))
+        {
+            continue;
+        }
+
+        node->next++;
+        return conn;
+    }
+
+    node->next++;
+    return NULL;
+}
+
+
+/*
+ * The server named HOST:PORT, known already or added: redis= when the
+ * worker starts; IP:PORT from a cluster's MOVED or ASK (no DNS then).
+ */
+
+static ngx_http_ratelimit_redis_node_t *
+ngx_http_ratelimit_redis_node(ngx_http_ratelimit_redis_t *redis,
+    ngx_str_t *name)
+{
+    ngx_uint_t                        i;
+    ngx_addr_t                       *addr;
+    ngx_http_ratelimit_redis_node_t  *node;
+
+    for (i = 0; i < redis->nnodes; i++) {
+        node = redis->nodes[i];
+
+        if (node->name.len == name->len
+            && ngx_strncmp(node->name.data, name->data, name->len) == 0)
+        {
+            return node;
+        }
+    }
+
+    if (redis->nnodes == NGX_HTTP_RATELIMIT_REDIS_NODES) {
+        return NULL;
+    }
+
+    node = ngx_calloc(sizeof(ngx_http_ratelimit_redis_node_t)
+                      + (redis->pool - 1)
+                        * sizeof(ngx_http_ratelimit_redis_conn_t)
+                      + name->len + sizeof(void *) + sizeof(ngx_addr_t)
+                      + NGX_SOCKADDRLEN,
+                      ngx_cycle->log);
+    if (node == NULL) {
+        return NULL;
+    }
+
+    node->name.data = (u_char *) &node->conns[redis->pool];
+    node->name.len = name->len;
+    ngx_memcpy(node->name.data, name->data, name->len);
+
+    if (redis->nnodes == 0) {
+        node->addrs = redis->addrs;
+        node->naddrs = redis->naddrs;
+
+    } else {
+        addr = (ngx_addr_t *) ngx_align_ptr(node->name.data + name->len,
+                                            sizeof(void *));
+        addr->sockaddr = (struct sockaddr *) (addr + 1);
+
+        if (ngx_parse_addr_port(ngx_cycle->pool, addr, name->data,
+                                name->len)
+            != NGX_OK)
+        {
+            ngx_free(node);
+            return NULL;
+        }
+
+        /* the parsed address, in this node's own memory */
+        ngx_memcpy(addr + 1, addr->sockaddr, addr->socklen);
+        addr->sockaddr = (struct sockaddr *) (addr + 1);
+        node->addrs = addr;
+        node->naddrs = 1;
+    }
+
+    for (i = 0; i < redis->pool; i++) {
+        node->conns[i].redis = redis;
+        node->conns[i].node = node;
+        node->conns[i].backoff = NGX_HTTP_RATELIMIT_REDIS_BACKOFF;
+    }
+
+    redis->nodes[redis->nnodes++] = node;
+
+    return node;
+}
+
+
 void
 ngx_http_ratelimit_redis_close(ngx_http_ratelimit_redis_t *redis)
 {
-    ngx_uint_t                        i;
-    ngx_http_ratelimit_redis_conn_t  *conns = redis->conns;
+    ngx_uint_t                        i, j;
+    ngx_http_ratelimit_redis_node_t  *node;
 
-    for (i = 0; conns != NULL && i < redis->pool; i++) {
-        if (conns[i].peer.connection) {
-            ngx_close_connection(conns[i].peer.connection);
-            conns[i].peer.connection = NULL;
+    for (i = 0; i < redis->nnodes; i++) {
+        node = redis->nodes[i];
+
+        for (j = 0; j < redis->pool; j++) {
+            if (node->conns[j].peer.connection) {
+                ngx_close_connection(node->conns[j].peer.connection);
+                node->conns[j].peer.connection = NULL;
+            }
+
+            node->conns[j].state = NGX_HTTP_RATELIMIT_REDIS_DOWN;
         }
-
-        conns[i].state = NGX_HTTP_RATELIMIT_REDIS_DOWN;
     }
 }
 
@@ -378,20 +545,23 @@ ngx_http_ratelimit_redis_cancel(ngx_http_ratelimit_redis_wait_t *w)
 static ngx_int_t
 ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
 {
+    u_char                       dbs[NGX_INT_T_LEN];
     ngx_int_t                    rc;
+    ngx_str_t                    db;
     ngx_addr_t                  *addr;
     ngx_connection_t            *c;
     ngx_peer_connection_t       *pc;
     ngx_http_ratelimit_redis_t  *redis = conn->redis;
 
-    addr = &redis->addrs[(conn - (ngx_http_ratelimit_redis_conn_t *)
-                          redis->conns) % redis->naddrs];
+    /* a name with several addresses: the connections spread over them */
+    addr = &conn->node->addrs[(conn - conn->node->conns)
+                              % conn->node->naddrs];
 
     pc = &conn->peer;
     ngx_memzero(pc, sizeof(ngx_peer_connection_t));
     pc->sockaddr = addr->sockaddr;
     pc->socklen = addr->socklen;
-    pc->name = &redis->server;
+    pc->name = &conn->node->name;
     pc->get = ngx_event_get_peer;
     pc->log = ngx_cycle->log;
     pc->log_error = NGX_ERROR_ERR;
@@ -426,11 +596,14 @@ ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
     conn->head = 0;
     conn->count = 0;
 
+    db.data = dbs;
+    db.len = ngx_sprintf(dbs, "%ui", redis->db) - dbs;
+
     if ((redis->password.len
          && ngx_http_ratelimit_redis_own_command(conn, "AUTH", &redis->password)
             != NGX_OK)
         || (redis->db
-            && ngx_http_ratelimit_redis_own_command(conn, "SELECT", NULL)
+            && ngx_http_ratelimit_redis_own_command(conn, "SELECT", &db)
                != NGX_OK))
     {
         ngx_http_ratelimit_redis_fail(conn, "out of memory", 0);
@@ -512,7 +685,8 @@ ngx_http_ratelimit_redis_append(ngx_http_ratelimit_redis_conn_t *conn,
     conn->out_len += rl_redis_command((char *) conn->out + conn->out_len,
                                       script, slen, eval,
                                       (const char *) redis->prefix.data,
-                                      redis->prefix.len, w->checks, w->n,
+                                      redis->prefix.len, (int) redis->cluster,
+                                      w->checks, w->n,
                                       (int) w->combine, -1);
 
     ngx_http_ratelimit_redis_push(conn, w);
@@ -521,29 +695,31 @@ ngx_http_ratelimit_redis_append(ngx_http_ratelimit_redis_conn_t *conn,
 }
 
 
+/* A command of the connection's own (AUTH, SELECT, ASKING): arg may be NULL. */
+
 static ngx_int_t
 ngx_http_ratelimit_redis_own_command(ngx_http_ratelimit_redis_conn_t *conn,
     const char *cmd, ngx_str_t *arg)
 {
-    u_char     *p, db[NGX_INT_T_LEN];
-    size_t      len;
-    ngx_str_t   value;
-
-    if (arg == NULL) {
-        value.data = db;
-        value.len = ngx_sprintf(db, "%ui", conn->redis->db) - db;
-        arg = &value;
-    }
+    u_char  *p;
+    size_t   len;
 
     len = ngx_strlen(cmd);
 
-    if (ngx_http_ratelimit_redis_reserve(conn, 64 + len + arg->len) != NGX_OK) {
+    if (ngx_http_ratelimit_redis_reserve(conn,
+                                         64 + len + (arg ? arg->len : 0))
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
     p = conn->out + conn->out_len;
-    p = ngx_sprintf(p, "*2\r\n$%uz\r\n%s\r\n$%uz\r\n%V\r\n", len, cmd,
-                    arg->len, arg);
+    p = ngx_sprintf(p, "*%d\r\n$%uz\r\n%s\r\n", arg ? 2 : 1, len, cmd);
+
+    if (arg) {
+        p = ngx_sprintf(p, "$%uz\r\n%V\r\n", arg->len, arg);
+    }
+
     conn->out_len = p - conn->out;
 
     ngx_http_ratelimit_redis_push(conn, NGX_HTTP_RATELIMIT_REDIS_OWN);
@@ -732,8 +908,8 @@ ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
     if (w == NGX_HTTP_RATELIMIT_REDIS_OWN) {
         if (reply->type == RL_RESP_ERROR) {
             ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                          "ratelimit: redis %V refused AUTH or SELECT: %*s",
-                          &redis->server, reply->str_len, reply->str);
+                          "ratelimit: redis %V refused AUTH, SELECT or ASKING: "
+                          "%*s", &conn->node->name, reply->str_len, reply->str);
             (void) ngx_atomic_fetch_add(&redis->stats->errors, 1);
             ngx_http_ratelimit_redis_fail(conn, "refused", 0);
         }
@@ -748,6 +924,12 @@ ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
     }
 
     w->conn = NULL;
+
+    if (reply->type == RL_RESP_ERROR && redis->cluster
+        && ngx_http_ratelimit_redis_redirect(w, reply) == NGX_OK)
+    {
+        return;
+    }
 
     /* not loaded (first use, a restarted Redis, SCRIPT FLUSH): EVAL loads
        the script and runs it, once */
@@ -770,7 +952,7 @@ ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
 
     if (reply->type == RL_RESP_ERROR) {
         ngx_log_error(NGX_LOG_ERR, w->request->connection->log, 0,
-                      "ratelimit: redis %V: %*s", &redis->server,
+                      "ratelimit: redis %V: %*s", &conn->node->name,
                       reply->str_len, reply->str);
         (void) ngx_atomic_fetch_add(&redis->stats->errors, 1);
         reply = NULL;
@@ -779,6 +961,81 @@ ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
     c = w->request->connection;
     w->handler(w, reply);
     ngx_http_run_posted_requests(c);
+}
+
+
+/*
+ * Redis Cluster: "MOVED <slot> <ip>:<port>" (the slot is served there from
+ * now on: remembered, and the call sent there) or "ASK <slot> <ip>:<port>"
+ * (this once: ASKING, then the call).  At most 4 redirections a request.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_redis_redirect(ngx_http_ratelimit_redis_wait_t *w,
+    rl_resp_t *reply)
+{
+    u_char                           *p, *last, *sp;
+    ngx_int_t                         slot;
+    ngx_str_t                         name;
+    ngx_uint_t                        ask, i;
+    ngx_http_ratelimit_redis_t       *redis = w->redis;
+    ngx_http_ratelimit_redis_conn_t  *conn;
+    ngx_http_ratelimit_redis_node_t  *node;
+
+    p = (u_char *) reply->str;
+    last = p + reply->str_len;
+
+    if (reply->str_len > 6 && ngx_strncmp(p, "MOVED ", 6) == 0) {
+        ask = 0;
+        p += 6;
+
+    } else if (reply->str_len > 4 && ngx_strncmp(p, "ASK ", 4) == 0) {
+        ask = 1;
+        p += 4;
+
+    } else {
+        return NGX_DECLINED;
+    }
+
+    sp = ngx_strlchr(p, last, ' ');
+
+    if (sp == NULL || w->redirects == 4) {
+        return NGX_DECLINED;
+    }
+
+    slot = ngx_atoi(p, sp - p);
+    name.data = sp + 1;
+    name.len = last - name.data;
+
+    if (slot == NGX_ERROR || slot >= NGX_HTTP_RATELIMIT_REDIS_SLOTS
+        || name.len == 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    node = ngx_http_ratelimit_redis_node(redis, &name);
+    if (node == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (!ask) {
+        for (i = 0; redis->nodes[i] != node; i++) { /* void */ }
+        redis->slots[slot] = (u_char) i;
+    }
+
+    conn = ngx_http_ratelimit_redis_pick(node);
+
+    if (conn == NULL
+        || (ask && ngx_http_ratelimit_redis_own_command(conn, "ASKING", NULL)
+                   != NGX_OK)
+        || ngx_http_ratelimit_redis_append(conn, w, w->retried) != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    w->redirects++;
+
+    return NGX_OK;
 }
 
 
@@ -824,7 +1081,7 @@ ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
 
     ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                   "ratelimit: redis %V: %s, %ui requests decided by "
-                  "on_redis_error, reconnecting in %M ms", &redis->server,
+                  "on_redis_error, reconnecting in %M ms", &conn->node->name,
                   why, conn->count, conn->backoff);
 
     if (conn->peer.connection) {

@@ -56,6 +56,7 @@ struct ngx_http_ratelimit_redis_wait_s {
     ngx_event_t                        timer;
     unsigned                           retried:1;
     unsigned                           timed_out:1;
+    unsigned                           redirects:3;  /* MOVED, ASK */
 };
 
 
@@ -69,10 +70,15 @@ struct ngx_http_ratelimit_redis_s {
     ngx_uint_t                         db;
     ngx_str_t                          prefix;
     ngx_uint_t                         on_error;
+    ngx_flag_t                         cluster;
     u_char                             sha[40];  /* the script's SHA-1 */
     ngx_http_ratelimit_redis_stats_t  *stats;    /* in the zone */
-    void                              *conns;    /* this worker's */
-    ngx_uint_t                         next;
+
+    /* this worker's: the servers it knows (the first is redis=), and,
+       with Redis Cluster, which serves each slot */
+    void                             **nodes;
+    ngx_uint_t                         nnodes;
+    u_char                            *slots;
 };
 
 

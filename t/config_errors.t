@@ -122,6 +122,15 @@ my @bad = (
     [ 'rule too fine for Redis', 'ratelimit_zone r 1m redis=127.0.0.1:6379;',
       'ratelimit zone=r limit=1000000000 period=1h;',
       qr/"ratelimit" directive: rule "gcra_1000000000_1h" in zone=r: limit x period of 1000000000 per 3600000 ms is too fine for a Redis zone: at most 2\^50/ ],
+    [ 'redis_cluster unknown value', 'ratelimit_zone c 1m redis=127.0.0.1:6379 redis_cluster=yes;', '',
+      qr/invalid "redis_cluster=yes" of zone "c": .*redis_cluster=on\|off/ ],
+    [ 'cluster prefix with a brace', 'ratelimit_zone c 1m redis=127.0.0.1:6379 redis_cluster=on "redis_prefix={rl}:";', '',
+      qr/invalid "redis_prefix=\{rl\}:" of zone "c": a Redis Cluster zone's prefix may not hold "\{" or "\}"/ ],
+    [ 'cluster with a database', 'ratelimit_zone c 1m redis=127.0.0.1:6379 redis_cluster=on redis_db=2;', '',
+      qr/"redis_db=2" of zone "c": Redis Cluster has database 0 only/ ],
+    [ 'cluster rules with different keys', 'ratelimit_zone c 1m redis=127.0.0.1:6379 redis_cluster=on;',
+      'ratelimit zone=c key=$remote_addr limit=5; ratelimit zone=c key=$http_x_key limit=50 name=b;',
+      qr/"ratelimit" directive: key=\$remote_addr and key=\$http_x_key in one location of the Redis Cluster zone=c: its rules must have the same key/ ],
     [ 'too many rules', '', join(' ', map { "ratelimit zone=z limit=5 name=r$_;" } 1 .. 33),
       qr/"ratelimit" directive: too many rules: at most 32 apply to one request/ ],
 );
@@ -161,6 +170,7 @@ my @good = (
     'ratelimit zone=z algorithm=quota limit=5 reset=weekly utc_offset=+05:45; ratelimit_combine any;',
     'ratelimit zone=r limit=5; ratelimit zone=r algorithm=sliding_log limit=10000 period=24d name=b;',
     'ratelimit zone=r2 limit=1000000 period=1d; ratelimit zone=r2 algorithm=quota limit=1000000000 reset=monthly;',
+    'ratelimit zone=c key=$http_x_key limit=5; ratelimit zone=c key=$http_x_key limit=50 period=1h name=b;',
 );
 
 for my $loc (@good) {
@@ -171,7 +181,8 @@ for my $loc (@good) {
         # Redis need not be up for nginx -t (nor for nginx to start)
         . "ratelimit_zone r 1m redis=127.0.0.1:1;\n"
         . "ratelimit_zone r2 1m redis=localhost:6379 redis_timeout=1ms redis_pool=64 redis_db=65535 "
-        . "redis_password=secret redis_prefix= on_redis_error=deny;\n"));
+        . "redis_password=secret redis_prefix= on_redis_error=deny;\n"
+        . "ratelimit_zone c 1m redis=127.0.0.1:1 redis_cluster=on;\n"));
     is($rc, 0, "valid: " . substr($loc, 0, 70)) or diag($out);
 }
 

@@ -158,7 +158,7 @@ int check_in_redis(const std::string &sha, const std::string &prefix, std::vecto
                    int64_t now, size_t *binding)
 {
     std::string cmd(rl_redis_command_size(c.size(), prefix.size(), sha.size()), '\0');
-    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, prefix.data(), prefix.size(), c.data(),
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, prefix.data(), prefix.size(), 0, c.data(),
                                 c.size(), combine, now));
     rl_resp_t r = Redis::instance().call(cmd);
     int allowed = rl_redis_decode(&r, c.data(), c.size(), binding);
@@ -368,15 +368,35 @@ TEST(Resp, RejectsWhatIsNotResp)
 TEST(Redis, KeyIsPrefixAndSha256OfIdentityAndKey)
 {
     char a[64], b[64], c[64];
-    rl_redis_key(a, "rl:", 3, 1, "alice", 5);
-    rl_redis_key(b, "rl:", 3, 1, "alice", 5);
-    rl_redis_key(c, "rl:", 3, 2, "alice", 5);
+    EXPECT_EQ(rl_redis_key(a, "rl:", 3, 0, 1, "alice", 5), 35u);
+    rl_redis_key(b, "rl:", 3, 0, 1, "alice", 5);
+    rl_redis_key(c, "rl:", 3, 0, 2, "alice", 5);
     EXPECT_EQ(std::string(a, 35), std::string(b, 35));
     EXPECT_NE(std::string(a, 35), std::string(c, 35));
     EXPECT_EQ(std::string(a, 3), "rl:");
     // SHA-256 of the 8 bytes of identity 1 (little endian) then "alice"
     // (computed with sha256sum: printf '\x01\0\0\0\0\0\0\0alice' | sha256sum)
     EXPECT_EQ(std::string(a + 3, 32), std::string("7722d5739177bb0bf55354c4ef9cd6b0"));
+}
+
+TEST(Redis, ClusterKeysOfOneKeyValueShareASlot)
+{
+    // Redis's own examples: CRC16 of "123456789" is 0x31c3; a hash tag
+    // names the slot
+    EXPECT_EQ(rl_redis_slot("123456789", 9), 0x31c3u);
+    EXPECT_EQ(rl_redis_slot("{user1000}.following", 20), rl_redis_slot("user1000", 8));
+    EXPECT_EQ(rl_redis_slot("foo{}{bar}", 10), rl_redis_slot("foo{}{bar}", 10));
+    EXPECT_EQ(rl_redis_slot("foo{}{bar}", 10), rl_redis_slot("foo{}{bar}x", 10));
+    char a[80], b[80];
+    const size_t la = rl_redis_key(a, "rl:", 3, 1, 1, "alice", 5);
+    const size_t lb = rl_redis_key(b, "rl:", 3, 1, 2, "alice", 5);
+    ASSERT_EQ(la, 3u + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN);
+    EXPECT_EQ(a[3], '{');
+    EXPECT_EQ(a[3 + RL_REDIS_TAG_LEN - 1], '}');
+    EXPECT_NE(std::string(a, la), std::string(b, lb));
+    EXPECT_EQ(rl_redis_slot(a, la), rl_redis_slot(b, lb));
+    EXPECT_EQ(rl_redis_slot(a, la), rl_redis_key_slot("alice", 5));
+    EXPECT_LT(rl_redis_key_slot("bob", 3), 16384u);
 }
 
 TEST(Redis, RulesTooFineForLuaNumbersAreRefused)
@@ -402,7 +422,7 @@ TEST(Redis, CommandIsOneEvalshaWithKeysThenArguments)
     c.cost = 2;
     const std::string sha(40, 'f');
     std::string cmd(rl_redis_command_size(1, 3, sha.size()), '\0');
-    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, "rl:", 3, &c, 1, RL_COMBINE_ANY, -1));
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, "rl:", 3, 0, &c, 1, RL_COMBINE_ANY, -1));
     rl_resp_t parsed;
     EXPECT_EQ(rl_resp_parse(cmd.data(), cmd.size(), &parsed), (long) cmd.size());
     EXPECT_EQ(parsed.integer, 3 + 1 + 2 + 10);
@@ -466,14 +486,14 @@ TEST(RedisScript, StateExpiresWhenBackToFullBudgetAndHoldsNoKeyBytes)
     // Redis's own clock (now < 0): 3 of 10 per minute spent = 18 s to full
     const std::string prefix = "ttl:";
     std::string cmd(rl_redis_command_size(1, prefix.size(), sha.size()), '\0');
-    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, prefix.data(), prefix.size(), &c, 1,
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, prefix.data(), prefix.size(), 0, &c, 1,
                                 RL_COMBINE_ALL, -1));
     rl_resp_t reply = redis.call(cmd);
     ASSERT_EQ(rl_redis_decode(&reply, &c, 1, &b), 1);
     EXPECT_EQ(c.decision.remaining, 7u);
     EXPECT_EQ(c.decision.reset_ms, 18000);
     char key[64];
-    rl_redis_key(key, prefix.data(), prefix.size(), 99, "secret-api-key", 14);
+    rl_redis_key(key, prefix.data(), prefix.size(), 0, 99, "secret-api-key", 14);
     rl_resp_t ttl = redis.command({"PTTL", std::string(key, prefix.size() + RL_REDIS_HASH_LEN)});
     EXPECT_GT(ttl.integer, 17900);
     EXPECT_LE(ttl.integer, 18001);
@@ -495,13 +515,13 @@ TEST(RedisScript, NoscriptIsAnErrorReplyAndEvalLoadsTheScript)
     const char *text = rl_redis_script(&len);
     const std::string sha = "0000000000000000000000000000000000000000";
     std::string cmd(rl_redis_command_size(1, 2, len), '\0');
-    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, "n:", 2, &c, 1, RL_COMBINE_ALL, kT0));
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, "n:", 2, 0, &c, 1, RL_COMBINE_ALL, kT0));
     rl_resp_t reply = redis.call(cmd);
     EXPECT_EQ(reply.type, RL_RESP_ERROR);
     EXPECT_EQ(std::string(reply.str, 8), "NOSCRIPT");
     EXPECT_EQ(rl_redis_decode(&reply, &c, 1, &b), -1);
     cmd.assign(rl_redis_command_size(1, 2, len), '\0');
-    cmd.resize(rl_redis_command(cmd.data(), text, len, 1, "n:", 2, &c, 1, RL_COMBINE_ALL, kT0));
+    cmd.resize(rl_redis_command(cmd.data(), text, len, 1, "n:", 2, 0, &c, 1, RL_COMBINE_ALL, kT0));
     reply = redis.call(cmd);
     EXPECT_EQ(rl_redis_decode(&reply, &c, 1, &b), 1);
     EXPECT_EQ(c.decision.remaining, 1u);

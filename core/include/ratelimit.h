@@ -297,11 +297,22 @@ RL_API const char *rl_redis_script(size_t *len);
 #define RL_REDIS_UNITS_MAX  (1ULL << 50)
 RL_API int rl_redis_rule_ok(const rl_rule_t *rule, char *err, size_t errlen);
 
-/* The key naming a rule's state for a key: prefix, then 32 hex characters
-   of SHA-256(identity, key).  No key bytes are stored in Redis. */
+/*
+ * The key naming a rule's state for a key: prefix, then 32 hex characters
+ * of SHA-256(identity, key); no key bytes are stored in Redis.  For Redis
+ * Cluster (cluster set), a hash tag of 16 hex characters of SHA-256(key)
+ * comes between, "{...}", so that every rule's state for one key value is
+ * in one slot.  Returns the length written.
+ */
 #define RL_REDIS_HASH_LEN  32
-RL_API void rl_redis_key(char *out, const char *prefix, size_t prefix_len,
-    uint64_t identity, const void *key, size_t key_len);
+#define RL_REDIS_TAG_LEN   18
+RL_API size_t rl_redis_key(char *out, const char *prefix, size_t prefix_len,
+    int cluster, uint64_t identity, const void *key, size_t key_len);
+
+/* Redis Cluster's slot of a Redis key (CRC16 of its hash tag, or of all
+   of it), and the slot of the keys rl_redis_command writes for a key. */
+RL_API unsigned rl_redis_slot(const char *rkey, size_t len);
+RL_API unsigned rl_redis_key_slot(const void *key, size_t key_len);
 
 /* Bytes rl_redis_command writes at most. */
 RL_API size_t rl_redis_command_size(size_t n, size_t prefix_len,
@@ -314,8 +325,8 @@ RL_API size_t rl_redis_command_size(size_t n, size_t prefix_len,
  * TIME; tests pass their own clock.  Returns the bytes written.
  */
 RL_API size_t rl_redis_command(char *buf, const char *script, size_t script_len,
-    int eval, const char *prefix, size_t prefix_len, const rl_check_t *c,
-    size_t n, int combine, int64_t now_ms);
+    int eval, const char *prefix, size_t prefix_len, int cluster,
+    const rl_check_t *c, size_t n, int combine, int64_t now_ms);
 
 enum rl_resp_type {
     RL_RESP_STATUS = '+',

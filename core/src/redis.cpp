@@ -15,6 +15,41 @@ namespace {
 
 const char kHex[] = "0123456789abcdef";
 
+char *hex(const uint8_t *b, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        *out++ = kHex[b[i] >> 4];
+        *out++ = kHex[b[i] & 15];
+    }
+    return out;
+}
+
+// "{" 16 hex characters of SHA-256(key) "}": one slot for one key value.
+void key_tag(const void *key, size_t key_len, char *out)
+{
+    uint8_t digest[32];
+    rl::Sha256 h;
+    h.update(key, key_len);
+    h.finish(digest);
+    out[0] = '{';
+    hex(digest, 8, out + 1);
+    out[RL_REDIS_TAG_LEN - 1] = '}';
+}
+
+// CRC16-CCITT (XMODEM: polynomial 0x1021, initial 0), Redis Cluster's key
+// hash; bit by bit, as it runs once per request.
+unsigned crc16(const char *p, size_t len)
+{
+    unsigned crc = 0;
+    for (size_t i = 0; i < len; i++) {
+        crc ^= (unsigned) (uint8_t) p[i] << 8;
+        for (int b = 0; b < 8; b++) {
+            crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+        }
+    }
+    return crc;
+}
+
 // Fields per rule in the script's ARGV and in its reply.
 const size_t kArgsPerRule = 10;
 const size_t kReplyPerRule = 7;
@@ -251,10 +286,17 @@ int rl_redis_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
     return RL_OK;
 }
 
-void rl_redis_key(char *out, const char *prefix, size_t prefix_len, uint64_t identity, const void *key,
-                  size_t key_len)
+size_t rl_redis_key(char *out, const char *prefix, size_t prefix_len, int cluster, uint64_t identity,
+                    const void *key, size_t key_len)
 {
     uint8_t id[8], digest[32];
+    char *p = out;
+    std::memcpy(p, prefix, prefix_len);
+    p += prefix_len;
+    if (cluster) {
+        key_tag(key, key_len, p);
+        p += RL_REDIS_TAG_LEN;
+    }
     for (int i = 0; i < 8; i++) {
         id[i] = (uint8_t) (identity >> (8 * i));
     }
@@ -262,23 +304,42 @@ void rl_redis_key(char *out, const char *prefix, size_t prefix_len, uint64_t ide
     h.update(id, sizeof(id));
     h.update(key, key_len);
     h.finish(digest);
-    std::memcpy(out, prefix, prefix_len);
-    out += prefix_len;
-    for (size_t i = 0; i < RL_REDIS_HASH_LEN / 2; i++) {
-        *out++ = kHex[digest[i] >> 4];
-        *out++ = kHex[digest[i] & 15];
+    p = hex(digest, RL_REDIS_HASH_LEN / 2, p);
+    return (size_t) (p - out);
+}
+
+unsigned rl_redis_slot(const char *rkey, size_t len)
+{
+    // Redis Cluster: the part between the first '{' and the next '}', if
+    // not empty, else the whole key (cluster-spec, "Hash tags")
+    const char *open = static_cast<const char *>(std::memchr(rkey, '{', len));
+    if (open != nullptr) {
+        const char *from = open + 1;
+        const char *close = static_cast<const char *>(std::memchr(from, '}', (size_t) (rkey + len - from)));
+        if (close != nullptr && close > from) {
+            return crc16(from, (size_t) (close - from)) & 16383;
+        }
     }
+    return crc16(rkey, len) & 16383;
+}
+
+unsigned rl_redis_key_slot(const void *key, size_t key_len)
+{
+    char tag[RL_REDIS_TAG_LEN];
+    key_tag(key, key_len, tag);
+    return rl_redis_slot(tag, sizeof(tag));
 }
 
 size_t rl_redis_command_size(size_t n, size_t prefix_len, size_t script_len)
 {
     const size_t arg = 1 + 20 + 2 + 2;   // $<len>\r\n...\r\n around each argument
-    return 1 + 20 + 2 + (arg + 7) + (arg + script_len) + (arg + 20) + n * (arg + prefix_len + RL_REDIS_HASH_LEN) +
+    return 1 + 20 + 2 + (arg + 7) + (arg + script_len) + (arg + 20) +
+           n * (arg + prefix_len + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN) +
            (2 + n * kArgsPerRule) * (arg + 20);
 }
 
 size_t rl_redis_command(char *buf, const char *script, size_t script_len, int eval, const char *prefix,
-                        size_t prefix_len, const rl_check_t *c, size_t n, int combine, int64_t now_ms)
+                        size_t prefix_len, int cluster, const rl_check_t *c, size_t n, int combine, int64_t now_ms)
 {
     Writer w{buf};
     w.header('*', 3 + n + 2 + n * kArgsPerRule);
@@ -290,11 +351,10 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
     w.arg(script, script_len);
     w.arg((int64_t) n);
 
-    char key[256 + RL_REDIS_HASH_LEN];
+    char key[256 + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN];
     for (size_t i = 0; i < n; i++) {
         const size_t plen = prefix_len < 256 ? prefix_len : 256;
-        rl_redis_key(key, prefix, plen, c[i].identity, c[i].key, c[i].key_len);
-        w.arg(key, plen + RL_REDIS_HASH_LEN);
+        w.arg(key, rl_redis_key(key, prefix, plen, cluster, c[i].identity, c[i].key, c[i].key_len));
     }
 
     if (now_ms >= 0) {

@@ -18,11 +18,27 @@ my @running;
 sub new {
     my ($class, %opt) = @_;
     my $dir = tempdir('ngx-ratelimit-redis-XXXXXX', TMPDIR => 1, CLEANUP => 1);
-    return bless { dir => $dir, port => $opt{port} // RLTest::free_port(), args => $opt{args} // [],
+    my $port = $opt{port} // ($opt{cluster} ? cluster_port() : RLTest::free_port());
+    my @args = @{ $opt{args} // [] };
+    push @args, '--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '5000'
+        if $opt{cluster};
+    return bless { dir => $dir, port => $port, args => \@args,
                    server => $ENV{RL_REDIS_SERVER} // '/usr/bin/redis-server' }, $class;
 }
 
 sub port { $_[0]{port} }
+
+# A cluster node also listens on its port + 10000 (the cluster bus): a free
+# pair below 55536.
+sub cluster_port {
+    for (1 .. 100) {
+        my $p = 20000 + int(rand(25000));
+        my @s = map { IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $_, Proto => 'tcp', Listen => 1) }
+                ($p, $p + 10000);
+        return $p if $s[0] && $s[1];
+    }
+    die "RLRedis: no free port pair for a cluster node\n";
+}
 sub auth { $_[0]{auth} = $_[1]; $_[0] }
 sub db   { $_[0]{db} = $_[1]; $_[0] }
 

@@ -1,0 +1,93 @@
+#!/usr/bin/perl
+# Redis Cluster: three masters (no replicas), two nginx servers knowing only
+# the first.  A request's keys carry one hash tag (its key), so stacked rules
+# stay one atomic script; MOVED teaches each worker where a slot lives; keys
+# spread over the three; limits are exact across the servers.  An ASK during
+# a slot migration is followed once.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use JSON::PP;
+use RLTest;
+use RLRedis;
+
+my @nodes = map { RLRedis->new(cluster => 1)->start } 1 .. 3;
+my $create = `redis-cli --cluster create @{[ join ' ', map { '127.0.0.1:' . $_->port } @nodes ]} --cluster-replicas 0 --cluster-yes 2>&1`;
+ok(RLTest::wait_until(sub { !grep { ($_->cmd('CLUSTER', 'INFO') // '') !~ /cluster_state:ok/ } @nodes }, 20),
+   'a cluster of three masters') or diag($create);
+my $seed = $nodes[0]->port;
+
+my @fleet = map { RLTest->new() } 1 .. 2;
+for my $t (@fleet) {
+    mkdir $t->prefix . '/html';
+    RLTest::write_file($t->prefix . '/html/index.html', "hello\n");
+    $t->write_conf(<<"EOF2", workers => 2);
+log_format rl '\$uri \$status \$ratelimit_decided_by';
+access_log %%PREFIX%%/rl.log rl;
+ratelimit_zone cl 1m redis=127.0.0.1:$seed redis_cluster=on redis_timeout=5s;
+server {
+    listen 127.0.0.1:%%PORT%% reuseport;
+    location /one/ {
+        ratelimit zone=cl key=\$http_x_key limit=3 period=1h;
+        alias %%PREFIX%%/html/;
+    }
+    location /stacked/ {
+        ratelimit zone=cl key=\$http_x_key limit=100 period=1h name=first;
+        ratelimit zone=cl key=\$http_x_key algorithm=sliding_window limit=1000 period=1h name=second;
+        alias %%PREFIX%%/html/;
+    }
+    location = /stats { ratelimit_stats; }
+}
+EOF2
+    $t->start();
+}
+
+# 60 keys, 5 requests each, alternating servers: exactly 3 pass for each
+my $exact = 1;
+for my $k (1 .. 60) {
+    my @s = map { $fleet[ $_ % 2 ]->get('/one/index.html', { 'X-Key' => "key-$k" })->{status} } 1 .. 5;
+    $exact &&= "@s" eq '200 200 200 429 429';
+}
+ok($exact, '60 keys over two servers: exactly 3 of 5 pass for each');
+my @sizes = map { $_->cmd('DBSIZE') } @nodes;
+is(scalar(grep { $_ > 5 } @sizes), 3, "the keys are spread over the three masters (@sizes)");
+
+# one key hammered through both servers, two stacked rules
+my ($ok, $limited, $other) = RLTest::burst(ports => [ map { $_->port } @fleet ], path => '/stacked/index.html',
+                                           key => 'hot', total => 400, conns => 32);
+is($ok, 100, 'stacked on a cluster: exactly 100 of 400 admitted');
+is($limited + $other, 300, 'the rest rejected');
+
+# a slot migrating: its keys answered with ASK by the old master
+my $key = 'migrating';
+my $tag = `printf '%s' '$key' | sha256sum`;
+$tag = '{' . substr($tag, 0, 16) . '}';
+my $slot = $nodes[0]->cmd('CLUSTER', 'KEYSLOT', $tag);
+my ($from) = grep { my $n = $_; grep { $_->[0] <= $slot && $slot <= $_->[1] } slots_of($n) } @nodes;
+my ($to) = grep { $_ != $from } @nodes;
+my $to_id = $to->cmd('CLUSTER', 'MYID');
+my $from_id = $from->cmd('CLUSTER', 'MYID');
+$to->cmd('CLUSTER', 'SETSLOT', $slot, 'IMPORTING', $from_id);
+$from->cmd('CLUSTER', 'SETSLOT', $slot, 'MIGRATING', $to_id);
+my @m = map { $fleet[0]->get('/one/index.html', { 'X-Key' => $key })->{status} } 1 .. 4;
+is("@m", '200 200 200 429', 'a migrating slot (ASK): the limit holds');
+is($to->cmd('CLUSTER', 'COUNTKEYSINSLOT', $slot), 1, 'the new key went to the importing master');
+is($from->cmd('CLUSTER', 'COUNTKEYSINSLOT', $slot), 0, 'and not to the migrating one');
+
+for my $t (@fleet) {
+    my $s = decode_json($t->get('/stats')->{content})->{zones}{cl}{redis};
+    is($s->{fallbacks}, 0, 'no fallback on ' . $t->port);
+    is($s->{errors}, 0, 'no error on ' . $t->port);
+}
+unlike($fleet[0]->error_log, qr/ratelimit: redis/, 'nothing logged about Redis');
+$_->stop() for @fleet;
+done_testing();
+
+# the slot ranges a master serves
+sub slots_of {
+    my ($n) = @_;
+    my $id = $n->cmd('CLUSTER', 'MYID');
+    return map { [ $_->[0], $_->[1] ] } grep { $_->[2][2] eq $id } @{ $n->cmd('CLUSTER', 'SLOTS') };
+}
