@@ -54,7 +54,6 @@ typedef struct {
     u_char                      *file;      /* where it is declared */
     ngx_uint_t                   line;
     ngx_http_ratelimit_redis_t  *redis;     /* NULL: decided in the zone */
-    ngx_http_ratelimit_redis_stats_t  *redis_stats;  /* in the zone */
 } ngx_http_ratelimit_zone_t;
 
 
@@ -694,7 +693,7 @@ ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
                       "ratelimit: redis %V: unexpected reply of type '%c' "
                       "to the script: is it another script under its SHA-1?",
                       &zone->redis->server, reply->type);
-        (void) ngx_atomic_fetch_add(&zone->redis_stats->errors, 1);
+        (void) ngx_atomic_fetch_add(&zone->redis->stats->errors, 1);
     }
 
     if (allowed < 0) {
@@ -702,7 +701,7 @@ ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
                                                ctx->redis_rules, w->n);
 
     } else {
-        (void) ngx_atomic_fetch_add(&zone->redis_stats->decisions, 1);
+        (void) ngx_atomic_fetch_add(&zone->redis->stats->decisions, 1);
         ctx->decided_by = NGX_HTTP_RATELIMIT_BY_REDIS;
         rc = ngx_http_ratelimit_decided(r, ctx, w->checks, ctx->redis_rules,
                                         w->n, allowed, binding);
@@ -739,7 +738,7 @@ ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
     rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
     zone = used[0]->shm_zone->data;
 
-    (void) ngx_atomic_fetch_add(&zone->redis_stats->fallbacks, 1);
+    (void) ngx_atomic_fetch_add(&zone->redis->stats->fallbacks, 1);
 
     switch (zone->redis->on_error) {
 
@@ -1356,20 +1355,20 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
     ngx_http_ratelimit_zone_t  *ozone = data;
 
-    size_t                      size;
-    ngx_shm_zone_t             *old;
-    ngx_http_ratelimit_zone_t  *zone;
-    char                        err[RL_ERR_MAX];
+    size_t                             size;
+    ngx_shm_zone_t                    *old;
+    ngx_http_ratelimit_zone_t         *zone;
+    ngx_http_ratelimit_redis_stats_t  *rs;
+    char                               err[RL_ERR_MAX];
 
     zone = shm_zone->data;
     zone->shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
     size = ngx_http_ratelimit_table_size(shm_zone->shm.size);
-    zone->redis_stats = (ngx_http_ratelimit_redis_stats_t *)
-                        ((u_char *) zone->shpool
-                         + ngx_align(sizeof(ngx_slab_pool_t), 64));
+    rs = (ngx_http_ratelimit_redis_stats_t *)
+         ((u_char *) zone->shpool + ngx_align(sizeof(ngx_slab_pool_t), 64));
 
     if (zone->redis) {
-        zone->redis->stats = zone->redis_stats;
+        zone->redis->stats = rs;
     }
 
     if (ozone != NULL
@@ -1385,8 +1384,8 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         return NGX_OK;
     }
 
-    ngx_memzero(zone->redis_stats, sizeof(ngx_http_ratelimit_redis_stats_t));
-    zone->table = (u_char *) zone->redis_stats
+    ngx_memzero(rs, sizeof(ngx_http_ratelimit_redis_stats_t));
+    zone->table = (u_char *) rs
                   + ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64);
 
     if (rl_table_init(zone->table, size, zone->blobs.elts, zone->blobs.nelts,
@@ -2612,7 +2611,7 @@ ngx_http_ratelimit_stats_handler(ngx_http_request_t *r)
         z[i].redis = zone->redis;
 
         if (zone->redis) {
-            z[i].rs = *zone->redis_stats;
+            z[i].rs = *zone->redis->stats;
             len += 2048 + 2 * zone->redis->server.len;
         }
 

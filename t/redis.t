@@ -36,8 +36,6 @@ my $locations = join '', map {
 
 my @fleet = map { RLTest->new() } 1 .. 3;
 for my $t (@fleet) {
-    mkdir $t->prefix . '/html';
-    RLTest::write_file($t->prefix . '/html/index.html', "hello\n");
     # a generous timeout: exactness is what is tested here, not the fallback
     $t->write_conf(<<"EOF", workers => 2);
 log_format rl '\$uri \$status \$ratelimit_status \$ratelimit_decided_by';

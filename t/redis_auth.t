@@ -14,8 +14,6 @@ my $redis = RLRedis->new(args => [ '--requirepass', 's3cret' ])->start;
 my $rport = $redis->port;
 
 my $t = RLTest->new();
-mkdir $t->prefix . '/html';
-RLTest::write_file($t->prefix . '/html/index.html', "hello\n");
 $t->write_conf(<<"EOF2");
 log_format rl '\$uri \$status \$ratelimit_decided_by';
 access_log %%PREFIX%%/rl.log rl;

@@ -21,8 +21,6 @@ my $seed = $nodes[0]->port;
 
 my @fleet = map { RLTest->new() } 1 .. 2;
 for my $t (@fleet) {
-    mkdir $t->prefix . '/html';
-    RLTest::write_file($t->prefix . '/html/index.html', "hello\n");
     $t->write_conf(<<"EOF2", workers => 2);
 log_format rl '\$uri \$status \$ratelimit_decided_by';
 access_log %%PREFIX%%/rl.log rl;

@@ -37,8 +37,6 @@ if ($fake_pid == 0) {
 close $fake;
 
 my $t = RLTest->new();
-mkdir $t->prefix . '/html';
-RLTest::write_file($t->prefix . '/html/index.html', "hello\n");
 $t->write_conf(<<"EOF");
 log_format rl '\$uri \$status \$ratelimit_decided_by';
 access_log %%PREFIX%%/rl.log rl;
