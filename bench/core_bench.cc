@@ -146,7 +146,7 @@ struct Filled {
         tags.resize(keys);
         for (uint64_t i = 0; i < keys; i++) {
             tags[i] = table->tag(1, &i, sizeof(i));
-            table->store(tags[i], {kT0 + 1000, 1}, kT0);
+            table->store(tags[i], {kT0 + 1000, 1}, rl::Debt{1, false}, kT0);
         }
     }
     ~Filled() { munmap(mem, size); }
@@ -165,7 +165,7 @@ void BM_TableLookupUpdate(benchmark::State &state)
         rl::State s;
         f.table->find(tag, &s);
         s.head.t++;
-        f.table->store(tag, s.head, kT0);
+        f.table->store(tag, s.head, rl::Debt{1, false}, kT0);
     }
     allocs.report(state);
     state.counters["live_evictions"] = (double) f.table->header().live_evictions;

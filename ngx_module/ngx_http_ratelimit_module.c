@@ -2340,10 +2340,12 @@ ngx_http_ratelimit_stats_json(u_char *p, ngx_http_ratelimit_snapshot_t *z,
         p = ngx_http_ratelimit_quoted(p, &z[i].name);
         p = ngx_sprintf(p, ":{\"size\":%uL,\"bytes_used\":%uL,\"keys\":%uL,"
                         "\"capacity\":%uL,\"evictions\":%uL,"
-                        "\"live_evictions\":%uL,\"rules\":{",
+                        "\"live_evictions\":%uL,\"summary_bytes\":%uL,"
+                        "\"summary_refusals\":%uL,\"rules\":{",
                         z[i].table.size, z[i].used, z[i].table.keys,
                         z[i].table.capacity, z[i].table.evictions,
-                        z[i].table.live_evictions);
+                        z[i].table.live_evictions, z[i].table.summary_bytes,
+                        z[i].table.summary_refusals);
 
         for (k = 0; k < z[i].nrules; k++) {
             rule.data = (u_char *) z[i].rules[k].name;
@@ -2403,6 +2405,11 @@ ngx_http_ratelimit_stats_prometheus(u_char *p,
           "Keys evicted to make room." },
         { "zone_live_evictions_total", "counter",
           "Keys evicted before they were back to full budget." },
+        { "zone_summary_bytes", "gauge",
+          "Bytes of the zone remembering what evicted keys owe." },
+        { "zone_summary_refusals_total", "counter",
+          "Requests of keys not in the zone refused for what the eviction "
+          "summary says they owe." },
     };
 
     for (m = 0; m < sizeof(zone_metrics) / sizeof(zone_metrics[0]); m++) {
@@ -2414,7 +2421,10 @@ ngx_http_ratelimit_stats_prometheus(u_char *p,
         for (i = 0; i < nz; i++) {
             v = m == 0 ? z[i].table.size : m == 1 ? z[i].used
                 : m == 2 ? z[i].table.keys : m == 3 ? z[i].table.capacity
-                : m == 4 ? z[i].table.evictions : z[i].table.live_evictions;
+                : m == 4 ? z[i].table.evictions
+                : m == 5 ? z[i].table.live_evictions
+                : m == 6 ? z[i].table.summary_bytes
+                : z[i].table.summary_refusals;
 
             p = ngx_sprintf(p, "nginx_ratelimit_%s{zone=",
                             zone_metrics[m].name);

@@ -67,7 +67,11 @@ TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
               "invalid \"period=367d\": expected a time from 1ms to 366d, like 500ms, 1s, 1m, 1h, 7d");
     EXPECT_EQ(error_of("limit=5 colour=red"),
               "unknown parameter \"colour=red\": expected zone=, key=, algorithm=, limit=, period=, burst=, "
-              "cost=, name=, align=, buckets=, max_delay=, reset= or utc_offset=");
+              "cost=, name=, align=, buckets=, max_delay=, reset=, utc_offset=, zero_cost= or log_key=");
+    EXPECT_EQ(error_of("limit=5 zero_cost=on"),
+              "\"zero_cost=\" applies to cost=$variable only: a constant cost=0 always looks without spending");
+    EXPECT_EQ(error_of("limit=5 zero_cost=maybe"), "invalid \"zero_cost=maybe\": expected zero_cost=on or zero_cost=off");
+    EXPECT_EQ(error_of("limit=5 log_key=yes"), "invalid \"log_key=yes\": expected log_key=on or log_key=off");
     EXPECT_EQ(error_of("limit=5 fast"), "invalid parameter \"fast\": expected name=value");
     EXPECT_EQ(error_of("limit=5 limit=6"), "duplicate parameter \"limit=6\": each parameter may be given once");
     EXPECT_EQ(error_of("limit=5 cost=2 cost=$a"), "duplicate parameter \"cost=$a\": each parameter may be given once");

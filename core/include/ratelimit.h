@@ -73,6 +73,11 @@ typedef struct {
     int64_t   max_delay_ms;     /* leaky_bucket: longest delay (default period) */
     uint32_t  reset;            /* quota: enum rl_reset */
     int32_t   utc_offset_min;   /* quota: calendar's offset from UTC */
+    uint32_t  cost_var;         /* cost= is a $variable (the glue's) */
+    uint32_t  zero_cost;        /* zero_cost=on: a cost variable's 0 looks
+                                   without spending (else it counts as 1) */
+    uint32_t  log_key;          /* log_key=on: log lines show the key, not
+                                   its fingerprint */
     uint32_t  given;            /* internal: parameters set explicitly */
     char      name[RL_NAME_MAX];/* given by name=, or derived by rl_rule_finish */
 } rl_rule_t;
@@ -163,7 +168,11 @@ typedef struct {
     uint64_t  capacity;         /* key slots */
     uint64_t  keys;             /* slots in use */
     uint64_t  evictions;        /* keys dropped to make room */
-    uint64_t  live_evictions;   /* of those, keys not yet back to full budget */
+    uint64_t  live_evictions;   /* of those, keys not yet back to full budget
+                                   (what they owe goes into the summary) */
+    uint64_t  summary_refusals; /* requests of keys not in the table refused
+                                   because of what the summary says they owe */
+    uint64_t  summary_bytes;    /* the eviction summary's share of the block */
     uint64_t  blocks;           /* blocks for larger states (sliding_window,
                                    sliding_log) */
     uint64_t  blocks_used;

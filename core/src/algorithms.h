@@ -30,6 +30,15 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
 rl_decision_t leaky_bucket(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
 rl_decision_t quota(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
 
+// What a key owes, as the eviction summary keeps it (table.h): until when
+// (ms; the key is back to full budget from then on), and at most which
+// fraction of its rule's capacity, in 1/kFracFull, rounded up.
+struct Owed {
+    int64_t until;
+    uint32_t frac;
+};
+constexpr uint32_t kFracFull = 255;
+
 // Dispatches on rule.algorithm.
 rl_decision_t transition(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
 
@@ -45,6 +54,25 @@ rl_decision_t windowed_count(const rl_rule_t &rule, State &s, int64_t now, uint6
 
 // A denial for a cost no state of the rule can ever admit.
 rl_decision_t never(int64_t window, uint64_t remaining, int64_t reset_ms);
+
+// ---- the eviction summary (summary.cpp) ----------------------------------
+
+// What a key in state s owes at now, right after decision d admitted it.
+uint32_t owed_frac(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now);
+
+// The state a key absent from the table starts from, when the summary says
+// it may owe o: the least state that owes at least what any key it stands
+// for owed.  For sliding_window and sliding_log a head with no block,
+// {until, units}: `units` that all leave the window at `until`, which their
+// transitions read as such and restore_block() writes into a fresh block.
+State restore(const rl_rule_t &rule, Owed o, int64_t now);
+void restore_block(const rl_rule_t &rule, State &s, int64_t now);
+
+// Helpers of restore, in the algorithms' files.
+int64_t quota_end(const rl_rule_t &rule, int64_t now);
+int64_t sliding_window_full_at(const rl_rule_t &rule, int64_t now);
+void sliding_window_restore(const rl_rule_t &rule, State &s, int64_t now);
+void sliding_log_restore(const rl_rule_t &rule, State &s, int64_t now);
 
 // The rule whose decision a request's headers describe: among the rules
 // agreeing with the outcome, the fewest remaining when allowed, the longest

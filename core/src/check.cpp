@@ -9,23 +9,54 @@ struct Item {
     rl::State state;        // as found; a head-only state holds the new head
     int pool;               // the rule's block pool, -1 for a head-only state
     rl::Table::Ref ref;     // where the head was found, if it was
+    bool restored;          // not in the table: from the eviction summary
+    bool inherited;         // its debt came from the summary (rl::Debt)
 };
 
 // The state rule i is decided on.  Two rules with the same identity and key
 // in one table share a state: a head-only one is decided on the head the
-// earlier rule would leave; one with a block on the block as it is.
-rl::State current(const rl_check_t *c, Item *items, size_t i)
+// earlier rule would leave; one with a block on the block as it is.  A key
+// not in the table starts from what the eviction summary says it owes.
+rl::State current(const rl_check_t *c, Item *items, size_t i, int64_t now)
 {
     rl::State s{rl_state_t{0, 0}, nullptr};
     items[i].ref.t = nullptr;
+    items[i].restored = false;
+    items[i].inherited = false;
     for (size_t j = i; j-- > 0;) {
         if (c[j].table == c[i].table && c[j].tag == c[i].tag && items[j].pool < 0) {
             s.head = items[j].state.head;
             return s;
         }
     }
-    rl::Table::at(c[i].table)->find(c[i].tag, &s, &items[i].ref);
+    const rl::Table *table = rl::Table::at(c[i].table);
+    if (table->find(c[i].tag, &s, &items[i].ref)) {
+        // inherited until the key is back to full budget
+        items[i].inherited = rl::Table::debt(items[i].ref).inherited && s.head.t > now;
+    } else {
+        s = rl::restore(*c[i].rule, table->owed(c[i].tag, now), now);
+        items[i].restored = items[i].inherited = s.head.t != 0;
+    }
     return s;
+}
+
+// A request refused because of what the summary says its keys owe counts
+// once in each table whose summary refused it.
+void count_summary_refusals(const rl_check_t *c, const Item *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!items[i].restored || c[i].decision.allowed || c[i].decision.never) {
+            continue;
+        }
+        bool counted = false;
+        for (size_t j = 0; j < i && !counted; j++) {
+            counted = c[j].table == c[i].table && items[j].restored && !c[j].decision.allowed &&
+                      !c[j].decision.never;
+        }
+        if (!counted) {
+            rl::Table::at(c[i].table)->header().summary_refusals++;
+        }
+    }
 }
 
 bool same(const rl_state_t &a, const rl_state_t &b) { return a.t == b.t && a.n == b.n; }
@@ -76,7 +107,7 @@ int rl_check(rl_check_t *c, size_t n, int combine, int64_t now_ms, size_t *bindi
             rl::Table *table = rl::Table::at(c[i].table);
 
             items[i].pool = blob ? table->pool_for(blob) : -1;
-            items[i].state = current(c, items, i);
+            items[i].state = current(c, items, i, now_ms);
             if (blob && items[i].pool < 0) {
                 items[i].state.blob = nullptr;   // no pool for it: decide as cold, never commit
             }
@@ -97,22 +128,40 @@ int rl_check(rl_check_t *c, size_t n, int combine, int64_t now_ms, size_t *bindi
             if (!c[i].decision.allowed || c[i].cost == 0) {
                 continue;
             }
+            const rl_rule_t &rule = *c[i].rule;
             rl::Table *table = rl::Table::at(c[i].table);
-            const bool head_only = rl::blob_size(*c[i].rule) == 0;
-            if (head_only && items[i].ref.t != nullptr && !moved) {
-                *items[i].ref.t = c[i].after.t;
-                *items[i].ref.n = c[i].after.n;
-            } else if (head_only) {
-                moved |= table->store(c[i].tag, c[i].after, now_ms);
+            const bool head_only = rl::blob_size(rule) == 0;
+            if (head_only) {
+                const rl::Debt debt{rl::owed_frac(rule, rl::State{c[i].after, nullptr}, c[i].decision, now_ms),
+                                    items[i].inherited};
+                if (items[i].ref.t != nullptr && !moved) {
+                    rl::Table::update(items[i].ref, c[i].after, debt);
+                } else {
+                    moved |= table->store(c[i].tag, c[i].after, debt, now_ms);
+                }
             } else if (items[i].pool >= 0) {
-                rl::State s = table->acquire(c[i].tag, items[i].pool, now_ms);
-                rl::transition(*c[i].rule, s, now_ms, c[i].cost, true);
-                table->set_t(c[i].tag, s.head.t);
+                bool fresh = false;
+                rl::State s = table->acquire(c[i].tag, items[i].pool, now_ms, &fresh);
+                if (fresh) {
+                    // what the summary says the key owes, as decided on; or,
+                    // if an earlier rule's insertion evicted it meanwhile, now
+                    s.head = items[i].restored ? c[i].before
+                                               : rl::restore(rule, table->owed(c[i].tag, now_ms), now_ms).head;
+                    rl::restore_block(rule, s, now_ms);
+                }
+                const rl_decision_t d = rl::transition(rule, s, now_ms, c[i].cost, true);
+                table->set_t(c[i].tag, s.head.t, rl::Debt{rl::owed_frac(rule, s, d, now_ms), items[i].inherited});
+                if (items[i].restored && d.allowed) {
+                    c[i].decision = d;   // the restored units, as the block holds them now
+                }
                 c[i].after = s.head;
                 moved = true;
             }
         }
 
+        if (!allowed) {
+            count_summary_refusals(c, items, n);
+        }
         *binding = rl::binding_of(c, n, allowed);
         return allowed ? 1 : 0;
     } catch (...) {
@@ -127,9 +176,10 @@ void rl_check_cancel(rl_check_t *c, size_t n)
         for (size_t i = 0; i < n; i++) {
             rl::Table *table = rl::Table::at(c[i].table);
             rl::State s{};
-            if (rl::blob_size(*c[i].rule) == 0 && table->find(c[i].tag, &s) && same(s.head, c[i].after) &&
+            rl::Table::Ref ref{};
+            if (rl::blob_size(*c[i].rule) == 0 && table->find(c[i].tag, &s, &ref) && same(s.head, c[i].after) &&
                 !same(c[i].before, c[i].after)) {
-                table->store(c[i].tag, c[i].before, 0);
+                rl::Table::update(ref, c[i].before, rl::Table::debt(ref));
             }
         }
     } catch (...) {

@@ -41,6 +41,13 @@ void period_of(const rl_rule_t &rule, int64_t now, int64_t *start, int64_t *end)
 
 }  // namespace
 
+int64_t quota_end(const rl_rule_t &rule, int64_t now)
+{
+    int64_t start, end;
+    period_of(rule, now, &start, &end);
+    return end;
+}
+
 rl_decision_t quota(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
 {
     int64_t start, end;

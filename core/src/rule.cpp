@@ -23,6 +23,19 @@ enum Param : uint32_t {
     P_MAX_DELAY = 1u << 8,
     P_RESET = 1u << 9,
     P_UTC_OFFSET = 1u << 10,
+    P_ZERO_COST = 1u << 11,
+    P_LOG_KEY = 1u << 12,
+};
+
+// Every parameter the core parses, by name.
+const struct {
+    const char *name;
+    uint32_t bit;
+} params[] = {
+    {"algorithm", P_ALGORITHM}, {"limit", P_LIMIT},       {"period", P_PERIOD},         {"burst", P_BURST},
+    {"cost", P_COST},           {"name", P_NAME},         {"align", P_ALIGN},           {"buckets", P_BUCKETS},
+    {"max_delay", P_MAX_DELAY}, {"reset", P_RESET},       {"utc_offset", P_UTC_OFFSET}, {"zero_cost", P_ZERO_COST},
+    {"log_key", P_LOG_KEY},
 };
 
 struct Name {
@@ -43,6 +56,7 @@ const char *const algorithm_list =
     "gcra, token_bucket, fixed_window, sliding_window, sliding_log, leaky_bucket or quota";
 
 const Name aligns[] = {{"epoch", RL_ALIGN_EPOCH}, {"first", RL_ALIGN_FIRST}};
+const Name switches[] = {{"off", 0}, {"on", 1}};
 const Name resets[] = {{"daily", RL_RESET_DAILY}, {"weekly", RL_RESET_WEEKLY}, {"monthly", RL_RESET_MONTHLY}};
 
 // Parameters that belong to one algorithm only: [bit, name, algorithm].
@@ -165,32 +179,16 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
         return RL_DECLINED;
     }
 
-    if (name.is("algorithm")) {
-        bit = P_ALGORITHM;
-    } else if (name.is("limit")) {
-        bit = P_LIMIT;
-    } else if (name.is("period")) {
-        bit = P_PERIOD;
-    } else if (name.is("burst")) {
-        bit = P_BURST;
-    } else if (name.is("cost")) {
-        bit = P_COST;
-    } else if (name.is("name")) {
-        bit = P_NAME;
-    } else if (name.is("align")) {
-        bit = P_ALIGN;
-    } else if (name.is("buckets")) {
-        bit = P_BUCKETS;
-    } else if (name.is("max_delay")) {
-        bit = P_MAX_DELAY;
-    } else if (name.is("reset")) {
-        bit = P_RESET;
-    } else if (name.is("utc_offset")) {
-        bit = P_UTC_OFFSET;
-    } else {
+    bit = 0;
+    for (const auto &p : params) {
+        if (name.is(p.name)) {
+            bit = p.bit;
+        }
+    }
+    if (bit == 0) {
         return fail(err, errlen,
                     "unknown parameter \"%.*s\": expected zone=, key=, algorithm=, limit=, period=, burst=, "
-                    "cost=, name=, align=, buckets=, max_delay=, reset= or utc_offset=",
+                    "cost=, name=, align=, buckets=, max_delay=, reset=, utc_offset=, zero_cost= or log_key=",
                     w, whole.p);
     }
 
@@ -200,6 +198,7 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
     rule->given |= bit;
 
     if (bit == P_COST && v.len > 0 && v.p[0] == '$') {
+        rule->cost_var = 1;
         return RL_DECLINED;   // the glue evaluates it per request
     }
 
@@ -276,6 +275,17 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
         }
         return RL_OK;
 
+    case P_ZERO_COST:
+    case P_LOG_KEY: {
+        uint32_t on;
+        if (!lookup(switches, 2, v, &on)) {
+            return fail(err, errlen, "invalid \"%.*s\": expected %.*s=on or %.*s=off", w, whole.p, (int) name.len,
+                        name.p, (int) name.len, name.p);
+        }
+        (bit == P_ZERO_COST ? rule->zero_cost : rule->log_key) = on;
+        return RL_OK;
+    }
+
     default: /* P_ALIGN */
         if (!lookup(aligns, 2, v, &rule->align)) {
             return fail(err, errlen, "invalid \"%.*s\": expected align=epoch or align=first", w, whole.p);
@@ -331,6 +341,12 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
                 return fail(err, errlen, "\"%s=\" does not apply to algorithm=%s: %s is for %s", p.name, alg, p.name,
                             algorithm_name(p.algorithm));
             }
+        }
+
+        if ((rule->given & P_ZERO_COST) && !rule->cost_var) {
+            return fail(err, errlen,
+                        "\"zero_cost=\" applies to cost=$variable only: a constant cost=0 always looks without "
+                        "spending");
         }
 
         if (a == RL_QUOTA) {

@@ -28,8 +28,27 @@ size_t sliding_log_blob_size(const rl_rule_t &rule)
     return offsetof(Block, at) + sizeof(uint32_t) * rule.limit;
 }
 
+// A restored key's units (summary.cpp) all logged at one instant: the
+// latest from which they leave the window at head.t.
+void sliding_log_restore(const rl_rule_t &rule, State &s, int64_t now)
+{
+    Block *b = reinterpret_cast<Block *>(s.blob);
+    const int64_t at = s.head.t - rule.period_ms;
+    b->base = at < now ? at : now;
+    b->head = 0;
+    b->count = s.head.n < rule.limit ? s.head.n : rule.limit;
+    for (uint32_t i = 0; i < b->count; i++) {
+        b->at[i] = 0;
+    }
+    s.head.t = b->base + rule.period_ms;
+}
+
 rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
 {
+    if (s.blob == nullptr && s.head.n > 0 && s.head.t > now) {
+        // restored from the eviction summary: units that all leave at head.t
+        return windowed_count(rule, s, now, cost, false, s.head.t, rule.period_ms);
+    }
     Block *b = reinterpret_cast<Block *>(s.blob);
     const uint32_t size = rule.limit;
     const int64_t W = rule.period_ms;

@@ -88,8 +88,40 @@ size_t sliding_window_blob_size(const rl_rule_t &rule)
     return offsetof(Block, count) + sizeof(uint32_t) * (rule.buckets + 1);
 }
 
+// When a unit admitted now has left the window entirely.
+int64_t sliding_window_full_at(const rl_rule_t &rule, int64_t now)
+{
+    const int64_t S = rule.buckets, W = rule.period_ms;
+    return ceil_div((uint64_t) ((floor_div(now * S, W) + 1 + S) * W), (uint64_t) S);
+}
+
+// A restored key's units (summary.cpp) all counted in one tick: the latest
+// that has left the window by head.t, and not after the current tick.
+void sliding_window_restore(const rl_rule_t &rule, State &s, int64_t now)
+{
+    Block *b = reinterpret_cast<Block *>(s.blob);
+    const int64_t S = rule.buckets, W = rule.period_ms;
+    const int64_t k = floor_div(now * S, W);
+    // the least j with ceil((j + 1 + S) * W / S) >= t
+    int64_t j = floor_div((s.head.t - 1) * S, W) - S;
+    if (j > k) {
+        j = k;
+    }
+    b->tick = j;
+    b->count[j % (S + 1)] = s.head.n < rule.limit ? s.head.n : rule.limit;
+    s.head.t = ceil_div((uint64_t) ((j + 1 + S) * W), (uint64_t) S);
+}
+
 rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
 {
+    if (s.blob == nullptr && s.head.n > 0 && s.head.t > now) {
+        // restored from the eviction summary: decided on the block it would
+        // have (the caller writes it into a real block to commit)
+        int64_t local[(sizeof(Block) + sizeof(uint32_t) * RL_BUCKETS_MAX + 7) / 8] = {};
+        State v{s.head, reinterpret_cast<uint8_t *>(local)};
+        sliding_window_restore(rule, v, now);
+        return sliding_window(rule, v, now, cost, false);
+    }
     Block *b = reinterpret_cast<Block *>(s.blob);
     Window w{rule, b, (int64_t) rule.buckets, rule.period_ms};
 

@@ -14,8 +14,8 @@ namespace rl {
 
 namespace {
 
-const char kMagic[8] = {'R', 'L', 'T', 'A', 'B', 'L', 'E', '3'};
-const uint32_t kVersion = 3;
+const char kMagic[8] = {'R', 'L', 'T', 'A', 'B', 'L', 'E', '4'};
+const uint32_t kVersion = 4;
 const uint64_t kMinBuckets = 16;
 const uint32_t kMinBlocks = 4;
 
@@ -27,12 +27,45 @@ const int kSearchBuckets = 32;
 // Blocks a full pool looks at to choose the one to evict.
 const uint32_t kSweep = 8;
 
+// The eviction summary takes this share of the zone: a 1/40 (2.5%) fewer
+// keys held, for a memory of what evicted keys owe (README, bench/README.md).
+const uint64_t kSketchShare = 40;
+
+// A bucket's meta word: bit i says slot i owns a block; bit 3 + i that
+// slot i's key came back from the summary and has not been back to full
+// budget since; 8 bits a slot from bit 6 hold the fraction its key owes.
+bool has_block(uint32_t meta, int i) { return (meta >> i) & 1u; }
+Debt debt_of(uint32_t meta, int i) { return Debt{(meta >> (6 + 8 * i)) & kFracFull, ((meta >> (3 + i)) & 1u) != 0}; }
+uint32_t slot_bits(int i) { return 1u << i | 1u << (3 + i) | kFracFull << (6 + 8 * i); }
+uint32_t with_debt(uint32_t meta, int i, Debt d)
+{
+    const uint32_t frac = d.frac < kFracFull ? d.frac : kFracFull;
+    return (meta & ~(1u << (3 + i) | kFracFull << (6 + 8 * i))) | (uint32_t) d.inherited << (3 + i) |
+           frac << (6 + 8 * i);
+}
+
 void move_slot(Bucket &to, int ti, const Bucket &from, int fi)
 {
     to.tag[ti] = from.tag[fi];
     to.t[ti] = from.t[fi];
     to.n[ti] = from.n[fi];
-    to.blob = (to.blob & ~(1u << ti)) | (((from.blob >> fi) & 1u) << ti);
+    to.meta = (to.meta & ~slot_bits(ti)) | (uint32_t) has_block(from.meta, fi) << ti;
+    to.meta = with_debt(to.meta, ti, debt_of(from.meta, fi));
+}
+
+// A cell packs Owed: until (ms) above, frac in the low 8 bits.
+uint64_t pack(Owed o) { return (uint64_t) o.until << 8 | o.frac; }
+Owed unpack(uint64_t c) { return Owed{(int64_t) (c >> 8), (uint32_t) (c & kFracFull)}; }
+
+// A 64-bit finalizer (splitmix64's): the tag is a keyed hash already, this
+// only makes the cell indices independent of the bucket indices.
+uint64_t mix(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
 }
 
 }  // namespace
@@ -65,15 +98,19 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char
         largest = std::max(largest, bs);
     }
 
-    const uint64_t avail = size > header_bytes() ? size - header_bytes() : 0;
+    const uint64_t all = size > header_bytes() ? size - header_bytes() : 0;
+    const uint64_t sketch_bytes = std::max<uint64_t>(64, all / kSketchShare / 64 * 64);
+    const uint64_t avail = all > sketch_bytes ? all - sketch_bytes : 0;
     const uint64_t bucket_bytes = npools == 0 ? avail : avail / 3 / 64 * 64;
     const uint64_t share = npools == 0 ? 0 : (avail - bucket_bytes) / npools / 64 * 64;
 
     *out = Layout{};
     out->nbuckets = std::min<uint64_t>(bucket_bytes / 64, 0xffffffffu);
     out->npools = npools;
+    out->sketch_offset = header_bytes() + out->nbuckets * 64;
+    out->ncells = sketch_bytes / sizeof(uint64_t);
 
-    uint64_t offset = header_bytes() + bucket_bytes;
+    uint64_t offset = out->sketch_offset + sketch_bytes;
     for (uint32_t i = 0; i < npools; i++) {
         Pool &p = out->pools[i];
         p.offset = offset;
@@ -81,9 +118,10 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char
         p.blocks = (uint32_t) std::min<uint64_t>(share / sizes[i], kBlocksMax);
         offset += share;
         if (p.blocks < kMinBlocks) {
-            // with a page to spare for what the embedding puts before the table
-            const uint64_t need = 4096 + header_bytes() + 3 * (uint64_t) npools * kMinBlocks * largest / 2 +
-                                  64 * npools;
+            // with a page to spare for what the embedding puts before the table,
+            // and the summary's share
+            const uint64_t pools = 3 * (uint64_t) npools * kMinBlocks * largest / 2 + 64 * npools;
+            const uint64_t need = 4096 + header_bytes() + 64 + pools * kSketchShare / (kSketchShare - 1);
             std::snprintf(err, errlen,
                           "too small for its rules' states of up to %u bytes a key: it needs at least %lluk",
                           largest, (unsigned long long) (need + 1023) / 1024);
@@ -109,14 +147,17 @@ void Table::init(size_t size, const Layout &layout, const uint8_t secret[16])
     h_.npools = layout.npools;
     std::memcpy(h_.pools, layout.pools, sizeof(h_.pools));
     std::memcpy(h_.secret, secret, 16);
+    h_.sketch_offset = layout.sketch_offset;
+    h_.ncells = layout.ncells;
     std::memset(buckets(), 0, h_.nbuckets * sizeof(Bucket));
+    std::memset(cells(), 0, h_.ncells * sizeof(uint64_t));
 }
 
 bool Table::valid(size_t size, const Layout &layout) const
 {
     if (std::memcmp(h_.magic, kMagic, sizeof(kMagic)) != 0 || h_.version != kVersion ||
         h_.header_size != header_bytes() || h_.size != size || h_.nbuckets != layout.nbuckets ||
-        h_.npools != layout.npools) {
+        h_.npools != layout.npools || h_.sketch_offset != layout.sketch_offset || h_.ncells != layout.ncells) {
         return false;
     }
     for (uint32_t i = 0; i < h_.npools; i++) {
@@ -191,11 +232,69 @@ bool Table::find(uint64_t tag, State *s, Ref *ref) const
         return false;
     }
     s->head = rl_state_t{slot.b->t[slot.i], slot.b->n[slot.i]};
-    s->blob = (slot.b->blob >> slot.i) & 1u ? block(slot.b->n[slot.i]) + 8 : nullptr;
+    s->blob = has_block(slot.b->meta, slot.i) ? block(slot.b->n[slot.i]) + 8 : nullptr;
     if (ref != nullptr) {
-        *ref = Ref{&slot.b->t[slot.i], &slot.b->n[slot.i]};
+        *ref = Ref{&slot.b->t[slot.i], &slot.b->n[slot.i], &slot.b->meta, slot.i};
     }
     return true;
+}
+
+Debt Table::debt(const Ref &ref) { return debt_of(*ref.meta, ref.slot); }
+
+void Table::update(const Ref &ref, rl_state_t head, Debt debt)
+{
+    *ref.t = head.t;
+    *ref.n = head.n;
+    *ref.meta = with_debt(*ref.meta, ref.slot, debt);
+}
+
+uint64_t Table::cell_of(uint64_t tag, int k) const
+{
+    return ((mix(tag + (uint64_t) k * 0x9e3779b97f4a7c15ull) >> 32) * h_.ncells) >> 32;
+}
+
+// An evicted key's debt goes into its cells: a cell whose own debt has
+// expired takes the key's; a cell still owing takes the larger of each.
+//
+// Not the debt of a key that came back from the summary and has owed
+// something ever since: its cells hold what it owed when it left, and what
+// it spent since may sit on another key's debt (the summary cannot tell
+// whose).  Adding it would let a flood of new keys raise each other's debts
+// generation after generation until every new key is refused.
+void Table::remember(const Bucket &b, int i, int64_t now)
+{
+    const int64_t until = b.t[i];
+    const Debt d = debt_of(b.meta, i);
+    if (until <= now || d.frac == 0 || d.inherited) {
+        return;
+    }
+    const uint32_t frac = d.frac;
+    uint64_t *c = cells();
+    for (int k = 0; k < 2; k++) {
+        uint64_t &cell = c[cell_of(b.tag[i], k)];
+        const Owed was = unpack(cell);
+        cell = was.until <= now ? pack(Owed{until, frac})
+                                : pack(Owed{std::max(was.until, until), std::max(was.frac, frac)});
+    }
+    h_.sketch_until = std::max(h_.sketch_until, until);
+}
+
+Owed Table::owed(uint64_t tag, int64_t now) const
+{
+    if (h_.sketch_until <= now) {
+        return Owed{0, 0};   // every cell's debt has expired
+    }
+    const uint64_t *c = cells();
+    Owed o{INT64_MAX, kFracFull};
+    for (int k = 0; k < 2; k++) {
+        const Owed cell = unpack(c[cell_of(tag, k)]);
+        if (cell.until <= now) {
+            return Owed{0, 0};
+        }
+        o.until = std::min(o.until, cell.until);
+        o.frac = std::min(o.frac, cell.frac);
+    }
+    return o;
 }
 
 Table::Slot Table::insert(uint64_t tag, int64_t now)
@@ -204,32 +303,34 @@ Table::Slot Table::insert(uint64_t tag, int64_t now)
     slot.b->tag[slot.i] = tag;
     slot.b->t[slot.i] = 0;
     slot.b->n[slot.i] = 0;
-    slot.b->blob &= ~(1u << slot.i);
+    slot.b->meta &= ~slot_bits(slot.i);
     return slot;
 }
 
-bool Table::store(uint64_t tag, rl_state_t head, int64_t now)
+bool Table::store(uint64_t tag, rl_state_t head, Debt debt, int64_t now)
 {
     Slot slot = locate(tag);
     const bool inserted = slot.b == nullptr;
     if (inserted) {
         slot = insert(tag, now);
-    } else if ((slot.b->blob >> slot.i) & 1u) {
+    } else if (has_block(slot.b->meta, slot.i)) {
         free_block(slot.b->n[slot.i]);   // the key's state no longer has a block
-        slot.b->blob &= ~(1u << slot.i);
+        slot.b->meta &= ~(1u << slot.i);
     }
-    slot.b->t[slot.i] = head.t;
-    slot.b->n[slot.i] = head.n;
+    update(Ref{&slot.b->t[slot.i], &slot.b->n[slot.i], &slot.b->meta, slot.i}, head, debt);
     return inserted;
 }
 
-State Table::acquire(uint64_t tag, int pool, int64_t now)
+State Table::acquire(uint64_t tag, int pool, int64_t now, bool *fresh)
 {
     Slot slot = locate(tag);
+    if (fresh != nullptr) {
+        *fresh = slot.b == nullptr;
+    }
     if (slot.b == nullptr) {
         slot = insert(tag, now);
     }
-    const bool has = (slot.b->blob >> slot.i) & 1u;
+    const bool has = has_block(slot.b->meta, slot.i);
     if (!has || (slot.b->n[slot.i] >> 24) != (uint32_t) pool) {
         if (has) {
             free_block(slot.b->n[slot.i]);
@@ -241,16 +342,17 @@ State Table::acquire(uint64_t tag, int pool, int64_t now)
         std::memcpy(blk, &tag, sizeof(tag));
         slot = locate(tag);
         slot.b->n[slot.i] = handle;
-        slot.b->blob |= 1u << slot.i;
+        slot.b->meta |= 1u << slot.i;
     }
     return State{rl_state_t{slot.b->t[slot.i], slot.b->n[slot.i]}, block(slot.b->n[slot.i]) + 8};
 }
 
-void Table::set_t(uint64_t tag, int64_t t)
+void Table::set_t(uint64_t tag, int64_t t, Debt debt)
 {
     Slot slot = locate(tag);
     if (slot.b != nullptr) {
         slot.b->t[slot.i] = t;
+        slot.b->meta = with_debt(slot.b->meta, slot.i, debt);
     }
 }
 
@@ -269,22 +371,22 @@ uint32_t Table::alloc_block(uint32_t pool, int64_t now)
         p.used++;
     } else {
         // Full: of a few blocks from the hand on, take one whose key is back
-        // to full budget, else the one back soonest; its key goes with it.
+        // to full budget, else the one owing least; its key goes with it.
         idx = p.hand;
-        int64_t best = INT64_MAX;
+        uint64_t least = UINT64_MAX;
         Slot victim{nullptr, 0};
         for (uint32_t k = 0; k < kSweep && k < p.blocks; k++) {
             const uint32_t i = (p.hand + k) % p.blocks;
             uint64_t owner;
             std::memcpy(&owner, block(pool << 24 | i), sizeof(owner));
             Slot s = locate(owner);
-            const int64_t t = s.b != nullptr ? s.b->t[s.i] : INT64_MIN;
-            if (t < best) {
-                best = t;
+            const uint64_t w = s.b != nullptr ? weight(*s.b, s.i, now) : 0;
+            if (w < least) {
+                least = w;
                 idx = i;
                 victim = s;
             }
-            if (t < now) {
+            if (w == 0) {
                 break;
             }
         }
@@ -307,6 +409,19 @@ void Table::free_block(uint32_t handle)
     p.used--;
 }
 
+void Table::evict(uint64_t tag, int64_t now)
+{
+    Slot s = locate(tag);
+    if (s.b != nullptr) {
+        const bool owns = has_block(s.b->meta, s.i);
+        const uint32_t handle = s.b->n[s.i];
+        drop(s, now);
+        if (owns) {
+            free_block(handle);
+        }
+    }
+}
+
 // Removes a key whose block another key takes.
 void Table::drop(Slot s, int64_t now)
 {
@@ -314,9 +429,19 @@ void Table::drop(Slot s, int64_t now)
     h_.evictions++;
     if (s.b->t[s.i] >= now) {
         h_.live_evictions++;
+        remember(*s.b, s.i, now);
     }
     s.b->tag[s.i] = 0;
-    s.b->blob &= ~(1u << s.i);
+    s.b->meta &= ~slot_bits(s.i);
+}
+
+// What evicting slot i loses: the fraction its key owes, for as long as it
+// owes it.  A key refused for an hour goes after one that spent a unit of
+// its budget and owes it for a minute longer.
+uint64_t Table::weight(const Bucket &b, int i, int64_t now)
+{
+    const int64_t left = b.t[i] - now;
+    return left < 0 ? 0 : (uint64_t) (debt_of(b.meta, i).frac + 1) * (uint64_t) (left + 1);
 }
 
 // An empty slot, else one whose key is back to full budget, else -1.
@@ -344,10 +469,11 @@ void Table::vacate(Bucket &b, int i, int64_t now)
     h_.evictions++;
     if (b.t[i] >= now) {
         h_.live_evictions++;
+        remember(b, i, now);
     }
-    if ((b.blob >> i) & 1u) {
+    if (has_block(b.meta, i)) {
         free_block(b.n[i]);
-        b.blob &= ~(1u << i);
+        b.meta &= ~(1u << i);
     }
 }
 
@@ -379,11 +505,15 @@ Table::Slot Table::make_room(uint32_t b1, uint32_t b2, int64_t now)
         if (cuckoo_path(b1, b2, now, &path)) {
             return path;
         }
-        // Full: evict the candidate that will be back to full budget soonest.
+        // Full: evict the candidate that owes the least (its debt goes into
+        // the summary).
         Slot victim{&b[b1], 0};
+        uint64_t least = UINT64_MAX;
         for (uint32_t i : {b1, b2}) {
             for (int s = 0; s < 3; s++) {
-                if (b[i].t[s] < victim.b->t[victim.i]) {
+                const uint64_t w = weight(b[i], s, now);
+                if (w < least) {
+                    least = w;
                     victim = Slot{&b[i], s};
                 }
             }
@@ -455,7 +585,7 @@ extern "C" {
 
 size_t rl_table_min_size(void)
 {
-    return rl::Table::header_bytes() + rl::kMinBuckets * sizeof(rl::Bucket);
+    return rl::Table::header_bytes() + rl::kMinBuckets * sizeof(rl::Bucket) + 64;   // and the least summary
 }
 
 uint64_t rl_table_capacity_for(size_t size)
@@ -511,7 +641,7 @@ int rl_table_valid(const void *mem, size_t size, const uint32_t *blob_sizes, siz
 uint64_t rl_table_bytes_used(const void *mem)
 {
     const rl::TableHeader &h = rl::Table::at(mem)->header();
-    uint64_t used = rl::Table::header_bytes() + (h.keys * sizeof(rl::Bucket) + 2) / 3;
+    uint64_t used = rl::Table::header_bytes() + (h.keys * sizeof(rl::Bucket) + 2) / 3 + h.ncells * sizeof(uint64_t);
     for (uint32_t i = 0; i < h.npools; i++) {
         used += (uint64_t) h.pools[i].used * h.pools[i].block_size;
     }
@@ -564,6 +694,8 @@ void rl_table_get_stats(const void *mem, rl_table_stats_t *st)
     st->keys = h.keys;
     st->evictions = h.evictions;
     st->live_evictions = h.live_evictions;
+    st->summary_refusals = h.summary_refusals;
+    st->summary_bytes = h.ncells * sizeof(uint64_t);
     st->blocks = 0;
     st->blocks_used = 0;
     for (uint32_t i = 0; i < h.npools; i++) {

@@ -11,9 +11,19 @@
 // and the table fills past 90% before it must evict.  When a key finds no
 // room (both buckets full and no cuckoo path of moves to a free slot), one
 // of its six candidate slots is evicted: a key already back to full budget
-// if any (nothing lost), otherwise the one that will be back soonest (the
-// least state lost).  A full pool evicts the same way among a few blocks
-// swept by a clock hand, and drops the owning key's slot with the block.
+// if any (nothing lost), otherwise the one owing least (the fraction of its
+// budget it owes, times how long).  A full pool evicts the same way among a
+// few blocks swept by a clock hand, and drops the owning key's slot with
+// the block.
+//
+// The eviction summary: what an evicted key still owes outlives it in a
+// small array of cells (count-min style, two cells a key from its tag), so
+// that a key evicted and seen again comes back no better off than it left.
+// A cell holds the latest instant any key mapped to it is back to full
+// budget and the largest fraction of its rule's capacity any such key owes;
+// a key not in the table starts from the smallest of its two cells
+// (summary.cpp turns that into a state).  Each slot keeps the fraction its
+// key owed at its last update, for its eviction (Debt).
 //
 // Not thread-safe: the caller holds the table's lock.
 #pragma once
@@ -30,9 +40,17 @@ struct alignas(64) Bucket {
     uint64_t tag[3];    // 0 = empty slot
     int64_t t[3];       // head.t
     uint32_t n[3];      // head.n; for a key with a block: pool << 24 | block
-    uint32_t blob;      // bit i: slot i owns a block
+    uint32_t meta;      // per slot: owns a block, and its Debt
 };
 static_assert(sizeof(Bucket) == 64, "a bucket is one cache line");
+
+// What a slot says its key owes, for the summary: the fraction (Owed), and
+// whether that came back from the summary (then not added to it again).
+struct Debt {
+    uint32_t frac;
+    bool inherited;
+};
+
 
 constexpr uint32_t kPoolsMax = 8;
 constexpr uint32_t kBlocksMax = 1u << 24;
@@ -65,6 +83,10 @@ struct alignas(64) TableHeader {
     uint32_t npools;
     uint32_t nrules;
     Pool pools[kPoolsMax];
+    uint64_t sketch_offset; // the eviction summary's cells (uint64_t each)
+    uint64_t ncells;
+    int64_t sketch_until;   // no cell owes anything from then on
+    uint64_t summary_refusals;   // requests refused because of the summary
     RuleCounters rules[RL_RULE_STATS_MAX];
 };
 
@@ -72,6 +94,8 @@ struct alignas(64) TableHeader {
 // need blocks of these sizes.
 struct Layout {
     uint64_t nbuckets;
+    uint64_t sketch_offset;
+    uint64_t ncells;
     uint32_t npools;
     Pool pools[kPoolsMax];
 };
@@ -99,18 +123,29 @@ public:
     struct Ref {
         int64_t *t;
         uint32_t *n;
+        uint32_t *meta;
+        int slot;
     };
+    // Writes a found key's new head and debt in place.
+    static void update(const Ref &ref, rl_state_t head, Debt debt);
+    static Debt debt(const Ref &ref);
 
     // The key's state: its head, and its block (nullptr if none).  False if
     // the key has no slot.
     bool find(uint64_t tag, State *s, Ref *ref = nullptr) const;
-    // Stores a key's head, inserting (and evicting if need be) when absent;
-    // true if it inserted (which may move other keys).
-    bool store(uint64_t tag, rl_state_t head, int64_t now);
-    // The key's state with a block of `pool`, created zeroed when absent; a
-    // later set_t(tag, t) records its new head.t.
-    State acquire(uint64_t tag, int pool, int64_t now);
-    void set_t(uint64_t tag, int64_t t);
+    // Stores a key's head and debt, inserting (and evicting if need be) when
+    // absent; true if it inserted (which may move other keys).
+    bool store(uint64_t tag, rl_state_t head, Debt debt, int64_t now);
+    // The key's state with a block of `pool`, created zeroed when absent
+    // (*fresh set then); a later set_t(tag, t, debt) records its new head.t.
+    State acquire(uint64_t tag, int pool, int64_t now, bool *fresh = nullptr);
+    void set_t(uint64_t tag, int64_t t, Debt debt);
+
+    // What the summary says a key absent from the table owes at now:
+    // {0, 0} if nothing.
+    Owed owed(uint64_t tag, int64_t now) const;
+    // Evicts a key as a full table does: what it owes goes to the summary.
+    void evict(uint64_t tag, int64_t now);
 
     const TableHeader &header() const { return h_; }
     TableHeader &header() { return h_; }
@@ -135,10 +170,19 @@ private:
     uint8_t *block(uint32_t handle) const;
     uint32_t other(uint32_t b, uint64_t tag) const { return b == first(tag) ? second(tag) : first(tag); }
 
+    uint64_t *cells() const
+    {
+        return reinterpret_cast<uint64_t *>(const_cast<char *>(reinterpret_cast<const char *>(this)) +
+                                            h_.sketch_offset);
+    }
+    uint64_t cell_of(uint64_t tag, int k) const;
+    void remember(const Bucket &b, int i, int64_t now);
+
     Slot locate(uint64_t tag) const;
     Slot insert(uint64_t tag, int64_t now);
     Slot make_room(uint32_t b1, uint32_t b2, int64_t now);
     bool cuckoo_path(uint32_t b1, uint32_t b2, int64_t now, Slot *out);
+    static uint64_t weight(const Bucket &b, int i, int64_t now);
     int free_slot(const Bucket &b, int64_t now) const;
     void vacate(Bucket &b, int i, int64_t now);
     void drop(Slot s, int64_t now);

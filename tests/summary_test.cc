@@ -1,0 +1,289 @@
+// The eviction summary: a key evicted from a full table comes back no
+// better off than it left, for every algorithm; exactly as it left when its
+// cells hold only its own debt; a colliding newcomer starts only as far
+// down as the keys it collides with; and a flood of live keys neither frees
+// a spent key nor refuses fresh ones.
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "helpers.h"
+#include "table.h"
+
+namespace {
+
+const uint8_t kSecret[16] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 1, 2, 3, 4, 5, 6};
+
+// A zone: one table, with the block sizes its rules need.
+struct Zone {
+    void *mem;
+    size_t size;
+    Zone(size_t n, const std::vector<rl_rule_t> &rules) : size(n)
+    {
+        mem = std::aligned_alloc(64, n);
+        std::vector<uint32_t> blobs;
+        for (const rl_rule_t &r : rules) {
+            if (rl_state_size(&r) > sizeof(rl_state_t)) {
+                blobs.push_back((uint32_t) (rl_state_size(&r) - sizeof(rl_state_t)));
+            }
+        }
+        char err[RL_ERR_MAX];
+        EXPECT_EQ(rl_table_init(mem, n, blobs.data(), blobs.size(), kSecret, err, sizeof(err)), RL_OK) << err;
+    }
+    Zone(const Zone &o) : size(o.size)
+    {
+        mem = std::aligned_alloc(64, size);
+        std::memcpy(mem, o.mem, size);
+    }
+    Zone &operator=(const Zone &) = delete;
+    ~Zone() { std::free(mem); }
+    rl::Table *table() { return rl::Table::at(mem); }
+    rl_table_stats_t stats()
+    {
+        rl_table_stats_t st;
+        rl_table_get_stats(mem, &st);
+        return st;
+    }
+};
+
+struct Result {
+    bool allowed;
+    rl_decision_t d;
+};
+
+Result hit(Zone &z, const rl_rule_t &rule, const std::string &key, int64_t now, uint64_t cost = 1)
+{
+    rl_check_t c{};
+    c.table = z.mem;
+    c.rule = &rule;
+    c.identity = rl_rule_identity(&rule, "$k", 2);
+    c.key = key.data();
+    c.key_len = key.size();
+    c.cost = cost;
+    size_t binding;
+    rl_check_hash(&c, 1);
+    const bool allowed = rl_check(&c, 1, RL_COMBINE_ALL, now, &binding) == 1;
+    return Result{allowed, c.decision};
+}
+
+uint64_t tag_of(Zone &z, const rl_rule_t &rule, const std::string &key)
+{
+    return z.table()->tag(rl_rule_identity(&rule, "$k", 2), key.data(), key.size());
+}
+
+// The smallest zone that fits the rule, as nginx would make it (32k), or
+// the size nginx -t names for a sliding_log.
+size_t smallest_zone(const rl_rule_t &rule)
+{
+    for (size_t size = 32 * 1024;; size += 1024) {
+        const uint32_t blob = (uint32_t) (rl_state_size(&rule) - sizeof(rl_state_t));
+        char err[RL_ERR_MAX];
+        if (rl_table_plan(size, &blob, blob ? 1 : 0, err, sizeof(err)) == RL_OK) {
+            return size;
+        }
+    }
+}
+
+const char *const kRules[] = {
+    "algorithm=gcra limit=5 period=1h",
+    "algorithm=token_bucket limit=5 period=1h burst=5",
+    "algorithm=fixed_window limit=5 period=1h",
+    "algorithm=fixed_window limit=5 period=1h align=first",
+    "algorithm=sliding_window limit=5 period=1h buckets=10",
+    "algorithm=sliding_log limit=5 period=1h",
+    "algorithm=leaky_bucket limit=5 period=1h max_delay=1h",
+    "algorithm=quota limit=5 reset=daily",
+};
+
+class Summary : public ::testing::TestWithParam<const char *> {};
+
+// A spent key (until refused) and a partly spent one are evicted alone:
+// from then on every decision for them is the one they would have had.
+TEST_P(Summary, EvictedKeyComesBackExactlyAsItLeft)
+{
+    const rl_rule_t rule = rule_of(GetParam());
+    for (int spent_all : {1, 0}) {
+        Zone a(256 * 1024, {rule});
+        const int64_t t0 = kT0 + 1234567;   // inside every window
+        int admitted = 0;
+        for (int i = 0; i < 100 && hit(a, rule, "victim", t0).allowed; i++) {
+            admitted++;
+            if (!spent_all && admitted == 2) {
+                break;
+            }
+        }
+        Zone b(a);   // the twin that keeps the key
+        a.table()->evict(tag_of(a, rule, "victim"), t0 + 100);
+        rl::State s;
+        ASSERT_FALSE(a.table()->find(tag_of(a, rule, "victim"), &s));
+        EXPECT_EQ(a.stats().live_evictions, 1u);
+
+        // probe both at instants over the next two periods, on copies
+        const int64_t span = 2 * rule.period_ms;
+        for (int64_t dt = 100; dt < span; dt += span / 997 + 1) {
+            Zone pa(a), pb(b);
+            const Result ra = hit(pa, rule, "victim", t0 + dt), rb = hit(pb, rule, "victim", t0 + dt);
+            ASSERT_EQ(ra.allowed, rb.allowed) << "at +" << dt << " ms, spent_all " << spent_all;
+            ASSERT_EQ(ra.d.remaining, rb.d.remaining) << "at +" << dt << " ms";
+            ASSERT_EQ(ra.d.retry_after_ms, rb.d.retry_after_ms) << "at +" << dt << " ms";
+            ASSERT_EQ(ra.d.delay_ms, rb.d.delay_ms) << "at +" << dt << " ms";
+        }
+        // and at the exact instant the twin admits again, not one ms later
+        if (spent_all) {
+            const Result rb = hit(b, rule, "victim", t0 + 200);
+            ASSERT_FALSE(rb.allowed);
+            const int64_t at = t0 + 200 + rb.d.retry_after_ms;
+            Zone p1(a), p2(a);
+            EXPECT_FALSE(hit(p1, rule, "victim", at - 1).allowed);
+            EXPECT_TRUE(hit(p2, rule, "victim", at).allowed);
+        }
+    }
+}
+
+// Keys evicted at random while requests go on: whatever the summary
+// restores, no key is ever admitted beyond its rule's window bounds.  (A key
+// is not evicted again while its debt is one it inherited from the summary:
+// what it spends then is not added to the summary, see Table::remember.)
+TEST_P(Summary, NeverBetterOffUnderRandomEvictions)
+{
+    const rl_rule_t rule = rule_of(GetParam());
+    Zone z(smallest_zone(rule), {rule});
+    std::mt19937_64 rng(42);
+    const int keys = 50;
+    std::vector<std::vector<std::pair<int64_t, uint64_t>>> admitted(keys);
+    int64_t now = kT0 + 1000;
+    const int64_t window = rule.algorithm == RL_QUOTA ? 86400000 : rule.period_ms;
+    const bool bucket = rule.algorithm == RL_GCRA || rule.algorithm == RL_TOKEN_BUCKET;
+    uint64_t restored_refusals = 0;
+
+    for (int op = 0; op < 20000; op++) {
+        now += (int64_t) (rng() % (uint64_t) (window / 50));
+        const int k = (int) (rng() % keys);
+        const std::string key = "k" + std::to_string(k);
+        if (rng() % 4 == 0) {
+            rl::State st;
+            rl::Table::Ref ref{};
+            const uint64_t tag = tag_of(z, rule, key);
+            if (z.table()->find(tag, &st, &ref) && !(rl::Table::debt(ref).inherited && st.head.t > now)) {
+                z.table()->evict(tag, now);
+            }
+            continue;
+        }
+        const uint64_t cost = 1 + rng() % 2;
+        const Result r = hit(z, rule, key, now, cost);
+        if (!r.allowed) {
+            continue;
+        }
+        auto &log = admitted[(size_t) k];
+        log.emplace_back(now + r.d.delay_ms, cost);
+        // the bound of every run of admissions ending now
+        uint64_t units = 0;
+        for (size_t j = log.size(); j-- > 0;) {
+            units += log[j].second;
+            const int64_t span = log.back().first - log[j].first;
+            if (bucket) {
+                ASSERT_LE(units * (uint64_t) rule.period_ms, (uint64_t) span * rule.limit + (uint64_t) rule.burst * rule.period_ms);
+            } else if (rule.algorithm == RL_LEAKY_BUCKET) {
+                // released at least T apart, each one's own cost
+                ASSERT_LE((units - log.back().second) * (uint64_t) rule.period_ms, (uint64_t) span * rule.limit);
+            } else if (rule.algorithm == RL_SLIDING_LOG && span < window) {
+                ASSERT_LE(units, rule.limit);
+            } else if (span < window) {
+                ASSERT_LE(units, 2u * rule.limit);
+            }
+        }
+        if (log.size() > 300) {
+            log.erase(log.begin(), log.begin() + 100);
+        }
+    }
+    restored_refusals = z.stats().summary_refusals;
+    EXPECT_GT(z.stats().live_evictions, 1000u);
+    if (rule.algorithm != RL_LEAKY_BUCKET) {   // which delays, mostly
+        EXPECT_GT(restored_refusals, 0u);      // the summary did refuse evicted keys
+    }
+}
+
+// 100 times the zone's capacity in distinct live keys, each admitted once,
+// after a key spent its limit: the spent key is refused until the very
+// instant its twin (never evicted) is admitted again, and fresh keys are
+// not refused on their first request.
+TEST_P(Summary, FloodOfLiveKeysNeitherFreesASpentKeyNorRefusesFreshOnes)
+{
+    const rl_rule_t rule = rule_of(GetParam());
+    Zone a(smallest_zone(rule), {rule});
+    const int64_t t0 = kT0 + 1234567;
+    while (hit(a, rule, "victim", t0).allowed) {
+    }
+    Zone b(a);
+    const uint64_t flood = 100 * a.stats().capacity;
+    for (uint64_t i = 0; i < flood; i++) {
+        // spread over a minute: each flood key is live for most of an hour
+        const Result r = hit(a, rule, "flood" + std::to_string(i), t0 + 1 + (int64_t) (i * 60000 / flood));
+        ASSERT_TRUE(r.allowed) << "flood key " << i << " of " << flood << ", remaining " << r.d.remaining << " retry " << r.d.retry_after_ms << " evictions " << a.stats().evictions << " live " << a.stats().live_evictions;
+    }
+    EXPECT_GE(a.stats().evictions, flood - a.stats().capacity);
+    const int64_t after = t0 + 60001;
+    uint64_t fresh_refused = 0;
+    for (int i = 0; i < 10000; i++) {
+        Zone p(a);
+        fresh_refused += !hit(p, rule, "fresh" + std::to_string(i), after).allowed;
+    }
+    EXPECT_LE(fresh_refused, 100u) << "fresh keys refused on their first request";
+    const Result rb = hit(b, rule, "victim", after);
+    ASSERT_FALSE(rb.allowed);
+    const int64_t at = after + rb.d.retry_after_ms;
+    for (int64_t t = after; t < at; t += (at - after) / 50 + 1) {
+        Zone p(a);
+        ASSERT_FALSE(hit(p, rule, "victim", t).allowed) << "admitted " << at - t << " ms early";
+    }
+    Zone p1(a), p2(a);
+    EXPECT_FALSE(hit(p1, rule, "victim", at - 1).allowed);
+    EXPECT_TRUE(hit(p2, rule, "victim", at).allowed) << "not admitted when its twin is";
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, Summary, ::testing::ValuesIn(kRules));
+
+// A key that spent 1 of 3 units makes a newcomer sharing both its cells
+// start 1 unit down: not refused.
+TEST(SummaryCells, CollidingNewcomerStartsAsFarDownAsTheKeyItCollidesWith)
+{
+    for (const char *text : {"limit=3 period=1h", "algorithm=fixed_window limit=3 period=1h"}) {
+        const rl_rule_t rule = rule_of(text);
+        Zone z(32 * 1024, {rule});
+        rl::Table *t = z.table();
+        const int64_t t0 = kT0 + 1000;
+        ASSERT_TRUE(hit(z, rule, "spender", t0).allowed);
+        const uint64_t spender = tag_of(z, rule, "spender");
+        t->evict(spender, t0 + 1);
+        // a key whose two cells are the spender's
+        std::string other;
+        for (int i = 0; other.empty(); i++) {
+            const std::string k = "n" + std::to_string(i);
+            const uint64_t tag = tag_of(z, rule, k);
+            if (rl::Owed o = t->owed(tag, t0 + 2); o.frac > 0) {
+                other = k;
+            }
+        }
+        const Result r = hit(z, rule, other, t0 + 2);
+        EXPECT_TRUE(r.allowed) << text;
+        EXPECT_EQ(r.d.remaining, 1u) << text << ": one unit down, then this request";
+        EXPECT_EQ(z.stats().summary_refusals, 0u);
+    }
+}
+
+TEST(SummaryCells, NothingOwedOnceEveryDebtHasExpired)
+{
+    const rl_rule_t rule = rule_of("limit=1 period=1m");
+    Zone z(32 * 1024, {rule});
+    ASSERT_TRUE(hit(z, rule, "k", kT0).allowed);
+    z.table()->evict(tag_of(z, rule, "k"), kT0 + 1);
+    EXPECT_FALSE(hit(z, rule, "k", kT0 + 59999).allowed);
+    EXPECT_EQ(z.stats().summary_refusals, 1u);
+    EXPECT_TRUE(hit(z, rule, "k", kT0 + 60000).allowed);
+    const rl::Owed o = z.table()->owed(tag_of(z, rule, "other"), kT0 + 60000);
+    EXPECT_EQ(o.frac, 0u);
+}
+
+}  // namespace
