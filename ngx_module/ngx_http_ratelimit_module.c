@@ -45,6 +45,14 @@
 /* Bytes of a key shown in log lines, escaped. */
 #define NGX_HTTP_RATELIMIT_KEY_LOG_MAX       64
 
+/* ratelimit_log_level off */
+#define NGX_HTTP_RATELIMIT_LOG_OFF           0
+
+/* Log folding, per worker: the keys remembered, and lines a rule may write
+   in a second before the rest are only counted. */
+#define NGX_HTTP_RATELIMIT_FOLD_KEYS         1024
+#define NGX_HTTP_RATELIMIT_FOLD_LINES        10
+
 
 typedef struct {
     ngx_str_t                    name;      /* as declared */
@@ -69,6 +77,12 @@ typedef struct {
     ngx_str_t                    limit;     /* header texts known in advance */
     ngx_str_t                    policy;    /* "name";q=N;w=  */
     ngx_int_t                    stats;     /* its counters in the zone */
+
+    /* this worker's log lines (see ngx_http_ratelimit_log_line) */
+    ngx_msec_t                   log_second;
+    ngx_uint_t                   log_lines;
+    ngx_uint_t                   log_level;
+    ngx_uint_t                   folded[2]; /* rejections, delays */
 } ngx_http_ratelimit_rule_t;
 
 
@@ -92,8 +106,18 @@ typedef struct {
 } ngx_http_ratelimit_zone_ref_t;
 
 
+/* A rule and key logged lately, in a worker. */
+typedef struct {
+    ngx_http_ratelimit_rule_t   *rule;
+    uint64_t                     tag;
+    ngx_msec_t                   at;
+} ngx_http_ratelimit_fold_t;
+
+
 typedef struct {
     ngx_array_t                  zone_refs; /* ngx_http_ratelimit_zone_ref_t */
+    ngx_http_ratelimit_fold_t   *fold;      /* [NGX_HTTP_RATELIMIT_FOLD_KEYS] */
+    ngx_event_t                  fold_event;
 } ngx_http_ratelimit_main_conf_t;
 
 
@@ -103,6 +127,7 @@ typedef struct {
     ngx_uint_t                   headers;   /* mode of the checking location */
     ngx_http_ratelimit_rule_t   *rule;      /* binding rule, or NULL */
     rl_decision_t                decision;  /* binding rule's decision */
+    uint64_t                     tag;       /* binding rule's key, hashed */
 
     /* a delayed request's reservations, given back if it is abandoned */
     rl_check_t                  *held;
@@ -158,6 +183,9 @@ static void ngx_http_ratelimit_lock(rl_check_t *checks,
     ngx_http_ratelimit_rule_t **rules, ngx_uint_t n, ngx_uint_t lock);
 static void ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
     const char *what, ngx_http_ratelimit_rule_t *rule, rl_check_t *check);
+static ngx_uint_t ngx_http_ratelimit_log_line(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule, rl_check_t *check, ngx_uint_t level);
+static void ngx_http_ratelimit_log_folded(ngx_event_t *ev);
 static ngx_int_t ngx_http_ratelimit_add_header(ngx_http_request_t *r,
     ngx_str_t *name, u_char *value, size_t len);
 static u_char *ngx_http_ratelimit_number(u_char *p, uint64_t n);
@@ -235,6 +263,7 @@ static ngx_http_ratelimit_enum_t  ngx_http_ratelimit_headers_enum = {
 
 
 static ngx_conf_enum_t  ngx_http_ratelimit_log_levels[] = {
+    { ngx_string("off"), NGX_HTTP_RATELIMIT_LOG_OFF },
     { ngx_string("info"), NGX_LOG_INFO },
     { ngx_string("notice"), NGX_LOG_NOTICE },
     { ngx_string("warn"), NGX_LOG_WARN },
@@ -244,7 +273,7 @@ static ngx_conf_enum_t  ngx_http_ratelimit_log_levels[] = {
 
 static ngx_http_ratelimit_enum_t  ngx_http_ratelimit_log_level_enum = {
     ngx_http_ratelimit_log_levels,
-    "\"info\", \"notice\", \"warn\" or \"error\""
+    "\"off\", \"info\", \"notice\", \"warn\" or \"error\""
 };
 
 
@@ -351,7 +380,8 @@ enum {
     NGX_HTTP_RATELIMIT_VAR_RESET,
     NGX_HTTP_RATELIMIT_VAR_RETRY_AFTER,
     NGX_HTTP_RATELIMIT_VAR_RULE,
-    NGX_HTTP_RATELIMIT_VAR_DECIDED_BY
+    NGX_HTTP_RATELIMIT_VAR_DECIDED_BY,
+    NGX_HTTP_RATELIMIT_VAR_FINGERPRINT
 };
 
 
@@ -377,6 +407,9 @@ static ngx_http_variable_t  ngx_http_ratelimit_vars[] = {
 
     { ngx_string("ratelimit_decided_by"), NULL, ngx_http_ratelimit_variable,
       NGX_HTTP_RATELIMIT_VAR_DECIDED_BY, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ratelimit_fingerprint"), NULL, ngx_http_ratelimit_variable,
+      NGX_HTTP_RATELIMIT_VAR_FINGERPRINT, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
       ngx_http_null_variable
 };
@@ -498,6 +531,8 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
+    rl_check_hash(checks, n);   /* outside the locks */
+
     zone = used[0]->shm_zone->data;
 
     if (zone->redis != NULL) {
@@ -524,8 +559,6 @@ ngx_http_ratelimit_check_local(ngx_http_request_t *r,
     ngx_http_ratelimit_loc_conf_t  *rlcf;
 
     rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
-
-    rl_check_hash(checks, n);   /* outside the locks */
 
     tp = ngx_timeofday();
     now = (int64_t) tp->sec * 1000 + tp->msec;
@@ -564,6 +597,7 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
                                     : NGX_HTTP_RATELIMIT_REJECTED;
         ctx->rule = used[binding];
         ctx->decision = checks[binding].decision;
+        ctx->tag = checks[binding].tag;
 
         ngx_http_ratelimit_log(r, rlcf->log_level,
                                rlcf->dry_run ? "would reject (dry run)"
@@ -588,6 +622,7 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
 
     ctx->rule = used[binding];
     ctx->decision = checks[binding].decision;
+    ctx->tag = checks[binding].tag;
 
     if (delay == 0) {
         ctx->status = NGX_HTTP_RATELIMIT_PASSED;
@@ -595,7 +630,8 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
     }
 
     ngx_http_ratelimit_log(r, rlcf->log_level == NGX_LOG_INFO
-                              ? NGX_LOG_INFO : rlcf->log_level + 1,
+                              || rlcf->log_level == NGX_HTTP_RATELIMIT_LOG_OFF
+                              ? rlcf->log_level : rlcf->log_level + 1,
                            rlcf->dry_run ? "would delay (dry run)"
                                          : "delaying",
                            used[binding], &checks[binding]);
@@ -951,16 +987,20 @@ ngx_http_ratelimit_cost(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule)
 
     cost = ngx_atoi(value.data, value.len);   /* digits only, no overflow */
 
-    if (cost != NGX_ERROR) {
+    /* 0 would be a free pass for whoever sets the variable */
+
+    if (cost > 0 || (cost == 0 && rule->rule.zero_cost)) {
         return (uint64_t) cost;
     }
 
     if (!rule->cost_warned) {
         rule->cost_warned = 1;
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "ratelimit: rule \"%V\": cost \"%V\" is not a "
-                      "non-negative integer, counted as 1 (logged once per "
-                      "worker)", &rule->name, &rule->cost->value);
+                      "ratelimit: rule \"%V\": cost \"%V\" is %s, counted "
+                      "as 1 (logged once per worker)", &rule->name,
+                      &rule->cost->value,
+                      cost == 0 ? "0 without zero_cost=on"
+                                : "not a non-negative integer");
     }
 
     return 1;
@@ -1052,45 +1092,63 @@ ngx_http_ratelimit_lock(rl_check_t *checks, ngx_http_ratelimit_rule_t **rules,
 }
 
 
+/*
+ * A rejection's or a delay's log line.  Keys are often secrets (API keys,
+ * session cookies): a line names the key by its fingerprint, the key's hash
+ * under the zone's secret ($ratelimit_fingerprint, the key API), unless the
+ * rule says log_key=on; then the key is escaped and cut, since the client
+ * chose it.
+ */
+
 static void
 ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
     const char *what, ngx_http_ratelimit_rule_t *rule, rl_check_t *check)
 {
     u_char       *p, *last, c;
     size_t        i, len;
-    u_char        key[NGX_HTTP_RATELIMIT_KEY_LOG_MAX * 4 + 4];
+    u_char        key[NGX_HTTP_RATELIMIT_KEY_LOG_MAX * 4 + 32];
     const u_char *data;
 
-    if (r->connection->log->log_level < level) {
+    if (level == NGX_HTTP_RATELIMIT_LOG_OFF
+        || r->connection->log->log_level < level
+        || !ngx_http_ratelimit_log_line(r, rule, check, level))
+    {
         return;
     }
 
-    /* the key, escaped and truncated: it is client-controlled */
-
-    data = check->key;
-    len = ngx_min(check->key_len, NGX_HTTP_RATELIMIT_KEY_LOG_MAX);
     p = key;
     last = key + sizeof(key);
 
-    for (i = 0; i < len; i++) {
-        c = data[i];
+    if (!rule->rule.log_key) {
+        p = ngx_snprintf(p, last - p, "fingerprint %016xL", check->tag);
 
-        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
-            *p++ = c;
+    } else {
+        data = check->key;
+        len = ngx_min(check->key_len, NGX_HTTP_RATELIMIT_KEY_LOG_MAX);
+        *p++ = '"';
 
-        } else {
-            p = ngx_snprintf(p, last - p, "\\x%02xd", c);
+        for (i = 0; i < len; i++) {
+            c = data[i];
+
+            if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+                *p++ = c;
+
+            } else {
+                p = ngx_snprintf(p, last - p, "\\x%02xd", c);
+            }
         }
-    }
 
-    if (check->key_len > len) {
-        p = ngx_cpymem(p, "...", 3);
+        if (check->key_len > len) {
+            p = ngx_cpymem(p, "...", 3);
+        }
+
+        *p++ = '"';
     }
 
     if (check->decision.allowed) {
         ngx_log_error(level, r->connection->log, 0,
-                      "ratelimit: %s by rule \"%V\" in zone \"%V\", key "
-                      "\"%*s\", cost %uL, for %L ms", what, &rule->name,
+                      "ratelimit: %s by rule \"%V\" in zone \"%V\", key %*s, "
+                      "cost %uL, for %L ms", what, &rule->name,
                       &((ngx_http_ratelimit_zone_t *) rule->shm_zone->data)->name,
                       (size_t) (p - key), key,
                       check->cost, check->decision.delay_ms);
@@ -1098,14 +1156,114 @@ ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
     }
 
     ngx_log_error(level, r->connection->log, 0,
-                  "ratelimit: %s by rule \"%V\" in zone \"%V\", key \"%*s\","
-                  " cost %uL%s, retry after %L ms", what, &rule->name,
+                  "ratelimit: %s by rule \"%V\" in zone \"%V\", key %*s, "
+                  "cost %uL%s, retry after %L ms", what, &rule->name,
                   &((ngx_http_ratelimit_zone_t *) rule->shm_zone->data)->name,
                   (size_t) (p - key), key,
                   check->cost,
                   check->decision.never ? " (more than the rule ever admits)"
                                         : "",
                   check->decision.retry_after_ms);
+}
+
+
+/*
+ * Whether a rejection or a delay gets its own line: at most one a second
+ * (or a retry time, when shorter) for a rule and key, and a few a second
+ * for a rule in a worker, so that a flood cannot fill the disk.  What is
+ * not written is counted, and a timer writes the counts once a second.
+ * The keys are remembered in a fixed table: a key pushed out of it by
+ * another only gets its line again.
+ */
+
+static ngx_uint_t
+ngx_http_ratelimit_log_line(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule, rl_check_t *check, ngx_uint_t level)
+{
+    int64_t                           wait;
+    ngx_msec_t                        now;
+    ngx_uint_t                        delayed;
+    ngx_http_ratelimit_fold_t        *f;
+    ngx_http_ratelimit_main_conf_t   *rmcf;
+
+    rmcf = ngx_http_get_module_main_conf(r, ngx_http_ratelimit_module);
+    now = ngx_current_msec;
+    delayed = check->decision.allowed;
+    wait = delayed ? check->decision.delay_ms
+                   : check->decision.retry_after_ms;
+    wait = ngx_max(ngx_min(wait, 1000), 1);
+
+    f = &rmcf->fold[(check->tag ^ (uintptr_t) rule)
+                    % NGX_HTTP_RATELIMIT_FOLD_KEYS];
+
+    if (f->rule == rule && f->tag == check->tag
+        && (ngx_msec_int_t) (now - f->at) < wait)
+    {
+        goto fold;
+    }
+
+    if ((ngx_msec_int_t) (now - rule->log_second) >= 1000) {
+        rule->log_second = now;
+        rule->log_lines = 0;
+    }
+
+    if (rule->log_lines == NGX_HTTP_RATELIMIT_FOLD_LINES) {
+        goto fold;
+    }
+
+    rule->log_lines++;
+    f->rule = rule;
+    f->tag = check->tag;
+    f->at = now;
+
+    return 1;
+
+fold:
+
+    rule->folded[delayed]++;
+    rule->log_level = level;
+
+    if (!rmcf->fold_event.timer_set) {
+        rmcf->fold_event.log = ngx_cycle->log;
+        ngx_add_timer(&rmcf->fold_event, 1000);
+    }
+
+    return 0;
+}
+
+
+/* Once a second while lines are being folded: what was not written. */
+
+static void
+ngx_http_ratelimit_log_folded(ngx_event_t *ev)
+{
+    ngx_uint_t                       i, k;
+    ngx_http_ratelimit_rule_t       *rule;
+    ngx_http_ratelimit_zone_ref_t   *refs;
+    ngx_http_ratelimit_main_conf_t  *rmcf = ev->data;
+
+    static const char  *what[] = { "rejections", "delays" };
+
+    refs = rmcf->zone_refs.elts;
+
+    for (i = 0; i < rmcf->zone_refs.nelts; i++) {
+        rule = (ngx_http_ratelimit_rule_t *) refs[i].rules->elts
+               + refs[i].index;
+
+        for (k = 0; k < 2; k++) {
+            if (rule->folded[k] == 0) {
+                continue;
+            }
+
+            ngx_log_error(rule->log_level, ev->log, 0,
+                          "ratelimit: %ui more %s by rule \"%V\" in zone "
+                          "\"%V\" (repeats not logged one by one)",
+                          rule->folded[k], what[k], &rule->name,
+                          &((ngx_http_ratelimit_zone_t *)
+                            rule->shm_zone->data)->name);
+            rule->folded[k] = 0;
+        }
+    }
 }
 
 
@@ -1312,6 +1470,12 @@ ngx_http_ratelimit_variable(ngx_http_request_t *r,
     p = ngx_pnalloc(r->pool, NGX_INT64_LEN);
     if (p == NULL) {
         return NGX_ERROR;
+    }
+
+    if (data == NGX_HTTP_RATELIMIT_VAR_FINGERPRINT) {
+        v->data = p;
+        v->len = ngx_sprintf(p, "%016xL", ctx->tag) - p;
+        return NGX_OK;
     }
 
     v->data = p;
@@ -1810,6 +1974,16 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         key = default_key;
     }
 
+    if (ngx_http_script_variables_count(&key) == 0) {
+        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                           "\"ratelimit\" directive: rule \"%s\": key=\"%V\" "
+                           "has no variable, %s", rule->rule.name, &key,
+                           key.len ? "so every request shares one budget (a "
+                                     "global limit); write key=$NAME for one "
+                                     "budget per value of a variable"
+                                   : "and an empty key exempts every request");
+    }
+
     ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
     ccv.cf = cf;
     ccv.value = &key;
@@ -2091,6 +2265,7 @@ ngx_http_ratelimit_init(ngx_conf_t *cf)
 {
     uint32_t                        *blob;
     ngx_uint_t                       i;
+    ngx_array_t                     *handlers;
     ngx_http_handler_pt             *h;
     ngx_http_ratelimit_zone_t       *zone;
     ngx_http_core_main_conf_t       *cmcf;
@@ -2133,14 +2308,36 @@ ngx_http_ratelimit_init(ngx_conf_t *cf)
         }
     }
 
-    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+    rmcf->fold = ngx_pcalloc(cf->pool, NGX_HTTP_RATELIMIT_FOLD_KEYS
+                                       * sizeof(ngx_http_ratelimit_fold_t));
+    if (rmcf->fold == NULL) {
+        return NGX_ERROR;
+    }
 
-    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
+    rmcf->fold_event.handler = ngx_http_ratelimit_log_folded;
+    rmcf->fold_event.data = rmcf;
+    rmcf->fold_event.log = cf->log;
+    rmcf->fold_event.cancelable = 1;
+
+    /*
+     * The handler goes first in the preaccess phase's handlers, which nginx
+     * runs last to first: after realip (a location's real_ip_header),
+     * limit_conn and limit_req, whatever the order modules were loaded in.
+     * A request they reject spends nothing here, and keys see the client's
+     * address, not the proxy's.
+     */
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+    handlers = &cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers;
+
+    h = ngx_array_push(handlers);
     if (h == NULL) {
         return NGX_ERROR;
     }
 
-    *h = ngx_http_ratelimit_handler;
+    h = handlers->elts;
+    ngx_memmove(&h[1], &h[0], (handlers->nelts - 1) * sizeof(*h));
+    h[0] = ngx_http_ratelimit_handler;
 
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_ratelimit_header_filter;

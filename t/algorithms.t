@@ -16,7 +16,7 @@ ratelimit_zone z 1m;
 server {
     listen 127.0.0.1:%%PORT%%;
     location /gcra/ {
-        ratelimit zone=z limit=3 period=1m;
+        ratelimit zone=z limit=3 period=1m log_key=on;
         alias %%PREFIX%%/html/;
     }
     location /gcra-burst/ {
@@ -109,7 +109,9 @@ sub headers_of {
 }
 
 like($t->error_log, qr/ratelimit: rejected by rule "gcra_3_1m" in zone "z", key "\\x7f\\x00\\x00\\x01", cost 1, retry after \d+ ms/,
-     'rejections are logged with rule, zone and escaped key');
+     'log_key=on: rejections are logged with rule, zone and escaped key');
+like($t->error_log, qr/ratelimit: rejected by rule "gcra_10_1s_b4" in zone "z", key fingerprint [0-9a-f]{16}, cost 1, retry after \d+ ms/,
+     'by default a rejection names the key by its fingerprint');
 
 $t->stop();
 done_testing();

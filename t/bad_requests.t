@@ -19,7 +19,7 @@ ratelimit_zone z 1m;
 server {
     listen 127.0.0.1:%%PORT%%;
     location / {
-        ratelimit zone=z key=$http_x_key limit=1 period=1h name=keyed;
+        ratelimit zone=z key=$http_x_key limit=1 period=1h name=keyed log_key=on;
     }
     location /cost/ {
         ratelimit zone=z key=$http_x_key limit=5 period=1h cost=$arg_c name=costly;

@@ -57,6 +57,10 @@ server {
         ratelimit zone=z key=$http_x_user limit=10 period=1h cost=$arg_c name=cost;
         alias %%PREFIX%%/html/;
     }
+    location /peek/ {
+        ratelimit zone=z key=$http_x_user limit=10 period=1h cost=$arg_c name=peek zero_cost=on;
+        alias %%PREFIX%%/html/;
+    }
     location /redirect/ {
         ratelimit zone=z key=$http_x_user limit=2 period=1h name=redirect;
         try_files /missing @named;
@@ -142,9 +146,17 @@ is(get_as('/inherit/index.html', User => 'i2')->{headers}{'x-ratelimit-limit'}, 
     my $r = get_as('/cost/index.html?c=7', User => 'c');
     is($r->{headers}{'x-ratelimit-remaining'}, 3, 'cost=$arg_c: 7 spent');
     $r = get_as('/cost/index.html?c=0', User => 'c');
-    is($r->{headers}{'x-ratelimit-remaining'}, 3, 'cost 0 looks without spending');
-    $r = get_as('/cost/index.html?c=4', User => 'c');
-    is($r->{status}, 429, 'cost 4 with 3 left: denied');
+    is($r->{headers}{'x-ratelimit-remaining'}, 2, 'a cost variable\'s 0 counts as 1: no free pass');
+    $r = get_as('/cost/index.html?c=3', User => 'c');
+    is($r->{status}, 429, 'cost 3 with 2 left: denied');
+    for (1 .. 3) {
+        $r = get_as('/peek/index.html?c=0', User => 'p');
+        is($r->{headers}{'x-ratelimit-remaining'}, 10, "zero_cost=on: 0 looks without spending ($_)");
+    }
+    $r = get_as('/peek/index.html?c=10', User => 'p');
+    is($r->{status}, 200, 'zero_cost=on: then all 10 are there');
+    $r = get_as('/peek/index.html?c=0', User => 'p');
+    is("$r->{status} $r->{headers}{'x-ratelimit-remaining'}", '200 0', 'zero_cost=on: a peek at a spent key passes');
     for my $bad ('-1', 'abc', '99999999999999999999', '') {
         $r = get_as("/cost/index.html?c=$bad", User => "bad-cost-$bad");
         is($r->{headers}{'x-ratelimit-remaining'}, 9, "cost \"$bad\" counts as 1");
@@ -152,7 +164,7 @@ is(get_as('/inherit/index.html', User => 'i2')->{headers}{'x-ratelimit-limit'}, 
     $r = get_as('/cost/index.html?c=11', User => 'c11');
     is($r->{status}, 429, 'cost above what the rule can ever admit: denied');
     is($r->{headers}{'x-ratelimit-remaining'}, 10, 'never-admissible cost consumes nothing');
-    my @warn = $t->error_log =~ /rule "cost": cost "\$arg_c" is not a non-negative integer, counted as 1/g;
+    my @warn = $t->error_log =~ /rule "cost": cost "\$arg_c" is (?:0 without zero_cost=on|not a non-negative integer), counted as 1/g;
     is(scalar @warn, 1, 'bad cost logged once per worker');
 }
 

@@ -144,7 +144,7 @@ is($count{'shape 429 REJECTED'}, 2, 'log: two REJECTED');
 is($count{'dry 200 DELAYED_DRY_RUN'}, 5, 'log: dry run DELAYED_DRY_RUN');
 is($count{'dry 200 REJECTED_DRY_RUN'}, 2, 'log: dry run REJECTED_DRY_RUN');
 is($count{'slow 499 DELAYED'}, 1, 'log: the abandoned request, 499 while DELAYED');
-like($t->error_log, qr/\[warn\].*ratelimit: delaying by rule "leaky_bucket_10_1s" in zone "z", key "a", cost 1, for \d+ ms/,
+like($t->error_log, qr/\[warn\].*ratelimit: delaying by rule "leaky_bucket_10_1s" in zone "z", key fingerprint [0-9a-f]{16}, cost 1, for \d+ ms/,
      'delays are logged one level below rejections');
 
 done_testing();
