@@ -2,7 +2,7 @@
 // state a key absent from the table starts from (table.h keeps the cells).
 //
 // A key owes, until the instant it is back to full budget (its head's t), a
-// fraction of its rule's capacity: the tokens a gcra or token_bucket key is
+// fraction of its rule's capacity (beyond its first request, see owed_frac): the tokens a gcra or token_bucket key is
 // missing of its burst, the queue a leaky_bucket key holds, the units a
 // window counts.  Rounded up when stored (8 bits), rounded down when read,
 // so that a key restored under the same rule owes exactly what it owed for
@@ -65,12 +65,18 @@ int64_t window_end(const rl_rule_t &rule, int64_t now)
 
 }  // namespace
 
+// A key owing no more than one request of cost 1 owes nothing here: that
+// much every new key gets, so forgetting it never lets a key do more than
+// the new keys it takes to evict it, and a flood of keys admitted once
+// each leaves the summary empty (no new key then starts owing anything).
 uint32_t owed_frac(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now)
 {
     if (paced(rule.algorithm)) {
-        return fraction(units_ahead(s.head, now, rule.limit), paced_capacity(rule));
+        const uint64_t ahead = units_ahead(s.head, now, rule.limit);
+        return ahead <= (uint64_t) rule.period_ms ? 0 : fraction(ahead, paced_capacity(rule));
     }
-    return fraction(rule.limit - (d.remaining < rule.limit ? d.remaining : rule.limit), rule.limit);
+    const uint64_t units = rule.limit - (d.remaining < rule.limit ? d.remaining : rule.limit);
+    return units <= 1 ? 0 : fraction(units, rule.limit);
 }
 
 State restore(const rl_rule_t &rule, Owed o, int64_t now)

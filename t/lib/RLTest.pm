@@ -10,6 +10,7 @@ package RLTest;
 #   $t->write_conf('ratelimit_zone z 1m; server { listen 127.0.0.1:%%PORT%%; ... }');
 #   $t->start();
 #   my $r = $t->get('/index.html', { 'X-User' => 'a' });   # HTTP::Tiny response
+#   my %status = $t->pipelined('/f', 'X-Key', @keys);   # one request a key
 #   $t->reload($new_body);  $t->stop();
 #
 # RLTest->new(quiet => 1) makes stop() print nothing (benchmarks use it).
@@ -240,6 +241,26 @@ sub burst {
         waitpid($pid, 0);
     }
     return @sum;
+}
+
+# Requests on one keep-alive connection, pipelined 200 at a time: one for
+# each value, which goes in the given header.  Returns the count of each
+# status.  (HEAD requests if $path starts with "HEAD ".)
+sub pipelined {
+    my ($self, $path, $header, @values) = @_;
+    my $method = $path =~ s/^HEAD // ? 'HEAD' : 'GET';
+    my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$self->{port}") or die "RLTest: connect: $!\n";
+    my %status;
+    while (my @batch = splice(@values, 0, 200)) {
+        print $s join '', map { "$method $path HTTP/1.1\r\nHost: t\r\n$header: $_\r\n\r\n" } @batch;
+        my ($buf, $seen) = ('', 0);
+        while ($seen < @batch) {
+            sysread($s, $buf, 65536, length $buf) or die "RLTest: read: $!\n";
+            $seen = () = $buf =~ /^HTTP\/1\.1 \d+/mg;
+        }
+        $status{$1}++ while $buf =~ /^HTTP\/1\.1 (\d+)/mg;
+    }
+    return %status;
 }
 
 # `nginx -t` of a whole configuration text: (exit code, output).
