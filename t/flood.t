@@ -22,8 +22,9 @@ server {
     location / {
         # a flood key owes its one request for an hour
         ratelimit zone=small key=$http_x_key limit=2 period=2h name=flood;
-        # the victim is denied for an hour after its one request
-        ratelimit zone=small key=$http_x_victim limit=1 period=1h name=victim;
+        # the victim is denied for half an hour after its two requests
+        # (a key owing only its one request would be forgotten, README)
+        ratelimit zone=small key=$http_x_victim limit=2 period=1h name=victim;
         ratelimit_log_level info;
     }
     location = /stats {
@@ -38,7 +39,8 @@ sub stats { decode_json($t->get('/stats')->{content})->{zones}{small} }
 my $capacity = stats()->{capacity};
 ok($capacity > 500 && $capacity < 2000, "the 32k zone holds $capacity keys");
 
-is($t->get('/index.html', { 'X-Victim' => 'v' })->{status}, 200, 'victim: its one request');
+is($t->get('/index.html', { 'X-Victim' => 'v' })->{status}, 200, 'victim: its first request');
+is($t->get('/index.html', { 'X-Victim' => 'v' })->{status}, 200, 'victim: its second request');
 is($t->get('/index.html', { 'X-Victim' => 'v' })->{status}, 429, 'victim: then denied');
 
 sub flood {
