@@ -131,6 +131,12 @@ my @bad = (
     [ 'cluster rules with different keys', 'ratelimit_zone c 1m redis=127.0.0.1:6379 redis_cluster=on;',
       'ratelimit zone=c key=$remote_addr limit=5; ratelimit zone=c key=$http_x_key limit=50 name=b;',
       qr/"ratelimit" directive: key=\$remote_addr and key=\$http_x_key in one location of the Redis Cluster zone=c: its rules must have the same key/ ],
+    [ 'zero_cost with a constant cost', '', 'ratelimit zone=z limit=5 cost=0 zero_cost=on;',
+      qr/"ratelimit" directive: "zero_cost=" applies to cost=\$variable only/ ],
+    [ 'zero_cost not on or off', '', 'ratelimit zone=z limit=5 cost=$arg_c zero_cost=yes;',
+      qr/invalid "zero_cost=yes": expected zero_cost=on or zero_cost=off/ ],
+    [ 'log_key not on or off', '', 'ratelimit zone=z limit=5 log_key=clear;',
+      qr/invalid "log_key=clear": expected log_key=on or log_key=off/ ],
     [ 'too many rules', '', join(' ', map { "ratelimit zone=z limit=5 name=r$_;" } 1 .. 33),
       qr/"ratelimit" directive: too many rules: at most 32 apply to one request/ ],
 );
@@ -160,7 +166,9 @@ my @good = (
     'ratelimit zone=z limit=5 name=' . ('n' x 63) . ';',
     'ratelimit_status 400;', 'ratelimit_status 599;',
     'ratelimit_headers off;', 'ratelimit_headers BOTH;',
-    'ratelimit_combine any;', 'ratelimit_dry_run on;', 'ratelimit_log_level info;',
+    'ratelimit_combine any;', 'ratelimit_dry_run on;', 'ratelimit_log_level info;', 'ratelimit_log_level off;',
+    'ratelimit zone=z limit=5 cost=$arg_c zero_cost=on log_key=on;',
+    'ratelimit zone=z limit=5 cost=$arg_c zero_cost=off log_key=off;',
     join(' ', map { "ratelimit zone=z limit=5 name=r$_;" } 1 .. 32),
     'ratelimit zone=later algorithm=sliding_window limit=5 buckets=1;',
     'ratelimit zone=later algorithm=sliding_log limit=1000 period=24d;',
@@ -185,5 +193,19 @@ for my $loc (@good) {
         . "ratelimit_zone c 1m redis=127.0.0.1:1 redis_cluster=on;\n"));
     is($rc, 0, "valid: " . substr($loc, 0, 70)) or diag($out);
 }
+
+# a key with no variable is almost always a missing "$": nginx -t says so,
+# naming the rule, and still accepts it (a global limit)
+for my $case ([ 'key=http_x_api_key', qr/\[warn\] "ratelimit" directive: rule "gcra_5_1s": key="http_x_api_key" has no variable, so every request shares one budget \(a global limit\); write key=\$NAME for one budget per value of a variable in \S+\.conf:\d+/ ],
+              [ 'key=', qr/\[warn\] "ratelimit" directive: rule "gcra_5_1s": key="" has no variable, and an empty key exempts every request/ ]) {
+    my ($key, $re) = @$case;
+    my ($rc, $out) = $t->nginx_t($t->conf_text(
+        "ratelimit_zone z 1m;\nserver {\n    listen 127.0.0.1:%%PORT%%;\n    location / { ratelimit zone=z $key limit=5; }\n}\n"));
+    is($rc, 0, "$key: accepted");
+    like($out, $re, "$key: warned, naming the rule");
+}
+my (undef, $quiet) = $t->nginx_t($t->conf_text(
+    "ratelimit_zone z 1m;\nserver {\n    listen 127.0.0.1:%%PORT%%;\n    location / { ratelimit zone=z key=\$http_x_a limit=5; }\n}\n"));
+unlike($quiet, qr/no variable/, 'a key with a variable: no warning');
 
 done_testing();
