@@ -247,7 +247,7 @@ TEST_P(Summary, FloodOfLiveKeysNeitherFreesASpentKeyNorRefusesFreshOnes)
 
 INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, Summary, ::testing::ValuesIn(kRules));
 
-// A key that spent 2 of 4 units makes a newcomer sharing both its cells
+// A key that spent 2 of 4 units makes a newcomer sharing all its cells
 // start 2 units down: not refused.  One that spent 1 leaves nothing.
 TEST(SummaryCells, CollidingNewcomerStartsAsFarDownAsTheKeyItCollidesWith)
 {
@@ -263,7 +263,7 @@ TEST(SummaryCells, CollidingNewcomerStartsAsFarDownAsTheKeyItCollidesWith)
         ASSERT_TRUE(hit(z, rule, "spender", t0).allowed);
         const uint64_t spender = tag_of(z, rule, "spender");
         t->evict(spender, t0 + 1);
-        // a key whose two cells are the spender's
+        // a key whose cells are the spender's
         std::string other;
         for (int i = 0; other.empty(); i++) {
             const std::string k = "n" + std::to_string(i);

@@ -31,6 +31,11 @@ const uint32_t kSweep = 8;
 // keys held, for a memory of what evicted keys owe (README, bench/README.md).
 const uint64_t kSketchShare = 40;
 
+// Cells a key has in the summary: a fresh key is restored only if all of
+// them hold a debt, so more cells mean fewer innocent keys restored while
+// few are taken; three is most of the gain (bench/summary.cc).
+const int kCells = 3;
+
 // A bucket's meta word: bit i says slot i owns a block; bit 3 + i that
 // slot i's key came back from the summary and has not been back to full
 // budget since; 8 bits a slot from bit 6 hold the fraction its key owes.
@@ -270,7 +275,7 @@ void Table::remember(const Bucket &b, int i, int64_t now)
     }
     const uint32_t frac = d.frac;
     uint64_t *c = cells();
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < kCells; k++) {
         uint64_t &cell = c[cell_of(b.tag[i], k)];
         const Owed was = unpack(cell);
         cell = was.until <= now ? pack(Owed{until, frac})
@@ -286,7 +291,7 @@ Owed Table::owed(uint64_t tag, int64_t now) const
     }
     const uint64_t *c = cells();
     Owed o{INT64_MAX, kFracFull};
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < kCells; k++) {
         const Owed cell = unpack(c[cell_of(tag, k)]);
         if (cell.until <= now) {
             return Owed{0, 0};

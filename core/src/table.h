@@ -17,11 +17,11 @@
 // the block.
 //
 // The eviction summary: what an evicted key still owes outlives it in a
-// small array of cells (count-min style, two cells a key from its tag), so
+// small array of cells (count-min style, three cells a key from its tag), so
 // that a key evicted and seen again comes back no better off than it left.
 // A cell holds the latest instant any key mapped to it is back to full
 // budget and the largest fraction of its rule's capacity any such key owes;
-// a key not in the table starts from the smallest of its two cells
+// a key not in the table starts from the smallest of its cells
 // (summary.cpp turns that into a state).  Each slot keeps the fraction its
 // key owed at its last update, for its eviction (Debt).
 //

@@ -378,8 +378,8 @@ int main(int argc, char **argv)
             for (size_t i = 0; ok && i < rules.size(); i++) {
                 keys[i] = expand(rules[i].key_expr.empty() ? key_expr : rules[i].key_expr, fields, &missing);
             }
-            if (ok && !cost_expr.empty() && !parse_uint64(expand(cost_expr, fields, &missing), &cost)) {
-                cost = 1;   // as in nginx: not a non-negative integer counts as 1
+            if (ok && !cost_expr.empty() && (!parse_uint64(expand(cost_expr, fields, &missing), &cost) || cost == 0)) {
+                cost = 1;   // as in nginx: not a positive integer counts as 1 (zero_cost=on is nginx's only)
             }
             ok = ok && !missing;
             shown = ok ? expand(key_expr, fields, &missing) : "";
