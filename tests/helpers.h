@@ -50,5 +50,12 @@ struct Key {
     }
 };
 
+// Every invariant of a table (rl::Table::check) after an operation.
+#define EXPECT_TABLE_VALID(table)                                        \
+    do {                                                                 \
+        std::string why_;                                                \
+        EXPECT_TRUE((table)->check(&why_)) << why_;                      \
+    } while (0)
+
 // A start time far from the epoch and aligned to every window used here.
 constexpr int64_t kT0 = 1767225600000;   // 2026-01-01T00:00:00Z

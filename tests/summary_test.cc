@@ -175,6 +175,8 @@ TEST_P(Summary, NeverBetterOffUnderRandomEvictions)
         }
         const uint64_t cost = 1 + rng() % 2;
         const Result r = hit(z, rule, key, now, cost);
+        std::string why;
+        ASSERT_TRUE(z.table()->check(&why)) << why;
         if (!r.allowed) {
             continue;
         }

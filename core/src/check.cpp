@@ -2,6 +2,12 @@
 // on the current state, combine, then commit all consuming rules or none.
 #include "algorithms.h"
 #include "table.h"
+#ifdef RL_FAULT_INJECTION
+#include "fault.h"
+#define RL_RETHROW_CRASH catch (const rl::Crash &) { throw; }
+#else
+#define RL_RETHROW_CRASH
+#endif
 
 namespace {
 
@@ -54,7 +60,7 @@ void count_summary_refusals(const rl_check_t *c, const Item *items, size_t n)
                       !c[j].decision.never;
         }
         if (!counted) {
-            rl::Table::at(c[i].table)->header().summary_refusals++;
+            rl::Table::at(c[i].table)->header().counts.summary_refusals++;
         }
     }
 }
@@ -100,6 +106,9 @@ int rl_check(rl_check_t *c, size_t n, int combine, int64_t now_ms, size_t *bindi
 
         if (n > RL_RULES_MAX) {
             n = RL_RULES_MAX;
+        }
+        for (size_t i = 0; i < n; i++) {
+            rl::Table::at(c[i].table)->recover();   // what a dead process left half done
         }
         for (size_t i = 0; i < n; i++) {
             const rl_rule_t &rule = *c[i].rule;
@@ -164,7 +173,9 @@ int rl_check(rl_check_t *c, size_t n, int combine, int64_t now_ms, size_t *bindi
         }
         *binding = rl::binding_of(c, n, allowed);
         return allowed ? 1 : 0;
-    } catch (...) {
+    }
+    RL_RETHROW_CRASH
+    catch (...) {
         *binding = 0;
         return 1;   // unreachable: nothing here throws; fail open if it ever did
     }
@@ -175,6 +186,7 @@ void rl_check_cancel(rl_check_t *c, size_t n)
     try {
         for (size_t i = 0; i < n; i++) {
             rl::Table *table = rl::Table::at(c[i].table);
+            table->recover();
             rl::State s{};
             rl::Table::Ref ref{};
             if (rl::blob_size(*c[i].rule) == 0 && table->find(c[i].tag, &s, &ref) && same(s.head, c[i].after) &&

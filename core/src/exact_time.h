@@ -28,7 +28,9 @@ inline uint64_t units_ahead(rl_state_t s, int64_t now, uint32_t limit)
     if (ms >= kUnitsMax / limit) {
         return kUnitsMax;
     }
-    return ms * limit - s.n;
+    // n < limit, unless the rule's limit changed under a kept name, or a
+    // process died writing the head
+    return ms * limit - (s.n < limit ? s.n : limit - 1);
 }
 
 // The instant u units after now.

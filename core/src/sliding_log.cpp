@@ -52,7 +52,13 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
     Block *b = reinterpret_cast<Block *>(s.blob);
     const uint32_t size = rule.limit;
     const int64_t W = rule.period_ms;
-    const uint32_t count = b != nullptr ? b->count : 0;
+    // A block a process died writing may hold anything (the table does not
+    // save blocks, table.h): more times than it has room for, or a base more
+    // than 2^40 ms (35 years) from now, reads as an empty log, and an
+    // admitted request starts it afresh.
+    const int64_t sane = 1ll << 40;
+    const uint32_t count =
+        b != nullptr && b->count <= size && b->base > now - sane && b->base < now + sane ? b->count : 0;
     auto time_of = [&](uint32_t i) { return b->base + (int64_t) b->at[(b->head + i) % size]; };
 
     const int64_t newest = count ? time_of(count - 1) : INT64_MIN;

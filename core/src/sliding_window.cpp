@@ -123,11 +123,27 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
         return sliding_window(rule, v, now, cost, false);
     }
     Block *b = reinterpret_cast<Block *>(s.blob);
-    Window w{rule, b, (int64_t) rule.buckets, rule.period_ms};
+    const int64_t S = rule.buckets, W = rule.period_ms;
 
     // tick k holds [k*W, (k+1)*W) in units of 1/S ms
-    int64_t k = floor_div(now * w.S, w.W);
-    int64_t e = now * w.S - k * w.W;
+    int64_t k = floor_div(now * S, W);
+    int64_t e = now * S - k * W;
+
+    // A block a process died writing may hold anything (the table does not
+    // save blocks, table.h): a newest tick more than a year from now reads
+    // as an empty block, and is started afresh if the request is admitted.
+    const int64_t year = RL_PERIOD_MAX_MS * S / W + S + 1;
+    if (b != nullptr && (b->tick > k + year || b->tick < k - year)) {
+        State empty{rl_state_t{0, 0}, nullptr};
+        const rl_decision_t d = sliding_window(rule, empty, now, cost, false);
+        if (!apply || !d.allowed || cost == 0) {
+            return d;
+        }
+        b->tick = k - S - 1;   // the ring's advance zeroes it all
+        return sliding_window(rule, s, now, cost, true);
+    }
+
+    Window w{rule, b, S, W};
     if (b != nullptr && b->tick > k) {
         k = b->tick;   // the clock stepped back: count as of the newest tick
         e = 0;

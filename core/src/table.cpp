@@ -3,12 +3,25 @@
 #include <sys/random.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "siphash.h"
+
+// Fault injection (tests/fault_test.cc): a build with RL_FAULT_INJECTION
+// can abandon an operation at any step, as a process killed there would.
+#ifdef RL_FAULT_INJECTION
+#include "fault.h"
+#define RL_STEP() rl::fault_step()
+#else
+#define RL_STEP() ((void) 0)
+#endif
 
 namespace rl {
 
@@ -52,8 +65,10 @@ uint32_t with_debt(uint32_t meta, int i, Debt d)
 void move_slot(Bucket &to, int ti, const Bucket &from, int fi)
 {
     to.tag[ti] = from.tag[fi];
+    RL_STEP();
     to.t[ti] = from.t[fi];
     to.n[ti] = from.n[fi];
+    RL_STEP();
     to.meta = (to.meta & ~slot_bits(ti)) | (uint32_t) has_block(from.meta, fi) << ti;
     to.meta = with_debt(to.meta, ti, debt_of(from.meta, fi));
 }
@@ -253,6 +268,147 @@ void Table::update(const Ref &ref, rl_state_t head, Debt debt)
     *ref.meta = with_debt(*ref.meta, ref.slot, debt);
 }
 
+void Table::begin()
+{
+    recover();
+    h_.journal.lines = 0;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    h_.journal.active = 1;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+
+void Table::commit()
+{
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    h_.journal.active = 0;
+}
+
+// Saves p's cache line, once an operation, before its first change.  The
+// line goes in first, then the count: a process dying in between has not
+// changed the line yet.
+void Table::save(const void *p)
+{
+    Journal &j = h_.journal;
+    const uint64_t off = (uint64_t) (reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(this)) & ~63ull;
+    for (uint32_t i = 0; i < j.lines; i++) {
+        if (j.offset[i] == off) {
+            return;
+        }
+    }
+    RL_STEP();
+    if (j.lines == (uint32_t) kJournalLines) {
+        std::abort();   // unreachable: an operation changes at most 45 lines (see kJournalLines)
+    }
+    j.offset[j.lines] = off;
+    std::memcpy(j.saved[j.lines], reinterpret_cast<const char *>(this) + off, 64);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    j.lines++;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    RL_STEP();
+}
+
+// Puts back every line the interrupted operation saved, newest first (a
+// line is saved once, so the order does not matter), and clears the journal
+// last: a process dying while recovering leaves it to the next one, which
+// does it again.
+void Table::recover()
+{
+    Journal &j = h_.journal;
+    if (!j.active) {
+        return;
+    }
+    const uint32_t lines = j.lines < (uint32_t) kJournalLines ? j.lines : (uint32_t) kJournalLines;
+    for (uint32_t i = lines; i-- > 0;) {
+        if (j.offset[i] + 64 <= h_.size && j.offset[i] >= offsetof(TableHeader, counts)) {
+            std::memcpy(reinterpret_cast<char *>(this) + j.offset[i], j.saved[i], 64);
+        }
+    }
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    j.lines = 0;
+    j.active = 0;
+}
+
+bool Table::check(std::string *why) const
+{
+    auto fail = [why](const std::string &what) {
+        if (why != nullptr) {
+            *why = what;
+        }
+        return false;
+    };
+    if (h_.journal.active) {
+        return fail("an operation is under way");
+    }
+    const Bucket *b = buckets();
+    std::unordered_set<uint64_t> tags;
+    std::unordered_map<uint32_t, uint64_t> owner_of;   // block handle -> tag
+    uint64_t keys = 0;
+    for (uint64_t i = 0; i < h_.nbuckets; i++) {
+        for (int s = 0; s < 3; s++) {
+            const uint64_t tag = b[i].tag[s];
+            const std::string where = "bucket " + std::to_string(i) + " slot " + std::to_string(s);
+            if (tag == 0) {
+                if (b[i].meta & slot_bits(s)) {
+                    return fail(where + ": empty, with a block or a debt");
+                }
+                continue;
+            }
+            keys++;
+            if (!tags.insert(tag).second) {
+                return fail(where + ": a key held twice");
+            }
+            if (first(tag) != i && second(tag) != i) {
+                return fail(where + ": a key in neither of its buckets");
+            }
+            if (!has_block(b[i].meta, s)) {
+                continue;
+            }
+            const uint32_t handle = b[i].n[s], pool = handle >> 24, idx = handle & (kBlocksMax - 1);
+            if (pool >= h_.npools || idx >= h_.pools[pool].fresh) {
+                return fail(where + ": a block out of its pool");
+            }
+            if (!owner_of.emplace(handle, tag).second) {
+                return fail(where + ": a block owned twice");
+            }
+            uint64_t owner;
+            std::memcpy(&owner, block(handle), sizeof(owner));
+            if (owner != tag) {
+                return fail(where + ": a block that names another owner");
+            }
+        }
+    }
+    if (keys != h_.counts.keys) {
+        return fail("keys counted " + std::to_string(h_.counts.keys) + ", held " + std::to_string(keys));
+    }
+    for (uint32_t pool = 0; pool < h_.npools; pool++) {
+        const Pool &p = h_.pools[pool];
+        uint64_t owned = 0, free = 0;
+        for (const auto &o : owner_of) {
+            owned += o.first >> 24 == pool;
+        }
+        std::unordered_set<uint32_t> seen;
+        for (uint32_t next = p.free_head; next != 0; free++) {
+            const uint32_t idx = next - 1;
+            if (idx >= p.fresh || !seen.insert(idx).second || owner_of.count(pool << 24 | idx)) {
+                return fail("pool " + std::to_string(pool) + ": a free list through a block out of range, "
+                            "twice, or owned");
+            }
+            uint64_t owner;
+            std::memcpy(&owner, block(pool << 24 | idx), sizeof(owner));
+            std::memcpy(&next, block(pool << 24 | idx) + 8, sizeof(next));
+            if (owner != 0) {
+                return fail("pool " + std::to_string(pool) + ": a free block with an owner");
+            }
+        }
+        if (p.used != owned || owned + free != p.fresh) {
+            return fail("pool " + std::to_string(pool) + ": " + std::to_string(owned) + " blocks owned, " +
+                        std::to_string(free) + " free, " + std::to_string(p.used) + " counted used, " +
+                        std::to_string(p.fresh) + " ever used");
+        }
+    }
+    return true;
+}
+
 uint64_t Table::cell_of(uint64_t tag, int k) const
 {
     return ((mix(tag + (uint64_t) k * 0x9e3779b97f4a7c15ull) >> 32) * h_.ncells) >> 32;
@@ -277,16 +433,18 @@ void Table::remember(const Bucket &b, int i, int64_t now)
     uint64_t *c = cells();
     for (int k = 0; k < kCells; k++) {
         uint64_t &cell = c[cell_of(b.tag[i], k)];
+        save(&cell);
         const Owed was = unpack(cell);
         cell = was.until <= now ? pack(Owed{until, frac})
                                 : pack(Owed{std::max(was.until, until), std::max(was.frac, frac)});
     }
-    h_.sketch_until = std::max(h_.sketch_until, until);
+    save(&h_.counts);
+    h_.counts.sketch_until = std::max(h_.counts.sketch_until, until);
 }
 
 Owed Table::owed(uint64_t tag, int64_t now) const
 {
-    if (h_.sketch_until <= now) {
+    if (h_.counts.sketch_until <= now) {
         return Owed{0, 0};   // every cell's debt has expired
     }
     const uint64_t *c = cells();
@@ -305,7 +463,9 @@ Owed Table::owed(uint64_t tag, int64_t now) const
 Table::Slot Table::insert(uint64_t tag, int64_t now)
 {
     Slot slot = make_room(first(tag), second(tag), now);
+    save(slot.b);
     slot.b->tag[slot.i] = tag;
+    RL_STEP();
     slot.b->t[slot.i] = 0;
     slot.b->n[slot.i] = 0;
     slot.b->meta &= ~slot_bits(slot.i);
@@ -314,15 +474,19 @@ Table::Slot Table::insert(uint64_t tag, int64_t now)
 
 bool Table::store(uint64_t tag, rl_state_t head, Debt debt, int64_t now)
 {
+    begin();
     Slot slot = locate(tag);
     const bool inserted = slot.b == nullptr;
     if (inserted) {
         slot = insert(tag, now);
     } else if (has_block(slot.b->meta, slot.i)) {
+        save(slot.b);
         free_block(slot.b->n[slot.i]);   // the key's state no longer has a block
         slot.b->meta &= ~(1u << slot.i);
     }
+    save(slot.b);
     update(Ref{&slot.b->t[slot.i], &slot.b->n[slot.i], &slot.b->meta, slot.i}, head, debt);
+    commit();
     return inserted;
 }
 
@@ -332,23 +496,36 @@ State Table::acquire(uint64_t tag, int pool, int64_t now, bool *fresh)
     if (fresh != nullptr) {
         *fresh = slot.b == nullptr;
     }
+    const bool has = slot.b != nullptr && has_block(slot.b->meta, slot.i);
+    const bool needs = !has || (slot.b->n[slot.i] >> 24) != (uint32_t) pool;
+
+    // A full pool first gives up a block, in an operation of its own: the
+    // block's contents are then nobody's when this one overwrites them.
+    // (The key has no block in this pool, so the block is never its own.)
+    if (needs && pool_full((uint32_t) pool)) {
+        begin();
+        evict_block((uint32_t) pool, now);
+        commit();
+    }
+
+    begin();
+    slot = locate(tag);
     if (slot.b == nullptr) {
         slot = insert(tag, now);
     }
-    const bool has = has_block(slot.b->meta, slot.i);
-    if (!has || (slot.b->n[slot.i] >> 24) != (uint32_t) pool) {
-        if (has) {
+    if (needs) {
+        save(slot.b);
+        if (has_block(slot.b->meta, slot.i)) {
             free_block(slot.b->n[slot.i]);
+            slot.b->meta &= ~(1u << slot.i);
         }
-        // Allocating may evict another key; this one has no block yet, so
-        // it is never the one evicted, but its slot must be found again.
-        const uint32_t handle = alloc_block((uint32_t) pool, now);
-        uint8_t *blk = block(handle);
-        std::memcpy(blk, &tag, sizeof(tag));
-        slot = locate(tag);
+        const uint32_t handle = alloc_block((uint32_t) pool);
+        std::memcpy(block(handle), &tag, sizeof(tag));
+        RL_STEP();
         slot.b->n[slot.i] = handle;
         slot.b->meta |= 1u << slot.i;
     }
+    commit();
     return State{rl_state_t{slot.b->t[slot.i], slot.b->n[slot.i]}, block(slot.b->n[slot.i]) + 8};
 }
 
@@ -361,45 +538,64 @@ void Table::set_t(uint64_t tag, int64_t t, Debt debt)
     }
 }
 
-uint32_t Table::alloc_block(uint32_t pool, int64_t now)
+bool Table::pool_full(uint32_t pool) const
+{
+    const Pool &p = h_.pools[pool];
+    return p.free_head == 0 && p.fresh >= p.blocks;
+}
+
+// Of a few blocks from the hand on, the one whose key is back to full
+// budget, else the one owing least, goes back to the free list, and its key
+// with it.
+void Table::evict_block(uint32_t pool, int64_t now)
+{
+    Pool &p = h_.pools[pool];
+    uint32_t idx = p.hand;
+    uint64_t least = UINT64_MAX;
+    Slot victim{nullptr, 0};
+    for (uint32_t k = 0; k < kSweep && k < p.blocks; k++) {
+        const uint32_t i = (p.hand + k) % p.blocks;
+        uint64_t owner;
+        std::memcpy(&owner, block(pool << 24 | i), sizeof(owner));
+        Slot s = locate(owner);
+        const bool owns = s.b != nullptr && has_block(s.b->meta, s.i) && s.b->n[s.i] == (pool << 24 | i);
+        const uint64_t w = owns ? weight(*s.b, s.i, now) : 0;
+        if (w < least) {
+            least = w;
+            idx = i;
+            victim = owns ? s : Slot{nullptr, 0};
+        }
+        if (w == 0) {
+            break;
+        }
+    }
+    save(&p);
+    p.hand = (idx + 1) % p.blocks;
+    if (victim.b != nullptr) {
+        drop(victim, now);
+    }
+    free_block(pool << 24 | idx);
+}
+
+// A block from the free list, or one never used, zeroed: its bytes are
+// nobody's, so they need not be saved.
+uint32_t Table::alloc_block(uint32_t pool)
 {
     Pool &p = h_.pools[pool];
     uint32_t idx;
 
+    save(&p);
     if (p.free_head != 0) {
         idx = p.free_head - 1;
         const uint8_t *blk = block(pool << 24 | idx);
+        save(blk);
         std::memcpy(&p.free_head, blk + 8, sizeof(p.free_head));
-        p.used++;
-    } else if (p.fresh < p.blocks) {
-        idx = p.fresh++;
-        p.used++;
     } else {
-        // Full: of a few blocks from the hand on, take one whose key is back
-        // to full budget, else the one owing least; its key goes with it.
-        idx = p.hand;
-        uint64_t least = UINT64_MAX;
-        Slot victim{nullptr, 0};
-        for (uint32_t k = 0; k < kSweep && k < p.blocks; k++) {
-            const uint32_t i = (p.hand + k) % p.blocks;
-            uint64_t owner;
-            std::memcpy(&owner, block(pool << 24 | i), sizeof(owner));
-            Slot s = locate(owner);
-            const uint64_t w = s.b != nullptr ? weight(*s.b, s.i, now) : 0;
-            if (w < least) {
-                least = w;
-                idx = i;
-                victim = s;
-            }
-            if (w == 0) {
-                break;
-            }
-        }
-        p.hand = (idx + 1) % p.blocks;
-        if (victim.b != nullptr) {
-            drop(victim, now);
-        }
+        idx = p.fresh++;
+        save(block(pool << 24 | idx));
     }
+    p.used++;
+    RL_STEP();
     std::memset(block(pool << 24 | idx), 0, p.block_size);
     return pool << 24 | idx;
 }
@@ -408,14 +604,18 @@ void Table::free_block(uint32_t handle)
 {
     Pool &p = h_.pools[handle >> 24];
     uint8_t *blk = block(handle);
+    save(blk);
+    save(&p);
     std::memset(blk, 0, 8);   // no owner
     std::memcpy(blk + 8, &p.free_head, sizeof(p.free_head));
+    RL_STEP();
     p.free_head = (handle & (kBlocksMax - 1)) + 1;
     p.used--;
 }
 
 void Table::evict(uint64_t tag, int64_t now)
 {
+    begin();
     Slot s = locate(tag);
     if (s.b != nullptr) {
         const bool owns = has_block(s.b->meta, s.i);
@@ -425,17 +625,21 @@ void Table::evict(uint64_t tag, int64_t now)
             free_block(handle);
         }
     }
+    commit();
 }
 
-// Removes a key whose block another key takes.
+// Removes a key (its block, if any, is the caller's to free).
 void Table::drop(Slot s, int64_t now)
 {
-    h_.keys--;
-    h_.evictions++;
+    save(s.b);
+    save(&h_.counts);
+    h_.counts.keys--;
+    h_.counts.evictions++;
     if (s.b->t[s.i] >= now) {
-        h_.live_evictions++;
+        h_.counts.live_evictions++;
         remember(*s.b, s.i, now);
     }
+    RL_STEP();
     s.b->tag[s.i] = 0;
     s.b->meta &= ~slot_bits(s.i);
 }
@@ -467,13 +671,15 @@ int Table::free_slot(const Bucket &b, int64_t now) const
 // Accounts for the key (if any) about to be overwritten in b's slot i.
 void Table::vacate(Bucket &b, int i, int64_t now)
 {
+    save(&b);
+    save(&h_.counts);
     if (b.tag[i] == 0) {
-        h_.keys++;
+        h_.counts.keys++;
         return;
     }
-    h_.evictions++;
+    h_.counts.evictions++;
     if (b.t[i] >= now) {
-        h_.live_evictions++;
+        h_.counts.live_evictions++;
         remember(b, i, now);
     }
     if (has_block(b.meta, i)) {
@@ -565,6 +771,7 @@ bool Table::cuckoo_path(uint32_t b1, uint32_t b2, int64_t now, Slot *out)
                 int node = h, hole = s;
                 while (q[node].parent >= 0) {
                     const Node &nd = q[node];
+                    save(&b[nd.bucket]);
                     move_slot(b[nd.bucket], hole, b[q[nd.parent].bucket], nd.slot);
                     hole = nd.slot;
                     node = nd.parent;
@@ -646,7 +853,7 @@ int rl_table_valid(const void *mem, size_t size, const uint32_t *blob_sizes, siz
 uint64_t rl_table_bytes_used(const void *mem)
 {
     const rl::TableHeader &h = rl::Table::at(mem)->header();
-    uint64_t used = rl::Table::header_bytes() + (h.keys * sizeof(rl::Bucket) + 2) / 3 + h.ncells * sizeof(uint64_t);
+    uint64_t used = rl::Table::header_bytes() + (h.counts.keys * sizeof(rl::Bucket) + 2) / 3 + h.ncells * sizeof(uint64_t);
     for (uint32_t i = 0; i < h.npools; i++) {
         used += (uint64_t) h.pools[i].used * h.pools[i].block_size;
     }
@@ -696,10 +903,10 @@ void rl_table_get_stats(const void *mem, rl_table_stats_t *st)
     const rl::TableHeader &h = rl::Table::at(mem)->header();
     st->size = h.size;
     st->capacity = h.nbuckets * 3;
-    st->keys = h.keys;
-    st->evictions = h.evictions;
-    st->live_evictions = h.live_evictions;
-    st->summary_refusals = h.summary_refusals;
+    st->keys = h.counts.keys;
+    st->evictions = h.counts.evictions;
+    st->live_evictions = h.counts.live_evictions;
+    st->summary_refusals = h.counts.summary_refusals;
     st->summary_bytes = h.ncells * sizeof(uint64_t);
     st->blocks = 0;
     st->blocks_used = 0;

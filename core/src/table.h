@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "algorithms.h"
 #include "ratelimit.h"
@@ -70,6 +71,31 @@ struct RuleCounters {
     uint64_t count[RL_OUTCOMES];
 };
 
+// What table operations change besides buckets, blocks and cells: one
+// cache line.
+struct alignas(64) Counts {
+    uint64_t keys;              // slots in use
+    uint64_t evictions;
+    uint64_t live_evictions;
+    uint64_t summary_refusals;  // requests refused because of the summary
+    int64_t sketch_until;       // no cell owes anything from then on
+};
+
+// Every operation that changes the table's structure first saves each cache
+// line it is about to change; a process that dies holding the lock leaves
+// `active` set, and the next holder puts the saved lines back before
+// anything else (Table::recover): the table is as before the operation.
+// What an algorithm writes into its own key's block is not saved: a key
+// being written when its process died may lose its state, and no other.
+constexpr int kJournalLines = 48;
+
+struct alignas(64) Journal {
+    uint32_t active;
+    uint32_t lines;
+    uint64_t offset[kJournalLines];   // of each saved line, from the table's start
+    alignas(64) uint8_t saved[kJournalLines][64];
+};
+
 struct alignas(64) TableHeader {
     char magic[8];
     uint32_t version;
@@ -77,17 +103,14 @@ struct alignas(64) TableHeader {
     uint64_t size;          // bytes of the whole block
     uint64_t nbuckets;
     uint8_t secret[16];
-    uint64_t keys;          // slots in use
-    uint64_t evictions;
-    uint64_t live_evictions;
     uint32_t npools;
     uint32_t nrules;
-    Pool pools[kPoolsMax];
     uint64_t sketch_offset; // the eviction summary's cells (uint64_t each)
     uint64_t ncells;
-    int64_t sketch_until;   // no cell owes anything from then on
-    uint64_t summary_refusals;   // requests refused because of the summary
-    RuleCounters rules[RL_RULE_STATS_MAX];
+    Counts counts;
+    alignas(64) Pool pools[kPoolsMax];
+    Journal journal;
+    RuleCounters rules[RL_RULE_STATS_MAX];   // atomics, outside any operation
 };
 
 // Where a block size's pool is, for a table of `size` bytes whose rules
@@ -147,6 +170,13 @@ public:
     // Evicts a key as a full table does: what it owes goes to the summary.
     void evict(uint64_t tag, int64_t now);
 
+    // Undoes an operation a dead process left half done.  Every caller
+    // holding the lock calls it before using the table (rl_check does).
+    void recover();
+    // Every invariant of the table: false, and why, if one does not hold.
+    // Walks the whole table (tests, and after a repair).
+    bool check(std::string *why) const;
+
     const TableHeader &header() const { return h_; }
     TableHeader &header() { return h_; }
 
@@ -170,6 +200,10 @@ private:
     uint8_t *block(uint32_t handle) const;
     uint32_t other(uint32_t b, uint64_t tag) const { return b == first(tag) ? second(tag) : first(tag); }
 
+    void begin();
+    void commit();
+    void save(const void *p);
+
     uint64_t *cells() const
     {
         return reinterpret_cast<uint64_t *>(const_cast<char *>(reinterpret_cast<const char *>(this)) +
@@ -186,7 +220,9 @@ private:
     int free_slot(const Bucket &b, int64_t now) const;
     void vacate(Bucket &b, int i, int64_t now);
     void drop(Slot s, int64_t now);
-    uint32_t alloc_block(uint32_t pool, int64_t now);
+    bool pool_full(uint32_t pool) const;
+    void evict_block(uint32_t pool, int64_t now);
+    uint32_t alloc_block(uint32_t pool);
     void free_block(uint32_t handle);
 
     TableHeader h_;
