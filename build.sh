@@ -26,7 +26,7 @@ NGINX_BIN=${NGINX_BIN:-/usr/sbin/nginx}
 JOBS=$(nproc 2>/dev/null || echo 2)
 
 PACKAGES=(nginx nginx-dev cmake make g++ libgtest-dev libpcre2-dev libssl-dev
-          zlib1g-dev perl redis-server)
+          zlib1g-dev perl redis-server gdb)
 
 log() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
 

@@ -45,6 +45,9 @@
 /* Bytes of a key shown in log lines, escaped. */
 #define NGX_HTTP_RATELIMIT_KEY_LOG_MAX       64
 
+/* A rule whose counters in its zone a worker has not looked up yet. */
+#define NGX_HTTP_RATELIMIT_STATS_UNKNOWN     (-2)
+
 /* ratelimit_log_level off */
 #define NGX_HTTP_RATELIMIT_LOG_OFF           0
 
@@ -62,6 +65,9 @@ typedef struct {
     u_char                      *file;      /* where it is declared */
     ngx_uint_t                   line;
     ngx_http_ratelimit_redis_t  *redis;     /* NULL: decided in the zone */
+    ngx_array_t                  rules;     /* ngx_http_ratelimit_rule_t *:
+                                               the rules naming it */
+    ngx_flag_t                   stats_full_logged; /* in this worker */
 } ngx_http_ratelimit_zone_t;
 
 
@@ -76,7 +82,8 @@ typedef struct {
     ngx_flag_t                   cost_warned;
     ngx_str_t                    limit;     /* header texts known in advance */
     ngx_str_t                    policy;    /* "name";q=N;w=  */
-    ngx_int_t                    stats;     /* its counters in the zone */
+    ngx_int_t                    stats;     /* its counters in the zone, or
+                                               NGX_HTTP_RATELIMIT_STATS_UNKNOWN */
 
     /* this worker's log lines (see ngx_http_ratelimit_log_line) */
     ngx_msec_t                   log_second;
@@ -176,9 +183,14 @@ static ngx_http_ratelimit_ctx_t *ngx_http_ratelimit_get_ctx(
 static void ngx_http_ratelimit_ctx_cleanup(void *data);
 static uint64_t ngx_http_ratelimit_cost(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule);
-static void ngx_http_ratelimit_count(rl_check_t *checks,
-    ngx_http_ratelimit_rule_t **rules, ngx_uint_t n, ngx_uint_t allowed,
-    ngx_flag_t dry_run);
+static void ngx_http_ratelimit_count(ngx_http_request_t *r,
+    rl_check_t *checks, ngx_http_ratelimit_rule_t **rules, ngx_uint_t n,
+    ngx_uint_t allowed, ngx_flag_t dry_run);
+static void ngx_http_ratelimit_count_one(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule, int outcome);
+static void ngx_http_ratelimit_claim_stats(ngx_http_ratelimit_zone_t *zone,
+    ngx_uint_t lock);
+static ngx_int_t ngx_http_ratelimit_init_process(ngx_cycle_t *cycle);
 static void ngx_http_ratelimit_lock(rl_check_t *checks,
     ngx_http_ratelimit_rule_t **rules, ngx_uint_t n, ngx_uint_t lock);
 static void ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
@@ -215,8 +227,9 @@ static char *ngx_http_ratelimit_set_enum(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_ratelimit_set_status(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
+static ngx_int_t ngx_http_ratelimit_check_names(ngx_conf_t *cf,
+    ngx_http_ratelimit_main_conf_t *rmcf);
 static ngx_int_t ngx_http_ratelimit_init(ngx_conf_t *cf);
-static ngx_int_t ngx_http_ratelimit_init_module(ngx_cycle_t *cycle);
 static void ngx_http_ratelimit_exit_process(ngx_cycle_t *cycle);
 static char *ngx_http_ratelimit_stats(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
@@ -360,8 +373,8 @@ ngx_module_t  ngx_http_ratelimit_module = {
     ngx_http_ratelimit_commands,           /* module directives */
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
-    ngx_http_ratelimit_init_module,        /* init module */
-    NULL,                                  /* init process */
+    NULL,                                  /* init module */
+    ngx_http_ratelimit_init_process,       /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
     ngx_http_ratelimit_exit_process,       /* exit process */
@@ -512,7 +525,7 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
 
         if (key.len == 0) {
             /* an empty key exempts the request from this rule */
-            rl_table_count(zone->table, rules[i].stats, RL_OUTCOME_EXEMPT);
+            ngx_http_ratelimit_count_one(r, &rules[i], RL_OUTCOME_EXEMPT);
             continue;
         }
 
@@ -590,7 +603,7 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
 
     rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
 
-    ngx_http_ratelimit_count(checks, used, n, allowed, rlcf->dry_run);
+    ngx_http_ratelimit_count(r, checks, used, n, allowed, rlcf->dry_run);
 
     if (!allowed) {
         ctx->status = rlcf->dry_run ? NGX_HTTP_RATELIMIT_REJECTED_DRY_RUN
@@ -888,9 +901,10 @@ ngx_http_ratelimit_delay(ngx_http_request_t *r)
 
 /*
  * The request's context.  Internal redirects (error_page, try_files, ...)
- * clear module contexts, so the context also lives as a cleanup of the main
- * request's pool, where it is found again: a redirected request is neither
- * counted twice nor left without its headers and variables.
+ * and a filter finalizing the request clear module contexts, so the context
+ * also lives as a cleanup of the main request's pool, where it is found
+ * again (as realip finds its own): a redirected request is neither counted
+ * twice nor left without its headers and variables.
  */
 
 static ngx_http_ratelimit_ctx_t *
@@ -901,7 +915,7 @@ ngx_http_ratelimit_get_ctx(ngx_http_request_t *r)
 
     ctx = ngx_http_get_module_ctx(r->main, ngx_http_ratelimit_module);
 
-    if (ctx != NULL || !r->main->internal) {
+    if (ctx != NULL || !(r->main->internal || r->main->filter_finalize)) {
         return ctx;
     }
 
@@ -922,16 +936,21 @@ ngx_http_ratelimit_ctx_cleanup(void *data)
 {
     ngx_http_ratelimit_ctx_t  *ctx = data;
 
+    ngx_time_t  *tp;
+
     if (ctx->redis_waiting) {
         ngx_http_ratelimit_redis_cancel(&ctx->redis);
     }
 
-    /* a delayed request abandoned before its release */
+    /* a delayed request abandoned before its release, whatever finalized
+       it: what it reserved is given back, once */
 
     if (ctx->waiting && ctx->nheld) {
+        tp = ngx_timeofday();
         ngx_http_ratelimit_lock(ctx->held, ctx->held_rules, ctx->nheld, 1);
-        rl_check_cancel(ctx->held, ctx->nheld);
+        rl_check_refund(ctx->held, ctx->nheld, (int64_t) tp->sec * 1000 + tp->msec);
         ngx_http_ratelimit_lock(ctx->held, ctx->held_rules, ctx->nheld, 0);
+        ctx->nheld = 0;
     }
 }
 
@@ -1014,12 +1033,12 @@ ngx_http_ratelimit_cost(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule)
  */
 
 static void
-ngx_http_ratelimit_count(rl_check_t *checks, ngx_http_ratelimit_rule_t **rules,
-    ngx_uint_t n, ngx_uint_t allowed, ngx_flag_t dry_run)
+ngx_http_ratelimit_count(ngx_http_request_t *r, rl_check_t *checks,
+    ngx_http_ratelimit_rule_t **rules, ngx_uint_t n, ngx_uint_t allowed,
+    ngx_flag_t dry_run)
 {
-    int                         outcome;
-    ngx_uint_t                  i;
-    ngx_http_ratelimit_zone_t  *zone;
+    int         outcome;
+    ngx_uint_t  i;
 
     for (i = 0; i < n; i++) {
         if (checks[i].decision.allowed != (int32_t) allowed) {
@@ -1035,9 +1054,74 @@ ngx_http_ratelimit_count(rl_check_t *checks, ngx_http_ratelimit_rule_t **rules,
                       ? RL_OUTCOME_DELAYED : RL_OUTCOME_ALLOWED;
         }
 
-        zone = rules[i]->shm_zone->data;
-        rl_table_count(zone->table, rules[i]->stats, outcome);
+        ngx_http_ratelimit_count_one(r, rules[i], outcome);
     }
+}
+
+
+/*
+ * Finds every rule's counters in its zone, claiming slots for new names:
+ * in a new zone (lock = 0), or at a worker's start if the zone's lock is
+ * free (a zone kept across a reload; else count_one does it on first use).
+ */
+
+static void
+ngx_http_ratelimit_claim_stats(ngx_http_ratelimit_zone_t *zone,
+    ngx_uint_t lock)
+{
+    ngx_uint_t                   i;
+    ngx_http_ratelimit_rule_t  **rules;
+
+    if (lock && !ngx_shmtx_trylock(&zone->shpool->mutex)) {
+        return;
+    }
+
+    rules = zone->rules.elts;
+
+    for (i = 0; i < zone->rules.nelts; i++) {
+        if (rules[i]->stats == NGX_HTTP_RATELIMIT_STATS_UNKNOWN) {
+            rules[i]->stats = rl_table_rule_slot(zone->table,
+                                                 rules[i]->rule.name);
+        }
+    }
+
+    if (lock) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+    }
+}
+
+
+/*
+ * A rule's counters are found in its zone by name the first time a worker
+ * counts for it (under the zone's lock, taken by workers only: the master
+ * never waits on a lock a worker may hold).  A zone counts up to
+ * RL_RULE_STATS_MAX names; past that, once per worker, a warning.
+ */
+
+static void
+ngx_http_ratelimit_count_one(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule, int outcome)
+{
+    ngx_http_ratelimit_zone_t  *zone;
+
+    zone = rule->shm_zone->data;
+
+    if (rule->stats == NGX_HTTP_RATELIMIT_STATS_UNKNOWN) {
+        ngx_shmtx_lock(&zone->shpool->mutex);
+        rule->stats = rl_table_rule_slot(zone->table, rule->rule.name);
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+
+        if (rule->stats < 0 && !zone->stats_full_logged) {
+            zone->stats_full_logged = 1;
+            ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                          "ratelimit_zone \"%V\" counts %d rule names "
+                          "already: rule \"%V\" and others are not counted "
+                          "in ratelimit_stats", &zone->name,
+                          RL_RULE_STATS_MAX, &rule->name);
+        }
+    }
+
+    rl_table_count(zone->table, rule->stats, outcome);
 }
 
 
@@ -1563,6 +1647,11 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     zone->shpool->data = zone->table;
 
+    /* a new zone is nobody else's yet: its rules' counters are laid out now,
+       without its lock (never taken in the master, see count_one) */
+
+    ngx_http_ratelimit_claim_stats(zone, 0);
+
     /* the previous cycle's zone of this name, if any, is not reused */
 
     old = ngx_http_ratelimit_lookup_zone((ngx_list_t *)
@@ -1822,7 +1911,10 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     if (ngx_array_init(&zone->blobs, cf->pool, 2, sizeof(uint32_t))
-        != NGX_OK)
+        != NGX_OK
+        || ngx_array_init(&zone->rules, cf->pool, 4,
+                          sizeof(ngx_http_ratelimit_rule_t *))
+           != NGX_OK)
     {
         return NGX_CONF_ERROR;
     }
@@ -2059,7 +2151,7 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ref->blob = (uint32_t) (rl_state_size(&rule->rule) - sizeof(rl_state_t));
     ref->rules = &rlcf->rules;
     ref->index = rlcf->rules.nelts - 1;
-    rule->stats = -1;
+    rule->stats = NGX_HTTP_RATELIMIT_STATS_UNKNOWN;
 
     return NGX_CONF_OK;
 }
@@ -2260,12 +2352,88 @@ ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
 }
 
 
+/* Zone, then rule name: the order check_names counts names in. */
+
+static int ngx_libc_cdecl
+ngx_http_ratelimit_cmp_refs(const void *one, const void *two)
+{
+    ngx_http_ratelimit_rule_t      *a, *b;
+    ngx_http_ratelimit_zone_ref_t  *x, *y;
+
+    x = *(ngx_http_ratelimit_zone_ref_t **) one;
+    y = *(ngx_http_ratelimit_zone_ref_t **) two;
+
+    if (x->shm_zone != y->shm_zone) {
+        return (uintptr_t) x->shm_zone < (uintptr_t) y->shm_zone ? -1 : 1;
+    }
+
+    a = (ngx_http_ratelimit_rule_t *) x->rules->elts + x->index;
+    b = (ngx_http_ratelimit_rule_t *) y->rules->elts + y->index;
+
+    return ngx_strcmp(a->rule.name, b->rule.name);
+}
+
+
+/*
+ * A zone counts up to RL_RULE_STATS_MAX rule names in ratelimit_stats: a
+ * configuration giving one more is told so once for the zone.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_check_names(ngx_conf_t *cf,
+    ngx_http_ratelimit_main_conf_t *rmcf)
+{
+    ngx_uint_t                       i, n, names;
+    ngx_http_ratelimit_zone_t       *zone;
+    ngx_http_ratelimit_zone_ref_t  **sorted;
+
+    n = rmcf->zone_refs.nelts;
+    if (n <= RL_RULE_STATS_MAX) {
+        return NGX_OK;
+    }
+
+    sorted = ngx_palloc(cf->temp_pool, n * sizeof(*sorted));
+    if (sorted == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
+        sorted[i] = (ngx_http_ratelimit_zone_ref_t *) rmcf->zone_refs.elts + i;
+    }
+
+    ngx_qsort(sorted, n, sizeof(*sorted), ngx_http_ratelimit_cmp_refs);
+
+    names = 0;
+
+    for (i = 0; i < n; i++) {
+        if (i == 0 || sorted[i]->shm_zone != sorted[i - 1]->shm_zone) {
+            names = 0;
+        }
+
+        names += i == 0 || ngx_http_ratelimit_cmp_refs(&sorted[i],
+                                                         &sorted[i - 1]) != 0;
+
+        if (names == RL_RULE_STATS_MAX + 1) {
+            zone = sorted[i]->shm_zone->data;
+            ngx_log_error(NGX_LOG_WARN, cf->log, 0,
+                          "ratelimit_zone \"%V\" has rules of more than %d "
+                          "names: ratelimit_stats counts the first %d to "
+                          "reach it, the others not", &zone->name,
+                          RL_RULE_STATS_MAX, RL_RULE_STATS_MAX);
+        }
+    }
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_ratelimit_init(ngx_conf_t *cf)
 {
     uint32_t                        *blob;
     ngx_uint_t                       i;
     ngx_array_t                     *handlers;
+    ngx_http_ratelimit_rule_t      **rule;
     ngx_http_handler_pt             *h;
     ngx_http_ratelimit_zone_t       *zone;
     ngx_http_core_main_conf_t       *cmcf;
@@ -2275,7 +2443,8 @@ ngx_http_ratelimit_init(ngx_conf_t *cf)
     rmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_ratelimit_module);
     refs = rmcf->zone_refs.elts;
 
-    /* every zone used is declared; each learns its rules' block sizes */
+    /* every zone used is declared; each learns its rules and their block
+       sizes */
 
     for (i = 0; i < rmcf->zone_refs.nelts; i++) {
         if (refs[i].shm_zone->data == NULL) {
@@ -2289,8 +2458,15 @@ ngx_http_ratelimit_init(ngx_conf_t *cf)
             return NGX_ERROR;
         }
 
+        zone = refs[i].shm_zone->data;
+        rule = ngx_array_push(&zone->rules);
+        if (rule == NULL) {
+            return NGX_ERROR;
+        }
+
+        *rule = (ngx_http_ratelimit_rule_t *) refs[i].rules->elts + refs[i].index;
+
         if (refs[i].blob) {
-            zone = refs[i].shm_zone->data;
             blob = ngx_array_push(&zone->blobs);
             if (blob == NULL) {
                 return NGX_ERROR;
@@ -2306,6 +2482,10 @@ ngx_http_ratelimit_init(ngx_conf_t *cf)
         {
             return NGX_ERROR;
         }
+    }
+
+    if (ngx_http_ratelimit_check_names(cf, rmcf) != NGX_OK) {
+        return NGX_ERROR;
     }
 
     rmcf->fold = ngx_pcalloc(cf->pool, NGX_HTTP_RATELIMIT_FOLD_KEYS
@@ -2346,43 +2526,31 @@ ngx_http_ratelimit_init(ngx_conf_t *cf)
 }
 
 
-/*
- * Each rule's counters in its zone, found by name once, in the master after
- * the zones are set up; workers inherit the slot numbers.
- */
+/* A worker looks its rules' counters up in zones kept across a reload. */
 
 static ngx_int_t
-ngx_http_ratelimit_init_module(ngx_cycle_t *cycle)
+ngx_http_ratelimit_init_process(ngx_cycle_t *cycle)
 {
-    ngx_uint_t                       i;
-    ngx_http_ratelimit_zone_t       *zone;
-    ngx_http_ratelimit_rule_t       *rule;
-    ngx_http_ratelimit_zone_ref_t   *refs;
-    ngx_http_ratelimit_main_conf_t  *rmcf;
+    ngx_uint_t        i;
+    ngx_shm_zone_t   *shm;
+    ngx_list_part_t  *part;
 
-    rmcf = ngx_http_cycle_get_module_main_conf(cycle,
-                                               ngx_http_ratelimit_module);
-    if (rmcf == NULL) {
-        return NGX_OK;
-    }
+    part = &cycle->shared_memory.part;
+    shm = part->elts;
 
-    refs = rmcf->zone_refs.elts;
+    for (i = 0; /* void */ ; i++) {
 
-    for (i = 0; i < rmcf->zone_refs.nelts; i++) {
-        rule = (ngx_http_ratelimit_rule_t *) refs[i].rules->elts
-               + refs[i].index;
-        zone = refs[i].shm_zone->data;
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+            part = part->next;
+            shm = part->elts;
+            i = 0;
+        }
 
-        ngx_shmtx_lock(&zone->shpool->mutex);
-        rule->stats = rl_table_rule_slot(zone->table, rule->rule.name);
-        ngx_shmtx_unlock(&zone->shpool->mutex);
-
-        if (rule->stats < 0) {
-            ngx_log_error(NGX_LOG_WARN, cycle->log, 0,
-                          "ratelimit_zone \"%V\" counts %d rule names "
-                          "already: rule \"%V\" is not counted in "
-                          "ratelimit_stats", &zone->name, RL_RULE_STATS_MAX,
-                          &rule->name);
+        if (shm[i].tag == &ngx_http_ratelimit_module && shm[i].data != NULL) {
+            ngx_http_ratelimit_claim_stats(shm[i].data, 1);
         }
     }
 

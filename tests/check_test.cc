@@ -164,23 +164,51 @@ TEST(Check, BlockStatesCommitAtomicallyWithHeadOnlyOnes)
     ASSERT_FALSE(w.send(kT0 + 20));
 }
 
-TEST(Check, CancelGivesBackAnAbandonedReservationOnlyIfItIsTheLast)
+TEST(Check, RefundGivesBackAnAbandonedReservationWhereverItIsInTheQueue)
 {
     Zone z;
-    const char *shaper = "algorithm=leaky_bucket limit=1 period=1s max_delay=10s";
-    Request a, b;
-    a.add(z, shaper, "k");
-    b.add(z, shaper, "k");
-    ASSERT_TRUE(a.send(kT0));
-    ASSERT_TRUE(b.send(kT0));
-    EXPECT_EQ(b.c[0].decision.delay_ms, 1000);
-    rl_check_cancel(b.c.data(), 1);   // b's client left: its slot is free again
-    ASSERT_TRUE(b.send(kT0));
-    EXPECT_EQ(b.c[0].decision.delay_ms, 1000);
-    std::vector<rl_check_t> held = b.c;   // b waits; then a is queued behind it
-    ASSERT_TRUE(a.send(kT0));
-    EXPECT_EQ(a.c[0].decision.delay_ms, 2000);
-    rl_check_cancel(held.data(), 1);   // b leaves, but a's slot follows: nothing to give back
-    ASSERT_TRUE(a.send(kT0));
-    EXPECT_EQ(a.c[0].decision.delay_ms, 3000);
+    const char *shaper = "algorithm=leaky_bucket limit=1 period=1s max_delay=100s";
+    std::vector<Request> q(5);
+    for (int i = 0; i < 5; i++) {
+        q[i].add(z, shaper, "k");
+        ASSERT_TRUE(q[i].send(kT0));
+        EXPECT_EQ(q[i].c[0].decision.delay_ms, 1000 * i);
+    }
+    rl_check_refund(q[2].c.data(), 1, kT0);   // the third leaves: one slot less in the queue
+    rl_check_refund(q[3].c.data(), 1, kT0);   // and the fourth
+    Request next;
+    next.add(z, shaper, "k");
+    ASSERT_TRUE(next.send(kT0));
+    EXPECT_EQ(next.c[0].decision.delay_ms, 3000);   // behind the three still waiting
+    for (int i = 0; i < 4; i++) {                  // never before now, however many leave
+        rl_check_refund(q[i].c.data(), 1, kT0 + 500);
+    }
+    ASSERT_TRUE(next.send(kT0 + 500));
+    EXPECT_EQ(next.c[0].decision.delay_ms, 0);
+}
+
+TEST(Check, RefundUncountsWindowsThatStillHoldTheRequest)
+{
+    for (const char *rule : {"algorithm=fixed_window limit=3 period=1m", "algorithm=sliding_window limit=3 period=1m",
+                             "algorithm=sliding_log limit=3 period=1m", "limit=3 period=1m"}) {
+        const uint32_t blob = blob_of(rule);
+        Zone z(256 * 1024, blob ? std::vector<uint32_t>{blob} : std::vector<uint32_t>{});
+        Request r;
+        r.add(z, rule, "k");
+        ASSERT_TRUE(r.send(kT0 + 10));
+        ASSERT_TRUE(r.send(kT0 + 20));
+        std::vector<rl_check_t> held = r.c;
+        ASSERT_TRUE(r.send(kT0 + 30));
+        EXPECT_EQ(r.c[0].decision.remaining, 0u) << rule;
+        rl_check_refund(held.data(), 1, kT0 + 40);   // the second leaves
+        ASSERT_TRUE(r.send(kT0 + 50)) << rule;
+        EXPECT_EQ(r.c[0].decision.remaining, 0u) << rule;
+        EXPECT_FALSE(r.send(kT0 + 60)) << rule;
+        // a refund for a window that has passed gives back nothing
+        rl_check_refund(held.data(), 1, kT0 + 120000);
+        Request look;
+        look.add(z, rule, "k");
+        ASSERT_TRUE(look.send(kT0 + 120000, 0));
+        EXPECT_EQ(look.c[0].decision.remaining, 3u) << rule;
+    }
 }

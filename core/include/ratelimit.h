@@ -259,7 +259,8 @@ typedef struct {
     uint64_t             tag;       /* out of rl_check_hash() */
     rl_decision_t        decision;  /* out of rl_check() */
     rl_state_t           before;    /* out of rl_check(): the head before */
-    rl_state_t           after;     /*   and after a commit (for cancel) */
+    rl_state_t           after;     /*   and after a commit (for a refund) */
+    int64_t              at;        /*   and the time it decided at */
 } rl_check_t;
 
 /* Hashes every key with its table's secret; needs no lock. */
@@ -278,13 +279,14 @@ RL_API int rl_check(rl_check_t *c, size_t n, int combine, int64_t now_ms,
 
 /*
  * Gives back what an admitted request reserved, when it is abandoned before
- * it was served (a delayed request whose client left): each rule whose state
- * is still the one the request left (c->after) gets c->before back, so a
- * later request may take the slot.  A rule some other request has spent
- * since keeps its state: nothing is ever given back twice.  The caller holds
- * the locks.
+ * it was served (a delayed request whose client left, or that another module
+ * finalized): each rule's state moves back by the request's cost, never to
+ * before now_ms (gcra, token_bucket, leaky_bucket: the requests queued
+ * behind keep their slots, the next one waits only for those), and a window
+ * uncounts it if it still holds it.  Call it once per request.  The caller
+ * holds the locks.
  */
-RL_API void rl_check_cancel(rl_check_t *c, size_t n);
+RL_API void rl_check_refund(rl_check_t *c, size_t n, int64_t now_ms);
 
 
 /* ---- Redis: fleet-wide limits ------------------------------------------- */

@@ -74,6 +74,14 @@ int64_t sliding_window_full_at(const rl_rule_t &rule, int64_t now);
 void sliding_window_restore(const rl_rule_t &rule, State &s, int64_t now);
 void sliding_log_restore(const rl_rule_t &rule, State &s, int64_t now);
 
+// ---- refunds (refund.cpp) -------------------------------------------------
+
+// Gives back what a request admitted at `at` spent (cost), leaving the head
+// `after`, now that it is abandoned before being served.
+void refund(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t after, int64_t at, int64_t now);
+void sliding_window_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64_t at);
+void sliding_log_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64_t at);
+
 // The rule whose decision a request's headers describe: among the rules
 // agreeing with the outcome, the fewest remaining when allowed, the longest
 // wait when denied (the first such).

@@ -65,7 +65,6 @@ void count_summary_refusals(const rl_check_t *c, const Item *items, size_t n)
     }
 }
 
-bool same(const rl_state_t &a, const rl_state_t &b) { return a.t == b.t && a.n == b.n; }
 
 }  // namespace
 
@@ -121,6 +120,7 @@ int rl_check(rl_check_t *c, size_t n, int combine, int64_t now_ms, size_t *bindi
                 items[i].state.blob = nullptr;   // no pool for it: decide as cold, never commit
             }
             c[i].before = items[i].state.head;
+            c[i].at = now_ms;
             // a head-only state is updated on the copy: that is the new head
             c[i].decision = rl::transition(rule, items[i].state, now_ms, c[i].cost, !blob);
             c[i].after = items[i].state.head;
@@ -181,17 +181,25 @@ int rl_check(rl_check_t *c, size_t n, int combine, int64_t now_ms, size_t *bindi
     }
 }
 
-void rl_check_cancel(rl_check_t *c, size_t n)
+void rl_check_refund(rl_check_t *c, size_t n, int64_t now_ms)
 {
     try {
         for (size_t i = 0; i < n; i++) {
+            if (!c[i].decision.allowed || c[i].cost == 0) {
+                continue;
+            }
             rl::Table *table = rl::Table::at(c[i].table);
             table->recover();
             rl::State s{};
             rl::Table::Ref ref{};
-            if (rl::blob_size(*c[i].rule) == 0 && table->find(c[i].tag, &s, &ref) && same(s.head, c[i].after) &&
-                !same(c[i].before, c[i].after)) {
-                rl::Table::update(ref, c[i].before, rl::Table::debt(ref));
+            if (!table->find(c[i].tag, &s, &ref)) {
+                continue;   // evicted since: the summary holds what it owed
+            }
+            rl::refund(*c[i].rule, s, c[i].cost, c[i].after, c[i].at, now_ms);
+            if (s.blob == nullptr) {
+                rl::Table::update(ref, s.head, rl::Table::debt(ref));
+            } else {
+                table->set_t(c[i].tag, s.head.t, rl::Table::debt(ref));
             }
         }
     } catch (...) {

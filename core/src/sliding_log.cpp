@@ -109,4 +109,30 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
     return d;
 }
 
+// Removes a refunded request's units: `cost` of the times logged at `at`
+// (the time it was logged at), the later ones closing the gap.
+void sliding_log_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64_t at)
+{
+    Block *b = reinterpret_cast<Block *>(s.blob);
+    const uint32_t size = rule.limit;
+    if (b == nullptr || b->count > size) {
+        return;
+    }
+    auto slot = [&](uint32_t i) -> uint32_t & { return b->at[(b->head + i) % size]; };
+    uint32_t end = b->count;   // times [first, end) are the ones logged at `at`
+    while (end > 0 && b->base + (int64_t) slot(end - 1) > at) {
+        end--;
+    }
+    uint32_t first = end;
+    while (first > 0 && end - first < cost && b->base + (int64_t) slot(first - 1) == at) {
+        first--;
+    }
+    const uint32_t gone = end - first;
+    for (uint32_t i = end; i < b->count; i++) {
+        slot(i - gone) = slot(i);
+    }
+    b->count -= gone;
+    s.head.t = b->count ? b->base + (int64_t) slot(b->count - 1) + rule.period_ms : s.head.t;
+}
+
 }  // namespace rl

@@ -187,4 +187,18 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
     return d;
 }
 
+// Uncounts a refunded request from the tick it was counted in, if the ring
+// still holds that tick.
+void sliding_window_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64_t at)
+{
+    Block *b = reinterpret_cast<Block *>(s.blob);
+    const int64_t S = rule.buckets, W = rule.period_ms;
+    const int64_t k = floor_div(at * S, W);
+    if (b == nullptr || k > b->tick || k <= b->tick - (S + 1)) {
+        return;
+    }
+    uint32_t &n = b->count[k % (S + 1)];
+    n -= (uint32_t) (cost < n ? cost : n);
+}
+
 }  // namespace rl
