@@ -8,6 +8,7 @@
 #   ./build.sh test-asan  the same tests, everything built with AddressSanitizer
 #                       and UndefinedBehaviorSanitizer
 #   ./build.sh fuzz [SECONDS]  the libFuzzer targets, each for SECONDS (60)
+#   ./build.sh stress [ROUNDS] reloads and worker kills under load (100)
 #   ./build.sh demo     build, then run nginx with examples/nginx.conf on
 #                       127.0.0.1:8080 in the foreground
 #   ./build.sh bench    build, then run the benchmarks (bench/README.md);
@@ -172,6 +173,10 @@ run_bench() {
             --benchmark_filter='.*' 2>/dev/null | grep -E 'median|^Run on|^Benchmark'
         "$BUILD/cmake/contention_bench"
     fi
+    if [ "$which" = all ] || [ "$which" = summary ]; then
+        log "eviction summary"
+        "$BUILD/cmake/summary_bench"
+    fi
     for b in throughput density shaping redis; do
         if [ "$which" = all ] || [ "$which" = "$b" ]; then
             log "$b"
@@ -197,6 +202,13 @@ fuzz() {
     done
 }
 
+# t/stress.t for ROUNDS rounds (default 100) of reload and SIGKILL of a
+# worker under load.
+stress() {
+    log "stress: ${1:-100} rounds"
+    (cd "$ROOT" && RL_STRESS_ROUNDS=${1:-100} prove t/stress.t)
+}
+
 case "${1:-build}" in
     build) build ;;
     test) build; run_tests ;;
@@ -204,6 +216,7 @@ case "${1:-build}" in
     fuzz) fuzz "${2:-60}" ;;
     demo) build; demo ;;
     bench) run_bench "${2:-all}" ;;
-    *) echo "usage: $0 [build|test|test-asan|fuzz [SECONDS]|demo|bench [core|throughput|density|shaping|redis]]" >&2
+    stress) build; stress "${2:-100}" ;;
+    *) echo "usage: $0 [build|test|test-asan|fuzz [SECONDS]|stress [ROUNDS]|demo|bench [core|summary|throughput|density|shaping|redis]]" >&2
        exit 2 ;;
 esac

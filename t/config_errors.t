@@ -204,6 +204,18 @@ for my $case ([ 'key=http_x_api_key', qr/\[warn\] "ratelimit" directive: rule "g
     is($rc, 0, "$key: accepted");
     like($out, $re, "$key: warned, naming the rule");
 }
+# more rule names than a zone counts: said once for the zone, not once a rule
+{
+    my $locs = join "\n", map { "location /l$_/ { ratelimit zone=z limit=5 name=r$_; }" } 1 .. 1000;
+    my ($rc, $out) = $t->nginx_t($t->conf_text(
+        "ratelimit_zone z 1m;\nratelimit_zone y 1m;\nserver {\n    listen 127.0.0.1:%%PORT%%;\n$locs\n"
+        . "location / { ratelimit zone=y limit=5 name=only; }\n}\n"));
+    is($rc, 0, '1,000 rule names in a zone: accepted');
+    my @warn = $out =~ /ratelimit_zone "z" has rules of more than 64 names/g;
+    is(scalar @warn, 1, 'and said once for the zone');
+    unlike($out, qr/ratelimit_zone "y" has rules/, 'not for a zone within the count');
+}
+
 my (undef, $quiet) = $t->nginx_t($t->conf_text(
     "ratelimit_zone z 1m;\nserver {\n    listen 127.0.0.1:%%PORT%%;\n    location / { ratelimit zone=z key=\$http_x_a limit=5; }\n}\n"));
 unlike($quiet, qr/no variable/, 'a key with a variable: no warning');
