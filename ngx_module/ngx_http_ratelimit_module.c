@@ -149,6 +149,8 @@ typedef struct {
     ngx_int_t                    rc;         /* the handler's, once decided */
 
     unsigned                     headers_done:1;
+    unsigned                     finalized:1; /* headers sent again after a
+                                                 filter finalized */
     unsigned                     waiting:1;  /* delayed, not yet released */
     unsigned                     redis_waiting:1;
     unsigned                     resume:1;   /* the handler returns rc */
@@ -1365,12 +1367,16 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
 
     ctx = ngx_http_ratelimit_get_ctx(r);
 
+    /* once a response; again for the response of a filter finalizing the
+       request, which cleared the headers already sent down the chain */
+
     if (ctx == NULL || ctx->rule == NULL || ctx->headers == 0
-        || ctx->headers_done)
+        || (ctx->headers_done && !(r->filter_finalize && !ctx->finalized)))
     {
         return ngx_http_next_header_filter(r);
     }
 
+    ctx->finalized = r->filter_finalize;
     ctx->headers_done = 1;
     rule = ctx->rule;
     reset = ngx_http_ratelimit_seconds(ctx->decision.reset_ms);

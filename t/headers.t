@@ -14,6 +14,7 @@ print $fh "slow down\n";
 close $fh;
 
 $t->write_conf(<<'EOF');
+log_format finalized '$status $ratelimit_status $ratelimit_remaining';
 ratelimit_zone z 1m;
 server {
     listen 127.0.0.1:%%PORT%%;
@@ -55,9 +56,24 @@ server {
     location /backend/ {
         alias %%PREFIX%%/html/;
     }
+    location /finalized/ {
+        ratelimit zone=z limit=2 period=1m name=finalized;
+        access_log %%PREFIX%%/finalized.log finalized;
+        alias %%PREFIX%%/html/;
+    }
 }
 EOF
 $t->start();
+
+# a response a filter finalizes the request with (not_modified's 412 to an
+# If-Unmodified-Since in the past) carries the headers, and the variables
+# know the request (the filter cleared every module's context)
+{
+    my $r = $t->get('/finalized/index.html', { 'If-Unmodified-Since' => 'Thu, 01 Jan 1970 00:00:01 GMT' });
+    is($r->{status}, 412, 'a filter finalized the request: 412');
+    is($r->{headers}{'x-ratelimit-remaining'}, 1, 'its response has the rate-limit headers');
+    is($r->{headers}{'x-ratelimit-limit'}, 2, 'once');
+}
 
 sub h {
     my ($r, $name) = @_;
@@ -129,4 +145,5 @@ sub h {
 like($t->access_log, qr/GET \/sorry\.html|GET \/page\/index\.html/, 'access log written');
 
 $t->stop();
+like(RLTest::read_file($t->prefix . '/finalized.log'), qr/^412 PASSED 1$/m, 'the access log knows the request too');
 done_testing();

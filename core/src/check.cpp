@@ -32,6 +32,7 @@ rl::State current(const rl_check_t *c, Item *items, size_t i, int64_t now)
     for (size_t j = i; j-- > 0;) {
         if (c[j].table == c[i].table && c[j].tag == c[i].tag && items[j].pool < 0) {
             s.head = items[j].state.head;
+            items[i].inherited = items[j].inherited;
             return s;
         }
     }
@@ -64,7 +65,6 @@ void count_summary_refusals(const rl_check_t *c, const Item *items, size_t n)
         }
     }
 }
-
 
 }  // namespace
 
