@@ -15,7 +15,6 @@ use Time::HiRes qw(sleep time);
 use RLTest;
 
 plan skip_all => 'gdb is not installed (./build.sh test installs it)' unless grep { -x "$_/gdb" } split /:/, $ENV{PATH};
-plan skip_all => 'under a sanitizer the worker runs too slowly for gdb' if $ENV{RL_PRELOAD};
 
 my $t = RLTest->new();
 my $conf = <<'EOF';
