@@ -84,7 +84,6 @@ double run(void *table, Shared *sh, int procs, bool same_key, uint64_t iters)
             c.identity = 1;
             c.key_len = sizeof(uint64_t);
             c.cost = 1;
-            size_t binding;
             const uint64_t me = (uint64_t) getpid();
             sh->ready++;
             while (sh->ready.load() < procs) {
@@ -92,9 +91,12 @@ double run(void *table, Shared *sh, int procs, bool same_key, uint64_t iters)
             const auto start = std::chrono::steady_clock::now();
             for (uint64_t i = 0; i < iters; i++) {
                 c.key = &keys[i & (keys.size() - 1)];
-                rl_check_hash(&c, 1);
+                rl_request_t rq{};
+                rq.checks = &c;
+                rq.n = 1;
+                rl_request_hash(&rq);
                 lock(sh->lock, me);
-                rl_check(&c, 1, RL_COMBINE_ALL, kT0 + (int64_t) (i / 1000), &binding);
+                rl_decide(&rq, kT0 + (int64_t) (i / 1000));
                 unlock(sh->lock);
             }
             const auto took = std::chrono::steady_clock::now() - start;

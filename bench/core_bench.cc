@@ -201,12 +201,15 @@ void BM_CheckOneRule(benchmark::State &state)
     c.key_len = sizeof(uint64_t);
     c.cost = 1;
     int64_t now = kT0;
-    size_t i = 0, binding;
+    size_t i = 0;
     AllocCounter allocs;
     for (auto _ : state) {
         c.key = &order[i++ & (order.size() - 1)];
-        rl_check_hash(&c, 1);
-        benchmark::DoNotOptimize(rl_check(&c, 1, RL_COMBINE_ALL, now++, &binding));
+        rl_request_t rq{};
+        rq.checks = &c;
+        rq.n = 1;
+        rl_request_hash(&rq);
+        benchmark::DoNotOptimize(rl_decide(&rq, now++));
     }
     allocs.report(state);
 }

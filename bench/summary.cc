@@ -47,9 +47,11 @@ bool hit(Zone &z, const rl_rule_t &rule, const std::string &key, int64_t now)
     c.key = key.data();
     c.key_len = key.size();
     c.cost = 1;
-    size_t binding;
-    rl_check_hash(&c, 1);
-    return rl_check(&c, 1, RL_COMBINE_ALL, now, &binding) == 1;
+    rl_request_t rq{};
+    rq.checks = &c;
+    rq.n = 1;
+    rl_request_hash(&rq);
+    return rl_decide(&rq, now) != RL_VERDICT_REJECTED;
 }
 
 uint64_t tag_of(Zone &z, const std::string &key) { return rl::Table::at(z.mem)->tag(1, key.data(), key.size()); }

@@ -370,8 +370,8 @@ ngx_http_ratelimit_redis_send(ngx_http_ratelimit_redis_t *redis,
        (the location's rules share their key, see the configuration) */
 
     node = redis->cluster
-           ? redis->slots[rl_redis_key_slot(w->checks[0].key,
-                                            w->checks[0].key_len)]
+           ? redis->slots[rl_redis_key_slot(w->rq->checks[0].key,
+                                            w->rq->checks[0].key_len)]
            : 0;
 
     conn = ngx_http_ratelimit_redis_pick(redis->nodes[node]);
@@ -676,7 +676,7 @@ ngx_http_ratelimit_redis_append(ngx_http_ratelimit_redis_conn_t *conn,
     }
 
     if (ngx_http_ratelimit_redis_reserve(conn,
-            rl_redis_command_size(w->n, redis->prefix.len, slen))
+            rl_redis_command_size(w->rq->n, redis->prefix.len, slen))
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -686,8 +686,7 @@ ngx_http_ratelimit_redis_append(ngx_http_ratelimit_redis_conn_t *conn,
                                       script, slen, eval,
                                       (const char *) redis->prefix.data,
                                       redis->prefix.len, (int) redis->cluster,
-                                      w->checks, w->n,
-                                      (int) w->combine, -1);
+                                      w->rq, -1);
 
     ngx_http_ratelimit_redis_push(conn, w);
 

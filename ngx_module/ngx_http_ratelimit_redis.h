@@ -47,9 +47,7 @@ struct ngx_http_ratelimit_redis_wait_s {
     ngx_http_request_t                *request;
     ngx_http_ratelimit_redis_done_pt   handler;
     ngx_http_ratelimit_redis_t        *redis;
-    rl_check_t                        *checks;
-    size_t                             n;
-    ngx_uint_t                         combine;
+    rl_request_t                      *rq;       /* its rules, keys, costs */
     void                              *conn;     /* while queued */
     ngx_uint_t                         slot;
     ngx_msec_t                         start;
@@ -92,7 +90,7 @@ char *ngx_http_ratelimit_redis_finish(ngx_conf_t *cf,
     ngx_http_ratelimit_redis_t *redis, ngx_str_t *zone);
 
 /*
- * Sends w's checks to Redis.  NGX_OK: queued, w->handler will be called
+ * Sends w's request to Redis.  NGX_OK: queued, w->handler will be called
  * from an event (never from here).  NGX_DECLINED: Redis is not reachable
  * now (reconnecting later): decide by on_redis_error at once.
  */

@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# A worker frozen inside the zone's lock (stopped by gdb in rl_check, which
+# A worker frozen inside the zone's lock (stopped by gdb in rl_decide, which
 # runs under it) must not stop a reload: the master takes no zone lock, so
 # it starts new workers at once.  Killed there, the worker leaves a zone that
 # nginx unlocks and the next worker uses as it was: a spent key still
@@ -42,7 +42,7 @@ my $gdb = fork() // die "fork: $!";
 if ($gdb == 0) {
     open(STDOUT, '>', "$dir/gdb.log");
     open(STDERR, '>&', \*STDOUT);
-    exec('gdb', '-p', $worker, '-batch', '-ex', 'break rl_check', '-ex', 'continue',
+    exec('gdb', '-p', $worker, '-batch', '-ex', 'break rl_decide', '-ex', 'continue',
          '-ex', "shell touch $dir/stopped", '-ex', 'shell sleep 600') or POSIX::_exit(127);
 }
 RLTest::wait_until(sub { RLTest::read_file("$dir/gdb.log") =~ /Breakpoint 1 at/ }, 30)

@@ -7,6 +7,8 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
+use JSON::PP;
+use POSIX ();
 use Time::HiRes qw(sleep);
 use RLTest;
 
@@ -133,6 +135,77 @@ EOF
     my @got = map { (split ' ')[0] } grep { /^(ALLOW|DENY|DELAY) / } split /\n/, $out;
     is(scalar @got, 150, 'replay: every request');
     is_deeply(\@got, \@want, 'replay: the decisions nginx made, request by request');
+}
+
+# Delays that tie: two shaping rules hold a request equally long; nginx and
+# the replay of the same request times agree on every decision and on what
+# the headers say (the binding rule: the first of the longest delays), as
+# both go through the core's rl_decide.  Each user's requests follow one
+# another; the users run at once.
+{
+    my $t2 = RLTest->new();
+    $t2->write_conf(<<'EOF');
+ratelimit_zone z 1m;
+log_format ties '$msec $request_time $http_x_user $ratelimit_status $ratelimit_rule $ratelimit_remaining $ratelimit_reset $ratelimit_retry_after';
+server {
+    listen 127.0.0.1:%%PORT%%;
+    location / {
+        access_log %%PREFIX%%/ties.log ties;
+        ratelimit zone=z key=$http_x_user algorithm=leaky_bucket limit=10 period=1s max_delay=1s name=a;
+        ratelimit zone=z key=$http_x_user limit=100 period=1s name=b;
+        ratelimit zone=z key=$http_x_user algorithm=leaky_bucket limit=10 period=1s max_delay=50ms name=c;
+    }
+}
+EOF
+    $t2->start();
+    my @kids;
+    for my $user ('ann', 'bob', 'cy') {
+        my $pid = fork() // die;
+        if ($pid == 0) {
+            srand(length $user);
+            for (1 .. 25) {
+                $t2->get('/index.html', { 'X-User' => $user });
+                sleep(rand(0.15));
+            }
+            POSIX::_exit(0);
+        }
+        push @kids, $pid;
+    }
+    waitpid($_, 0) for @kids;
+    $t2->stop();
+
+    # each request as nginx decided it, at the time it was decided
+    my @nginx = sort { $a->[0] <=> $b->[0] } map {
+        my ($msec, $took, $user, @rest) = split ' ';
+        [ sprintf('%.0f', ($msec - $took) * 1000), $user, @rest ]
+    } split /\n/, RLTest::read_file($t2->prefix . '/ties.log');
+    is(scalar @nginx, 75, 'ties: 75 requests through nginx');
+    my %seen;
+    $seen{ $_->[2] }++ for @nginx;
+    ok($seen{PASSED} && $seen{DELAYED} && $seen{REJECTED}, 'ties: passed, delayed and rejected ones');
+
+    my $trace = join '', map { "$_->[0] $_->[1]\n" } @nginx;
+    my ($rc, $out) = run("--json --rule 'algorithm=leaky_bucket limit=10 period=1s max_delay=1s name=a'"
+        . " --rule 'limit=100 period=1s name=b'"
+        . " --rule 'algorithm=leaky_bucket limit=10 period=1s max_delay=50ms name=c'", $trace);
+    my @replay = grep { defined $_->{decision} } map { JSON::PP::decode_json($_) } grep { /"decision"/ } split /\n/, $out;
+    is(scalar @replay, 75, 'ties: every request replayed');
+
+    my %status = (ALLOW => 'PASSED', DELAY => 'DELAYED', DENY => 'REJECTED');
+    my ($same, $tied) = (0, 0);
+    for my $i (0 .. $#nginx) {
+        my ($ms, $user, $st, $rule, $remaining, $reset, $retry) = @{ $nginx[$i] };
+        my $r = $replay[$i];
+        my $want = join ' ', $status{ $r->{decision} }, $r->{rule}, $r->{remaining},
+            int(($r->{reset_ms} + 999) / 1000),
+            $r->{decision} eq 'DENY' ? (int(($r->{retry_after_ms} + 999) / 1000) || 1) : 0;
+        my $got = "$st $rule $remaining $reset $retry";
+        $same++ if $got eq $want;
+        diag("request $i ($ms $user): nginx $got, replay $want") if $got ne $want;
+        $tied++ if $st eq 'DELAYED' && $rule eq 'a';
+    }
+    is($same, 75, 'ties: every decision and header the same in nginx and the replay');
+    ok($tied > 0, "ties: $tied delays tied between a and c, the first binding");
 }
 
 done_testing();

@@ -22,7 +22,7 @@ struct Zone {
 uint32_t blob_of(const char *rule)
 {
     rl_rule_t r = rule_of(rule);
-    return (uint32_t) (rl_state_size(&r) - sizeof(rl_state_t));
+    return rl_rule_block_size(&r);
 }
 
 struct Request {
@@ -51,8 +51,7 @@ struct Request {
             c[i].key_len = keys[i].size();
             c[i].cost = cost;
         }
-        rl_check_hash(c.data(), c.size());
-        return rl_check(c.data(), c.size(), combine, now, &binding) == 1;
+        return decide(c.data(), c.size(), combine, now, &binding);
     }
 };
 
@@ -174,14 +173,14 @@ TEST(Check, RefundGivesBackAnAbandonedReservationWhereverItIsInTheQueue)
         ASSERT_TRUE(q[i].send(kT0));
         EXPECT_EQ(q[i].c[0].decision.delay_ms, 1000 * i);
     }
-    rl_check_refund(q[2].c.data(), 1, kT0);   // the third leaves: one slot less in the queue
-    rl_check_refund(q[3].c.data(), 1, kT0);   // and the fourth
+    refund(q[2].c.data(), 1, kT0);   // the third leaves: one slot less in the queue
+    refund(q[3].c.data(), 1, kT0);   // and the fourth
     Request next;
     next.add(z, shaper, "k");
     ASSERT_TRUE(next.send(kT0));
     EXPECT_EQ(next.c[0].decision.delay_ms, 3000);   // behind the three still waiting
     for (int i = 0; i < 4; i++) {                  // never before now, however many leave
-        rl_check_refund(q[i].c.data(), 1, kT0 + 500);
+        refund(q[i].c.data(), 1, kT0 + 500);
     }
     ASSERT_TRUE(next.send(kT0 + 500));
     EXPECT_EQ(next.c[0].decision.delay_ms, 0);
@@ -200,12 +199,12 @@ TEST(Check, RefundUncountsWindowsThatStillHoldTheRequest)
         std::vector<rl_check_t> held = r.c;
         ASSERT_TRUE(r.send(kT0 + 30));
         EXPECT_EQ(r.c[0].decision.remaining, 0u) << rule;
-        rl_check_refund(held.data(), 1, kT0 + 40);   // the second leaves
+        refund(held.data(), 1, kT0 + 40);   // the second leaves
         ASSERT_TRUE(r.send(kT0 + 50)) << rule;
         EXPECT_EQ(r.c[0].decision.remaining, 0u) << rule;
         EXPECT_FALSE(r.send(kT0 + 60)) << rule;
         // a refund for a window that has passed gives back nothing
-        rl_check_refund(held.data(), 1, kT0 + 120000);
+        refund(held.data(), 1, kT0 + 120000);
         Request look;
         look.add(z, rule, "k");
         ASSERT_TRUE(look.send(kT0 + 120000, 0));

@@ -202,7 +202,7 @@ TEST_P(Fault, RequestWithTwoRules)
     Zone zone(rng);
     const rl_rule_t head = rule_of("limit=5 period=1m name=h");
     const rl_rule_t block = rule_of("algorithm=sliding_window limit=5 period=1m buckets=10 name=b");
-    ASSERT_EQ(rl_state_size(&block) - sizeof(rl_state_t), zone.blob);
+    ASSERT_EQ(rl_rule_block_size(&block), zone.blob);
     for (int k = 0; k < 10; k++) {
         const std::string key = "client" + std::to_string(rng() % 1000000);
         rl_check_t c[2]{};
@@ -214,7 +214,10 @@ TEST_P(Fault, RequestWithTwoRules)
             c[r].key_len = key.size();
             c[r].cost = 1;
         }
-        rl_check_hash(c, 2);
+        rl_request_t rq{};
+        rq.checks = c;
+        rq.n = 2;
+        rl_request_hash(&rq);
         // two keys are written (one a rule); each table operation is whole
         auto written = [&](uint64_t tag, rl::Table *t) { return tag == c[1].tag || t->header().counts.evictions > 0; };
         crash_everywhere(
@@ -223,15 +226,13 @@ TEST_P(Fault, RequestWithTwoRules)
                 for (auto &x : c) {
                     x.table = t;
                 }
-                size_t binding;
-                rl_check(c, 2, RL_COMBINE_ALL, kNow, &binding);
+                rl_decide(&rq, kNow);
             },
             c[0].tag, written);
         for (auto &x : c) {
             x.table = zone.table();
         }
-        size_t binding;
-        rl_check(c, 2, RL_COMBINE_ALL, kNow, &binding);
+        rl_decide(&rq, kNow);
         EXPECT_TABLE_VALID(zone.table());
     }
 }

@@ -57,5 +57,30 @@ struct Key {
         EXPECT_TRUE((table)->check(&why_)) << why_;                      \
     } while (0)
 
+// One request through rl_decide, as nginx sends it: true if admitted
+// (passed, delayed or exempt); *binding the rule its headers describe.
+inline bool decide(rl_check_t *c, size_t n, int combine, int64_t now, size_t *binding = nullptr)
+{
+    rl_request_t rq{};
+    rq.checks = c;
+    rq.n = n;
+    rq.combine = combine;
+    rl_request_hash(&rq);
+    const int verdict = rl_decide(&rq, now);
+    if (binding != nullptr) {
+        *binding = rq.binding;
+    }
+    return verdict != RL_VERDICT_REJECTED;
+}
+
+// Gives back what a request held (rl_request_refund).
+inline void refund(rl_check_t *c, size_t n, int64_t now)
+{
+    rl_request_t rq{};
+    rq.checks = c;
+    rq.n = n;
+    rl_request_refund(&rq, now);
+}
+
 // A start time far from the epoch and aligned to every window used here.
 constexpr int64_t kT0 = 1767225600000;   // 2026-01-01T00:00:00Z

@@ -153,17 +153,29 @@ std::string script_sha()
     return std::string(r.str, r.str_len);
 }
 
-// One request through the script: the reply's decisions in c.
+// A request of these checks.
+rl_request_t request_of(rl_check_t *c, size_t n, int combine)
+{
+    rl_request_t rq{};
+    rq.checks = c;
+    rq.n = n;
+    rq.combine = combine;
+    return rq;
+}
+
+// One request through the script: the reply's decisions in c; 1 if
+// admitted, 0 if not, -1 for a reply that is not the script's answer.
 int check_in_redis(const std::string &sha, const std::string &prefix, std::vector<rl_check_t> &c, int combine,
                    int64_t now, size_t *binding)
 {
+    rl_request_t rq = request_of(c.data(), c.size(), combine);
     std::string cmd(rl_redis_command_size(c.size(), prefix.size(), sha.size()), '\0');
-    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, prefix.data(), prefix.size(), 0, c.data(),
-                                c.size(), combine, now));
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, prefix.data(), prefix.size(), 0, &rq, now));
     rl_resp_t r = Redis::instance().call(cmd);
-    int allowed = rl_redis_decode(&r, c.data(), c.size(), binding);
-    EXPECT_GE(allowed, 0) << "reply type " << (char) r.type << ": " << std::string(r.str ? r.str : "", r.str_len);
-    return allowed;
+    const int verdict = rl_redis_decide(&rq, &r);
+    EXPECT_GE(verdict, 0) << "reply type " << (char) r.type << ": " << std::string(r.str ? r.str : "", r.str_len);
+    *binding = rq.binding;
+    return verdict < 0 ? -1 : verdict != RL_VERDICT_REJECTED;
 }
 
 std::string describe(const rl_decision_t &d)
@@ -197,7 +209,7 @@ struct Trace {
             rules.push_back(rule_of(s));
             char err[RL_ERR_MAX];
             EXPECT_EQ(rl_redis_rule_ok(&rules.back(), err, sizeof(err)), RL_OK) << s << ": " << err;
-            blobs.push_back((uint32_t) (rl_state_size(&rules.back()) - sizeof(rl_state_t)));
+            blobs.push_back(rl_rule_block_size(&rules.back()));
         }
         table = std::aligned_alloc(64, table_size);
         char err[RL_ERR_MAX];
@@ -227,8 +239,7 @@ struct Trace {
     {
         std::vector<rl_check_t> local = checks(keys, costs), remote = checks(keys, costs);
         size_t lb, rb;
-        rl_check_hash(local.data(), local.size());
-        const int la = rl_check(local.data(), local.size(), combine, now, &lb);
+        const int la = decide(local.data(), local.size(), combine, now, &lb);
         const int ra = check_in_redis(sha, prefix, remote, combine, now, &rb);
         bool ok = la == ra && lb == rb;
         for (size_t i = 0; i < rules.size(); i++) {
@@ -422,7 +433,8 @@ TEST(Redis, CommandIsOneEvalshaWithKeysThenArguments)
     c.cost = 2;
     const std::string sha(40, 'f');
     std::string cmd(rl_redis_command_size(1, 3, sha.size()), '\0');
-    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, "rl:", 3, 0, &c, 1, RL_COMBINE_ANY, -1));
+    rl_request_t rq = request_of(&c, 1, RL_COMBINE_ANY);
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, "rl:", 3, 0, &rq, -1));
     rl_resp_t parsed;
     EXPECT_EQ(rl_resp_parse(cmd.data(), cmd.size(), &parsed), (long) cmd.size());
     EXPECT_EQ(parsed.integer, 3 + 1 + 2 + 10);
@@ -482,14 +494,13 @@ TEST(RedisScript, StateExpiresWhenBackToFullBudgetAndHoldsNoKeyBytes)
     c.key = "secret-api-key";
     c.key_len = 14;
     c.cost = 3;
-    size_t b;
     // Redis's own clock (now < 0): 3 of 10 per minute spent = 18 s to full
     const std::string prefix = "ttl:";
+    rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
     std::string cmd(rl_redis_command_size(1, prefix.size(), sha.size()), '\0');
-    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, prefix.data(), prefix.size(), 0, &c, 1,
-                                RL_COMBINE_ALL, -1));
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, prefix.data(), prefix.size(), 0, &rq, -1));
     rl_resp_t reply = redis.call(cmd);
-    ASSERT_EQ(rl_redis_decode(&reply, &c, 1, &b), 1);
+    ASSERT_EQ(rl_redis_decide(&rq, &reply), RL_VERDICT_PASSED);
     EXPECT_EQ(c.decision.remaining, 7u);
     EXPECT_EQ(c.decision.reset_ms, 18000);
     char key[64];
@@ -511,19 +522,20 @@ TEST(RedisScript, NoscriptIsAnErrorReplyAndEvalLoadsTheScript)
     c.key = "x";
     c.key_len = 1;
     c.cost = 1;
-    size_t len, b;
+    size_t len;
     const char *text = rl_redis_script(&len);
     const std::string sha = "0000000000000000000000000000000000000000";
+    rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
     std::string cmd(rl_redis_command_size(1, 2, len), '\0');
-    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, "n:", 2, 0, &c, 1, RL_COMBINE_ALL, kT0));
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, "n:", 2, 0, &rq, kT0));
     rl_resp_t reply = redis.call(cmd);
     EXPECT_EQ(reply.type, RL_RESP_ERROR);
     EXPECT_EQ(std::string(reply.str, 8), "NOSCRIPT");
-    EXPECT_EQ(rl_redis_decode(&reply, &c, 1, &b), -1);
+    EXPECT_EQ(rl_redis_decide(&rq, &reply), -1);
     cmd.assign(rl_redis_command_size(1, 2, len), '\0');
-    cmd.resize(rl_redis_command(cmd.data(), text, len, 1, "n:", 2, 0, &c, 1, RL_COMBINE_ALL, kT0));
+    cmd.resize(rl_redis_command(cmd.data(), text, len, 1, "n:", 2, 0, &rq, kT0));
     reply = redis.call(cmd);
-    EXPECT_EQ(rl_redis_decode(&reply, &c, 1, &b), 1);
+    EXPECT_EQ(rl_redis_decide(&rq, &reply), RL_VERDICT_PASSED);
     EXPECT_EQ(c.decision.remaining, 1u);
     // EVAL cached it: the real SHA-1 works now
     EXPECT_EQ(script_sha().size(), 40u);

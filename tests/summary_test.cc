@@ -25,8 +25,8 @@ struct Zone {
         mem = std::aligned_alloc(64, n);
         std::vector<uint32_t> blobs;
         for (const rl_rule_t &r : rules) {
-            if (rl_state_size(&r) > sizeof(rl_state_t)) {
-                blobs.push_back((uint32_t) (rl_state_size(&r) - sizeof(rl_state_t)));
+            if (rl_rule_block_size(&r) > 0) {
+                blobs.push_back(rl_rule_block_size(&r));
             }
         }
         char err[RL_ERR_MAX];
@@ -62,9 +62,7 @@ Result hit(Zone &z, const rl_rule_t &rule, const std::string &key, int64_t now, 
     c.key = key.data();
     c.key_len = key.size();
     c.cost = cost;
-    size_t binding;
-    rl_check_hash(&c, 1);
-    const bool allowed = rl_check(&c, 1, RL_COMBINE_ALL, now, &binding) == 1;
+    const bool allowed = decide(&c, 1, RL_COMBINE_ALL, now);
     return Result{allowed, c.decision};
 }
 
@@ -78,7 +76,7 @@ uint64_t tag_of(Zone &z, const rl_rule_t &rule, const std::string &key)
 size_t smallest_zone(const rl_rule_t &rule)
 {
     for (size_t size = 32 * 1024;; size += 1024) {
-        const uint32_t blob = (uint32_t) (rl_state_size(&rule) - sizeof(rl_state_t));
+        const uint32_t blob = rl_rule_block_size(&rule);
         char err[RL_ERR_MAX];
         if (rl_table_plan(size, &blob, blob ? 1 : 0, err, sizeof(err)) == RL_OK) {
             return size;

@@ -242,40 +242,81 @@ RL_API void rl_table_count(void *mem, int slot, int outcome);
 RL_API size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out, size_t max);
 
 
-/* ---- checking a request ------------------------------------------------- */
+/* ---- deciding a request ------------------------------------------------- */
+
+/*
+ * A request is checked against every rule that applies to it, and decided
+ * as a whole: rl_request_hash() outside the locks, then, holding the lock
+ * of every table involved, rl_decide() decides each rule, combines them,
+ * commits all that consume or none, and concludes (the verdict, the rule
+ * the response's headers describe, the delay, each rule's outcome to
+ * count).  Redis-decided requests are concluded by rl_redis_decide() from
+ * the script's reply instead.  nginx and ratelimit-replay call these.
+ */
 
 enum rl_combine {
     RL_COMBINE_ALL = 0,         /* every rule must allow */
     RL_COMBINE_ANY              /* one allowing rule is enough */
 };
 
+enum rl_verdict {
+    RL_VERDICT_PASSED = 0,
+    RL_VERDICT_DELAYED,         /* admitted, to be held delay_ms first */
+    RL_VERDICT_REJECTED,
+    RL_VERDICT_EXEMPT           /* every rule's key was empty */
+};
+
 typedef struct {
     void                *table;     /* in: a table's memory */
     const rl_rule_t     *rule;      /* in */
     uint64_t             identity;  /* in: rl_rule_identity() */
-    const void          *key;       /* in: key bytes (any length) */
+    const void          *key;       /* in: key bytes (any length); none
+                                       (key_len 0): the rule does not
+                                       apply, the request is exempt */
     size_t               key_len;
     uint64_t             cost;      /* in */
-    uint64_t             tag;       /* out of rl_check_hash() */
-    rl_decision_t        decision;  /* out of rl_check() */
-    rl_state_t           before;    /* out of rl_check(): the head before */
+    void                *data;      /* in: the caller's (its rule) */
+    uint64_t             tag;       /* out of rl_request_hash() */
+    rl_decision_t        decision;  /* out of rl_decide(): this rule's */
+    int                  outcome;   /* out: enum rl_outcome to count for
+                                       the rule, or -1 */
+    rl_state_t           before;    /* out: the head before */
     rl_state_t           after;     /*   and after a commit (for a refund) */
     int64_t              at;        /*   and the time it decided at */
 } rl_check_t;
 
+typedef struct {
+    rl_check_t          *checks;    /* in: one for each rule, in order */
+    size_t               n;         /* in: at most RL_RULES_MAX */
+    int                  combine;   /* in: enum rl_combine */
+    int                  dry_run;   /* in: decide and commit what is
+                                       admitted, but the caller neither
+                                       rejects nor delays (outcomes say
+                                       so) */
+    int                  verdict;   /* out: enum rl_verdict (a dry run's:
+                                       what it would have been) */
+    size_t               binding;   /* out: the check the response's
+                                       headers describe: the fewest
+                                       remaining when passed, the longest
+                                       delay when delayed, the longest
+                                       wait when rejected; the first of
+                                       equals */
+    int64_t              delay_ms;  /* out: RL_VERDICT_DELAYED */
+} rl_request_t;
+
 /* Hashes every key with its table's secret; needs no lock. */
-RL_API void rl_check_hash(rl_check_t *c, size_t n);
+RL_API void rl_request_hash(rl_request_t *rq);
 
 /*
- * Decides a request against n (<= RL_RULES_MAX) rules and commits the
- * outcome atomically: either every consuming rule's state is stored or
- * none (with combine any, exactly the allowing rules consume).  The caller
- * holds the lock of every table involved.  Returns 1 if the request is
- * allowed; *binding is the index of the rule that headers describe (the
- * fewest remaining when allowed, the longest wait when denied).
+ * The tables the request uses, in the order to lock them (by address, so
+ * that two requests never wait for each other): writes the index of one
+ * check of each, none for a request exempt from every rule; returns how
+ * many.
  */
-RL_API int rl_check(rl_check_t *c, size_t n, int combine, int64_t now_ms,
-    size_t *binding);
+RL_API size_t rl_request_lock_order(const rl_request_t *rq, size_t *order);
+
+/* Decides and commits the request; returns its verdict (see above). */
+RL_API int rl_decide(rl_request_t *rq, int64_t now_ms);
 
 /*
  * Gives back what an admitted request reserved, when it is abandoned before
@@ -286,7 +327,11 @@ RL_API int rl_check(rl_check_t *c, size_t n, int combine, int64_t now_ms,
  * uncounts it if it still holds it.  Call it once per request.  The caller
  * holds the locks.
  */
-RL_API void rl_check_refund(rl_check_t *c, size_t n, int64_t now_ms);
+RL_API void rl_request_refund(rl_request_t *rq, int64_t now_ms);
+
+/* Bytes of the block a rule's state needs beyond the table's slot (0 for
+   most algorithms): what a table's layout is planned from. */
+RL_API uint32_t rl_rule_block_size(const rl_rule_t *rule);
 
 
 /* ---- Redis: fleet-wide limits ------------------------------------------- */
@@ -330,14 +375,14 @@ RL_API size_t rl_redis_command_size(size_t n, size_t prefix_len,
     size_t script_len);
 
 /*
- * Writes one RESP command checking n rules (c[i].rule, identity, key, cost)
- * with combine: EVALSHA with script = the script's SHA-1 in hex, or (eval
- * set) EVAL with the script's text.  now_ms < 0 lets the script read Redis's
- * TIME; tests pass their own clock.  Returns the bytes written.
+ * Writes one RESP command deciding the request's rules (those with a key)
+ * with its combine: EVALSHA with script = the script's SHA-1 in hex, or
+ * (eval set) EVAL with the script's text.  now_ms < 0 lets the script read
+ * Redis's TIME; tests pass their own clock.  Returns the bytes written.
  */
 RL_API size_t rl_redis_command(char *buf, const char *script, size_t script_len,
     int eval, const char *prefix, size_t prefix_len, int cluster,
-    const rl_check_t *c, size_t n, int combine, int64_t now_ms);
+    const rl_request_t *rq, int64_t now_ms);
 
 enum rl_resp_type {
     RL_RESP_STATUS = '+',
@@ -366,12 +411,10 @@ typedef struct {
 RL_API long rl_resp_parse(const char *p, size_t len, rl_resp_t *r);
 
 /*
- * Reads the script's reply into c[i].decision: returns 1 if the request is
- * allowed, 0 if not, -1 if the reply is not the script's answer for n
- * rules.  *binding as rl_check().
+ * Concludes a request from the script's reply, as rl_decide() does: returns
+ * its verdict, or -1 if the reply is not the script's answer for it.
  */
-RL_API int rl_redis_decode(const rl_resp_t *r, rl_check_t *c, size_t n,
-    size_t *binding);
+RL_API int rl_redis_decide(rl_request_t *rq, const rl_resp_t *r);
 
 #ifdef __cplusplus
 }

@@ -82,11 +82,6 @@ void refund(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t after, in
 void sliding_window_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64_t at);
 void sliding_log_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64_t at);
 
-// The rule whose decision a request's headers describe: among the rules
-// agreeing with the outcome, the fewest remaining when allowed, the longest
-// wait when denied (the first such).
-size_t binding_of(const rl_check_t *c, size_t n, bool allowed);
-
 // ceil(a / b) for non-negative a and positive b.
 inline int64_t ceil_div(uint64_t a, uint64_t b) { return (int64_t) ((a + b - 1) / b); }
 

@@ -1,6 +1,8 @@
 // Checking one request against all its rules, atomically: decide every rule
 // on the current state, combine, then commit all consuming rules or none.
+// (request.cpp concludes the request from the rules' decisions.)
 #include "algorithms.h"
+#include "request.h"
 #include "table.h"
 #ifdef RL_FAULT_INJECTION
 #include "fault.h"
@@ -30,7 +32,7 @@ rl::State current(const rl_check_t *c, Item *items, size_t i, int64_t now)
     items[i].restored = false;
     items[i].inherited = false;
     for (size_t j = i; j-- > 0;) {
-        if (c[j].table == c[i].table && c[j].tag == c[i].tag && items[j].pool < 0) {
+        if (rl::applies(c[j]) && c[j].table == c[i].table && c[j].tag == c[i].tag && items[j].pool < 0) {
             s.head = items[j].state.head;
             items[i].inherited = items[j].inherited;
             return s;
@@ -52,13 +54,13 @@ rl::State current(const rl_check_t *c, Item *items, size_t i, int64_t now)
 void count_summary_refusals(const rl_check_t *c, const Item *items, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        if (!items[i].restored || c[i].decision.allowed || c[i].decision.never) {
+        if (!rl::applies(c[i]) || !items[i].restored || c[i].decision.allowed || c[i].decision.never) {
             continue;
         }
         bool counted = false;
         for (size_t j = 0; j < i && !counted; j++) {
-            counted = c[j].table == c[i].table && items[j].restored && !c[j].decision.allowed &&
-                      !c[j].decision.never;
+            counted = rl::applies(c[j]) && c[j].table == c[i].table && items[j].restored &&
+                      !c[j].decision.allowed && !c[j].decision.never;
         }
         if (!counted) {
             rl::Table::at(c[i].table)->header().counts.summary_refusals++;
@@ -70,140 +72,80 @@ void count_summary_refusals(const rl_check_t *c, const Item *items, size_t n)
 
 namespace rl {
 
-size_t binding_of(const rl_check_t *c, size_t n, bool allowed)
+bool check(rl_check_t *c, size_t n, int combine, int64_t now_ms)
 {
-    size_t b = n;
+    Item items[RL_RULES_MAX];
+    size_t allowing = 0, applying = 0;
+
     for (size_t i = 0; i < n; i++) {
-        const rl_decision_t &d = c[i].decision;
-        if ((bool) d.allowed == allowed &&
-            (b == n || (allowed ? d.remaining < c[b].decision.remaining
-                                : d.retry_after_ms > c[b].decision.retry_after_ms))) {
-            b = i;
+        if (applies(c[i])) {
+            Table::at(c[i].table)->recover();   // what a dead process left half done
         }
     }
-    return b == n ? 0 : b;
+    for (size_t i = 0; i < n; i++) {
+        if (!applies(c[i])) {
+            continue;
+        }
+        const rl_rule_t &rule = *c[i].rule;
+        const size_t blob = blob_size(rule);
+        Table *table = Table::at(c[i].table);
+
+        items[i].pool = blob ? table->pool_for(blob) : -1;
+        items[i].state = current(c, items, i, now_ms);
+        if (blob && items[i].pool < 0) {
+            items[i].state.blob = nullptr;   // no pool for it: decide as cold, never commit
+        }
+        c[i].before = items[i].state.head;
+        c[i].at = now_ms;
+        // a head-only state is updated on the copy: that is the new head
+        c[i].decision = transition(rule, items[i].state, now_ms, c[i].cost, !blob);
+        c[i].after = items[i].state.head;
+        allowing += c[i].decision.allowed;
+        applying++;
+    }
+
+    const bool allowed = combine == RL_COMBINE_ANY ? allowing > 0 || applying == 0 : allowing == applying;
+
+    // With any, only the allowing rules consume; with all, every rule
+    // allows whenever the request is allowed.  A head found in place is
+    // written there, until an insertion may have moved keys.
+    bool moved = false;
+    for (size_t i = 0; allowed && i < n; i++) {
+        if (!applies(c[i]) || !c[i].decision.allowed || c[i].cost == 0) {
+            continue;
+        }
+        const rl_rule_t &rule = *c[i].rule;
+        Table *table = Table::at(c[i].table);
+        if (blob_size(rule) == 0) {
+            const Debt debt{owed_frac(rule, State{c[i].after, nullptr}, c[i].decision, now_ms), items[i].inherited};
+            if (items[i].ref.t != nullptr && !moved) {
+                Table::update(items[i].ref, c[i].after, debt);
+            } else {
+                moved |= table->store(c[i].tag, c[i].after, debt, now_ms);
+            }
+        } else if (items[i].pool >= 0) {
+            bool fresh = false;
+            State s = table->acquire(c[i].tag, items[i].pool, now_ms, &fresh);
+            if (fresh) {
+                // what the summary says the key owes, as decided on; or,
+                // if an earlier rule's insertion evicted it meanwhile, now
+                s.head = items[i].restored ? c[i].before : restore(rule, table->owed(c[i].tag, now_ms), now_ms).head;
+                restore_block(rule, s, now_ms);
+            }
+            const rl_decision_t d = transition(rule, s, now_ms, c[i].cost, true);
+            table->set_t(c[i].tag, s.head.t, Debt{owed_frac(rule, s, d, now_ms), items[i].inherited});
+            if (items[i].restored && d.allowed) {
+                c[i].decision = d;   // the restored units, as the block holds them now
+            }
+            c[i].after = s.head;
+            moved = true;
+        }
+    }
+
+    if (!allowed) {
+        count_summary_refusals(c, items, n);
+    }
+    return allowed;
 }
 
 }  // namespace rl
-
-extern "C" {
-
-void rl_check_hash(rl_check_t *c, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        const rl::Table *t = rl::Table::at(c[i].table);
-        c[i].tag = t->tag(c[i].identity, c[i].key, c[i].key_len);
-        t->prefetch(c[i].tag);
-    }
-}
-
-int rl_check(rl_check_t *c, size_t n, int combine, int64_t now_ms, size_t *binding)
-{
-    try {
-        Item items[RL_RULES_MAX];
-        size_t allowing = 0;
-
-        if (n > RL_RULES_MAX) {
-            n = RL_RULES_MAX;
-        }
-        for (size_t i = 0; i < n; i++) {
-            rl::Table::at(c[i].table)->recover();   // what a dead process left half done
-        }
-        for (size_t i = 0; i < n; i++) {
-            const rl_rule_t &rule = *c[i].rule;
-            const size_t blob = rl::blob_size(rule);
-            rl::Table *table = rl::Table::at(c[i].table);
-
-            items[i].pool = blob ? table->pool_for(blob) : -1;
-            items[i].state = current(c, items, i, now_ms);
-            if (blob && items[i].pool < 0) {
-                items[i].state.blob = nullptr;   // no pool for it: decide as cold, never commit
-            }
-            c[i].before = items[i].state.head;
-            c[i].at = now_ms;
-            // a head-only state is updated on the copy: that is the new head
-            c[i].decision = rl::transition(rule, items[i].state, now_ms, c[i].cost, !blob);
-            c[i].after = items[i].state.head;
-            allowing += c[i].decision.allowed;
-        }
-
-        const bool allowed = combine == RL_COMBINE_ANY ? allowing > 0 || n == 0 : allowing == n;
-
-        // With any, only the allowing rules consume; with all, every rule
-        // allows whenever the request is allowed.  A head found in place is
-        // written there, until an insertion may have moved keys.
-        bool moved = false;
-        for (size_t i = 0; allowed && i < n; i++) {
-            if (!c[i].decision.allowed || c[i].cost == 0) {
-                continue;
-            }
-            const rl_rule_t &rule = *c[i].rule;
-            rl::Table *table = rl::Table::at(c[i].table);
-            const bool head_only = rl::blob_size(rule) == 0;
-            if (head_only) {
-                const rl::Debt debt{rl::owed_frac(rule, rl::State{c[i].after, nullptr}, c[i].decision, now_ms),
-                                    items[i].inherited};
-                if (items[i].ref.t != nullptr && !moved) {
-                    rl::Table::update(items[i].ref, c[i].after, debt);
-                } else {
-                    moved |= table->store(c[i].tag, c[i].after, debt, now_ms);
-                }
-            } else if (items[i].pool >= 0) {
-                bool fresh = false;
-                rl::State s = table->acquire(c[i].tag, items[i].pool, now_ms, &fresh);
-                if (fresh) {
-                    // what the summary says the key owes, as decided on; or,
-                    // if an earlier rule's insertion evicted it meanwhile, now
-                    s.head = items[i].restored ? c[i].before
-                                               : rl::restore(rule, table->owed(c[i].tag, now_ms), now_ms).head;
-                    rl::restore_block(rule, s, now_ms);
-                }
-                const rl_decision_t d = rl::transition(rule, s, now_ms, c[i].cost, true);
-                table->set_t(c[i].tag, s.head.t, rl::Debt{rl::owed_frac(rule, s, d, now_ms), items[i].inherited});
-                if (items[i].restored && d.allowed) {
-                    c[i].decision = d;   // the restored units, as the block holds them now
-                }
-                c[i].after = s.head;
-                moved = true;
-            }
-        }
-
-        if (!allowed) {
-            count_summary_refusals(c, items, n);
-        }
-        *binding = rl::binding_of(c, n, allowed);
-        return allowed ? 1 : 0;
-    }
-    RL_RETHROW_CRASH
-    catch (...) {
-        *binding = 0;
-        return 1;   // unreachable: nothing here throws; fail open if it ever did
-    }
-}
-
-void rl_check_refund(rl_check_t *c, size_t n, int64_t now_ms)
-{
-    try {
-        for (size_t i = 0; i < n; i++) {
-            if (!c[i].decision.allowed || c[i].cost == 0) {
-                continue;
-            }
-            rl::Table *table = rl::Table::at(c[i].table);
-            table->recover();
-            rl::State s{};
-            rl::Table::Ref ref{};
-            if (!table->find(c[i].tag, &s, &ref)) {
-                continue;   // evicted since: the summary holds what it owed
-            }
-            rl::refund(*c[i].rule, s, c[i].cost, c[i].after, c[i].at, now_ms);
-            if (s.blob == nullptr) {
-                rl::Table::update(ref, s.head, rl::Table::debt(ref));
-            } else {
-                table->set_t(c[i].tag, s.head.t, rl::Table::debt(ref));
-            }
-        }
-    } catch (...) {
-    }
-}
-
-}  // extern "C"

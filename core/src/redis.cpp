@@ -1,11 +1,13 @@
-// Redis: the command that checks a request in the script, the RESP reply
-// reader, and the reply's decisions.  No I/O here: the glue owns the
-// connections (nginx events), the conformance test a blocking socket.
-#include <cstdarg>
-#include <cstdio>
+// Redis: the keys and the command that decide a request in the script, and
+// the request concluded from the script's reply.  No I/O here: the glue owns
+// the connections (nginx events), the conformance test a blocking socket;
+// resp.cpp speaks the protocol.
 #include <cstring>
 
 #include "algorithms.h"
+#include "error.h"
+#include "request.h"
+#include "resp.h"
 #include "sha256.h"
 
 extern "C" const char rl_redis_script_text[];       // generated from core/redis/ratelimit.lua
@@ -54,201 +56,6 @@ unsigned crc16(const char *p, size_t len)
 const size_t kArgsPerRule = 10;
 const size_t kReplyPerRule = 7;
 
-int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    std::vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return RL_ERROR;
-}
-
-struct Writer {
-    char *p;
-
-    void raw(const char *s, size_t len)
-    {
-        std::memcpy(p, s, len);
-        p += len;
-    }
-
-    void number(int64_t v)
-    {
-        char tmp[24];
-        size_t len = 0;
-        uint64_t u = v < 0 ? 0 - (uint64_t) v : (uint64_t) v;
-        do {
-            tmp[len++] = (char) ('0' + u % 10);
-            u /= 10;
-        } while (u);
-        if (v < 0) {
-            *p++ = '-';
-        }
-        while (len) {
-            *p++ = tmp[--len];
-        }
-    }
-
-    void header(char type, size_t n)
-    {
-        *p++ = type;
-        number((int64_t) n);
-        raw("\r\n", 2);
-    }
-
-    void arg(const char *s, size_t len)
-    {
-        header('$', len);
-        raw(s, len);
-        raw("\r\n", 2);
-    }
-
-    void arg(int64_t v)
-    {
-        char tmp[24];
-        Writer w{tmp};
-        w.number(v);
-        arg(tmp, (size_t) (w.p - tmp));
-    }
-};
-
-// An integer line ending at CRLF: p points after the type byte.
-long line_number(const char *p, const char *end, int64_t *v)
-{
-    const char *q = p;
-    bool neg = false;
-    uint64_t u = 0;
-    if (q < end && *q == '-') {
-        neg = true;
-        q++;
-    }
-    const char *digits = q;
-    while (q < end && *q >= '0' && *q <= '9') {
-        if (q - digits == 19 || u > (uint64_t) INT64_MAX / 10) {
-            return -1;   // at most 19 digits: a RESP number is an int64
-        }
-        u = u * 10 + (uint64_t) (*q++ - '0');
-    }
-    if (q + 2 > end) {
-        return 0;
-    }
-    if (q == digits || q[0] != '\r' || q[1] != '\n' || u > (uint64_t) INT64_MAX) {
-        return -1;
-    }
-    *v = neg ? -(int64_t) u : (int64_t) u;
-    return q + 2 - p;
-}
-
-// A bulk string's or an array's length: -1 (nil) or more.
-long length_line(const char *p, const char *end, int64_t *v)
-{
-    long n = line_number(p, end, v);
-    return n > 0 && *v < -1 ? -1 : n;
-}
-
-long parse(const char *p, size_t len, rl_resp_t *r, int depth)
-{
-    const char *end = p + len;
-    if (len == 0) {
-        return 0;
-    }
-    if (depth > 8) {
-        return -1;
-    }
-    const char type = p[0];
-    const char *q = p + 1;
-
-    switch (type) {
-    case RL_RESP_STATUS:
-    case RL_RESP_ERROR: {
-        const char *eol = static_cast<const char *>(std::memchr(q, '\r', (size_t) (end - q)));
-        if (eol == nullptr || eol + 1 >= end) {
-            return 0;
-        }
-        if (eol[1] != '\n') {
-            return -1;
-        }
-        if (r) {
-            r->type = type;
-            r->str = q;
-            r->str_len = (size_t) (eol - q);
-        }
-        return eol + 2 - p;
-    }
-    case RL_RESP_INTEGER: {
-        int64_t v;
-        long n = line_number(q, end, &v);
-        if (n <= 0) {
-            return n;
-        }
-        if (r) {
-            r->type = type;
-            r->integer = v;
-        }
-        return 1 + n;
-    }
-    case RL_RESP_BULK: {
-        int64_t v;
-        long n = length_line(q, end, &v);
-        if (n <= 0) {
-            return n;
-        }
-        q += n;
-        if (r) {
-            r->type = type;
-            r->integer = v;
-            r->str = v >= 0 ? q : nullptr;
-            r->str_len = v >= 0 ? (size_t) v : 0;
-        }
-        if (v < 0) {
-            return q - p;
-        }
-        if ((size_t) (end - q) < (size_t) v + 2) {
-            return 0;
-        }
-        if (q[v] != '\r' || q[v + 1] != '\n') {
-            return -1;
-        }
-        return q + v + 2 - p;
-    }
-    case RL_RESP_ARRAY: {
-        int64_t v;
-        long n = length_line(q, end, &v);
-        if (n <= 0) {
-            return n;
-        }
-        q += n;
-        if (r) {
-            r->type = type;
-            r->integer = v;
-            r->nitems = 0;
-            r->integers = 1;
-        }
-        for (int64_t i = 0; i < v; i++) {
-            rl_resp_t item;
-            long m = parse(q, (size_t) (end - q), &item, depth + 1);
-            if (m <= 0) {
-                return m;
-            }
-            q += m;
-            if (r == nullptr) {
-                continue;
-            }
-            if (item.type != RL_RESP_INTEGER) {
-                r->integers = 0;
-            } else if (r->nitems < RL_RESP_ITEMS_MAX) {
-                r->items[r->nitems++] = item.integer;
-            }
-        }
-        return q - p;
-    }
-    default:
-        return -1;
-    }
-}
-
 }  // namespace
 
 extern "C" {
@@ -277,7 +84,7 @@ int rl_redis_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
         return RL_OK;   // counters and times only
     }
     if (units > RL_REDIS_UNITS_MAX) {
-        return fail(err, errlen,
+        return rl::fail(err, errlen,
                     "limit x period of %u per %lld ms is too fine for a Redis zone: at most 2^50 (its script "
                     "computes in units of 1/limit ms, exactly only below 2^53)",
                     rule->algorithm <= RL_TOKEN_BUCKET && rule->burst > rule->limit ? rule->burst : rule->limit,
@@ -339,9 +146,15 @@ size_t rl_redis_command_size(size_t n, size_t prefix_len, size_t script_len)
 }
 
 size_t rl_redis_command(char *buf, const char *script, size_t script_len, int eval, const char *prefix,
-                        size_t prefix_len, int cluster, const rl_check_t *c, size_t n, int combine, int64_t now_ms)
+                        size_t prefix_len, int cluster, const rl_request_t *rq, int64_t now_ms)
 {
-    Writer w{buf};
+    const rl_check_t *c = rq->checks;
+    size_t n = 0;
+    for (size_t i = 0; i < rq->n; i++) {
+        n += rl::applies(c[i]);
+    }
+
+    rl::Writer w{buf};
     w.header('*', 3 + n + 2 + n * kArgsPerRule);
     if (eval) {
         w.arg("EVAL", 4);
@@ -352,9 +165,11 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
     w.arg((int64_t) n);
 
     char key[256 + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN];
-    for (size_t i = 0; i < n; i++) {
-        const size_t plen = prefix_len < 256 ? prefix_len : 256;
-        w.arg(key, rl_redis_key(key, prefix, plen, cluster, c[i].identity, c[i].key, c[i].key_len));
+    for (size_t i = 0; i < rq->n; i++) {
+        if (rl::applies(c[i])) {
+            const size_t plen = prefix_len < 256 ? prefix_len : 256;
+            w.arg(key, rl_redis_key(key, prefix, plen, cluster, c[i].identity, c[i].key, c[i].key_len));
+        }
     }
 
     if (now_ms >= 0) {
@@ -362,9 +177,12 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
     } else {
         w.arg("", 0);
     }
-    w.arg(combine == RL_COMBINE_ANY ? 1 : 0);
+    w.arg(rq->combine == RL_COMBINE_ANY ? 1 : 0);
 
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < rq->n; i++) {
+        if (!rl::applies(c[i])) {
+            continue;
+        }
         const rl_rule_t &r = *c[i].rule;
         w.arg(r.algorithm);
         w.arg(r.limit);
@@ -382,24 +200,22 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
     return (size_t) (w.p - buf);
 }
 
-long rl_resp_parse(const char *p, size_t len, rl_resp_t *r)
+int rl_redis_decide(rl_request_t *rq, const rl_resp_t *r)
 {
-    try {
-        return parse(p, len, r, 0);
-    } catch (...) {
-        return -1;
+    size_t n = 0;
+    for (size_t i = 0; i < rq->n; i++) {
+        n += rl::applies(rq->checks[i]);
     }
-}
-
-int rl_redis_decode(const rl_resp_t *r, rl_check_t *c, size_t n, size_t *binding)
-{
     if (r->type != RL_RESP_ARRAY || !r->integers || n > RL_RULES_MAX ||
         r->integer != (int64_t) (1 + n * kReplyPerRule) || r->nitems != 1 + n * kReplyPerRule) {
         return -1;
     }
     const int64_t *v = r->items + 1;
-    for (size_t i = 0; i < n; i++, v += kReplyPerRule) {
-        rl_decision_t &d = c[i].decision;
+    for (size_t i = 0; i < rq->n; i++) {
+        if (!rl::applies(rq->checks[i])) {
+            continue;
+        }
+        rl_decision_t &d = rq->checks[i].decision;
         d.allowed = v[0] != 0;
         d.never = v[1] != 0;
         d.remaining = v[2] > 0 ? (uint64_t) v[2] : 0;
@@ -407,10 +223,9 @@ int rl_redis_decode(const rl_resp_t *r, rl_check_t *c, size_t n, size_t *binding
         d.retry_after_ms = v[4];
         d.delay_ms = v[5];
         d.window_ms = v[6];
+        v += kReplyPerRule;
     }
-    const bool allowed = r->items[0] != 0;
-    *binding = rl::binding_of(c, n, allowed);
-    return allowed ? 1 : 0;
+    return rl::conclude(*rq, r->items[0] != 0);
 }
 
 }  // extern "C"

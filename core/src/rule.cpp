@@ -7,9 +7,12 @@
 #include <initializer_list>
 
 #include "ratelimit.h"
+#include "error.h"
 #include "siphash.h"
 
 namespace {
+
+using rl::fail;
 
 enum Param : uint32_t {
     P_ALGORITHM = 1u << 0,
@@ -96,17 +99,6 @@ struct Text {
     size_t len;
     bool is(const char *s) const { return std::strlen(s) == len && std::memcmp(p, s, len) == 0; }
 };
-
-int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err != nullptr && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        std::vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return RL_ERROR;
-}
 
 bool parse_uint(Text v, uint64_t max, uint64_t *out)
 {

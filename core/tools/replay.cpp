@@ -4,9 +4,10 @@
 //                    [--log-format combined|'FORMAT' [--key '$remote_addr'] [--cost '$field']]
 //                    [--zone-size 64m] [--summary] [--json] [FILE]
 //
-// Each request goes through rl_check(), exactly as in nginx: the same rule
+// Each request goes through rl_decide(), exactly as in nginx: the same rule
 // parser (so the same error messages), the same transitions, the same
-// all/any combination and binding rule, over a key table in memory.
+// all/any combination, binding rule and verdict, over a key table in memory.
+// Reading (Reader), deciding (Decider) and reporting (Report) are apart.
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -246,16 +247,19 @@ bool param_of(const std::string &text, const char *name, std::string *value)
     return true;
 }
 
-}  // namespace
+// ---- the command line ----------------------------------------------------
 
-int main(int argc, char **argv)
-{
+struct Options {
     std::vector<Rule> rules;
     std::string file, format, key_expr, cost_expr;
     int combine = RL_COMBINE_ALL;
     bool summary_only = false, json = false, log_mode = false;
     size_t zone_size = 64u << 20;
+};
 
+Options parse_options(int argc, char **argv)
+{
+    Options o;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         auto value = [&]() -> std::string {
@@ -270,213 +274,251 @@ int main(int argc, char **argv)
             char err[RL_ERR_MAX];
             if (rl_rule_parse(&r.rule, r.text.c_str(), err, sizeof(err)) != RL_OK) {
                 std::cerr << "ratelimit-replay: --rule '" << r.text << "': " << err << "\n";
-                return 2;
+                std::exit(2);
             }
             std::string ignored;
             param_of(r.text, "key", &r.key_expr);
             r.own_cost = param_of(r.text, "cost", &ignored);
-            rules.push_back(r);
+            o.rules.push_back(r);
         } else if (a == "--combine") {
             std::string v = value();
             if (v != "all" && v != "any") {
                 usage_error("invalid value \"" + v + "\" for --combine: expected \"all\" or \"any\"");
             }
-            combine = v == "any" ? RL_COMBINE_ANY : RL_COMBINE_ALL;
+            o.combine = v == "any" ? RL_COMBINE_ANY : RL_COMBINE_ALL;
         } else if (a == "--log-format") {
-            format = value();
-            log_mode = true;
+            o.format = value();
+            o.log_mode = true;
         } else if (a == "--key") {
-            key_expr = value();
+            o.key_expr = value();
         } else if (a == "--cost") {
-            cost_expr = value();
+            o.cost_expr = value();
         } else if (a == "--zone-size") {
             std::string v = value();
-            if (!parse_size(v, &zone_size)) {
+            if (!parse_size(v, &o.zone_size)) {
                 usage_error("invalid value \"" + v + "\" for --zone-size: expected a size like 64m");
             }
         } else if (a == "--summary") {
-            summary_only = true;
+            o.summary_only = true;
         } else if (a == "--json") {
-            json = true;
+            o.json = true;
         } else if (a == "-h" || a == "--help") {
             usage_error("replays a trace against rate-limit rules");
         } else if (a.size() > 1 && a[0] == '-') {
             usage_error("unknown option \"" + a + "\"");
-        } else if (file.empty()) {
-            file = a;
+        } else if (o.file.empty()) {
+            o.file = a;
         } else {
             usage_error("one input file at most");
         }
     }
-    if (rules.empty()) {
+    if (o.rules.empty()) {
         usage_error("at least one --rule is needed");
     }
-    if (rules.size() > RL_RULES_MAX) {
+    if (o.rules.size() > RL_RULES_MAX) {
         usage_error("at most " + std::to_string(RL_RULES_MAX) + " rules");
     }
-    if (!log_mode && (!key_expr.empty() || !cost_expr.empty())) {
+    if (!o.log_mode && (!o.key_expr.empty() || !o.cost_expr.empty())) {
         usage_error("--key and --cost apply to --log-format input");
     }
+    if (o.log_mode && o.key_expr.empty()) {
+        o.key_expr = "$remote_addr";
+    }
+    return o;
+}
 
-    LogFormat log_format(format == "combined" ? kCombined : format);
-    if (log_mode) {
-        if (key_expr.empty()) {
-            key_expr = "$remote_addr";
-        }
-        if (!log_format.has("msec") && !log_format.has("time_local") && !log_format.has("time_iso8601")) {
+// ---- reading: one request of the trace or the log at a time --------------
+
+struct Request {
+    int64_t now = 0;
+    std::string shown;               // the key printed
+    std::vector<std::string> keys;   // each rule's key (empty: exempt)
+    uint64_t cost = 1;
+};
+
+class Reader {
+public:
+    Reader(const Options &o, std::istream &in, const std::string &name)
+        : o_(o), in_(in), name_(name), format_(o.format == "combined" ? kCombined : o.format)
+    {
+        if (o.log_mode && !format_.has("msec") && !format_.has("time_local") && !format_.has("time_iso8601")) {
             usage_error("--log-format needs $msec, $time_local or $time_iso8601 for the request times");
         }
     }
 
-    // One table for every rule, laid out as nginx would lay out their zone.
-    std::vector<uint32_t> blobs;
-    for (Rule &r : rules) {
-        blobs.push_back((uint32_t) (rl_state_size(&r.rule) - sizeof(rl_state_t)));
-        const std::string &expr = r.key_expr.empty() ? key_expr : r.key_expr;
-        r.identity = rl_rule_identity(&r.rule, expr.data(), expr.size());
-    }
-    void *table = mmap(nullptr, zone_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    char err[RL_ERR_MAX];
-    if (table == MAP_FAILED || rl_table_init(table, zone_size, blobs.data(), blobs.size(), nullptr, err,
-                                             sizeof(err)) != RL_OK) {
-        std::cerr << "ratelimit-replay: --zone-size " << zone_size << ": "
-                  << (table == MAP_FAILED ? std::strerror(errno) : err) << "\n";
-        return 2;
-    }
-
-    std::ifstream in;
-    if (!file.empty()) {
-        in.open(file);
-        if (!in) {
-            std::cerr << "ratelimit-replay: " << file << ": " << std::strerror(errno) << "\n";
-            return 1;
-        }
-    }
-    std::istream &input = file.empty() ? std::cin : in;
-
-    uint64_t requests = 0, allowed = 0, denied = 0, delayed = 0, bad = 0, lineno = 0;
-    std::unordered_set<std::string> distinct;
-    std::unordered_map<std::string, uint64_t> denied_by_key;
-    std::map<std::string, std::string> fields;
-    std::string line;
-    std::vector<std::string> keys(rules.size());
-    std::vector<rl_check_t> checks(rules.size());
-
-    while (std::getline(input, line)) {
-        lineno++;
-        if (line.empty() || line[0] == '#') {
-            continue;
-        }
-        int64_t now = 0;
-        uint64_t cost = 1;
-        std::string shown;
-        bool ok = true;
-
-        if (log_mode) {
-            bool missing = false;
-            ok = log_format.match(line, fields) && parse_log_time(fields, &now);
-            for (size_t i = 0; ok && i < rules.size(); i++) {
-                keys[i] = expand(rules[i].key_expr.empty() ? key_expr : rules[i].key_expr, fields, &missing);
-            }
-            if (ok && !cost_expr.empty() && (!parse_uint64(expand(cost_expr, fields, &missing), &cost) || cost == 0)) {
-                cost = 1;   // as in nginx: not a positive integer counts as 1 (zero_cost=on is nginx's only)
-            }
-            ok = ok && !missing;
-            shown = ok ? expand(key_expr, fields, &missing) : "";
-        } else {
-            char t[32], k[4096], c[32];
-            int n = std::sscanf(line.c_str(), "%31s %4095s %31s", t, k, c);
-            uint64_t ms = 0;
-            ok = n >= 2 && parse_uint64(t, &ms) && (n < 3 || parse_uint64(c, &cost));
-            now = (int64_t) ms;
-            shown = k;
-            std::fill(keys.begin(), keys.end(), shown);
-        }
-        if (!ok) {
-            bad++;
-            std::cerr << "ratelimit-replay: " << (file.empty() ? "stdin" : file) << ":" << lineno
-                      << ": skipped, not " << (log_mode ? "in the log format" : "\"<unix_time_ms> <key> [cost]\"")
-                      << ": " << line.substr(0, 200) << "\n";
-            continue;
-        }
-
-        // rules whose key is empty do not apply, as in nginx
-        size_t n = 0;
-        std::vector<size_t> which;
-        for (size_t i = 0; i < rules.size(); i++) {
-            if (keys[i].empty()) {
+    // The next request; an unreadable line is reported and skipped.
+    bool next(Request *rq)
+    {
+        std::string line;
+        while (std::getline(in_, line)) {
+            lineno_++;
+            if (line.empty() || line[0] == '#') {
                 continue;
             }
-            checks[n] = rl_check_t{};
-            checks[n].table = table;
-            checks[n].rule = &rules[i].rule;
-            checks[n].identity = rules[i].identity;
-            checks[n].key = keys[i].data();
-            checks[n].key_len = keys[i].size();
-            checks[n].cost = rules[i].own_cost ? rules[i].rule.cost : cost;
-            which.push_back(i);
-            n++;
-        }
-        requests++;
-        distinct.insert(shown);
-
-        rl_decision_t d{};
-        size_t binding = 0;
-        d.allowed = 1;
-        if (n > 0) {
-            rl_check_hash(checks.data(), n);
-            rl_check(checks.data(), n, combine, now, &binding);
-            for (size_t i = 0; checks[binding].decision.allowed && i < n; i++) {
-                if (checks[i].decision.allowed && checks[i].decision.delay_ms > checks[binding].decision.delay_ms) {
-                    binding = i;   // the longest delay binds, as in nginx
-                }
+            if (read(line, rq)) {
+                return true;
             }
-            d = checks[binding].decision;
+            bad++;
+            std::cerr << "ratelimit-replay: " << name_ << ":" << lineno_ << ": skipped, not "
+                      << (o_.log_mode ? "in the log format" : "\"<unix_time_ms> <key> [cost]\"") << ": "
+                      << line.substr(0, 200) << "\n";
         }
-        const char *verdict = !d.allowed ? "DENY" : d.delay_ms > 0 ? "DELAY" : "ALLOW";
-        if (!d.allowed) {
-            denied++;
-            denied_by_key[shown]++;
-        } else if (d.delay_ms > 0) {
-            delayed++;
-        } else {
-            allowed++;
-        }
+        return false;
+    }
 
-        if (summary_only) {
-            continue;
+    uint64_t bad = 0;
+
+private:
+    bool read(const std::string &line, Request *rq)
+    {
+        rq->cost = 1;
+        rq->keys.resize(o_.rules.size());
+        if (!o_.log_mode) {
+            char t[32], k[4096], c[32];
+            const int n = std::sscanf(line.c_str(), "%31s %4095s %31s", t, k, c);
+            uint64_t ms = 0;
+            if (n < 2 || !parse_uint64(t, &ms) || (n == 3 && !parse_uint64(c, &rq->cost))) {
+                return false;
+            }
+            rq->now = (int64_t) ms;
+            rq->shown = k;
+            std::fill(rq->keys.begin(), rq->keys.end(), rq->shown);
+            return true;
         }
-        const int64_t wait = d.allowed ? d.delay_ms : d.retry_after_ms;
-        const std::string rule = n > 0 ? rules[which[binding]].rule.name : "";
-        if (json) {
-            std::cout << "{\"time_ms\":" << now << ",\"key\":" << json_string(shown) << ",\"decision\":\"" << verdict
-                      << "\",\"remaining\":" << d.remaining << ",\"" << (d.allowed ? "delay_ms" : "retry_after_ms")
-                      << "\":" << wait << ",\"reset_ms\":" << d.reset_ms << ",\"rule\":" << json_string(rule)
-                      << "}\n";
-        } else {
-            std::cout << verdict << " " << d.remaining << " " << wait << " " << printable(shown) << "\n";
+        bool missing = false;
+        if (!format_.match(line, fields_) || !parse_log_time(fields_, &rq->now)) {
+            return false;
+        }
+        for (size_t i = 0; i < o_.rules.size(); i++) {
+            const std::string &expr = o_.rules[i].key_expr.empty() ? o_.key_expr : o_.rules[i].key_expr;
+            rq->keys[i] = expand(expr, fields_, &missing);
+        }
+        if (!o_.cost_expr.empty() && (!parse_uint64(expand(o_.cost_expr, fields_, &missing), &rq->cost) ||
+                                      rq->cost == 0)) {
+            rq->cost = 1;   // as in nginx: not a positive integer counts as 1 (zero_cost=on is nginx's only)
+        }
+        rq->shown = expand(o_.key_expr, fields_, &missing);
+        return !missing;
+    }
+
+    const Options &o_;
+    std::istream &in_;
+    std::string name_;
+    LogFormat format_;
+    std::map<std::string, std::string> fields_;
+    uint64_t lineno_ = 0;
+};
+
+// ---- deciding: the rules' zone, and the core's rl_decide, as in nginx ----
+
+class Decider {
+public:
+    explicit Decider(Options &o) : o_(o), checks_(o.rules.size())
+    {
+        // one table for every rule, laid out as nginx would lay out their zone
+        std::vector<uint32_t> blobs;
+        for (Rule &r : o.rules) {
+            blobs.push_back(rl_rule_block_size(&r.rule));
+            const std::string &expr = r.key_expr.empty() ? o.key_expr : r.key_expr;
+            r.identity = rl_rule_identity(&r.rule, expr.data(), expr.size());
+        }
+        table_ = mmap(nullptr, o.zone_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        char err[RL_ERR_MAX];
+        if (table_ == MAP_FAILED ||
+            rl_table_init(table_, o.zone_size, blobs.data(), blobs.size(), nullptr, err, sizeof(err)) != RL_OK) {
+            std::cerr << "ratelimit-replay: --zone-size " << o.zone_size << ": "
+                      << (table_ == MAP_FAILED ? std::strerror(errno) : err) << "\n";
+            std::exit(2);
         }
     }
 
-    std::vector<std::pair<std::string, uint64_t>> top(denied_by_key.begin(), denied_by_key.end());
-    std::sort(top.begin(), top.end(), [](const auto &a, const auto &b) {
-        return a.second != b.second ? a.second > b.second : a.first < b.first;
-    });
-    top.resize(std::min<size_t>(top.size(), 10));
-
-    if (json) {
-        std::cout << "{\"summary\":{\"requests\":" << requests << ",\"allowed\":" << allowed << ",\"denied\":" << denied
-                  << ",\"delayed\":" << delayed << ",\"distinct_keys\":" << distinct.size()
-                  << ",\"bad_lines\":" << bad << ",\"top_denied\":[";
-        for (size_t i = 0; i < top.size(); i++) {
-            std::cout << (i ? "," : "") << "{\"key\":" << json_string(top[i].first) << ",\"denied\":" << top[i].second
-                      << "}";
+    // The request decided: its verdict, and the rule whose decision binds.
+    rl_request_t decide(const Request &r)
+    {
+        rl_request_t rq{};
+        rq.checks = checks_.data();
+        rq.n = checks_.size();
+        rq.combine = o_.combine;
+        for (size_t i = 0; i < checks_.size(); i++) {
+            rl_check_t &c = checks_[i] = rl_check_t{};
+            c.table = table_;
+            c.rule = &o_.rules[i].rule;
+            c.identity = o_.rules[i].identity;
+            c.key = r.keys[i].data();
+            c.key_len = r.keys[i].size();   // empty: the rule does not apply, as in nginx
+            c.cost = o_.rules[i].own_cost ? o_.rules[i].rule.cost : r.cost;
         }
-        std::cout << "]}}\n";
-    } else {
-        std::cout << (summary_only ? "" : "\n") << "requests " << requests << "\nallowed " << allowed << "\ndenied "
-                  << denied << "\ndelayed " << delayed << "\ndistinct keys " << distinct.size() << "\nbad lines "
-                  << bad << "\n";
+        rl_request_hash(&rq);
+        rl_decide(&rq, r.now);
+        return rq;
+    }
+
+private:
+    Options &o_;
+    std::vector<rl_check_t> checks_;
+    void *table_;
+};
+
+// ---- reporting -------------------------------------------------------------
+
+class Report {
+public:
+    explicit Report(const Options &o) : o_(o) {}
+
+    void request(const Request &r, const rl_request_t &rq)
+    {
+        requests_++;
+        distinct_.insert(r.shown);
+        const bool exempt = rq.verdict == RL_VERDICT_EXEMPT;
+        const rl_decision_t d = exempt ? allowed_decision() : rq.checks[rq.binding].decision;
+        const char *verdict = rq.verdict == RL_VERDICT_REJECTED  ? "DENY"
+                              : rq.verdict == RL_VERDICT_DELAYED ? "DELAY"
+                                                                 : "ALLOW";
+        if (rq.verdict == RL_VERDICT_REJECTED) {
+            denied_++;
+            denied_by_key_[r.shown]++;
+        } else if (rq.verdict == RL_VERDICT_DELAYED) {
+            delayed_++;
+        } else {
+            allowed_++;
+        }
+        if (o_.summary_only) {
+            return;
+        }
+        const int64_t wait = d.allowed ? d.delay_ms : d.retry_after_ms;
+        const std::string rule = exempt ? "" : o_.rules[rq.binding].rule.name;
+        if (o_.json) {
+            std::cout << "{\"time_ms\":" << r.now << ",\"key\":" << json_string(r.shown) << ",\"decision\":\""
+                      << verdict << "\",\"remaining\":" << d.remaining << ",\""
+                      << (d.allowed ? "delay_ms" : "retry_after_ms") << "\":" << wait << ",\"reset_ms\":" << d.reset_ms
+                      << ",\"rule\":" << json_string(rule) << "}\n";
+        } else {
+            std::cout << verdict << " " << d.remaining << " " << wait << " " << printable(r.shown) << "\n";
+        }
+    }
+
+    void summary(uint64_t bad)
+    {
+        std::vector<std::pair<std::string, uint64_t>> top(denied_by_key_.begin(), denied_by_key_.end());
+        std::sort(top.begin(), top.end(), [](const auto &a, const auto &b) {
+            return a.second != b.second ? a.second > b.second : a.first < b.first;
+        });
+        top.resize(std::min<size_t>(top.size(), 10));
+
+        if (o_.json) {
+            std::cout << "{\"summary\":{\"requests\":" << requests_ << ",\"allowed\":" << allowed_
+                      << ",\"denied\":" << denied_ << ",\"delayed\":" << delayed_
+                      << ",\"distinct_keys\":" << distinct_.size() << ",\"bad_lines\":" << bad << ",\"top_denied\":[";
+            for (size_t i = 0; i < top.size(); i++) {
+                std::cout << (i ? "," : "") << "{\"key\":" << json_string(top[i].first)
+                          << ",\"denied\":" << top[i].second << "}";
+            }
+            std::cout << "]}}\n";
+            return;
+        }
+        std::cout << (o_.summary_only ? "" : "\n") << "requests " << requests_ << "\nallowed " << allowed_
+                  << "\ndenied " << denied_ << "\ndelayed " << delayed_ << "\ndistinct keys " << distinct_.size()
+                  << "\nbad lines " << bad << "\n";
         if (!top.empty()) {
             std::cout << "top denied keys:\n";
             for (auto &e : top) {
@@ -484,5 +526,44 @@ int main(int argc, char **argv)
             }
         }
     }
+
+private:
+    // what an exempt request (every rule's key empty) is described as
+    static rl_decision_t allowed_decision()
+    {
+        rl_decision_t d{};
+        d.allowed = 1;
+        return d;
+    }
+
+    const Options &o_;
+    uint64_t requests_ = 0, allowed_ = 0, denied_ = 0, delayed_ = 0;
+    std::unordered_set<std::string> distinct_;
+    std::unordered_map<std::string, uint64_t> denied_by_key_;
+};
+
+}  // namespace
+
+int main(int argc, char **argv)
+{
+    Options o = parse_options(argc, argv);
+
+    std::ifstream file;
+    if (!o.file.empty()) {
+        file.open(o.file);
+        if (!file) {
+            std::cerr << "ratelimit-replay: " << o.file << ": " << std::strerror(errno) << "\n";
+            return 1;
+        }
+    }
+    Reader reader(o, o.file.empty() ? std::cin : file, o.file.empty() ? "stdin" : o.file);
+    Decider decider(o);
+    Report report(o);
+
+    Request r;
+    while (reader.next(&r)) {
+        report.request(r, decider.decide(r));
+    }
+    report.summary(reader.bad);
     return 0;
 }

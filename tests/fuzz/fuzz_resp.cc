@@ -43,11 +43,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (size_t n = 0; n <= 3; n++) {
             for (size_t i = 0; i < n; i++) {
                 c[i].rule = &rule;
+                c[i].key = "k";
+                c[i].key_len = 1;
             }
-            size_t binding = 99;
-            const int allowed = rl_redis_decode(&r, c, n, &binding);
-            CHECK(allowed >= -1 && allowed <= 1);
-            CHECK(allowed < 0 || binding < (n ? n : 1));
+            rl_request_t rq{};
+            rq.checks = c;
+            rq.n = n;
+            rq.binding = 99;
+            const int verdict = rl_redis_decide(&rq, &r);
+            CHECK(verdict >= -1 && verdict <= RL_VERDICT_EXEMPT);
+            CHECK(verdict < 0 || rq.binding < (n ? n : 1));
         }
     }
     return 0;

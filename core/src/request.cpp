@@ -1,0 +1,168 @@
+// A request, decided as a whole: what rl_decide (and, from Redis's reply,
+// rl_redis_decide) conclude from the decisions of its rules, in one place
+// for nginx and ratelimit-replay alike.
+#include "algorithms.h"
+#include "request.h"
+#include "table.h"
+
+#ifdef RL_FAULT_INJECTION
+#include "fault.h"
+#define RL_RETHROW_CRASH catch (const rl::Crash &) { throw; }
+#else
+#define RL_RETHROW_CRASH
+#endif
+
+namespace rl {
+
+namespace {
+
+// The check the response's headers describe, among those that apply and
+// agree with the verdict: when passed, the fewest remaining; when delayed,
+// the longest delay; when rejected, the longest wait; the first of equals.
+size_t binding_of(const rl_check_t *c, size_t n, bool allowed)
+{
+    bool delayed = false;
+    for (size_t i = 0; i < n; i++) {
+        delayed |= applies(c[i]) && c[i].decision.allowed && c[i].decision.delay_ms > 0;
+    }
+    size_t b = n;
+    for (size_t i = 0; i < n; i++) {
+        const rl_decision_t &d = c[i].decision;
+        if (!applies(c[i]) || (bool) d.allowed != allowed) {
+            continue;
+        }
+        const rl_decision_t *best = b < n ? &c[b].decision : nullptr;
+        if (best == nullptr || (!allowed ? d.retry_after_ms > best->retry_after_ms
+                                : delayed ? d.delay_ms > best->delay_ms
+                                          : d.remaining < best->remaining)) {
+            b = i;
+        }
+    }
+    return b == n ? 0 : b;
+}
+
+// What each rule's counters add: a rejected request counts against the
+// rules that denied it, a passed one for the rules that allowed (and
+// spent), as delayed where it is held; a dry run counts what would have been.
+int outcome_of(const rl_check_t &c, bool allowed, bool delayed, bool dry_run)
+{
+    if (!applies(c)) {
+        return RL_OUTCOME_EXEMPT;
+    }
+    if ((bool) c.decision.allowed != allowed) {
+        return -1;
+    }
+    if (!allowed) {
+        return dry_run ? RL_OUTCOME_DRY_RUN_REJECTED : RL_OUTCOME_REJECTED;
+    }
+    return delayed && c.decision.delay_ms > 0 && !dry_run ? RL_OUTCOME_DELAYED : RL_OUTCOME_ALLOWED;
+}
+
+}  // namespace
+
+int conclude(rl_request_t &rq, bool allowed)
+{
+    size_t applying = 0;
+    for (size_t i = 0; i < rq.n; i++) {
+        applying += applies(rq.checks[i]);
+    }
+    rq.binding = binding_of(rq.checks, rq.n, allowed);
+    rq.delay_ms = allowed && applying ? rq.checks[rq.binding].decision.delay_ms : 0;
+    rq.verdict = applying == 0 ? RL_VERDICT_EXEMPT
+                 : !allowed    ? RL_VERDICT_REJECTED
+                 : rq.delay_ms > 0 ? RL_VERDICT_DELAYED
+                                   : RL_VERDICT_PASSED;
+    for (size_t i = 0; i < rq.n; i++) {
+        rq.checks[i].outcome = outcome_of(rq.checks[i], allowed, rq.verdict == RL_VERDICT_DELAYED, rq.dry_run != 0);
+    }
+    return rq.verdict;
+}
+
+}  // namespace rl
+
+extern "C" {
+
+void rl_request_hash(rl_request_t *rq)
+{
+    for (size_t i = 0; i < rq->n; i++) {
+        rl_check_t &c = rq->checks[i];
+        if (rl::applies(c)) {
+            const rl::Table *t = rl::Table::at(c.table);
+            c.tag = t->tag(c.identity, c.key, c.key_len);
+            t->prefetch(c.tag);
+        }
+    }
+}
+
+size_t rl_request_lock_order(const rl_request_t *rq, size_t *order)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < rq->n; i++) {
+        const void *t = rq->checks[i].table;
+        if (!rl::applies(rq->checks[i])) {
+            continue;
+        }
+        size_t at = 0;   // kept sorted by table address, each table once
+        while (at < m && (uintptr_t) rq->checks[order[at]].table < (uintptr_t) t) {
+            at++;
+        }
+        if (at < m && rq->checks[order[at]].table == t) {
+            continue;
+        }
+        for (size_t k = m++; k > at; k--) {
+            order[k] = order[k - 1];
+        }
+        order[at] = i;
+    }
+    return m;
+}
+
+int rl_decide(rl_request_t *rq, int64_t now_ms)
+{
+    try {
+        if (rq->n > RL_RULES_MAX) {
+            rq->n = RL_RULES_MAX;
+        }
+        return rl::conclude(*rq, rl::check(rq->checks, rq->n, rq->combine, now_ms));
+    }
+    RL_RETHROW_CRASH
+    catch (...) {
+        rq->verdict = RL_VERDICT_PASSED;   // unreachable: nothing here throws; fail open if it ever did
+        rq->binding = 0;
+        rq->delay_ms = 0;
+        return rq->verdict;
+    }
+}
+
+void rl_request_refund(rl_request_t *rq, int64_t now_ms)
+{
+    try {
+        for (size_t i = 0; i < rq->n; i++) {
+            rl_check_t &c = rq->checks[i];
+            if (!rl::applies(c) || !c.decision.allowed || c.cost == 0) {
+                continue;
+            }
+            rl::Table *table = rl::Table::at(c.table);
+            table->recover();
+            rl::State s{};
+            rl::Table::Ref ref{};
+            if (!table->find(c.tag, &s, &ref)) {
+                continue;   // evicted since: the summary holds what it owed
+            }
+            rl::refund(*c.rule, s, c.cost, c.after, c.at, now_ms);
+            if (s.blob == nullptr) {
+                rl::Table::update(ref, s.head, rl::Table::debt(ref));
+            } else {
+                table->set_t(c.tag, s.head.t, rl::Table::debt(ref));
+            }
+        }
+    } catch (...) {
+    }
+}
+
+uint32_t rl_rule_block_size(const rl_rule_t *rule)
+{
+    return (uint32_t) rl::blob_size(*rule);
+}
+
+}  // extern "C"

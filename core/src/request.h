@@ -1,0 +1,21 @@
+// Deciding a request (rl_decide): the request-level parts of the core.
+#pragma once
+
+#include "ratelimit.h"
+
+namespace rl {
+
+// A check applies when its key is not empty; an empty key exempts the
+// request from the check's rule.
+inline bool applies(const rl_check_t &c) { return c.key_len > 0; }
+
+// Decides every check that applies on its key's state, combines, and
+// commits all that consume or none (check.cpp).  The caller holds the
+// locks.  Returns whether the request is allowed.
+bool check(rl_check_t *c, size_t n, int combine, int64_t now_ms);
+
+// The verdict, binding rule, delay and outcomes of a request whose checks
+// are decided (request.cpp; rl_decide and rl_redis_decide end with it).
+int conclude(rl_request_t &rq, bool allowed);
+
+}  // namespace rl

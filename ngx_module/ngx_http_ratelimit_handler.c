@@ -1,0 +1,623 @@
+
+/*
+ * ngx-ratelimit: the preaccess handler.
+ *
+ * A request's keys and costs are evaluated, the core decides the request
+ * as a whole (rl_decide, under the zones' locks; or Redis, and
+ * rl_redis_decide), and the handler acts on the verdict: the request goes
+ * on, is rejected, or is held on a timer while a shaping rule delays it.
+ *
+ * Clock: the core gets nginx's cached wall-clock time in milliseconds
+ * (ngx_timeofday()).  Wall time because fixed windows are aligned to the
+ * Unix epoch and a zone's state must mean the same after a reload; the core
+ * is jump-safe, so a clock stepping backwards never admits more.
+ */
+
+
+#include "ngx_http_ratelimit_module.h"
+
+
+static ngx_int_t ngx_http_ratelimit_key(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule, ngx_str_t *key);
+static uint64_t ngx_http_ratelimit_cost(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule);
+static ngx_int_t ngx_http_ratelimit_decide_local(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx);
+static ngx_int_t ngx_http_ratelimit_decided(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx);
+static ngx_int_t ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx);
+static void ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
+    rl_resp_t *reply);
+static ngx_int_t ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx);
+static ngx_int_t ngx_http_ratelimit_keep_checks(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx);
+static ngx_int_t ngx_http_ratelimit_delay_request(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx);
+static void ngx_http_ratelimit_delay(ngx_http_request_t *r);
+static void ngx_http_ratelimit_lock(rl_request_t *rq, ngx_uint_t lock);
+static int64_t ngx_http_ratelimit_now(void);
+static void ngx_http_ratelimit_ctx_cleanup(void *data);
+
+
+ngx_int_t
+ngx_http_ratelimit_handler(ngx_http_request_t *r)
+{
+    size_t                          order[RL_RULES_MAX];
+    ngx_str_t                       key;
+    ngx_uint_t                      i;
+    rl_check_t                      checks[RL_RULES_MAX], *c;
+    ngx_pool_cleanup_t             *cln;
+    ngx_http_ratelimit_ctx_t       *ctx;
+    ngx_http_ratelimit_rule_t      *rules;
+    ngx_http_ratelimit_loc_conf_t  *rlcf;
+
+    rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
+
+    if (rlcf->rules.nelts == 0) {
+        return NGX_DECLINED;
+    }
+
+    ctx = ngx_http_ratelimit_get_ctx(r);
+
+    if (ctx != NULL) {
+        if (ctx->resume) {   /* decided in Redis meanwhile */
+            ctx->resume = 0;
+            return ctx->rc;
+        }
+
+        /* waiting for Redis; or checked already: an internal redirect or
+           a subrequest */
+        return ctx->redis_waiting ? NGX_AGAIN : NGX_DECLINED;
+    }
+
+    /* the context and its pool cleanup in one allocation */
+
+    cln = ngx_pcalloc(r->main->pool,
+                      sizeof(ngx_pool_cleanup_t)
+                      + sizeof(ngx_http_ratelimit_ctx_t));
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx = (ngx_http_ratelimit_ctx_t *) (cln + 1);
+    cln->handler = ngx_http_ratelimit_ctx_cleanup;
+    cln->data = ctx;
+    cln->next = r->main->pool->cleanup;
+    r->main->pool->cleanup = cln;
+    ngx_http_set_ctx(r->main, ctx, ngx_http_ratelimit_module);
+
+    ctx->headers = rlcf->headers;
+
+    /* one check a rule: the core decides the request from them all (an
+       empty key exempts the request from its rule) */
+
+    rules = rlcf->rules.elts;
+
+    for (i = 0; i < rlcf->rules.nelts; i++) {
+        if (ngx_http_ratelimit_key(r, &rules[i], &key) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        c = &checks[i];
+        ngx_memzero(c, sizeof(rl_check_t));
+        c->table = ngx_http_ratelimit_zone_of(&rules[i])->table;
+        c->rule = &rules[i].rule;
+        c->identity = rules[i].identity;
+        c->key = key.data;
+        c->key_len = key.len;
+        c->cost = key.len ? ngx_http_ratelimit_cost(r, &rules[i]) : 0;
+        c->data = &rules[i];
+    }
+
+    ctx->rq.checks = checks;
+    ctx->rq.n = rlcf->rules.nelts;
+    ctx->rq.combine = rlcf->combine;
+    ctx->rq.dry_run = rlcf->dry_run;
+
+    rl_request_hash(&ctx->rq);   /* outside the locks */
+
+    /* (a request exempt from every rule, using no zone, is not sent) */
+
+    if (ngx_http_ratelimit_zone_of(&rules[0])->redis != NULL
+        && rl_request_lock_order(&ctx->rq, order) > 0)
+    {
+        return ngx_http_ratelimit_decide_redis(r, ctx);
+    }
+
+    ctx->decided_by = NGX_HTTP_RATELIMIT_BY_LOCAL;
+
+    return ngx_http_ratelimit_decide_local(r, ctx);
+}
+
+
+/*
+ * A key that is a single variable is read in place; any other is built by
+ * the complex value's script.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_key(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
+    ngx_str_t *key)
+{
+    ngx_http_variable_value_t  *vv;
+
+    if (rule->key_index == NGX_ERROR) {
+        return ngx_http_complex_value(r, &rule->key, key);
+    }
+
+    vv = ngx_http_get_indexed_variable(r, rule->key_index);
+
+    if (vv == NULL || vv->not_found) {
+        key->len = 0;
+        key->data = NULL;
+        return vv == NULL ? NGX_ERROR : NGX_OK;
+    }
+
+    key->len = vv->len;
+    key->data = vv->data;
+
+    return NGX_OK;
+}
+
+
+/*
+ * cost=$variable: a positive integer, or 0 with zero_cost=on; anything else
+ * (0 would be a free pass for whoever sets the variable) is logged once per
+ * worker and rule and counts as 1.
+ */
+
+static uint64_t
+ngx_http_ratelimit_cost(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule)
+{
+    ngx_int_t  cost;
+    ngx_str_t  value;
+
+    if (rule->cost == NULL) {
+        return rule->rule.cost;
+    }
+
+    if (ngx_http_complex_value(r, rule->cost, &value) != NGX_OK) {
+        return 1;
+    }
+
+    cost = ngx_atoi(value.data, value.len);   /* digits only, no overflow */
+
+    if (cost > 0 || (cost == 0 && rule->rule.zero_cost)) {
+        return (uint64_t) cost;
+    }
+
+    if (!rule->cost_warned) {
+        rule->cost_warned = 1;
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "ratelimit: rule \"%V\": cost \"%V\" is %s, counted "
+                      "as 1 (logged once per worker)", &rule->name,
+                      &rule->cost->value,
+                      cost == 0 ? "0 without zero_cost=on"
+                                : "not a non-negative integer");
+    }
+
+    return 1;
+}
+
+
+/* The request decided in its zones, under their locks. */
+
+static ngx_int_t
+ngx_http_ratelimit_decide_local(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx)
+{
+    int64_t  now;
+
+    now = ngx_http_ratelimit_now();
+
+    ngx_http_ratelimit_lock(&ctx->rq, 1);
+    (void) rl_decide(&ctx->rq, now);
+    ngx_http_ratelimit_lock(&ctx->rq, 0);
+
+    return ngx_http_ratelimit_decided(r, ctx);
+}
+
+
+/*
+ * What the core's verdict means for the request: counters, status, log,
+ * and the handler's result (the status of a rejection, NGX_DECLINED to go
+ * on, or NGX_AGAIN while a shaping rule holds it).
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_decided(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx)
+{
+    ngx_uint_t                      i, level;
+    rl_check_t                     *binding;
+    rl_request_t                   *rq;
+    ngx_http_ratelimit_loc_conf_t  *rlcf;
+
+    rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
+    rq = &ctx->rq;
+
+    for (i = 0; i < rq->n; i++) {
+        if (rq->checks[i].outcome >= 0) {
+            ngx_http_ratelimit_count(r, ngx_http_ratelimit_rule_of(
+                                            &rq->checks[i]),
+                                     rq->checks[i].outcome);
+        }
+    }
+
+    if (rq->verdict == RL_VERDICT_EXEMPT) {
+        ctx->status = NGX_HTTP_RATELIMIT_EXEMPT;
+        return NGX_DECLINED;
+    }
+
+    binding = &rq->checks[rq->binding];
+    ctx->rule = ngx_http_ratelimit_rule_of(binding);
+    ctx->decision = binding->decision;
+    ctx->tag = binding->tag;
+
+    switch (rq->verdict) {
+
+    case RL_VERDICT_REJECTED:
+        ngx_http_ratelimit_log(r, rlcf->log_level,
+                               rlcf->dry_run ? "would reject (dry run)"
+                                             : "rejected", binding);
+
+        if (rlcf->dry_run) {
+            ctx->status = NGX_HTTP_RATELIMIT_REJECTED_DRY_RUN;
+            return NGX_DECLINED;
+        }
+
+        ctx->status = NGX_HTTP_RATELIMIT_REJECTED;
+        return rlcf->status_code;
+
+    case RL_VERDICT_DELAYED:
+
+        /* one level below rejections */
+        level = rlcf->log_level == NGX_LOG_INFO
+                || rlcf->log_level == NGX_HTTP_RATELIMIT_LOG_OFF
+                ? rlcf->log_level : rlcf->log_level + 1;
+
+        ngx_http_ratelimit_log(r, level,
+                               rlcf->dry_run ? "would delay (dry run)"
+                                             : "delaying", binding);
+
+        if (rlcf->dry_run) {
+            ctx->status = NGX_HTTP_RATELIMIT_DELAYED_DRY_RUN;
+            return NGX_DECLINED;
+        }
+
+        ctx->status = NGX_HTTP_RATELIMIT_DELAYED;
+        return ngx_http_ratelimit_delay_request(r, ctx);
+
+    default: /* RL_VERDICT_PASSED */
+        ctx->status = NGX_HTTP_RATELIMIT_PASSED;
+        return NGX_DECLINED;
+    }
+}
+
+
+/*
+ * Sends the request's rules to Redis, one script call for all of them, and
+ * waits for the reply on the event loop: the worker serves other requests
+ * meanwhile.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx)
+{
+    ngx_http_ratelimit_zone_t        *zone;
+    ngx_http_ratelimit_redis_wait_t  *w;
+
+    zone = ngx_http_ratelimit_zone_of(
+               ngx_http_ratelimit_rule_of(&ctx->rq.checks[0]));
+
+    if (ngx_http_ratelimit_keep_checks(r, ctx) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    w = &ctx->redis;
+    w->request = r;
+    w->handler = ngx_http_ratelimit_redis_done;
+    w->rq = &ctx->rq;
+
+    if (ngx_http_ratelimit_redis_send(zone->redis, w) != NGX_OK) {
+        /* Redis unreachable now: no waiting at all */
+        return ngx_http_ratelimit_redis_fallback(r, ctx);
+    }
+
+    ctx->redis_waiting = 1;
+
+    if (r->connection->read->ready) {
+        ngx_post_event(r->connection->read, &ngx_posted_events);
+
+    } else if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    r->read_event_handler = ngx_http_test_reading;
+    r->write_event_handler = ngx_http_request_empty_handler;
+
+    return NGX_AGAIN;
+}
+
+
+/* Redis answered (reply) or failed (NULL): decide, and run the phases on. */
+
+static void
+ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
+    rl_resp_t *reply)
+{
+    int                         verdict;
+    ngx_int_t                   rc;
+    ngx_http_request_t         *r = w->request;
+    ngx_http_ratelimit_ctx_t   *ctx;
+    ngx_http_ratelimit_zone_t  *zone;
+
+    ctx = ngx_http_ratelimit_get_ctx(r);
+    zone = ngx_http_ratelimit_zone_of(
+               ngx_http_ratelimit_rule_of(&ctx->rq.checks[0]));
+    ctx->redis_waiting = 0;
+
+    ngx_http_set_log_request(r->connection->log, r);
+
+    verdict = reply ? rl_redis_decide(&ctx->rq, reply) : -1;
+
+    if (reply != NULL && verdict < 0) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "ratelimit: redis %V: unexpected reply of type '%c' "
+                      "to the script: is it another script under its SHA-1?",
+                      &zone->redis->server, reply->type);
+        (void) ngx_atomic_fetch_add(&zone->redis->stats->errors, 1);
+    }
+
+    if (verdict < 0) {
+        rc = ngx_http_ratelimit_redis_fallback(r, ctx);
+
+    } else {
+        (void) ngx_atomic_fetch_add(&zone->redis->stats->decisions, 1);
+        ctx->decided_by = NGX_HTTP_RATELIMIT_BY_REDIS;
+        rc = ngx_http_ratelimit_decided(r, ctx);
+    }
+
+    if (rc == NGX_AGAIN) {
+        return;   /* held by a shaping rule: its timer runs the phases on */
+    }
+
+    /* the phase engine calls the handler again, which returns rc */
+
+    ctx->rc = rc;
+    ctx->resume = 1;
+    r->read_event_handler = ngx_http_block_reading;
+    r->write_event_handler = ngx_http_core_run_phases;
+    ngx_http_core_run_phases(r);
+}
+
+
+/*
+ * on_redis_error: local decides in the zone with the same rules; allow
+ * passes the request, deny rejects it (both without rate-limit headers:
+ * there is no decision to describe).
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx)
+{
+    ngx_http_ratelimit_zone_t      *zone;
+    ngx_http_ratelimit_loc_conf_t  *rlcf;
+
+    rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
+    zone = ngx_http_ratelimit_zone_of(
+               ngx_http_ratelimit_rule_of(&ctx->rq.checks[0]));
+
+    (void) ngx_atomic_fetch_add(&zone->redis->stats->fallbacks, 1);
+
+    switch (zone->redis->on_error) {
+
+    case NGX_HTTP_RATELIMIT_REDIS_ALLOW:
+        ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_ALLOW;
+        ctx->status = NGX_HTTP_RATELIMIT_PASSED;
+        return NGX_DECLINED;
+
+    case NGX_HTTP_RATELIMIT_REDIS_DENY:
+        ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_DENY;
+
+        if (rlcf->dry_run) {
+            ctx->status = NGX_HTTP_RATELIMIT_REJECTED_DRY_RUN;
+            return NGX_DECLINED;
+        }
+
+        ctx->status = NGX_HTTP_RATELIMIT_REJECTED;
+        return rlcf->status_code;
+
+    default: /* NGX_HTTP_RATELIMIT_REDIS_LOCAL */
+        ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL;
+        return ngx_http_ratelimit_decide_local(r, ctx);
+    }
+}
+
+
+/* A request that waits keeps its checks in its pool, not on the stack. */
+
+static ngx_int_t
+ngx_http_ratelimit_keep_checks(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx)
+{
+    rl_check_t  *checks;
+
+    checks = ngx_palloc(r->pool, ctx->rq.n * sizeof(rl_check_t));
+    if (checks == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(checks, ctx->rq.checks, ctx->rq.n * sizeof(rl_check_t));
+    ctx->rq.checks = checks;
+
+    return NGX_OK;
+}
+
+
+/*
+ * Holds a request for its delay on a timer, as limit_req does: the worker
+ * serves others meanwhile, and a client that closes is noticed.  What the
+ * request reserved in the zones is given back by the context's cleanup if
+ * it is finalized before its release (what Redis reserved stays there).
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_delay_request(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx)
+{
+    if (ctx->decided_by != NGX_HTTP_RATELIMIT_BY_REDIS
+        && ctx->decided_by != NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL
+        && ngx_http_ratelimit_keep_checks(r, ctx) != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (r->connection->read->ready) {
+        ngx_post_event(r->connection->read, &ngx_posted_events);
+
+    } else {
+        if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+
+    ctx->waiting = 1;
+    ctx->refund = ctx->decided_by != NGX_HTTP_RATELIMIT_BY_REDIS;
+    r->read_event_handler = ngx_http_test_reading;
+    r->write_event_handler = ngx_http_ratelimit_delay;
+
+    r->connection->write->delayed = 1;
+    ngx_add_timer(r->connection->write, (ngx_msec_t) ctx->rq.delay_ms);
+
+    return NGX_AGAIN;
+}
+
+
+static void
+ngx_http_ratelimit_delay(ngx_http_request_t *r)
+{
+    ngx_event_t               *wev;
+    ngx_http_ratelimit_ctx_t  *ctx;
+
+    wev = r->connection->write;
+
+    if (wev->delayed) {
+        if (ngx_handle_write_event(wev, 0) != NGX_OK) {
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        }
+
+        return;
+    }
+
+    ctx = ngx_http_ratelimit_get_ctx(r);
+    if (ctx != NULL) {
+        ctx->waiting = 0;
+    }
+
+    if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    r->read_event_handler = ngx_http_block_reading;
+    r->write_event_handler = ngx_http_core_run_phases;
+
+    ngx_http_core_run_phases(r);
+}
+
+
+/*
+ * Locks (lock = 1) or unlocks the zones the request uses, each once, in the
+ * order the core gives (by address, so that two requests never wait for
+ * each other).
+ */
+
+static void
+ngx_http_ratelimit_lock(rl_request_t *rq, ngx_uint_t lock)
+{
+    size_t                      order[RL_RULES_MAX], m, i;
+    ngx_http_ratelimit_zone_t  *zone;
+
+    m = rl_request_lock_order(rq, order);
+
+    for (i = 0; i < m; i++) {
+        zone = ngx_http_ratelimit_zone_of(ngx_http_ratelimit_rule_of(
+                   &rq->checks[order[lock ? i : m - 1 - i]]));
+
+        if (lock) {
+            ngx_shmtx_lock(&zone->shpool->mutex);
+
+        } else {
+            ngx_shmtx_unlock(&zone->shpool->mutex);
+        }
+    }
+}
+
+
+static int64_t
+ngx_http_ratelimit_now(void)
+{
+    ngx_time_t  *tp;
+
+    tp = ngx_timeofday();
+
+    return (int64_t) tp->sec * 1000 + tp->msec;
+}
+
+
+/*
+ * The request's context.  Internal redirects (error_page, try_files, ...)
+ * and a filter finalizing the request clear module contexts, so the context
+ * also lives as a cleanup of the main request's pool, where it is found
+ * again (as realip finds its own): a redirected request is neither counted
+ * twice nor left without its headers and variables.
+ */
+
+ngx_http_ratelimit_ctx_t *
+ngx_http_ratelimit_get_ctx(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t        *cln;
+    ngx_http_ratelimit_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r->main, ngx_http_ratelimit_module);
+
+    if (ctx != NULL || !(r->main->internal || r->main->filter_finalize)) {
+        return ctx;
+    }
+
+    for (cln = r->main->pool->cleanup; cln; cln = cln->next) {
+        if (cln->handler == ngx_http_ratelimit_ctx_cleanup) {
+            ctx = cln->data;
+            ngx_http_set_ctx(r->main, ctx, ngx_http_ratelimit_module);
+            return ctx;
+        }
+    }
+
+    return NULL;
+}
+
+
+static void
+ngx_http_ratelimit_ctx_cleanup(void *data)
+{
+    ngx_http_ratelimit_ctx_t  *ctx = data;
+
+    if (ctx->redis_waiting) {
+        ngx_http_ratelimit_redis_cancel(&ctx->redis);
+    }
+
+    /* a delayed request finalized before its release, whatever finalized
+       it: what it reserved is given back, once */
+
+    if (ctx->waiting && ctx->refund) {
+        ctx->refund = 0;
+        ngx_http_ratelimit_lock(&ctx->rq, 1);
+        rl_request_refund(&ctx->rq, ngx_http_ratelimit_now());
+        ngx_http_ratelimit_lock(&ctx->rq, 0);
+    }
+}

@@ -1,0 +1,370 @@
+
+/*
+ * ngx-ratelimit: the rate-limit headers of a response, and the variables.
+ * Both describe the binding rule the core chose for the request.
+ */
+
+
+#include "ngx_http_ratelimit_module.h"
+
+
+static ngx_int_t ngx_http_ratelimit_header_filter(ngx_http_request_t *r);
+static ngx_int_t ngx_http_ratelimit_add_header(ngx_http_request_t *r,
+    ngx_str_t *name, u_char *value, size_t len);
+static uint64_t ngx_http_ratelimit_seconds(int64_t ms);
+static ngx_int_t ngx_http_ratelimit_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+
+enum {
+    NGX_HTTP_RATELIMIT_VAR_STATUS = 0,
+    NGX_HTTP_RATELIMIT_VAR_LIMIT,
+    NGX_HTTP_RATELIMIT_VAR_REMAINING,
+    NGX_HTTP_RATELIMIT_VAR_RESET,
+    NGX_HTTP_RATELIMIT_VAR_RETRY_AFTER,
+    NGX_HTTP_RATELIMIT_VAR_RULE,
+    NGX_HTTP_RATELIMIT_VAR_DECIDED_BY,
+    NGX_HTTP_RATELIMIT_VAR_FINGERPRINT
+};
+
+
+static ngx_http_variable_t  ngx_http_ratelimit_vars[] = {
+
+    { ngx_string("ratelimit_status"), NULL, ngx_http_ratelimit_variable,
+      NGX_HTTP_RATELIMIT_VAR_STATUS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ratelimit_limit"), NULL, ngx_http_ratelimit_variable,
+      NGX_HTTP_RATELIMIT_VAR_LIMIT, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ratelimit_remaining"), NULL, ngx_http_ratelimit_variable,
+      NGX_HTTP_RATELIMIT_VAR_REMAINING, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ratelimit_reset"), NULL, ngx_http_ratelimit_variable,
+      NGX_HTTP_RATELIMIT_VAR_RESET, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ratelimit_retry_after"), NULL, ngx_http_ratelimit_variable,
+      NGX_HTTP_RATELIMIT_VAR_RETRY_AFTER, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ratelimit_rule"), NULL, ngx_http_ratelimit_variable,
+      NGX_HTTP_RATELIMIT_VAR_RULE, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ratelimit_decided_by"), NULL, ngx_http_ratelimit_variable,
+      NGX_HTTP_RATELIMIT_VAR_DECIDED_BY, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ratelimit_fingerprint"), NULL, ngx_http_ratelimit_variable,
+      NGX_HTTP_RATELIMIT_VAR_FINGERPRINT, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+      ngx_http_null_variable
+};
+
+
+static ngx_str_t  ngx_http_ratelimit_status_names[] = {
+    ngx_null_string,
+    ngx_string("PASSED"),
+    ngx_string("DELAYED"),
+    ngx_string("REJECTED"),
+    ngx_string("DELAYED_DRY_RUN"),
+    ngx_string("REJECTED_DRY_RUN"),
+    ngx_string("EXEMPT")
+};
+
+
+static ngx_str_t  ngx_http_ratelimit_decided_by_names[] = {
+    ngx_null_string,
+    ngx_string("local"),
+    ngx_string("redis"),
+    ngx_string("fallback_local"),
+    ngx_string("fallback_allow"),
+    ngx_string("fallback_deny")
+};
+
+
+static ngx_str_t  ngx_http_ratelimit_limit_header =
+    ngx_string("X-RateLimit-Limit");
+static ngx_str_t  ngx_http_ratelimit_remaining_header =
+    ngx_string("X-RateLimit-Remaining");
+static ngx_str_t  ngx_http_ratelimit_reset_header =
+    ngx_string("X-RateLimit-Reset");
+static ngx_str_t  ngx_http_ratelimit_policy_header =
+    ngx_string("RateLimit-Policy");
+static ngx_str_t  ngx_http_ratelimit_ietf_header =
+    ngx_string("RateLimit");
+static ngx_str_t  ngx_http_ratelimit_retry_after_header =
+    ngx_string("Retry-After");
+
+
+static ngx_int_t
+ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
+{
+    u_char                     *p, *v;
+    uint64_t                    reset;
+    ngx_http_ratelimit_ctx_t   *ctx;
+    ngx_http_ratelimit_rule_t  *rule;
+
+    if (r != r->main) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    ctx = ngx_http_ratelimit_get_ctx(r);
+
+    /* once a response; again for the response of a filter finalizing the
+       request, which cleared the headers already sent down the chain */
+
+    if (ctx == NULL || ctx->rule == NULL || ctx->headers == 0
+        || (ctx->headers_done && !(r->filter_finalize && !ctx->finalized)))
+    {
+        return ngx_http_next_header_filter(r);
+    }
+
+    ctx->finalized = r->filter_finalize;
+    ctx->headers_done = 1;
+    rule = ctx->rule;
+    reset = ngx_http_ratelimit_seconds(ctx->decision.reset_ms);
+
+    /* every value in one buffer: at most a policy and five numbers */
+
+    p = ngx_pnalloc(r->pool, 2 * (RL_NAME_MAX + 32) + 5 * NGX_INT64_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_LEGACY) {
+
+        if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_limit_header,
+                                          rule->limit.data, rule->limit.len)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        v = p;
+        p = ngx_http_ratelimit_number(p, ctx->decision.remaining);
+        if (ngx_http_ratelimit_add_header(r,
+                                          &ngx_http_ratelimit_remaining_header,
+                                          v, p - v)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        v = p;
+        p = ngx_http_ratelimit_number(p, reset);
+        if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_reset_header,
+                                          v, p - v)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    if (ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF) {
+
+        /* "name";q=limit;w=window and "name";r=remaining;t=reset */
+
+        v = p;
+        p = ngx_cpymem(p, rule->policy.data, rule->policy.len);
+        p = ngx_http_ratelimit_number(p, ngx_http_ratelimit_seconds(
+                                             ctx->decision.window_ms));
+        if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_policy_header,
+                                          v, p - v)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        v = p;
+        *p++ = '"';
+        p = ngx_cpymem(p, rule->name.data, rule->name.len);
+        p = ngx_cpymem(p, "\";r=", 4);
+        p = ngx_http_ratelimit_number(p, ctx->decision.remaining);
+        p = ngx_cpymem(p, ";t=", 3);
+        p = ngx_http_ratelimit_number(p, reset);
+        if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_ietf_header,
+                                          v, p - v)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    if (ctx->status == NGX_HTTP_RATELIMIT_REJECTED) {
+        v = p;
+        p = ngx_http_ratelimit_number(p, ngx_max(ngx_http_ratelimit_seconds(
+                                          ctx->decision.retry_after_ms), 1));
+        if (ngx_http_ratelimit_add_header(r,
+                                          &ngx_http_ratelimit_retry_after_header,
+                                          v, p - v)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    return ngx_http_next_header_filter(r);
+}
+
+
+static ngx_int_t
+ngx_http_ratelimit_add_header(ngx_http_request_t *r, ngx_str_t *name,
+    u_char *value, size_t len)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    h->key = *name;
+    h->value.data = value;
+    h->value.len = len;
+#if (nginx_version >= 1023000)
+    h->next = NULL;
+#endif
+
+    return NGX_OK;
+}
+
+
+/* A number in decimal: cheaper than ngx_sprintf on every response. */
+
+u_char *
+ngx_http_ratelimit_number(u_char *p, uint64_t n)
+{
+    u_char   digits[NGX_INT64_LEN], *d;
+
+    d = digits + NGX_INT64_LEN;
+
+    do {
+        *--d = (u_char) ('0' + n % 10);
+        n /= 10;
+    } while (n);
+
+    return ngx_cpymem(p, d, digits + NGX_INT64_LEN - d);
+}
+
+
+/* Whole seconds, rounded up: headers never promise too early. */
+
+static uint64_t
+ngx_http_ratelimit_seconds(int64_t ms)
+{
+    return ms <= 0 ? 0 : ((uint64_t) ms + 999) / 1000;
+}
+
+
+static ngx_int_t
+ngx_http_ratelimit_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    u_char                    *p;
+    ngx_str_t                 *s;
+    ngx_http_ratelimit_ctx_t  *ctx;
+
+    ctx = ngx_http_ratelimit_get_ctx(r);
+
+    if (ctx == NULL || ctx->status == 0
+        || (data != NGX_HTTP_RATELIMIT_VAR_STATUS
+            && data != NGX_HTTP_RATELIMIT_VAR_DECIDED_BY && ctx->rule == NULL)
+        || (data == NGX_HTTP_RATELIMIT_VAR_DECIDED_BY && ctx->decided_by == 0))
+    {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
+
+    if (data == NGX_HTTP_RATELIMIT_VAR_DECIDED_BY) {
+        s = &ngx_http_ratelimit_decided_by_names[ctx->decided_by];
+        v->len = s->len;
+        v->data = s->data;
+        return NGX_OK;
+    }
+
+    if (data == NGX_HTTP_RATELIMIT_VAR_STATUS) {
+        s = &ngx_http_ratelimit_status_names[ctx->status];
+        v->len = s->len;
+        v->data = s->data;
+        return NGX_OK;
+    }
+
+    if (data == NGX_HTTP_RATELIMIT_VAR_RULE) {
+        v->len = ctx->rule->name.len;
+        v->data = ctx->rule->name.data;
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_INT64_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (data == NGX_HTTP_RATELIMIT_VAR_FINGERPRINT) {
+        v->data = p;
+        v->len = ngx_sprintf(p, "%016xL", ctx->tag) - p;
+        return NGX_OK;
+    }
+
+    v->data = p;
+
+    switch (data) {
+
+    case NGX_HTTP_RATELIMIT_VAR_LIMIT:
+        p = ngx_http_ratelimit_number(p, ctx->rule->rule.limit);
+        break;
+
+    case NGX_HTTP_RATELIMIT_VAR_REMAINING:
+        p = ngx_http_ratelimit_number(p, ctx->decision.remaining);
+        break;
+
+    case NGX_HTTP_RATELIMIT_VAR_RESET:
+        p = ngx_http_ratelimit_number(p, ngx_http_ratelimit_seconds(
+                                             ctx->decision.reset_ms));
+        break;
+
+    default: /* NGX_HTTP_RATELIMIT_VAR_RETRY_AFTER */
+        p = ngx_http_ratelimit_number(p, ctx->decision.allowed ? 0
+                 : ngx_max(ngx_http_ratelimit_seconds(
+                               ctx->decision.retry_after_ms), 1));
+        break;
+    }
+
+    v->len = p - v->data;
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_ratelimit_add_variables(ngx_conf_t *cf)
+{
+    ngx_http_variable_t  *var, *v;
+
+    for (v = ngx_http_ratelimit_vars; v->name.len; v++) {
+        var = ngx_http_add_variable(cf, &v->name, v->flags);
+        if (var == NULL) {
+            return NGX_ERROR;
+        }
+
+        var->get_handler = v->get_handler;
+        var->data = v->data;
+    }
+
+    return NGX_OK;
+}
+
+
+
+ngx_int_t
+ngx_http_ratelimit_headers_init(ngx_conf_t *cf)
+{
+    ngx_http_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_ratelimit_header_filter;
+
+    return NGX_OK;
+}

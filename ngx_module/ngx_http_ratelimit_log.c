@@ -1,0 +1,223 @@
+
+/*
+ * ngx-ratelimit: log lines of rejections and delays.
+ *
+ * Keys are often secrets (API keys, session cookies): a line names the key
+ * by its fingerprint, the key's hash under the zone's secret (the same as
+ * $ratelimit_fingerprint), unless the rule says log_key=on; then the key is
+ * escaped and cut, since the client chose it.  Repeats are folded so that a
+ * flood cannot fill the disk.
+ */
+
+
+#include "ngx_http_ratelimit_module.h"
+
+
+/* Bytes of a key shown in log lines, escaped. */
+#define NGX_HTTP_RATELIMIT_KEY_LOG_MAX       64
+
+
+static ngx_uint_t ngx_http_ratelimit_log_line(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule, rl_check_t *check, ngx_uint_t level);
+static u_char *ngx_http_ratelimit_log_key(u_char *p, u_char *last,
+    ngx_http_ratelimit_rule_t *rule, rl_check_t *check);
+static void ngx_http_ratelimit_log_folded(ngx_event_t *ev);
+
+
+void
+ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
+    const char *what, rl_check_t *check)
+{
+    u_char                     *p;
+    u_char                      key[NGX_HTTP_RATELIMIT_KEY_LOG_MAX * 4 + 32];
+    ngx_http_ratelimit_rule_t  *rule;
+
+    rule = ngx_http_ratelimit_rule_of(check);
+
+    if (level == NGX_HTTP_RATELIMIT_LOG_OFF
+        || r->connection->log->log_level < level
+        || !ngx_http_ratelimit_log_line(r, rule, check, level))
+    {
+        return;
+    }
+
+    p = ngx_http_ratelimit_log_key(key, key + sizeof(key), rule, check);
+
+    if (check->decision.allowed) {
+        ngx_log_error(level, r->connection->log, 0,
+                      "ratelimit: %s by rule \"%V\" in zone \"%V\", key %*s, "
+                      "cost %uL, for %L ms", what, &rule->name,
+                      &ngx_http_ratelimit_zone_of(rule)->name,
+                      (size_t) (p - key), key,
+                      check->cost, check->decision.delay_ms);
+        return;
+    }
+
+    ngx_log_error(level, r->connection->log, 0,
+                  "ratelimit: %s by rule \"%V\" in zone \"%V\", key %*s, "
+                  "cost %uL%s, retry after %L ms", what, &rule->name,
+                  &ngx_http_ratelimit_zone_of(rule)->name,
+                  (size_t) (p - key), key,
+                  check->cost,
+                  check->decision.never ? " (more than the rule ever admits)"
+                                        : "",
+                  check->decision.retry_after_ms);
+}
+
+
+/* "fingerprint 0123456789abcdef", or with log_key=on "the key", escaped. */
+
+static u_char *
+ngx_http_ratelimit_log_key(u_char *p, u_char *last,
+    ngx_http_ratelimit_rule_t *rule, rl_check_t *check)
+{
+    u_char        c;
+    size_t        i, len;
+    const u_char *data;
+
+    if (!rule->rule.log_key) {
+        return ngx_snprintf(p, last - p, "fingerprint %016xL", check->tag);
+    }
+
+    data = check->key;
+    len = ngx_min(check->key_len, NGX_HTTP_RATELIMIT_KEY_LOG_MAX);
+    *p++ = '"';
+
+    for (i = 0; i < len; i++) {
+        c = data[i];
+
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+            *p++ = c;
+
+        } else {
+            p = ngx_snprintf(p, last - p, "\\x%02xd", c);
+        }
+    }
+
+    if (check->key_len > len) {
+        p = ngx_cpymem(p, "...", 3);
+    }
+
+    *p++ = '"';
+
+    return p;
+}
+
+
+/*
+ * Whether a rejection or a delay gets its own line: at most one a second
+ * (or a retry time, when shorter) for a rule and key, and a few a second
+ * for a rule in a worker.  What is not written is counted, and a timer
+ * writes the counts once a second.  The keys are remembered in a fixed
+ * table: a key pushed out of it by another only gets its line again.
+ */
+
+static ngx_uint_t
+ngx_http_ratelimit_log_line(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule, rl_check_t *check, ngx_uint_t level)
+{
+    int64_t                           wait;
+    ngx_msec_t                        now;
+    ngx_uint_t                        delayed;
+    ngx_http_ratelimit_fold_t        *f;
+    ngx_http_ratelimit_main_conf_t   *rmcf;
+
+    rmcf = ngx_http_get_module_main_conf(r, ngx_http_ratelimit_module);
+    now = ngx_current_msec;
+    delayed = check->decision.allowed;
+    wait = delayed ? check->decision.delay_ms
+                   : check->decision.retry_after_ms;
+    wait = ngx_max(ngx_min(wait, 1000), 1);
+
+    f = &rmcf->fold[(check->tag ^ (uintptr_t) rule)
+                    % NGX_HTTP_RATELIMIT_FOLD_KEYS];
+
+    if (f->rule == rule && f->tag == check->tag
+        && (ngx_msec_int_t) (now - f->at) < wait)
+    {
+        goto fold;
+    }
+
+    if ((ngx_msec_int_t) (now - rule->log_second) >= 1000) {
+        rule->log_second = now;
+        rule->log_lines = 0;
+    }
+
+    if (rule->log_lines == NGX_HTTP_RATELIMIT_FOLD_LINES) {
+        goto fold;
+    }
+
+    rule->log_lines++;
+    f->rule = rule;
+    f->tag = check->tag;
+    f->at = now;
+
+    return 1;
+
+fold:
+
+    rule->folded[delayed]++;
+    rule->log_level = level;
+
+    if (!rmcf->fold_event.timer_set) {
+        rmcf->fold_event.log = ngx_cycle->log;
+        ngx_add_timer(&rmcf->fold_event, 1000);
+    }
+
+    return 0;
+}
+
+
+/* Once a second while lines are being folded: what was not written. */
+
+static void
+ngx_http_ratelimit_log_folded(ngx_event_t *ev)
+{
+    ngx_uint_t                       i, k;
+    ngx_http_ratelimit_rule_t       *rule;
+    ngx_http_ratelimit_zone_ref_t   *refs;
+    ngx_http_ratelimit_main_conf_t  *rmcf = ev->data;
+
+    static const char  *what[] = { "rejections", "delays" };
+
+    refs = rmcf->zone_refs.elts;
+
+    for (i = 0; i < rmcf->zone_refs.nelts; i++) {
+        rule = (ngx_http_ratelimit_rule_t *) refs[i].rules->elts
+               + refs[i].index;
+
+        for (k = 0; k < 2; k++) {
+            if (rule->folded[k] == 0) {
+                continue;
+            }
+
+            ngx_log_error(rule->log_level, ev->log, 0,
+                          "ratelimit: %ui more %s by rule \"%V\" in zone "
+                          "\"%V\" (repeats not logged one by one)",
+                          rule->folded[k], what[k], &rule->name,
+                          &ngx_http_ratelimit_zone_of(rule)->name);
+            rule->folded[k] = 0;
+        }
+    }
+}
+
+
+/* This worker's folding table and timer. */
+
+ngx_int_t
+ngx_http_ratelimit_log_init(ngx_conf_t *cf,
+    ngx_http_ratelimit_main_conf_t *rmcf)
+{
+    rmcf->fold = ngx_pcalloc(cf->pool, NGX_HTTP_RATELIMIT_FOLD_KEYS
+                                       * sizeof(ngx_http_ratelimit_fold_t));
+    if (rmcf->fold == NULL) {
+        return NGX_ERROR;
+    }
+
+    rmcf->fold_event.handler = ngx_http_ratelimit_log_folded;
+    rmcf->fold_event.data = rmcf;
+    rmcf->fold_event.log = cf->log;
+    rmcf->fold_event.cancelable = 1;
+
+    return NGX_OK;
+}

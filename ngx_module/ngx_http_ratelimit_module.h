@@ -1,0 +1,208 @@
+
+/*
+ * ngx-ratelimit: the nginx glue's shared types.
+ *
+ * The glue evaluates nginx values (keys, costs), takes the zones' locks and
+ * acts on what the core decides (core/include/ratelimit.h: every algorithm,
+ * the rule parser, the key table, the decision of a whole request).  Where
+ * each part is: docs/architecture.md.
+ *
+ *   ngx_http_ratelimit_module.c   directives, configuration, set-up
+ *   ngx_http_ratelimit_zone.c     shared memory zones: layout, reload
+ *   ngx_http_ratelimit_handler.c  the preaccess handler: a request decided,
+ *                                 rejected or delayed; its context
+ *   ngx_http_ratelimit_log.c      log lines of rejections and delays
+ *   ngx_http_ratelimit_headers.c  response headers, variables
+ *   ngx_http_ratelimit_stats.c    ratelimit_stats: JSON, Prometheus
+ *   ngx_http_ratelimit_redis*.c   zones decided in Redis
+ */
+
+#ifndef NGX_HTTP_RATELIMIT_MODULE_H
+#define NGX_HTTP_RATELIMIT_MODULE_H
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ratelimit.h"
+#include "ngx_http_ratelimit_redis.h"
+
+
+/* $ratelimit_status */
+#define NGX_HTTP_RATELIMIT_PASSED            1
+#define NGX_HTTP_RATELIMIT_DELAYED           2
+#define NGX_HTTP_RATELIMIT_REJECTED          3
+#define NGX_HTTP_RATELIMIT_DELAYED_DRY_RUN   4
+#define NGX_HTTP_RATELIMIT_REJECTED_DRY_RUN  5
+#define NGX_HTTP_RATELIMIT_EXEMPT            6
+
+/* $ratelimit_decided_by: where the decision was taken */
+#define NGX_HTTP_RATELIMIT_BY_LOCAL          1
+#define NGX_HTTP_RATELIMIT_BY_REDIS          2
+#define NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL 3
+#define NGX_HTTP_RATELIMIT_BY_FALLBACK_ALLOW 4
+#define NGX_HTTP_RATELIMIT_BY_FALLBACK_DENY  5
+
+/* ratelimit_headers */
+#define NGX_HTTP_RATELIMIT_HEADERS_LEGACY    0x01
+#define NGX_HTTP_RATELIMIT_HEADERS_IETF      0x02
+
+/* ratelimit_log_level off */
+#define NGX_HTTP_RATELIMIT_LOG_OFF           0
+
+/* A rule whose counters in its zone a worker has not looked up yet. */
+#define NGX_HTTP_RATELIMIT_STATS_UNKNOWN     (-2)
+
+/* Log folding, per worker: the keys remembered, and lines a rule may write
+   in a second before the rest are only counted. */
+#define NGX_HTTP_RATELIMIT_FOLD_KEYS         1024
+#define NGX_HTTP_RATELIMIT_FOLD_LINES        10
+
+
+typedef struct {
+    ngx_str_t                    name;      /* as declared */
+    ngx_slab_pool_t             *shpool;    /* its mutex is the zone's lock */
+    size_t                       size;      /* of the shared memory */
+    void                        *table;     /* rl table inside the zone */
+    ngx_array_t                  blobs;     /* uint32_t: its rules' block sizes */
+    ngx_array_t                  rules;     /* ngx_http_ratelimit_rule_t *:
+                                               the rules naming it */
+    u_char                      *file;      /* where it is declared */
+    ngx_uint_t                   line;
+    ngx_http_ratelimit_redis_t  *redis;     /* NULL: decided in the zone */
+    ngx_flag_t                   stats_full_logged; /* in this worker */
+} ngx_http_ratelimit_zone_t;
+
+
+typedef struct {
+    ngx_shm_zone_t              *shm_zone;  /* data: ngx_http_ratelimit_zone_t */
+    rl_rule_t                    rule;
+    uint64_t                     identity;
+    ngx_str_t                    name;      /* rule.name */
+    ngx_http_complex_value_t     key;
+    ngx_int_t                    key_index; /* a key that is one variable */
+    ngx_http_complex_value_t    *cost;      /* NULL: rule.cost */
+    ngx_str_t                    limit;     /* header texts known in advance */
+    ngx_str_t                    policy;    /* "name";q=N;w=  */
+    ngx_int_t                    stats;     /* its counters in the zone, or
+                                               NGX_HTTP_RATELIMIT_STATS_UNKNOWN */
+
+    /* this worker's */
+    ngx_flag_t                   cost_warned;
+    ngx_msec_t                   log_second; /* ngx_http_ratelimit_log_line */
+    ngx_uint_t                   log_lines;
+    ngx_uint_t                   log_level;
+    ngx_uint_t                   folded[2]; /* rejections, delays */
+} ngx_http_ratelimit_rule_t;
+
+
+typedef struct {
+    ngx_array_t                  rules;     /* ngx_http_ratelimit_rule_t */
+    ngx_uint_t                   combine;
+    ngx_uint_t                   status_code;
+    ngx_uint_t                   headers;
+    ngx_flag_t                   dry_run;
+    ngx_uint_t                   log_level;
+} ngx_http_ratelimit_loc_conf_t;
+
+
+/* A rule naming a zone, as the directive was read. */
+typedef struct {
+    ngx_shm_zone_t              *shm_zone;
+    u_char                      *file;
+    ngx_uint_t                   line;
+    ngx_array_t                 *rules;     /* the rule: rules->elts[index] */
+    ngx_uint_t                   index;
+} ngx_http_ratelimit_zone_ref_t;
+
+
+/* A rule and key logged lately, in a worker. */
+typedef struct {
+    ngx_http_ratelimit_rule_t   *rule;
+    uint64_t                     tag;
+    ngx_msec_t                   at;
+} ngx_http_ratelimit_fold_t;
+
+
+typedef struct {
+    ngx_array_t                  zone_refs; /* ngx_http_ratelimit_zone_ref_t */
+    ngx_http_ratelimit_fold_t   *fold;      /* [NGX_HTTP_RATELIMIT_FOLD_KEYS] */
+    ngx_event_t                  fold_event;
+} ngx_http_ratelimit_main_conf_t;
+
+
+/* Per request, on r->main; found again after internal redirects. */
+typedef struct {
+    ngx_uint_t                   status;    /* NGX_HTTP_RATELIMIT_* */
+    ngx_uint_t                   headers;   /* mode of the checking location */
+    ngx_uint_t                   decided_by; /* NGX_HTTP_RATELIMIT_BY_* */
+
+    /* the request as the core decides it; its checks are in the request's
+       pool while it waits (for Redis, or delayed) */
+    rl_request_t                 rq;
+
+    ngx_http_ratelimit_rule_t   *rule;      /* binding rule, or NULL */
+    rl_decision_t                decision;  /* binding rule's decision */
+    uint64_t                     tag;       /* binding rule's key, hashed */
+
+    ngx_http_ratelimit_redis_wait_t  redis;
+    ngx_int_t                    rc;        /* the handler's, once decided */
+
+    unsigned                     headers_done:1;
+    unsigned                     finalized:1; /* headers sent again after a
+                                                 filter finalized */
+    unsigned                     waiting:1;  /* delayed, not yet released */
+    unsigned                     refund:1;   /* give back if abandoned */
+    unsigned                     redis_waiting:1;
+    unsigned                     resume:1;   /* the handler returns rc */
+} ngx_http_ratelimit_ctx_t;
+
+
+extern ngx_module_t  ngx_http_ratelimit_module;
+
+
+/* ngx_http_ratelimit_handler.c */
+ngx_int_t ngx_http_ratelimit_handler(ngx_http_request_t *r);
+ngx_http_ratelimit_ctx_t *ngx_http_ratelimit_get_ctx(ngx_http_request_t *r);
+
+/* ngx_http_ratelimit_log.c */
+void ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
+    const char *what, rl_check_t *check);
+ngx_int_t ngx_http_ratelimit_log_init(ngx_conf_t *cf,
+    ngx_http_ratelimit_main_conf_t *rmcf);
+
+/* ngx_http_ratelimit_zone.c */
+char *ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+ngx_shm_zone_t *ngx_http_ratelimit_lookup_zone(ngx_list_t *shared_memory,
+    ngx_str_t *name);
+ngx_int_t ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
+    ngx_http_ratelimit_main_conf_t *rmcf);
+void ngx_http_ratelimit_claim_stats(ngx_http_ratelimit_zone_t *zone,
+    ngx_uint_t lock);
+void ngx_http_ratelimit_count(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule, int outcome);
+ngx_http_ratelimit_zone_t *ngx_http_ratelimit_next_zone(ngx_cycle_t *cycle,
+    ngx_list_part_t **part, ngx_uint_t *i);
+
+/* ngx_http_ratelimit_headers.c */
+ngx_int_t ngx_http_ratelimit_headers_init(ngx_conf_t *cf);
+ngx_int_t ngx_http_ratelimit_add_variables(ngx_conf_t *cf);
+u_char *ngx_http_ratelimit_number(u_char *p, uint64_t n);
+
+/* ngx_http_ratelimit_stats.c */
+char *ngx_http_ratelimit_stats(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+
+/* The rule a check is of. */
+#define ngx_http_ratelimit_rule_of(check)                                     \
+    ((ngx_http_ratelimit_rule_t *) (check)->data)
+
+/* The zone a rule names. */
+#define ngx_http_ratelimit_zone_of(rule)                                      \
+    ((ngx_http_ratelimit_zone_t *) (rule)->shm_zone->data)
+
+
+#endif /* NGX_HTTP_RATELIMIT_MODULE_H */

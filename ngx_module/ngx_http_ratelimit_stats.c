@@ -1,0 +1,649 @@
+
+/*
+ * ngx-ratelimit: ratelimit_stats, the figures of every zone as JSON or in
+ * Prometheus's text format.  The figures are read without the zones' locks
+ * (counters are atomics) and written by a writer that knows its buffers.
+ */
+
+
+#include "ngx_http_ratelimit_module.h"
+
+
+/* Bytes of one buffer of the response; more are chained as needed. */
+#define NGX_HTTP_RATELIMIT_STATS_BUF  16384
+
+
+/* A zone's figures, read once for both formats. */
+typedef struct {
+    ngx_str_t                          name;
+    rl_table_stats_t                   table;
+    uint64_t                           used;
+    size_t                             nrules;
+    rl_rule_stats_t                    rules[RL_RULE_STATS_MAX];
+    ngx_http_ratelimit_redis_t        *redis;   /* NULL: a local zone */
+    ngx_http_ratelimit_redis_stats_t   rs;
+} ngx_http_ratelimit_snapshot_t;
+
+
+/* A figure: its name in both formats, and where it is. */
+typedef struct {
+    const char                        *name;
+    const char                        *metric;  /* Prometheus, or NULL */
+    const char                        *type;
+    const char                        *help;
+    size_t                             offset;
+} ngx_http_ratelimit_figure_t;
+
+
+/* The response, in a chain of buffers. */
+typedef struct {
+    ngx_pool_t                        *pool;
+    ngx_chain_t                       *first;
+    ngx_chain_t                       *last;
+    ngx_int_t                          error;
+} ngx_http_ratelimit_writer_t;
+
+
+static ngx_int_t ngx_http_ratelimit_stats_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_ratelimit_snapshots(ngx_http_request_t *r,
+    ngx_array_t *zones);
+static void ngx_http_ratelimit_json(ngx_http_ratelimit_writer_t *w,
+    ngx_array_t *zones);
+static void ngx_http_ratelimit_json_redis(ngx_http_ratelimit_writer_t *w,
+    ngx_http_ratelimit_snapshot_t *z);
+static void ngx_http_ratelimit_prometheus(ngx_http_ratelimit_writer_t *w,
+    ngx_array_t *zones);
+static void ngx_http_ratelimit_prometheus_redis(
+    ngx_http_ratelimit_writer_t *w, ngx_array_t *zones);
+static u_char *ngx_http_ratelimit_room(ngx_http_ratelimit_writer_t *w,
+    size_t len);
+static void ngx_http_ratelimit_write(ngx_http_ratelimit_writer_t *w,
+    const char *s, size_t len);
+static void ngx_http_ratelimit_write_number(ngx_http_ratelimit_writer_t *w,
+    uint64_t n);
+static void ngx_http_ratelimit_write_seconds(ngx_http_ratelimit_writer_t *w,
+    uint64_t us);
+static void ngx_http_ratelimit_write_quoted(ngx_http_ratelimit_writer_t *w,
+    ngx_str_t *name);
+static void ngx_http_ratelimit_write_metric(ngx_http_ratelimit_writer_t *w,
+    const char *prefix, const char *name, const char *suffix);
+
+
+#define ngx_http_ratelimit_puts(w, s)                                          \
+    ngx_http_ratelimit_write(w, s, sizeof(s) - 1)
+
+#define ngx_http_ratelimit_figure_of(base, f)                                  \
+    (*(uint64_t *) ((u_char *) (base) + (f)->offset))
+
+
+static ngx_http_ratelimit_figure_t  ngx_http_ratelimit_zone_figures[] = {
+    { "size", "zone_size_bytes", "gauge", "Size of the zone.",
+      offsetof(ngx_http_ratelimit_snapshot_t, table.size) },
+    { "bytes_used", "zone_used_bytes", "gauge",
+      "Bytes of the zone holding keys.",
+      offsetof(ngx_http_ratelimit_snapshot_t, used) },
+    { "keys", "zone_keys", "gauge", "Keys held in the zone.",
+      offsetof(ngx_http_ratelimit_snapshot_t, table.keys) },
+    { "capacity", "zone_capacity_keys", "gauge", "Key slots of the zone.",
+      offsetof(ngx_http_ratelimit_snapshot_t, table.capacity) },
+    { "evictions", "zone_evictions_total", "counter",
+      "Keys evicted to make room.",
+      offsetof(ngx_http_ratelimit_snapshot_t, table.evictions) },
+    { "live_evictions", "zone_live_evictions_total", "counter",
+      "Keys evicted before they were back to full budget.",
+      offsetof(ngx_http_ratelimit_snapshot_t, table.live_evictions) },
+    { "summary_bytes", "zone_summary_bytes", "gauge",
+      "Bytes of the zone remembering what evicted keys owe.",
+      offsetof(ngx_http_ratelimit_snapshot_t, table.summary_bytes) },
+    { "summary_refusals", "zone_summary_refusals_total", "counter",
+      "Requests of keys not in the zone refused for what the eviction "
+      "summary says they owe.",
+      offsetof(ngx_http_ratelimit_snapshot_t, table.summary_refusals) },
+    { NULL, NULL, NULL, NULL, 0 }
+};
+
+
+/* each enum rl_outcome, in its order */
+static ngx_http_ratelimit_figure_t  ngx_http_ratelimit_outcome_figures[] = {
+    { "allowed", "allowed_total", "counter",
+      "Requests that passed and spent at the rule.", 0 },
+    { "rejected", "rejected_total", "counter",
+      "Requests rejected, the rule denying them.", 0 },
+    { "delayed", "delayed_total", "counter",
+      "Requests delayed by the rule.", 0 },
+    { "dry_run_rejected", "dry_run_rejected_total", "counter",
+      "Requests the rule would have rejected (dry run).", 0 },
+    { "exempt", "exempt_total", "counter",
+      "Requests exempt from the rule (empty key).", 0 },
+    { NULL, NULL, NULL, NULL, 0 }
+};
+
+
+static ngx_http_ratelimit_figure_t  ngx_http_ratelimit_redis_figures[] = {
+    { "decisions", "redis_decisions_total", "counter",
+      "Requests decided in Redis.",
+      offsetof(ngx_http_ratelimit_redis_stats_t, decisions) },
+    { "errors", "redis_errors_total", "counter",
+      "Redis error replies and lost connections.",
+      offsetof(ngx_http_ratelimit_redis_stats_t, errors) },
+    { "timeouts", "redis_timeouts_total", "counter",
+      "Requests with no Redis reply within redis_timeout.",
+      offsetof(ngx_http_ratelimit_redis_stats_t, timeouts) },
+    { "fallbacks", "redis_fallbacks_total", "counter",
+      "Requests decided by on_redis_error.",
+      offsetof(ngx_http_ratelimit_redis_stats_t, fallbacks) },
+    { "reconnects", "redis_reconnects_total", "counter",
+      "Connections opened to Redis.",
+      offsetof(ngx_http_ratelimit_redis_stats_t, reconnects) },
+    { NULL, NULL, NULL, NULL, 0 }
+};
+
+
+char *
+ngx_http_ratelimit_stats(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_ratelimit_stats_handler;
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_ratelimit_stats_handler(ngx_http_request_t *r)
+{
+    off_t                         size;
+    ngx_int_t                     rc;
+    ngx_str_t                     format;
+    ngx_uint_t                    prometheus;
+    ngx_array_t                   zones;
+    ngx_chain_t                  *cl;
+    ngx_http_ratelimit_writer_t   w;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    prometheus = ngx_http_arg(r, (u_char *) "format", 6, &format) == NGX_OK
+                 && format.len == sizeof("prometheus") - 1
+                 && ngx_strncmp(format.data, "prometheus", format.len) == 0;
+
+    if (ngx_http_ratelimit_snapshots(r, &zones) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_memzero(&w, sizeof(ngx_http_ratelimit_writer_t));
+    w.pool = r->pool;
+
+    if (prometheus) {
+        ngx_http_ratelimit_prometheus(&w, &zones);
+
+    } else {
+        ngx_http_ratelimit_json(&w, &zones);
+    }
+
+    if (w.error || w.first == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    size = 0;
+    for (cl = w.first; cl; cl = cl->next) {
+        size += cl->buf->last - cl->buf->pos;
+    }
+
+    w.last->buf->last_buf = (r == r->main) ? 1 : 0;
+    w.last->buf->last_in_chain = 1;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = size;
+
+    if (prometheus) {
+        ngx_str_set(&r->headers_out.content_type, "text/plain; version=0.0.4");
+
+    } else {
+        ngx_str_set(&r->headers_out.content_type, "application/json");
+    }
+
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+
+    rc = ngx_http_send_header(r);
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    return ngx_http_output_filter(r, w.first);
+}
+
+
+/* Every zone of this module in the running cycle, in one walk. */
+
+static ngx_int_t
+ngx_http_ratelimit_snapshots(ngx_http_request_t *r, ngx_array_t *zones)
+{
+    ngx_uint_t                      i;
+    ngx_list_part_t                *part;
+    ngx_http_ratelimit_zone_t      *zone;
+    ngx_http_ratelimit_snapshot_t  *z;
+
+    if (ngx_array_init(zones, r->pool, 4,
+                       sizeof(ngx_http_ratelimit_snapshot_t))
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    part = NULL;
+    i = 0;
+
+    while ((zone = ngx_http_ratelimit_next_zone((ngx_cycle_t *) ngx_cycle,
+                                                 &part, &i))
+           != NULL)
+    {
+        z = ngx_array_push(zones);
+        if (z == NULL) {
+            return NGX_ERROR;
+        }
+
+        z->name = zone->name;
+        rl_table_get_stats(zone->table, &z->table);
+        z->table.size = zone->size;
+        z->used = rl_table_bytes_used(zone->table);
+        z->nrules = rl_table_rule_stats(zone->table, z->rules,
+                                        RL_RULE_STATS_MAX);
+        z->redis = zone->redis;
+
+        if (zone->redis) {
+            z->rs = *zone->redis->stats;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_ratelimit_json(ngx_http_ratelimit_writer_t *w, ngx_array_t *zones)
+{
+    size_t                          k;
+    ngx_str_t                       rule;
+    ngx_uint_t                      i, f;
+    ngx_http_ratelimit_snapshot_t  *z;
+
+    z = zones->elts;
+
+    ngx_http_ratelimit_puts(w, "{\"zones\":{");
+
+    for (i = 0; i < zones->nelts; i++) {
+        if (i) {
+            ngx_http_ratelimit_puts(w, ",");
+        }
+
+        ngx_http_ratelimit_write_quoted(w, &z[i].name);
+        ngx_http_ratelimit_puts(w, ":{");
+
+        for (f = 0; ngx_http_ratelimit_zone_figures[f].name; f++) {
+            ngx_http_ratelimit_write_metric(w, f ? ",\"" : "\"",
+                ngx_http_ratelimit_zone_figures[f].name, "\":");
+            ngx_http_ratelimit_write_number(w, ngx_http_ratelimit_figure_of(
+                                 &z[i], &ngx_http_ratelimit_zone_figures[f]));
+        }
+
+        ngx_http_ratelimit_puts(w, ",\"rules\":{");
+
+        for (k = 0; k < z[i].nrules; k++) {
+            rule.data = (u_char *) z[i].rules[k].name;
+            rule.len = ngx_strlen(z[i].rules[k].name);
+
+            if (k) {
+                ngx_http_ratelimit_puts(w, ",");
+            }
+
+            ngx_http_ratelimit_write_quoted(w, &rule);
+            ngx_http_ratelimit_puts(w, ":{");
+
+            for (f = 0; f < RL_OUTCOMES; f++) {
+                ngx_http_ratelimit_write_metric(w, f ? ",\"" : "\"",
+                    ngx_http_ratelimit_outcome_figures[f].name, "\":");
+                ngx_http_ratelimit_write_number(w, z[i].rules[k].count[f]);
+            }
+
+            ngx_http_ratelimit_puts(w, "}");
+        }
+
+        ngx_http_ratelimit_puts(w, "}");
+
+        if (z[i].redis) {
+            ngx_http_ratelimit_json_redis(w, &z[i]);
+        }
+
+        ngx_http_ratelimit_puts(w, "}");
+    }
+
+    ngx_http_ratelimit_puts(w, "}}\n");
+}
+
+
+static void
+ngx_http_ratelimit_json_redis(ngx_http_ratelimit_writer_t *w,
+    ngx_http_ratelimit_snapshot_t *z)
+{
+    ngx_uint_t  f, k;
+
+    ngx_http_ratelimit_puts(w, ",\"redis\":{\"server\":");
+    ngx_http_ratelimit_write_quoted(w, &z->redis->server);
+
+    for (f = 0; ngx_http_ratelimit_redis_figures[f].name; f++) {
+        ngx_http_ratelimit_write_metric(w, ",\"",
+            ngx_http_ratelimit_redis_figures[f].name, "\":");
+        ngx_http_ratelimit_write_number(w, *(ngx_atomic_t *)
+            ((u_char *) &z->rs + ngx_http_ratelimit_redis_figures[f].offset));
+    }
+
+    ngx_http_ratelimit_puts(w, ",\"latency_us\":{");
+
+    for (k = 0; k < NGX_HTTP_RATELIMIT_REDIS_BUCKETS; k++) {
+        ngx_http_ratelimit_puts(w, "\"le_");
+        ngx_http_ratelimit_write_number(w,
+                                        ngx_http_ratelimit_redis_bucket_us[k]);
+        ngx_http_ratelimit_puts(w, "\":");
+        ngx_http_ratelimit_write_number(w, z->rs.latency[k]);
+        ngx_http_ratelimit_puts(w, ",");
+    }
+
+    ngx_http_ratelimit_puts(w, "\"inf\":");
+    ngx_http_ratelimit_write_number(w, z->rs.latency[k]);
+    ngx_http_ratelimit_puts(w, "},\"latency_us_sum\":");
+    ngx_http_ratelimit_write_number(w, z->rs.latency_us);
+    ngx_http_ratelimit_puts(w, "}");
+}
+
+
+/* The Prometheus text exposition format, version 0.0.4. */
+
+static void
+ngx_http_ratelimit_prometheus(ngx_http_ratelimit_writer_t *w,
+    ngx_array_t *zones)
+{
+    size_t                          k;
+    ngx_str_t                       rule;
+    ngx_uint_t                      i, f;
+    ngx_http_ratelimit_figure_t    *fig;
+    ngx_http_ratelimit_snapshot_t  *z;
+
+    z = zones->elts;
+
+    for (f = 0; ngx_http_ratelimit_zone_figures[f].name; f++) {
+        fig = &ngx_http_ratelimit_zone_figures[f];
+
+        ngx_http_ratelimit_write_metric(w, "# HELP nginx_ratelimit_",
+                                        fig->metric, " ");
+        ngx_http_ratelimit_write_metric(w, "", fig->help, "\n");
+        ngx_http_ratelimit_write_metric(w, "# TYPE nginx_ratelimit_",
+                                        fig->metric, " ");
+        ngx_http_ratelimit_write_metric(w, "", fig->type, "\n");
+
+        for (i = 0; i < zones->nelts; i++) {
+            ngx_http_ratelimit_write_metric(w, "nginx_ratelimit_",
+                                            fig->metric, "{zone=");
+            ngx_http_ratelimit_write_quoted(w, &z[i].name);
+            ngx_http_ratelimit_puts(w, "} ");
+            ngx_http_ratelimit_write_number(w,
+                                   ngx_http_ratelimit_figure_of(&z[i], fig));
+            ngx_http_ratelimit_puts(w, "\n");
+        }
+    }
+
+    for (f = 0; f < RL_OUTCOMES; f++) {
+        fig = &ngx_http_ratelimit_outcome_figures[f];
+
+        ngx_http_ratelimit_write_metric(w, "# HELP nginx_ratelimit_",
+                                        fig->metric, " ");
+        ngx_http_ratelimit_write_metric(w, "", fig->help, "\n");
+        ngx_http_ratelimit_write_metric(w, "# TYPE nginx_ratelimit_",
+                                        fig->metric, " counter\n");
+
+        for (i = 0; i < zones->nelts; i++) {
+            for (k = 0; k < z[i].nrules; k++) {
+                rule.data = (u_char *) z[i].rules[k].name;
+                rule.len = ngx_strlen(z[i].rules[k].name);
+
+                ngx_http_ratelimit_write_metric(w, "nginx_ratelimit_",
+                                                fig->metric, "{zone=");
+                ngx_http_ratelimit_write_quoted(w, &z[i].name);
+                ngx_http_ratelimit_puts(w, ",rule=");
+                ngx_http_ratelimit_write_quoted(w, &rule);
+                ngx_http_ratelimit_puts(w, "} ");
+                ngx_http_ratelimit_write_number(w, z[i].rules[k].count[f]);
+                ngx_http_ratelimit_puts(w, "\n");
+            }
+        }
+    }
+
+    ngx_http_ratelimit_prometheus_redis(w, zones);
+}
+
+
+/* Redis counters and a latency histogram, for the zones with redis= */
+
+static void
+ngx_http_ratelimit_prometheus_redis(ngx_http_ratelimit_writer_t *w,
+    ngx_array_t *zones)
+{
+    uint64_t                        sum;
+    ngx_uint_t                      i, k, f, any;
+    ngx_http_ratelimit_figure_t    *fig;
+    ngx_http_ratelimit_snapshot_t  *z;
+
+    z = zones->elts;
+
+    for (any = 0, i = 0; i < zones->nelts; i++) {
+        any |= z[i].redis != NULL;
+    }
+
+    if (!any) {
+        return;
+    }
+
+    for (f = 0; ngx_http_ratelimit_redis_figures[f].name; f++) {
+        fig = &ngx_http_ratelimit_redis_figures[f];
+
+        ngx_http_ratelimit_write_metric(w, "# HELP nginx_ratelimit_",
+                                        fig->metric, " ");
+        ngx_http_ratelimit_write_metric(w, "", fig->help, "\n");
+        ngx_http_ratelimit_write_metric(w, "# TYPE nginx_ratelimit_",
+                                        fig->metric, " counter\n");
+
+        for (i = 0; i < zones->nelts; i++) {
+            if (z[i].redis == NULL) {
+                continue;
+            }
+
+            ngx_http_ratelimit_write_metric(w, "nginx_ratelimit_",
+                                            fig->metric, "{zone=");
+            ngx_http_ratelimit_write_quoted(w, &z[i].name);
+            ngx_http_ratelimit_puts(w, "} ");
+            ngx_http_ratelimit_write_number(w, *(ngx_atomic_t *)
+                                  ((u_char *) &z[i].rs + fig->offset));
+            ngx_http_ratelimit_puts(w, "\n");
+        }
+    }
+
+    ngx_http_ratelimit_puts(w,
+        "# HELP nginx_ratelimit_redis_latency_seconds Time from sending a "
+        "request's script call to its reply.\n"
+        "# TYPE nginx_ratelimit_redis_latency_seconds histogram\n");
+
+    for (i = 0; i < zones->nelts; i++) {
+        if (z[i].redis == NULL) {
+            continue;
+        }
+
+        sum = 0;
+
+        for (k = 0; k <= NGX_HTTP_RATELIMIT_REDIS_BUCKETS; k++) {
+            sum += z[i].rs.latency[k];
+            ngx_http_ratelimit_puts(w,
+                "nginx_ratelimit_redis_latency_seconds_bucket{zone=");
+            ngx_http_ratelimit_write_quoted(w, &z[i].name);
+
+            if (k < NGX_HTTP_RATELIMIT_REDIS_BUCKETS) {
+                ngx_http_ratelimit_puts(w, ",le=\"");
+                ngx_http_ratelimit_write_seconds(w,
+                                        ngx_http_ratelimit_redis_bucket_us[k]);
+                ngx_http_ratelimit_puts(w, "\"} ");
+
+            } else {
+                ngx_http_ratelimit_puts(w, ",le=\"+Inf\"} ");
+            }
+
+            ngx_http_ratelimit_write_number(w, sum);
+            ngx_http_ratelimit_puts(w, "\n");
+        }
+
+        ngx_http_ratelimit_puts(w,
+                               "nginx_ratelimit_redis_latency_seconds_sum{zone=");
+        ngx_http_ratelimit_write_quoted(w, &z[i].name);
+        ngx_http_ratelimit_puts(w, "} ");
+        ngx_http_ratelimit_write_seconds(w, z[i].rs.latency_us);
+        ngx_http_ratelimit_puts(w, "\n");
+
+        ngx_http_ratelimit_puts(w,
+                             "nginx_ratelimit_redis_latency_seconds_count{zone=");
+        ngx_http_ratelimit_write_quoted(w, &z[i].name);
+        ngx_http_ratelimit_puts(w, "} ");
+        ngx_http_ratelimit_write_number(w, sum);
+        ngx_http_ratelimit_puts(w, "\n");
+    }
+}
+
+
+/*
+ * len bytes of room at the end of the response: in its last buffer, or in
+ * a new one chained after it.  NULL (and the writer in error) if out of
+ * memory.
+ */
+
+static u_char *
+ngx_http_ratelimit_room(ngx_http_ratelimit_writer_t *w, size_t len)
+{
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    if (w->error) {
+        return NULL;
+    }
+
+    if (w->last && (size_t) (w->last->buf->end - w->last->buf->last) >= len) {
+        return w->last->buf->last;
+    }
+
+    b = ngx_create_temp_buf(w->pool,
+                            ngx_max(len, NGX_HTTP_RATELIMIT_STATS_BUF));
+    cl = ngx_alloc_chain_link(w->pool);
+    if (b == NULL || cl == NULL) {
+        w->error = 1;
+        return NULL;
+    }
+
+    cl->buf = b;
+    cl->next = NULL;
+
+    if (w->last) {
+        w->last->next = cl;
+
+    } else {
+        w->first = cl;
+    }
+
+    w->last = cl;
+
+    return b->last;
+}
+
+
+static void
+ngx_http_ratelimit_write(ngx_http_ratelimit_writer_t *w, const char *s,
+    size_t len)
+{
+    u_char  *p;
+
+    p = ngx_http_ratelimit_room(w, len);
+    if (p != NULL) {
+        w->last->buf->last = ngx_cpymem(p, s, len);
+    }
+}
+
+
+static void
+ngx_http_ratelimit_write_number(ngx_http_ratelimit_writer_t *w, uint64_t n)
+{
+    u_char  *p;
+
+    p = ngx_http_ratelimit_room(w, NGX_INT64_LEN);
+    if (p != NULL) {
+        w->last->buf->last = ngx_http_ratelimit_number(p, n);
+    }
+}
+
+
+/* Microseconds as seconds: 0.000250. */
+
+static void
+ngx_http_ratelimit_write_seconds(ngx_http_ratelimit_writer_t *w, uint64_t us)
+{
+    u_char  *p;
+
+    p = ngx_http_ratelimit_room(w, NGX_INT64_LEN + 8);
+    if (p != NULL) {
+        w->last->buf->last = ngx_snprintf(p, NGX_INT64_LEN + 8, "%uL.%06uL",
+                                          us / 1000000, us % 1000000);
+    }
+}
+
+
+/* A name in double quotes, in JSON and in Prometheus labels alike. */
+
+static void
+ngx_http_ratelimit_write_quoted(ngx_http_ratelimit_writer_t *w,
+    ngx_str_t *name)
+{
+    size_t   i;
+    u_char  *p;
+
+    p = ngx_http_ratelimit_room(w, 2 * name->len + 2);
+    if (p == NULL) {
+        return;
+    }
+
+    *p++ = '"';
+
+    for (i = 0; i < name->len; i++) {
+        if (name->data[i] == '"' || name->data[i] == '\\') {
+            *p++ = '\\';
+        }
+
+        *p++ = name->data[i] < 0x20 ? '?' : name->data[i];
+    }
+
+    *p++ = '"';
+    w->last->buf->last = p;
+}
+
+
+/* prefix, a NUL-terminated name, suffix. */
+
+static void
+ngx_http_ratelimit_write_metric(ngx_http_ratelimit_writer_t *w,
+    const char *prefix, const char *name, const char *suffix)
+{
+    ngx_http_ratelimit_write(w, prefix, ngx_strlen(prefix));
+    ngx_http_ratelimit_write(w, name, ngx_strlen(name));
+    ngx_http_ratelimit_write(w, suffix, ngx_strlen(suffix));
+}

@@ -1,0 +1,650 @@
+
+/*
+ * ngx-ratelimit: the shared memory zones.
+ *
+ * A zone is the slab pool header (its mutex is the zone's lock, which the
+ * master releases if a worker dies holding it), the Redis counters, and the
+ * core's table, laid out for the rules that name the zone.  The master never
+ * takes a zone's lock: what it needs from a zone it does when the zone is
+ * new (nobody else has it yet); workers do the rest under their own lock.
+ */
+
+
+#include "ngx_http_ratelimit_module.h"
+
+
+/* The documented minimum: room for the slab pool header and the table. */
+#define NGX_HTTP_RATELIMIT_ZONE_MIN          (32 * 1024)
+
+
+static ngx_int_t ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone,
+    void *data);
+static size_t ngx_http_ratelimit_table_size(size_t zone_size);
+static ngx_int_t ngx_http_ratelimit_check_layout(ngx_conf_t *cf,
+    ngx_shm_zone_t *shm_zone);
+static ngx_int_t ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
+    ngx_http_ratelimit_zone_ref_t *ref);
+static ngx_int_t ngx_http_ratelimit_check_names(ngx_conf_t *cf,
+    ngx_http_ratelimit_main_conf_t *rmcf);
+
+
+/*
+ * This module's zone declared as NAME in a cycle's list of shared memory
+ * zones (their own names may carry a layout, see check_layout).
+ */
+
+ngx_shm_zone_t *
+ngx_http_ratelimit_lookup_zone(ngx_list_t *shared_memory, ngx_str_t *name)
+{
+    ngx_str_t                  *declared;
+    ngx_uint_t                  i;
+    ngx_list_part_t            *part;
+    ngx_shm_zone_t             *zone;
+    ngx_http_ratelimit_zone_t  *z;
+
+    part = &shared_memory->part;
+    zone = part->elts;
+
+    for (i = 0; /* void */ ; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return NULL;
+            }
+            part = part->next;
+            zone = part->elts;
+            i = 0;
+        }
+
+        if (zone[i].tag != &ngx_http_ratelimit_module) {
+            continue;
+        }
+
+        z = zone[i].data;
+        declared = z != NULL ? &z->name : &zone[i].shm.name;
+
+        if (declared->len == name->len
+            && ngx_strncmp(declared->data, name->data, name->len) == 0)
+        {
+            return &zone[i];
+        }
+    }
+}
+
+
+/* ratelimit_zone NAME SIZE; */
+
+char *
+ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ssize_t                     size;
+    ngx_int_t                   rc;
+    ngx_uint_t                  i;
+    ngx_http_ratelimit_redis_t *redis;
+    ngx_str_t                  *value, name;
+    ngx_shm_zone_t             *shm_zone;
+    ngx_http_ratelimit_zone_t  *zone;
+
+    value = cf->args->elts;
+    name = value[1];
+
+    if (name.len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: empty zone name");
+        return NGX_CONF_ERROR;
+    }
+
+    size = ngx_parse_size(&value[2]);
+
+    if (size == NGX_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: invalid size \"%V\" "
+                           "of zone \"%V\": expected a size like 32k, 10m "
+                           "or 1g", &value[2], &name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (size < NGX_HTTP_RATELIMIT_ZONE_MIN) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: size \"%V\" of zone "
+                           "\"%V\" is too small: the minimum is 32k",
+                           &value[2], &name);
+        return NGX_CONF_ERROR;
+    }
+
+    redis = NULL;
+
+    for (i = 3; i < cf->args->nelts; i++) {
+        rc = ngx_http_ratelimit_redis_param(cf, &redis, &value[i], &name);
+
+        if (rc == NGX_ERROR) {
+            return NGX_CONF_ERROR;
+        }
+
+        if (rc == NGX_DECLINED) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"ratelimit_zone\" directive: unknown "
+                               "parameter \"%V\" of zone \"%V\": expected "
+                               "NAME SIZE [redis=HOST:PORT ...]",
+                               &value[i], &name);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    if (redis != NULL
+        && ngx_http_ratelimit_redis_finish(cf, redis, &name) != NGX_CONF_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    shm_zone = ngx_http_ratelimit_lookup_zone(&cf->cycle->shared_memory,
+                                              &name);
+
+    if (shm_zone != NULL && shm_zone->data != NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: zone \"%V\" is "
+                           "already declared (size %uz): each zone is "
+                           "declared once", &name, shm_zone->shm.size);
+        return NGX_CONF_ERROR;
+    }
+
+    shm_zone = ngx_shared_memory_add(cf, &name, size,
+                                     &ngx_http_ratelimit_module);
+    if (shm_zone == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    zone = ngx_pcalloc(cf->pool, sizeof(ngx_http_ratelimit_zone_t));
+    if (zone == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_array_init(&zone->blobs, cf->pool, 2, sizeof(uint32_t))
+        != NGX_OK
+        || ngx_array_init(&zone->rules, cf->pool, 4,
+                          sizeof(ngx_http_ratelimit_rule_t *))
+           != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    zone->name = name;
+    zone->redis = redis;
+    zone->file = cf->conf_file->file.name.data;
+    zone->line = cf->conf_file->line;
+
+    shm_zone->init = ngx_http_ratelimit_init_zone;
+    shm_zone->data = zone;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * A zone is the slab pool header (its mutex is the zone lock, which the
+ * master releases if a worker dies holding it) followed by the core's table.
+ * Reloaded with the same name and size, the table is kept as it is.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
+{
+    ngx_http_ratelimit_zone_t  *ozone = data;
+
+    size_t                             size;
+    ngx_shm_zone_t                    *old;
+    ngx_http_ratelimit_zone_t         *zone;
+    ngx_http_ratelimit_redis_stats_t  *rs;
+    char                               err[RL_ERR_MAX];
+
+    zone = shm_zone->data;
+    zone->shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+    zone->size = shm_zone->shm.size;
+    size = ngx_http_ratelimit_table_size(shm_zone->shm.size);
+    rs = (ngx_http_ratelimit_redis_stats_t *)
+         ((u_char *) zone->shpool + ngx_align(sizeof(ngx_slab_pool_t), 64));
+
+    if (zone->redis) {
+        zone->redis->stats = rs;
+    }
+
+    if (ozone != NULL
+        && rl_table_valid(ozone->table, size, zone->blobs.elts,
+                          zone->blobs.nelts))
+    {
+        zone->table = ozone->table;
+        return NGX_OK;
+    }
+
+    if (shm_zone->shm.exists) {
+        zone->table = zone->shpool->data;
+        return NGX_OK;
+    }
+
+    ngx_memzero(rs, sizeof(ngx_http_ratelimit_redis_stats_t));
+    zone->table = (u_char *) rs
+                  + ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64);
+
+    if (rl_table_init(zone->table, size, zone->blobs.elts, zone->blobs.nelts,
+                      NULL, err, sizeof(err))
+        != RL_OK)
+    {
+        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                      "ratelimit_zone \"%V\": %s", &zone->name, err);
+        return NGX_ERROR;
+    }
+
+    zone->shpool->data = zone->table;
+
+    /* a new zone is nobody else's yet: its rules' counters are laid out now,
+       without its lock (never taken in the master, see count_one) */
+
+    ngx_http_ratelimit_claim_stats(zone, 0);
+
+    /* the previous cycle's zone of this name, if any, is not reused */
+
+    old = ngx_http_ratelimit_lookup_zone((ngx_list_t *)
+                                         &ngx_cycle->shared_memory,
+                                         &zone->name);
+
+    if (old != NULL && old->shm.size != shm_zone->shm.size) {
+        ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
+                      "ratelimit_zone \"%V\" changed size from %uz to %uz "
+                      "bytes: its state starts empty", &zone->name,
+                      old->shm.size, shm_zone->shm.size);
+
+    } else if (old != NULL) {
+        ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
+                      "ratelimit_zone \"%V\": its rules' state sizes changed: "
+                      "its state starts empty", &zone->name);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The slab pool header (whose mutex is the lock), then the Redis counters,
+ * then the table, each at a 64-byte boundary: shared memory is
+ * page-aligned, so this is the same for every zone of a size.
+ */
+
+static size_t
+ngx_http_ratelimit_table_size(size_t zone_size)
+{
+    return (zone_size - ngx_align(sizeof(ngx_slab_pool_t), 64)
+            - ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64))
+           & ~(size_t) 63;
+}
+
+
+/*
+ * A zone's layout (how much of it holds blocks, of which sizes) follows its
+ * rules.  Too small a zone for them fails the configuration.  The layout is
+ * part of the shared memory zone's name, so a reload that changes it gets a
+ * fresh zone from nginx (old workers keep the old one until they exit, and
+ * nginx frees it then), while a reload that keeps it keeps the zone.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_check_layout(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone)
+{
+    u_char                     *p;
+    size_t                      size;
+    uint32_t                    crc;
+    ngx_uint_t                  i;
+    ngx_http_ratelimit_zone_t  *zone;
+    char                        err[RL_ERR_MAX];
+
+    zone = shm_zone->data;
+    size = ngx_http_ratelimit_table_size(shm_zone->shm.size);
+
+    if (rl_table_plan(size, zone->blobs.elts, zone->blobs.nelts, err,
+                      sizeof(err))
+        != RL_OK)
+    {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "\"ratelimit_zone\" directive: zone \"%V\" of size %uz "
+                      "is %s, declared in %s:%ui", &zone->name,
+                      shm_zone->shm.size, err, zone->file, zone->line);
+        return NGX_ERROR;
+    }
+
+    if (zone->blobs.nelts == 0 || shm_zone->shm.name.len != zone->name.len) {
+        return NGX_OK;   /* no blocks, or named already */
+    }
+
+    /* the block sizes, in any order: the layout depends on the set */
+
+    crc = 0;
+    for (i = 0; i < zone->blobs.nelts; i++) {
+        crc ^= ngx_crc32_short((u_char *) &((uint32_t *) zone->blobs.elts)[i],
+                               sizeof(uint32_t));
+    }
+
+    p = ngx_pnalloc(cf->pool, zone->name.len + sizeof(" layout=") + 8);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    shm_zone->shm.name.data = p;
+    shm_zone->shm.name.len = ngx_sprintf(p, "%V layout=%08xD", &zone->name,
+                                         crc) - p;
+
+    return NGX_OK;
+}
+
+
+/*
+ * A rule of a Redis zone: its arithmetic must stay exact in Lua, and its
+ * location's other rules must use the same zone, since one script call
+ * decides them all atomically (rules in local zones and in Redis could
+ * not be committed together).
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
+    ngx_http_ratelimit_zone_ref_t *ref)
+{
+    ngx_uint_t                  j;
+    ngx_http_ratelimit_rule_t  *rule, *rules;
+    ngx_http_ratelimit_zone_t  *zone, *other;
+    char                        err[RL_ERR_MAX];
+
+    rules = ref->rules->elts;
+    rule = &rules[ref->index];
+    zone = ref->shm_zone->data;
+
+    for (j = 0; j < ref->rules->nelts; j++) {
+        other = rules[j].shm_zone->data;
+
+        if (other != NULL && other != zone
+            && (zone->redis != NULL || other->redis != NULL))
+        {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "\"ratelimit\" directive: zone=%V and zone=%V "
+                          "in one location: a location's rules must all use "
+                          "the same Redis zone, or only local zones, in "
+                          "%s:%ui", &zone->name, &other->name,
+                          ref->file, ref->line);
+            return NGX_ERROR;
+        }
+    }
+
+    /* Redis Cluster: a request's keys must share a slot, and they do when
+       every rule of the location has the same key (the hash tag) */
+
+    for (j = 0; zone->redis != NULL && zone->redis->cluster
+                && j < ref->rules->nelts; j++)
+    {
+        if (rules[j].key.value.len != rule->key.value.len
+            || ngx_strncmp(rules[j].key.value.data, rule->key.value.data,
+                           rule->key.value.len) != 0)
+        {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "\"ratelimit\" directive: key=%V and key=%V in one "
+                          "location of the Redis Cluster zone=%V: its rules "
+                          "must have the same key, so that one request's "
+                          "state is in one slot, in %s:%ui",
+                          &rule->key.value, &rules[j].key.value, &zone->name,
+                          ref->file, ref->line);
+            return NGX_ERROR;
+        }
+    }
+
+    if (zone->redis != NULL
+        && rl_redis_rule_ok(&rule->rule, err, sizeof(err)) != RL_OK)
+    {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "\"ratelimit\" directive: rule \"%V\" in zone=%V: "
+                      "%s, in %s:%ui", &rule->name, &zone->name, err,
+                      ref->file, ref->line);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* Zone, then rule name: the order check_names counts names in. */
+
+
+/* Zone, then rule name: the order check_names counts names in. */
+
+static int ngx_libc_cdecl
+ngx_http_ratelimit_cmp_refs(const void *one, const void *two)
+{
+    ngx_http_ratelimit_rule_t      *a, *b;
+    ngx_http_ratelimit_zone_ref_t  *x, *y;
+
+    x = *(ngx_http_ratelimit_zone_ref_t **) one;
+    y = *(ngx_http_ratelimit_zone_ref_t **) two;
+
+    if (x->shm_zone != y->shm_zone) {
+        return (uintptr_t) x->shm_zone < (uintptr_t) y->shm_zone ? -1 : 1;
+    }
+
+    a = (ngx_http_ratelimit_rule_t *) x->rules->elts + x->index;
+    b = (ngx_http_ratelimit_rule_t *) y->rules->elts + y->index;
+
+    return ngx_strcmp(a->rule.name, b->rule.name);
+}
+
+
+/*
+ * A zone counts up to RL_RULE_STATS_MAX rule names in ratelimit_stats: a
+ * configuration giving one more is told so once for the zone.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_check_names(ngx_conf_t *cf,
+    ngx_http_ratelimit_main_conf_t *rmcf)
+{
+    ngx_uint_t                       i, n, names;
+    ngx_http_ratelimit_zone_t       *zone;
+    ngx_http_ratelimit_zone_ref_t  **sorted;
+
+    n = rmcf->zone_refs.nelts;
+    if (n <= RL_RULE_STATS_MAX) {
+        return NGX_OK;
+    }
+
+    sorted = ngx_palloc(cf->temp_pool, n * sizeof(*sorted));
+    if (sorted == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
+        sorted[i] = (ngx_http_ratelimit_zone_ref_t *) rmcf->zone_refs.elts + i;
+    }
+
+    ngx_qsort(sorted, n, sizeof(*sorted), ngx_http_ratelimit_cmp_refs);
+
+    names = 0;
+
+    for (i = 0; i < n; i++) {
+        if (i == 0 || sorted[i]->shm_zone != sorted[i - 1]->shm_zone) {
+            names = 0;
+        }
+
+        names += i == 0 || ngx_http_ratelimit_cmp_refs(&sorted[i],
+                                                         &sorted[i - 1]) != 0;
+
+        if (names == RL_RULE_STATS_MAX + 1) {
+            zone = sorted[i]->shm_zone->data;
+            ngx_log_error(NGX_LOG_WARN, cf->log, 0,
+                          "ratelimit_zone \"%V\" has rules of more than %d "
+                          "names: ratelimit_stats counts the first %d to "
+                          "reach it, the others not", &zone->name,
+                          RL_RULE_STATS_MAX, RL_RULE_STATS_MAX);
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Every zone a rule names is declared; each learns its rules and the block
+ * sizes their states need, and is checked: its size fits them, Redis zones'
+ * rules stay exact in Redis, and it has no more rule names than it counts.
+ */
+
+ngx_int_t
+ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
+    ngx_http_ratelimit_main_conf_t *rmcf)
+{
+    uint32_t                        *blob;
+    ngx_uint_t                       i;
+    ngx_http_ratelimit_rule_t      **rule;
+    ngx_http_ratelimit_zone_t       *zone;
+    ngx_http_ratelimit_zone_ref_t   *refs;
+
+    refs = rmcf->zone_refs.elts;
+
+    for (i = 0; i < rmcf->zone_refs.nelts; i++) {
+        if (refs[i].shm_zone->data == NULL) {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "\"ratelimit\" directive: zone=%V is not declared: "
+                          "expected a \"ratelimit_zone %V SIZE;\" in the http "
+                          "block, used in %s:%ui",
+                          &refs[i].shm_zone->shm.name,
+                          &refs[i].shm_zone->shm.name,
+                          refs[i].file, refs[i].line);
+            return NGX_ERROR;
+        }
+
+        zone = refs[i].shm_zone->data;
+        rule = ngx_array_push(&zone->rules);
+        if (rule == NULL) {
+            return NGX_ERROR;
+        }
+
+        *rule = (ngx_http_ratelimit_rule_t *) refs[i].rules->elts
+                + refs[i].index;
+
+        if (rl_rule_block_size(&(*rule)->rule)) {
+            blob = ngx_array_push(&zone->blobs);
+            if (blob == NULL) {
+                return NGX_ERROR;
+            }
+
+            *blob = rl_rule_block_size(&(*rule)->rule);
+        }
+    }
+
+    for (i = 0; i < rmcf->zone_refs.nelts; i++) {
+        if (ngx_http_ratelimit_check_layout(cf, refs[i].shm_zone) != NGX_OK
+            || ngx_http_ratelimit_check_redis_rule(cf, &refs[i]) != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    return ngx_http_ratelimit_check_names(cf, rmcf);
+}
+
+
+/*
+ * This module's zones in a cycle, one after another: *part NULL to start.
+ * NULL after the last.
+ */
+
+ngx_http_ratelimit_zone_t *
+ngx_http_ratelimit_next_zone(ngx_cycle_t *cycle, ngx_list_part_t **part,
+    ngx_uint_t *i)
+{
+    ngx_shm_zone_t             *shm;
+    ngx_http_ratelimit_zone_t  *zone;
+
+    if (*part == NULL) {
+        *part = &cycle->shared_memory.part;
+        *i = 0;
+    }
+
+    for ( ;; ) {
+        if (*i >= (*part)->nelts) {
+            if ((*part)->next == NULL) {
+                return NULL;
+            }
+
+            *part = (*part)->next;
+            *i = 0;
+        }
+
+        shm = (ngx_shm_zone_t *) (*part)->elts + (*i)++;
+        zone = shm->data;
+
+        if (shm->tag == &ngx_http_ratelimit_module && zone != NULL
+            && zone->table != NULL)
+        {
+            return zone;
+        }
+    }
+}
+
+
+/*
+ * Finds every rule's counters in its zone, claiming slots for new names:
+ * in a new zone (lock = 0), or at a worker's start if the zone's lock is
+ * free (a zone kept across a reload; else count_one does it on first use).
+ */
+
+void
+ngx_http_ratelimit_claim_stats(ngx_http_ratelimit_zone_t *zone,
+    ngx_uint_t lock)
+{
+    ngx_uint_t                   i;
+    ngx_http_ratelimit_rule_t  **rules;
+
+    if (lock && !ngx_shmtx_trylock(&zone->shpool->mutex)) {
+        return;
+    }
+
+    rules = zone->rules.elts;
+
+    for (i = 0; i < zone->rules.nelts; i++) {
+        if (rules[i]->stats == NGX_HTTP_RATELIMIT_STATS_UNKNOWN) {
+            rules[i]->stats = rl_table_rule_slot(zone->table,
+                                                 rules[i]->rule.name);
+        }
+    }
+
+    if (lock) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+    }
+}
+
+
+/*
+ * A rule's counters are found in its zone by name the first time a worker
+ * counts for it (under the zone's lock, taken by workers only: the master
+ * never waits on a lock a worker may hold).  A zone counts up to
+ * RL_RULE_STATS_MAX names; past that, once per worker, a warning.
+ */
+
+void
+ngx_http_ratelimit_count(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule, int outcome)
+{
+    ngx_http_ratelimit_zone_t  *zone;
+
+    zone = rule->shm_zone->data;
+
+    if (rule->stats == NGX_HTTP_RATELIMIT_STATS_UNKNOWN) {
+        ngx_shmtx_lock(&zone->shpool->mutex);
+        rule->stats = rl_table_rule_slot(zone->table, rule->rule.name);
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+
+        if (rule->stats < 0 && !zone->stats_full_logged) {
+            zone->stats_full_logged = 1;
+            ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                          "ratelimit_zone \"%V\" counts %d rule names "
+                          "already: rule \"%V\" and others are not counted "
+                          "in ratelimit_stats", &zone->name,
+                          RL_RULE_STATS_MAX, &rule->name);
+        }
+    }
+
+    rl_table_count(zone->table, rule->stats, outcome);
+}
