@@ -69,6 +69,7 @@ struct ngx_http_ratelimit_redis_s {
     ngx_str_t                          prefix;
     ngx_uint_t                         on_error;
     ngx_flag_t                         cluster;
+    ngx_uint_t                         given;    /* parameters, by index */
     u_char                             sha[40];  /* the script's SHA-1 */
     ngx_http_ratelimit_redis_stats_t  *stats;    /* in the zone */
 

@@ -1,0 +1,534 @@
+/*
+ * ngx-ratelimit: a worker's connections to Redis, for zones declared with
+ * redis=.
+ *
+ * Each worker keeps redis_pool connections per server, opened on first use
+ * with nginx's event API (ngx_event_connect_peer: no blocking call, the
+ * address resolved when the configuration is read).  Requests are
+ * pipelined: a command is appended to a connection's output and a ring
+ * remembers whose reply comes next.  A closed connection is opened again on
+ * a later request, after a backoff that doubles from 100 ms to 5 s;
+ * meanwhile requests do not wait at all.
+ */
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+
+#include "ngx_http_ratelimit_redis_conn.h"
+
+
+static ngx_int_t ngx_http_ratelimit_redis_connect(
+    ngx_http_ratelimit_redis_conn_t *conn);
+static void ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev);
+static void ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev);
+
+
+ngx_uint_t  ngx_http_ratelimit_redis_own;
+
+
+/*
+ * The server named HOST:PORT, known already or added: redis= when the
+ * worker starts; IP:PORT from a cluster's MOVED or ASK (no DNS then).
+ */
+
+ngx_http_ratelimit_redis_node_t *
+ngx_http_ratelimit_redis_node(ngx_http_ratelimit_redis_t *redis,
+    ngx_str_t *name)
+{
+    ngx_uint_t                        i;
+    ngx_addr_t                       *addr;
+    ngx_http_ratelimit_redis_node_t  *node;
+
+    for (i = 0; i < redis->nnodes; i++) {
+        node = redis->nodes[i];
+
+        if (node->name.len == name->len
+            && ngx_strncmp(node->name.data, name->data, name->len) == 0)
+        {
+            return node;
+        }
+    }
+
+    if (redis->nnodes == NGX_HTTP_RATELIMIT_REDIS_NODES) {
+        return NULL;
+    }
+
+    node = ngx_calloc(sizeof(ngx_http_ratelimit_redis_node_t)
+                      + (redis->pool - 1)
+                        * sizeof(ngx_http_ratelimit_redis_conn_t)
+                      + name->len + sizeof(void *) + sizeof(ngx_addr_t)
+                      + NGX_SOCKADDRLEN,
+                      ngx_cycle->log);
+    if (node == NULL) {
+        return NULL;
+    }
+
+    node->name.data = (u_char *) &node->conns[redis->pool];
+    node->name.len = name->len;
+    ngx_memcpy(node->name.data, name->data, name->len);
+
+    if (redis->nnodes == 0) {
+        node->addrs = redis->addrs;
+        node->naddrs = redis->naddrs;
+
+    } else {
+        addr = (ngx_addr_t *) ngx_align_ptr(node->name.data + name->len,
+                                            sizeof(void *));
+        addr->sockaddr = (struct sockaddr *) (addr + 1);
+
+        if (ngx_parse_addr_port(ngx_cycle->pool, addr, name->data,
+                                name->len)
+            != NGX_OK)
+        {
+            ngx_free(node);
+            return NULL;
+        }
+
+        /* the parsed address, in this node's own memory */
+        ngx_memcpy(addr + 1, addr->sockaddr, addr->socklen);
+        addr->sockaddr = (struct sockaddr *) (addr + 1);
+        node->addrs = addr;
+        node->naddrs = 1;
+    }
+
+    for (i = 0; i < redis->pool; i++) {
+        node->conns[i].redis = redis;
+        node->conns[i].node = node;
+        node->conns[i].backoff = NGX_HTTP_RATELIMIT_REDIS_BACKOFF;
+    }
+
+    redis->nodes[redis->nnodes++] = node;
+
+    return node;
+}
+
+
+/*
+ * Round robin over a server's connections that can take a request: open,
+ * or due to be opened again; not one whose ring is full.
+ */
+
+ngx_http_ratelimit_redis_conn_t *
+ngx_http_ratelimit_redis_pick(ngx_http_ratelimit_redis_node_t *node)
+{
+    ngx_uint_t                        i, pool;
+    ngx_http_ratelimit_redis_conn_t  *conn;
+
+    pool = node->conns[0].redis->pool;
+
+    for (i = 0; i < pool; i++) {
+        conn = &node->conns[(node->next + i) % pool];
+
+        if (conn->count == NGX_HTTP_RATELIMIT_REDIS_RING
+            || (conn->state == NGX_HTTP_RATELIMIT_REDIS_DOWN
+                && ((ngx_msec_int_t) (ngx_current_msec - conn->retry_at) < 0
+                    || ngx_http_ratelimit_redis_connect(conn) != NGX_OK)))
+        {
+            continue;
+        }
+
+        node->next++;
+        return conn;
+    }
+
+    node->next++;
+    return NULL;
+}
+
+
+void
+ngx_http_ratelimit_redis_close(ngx_http_ratelimit_redis_t *redis)
+{
+    ngx_uint_t                        i, j;
+    ngx_http_ratelimit_redis_node_t  *node;
+
+    for (i = 0; i < redis->nnodes; i++) {
+        node = redis->nodes[i];
+
+        for (j = 0; j < redis->pool; j++) {
+            if (node->conns[j].peer.connection) {
+                ngx_close_connection(node->conns[j].peer.connection);
+                node->conns[j].peer.connection = NULL;
+            }
+
+            node->conns[j].state = NGX_HTTP_RATELIMIT_REDIS_DOWN;
+        }
+    }
+}
+
+
+static ngx_int_t
+ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
+{
+    u_char                       dbs[NGX_INT_T_LEN];
+    ngx_int_t                    rc;
+    ngx_str_t                    db;
+    ngx_addr_t                  *addr;
+    ngx_connection_t            *c;
+    ngx_peer_connection_t       *pc;
+    ngx_http_ratelimit_redis_t  *redis = conn->redis;
+
+    /* a name with several addresses: the connections spread over them */
+    addr = &conn->node->addrs[(conn - conn->node->conns)
+                              % conn->node->naddrs];
+
+    pc = &conn->peer;
+    ngx_memzero(pc, sizeof(ngx_peer_connection_t));
+    pc->sockaddr = addr->sockaddr;
+    pc->socklen = addr->socklen;
+    pc->name = &conn->node->name;
+    pc->get = ngx_event_get_peer;
+    pc->log = ngx_cycle->log;
+    pc->log_error = NGX_ERROR_ERR;
+
+    if (conn->in == NULL) {
+        conn->in = ngx_alloc(NGX_HTTP_RATELIMIT_REDIS_IN, ngx_cycle->log);
+        if (conn->in == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    (void) ngx_atomic_fetch_add(&redis->stats->reconnects, 1);
+
+    rc = ngx_event_connect_peer(pc);
+
+    if (rc == NGX_ERROR || rc == NGX_BUSY || rc == NGX_DECLINED) {
+        ngx_http_ratelimit_redis_fail(conn, "cannot connect", 0);
+        return NGX_ERROR;
+    }
+
+    c = pc->connection;
+    c->data = conn;
+    c->read->handler = ngx_http_ratelimit_redis_read_handler;
+    c->write->handler = ngx_http_ratelimit_redis_write_handler;
+    c->read->log = c->log;
+    c->write->log = c->log;
+
+    conn->state = NGX_HTTP_RATELIMIT_REDIS_CONNECTING;
+    conn->out_len = 0;
+    conn->out_sent = 0;
+    conn->in_len = 0;
+    conn->head = 0;
+    conn->count = 0;
+
+    db.data = dbs;
+    db.len = ngx_sprintf(dbs, "%ui", redis->db) - dbs;
+
+    if ((redis->password.len
+         && ngx_http_ratelimit_redis_own_command(conn, "AUTH", &redis->password)
+            != NGX_OK)
+        || (redis->db
+            && ngx_http_ratelimit_redis_own_command(conn, "SELECT", &db)
+               != NGX_OK))
+    {
+        ngx_http_ratelimit_redis_fail(conn, "out of memory", 0);
+        return NGX_ERROR;
+    }
+
+    if (rc == NGX_AGAIN) {
+        c->write->cancelable = 1;
+        ngx_add_timer(c->write, redis->timeout);
+        return NGX_OK;
+    }
+
+    conn->state = NGX_HTTP_RATELIMIT_REDIS_READY;
+    return NGX_OK;
+}
+
+
+/* Makes room for len more bytes of output. */
+
+ngx_int_t
+ngx_http_ratelimit_redis_reserve(ngx_http_ratelimit_redis_conn_t *conn,
+    size_t len)
+{
+    size_t   cap;
+    u_char  *out;
+
+    if (conn->out_sent == conn->out_len) {
+        conn->out_sent = 0;
+        conn->out_len = 0;
+    }
+
+    if (conn->out_len + len <= conn->out_cap) {
+        return NGX_OK;
+    }
+
+    cap = ngx_max(conn->out_cap * 2, conn->out_len + len);
+    cap = ngx_max(cap, 16384);
+
+    out = ngx_alloc(cap, ngx_cycle->log);
+    if (out == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (conn->out) {
+        ngx_memcpy(out, conn->out, conn->out_len);
+        ngx_free(conn->out);
+    }
+
+    conn->out = out;
+    conn->out_cap = cap;
+
+    return NGX_OK;
+}
+
+
+/* A command of the connection's own (AUTH, SELECT, ASKING): arg may be NULL. */
+
+ngx_int_t
+ngx_http_ratelimit_redis_own_command(ngx_http_ratelimit_redis_conn_t *conn,
+    const char *cmd, ngx_str_t *arg)
+{
+    u_char  *p;
+    size_t   len;
+
+    len = ngx_strlen(cmd);
+
+    if (ngx_http_ratelimit_redis_reserve(conn,
+                                         64 + len + (arg ? arg->len : 0))
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    p = conn->out + conn->out_len;
+    p = ngx_sprintf(p, "*%d\r\n$%uz\r\n%s\r\n", arg ? 2 : 1, len, cmd);
+
+    if (arg) {
+        p = ngx_sprintf(p, "$%uz\r\n%V\r\n", arg->len, arg);
+    }
+
+    conn->out_len = p - conn->out;
+
+    ngx_http_ratelimit_redis_push(conn, NGX_HTTP_RATELIMIT_REDIS_OWN);
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_ratelimit_redis_push(ngx_http_ratelimit_redis_conn_t *conn,
+    ngx_http_ratelimit_redis_wait_t *w)
+{
+    ngx_uint_t  slot;
+
+    slot = (conn->head + conn->count++) % NGX_HTTP_RATELIMIT_REDIS_RING;
+    conn->ring[slot] = w;
+
+    if (w != NGX_HTTP_RATELIMIT_REDIS_OWN) {
+        w->conn = conn;
+        w->slot = slot;
+    }
+
+    /* written once this event cycle is over: all commands in one send */
+
+    if (conn->state == NGX_HTTP_RATELIMIT_REDIS_READY
+        && !conn->peer.connection->write->posted)
+    {
+        ngx_post_event(conn->peer.connection->write, &ngx_posted_events);
+    }
+}
+
+
+/* ---- events ----------------------------------------------------------- */
+
+static void
+ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev)
+{
+    int                               err;
+    ssize_t                           n;
+    socklen_t                         len;
+    ngx_connection_t                 *c;
+    ngx_http_ratelimit_redis_conn_t  *conn;
+
+    c = wev->data;
+    conn = c->data;
+
+    if (wev->timedout) {
+        ngx_http_ratelimit_redis_fail(conn, "connect timed out", 1);
+        return;
+    }
+
+    if (conn->state == NGX_HTTP_RATELIMIT_REDIS_CONNECTING) {
+        if (!wev->ready) {
+            return;
+        }
+
+        err = 0;
+        len = sizeof(int);
+
+        if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, (void *) &err, &len)
+            == -1)
+        {
+            err = ngx_socket_errno;
+        }
+
+        if (err) {
+            ngx_http_ratelimit_redis_fail(conn, strerror(err), 0);
+            return;
+        }
+
+        if (wev->timer_set) {
+            ngx_del_timer(wev);
+        }
+
+        conn->state = NGX_HTTP_RATELIMIT_REDIS_READY;
+    }
+
+    while (conn->out_sent < conn->out_len) {
+        n = c->send(c, conn->out + conn->out_sent,
+                    conn->out_len - conn->out_sent);
+
+        if (n == NGX_AGAIN) {
+            break;
+        }
+
+        if (n == NGX_ERROR) {
+            ngx_http_ratelimit_redis_fail(conn, "send failed", 0);
+            return;
+        }
+
+        conn->out_sent += n;
+    }
+
+    if (ngx_handle_write_event(wev, 0) != NGX_OK) {
+        ngx_http_ratelimit_redis_fail(conn, "event error", 0);
+    }
+}
+
+
+static void
+ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
+{
+    long                              used;
+    size_t                            off;
+    ssize_t                           n;
+    rl_resp_t                         reply;
+    ngx_connection_t                 *c;
+    ngx_http_ratelimit_redis_conn_t  *conn;
+
+    c = rev->data;
+    conn = c->data;
+
+    for ( ;; ) {
+        n = c->recv(c, conn->in + conn->in_len,
+                    NGX_HTTP_RATELIMIT_REDIS_IN - conn->in_len);
+
+        if (n == NGX_AGAIN) {
+            break;
+        }
+
+        if (n == 0 || n == NGX_ERROR) {
+            ngx_http_ratelimit_redis_fail(conn, n == 0 ? "connection closed"
+                                                       : "recv failed", 0);
+            return;
+        }
+
+        conn->in_len += n;
+        off = 0;
+
+        for ( ;; ) {
+            used = rl_resp_parse((char *) conn->in + off, conn->in_len - off,
+                                 &reply);
+            if (used <= 0) {
+                break;
+            }
+
+            off += used;
+
+            if (conn->count == 0) {
+                ngx_http_ratelimit_redis_fail(conn, "unexpected reply", 0);
+                return;
+            }
+
+            ngx_http_ratelimit_redis_reply(conn, &reply);
+
+            if (conn->state == NGX_HTTP_RATELIMIT_REDIS_DOWN) {
+                return;
+            }
+        }
+
+        if (used < 0) {
+            ngx_http_ratelimit_redis_fail(conn, "reply is not RESP", 0);
+            return;
+        }
+
+        if (off) {
+            ngx_memmove(conn->in, conn->in + off, conn->in_len - off);
+            conn->in_len -= off;
+        }
+
+        if (conn->in_len == NGX_HTTP_RATELIMIT_REDIS_IN) {
+            ngx_http_ratelimit_redis_fail(conn, "reply too long", 0);
+            return;
+        }
+    }
+
+    if (ngx_handle_read_event(rev, 0) != NGX_OK) {
+        ngx_http_ratelimit_redis_fail(conn, "event error", 0);
+    }
+}
+
+
+/*
+ * Closes a connection, to be opened again after the backoff, and hands
+ * every request queued on it to its handler with no reply.
+ */
+
+void
+ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
+    const char *why, ngx_uint_t timeout)
+{
+    ngx_uint_t                        i, n;
+    ngx_connection_t                 *c;
+    ngx_http_ratelimit_redis_t       *redis = conn->redis;
+    ngx_http_ratelimit_redis_wait_t  *w, *failed[NGX_HTTP_RATELIMIT_REDIS_RING];
+
+    ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                  "ratelimit: redis %V: %s, %ui requests decided by "
+                  "on_redis_error, reconnecting in %M ms", &conn->node->name,
+                  why, conn->count, conn->backoff);
+
+    if (conn->peer.connection) {
+        ngx_close_connection(conn->peer.connection);
+        conn->peer.connection = NULL;
+    }
+
+    conn->state = NGX_HTTP_RATELIMIT_REDIS_DOWN;
+    conn->retry_at = ngx_current_msec + conn->backoff;
+    conn->backoff = ngx_min(conn->backoff * 2,
+                            NGX_HTTP_RATELIMIT_REDIS_BACKOFF_MAX);
+
+    n = 0;
+
+    for (i = 0; i < conn->count; i++) {
+        w = conn->ring[(conn->head + i) % NGX_HTTP_RATELIMIT_REDIS_RING];
+
+        if (w != NULL && w != NGX_HTTP_RATELIMIT_REDIS_OWN) {
+            w->conn = NULL;
+            failed[n++] = w;
+        }
+    }
+
+    conn->head = 0;
+    conn->count = 0;
+    conn->out_len = 0;
+    conn->out_sent = 0;
+    conn->in_len = 0;
+
+    for (i = 0; i < n; i++) {
+        w = failed[i];
+
+        if (w->timer.timer_set) {
+            ngx_del_timer(&w->timer);
+        }
+
+        (void) ngx_atomic_fetch_add(timeout ? &redis->stats->timeouts
+                                            : &redis->stats->errors, 1);
+
+        c = w->request->connection;
+        w->handler(w, NULL);
+        ngx_http_run_posted_requests(c);
+    }
+}

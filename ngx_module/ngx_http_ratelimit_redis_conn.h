@@ -1,0 +1,90 @@
+
+/*
+ * ngx-ratelimit: a worker's connections to Redis, shared by the request
+ * path (ngx_http_ratelimit_redis.c) and the connections' own handling
+ * (ngx_http_ratelimit_redis_conn.c).
+ */
+
+#ifndef NGX_HTTP_RATELIMIT_REDIS_CONN_H
+#define NGX_HTTP_RATELIMIT_REDIS_CONN_H
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+
+#include "ngx_http_ratelimit_redis.h"
+
+
+#define NGX_HTTP_RATELIMIT_REDIS_RING      1024     /* requests in flight */
+#define NGX_HTTP_RATELIMIT_REDIS_IN        65536    /* longest reply */
+#define NGX_HTTP_RATELIMIT_REDIS_BACKOFF   100
+#define NGX_HTTP_RATELIMIT_REDIS_BACKOFF_MAX  5000
+#define NGX_HTTP_RATELIMIT_REDIS_NODES     32       /* cluster servers known */
+#define NGX_HTTP_RATELIMIT_REDIS_SLOTS     16384
+
+#define NGX_HTTP_RATELIMIT_REDIS_DOWN        0
+#define NGX_HTTP_RATELIMIT_REDIS_CONNECTING  1
+#define NGX_HTTP_RATELIMIT_REDIS_READY       2
+
+/* the ring entry of a command sent for the connection itself (AUTH, SELECT) */
+#define NGX_HTTP_RATELIMIT_REDIS_OWN                                          \
+    ((ngx_http_ratelimit_redis_wait_t *) &ngx_http_ratelimit_redis_own)
+
+extern ngx_uint_t  ngx_http_ratelimit_redis_own;
+
+
+typedef struct ngx_http_ratelimit_redis_node_s  ngx_http_ratelimit_redis_node_t;
+
+typedef struct {
+    ngx_http_ratelimit_redis_t        *redis;
+    ngx_http_ratelimit_redis_node_t   *node;
+    ngx_peer_connection_t              peer;
+    ngx_uint_t                         state;
+    ngx_msec_t                         retry_at;
+    ngx_msec_t                         backoff;
+
+    u_char                            *out;
+    size_t                             out_len;
+    size_t                             out_sent;
+    size_t                             out_cap;
+
+    u_char                            *in;
+    size_t                             in_len;
+
+    ngx_uint_t                         head;
+    ngx_uint_t                         count;
+    ngx_http_ratelimit_redis_wait_t   *ring[NGX_HTTP_RATELIMIT_REDIS_RING];
+} ngx_http_ratelimit_redis_conn_t;
+
+
+/* a Redis server and this worker's redis_pool connections to it */
+struct ngx_http_ratelimit_redis_node_s {
+    ngx_str_t                          name;     /* HOST:PORT */
+    ngx_addr_t                        *addrs;
+    ngx_uint_t                         naddrs;
+    ngx_uint_t                         next;
+    ngx_http_ratelimit_redis_conn_t    conns[1]; /* [pool] */
+};
+
+
+/* ngx_http_ratelimit_redis_conn.c */
+ngx_http_ratelimit_redis_node_t *ngx_http_ratelimit_redis_node(
+    ngx_http_ratelimit_redis_t *redis, ngx_str_t *name);
+ngx_http_ratelimit_redis_conn_t *ngx_http_ratelimit_redis_pick(
+    ngx_http_ratelimit_redis_node_t *node);
+ngx_int_t ngx_http_ratelimit_redis_reserve(
+    ngx_http_ratelimit_redis_conn_t *conn, size_t len);
+ngx_int_t ngx_http_ratelimit_redis_own_command(
+    ngx_http_ratelimit_redis_conn_t *conn, const char *cmd, ngx_str_t *arg);
+void ngx_http_ratelimit_redis_push(ngx_http_ratelimit_redis_conn_t *conn,
+    ngx_http_ratelimit_redis_wait_t *w);
+void ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
+    const char *why, ngx_uint_t timeout);
+
+/* ngx_http_ratelimit_redis.c */
+ngx_int_t ngx_http_ratelimit_redis_append(
+    ngx_http_ratelimit_redis_conn_t *conn, ngx_http_ratelimit_redis_wait_t *w,
+    ngx_uint_t eval);
+void ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
+    rl_resp_t *reply);
+
+#endif /* NGX_HTTP_RATELIMIT_REDIS_CONN_H */
