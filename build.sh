@@ -9,6 +9,8 @@
 #                       and UndefinedBehaviorSanitizer
 #   ./build.sh fuzz [SECONDS]  the libFuzzer targets, each for SECONDS (60)
 #   ./build.sh stress [ROUNDS] reloads and worker kills under load (100)
+#   ./build.sh check-format  the C++ core as clang-format says, the C glue
+#                       in nginx's style (tools/nginx-style)
 #   ./build.sh demo     build, then run nginx with examples/nginx.conf on
 #                       127.0.0.1:8080 in the foreground
 #   ./build.sh bench    build, then run the benchmarks (bench/README.md);
@@ -107,7 +109,7 @@ build_module() {
 build() {
     ensure_packages "${PACKAGES[@]}"
     mkdir -p "$BUILD"
-    build_core "$BUILD/cmake"
+    build_core "$BUILD/cmake" -DRL_WERROR=ON -DRL_TOOLS_DIR="$BUILD"
     build_module "$BUILD/cmake/libratelimit_core.a" "$BUILD/nginx" "$BUILD/ngx_http_ratelimit_module.so"
     log "built $BUILD/ngx_http_ratelimit_module.so"
 }
@@ -128,7 +130,7 @@ test_asan() {
     local dir=$BUILD/asan
     ensure_packages "${PACKAGES[@]}"
     mkdir -p "$dir"
-    build_core "$dir/cmake" -DRL_SANITIZE=ON -DRL_BENCH=OFF -DRL_TOOLS_DIR="$dir"
+    build_core "$dir/cmake" -DRL_WERROR=ON -DRL_SANITIZE=ON -DRL_BENCH=OFF -DRL_TOOLS_DIR="$dir"
     build_module "$dir/cmake/libratelimit_core.a" "$dir/nginx" "$dir/ngx_http_ratelimit_module.so" \
         "-fsanitize=address,undefined -fno-omit-frame-pointer" "-fsanitize=address,undefined"
     export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:handle_segv=1
@@ -202,6 +204,17 @@ fuzz() {
     done
 }
 
+# The formatting: clang-format's for the C++ core, its tests, benchmarks
+# and tools (.clang-format), nginx's for the C glue (tools/nginx-style).
+check_format() {
+    ensure_packages clang-format perl
+    log "formatting (clang-format, tools/nginx-style)"
+    (cd "$ROOT" && clang-format --dry-run --Werror core/src/*.cpp core/src/*.h core/tools/*.cpp \
+        tests/*.cc tests/*.h tests/fuzz/*.cc bench/*.cc \
+        && tools/nginx-style ngx_module/*.c ngx_module/*.h core/include/ratelimit.h) \
+        || { echo "formatting: see above (clang-format -i FILE for C++)" >&2; exit 1; }
+}
+
 # t/stress.t for ROUNDS rounds (default 100) of reload and SIGKILL of a
 # worker under load.
 stress() {
@@ -217,6 +230,7 @@ case "${1:-build}" in
     demo) build; demo ;;
     bench) run_bench "${2:-all}" ;;
     stress) build; stress "${2:-100}" ;;
-    *) echo "usage: $0 [build|test|test-asan|fuzz [SECONDS]|stress [ROUNDS]|demo|bench [core|summary|throughput|density|shaping|redis]]" >&2
+    check-format) check_format ;;
+    *) echo "usage: $0 [build|test|test-asan|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|throughput|density|shaping|redis]]" >&2
        exit 2 ;;
 esac

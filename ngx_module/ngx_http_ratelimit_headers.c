@@ -99,6 +99,7 @@ static ngx_int_t
 ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
 {
     u_char                     *p, *v;
+    ngx_str_t                  *name;
     uint64_t                    reset;
     ngx_http_ratelimit_ctx_t   *ctx;
     ngx_http_ratelimit_rule_t  *rule;
@@ -193,11 +194,9 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
         v = p;
         p = ngx_http_ratelimit_number(p, ngx_max(ngx_http_ratelimit_seconds(
                                           ctx->decision.retry_after_ms), 1));
-        if (ngx_http_ratelimit_add_header(r,
-                                          &ngx_http_ratelimit_retry_after_header,
-                                          v, p - v)
-            != NGX_OK)
-        {
+        name = &ngx_http_ratelimit_retry_after_header;
+
+        if (ngx_http_ratelimit_add_header(r, name, v, p - v) != NGX_OK) {
             return NGX_ERROR;
         }
     }
@@ -357,7 +356,6 @@ ngx_http_ratelimit_add_variables(ngx_conf_t *cf)
 
     return NGX_OK;
 }
-
 
 
 ngx_int_t

@@ -65,7 +65,7 @@ typedef struct {
     ngx_slab_pool_t             *shpool;    /* its mutex is the zone's lock */
     size_t                       size;      /* of the shared memory */
     void                        *table;     /* rl table inside the zone */
-    ngx_array_t                  blobs;     /* uint32_t: its rules' block sizes */
+    ngx_array_t                  blobs;     /* uint32_t: its rules' blocks */
     ngx_array_t                  rules;     /* ngx_http_ratelimit_rule_t *:
                                                the rules naming it */
     u_char                      *file;      /* where it is declared */
@@ -76,7 +76,7 @@ typedef struct {
 
 
 typedef struct {
-    ngx_shm_zone_t              *shm_zone;  /* data: ngx_http_ratelimit_zone_t */
+    ngx_shm_zone_t              *shm_zone;  /* data: the zone */
     rl_rule_t                    rule;
     uint64_t                     identity;
     ngx_str_t                    name;      /* rule.name */
@@ -86,7 +86,7 @@ typedef struct {
     ngx_str_t                    limit;     /* header texts known in advance */
     ngx_str_t                    policy;    /* "name";q=N;w=  */
     ngx_int_t                    stats;     /* its counters in the zone, or
-                                               NGX_HTTP_RATELIMIT_STATS_UNKNOWN */
+                                               ..._STATS_UNKNOWN */
 
     /* this worker's */
     ngx_flag_t                   cost_warned;

@@ -26,7 +26,7 @@ extern const ngx_uint_t  ngx_http_ratelimit_redis_bucket_us[];
 /* counters in the zone: every worker adds, a reload keeps them */
 typedef struct {
     ngx_atomic_t   decisions;     /* requests decided in Redis */
-    ngx_atomic_t   errors;        /* replies that were errors, lost connections */
+    ngx_atomic_t   errors;        /* error replies, lost connections */
     ngx_atomic_t   timeouts;      /* no reply within redis_timeout */
     ngx_atomic_t   fallbacks;     /* requests decided by on_redis_error */
     ngx_atomic_t   reconnects;    /* connections opened */

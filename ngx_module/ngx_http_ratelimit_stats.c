@@ -508,14 +508,14 @@ ngx_http_ratelimit_prometheus_redis(ngx_http_ratelimit_writer_t *w,
         }
 
         ngx_http_ratelimit_puts(w,
-                               "nginx_ratelimit_redis_latency_seconds_sum{zone=");
+            "nginx_ratelimit_redis_latency_seconds_sum{zone=");
         ngx_http_ratelimit_write_quoted(w, &z[i].name);
         ngx_http_ratelimit_puts(w, "} ");
         ngx_http_ratelimit_write_seconds(w, z[i].rs.latency_us);
         ngx_http_ratelimit_puts(w, "\n");
 
         ngx_http_ratelimit_puts(w,
-                             "nginx_ratelimit_redis_latency_seconds_count{zone=");
+            "nginx_ratelimit_redis_latency_seconds_count{zone=");
         ngx_http_ratelimit_write_quoted(w, &z[i].name);
         ngx_http_ratelimit_puts(w, "} ");
         ngx_http_ratelimit_write_number(w, sum);

@@ -42,35 +42,37 @@ enum rl_algorithm {
 };
 
 enum rl_align {
-    RL_ALIGN_EPOCH = 0,     /* windows start at multiples of period since 1970 */
+    RL_ALIGN_EPOCH = 0,     /* windows start at multiples of period, from
+                               1970 */
     RL_ALIGN_FIRST          /* a key's window starts at its first request */
 };
 
 enum rl_reset {
-    RL_RESET_DAILY = 0,     /* quota: calendar days, weeks (from Monday), months */
+    RL_RESET_DAILY = 0,     /* quota: calendar days, weeks (from Monday),
+                               months */
     RL_RESET_WEEKLY,
     RL_RESET_MONTHLY
 };
 
 #define RL_LIMIT_MAX      1000000000u          /* limit, burst, cost */
-#define RL_LOG_LIMIT_MAX  10000u               /* sliding_log: one timestamp a unit */
+#define RL_LOG_LIMIT_MAX  10000u               /* sliding_log: a time a unit */
 #define RL_BUCKETS_MAX    100u                 /* sliding_window */
 #define RL_PERIOD_MAX_MS  (366LL * 86400000)   /* one (leap) year */
-#define RL_LOG_PERIOD_MAX_MS 2147483647LL      /* sliding_log: 2^31 ms, 24.8 days */
+#define RL_LOG_PERIOD_MAX_MS 2147483647LL      /* sliding_log: 2^31 ms, 24.8 d */
 #define RL_UTC_OFFSET_MAX_MIN (14 * 60)
 #define RL_NAME_MAX       64                   /* including the NUL */
 #define RL_ERR_MAX        256                  /* enough for any message */
-#define RL_RULES_MAX      32                   /* rules one request is checked against */
+#define RL_RULES_MAX      32                   /* rules of one request */
 
 typedef struct {
     uint32_t  algorithm;        /* enum rl_algorithm */
     uint32_t  limit;            /* cost units per period */
-    uint32_t  burst;            /* gcra, token_bucket: capacity (default limit) */
+    uint32_t  burst;            /* gcra, token_bucket: capacity (limit) */
     uint32_t  cost;             /* constant cost (default 1) */
     int64_t   period_ms;        /* default 1000; quota: the current period */
     uint32_t  align;            /* fixed_window: enum rl_align */
     uint32_t  buckets;          /* sliding_window: sub-buckets (default 10) */
-    int64_t   max_delay_ms;     /* leaky_bucket: longest delay (default period) */
+    int64_t   max_delay_ms;     /* leaky_bucket: longest delay (period) */
     uint32_t  reset;            /* quota: enum rl_reset */
     int32_t   utc_offset_min;   /* quota: calendar's offset from UTC */
     uint32_t  cost_var;         /* cost= is a $variable (the glue's) */
@@ -79,7 +81,7 @@ typedef struct {
     uint32_t  log_key;          /* log_key=on: log lines show the key, not
                                    its fingerprint */
     uint32_t  given;            /* internal: parameters set explicitly */
-    char      name[RL_NAME_MAX];/* given by name=, or derived by rl_rule_finish */
+    char      name[RL_NAME_MAX];/* given by name=, or rl_rule_finish's */
 } rl_rule_t;
 
 /* Results of rl_rule_param. */
@@ -239,7 +241,8 @@ RL_API int rl_table_rule_slot(void *mem, const char *name);
 RL_API void rl_table_count(void *mem, int slot, int outcome);
 
 /* Copies up to max rules' counters; returns how many. */
-RL_API size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out, size_t max);
+RL_API size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out,
+    size_t max);
 
 
 /* ---- deciding a request ------------------------------------------------- */

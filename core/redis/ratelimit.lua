@@ -67,6 +67,8 @@ end
 -- the transitions: r is the rule, h the head {t, n}; they return the
 -- decision and the head to store if the request is admitted
 
+-- gcra, and token_bucket: a bucket of burst tokens refilled at limit per
+-- period is GCRA with tau = burst * T, the same admissions (gcra.cpp)
 local function gcra(r, h, now, cost)
   local T = r.period
   local tau = r.burst * T
@@ -84,27 +86,6 @@ local function gcra(r, h, now, cost)
     d.remaining = fdiv(room, T)
     d.reset = cdiv(ahead, r.limit)
     d.retry = cdiv(need - tau, r.limit)
-  end
-  return d
-end
-
-local function token_bucket(r, h, now, cost)
-  local token = r.period
-  local capacity = r.burst * token
-  local missing = units_ahead(h, now, r.limit)
-  local tokens = missing < capacity and capacity - missing or 0
-  if cost > r.burst then return never(r.period, fdiv(tokens, token), cdiv(missing, r.limit)) end
-  local spend = cost * token
-  local d = decision(r.period)
-  if tokens >= spend then
-    d.allowed = 1
-    d.remaining = fdiv(tokens - spend, token)
-    d.reset = cdiv(missing + spend, r.limit)
-    if cost > 0 then return d, instant_after(now, missing + spend, r.limit) end
-  else
-    d.remaining = fdiv(tokens, token)
-    d.reset = cdiv(missing, r.limit)
-    d.retry = cdiv(missing + spend - capacity, r.limit)
   end
   return d
 end
@@ -300,7 +281,7 @@ local function sliding_log(r, b, now, cost, apply)
   return d
 end
 
-local by_head = {[0] = gcra, [1] = token_bucket, [2] = fixed_window, [5] = leaky_bucket, [6] = quota}
+local by_head = {[0] = gcra, [1] = gcra, [2] = fixed_window, [5] = leaky_bucket, [6] = quota}
 local SLIDING_WINDOW, SLIDING_LOG = 3, 4
 
 -- loading and storing states

@@ -23,7 +23,6 @@ struct State {
 using Transition = rl_decision_t (*)(const rl_rule_t &, State &, int64_t now, uint64_t cost, bool apply);
 
 rl_decision_t gcra(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
-rl_decision_t token_bucket(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
 rl_decision_t fixed_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
 rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
 rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);

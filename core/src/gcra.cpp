@@ -6,6 +6,12 @@
 // now (allow on equality); then TAT = max(TAT, now) + q*T.  A cold key
 // admits exactly burst requests at once.  In units of 1/limit ms (see
 // exact_time.h) T = period_ms and tau = burst * period_ms exactly.
+//
+// token_bucket is this transition too: a bucket of burst tokens refilled
+// continuously at limit per period, starting full, holds at any instant
+// burst - (TAT - now) * limit / period tokens, so "cost tokens present" is
+// exactly "TAT + cost*T - tau <= now" (tests/algorithms_test.cc checks the
+// rule token_bucket against a bucket of tokens kept the plain way).
 #include "algorithms.h"
 #include "exact_time.h"
 

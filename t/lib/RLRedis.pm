@@ -12,8 +12,17 @@ use IO::Socket::INET;
 use POSIX ();
 use Time::HiRes qw(sleep time);
 use RLTest;
+use Test::More ();
 
 my @running;
+
+# A test that uses Redis is skipped, saying why, where there is none
+# (./build.sh test installs Debian's redis-server).
+sub import {
+    my $server = $ENV{RL_REDIS_SERVER} // '/usr/bin/redis-server';
+    Test::More::plan(skip_all => "$server is not installed: ./build.sh test installs redis-server "
+                     . '(or set RL_REDIS_SERVER)') unless -x $server;
+}
 
 sub new {
     my ($class, %opt) = @_;
