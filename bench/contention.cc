@@ -58,7 +58,10 @@ void lock(std::atomic<uint64_t> &l, uint64_t me)
     }
 }
 
-void unlock(std::atomic<uint64_t> &l) { l.store(0, std::memory_order_release); }
+void unlock(std::atomic<uint64_t> &l)
+{
+    l.store(0, std::memory_order_release);
+}
 
 // Runs `procs` processes (pinned to CPUs 0 and 1) for `iters` decisions
 // each; returns the mean ns per decision per process.
@@ -77,7 +80,8 @@ double run(void *table, Shared *sh, int procs, bool same_key, uint64_t iters)
             sched_setaffinity(0, sizeof(set), &set);
             std::mt19937_64 rng(p + 1);
             std::vector<uint64_t> keys(1 << 16);
-            for (uint64_t &k : keys) k = same_key ? 42 : rng() % 1000000;
+            for (uint64_t &k : keys)
+                k = same_key ? 42 : rng() % 1000000;
             rl_check_t c{};
             c.table = table;
             c.rule = &rule;
@@ -117,8 +121,8 @@ int main(int argc, char **argv)
     const uint64_t iters = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 2000000;
     const size_t size = 64u << 20;
     void *table = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    Shared *sh = static_cast<Shared *>(
-        mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    Shared *sh =
+        static_cast<Shared *>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
     char err[RL_ERR_MAX];
     if (table == MAP_FAILED || sh == MAP_FAILED ||
         rl_table_init(table, size, nullptr, 0, nullptr, err, sizeof(err)) != RL_OK) {
@@ -136,8 +140,8 @@ int main(int argc, char **argv)
     for (bool same : {true, false}) {
         const double one = run(table, sh, 1, same, iters);
         const double two = run(table, sh, 2, same, iters);
-        std::printf("  %-22s %14.1f %14.1f %16.0f %9.2fx\n", same ? "same key" : "1M random keys", one, two,
-                    2e9 / two, (2e9 / two) / (1e9 / one));
+        std::printf("  %-22s %14.1f %14.1f %16.0f %9.2fx\n", same ? "same key" : "1M random keys", one, two, 2e9 / two,
+                    (2e9 / two) / (1e9 / one));
     }
     return 0;
 }

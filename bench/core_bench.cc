@@ -43,19 +43,38 @@ extern "C" void *realloc(void *p, size_t n)
     g_allocs.fetch_add(1, std::memory_order_relaxed);
     return __libc_realloc(p, n);
 }
-extern "C" void free(void *p) { __libc_free(p); }
+extern "C" void free(void *p)
+{
+    __libc_free(p);
+}
 
 void *operator new(size_t n)
 {
     void *p = malloc(n);
-    if (p == nullptr) throw std::bad_alloc();
+    if (p == nullptr)
+        throw std::bad_alloc();
     return p;
 }
-void *operator new[](size_t n) { return operator new(n); }
-void operator delete(void *p) noexcept { free(p); }
-void operator delete[](void *p) noexcept { free(p); }
-void operator delete(void *p, size_t) noexcept { free(p); }
-void operator delete[](void *p, size_t) noexcept { free(p); }
+void *operator new[](size_t n)
+{
+    return operator new(n);
+}
+void operator delete(void *p) noexcept
+{
+    free(p);
+}
+void operator delete[](void *p) noexcept
+{
+    free(p);
+}
+void operator delete(void *p, size_t) noexcept
+{
+    free(p);
+}
+void operator delete[](void *p, size_t) noexcept
+{
+    free(p);
+}
 
 namespace {
 
@@ -64,8 +83,8 @@ struct AllocCounter {
     uint64_t start = g_allocs.load();
     void report(benchmark::State &state)
     {
-        state.counters["allocs_per_op"] = benchmark::Counter(
-            (double) (g_allocs.load() - start) / (double) std::max<int64_t>(state.iterations(), 1));
+        state.counters["allocs_per_op"] =
+            benchmark::Counter((double) (g_allocs.load() - start) / (double) std::max<int64_t>(state.iterations(), 1));
     }
 };
 
@@ -83,7 +102,8 @@ rl_rule_t rule_of(const char *text)
 void *zone(size_t size)
 {
     void *p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) std::abort();
+    if (p == MAP_FAILED)
+        std::abort();
     return p;
 }
 
@@ -94,12 +114,9 @@ const int64_t kT0 = 1767225600000;
 // Limits high enough that nearly every decision admits and changes the
 // state (a denial is cheaper: nothing is written).  Time advances 1 ms each.
 const char *const kRules[] = {
-    "algorithm=gcra limit=1000000 period=1s",
-    "algorithm=token_bucket limit=1000000 period=1s",
-    "algorithm=fixed_window limit=1000000 period=1s",
-    "algorithm=sliding_window limit=1000000 period=1s",
-    "algorithm=sliding_log limit=100 period=10ms",
-    "algorithm=leaky_bucket limit=1000000 period=1s",
+    "algorithm=gcra limit=1000000 period=1s",         "algorithm=token_bucket limit=1000000 period=1s",
+    "algorithm=fixed_window limit=1000000 period=1s", "algorithm=sliding_window limit=1000000 period=1s",
+    "algorithm=sliding_log limit=100 period=10ms",    "algorithm=leaky_bucket limit=1000000 period=1s",
     "algorithm=quota limit=1000000000 reset=daily",
 };
 
@@ -141,7 +158,8 @@ struct Filled {
         size = (size + 4095) & ~size_t{4095};
         mem = zone(size);
         char err[RL_ERR_MAX];
-        if (rl_table_init(mem, size, nullptr, 0, nullptr, err, sizeof(err)) != RL_OK) std::abort();
+        if (rl_table_init(mem, size, nullptr, 0, nullptr, err, sizeof(err)) != RL_OK)
+            std::abort();
         table = rl::Table::at(mem);
         tags.resize(keys);
         for (uint64_t i = 0; i < keys; i++) {
@@ -157,7 +175,8 @@ void BM_TableLookupUpdate(benchmark::State &state)
     Filled f((size_t) state.range(0));
     std::mt19937_64 rng(1);
     std::vector<uint32_t> order(1 << 20);
-    for (uint32_t &o : order) o = (uint32_t) (rng() % f.tags.size());
+    for (uint32_t &o : order)
+        o = (uint32_t) (rng() % f.tags.size());
     size_t i = 0;
     AllocCounter allocs;
     for (auto _ : state) {
@@ -193,7 +212,8 @@ void BM_CheckOneRule(benchmark::State &state)
     const rl_rule_t rule = rule_of("limit=1000000 period=1s");
     std::mt19937_64 rng(2);
     std::vector<uint64_t> order(1 << 20);
-    for (uint64_t &o : order) o = rng() % keys;
+    for (uint64_t &o : order)
+        o = rng() % keys;
     rl_check_t c{};
     c.table = f.mem;
     c.rule = &rule;

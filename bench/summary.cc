@@ -54,7 +54,10 @@ bool hit(Zone &z, const rl_rule_t &rule, const std::string &key, int64_t now)
     return rl_decide(&rq, now) != RL_VERDICT_REJECTED;
 }
 
-uint64_t tag_of(Zone &z, const std::string &key) { return rl::Table::at(z.mem)->tag(1, key.data(), key.size()); }
+uint64_t tag_of(Zone &z, const std::string &key)
+{
+    return rl::Table::at(z.mem)->tag(1, key.data(), key.size());
+}
 
 // Fresh keys refused on their first request, of n probed (peeks: a
 // refusal changes nothing, and admitted probes are not kept).
@@ -85,13 +88,17 @@ int main()
     for (size_t size : {(size_t) 32 << 10, (size_t) 1 << 20, (size_t) 64 << 20}) {
         Zone z(size);
         const rl_table_stats_t st = z.stats();
-        std::printf("  %-6s %12llu %14llu %10llu\n", size == 32 << 10 ? "32k" : size == 1 << 20 ? "1m" : "64m",
+        std::printf("  %-6s %12llu %14llu %10llu\n",
+                    size == 32 << 10  ? "32k"
+                    : size == 1 << 20 ? "1m"
+                                      : "64m",
                     (unsigned long long) st.capacity, (unsigned long long) st.summary_bytes,
                     (unsigned long long) st.summary_bytes / 8);
     }
 
     std::printf("summary: fresh keys refused on their first request after E keys owing their whole budget "
-                "were evicted (1 MB zone, %s)\n", "gcra limit=10 period=1h");
+                "were evicted (1 MB zone, %s)\n",
+                "gcra limit=10 period=1h");
     std::printf("  %-22s %10s %10s %16s\n", "E", "E / cells", "measured", "(1-e^(-3E/m))^3");
     for (double r : {0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0}) {
         Zone z(1 << 20);

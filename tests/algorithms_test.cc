@@ -19,8 +19,8 @@ TEST(Gcra, ColdKeyAdmitsExactlyBurstThenDenies)
     rl_decision_t d = k.hit(kT0);
     EXPECT_FALSE(d.allowed);
     EXPECT_EQ(d.remaining, 0u);
-    EXPECT_EQ(d.retry_after_ms, 100);   // T = 100 ms
-    EXPECT_EQ(d.reset_ms, 500);         // five emissions ahead
+    EXPECT_EQ(d.retry_after_ms, 100);  // T = 100 ms
+    EXPECT_EQ(d.reset_ms, 500);        // five emissions ahead
 }
 
 TEST(Gcra, AllowsOnEqualityAndNotOneMsBefore)
@@ -60,7 +60,7 @@ TEST(Gcra, RecoversFullBudgetAfterReset)
     for (int i = 0; i < 20; i++) {
         last = k.hit(kT0);
     }
-    EXPECT_EQ(last.reset_ms, 12000);   // 20 x 600 ms
+    EXPECT_EQ(last.reset_ms, 12000);  // 20 x 600 ms
     rl_decision_t d = k.hit(kT0 + 12000);
     EXPECT_TRUE(d.allowed);
     EXPECT_EQ(d.remaining, 19u);
@@ -73,7 +73,7 @@ TEST(Gcra, CostSpendsSeveralUnitsAndZeroLooks)
     EXPECT_TRUE(d.allowed);
     EXPECT_EQ(d.remaining, 10u);
     EXPECT_EQ(d.reset_ms, 0);
-    EXPECT_EQ(k.head().t, 0);   // looking stores nothing
+    EXPECT_EQ(k.head().t, 0);  // looking stores nothing
 
     d = k.hit(kT0, 7);
     EXPECT_TRUE(d.allowed);
@@ -117,8 +117,8 @@ TEST(Gcra, HugeLimitAndSubMillisecondInterval)
     EXPECT_TRUE(k.hit(kT0, 1000000000).allowed);
     rl_decision_t d = k.hit(kT0, 1);
     EXPECT_FALSE(d.allowed);
-    EXPECT_EQ(d.retry_after_ms, 1);      // 1 ns of refill, rounded up to 1 ms
-    EXPECT_TRUE(k.hit(kT0 + 1, 1000000).allowed);   // 1 ms refills a million
+    EXPECT_EQ(d.retry_after_ms, 1);                // 1 ns of refill, rounded up to 1 ms
+    EXPECT_TRUE(k.hit(kT0 + 1, 1000000).allowed);  // 1 ms refills a million
     EXPECT_FALSE(k.hit(kT0 + 1, 1).allowed);
 }
 
@@ -146,7 +146,7 @@ TEST(Gcra, BackwardClockStepNeverAdmitsMore)
 
 TEST(TokenBucket, StartsFullSpendsAndRefillsContinuously)
 {
-    Key k("algorithm=token_bucket limit=2 period=1s burst=4");   // 1 token per 500 ms
+    Key k("algorithm=token_bucket limit=2 period=1s burst=4");  // 1 token per 500 ms
     for (uint64_t i = 0; i < 4; i++) {
         rl_decision_t d = k.hit(kT0);
         ASSERT_TRUE(d.allowed);
@@ -171,7 +171,7 @@ TEST(TokenBucket, DecisionsEqualABucketOfTokensOnRandomTraces)
         const int64_t period = 1 + (int64_t) (rng() % 100000);
         Key t("algorithm=token_bucket limit=" + std::to_string(limit) + " period=" + std::to_string(period) +
               "ms burst=" + std::to_string(burst));
-        uint64_t tokens = burst * (uint64_t) period;   // full, scaled by period
+        uint64_t tokens = burst * (uint64_t) period;  // full, scaled by period
         int64_t now = kT0, last = kT0;
         for (int i = 0; i < 2000; i++) {
             now += (int64_t) (rng() % (uint64_t) (2 * period / (int64_t) limit + 2));
@@ -189,7 +189,7 @@ TEST(TokenBucket, DecisionsEqualABucketOfTokensOnRandomTraces)
                 ASSERT_EQ(d.remaining, tokens / (uint64_t) period);
             } else {
                 ASSERT_EQ(d.remaining, tokens / (uint64_t) period);
-                ASSERT_EQ((uint64_t) d.retry_after_ms, (spend - tokens + limit - 1) / limit);   // ceil
+                ASSERT_EQ((uint64_t) d.retry_after_ms, (spend - tokens + limit - 1) / limit);  // ceil
             }
         }
     }
@@ -209,7 +209,7 @@ TEST(TokenBucket, BackwardStepDoesNotRefill)
 TEST(FixedWindow, ExactlyLimitPerEpochAlignedWindow)
 {
     Key k("algorithm=fixed_window limit=3 period=1m");
-    const int64_t start = kT0 + 20000;   // 20 s into a window
+    const int64_t start = kT0 + 20000;  // 20 s into a window
     for (uint64_t i = 0; i < 3; i++) {
         rl_decision_t d = k.hit(start);
         ASSERT_TRUE(d.allowed);
@@ -218,7 +218,7 @@ TEST(FixedWindow, ExactlyLimitPerEpochAlignedWindow)
     }
     rl_decision_t d = k.hit(start + 1000);
     EXPECT_FALSE(d.allowed);
-    EXPECT_EQ(d.retry_after_ms, 39000);   // to the window's end, exactly
+    EXPECT_EQ(d.retry_after_ms, 39000);  // to the window's end, exactly
     EXPECT_FALSE(k.hit(kT0 + 59999).allowed);
     d = k.hit(kT0 + 60000);
     EXPECT_TRUE(d.allowed);
@@ -236,7 +236,7 @@ TEST(FixedWindow, TwiceTheLimitAcrossOneBoundary)
     for (int i = 0; i < 200; i++) {
         allowed += k.hit(kT0 + 1000).allowed;
     }
-    EXPECT_EQ(allowed, 200);   // the documented trade-off: 2 x limit in 1 ms
+    EXPECT_EQ(allowed, 200);  // the documented trade-off: 2 x limit in 1 ms
 }
 
 TEST(FixedWindow, AlignFirstStartsAtTheFirstRequest)

@@ -85,15 +85,16 @@ TEST(Check, BindingRuleIsFewestRemainingWhenAllowedLongestWaitWhenDenied)
     r.add(z, "limit=4 period=1s name=b", "k");
     r.add(z, "limit=5 period=100s name=c", "k");
     ASSERT_TRUE(r.send(kT0));
-    EXPECT_EQ(r.binding, 1u);   // b: 3 left, c: 4, a: 9
-    for (int i = 0; i < 3; i++) r.send(kT0);
-    ASSERT_FALSE(r.send(kT0));   // b denies (250 ms), c does not yet
+    EXPECT_EQ(r.binding, 1u);  // b: 3 left, c: 4, a: 9
+    for (int i = 0; i < 3; i++)
+        r.send(kT0);
+    ASSERT_FALSE(r.send(kT0));  // b denies (250 ms), c does not yet
     EXPECT_EQ(r.binding, 1u);
     ASSERT_TRUE(r.send(kT0 + 250));   // c's fifth
     ASSERT_FALSE(r.send(kT0 + 260));  // b and c deny; c waits longest
     EXPECT_EQ(r.binding, 2u);
-    EXPECT_EQ(r.c[1].decision.retry_after_ms, 240);     // TAT 1250 + 250 - 1000 - 260
-    EXPECT_EQ(r.c[2].decision.retry_after_ms, 19740);   // TAT 100 s + 20 s - 100 s - 0.26 s
+    EXPECT_EQ(r.c[1].decision.retry_after_ms, 240);    // TAT 1250 + 250 - 1000 - 260
+    EXPECT_EQ(r.c[2].decision.retry_after_ms, 19740);  // TAT 100 s + 20 s - 100 s - 0.26 s
 }
 
 TEST(Check, AnyAllowsWhenOneAllowsAndOnlyAllowingRulesConsume)
@@ -104,7 +105,7 @@ TEST(Check, AnyAllowsWhenOneAllowsAndOnlyAllowingRulesConsume)
     r.add(z, "limit=2 period=1m name=free", "k");
     r.add(z, "limit=1 period=1m name=paid", "k");
     ASSERT_TRUE(r.send(kT0));
-    ASSERT_TRUE(r.send(kT0));   // paid is spent; free still allows
+    ASSERT_TRUE(r.send(kT0));  // paid is spent; free still allows
     EXPECT_FALSE(r.c[1].decision.allowed);
     EXPECT_TRUE(r.c[0].decision.allowed);
     EXPECT_EQ(r.binding, 0u);
@@ -120,9 +121,9 @@ TEST(Check, RulesSharingIdentityAndKeyShareState)
     r.add(z, "limit=5 period=1m name=same", "k");
     r.add(z, "limit=5 period=1m name=same", "k");
     ASSERT_TRUE(r.send(kT0));
-    EXPECT_EQ(r.c[1].decision.remaining, 3u);   // both requests' units spent in one state
+    EXPECT_EQ(r.c[1].decision.remaining, 3u);  // both requests' units spent in one state
     ASSERT_TRUE(r.send(kT0));
-    ASSERT_FALSE(r.send(kT0));   // 4 spent, the pair needs 2
+    ASSERT_FALSE(r.send(kT0));  // 4 spent, the pair needs 2
 }
 
 TEST(Check, DistinctKeysAreIndependent)
@@ -149,7 +150,7 @@ TEST(Check, BlockStatesCommitAtomicallyWithHeadOnlyOnes)
         ASSERT_TRUE(r.send(kT0 + i));
     }
     for (int i = 0; i < 5; i++) {
-        ASSERT_FALSE(r.send(kT0 + 10));   // the log is full
+        ASSERT_FALSE(r.send(kT0 + 10));  // the log is full
         EXPECT_EQ(r.binding, 0u);
     }
     // the window and gcra spent only the 3 admitted
@@ -158,7 +159,7 @@ TEST(Check, BlockStatesCommitAtomicallyWithHeadOnlyOnes)
     Request w;
     w.add(z, win, "k");
     ASSERT_TRUE(w.send(kT0 + 20));
-    EXPECT_EQ(w.c[0].decision.remaining, 1u);   // 5 - 3 - 1
+    EXPECT_EQ(w.c[0].decision.remaining, 1u);  // 5 - 3 - 1
     ASSERT_TRUE(w.send(kT0 + 20));
     ASSERT_FALSE(w.send(kT0 + 20));
 }
@@ -173,12 +174,12 @@ TEST(Check, RefundGivesBackAnAbandonedReservationWhereverItIsInTheQueue)
         ASSERT_TRUE(q[i].send(kT0));
         EXPECT_EQ(q[i].c[0].decision.delay_ms, 1000 * i);
     }
-    refund(q[2].c.data(), 1, kT0);   // the third leaves: one slot less in the queue
-    refund(q[3].c.data(), 1, kT0);   // and the fourth
+    refund(q[2].c.data(), 1, kT0);  // the third leaves: one slot less in the queue
+    refund(q[3].c.data(), 1, kT0);  // and the fourth
     Request next;
     next.add(z, shaper, "k");
     ASSERT_TRUE(next.send(kT0));
-    EXPECT_EQ(next.c[0].decision.delay_ms, 3000);   // behind the three still waiting
+    EXPECT_EQ(next.c[0].decision.delay_ms, 3000);  // behind the three still waiting
     for (int i = 0; i < 4; i++) {                  // never before now, however many leave
         refund(q[i].c.data(), 1, kT0 + 500);
     }
@@ -199,7 +200,7 @@ TEST(Check, RefundUncountsWindowsThatStillHoldTheRequest)
         std::vector<rl_check_t> held = r.c;
         ASSERT_TRUE(r.send(kT0 + 30));
         EXPECT_EQ(r.c[0].decision.remaining, 0u) << rule;
-        refund(held.data(), 1, kT0 + 40);   // the second leaves
+        refund(held.data(), 1, kT0 + 40);  // the second leaves
         ASSERT_TRUE(r.send(kT0 + 50)) << rule;
         EXPECT_EQ(r.c[0].decision.remaining, 0u) << rule;
         EXPECT_FALSE(r.send(kT0 + 60)) << rule;

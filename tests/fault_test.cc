@@ -61,8 +61,8 @@ std::map<uint64_t, Key> keys_of(rl::Table *t, size_t blob)
 {
     std::map<uint64_t, Key> out;
     const rl::TableHeader &h = t->header();
-    const rl::Bucket *b = reinterpret_cast<const rl::Bucket *>(reinterpret_cast<const char *>(t) +
-                                                               rl::Table::header_bytes());
+    const rl::Bucket *b =
+        reinterpret_cast<const rl::Bucket *>(reinterpret_cast<const char *>(t) + rl::Table::header_bytes());
     for (uint64_t i = 0; i < h.nbuckets; i++) {
         for (int s = 0; s < 3; s++) {
             if (b[i].tag[s] == 0) {
@@ -136,7 +136,10 @@ long crash_everywhere(Zone &zone, const std::function<void(rl::Table *)> &op, ui
     return step;
 }
 
-bool never(uint64_t, rl::Table *) { return false; }
+bool never(uint64_t, rl::Table *)
+{
+    return false;
+}
 
 class Fault : public ::testing::TestWithParam<int> {};
 
@@ -149,8 +152,11 @@ TEST_P(Fault, StoreOfANewKeyIntoAFullTable)
         const uint64_t tag = zone.table()->tag(1, &i, sizeof(i));
         // a new key evicts one owing least: it may be one of the keys before
         const long steps = crash_everywhere(
-            zone, [&](rl::Table *t) { t->store(tag, {kNow + 999999, 7}, rl::Debt{200, false}, kNow); }, tag,
-            never);
+            zone,
+            [&](rl::Table *t) {
+                t->store(tag, {kNow + 999999, 7}, rl::Debt{200, false}, kNow);
+            },
+            tag, never);
         EXPECT_GT(steps, 3);
         zone.table()->store(tag, {kNow + 999999, 7}, rl::Debt{200, false}, kNow);
     }
@@ -187,9 +193,14 @@ TEST_P(Fault, StoreOverAKeyWithABlockAndEvict)
             break;
         }
         const uint64_t t = tag;
-        crash_everywhere(zone, [&](rl::Table *tb) { tb->store(t, {kNow + 5, 1}, rl::Debt{3, false}, kNow); }, t,
-                         never);
-        crash_everywhere(zone, [&](rl::Table *tb) { tb->evict(t, kNow); }, t, never);
+        crash_everywhere(
+            zone,
+            [&](rl::Table *tb) {
+                tb->store(t, {kNow + 5, 1}, rl::Debt{3, false}, kNow);
+            },
+            t, never);
+        crash_everywhere(
+            zone, [&](rl::Table *tb) { tb->evict(t, kNow); }, t, never);
     }
     EXPECT_EQ(done, 11);
 }

@@ -32,7 +32,7 @@ struct Key {
         const std::vector<uint8_t> before = state;
         const int changed = rl_transition(&rule, state.data(), now, cost, 1, &d);
         if (!d.allowed) {
-            EXPECT_EQ(before, state);   // a denial never consumes
+            EXPECT_EQ(before, state);  // a denial never consumes
             EXPECT_GT(d.retry_after_ms, 0);
             EXPECT_EQ(changed, 0);
         } else {
@@ -51,10 +51,10 @@ struct Key {
 };
 
 // Every invariant of a table (rl::Table::check) after an operation.
-#define EXPECT_TABLE_VALID(table)                                        \
-    do {                                                                 \
-        std::string why_;                                                \
-        EXPECT_TRUE((table)->check(&why_)) << why_;                      \
+#define EXPECT_TABLE_VALID(table)                                                                                      \
+    do {                                                                                                               \
+        std::string why_;                                                                                              \
+        EXPECT_TRUE((table)->check(&why_)) << why_;                                                                    \
     } while (0)
 
 // One request through rl_decide, as nginx sends it: true if admitted
@@ -83,4 +83,4 @@ inline void refund(rl_check_t *c, size_t n, int64_t now)
 }
 
 // A start time far from the epoch and aligned to every window used here.
-constexpr int64_t kT0 = 1767225600000;   // 2026-01-01T00:00:00Z
+constexpr int64_t kT0 = 1767225600000;  // 2026-01-01T00:00:00Z

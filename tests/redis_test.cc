@@ -94,9 +94,9 @@ private:
         dir_ = dir;
         const std::string sock = dir_ + "/redis.sock";
         std::string bin = redis_server();
-        std::vector<std::string> args = {bin,         "--port",       "0",        "--unixsocket", sock,
-                                         "--save",    "",             "--appendonly", "no",       "--dir",
-                                         dir_,        "--daemonize",  "no",       "--loglevel", "warning"};
+        std::vector<std::string> args = {bin,  "--port",       "0",      "--unixsocket", sock, "--save",
+                                         "",   "--appendonly", "no",     "--dir",        dir_, "--daemonize",
+                                         "no", "--loglevel",   "warning"};
         std::vector<char *> argv;
         for (std::string &a : args) {
             argv.push_back(a.data());
@@ -106,7 +106,7 @@ private:
             why_ = "cannot run " + bin + " (set RL_REDIS_SERVER)";
             return;
         }
-        for (int i = 0; i < 500 && fd_ < 0; i++) {   // up to 5 s
+        for (int i = 0; i < 500 && fd_ < 0; i++) {  // up to 5 s
             usleep(10000);
             int fd = socket(AF_UNIX, SOCK_STREAM, 0);
             sockaddr_un a{};
@@ -146,12 +146,12 @@ private:
 
 // Skipped, saying why, where there is no redis-server (./build.sh test
 // installs Debian's); failed where it is there but does not start.
-#define NEED_REDIS()                                                                           \
-    if (access(redis_server().c_str(), X_OK) != 0) {                                           \
-        GTEST_SKIP() << redis_server() << " is not installed: ./build.sh test installs it "      \
-                     << "(or set RL_REDIS_SERVER)";                                            \
-    }                                                                                          \
-    Redis &redis = Redis::instance();                                                          \
+#define NEED_REDIS()                                                                                                   \
+    if (access(redis_server().c_str(), X_OK) != 0) {                                                                   \
+        GTEST_SKIP() << redis_server() << " is not installed: ./build.sh test installs it "                            \
+                     << "(or set RL_REDIS_SERVER)";                                                                    \
+    }                                                                                                                  \
+    Redis &redis = Redis::instance();                                                                                  \
     ASSERT_TRUE(redis.ok()) << redis.why()
 
 std::string script_sha()
@@ -236,7 +236,7 @@ struct Trace {
             c[i] = rl_check_t{};
             c[i].table = table;
             c[i].rule = &rules[i];
-            c[i].identity = rl_rule_identity(&rules[i], "k", 1) + i;   // distinct state per rule
+            c[i].identity = rl_rule_identity(&rules[i], "k", 1) + i;  // distinct state per rule
             c[i].key = keys[i].data();
             c[i].key_len = keys[i].size();
             c[i].cost = costs[i];
@@ -313,7 +313,10 @@ int64_t next_time(std::mt19937_64 &g, int64_t now, int64_t period)
     return now - (int64_t) (g() % (uint64_t) (period / 2 + 1));
 }
 
-int64_t period_of(const rl_rule_t &r) { return r.period_ms; }
+int64_t period_of(const rl_rule_t &r)
+{
+    return r.period_ms;
+}
 
 void run_trace(const std::string &sha, std::mt19937_64 &g, Trace &t, size_t ops, size_t *done)
 {
@@ -450,7 +453,8 @@ TEST(Redis, CommandIsOneEvalshaWithKeysThenArguments)
     EXPECT_EQ(rl_resp_parse(cmd.data(), cmd.size(), &parsed), (long) cmd.size());
     EXPECT_EQ(parsed.integer, 3 + 1 + 2 + 10);
     EXPECT_EQ(cmd.substr(0, 18), "*16\r\n$7\r\nEVALSHA\r\n");
-    EXPECT_NE(cmd.find("\r\n$0\r\n\r\n$1\r\n1\r\n$1\r\n0\r\n$2\r\n10\r\n$2\r\n10\r\n$5\r\n60000\r\n"), std::string::npos)
+    EXPECT_NE(cmd.find("\r\n$0\r\n\r\n$1\r\n1\r\n$1\r\n0\r\n$2\r\n10\r\n$2\r\n10\r\n$5\r\n60000\r\n"),
+              std::string::npos)
         << cmd;
     EXPECT_EQ(cmd.substr(cmd.size() - 7), "$1\r\n2\r\n");
 }

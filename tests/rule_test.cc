@@ -43,7 +43,7 @@ TEST(Rule, AcceptsEdgeValues)
     EXPECT_EQ(rule_of("limit=5 cost=0").cost, 0u);
     EXPECT_EQ(rule_of("limit=5 burst=7 cost=7").cost, 7u);
     EXPECT_EQ(rule_of("algorithm=fixed_window limit=5 align=first").align, (uint32_t) RL_ALIGN_FIRST);
-    EXPECT_EQ(rule_of("zone=api key=$remote_addr limit=5").limit, 5u);   // the glue's, ignored
+    EXPECT_EQ(rule_of("zone=api key=$remote_addr limit=5").limit, 5u);  // the glue's, ignored
 }
 
 TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
@@ -54,8 +54,7 @@ TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
     EXPECT_EQ(error_of("limit=0"), "invalid \"limit=0\": expected an integer from 1 to 1000000000");
     EXPECT_EQ(error_of("limit=-3"), "invalid \"limit=-3\": expected an integer from 1 to 1000000000");
     EXPECT_EQ(error_of("limit=abc"), "invalid \"limit=abc\": expected an integer from 1 to 1000000000");
-    EXPECT_EQ(error_of("limit=1000000001"),
-              "invalid \"limit=1000000001\": expected an integer from 1 to 1000000000");
+    EXPECT_EQ(error_of("limit=1000000001"), "invalid \"limit=1000000001\": expected an integer from 1 to 1000000000");
     EXPECT_EQ(error_of("limit=99999999999999999999999"),
               "invalid \"limit=99999999999999999999999\": expected an integer from 1 to 1000000000");
     EXPECT_EQ(error_of("limit=5 burst=0"), "invalid \"burst=0\": expected an integer from 1 to 1000000000");
@@ -70,7 +69,8 @@ TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
               "cost=, name=, align=, buckets=, max_delay=, reset=, utc_offset=, zero_cost= or log_key=");
     EXPECT_EQ(error_of("limit=5 zero_cost=on"),
               "\"zero_cost=\" applies to cost=$variable only: a constant cost=0 always looks without spending");
-    EXPECT_EQ(error_of("limit=5 zero_cost=maybe"), "invalid \"zero_cost=maybe\": expected zero_cost=on or zero_cost=off");
+    EXPECT_EQ(error_of("limit=5 zero_cost=maybe"),
+              "invalid \"zero_cost=maybe\": expected zero_cost=on or zero_cost=off");
     EXPECT_EQ(error_of("limit=5 log_key=yes"), "invalid \"log_key=yes\": expected log_key=on or log_key=off");
     EXPECT_EQ(error_of("limit=5 fast"), "invalid parameter \"fast\": expected name=value");
     EXPECT_EQ(error_of("limit=5 limit=6"), "duplicate parameter \"limit=6\": each parameter may be given once");
@@ -112,7 +112,8 @@ TEST(Rule, AlgorithmSpecificParameters)
               "invalid \"buckets=0\": expected an integer from 1 to 100");
     EXPECT_EQ(error_of("algorithm=sliding_window limit=5 buckets=101"),
               "invalid \"buckets=101\": expected an integer from 1 to 100");
-    EXPECT_EQ(error_of("limit=5 buckets=4"), "\"buckets=\" does not apply to algorithm=gcra: buckets is for sliding_window");
+    EXPECT_EQ(error_of("limit=5 buckets=4"),
+              "\"buckets=\" does not apply to algorithm=gcra: buckets is for sliding_window");
     EXPECT_EQ(error_of("algorithm=sliding_log limit=10001"),
               "\"limit=10001\" is too large for algorithm=sliding_log: it keeps one time a unit, at most 10000; use "
               "sliding_window for larger limits");
@@ -140,8 +141,7 @@ TEST(Rule, AlgorithmSpecificParameters)
     EXPECT_EQ(error_of("limit=5 reset=daily"), "\"reset=\" does not apply to algorithm=gcra: reset is for quota");
     EXPECT_EQ(error_of("algorithm=quota limit=5 reset=daily cost=6"),
               "\"cost=6\" can never be admitted: it exceeds limit=5");
-    EXPECT_NE(error_of("algorithm=leaky_bucket limit=1000000000 period=366d").find("is too large"),
-              std::string::npos);
+    EXPECT_NE(error_of("algorithm=leaky_bucket limit=1000000000 period=366d").find("is too large"), std::string::npos);
     EXPECT_EQ(rl_state_size(&q), sizeof(rl_state_t));
     rl_rule_t sw = rule_of("algorithm=sliding_window limit=5 buckets=10");
     EXPECT_EQ(rl_state_size(&sw), sizeof(rl_state_t) + 8 + 4 * 11);
@@ -187,8 +187,8 @@ TEST(Rule, IdentityIsNameAndAlgorithmAndKeyWhenDerived)
 {
     rl_rule_t a = rule_of("limit=10 name=api"), b = rule_of("limit=20 name=api");
     rl_rule_t c = rule_of("algorithm=token_bucket limit=10 name=api");
-    EXPECT_EQ(rl_rule_identity(&a, "$a", 2), rl_rule_identity(&b, "$b", 2));   // named: limits may change
-    EXPECT_NE(rl_rule_identity(&a, "$a", 2), rl_rule_identity(&c, "$a", 2));   // a state is one algorithm's
+    EXPECT_EQ(rl_rule_identity(&a, "$a", 2), rl_rule_identity(&b, "$b", 2));  // named: limits may change
+    EXPECT_NE(rl_rule_identity(&a, "$a", 2), rl_rule_identity(&c, "$a", 2));  // a state is one algorithm's
     rl_rule_t d = rule_of("limit=10");
-    EXPECT_NE(rl_rule_identity(&d, "$a", 2), rl_rule_identity(&d, "$b", 2));   // derived: key expression counts
+    EXPECT_NE(rl_rule_identity(&d, "$a", 2), rl_rule_identity(&d, "$b", 2));  // derived: key expression counts
 }

@@ -13,8 +13,8 @@ TEST(Seed000, CooldownTraceIsGcraWithLimit3Per60s)
         int64_t s;
         bool allow;
         int64_t shown;
-    } trace[] = {{0, true, 20},  {0, true, 40},   {0, true, 60},   {1, false, 59}, {5, false, 55},
-                 {10, false, 50}, {15, false, 45}, {21, true, 59},  {22, false, 58}};
+    } trace[] = {{0, true, 20},   {0, true, 40},   {0, true, 60},  {1, false, 59}, {5, false, 55},
+                 {10, false, 50}, {15, false, 45}, {21, true, 59}, {22, false, 58}};
     for (auto &e : trace) {
         rl_decision_t d = k.hit(kT0 + e.s * 1000);
         EXPECT_EQ((bool) d.allowed, e.allow) << "t=" << e.s;
@@ -59,8 +59,8 @@ TEST(Seed002, WaitUntilRecurrenceAsLeakyBucket)
     for (int i = 0; i < 4; i++) {
         rl_decision_t d = k.hit(now);
         EXPECT_FALSE(d.allowed);
-        EXPECT_EQ(d.retry_after_ms, 1000);   // the wait is 6 s: 1 s over
-        EXPECT_LE(k.head().t, now + 5000 + 1000);   // capped
+        EXPECT_EQ(d.retry_after_ms, 1000);         // the wait is 6 s: 1 s over
+        EXPECT_LE(k.head().t, now + 5000 + 1000);  // capped
     }
 }
 
@@ -70,9 +70,9 @@ namespace {
 
 struct Case {
     const char *rule;
-    int at_once;            // admitted at once from cold, then denied
-    int64_t retry_ms;       // the first denial's exact Retry-After
-    int64_t pace_ms;        // after that, one more every pace_ms (0: none)
+    int at_once;       // admitted at once from cold, then denied
+    int64_t retry_ms;  // the first denial's exact Retry-After
+    int64_t pace_ms;   // after that, one more every pace_ms (0: none)
 };
 
 // 10 per 10 s in each algorithm's terms; kT0 is midnight UTC, aligned with
@@ -118,7 +118,7 @@ TEST_P(Seed004, PacesAtOnePerIntervalAfterTheBurst)
 {
     const Case &c = GetParam();
     if (c.pace_ms == 0) {
-        return;   // a window refills at its boundary, not at a pace
+        return;  // a window refills at its boundary, not at a pace
     }
     Key k(c.rule);
     for (int i = 0; i < c.at_once; i++) {
@@ -139,7 +139,7 @@ TEST_P(Seed004, RemainingNeverNegativeRetryOnlyWhenDeniedOnRandomTraffic)
     int64_t now = kT0;
     for (int i = 0; i < 5000; i++) {
         now += (int64_t) (rng() % 700) - (rng() % 40 == 0 ? 20000 : 0);
-        rl_decision_t d = k.hit(now, rng() % 4);   // Key::hit asserts the invariants
+        rl_decision_t d = k.hit(now, rng() % 4);  // Key::hit asserts the invariants
         ASSERT_LE(d.remaining, 11u);
         ASSERT_GE(d.reset_ms, 0);
     }
@@ -149,7 +149,8 @@ INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, Seed004, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case> &info) {
                              std::string name = std::to_string(info.index) + "_" + (info.param.rule + 10);
                              for (char &ch : name) {
-                                 if (!isalnum((unsigned char) ch)) ch = '_';
+                                 if (!isalnum((unsigned char) ch))
+                                     ch = '_';
                              }
                              return name;
                          });

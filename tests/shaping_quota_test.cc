@@ -9,7 +9,7 @@
 
 TEST(LeakyBucket, DelaysToTheSlotAndRejectsPastMaxDelay)
 {
-    Key k("algorithm=leaky_bucket limit=10 period=1s max_delay=300ms");   // T = 100 ms
+    Key k("algorithm=leaky_bucket limit=10 period=1s max_delay=300ms");  // T = 100 ms
     int64_t expect[] = {0, 100, 200, 300};
     for (int64_t e : expect) {
         rl_decision_t d = k.hit(kT0);
@@ -18,7 +18,7 @@ TEST(LeakyBucket, DelaysToTheSlotAndRejectsPastMaxDelay)
     }
     rl_decision_t d = k.hit(kT0);
     EXPECT_FALSE(d.allowed);
-    EXPECT_EQ(d.retry_after_ms, 100);   // a wait of 400 ms, 100 over max_delay
+    EXPECT_EQ(d.retry_after_ms, 100);  // a wait of 400 ms, 100 over max_delay
     d = k.hit(kT0 + 100);
     EXPECT_TRUE(d.allowed);
     EXPECT_EQ(d.delay_ms, 300);
@@ -30,11 +30,11 @@ TEST(LeakyBucket, HeadersDescribeTheKeyAtRelease)
     rl_decision_t d = k.hit(kT0);
     EXPECT_EQ(d.delay_ms, 0);
     EXPECT_EQ(d.reset_ms, 100);
-    EXPECT_EQ(d.remaining, 10u);   // 10 more fit within a 1 s wait
+    EXPECT_EQ(d.remaining, 10u);  // 10 more fit within a 1 s wait
     d = k.hit(kT0);
     EXPECT_EQ(d.delay_ms, 100);
-    EXPECT_EQ(d.reset_ms, 100);    // released at 100 ms, drained at 200 ms
-    EXPECT_EQ(d.remaining, 10u);   // as seen at its release
+    EXPECT_EQ(d.reset_ms, 100);   // released at 100 ms, drained at 200 ms
+    EXPECT_EQ(d.remaining, 10u);  // as seen at its release
     d = k.hit(kT0 + 50);
     EXPECT_EQ(d.delay_ms, 150);
     EXPECT_EQ(d.reset_ms, 100);
@@ -49,7 +49,7 @@ TEST(LeakyBucket, PacesAtTheRate)
         ASSERT_TRUE(d.allowed);
         last_release = d.delay_ms;
     }
-    EXPECT_EQ(last_release, (699 * 60000 + 6) / 7);   // ceil(699 T), exact
+    EXPECT_EQ(last_release, (699 * 60000 + 6) / 7);  // ceil(699 T), exact
 }
 
 TEST(LeakyBucket, ZeroCostLooksWithoutDelay)
@@ -68,7 +68,7 @@ TEST(LeakyBucket, ZeroCostLooksWithoutDelay)
 TEST(Quota, DailyResetsAtMidnightOfTheOffset)
 {
     Key k("algorithm=quota limit=2 reset=daily");
-    const int64_t ten = kT0 + 10 * 3600000LL;   // 2026-01-01T10:00Z
+    const int64_t ten = kT0 + 10 * 3600000LL;  // 2026-01-01T10:00Z
     rl_decision_t d = k.hit(ten);
     EXPECT_EQ(d.reset_ms, 14 * 3600000LL);
     EXPECT_EQ(d.window_ms, 86400000);
@@ -80,9 +80,9 @@ TEST(Quota, DailyResetsAtMidnightOfTheOffset)
     EXPECT_TRUE(k.hit(kT0 + 86400000).allowed);
 
     Key ist("algorithm=quota limit=1 reset=daily utc_offset=+05:30");
-    EXPECT_EQ(ist.hit(ten).reset_ms, 8 * 3600000LL + 30 * 60000);   // midnight IST = 18:30Z
+    EXPECT_EQ(ist.hit(ten).reset_ms, 8 * 3600000LL + 30 * 60000);  // midnight IST = 18:30Z
     Key west("algorithm=quota limit=1 reset=daily utc_offset=-14:00");
-    EXPECT_EQ(west.hit(ten).reset_ms, 4 * 3600000LL);   // 10:00Z is 20:00 the day before
+    EXPECT_EQ(west.hit(ten).reset_ms, 4 * 3600000LL);  // 10:00Z is 20:00 the day before
 }
 
 TEST(Quota, WeeklyResetsOnMonday)
@@ -104,12 +104,10 @@ TEST(Quota, MonthlyOnRealMonthLengthsAndLeapYears)
         int y, m, d;
         int64_t days_left, month_days;
     } cases[] = {
-        {2028, 2, 10, 20, 29},   // leap February
-        {2027, 2, 10, 19, 28},
-        {2026, 12, 31, 1, 31},   // into the next year
-        {2026, 4, 1, 30, 30},
-        {2100, 2, 1, 28, 28},    // not a leap year
-        {2000, 2, 1, 29, 29},    // a leap year
+        {2028, 2, 10, 20, 29},                         // leap February
+        {2027, 2, 10, 19, 28}, {2026, 12, 31, 1, 31},  // into the next year
+        {2026, 4, 1, 30, 30},  {2100, 2, 1, 28, 28},   // not a leap year
+        {2000, 2, 1, 29, 29},                          // a leap year
     };
     for (auto &c : cases) {
         std::tm tm{};

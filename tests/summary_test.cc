@@ -104,7 +104,7 @@ TEST_P(Summary, EvictedKeyComesBackExactlyAsItLeft)
     const rl_rule_t rule = rule_of(GetParam());
     for (int spent_all : {1, 0}) {
         Zone a(256 * 1024, {rule});
-        const int64_t t0 = kT0 + 1234567;   // inside every window
+        const int64_t t0 = kT0 + 1234567;  // inside every window
         int admitted = 0;
         for (int i = 0; i < 100 && hit(a, rule, "victim", t0).allowed; i++) {
             admitted++;
@@ -112,7 +112,7 @@ TEST_P(Summary, EvictedKeyComesBackExactlyAsItLeft)
                 break;
             }
         }
-        Zone b(a);   // the twin that keeps the key
+        Zone b(a);  // the twin that keeps the key
         a.table()->evict(tag_of(a, rule, "victim"), t0 + 100);
         rl::State s;
         ASSERT_FALSE(a.table()->find(tag_of(a, rule, "victim"), &s));
@@ -186,7 +186,8 @@ TEST_P(Summary, NeverBetterOffUnderRandomEvictions)
             units += log[j].second;
             const int64_t span = log.back().first - log[j].first;
             if (bucket) {
-                ASSERT_LE(units * (uint64_t) rule.period_ms, (uint64_t) span * rule.limit + (uint64_t) rule.burst * rule.period_ms);
+                ASSERT_LE(units * (uint64_t) rule.period_ms,
+                          (uint64_t) span * rule.limit + (uint64_t) rule.burst * rule.period_ms);
             } else if (rule.algorithm == RL_LEAKY_BUCKET) {
                 // released at least T apart, each one's own cost
                 ASSERT_LE((units - log.back().second) * (uint64_t) rule.period_ms, (uint64_t) span * rule.limit);
@@ -202,8 +203,8 @@ TEST_P(Summary, NeverBetterOffUnderRandomEvictions)
     }
     restored_refusals = z.stats().summary_refusals;
     EXPECT_GT(z.stats().live_evictions, 500u);
-    if (rule.algorithm != RL_LEAKY_BUCKET) {   // which delays, mostly
-        EXPECT_GT(restored_refusals, 0u);      // the summary did refuse evicted keys
+    if (rule.algorithm != RL_LEAKY_BUCKET) {  // which delays, mostly
+        EXPECT_GT(restored_refusals, 0u);     // the summary did refuse evicted keys
     }
 }
 
@@ -223,7 +224,9 @@ TEST_P(Summary, FloodOfLiveKeysNeitherFreesASpentKeyNorRefusesFreshOnes)
     for (uint64_t i = 0; i < flood; i++) {
         // spread over a minute: each flood key is live for most of an hour
         const Result r = hit(a, rule, "flood" + std::to_string(i), t0 + 1 + (int64_t) (i * 60000 / flood));
-        ASSERT_TRUE(r.allowed) << "flood key " << i << " of " << flood << ", remaining " << r.d.remaining << " retry " << r.d.retry_after_ms << " evictions " << a.stats().evictions << " live " << a.stats().live_evictions;
+        ASSERT_TRUE(r.allowed) << "flood key " << i << " of " << flood << ", remaining " << r.d.remaining << " retry "
+                               << r.d.retry_after_ms << " evictions " << a.stats().evictions << " live "
+                               << a.stats().live_evictions;
     }
     EXPECT_GE(a.stats().evictions, flood - a.stats().capacity);
     const int64_t after = t0 + 60001;

@@ -41,12 +41,14 @@ TEST(SipHash, ReferenceVectors)
 {
     // Appendix A of the SipHash paper: key 00..0f, message 00..(len-1).
     uint8_t key[16], msg[64];
-    for (int i = 0; i < 16; i++) key[i] = (uint8_t) i;
-    for (int i = 0; i < 64; i++) msg[i] = (uint8_t) i;
+    for (int i = 0; i < 16; i++)
+        key[i] = (uint8_t) i;
+    for (int i = 0; i < 64; i++)
+        msg[i] = (uint8_t) i;
     struct {
         size_t len;
         uint64_t out;
-    } v[] = {{0, 0x726fdb47dd0e0e31ull}, {1, 0x74f839c593dc67fdull}, {7, 0xab0200f58b01d137ull},
+    } v[] = {{0, 0x726fdb47dd0e0e31ull}, {1, 0x74f839c593dc67fdull},  {7, 0xab0200f58b01d137ull},
              {8, 0x93f5f5799a932462ull}, {15, 0xa129ca6149be45e5ull}, {63, 0x958a324ceb064572ull}};
     for (auto &e : v) {
         rl::SipHash h(key);
@@ -54,14 +56,15 @@ TEST(SipHash, ReferenceVectors)
         EXPECT_EQ(h.finish(), e.out) << "len " << e.len;
         // the same message fed in pieces
         rl::SipHash p(key);
-        for (size_t i = 0; i < e.len; i++) p.update(msg + i, 1);
+        for (size_t i = 0; i < e.len; i++)
+            p.update(msg + i, 1);
         EXPECT_EQ(p.finish(), e.out) << "len " << e.len << " bytewise";
     }
 }
 
 TEST(Table, SameKeyHashesDifferentlyInTwoZones)
 {
-    Block a(64 * 1024), b(64 * 1024);   // two random secrets
+    Block a(64 * 1024), b(64 * 1024);  // two random secrets
     EXPECT_NE(a.table()->tag(1, "10.0.0.1", 8), b.table()->tag(1, "10.0.0.1", 8));
     EXPECT_EQ(a.table()->tag(1, "10.0.0.1", 8), a.table()->tag(1, "10.0.0.1", 8));
     EXPECT_NE(a.table()->tag(1, "10.0.0.1", 8), a.table()->tag(2, "10.0.0.1", 8));
@@ -91,7 +94,7 @@ TEST(Table, ValidAfterInitOnlyForTheSameSize)
     EXPECT_TRUE(rl_table_valid(b.mem, b.size, nullptr, 0));
     EXPECT_FALSE(rl_table_valid(b.mem, b.size - 64, nullptr, 0));
     const uint32_t blob = 52;
-    EXPECT_FALSE(rl_table_valid(b.mem, b.size, &blob, 1));   // another layout
+    EXPECT_FALSE(rl_table_valid(b.mem, b.size, &blob, 1));  // another layout
     memset(b.mem, 0, 64);
     EXPECT_FALSE(rl_table_valid(b.mem, b.size, nullptr, 0));
 }
@@ -131,7 +134,7 @@ TEST(Table, FullTableEvictsKeysBackAtFullBudgetFirst)
     rl_table_stats_t st = b.stats();
     EXPECT_EQ(st.live_evictions, 0u);
     EXPECT_EQ(st.keys, cap);
-    EXPECT_EQ(st.evictions, cap * 4 - cap);   // every later key took an expired one's slot
+    EXPECT_EQ(st.evictions, cap * 4 - cap);  // every later key took an expired one's slot
 }
 
 TEST(Table, LiveEvictionTakesTheCandidateBackToFullBudgetSoonest)
@@ -220,10 +223,10 @@ TEST(TableBlocks, LayoutGivesBucketsAThirdAndPoolsTheRest)
 {
     BlobBlock b(1 << 20, {52, 416, 52});
     const rl::TableHeader &h = b.table()->header();
-    EXPECT_EQ(h.npools, 2u);   // 52 twice is one pool
+    EXPECT_EQ(h.npools, 2u);  // 52 twice is one pool
     EXPECT_EQ(h.pools[0].block_size, 64u);
     EXPECT_EQ(h.pools[1].block_size, 432u);
-    EXPECT_NEAR((double) h.nbuckets * 64, (1 << 20) * 39 / 40 / 3.0, 4096);   // a 1/40 goes to the summary
+    EXPECT_NEAR((double) h.nbuckets * 64, (1 << 20) * 39 / 40 / 3.0, 4096);  // a 1/40 goes to the summary
     EXPECT_EQ(h.ncells * 8, ((1 << 20) - rl::Table::header_bytes()) / 40 / 64 * 64);
     EXPECT_EQ(b.table()->pool_for(52), 0);
     EXPECT_EQ(b.table()->pool_for(416), 1);
@@ -235,7 +238,7 @@ TEST(TableBlocks, LayoutGivesBucketsAThirdAndPoolsTheRest)
     const uint32_t huge = 40016;
     EXPECT_EQ(rl_table_plan(64 * 1024, &huge, 1, err, sizeof(err)), RL_ERROR);
     EXPECT_STREQ(err, "too small for its rules' states of up to 40032 bytes a key: it needs at least 256k");
-    EXPECT_EQ(rl_table_plan(256 * 1024, &huge, 1, err, sizeof(err)), RL_OK);   // the size it names is enough
+    EXPECT_EQ(rl_table_plan(256 * 1024, &huge, 1, err, sizeof(err)), RL_OK);  // the size it names is enough
 }
 
 TEST(TableBlocks, AcquireGivesAZeroedBlockThatFindReturns)
@@ -245,7 +248,8 @@ TEST(TableBlocks, AcquireGivesAZeroedBlockThatFindReturns)
     const uint64_t tag = t->tag(1, "k", 1);
     rl::State s = t->acquire(tag, 0, kT0);
     ASSERT_NE(s.blob, nullptr);
-    for (int i = 0; i < 52; i++) ASSERT_EQ(s.blob[i], 0);
+    for (int i = 0; i < 52; i++)
+        ASSERT_EQ(s.blob[i], 0);
     s.blob[0] = 42;
     t->set_t(tag, kT0 + 1000, rl::Debt{1, false});
     rl::State f;
@@ -253,7 +257,7 @@ TEST(TableBlocks, AcquireGivesAZeroedBlockThatFindReturns)
     EXPECT_EQ(f.blob, s.blob);
     EXPECT_EQ(f.blob[0], 42);
     EXPECT_EQ(f.head.t, kT0 + 1000);
-    EXPECT_EQ(t->acquire(tag, 0, kT0).blob, s.blob);   // the same block again
+    EXPECT_EQ(t->acquire(tag, 0, kT0).blob, s.blob);  // the same block again
     EXPECT_EQ(b.stats().blocks_used, 1u);
 }
 
@@ -266,18 +270,18 @@ TEST(TableBlocks, FullPoolEvictsABlockOfAKeyBackAtFullBudgetFirst)
     for (uint64_t i = 0; i < blocks; i++) {
         tags.push_back(t->tag(1, &i, sizeof(i)));
         t->acquire(tags.back(), 0, kT0);
-        t->set_t(tags.back(), i == 5 ? kT0 - 1 : kT0 + 100000, rl::Debt{1, false});   // key 5 is back to full budget
+        t->set_t(tags.back(), i == 5 ? kT0 - 1 : kT0 + 100000, rl::Debt{1, false});  // key 5 is back to full budget
     }
     EXPECT_EQ(b.stats().blocks_used, blocks);
     uint64_t extra = 999999;
     t->acquire(t->tag(1, &extra, sizeof(extra)), 0, kT0);
     rl::State s;
-    EXPECT_FALSE(t->find(tags[5], &s));   // its key went with its block
+    EXPECT_FALSE(t->find(tags[5], &s));  // its key went with its block
     EXPECT_EQ(b.stats().live_evictions, 0u);
     EXPECT_EQ(b.stats().evictions, 1u);
     uint64_t more = 1000000;
     t->acquire(t->tag(1, &more, sizeof(more)), 0, kT0);
-    EXPECT_EQ(b.stats().live_evictions, 1u);   // no expired one left: a live one goes
+    EXPECT_EQ(b.stats().live_evictions, 1u);  // no expired one left: a live one goes
     EXPECT_EQ(b.stats().blocks_used, blocks);
     EXPECT_EQ(b.stats().keys, blocks);
 }
@@ -312,7 +316,7 @@ TEST(TableBlocks, EvictedSlotsFreeTheirBlocksAndMovesKeepThem)
             found++;
         }
     }
-    EXPECT_EQ(found, b.stats().blocks_used);   // no block without its key, no key without its block
+    EXPECT_EQ(found, b.stats().blocks_used);  // no block without its key, no key without its block
     EXPECT_GT(found, 0u);
 }
 
@@ -320,12 +324,12 @@ TEST(TableStats, RuleCountersByNameSharedAndBounded)
 {
     Block b(64 * 1024, kSecret);
     const int a = rl_table_rule_slot(b.mem, "api"), c = rl_table_rule_slot(b.mem, "login");
-    EXPECT_EQ(rl_table_rule_slot(b.mem, "api"), a);   // one slot a name
+    EXPECT_EQ(rl_table_rule_slot(b.mem, "api"), a);  // one slot a name
     EXPECT_NE(a, c);
     rl_table_count(b.mem, a, RL_OUTCOME_ALLOWED);
     rl_table_count(b.mem, a, RL_OUTCOME_ALLOWED);
     rl_table_count(b.mem, c, RL_OUTCOME_REJECTED);
-    rl_table_count(b.mem, -1, RL_OUTCOME_REJECTED);   // an untracked rule: ignored
+    rl_table_count(b.mem, -1, RL_OUTCOME_REJECTED);  // an untracked rule: ignored
     rl_rule_stats_t st[RL_RULE_STATS_MAX];
     ASSERT_EQ(rl_table_rule_stats(b.mem, st, RL_RULE_STATS_MAX), 2u);
     EXPECT_STREQ(st[0].name, "api");

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <deque>
 #include <map>
-#include <vector>
 #include <random>
+#include <vector>
 
 #include "helpers.h"
 
@@ -33,11 +33,11 @@ TEST(SlidingWindow, CloudflareWorkedExampleWithOneBucket)
     // in: estimate = 42 * (60 - 15) / 60 + 18 = 49.5 (seed 004's source).
     Key k("algorithm=sliding_window limit=50 period=1m buckets=1");
     ASSERT_TRUE(k.hit(kT0 + 30000, 42).allowed);
-    ASSERT_TRUE(k.hit(kT0 + 75000, 18).allowed);   // 31.5 + 18 <= 50
+    ASSERT_TRUE(k.hit(kT0 + 75000, 18).allowed);  // 31.5 + 18 <= 50
     rl_decision_t d = k.hit(kT0 + 75000, 0);
     EXPECT_TRUE(d.allowed);
-    EXPECT_EQ(d.remaining, 0u);   // floor(50 - 49.5)
-    d = k.hit(kT0 + 75000, 1);    // 49.5 + 1 > 50
+    EXPECT_EQ(d.remaining, 0u);  // floor(50 - 49.5)
+    d = k.hit(kT0 + 75000, 1);   // 49.5 + 1 > 50
     EXPECT_FALSE(d.allowed);
     // 42 * (60000 - e) / 60000 + 18 + 1 <= 50  <=>  e >= 15714.29 ms
     EXPECT_EQ(d.retry_after_ms, 715);
@@ -52,7 +52,7 @@ TEST(SlidingWindow, OneBucketIsTheClassicTwoCounterEstimate)
     std::mt19937_64 rng(11);
     const int64_t W = 10000;
     Key k("algorithm=sliding_window limit=40 period=10s buckets=1");
-    std::map<int64_t, uint64_t> per_window;   // admitted units per fixed window
+    std::map<int64_t, uint64_t> per_window;  // admitted units per fixed window
     int64_t now = kT0;
     for (int i = 0; i < 3000; i++) {
         now += (int64_t) (rng() % 400);
@@ -146,14 +146,14 @@ TEST(SlidingWindow, BackwardClockStepNeverAdmitsMore)
     EXPECT_FALSE(k.hit(kT0 + 20000).allowed);
     EXPECT_FALSE(k.hit(kT0 + 50500).allowed);
     rl_decision_t d = k.hit(kT0 + 50000);
-    EXPECT_EQ(d.reset_ms, 11000);   // the tick [50 s, 51 s) leaves the window at 61 s
+    EXPECT_EQ(d.reset_ms, 11000);  // the tick [50 s, 51 s) leaves the window at 61 s
 }
 
 TEST(SlidingWindow, ResetIsWhenTheNewestTickLeaves)
 {
     Key k("algorithm=sliding_window limit=10 period=10s buckets=10");
     rl_decision_t d = k.hit(kT0 + 2500);
-    EXPECT_EQ(d.reset_ms, 10500);   // tick [2 s, 3 s) fully out of the window at 13 s
+    EXPECT_EQ(d.reset_ms, 10500);  // tick [2 s, 3 s) fully out of the window at 13 s
     EXPECT_EQ(d.window_ms, 10000);
     EXPECT_EQ(k.head().t, kT0 + 13000);
     EXPECT_EQ(k.hit(kT0 + 13000, 0).remaining, 10u);
@@ -173,13 +173,13 @@ TEST(SlidingLog, FreesASlotExactlyWhenTheOldestHitExits)
     EXPECT_EQ(d.reset_ms, 10000);
     d = k.hit(kT0 + 2500);
     EXPECT_FALSE(d.allowed);
-    EXPECT_EQ(d.retry_after_ms, 7500);   // the hit at 0 leaves at 10 s
-    EXPECT_EQ(d.reset_ms, 9500);         // the hit at 2 s leaves at 12 s
+    EXPECT_EQ(d.retry_after_ms, 7500);  // the hit at 0 leaves at 10 s
+    EXPECT_EQ(d.reset_ms, 9500);        // the hit at 2 s leaves at 12 s
     EXPECT_FALSE(k.hit(kT0 + 9999).allowed);
     EXPECT_TRUE(k.hit(kT0 + 10000).allowed);
     d = k.hit(kT0 + 10000);
     EXPECT_FALSE(d.allowed);
-    EXPECT_EQ(d.retry_after_ms, 1000);   // then the hit at 1 s
+    EXPECT_EQ(d.retry_after_ms, 1000);  // then the hit at 1 s
     d = k.hit(kT0 + 10000, 3);
     EXPECT_EQ(d.retry_after_ms, 10000);  // all three: the newest, at 10 s, leaves at 20 s
 }
@@ -201,14 +201,16 @@ TEST(SlidingLog, AgreesWithANaiveLogOnRandomTraces)
             const int64_t t = naive.empty() ? now : std::max(now, naive.back());
             std::vector<int64_t> live;
             for (int64_t x : naive) {
-                if (x > t - period) live.push_back(x);
+                if (x > t - period)
+                    live.push_back(x);
             }
             const uint64_t cost = rng() % 3;
             rl_decision_t d = k.hit(now, cost);
             ASSERT_EQ((bool) d.allowed, live.size() + cost <= limit) << trial << "/" << i;
             if (d.allowed) {
                 ASSERT_EQ(d.remaining, limit - live.size() - cost);
-                for (uint64_t c = 0; c < cost; c++) naive.push_back(t);
+                for (uint64_t c = 0; c < cost; c++)
+                    naive.push_back(t);
             } else if (cost > limit) {
                 ASSERT_TRUE(d.never);
             } else {
@@ -226,4 +228,3 @@ TEST(SlidingLog, CostAboveLimitIsNever)
     EXPECT_TRUE(d.never);
     EXPECT_EQ(d.remaining, 4u);
 }
-

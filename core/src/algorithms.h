@@ -82,9 +82,15 @@ void sliding_window_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64
 void sliding_log_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64_t at);
 
 // ceil(a / b) for non-negative a and positive b.
-inline int64_t ceil_div(uint64_t a, uint64_t b) { return (int64_t) ((a + b - 1) / b); }
+inline int64_t ceil_div(uint64_t a, uint64_t b)
+{
+    return (int64_t) ((a + b - 1) / b);
+}
 
 // floor(a / b) for any a and positive b.
-inline int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b < 0); }
+inline int64_t floor_div(int64_t a, int64_t b)
+{
+    return a / b - (a % b < 0);
+}
 
 }  // namespace rl

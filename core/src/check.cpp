@@ -6,7 +6,11 @@
 #include "table.h"
 #ifdef RL_FAULT_INJECTION
 #include "fault.h"
-#define RL_RETHROW_CRASH catch (const rl::Crash &) { throw; }
+#define RL_RETHROW_CRASH                                                                                               \
+    catch (const rl::Crash &)                                                                                          \
+    {                                                                                                                  \
+        throw;                                                                                                         \
+    }
 #else
 #define RL_RETHROW_CRASH
 #endif
@@ -14,11 +18,11 @@
 namespace {
 
 struct Item {
-    rl::State state;        // as found; a head-only state holds the new head
-    int pool;               // the rule's block pool, -1 for a head-only state
-    rl::Table::Ref ref;     // where the head was found, if it was
-    bool restored;          // not in the table: from the eviction summary
-    bool inherited;         // its debt came from the summary (rl::Debt)
+    rl::State state;     // as found; a head-only state holds the new head
+    int pool;            // the rule's block pool, -1 for a head-only state
+    rl::Table::Ref ref;  // where the head was found, if it was
+    bool restored;       // not in the table: from the eviction summary
+    bool inherited;      // its debt came from the summary (rl::Debt)
 };
 
 // The state rule i is decided on.  Two rules with the same identity and key
@@ -59,8 +63,8 @@ void count_summary_refusals(const rl_check_t *c, const Item *items, size_t n)
         }
         bool counted = false;
         for (size_t j = 0; j < i && !counted; j++) {
-            counted = rl::applies(c[j]) && c[j].table == c[i].table && items[j].restored &&
-                      !c[j].decision.allowed && !c[j].decision.never;
+            counted = rl::applies(c[j]) && c[j].table == c[i].table && items[j].restored && !c[j].decision.allowed &&
+                      !c[j].decision.never;
         }
         if (!counted) {
             rl::Table::at(c[i].table)->header().counts.summary_refusals++;
@@ -79,7 +83,7 @@ bool check(rl_check_t *c, size_t n, int combine, int64_t now_ms)
 
     for (size_t i = 0; i < n; i++) {
         if (applies(c[i])) {
-            Table::at(c[i].table)->recover();   // what a dead process left half done
+            Table::at(c[i].table)->recover();  // what a dead process left half done
         }
     }
     for (size_t i = 0; i < n; i++) {
@@ -93,7 +97,7 @@ bool check(rl_check_t *c, size_t n, int combine, int64_t now_ms)
         items[i].pool = blob ? table->pool_for(blob) : -1;
         items[i].state = current(c, items, i, now_ms);
         if (blob && items[i].pool < 0) {
-            items[i].state.blob = nullptr;   // no pool for it: decide as cold, never commit
+            items[i].state.blob = nullptr;  // no pool for it: decide as cold, never commit
         }
         c[i].before = items[i].state.head;
         c[i].at = now_ms;
@@ -135,7 +139,7 @@ bool check(rl_check_t *c, size_t n, int combine, int64_t now_ms)
             const rl_decision_t d = transition(rule, s, now_ms, c[i].cost, true);
             table->set_t(c[i].tag, s.head.t, Debt{owed_frac(rule, s, d, now_ms), items[i].inherited});
             if (items[i].restored && d.allowed) {
-                c[i].decision = d;   // the restored units, as the block holds them now
+                c[i].decision = d;  // the restored units, as the block holds them now
             }
             c[i].after = s.head;
             moved = true;

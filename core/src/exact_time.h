@@ -22,7 +22,7 @@ constexpr uint64_t kUnitsMax = 1ull << 62;
 inline uint64_t units_ahead(rl_state_t s, int64_t now, uint32_t limit)
 {
     if (s.t <= now) {
-        return 0;   // t - n/limit <= now: the instant has passed
+        return 0;  // t - n/limit <= now: the instant has passed
     }
     uint64_t ms = (uint64_t) (s.t - now);
     if (ms >= kUnitsMax / limit) {

@@ -8,7 +8,7 @@ namespace rl {
 
 struct Crash {};
 
-extern long fault_countdown;   // 0: never
+extern long fault_countdown;  // 0: never
 
 inline void fault_step()
 {

@@ -14,7 +14,7 @@ rl_decision_t windowed_count(const rl_rule_t &rule, State &s, int64_t now, uint6
                              int64_t window)
 {
     if (s.head.t > end) {
-        end = s.head.t;   // the clock stepped back: keep the later window
+        end = s.head.t;  // the clock stepped back: keep the later window
     }
     const uint64_t spent = s.head.t == end ? s.head.n : 0;
     const uint64_t left = spent < rule.limit ? rule.limit - spent : 0;

@@ -21,18 +21,18 @@ rl_decision_t gcra(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, 
 {
     const uint64_t T = (uint64_t) rule.period_ms;
     const uint64_t tau = (uint64_t) rule.burst * T;
-    const uint64_t ahead = units_ahead(s.head, now, rule.limit);   // TAT - now
+    const uint64_t ahead = units_ahead(s.head, now, rule.limit);  // TAT - now
     const uint64_t room = ahead < tau ? tau - ahead : 0;
 
     if (cost > rule.burst) {
         return never(rule.period_ms, room / T, ceil_div(ahead, rule.limit));
     }
 
-    const uint64_t need = ahead + cost * T;   // TAT - now after admitting
+    const uint64_t need = ahead + cost * T;  // TAT - now after admitting
     rl_decision_t d{};
     d.window_ms = rule.period_ms;
 
-    if (need <= tau || cost == 0) {   // looking (cost 0) is always allowed
+    if (need <= tau || cost == 0) {  // looking (cost 0) is always allowed
         d.allowed = 1;
         d.remaining = (need <= tau ? tau - need : 0) / T;
         d.reset_ms = ceil_div(need, rule.limit);

@@ -16,9 +16,9 @@ namespace rl {
 
 rl_decision_t leaky_bucket(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
 {
-    const uint64_t T = (uint64_t) rule.period_ms;   // units of 1/limit ms
+    const uint64_t T = (uint64_t) rule.period_ms;  // units of 1/limit ms
     const uint64_t max_wait = (uint64_t) rule.max_delay_ms * rule.limit;
-    const uint64_t wait = units_ahead(s.head, now, rule.limit);   // until the slot
+    const uint64_t wait = units_ahead(s.head, now, rule.limit);  // until the slot
 
     if (cost > rule.limit) {
         return never(rule.period_ms, 0, ceil_div(wait, rule.limit));
@@ -27,7 +27,7 @@ rl_decision_t leaky_bucket(const rl_rule_t &rule, State &s, int64_t now, uint64_
     rl_decision_t d{};
     d.window_ms = rule.period_ms;
 
-    if (cost == 0) {   // looking: never delayed
+    if (cost == 0) {  // looking: never delayed
         d.allowed = 1;
         d.remaining = wait <= max_wait ? (max_wait - wait) / T + 1 : 0;
         d.reset_ms = ceil_div(wait, rule.limit);
@@ -42,7 +42,7 @@ rl_decision_t leaky_bucket(const rl_rule_t &rule, State &s, int64_t now, uint64_
 
     // Admitted, released after `delay`; what follows describes the key as
     // of the release (the headers of a delayed response are sent then).
-    const uint64_t drain = wait + cost * T;   // from now
+    const uint64_t drain = wait + cost * T;  // from now
     d.allowed = 1;
     d.delay_ms = ceil_div(wait, rule.limit);
     const uint64_t released = (uint64_t) d.delay_ms * rule.limit;

@@ -10,7 +10,7 @@
 #include "resp.h"
 #include "sha256.h"
 
-extern "C" const char rl_redis_script_text[];       // generated from core/redis/ratelimit.lua
+extern "C" const char rl_redis_script_text[];  // generated from core/redis/ratelimit.lua
 extern "C" const size_t rl_redis_script_text_len;
 
 namespace {
@@ -72,7 +72,8 @@ int rl_redis_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
     switch (rule->algorithm) {
     case RL_GCRA:
     case RL_TOKEN_BUCKET:
-        units = (unsigned __int128) (rule->burst > rule->limit ? rule->burst : rule->limit) * (uint64_t) rule->period_ms;
+        units =
+            (unsigned __int128) (rule->burst > rule->limit ? rule->burst : rule->limit) * (uint64_t) rule->period_ms;
         break;
     case RL_LEAKY_BUCKET:
         units = (unsigned __int128) rule->limit * (uint64_t) (rule->period_ms + rule->max_delay_ms);
@@ -81,20 +82,20 @@ int rl_redis_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
         units = (unsigned __int128) rule->limit * (uint64_t) rule->period_ms;
         break;
     default:
-        return RL_OK;   // counters and times only
+        return RL_OK;  // counters and times only
     }
     if (units > RL_REDIS_UNITS_MAX) {
         return rl::fail(err, errlen,
-                    "limit x period of %u per %lld ms is too fine for a Redis zone: at most 2^50 (its script "
-                    "computes in units of 1/limit ms, exactly only below 2^53)",
-                    rule->algorithm <= RL_TOKEN_BUCKET && rule->burst > rule->limit ? rule->burst : rule->limit,
-                    (long long) rule->period_ms);
+                        "limit x period of %u per %lld ms is too fine for a Redis zone: at most 2^50 (its script "
+                        "computes in units of 1/limit ms, exactly only below 2^53)",
+                        rule->algorithm <= RL_TOKEN_BUCKET && rule->burst > rule->limit ? rule->burst : rule->limit,
+                        (long long) rule->period_ms);
     }
     return RL_OK;
 }
 
-size_t rl_redis_key(char *out, const char *prefix, size_t prefix_len, int cluster, uint64_t identity,
-                    const void *key, size_t key_len)
+size_t rl_redis_key(char *out, const char *prefix, size_t prefix_len, int cluster, uint64_t identity, const void *key,
+                    size_t key_len)
 {
     uint8_t id[8], digest[32];
     char *p = out;
@@ -139,10 +140,9 @@ unsigned rl_redis_key_slot(const void *key, size_t key_len)
 
 size_t rl_redis_command_size(size_t n, size_t prefix_len, size_t script_len)
 {
-    const size_t arg = 1 + 20 + 2 + 2;   // $<len>\r\n...\r\n around each argument
+    const size_t arg = 1 + 20 + 2 + 2;  // $<len>\r\n...\r\n around each argument
     return 1 + 20 + 2 + (arg + 7) + (arg + script_len) + (arg + 20) +
-           n * (arg + prefix_len + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN) +
-           (2 + n * kArgsPerRule) * (arg + 20);
+           n * (arg + prefix_len + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN) + (2 + n * kArgsPerRule) * (arg + 20);
 }
 
 size_t rl_redis_command(char *buf, const char *script, size_t script_len, int eval, const char *prefix,

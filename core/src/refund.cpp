@@ -30,7 +30,7 @@ void refund(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t after, in
     case RL_SLIDING_LOG:
         sliding_log_refund(rule, s, cost, after.t - rule.period_ms);
         return;
-    default:   // fixed_window, quota: the head is {window end, units}
+    default:  // fixed_window, quota: the head is {window end, units}
         if (s.head.t == after.t) {
             s.head.n -= (uint32_t) (cost < s.head.n ? cost : s.head.n);
         }

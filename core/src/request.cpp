@@ -1,13 +1,17 @@
 // A request, decided as a whole: what rl_decide (and, from Redis's reply,
 // rl_redis_decide) conclude from the decisions of its rules, in one place
 // for nginx and ratelimit-replay alike.
-#include "algorithms.h"
 #include "request.h"
+#include "algorithms.h"
 #include "table.h"
 
 #ifdef RL_FAULT_INJECTION
 #include "fault.h"
-#define RL_RETHROW_CRASH catch (const rl::Crash &) { throw; }
+#define RL_RETHROW_CRASH                                                                                               \
+    catch (const rl::Crash &)                                                                                          \
+    {                                                                                                                  \
+        throw;                                                                                                         \
+    }
 #else
 #define RL_RETHROW_CRASH
 #endif
@@ -32,7 +36,7 @@ size_t binding_of(const rl_check_t *c, size_t n, bool allowed)
             continue;
         }
         const rl_decision_t *best = b < n ? &c[b].decision : nullptr;
-        if (best == nullptr || (!allowed ? d.retry_after_ms > best->retry_after_ms
+        if (best == nullptr || (!allowed  ? d.retry_after_ms > best->retry_after_ms
                                 : delayed ? d.delay_ms > best->delay_ms
                                           : d.remaining < best->remaining)) {
             b = i;
@@ -68,8 +72,8 @@ int conclude(rl_request_t &rq, bool allowed)
     }
     rq.binding = binding_of(rq.checks, rq.n, allowed);
     rq.delay_ms = allowed && applying ? rq.checks[rq.binding].decision.delay_ms : 0;
-    rq.verdict = applying == 0 ? RL_VERDICT_EXEMPT
-                 : !allowed    ? RL_VERDICT_REJECTED
+    rq.verdict = applying == 0     ? RL_VERDICT_EXEMPT
+                 : !allowed        ? RL_VERDICT_REJECTED
                  : rq.delay_ms > 0 ? RL_VERDICT_DELAYED
                                    : RL_VERDICT_PASSED;
     for (size_t i = 0; i < rq.n; i++) {
@@ -102,7 +106,7 @@ size_t rl_request_lock_order(const rl_request_t *rq, size_t *order)
         if (!rl::applies(rq->checks[i])) {
             continue;
         }
-        size_t at = 0;   // kept sorted by table address, each table once
+        size_t at = 0;  // kept sorted by table address, each table once
         while (at < m && (uintptr_t) rq->checks[order[at]].table < (uintptr_t) t) {
             at++;
         }
@@ -126,8 +130,9 @@ int rl_decide(rl_request_t *rq, int64_t now_ms)
         return rl::conclude(*rq, rl::check(rq->checks, rq->n, rq->combine, now_ms));
     }
     RL_RETHROW_CRASH
-    catch (...) {
-        rq->verdict = RL_VERDICT_PASSED;   // unreachable: nothing here throws; fail open if it ever did
+    catch (...)
+    {
+        rq->verdict = RL_VERDICT_PASSED;  // unreachable: nothing here throws; fail open if it ever did
         rq->binding = 0;
         rq->delay_ms = 0;
         return rq->verdict;
@@ -147,7 +152,7 @@ void rl_request_refund(rl_request_t *rq, int64_t now_ms)
             rl::State s{};
             rl::Table::Ref ref{};
             if (!table->find(c.tag, &s, &ref)) {
-                continue;   // evicted since: the summary holds what it owed
+                continue;  // evicted since: the summary holds what it owed
             }
             rl::refund(*c.rule, s, c.cost, c.after, c.at, now_ms);
             if (s.blob == nullptr) {

@@ -7,7 +7,10 @@ namespace rl {
 
 // A check applies when its key is not empty; an empty key exempts the
 // request from the check's rule.
-inline bool applies(const rl_check_t &c) { return c.key_len > 0; }
+inline bool applies(const rl_check_t &c)
+{
+    return c.key_len > 0;
+}
 
 // Decides every check that applies on its key's state, combines, and
 // commits all that consume or none (check.cpp).  The caller holds the

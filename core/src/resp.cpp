@@ -18,7 +18,7 @@ long line_number(const char *p, const char *end, int64_t *v)
     const char *digits = q;
     while (q < end && *q >= '0' && *q <= '9') {
         if (q - digits == 19 || u > (uint64_t) INT64_MAX / 10) {
-            return -1;   // at most 19 digits: a RESP number is an int64
+            return -1;  // at most 19 digits: a RESP number is an int64
         }
         u = u * 10 + (uint64_t) (*q++ - '0');
     }

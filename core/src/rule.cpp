@@ -6,8 +6,8 @@
 #include <cstring>
 #include <initializer_list>
 
-#include "ratelimit.h"
 #include "error.h"
+#include "ratelimit.h"
 #include "siphash.h"
 
 namespace {
@@ -35,9 +35,9 @@ const struct {
     const char *name;
     uint32_t bit;
 } params[] = {
-    {"algorithm", P_ALGORITHM}, {"limit", P_LIMIT},       {"period", P_PERIOD},         {"burst", P_BURST},
-    {"cost", P_COST},           {"name", P_NAME},         {"align", P_ALIGN},           {"buckets", P_BUCKETS},
-    {"max_delay", P_MAX_DELAY}, {"reset", P_RESET},       {"utc_offset", P_UTC_OFFSET}, {"zero_cost", P_ZERO_COST},
+    {"algorithm", P_ALGORITHM}, {"limit", P_LIMIT}, {"period", P_PERIOD},         {"burst", P_BURST},
+    {"cost", P_COST},           {"name", P_NAME},   {"align", P_ALIGN},           {"buckets", P_BUCKETS},
+    {"max_delay", P_MAX_DELAY}, {"reset", P_RESET}, {"utc_offset", P_UTC_OFFSET}, {"zero_cost", P_ZERO_COST},
     {"log_key", P_LOG_KEY},
 };
 
@@ -68,10 +68,8 @@ const struct {
     const char *name;
     uint32_t algorithm;
 } specific[] = {
-    {P_ALIGN, "align", RL_FIXED_WINDOW},
-    {P_BUCKETS, "buckets", RL_SLIDING_WINDOW},
-    {P_MAX_DELAY, "max_delay", RL_LEAKY_BUCKET},
-    {P_RESET, "reset", RL_QUOTA},
+    {P_ALIGN, "align", RL_FIXED_WINDOW},         {P_BUCKETS, "buckets", RL_SLIDING_WINDOW},
+    {P_MAX_DELAY, "max_delay", RL_LEAKY_BUCKET}, {P_RESET, "reset", RL_QUOTA},
     {P_UTC_OFFSET, "utc_offset", RL_QUOTA},
 };
 
@@ -191,7 +189,7 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
 
     if (bit == P_COST && v.len > 0 && v.p[0] == '$') {
         rule->cost_var = 1;
-        return RL_DECLINED;   // the glue evaluates it per request
+        return RL_DECLINED;  // the glue evaluates it per request
     }
 
     switch (bit) {
@@ -240,8 +238,7 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
 
     case P_BUCKETS:
         if (!parse_uint(v, RL_BUCKETS_MAX, &n) || n < 1) {
-            return fail(err, errlen, "invalid \"%.*s\": expected an integer from 1 to %u", w, whole.p,
-                        RL_BUCKETS_MAX);
+            return fail(err, errlen, "invalid \"%.*s\": expected an integer from 1 to %u", w, whole.p, RL_BUCKETS_MAX);
         }
         rule->buckets = (uint32_t) n;
         return RL_OK;
@@ -262,8 +259,8 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
 
     case P_UTC_OFFSET:
         if (!parse_offset(v.p, v.len, &rule->utc_offset_min)) {
-            return fail(err, errlen, "invalid \"%.*s\": expected +HH:MM or -HH:MM, at most 14:00, like +05:30",
-                        w, whole.p);
+            return fail(err, errlen, "invalid \"%.*s\": expected +HH:MM or -HH:MM, at most 14:00, like +05:30", w,
+                        whole.p);
         }
         return RL_OK;
 
@@ -348,10 +345,11 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
                             "set by reset=daily, weekly or monthly");
             }
             if (!(rule->given & P_RESET)) {
-                return fail(err, errlen, "missing \"reset=\" for algorithm=quota: expected reset=daily, weekly or monthly");
+                return fail(err, errlen,
+                            "missing \"reset=\" for algorithm=quota: expected reset=daily, weekly or monthly");
             }
             static const int64_t lengths[] = {86400000, 7 * 86400000LL, 30 * 86400000LL};
-            rule->period_ms = lengths[rule->reset];   // nominal: names and docs; decisions use the calendar
+            rule->period_ms = lengths[rule->reset];  // nominal: names and docs; decisions use the calendar
         }
         if (a == RL_SLIDING_LOG) {
             if (rule->limit > RL_LOG_LIMIT_MAX) {
@@ -472,7 +470,7 @@ int rl_parse_time_ms(const char *s, size_t len, int64_t *ms)
         const char *unit;
         int64_t ms;
     } units[] = {{"w", 604800000}, {"d", 86400000}, {"h", 3600000}, {"ms", 1}, {"m", 60000}, {"s", 1000}};
-    static const int order[] = {0, 1, 2, 5, 3, 4};   // rank of each unit (w d h ms m s -> w d h m s ms)
+    static const int order[] = {0, 1, 2, 5, 3, 4};  // rank of each unit (w d h ms m s -> w d h m s ms)
     const int64_t max = RL_PERIOD_MAX_MS * 1000;
     int64_t total = 0;
     int last_rank = -1;
@@ -492,7 +490,7 @@ int rl_parse_time_ms(const char *s, size_t len, int64_t *ms)
                 return RL_ERROR;
             }
         }
-        int64_t scale = 1000;   // a bare number (necessarily last) is seconds
+        int64_t scale = 1000;  // a bare number (necessarily last) is seconds
         int rank = 4;
         if (i < len) {
             int u = -1;

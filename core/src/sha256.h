@@ -65,8 +65,8 @@ private:
             0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
         uint32_t w[64];
         for (int i = 0; i < 16; i++) {
-            w[i] = (uint32_t) m[4 * i] << 24 | (uint32_t) m[4 * i + 1] << 16 | (uint32_t) m[4 * i + 2] << 8 |
-                   m[4 * i + 3];
+            w[i] =
+                (uint32_t) m[4 * i] << 24 | (uint32_t) m[4 * i + 1] << 16 | (uint32_t) m[4 * i + 2] << 8 | m[4 * i + 3];
         }
         for (int i = 16; i < 64; i++) {
             const uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);

@@ -40,7 +40,7 @@ public:
     {
         const uint8_t *p = static_cast<const uint8_t *>(data);
         total_ += len;
-        while (ntail_ != 0 && len != 0) {   // complete a partial word first
+        while (ntail_ != 0 && len != 0) {  // complete a partial word first
             tail_ |= (uint64_t) *p++ << (8 * ntail_);
             len--;
             if (++ntail_ == 8) {
@@ -79,10 +79,20 @@ private:
 
     void round()
     {
-        v0_ += v1_; v1_ = rotl(v1_, 13); v1_ ^= v0_; v0_ = rotl(v0_, 32);
-        v2_ += v3_; v3_ = rotl(v3_, 16); v3_ ^= v2_;
-        v0_ += v3_; v3_ = rotl(v3_, 21); v3_ ^= v0_;
-        v2_ += v1_; v1_ = rotl(v1_, 17); v1_ ^= v2_; v2_ = rotl(v2_, 32);
+        v0_ += v1_;
+        v1_ = rotl(v1_, 13);
+        v1_ ^= v0_;
+        v0_ = rotl(v0_, 32);
+        v2_ += v3_;
+        v3_ = rotl(v3_, 16);
+        v3_ ^= v2_;
+        v0_ += v3_;
+        v3_ = rotl(v3_, 21);
+        v3_ ^= v0_;
+        v2_ += v1_;
+        v1_ = rotl(v1_, 17);
+        v1_ ^= v2_;
+        v2_ = rotl(v2_, 32);
     }
 
     void compress(uint64_t m)
@@ -94,7 +104,7 @@ private:
     }
 
     uint64_t v0_, v1_, v2_, v3_;
-    uint64_t tail_ = 0;     // pending bytes, little-endian
+    uint64_t tail_ = 0;  // pending bytes, little-endian
     size_t ntail_ = 0;
     uint64_t total_ = 0;
 };

@@ -15,10 +15,10 @@ namespace rl {
 namespace {
 
 struct Block {
-    int64_t base;      // times are ms after base
-    uint32_t head;     // ring index of the oldest time
-    uint32_t count;    // times in the ring
-    uint32_t at[1];    // [limit]
+    int64_t base;    // times are ms after base
+    uint32_t head;   // ring index of the oldest time
+    uint32_t count;  // times in the ring
+    uint32_t at[1];  // [limit]
 };
 
 }  // namespace
@@ -62,9 +62,9 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
     auto time_of = [&](uint32_t i) { return b->base + (int64_t) b->at[(b->head + i) % size]; };
 
     const int64_t newest = count ? time_of(count - 1) : INT64_MIN;
-    const int64_t t = now > newest ? now : newest;   // the time a unit is logged at
+    const int64_t t = now > newest ? now : newest;  // the time a unit is logged at
 
-    uint32_t expired = 0;   // the oldest times out of (t - W, t]
+    uint32_t expired = 0;  // the oldest times out of (t - W, t]
     while (expired < count && time_of(expired) <= t - W) {
         expired++;
     }
@@ -119,7 +119,7 @@ void sliding_log_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64_t 
         return;
     }
     auto slot = [&](uint32_t i) -> uint32_t & { return b->at[(b->head + i) % size]; };
-    uint32_t end = b->count;   // times [first, end) are the ones logged at `at`
+    uint32_t end = b->count;  // times [first, end) are the ones logged at `at`
     while (end > 0 && b->base + (int64_t) slot(end - 1) > at) {
         end--;
     }

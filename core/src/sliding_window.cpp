@@ -23,16 +23,16 @@ namespace rl {
 namespace {
 
 struct Block {
-    int64_t tick;        // the newest tick with a counter
-    uint32_t count[1];   // [S + 1], tick j at j % (S + 1)
+    int64_t tick;       // the newest tick with a counter
+    uint32_t count[1];  // [S + 1], tick j at j % (S + 1)
 };
 
 using wide = unsigned __int128;
 
 struct Window {
     const rl_rule_t &rule;
-    const Block *b;      // nullptr: nothing counted
-    int64_t S, W;        // ticks per window, and a tick's length in 1/S ms
+    const Block *b;  // nullptr: nothing counted
+    int64_t S, W;    // ticks per window, and a tick's length in 1/S ms
 
     uint64_t count(int64_t j) const
     {
@@ -64,7 +64,7 @@ struct Window {
             }
             const wide fixed = (wide) (newer + cost) * (uint64_t) W;
             if (fixed > cap) {
-                continue;   // the newer ticks alone are too many: next tick
+                continue;  // the newer ticks alone are too many: next tick
             }
             const wide room = cap - fixed;
             const uint64_t old = count(j - S);
@@ -74,7 +74,7 @@ struct Window {
                 e = W - (int64_t) (room / old);
             }
             const int64_t at = ceil_div((uint64_t) (j * W + e), (uint64_t) S);
-            if (at * S < (j + 1) * W) {   // still within tick j
+            if (at * S < (j + 1) * W) {  // still within tick j
                 return at > from ? at : from;
             }
         }
@@ -139,13 +139,13 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
         if (!apply || !d.allowed || cost == 0) {
             return d;
         }
-        b->tick = k - S - 1;   // the ring's advance zeroes it all
+        b->tick = k - S - 1;  // the ring's advance zeroes it all
         return sliding_window(rule, s, now, cost, true);
     }
 
     Window w{rule, b, S, W};
     if (b != nullptr && b->tick > k) {
-        k = b->tick;   // the clock stepped back: count as of the newest tick
+        k = b->tick;  // the clock stepped back: count as of the newest tick
         e = 0;
     }
 

@@ -45,7 +45,10 @@ uint32_t fraction(uint64_t part, uint64_t whole)
     return (uint32_t) (((wide) part * kFracFull + whole - 1) / whole);
 }
 
-uint64_t part_of(uint32_t frac, uint64_t whole) { return (uint64_t) ((wide) frac * whole / kFracFull); }
+uint64_t part_of(uint32_t frac, uint64_t whole)
+{
+    return (uint64_t) ((wide) frac * whole / kFracFull);
+}
 
 // The end of the window a unit admitted now is counted in.
 int64_t window_end(const rl_rule_t &rule, int64_t now)
@@ -58,7 +61,7 @@ int64_t window_end(const rl_rule_t &rule, int64_t now)
         return quota_end(rule, now);
     case RL_SLIDING_WINDOW:
         return sliding_window_full_at(rule, now);
-    default:   // RL_SLIDING_LOG
+    default:  // RL_SLIDING_LOG
         return now + P;
     }
 }
@@ -93,9 +96,10 @@ State restore(const rl_rule_t &rule, Owed o, int64_t now)
     }
     const uint64_t units = part_of(o.frac, rule.limit);
     const int64_t end = window_end(rule, now);
-    const bool aligned = rule.algorithm == RL_QUOTA || (rule.algorithm == RL_FIXED_WINDOW && rule.align == RL_ALIGN_EPOCH);
+    const bool aligned =
+        rule.algorithm == RL_QUOTA || (rule.algorithm == RL_FIXED_WINDOW && rule.align == RL_ALIGN_EPOCH);
     if (units == 0 || (aligned && o.until < end)) {
-        return s;   // whatever it stands for was counted in an earlier window
+        return s;  // whatever it stands for was counted in an earlier window
     }
     s.head = rl_state_t{o.until < end ? o.until : end, (uint32_t) units};
     return s;

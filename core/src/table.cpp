@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <unordered_map>
@@ -52,9 +52,18 @@ const int kCells = 3;
 // A bucket's meta word: bit i says slot i owns a block; bit 3 + i that
 // slot i's key came back from the summary and has not been back to full
 // budget since; 8 bits a slot from bit 6 hold the fraction its key owes.
-bool has_block(uint32_t meta, int i) { return (meta >> i) & 1u; }
-Debt debt_of(uint32_t meta, int i) { return Debt{(meta >> (6 + 8 * i)) & kFracFull, ((meta >> (3 + i)) & 1u) != 0}; }
-uint32_t slot_bits(int i) { return 1u << i | 1u << (3 + i) | kFracFull << (6 + 8 * i); }
+bool has_block(uint32_t meta, int i)
+{
+    return (meta >> i) & 1u;
+}
+Debt debt_of(uint32_t meta, int i)
+{
+    return Debt{(meta >> (6 + 8 * i)) & kFracFull, ((meta >> (3 + i)) & 1u) != 0};
+}
+uint32_t slot_bits(int i)
+{
+    return 1u << i | 1u << (3 + i) | kFracFull << (6 + 8 * i);
+}
 uint32_t with_debt(uint32_t meta, int i, Debt d)
 {
     const uint32_t frac = d.frac < kFracFull ? d.frac : kFracFull;
@@ -74,8 +83,14 @@ void move_slot(Bucket &to, int ti, const Bucket &from, int fi)
 }
 
 // A cell packs Owed: until (ms) above, frac in the low 8 bits.
-uint64_t pack(Owed o) { return (uint64_t) o.until << 8 | o.frac; }
-Owed unpack(uint64_t c) { return Owed{(int64_t) (c >> 8), (uint32_t) (c & kFracFull)}; }
+uint64_t pack(Owed o)
+{
+    return (uint64_t) o.until << 8 | o.frac;
+}
+Owed unpack(uint64_t c)
+{
+    return Owed{(int64_t) (c >> 8), (uint32_t) (c & kFracFull)};
+}
 
 // A 64-bit finalizer (splitmix64's): the tag is a keyed hash already, this
 // only makes the cell indices independent of the bucket indices.
@@ -100,7 +115,7 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char
 
     for (size_t i = 0; i < n; i++) {
         const uint32_t bs = block_size_for(blobs[i]);
-        uint32_t at = 0;   // kept sorted: the layout must not depend on rule order
+        uint32_t at = 0;  // kept sorted: the layout must not depend on rule order
         while (at < npools && sizes[at] < bs) {
             at++;
         }
@@ -143,8 +158,8 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char
             const uint64_t pools = 3 * (uint64_t) npools * kMinBlocks * largest / 2 + 64 * npools;
             const uint64_t need = 4096 + header_bytes() + 64 + pools * kSketchShare / (kSketchShare - 1);
             std::snprintf(err, errlen,
-                          "too small for its rules' states of up to %u bytes a key: it needs at least %lluk",
-                          largest, (unsigned long long) (need + 1023) / 1024);
+                          "too small for its rules' states of up to %u bytes a key: it needs at least %lluk", largest,
+                          (unsigned long long) (need + 1023) / 1024);
             return false;
         }
     }
@@ -195,7 +210,7 @@ uint64_t Table::tag(uint64_t identity, const void *key, size_t len) const
     h.word(identity);
     h.update(key, len);
     uint64_t t = h.finish();
-    return t != 0 ? t : 1;   // 0 marks an empty slot
+    return t != 0 ? t : 1;  // 0 marks an empty slot
 }
 
 // Keys live in their first bucket whenever it has room (see make_room), so
@@ -259,7 +274,10 @@ bool Table::find(uint64_t tag, State *s, Ref *ref) const
     return true;
 }
 
-Debt Table::debt(const Ref &ref) { return debt_of(*ref.meta, ref.slot); }
+Debt Table::debt(const Ref &ref)
+{
+    return debt_of(*ref.meta, ref.slot);
+}
 
 void Table::update(const Ref &ref, rl_state_t head, Debt debt)
 {
@@ -297,7 +315,7 @@ void Table::save(const void *p)
     }
     RL_STEP();
     if (j.lines == (uint32_t) kJournalLines) {
-        std::abort();   // unreachable: an operation changes at most 45 lines (see kJournalLines)
+        std::abort();  // unreachable: an operation changes at most 45 lines (see kJournalLines)
     }
     j.offset[j.lines] = off;
     std::memcpy(j.saved[j.lines], reinterpret_cast<const char *>(this) + off, 64);
@@ -341,7 +359,7 @@ bool Table::check(std::string *why) const
     }
     const Bucket *b = buckets();
     std::unordered_set<uint64_t> tags;
-    std::unordered_map<uint32_t, uint64_t> owner_of;   // block handle -> tag
+    std::unordered_map<uint32_t, uint64_t> owner_of;  // block handle -> tag
     uint64_t keys = 0;
     for (uint64_t i = 0; i < h_.nbuckets; i++) {
         for (int s = 0; s < 3; s++) {
@@ -390,7 +408,8 @@ bool Table::check(std::string *why) const
         for (uint32_t next = p.free_head; next != 0; free++) {
             const uint32_t idx = next - 1;
             if (idx >= p.fresh || !seen.insert(idx).second || owner_of.count(pool << 24 | idx)) {
-                return fail("pool " + std::to_string(pool) + ": a free list through a block out of range, "
+                return fail("pool " + std::to_string(pool) +
+                            ": a free list through a block out of range, "
                             "twice, or owned");
             }
             uint64_t owner;
@@ -445,7 +464,7 @@ void Table::remember(const Bucket &b, int i, int64_t now)
 Owed Table::owed(uint64_t tag, int64_t now) const
 {
     if (h_.counts.sketch_until <= now) {
-        return Owed{0, 0};   // every cell's debt has expired
+        return Owed{0, 0};  // every cell's debt has expired
     }
     const uint64_t *c = cells();
     Owed o{INT64_MAX, kFracFull};
@@ -481,7 +500,7 @@ bool Table::store(uint64_t tag, rl_state_t head, Debt debt, int64_t now)
         slot = insert(tag, now);
     } else if (has_block(slot.b->meta, slot.i)) {
         save(slot.b);
-        free_block(slot.b->n[slot.i]);   // the key's state no longer has a block
+        free_block(slot.b->n[slot.i]);  // the key's state no longer has a block
         slot.b->meta &= ~(1u << slot.i);
     }
     save(slot.b);
@@ -606,7 +625,7 @@ void Table::free_block(uint32_t handle)
     uint8_t *blk = block(handle);
     save(blk);
     save(&p);
-    std::memset(blk, 0, 8);   // no owner
+    std::memset(blk, 0, 8);  // no owner
     std::memcpy(blk + 8, &p.free_head, sizeof(p.free_head));
     RL_STEP();
     p.free_head = (handle & (kBlocksMax - 1)) + 1;
@@ -702,7 +721,7 @@ Table::Slot Table::make_room(uint32_t b1, uint32_t b2, int64_t now)
     }
     uint32_t pick = e1 > 0 ? b1 : b2;
     if (e1 + e2 == 0) {
-        int f = free_slot(b[b1], now);   // no empty slot: an expired key then
+        int f = free_slot(b[b1], now);  // no empty slot: an expired key then
         pick = b1;
         if (f < 0) {
             f = free_slot(b[b2], now);
@@ -744,8 +763,8 @@ bool Table::cuckoo_path(uint32_t b1, uint32_t b2, int64_t now, Slot *out)
 {
     struct Node {
         uint32_t bucket;
-        int parent;     // index in q, -1 for b1 and b2
-        int slot;       // slot of the parent whose key would move here
+        int parent;  // index in q, -1 for b1 and b2
+        int slot;    // slot of the parent whose key would move here
     };
     Node q[kSearchBuckets];
     int qn = 0;
@@ -797,7 +816,7 @@ extern "C" {
 
 size_t rl_table_min_size(void)
 {
-    return rl::Table::header_bytes() + rl::kMinBuckets * sizeof(rl::Bucket) + 64;   // and the least summary
+    return rl::Table::header_bytes() + rl::kMinBuckets * sizeof(rl::Bucket) + 64;  // and the least summary
 }
 
 uint64_t rl_table_capacity_for(size_t size)
@@ -844,8 +863,7 @@ int rl_table_valid(const void *mem, size_t size, const uint32_t *blob_sizes, siz
 {
     rl::Layout layout;
     char err[RL_ERR_MAX];
-    return rl::Table::plan(size, blob_sizes, n, &layout, err, sizeof(err)) &&
-                   rl::Table::at(mem)->valid(size, layout)
+    return rl::Table::plan(size, blob_sizes, n, &layout, err, sizeof(err)) && rl::Table::at(mem)->valid(size, layout)
                ? 1
                : 0;
 }
@@ -853,7 +871,8 @@ int rl_table_valid(const void *mem, size_t size, const uint32_t *blob_sizes, siz
 uint64_t rl_table_bytes_used(const void *mem)
 {
     const rl::TableHeader &h = rl::Table::at(mem)->header();
-    uint64_t used = rl::Table::header_bytes() + (h.counts.keys * sizeof(rl::Bucket) + 2) / 3 + h.ncells * sizeof(uint64_t);
+    uint64_t used =
+        rl::Table::header_bytes() + (h.counts.keys * sizeof(rl::Bucket) + 2) / 3 + h.ncells * sizeof(uint64_t);
     for (uint32_t i = 0; i < h.npools; i++) {
         used += (uint64_t) h.pools[i].used * h.pools[i].block_size;
     }

@@ -38,10 +38,10 @@
 namespace rl {
 
 struct alignas(64) Bucket {
-    uint64_t tag[3];    // 0 = empty slot
-    int64_t t[3];       // head.t
-    uint32_t n[3];      // head.n; for a key with a block: pool << 24 | block
-    uint32_t meta;      // per slot: owns a block, and its Debt
+    uint64_t tag[3];  // 0 = empty slot
+    int64_t t[3];     // head.t
+    uint32_t n[3];    // head.n; for a key with a block: pool << 24 | block
+    uint32_t meta;    // per slot: owns a block, and its Debt
 };
 static_assert(sizeof(Bucket) == 64, "a bucket is one cache line");
 
@@ -52,29 +52,28 @@ struct Debt {
     bool inherited;
 };
 
-
 constexpr uint32_t kPoolsMax = 8;
 constexpr uint32_t kBlocksMax = 1u << 24;
 
 struct Pool {
-    uint64_t offset;        // bytes from the table's start
-    uint32_t block_size;    // an owner tag, then the algorithm's block
+    uint64_t offset;      // bytes from the table's start
+    uint32_t block_size;  // an owner tag, then the algorithm's block
     uint32_t blocks;
-    uint32_t fresh;         // blocks [fresh, blocks) never used yet
-    uint32_t free_head;     // a freed block + 1, 0 if none
+    uint32_t fresh;      // blocks [fresh, blocks) never used yet
+    uint32_t free_head;  // a freed block + 1, 0 if none
     uint32_t used;
-    uint32_t hand;          // where the next eviction sweep starts
+    uint32_t hand;  // where the next eviction sweep starts
 };
 
 struct RuleCounters {
-    char name[RL_NAME_MAX];     // "" = free
+    char name[RL_NAME_MAX];  // "" = free
     uint64_t count[RL_OUTCOMES];
 };
 
 // What table operations change besides buckets, blocks and cells: one
 // cache line.
 struct alignas(64) Counts {
-    uint64_t keys;              // slots in use
+    uint64_t keys;  // slots in use
     uint64_t evictions;
     uint64_t live_evictions;
     uint64_t summary_refusals;  // requests refused because of the summary
@@ -92,7 +91,7 @@ constexpr int kJournalLines = 48;
 struct alignas(64) Journal {
     uint32_t active;
     uint32_t lines;
-    uint64_t offset[kJournalLines];   // of each saved line, from the table's start
+    uint64_t offset[kJournalLines];  // of each saved line, from the table's start
     alignas(64) uint8_t saved[kJournalLines][64];
 };
 
@@ -100,17 +99,17 @@ struct alignas(64) TableHeader {
     char magic[8];
     uint32_t version;
     uint32_t header_size;
-    uint64_t size;          // bytes of the whole block
+    uint64_t size;  // bytes of the whole block
     uint64_t nbuckets;
     uint8_t secret[16];
     uint32_t npools;
     uint32_t nrules;
-    uint64_t sketch_offset; // the eviction summary's cells (uint64_t each)
+    uint64_t sketch_offset;  // the eviction summary's cells (uint64_t each)
     uint64_t ncells;
     Counts counts;
     alignas(64) Pool pools[kPoolsMax];
     Journal journal;
-    RuleCounters rules[RL_RULE_STATS_MAX];   // atomics, outside any operation
+    RuleCounters rules[RL_RULE_STATS_MAX];  // atomics, outside any operation
 };
 
 // Where a block size's pool is, for a table of `size` bytes whose rules

@@ -21,7 +21,7 @@ rl_decision_t never(int64_t window, uint64_t remaining, int64_t reset_ms)
 rl_decision_t transition(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
 {
     static const Transition by_algorithm[RL_ALGORITHM_COUNT] = {
-        gcra, gcra, fixed_window, sliding_window, sliding_log, leaky_bucket, quota,   // token_bucket is gcra
+        gcra, gcra, fixed_window, sliding_window, sliding_log, leaky_bucket, quota,  // token_bucket is gcra
     };
     const uint32_t a = rule.algorithm < RL_ALGORITHM_COUNT ? rule.algorithm : (uint32_t) RL_GCRA;
     return by_algorithm[a](rule, s, now, cost, apply);

@@ -98,7 +98,7 @@ public:
 
 private:
     struct Part {
-        std::string literal;   // text before the variable
+        std::string literal;  // text before the variable
         std::string var;
     };
     std::vector<Part> parts_;
@@ -124,7 +124,7 @@ std::string expand(const std::string &expr, const std::map<std::string, std::str
         auto f = fields.find(expr.substr(start, j - start));
         if (f == fields.end()) {
             *missing = true;
-        } else if (f->second != "-") {   // nginx logs an empty value as "-"
+        } else if (f->second != "-") {  // nginx logs an empty value as "-"
             out += f->second;
         }
         i = j + (braces && j < expr.size() && expr[j] == '}');
@@ -188,7 +188,10 @@ bool parse_size(const std::string &s, size_t *out)
     if (!parse_uint64(digits, &v)) {
         return false;
     }
-    const uint64_t scale = unit.empty() ? 1 : (unit == "k" || unit == "K") ? 1024 : (unit == "m" || unit == "M") ? 1 << 20 : 1 << 30;
+    const uint64_t scale = unit.empty()                   ? 1
+                           : (unit == "k" || unit == "K") ? 1024
+                           : (unit == "m" || unit == "M") ? 1 << 20
+                                                          : 1 << 30;
     *out = (size_t) (v * scale);
     return true;
 }
@@ -242,7 +245,7 @@ bool param_of(const std::string &text, const char *name, std::string *value)
     if (at == std::string::npos) {
         return false;
     }
-    const size_t from = at + needle.size() - 1;   // in text
+    const size_t from = at + needle.size() - 1;  // in text
     *value = text.substr(from, text.find_first_of(" \t", from) - from);
     return true;
 }
@@ -331,8 +334,8 @@ Options parse_options(int argc, char **argv)
 
 struct Request {
     int64_t now = 0;
-    std::string shown;               // the key printed
-    std::vector<std::string> keys;   // each rule's key (empty: exempt)
+    std::string shown;              // the key printed
+    std::vector<std::string> keys;  // each rule's key (empty: exempt)
     uint64_t cost = 1;
 };
 
@@ -393,9 +396,9 @@ private:
             const std::string &expr = o_.rules[i].key_expr.empty() ? o_.key_expr : o_.rules[i].key_expr;
             rq->keys[i] = expand(expr, fields_, &missing);
         }
-        if (!o_.cost_expr.empty() && (!parse_uint64(expand(o_.cost_expr, fields_, &missing), &rq->cost) ||
-                                      rq->cost == 0)) {
-            rq->cost = 1;   // as in nginx: not a positive integer counts as 1 (zero_cost=on is nginx's only)
+        if (!o_.cost_expr.empty() &&
+            (!parse_uint64(expand(o_.cost_expr, fields_, &missing), &rq->cost) || rq->cost == 0)) {
+            rq->cost = 1;  // as in nginx: not a positive integer counts as 1 (zero_cost=on is nginx's only)
         }
         rq->shown = expand(o_.key_expr, fields_, &missing);
         return !missing;
@@ -445,7 +448,7 @@ public:
             c.rule = &o_.rules[i].rule;
             c.identity = o_.rules[i].identity;
             c.key = r.keys[i].data();
-            c.key_len = r.keys[i].size();   // empty: the rule does not apply, as in nginx
+            c.key_len = r.keys[i].size();  // empty: the rule does not apply, as in nginx
             c.cost = o_.rules[i].own_cost ? o_.rules[i].rule.cost : r.cost;
         }
         rl_request_hash(&rq);

@@ -10,12 +10,12 @@
 
 #include "ratelimit.h"
 
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            std::fprintf(stderr, "fuzz_resp: %s failed at line %d\n", #cond, __LINE__); \
-            std::abort();                                                        \
-        }                                                                        \
+#define CHECK(cond)                                                                                                    \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            std::fprintf(stderr, "fuzz_resp: %s failed at line %d\n", #cond, __LINE__);                                \
+            std::abort();                                                                                              \
+        }                                                                                                              \
     } while (0)
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

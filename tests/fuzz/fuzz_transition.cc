@@ -15,12 +15,12 @@
 
 #include "ratelimit.h"
 
-#define CHECK(cond)                                                                         \
-    do {                                                                                    \
-        if (!(cond)) {                                                                      \
-            std::fprintf(stderr, "fuzz_transition: %s failed at line %d (%s)\n", #cond, __LINE__, text); \
-            std::abort();                                                                   \
-        }                                                                                   \
+#define CHECK(cond)                                                                                                    \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            std::fprintf(stderr, "fuzz_transition: %s failed at line %d (%s)\n", #cond, __LINE__, text);               \
+            std::abort();                                                                                              \
+        }                                                                                                              \
     } while (0)
 
 namespace {
@@ -33,8 +33,8 @@ struct Input {
 };
 
 struct Admitted {
-    int64_t now;      // the request's time
-    int64_t logged;   // the running maximum of admitted times (sliding_log)
+    int64_t now;     // the request's time
+    int64_t logged;  // the running maximum of admitted times (sliding_log)
     uint64_t units;
 };
 
@@ -85,7 +85,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const bool bucket = a == RL_GCRA || a == RL_TOKEN_BUCKET;
     const uint64_t capacity = bucket ? r.burst : r.limit;
     // the shortest window: a quota's calendar period is at least a day
-    const int64_t window = a == RL_QUOTA ? (int64_t) 86400000 * (r.reset == RL_RESET_MONTHLY ? 28 : r.reset == RL_RESET_WEEKLY ? 7 : 1)
+    const int64_t window = a == RL_QUOTA ? (int64_t) 86400000 * (r.reset == RL_RESET_MONTHLY  ? 28
+                                                                 : r.reset == RL_RESET_WEEKLY ? 7
+                                                                                              : 1)
                                          : r.period_ms;
     const uint64_t max_remaining =
         a == RL_LEAKY_BUCKET ? (uint64_t) r.max_delay_ms * r.limit / r.period_ms + 1 : capacity;
@@ -109,9 +111,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         int64_t dt = (int64_t) (step % 64) * (1 + r.period_ms / 64);
         if (step >= 250) {
-            dt = -(int64_t) (step - 249) * r.period_ms;   // the clock steps back
+            dt = -(int64_t) (step - 249) * r.period_ms;  // the clock steps back
         } else if (step >= 240) {
-            dt = (int64_t) (step - 239) * window;         // or far forward
+            dt = (int64_t) (step - 239) * window;  // or far forward
         }
         now += dt;
         const uint64_t cost = in.u16() % (capacity + 3);
