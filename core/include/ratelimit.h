@@ -58,7 +58,7 @@ enum rl_reset {
 #define RL_LOG_LIMIT_MAX  10000u               /* sliding_log: a time a unit */
 #define RL_BUCKETS_MAX    100u                 /* sliding_window */
 #define RL_PERIOD_MAX_MS  (366LL * 86400000)   /* one (leap) year */
-#define RL_LOG_PERIOD_MAX_MS 2147483647LL      /* sliding_log: 2^31 ms, 24.8 d */
+#define RL_LOG_PERIOD_MAX_MS 2147483647LL      /* sliding_log: 2^31 ms, 24.8d */
 #define RL_UTC_OFFSET_MAX_MIN (14 * 60)
 #define RL_NAME_MAX       64                   /* including the NUL */
 #define RL_ERR_MAX        256                  /* enough for any message */
