@@ -4,16 +4,6 @@
 #include "algorithms.h"
 #include "request.h"
 #include "table.h"
-#ifdef RL_FAULT_INJECTION
-#include "fault.h"
-#define RL_RETHROW_CRASH                                                                                               \
-    catch (const rl::Crash &)                                                                                          \
-    {                                                                                                                  \
-        throw;                                                                                                         \
-    }
-#else
-#define RL_RETHROW_CRASH
-#endif
 
 namespace {
 

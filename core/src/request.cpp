@@ -3,18 +3,8 @@
 // for nginx and ratelimit-replay alike.
 #include "request.h"
 #include "algorithms.h"
-#include "table.h"
-
-#ifdef RL_FAULT_INJECTION
 #include "fault.h"
-#define RL_RETHROW_CRASH                                                                                               \
-    catch (const rl::Crash &)                                                                                          \
-    {                                                                                                                  \
-        throw;                                                                                                         \
-    }
-#else
-#define RL_RETHROW_CRASH
-#endif
+#include "table.h"
 
 namespace rl {
 

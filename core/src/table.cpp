@@ -16,12 +16,7 @@
 
 // Fault injection (tests/fault_test.cc): a build with RL_FAULT_INJECTION
 // can abandon an operation at any step, as a process killed there would.
-#ifdef RL_FAULT_INJECTION
 #include "fault.h"
-#define RL_STEP() rl::fault_step()
-#else
-#define RL_STEP() ((void) 0)
-#endif
 
 namespace rl {
 
