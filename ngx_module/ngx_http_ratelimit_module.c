@@ -2334,7 +2334,8 @@ ngx_http_ratelimit_stats_json(u_char *p, ngx_http_ratelimit_snapshot_t *z,
     ngx_str_t   rule;
     ngx_uint_t  i;
 
-    p = ngx_cpymem(p, "{\"zones\":{", 10);
+    p = ngx_sprintf(p, "{\"version\":\"%s\",\"zones\":{",
+                    NGX_HTTP_RATELIMIT_VERSION);
 
     for (i = 0; i < nz; i++) {
         p = ngx_http_ratelimit_quoted(p, &z[i].name);

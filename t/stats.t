@@ -59,6 +59,9 @@ my $r = $t->get('/stats');
 is($r->{status}, 200, 'stats: 200');
 is($r->{headers}{'content-type'}, 'application/json', 'stats: JSON by default');
 my $s = decode_json($r->{content});
+open(my $vf, '<', "$FindBin::Bin/../VERSION") or die "VERSION: $!";
+chomp(my $version = <$vf>);
+is($s->{version}, $version, "json: the module's version ($version, from VERSION)");
 my $api = $s->{zones}{api};
 is_deeply($api->{rules}{a}, { allowed => 3, rejected => 2, delayed => 0, dry_run_rejected => 0, exempt => 2 },
           'json: rule a');
