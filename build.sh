@@ -285,7 +285,7 @@ test_deb() {
     system_nginx_running && was_running=yes
     trap purge_deb EXIT
     log "apt-get install $deb"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$deb" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o Dpkg::Use-Pty=0 "$deb" >&2
     log "debian/tests/installed"
     (cd "$ROOT" && RL_DEB=$deb prove debian/tests/installed)
     trap - EXIT
@@ -299,7 +299,7 @@ test_deb() {
 
 purge_deb() {
     log "apt-get purge $DEB_PACKAGE"
-    DEBIAN_FRONTEND=noninteractive apt-get purge -y -q "$DEB_PACKAGE" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get purge -y -q -o Dpkg::Use-Pty=0 "$DEB_PACKAGE" >&2
 }
 
 check_purged() {
