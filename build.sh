@@ -247,7 +247,7 @@ matrix() {
 # version is kept.  Prints the package's path last.
 build_deb() {
     local stage=$BUILD/deb/src deb when
-    ensure_packages "${PACKAGES[@]}" dpkg-dev debhelper
+    ensure_packages "${PACKAGES[@]}" dpkg-dev debhelper build-essential
     deb=$BUILD/deb/${DEB_PACKAGE}_${VERSION}_$(dpkg --print-architecture).deb
     log "Debian package $deb"
     rm -rf "$stage"

@@ -32,6 +32,16 @@ server {
 }
 EOF
 
+# --- the version README names (the package's file, the stats) is VERSION's
+{
+    my $readme = RLTest::read_file("$FindBin::Bin/../README.md");
+    chomp(my $version = RLTest::read_file("$FindBin::Bin/../VERSION"));
+    my @named = $readme =~ /libnginx-mod-http-ratelimit_([^_\s]+)_amd64\.deb|"version":"([^"]+)"/g;
+    @named = grep { defined } @named;
+    ok(scalar @named, 'README names the version');
+    is_deeply([ grep { $_ ne $version } @named ], [], "and every time it is $version, from VERSION");
+}
+
 # --- the example at the top: a whole nginx.conf
 {
     my $conf = $blocks{top}[0] // BAIL_OUT('no nginx example at the top of README.md');
