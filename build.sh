@@ -7,31 +7,65 @@
 #                       the Redis tests start their own redis-server
 #   ./build.sh test-asan  the same tests, everything built with AddressSanitizer
 #                       and UndefinedBehaviorSanitizer
+#   ./build.sh matrix [ENTRY...]  for each ENTRY, build nginx and the module
+#                       from source and run the whole t/ against that build:
+#                       debian (Debian's packaged nginx), a version whose
+#                       source is nginx-VERSION.tar.gz in $NGINX_TARBALLS
+#                       (1.30.4), or VERSION-static (compiled in with
+#                       --add-module); default: debian and every MATRIX entry
+#   ./build.sh deb      build/deb/libnginx-mod-http-ratelimit_<version>_<arch>.deb
+#                       for the installed Debian nginx
+#   ./build.sh test-deb build the package, install it into this machine's
+#                       nginx, test it (debian/tests/installed), purge it
 #   ./build.sh fuzz [SECONDS]  the libFuzzer targets, each for SECONDS (60)
 #   ./build.sh stress [ROUNDS] reloads and worker kills under load (100)
 #   ./build.sh check-format  the C++ core as clang-format says, the C glue
 #                       in nginx's style (tools/nginx-style)
 #   ./build.sh demo     build, then run nginx with examples/nginx.conf on
-#                       127.0.0.1:8080 in the foreground
+#                       127.0.0.1:8080 (PORT=8081 for another port) in the
+#                       foreground; Ctrl-C stops it
 #   ./build.sh bench    build, then run the benchmarks (bench/README.md);
 #                       ./build.sh bench core|throughput|density|shaping|redis
 #                       runs one of them
 #
 # Result: build/ngx_http_ratelimit_module.so, loadable into Debian's nginx.
-# NGINX_SRC=/path/to/nginx-source builds against another nginx source tree
-# (default: Debian's /usr/share/nginx/src from nginx-dev).
+# The module is built the way any nginx module is (config, config.make):
+# Debian's nginx source (nginx-dev) configured with the packaged nginx's
+# flags and --add-dynamic-module, then `make modules`.
+# NGINX_SRC=/path/to/nginx-source builds against another nginx source tree.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BUILD=$ROOT/build
 NGINX_SRC=${NGINX_SRC:-/usr/share/nginx/src}
 NGINX_BIN=${NGINX_BIN:-/usr/sbin/nginx}
+NGINX_TARBALLS=${NGINX_TARBALLS:-$ROOT/../shared/nginx}
 JOBS=$(nproc 2>/dev/null || echo 2)
+VERSION=$(cat "$ROOT/VERSION")
+DEB_PACKAGE=libnginx-mod-http-ratelimit
+
+# The nginx releases of the matrix besides Debian's own (entry "debian"),
+# and one of them again with the module compiled in.
+MATRIX=(1.24.0 1.26.3 1.28.3 1.30.4 1.31.4 1.30.4-static)
+
+# -Werror for the C++ core here and in CI only (nginx compiles its C with
+# -Werror already): a user's newer compiler may warn about more.
+STRICT_CXXFLAGS="-g -Werror"
 
 PACKAGES=(nginx nginx-dev cmake make g++ libgtest-dev libpcre2-dev libssl-dev
           zlib1g-dev perl redis-server gdb)
 
-log() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
+# bold on a terminal only: CI logs and files get plain text
+if [ -t 2 ]; then
+    log() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
+else
+    log() { printf '== %s\n' "$*" >&2; }
+fi
+
+die() {
+    echo "build.sh: $*" >&2
+    exit 1
+}
 
 # Debian packages only, and only what is missing, so re-runs stay fast.
 ensure_packages() {
@@ -60,19 +94,28 @@ build_core() {
     cmake --build "$dir" -j "$JOBS" >&2
 }
 
-# build_module CORE_LIB OBJDIR OUT [EXTRA_CC [EXTRA_LD]]: configures a copy
+# config_stamp WORDS...: what a configured nginx tree was made from; it is
+# configured again when this changes (a new core source file too).
+config_stamp() {
+    printf '%s\n' "$@" "$VERSION" "$ROOT"/core/src/*.cpp \
+        | cat - "$ROOT/config" "$ROOT/config.make" | sha256sum
+}
+
+# build_module OBJDIR OUT [EXTRA_CXX [EXTRA_CC [EXTRA_LD]]]: configures a copy
 # of the nginx source with the distro's own flags (so the module is binary
-# compatible with the packaged nginx) and builds the module into OUT.
+# compatible with the packaged nginx) and --add-dynamic-module, and builds
+# the module, its C++ core included (config.make), into OUT.
 build_module() {
-    local lib=$1 objdir=$2 out=$3 extra_cc=${4:-} extra_ld=${5:-}
-    local cc_opt="" ld_opt="" stamp
+    local objdir=$1 out=$2 extra_cxx=${3:-} extra_cc=${4:-} extra_ld=${5:-}
+    local cc_opt="" ld_opt="" cxxflags stamp
     if [ -x "$NGINX_BIN" ]; then
         cc_opt=$("$NGINX_BIN" -V 2>&1 | sed -n "s/.*--with-cc-opt='\([^']*\)'.*/\1/p")
         ld_opt=$("$NGINX_BIN" -V 2>&1 | sed -n "s/.*--with-ld-opt='\([^']*\)'.*/\1/p")
     fi
     cc_opt="$cc_opt -fPIC $extra_cc"
     ld_opt="$ld_opt -fPIC $extra_ld"
-    stamp=$(printf '%s\n' "$NGINX_SRC" "$lib" "$cc_opt" "$ld_opt" | cat - "$ROOT/config" | sha256sum)
+    cxxflags="$STRICT_CXXFLAGS $extra_cxx"
+    stamp=$(config_stamp "$NGINX_SRC" "$cc_opt" "$ld_opt" "$cxxflags")
 
     if [ ! -f "$objdir/objs/Makefile" ] || [ "$(cat "$objdir/.stamp" 2>/dev/null)" != "$stamp" ]; then
         log "configuring nginx from $NGINX_SRC in $objdir"
@@ -87,18 +130,14 @@ build_module() {
                 . ./conf_flags
                 flags=("${NGX_CONF_FLAGS[@]}")
             fi
-            RL_CORE_LIB=$lib ./configure "${flags[@]}" --with-cc-opt="$cc_opt" --with-ld-opt="$ld_opt" \
-                --add-dynamic-module="$ROOT" >"$objdir/configure.log" 2>&1 \
+            CXXFLAGS=$cxxflags ./configure "${flags[@]}" --with-cc-opt="$cc_opt" \
+                --with-ld-opt="$ld_opt" --add-dynamic-module="$ROOT" >"$objdir/configure.log" 2>&1 \
                 || { tail -30 "$objdir/configure.log"; exit 1; }
         )
         echo "$stamp" >"$objdir/.stamp"
     fi
 
     log "module ($out)"
-    # the link does not depend on the core library in nginx's Makefile
-    if [ "$lib" -nt "$objdir/objs/ngx_http_ratelimit_module.so" ]; then
-        rm -f "$objdir/objs/ngx_http_ratelimit_module.so"
-    fi
     make -C "$objdir" -f objs/Makefile -j "$JOBS" modules >"$objdir/make.log" 2>&1 \
         || { cat "$objdir/make.log"; exit 1; }
     # a new file, not rewritten in place: a running nginx may have it mapped
@@ -110,7 +149,7 @@ build() {
     ensure_packages "${PACKAGES[@]}"
     mkdir -p "$BUILD"
     build_core "$BUILD/cmake" -DRL_WERROR=ON -DRL_TOOLS_DIR="$BUILD"
-    build_module "$BUILD/cmake/libratelimit_core.a" "$BUILD/nginx" "$BUILD/ngx_http_ratelimit_module.so"
+    build_module "$BUILD/nginx" "$BUILD/ngx_http_ratelimit_module.so"
     log "built $BUILD/ngx_http_ratelimit_module.so"
 }
 
@@ -127,12 +166,12 @@ run_tests() {
 # checks are off (nginx does not free its cycle at exit), and any report in
 # the error log fails the test that caused it (t/lib/RLTest.pm).
 test_asan() {
-    local dir=$BUILD/asan
+    local dir=$BUILD/asan san="-fsanitize=address,undefined -fno-omit-frame-pointer"
     ensure_packages "${PACKAGES[@]}"
     mkdir -p "$dir"
     build_core "$dir/cmake" -DRL_WERROR=ON -DRL_SANITIZE=ON -DRL_BENCH=OFF -DRL_TOOLS_DIR="$dir"
-    build_module "$dir/cmake/libratelimit_core.a" "$dir/nginx" "$dir/ngx_http_ratelimit_module.so" \
-        "-fsanitize=address,undefined -fno-omit-frame-pointer" "-fsanitize=address,undefined"
+    build_module "$dir/nginx" "$dir/ngx_http_ratelimit_module.so" \
+        "$san -fno-sanitize-recover=undefined" "$san" "-fsanitize=address,undefined"
     export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:handle_segv=1
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     log "unit tests, sanitized (ctest)"
@@ -142,26 +181,193 @@ test_asan() {
         RL_PRELOAD="$(gcc -print-file-name=libasan.so)" prove -r t/)
 }
 
+# build_release ENTRY DIR: nginx from the source of a release (a tarball of
+# the nginx repository's tag: configure is auto/configure there) with the
+# module added as README tells a user to, --with-compat
+# --add-dynamic-module, or --add-module for VERSION-static; in DIR/src/objs.
+build_release() {
+    local entry=$1 dir=$2 version=${1%-static} add=--add-dynamic-module tarball stamp
+    [ "$entry" = "$version" ] || add=--add-module
+    tarball=$NGINX_TARBALLS/nginx-$version.tar.gz
+    [ -f "$tarball" ] || die "no $tarball (NGINX_TARBALLS names the folder of the nginx-VERSION.tar.gz)"
+    stamp=$(config_stamp "$tarball" "$add" "$STRICT_CXXFLAGS")
+    if [ ! -f "$dir/src/objs/Makefile" ] || [ "$(cat "$dir/.stamp" 2>/dev/null)" != "$stamp" ]; then
+        log "configuring nginx $version ($add) in $dir"
+        rm -rf "$dir"
+        mkdir -p "$dir/src"
+        tar xzf "$tarball" -C "$dir/src" --strip-components=1
+        # realip, stub_status and auth_request: the modules t/ uses beyond
+        # the default ones
+        (cd "$dir/src" && CXXFLAGS=$STRICT_CXXFLAGS auto/configure --prefix="$dir/prefix" --with-compat \
+            --with-http_realip_module --with-http_stub_status_module --with-http_auth_request_module \
+            "$add=$ROOT" >"$dir/configure.log" 2>&1) \
+            || { tail -30 "$dir/configure.log"; die "configure of nginx $version failed"; }
+        echo "$stamp" >"$dir/.stamp"
+    fi
+    log "nginx $version and the module ($add)"
+    make -C "$dir/src" -f objs/Makefile -j "$JOBS" >"$dir/make.log" 2>&1 \
+        || { cat "$dir/make.log"; die "make of nginx $version failed"; }
+}
+
+# matrix_entry ENTRY: its build, then the whole t/ against it.
+matrix_entry() {
+    local entry=$1 dir=$BUILD/matrix/$1 nginx module
+    if [ "$entry" = debian ]; then
+        nginx=$NGINX_BIN
+        module=$BUILD/ngx_http_ratelimit_module.so
+    else
+        build_release "$entry" "$dir"
+        nginx=$dir/src/objs/nginx
+        module=$dir/src/objs/ngx_http_ratelimit_module.so
+        [ "$entry" = "${entry%-static}" ] || module=static
+    fi
+    log "t/ against $("$nginx" -v 2>&1 | sed 's/.*: //') ($entry)"
+    (cd "$ROOT" && RL_NGINX=$nginx RL_MODULE=$module prove -r t/)
+}
+
+matrix() {
+    local entries=("$@") entry start failed=()
+    [ ${#entries[@]} -gt 0 ] || entries=(debian "${MATRIX[@]}")
+    build   # the module for Debian's nginx, and ratelimit-replay for t/replay.t
+    for entry in "${entries[@]}"; do
+        start=$SECONDS
+        # a subshell: a failed build is reported, and the next entry runs
+        if (matrix_entry "$entry"); then
+            log "matrix: $entry passed ($((SECONDS - start)) s)"
+        else
+            log "matrix: $entry FAILED ($((SECONDS - start)) s)"
+            failed+=("$entry")
+        fi
+    done
+    [ ${#failed[@]} -eq 0 ] || die "matrix: failed: ${failed[*]}"
+    log "matrix: passed: ${entries[*]}"
+}
+
+# The Debian package, built the way Debian builds nginx modules (debian/:
+# dh with the nginx sequence, dh_nginx, the nginx_mod build system), from a
+# copy of the tree in build/deb, so that nothing is written into the source
+# tree; debian/changelog is written there from VERSION, the one place the
+# version is kept.  Prints the package's path last.
+build_deb() {
+    local stage=$BUILD/deb/src deb when
+    ensure_packages "${PACKAGES[@]}" dpkg-dev debhelper build-essential
+    deb=$BUILD/deb/${DEB_PACKAGE}_${VERSION}_$(dpkg --print-architecture).deb
+    log "Debian package $deb"
+    rm -rf "$stage"
+    mkdir -p "$stage/ngx-ratelimit"
+    tar -C "$ROOT" --exclude=./build --exclude=./.git -cf - . | tar -C "$stage/ngx-ratelimit" -xf -
+    # the date of the last commit, so that a rebuild makes the same package
+    when=$(git -C "$ROOT" log -1 --format=%ct 2>/dev/null || date +%s)
+    {
+        printf '%s (%s) unstable; urgency=medium\n\n' "$DEB_PACKAGE" "$VERSION"
+        printf '  * Version %s: see CHANGELOG.md.\n\n' "$VERSION"
+        printf ' -- %s  %s\n' "$(sed -n 's/^Maintainer: //p' "$ROOT/debian/control")" "$(date -R -d "@$when")"
+    } >"$stage/ngx-ratelimit/debian/changelog"
+    (cd "$stage/ngx-ratelimit" && dpkg-buildpackage -b -us -uc) >"$BUILD/deb/build.log" 2>&1 \
+        || { tail -40 "$BUILD/deb/build.log"; die "dpkg-buildpackage failed: see $BUILD/deb/build.log"; }
+    mv -f "$stage/$(basename "$deb")" "$deb"
+    dpkg-deb -f "$deb" Package Version Architecture Depends >&2
+    echo "$deb"
+}
+
+# the system's nginx (the one of /run/nginx.pid) is running
+system_nginx_running() {
+    [ -s /run/nginx.pid ] && kill -0 "$(cat /run/nginx.pid)" 2>/dev/null
+}
+
+# Installs the package into this machine's nginx as README tells an
+# operator to, runs debian/tests/installed against it, purges it, and checks
+# that nothing of it is left.  A package installed before is not touched,
+# and no system nginx is left running that was not running before.
+test_deb() {
+    local deb was_running=no
+    deb=$(build_deb | tail -1)
+    if dpkg-query -W -f='${Status}' "$DEB_PACKAGE" 2>/dev/null | grep -q 'ok installed'; then
+        die "$DEB_PACKAGE is installed already: test-deb would purge it; remove it first"
+    fi
+    system_nginx_running && was_running=yes
+    trap purge_deb EXIT
+    log "apt-get install $deb"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o Dpkg::Use-Pty=0 "$deb" >&2
+    log "debian/tests/installed"
+    (cd "$ROOT" && RL_DEB=$deb prove debian/tests/installed)
+    trap - EXIT
+    purge_deb
+    check_purged
+    if [ $was_running = no ] && system_nginx_running; then
+        die "the system nginx was left running"
+    fi
+    log "test-deb: installed, loaded, limited a request, purged, nothing left"
+}
+
+purge_deb() {
+    log "apt-get purge $DEB_PACKAGE"
+    DEBIAN_FRONTEND=noninteractive apt-get purge -y -q -o Dpkg::Use-Pty=0 "$DEB_PACKAGE" >&2
+}
+
+check_purged() {
+    local left
+    left=$(find /usr/lib/nginx/modules /usr/share/nginx/modules-available /etc/nginx/modules-enabled \
+                -name '*ratelimit*' 2>/dev/null || true)
+    [ -z "$left" ] || die "left after purge: $left"
+    if dpkg-query -W -f='${Status}' "$DEB_PACKAGE" 2>/dev/null | grep -qv 'not-installed'; then
+        die "$DEB_PACKAGE is still known to dpkg after purge"
+    fi
+}
+
+DEMO_PREFIX=
+DEMO_PID=
+
+# Stops the demo's nginx and removes its prefix, however the demo ends.
+demo_cleanup() {
+    if [ -n "$DEMO_PID" ]; then
+        kill -TERM "$DEMO_PID" 2>/dev/null || true
+        wait "$DEMO_PID" 2>/dev/null || true
+    fi
+    if [ -n "$DEMO_PREFIX" ]; then
+        rm -rf "$DEMO_PREFIX"
+    fi
+}
+
+# port_free PORT: nothing listens on 127.0.0.1:PORT (it can be bound)
+port_free() {
+    perl -MIO::Socket::INET -e 'exit(IO::Socket::INET->new(LocalAddr => "127.0.0.1",
+        LocalPort => $ARGV[0], Listen => 1, ReuseAddr => 1) ? 0 : 1)' "$1"
+}
+
 demo() {
-    local prefix
-    prefix=$(mktemp -d /tmp/ngx-ratelimit-demo.XXXXXX)
-    chmod 755 "$prefix"   # nginx's workers run as nobody
-    mkdir -p "$prefix/modules" "$prefix/html" "$prefix/logs" "$prefix/tmp"
-    cp "$BUILD/ngx_http_ratelimit_module.so" "$prefix/modules/"
-    cp "$ROOT/examples/nginx.conf" "$prefix/nginx.conf"
-    echo "hello from ngx-ratelimit" >"$prefix/html/index.html"
+    local port=${PORT:-8080} rc=0
+    case "$port" in
+        '' | *[!0-9]*) die "PORT=$port is not a port number" ;;
+    esac
+    port_free "$port" \
+        || die "127.0.0.1:$port is in use: stop what listens there, or pick another port: PORT=8081 ./build.sh demo"
+    trap demo_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    DEMO_PREFIX=$(mktemp -d /tmp/ngx-ratelimit-demo.XXXXXX)
+    chmod 755 "$DEMO_PREFIX"   # nginx's workers run as nobody
+    mkdir -p "$DEMO_PREFIX/modules" "$DEMO_PREFIX/html" "$DEMO_PREFIX/logs" "$DEMO_PREFIX/tmp"
+    cp "$BUILD/ngx_http_ratelimit_module.so" "$DEMO_PREFIX/modules/"
+    sed "s/127\.0\.0\.1:8080/127.0.0.1:$port/" "$ROOT/examples/nginx.conf" >"$DEMO_PREFIX/nginx.conf"
+    echo "hello from ngx-ratelimit" >"$DEMO_PREFIX/html/index.html"
     cat >&2 <<EOF
 
-nginx is running on http://127.0.0.1:8080 (prefix $prefix). In another terminal:
+nginx is running on http://127.0.0.1:$port (prefix $DEMO_PREFIX). In another terminal:
 
-    curl -i http://127.0.0.1:8080/      # six times: X-RateLimit-Remaining counts
+    curl -i http://127.0.0.1:$port/      # six times: X-RateLimit-Remaining counts
                                         # down 4, 3, 2, 1, 0, then 429 + Retry-After
-    tail -f $prefix/logs/access.log    # \$ratelimit_status of each request
+    tail -f $DEMO_PREFIX/logs/access.log    # \$ratelimit_status of each request
 
 Ctrl-C stops it.
 EOF
-    trap 'rm -rf "$prefix"' EXIT
-    "$NGINX_BIN" -p "$prefix/" -c "$prefix/nginx.conf" -e stderr
+    # in the background and waited for, so that the traps run at Ctrl-C or
+    # TERM at once and stop it
+    "$NGINX_BIN" -p "$DEMO_PREFIX/" -c "$DEMO_PREFIX/nginx.conf" -e stderr &
+    DEMO_PID=$!
+    wait "$DEMO_PID" || rc=$?
+    DEMO_PID=
+    return $rc
 }
 
 # Figures go to stdout, progress to stderr; bench/README.md explains them.
@@ -226,11 +432,14 @@ case "${1:-build}" in
     build) build ;;
     test) build; run_tests ;;
     test-asan) test_asan ;;
+    matrix) shift; matrix "$@" ;;
+    deb) build_deb ;;
+    test-deb) test_deb ;;
     fuzz) fuzz "${2:-60}" ;;
     demo) build; demo ;;
     bench) run_bench "${2:-all}" ;;
     stress) build; stress "${2:-100}" ;;
     check-format) check_format ;;
-    *) echo "usage: $0 [build|test|test-asan|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|throughput|density|shaping|redis]]" >&2
+    *) echo "usage: $0 [build|test|test-asan|matrix [ENTRY...]|deb|test-deb|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|throughput|density|shaping|redis]]" >&2
        exit 2 ;;
 esac

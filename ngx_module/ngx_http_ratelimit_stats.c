@@ -278,7 +278,8 @@ ngx_http_ratelimit_json(ngx_http_ratelimit_writer_t *w, ngx_array_t *zones)
 
     z = zones->elts;
 
-    ngx_http_ratelimit_puts(w, "{\"zones\":{");
+    ngx_http_ratelimit_puts(w, "{\"version\":\"" NGX_HTTP_RATELIMIT_VERSION
+                               "\",\"zones\":{");
 
     for (i = 0; i < zones->nelts; i++) {
         if (i) {

@@ -1,5 +1,8 @@
 #!/usr/bin/perl
-# The module loads into the unmodified distro nginx with load_module.
+# The module loads into nginx: by default Debian's unmodified packaged nginx
+# with load_module; RL_NGINX and RL_MODULE select another build (a .so built
+# against another nginx's source, a Debian modules-enabled file, or "static":
+# compiled into RL_NGINX).
 use strict;
 use warnings;
 use FindBin;
@@ -8,9 +11,15 @@ use Test::More;
 use RLTest;
 
 my $t = RLTest->new();
+my $nginx = $t->nginx;
+my $module = $t->module;
 
-my $v = `/usr/sbin/nginx -V 2>&1`;
-like($v, qr/--with-compat/, 'the packaged nginx is a --with-compat build');
+my $v = `$nginx -V 2>&1`;
+if ($module eq 'static') {
+    like($v, qr/--add-module=\S+/, "$nginx has the module compiled in (--add-module)");
+} else {
+    like($v, qr/--with-compat/, "$nginx is a --with-compat build");
+}
 
 my $conf = $t->conf_text(<<'EOF');
 ratelimit_zone z 1m;
@@ -19,7 +28,13 @@ server {
     location / { ratelimit zone=z limit=100 period=1m; }
 }
 EOF
-like($conf, qr/^load_module \S+ngx_http_ratelimit_module\.so;/m, 'loaded with load_module');
+if ($module eq 'static') {
+    unlike($conf, qr/load_module/, 'nothing loaded');
+} elsif ($module =~ /\.conf$/) {
+    like($conf, qr/^include \Q$module\E;/m, 'loaded through its modules-enabled file');
+} else {
+    like($conf, qr/^load_module \S+ngx_http_ratelimit_module\.so;/m, 'loaded with load_module');
+}
 my ($rc, $out) = $t->nginx_t($conf);
 is($rc, 0, 'nginx -t accepts the module and its directives');
 like($out, qr/syntax is ok.*test is successful/s, 'nginx -t output');

@@ -26,7 +26,7 @@ server {
         alias %%PREFIX%%/html/;
     }
     location /shape/ {
-        ratelimit zone=api key=$http_x_user algorithm=leaky_bucket limit=100 period=1s name=shape;
+        ratelimit zone=api key=$http_x_user algorithm=leaky_bucket limit=4 period=1s name=shape;
         alias %%PREFIX%%/html/;
     }
     location /stacked/ {
@@ -52,13 +52,16 @@ sub send_n {
 send_n('/a/index.html', 5, 'alice');       # 3 allowed, 2 rejected
 send_n('/a/index.html', 2);                # exempt: no X-User
 send_n('/dry/index.html', 3, 'dan');       # 1 allowed, 2 dry-run rejected
-send_n('/shape/index.html', 3, 'sam');     # 1 at once, 2 delayed (10 ms each)
+send_n('/shape/index.html', 3, 'sam');     # 1 at once, 2 delayed (250 ms each: a slow run still arrives early)
 send_n('/stacked/index.html', 4, 'stu');   # 2 allowed by both, 2 rejected by narrow
 
 my $r = $t->get('/stats');
 is($r->{status}, 200, 'stats: 200');
 is($r->{headers}{'content-type'}, 'application/json', 'stats: JSON by default');
 my $s = decode_json($r->{content});
+open(my $vf, '<', "$FindBin::Bin/../VERSION") or die "VERSION: $!";
+chomp(my $version = <$vf>);
+is($s->{version}, $version, "json: the module's version ($version, from VERSION)");
 my $api = $s->{zones}{api};
 is_deeply($api->{rules}{a}, { allowed => 3, rejected => 2, delayed => 0, dry_run_rejected => 0, exempt => 2 },
           'json: rule a');

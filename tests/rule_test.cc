@@ -93,6 +93,48 @@ TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
     EXPECT_NE(error_of("limit=1000000000 period=366d").find("is too large"), std::string::npos);
 }
 
+// A bucket holds burst x period and a shaper limit x (period + max_delay),
+// in ms, at most 2^61 (README, "ratelimit"): each edge, and one past it.
+TEST(Rule, StateBoundEdges)
+{
+    EXPECT_EQ(rule_of("limit=1000000000 period=2305843009ms").burst, 1000000000u);
+    EXPECT_EQ(error_of("limit=1000000000 period=2305843010ms"),
+              "burst=1000000000 with \"period=2305843010ms\" is too large: burst x period in ms may be at most "
+              "2^61: with burst=1000000000, period may be at most 2305843009ms (26.6 days); with this period, "
+              "burst=999999999 at most");
+    EXPECT_EQ(rule_of("limit=1000000000 period=26d").period_ms, 26LL * 86400000);
+    EXPECT_EQ(error_of("limit=1000000000 period=30d"),
+              "burst=1000000000 with \"period=30d\" is too large: burst x period in ms may be at most 2^61: with "
+              "burst=1000000000, period may be at most 2305843009ms (26.6 days); with this period, burst=889599926 "
+              "at most");
+    EXPECT_EQ(rule_of("limit=72918026 period=366d").burst, 72918026u);
+    EXPECT_NE(error_of("limit=72918027 period=366d").find("burst=72918026 at most"), std::string::npos);
+    EXPECT_EQ(rule_of("limit=1 period=366d burst=72918026").burst, 72918026u);
+    EXPECT_NE(error_of("limit=1 period=366d burst=72918027").find("is too large"), std::string::npos);
+    EXPECT_NE(error_of("limit=1 burst=1000000000 period=366d").find("burst=72918026 at most"), std::string::npos);
+    EXPECT_EQ(rule_of("algorithm=token_bucket limit=1000000000 period=2305843009ms").burst, 1000000000u);
+    EXPECT_NE(error_of("algorithm=token_bucket limit=1000000000 period=2305843010ms").find("is too large"),
+              std::string::npos);
+
+    // leaky_bucket: max_delay defaults to period
+    EXPECT_EQ(rule_of("algorithm=leaky_bucket limit=1000000000 period=1152921504ms").limit, 1000000000u);
+    EXPECT_EQ(rule_of("algorithm=leaky_bucket limit=1000000000 period=1s max_delay=2305842009ms").limit, 1000000000u);
+    EXPECT_EQ(error_of("algorithm=leaky_bucket limit=1000000000 period=1s max_delay=2305842010ms"),
+              "limit=1000000000 with \"period=1s\" and max_delay is too large: limit x (period + max_delay) in ms "
+              "may be at most 2^61: with limit=1000000000, period + max_delay may be at most 2305843009ms (26.6 "
+              "days); with these times, limit=999999999 at most");
+    EXPECT_EQ(rule_of("algorithm=leaky_bucket limit=36459013 period=366d").limit, 36459013u);
+    EXPECT_NE(error_of("algorithm=leaky_bucket limit=36459014 period=366d").find("limit=36459013 at most"),
+              std::string::npos);
+
+    // the counting algorithms have no such bound: every limit with every period
+    for (const char *alg : {"fixed_window", "sliding_window", "quota"}) {
+        std::string text = std::string("algorithm=") + alg + " limit=1000000000 " +
+                           (std::strcmp(alg, "quota") == 0 ? "reset=monthly" : "period=366d");
+        EXPECT_EQ(rule_of(text.c_str()).limit, 1000000000u) << text;
+    }
+}
+
 TEST(Rule, AlgorithmSpecificParameters)
 {
     EXPECT_EQ(rule_of("algorithm=sliding_window limit=5").buckets, 10u);

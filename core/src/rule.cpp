@@ -380,18 +380,28 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
                         bucket ? "burst" : "limit", capacity);
         }
 
-        // The exact arithmetic (exact_time.h) works in units of 1/limit ms;
-        // a bucket's capacity, or a shaper's queue, must fit in 2^61 units.
-        const uint64_t units = bucket ? (uint64_t) rule->burst * (uint64_t) rule->period_ms
-                               : a == RL_LEAKY_BUCKET
-                                   ? ((uint64_t) rule->max_delay_ms + (uint64_t) rule->period_ms) * rule->limit
-                                   : 0;
-        if (units > (1ull << 61)) {
+        // The exact arithmetic (exact_time.h) works in units of 1/limit ms:
+        // a bucket's capacity, burst x period, or a shaper's queue,
+        // limit x (period + max_delay), must fit in 2^61 units.  The message
+        // names the largest time for this count, and the largest count for
+        // this time.
+        const uint64_t max_units = 1ull << 61;
+        const bool leaky = a == RL_LEAKY_BUCKET;
+        const uint64_t count = bucket ? rule->burst : rule->limit;
+        const uint64_t span = (uint64_t) rule->period_ms + (leaky ? (uint64_t) rule->max_delay_ms : 0);
+        if ((bucket || leaky) && count * span > max_units) {
+            char period[32];
+            format_period(rule->period_ms, period, sizeof(period));
+            const uint64_t most_ms = max_units / count;
             return fail(err, errlen,
-                        "%s=%u with \"period=%lldms\"%s is too large: the state would not fit 2^61 units of "
-                        "1/limit ms; use a shorter period",
-                        bucket ? "burst" : "limit", bucket ? rule->burst : rule->limit, (long long) rule->period_ms,
-                        a == RL_LEAKY_BUCKET ? " and max_delay" : "");
+                        "%s=%u with \"period=%s\"%s is too large: %s in ms may be at most 2^61: with %s=%u, "
+                        "%s may be at most %llums (%llu.%llu days); with %s, %s=%llu at most",
+                        bucket ? "burst" : "limit", (unsigned) count, period, leaky ? " and max_delay" : "",
+                        bucket ? "burst x period" : "limit x (period + max_delay)", bucket ? "burst" : "limit",
+                        (unsigned) count, bucket ? "period" : "period + max_delay", (unsigned long long) most_ms,
+                        (unsigned long long) (most_ms / 86400000), (unsigned long long) (most_ms / 8640000 % 10),
+                        bucket ? "this period" : "these times", bucket ? "burst" : "limit",
+                        (unsigned long long) (max_units / span));
         }
 
         if (!(rule->given & P_NAME)) {

@@ -14,9 +14,11 @@ package RLTest;
 #   $t->reload($new_body);  $t->stop();
 #
 # RLTest->new(quiet => 1) makes stop() print nothing (benchmarks use it).
-# RL_MODULE overrides the module (default: build/ngx_http_ratelimit_module.so),
-# RL_NGINX the binary (default: /usr/sbin/nginx); RL_PRELOAD is preloaded into
-# nginx (a sanitizer runtime); RL_KEEP=1 keeps the prefix.
+# RL_MODULE overrides the module (default: build/ngx_http_ratelimit_module.so):
+# a .so is loaded with load_module, a .conf (a Debian modules-enabled file) is
+# included, and "static" means compiled into nginx (nothing to load).
+# RL_NGINX overrides the binary (default: /usr/sbin/nginx); RL_PRELOAD is
+# preloaded into nginx (a sanitizer runtime); RL_KEEP=1 keeps the prefix.
 
 use strict;
 use warnings;
@@ -37,7 +39,7 @@ my @running;
 sub new {
     my ($class, %opt) = @_;
     my $module = $ENV{RL_MODULE} // "$root/build/ngx_http_ratelimit_module.so";
-    die "RLTest: $module not found: run ./build.sh first\n" unless -f $module;
+    die "RLTest: $module not found: run ./build.sh first\n" unless $module eq 'static' || -f $module;
 
     my $prefix = tempdir('ngx-ratelimit-t-XXXXXX', TMPDIR => 1, CLEANUP => !$ENV{RL_KEEP});
     diag("prefix kept: $prefix") if $ENV{RL_KEEP};
@@ -55,6 +57,15 @@ sub new {
 sub prefix { $_[0]{prefix} }
 sub port   { $_[0]{port} }
 sub module { $_[0]{module} }
+sub nginx  { $_[0]{nginx} }
+
+# The main-context line that loads the module (RL_MODULE).
+sub load_line {
+    my ($self) = @_;
+    my $m = $self->{module};
+    return '' if $m eq 'static';
+    return $m =~ /\.conf$/ ? "include $m;" : "load_module $m;";
+}
 
 sub write_file {
     my ($path, $text) = @_;
@@ -92,8 +103,9 @@ sub conf_text {
     my $access = $opt{no_access_log} ? 'access_log off;' : "access_log $p/access.log;";
     $body =~ s/%%PORT%%/$self->{port}/g;
     $body =~ s/%%PREFIX%%/$p/g;
+    my $load = $self->load_line;
     return <<"EOF";
-load_module $self->{module};
+$load
 ${user}worker_processes $workers;
 daemon off;
 master_process $master;

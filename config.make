@@ -1,0 +1,47 @@
+# nginx addon make script (sourced by configure after config): rules in
+# objs/Makefile that build the C++ core into $RL_CORE_LIB, which config
+# links into the module.  Nothing is written outside $NGX_OBJS.
+
+RL_CXXFLAGS="-std=c++17 -fPIC -fvisibility=hidden -fvisibility-inlines-hidden"
+RL_CXXFLAGS="$RL_CXXFLAGS -O2 -Wall -Wextra ${CPPFLAGS:-} ${CXXFLAGS:-}"
+
+mkdir -p $RL_CORE_DIR
+
+cat << END                                                    >> $NGX_MAKEFILE
+
+RL_CXX = $RL_CXX
+RL_CXXFLAGS = $RL_CXXFLAGS
+RL_AR = ${AR:-ar}
+RL_CORE_INCS = -I $ngx_addon_dir/core/include -I $ngx_addon_dir/core/src
+RL_CORE_DEPS = $RL_CORE_HDRS $ngx_addon_dir/config.make
+
+$RL_CORE_DIR/redis_script.cpp: $ngx_addon_dir/core/redis/ratelimit.lua \\
+		$ngx_addon_dir/core/redis/embed.sh
+	sh $ngx_addon_dir/core/redis/embed.sh \\
+		$ngx_addon_dir/core/redis/ratelimit.lua \$@
+
+$RL_CORE_DIR/redis_script.o: $RL_CORE_DIR/redis_script.cpp
+	\$(RL_CXX) -c \$(RL_CXXFLAGS) -o \$@ $RL_CORE_DIR/redis_script.cpp
+
+END
+
+rl_objs=$RL_CORE_DIR/redis_script.o
+
+for rl_src in $RL_CORE_SRCS
+do
+    rl_obj=$RL_CORE_DIR/`basename $rl_src .cpp`.o
+    rl_objs="$rl_objs $rl_obj"
+
+    cat << END                                                >> $NGX_MAKEFILE
+$rl_obj: \$(RL_CORE_DEPS) $rl_src
+	\$(RL_CXX) -c \$(RL_CXXFLAGS) \$(RL_CORE_INCS) -o \$@ $rl_src
+
+END
+done
+
+cat << END                                                    >> $NGX_MAKEFILE
+$RL_CORE_LIB: $rl_objs
+	rm -f \$@
+	\$(RL_AR) rcs \$@ $rl_objs
+
+END
