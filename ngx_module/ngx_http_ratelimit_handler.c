@@ -21,6 +21,8 @@ static ngx_int_t ngx_http_ratelimit_key(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, ngx_str_t *key);
 static uint64_t ngx_http_ratelimit_cost(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule);
+static const rl_rule_t *ngx_http_ratelimit_applied(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule);
 static ngx_int_t ngx_http_ratelimit_decide_local(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static ngx_int_t ngx_http_ratelimit_decided(ngx_http_request_t *r,
@@ -104,6 +106,14 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
         ngx_memzero(c, sizeof(rl_check_t));
         c->table = ngx_http_ratelimit_zone_of(&rules[i])->table;
         c->rule = &rules[i].rule;
+
+        if ((rules[i].limit || rules[i].burst) && key.len) {
+            c->rule = ngx_http_ratelimit_applied(r, &rules[i]);
+            if (c->rule == NULL) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+        }
+
         c->identity = rules[i].identity;
         c->key = key.data;
         c->key_len = key.len;
@@ -162,16 +172,13 @@ ngx_http_ratelimit_key(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
 }
 
 
-/*
- * cost=$variable: a positive integer, or 0 with zero_cost=on; anything else
- * (0 would be a free pass for whoever sets the variable) is logged once per
- * worker and rule and counts as 1.
- */
+/* cost=$variable: the core says what a value counts as (rl_rule_cost). */
 
 static uint64_t
 ngx_http_ratelimit_cost(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule)
 {
-    ngx_int_t  cost;
+    char       err[RL_ERR_MAX];
+    uint64_t   cost;
     ngx_str_t  value;
 
     if (rule->cost == NULL) {
@@ -179,26 +186,59 @@ ngx_http_ratelimit_cost(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule)
     }
 
     if (ngx_http_complex_value(r, rule->cost, &value) != NGX_OK) {
-        return 1;
+        ngx_str_null(&value);
     }
 
-    cost = ngx_atoi(value.data, value.len);   /* digits only, no overflow */
-
-    if (cost > 0 || (cost == 0 && rule->rule.zero_cost)) {
-        return (uint64_t) cost;
+    if (rl_rule_cost(&rule->rule, (char *) value.data, value.len, &cost, err,
+                     sizeof(err))
+        != RL_OK)
+    {
+        ngx_http_ratelimit_log_bad(r, rule, err);
     }
 
-    if (!rule->cost_warned) {
-        rule->cost_warned = 1;
-        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "ratelimit: rule \"%V\": cost \"%V\" is %s, counted "
-                      "as 1 (logged once per worker)", &rule->name,
-                      &rule->cost->value,
-                      cost == 0 ? "0 without zero_cost=on"
-                                : "not a non-negative integer");
+    return cost;
+}
+
+
+/*
+ * limit=$variable, burst=$variable: the rule as it applies to the request
+ * (rl_rule_apply; a bad value is logged and replaced as the core says), in
+ * the request's pool: a delayed request and the headers read it later.
+ */
+
+static const rl_rule_t *
+ngx_http_ratelimit_applied(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule)
+{
+    char        err[RL_ERR_MAX];
+    ngx_str_t   limit, burst;
+    rl_rule_t  *applied;
+
+    applied = ngx_palloc(r->main->pool, sizeof(rl_rule_t));
+    if (applied == NULL) {
+        return NULL;
     }
 
-    return 1;
+    ngx_str_null(&limit);
+    ngx_str_null(&burst);
+
+    if ((rule->limit
+         && ngx_http_complex_value(r, rule->limit, &limit) != NGX_OK)
+        || (rule->burst
+            && ngx_http_complex_value(r, rule->burst, &burst) != NGX_OK))
+    {
+        return NULL;
+    }
+
+    if (rl_rule_apply(&rule->rule, (char *) limit.data, limit.len,
+                      (char *) burst.data, burst.len, applied, err,
+                      sizeof(err))
+        != RL_OK)
+    {
+        ngx_http_ratelimit_log_bad(r, rule, err);
+    }
+
+    return applied;
 }
 
 
@@ -253,6 +293,7 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
 
     binding = &rq->checks[rq->binding];
     ctx->rule = ngx_http_ratelimit_rule_of(binding);
+    ctx->applied = binding->rule;
     ctx->decision = binding->decision;
     ctx->tag = binding->tag;
 

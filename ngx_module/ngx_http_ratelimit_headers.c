@@ -101,6 +101,7 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
     u_char                     *p, *v;
     ngx_str_t                  *name;
     uint64_t                    reset;
+    const rl_rule_t            *applied;
     ngx_http_ratelimit_ctx_t   *ctx;
     ngx_http_ratelimit_rule_t  *rule;
 
@@ -122,19 +123,22 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
     ctx->finalized = r->filter_finalize;
     ctx->headers_done = 1;
     rule = ctx->rule;
+    applied = ctx->applied;
     reset = ngx_http_ratelimit_seconds(ctx->decision.reset_ms);
 
-    /* every value in one buffer: at most a policy and five numbers */
+    /* every value in one buffer: at most two names and seven numbers */
 
-    p = ngx_pnalloc(r->pool, 2 * (RL_NAME_MAX + 32) + 5 * NGX_INT64_LEN);
+    p = ngx_pnalloc(r->pool, 2 * (RL_NAME_MAX + 32) + 7 * NGX_INT64_LEN);
     if (p == NULL) {
         return NGX_ERROR;
     }
 
     if (ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_LEGACY) {
 
+        v = p;
+        p = ngx_http_ratelimit_number(p, applied->limit);
         if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_limit_header,
-                                          rule->limit.data, rule->limit.len)
+                                          v, p - v)
             != NGX_OK)
         {
             return NGX_ERROR;
@@ -165,7 +169,11 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
         /* "name";q=limit;w=window and "name";r=remaining;t=reset */
 
         v = p;
-        p = ngx_cpymem(p, rule->policy.data, rule->policy.len);
+        *p++ = '"';
+        p = ngx_cpymem(p, rule->name.data, rule->name.len);
+        p = ngx_cpymem(p, "\";q=", 4);
+        p = ngx_http_ratelimit_number(p, applied->limit);
+        p = ngx_cpymem(p, ";w=", 3);
         p = ngx_http_ratelimit_number(p, ngx_http_ratelimit_seconds(
                                              ctx->decision.window_ms));
         if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_policy_header,
@@ -314,7 +322,7 @@ ngx_http_ratelimit_variable(ngx_http_request_t *r,
     switch (data) {
 
     case NGX_HTTP_RATELIMIT_VAR_LIMIT:
-        p = ngx_http_ratelimit_number(p, ctx->rule->rule.limit);
+        p = ngx_http_ratelimit_number(p, ctx->applied->limit);
         break;
 
     case NGX_HTTP_RATELIMIT_VAR_REMAINING:

@@ -21,7 +21,15 @@ static ngx_uint_t ngx_http_ratelimit_log_line(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, rl_check_t *check, ngx_uint_t level);
 static u_char *ngx_http_ratelimit_log_key(u_char *p, u_char *last,
     ngx_http_ratelimit_rule_t *rule, rl_check_t *check);
+static void ngx_http_ratelimit_log_fold(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule, ngx_uint_t kind);
 static void ngx_http_ratelimit_log_folded(ngx_event_t *ev);
+
+
+/* What ngx_http_ratelimit_rule_t's folded[] counts. */
+#define NGX_HTTP_RATELIMIT_FOLD_REJECTED   0
+#define NGX_HTTP_RATELIMIT_FOLD_DELAYED    1
+#define NGX_HTTP_RATELIMIT_FOLD_BAD        2
 
 
 void
@@ -156,15 +164,58 @@ ngx_http_ratelimit_log_line(ngx_http_request_t *r,
 
 fold:
 
-    rule->folded[delayed]++;
     rule->log_level = level;
+    ngx_http_ratelimit_log_fold(r, rule,
+                                delayed ? NGX_HTTP_RATELIMIT_FOLD_DELAYED
+                                        : NGX_HTTP_RATELIMIT_FOLD_REJECTED);
+
+    return 0;
+}
+
+
+/*
+ * A request's value of a variable that is not valid for its rule (a cost,
+ * limit or burst; the core's message says which, and what applies instead):
+ * at warn, one line a second for a rule in a worker, the rest folded.
+ */
+
+void
+ngx_http_ratelimit_log_bad(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule, const char *what)
+{
+    ngx_msec_t  now;
+
+    now = ngx_current_msec;
+
+    if (rule->bad_second != 0
+        && (ngx_msec_int_t) (now - rule->bad_second) < 1000)
+    {
+        ngx_http_ratelimit_log_fold(r, rule, NGX_HTTP_RATELIMIT_FOLD_BAD);
+        return;
+    }
+
+    rule->bad_second = now;
+
+    ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                  "ratelimit: rule \"%V\" in zone \"%V\": %s", &rule->name,
+                  &ngx_http_ratelimit_zone_of(rule)->name, what);
+}
+
+
+static void
+ngx_http_ratelimit_log_fold(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule, ngx_uint_t kind)
+{
+    ngx_http_ratelimit_main_conf_t  *rmcf;
+
+    rmcf = ngx_http_get_module_main_conf(r, ngx_http_ratelimit_module);
+
+    rule->folded[kind]++;
 
     if (!rmcf->fold_event.timer_set) {
         rmcf->fold_event.log = ngx_cycle->log;
         ngx_add_timer(&rmcf->fold_event, 1000);
     }
-
-    return 0;
 }
 
 
@@ -173,12 +224,13 @@ fold:
 static void
 ngx_http_ratelimit_log_folded(ngx_event_t *ev)
 {
-    ngx_uint_t                       i, k;
+    ngx_uint_t                       i, k, level;
     ngx_http_ratelimit_rule_t       *rule;
     ngx_http_ratelimit_zone_ref_t   *refs;
     ngx_http_ratelimit_main_conf_t  *rmcf = ev->data;
 
-    static const char  *what[] = { "rejections", "delays" };
+    static const char  *what[] = { "rejections", "delays",
+                                   "requests with a bad value (see above)" };
 
     refs = rmcf->zone_refs.elts;
 
@@ -186,12 +238,15 @@ ngx_http_ratelimit_log_folded(ngx_event_t *ev)
         rule = (ngx_http_ratelimit_rule_t *) refs[i].rules->elts
                + refs[i].index;
 
-        for (k = 0; k < 2; k++) {
+        for (k = 0; k < 3; k++) {
             if (rule->folded[k] == 0) {
                 continue;
             }
 
-            ngx_log_error(rule->log_level, ev->log, 0,
+            level = (k == NGX_HTTP_RATELIMIT_FOLD_BAD) ? NGX_LOG_WARN
+                                                       : rule->log_level;
+
+            ngx_log_error(level, ev->log, 0,
                           "ratelimit: %ui more %s by rule \"%V\" in zone "
                           "\"%V\" (repeats not logged one by one)",
                           rule->folded[k], what[k], &rule->name,

@@ -227,7 +227,8 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->status_code, prev->status_code,
                               NGX_HTTP_TOO_MANY_REQUESTS);
     ngx_conf_merge_uint_value(conf->headers, prev->headers,
-                              NGX_HTTP_RATELIMIT_HEADERS_LEGACY);
+                              conf->off ? 0
+                                        : NGX_HTTP_RATELIMIT_HEADERS_LEGACY);
     ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
     ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
 
@@ -236,8 +237,9 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
 
 /*
- * ratelimit zone=NAME [key=STRING] [cost=N|$var] ...;
- * zone=, key= and variable costs are the glue's; the core parses the rest.
+ * ratelimit zone=NAME [key=STRING] [cost=N|$var] [limit=N|$var] ...;
+ * ratelimit off;
+ * zone=, key= and variables are the glue's; the core parses the rest.
  */
 
 static char *
@@ -253,9 +255,43 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_ratelimit_zone_ref_t      *ref;
     ngx_http_ratelimit_main_conf_t     *rmcf;
     ngx_http_compile_complex_value_t    ccv;
+    ngx_http_complex_value_t          **cv;
     char                                err[RL_ERR_MAX];
 
     static ngx_str_t  default_key = ngx_string("$binary_remote_addr");
+
+    value = cf->args->elts;
+
+    if (cf->args->nelts == 2 && ngx_strcmp(value[1].data, "off") == 0) {
+        if (rlcf->rules.elts != NULL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"ratelimit off\" with rules at the same "
+                               "level: \"off\" removes the inherited rules, "
+                               "write it alone or not at all");
+            return NGX_CONF_ERROR;
+        }
+
+        /* no rules here, none inherited: an empty list */
+
+        if (ngx_array_init(&rlcf->rules, cf->pool, 1,
+                           sizeof(ngx_http_ratelimit_rule_t))
+            != NGX_OK)
+        {
+            return NGX_CONF_ERROR;
+        }
+
+        rlcf->off = 1;
+        return NGX_CONF_OK;
+    }
+
+    if (rlcf->off) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit\" directive: rules after "
+                           "\"ratelimit off\" at the same level: \"off\" "
+                           "removes the inherited rules, write it alone or "
+                           "not at all");
+        return NGX_CONF_ERROR;
+    }
 
     if (rlcf->rules.elts == NULL) {
         if (ngx_array_init(&rlcf->rules, cf->pool, 2,
@@ -281,7 +317,6 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_memzero(rule, sizeof(ngx_http_ratelimit_rule_t));
     rl_rule_init(&rule->rule);
 
-    value = cf->args->elts;
     ngx_str_null(&zone);
     ngx_str_null(&key);
 
@@ -300,7 +335,8 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
-        /* RL_DECLINED: zone=, key= or cost=$variable */
+        /* RL_DECLINED: zone=, key=, or cost=, limit= or burst= with a
+           $variable */
 
         if (ngx_strncmp(value[i].data, "zone=", 5) == 0) {
             s.data = value[i].data + 5;
@@ -333,20 +369,24 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
-        /* cost=$variable */
+        /* cost=, limit= or burst= with a $variable */
 
-        rule->cost = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
-        if (rule->cost == NULL) {
+        s.data = ngx_strlchr(value[i].data, value[i].data + value[i].len, '=')
+                 + 1;
+        s.len = value[i].data + value[i].len - s.data;
+
+        cv = value[i].data[0] == 'c' ? &rule->cost
+             : value[i].data[0] == 'l' ? &rule->limit : &rule->burst;
+
+        *cv = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
+        if (*cv == NULL) {
             return NGX_CONF_ERROR;
         }
-
-        s.data = value[i].data + 5;
-        s.len = value[i].len - 5;
 
         ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
         ccv.cf = cf;
         ccv.value = &s;
-        ccv.complex_value = rule->cost;
+        ccv.complex_value = *cv;
 
         if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
             return NGX_CONF_ERROR;
@@ -419,20 +459,6 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             }
         }
     }
-
-    /* the parts of the headers known now */
-
-    rule->limit.data = ngx_pnalloc(cf->pool, NGX_INT64_LEN);
-    rule->policy.data = ngx_pnalloc(cf->pool, rule->name.len + 32);
-    if (rule->limit.data == NULL || rule->policy.data == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    rule->limit.len = ngx_sprintf(rule->limit.data, "%uD", rule->rule.limit)
-                      - rule->limit.data;
-    rule->policy.len = ngx_sprintf(rule->policy.data, "\"%V\";q=%uD;w=",
-                                   &rule->name, rule->rule.limit)
-                       - rule->policy.data;
 
     /* a zone may be declared after its use; checked in postconfiguration */
 

@@ -83,17 +83,18 @@ typedef struct {
     ngx_http_complex_value_t     key;
     ngx_int_t                    key_index; /* a key that is one variable */
     ngx_http_complex_value_t    *cost;      /* NULL: rule.cost */
-    ngx_str_t                    limit;     /* header texts known in advance */
-    ngx_str_t                    policy;    /* "name";q=N;w=  */
+    ngx_http_complex_value_t    *limit;     /* limit=$var; NULL: rule.limit */
+    ngx_http_complex_value_t    *burst;     /* burst=$var; NULL: rule.burst */
     ngx_int_t                    stats;     /* its counters in the zone, or
                                                ..._STATS_UNKNOWN */
 
     /* this worker's */
-    ngx_flag_t                   cost_warned;
     ngx_msec_t                   log_second; /* ngx_http_ratelimit_log_line */
     ngx_uint_t                   log_lines;
     ngx_uint_t                   log_level;
-    ngx_uint_t                   folded[2]; /* rejections, delays */
+    ngx_msec_t                   bad_second; /* ngx_http_ratelimit_log_bad */
+    ngx_uint_t                   folded[3]; /* rejections, delays, bad
+                                               values */
 } ngx_http_ratelimit_rule_t;
 
 
@@ -104,6 +105,7 @@ typedef struct {
     ngx_uint_t                   headers;
     ngx_flag_t                   dry_run;
     ngx_uint_t                   log_level;
+    ngx_flag_t                   off;       /* "ratelimit off" here */
 } ngx_http_ratelimit_loc_conf_t;
 
 
@@ -143,6 +145,8 @@ typedef struct {
     rl_request_t                 rq;
 
     ngx_http_ratelimit_rule_t   *rule;      /* binding rule, or NULL */
+    const rl_rule_t             *applied;   /* its parameters as applied to
+                                               the request (limit=$var) */
     rl_decision_t                decision;  /* binding rule's decision */
     uint64_t                     tag;       /* binding rule's key, hashed */
 
@@ -169,6 +173,8 @@ ngx_http_ratelimit_ctx_t *ngx_http_ratelimit_get_ctx(ngx_http_request_t *r);
 /* ngx_http_ratelimit_log.c */
 void ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
     const char *what, rl_check_t *check);
+void ngx_http_ratelimit_log_bad(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule, const char *what);
 ngx_int_t ngx_http_ratelimit_log_init(ngx_conf_t *cf,
     ngx_http_ratelimit_main_conf_t *rmcf);
 

@@ -51,13 +51,15 @@ TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
     EXPECT_EQ(error_of("limit=5 algorithm=magic"),
               "invalid \"algorithm=magic\": expected algorithm=gcra, token_bucket, fixed_window, sliding_window, "
               "sliding_log, leaky_bucket or quota");
-    EXPECT_EQ(error_of("limit=0"), "invalid \"limit=0\": expected an integer from 1 to 1000000000");
-    EXPECT_EQ(error_of("limit=-3"), "invalid \"limit=-3\": expected an integer from 1 to 1000000000");
-    EXPECT_EQ(error_of("limit=abc"), "invalid \"limit=abc\": expected an integer from 1 to 1000000000");
-    EXPECT_EQ(error_of("limit=1000000001"), "invalid \"limit=1000000001\": expected an integer from 1 to 1000000000");
+    EXPECT_EQ(error_of("limit=0"), "invalid \"limit=0\": expected an integer from 1 to 1000000000, or a $variable");
+    EXPECT_EQ(error_of("limit=-3"), "invalid \"limit=-3\": expected an integer from 1 to 1000000000, or a $variable");
+    EXPECT_EQ(error_of("limit=abc"), "invalid \"limit=abc\": expected an integer from 1 to 1000000000, or a $variable");
+    EXPECT_EQ(error_of("limit=1000000001"),
+              "invalid \"limit=1000000001\": expected an integer from 1 to 1000000000, or a $variable");
     EXPECT_EQ(error_of("limit=99999999999999999999999"),
-              "invalid \"limit=99999999999999999999999\": expected an integer from 1 to 1000000000");
-    EXPECT_EQ(error_of("limit=5 burst=0"), "invalid \"burst=0\": expected an integer from 1 to 1000000000");
+              "invalid \"limit=99999999999999999999999\": expected an integer from 1 to 1000000000, or a $variable");
+    EXPECT_EQ(error_of("limit=5 burst=0"),
+              "invalid \"burst=0\": expected an integer from 1 to 1000000000, or a $variable");
     EXPECT_EQ(error_of("limit=5 period=fast"),
               "invalid \"period=fast\": expected a time from 1ms to 366d, like 500ms, 1s, 1m, 1h, 7d");
     EXPECT_EQ(error_of("limit=5 period=0"),
@@ -66,7 +68,8 @@ TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
               "invalid \"period=367d\": expected a time from 1ms to 366d, like 500ms, 1s, 1m, 1h, 7d");
     EXPECT_EQ(error_of("limit=5 colour=red"),
               "unknown parameter \"colour=red\": expected zone=, key=, algorithm=, limit=, period=, burst=, "
-              "cost=, name=, align=, buckets=, max_delay=, reset=, utc_offset=, zero_cost= or log_key=");
+              "cost=, name=, align=, buckets=, max_delay=, reset=, utc_offset=, zero_cost=, log_key=, limit_default= "
+              "or limit_max=");
     EXPECT_EQ(error_of("limit=5 zero_cost=on"),
               "\"zero_cost=\" applies to cost=$variable only: a constant cost=0 always looks without spending");
     EXPECT_EQ(error_of("limit=5 zero_cost=maybe"),

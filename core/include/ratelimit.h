@@ -80,6 +80,13 @@ typedef struct {
                                    without spending (else it counts as 1) */
     uint32_t  log_key;          /* log_key=on: log lines show the key, not
                                    its fingerprint */
+    uint32_t  limit_var;        /* limit= is a $variable (the glue's):
+                                   limit holds limit_default, and
+                                   rl_rule_apply() a request's */
+    uint32_t  burst_var;        /* burst= is a $variable */
+    uint32_t  limit_max;        /* with a variable: the largest limit and
+                                   burst it may give (sizes sliding_log's
+                                   state) */
     uint32_t  given;            /* internal: parameters set explicitly */
     char      name[RL_NAME_MAX];/* given by name=, or rl_rule_finish's */
 } rl_rule_t;
@@ -87,7 +94,8 @@ typedef struct {
 /* Results of rl_rule_param. */
 #define RL_OK        0
 #define RL_ERROR    -1
-#define RL_DECLINED  1   /* zone=, key= or cost=$var: the caller's business */
+#define RL_DECLINED  1   /* zone=, key=, or cost=, limit= or burst= with a
+                            $variable: the caller's business */
 
 RL_API void rl_rule_init(rl_rule_t *rule);
 
@@ -100,6 +108,28 @@ RL_API int rl_rule_param(rl_rule_t *rule, const char *param, size_t len,
 
 /* Checks the parameters together, fills defaults and the derived name. */
 RL_API int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen);
+
+/*
+ * The rule as it applies to one request whose limit= or burst= is a
+ * variable, from the variables' values (ignored for a parameter that is
+ * constant): out is the rule with that limit and burst.  A value that is
+ * not an integer from 1 to limit_max, or too large for the period (the
+ * 2^61 bound of rl_rule_finish), is never unlimited: a limit falls back to
+ * limit_default, a burst to the limit applied (a burst= not given follows
+ * the limit applied).  Returns RL_OK, or RL_DECLINED when a value was not
+ * valid: err then says which, and what applies instead.
+ */
+RL_API int rl_rule_apply(const rl_rule_t *rule, const char *limit,
+    size_t limit_len, const char *burst, size_t burst_len, rl_rule_t *out,
+    char *err, size_t errlen);
+
+/*
+ * A request's cost from the value of cost=$var: a non-negative integer; 0
+ * only with zero_cost=on (else 0 would be a free pass for whoever sets the
+ * variable).  Anything else counts as 1: RL_DECLINED, and err says why.
+ */
+RL_API int rl_rule_cost(const rl_rule_t *rule, const char *value, size_t len,
+    uint64_t *cost, char *err, size_t errlen);
 
 /*
  * Parses whitespace-separated parameters (as written in the directive) and

@@ -12,7 +12,9 @@
 -- Returns {allowed, then per rule: allowed, never, remaining, reset_ms,
 -- retry_after_ms, delay_ms, window_ms}.
 --
--- State: gcra, token_bucket, leaky_bucket, fixed_window, quota keep a string
+-- State: gcra, token_bucket, leaky_bucket keep a string "t n l" (the
+-- instant t + n/l ms, l the limit it was written in: a request under another
+-- limit keeps the units the key owes, exact_time.h); fixed_window and quota
 -- "t n" (the core's head); sliding_window a string "tick c0 ... cS" (its
 -- block); sliding_log a list of the admitted units' times, oldest first.
 -- Every write sets the key to expire 1 ms after the state is back to full
@@ -61,7 +63,7 @@ end
 
 local function instant_after(now, u, limit)
   local q = fdiv(u, limit)
-  return {t = now + q, n = u - q * limit}
+  return {t = now + q, n = u - q * limit, l = limit}
 end
 
 -- the transitions: r is the rule, h the head {t, n}; they return the
@@ -72,7 +74,7 @@ end
 local function gcra(r, h, now, cost)
   local T = r.period
   local tau = r.burst * T
-  local ahead = units_ahead(h, now, r.limit)
+  local ahead = units_ahead(h, now, h.l or r.limit)
   local room = ahead < tau and tau - ahead or 0
   if cost > r.burst then return never(r.period, fdiv(room, T), cdiv(ahead, r.limit)) end
   local need = ahead + cost * T
@@ -123,7 +125,7 @@ end
 local function leaky_bucket(r, h, now, cost)
   local T = r.period
   local max_wait = r.max_delay * r.limit
-  local wait = units_ahead(h, now, r.limit)
+  local wait = units_ahead(h, now, h.l or r.limit)
   if cost > r.limit then return never(r.period, 0, cdiv(wait, r.limit)) end
   local d = decision(r.period)
   if cost == 0 then
@@ -289,9 +291,11 @@ local SLIDING_WINDOW, SLIDING_LOG = 3, 4
 local function load_head(key)
   local v = redis.call('GET', key)
   if not v then return {t = 0, n = 0} end
-  local t, n = string.match(v, '^(%-?%d+) (%d+)$')
+  local t, n, l = string.match(v, '^(%-?%d+) (%d+) ?(%d*)$')
   if not t then return {t = 0, n = 0} end
-  return {t = tonumber(t), n = tonumber(n)}
+  l = tonumber(l)
+  if l == 0 then l = nil end
+  return {t = tonumber(t), n = tonumber(n), l = l}
 end
 
 local function load_block(key, r)
@@ -323,7 +327,9 @@ local function expire_in(at, now, testing)
 end
 
 local function store_head(key, h, now, testing)
-  redis.call('SET', key, num(h.t) .. ' ' .. num(h.n), 'PX', expire_in(h.t, now, testing))
+  local v = num(h.t) .. ' ' .. num(h.n)
+  if h.l then v = v .. ' ' .. num(h.l) end
+  redis.call('SET', key, v, 'PX', expire_in(h.t, now, testing))
 end
 
 local function store_block(key, r, b, now, testing)

@@ -21,7 +21,7 @@ rl_decision_t gcra(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, 
 {
     const uint64_t T = (uint64_t) rule.period_ms;
     const uint64_t tau = (uint64_t) rule.burst * T;
-    const uint64_t ahead = units_ahead(s.head, now, rule.limit);  // TAT - now
+    const uint64_t ahead = paced_ahead(rule, s, now);  // TAT - now
     const uint64_t room = ahead < tau ? tau - ahead : 0;
 
     if (cost > rule.burst) {
@@ -37,7 +37,7 @@ rl_decision_t gcra(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, 
         d.remaining = (need <= tau ? tau - need : 0) / T;
         d.reset_ms = ceil_div(need, rule.limit);
         if (apply && cost > 0) {
-            s.head = instant_after(now, need, rule.limit);
+            paced_store(rule, s, now, need);
         }
     } else {
         d.remaining = room / T;

@@ -18,7 +18,7 @@ rl_decision_t leaky_bucket(const rl_rule_t &rule, State &s, int64_t now, uint64_
 {
     const uint64_t T = (uint64_t) rule.period_ms;  // units of 1/limit ms
     const uint64_t max_wait = (uint64_t) rule.max_delay_ms * rule.limit;
-    const uint64_t wait = units_ahead(s.head, now, rule.limit);  // until the slot
+    const uint64_t wait = paced_ahead(rule, s, now);  // until the slot
 
     if (cost > rule.limit) {
         return never(rule.period_ms, 0, ceil_div(wait, rule.limit));
@@ -50,7 +50,7 @@ rl_decision_t leaky_bucket(const rl_rule_t &rule, State &s, int64_t now, uint64_
     d.reset_ms = ceil_div(queued, rule.limit);
     d.remaining = queued <= max_wait ? (max_wait - queued) / T + 1 : 0;
     if (apply) {
-        s.head = instant_after(now, drain, rule.limit);
+        paced_store(rule, s, now, drain);
     }
     return d;
 }

@@ -68,28 +68,29 @@ const char *rl_redis_script(size_t *len)
 
 int rl_redis_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
 {
+    // the largest count the rule may apply: limit_max when a variable sets it
+    const bool var = rule->limit_var || rule->burst_var;
+    const bool bucket = rule->algorithm == RL_GCRA || rule->algorithm == RL_TOKEN_BUCKET;
+    const uint64_t count = var ? rule->limit_max : bucket && rule->burst > rule->limit ? rule->burst : rule->limit;
     unsigned __int128 units = 0;
     switch (rule->algorithm) {
     case RL_GCRA:
     case RL_TOKEN_BUCKET:
-        units =
-            (unsigned __int128) (rule->burst > rule->limit ? rule->burst : rule->limit) * (uint64_t) rule->period_ms;
+    case RL_SLIDING_WINDOW:
+        units = (unsigned __int128) count * (uint64_t) rule->period_ms;
         break;
     case RL_LEAKY_BUCKET:
-        units = (unsigned __int128) rule->limit * (uint64_t) (rule->period_ms + rule->max_delay_ms);
-        break;
-    case RL_SLIDING_WINDOW:
-        units = (unsigned __int128) rule->limit * (uint64_t) rule->period_ms;
+        units = (unsigned __int128) count * (uint64_t) (rule->period_ms + rule->max_delay_ms);
         break;
     default:
         return RL_OK;  // counters and times only
     }
     if (units > RL_REDIS_UNITS_MAX) {
         return rl::fail(err, errlen,
-                        "limit x period of %u per %lld ms is too fine for a Redis zone: at most 2^50 (its script "
-                        "computes in units of 1/limit ms, exactly only below 2^53)",
-                        rule->algorithm <= RL_TOKEN_BUCKET && rule->burst > rule->limit ? rule->burst : rule->limit,
-                        (long long) rule->period_ms);
+                        "%s x period of %llu per %lld ms is too fine for a Redis zone: at most 2^50 (its script "
+                        "computes in units of 1/limit ms, exactly only below 2^53)%s",
+                        var ? "limit_max" : "limit", (unsigned long long) count, (long long) rule->period_ms,
+                        var ? ": set a lower limit_max=" : "");
     }
     return RL_OK;
 }

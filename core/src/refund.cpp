@@ -19,9 +19,9 @@ void refund(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t after, in
     case RL_GCRA:
     case RL_TOKEN_BUCKET:
     case RL_LEAKY_BUCKET: {
-        const uint64_t ahead = units_ahead(s.head, now, rule.limit);
+        const uint64_t ahead = paced_ahead(rule, s, now);
         const uint64_t back = cost * (uint64_t) rule.period_ms;
-        s.head = instant_after(now, ahead > back ? ahead - back : 0, rule.limit);
+        paced_store(rule, s, now, ahead > back ? ahead - back : 0);
         return;
     }
     case RL_SLIDING_WINDOW:

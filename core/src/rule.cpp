@@ -7,6 +7,7 @@
 #include <initializer_list>
 
 #include "error.h"
+#include "exact_time.h"
 #include "ratelimit.h"
 #include "siphash.h"
 
@@ -28,6 +29,8 @@ enum Param : uint32_t {
     P_UTC_OFFSET = 1u << 10,
     P_ZERO_COST = 1u << 11,
     P_LOG_KEY = 1u << 12,
+    P_LIMIT_DEFAULT = 1u << 13,
+    P_LIMIT_MAX = 1u << 14,
 };
 
 // Every parameter the core parses, by name.
@@ -35,11 +38,25 @@ const struct {
     const char *name;
     uint32_t bit;
 } params[] = {
-    {"algorithm", P_ALGORITHM}, {"limit", P_LIMIT}, {"period", P_PERIOD},         {"burst", P_BURST},
-    {"cost", P_COST},           {"name", P_NAME},   {"align", P_ALIGN},           {"buckets", P_BUCKETS},
-    {"max_delay", P_MAX_DELAY}, {"reset", P_RESET}, {"utc_offset", P_UTC_OFFSET}, {"zero_cost", P_ZERO_COST},
+    {"algorithm", P_ALGORITHM},
+    {"limit", P_LIMIT},
+    {"period", P_PERIOD},
+    {"burst", P_BURST},
+    {"cost", P_COST},
+    {"name", P_NAME},
+    {"align", P_ALIGN},
+    {"buckets", P_BUCKETS},
+    {"max_delay", P_MAX_DELAY},
+    {"reset", P_RESET},
+    {"utc_offset", P_UTC_OFFSET},
+    {"zero_cost", P_ZERO_COST},
     {"log_key", P_LOG_KEY},
+    {"limit_default", P_LIMIT_DEFAULT},
+    {"limit_max", P_LIMIT_MAX},
 };
+
+// The parameters that may be a $variable, evaluated by the glue per request.
+const uint32_t variable_params = P_COST | P_LIMIT | P_BURST;
 
 struct Name {
     const char *text;
@@ -153,6 +170,32 @@ void format_period(int64_t ms, char *buf, size_t len)
     }
 }
 
+// The exact arithmetic (exact_time.h) works in units of 1/limit ms: a
+// bucket's capacity, burst x period, or a shaper's queue,
+// limit x (period + max_delay), must fit in 2^61 units.
+constexpr uint64_t kUnitsBound = 1ull << 61;
+
+bool too_large(const rl_rule_t &rule)
+{
+    const bool bucket = rule.algorithm == RL_GCRA || rule.algorithm == RL_TOKEN_BUCKET;
+    const bool leaky = rule.algorithm == RL_LEAKY_BUCKET;
+    const uint64_t count = bucket ? rule.burst : rule.limit;
+    const uint64_t span = (uint64_t) rule.period_ms + (leaky ? (uint64_t) rule.max_delay_ms : 0);
+    return (bucket || leaky) && (unsigned __int128) count * span > kUnitsBound;
+}
+
+// A request's value of a variable, for a message: quoted, at most 32
+// bytes, anything but printable ASCII as "?" (the client may have chosen
+// it).
+void quote_value(Text v, char *buf, size_t len)
+{
+    size_t n = v.len < 32 ? v.len : 32, i;
+    for (i = 0; i < n && i + 1 < len; i++) {
+        buf[i] = v.p[i] >= 0x20 && v.p[i] < 0x7f && v.p[i] != '"' ? v.p[i] : '?';
+    }
+    std::snprintf(buf + i, len - i, "%s", v.len > n ? "..." : "");
+}
+
 bool name_char(char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
@@ -176,10 +219,13 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
         }
     }
     if (bit == 0) {
-        return fail(err, errlen,
-                    "unknown parameter \"%.*s\": expected zone=, key=, algorithm=, limit=, period=, burst=, "
-                    "cost=, name=, align=, buckets=, max_delay=, reset=, utc_offset=, zero_cost= or log_key=",
-                    w, whole.p);
+        char expected[RL_ERR_MAX] = "zone=, key=";
+        const size_t n = sizeof(params) / sizeof(params[0]);
+        for (size_t i = 0; i < n; i++) {
+            const size_t at = std::strlen(expected);
+            std::snprintf(expected + at, sizeof(expected) - at, "%s%s=", i + 1 < n ? ", " : " or ", params[i].name);
+        }
+        return fail(err, errlen, "unknown parameter \"%.*s\": expected %s", w, whole.p, expected);
     }
 
     if (rule->given & bit) {
@@ -187,8 +233,8 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
     }
     rule->given |= bit;
 
-    if (bit == P_COST && v.len > 0 && v.p[0] == '$') {
-        rule->cost_var = 1;
+    if ((bit & variable_params) && v.len > 0 && v.p[0] == '$') {
+        (bit == P_COST ? rule->cost_var : bit == P_LIMIT ? rule->limit_var : rule->burst_var) = 1;
         return RL_DECLINED;  // the glue evaluates it per request
     }
 
@@ -201,13 +247,19 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
 
     case P_LIMIT:
     case P_BURST:
-    case P_COST: {
+    case P_COST:
+    case P_LIMIT_DEFAULT:
+    case P_LIMIT_MAX: {
         const uint64_t min = bit == P_COST ? 0 : 1;
         if (!parse_uint(v, RL_LIMIT_MAX, &n) || n < min) {
             return fail(err, errlen, "invalid \"%.*s\": expected an integer from %llu to %u%s", w, whole.p,
-                        (unsigned long long) min, RL_LIMIT_MAX, bit == P_COST ? ", or a $variable" : "");
+                        (unsigned long long) min, RL_LIMIT_MAX, (bit & variable_params) ? ", or a $variable" : "");
         }
-        uint32_t *field = bit == P_LIMIT ? &rule->limit : bit == P_BURST ? &rule->burst : &rule->cost;
+        // limit_default= is the limit until a request's variable says otherwise
+        uint32_t *field = bit == P_LIMIT || bit == P_LIMIT_DEFAULT ? &rule->limit
+                          : bit == P_BURST                         ? &rule->burst
+                          : bit == P_COST                          ? &rule->cost
+                                                                   : &rule->limit_max;
         *field = (uint32_t) n;
         return RL_OK;
     }
@@ -322,8 +374,12 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
             return fail(err, errlen, "missing \"limit=\": every rule needs one, e.g. limit=100");
         }
         if ((rule->given & P_BURST) && !bucket) {
-            return fail(err, errlen, "\"burst=%u\" does not apply to algorithm=%s: burst is for gcra and token_bucket",
-                        rule->burst, alg);
+            char burst[16] = "";
+            if (!rule->burst_var) {
+                std::snprintf(burst, sizeof(burst), "%u", rule->burst);
+            }
+            return fail(err, errlen, "\"burst=%s\" does not apply to algorithm=%s: burst is for gcra and token_bucket",
+                        burst, alg);
         }
         for (const auto &p : specific) {
             if ((rule->given & p.bit) && a != p.algorithm) {
@@ -336,6 +392,32 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
             return fail(err, errlen,
                         "\"zero_cost=\" applies to cost=$variable only: a constant cost=0 always looks without "
                         "spending");
+        }
+
+        if (rule->limit_var && !(rule->given & P_LIMIT_DEFAULT)) {
+            return fail(err, errlen,
+                        "missing \"limit_default=\" for limit=$variable: the limit a request gets when the "
+                        "variable's value is not a valid limit, e.g. limit_default=100");
+        }
+        if (!rule->limit_var && (rule->given & P_LIMIT_DEFAULT)) {
+            return fail(err, errlen, "\"limit_default=\" applies to limit=$variable only");
+        }
+        const bool var = rule->limit_var || rule->burst_var;
+        if (!var && (rule->given & P_LIMIT_MAX)) {
+            return fail(err, errlen, "\"limit_max=\" applies to limit=$variable or burst=$variable only");
+        }
+        if (var && !(rule->given & P_LIMIT_MAX)) {
+            if (a == RL_SLIDING_LOG) {
+                return fail(err, errlen,
+                            "missing \"limit_max=\" for algorithm=sliding_log with limit=$variable: its state "
+                            "keeps one time a unit, sized by the largest limit, e.g. limit_max=1000 (at most %u)",
+                            RL_LOG_LIMIT_MAX);
+            }
+            rule->limit_max = RL_LIMIT_MAX;
+        }
+        if (var && rule->limit > rule->limit_max) {
+            return fail(err, errlen, "\"%s=%u\" exceeds limit_max=%u", rule->limit_var ? "limit_default" : "limit",
+                        rule->limit, rule->limit_max);
         }
 
         if (a == RL_QUOTA) {
@@ -352,11 +434,12 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
             rule->period_ms = lengths[rule->reset];  // nominal: names and docs; decisions use the calendar
         }
         if (a == RL_SLIDING_LOG) {
-            if (rule->limit > RL_LOG_LIMIT_MAX) {
+            const uint32_t most = rule->limit_var ? rule->limit_max : rule->limit;
+            if (most > RL_LOG_LIMIT_MAX) {
                 return fail(err, errlen,
-                            "\"limit=%u\" is too large for algorithm=sliding_log: it keeps one time a unit, at most "
+                            "\"%s=%u\" is too large for algorithm=sliding_log: it keeps one time a unit, at most "
                             "%u; use sliding_window for larger limits",
-                            rule->limit, RL_LOG_LIMIT_MAX);
+                            rule->limit_var ? "limit_max" : "limit", most, RL_LOG_LIMIT_MAX);
             }
             if (rule->period_ms > RL_LOG_PERIOD_MAX_MS) {
                 return fail(err, errlen,
@@ -364,7 +447,7 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
                             "sliding_window or quota for longer periods");
             }
         }
-        if (!(rule->given & P_BURST)) {
+        if (!(rule->given & P_BURST) || rule->burst_var) {
             rule->burst = rule->limit;
         }
         if (!(rule->given & P_BUCKETS)) {
@@ -380,16 +463,13 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
                         bucket ? "burst" : "limit", capacity);
         }
 
-        // The exact arithmetic (exact_time.h) works in units of 1/limit ms:
-        // a bucket's capacity, burst x period, or a shaper's queue,
-        // limit x (period + max_delay), must fit in 2^61 units.  The message
-        // names the largest time for this count, and the largest count for
-        // this time.
-        const uint64_t max_units = 1ull << 61;
+        // The 2^61 bound (too_large): the message names the largest time for
+        // this count, and the largest count for this time.
+        const uint64_t max_units = kUnitsBound;
         const bool leaky = a == RL_LEAKY_BUCKET;
         const uint64_t count = bucket ? rule->burst : rule->limit;
         const uint64_t span = (uint64_t) rule->period_ms + (leaky ? (uint64_t) rule->max_delay_ms : 0);
-        if ((bucket || leaky) && count * span > max_units) {
+        if (too_large(*rule)) {
             char period[32];
             format_period(rule->period_ms, period, sizeof(period));
             const uint64_t most_ms = max_units / count;
@@ -412,11 +492,15 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
             } else {
                 format_period(rule->period_ms, period, sizeof(period));
             }
-            if (bucket && rule->burst != rule->limit) {
-                std::snprintf(rule->name, RL_NAME_MAX, "%s_%u_%s_b%u", alg, rule->limit, period, rule->burst);
-            } else {
-                std::snprintf(rule->name, RL_NAME_MAX, "%s_%u_%s", alg, rule->limit, period);
+            // a variable limit or burst is "var": gcra_var_1h, gcra_100_1m_bvar
+            char limit[16], burst[16] = "";
+            std::snprintf(limit, sizeof(limit), rule->limit_var ? "var" : "%u", rule->limit);
+            if (rule->burst_var) {
+                std::snprintf(burst, sizeof(burst), "_bvar");
+            } else if (bucket && rule->burst != rule->limit) {
+                std::snprintf(burst, sizeof(burst), "_b%u", rule->burst);
             }
+            std::snprintf(rule->name, RL_NAME_MAX, "%s_%s_%s%s", alg, limit, period, burst);
         }
         return RL_OK;
     } catch (...) {
@@ -443,12 +527,82 @@ int rl_rule_parse(rl_rule_t *rule, const char *text, char *err, size_t errlen)
         if (rc == RL_ERROR) {
             return RL_ERROR;
         }
-        if (rc == RL_DECLINED && std::strncmp(start, "cost=", 5) == 0) {
+        if (rc == RL_DECLINED && std::strncmp(start, "zone=", 5) != 0 && std::strncmp(start, "key=", 4) != 0) {
             return fail(err, errlen, "invalid \"%.*s\": variables are only known inside nginx", (int) (p - start),
                         start);
         }
     }
     return rl_rule_finish(rule, err, errlen);
+}
+
+int rl_rule_apply(const rl_rule_t *rule, const char *limit, size_t limit_len, const char *burst, size_t burst_len,
+                  rl_rule_t *out, char *err, size_t errlen)
+{
+    try {
+        *out = *rule;
+        err[0] = '\0';
+        uint64_t n;
+        char value[64];
+        size_t len = 0;
+        auto bad = [&](const char *what, Text v, const char *instead) {
+            quote_value(v, value, sizeof(value));
+            len += (size_t) std::snprintf(err + len, len < errlen ? errlen - len : 0,
+                                          "%s%s \"%s\" is not an integer from 1 to %u: %s applies", len ? "; " : "",
+                                          what, value, rule->limit_max, instead);
+            len = len < errlen ? len : errlen;
+        };
+
+        if (rule->limit_var) {
+            if (parse_uint(Text{limit, limit_len}, rule->limit_max, &n) && n >= 1) {
+                out->limit = (uint32_t) n;
+            } else {
+                char instead[32];
+                std::snprintf(instead, sizeof(instead), "limit_default=%u", rule->limit);
+                bad("limit", Text{limit, limit_len}, instead);
+            }
+        }
+        if (rule->burst_var) {
+            if (parse_uint(Text{burst, burst_len}, rule->limit_max, &n) && n >= 1) {
+                out->burst = (uint32_t) n;
+            } else {
+                out->burst = out->limit;
+                bad("burst", Text{burst, burst_len}, "the limit");
+            }
+        } else if (!(rule->given & P_BURST)) {
+            out->burst = out->limit;  // a burst not given follows the limit
+        }
+
+        if (too_large(*out)) {
+            // the defaults fit (rl_rule_finish)
+            std::snprintf(err + len, len < errlen ? errlen - len : 0,
+                          "%slimit %u and burst %u are too large for the period (2^61 units): limit_default=%u "
+                          "applies",
+                          len ? "; " : "", out->limit, out->burst, rule->limit);
+            out->limit = rule->limit;
+            out->burst = rule->burst;
+            return RL_DECLINED;
+        }
+        return err[0] ? RL_DECLINED : RL_OK;
+    } catch (...) {
+        *out = *rule;
+        return fail(err, errlen, "internal error");
+    }
+}
+
+int rl_rule_cost(const rl_rule_t *rule, const char *value, size_t len, uint64_t *cost, char *err, size_t errlen)
+{
+    uint64_t n;
+    if (parse_uint(Text{value, len}, (uint64_t) INT64_MAX, &n) && (n > 0 || rule->zero_cost)) {
+        *cost = n;
+        return RL_OK;
+    }
+    char quoted[64];
+    quote_value(Text{value, len}, quoted, sizeof(quoted));
+    *cost = 1;
+    std::snprintf(err, errlen, "cost \"%s\" is %s, counted as 1", quoted,
+                  len > 0 && parse_uint(Text{value, len}, (uint64_t) INT64_MAX, &n) ? "0 without zero_cost=on"
+                                                                                    : "not a non-negative integer");
+    return RL_DECLINED;
 }
 
 uint64_t rl_rule_identity(const rl_rule_t *rule, const char *key_expr, size_t key_expr_len)
@@ -459,7 +613,10 @@ uint64_t rl_rule_identity(const rl_rule_t *rule, const char *key_expr, size_t ke
     uint8_t buf[1 + RL_NAME_MAX + 512];
     size_t len = 0;
 
-    buf[len++] = (uint8_t) rule->algorithm;
+    // A paced rule with a variable limit keeps a block with each key (see
+    // exact_time.h): its keys are not those of the same rule with a
+    // constant limit.
+    buf[len++] = (uint8_t) (rule->algorithm | (rl::paced_block_size(*rule) ? 0x80 : 0));
     size_t nlen = std::strlen(rule->name);
     std::memcpy(buf + len, rule->name, nlen + 1);
     len += nlen + 1;

@@ -18,14 +18,21 @@ struct Block {
     int64_t base;    // times are ms after base
     uint32_t head;   // ring index of the oldest time
     uint32_t count;  // times in the ring
-    uint32_t at[1];  // [limit]
+    uint32_t at[1];  // [ring_size]
 };
+
+// The ring's size: the largest limit the rule may apply (limit_max, when
+// the limit is a variable).
+uint32_t ring_size(const rl_rule_t &rule)
+{
+    return rule.limit_var ? rule.limit_max : rule.limit;
+}
 
 }  // namespace
 
 size_t sliding_log_blob_size(const rl_rule_t &rule)
 {
-    return offsetof(Block, at) + sizeof(uint32_t) * rule.limit;
+    return offsetof(Block, at) + sizeof(uint32_t) * ring_size(rule);
 }
 
 // A restored key's units (summary.cpp) all logged at one instant: the
@@ -36,7 +43,7 @@ void sliding_log_restore(const rl_rule_t &rule, State &s, int64_t now)
     const int64_t at = s.head.t - rule.period_ms;
     b->base = at < now ? at : now;
     b->head = 0;
-    b->count = s.head.n < rule.limit ? s.head.n : rule.limit;
+    b->count = s.head.n < rule.limit ? s.head.n : rule.limit;  // <= ring_size
     for (uint32_t i = 0; i < b->count; i++) {
         b->at[i] = 0;
     }
@@ -50,7 +57,7 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
         return windowed_count(rule, s, now, cost, false, s.head.t, rule.period_ms);
     }
     Block *b = reinterpret_cast<Block *>(s.blob);
-    const uint32_t size = rule.limit;
+    const uint32_t size = ring_size(rule);
     const int64_t W = rule.period_ms;
     // A block a process died writing may hold anything (the table does not
     // save blocks, table.h): more times than it has room for, or a base more
@@ -72,7 +79,7 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
     const int64_t reset = live ? newest + W - now : 0;
 
     if (cost > rule.limit) {
-        return never(W, rule.limit - live, reset);
+        return never(W, live < rule.limit ? rule.limit - live : 0, reset);
     }
 
     rl_decision_t d{};
@@ -102,7 +109,7 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
         }
     } else {
         // the (live + cost - limit)-th oldest live unit must leave first
-        d.remaining = rule.limit - live;
+        d.remaining = live < rule.limit ? rule.limit - live : 0;  // a lowered limit
         d.reset_ms = reset;
         d.retry_after_ms = time_of(expired + (uint32_t) (live + cost - rule.limit) - 1) + W - now;
     }
@@ -114,7 +121,7 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
 void sliding_log_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64_t at)
 {
     Block *b = reinterpret_cast<Block *>(s.blob);
-    const uint32_t size = rule.limit;
+    const uint32_t size = ring_size(rule);
     if (b == nullptr || b->count > size) {
         return;
     }

@@ -21,11 +21,6 @@ namespace {
 
 using wide = unsigned __int128;
 
-bool paced(uint32_t algorithm)
-{
-    return algorithm == RL_GCRA || algorithm == RL_TOKEN_BUCKET || algorithm == RL_LEAKY_BUCKET;
-}
-
 // A paced key's capacity in units of 1/limit ms: the burst, or the longest
 // queue a leaky bucket admits (max_delay, and the request's own cost).
 uint64_t paced_capacity(const rl_rule_t &rule)
@@ -75,7 +70,7 @@ int64_t window_end(const rl_rule_t &rule, int64_t now)
 uint32_t owed_frac(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now)
 {
     if (paced(rule.algorithm)) {
-        const uint64_t ahead = units_ahead(s.head, now, rule.limit);
+        const uint64_t ahead = paced_ahead(rule, s, now);
         return ahead <= (uint64_t) rule.period_ms ? 0 : fraction(ahead, paced_capacity(rule));
     }
     const uint64_t units = rule.limit - (d.remaining < rule.limit ? d.remaining : rule.limit);
@@ -107,6 +102,11 @@ State restore(const rl_rule_t &rule, Owed o, int64_t now)
 
 void restore_block(const rl_rule_t &rule, State &s, int64_t now)
 {
+    if (paced(rule.algorithm)) {
+        // a head-only state: its instant, written again with the block
+        paced_store(rule, s, now, units_ahead(s.head, now, rule.limit));
+        return;
+    }
     if (s.head.n == 0 || s.head.t <= now) {
         return;
     }

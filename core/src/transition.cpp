@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "algorithms.h"
+#include "exact_time.h"
 
 namespace rl {
 
@@ -35,7 +36,7 @@ size_t blob_size(const rl_rule_t &rule)
     case RL_SLIDING_LOG:
         return sliding_log_blob_size(rule);
     default:
-        return 0;
+        return paced_block_size(rule);
     }
 }
 
