@@ -70,7 +70,7 @@ build_module() {
     fi
     cc_opt="$cc_opt -fPIC $extra_cc"
     ld_opt="$ld_opt -fPIC $extra_ld"
-    stamp=$(printf '%s\n' "$NGINX_SRC" "$lib" "$cc_opt" "$ld_opt" | cat - "$ROOT/config" | sha256sum)
+    stamp=$(printf '%s\n' "$NGINX_SRC" "$lib" "$cc_opt" "$ld_opt" | cat - "$ROOT/config" "$ROOT/config.make" | sha256sum)
 
     if [ ! -f "$objdir/objs/Makefile" ] || [ "$(cat "$objdir/.stamp" 2>/dev/null)" != "$stamp" ]; then
         log "configuring nginx from $NGINX_SRC in $objdir"
