@@ -28,6 +28,9 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 
 PACKAGES=(nginx nginx-dev cmake make g++ libgtest-dev libpcre2-dev libssl-dev
           zlib1g-dev perl redis-server gdb)
+# what the end-to-end tests need beyond the build: t/dashboard.t opens the
+# dashboard in Debian's headless Chromium
+TEST_PACKAGES=(chromium)
 
 log() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
 
@@ -113,6 +116,7 @@ build() {
 }
 
 run_tests() {
+    ensure_packages "${TEST_PACKAGES[@]}"
     log "unit tests (ctest)"
     ctest --test-dir "$BUILD/cmake" --output-on-failure -j "$JOBS"
     log "end-to-end tests (prove -r t/)"
@@ -126,7 +130,7 @@ run_tests() {
 # the error log fails the test that caused it (t/lib/RLTest.pm).
 test_asan() {
     local dir=$BUILD/asan
-    ensure_packages "${PACKAGES[@]}"
+    ensure_packages "${PACKAGES[@]}" "${TEST_PACKAGES[@]}"
     mkdir -p "$dir"
     build_core "$dir/cmake" -DRL_SANITIZE=ON -DRL_BENCH=OFF -DRL_TOOLS_DIR="$dir"
     build_module "$dir/cmake/libratelimit_core.a" "$dir/nginx" "$dir/ngx_http_ratelimit_module.so" \

@@ -108,6 +108,17 @@ server {
     location = /dashboard-500 { ratelimit_dashboard stats=/stats-500 api=/rl/; }
     location = /dashboard-down { ratelimit_dashboard stats=/stats-down api=/rl/; }
 
+    # fields to come (a version) and fields missing: a canned stats answer
+    location = /dashboard-canned { ratelimit_dashboard stats=/canned/stats.json; }
+
+    # behind auth_basic: the page's requests carry the browser's credentials
+    location /private/ {
+        auth_basic "rate limits";
+        auth_basic_user_file %%PREFIX%%/htpasswd;
+        location = /private/ { ratelimit_dashboard stats=/private/stats; }
+        location = /private/stats { ratelimit_stats; }
+    }
+
     # STAND-INS for ratelimit_api, until it lands: canned JSON files (written
     # below) at its paths, /rl/ with writes on, /ro/ without.
     location ~ ^/(rl|ro)/zones\$ {
@@ -133,6 +144,25 @@ EOF
 }
 $t->write_conf(conf());
 $t->start();
+
+# The page itself.
+{
+    my $r = $t->get('/dashboard');
+    is($r->{status}, 200, 'page: 200');
+    is($r->{headers}{'content-type'}, 'text/html; charset=utf-8', 'page: HTML');
+    like($r->{headers}{'content-security-policy'}, qr/default-src 'none';.*connect-src 'self'/,
+         'page: the browser loads nothing else, and reads only this server');
+    like($r->{content}, qr{<script id="rl-config" type="application/json">\{"stats":"/stats","api":"/rl/"\}</script>},
+         'page: its URIs written in');
+    unlike($r->{content}, qr{(?:src|href)="?(?:https?:)?//}, 'page: no external resource');
+    like($t->get('/dashboard-noapi')->{content}, qr{\{"stats":"/stats","api":null\}}, 'page: no api=');
+    my $http = HTTP::Tiny->new(keep_alive => 0);
+    $r = $http->request('HEAD', "http://127.0.0.1:${\ $t->port}/dashboard");
+    is($r->{status}, 200, 'page: HEAD');
+    is($r->{headers}{'content-length'}, length $t->get('/dashboard')->{content}, 'page: HEAD, its length');
+    is($http->request('POST', "http://127.0.0.1:${\ $t->port}/dashboard", { content => 'x' })->{status}, 405,
+       'page: POST not allowed');
+}
 
 # Keys refused in every rule, by requests one after another.
 sub get_as {
@@ -167,8 +197,21 @@ my %files = (
 );
 $files{'ro/zones.json'} = { %{ $files{'rl/zones.json'} }, write => JSON::PP::false };
 $files{'ro/top-api.json'} = $files{'rl/top-api.json'};
-mkdir "$p/html/$_" for qw(rl ro);
+mkdir "$p/html/$_" for qw(rl ro canned);
+RLTest::write_file("$p/html/canned/stats.json",
+                   '{"version":"9.8.7","zones":{"bare":{"rules":{"r1":{}}},"odd <b>&amp;</b>":{}}}');
+RLTest::write_file("$p/htpasswd", "ops:{PLAIN}secret\n");
 RLTest::write_file("$p/html/$_", encode_json($files{$_})) for keys %files;
+
+# like and unlike, but a DOM is too long to show when it fails
+sub has {
+    my ($text, $re, $name) = @_;
+    ok($text =~ $re, $name) or diag("no $re in the DOM (" . length($text) . ' characters)');
+}
+sub hasnt {
+    my ($text, $re, $name) = @_;
+    ok($text !~ $re, $name) or diag("$re in the DOM: $&");
+}
 
 # one element's HTML from the DOM: the rule's <article>, the zone's <section>
 sub part {
@@ -186,31 +229,31 @@ my $t0 = time;
 my $dom = RLBrowser::dump_dom("$url/dashboard");
 my $polls = $dom =~ /<body data-polls="(\d+)"/ ? $1 : 0;
 cmp_ok($polls, '>=', 2, "the page polled ($polls polls in the DOM's 5 virtual seconds)");
-like($dom, qr/<p id="banner" role="alert" hidden="">/, 'no error banner');
+has($dom, qr/<p id="banner" role="alert" hidden="">/, 'no error banner');
 for my $z (qw(api web)) {
-    like($dom, qr/<section class="zone" data-zone="$z">/, "zone $z shown");
+    has($dom, qr/<section class="zone" data-zone="$z">/, "zone $z shown");
 }
 for my $r (qw(per_ip per_user pages)) {
-    like($dom, qr/<article class="rule" data-rule="$r">/, "rule $r shown");
+    has($dom, qr/<article class="rule" data-rule="$r">/, "rule $r shown");
 }
 my $user = part($dom, 'article', 'data-rule', 'per_user');
 is(data_value($user, 'total-refused'), 20, 'per_user: 20 refused, as nginx counted');
-like($user, qr/>20<\/b> refused/, 'per_user: the figure on the page');
+has($user, qr/>20<\/b> refused/, 'per_user: the figure on the page');
 is(data_value($user, 'total-allowed'), 100, 'per_user: 100 allowed');
-like($user, qr/fixed_window · 100 \/ 1h/, 'per_user: its algorithm and limit from the API');
-like($user, qr/<td class="key" data-key="alice"[^>]*>alice<\/td><td class="n" data-value="20"[^>]*>20<\/td>/,
+has($user, qr/fixed_window · 100 \/ 1h/, 'per_user: its algorithm and limit from the API');
+has($user, qr/<td class="key" data-key="alice"[^>]*>alice<\/td><td class="n" data-value="20"[^>]*>20<\/td>/,
      'per_user: the top key, alice, with its count');
-like($user, qr/<button class="reset"/, 'per_user: a reset button (writes allowed)');
+has($user, qr/<button class="reset"/, 'per_user: a reset button (writes allowed)');
 my $ip = part($dom, 'article', 'data-rule', 'per_ip');
 is(data_value($ip, 'total-refused'), $rules->{per_ip}{rejected}, 'per_ip: its refusals, as nginx counted');
-like($ip, qr/data-key="$fp_ip"[^>]*>$fp_ip</, 'per_ip: a key by its fingerprint');
+has($ip, qr/data-key="$fp_ip"[^>]*>$fp_ip</, 'per_ip: a key by its fingerprint');
 my $big = 3 * $rules->{per_ip}{rejected} + 1;
-like($ip, qr/data-value="$big"[^>]*>\Q${\ fmt($big)}\E</, "per_ip: its count for people (${\ fmt($big)})");
-like(part($dom, 'article', 'data-rule', 'pages'), qr/leaky_bucket · 50 \/ 1s/, 'pages: a period in ms, shown');
+has($ip, qr/data-value="$big"[^>]*>\Q${\ fmt($big)}\E</, "per_ip: its count for people (${\ fmt($big)})");
+has(part($dom, 'article', 'data-rule', 'pages'), qr/leaky_bucket · 50 \/ 1s/, 'pages: a period in ms, shown');
 my $api = part($dom, 'section', 'data-zone', 'api');
-like($api, qr/keys held \/ capacity<\/span><b data-value="$stats->{zones}{api}{keys}"/, 'zone api: keys held');
-like($api, qr/summary refusals<\/dt><dd><span data-value="\d+"/, 'zone api: its summary refusals');
-like($api, qr/live-key evictions<\/dt><dd><span data-value="\d+"/, 'zone api: its live-key evictions');
+has($api, qr/keys held \/ capacity<\/span><b data-value="$stats->{zones}{api}{keys}"/, 'zone api: keys held');
+has($api, qr/summary refusals<\/dt><dd><span data-value="\d+"/, 'zone api: its summary refusals');
+has($api, qr/live-key evictions<\/dt><dd><span data-value="\d+"/, 'zone api: its live-key evictions');
 
 sub fmt {   # as the page's fmtNum, for the figures used here
     my ($n) = @_;
@@ -219,35 +262,46 @@ sub fmt {   # as the page's fmtNum, for the figures used here
 
 $dom = RLBrowser::dump_dom("$url/dashboard-ro");
 $user = part($dom, 'article', 'data-rule', 'per_user');
-like($user, qr/data-key="alice"/, 'read-only API: the top key shown');
-unlike($dom, qr/<button/, 'read-only API: no reset button');
+has($user, qr/data-key="alice"/, 'read-only API: the top key shown');
+hasnt($dom, qr/<button/, 'read-only API: no reset button');
 
 $dom = RLBrowser::dump_dom("$url/dashboard-noapi");
-like($dom, qr/data-rule="per_user"/, 'no api=: the stats shown');
-like($dom, qr/<p id="apinote">Top refused keys need ratelimit_api: give ratelimit_dashboard an api= parameter/,
+has($dom, qr/data-rule="per_user"/, 'no api=: the stats shown');
+has($dom, qr/<p id="apinote">Top refused keys need ratelimit_api: give ratelimit_dashboard an api= parameter/,
      'no api=: says the top keys need ratelimit_api');
-like($dom, qr/<table class="top" hidden="">/, 'no api=: no top keys table');
+has($dom, qr/<table class="top" hidden="">/, 'no api=: no top keys table');
 
 $dom = RLBrowser::dump_dom("$url/dashboard-404");
-like($dom, qr/data-rule="per_user"/, 'API answering 404: the stats shown');
-like($dom, qr/<p id="apinote">Top refused keys need ratelimit_api: \/nothing\/zones answered 404/,
+has($dom, qr/data-rule="per_user"/, 'API answering 404: the stats shown');
+has($dom, qr/<p id="apinote">Top refused keys need ratelimit_api: \/nothing\/zones answered 404/,
      'API answering 404: says so');
+
+$dom = RLBrowser::dump_dom("$url/dashboard-canned");
+has($dom, qr/<span id="version">v9\.8\.7<\/span>/, 'canned stats: a version shown');
+has($dom, qr/<article class="rule" data-rule="r1">/, 'canned stats: a rule without figures shown');
+has($dom, qr/<span class="zname">odd &lt;b&gt;&amp;amp;&lt;\/b&gt;<\/span>/, 'canned stats: a name is text, not markup');
+has($dom, qr/<span id="status">live/, 'canned stats: no page error');
+
+is($t->get('/private/')->{status}, 401, 'auth_basic: the page needs a password');
+$dom = RLBrowser::dump_dom('http://ops:secret@127.0.0.1:' . $t->port . '/private/');
+has($dom, qr/<p id="banner" role="alert" hidden="">.*data-rule="per_user"/s, 'auth_basic: the page reads the stats');
+like($t->access_log, qr{ ops \[[^]]*\] "GET /private/stats HTTP}, 'auth_basic: as the user logged in');
 
 for my $case ([ '500', qr/HTTP 500/ ], [ 'down', qr/unreachable/ ]) {
     my ($which, $why) = @$case;
     $dom = RLBrowser::dump_dom("$url/dashboard-$which");
-    like($dom, qr/<p id="banner" role="alert">Cannot read the figures at \/stats-$which: [^<]*?$why/,
+    has($dom, qr/<p id="banner" role="alert">Cannot read the figures at \/stats-$which: [^<]*?$why/,
          "stats location $which: the error banner");
-    like($dom, qr/<h1>ratelimit dashboard<\/h1>.*No figures: the stats location could not be read/s,
+    has($dom, qr/<h1>ratelimit dashboard<\/h1>.*No figures: the stats location could not be read/s,
          "stats location $which: the page is not blank");
-    like($dom, qr/<span id="status">stats unavailable/, "stats location $which: the status says so");
+    has($dom, qr/<span id="status">stats unavailable/, "stats location $which: the status says so");
 }
 
 my $narrow = "$p/narrow.png";
 my $size = RLBrowser::screenshot_url("$url/dashboard", $narrow, 375, 812) // 0;
 cmp_ok($size, '>', 20000, "a 375 px wide screenshot with something in it ($size bytes)");
 is(png_width($narrow), 375, 'and 375 px wide');
-diag(sprintf('%.1f s for 8 runs of chromium', time - $t0));
+diag(sprintf('%.1f s for 10 runs of chromium', time - $t0));
 
 sub png_width {
     open(my $fh, '<:raw', $_[0]) or return 0;
