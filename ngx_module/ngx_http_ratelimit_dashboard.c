@@ -33,8 +33,22 @@ static char *ngx_http_ratelimit_dashboard(ngx_conf_t *cf, ngx_command_t *cmd,
 static ngx_int_t ngx_http_ratelimit_dashboard_uri(ngx_conf_t *cf,
     ngx_str_t *param, ngx_str_t *uri);
 static ngx_int_t ngx_http_ratelimit_dashboard_handler(ngx_http_request_t *r);
-static ngx_int_t ngx_http_ratelimit_dashboard_header(ngx_http_request_t *r,
-    char *name, char *value);
+
+
+/*
+ * The page's headers.  It loads nothing from anywhere and reads only this
+ * server: the browser holds it to that.
+ */
+static ngx_keyval_t  ngx_http_ratelimit_dashboard_headers[] = {
+    { ngx_string("Content-Security-Policy"),
+      ngx_string("default-src 'none'; script-src 'unsafe-inline'; "
+                 "style-src 'unsafe-inline'; img-src data:; "
+                 "connect-src 'self'; base-uri 'none'; form-action 'none'; "
+                 "frame-ancestors 'self'") },
+    { ngx_string("Cache-Control"), ngx_string("no-cache") },
+    { ngx_string("X-Content-Type-Options"), ngx_string("nosniff") },
+    { ngx_string("Referrer-Policy"), ngx_string("no-referrer") }
+};
 
 
 static ngx_command_t  ngx_http_ratelimit_dashboard_commands[] = {
@@ -97,7 +111,7 @@ ngx_http_ratelimit_dashboard(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     u_char                    *p, *marker;
     size_t                     len, mlen;
-    ngx_str_t                 *value, stats, api;
+    ngx_str_t                 *value, *uri, stats, api;
     ngx_uint_t                 i;
     ngx_http_core_loc_conf_t  *clcf;
 
@@ -112,38 +126,30 @@ ngx_http_ratelimit_dashboard(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     for (i = 1; i < cf->args->nelts; i++) {
 
         if (ngx_strncmp(value[i].data, "stats=", 6) == 0) {
-            if (stats.data != NULL) {
-                goto duplicate;
-            }
+            uri = &stats;
 
-            if (ngx_http_ratelimit_dashboard_uri(cf, &value[i], &stats)
-                != NGX_OK)
-            {
-                return NGX_CONF_ERROR;
-            }
+        } else if (ngx_strncmp(value[i].data, "api=", 4) == 0) {
+            uri = &api;
 
-            continue;
+        } else {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"ratelimit_dashboard\" directive: unknown "
+                               "parameter \"%V\": expected stats=URI or "
+                               "api=URI", &value[i]);
+            return NGX_CONF_ERROR;
         }
 
-        if (ngx_strncmp(value[i].data, "api=", 4) == 0) {
-            if (api.data != NULL) {
-                goto duplicate;
-            }
-
-            if (ngx_http_ratelimit_dashboard_uri(cf, &value[i], &api)
-                != NGX_OK)
-            {
-                return NGX_CONF_ERROR;
-            }
-
-            continue;
+        if (uri->data != NULL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"ratelimit_dashboard\" directive: duplicate "
+                               "parameter \"%V\": each parameter may be given "
+                               "once", &value[i]);
+            return NGX_CONF_ERROR;
         }
 
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"ratelimit_dashboard\" directive: unknown "
-                           "parameter \"%V\": expected stats=URI or api=URI",
-                           &value[i]);
-        return NGX_CONF_ERROR;
+        if (ngx_http_ratelimit_dashboard_uri(cf, &value[i], uri) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
     }
 
     if (stats.data == NULL) {
@@ -201,14 +207,6 @@ ngx_http_ratelimit_dashboard(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     clcf->handler = ngx_http_ratelimit_dashboard_handler;
 
     return NGX_CONF_OK;
-
-duplicate:
-
-    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "\"ratelimit_dashboard\" directive: duplicate "
-                       "parameter \"%V\": each parameter may be given once",
-                       &value[i]);
-    return NGX_CONF_ERROR;
 }
 
 
@@ -280,6 +278,8 @@ ngx_http_ratelimit_dashboard_handler(ngx_http_request_t *r)
 {
     ngx_int_t                                 rc;
     ngx_buf_t                                *b;
+    ngx_uint_t                                i;
+    ngx_table_elt_t                          *h;
     ngx_chain_t                               out;
     ngx_http_ratelimit_dashboard_loc_conf_t  *dlcf;
 
@@ -299,23 +299,20 @@ ngx_http_ratelimit_dashboard_handler(ngx_http_request_t *r)
     ngx_str_set(&r->headers_out.content_type, "text/html; charset=utf-8");
     r->headers_out.content_type_len = sizeof("text/html") - 1;
 
-    /*
-     * The page loads nothing from anywhere, and reads only this server:
-     * the browser holds it to that.
-     */
-    if (ngx_http_ratelimit_dashboard_header(r, "Content-Security-Policy",
-            "default-src 'none'; script-src 'unsafe-inline'; "
-            "style-src 'unsafe-inline'; img-src data:; connect-src 'self'; "
-            "base-uri 'none'; form-action 'none'; frame-ancestors 'self'")
-        != NGX_OK
-        || ngx_http_ratelimit_dashboard_header(r, "Cache-Control", "no-cache")
-           != NGX_OK
-        || ngx_http_ratelimit_dashboard_header(r, "X-Content-Type-Options",
-                                               "nosniff") != NGX_OK
-        || ngx_http_ratelimit_dashboard_header(r, "Referrer-Policy",
-                                               "no-referrer") != NGX_OK)
+    for (i = 0; i < sizeof(ngx_http_ratelimit_dashboard_headers)
+                    / sizeof(ngx_keyval_t); i++)
     {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        h->hash = 1;
+        h->key = ngx_http_ratelimit_dashboard_headers[i].key;
+        h->value = ngx_http_ratelimit_dashboard_headers[i].value;
+#if (nginx_version >= 1023000)
+        h->next = NULL;
+#endif
     }
 
     rc = ngx_http_send_header(r);
@@ -340,26 +337,3 @@ ngx_http_ratelimit_dashboard_handler(ngx_http_request_t *r)
     return ngx_http_output_filter(r, &out);
 }
 
-
-static ngx_int_t
-ngx_http_ratelimit_dashboard_header(ngx_http_request_t *r, char *name,
-    char *value)
-{
-    ngx_table_elt_t  *h;
-
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    h->hash = 1;
-    h->key.data = (u_char *) name;
-    h->key.len = ngx_strlen(name);
-    h->value.data = (u_char *) value;
-    h->value.len = ngx_strlen(value);
-#if (nginx_version >= 1023000)
-    h->next = NULL;
-#endif
-
-    return NGX_OK;
-}
