@@ -175,8 +175,10 @@ ngx_http_ratelimit_dashboard(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    /* the longer of {"stats":"","api":""} and {"stats":"","api":null} */
     len = sizeof(ngx_http_ratelimit_dashboard_page) - mlen
-          + sizeof("{\"stats\":\"\",\"api\":\"\"}") + stats.len + api.len;
+          + sizeof("{\"stats\":\"\",\"api\":null}") - 1
+          + stats.len + api.len;
 
     p = ngx_pnalloc(cf->pool, len);
     if (p == NULL) {
