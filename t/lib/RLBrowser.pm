@@ -59,11 +59,12 @@ sub flags {
 sub run {
     my (@args) = @_;
     my $browser = chromium() // die "RLBrowser: no chromium\n";
+    my @flags = flags();    # here, for its profile to be removed at exit
     my $err = File::Temp->new(TMPDIR => 1);
     my $pid = open(my $out, '-|') // die "RLBrowser: fork: $!\n";
     if ($pid == 0) {
         open(STDERR, '>', $err->filename);
-        exec($browser, flags(), @args) or POSIX::_exit(127);
+        exec($browser, @flags, @args) or POSIX::_exit(127);
     }
     local $/;
     my $text = <$out> // '';
@@ -91,6 +92,7 @@ sub new {
     my $browser = chromium() // die "RLBrowser: no chromium\n";
     pipe(my $to_read, my $to_write) or die "RLBrowser: pipe: $!\n";
     pipe(my $from_read, my $from_write) or die "RLBrowser: pipe: $!\n";
+    my @flags = flags();
     my $err = File::Temp->new(TMPDIR => 1);
     my $pid = fork() // die "RLBrowser: fork: $!\n";
     if ($pid == 0) {
@@ -101,7 +103,7 @@ sub new {
         POSIX::dup2($out, 4);
         open(STDOUT, '>', '/dev/null');
         open(STDERR, '>', $err->filename);
-        exec($browser, flags(), '--remote-debugging-pipe', 'about:blank') or POSIX::_exit(127);
+        exec($browser, @flags, '--remote-debugging-pipe', 'about:blank') or POSIX::_exit(127);
     }
     close $to_read;
     close $from_write;
