@@ -54,6 +54,9 @@ STRICT_CXXFLAGS="-g -Werror"
 
 PACKAGES=(nginx nginx-dev cmake make g++ libgtest-dev libpcre2-dev libssl-dev
           zlib1g-dev perl redis-server gdb)
+# what the end-to-end tests need beyond the build: t/dashboard.t opens the
+# dashboard in Debian's headless Chromium
+TEST_PACKAGES=(chromium)
 
 # bold on a terminal only: CI logs and files get plain text
 if [ -t 2 ]; then
@@ -154,6 +157,7 @@ build() {
 }
 
 run_tests() {
+    ensure_packages "${TEST_PACKAGES[@]}"
     log "unit tests (ctest)"
     ctest --test-dir "$BUILD/cmake" --output-on-failure -j "$JOBS"
     log "end-to-end tests (prove -r t/)"
@@ -167,7 +171,7 @@ run_tests() {
 # the error log fails the test that caused it (t/lib/RLTest.pm).
 test_asan() {
     local dir=$BUILD/asan san="-fsanitize=address,undefined -fno-omit-frame-pointer"
-    ensure_packages "${PACKAGES[@]}"
+    ensure_packages "${PACKAGES[@]}" "${TEST_PACKAGES[@]}"
     mkdir -p "$dir"
     build_core "$dir/cmake" -DRL_WERROR=ON -DRL_SANITIZE=ON -DRL_BENCH=OFF -DRL_TOOLS_DIR="$dir"
     build_module "$dir/nginx" "$dir/ngx_http_ratelimit_module.so" \
@@ -229,6 +233,7 @@ matrix() {
     local entries=("$@") entry start failed=()
     [ ${#entries[@]} -gt 0 ] || entries=(debian "${MATRIX[@]}")
     build   # the module for Debian's nginx, and ratelimit-replay for t/replay.t
+    ensure_packages "${TEST_PACKAGES[@]}"
     for entry in "${entries[@]}"; do
         start=$SECONDS
         # a subshell: a failed build is reported, and the next entry runs

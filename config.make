@@ -1,6 +1,7 @@
 # nginx addon make script (sourced by configure after config): rules in
 # objs/Makefile that build the C++ core into $RL_CORE_LIB, which config
-# links into the module.  Nothing is written outside $NGX_OBJS.
+# links into the module, and the dashboard page.  Nothing is written
+# outside $NGX_OBJS.
 
 RL_CXXFLAGS="-std=c++17 -fPIC -fvisibility=hidden -fvisibility-inlines-hidden"
 RL_CXXFLAGS="$RL_CXXFLAGS -O2 -Wall -Wextra ${CPPFLAGS:-} ${CXXFLAGS:-}"
@@ -45,3 +46,25 @@ $RL_CORE_LIB: $rl_objs
 	\$(RL_AR) rcs \$@ $rl_objs
 
 END
+
+# --- the dashboard page -------------------------------------------------
+# dashboard/dashboard.html becomes the bytes of a C array in
+# $NGX_OBJS/ngx_http_ratelimit_dashboard_page.h (dashboard/embed.sh: sh, od,
+# sed), which ngx_http_ratelimit_dashboard.c includes ($NGX_OBJS is on the
+# include path).  Made again when the page or the script changes.
+
+rl_dashboard_page=$NGX_OBJS/ngx_http_ratelimit_dashboard_page.h
+rl_dashboard_obj=$NGX_OBJS/addon/ngx_module/ngx_http_ratelimit_dashboard.$ngx_objext
+
+cat << END                                                    >> $NGX_MAKEFILE
+
+$rl_dashboard_page:	$ngx_addon_dir/dashboard/dashboard.html \\
+		$ngx_addon_dir/dashboard/embed.sh
+	sh $ngx_addon_dir/dashboard/embed.sh \\
+		$ngx_addon_dir/dashboard/dashboard.html \$@ \\
+		ngx_http_ratelimit_dashboard_page
+
+$rl_dashboard_obj:	$rl_dashboard_page
+
+END
+# --- end of the dashboard page ------------------------------------------

@@ -1,0 +1,433 @@
+#!/usr/bin/perl
+# ratelimit_dashboard, tested as a person would: nginx with two zones and
+# three rules, traffic until keys are refused, and the page opened in
+# Debian's headless Chromium.  Its DOM after its first polls
+# (--dump-dom) names every zone and rule and shows the refusals and the top
+# key; an error banner, not a blank page, when the stats location fails;
+# the reset button only where writes are allowed.  Then, in real time
+# (DevTools over a pipe): the page under load draws its charts and does not
+# jump, a click on Reset asks first and sends the DELETE (and says so when the
+# API refuses it), it fits 375 px, and a stats location going down
+# mid-session brings the banner up over the last figures.  Also nginx -t of
+# every bad use of the directive.
+#
+# The key API (ratelimit_api) is not there yet: the test serves STAND-INS for
+# it, canned JSON files at its paths (see the configuration below); switch
+# those locations to `ratelimit_api` when it lands.
+#
+# RL_DASHBOARD_SHOT=docs/dashboard.png keeps the screenshot under load there,
+# after RL_DASHBOARD_LOAD seconds of load (default 60; without a shot the load
+# stops once the checks under load are done).
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use JSON::PP;
+use HTTP::Tiny;
+use POSIX ();
+use Time::HiRes qw(sleep time);
+use RLTest;
+use RLBrowser;
+
+my $t = RLTest->new();
+my $p = $t->prefix;
+
+# ---- nginx -t ----
+
+my @bad = (
+    [ 'no parameter', 'ratelimit_dashboard;',
+      qr/"ratelimit_dashboard" directive: missing "stats=": expected stats=URI, the location of ratelimit_stats/ ],
+    [ 'api only', 'ratelimit_dashboard api=/rl/;', qr/missing "stats="/ ],
+    [ 'empty stats', 'ratelimit_dashboard stats=;',
+      qr/"ratelimit_dashboard" directive: invalid "stats=": expected a path on this server, starting with "\/"/ ],
+    [ 'relative stats', 'ratelimit_dashboard stats=stats;', qr/invalid "stats=stats": expected a path/ ],
+    [ 'another host', 'ratelimit_dashboard stats=//evil.example/stats;',
+      qr/invalid "stats=\/\/evil.example\/stats": a path may not start with "\/\/"/ ],
+    [ 'full URL', 'ratelimit_dashboard stats=http://h/stats;', qr/invalid "stats=http:\/\/h\/stats"/ ],
+    [ 'a quote', q{ratelimit_dashboard "stats=/st\"ats";},
+      qr/invalid "stats=\/st"ats": expected letters, digits, .* and %XX escapes/ ],
+    [ 'markup', 'ratelimit_dashboard stats=/stats api=/</script>;', qr/invalid "api=\/<\/script>"/ ],
+    [ 'a query', 'ratelimit_dashboard stats=/stats?format=json;', qr/invalid "stats=\/stats\?format=json".*no query/ ],
+    [ 'a space', 'ratelimit_dashboard stats=/stats "api=/r l/";', qr/invalid "api=\/r l\/"/ ],
+    [ 'a bad escape', 'ratelimit_dashboard stats=/st%zz;', qr/invalid "stats=\/st%zz"/ ],
+    [ 'empty api', 'ratelimit_dashboard stats=/stats api=;', qr/invalid "api=": expected a path/ ],
+    [ 'unknown parameter', 'ratelimit_dashboard stats=/stats colour=red;',
+      qr/"ratelimit_dashboard" directive: unknown parameter "colour=red": expected stats=URI or api=URI/ ],
+    [ 'duplicate parameter', 'ratelimit_dashboard stats=/a stats=/b;',
+      qr/duplicate parameter "stats=\/b": each parameter may be given once/ ],
+    [ 'twice', "ratelimit_dashboard stats=/a;\n ratelimit_dashboard stats=/b;",
+      qr/"ratelimit_dashboard" directive is duplicate/ ],
+);
+for my $case (@bad) {
+    my ($what, $text, $re) = @$case;
+    my ($rc, $out) = $t->nginx_t($t->conf_text(
+        "server { listen 127.0.0.1:%%PORT%%; location = /d { $text } }"));
+    isnt($rc, 0, "nginx -t fails: $what");
+    like($out, $re, "nginx -t names it: $what");
+}
+{
+    my ($rc, $out) = $t->nginx_t($t->conf_text(
+        "server { listen 127.0.0.1:%%PORT%%; ratelimit_dashboard stats=/s; }"));
+    like($out, qr/"ratelimit_dashboard" directive is not allowed here/, 'nginx -t: a location directive');
+    ($rc, $out) = $t->nginx_t($t->conf_text(
+        "server { listen 127.0.0.1:%%PORT%%; location = /d { ratelimit_dashboard stats=/ratelimit/stats "
+        . "api=/rl/api-v1.0/~x/%2F/; } location = /e { ratelimit_dashboard stats=/s; } }"));
+    is($rc, 0, 'nginx -t passes the URIs it can write into the page') or diag($out);
+}
+
+# ---- the page in Chromium ----
+
+ok(RLBrowser::chromium(), 'chromium is installed (./build.sh test installs Debian\'s package)')
+    or do { done_testing(); exit };
+
+sub conf {
+    my ($stats_down) = @_;
+    my $stats = $stats_down ? 'return 500;' : 'ratelimit_stats;';
+    return <<"EOF";
+ratelimit_zone api 1m;
+ratelimit_zone web 64k;
+server {
+    listen 127.0.0.1:%%PORT%%;
+    add_header X-Fingerprint \$ratelimit_fingerprint always;
+
+    location /api/ {
+        ratelimit zone=api key=\$http_x_ip limit=10 period=1s name=per_ip;
+        ratelimit zone=api key=\$http_x_user algorithm=fixed_window align=first limit=100 period=1h
+                  name=per_user log_key=on;
+        alias %%PREFIX%%/html/;
+    }
+    location /web/ {
+        ratelimit zone=web key=\$http_x_ip algorithm=leaky_bucket limit=50 period=1s max_delay=100ms
+                  name=pages;
+        alias %%PREFIX%%/html/;
+    }
+
+    location = /stats { $stats allow 127.0.0.1; deny all; }
+    location = /stats-500 { return 500; }
+    location = /stats-down { return 444; }
+
+    location = /dashboard { ratelimit_dashboard stats=/stats api=/rl/; allow 127.0.0.1; deny all; }
+    location = /dashboard-ro { ratelimit_dashboard stats=/stats api=/ro; }
+    location = /dashboard-noapi { ratelimit_dashboard stats=/stats; }
+    location = /dashboard-404 { ratelimit_dashboard stats=/stats api=/nothing/; }
+    location = /dashboard-500 { ratelimit_dashboard stats=/stats-500 api=/rl/; }
+    location = /dashboard-down { ratelimit_dashboard stats=/stats-down api=/rl/; }
+
+    # fields to come (a version) and fields missing: a canned stats answer
+    location = /dashboard-canned { ratelimit_dashboard stats=/canned/stats.json; }
+
+    # behind auth_basic: the page's requests carry the browser's credentials
+    location /private/ {
+        auth_basic "rate limits";
+        auth_basic_user_file %%PREFIX%%/htpasswd;
+        location = /private/ { ratelimit_dashboard stats=/private/stats; }
+        location = /private/stats { ratelimit_stats; }
+    }
+
+    # STAND-INS for ratelimit_api, until it lands: canned JSON files (written
+    # below) at its paths, /rl/ with writes on, /ro/ without, /dn/ saying it
+    # has writes on and refusing them.
+    location = /dashboard-denied { ratelimit_dashboard stats=/stats api=/dn/; }
+    location ~ ^/(rl|ro|dn)/zones\$ {
+        default_type application/json;
+        try_files /\$1/zones.json =404;
+    }
+    location ~ ^/(rl|ro|dn)/zones/(\\w+)/top\$ {
+        default_type application/json;
+        try_files /\$1/top-\$2.json =404;
+    }
+    location ~ ^/rl/zones/\\w+/keys\$ {
+        if (\$request_method = DELETE) {
+            return 204;
+        }
+        return 405;
+    }
+    location ~ ^/(ro|dn)/zones/\\w+/keys\$ {
+        default_type application/json;
+        return 403 '{"error":"writes are not enabled"}';
+    }
+}
+EOF
+}
+$t->write_conf(conf());
+$t->start();
+
+# The page itself.
+{
+    my $r = $t->get('/dashboard');
+    is($r->{status}, 200, 'page: 200');
+    is($r->{headers}{'content-type'}, 'text/html; charset=utf-8', 'page: HTML');
+    like($r->{headers}{'content-security-policy'}, qr/default-src 'none';.*connect-src 'self'/,
+         'page: the browser loads nothing else, and reads only this server');
+    like($r->{content}, qr{<script id="rl-config" type="application/json">\{"stats":"/stats","api":"/rl/"\}</script>},
+         'page: its URIs written in');
+    unlike($r->{content}, qr{(?:src|href)="?(?:https?:)?//}, 'page: no external resource');
+    like($t->get('/dashboard-noapi')->{content}, qr{\{"stats":"/stats","api":null\}}, 'page: no api=');
+    my $http = HTTP::Tiny->new(keep_alive => 0);
+    $r = $http->request('HEAD', "http://127.0.0.1:${\ $t->port}/dashboard");
+    is($r->{status}, 200, 'page: HEAD');
+    is($r->{headers}{'content-length'}, length $t->get('/dashboard')->{content}, 'page: HEAD, its length');
+    is($http->request('POST', "http://127.0.0.1:${\ $t->port}/dashboard", { content => 'x' })->{status}, 405,
+       'page: POST not allowed');
+}
+
+# Keys refused in every rule, by requests one after another.
+sub get_as {
+    my ($path, %h) = @_;
+    return $t->get($path, { map { ("X-\u$_" => $h{$_}) } keys %h });
+}
+my $fp_alice;
+for my $i (1 .. 120) {    # per_user: alice's 100 an hour, then 20 refused
+    my $r = get_as('/api/index.html', ip => "10.1.0.$i", user => 'alice');
+    $fp_alice = $r->{headers}{'x-fingerprint'} if $r->{status} == 429;
+}
+like($fp_alice // '', qr/^[0-9a-f]{16}$/, "alice's fingerprint in zone api: $fp_alice");
+my %refused = (per_ip => 0, pages => 0);
+for (1 .. 40) {
+    $refused{per_ip}++ if get_as('/api/index.html', ip => '10.0.0.7')->{status} == 429;
+}
+my $stats = decode_json($t->get('/stats')->{content});
+my $rules = $stats->{zones}{api}{rules};
+is($rules->{per_user}{rejected}, 20, 'per_user refused 20 of alice\'s requests');
+
+# The stand-in API's answers, from what nginx counted.
+my $fp_ip = '6b407e06caacd8e7';
+my %files = (
+    'rl/zones.json' => { write => JSON::PP::true, zones => {
+        api => { rules => { per_ip => { algorithm => 'gcra', limit => 10, period => '1s' },
+                            per_user => { algorithm => 'fixed_window', limit => 100, period => '1h' } } },
+        web => { rules => [ { name => 'pages', algorithm => 'leaky_bucket', limit => 50, period => 1000 } ] } } },
+    'rl/top-api.json' => { zone => 'api', rules => {
+        per_user => [ { fingerprint => $fp_alice, key => 'alice', refused => $rules->{per_user}{rejected} } ],
+        per_ip => [ { fingerprint => $fp_ip, refused => 3 * $rules->{per_ip}{rejected} + 1 } ] } },
+    'rl/top-web.json' => { zone => 'web', rules => { pages => [] } },
+);
+$files{'ro/zones.json'} = { %{ $files{'rl/zones.json'} }, write => JSON::PP::false };
+$files{'ro/top-api.json'} = $files{'dn/top-api.json'} = $files{'rl/top-api.json'};
+$files{'dn/zones.json'} = $files{'rl/zones.json'};
+mkdir "$p/html/$_" for qw(rl ro dn canned);
+RLTest::write_file("$p/html/canned/stats.json",
+                   '{"version":"9.8.7","zones":{"bare":{"rules":{"r1":{}}},"odd <b>&amp;</b>":{}}}');
+RLTest::write_file("$p/htpasswd", "ops:{PLAIN}secret\n");
+RLTest::write_file("$p/html/$_", encode_json($files{$_})) for keys %files;
+
+# like and unlike, but a DOM is too long to show when it fails
+sub has {
+    my ($text, $re, $name) = @_;
+    ok($text =~ $re, $name) or diag("no $re in the DOM (" . length($text) . ' characters)');
+}
+sub hasnt {
+    my ($text, $re, $name) = @_;
+    ok($text !~ $re, $name) or diag("$re in the DOM: $&");
+}
+
+# one element's HTML from the DOM: the rule's <article>, the zone's <section>
+sub part {
+    my ($dom, $tag, $attr, $name) = @_;
+    return $dom =~ m{(<$tag class="[^"]*" $attr="\Q$name\E">.*?</$tag>)}s ? $1 : '';
+}
+sub data_value {
+    my ($html, $class) = @_;
+    return $html =~ m{class="$class"[^>]*data-value="([^"]*)"|data-value="([^"]*)"[^>]*class="$class"}s
+        ? $1 // $2 : undef;
+}
+
+my $url = 'http://127.0.0.1:' . $t->port;
+my $t0 = time;
+my $dom = RLBrowser::dump_dom("$url/dashboard");
+my $polls = $dom =~ /<body data-polls="(\d+)"/ ? $1 : 0;
+cmp_ok($polls, '>=', 2, "the page polled ($polls polls in the DOM's 5 virtual seconds)");
+has($dom, qr/<p id="banner" role="alert" hidden="">/, 'no error banner');
+for my $z (qw(api web)) {
+    has($dom, qr/<section class="zone" data-zone="$z">/, "zone $z shown");
+}
+for my $r (qw(per_ip per_user pages)) {
+    has($dom, qr/<article class="rule" data-rule="$r">/, "rule $r shown");
+}
+my $user = part($dom, 'article', 'data-rule', 'per_user');
+is(data_value($user, 'total-refused'), 20, 'per_user: 20 refused, as nginx counted');
+has($user, qr/>20<\/b> refused/, 'per_user: the figure on the page');
+is(data_value($user, 'total-allowed'), 100, 'per_user: 100 allowed');
+has($user, qr/fixed_window · 100 \/ 1h/, 'per_user: its algorithm and limit from the API');
+has($user, qr/<td class="key" data-key="alice"[^>]*>alice<\/td><td class="n" data-value="20"[^>]*>20<\/td>/,
+     'per_user: the top key, alice, with its count');
+has($user, qr/<button class="reset"/, 'per_user: a reset button (writes allowed)');
+my $ip = part($dom, 'article', 'data-rule', 'per_ip');
+is(data_value($ip, 'total-refused'), $rules->{per_ip}{rejected}, 'per_ip: its refusals, as nginx counted');
+has($ip, qr/data-key="$fp_ip"[^>]*>$fp_ip</, 'per_ip: a key by its fingerprint');
+my $big = 3 * $rules->{per_ip}{rejected} + 1;
+has($ip, qr/data-value="$big"[^>]*>\Q${\ fmt($big)}\E</, "per_ip: its count for people (${\ fmt($big)})");
+has(part($dom, 'article', 'data-rule', 'pages'), qr/leaky_bucket · 50 \/ 1s/, 'pages: a period in ms, shown');
+my $api = part($dom, 'section', 'data-zone', 'api');
+has($api, qr/keys held \/ capacity<\/span><b data-value="$stats->{zones}{api}{keys}"/, 'zone api: keys held');
+has($api, qr/summary refusals<\/dt><dd><span data-value="\d+"/, 'zone api: its summary refusals');
+has($api, qr/live-key evictions<\/dt><dd><span data-value="\d+"/, 'zone api: its live-key evictions');
+
+sub fmt {   # as the page's fmtNum, for the figures used here
+    my ($n) = @_;
+    return $n < 1000 ? $n : $n < 9995 ? sprintf('%.1fk', $n / 1000) : sprintf('%.0fk', $n / 1000);
+}
+
+$dom = RLBrowser::dump_dom("$url/dashboard-ro");
+$user = part($dom, 'article', 'data-rule', 'per_user');
+has($user, qr/data-key="alice"/, 'read-only API: the top key shown');
+hasnt($dom, qr/<button/, 'read-only API: no reset button');
+
+$dom = RLBrowser::dump_dom("$url/dashboard-noapi");
+has($dom, qr/data-rule="per_user"/, 'no api=: the stats shown');
+has($dom, qr/<p id="apinote">Top refused keys need ratelimit_api: give ratelimit_dashboard an api= parameter/,
+     'no api=: says the top keys need ratelimit_api');
+has($dom, qr/<table class="top" hidden="">/, 'no api=: no top keys table');
+
+$dom = RLBrowser::dump_dom("$url/dashboard-404");
+has($dom, qr/data-rule="per_user"/, 'API answering 404: the stats shown');
+has($dom, qr/<p id="apinote">Top refused keys need ratelimit_api: \/nothing\/zones answered 404/,
+     'API answering 404: says so');
+
+$dom = RLBrowser::dump_dom("$url/dashboard-canned");
+has($dom, qr/<span id="version">v9\.8\.7<\/span>/, 'canned stats: a version shown');
+has($dom, qr/<article class="rule" data-rule="r1">/, 'canned stats: a rule without figures shown');
+has($dom, qr/<span class="zname">odd &lt;b&gt;&amp;amp;&lt;\/b&gt;<\/span>/, 'canned stats: a name is text, not markup');
+has($dom, qr/<span id="status">live/, 'canned stats: no page error');
+
+is($t->get('/private/')->{status}, 401, 'auth_basic: the page needs a password');
+$dom = RLBrowser::dump_dom('http://ops:secret@127.0.0.1:' . $t->port . '/private/');
+has($dom, qr/<p id="banner" role="alert" hidden="">.*data-rule="per_user"/s, 'auth_basic: the page reads the stats');
+like($t->access_log, qr{ ops \[[^]]*\] "GET /private/stats HTTP}, 'auth_basic: as the user logged in');
+
+for my $case ([ '500', qr/HTTP 500/ ], [ 'down', qr/unreachable/ ]) {
+    my ($which, $why) = @$case;
+    $dom = RLBrowser::dump_dom("$url/dashboard-$which");
+    has($dom, qr/<p id="banner" role="alert">Cannot read the figures at \/stats-$which: [^<]*?$why/,
+         "stats location $which: the error banner");
+    has($dom, qr/<h1>ratelimit dashboard<\/h1>.*No figures: the stats location could not be read/s,
+         "stats location $which: the page is not blank");
+    has($dom, qr/<span id="status">stats unavailable/, "stats location $which: the status says so");
+}
+
+my $narrow = "$p/narrow.png";
+my $size = RLBrowser::screenshot_url("$url/dashboard", $narrow, 375, 812) // 0;
+cmp_ok($size, '>', 20000, "a 375 px wide screenshot with something in it ($size bytes)");
+is(png_width($narrow), 375, 'and 375 px wide');
+diag(sprintf('%.1f s for 10 runs of chromium', time - $t0));
+
+sub png_width {
+    open(my $fh, '<:raw', $_[0]) or return 0;
+    read($fh, my $head, 24);
+    return substr($head, 0, 8) eq "\x89PNG\r\n\x1a\n" ? unpack('N', substr($head, 16, 4)) : 0;
+}
+
+# ---- in real time, under load ----
+
+# Clients sending until they are stopped, for at most 120 s and 200,000
+# requests each: a heavy key in every rule, light keys around it.
+sub load {
+    my $deadline = time + 120;
+    my @who = (
+        [ '/api/index.html', sub { (ip => '10.0.0.7') }, 0.002 ],
+        [ '/api/index.html', sub { (ip => '10.2.0.' . int(rand 200), user => 'u' . int(rand 25)) }, 0.01 ],
+        [ '/web/index.html', sub { (ip => '10.0.0.9') }, 0.002 ],
+        [ '/web/index.html', sub { (ip => '10.0.0.9') }, 0.002 ],
+        [ '/web/index.html', sub { (ip => '10.3.0.' . int(rand 50)) }, 0.01 ],
+    );
+    my @pids;
+    for my $w (@who) {
+        my $pid = fork() // die "fork: $!\n";
+        if ($pid == 0) {
+            my $http = HTTP::Tiny->new(keep_alive => 1, timeout => 10);
+            for (1 .. 200_000) {
+                last if time > $deadline;
+                my %h = $w->[1]->();
+                $http->get("$url$w->[0]", { headers => { map { ("X-\u$_" => $h{$_}) } keys %h } });
+                sleep $w->[2] if $w->[2];
+            }
+            POSIX::_exit(0);
+        }
+        push @pids, $pid;
+    }
+    return @pids;
+}
+
+my $shot = $ENV{RL_DASHBOARD_SHOT};
+my $seconds = $ENV{RL_DASHBOARD_LOAD} // 60;
+$t0 = time;
+my $b = RLBrowser->new(width => 1280, height => 800);
+$b->open_page("$url/dashboard");
+my $load_start = time;
+my @load = load();
+END { kill 'TERM', @load if @load }   # a test that died under load
+ok($b->wait_for(q{+document.querySelector('[data-rule="per_ip"] .rate-refused').dataset.value > 0}, 30),
+   'under load: per_ip refuses every second');
+ok($b->wait_for(q{+document.querySelector('[data-rule="pages"] .rate-delayed').dataset.value > 0}, 30),
+   'under load: pages delays every second');
+my $layout = q{JSON.stringify([].map.call(document.querySelectorAll('header, .zone, .rule, canvas, table.top'),
+    function (e) { var r = e.getBoundingClientRect(); return [r.top, r.left, r.width, r.height]; }))};
+my $before = $b->js($layout);
+my $n = $b->js('+document.body.dataset.polls');
+$b->wait_for("+document.body.dataset.polls >= $n + 2", 30);
+is($b->js($layout), $before, 'under load: nothing moves from one poll to the next');
+# the refused line drawn in per_ip's chart: pixels of its colour
+my $red = $b->js(q{(function () {
+    var c = document.querySelector('[data-rule="per_ip"] canvas'), g = c.getContext('2d');
+    var want = getComputedStyle(document.documentElement).getPropertyValue('--refused').trim();
+    var w = [1, 3, 5].map(function (i) { return parseInt(want.substr(i, 2), 16); });
+    var d = g.getImageData(0, 0, c.width, c.height).data, n = 0;
+    for (var i = 0; i < d.length; i += 4)
+        if (d[i + 3] > 200 && Math.abs(d[i] - w[0]) + Math.abs(d[i + 1] - w[1]) + Math.abs(d[i + 2] - w[2]) < 60) n++;
+    return n; })()});
+cmp_ok($red, '>', 5, "under load: per_ip's chart draws its refusals ($red pixels)");
+if ($shot) {
+    sleep 0.2 while time < $load_start + $seconds;
+    my $s = $b->screenshot($shot);
+    diag("screenshot under load: $shot ($s bytes)");
+}
+cmp_ok($b->screenshot("$p/laptop.png"), '>', 50000, 'a laptop screenshot with something in it');
+kill 'TERM', @load;
+waitpid($_, 0) for @load;
+@load = ();
+
+# Reset: the dialog first; no means no.
+my $button = q{document.querySelector('[data-rule="per_user"] td[data-key="alice"] ~ td button.reset')};
+$b->dialogs(0);
+is($b->js("(function (b) { b.click(); return b.disabled; })($button)"), JSON::PP::false,
+   'reset: dismissed, nothing done');
+$b->dialogs(1);
+$b->js("$button.click()");
+like($b->wait_for(q{document.querySelector('[data-rule="per_user"] .topnote').textContent}, 10),
+     qr/^Key alice reset at/, 'reset: accepted, done, and said');
+my @asked = $b->dialogs;
+is(scalar @asked, 2, 'reset: asked each time');
+like($asked[0] // '', qr/^Reset key alice in zone "api"\?/, 'reset: the question names the key and zone');
+my @deletes = grep { /"DELETE / } split /\n/, $t->access_log;
+is(scalar @deletes, 1, 'reset: one DELETE');
+like($deletes[0] // '', qr{"DELETE /rl/zones/api/keys\?fingerprint=$fp_alice HTTP}, 'reset: of alice, by fingerprint');
+
+# An API refusing the write it said it allowed: the page says so, and the
+# buttons go.
+$b->open_page("$url/dashboard-denied");
+$b->wait_for($button, 10);
+$b->js("$button.click()");
+like($b->wait_for(q{document.querySelector('[data-rule="per_user"] .topnote').textContent}, 10),
+     qr/^Not reset: the key API does not allow writes \(ratelimit_api write=on\): writes are not enabled\.$/,
+     'reset refused (403): said');
+is($b->js('document.querySelectorAll("button.reset").length'), 0, 'reset refused (403): no more buttons');
+
+# A phone.
+$b->viewport(375, 812);
+cmp_ok($b->wait_for('document.documentElement.scrollWidth <= 375 && document.documentElement.scrollWidth', 5),
+       '==', 375, '375 px: nothing wider than the screen');
+
+# The stats location going down while the page watches.
+$t->reload(conf(1));
+like($b->wait_for(q{!document.getElementById('banner').hidden && document.getElementById('banner').textContent}, 30),
+     qr/^Cannot read the figures at \/stats: HTTP 500.*The figures below are from \d\d:\d\d:\d\d/,
+     'stats down mid-session: the banner, over the last figures');
+ok($b->js(q{!!document.querySelector('[data-rule="per_user"]')}), 'stats down mid-session: the figures stay');
+$t->reload(conf(0));
+ok($b->wait_for(q{document.getElementById('banner').hidden}, 30), 'stats back: the banner goes');
+$b->quit;
+diag(sprintf('%.1f s in real time', time - $t0));
+
+$t->stop();
+done_testing();
