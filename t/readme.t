@@ -13,7 +13,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use RLTest;
 
-my %blocks = readme_blocks("$FindBin::Bin/../README.md");
+my %blocks = RLTest::readme_blocks();
 my $backend_port = RLTest::free_port();
 
 # a backend that sends rate-limit headers of its own
@@ -125,15 +125,3 @@ EOF
 }
 
 done_testing();
-
-# README's ```nginx blocks by section: { top => [...], 'Section title' => [...] }.
-sub readme_blocks {
-    my ($path) = @_;
-    my $text = RLTest::read_file($path) or die "$path: $!\n";
-    my %blocks;
-    for my $part (split /^(?=## )/m, $text) {
-        my $title = $part =~ /\A## (.+?)\s*$/m ? $1 : 'top';
-        push @{ $blocks{$title} }, $1 while $part =~ /^```nginx\n(.*?)^```$/msg;
-    }
-    return %blocks;
-}

@@ -286,6 +286,21 @@ sub nginx_t {
     return ($? >> 8, $out);
 }
 
+# README's ```nginx blocks by the heading they are under: readme_blocks()
+# by "## " heading (text before the first: "top"), readme_blocks('###') by
+# "### " heading.
+sub readme_blocks {
+    my ($level) = @_;
+    $level //= '##';
+    my $text = read_file("$root/README.md") or die "RLTest: README.md: $!\n";
+    my %blocks;
+    for my $part (split /^(?=$level )/m, $text) {
+        my $title = $part =~ /\A$level (.+?)\s*$/m ? $1 : 'top';
+        push @{ $blocks{$title} }, $1 while $part =~ /^```nginx\n(.*?)^```$/msg;
+    }
+    return %blocks;
+}
+
 sub error_log  { read_file("$_[0]{prefix}/error.log") }
 sub access_log { read_file("$_[0]{prefix}/access.log") }
 

@@ -1,0 +1,159 @@
+#!/usr/bin/perl
+# README's Recipes, run as written: each "### " block of the Recipes section
+# is a whole http-level configuration.  The only changes: `listen 8080` and
+# the backend's and Redis's addresses become the test's (a backend server in
+# the same nginx, on its own port, that logs when each request reaches it).
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use POSIX qw(floor);
+use Time::HiRes qw(time sleep);
+use RLTest;
+
+my %recipes = RLTest::readme_blocks('###');
+
+# A recipe's nginx, started: its block, and a backend.
+sub start_recipe {
+    my ($title, %o) = @_;
+    my $conf = $recipes{$title}[0] // BAIL_OUT("README has no recipe \"$title\"");
+    my $t = RLTest->new();
+    my $bport = RLTest::free_port();
+    like($conf, qr/^\s*listen 8080;$/m, "$title: listens on 8080");
+    $conf =~ s/listen 8080;/listen 127.0.0.1:%%PORT%%;/g;
+    $conf =~ s/10\.0\.0\.5:6379/127.0.0.1:$o{redis}/g if $o{redis};
+    $t->write_conf(<<"EOF" . $conf);
+log_format arrival '\$msec \$uri';
+upstream backend {
+    server 127.0.0.1:$bport;
+}
+server {
+    listen 127.0.0.1:$bport;
+    access_log %%PREFIX%%/backend.log arrival;
+    location / {
+        ratelimit off;
+        return 200 "backend\\n";
+    }
+}
+EOF
+    $t->start();
+    return $t;
+}
+
+# seconds until the next midnight UTC
+sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 86400) }
+
+{
+    my $title = 'Per-plan limits from an API key';
+    my $t = start_recipe($title);
+    my $r = $t->get('/api/orders', { 'X-Api-Key' => 'k-8f3a9c' });
+    is("$r->{status} $r->{content}", "200 backend\n", "$title: proxied");
+    is($r->{headers}{'x-ratelimit-limit'}, 10000, "$title: a pro key's limit");
+    like($r->{headers}{'ratelimit-policy'}, qr/^"per_plan";q=10000;/, "$title: ... in RateLimit-Policy");
+    $r = $t->get('/api/orders', { 'X-Api-Key' => 'k-unknown' });
+    is($r->{headers}{'x-ratelimit-limit'}, 100, "$title: a key with no entry: the default, 100");
+    my %s = $t->pipelined('/api/orders', 'X-Api-Key', ('k-unknown') x 100);
+    is("$s{200} " . ($s{429} // 0), '99 1', "$title: 100 an hour for it, then refused");
+    $r = $t->get('/api/orders');
+    is("$r->{status} $r->{headers}{'x-ratelimit-limit'} $r->{headers}{'x-ratelimit-remaining'}", '200 20 19',
+       "$title: no key: the per-address rule");
+    %s = $t->pipelined('/api/orders', 'X-None', ('') x 20);
+    is("$s{200} " . ($s{429} // 0), '19 1', "$title: no key: 20 an hour");
+    $t->stop();
+}
+
+{
+    my $title = 'A login endpoint';
+    my $t = start_recipe($title);
+    my $t0 = time;
+    my $try = sub { $t->get('/login', { 'X-Account' => $_[0] })->{status} };
+    is(join(' ', map { $try->('alice') } 1 .. 6), '200 200 200 200 200 429', "$title: 5 attempts for an account");
+    is(join(' ', map { $try->('bob') } 1 .. 5), '200 200 200 200 200',
+       "$title: another account from the same address (alice's refused attempt spent nothing there)");
+    is($try->('carol'), 429, "$title: 10 attempts a minute from one address, whatever the account");
+    my $log = $t->error_log;
+    like($log, qr/rejected by rule "login_per_account" in zone "login", key "alice"/, "$title: who was refused, logged");
+    like($log, qr/rejected by rule "login_per_address" in zone "login", key fingerprint [0-9a-f]{16}/,
+         "$title: the address by its fingerprint");
+    cmp_ok(time - $t0, '<', 60, "$title: all within the minute the rules count");
+    $t->stop();
+}
+
+{
+    my $title = 'A burst-friendly API';
+    my $t = start_recipe($title);
+    my $r = $t->get('/api/x', { 'X-Api-Key' => 'k1' });
+    is("$r->{headers}{'x-ratelimit-limit'} $r->{headers}{'x-ratelimit-remaining'}", '10 49',
+       "$title: limit 10, 49 of a burst of 50 left");
+    like($r->{headers}{'ratelimit'}, qr/^"gcra_10_1s_b50";r=49;t=\d+$/, "$title: RateLimit");
+    my $t0 = time;
+    my %s = $t->pipelined('/api/x', 'X-Api-Key', ('k2') x 100);
+    my $elapsed = time - $t0;
+    my $most = 50 + floor($elapsed * 10) + 1;
+    ok($s{200} >= 50 && $s{200} <= $most,
+       "$title: 100 at once: the burst of 50, and what 10 a second refill meanwhile ($s{200} in "
+       . sprintf('%.2f', $elapsed) . " s, at most $most)");
+    is($s{200} + ($s{429} // 0), 100, "$title: the rest refused");
+    $t->stop();
+}
+
+{
+    my $title = 'A daily quota, its reset time in the headers';
+    my $t = start_recipe($title);
+  SKIP: {
+        skip 'too close to midnight UTC', 6 if to_midnight() < 30;
+        my $before = to_midnight();
+        my $r = $t->get('/api/x', { 'X-Api-Key' => 'k1' });
+        my $after = to_midnight();
+        is($r->{headers}{'x-ratelimit-remaining'}, 999, "$title: 999 left today");
+        my $reset = $r->{headers}{'x-ratelimit-reset'};
+        ok($reset >= floor($after) && $reset <= $before + 1,
+           "$title: X-RateLimit-Reset is the seconds to midnight UTC ($reset)");
+        like($r->{headers}{'ratelimit-policy'}, qr/^"daily";q=1000;w=86400$/, "$title: RateLimit-Policy a day");
+        my %s = $t->pipelined('/api/x', 'X-Api-Key', ('k1') x 999);
+        is($s{200}, 999, "$title: the day's 1000");
+        $r = $t->get('/api/x', { 'X-Api-Key' => 'k1' });
+        is($r->{status}, 429, "$title: the 1001st refused");
+        my $ra = $r->{headers}{'retry-after'};
+        ok($ra >= floor(to_midnight()) && $ra <= $before + 1, "$title: Retry-After: at midnight ($ra s)");
+    }
+    $t->stop();
+}
+
+{
+    my $title = 'Shaping an upstream that cannot take bursts';
+    my $t = start_recipe($title);
+    my $t0 = time;
+    my ($ok, $refused, $other) = RLTest::burst(ports => [ $t->port ], path => '/report/x', key => 'k',
+                                               total => 12, conns => 12);
+    is($other, 0, "$title: every request answered 200 or 429");
+    cmp_ok($ok, '>=', 11, "$title: 11 fit in 2 s of waiting, one every 200 ms ($ok passed, $refused refused)");
+    $t->stop();
+    my @at = map { (split)[0] } grep { m{ /report/x$} } split /\n/, RLTest::read_file($t->prefix . '/backend.log');
+    is(scalar @at, $ok, "$title: each one passed reached the backend");
+    # the k-th is released no sooner than k x 200 ms after the first arrived
+    # (timers never fire early; the clock's milliseconds round)
+    @at = sort { $a <=> $b } @at;
+    my @late = map { sprintf('%.0f', 1000 * ($at[$_] - $t0)) } 0 .. $#at;
+    ok(!grep({ $late[$_] < 200 * $_ - 1 } 0 .. $#late),
+       "$title: one every 200 ms at the backend (ms after the first was sent: @late)");
+}
+
+{
+    my $title = 'Fleet-wide limits with Redis';
+  SKIP: {
+        skip 'redis-server is not installed', 4 unless -x ($ENV{RL_REDIS_SERVER} // '/usr/bin/redis-server');
+        require RLRedis;
+        my $redis = RLRedis->new->start;
+        my @fleet = map { start_recipe($title, redis => $redis->port) } 1 .. 2;
+        my @s;
+        push @s, $fleet[ $_ % 2 ]->get('/api/x', { 'X-Api-Key' => 'k1' })->{status} for 1 .. 101;
+        is(scalar(grep { $_ == 200 } @s), 100, "$title: 100 a minute across two servers");
+        is($s[-1], 429, "$title: the 101st refused, whichever server");
+        $_->stop for @fleet;
+        $redis->stop;
+    }
+}
+
+done_testing();
