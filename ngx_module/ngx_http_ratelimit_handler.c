@@ -38,7 +38,8 @@ static ngx_int_t ngx_http_ratelimit_keep_checks(ngx_http_request_t *r,
 static ngx_int_t ngx_http_ratelimit_delay_request(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static void ngx_http_ratelimit_delay(ngx_http_request_t *r);
-static void ngx_http_ratelimit_lock(rl_request_t *rq, ngx_uint_t lock);
+static void ngx_http_ratelimit_lock(rl_request_t *rq, size_t *order,
+    size_t m, ngx_uint_t lock);
 static int64_t ngx_http_ratelimit_now(void);
 static void ngx_http_ratelimit_ctx_cleanup(void *data);
 
@@ -248,13 +249,15 @@ static ngx_int_t
 ngx_http_ratelimit_decide_local(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
+    size_t   order[RL_RULES_MAX], m;
     int64_t  now;
 
     now = ngx_http_ratelimit_now();
+    m = rl_request_lock_order(&ctx->rq, order);
 
-    ngx_http_ratelimit_lock(&ctx->rq, 1);
+    ngx_http_ratelimit_lock(&ctx->rq, order, m, 1);
     (void) rl_decide(&ctx->rq, now);
-    ngx_http_ratelimit_lock(&ctx->rq, 0);
+    ngx_http_ratelimit_lock(&ctx->rq, order, m, 0);
 
     return ngx_http_ratelimit_decided(r, ctx);
 }
@@ -573,18 +576,17 @@ ngx_http_ratelimit_delay(ngx_http_request_t *r)
 
 
 /*
- * Locks (lock = 1) or unlocks the zones the request uses, each once, in the
- * order the core gives (by address, so that two requests never wait for
- * each other).
+ * Locks (lock = 1) or unlocks the m zones the request uses, each once, in
+ * the order rl_request_lock_order() gives (by address, so that two requests
+ * never wait for each other).
  */
 
 static void
-ngx_http_ratelimit_lock(rl_request_t *rq, ngx_uint_t lock)
+ngx_http_ratelimit_lock(rl_request_t *rq, size_t *order, size_t m,
+    ngx_uint_t lock)
 {
-    size_t                      order[RL_RULES_MAX], m, i;
+    size_t                      i;
     ngx_http_ratelimit_zone_t  *zone;
-
-    m = rl_request_lock_order(rq, order);
 
     for (i = 0; i < m; i++) {
         zone = ngx_http_ratelimit_zone_of(ngx_http_ratelimit_rule_of(
@@ -648,6 +650,8 @@ ngx_http_ratelimit_ctx_cleanup(void *data)
 {
     ngx_http_ratelimit_ctx_t  *ctx = data;
 
+    size_t  order[RL_RULES_MAX], m;
+
     if (ctx->redis_waiting) {
         ngx_http_ratelimit_redis_cancel(&ctx->redis);
     }
@@ -657,8 +661,9 @@ ngx_http_ratelimit_ctx_cleanup(void *data)
 
     if (ctx->waiting && ctx->refund) {
         ctx->refund = 0;
-        ngx_http_ratelimit_lock(&ctx->rq, 1);
+        m = rl_request_lock_order(&ctx->rq, order);
+        ngx_http_ratelimit_lock(&ctx->rq, order, m, 1);
         rl_request_refund(&ctx->rq, ngx_http_ratelimit_now());
-        ngx_http_ratelimit_lock(&ctx->rq, 0);
+        ngx_http_ratelimit_lock(&ctx->rq, order, m, 0);
     }
 }

@@ -9,6 +9,7 @@ namespace {
 
 struct Item {
     rl::State state;     // as found; a head-only state holds the new head
+    size_t blob;         // bytes of the rule's block (0: head only)
     int pool;            // the rule's block pool, -1 for a head-only state
     rl::Table::Ref ref;  // where the head was found, if it was
     bool restored;       // not in the table: from the eviction summary
@@ -81,7 +82,7 @@ bool check(rl_check_t *c, size_t n, int combine, int64_t now_ms)
             continue;
         }
         const rl_rule_t &rule = *c[i].rule;
-        const size_t blob = blob_size(rule);
+        const size_t blob = items[i].blob = blob_size(rule);
         Table *table = Table::at(c[i].table);
 
         items[i].pool = blob ? table->pool_for(blob) : -1;
@@ -110,7 +111,7 @@ bool check(rl_check_t *c, size_t n, int combine, int64_t now_ms)
         }
         const rl_rule_t &rule = *c[i].rule;
         Table *table = Table::at(c[i].table);
-        if (blob_size(rule) == 0) {
+        if (items[i].blob == 0) {
             const Debt debt{owed_frac(rule, State{c[i].after, nullptr}, c[i].decision, now_ms), items[i].inherited};
             if (items[i].ref.t != nullptr && !moved) {
                 Table::update(items[i].ref, c[i].after, debt);
