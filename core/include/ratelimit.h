@@ -150,6 +150,11 @@ RL_API uint64_t rl_rule_identity(const rl_rule_t *rule, const char *key_expr,
 /* Parses an nginx-style time ("500ms", "1m30s", "2h", "7d"; bare = s). */
 RL_API int rl_parse_time_ms(const char *s, size_t len, int64_t *ms);
 
+/* The words a rule is written with: an algorithm's name ("gcra", ...), a
+   quota's reset ("daily", ...); "?" for a value that is none. */
+RL_API const char *rl_algorithm_name(uint32_t algorithm);
+RL_API const char *rl_reset_name(uint32_t reset);
+
 
 /* ---- decisions ---------------------------------------------------------- */
 
@@ -309,6 +314,10 @@ typedef struct {
     size_t               key_len;
     uint64_t             cost;      /* in */
     void                *data;      /* in: the caller's (its rule) */
+    int                  counters;  /* in: its rule's counters in the table
+                                       (rl_table_rule_slot()) plus 1, for
+                                       its refusals to count among the
+                                       top keys; 0: they do not */
     uint64_t             tag;       /* out of rl_request_hash() */
     rl_decision_t        decision;  /* out of rl_decide(): this rule's */
     int                  outcome;   /* out: enum rl_outcome to count for
@@ -365,6 +374,105 @@ RL_API void rl_request_refund(rl_request_t *rq, int64_t now_ms);
 /* Bytes of the block a rule's state needs beyond the table's slot (0 for
    most algorithms): what a table's layout is planned from. */
 RL_API uint32_t rl_rule_block_size(const rl_rule_t *rule);
+
+
+/* ---- the key API: a key's state, its reset, the keys refused most ------ */
+
+/*
+ * What support staff ask of a zone (ratelimit_api): how a key stands under
+ * a rule, and lifting it; and who a rule refuses most.  Every function here
+ * wants the table's lock, as a request does (the caller takes it, in a
+ * worker), except rl_table_tag.
+ */
+
+/* A rule's key in a table, hashed as a request's is: its fingerprint. */
+RL_API uint64_t rl_table_tag(const void *mem, uint64_t identity,
+    const void *key, size_t key_len);
+
+typedef struct {
+    int32_t        held;        /* the table holds the key's state */
+    int32_t        owed;        /* not held, and the eviction summary says
+                                   it owes: the state is the one a request
+                                   would be restored to */
+    rl_decision_t  look;        /* a look now (cost 0): remaining, reset */
+    rl_decision_t  next;        /* the next request of cost `cost`, decided
+                                   and not spent: allowed (or refused, with
+                                   retry_after_ms), delay_ms */
+} rl_peek_t;
+
+/*
+ * The key's state as a request of the rule would find it (the table, or
+ * what the eviction summary restores), read without spending anything.
+ */
+RL_API void rl_table_peek(void *mem, const rl_rule_t *rule, uint64_t tag,
+    uint64_t cost, int64_t now_ms, rl_peek_t *out);
+
+#define RL_RESET_HELD       1   /* the table held the key: forgotten */
+#define RL_RESET_FORGIVEN   2   /* the eviction summary said it owed: the
+                                   one of its cells whose debt ends first
+                                   was cleared (forgiving the other evicted
+                                   keys counted in it too) */
+
+/*
+ * Makes a key fresh: its state is forgotten, and a request of it finds
+ * nothing owed in the eviction summary either (a key there is restored
+ * from the least of its cells, so clearing one is enough).  Its entries in
+ * the top keys are taken off the list (their refusals stay counted, under
+ * no key).  Returns RL_RESET_* flags, 0 if the key had nothing.
+ */
+RL_API int rl_table_reset(void *mem, uint64_t tag, int64_t now_ms);
+
+/*
+ * The keys a rule refuses most: in the zone, for each rule name counted
+ * (rl_table_rule_slot), a Space-Saving summary of RL_TOP_ENTRIES keys for
+ * each epoch of RL_TOP_EPOCH_MS (from the Unix epoch), the current one and
+ * the one before.  A request refused (or refused in a dry run) counts for
+ * each rule that refused it, under the lock its decision holds.  A key
+ * refused more than refusals / RL_TOP_ENTRIES times in the window is always
+ * listed; a key's count is at most `error` above its refusals.  Keys in
+ * clear are kept (RL_TOP_KEY_MAX bytes) only for a rule that logs keys in
+ * clear (log_key=on).  A zone has room for the summaries of so many rules
+ * (a share of its size, see README); a rule without room has none.
+ */
+#define RL_TOP_ENTRIES   32
+#define RL_TOP_EPOCH_MS  60000
+#define RL_TOP_KEY_MAX   31
+
+enum rl_top_state {
+    RL_TOP_NONE = 0,            /* no refusal since the zone was made */
+    RL_TOP_KEPT,
+    RL_TOP_NO_ROOM              /* the zone's room for them is taken */
+};
+
+typedef struct {
+    uint64_t  tag;              /* the key's fingerprint */
+    uint64_t  refused;          /* refusals in the window, at most error
+                                   more than the key's own */
+    uint64_t  error;
+    uint32_t  key_len;          /* bytes of key kept (log_key=on), */
+    uint32_t  key_cut;          /*   and 1 if the key was longer */
+    uint8_t   key[RL_TOP_KEY_MAX];
+} rl_top_key_t;
+
+typedef struct {
+    int32_t        state;       /* enum rl_top_state */
+    int32_t        keys;        /* entries keep their keys in clear */
+    uint64_t       refusals;    /* every refusal in the window */
+    int64_t        since_ms;    /* the window: from since_ms until now */
+    size_t         n;
+    rl_top_key_t   top[2 * RL_TOP_ENTRIES];  /* most refused first */
+} rl_top_t;
+
+/* The top keys of the rule counted in `slot` (rl_table_rule_slot()). */
+RL_API void rl_table_top(const void *mem, int slot, int64_t now_ms,
+    rl_top_t *out);
+
+/*
+ * Counts a request's refusals among the top keys, as rl_decide() does, for
+ * a request decided elsewhere (rl_redis_decide()).  The caller holds the
+ * locks.
+ */
+RL_API void rl_request_note_refused(rl_request_t *rq, int64_t now_ms);
 
 
 /* ---- Redis: fleet-wide limits ------------------------------------------- */

@@ -117,7 +117,9 @@ int rl_decide(rl_request_t *rq, int64_t now_ms)
         if (rq->n > RL_RULES_MAX) {
             rq->n = RL_RULES_MAX;
         }
-        return rl::conclude(*rq, rl::check(rq->checks, rq->n, rq->combine, now_ms));
+        const int verdict = rl::conclude(*rq, rl::check(rq->checks, rq->n, rq->combine, now_ms));
+        rl::note_refused(*rq, now_ms);
+        return verdict;
     }
     RL_RETHROW_CRASH
     catch (...)

@@ -21,4 +21,8 @@ bool check(rl_check_t *c, size_t n, int combine, int64_t now_ms);
 // are decided (request.cpp; rl_decide and rl_redis_decide end with it).
 int conclude(rl_request_t &rq, bool allowed);
 
+// Counts the refusals of a concluded request among its rules' top keys
+// (keys.cpp).  The caller holds the locks.
+void note_refused(const rl_request_t &rq, int64_t now);
+
 }  // namespace rl

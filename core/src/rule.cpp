@@ -145,14 +145,20 @@ bool lookup(const Name *names, size_t n, Text v, uint32_t *out)
     return false;
 }
 
-const char *algorithm_name(uint32_t a)
+template <size_t N>
+const char *name_of(const Name (&names)[N], uint32_t value)
 {
-    for (const Name &n : algorithms) {
-        if (n.value == a) {
+    for (const Name &n : names) {
+        if (n.value == value) {
             return n.text;
         }
     }
     return "?";
+}
+
+const char *algorithm_name(uint32_t a)
+{
+    return name_of(algorithms, a);
 }
 
 // The shortest exact spelling of a period: 60000 -> "1m", 1500 -> "1500ms".
@@ -486,9 +492,8 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
 
         if (!(rule->given & P_NAME)) {
             char period[32];
-            static const char *const reset_names[] = {"daily", "weekly", "monthly"};
             if (a == RL_QUOTA) {
-                std::snprintf(period, sizeof(period), "%s", reset_names[rule->reset]);
+                std::snprintf(period, sizeof(period), "%s", name_of(resets, rule->reset));
             } else {
                 format_period(rule->period_ms, period, sizeof(period));
             }
@@ -627,6 +632,16 @@ uint64_t rl_rule_identity(const rl_rule_t *rule, const char *key_expr, size_t ke
         h.update(key_expr, key_expr_len);
     }
     return h.finish();
+}
+
+const char *rl_algorithm_name(uint32_t algorithm)
+{
+    return algorithm_name(algorithm);
+}
+
+const char *rl_reset_name(uint32_t reset)
+{
+    return name_of(resets, reset);
 }
 
 int rl_parse_time_ms(const char *s, size_t len, int64_t *ms)

@@ -22,8 +22,8 @@ namespace rl {
 
 namespace {
 
-const char kMagic[8] = {'R', 'L', 'T', 'A', 'B', 'L', 'E', '4'};
-const uint32_t kVersion = 4;
+const char kMagic[8] = {'R', 'L', 'T', 'A', 'B', 'L', 'E', '5'};
+const uint32_t kVersion = 5;
 const uint64_t kMinBuckets = 16;
 const uint32_t kMinBlocks = 4;
 
@@ -38,6 +38,11 @@ const uint32_t kSweep = 8;
 // The eviction summary takes this share of the zone: a 1/40 (2.5%) fewer
 // keys held, for a memory of what evicted keys owe (README, bench/README.md).
 const uint64_t kSketchShare = 40;
+
+// The room for rules' top keys takes this share of the zone (1.6%), and
+// at least one rule's summary without keys in clear: lists of 1 KB, or 3
+// KB with keys (TopList::bytes), claimed by the rules that refuse first.
+const uint64_t kTopShare = 64;
 
 // Cells a key has in the summary: a fresh key is restored only if all of
 // them hold a debt, so more cells mean fewer innocent keys restored while
@@ -130,17 +135,23 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char
 
     const uint64_t all = size > header_bytes() ? size - header_bytes() : 0;
     const uint64_t sketch_bytes = std::max<uint64_t>(64, all / kSketchShare / 64 * 64);
+    const uint64_t top_bytes = std::max<uint64_t>(TopList::bytes(false), all / kTopShare / 64 * 64);
     const uint64_t avail = all > sketch_bytes ? all - sketch_bytes : 0;
-    const uint64_t bucket_bytes = npools == 0 ? avail : avail / 3 / 64 * 64;
-    const uint64_t share = npools == 0 ? 0 : (avail - bucket_bytes) / npools / 64 * 64;
+    const uint64_t third = npools == 0 ? avail : avail / 3 / 64 * 64;
+    const uint64_t share = npools == 0 ? 0 : (avail - third) / npools / 64 * 64;
+    // the top keys' room comes out of the buckets' share: the pools, and
+    // so the least size of a zone, are as without it
+    const uint64_t bucket_bytes = third > top_bytes ? third - top_bytes : 0;
 
     *out = Layout{};
     out->nbuckets = std::min<uint64_t>(bucket_bytes / 64, 0xffffffffu);
     out->npools = npools;
     out->sketch_offset = header_bytes() + out->nbuckets * 64;
     out->ncells = sketch_bytes / sizeof(uint64_t);
+    out->top_offset = out->sketch_offset + sketch_bytes;
+    out->top_bytes = top_bytes;
 
-    uint64_t offset = out->sketch_offset + sketch_bytes;
+    uint64_t offset = out->top_offset + top_bytes;
     for (uint32_t i = 0; i < npools; i++) {
         Pool &p = out->pools[i];
         p.offset = offset;
@@ -159,8 +170,7 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char
         }
     }
     if (out->nbuckets < kMinBuckets) {
-        std::snprintf(err, errlen, "too small: it needs at least %zu bytes",
-                      header_bytes() + (size_t) kMinBuckets * sizeof(Bucket));
+        std::snprintf(err, errlen, "too small: it needs at least %zu bytes", rl_table_min_size());
         return false;
     }
     return true;
@@ -179,6 +189,8 @@ void Table::init(size_t size, const Layout &layout, const uint8_t secret[16])
     std::memcpy(h_.secret, secret, 16);
     h_.sketch_offset = layout.sketch_offset;
     h_.ncells = layout.ncells;
+    h_.top_offset = layout.top_offset;
+    h_.top_bytes = layout.top_bytes;
     std::memset(buckets(), 0, h_.nbuckets * sizeof(Bucket));
     std::memset(cells(), 0, h_.ncells * sizeof(uint64_t));
 }
@@ -187,7 +199,8 @@ bool Table::valid(size_t size, const Layout &layout) const
 {
     if (std::memcmp(h_.magic, kMagic, sizeof(kMagic)) != 0 || h_.version != kVersion ||
         h_.header_size != header_bytes() || h_.size != size || h_.nbuckets != layout.nbuckets ||
-        h_.npools != layout.npools || h_.sketch_offset != layout.sketch_offset || h_.ncells != layout.ncells) {
+        h_.npools != layout.npools || h_.sketch_offset != layout.sketch_offset || h_.ncells != layout.ncells ||
+        h_.top_offset != layout.top_offset || h_.top_bytes != layout.top_bytes) {
         return false;
     }
     for (uint32_t i = 0; i < h_.npools; i++) {
@@ -420,6 +433,15 @@ bool Table::check(std::string *why) const
                         std::to_string(p.fresh) + " ever used");
         }
     }
+    if (h_.top_used > h_.top_bytes) {
+        return fail("top keys: more room claimed than there is");
+    }
+    for (uint32_t i = 0; i < h_.nrules; i++) {
+        const uint64_t top = h_.rules[i].top;
+        if (top != 0 && top != kTopNoRoom && top_list((int) i) == nullptr) {
+            return fail("rule " + std::to_string(i) + ": top keys out of their room");
+        }
+    }
     return true;
 }
 
@@ -642,6 +664,95 @@ void Table::evict(uint64_t tag, int64_t now)
     commit();
 }
 
+// A reset: the key leaves the table without a trace in the summary (no
+// eviction), and, if the summary says it owes (its own debt from an earlier
+// eviction, or other keys' in all three of its cells), the one of its cells
+// whose debt ends first is cleared: a key absent from the table starts from
+// the least of its cells, so it is fresh then.  The other evicted keys
+// counted in that cell are forgiven too (a reset is an operator's act, and
+// clearing the cell that ends first forgives the least); no key is made to
+// owe more.
+int Table::forget(uint64_t tag, int64_t now)
+{
+    int done = 0;
+    begin();
+    Slot s = locate(tag);
+    if (s.b != nullptr) {
+        const bool owns = has_block(s.b->meta, s.i);
+        const uint32_t handle = s.b->n[s.i];
+        save(s.b);
+        save(&h_.counts);
+        h_.counts.keys--;
+        RL_STEP();
+        s.b->tag[s.i] = 0;
+        s.b->meta &= ~slot_bits(s.i);
+        if (owns) {
+            free_block(handle);
+        }
+        done |= RL_RESET_HELD;
+    }
+    if (owed(tag, now).until != 0) {
+        uint64_t *c = cells();
+        uint64_t first = cell_of(tag, 0);
+        for (int k = 1; k < kCells; k++) {
+            if (unpack(c[cell_of(tag, k)]).until < unpack(c[first]).until) {
+                first = cell_of(tag, k);
+            }
+        }
+        save(&c[first]);
+        c[first] = 0;
+        done |= RL_RESET_FORGIVEN;
+    }
+    commit();
+    for (uint32_t i = 0; i < h_.nrules && i < RL_RULE_STATS_MAX; i++) {
+        if (TopList *l = top_list((int) i, false, false)) {
+            l->forget(tag);
+        }
+    }
+    return done;
+}
+
+// The room for top keys is claimed a list at a time, never given back (as
+// rule counters are); the list is laid out before the rule points at it, so
+// that a process dying in between leaves only unused room.
+TopList *Table::top_list(int slot, bool claim, bool keys)
+{
+    if (slot < 0 || slot >= (int) RL_RULE_STATS_MAX) {
+        return nullptr;
+    }
+    RuleCounters &rc = h_.rules[slot];
+    if (rc.top >= h_.top_offset && rc.top + sizeof(TopList) <= h_.top_offset + h_.top_bytes) {
+        TopList *l = reinterpret_cast<TopList *>(reinterpret_cast<char *>(this) + rc.top);
+        if (rc.top + TopList::bytes(l->keys != 0) <= h_.top_offset + h_.top_bytes) {
+            return l;
+        }
+    }
+    if (!claim || rc.top == kTopNoRoom) {
+        return nullptr;
+    }
+    uint64_t need = TopList::bytes(keys);
+    if (h_.top_used + need > h_.top_bytes) {
+        need = TopList::bytes(false);  // fingerprints only, then
+    }
+    if (h_.top_used + need > h_.top_bytes) {
+        rc.top = kTopNoRoom;
+        return nullptr;
+    }
+    const uint64_t at = h_.top_offset + h_.top_used;
+    TopList *l = reinterpret_cast<TopList *>(reinterpret_cast<char *>(this) + at);
+    std::memset(static_cast<void *>(l), 0, need);
+    l->keys = need > TopList::bytes(false);
+    h_.top_used += need;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    rc.top = at;
+    return l;
+}
+
+const TopList *Table::top_list(int slot) const
+{
+    return const_cast<Table *>(this)->top_list(slot, false, false);
+}
+
 // Removes a key (its block, if any, is the caller's to free).
 void Table::drop(Slot s, int64_t now)
 {
@@ -811,7 +922,8 @@ extern "C" {
 
 size_t rl_table_min_size(void)
 {
-    return rl::Table::header_bytes() + rl::kMinBuckets * sizeof(rl::Bucket) + 64;  // and the least summary
+    // and the least summary, and one rule's top keys
+    return rl::Table::header_bytes() + rl::kMinBuckets * sizeof(rl::Bucket) + 64 + rl::TopList::bytes(false);
 }
 
 uint64_t rl_table_capacity_for(size_t size)
@@ -867,7 +979,7 @@ uint64_t rl_table_bytes_used(const void *mem)
 {
     const rl::TableHeader &h = rl::Table::at(mem)->header();
     uint64_t used =
-        rl::Table::header_bytes() + (h.counts.keys * sizeof(rl::Bucket) + 2) / 3 + h.ncells * sizeof(uint64_t);
+        rl::Table::header_bytes() + (h.counts.keys * sizeof(rl::Bucket) + 2) / 3 + h.ncells * sizeof(uint64_t) + h.top_used;
     for (uint32_t i = 0; i < h.npools; i++) {
         used += (uint64_t) h.pools[i].used * h.pools[i].block_size;
     }

@@ -68,6 +68,45 @@ struct Pool {
 struct RuleCounters {
     char name[RL_NAME_MAX];  // "" = free
     uint64_t count[RL_OUTCOMES];
+    uint64_t top;  // its TopList, from the table's start; 0: none yet
+};
+
+// The keys a rule refuses most (top.cpp): a Space-Saving summary of
+// RL_TOP_ENTRIES entries for each of two epochs (the current one and the
+// one before, by parity), in the zone's room for them, claimed by the
+// rule's first refusal.  An entry whose tag is 0 holds the refusals of a
+// key that was reset since: counted, under no key.
+struct TopEntry {
+    uint64_t tag;
+    uint32_t count;  // an upper bound of the key's refusals in the epoch,
+    uint32_t error;  // at most this much above them
+};
+
+// A kept key: its length (up to RL_TOP_KEY_MAX; the high bit: cut), then
+// its bytes.
+constexpr uint32_t kTopKeyBytes = 1 + RL_TOP_KEY_MAX;
+// A rule whose summary found no room left.
+constexpr uint64_t kTopNoRoom = 1;
+
+struct alignas(64) TopList {
+    int64_t epoch[2];  // the epoch each half counts (now / RL_TOP_EPOCH_MS)
+    uint32_t used[2];  // its entries in use
+    uint32_t keys;     // 1: each entry keeps its key (kTopKeyBytes), after
+                       // the list
+    TopEntry half[2][RL_TOP_ENTRIES];
+
+    static size_t bytes(bool keys) { return sizeof(TopList) + (keys ? 2 * RL_TOP_ENTRIES * kTopKeyBytes : 0); }
+    uint8_t *key(uint32_t h, uint32_t i)
+    {
+        return reinterpret_cast<uint8_t *>(this + 1) + (h * RL_TOP_ENTRIES + i) * kTopKeyBytes;
+    }
+    const uint8_t *key(uint32_t h, uint32_t i) const { return const_cast<TopList *>(this)->key(h, i); }
+
+    // A refusal of a key (its bytes kept if the list keeps keys and bytes
+    // is not null); the list as the API shows it; a reset key taken off.
+    void note(uint64_t tag, const void *bytes, size_t len, int64_t now);
+    void read(int64_t now, rl_top_t *out) const;
+    void forget(uint64_t tag);
 };
 
 // What table operations change besides buckets, blocks and cells: one
@@ -106,6 +145,9 @@ struct alignas(64) TableHeader {
     uint32_t nrules;
     uint64_t sketch_offset;  // the eviction summary's cells (uint64_t each)
     uint64_t ncells;
+    uint64_t top_offset;  // the room for rules' top keys (TopList)
+    uint64_t top_bytes;
+    uint64_t top_used;  // claimed, from top_offset on
     Counts counts;
     alignas(64) Pool pools[kPoolsMax];
     Journal journal;
@@ -118,6 +160,8 @@ struct Layout {
     uint64_t nbuckets;
     uint64_t sketch_offset;
     uint64_t ncells;
+    uint64_t top_offset;
+    uint64_t top_bytes;
     uint32_t npools;
     Pool pools[kPoolsMax];
 };
@@ -168,6 +212,14 @@ public:
     Owed owed(uint64_t tag, int64_t now) const;
     // Evicts a key as a full table does: what it owes goes to the summary.
     void evict(uint64_t tag, int64_t now);
+    // Makes a key fresh (rl_table_reset): RL_RESET_* flags.
+    int forget(uint64_t tag, int64_t now);
+
+    // The top keys of the rule counted in `slot`: its list, claimed now if
+    // it has none yet (keys: with room for keys in clear, if there is), or
+    // nullptr.
+    TopList *top_list(int slot, bool claim, bool keys);
+    const TopList *top_list(int slot) const;
 
     // Undoes an operation a dead process left half done.  Every caller
     // holding the lock calls it before using the table (rl_check does).
