@@ -40,7 +40,6 @@ static ngx_int_t ngx_http_ratelimit_delay_request(ngx_http_request_t *r,
 static void ngx_http_ratelimit_delay(ngx_http_request_t *r);
 static void ngx_http_ratelimit_lock(rl_request_t *rq, size_t *order,
     size_t m, ngx_uint_t lock);
-static int64_t ngx_http_ratelimit_now(void);
 static void ngx_http_ratelimit_ctx_cleanup(void *data);
 
 
@@ -120,6 +119,8 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
         c->key_len = key.len;
         c->cost = key.len ? ngx_http_ratelimit_cost(r, &rules[i]) : 0;
         c->data = &rules[i];
+        c->counters = ngx_http_ratelimit_counters(r->connection->log,
+                                                  &rules[i]);
     }
 
     ctx->rq.checks = checks;
@@ -283,8 +284,8 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
 
     for (i = 0; i < rq->n; i++) {
         if (rq->checks[i].outcome >= 0) {
-            ngx_http_ratelimit_count(r, ngx_http_ratelimit_rule_of(
-                                            &rq->checks[i]),
+            ngx_http_ratelimit_count(ngx_http_ratelimit_rule_of(
+                                         &rq->checks[i]),
                                      rq->checks[i].outcome);
         }
     }
@@ -422,6 +423,16 @@ ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
     } else {
         (void) ngx_atomic_fetch_add(&zone->redis->stats->decisions, 1);
         ctx->decided_by = NGX_HTTP_RATELIMIT_BY_REDIS;
+
+        /* a refusal counts among the top keys of this server's zone, under
+           its lock (the only one a Redis zone's request takes) */
+
+        if (verdict == RL_VERDICT_REJECTED) {
+            ngx_shmtx_lock(&zone->shpool->mutex);
+            rl_request_note_refused(&ctx->rq, ngx_http_ratelimit_now());
+            ngx_shmtx_unlock(&zone->shpool->mutex);
+        }
+
         rc = ngx_http_ratelimit_decided(r, ctx);
     }
 
@@ -602,7 +613,7 @@ ngx_http_ratelimit_lock(rl_request_t *rq, size_t *order, size_t m,
 }
 
 
-static int64_t
+int64_t
 ngx_http_ratelimit_now(void)
 {
     ngx_time_t  *tp;

@@ -11,7 +11,6 @@
 static ngx_int_t ngx_http_ratelimit_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_ratelimit_add_header(ngx_http_request_t *r,
     ngx_str_t *name, u_char *value, size_t len);
-static uint64_t ngx_http_ratelimit_seconds(int64_t ms);
 static ngx_int_t ngx_http_ratelimit_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 
@@ -256,7 +255,7 @@ ngx_http_ratelimit_number(u_char *p, uint64_t n)
 
 /* Whole seconds, rounded up: headers never promise too early. */
 
-static uint64_t
+uint64_t
 ngx_http_ratelimit_seconds(int64_t ms)
 {
     return ms <= 0 ? 0 : ((uint64_t) ms + 999) / 1000;

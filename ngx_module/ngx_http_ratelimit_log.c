@@ -13,10 +13,6 @@
 #include "ngx_http_ratelimit_module.h"
 
 
-/* Bytes of a key shown in log lines, escaped. */
-#define NGX_HTTP_RATELIMIT_KEY_LOG_MAX       64
-
-
 static ngx_uint_t ngx_http_ratelimit_log_line(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, rl_check_t *check, ngx_uint_t level);
 static u_char *ngx_http_ratelimit_log_key(u_char *p, u_char *last,
@@ -79,34 +75,52 @@ static u_char *
 ngx_http_ratelimit_log_key(u_char *p, u_char *last,
     ngx_http_ratelimit_rule_t *rule, rl_check_t *check)
 {
-    u_char        c;
-    size_t        i, len;
-    const u_char *data;
-
     if (!rule->rule.log_key) {
         return ngx_snprintf(p, last - p, "fingerprint %016xL", check->tag);
     }
 
-    data = check->key;
-    len = ngx_min(check->key_len, NGX_HTTP_RATELIMIT_KEY_LOG_MAX);
+    *p++ = '"';
+    p = ngx_http_ratelimit_escape_key(p, check->key, check->key_len);
     *p++ = '"';
 
-    for (i = 0; i < len; i++) {
+    return p;
+}
+
+
+/*
+ * A key a client chose, made safe to show: printable ASCII as it is, but
+ * for '"' and backslash, which are escaped as every other byte is, \xNN;
+ * at most NGX_HTTP_RATELIMIT_KEY_LOG_MAX bytes of it, then "..." (at most
+ * NGX_HTTP_RATELIMIT_KEY_ESCAPED bytes written).
+ */
+
+u_char *
+ngx_http_ratelimit_escape_key(u_char *p, const u_char *data, size_t len)
+{
+    u_char  c;
+    size_t  i, n;
+
+    static u_char  hex[] = "0123456789abcdef";
+
+    n = ngx_min(len, NGX_HTTP_RATELIMIT_KEY_LOG_MAX);
+
+    for (i = 0; i < n; i++) {
         c = data[i];
 
         if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
             *p++ = c;
 
         } else {
-            p = ngx_snprintf(p, last - p, "\\x%02xd", c);
+            *p++ = '\\';
+            *p++ = 'x';
+            *p++ = hex[c >> 4];
+            *p++ = hex[c & 0xf];
         }
     }
 
-    if (check->key_len > len) {
+    if (len > n) {
         p = ngx_cpymem(p, "...", 3);
     }
-
-    *p++ = '"';
 
     return p;
 }

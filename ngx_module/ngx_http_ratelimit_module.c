@@ -129,6 +129,13 @@ static ngx_command_t  ngx_http_ratelimit_commands[] = {
       0,
       NULL },
 
+    { ngx_string("ratelimit_api"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS|NGX_CONF_TAKE1,
+      ngx_http_ratelimit_api,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
       ngx_null_command
 };
 
@@ -206,6 +213,7 @@ ngx_http_ratelimit_create_loc_conf(ngx_conf_t *cf)
     conf->headers = NGX_CONF_UNSET_UINT;
     conf->dry_run = NGX_CONF_UNSET;
     conf->log_level = NGX_CONF_UNSET_UINT;
+    conf->api_write = NGX_CONF_UNSET;
 
     return conf;
 }

@@ -13,7 +13,10 @@
  *                                 rejected or delayed; its context
  *   ngx_http_ratelimit_log.c      log lines of rejections and delays
  *   ngx_http_ratelimit_headers.c  response headers, variables
- *   ngx_http_ratelimit_stats.c    ratelimit_stats: JSON, Prometheus
+ *   ngx_http_ratelimit_stats.c    ratelimit_stats: JSON, Prometheus; the
+ *                                 response writer
+ *   ngx_http_ratelimit_api.c      ratelimit_api: keys looked up, reset; the
+ *                                 keys refused most
  *   ngx_http_ratelimit_redis*.c   zones decided in Redis
  */
 
@@ -53,6 +56,12 @@
 
 /* A rule whose counters in its zone a worker has not looked up yet. */
 #define NGX_HTTP_RATELIMIT_STATS_UNKNOWN     (-2)
+
+/* Bytes of a key shown in log lines (and by the key API), and of the most
+   that ngx_http_ratelimit_escape_key writes. */
+#define NGX_HTTP_RATELIMIT_KEY_LOG_MAX       64
+#define NGX_HTTP_RATELIMIT_KEY_ESCAPED                                        \
+    (NGX_HTTP_RATELIMIT_KEY_LOG_MAX * 4 + 3)
 
 /* Log folding, per worker: the keys remembered, and lines a rule may write
    in a second before the rest are only counted. */
@@ -106,6 +115,8 @@ typedef struct {
     ngx_flag_t                   dry_run;
     ngx_uint_t                   log_level;
     ngx_flag_t                   off;       /* "ratelimit off" here */
+    ngx_flag_t                   api_write; /* ratelimit_api write=on;
+                                               NGX_CONF_UNSET: no API */
 } ngx_http_ratelimit_loc_conf_t;
 
 
@@ -163,12 +174,22 @@ typedef struct {
 } ngx_http_ratelimit_ctx_t;
 
 
+/* A response being written: a chain of buffers (stats.c). */
+typedef struct {
+    ngx_pool_t                  *pool;
+    ngx_chain_t                 *first;
+    ngx_chain_t                 *last;
+    ngx_int_t                    error;
+} ngx_http_ratelimit_writer_t;
+
+
 extern ngx_module_t  ngx_http_ratelimit_module;
 
 
 /* ngx_http_ratelimit_handler.c */
 ngx_int_t ngx_http_ratelimit_handler(ngx_http_request_t *r);
 ngx_http_ratelimit_ctx_t *ngx_http_ratelimit_get_ctx(ngx_http_request_t *r);
+int64_t ngx_http_ratelimit_now(void);
 
 /* ngx_http_ratelimit_log.c */
 void ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
@@ -177,6 +198,8 @@ void ngx_http_ratelimit_log_bad(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, const char *what);
 ngx_int_t ngx_http_ratelimit_log_init(ngx_conf_t *cf,
     ngx_http_ratelimit_main_conf_t *rmcf);
+u_char *ngx_http_ratelimit_escape_key(u_char *p, const u_char *data,
+    size_t len);
 
 /* ngx_http_ratelimit_zone.c */
 char *ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -187,8 +210,13 @@ ngx_int_t ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
     ngx_http_ratelimit_main_conf_t *rmcf);
 void ngx_http_ratelimit_claim_stats(ngx_http_ratelimit_zone_t *zone,
     ngx_uint_t lock);
-void ngx_http_ratelimit_count(ngx_http_request_t *r,
-    ngx_http_ratelimit_rule_t *rule, int outcome);
+int ngx_http_ratelimit_counters(ngx_log_t *log,
+    ngx_http_ratelimit_rule_t *rule);
+void ngx_http_ratelimit_count(ngx_http_ratelimit_rule_t *rule, int outcome);
+ngx_http_ratelimit_rule_t *ngx_http_ratelimit_zone_rule(
+    ngx_http_ratelimit_zone_t *zone, ngx_str_t *name);
+void ngx_http_ratelimit_top(ngx_http_ratelimit_zone_t *zone, int slot,
+    rl_top_t *top);
 ngx_http_ratelimit_zone_t *ngx_http_ratelimit_next_zone(ngx_cycle_t *cycle,
     ngx_list_part_t **part, ngx_uint_t *i);
 
@@ -196,10 +224,32 @@ ngx_http_ratelimit_zone_t *ngx_http_ratelimit_next_zone(ngx_cycle_t *cycle,
 ngx_int_t ngx_http_ratelimit_headers_init(ngx_conf_t *cf);
 ngx_int_t ngx_http_ratelimit_add_variables(ngx_conf_t *cf);
 u_char *ngx_http_ratelimit_number(u_char *p, uint64_t n);
+uint64_t ngx_http_ratelimit_seconds(int64_t ms);
 
 /* ngx_http_ratelimit_stats.c */
 char *ngx_http_ratelimit_stats(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+ngx_int_t ngx_http_ratelimit_send(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *type, ngx_http_ratelimit_writer_t *w);
+void ngx_http_ratelimit_write_zone_figures(ngx_http_ratelimit_writer_t *w,
+    ngx_http_ratelimit_zone_t *zone);
+u_char *ngx_http_ratelimit_room(ngx_http_ratelimit_writer_t *w, size_t len);
+void ngx_http_ratelimit_write(ngx_http_ratelimit_writer_t *w, const char *s,
+    size_t len);
+void ngx_http_ratelimit_write_number(ngx_http_ratelimit_writer_t *w,
+    uint64_t n);
+void ngx_http_ratelimit_write_quoted(ngx_http_ratelimit_writer_t *w,
+    ngx_str_t *name);
+void ngx_http_ratelimit_write_key(ngx_http_ratelimit_writer_t *w,
+    const u_char *data, size_t len, ngx_uint_t cut);
+void ngx_http_ratelimit_write_metric(ngx_http_ratelimit_writer_t *w,
+    const char *prefix, const char *name, const char *suffix);
+
+#define ngx_http_ratelimit_puts(w, s)                                         \
+    ngx_http_ratelimit_write(w, s, sizeof(s) - 1)
+
+/* ngx_http_ratelimit_api.c */
+char *ngx_http_ratelimit_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 
 
 /* The rule a check is of. */

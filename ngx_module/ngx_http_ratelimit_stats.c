@@ -2,7 +2,9 @@
 /*
  * ngx-ratelimit: ratelimit_stats, the figures of every zone as JSON or in
  * Prometheus's text format.  The figures are read without the zones' locks
- * (counters are atomics) and written by a writer that knows its buffers.
+ * (counters are atomics; the top keys, with a zone's lock held while they
+ * are copied) and written by a writer that knows its buffers, which the key
+ * API (ngx_http_ratelimit_api.c) writes with too.
  */
 
 
@@ -22,6 +24,7 @@ typedef struct {
     rl_rule_stats_t                    rules[RL_RULE_STATS_MAX];
     ngx_http_ratelimit_redis_t        *redis;   /* NULL: a local zone */
     ngx_http_ratelimit_redis_stats_t   rs;
+    ngx_http_ratelimit_zone_t         *zone;
 } ngx_http_ratelimit_snapshot_t;
 
 
@@ -35,42 +38,24 @@ typedef struct {
 } ngx_http_ratelimit_figure_t;
 
 
-/* The response, in a chain of buffers. */
-typedef struct {
-    ngx_pool_t                        *pool;
-    ngx_chain_t                       *first;
-    ngx_chain_t                       *last;
-    ngx_int_t                          error;
-} ngx_http_ratelimit_writer_t;
-
-
 static ngx_int_t ngx_http_ratelimit_stats_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_ratelimit_snapshots(ngx_http_request_t *r,
     ngx_array_t *zones);
 static void ngx_http_ratelimit_json(ngx_http_ratelimit_writer_t *w,
     ngx_array_t *zones);
+static void ngx_http_ratelimit_json_figures(ngx_http_ratelimit_writer_t *w,
+    ngx_http_ratelimit_snapshot_t *z);
 static void ngx_http_ratelimit_json_redis(ngx_http_ratelimit_writer_t *w,
     ngx_http_ratelimit_snapshot_t *z);
 static void ngx_http_ratelimit_prometheus(ngx_http_ratelimit_writer_t *w,
     ngx_array_t *zones);
 static void ngx_http_ratelimit_prometheus_redis(
     ngx_http_ratelimit_writer_t *w, ngx_array_t *zones);
-static u_char *ngx_http_ratelimit_room(ngx_http_ratelimit_writer_t *w,
-    size_t len);
-static void ngx_http_ratelimit_write(ngx_http_ratelimit_writer_t *w,
-    const char *s, size_t len);
-static void ngx_http_ratelimit_write_number(ngx_http_ratelimit_writer_t *w,
-    uint64_t n);
+static void ngx_http_ratelimit_prometheus_top(ngx_http_request_t *r,
+    ngx_http_ratelimit_writer_t *w, ngx_array_t *zones);
 static void ngx_http_ratelimit_write_seconds(ngx_http_ratelimit_writer_t *w,
     uint64_t us);
-static void ngx_http_ratelimit_write_quoted(ngx_http_ratelimit_writer_t *w,
-    ngx_str_t *name);
-static void ngx_http_ratelimit_write_metric(ngx_http_ratelimit_writer_t *w,
-    const char *prefix, const char *name, const char *suffix);
 
-
-#define ngx_http_ratelimit_puts(w, s)                                          \
-    ngx_http_ratelimit_write(w, s, sizeof(s) - 1)
 
 #define ngx_http_ratelimit_figure_of(base, f)                                  \
     (*(uint64_t *) ((u_char *) (base) + (f)->offset))
@@ -154,12 +139,10 @@ ngx_http_ratelimit_stats(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static ngx_int_t
 ngx_http_ratelimit_stats_handler(ngx_http_request_t *r)
 {
-    off_t                         size;
     ngx_int_t                     rc;
-    ngx_str_t                     format;
+    ngx_str_t                     format, type;
     ngx_uint_t                    prometheus;
     ngx_array_t                   zones;
-    ngx_chain_t                  *cl;
     ngx_http_ratelimit_writer_t   w;
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
@@ -184,41 +167,51 @@ ngx_http_ratelimit_stats_handler(ngx_http_request_t *r)
 
     if (prometheus) {
         ngx_http_ratelimit_prometheus(&w, &zones);
+        ngx_http_ratelimit_prometheus_top(r, &w, &zones);
+        ngx_str_set(&type, "text/plain; version=0.0.4");
 
     } else {
         ngx_http_ratelimit_json(&w, &zones);
+        ngx_str_set(&type, "application/json");
     }
 
-    if (w.error || w.first == NULL) {
+    return ngx_http_ratelimit_send(r, NGX_HTTP_OK, &type, &w);
+}
+
+
+/* What a writer wrote, sent as the response (a key API's error too). */
+
+ngx_int_t
+ngx_http_ratelimit_send(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *type, ngx_http_ratelimit_writer_t *w)
+{
+    off_t         size;
+    ngx_int_t     rc;
+    ngx_chain_t  *cl;
+
+    if (w->error || w->first == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     size = 0;
-    for (cl = w.first; cl; cl = cl->next) {
+    for (cl = w->first; cl; cl = cl->next) {
         size += cl->buf->last - cl->buf->pos;
     }
 
-    w.last->buf->last_buf = (r == r->main) ? 1 : 0;
-    w.last->buf->last_in_chain = 1;
+    w->last->buf->last_buf = (r == r->main) ? 1 : 0;
+    w->last->buf->last_in_chain = 1;
 
-    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.status = status;
     r->headers_out.content_length_n = size;
-
-    if (prometheus) {
-        ngx_str_set(&r->headers_out.content_type, "text/plain; version=0.0.4");
-
-    } else {
-        ngx_str_set(&r->headers_out.content_type, "application/json");
-    }
-
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type = *type;
+    r->headers_out.content_type_len = type->len;
 
     rc = ngx_http_send_header(r);
     if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
         return rc;
     }
 
-    return ngx_http_output_filter(r, w.first);
+    return ngx_http_output_filter(r, w->first);
 }
 
 
@@ -252,6 +245,7 @@ ngx_http_ratelimit_snapshots(ngx_http_request_t *r, ngx_array_t *zones)
         }
 
         z->name = zone->name;
+        z->zone = zone;
         rl_table_get_stats(zone->table, &z->table);
         z->table.size = zone->size;
         z->used = rl_table_bytes_used(zone->table);
@@ -288,14 +282,7 @@ ngx_http_ratelimit_json(ngx_http_ratelimit_writer_t *w, ngx_array_t *zones)
 
         ngx_http_ratelimit_write_quoted(w, &z[i].name);
         ngx_http_ratelimit_puts(w, ":{");
-
-        for (f = 0; ngx_http_ratelimit_zone_figures[f].name; f++) {
-            ngx_http_ratelimit_write_metric(w, f ? ",\"" : "\"",
-                ngx_http_ratelimit_zone_figures[f].name, "\":");
-            ngx_http_ratelimit_write_number(w, ngx_http_ratelimit_figure_of(
-                                 &z[i], &ngx_http_ratelimit_zone_figures[f]));
-        }
-
+        ngx_http_ratelimit_json_figures(w, &z[i]);
         ngx_http_ratelimit_puts(w, ",\"rules\":{");
 
         for (k = 0; k < z[i].nrules; k++) {
@@ -328,6 +315,39 @@ ngx_http_ratelimit_json(ngx_http_ratelimit_writer_t *w, ngx_array_t *zones)
     }
 
     ngx_http_ratelimit_puts(w, "}}\n");
+}
+
+
+/* "size":N,"bytes_used":N,...: a zone's figures, from its snapshot. */
+
+static void
+ngx_http_ratelimit_json_figures(ngx_http_ratelimit_writer_t *w,
+    ngx_http_ratelimit_snapshot_t *z)
+{
+    ngx_uint_t  f;
+
+    for (f = 0; ngx_http_ratelimit_zone_figures[f].name; f++) {
+        ngx_http_ratelimit_write_metric(w, f ? ",\"" : "\"",
+            ngx_http_ratelimit_zone_figures[f].name, "\":");
+        ngx_http_ratelimit_write_number(w, ngx_http_ratelimit_figure_of(
+                                     z, &ngx_http_ratelimit_zone_figures[f]));
+    }
+}
+
+
+/* The figures of one zone, for the key API. */
+
+void
+ngx_http_ratelimit_write_zone_figures(ngx_http_ratelimit_writer_t *w,
+    ngx_http_ratelimit_zone_t *zone)
+{
+    ngx_http_ratelimit_snapshot_t  z;
+
+    rl_table_get_stats(zone->table, &z.table);
+    z.table.size = zone->size;
+    z.used = rl_table_bytes_used(zone->table);
+
+    ngx_http_ratelimit_json_figures(w, &z);
 }
 
 
@@ -526,12 +546,83 @@ ngx_http_ratelimit_prometheus_redis(ngx_http_ratelimit_writer_t *w,
 
 
 /*
+ * The keys each rule refuses most, as the key API's top shows them, a
+ * series a key: nginx_ratelimit_top_refused{zone,rule,fingerprint}, with
+ * key= where the rule logs keys in clear.  Each rule's are copied under its
+ * zone's lock, then written.
+ */
+
+static void
+ngx_http_ratelimit_prometheus_top(ngx_http_request_t *r,
+    ngx_http_ratelimit_writer_t *w, ngx_array_t *zones)
+{
+    u_char                          fp[16];
+    size_t                          k, j;
+    rl_top_t                       *top;
+    ngx_str_t                       rule, s;
+    ngx_uint_t                      i;
+    ngx_http_ratelimit_rule_t      *conf;
+    ngx_http_ratelimit_snapshot_t  *z;
+
+    top = ngx_palloc(r->pool, sizeof(rl_top_t));
+    if (top == NULL) {
+        w->error = 1;
+        return;
+    }
+
+    ngx_http_ratelimit_puts(w,
+        "# HELP nginx_ratelimit_top_refused Refusals in the last one to two "
+        "minutes of the keys a rule refuses most (at most 64 a rule).\n"
+        "# TYPE nginx_ratelimit_top_refused gauge\n");
+
+    z = zones->elts;
+
+    for (i = 0; i < zones->nelts; i++) {
+        for (k = 0; k < z[i].nrules; k++) {
+            rule.data = (u_char *) z[i].rules[k].name;
+            rule.len = ngx_strlen(z[i].rules[k].name);
+
+            conf = ngx_http_ratelimit_zone_rule(z[i].zone, &rule);
+            if (conf == NULL) {
+                continue;   /* a name of an earlier configuration */
+            }
+
+            ngx_http_ratelimit_top(z[i].zone, k, top);
+
+            for (j = 0; j < top->n; j++) {
+                ngx_http_ratelimit_puts(w,
+                                        "nginx_ratelimit_top_refused{zone=");
+                ngx_http_ratelimit_write_quoted(w, &z[i].name);
+                ngx_http_ratelimit_puts(w, ",rule=");
+                ngx_http_ratelimit_write_quoted(w, &rule);
+                ngx_http_ratelimit_puts(w, ",fingerprint=");
+                s.data = fp;
+                s.len = ngx_sprintf(fp, "%016xL", top->top[j].tag) - fp;
+                ngx_http_ratelimit_write_quoted(w, &s);
+
+                if (conf->rule.log_key && top->top[j].key_len) {
+                    ngx_http_ratelimit_puts(w, ",key=");
+                    ngx_http_ratelimit_write_key(w, top->top[j].key,
+                                                 top->top[j].key_len,
+                                                 top->top[j].key_cut);
+                }
+
+                ngx_http_ratelimit_puts(w, "} ");
+                ngx_http_ratelimit_write_number(w, top->top[j].refused);
+                ngx_http_ratelimit_puts(w, "\n");
+            }
+        }
+    }
+}
+
+
+/*
  * len bytes of room at the end of the response: in its last buffer, or in
  * a new one chained after it.  NULL (and the writer in error) if out of
  * memory.
  */
 
-static u_char *
+u_char *
 ngx_http_ratelimit_room(ngx_http_ratelimit_writer_t *w, size_t len)
 {
     ngx_buf_t    *b;
@@ -569,7 +660,7 @@ ngx_http_ratelimit_room(ngx_http_ratelimit_writer_t *w, size_t len)
 }
 
 
-static void
+void
 ngx_http_ratelimit_write(ngx_http_ratelimit_writer_t *w, const char *s,
     size_t len)
 {
@@ -582,7 +673,7 @@ ngx_http_ratelimit_write(ngx_http_ratelimit_writer_t *w, const char *s,
 }
 
 
-static void
+void
 ngx_http_ratelimit_write_number(ngx_http_ratelimit_writer_t *w, uint64_t n)
 {
     u_char  *p;
@@ -611,7 +702,7 @@ ngx_http_ratelimit_write_seconds(ngx_http_ratelimit_writer_t *w, uint64_t us)
 
 /* A name in double quotes, in JSON and in Prometheus labels alike. */
 
-static void
+void
 ngx_http_ratelimit_write_quoted(ngx_http_ratelimit_writer_t *w,
     ngx_str_t *name)
 {
@@ -638,9 +729,34 @@ ngx_http_ratelimit_write_quoted(ngx_http_ratelimit_writer_t *w,
 }
 
 
+/*
+ * A key, in double quotes, as log lines show it (ngx_http_ratelimit_
+ * escape_key), and "..." after it when it was cut.
+ */
+
+void
+ngx_http_ratelimit_write_key(ngx_http_ratelimit_writer_t *w,
+    const u_char *data, size_t len, ngx_uint_t cut)
+{
+    u_char     buf[NGX_HTTP_RATELIMIT_KEY_ESCAPED], *p;
+    ngx_str_t  key;
+
+    p = ngx_http_ratelimit_escape_key(buf, data, len);
+
+    if (cut && len <= NGX_HTTP_RATELIMIT_KEY_LOG_MAX) {
+        p = ngx_cpymem(p, "...", 3);
+    }
+
+    key.data = buf;
+    key.len = p - buf;
+
+    ngx_http_ratelimit_write_quoted(w, &key);
+}
+
+
 /* prefix, a NUL-terminated name, suffix. */
 
-static void
+void
 ngx_http_ratelimit_write_metric(ngx_http_ratelimit_writer_t *w,
     const char *prefix, const char *name, const char *suffix)
 {

@@ -618,33 +618,80 @@ ngx_http_ratelimit_claim_stats(ngx_http_ratelimit_zone_t *zone,
 
 /*
  * A rule's counters are found in its zone by name the first time a worker
- * counts for it (under the zone's lock, taken by workers only: the master
- * never waits on a lock a worker may hold).  A zone counts up to
- * RL_RULE_STATS_MAX names; past that, once per worker, a warning.
+ * decides for it (under the zone's lock, taken by workers only: the master
+ * never waits on a lock a worker may hold), before the request is decided,
+ * so that a refusal counts among its top keys.  A zone counts up to
+ * RL_RULE_STATS_MAX names; past that, once per worker, a warning.  Returns
+ * what rl_check_t's counters holds: the slot plus 1, 0 for none.
  */
 
-void
-ngx_http_ratelimit_count(ngx_http_request_t *r,
-    ngx_http_ratelimit_rule_t *rule, int outcome)
+int
+ngx_http_ratelimit_counters(ngx_log_t *log, ngx_http_ratelimit_rule_t *rule)
 {
     ngx_http_ratelimit_zone_t  *zone;
 
+    if (rule->stats != NGX_HTTP_RATELIMIT_STATS_UNKNOWN) {
+        return rule->stats + 1;
+    }
+
     zone = rule->shm_zone->data;
 
-    if (rule->stats == NGX_HTTP_RATELIMIT_STATS_UNKNOWN) {
-        ngx_shmtx_lock(&zone->shpool->mutex);
-        rule->stats = rl_table_rule_slot(zone->table, rule->rule.name);
-        ngx_shmtx_unlock(&zone->shpool->mutex);
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    rule->stats = rl_table_rule_slot(zone->table, rule->rule.name);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 
-        if (rule->stats < 0 && !zone->stats_full_logged) {
-            zone->stats_full_logged = 1;
-            ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                          "ratelimit_zone \"%V\" counts %d rule names "
-                          "already: rule \"%V\" and others are not counted "
-                          "in ratelimit_stats", &zone->name,
-                          RL_RULE_STATS_MAX, &rule->name);
+    if (rule->stats < 0 && !zone->stats_full_logged) {
+        zone->stats_full_logged = 1;
+        ngx_log_error(NGX_LOG_WARN, log, 0,
+                      "ratelimit_zone \"%V\" counts %d rule names "
+                      "already: rule \"%V\" and others are not counted "
+                      "in ratelimit_stats", &zone->name,
+                      RL_RULE_STATS_MAX, &rule->name);
+    }
+
+    return rule->stats + 1;
+}
+
+
+/* Adds a request's outcome to its rule's counters (atomic, no lock). */
+
+void
+ngx_http_ratelimit_count(ngx_http_ratelimit_rule_t *rule, int outcome)
+{
+    rl_table_count(ngx_http_ratelimit_zone_of(rule)->table, rule->stats,
+                   outcome);
+}
+
+
+/* The first rule of a zone with this name, in this configuration. */
+
+ngx_http_ratelimit_rule_t *
+ngx_http_ratelimit_zone_rule(ngx_http_ratelimit_zone_t *zone, ngx_str_t *name)
+{
+    ngx_uint_t                   i;
+    ngx_http_ratelimit_rule_t  **rules;
+
+    rules = zone->rules.elts;
+
+    for (i = 0; i < zone->rules.nelts; i++) {
+        if (rules[i]->name.len == name->len
+            && ngx_strncmp(rules[i]->name.data, name->data, name->len) == 0)
+        {
+            return rules[i];
         }
     }
 
-    rl_table_count(zone->table, rule->stats, outcome);
+    return NULL;
+}
+
+
+/* The keys the rule counted in a slot refuses most, read under the lock. */
+
+void
+ngx_http_ratelimit_top(ngx_http_ratelimit_zone_t *zone, int slot,
+    rl_top_t *top)
+{
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    rl_table_top(zone->table, slot, ngx_http_ratelimit_now(), top);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 }
