@@ -9,11 +9,9 @@
 # jump, a click on Reset asks first and sends the DELETE (and says so when the
 # API refuses it), it fits 375 px, and a stats location going down
 # mid-session brings the banner up over the last figures.  Also nginx -t of
-# every bad use of the directive.
-#
-# The key API (ratelimit_api) is not there yet: the test serves STAND-INS for
-# it, canned JSON files at its paths (see the configuration below); switch
-# those locations to `ratelimit_api` when it lands.
+# every bad use of the directive.  The key API is the real ratelimit_api:
+# with writes (/rl/), read-only (/ro/), and saying it allows writes while
+# nginx's access control refuses them (/dn/, limit_except).
 #
 # RL_DASHBOARD_SHOT=docs/dashboard.png keeps the screenshot under load there,
 # after RL_DASHBOARD_LOAD seconds of load (default 60; without a shot the load
@@ -85,6 +83,7 @@ sub conf {
     my ($stats_down) = @_;
     my $stats = $stats_down ? 'return 500;' : 'ratelimit_stats;';
     return <<"EOF";
+keepalive_requests 100000;
 ratelimit_zone api 1m;
 ratelimit_zone web 64k;
 server {
@@ -125,27 +124,14 @@ server {
         location = /private/stats { ratelimit_stats; }
     }
 
-    # STAND-INS for ratelimit_api, until it lands: canned JSON files (written
-    # below) at its paths, /rl/ with writes on, /ro/ without, /dn/ saying it
-    # has writes on and refusing them.
+    # the key API: with writes, read-only, and with writes that nginx's
+    # access control refuses (the API says it allows them)
     location = /dashboard-denied { ratelimit_dashboard stats=/stats api=/dn/; }
-    location ~ ^/(rl|ro|dn)/zones\$ {
-        default_type application/json;
-        try_files /\$1/zones.json =404;
-    }
-    location ~ ^/(rl|ro|dn)/zones/(\\w+)/top\$ {
-        default_type application/json;
-        try_files /\$1/top-\$2.json =404;
-    }
-    location ~ ^/rl/zones/\\w+/keys\$ {
-        if (\$request_method = DELETE) {
-            return 204;
-        }
-        return 405;
-    }
-    location ~ ^/(ro|dn)/zones/\\w+/keys\$ {
-        default_type application/json;
-        return 403 '{"error":"writes are not enabled"}';
+    location /rl/ { ratelimit_api write=on; allow 127.0.0.1; deny all; }
+    location /ro/ { ratelimit_api; }
+    location /dn/ {
+        ratelimit_api write=on;
+        limit_except GET { deny all; }
     }
 }
 EOF
@@ -183,34 +169,27 @@ for my $i (1 .. 120) {    # per_user: alice's 100 an hour, then 20 refused
     $fp_alice = $r->{headers}{'x-fingerprint'} if $r->{status} == 429;
 }
 like($fp_alice // '', qr/^[0-9a-f]{16}$/, "alice's fingerprint in zone api: $fp_alice");
-my %refused = (per_ip => 0, pages => 0);
 for (1 .. 40) {
-    $refused{per_ip}++ if get_as('/api/index.html', ip => '10.0.0.7')->{status} == 429;
+    get_as('/api/index.html', ip => '10.0.0.7');
 }
+# a key refused more than a thousand times: its count shown for people
+my %sent = $t->pipelined('/api/index.html', 'X-Ip', ('10.0.0.8') x 1500);
+cmp_ok($sent{429} // 0, '>', 1000, "10.0.0.8 refused more than 1,000 times ($sent{429})");
+my $fp_ip = get_as('/api/index.html', ip => '10.0.0.8')->{headers}{'x-fingerprint'};
 my $stats = decode_json($t->get('/stats')->{content});
 my $rules = $stats->{zones}{api}{rules};
 is($rules->{per_user}{rejected}, 20, 'per_user refused 20 of alice\'s requests');
 
-# The stand-in API's answers, from what nginx counted.
-my $fp_ip = '6b407e06caacd8e7';
-my %files = (
-    'rl/zones.json' => { write => JSON::PP::true, zones => {
-        api => { rules => { per_ip => { algorithm => 'gcra', limit => 10, period => '1s' },
-                            per_user => { algorithm => 'fixed_window', limit => 100, period => '1h' } } },
-        web => { rules => [ { name => 'pages', algorithm => 'leaky_bucket', limit => 50, period => 1000 } ] } } },
-    'rl/top-api.json' => { zone => 'api', rules => {
-        per_user => [ { fingerprint => $fp_alice, key => 'alice', refused => $rules->{per_user}{rejected} } ],
-        per_ip => [ { fingerprint => $fp_ip, refused => 3 * $rules->{per_ip}{rejected} + 1 } ] } },
-    'rl/top-web.json' => { zone => 'web', rules => { pages => [] } },
-);
-$files{'ro/zones.json'} = { %{ $files{'rl/zones.json'} }, write => JSON::PP::false };
-$files{'ro/top-api.json'} = $files{'dn/top-api.json'} = $files{'rl/top-api.json'};
-$files{'dn/zones.json'} = $files{'rl/zones.json'};
-mkdir "$p/html/$_" for qw(rl ro dn canned);
+# What the key API says of them, for the page to show.
+my $top = decode_json($t->get('/rl/zones/api/top')->{content});
+my ($top_ip) = @{ $top->{rules}{per_ip}{keys} };
+is($top_ip->{fingerprint}, $fp_ip, 'the key API: 10.0.0.8 on top of per_ip');
+is_deeply([ map { [ $_->{key}, $_->{refused} ] } @{ $top->{rules}{per_user}{keys} } ], [ [ 'alice', 20 ] ],
+          'the key API: alice, 20 times, by name (per_user logs keys in clear)');
+mkdir "$p/html/canned";
 RLTest::write_file("$p/html/canned/stats.json",
                    '{"version":"9.8.7","zones":{"bare":{"rules":{"r1":{}}},"odd <b>&amp;</b>":{}}}');
 RLTest::write_file("$p/htpasswd", "ops:{PLAIN}secret\n");
-RLTest::write_file("$p/html/$_", encode_json($files{$_})) for keys %files;
 
 # like and unlike, but a DOM is too long to show when it fails
 sub has {
@@ -256,8 +235,9 @@ has($user, qr/<button class="reset"/, 'per_user: a reset button (writes allowed)
 my $ip = part($dom, 'article', 'data-rule', 'per_ip');
 is(data_value($ip, 'total-refused'), $rules->{per_ip}{rejected}, 'per_ip: its refusals, as nginx counted');
 has($ip, qr/data-key="$fp_ip"[^>]*>$fp_ip</, 'per_ip: a key by its fingerprint');
-my $big = 3 * $rules->{per_ip}{rejected} + 1;
+my $big = $top_ip->{refused};
 has($ip, qr/data-value="$big"[^>]*>\Q${\ fmt($big)}\E</, "per_ip: its count for people (${\ fmt($big)})");
+has($ip, qr/gcra · 10 \/ 1s/, 'per_ip: its algorithm and limit');
 has(part($dom, 'article', 'data-rule', 'pages'), qr/leaky_bucket · 50 \/ 1s/, 'pages: a period in ms, shown');
 my $api = part($dom, 'section', 'data-zone', 'api');
 has($api, qr/keys held \/ capacity<\/span><b data-value="$stats->{zones}{api}{keys}"/, 'zone api: keys held');
@@ -321,12 +301,13 @@ sub png_width {
 # ---- in real time, under load ----
 
 # Clients sending until they are stopped, for at most 120 s and 200,000
-# requests each: a heavy key in every rule, light keys around it.
+# requests each: a heavy key in per_ip and pages, light keys around them
+# (per_user's users too many to be refused: alice stays its top key).
 sub load {
     my $deadline = time + 120;
     my @who = (
         [ '/api/index.html', sub { (ip => '10.0.0.7') }, 0.002 ],
-        [ '/api/index.html', sub { (ip => '10.2.0.' . int(rand 200), user => 'u' . int(rand 25)) }, 0.01 ],
+        [ '/api/index.html', sub { (ip => '10.2.0.' . int(rand 200), user => 'u' . int(rand 1e6)) }, 0.01 ],
         [ '/web/index.html', sub { (ip => '10.0.0.9') }, 0.002 ],
         [ '/web/index.html', sub { (ip => '10.0.0.9') }, 0.002 ],
         [ '/web/index.html', sub { (ip => '10.3.0.' . int(rand 50)) }, 0.01 ],
@@ -398,18 +379,26 @@ like($b->wait_for(q{document.querySelector('[data-rule="per_user"] .topnote').te
      qr/^Key alice reset at/, 'reset: accepted, done, and said');
 my @asked = $b->dialogs;
 is(scalar @asked, 2, 'reset: asked each time');
-like($asked[0] // '', qr/^Reset key alice in zone "api"\?/, 'reset: the question names the key and zone');
+like($asked[0] // '', qr/^Reset key alice in zone "api"\?\n\nIts state in rule per_user is forgotten/,
+     'reset: the question names the key, zone and rule');
 my @deletes = grep { /"DELETE / } split /\n/, $t->access_log;
 is(scalar @deletes, 1, 'reset: one DELETE');
-like($deletes[0] // '', qr{"DELETE /rl/zones/api/keys\?fingerprint=$fp_alice HTTP}, 'reset: of alice, by fingerprint');
+like($deletes[0] // '', qr{"DELETE /rl/zones/api/keys\?fingerprint=$fp_alice&rule=per_user HTTP/1\.1" 200 },
+     'reset: of alice, by fingerprint and rule, done');
+is(get_as('/api/index.html', ip => '10.4.0.1', user => 'alice')->{status}, 200, 'reset: alice admitted again');
+like($t->error_log, qr/ratelimit: key fingerprint $fp_alice reset in rule "per_user" of zone "api" by the key API \(it was held\), client 127\.0\.0\.1/,
+     'reset: logged');
 
-# An API refusing the write it said it allowed: the page says so, and the
-# buttons go.
+# An API saying it allows writes while nginx's access control refuses them
+# (limit_except): the page says so, and the buttons go.
+for (1 .. 101) {   # alice refused again
+    get_as('/api/index.html', ip => "10.5.0.$_", user => 'alice');
+}
 $b->open_page("$url/dashboard-denied");
 $b->wait_for($button, 10);
 $b->js("$button.click()");
 like($b->wait_for(q{document.querySelector('[data-rule="per_user"] .topnote').textContent}, 10),
-     qr/^Not reset: the key API does not allow writes \(ratelimit_api write=on\): writes are not enabled\.$/,
+     qr/^Not reset: the key API refused the write \(HTTP 403\)\.$/,
      'reset refused (403): said');
 is($b->js('document.querySelectorAll("button.reset").length'), 0, 'reset refused (403): no more buttons');
 

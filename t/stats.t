@@ -86,7 +86,8 @@ my $p = $r->{content};
 my %v;
 for my $line (split /\n/, $p) {
     next if $line =~ /^# (HELP|TYPE) nginx_ratelimit_\w+ /;
-    like($line, qr/^nginx_ratelimit_\w+\{zone="(?:[^"\\]|\\.)*"(?:,rule="[\w.-]+")?\} \d+$/, "prometheus line: $line")
+    like($line, qr/^nginx_ratelimit_\w+\{zone="(?:[^"\\]|\\.)*"(?:,rule="[\w.-]+"(?:,fingerprint="[0-9a-f]{16}")?)?\} \d+$/,
+         "prometheus line: $line")
         or last;
     my ($name, $labels, $value) = $line =~ /^(\w+)\{(.*)\} (\d+)$/;
     $v{"$name\{$labels\}"} = $value;
@@ -99,9 +100,13 @@ is($v{'nginx_ratelimit_delayed_total{zone="api",rule="shape"}'}, 2, 'prometheus:
 is($v{'nginx_ratelimit_allowed_total{zone="odd \"zone\"",rule="wide"}'}, 2, 'prometheus: escaped zone name');
 is($v{'nginx_ratelimit_zone_size_bytes{zone="api"}'}, 1048576, 'prometheus: zone size');
 is($v{'nginx_ratelimit_zone_keys{zone="api"}'}, 4, 'prometheus: keys');
+my @top = grep { /^nginx_ratelimit_top_refused\{zone="api",rule="a",/ } keys %v;
+is(scalar @top, 1, 'prometheus: the key rule a refuses, by its fingerprint');
+is($v{ $top[0] // '' }, 2, 'prometheus: refused twice');
+unlike($p, qr/alice|dan|sam|stu/, 'prometheus: no key values (no rule here logs keys in clear)');
 for my $m (qw(zone_size_bytes zone_used_bytes zone_keys zone_capacity_keys zone_evictions_total
               zone_live_evictions_total allowed_total rejected_total delayed_total dry_run_rejected_total
-              exempt_total)) {
+              exempt_total top_refused)) {
     my $type = $m =~ /_total$/ ? 'counter' : 'gauge';
     like($p, qr/^# HELP nginx_ratelimit_$m \S.*\n# TYPE nginx_ratelimit_$m $type$/m, "prometheus: $m described");
 }
