@@ -343,5 +343,13 @@ like($prom, qr/^nginx_ratelimit_top_refused\{zone="api",rule="per_user",fingerpr
 my $series = () = $prom =~ /^nginx_ratelimit_top_refused\{zone="api",rule="flood"/mg;
 cmp_ok($series, '<=', 64, "prometheus: at most the summary's entries ($series)");
 
+# a reload keeps the zone, its keys' states and its top keys
+$t->reload();
+$f = json_of(req('GET', '/rl/zones/api/top?rule=flood'))->{rules}{flood};
+is_deeply([ map { [ $_->{fingerprint}, $_->{refused} ] } @{ $f->{keys} }[0 .. 1] ],
+          [ [ $fps{'heavy-a'}, 600 ], [ $fps{'heavy-b'}, 300 ] ], 'reload: the top keys kept');
+is(json_of(req('GET', '/rl/zones/api/keys?key=alice&rule=per_user'))->{rules}[0]{refused}, JSON::PP::true,
+   'reload: a key\'s state kept');
+
 $t->stop();
 done_testing();

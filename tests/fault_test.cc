@@ -205,6 +205,42 @@ TEST_P(Fault, StoreOverAKeyWithABlockAndEvict)
     EXPECT_EQ(done, 11);
 }
 
+// A reset (the key API's): the key and its block forgotten, and, for a key
+// owing in the summary, one of its cells cleared.
+TEST_P(Fault, ResetOfAKeyWithABlockOrOwingInTheSummary)
+{
+    std::mt19937_64 rng(GetParam() + 300);
+    Zone zone(rng);
+    const std::map<uint64_t, Key> keys = keys_of(zone.table(), zone.blob);
+    int done = 0;
+    for (const auto &[tag, key] : keys) {
+        if (key.blob.empty() || key.head.t <= kNow) {
+            continue;
+        }
+        if (done++ == 5) {
+            break;
+        }
+        const uint64_t t = tag;
+        const long steps = crash_everywhere(
+            zone, [&](rl::Table *tb) { tb->forget(t, kNow); }, t, never);
+        EXPECT_GE(steps, 4);
+    }
+    EXPECT_EQ(done, 6);
+    // keys not held that the summary says owe (the zone's evictions)
+    int owing = 0;
+    for (uint64_t i = 100000; owing < 5 && i < 200000; i++) {
+        const uint64_t t = zone.table()->tag(1, &i, sizeof(i));
+        if (zone.table()->owed(t, kNow).until == 0) {
+            continue;
+        }
+        owing++;
+        const long steps = crash_everywhere(
+            zone, [&](rl::Table *tb) { tb->forget(t, kNow); }, t, never);
+        EXPECT_GE(steps, 2);
+    }
+    EXPECT_EQ(owing, 5);
+}
+
 // A whole request through rl_check: two rules, one with a block, in a table
 // where committing inserts, evicts and allocates.
 TEST_P(Fault, RequestWithTwoRules)
