@@ -906,9 +906,11 @@ ngx_http_ratelimit_api_states(ngx_http_request_t *r,
 
 
 /*
- * A reset, at notice: the key as the rule's log lines show it, and who
- * asked.  Not in the request's log context, which would write the request
- * line, and with it a key given in clear.
+ * A reset, at notice: the key as the rule's log lines show it (in clear
+ * only where the rule logs keys so and had a state for it: a key given for
+ * every rule of a zone may be another rule's secret), and who asked.  Not
+ * in the request's log context, which would write the request line, and
+ * with it a key given in clear.
  */
 
 static void
@@ -919,7 +921,7 @@ ngx_http_ratelimit_api_log_reset(ngx_http_request_t *r,
     ngx_str_t   user;
     u_char      key[NGX_HTTP_RATELIMIT_KEY_ESCAPED + 16];
 
-    if (st->rule->rule.log_key && q->key.data) {
+    if (st->rule->rule.log_key && q->key.data && st->reset) {
         key[0] = '"';
         p = ngx_http_ratelimit_escape_key(key + 1, q->key.data, q->key.len);
         *p++ = '"';
