@@ -449,6 +449,6 @@ TEST(TopKeys, ASmallZoneHasRoomForOneRule)
     EXPECT_TABLE_VALID(z.table());
     // the rules counted here, for a 1 MB zone: fingerprints or clear keys
     Zone big(1 << 20);
-    EXPECT_GE(big.table()->header().top_bytes / rl::TopList::bytes(false), 14u);
-    EXPECT_GE(big.table()->header().top_bytes / rl::TopList::bytes(true), 5u);
+    EXPECT_GE(big.table()->header().top_bytes / rl::TopList::bytes(false), 7u);
+    EXPECT_GE(big.table()->header().top_bytes / rl::TopList::bytes(true), 2u);
 }

@@ -39,10 +39,11 @@ const uint32_t kSweep = 8;
 // keys held, for a memory of what evicted keys owe (README, bench/README.md).
 const uint64_t kSketchShare = 40;
 
-// The room for rules' top keys takes this share of the zone (1.6%), and
-// at least one rule's summary without keys in clear: lists of 1 KB, or 3
-// KB with keys (TopList::bytes), claimed by the rules that refuse first.
-const uint64_t kTopShare = 64;
+// The room for rules' top keys takes this share of the zone (0.8%: 8 KB a
+// megabyte), at least one rule's summary without keys in clear and at
+// most every counted rule's with them: lists of 1 KB, or 3 KB with keys
+// (TopList::bytes), claimed by the rules that refuse first.
+const uint64_t kTopShare = 128;
 
 // Cells a key has in the summary: a fresh key is restored only if all of
 // them hold a debt, so more cells mean fewer innocent keys restored while
@@ -135,7 +136,8 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char
 
     const uint64_t all = size > header_bytes() ? size - header_bytes() : 0;
     const uint64_t sketch_bytes = std::max<uint64_t>(64, all / kSketchShare / 64 * 64);
-    const uint64_t top_bytes = std::max<uint64_t>(TopList::bytes(false), all / kTopShare / 64 * 64);
+    const uint64_t top_bytes = std::min<uint64_t>(std::max<uint64_t>(TopList::bytes(false), all / kTopShare / 64 * 64),
+                                                  RL_RULE_STATS_MAX * TopList::bytes(true));
     const uint64_t avail = all > sketch_bytes ? all - sketch_bytes : 0;
     const uint64_t third = npools == 0 ? avail : avail / 3 / 64 * 64;
     const uint64_t share = npools == 0 ? 0 : (avail - third) / npools / 64 * 64;
