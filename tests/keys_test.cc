@@ -97,12 +97,9 @@ rl_top_t top_of(Zone &z, const Rule &r, int64_t now)
 constexpr int64_t kEpoch0 = kT0 / RL_TOP_EPOCH_MS * RL_TOP_EPOCH_MS;
 
 const char *const kRules[] = {
-    "algorithm=gcra limit=5 period=1h",
-    "algorithm=token_bucket limit=5 period=1h burst=3",
-    "algorithm=fixed_window limit=5 period=1h",
-    "algorithm=sliding_window limit=5 period=1h buckets=10",
-    "algorithm=sliding_log limit=5 period=1h",
-    "algorithm=leaky_bucket limit=5 period=1h max_delay=1h",
+    "algorithm=gcra limit=5 period=1h",         "algorithm=token_bucket limit=5 period=1h burst=3",
+    "algorithm=fixed_window limit=5 period=1h", "algorithm=sliding_window limit=5 period=1h buckets=10",
+    "algorithm=sliding_log limit=5 period=1h",  "algorithm=leaky_bucket limit=5 period=1h max_delay=1h",
     "algorithm=quota limit=5 reset=daily",
 };
 
@@ -224,11 +221,10 @@ TEST(KeyReset, ClearsOneCellOfAKeyOwingOthersDebts)
         }
         ASSERT_LT(i, 100000);
     }
-    const std::vector<uint64_t> before(reinterpret_cast<uint64_t *>(static_cast<char *>(z.mem) +
-                                                                    z.table()->header().sketch_offset),
-                                       reinterpret_cast<uint64_t *>(static_cast<char *>(z.mem) +
-                                                                    z.table()->header().sketch_offset) +
-                                           z.table()->header().ncells);
+    const std::vector<uint64_t> before(
+        reinterpret_cast<uint64_t *>(static_cast<char *>(z.mem) + z.table()->header().sketch_offset),
+        reinterpret_cast<uint64_t *>(static_cast<char *>(z.mem) + z.table()->header().sketch_offset) +
+            z.table()->header().ncells);
     EXPECT_FALSE(hit(z, r, innocent, now + 1).allowed);
     EXPECT_EQ(rl_table_reset(z.mem, tag_of(z, r, innocent), now + 1), RL_RESET_FORGIVEN);
     const uint64_t *after =

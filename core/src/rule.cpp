@@ -145,12 +145,12 @@ bool lookup(const Name *names, size_t n, Text v, uint32_t *out)
     return false;
 }
 
-template <size_t N>
-const char *name_of(const Name (&names)[N], uint32_t value)
+// The word of a value, the other way round: "?" for none.
+const char *name_of(const Name *names, size_t n, uint32_t value)
 {
-    for (const Name &n : names) {
-        if (n.value == value) {
-            return n.text;
+    for (size_t i = 0; i < n; i++) {
+        if (names[i].value == value) {
+            return names[i].text;
         }
     }
     return "?";
@@ -158,7 +158,7 @@ const char *name_of(const Name (&names)[N], uint32_t value)
 
 const char *algorithm_name(uint32_t a)
 {
-    return name_of(algorithms, a);
+    return name_of(algorithms, sizeof(algorithms) / sizeof(algorithms[0]), a);
 }
 
 // The shortest exact spelling of a period: 60000 -> "1m", 1500 -> "1500ms".
@@ -493,7 +493,7 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
         if (!(rule->given & P_NAME)) {
             char period[32];
             if (a == RL_QUOTA) {
-                std::snprintf(period, sizeof(period), "%s", name_of(resets, rule->reset));
+                std::snprintf(period, sizeof(period), "%s", name_of(resets, 3, rule->reset));
             } else {
                 format_period(rule->period_ms, period, sizeof(period));
             }
@@ -641,7 +641,7 @@ const char *rl_algorithm_name(uint32_t algorithm)
 
 const char *rl_reset_name(uint32_t reset)
 {
-    return name_of(resets, reset);
+    return name_of(resets, 3, reset);
 }
 
 int rl_parse_time_ms(const char *s, size_t len, int64_t *ms)

@@ -980,8 +980,8 @@ int rl_table_valid(const void *mem, size_t size, const uint32_t *blob_sizes, siz
 uint64_t rl_table_bytes_used(const void *mem)
 {
     const rl::TableHeader &h = rl::Table::at(mem)->header();
-    uint64_t used =
-        rl::Table::header_bytes() + (h.counts.keys * sizeof(rl::Bucket) + 2) / 3 + h.ncells * sizeof(uint64_t) + h.top_used;
+    uint64_t used = rl::Table::header_bytes() + (h.counts.keys * sizeof(rl::Bucket) + 2) / 3 +
+                    h.ncells * sizeof(uint64_t) + h.top_used;
     for (uint32_t i = 0; i < h.npools; i++) {
         used += (uint64_t) h.pools[i].used * h.pools[i].block_size;
     }
