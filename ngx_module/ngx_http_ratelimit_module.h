@@ -15,7 +15,7 @@
  *   ngx_http_ratelimit_headers.c  response headers, variables
  *   ngx_http_ratelimit_stats.c    ratelimit_stats: JSON, Prometheus; the
  *                                 response writer
- *   ngx_http_ratelimit_api.c      ratelimit_api: keys looked up, reset; the
+ *   ngx_http_ratelimit_api*.c     ratelimit_api: keys looked up, reset; the
  *                                 keys refused most
  *   ngx_http_ratelimit_redis*.c   zones decided in Redis
  */
