@@ -87,7 +87,7 @@ ngx_http_ratelimit_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
 
-    if (clcf->named
+    if (clcf->named || clcf->exact_match
 #if (NGX_PCRE)
         || clcf->regex
 #endif

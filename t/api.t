@@ -98,6 +98,7 @@ sub as {
 for my $case (
     [ 'location ~ ^/rl/ { ratelimit_api; }', qr/"ratelimit_api" directive: location "\^\/rl\/" is not a prefix location/ ],
     [ 'location @rl { ratelimit_api; }', qr/location "\@rl" is not a prefix location/ ],
+    [ 'location = /rl/zones { ratelimit_api; }', qr/location "\/rl\/zones" is not a prefix location/ ],
     [ 'location /rl/ { ratelimit_api write=yes; }',
       qr/"ratelimit_api" directive: unknown parameter "write=yes": expected write=on or write=off/ ],
     [ 'location /rl/ { ratelimit_api; ratelimit_api; }', qr/"ratelimit_api" directive is duplicate/ ],
