@@ -31,15 +31,18 @@ using wide = unsigned __int128;
 
 struct Window {
     const rl_rule_t &rule;
-    const Block *b;  // nullptr: nothing counted
-    int64_t S, W;    // ticks per window, and a tick's length in 1/S ms
+    const Block *b;    // nullptr: nothing counted
+    int64_t S, W;      // ticks per window, and a tick's length in 1/S ms
+    int64_t xk;        // a tick counted `xc` more than the block says: the
+    uint64_t xc = 0;   // window as a request admitted in it leaves it
 
     uint64_t count(int64_t j) const
     {
+        const uint64_t x = j == xk ? xc : 0;
         if (b == nullptr || j > b->tick || j <= b->tick - (S + 1)) {
-            return 0;
+            return x;
         }
-        return b->count[j % (S + 1)];
+        return x + b->count[j % (S + 1)];
     }
 
     // The estimate at tick k, e into it, scaled by W: sum*W + oldest*(W-e).
@@ -56,12 +59,11 @@ struct Window {
     int64_t admissible_at(int64_t k, int64_t from, uint64_t cost) const
     {
         const wide cap = (wide) rule.limit * (uint64_t) W;
-        for (int64_t m = 0;; m++) {
-            const int64_t j = k + m;
-            uint64_t newer = 0;
-            for (int64_t i = j - S + 1; i <= k; i++) {
-                newer += count(i);
-            }
+        uint64_t newer = 0;  // ticks j - S + 1 .. k, kept as j moves on
+        for (int64_t i = k - S + 1; i <= k; i++) {
+            newer += count(i);
+        }
+        for (int64_t j = k;; newer -= count(j - S + 1), j++) {
             const wide fixed = (wide) (newer + cost) * (uint64_t) W;
             if (fixed > cap) {
                 continue;  // the newer ticks alone are too many: next tick
@@ -143,7 +145,7 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
         return sliding_window(rule, s, now, cost, true);
     }
 
-    Window w{rule, b, S, W};
+    Window w{rule, b, S, W, k};
     if (b != nullptr && b->tick > k) {
         k = b->tick;  // the clock stepped back: count as of the newest tick
         e = 0;
@@ -168,6 +170,11 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
         d.allowed = 1;
         d.remaining = (uint64_t) ((cap - used - spend) / (uint64_t) w.W);
         d.reset_ms = cost > 0 ? full_at(k) - now : reset;
+        // one more unit when the window, this request counted, leaves room
+        // for remaining + 1; none can come to an empty window
+        w.xk = k;
+        w.xc = cost;
+        d.available_ms = used + spend > 0 ? w.admissible_at(k, now + 1, d.remaining + 1) - now : 0;
         if (apply && cost > 0) {
             // advance the ring to tick k, zeroing the ticks it skips
             if (b->tick < k) {
@@ -183,6 +190,7 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
         d.remaining = used < cap ? (uint64_t) ((cap - used) / (uint64_t) w.W) : 0;
         d.reset_ms = reset;
         d.retry_after_ms = w.admissible_at(k, now + 1, cost) - now;
+        d.available_ms = d.retry_after_ms;
     }
     return d;
 }
