@@ -100,12 +100,12 @@ TEST(LeakyDelay, EqualsLimitReqOnRandomTraces)
     std::mt19937_64 g(15);
     const struct {
         uint64_t limit, period_ms, burst, delay;
-    } cases[] = {{30, 60000, 2, 1}, {10, 1000, 12, 8}, {10, 1000, 5, 0}, {10, 1000, 5, 5},
+    } cases[] = {{30, 60000, 2, 1}, {10, 1000, 12, 8}, {10, 1000, 5, 0},   {10, 1000, 5, 5},
                  {1, 1000, 20, 3},  {7, 63000, 9, 4},  {100, 1000, 50, 49}};
     for (const auto &c : cases) {
         const uint64_t T = c.period_ms / c.limit;  // a whole ms here
-        const std::string text = "algorithm=leaky_bucket limit=" + std::to_string(c.limit) + " period=" +
-                                 std::to_string(c.period_ms) + "ms delay=" + std::to_string(c.delay) +
+        const std::string text = "algorithm=leaky_bucket limit=" + std::to_string(c.limit) +
+                                 " period=" + std::to_string(c.period_ms) + "ms delay=" + std::to_string(c.delay) +
                                  " max_delay=" + std::to_string((c.burst - c.delay) * T) + "ms";
         Key k(text);
         LimitReq model{c.limit, c.period_ms, c.burst, c.delay};
@@ -171,9 +171,9 @@ TEST(LeakyDelay, RuleBoundsAndErrors)
     EXPECT_STREQ(err,
                  "limit=1 and delay=1000000000 with \"period=366d\" and max_delay are too large: (limit + delay) x "
                  "period + limit x max_delay in ms may be at most 2^61");
-    EXPECT_EQ(rl_rule_parse(&r, "algorithm=leaky_bucket limit=1 period=26d delay=88000000 max_delay=0", err,
-                            sizeof(err)),
-              RL_OK)
+    EXPECT_EQ(
+        rl_rule_parse(&r, "algorithm=leaky_bucket limit=1 period=26d delay=88000000 max_delay=0", err, sizeof(err)),
+        RL_OK)
         << err;
     EXPECT_EQ(rl_redis_rule_ok(&r, err, sizeof(err)), RL_ERROR);  // past 2^50 for Redis
     EXPECT_EQ(rl_rule_parse(&r, "algorithm=leaky_bucket limit=10 delay=0", err, sizeof(err)), RL_OK);

@@ -39,10 +39,12 @@ void headroom(uint64_t queued, uint64_t most, uint64_t T, uint32_t limit, rl_dec
 
 rl_decision_t leaky_bucket(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
 {
-    const uint64_t T = (uint64_t) rule.period_ms;  // units of 1/limit ms
-    const uint64_t served = (uint64_t) rule.delay * T;  // the queue served at once
-    const uint64_t most = served + (uint64_t) rule.max_delay_ms * rule.limit;  // the longest admitted
-    const uint64_t wait = paced_ahead(rule, s, now);  // until the slot
+    // in units of 1/limit ms: an interval, the queue served at once, the
+    // longest queue admitted, and the wait until this request's slot
+    const uint64_t T = (uint64_t) rule.period_ms;
+    const uint64_t served = (uint64_t) rule.delay * T;
+    const uint64_t most = served + (uint64_t) rule.max_delay_ms * rule.limit;
+    const uint64_t wait = paced_ahead(rule, s, now);
 
     if (cost > rule.limit) {
         return never(rule.period_ms, 0, ceil_div(wait, rule.limit));

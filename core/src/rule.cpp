@@ -48,7 +48,7 @@ const struct {
     {"align", P_ALIGN},
     {"buckets", P_BUCKETS},
     {"max_delay", P_MAX_DELAY},
-    {"delay", P_DELAY},
+    {"delay", P_DELAY},  // limit_req's delay=
     {"reset", P_RESET},
     {"utc_offset", P_UTC_OFFSET},
     {"zero_cost", P_ZERO_COST},
@@ -87,9 +87,12 @@ const struct {
     const char *name;
     uint32_t algorithm;
 } specific[] = {
-    {P_ALIGN, "align", RL_FIXED_WINDOW},         {P_BUCKETS, "buckets", RL_SLIDING_WINDOW},
-    {P_MAX_DELAY, "max_delay", RL_LEAKY_BUCKET}, {P_DELAY, "delay", RL_LEAKY_BUCKET},
-    {P_RESET, "reset", RL_QUOTA},                {P_UTC_OFFSET, "utc_offset", RL_QUOTA},
+    {P_ALIGN, "align", RL_FIXED_WINDOW},
+    {P_BUCKETS, "buckets", RL_SLIDING_WINDOW},
+    {P_MAX_DELAY, "max_delay", RL_LEAKY_BUCKET},
+    {P_DELAY, "delay", RL_LEAKY_BUCKET},
+    {P_RESET, "reset", RL_QUOTA},
+    {P_UTC_OFFSET, "utc_offset", RL_QUOTA},
 };
 
 // "+HH:MM" or "-HH:MM", at most 14:00 either way.

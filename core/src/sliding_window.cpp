@@ -31,10 +31,10 @@ using wide = unsigned __int128;
 
 struct Window {
     const rl_rule_t &rule;
-    const Block *b;    // nullptr: nothing counted
-    int64_t S, W;      // ticks per window, and a tick's length in 1/S ms
-    int64_t xk;        // a tick counted `xc` more than the block says: the
-    uint64_t xc = 0;   // window as a request admitted in it leaves it
+    const Block *b;   // nullptr: nothing counted
+    int64_t S, W;     // ticks per window, and a tick's length in 1/S ms
+    int64_t xk;       // a tick counted `xc` more than the block says: the
+    uint64_t xc = 0;  // window as a request admitted in it leaves it
 
     uint64_t count(int64_t j) const
     {
