@@ -179,7 +179,11 @@ typedef struct {
                                    admits at once or delayed) */
     int64_t   window_ms;        /* the policy's window: period, the current
                                    calendar period of a quota, or the time
-                                   a paced rule takes to restore its quota */
+                                   a paced rule takes to restore its quota.
+                                   quota and window_ms are the policy in
+                                   rl_transition()'s decision and in the
+                                   binding check's of a request; another
+                                   check's has no quota and its period */
 } rl_decision_t;
 
 /*
@@ -439,7 +443,7 @@ enum rl_resp_type {
     RL_RESP_ARRAY = '*'
 };
 
-#define RL_RESP_ITEMS_MAX  (1 + 9 * RL_RULES_MAX)
+#define RL_RESP_ITEMS_MAX  (1 + 8 * RL_RULES_MAX)
 
 typedef struct {
     int          type;          /* enum rl_resp_type */

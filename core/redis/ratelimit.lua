@@ -10,7 +10,8 @@
 -- 1 any), then 11 numbers per rule: algorithm, limit, burst, period_ms,
 -- align, buckets, max_delay_ms, reset, utc_offset_min, cost, delay.
 -- Returns {allowed, then per rule: allowed, never, remaining, reset_ms,
--- retry_after_ms, delay_ms, window_ms, available_ms, quota}.
+-- retry_after_ms, delay_ms, window_ms, available_ms} (the policy the
+-- headers advertise is the core's: rl_redis_decide concludes with it).
 --
 -- State: gcra, token_bucket, leaky_bucket keep a string "t n l" (the
 -- instant t + n/l ms, l the limit it was written in: a request under another
@@ -41,8 +42,7 @@ end
 local function num(x) return string.format('%.0f', x) end
 
 local function decision(window)
-  return {allowed = 0, never = 0, remaining = 0, reset = 0, retry = 0, delay = 0, window = window, available = 0,
-          quota = 0}
+  return {allowed = 0, never = 0, remaining = 0, reset = 0, retry = 0, delay = 0, window = window, available = 0}
 end
 
 local function never(window, remaining, reset)
@@ -55,20 +55,6 @@ local function never(window, remaining, reset)
   return d
 end
 
--- transition.cpp's policy(): a quota bounding remaining, and its window
-local function policy(r, d)
-  local T = r.period
-  if r.algorithm == 0 or r.algorithm == 1 then
-    d.quota = r.burst
-  elseif r.algorithm == 5 then
-    d.quota = r.delay + fdiv(r.max_delay * r.limit, T) + 1
-  else
-    d.quota = r.limit
-    return d
-  end
-  d.window = cdiv(d.quota * T, r.limit)
-  return d
-end
 
 -- exact_time.h: an instant t + n/limit ms, in units of 1/limit ms
 local function units_ahead(h, now, limit)
@@ -227,15 +213,16 @@ local function sliding_window(r, b, now, cost, apply)
     if j > b.tick or j <= b.tick - (S + 1) then return x end
     return x + b.c[j % (S + 1)]
   end
-  local function used(k, e)
-    local newer = 0
-    for j = k - S + 1, k do newer = newer + count(j) end
-    return newer * W + count(k - S) * (W - e)
+  local function newest(k)
+    local sum = 0
+    for j = k - S + 1, k do sum = sum + count(j) end
+    return sum
+  end
+  local function used(k, e, sum)
+    return sum * W + count(k - S) * (W - e)
   end
   local cap = r.limit * W
-  local function admissible_at(k, from, want)
-    local newer = 0
-    for i = k - S + 1, k do newer = newer + count(i) end
+  local function admissible_at(k, newer, from, want)
     local j = k
     while true do
       local fixed = (newer + want) * W
@@ -256,7 +243,8 @@ local function sliding_window(r, b, now, cost, apply)
   local k = fdiv(now * S, W)
   local e = now * S - k * W
   if b.tick > k then k = b.tick; e = 0 end
-  local u = used(k, e)
+  local sum = newest(k)
+  local u = used(k, e, sum)
   local reset = 0
   if b.tick > k - (S + 1) and u ~= 0 then reset = full_at(b.tick) - now end
   if cost > r.limit then
@@ -269,7 +257,7 @@ local function sliding_window(r, b, now, cost, apply)
     d.remaining = fdiv(cap - u - spend, W)
     d.reset = cost > 0 and full_at(k) - now or reset
     xk, xc = k, cost
-    d.available = u + spend > 0 and admissible_at(k, now + 1, d.remaining + 1) - now or 0
+    d.available = u + spend > 0 and admissible_at(k, sum + cost, now + 1, d.remaining + 1) - now or 0
     xk, xc = 0, 0
     if apply and cost > 0 then
       if b.tick < k then
@@ -283,7 +271,7 @@ local function sliding_window(r, b, now, cost, apply)
   else
     d.remaining = u < cap and fdiv(cap - u, W) or 0
     d.reset = reset
-    d.retry = admissible_at(k, now + 1, cost) - now
+    d.retry = admissible_at(k, sum, now + 1, cost) - now
     d.available = d.retry
   end
   return d
@@ -430,7 +418,6 @@ for i = 1, #KEYS do
   else
     decisions[i] = sliding_log(r, load_block(KEYS[i], r), now, r.cost, false)
   end
-  decisions[i] = policy(r, decisions[i])
   allowing = allowing + decisions[i].allowed
 end
 
@@ -462,6 +449,6 @@ for i = 1, #KEYS do
   local o = #out
   out[o + 1], out[o + 2], out[o + 3], out[o + 4] = d.allowed, d.never, d.remaining, d.reset
   out[o + 5], out[o + 6], out[o + 7] = d.retry, d.delay, d.window
-  out[o + 8], out[o + 9] = d.available, d.quota
+  out[o + 8] = d.available
 end
 return out

@@ -54,7 +54,7 @@ unsigned crc16(const char *p, size_t len)
 
 // Fields per rule in the script's ARGV and in its reply.
 const size_t kArgsPerRule = 11;
-const size_t kReplyPerRule = 9;
+const size_t kReplyPerRule = 8;
 
 }  // namespace
 
@@ -227,7 +227,6 @@ int rl_redis_decide(rl_request_t *rq, const rl_resp_t *r)
         d.delay_ms = v[5];
         d.window_ms = v[6];
         d.available_ms = v[7];
-        d.quota = v[8] > 0 ? (uint64_t) v[8] : 0;
         v += kReplyPerRule;
     }
     return rl::conclude(*rq, r->items[0] != 0);

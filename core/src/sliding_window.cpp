@@ -45,24 +45,29 @@ struct Window {
         return x + b->count[j % (S + 1)];
     }
 
-    // The estimate at tick k, e into it, scaled by W: sum*W + oldest*(W-e).
-    wide used(int64_t k, int64_t e) const
+    // The sum of the S newest ticks at tick k.
+    uint64_t newest(int64_t k) const
     {
-        uint64_t newer = 0;
+        uint64_t sum = 0;
         for (int64_t j = k - S + 1; j <= k; j++) {
-            newer += count(j);
+            sum += count(j);
         }
-        return (wide) newer * (uint64_t) W + (wide) count(k - S) * (uint64_t) (W - e);
+        return sum;
     }
 
-    // The first ms (>= from) at which cost fits, with no further requests.
-    int64_t admissible_at(int64_t k, int64_t from, uint64_t cost) const
+    // The estimate at tick k, e into it, scaled by W: sum*W + oldest*(W-e),
+    // sum = newest(k).
+    wide used(int64_t k, int64_t e, uint64_t sum) const
+    {
+        return (wide) sum * (uint64_t) W + (wide) count(k - S) * (uint64_t) (W - e);
+    }
+
+    // The first ms (>= from) at which cost fits, with no further requests;
+    // newer = newest(k).
+    int64_t admissible_at(int64_t k, uint64_t newer, int64_t from, uint64_t cost) const
     {
         const wide cap = (wide) rule.limit * (uint64_t) W;
-        uint64_t newer = 0;  // ticks j - S + 1 .. k, kept as j moves on
-        for (int64_t i = k - S + 1; i <= k; i++) {
-            newer += count(i);
-        }
+        // newer: ticks j - S + 1 .. k, kept as j moves on
         for (int64_t j = k;; newer -= count(j - S + 1), j++) {
             const wide fixed = (wide) (newer + cost) * (uint64_t) W;
             if (fixed > cap) {
@@ -152,7 +157,8 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
     }
 
     const wide cap = (wide) rule.limit * (uint64_t) w.W;
-    const wide used = w.used(k, e);
+    const uint64_t sum = w.newest(k);
+    const wide used = w.used(k, e, sum);
     const int64_t newest = b != nullptr && b->tick > k - (w.S + 1) ? b->tick : INT64_MIN;
     // a tick j has left the window entirely from (j + 1 + S) * W / S ms on
     auto full_at = [&](int64_t j) { return ceil_div((uint64_t) ((j + 1 + w.S) * w.W), (uint64_t) w.S); };
@@ -174,7 +180,7 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
         // for remaining + 1; none can come to an empty window
         w.xk = k;
         w.xc = cost;
-        d.available_ms = used + spend > 0 ? w.admissible_at(k, now + 1, d.remaining + 1) - now : 0;
+        d.available_ms = used + spend > 0 ? w.admissible_at(k, sum + cost, now + 1, d.remaining + 1) - now : 0;
         if (apply && cost > 0) {
             // advance the ring to tick k, zeroing the ticks it skips
             if (b->tick < k) {
@@ -189,7 +195,7 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
     } else {
         d.remaining = used < cap ? (uint64_t) ((cap - used) / (uint64_t) w.W) : 0;
         d.reset_ms = reset;
-        d.retry_after_ms = w.admissible_at(k, now + 1, cost) - now;
+        d.retry_after_ms = w.admissible_at(k, sum, now + 1, cost) - now;
         d.available_ms = d.retry_after_ms;
     }
     return d;

@@ -48,9 +48,7 @@ rl_decision_t transition(const rl_rule_t &rule, State &s, int64_t now, uint64_t 
         gcra, gcra, fixed_window, sliding_window, sliding_log, leaky_bucket, quota,  // token_bucket is gcra
     };
     const uint32_t a = rule.algorithm < RL_ALGORITHM_COUNT ? rule.algorithm : (uint32_t) RL_GCRA;
-    rl_decision_t d = by_algorithm[a](rule, s, now, cost, apply);
-    policy(rule, d);
-    return d;
+    return by_algorithm[a](rule, s, now, cost, apply);
 }
 
 size_t blob_size(const rl_rule_t &rule)
@@ -82,6 +80,7 @@ int rl_transition(const rl_rule_t *rule, void *state, int64_t now_ms, uint64_t c
         std::memcpy(&s.head, p, sizeof(rl_state_t));
         s.blob = rl::blob_size(*rule) ? p + sizeof(rl_state_t) : nullptr;
         *d = rl::transition(*rule, s, now_ms, cost, apply != 0);
+        rl::policy(*rule, *d);
         const bool changed = apply && d->allowed && cost > 0;
         if (changed) {
             std::memcpy(p, &s.head, sizeof(rl_state_t));
