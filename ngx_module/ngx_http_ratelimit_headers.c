@@ -100,6 +100,7 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
     u_char                     *p, *v;
     ngx_str_t                  *name;
     uint64_t                    reset;
+    ngx_uint_t                  status;
     const rl_rule_t            *applied;
     ngx_http_ratelimit_ctx_t   *ctx;
     ngx_http_ratelimit_rule_t  *rule;
@@ -165,13 +166,13 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
 
     if (ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF) {
 
-        /* "name";q=limit;w=window and "name";r=remaining;t=reset */
+        /* "name";q=quota;w=window and "name";r=remaining;t=available */
 
         v = p;
         *p++ = '"';
         p = ngx_cpymem(p, rule->name.data, rule->name.len);
         p = ngx_cpymem(p, "\";q=", 4);
-        p = ngx_http_ratelimit_number(p, applied->limit);
+        p = ngx_http_ratelimit_number(p, ctx->decision.quota);
         p = ngx_cpymem(p, ";w=", 3);
         p = ngx_http_ratelimit_number(p, ngx_http_ratelimit_seconds(
                                              ctx->decision.window_ms));
@@ -188,7 +189,8 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
         p = ngx_cpymem(p, "\";r=", 4);
         p = ngx_http_ratelimit_number(p, ctx->decision.remaining);
         p = ngx_cpymem(p, ";t=", 3);
-        p = ngx_http_ratelimit_number(p, reset);
+        p = ngx_http_ratelimit_number(p, ngx_http_ratelimit_seconds(
+                                             ctx->decision.available_ms));
         if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_ietf_header,
                                           v, p - v)
             != NGX_OK)
@@ -197,7 +199,15 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
         }
     }
 
-    if (ctx->status == NGX_HTTP_RATELIMIT_REJECTED) {
+    /* Retry-After means something with 429 and 503 only: not on the 200 an
+       error_page made of the rejection */
+
+    status = r->headers_out.status;
+
+    if (ctx->status == NGX_HTTP_RATELIMIT_REJECTED
+        && (status == NGX_HTTP_TOO_MANY_REQUESTS
+            || status == NGX_HTTP_SERVICE_UNAVAILABLE))
+    {
         v = p;
         p = ngx_http_ratelimit_number(p, ngx_max(ngx_http_ratelimit_seconds(
                                           ctx->decision.retry_after_ms), 1));

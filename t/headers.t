@@ -7,6 +7,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
 use RLTest;
+use RLStructured;
 
 my $t = RLTest->new();
 open(my $fh, '>', $t->prefix . '/html/sorry.html') or die;
@@ -97,9 +98,14 @@ sub h {
     my @r = map { $t->get('/ietf/index.html') } 1 .. 3;
     is(h($r[0], 'ratelimit-policy'), '"ietf";q=2;w=60', 'ietf: policy');
     is(h($r[0], 'ratelimit'), '"ietf";r=1;t=30', 'ietf: 1st');
-    is(h($r[1], 'ratelimit'), '"ietf";r=0;t=60', 'ietf: 2nd');
-    is(h($r[2], 'ratelimit'), '"ietf";r=0;t=60', 'ietf: rejected');
+    is(h($r[1], 'ratelimit'), '"ietf";r=0;t=30', 'ietf: 2nd: one unit back in 30 s');
+    is(h($r[2], 'ratelimit'), '"ietf";r=0;t=30', 'ietf: rejected: t is its Retry-After');
     is(h($r[2], 'retry-after'), 30, 'ietf: Retry-After');
+    for my $i (0 .. 2) {
+        my $f = eval { RLStructured::ratelimit_fields($r[$i]{headers}) };
+        ok($f && $f->{policy}{name} eq 'ietf' && $f->{limit}{name} eq 'ietf', "ietf: request $i parses as SF")
+            or diag($@);
+    }
     is(h($r[0], 'x-ratelimit-limit'), undef, 'ietf: no legacy headers');
 }
 
@@ -107,7 +113,7 @@ sub h {
 {
     my @r = map { $t->get('/both/index.html') } 1 .. 3;
     is(h($r[1], 'x-ratelimit-remaining'), 0, 'both: legacy remaining');
-    is(h($r[1], 'ratelimit'), '"both";r=0;t=60', 'both: ietf');
+    is(h($r[1], 'ratelimit'), '"both";r=0;t=30', 'both: ietf');
     is(h($r[2], 'retry-after'), 30, 'both: Retry-After');
 }
 

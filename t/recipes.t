@@ -86,7 +86,8 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
     my $r = $t->get('/api/x', { 'X-Api-Key' => 'k1' });
     is("$r->{headers}{'x-ratelimit-limit'} $r->{headers}{'x-ratelimit-remaining'}", '10 49',
        "$title: limit 10, 49 of a burst of 50 left");
-    like($r->{headers}{'ratelimit'}, qr/^"gcra_10_1s_b50";r=49;t=\d+$/, "$title: RateLimit");
+    is($r->{headers}{'ratelimit'}, '"gcra_10_1s_b50";r=49;t=1', "$title: RateLimit: a token back within 1 s");
+    is($r->{headers}{'ratelimit-policy'}, '"gcra_10_1s_b50";q=50;w=5', "$title: the policy: the burst, in 5 s");
     my $t0 = time;
     my %s = $t->pipelined('/api/x', 'X-Api-Key', ('k2') x 100);
     my $elapsed = time - $t0;

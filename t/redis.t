@@ -3,7 +3,8 @@
 # A limit of 100 per hour holds across all of them, exactly, under
 # concurrent clients spread over the three; two stacked rules consume
 # together or not at all.  Every algorithm answers through Redis exactly as
-# through a local zone.  Redis holds hashed key names with a TTL only.
+# through a local zone (every header, the IETF ones parsed as Structured
+# Fields).  Redis holds hashed key names with a TTL only.
 use strict;
 use warnings;
 use FindBin;
@@ -16,6 +17,7 @@ use IO::Socket::INET;
 use Time::HiRes ();
 use RLTest;
 use RLRedis;
+use RLStructured;
 
 my $redis = RLRedis->new->start;
 my $rport = $redis->port;
@@ -27,6 +29,7 @@ my %rules = (
     sliding_window => 'algorithm=sliding_window limit=3 period=1h buckets=6',
     sliding_log    => 'algorithm=sliding_log limit=3 period=1h',
     leaky_bucket   => 'algorithm=leaky_bucket limit=2 period=1h max_delay=0',
+    leaky_delay    => 'algorithm=leaky_bucket limit=2 period=1h delay=1 max_delay=0',
     quota          => 'algorithm=quota limit=3 reset=daily',
 );
 my $locations = join '', map {
@@ -44,6 +47,7 @@ ratelimit_zone fleet 1m redis=127.0.0.1:$rport redis_timeout=5s;
 ratelimit_zone solo 1m;
 server {
     listen 127.0.0.1:%%PORT%% reuseport;
+    ratelimit_headers both;
     location /single/ {
         ratelimit zone=fleet key=\$http_x_key limit=100 period=1h;
         alias %%PREFIX%%/html/;
@@ -106,12 +110,16 @@ for my $alg (sort keys %rules) {
     my $same = 1;
     for my $i (0 .. 4) {
         my ($r, $l) = ($redis[$i], $local[$i]);
-        my @exact = map { $_->{status} . ' ' . ($_->{headers}{'x-ratelimit-limit'} // '-') . ' '
-                          . ($_->{headers}{'x-ratelimit-remaining'} // '-') } $r, $l;
+        my @f = map { eval { RLStructured::ratelimit_fields($_->{headers}) } || do { diag($@); {} } } $r, $l;
+        $same = 0 unless $f[0]{policy} && $f[0]{limit} && $f[1]{policy} && $f[1]{limit};
+        my @exact = map { my $f = $f[$_]; my $h = ($r, $l)[$_]{headers};
+                          join ' ', ($r, $l)[$_]{status}, map { $_ // '-' } $h->{'x-ratelimit-limit'},
+                          $h->{'x-ratelimit-remaining'}, $f->{policy}{q}, $f->{limit}{r} } 0, 1;
         # times are whole seconds and the two requests are milliseconds apart
         my $close = 1;
-        for my $h ('retry-after', 'x-ratelimit-reset') {
-            my ($a, $b) = ($r->{headers}{$h}, $l->{headers}{$h});
+        for my $v ([ map { $_->{headers}{'retry-after'} } $r, $l ], [ map { $_->{headers}{'x-ratelimit-reset'} } $r, $l ],
+                   [ map { $_->{limit}{t} } @f ], [ map { $_->{policy}{w} } @f ]) {
+            my ($a, $b) = @$v;
             $close &&= (defined $a == defined $b) && (!defined $a || abs($a - $b) <= 1);
         }
         unless ($exact[0] eq $exact[1] && $close) {
@@ -122,7 +130,7 @@ for my $alg (sort keys %rules) {
     }
     ok($same, "$alg: statuses and headers through Redis equal the local zone's");
     my $first_denied = (grep { $redis[$_]{status} == 429 } 0 .. 4)[0];
-    my $expected = $alg eq 'leaky_bucket' ? 1 : $alg eq 'token_bucket' ? 2 : 3;
+    my $expected = $alg eq 'leaky_bucket' ? 1 : $alg =~ /^(token_bucket|leaky_delay)$/ ? 2 : 3;
     is($first_denied, $expected, "$alg: request " . ($expected + 1) . ' is the first denied');
 }
 
@@ -169,7 +177,7 @@ for my $t (@fleet) {
     is($r->{fallbacks}, 0, 'no fallback on server ' . $t->port);
     is($r->{server}, "127.0.0.1:$rport", 'stats name the Redis server');
 }
-is($decisions, 4 * 600 + 1 + 5 * 7 + 4, 'the fleet decided every request in Redis');
+is($decisions, 4 * 600 + 1 + 5 * 8 + 4, 'the fleet decided every request in Redis');
 my $prom = $fleet[0]->get('/stats?format=prometheus')->{content};
 like($prom, qr/^nginx_ratelimit_redis_decisions_total\{zone="fleet"\} \d+$/m, 'Prometheus: Redis decisions');
 like($prom, qr/^nginx_ratelimit_redis_latency_seconds_bucket\{zone="fleet",le="\+Inf"\} \d+$/m,

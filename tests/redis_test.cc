@@ -2,7 +2,8 @@
 // of the Lua script (core/redis/ratelimit.lua) with the C++ core: random
 // traces run through rl_check on a local table and through the script in a
 // real redis-server (started here, on a unix socket, with no persistence)
-// must give identical decisions, remaining, reset and retry-after.
+// must give identical decisions, remaining, reset, retry-after, the IETF t
+// and the policy.
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -194,13 +195,15 @@ std::string describe(const rl_decision_t &d)
     return "allowed=" + std::to_string(d.allowed) + " never=" + std::to_string(d.never) +
            " remaining=" + std::to_string(d.remaining) + " reset=" + std::to_string(d.reset_ms) +
            " retry=" + std::to_string(d.retry_after_ms) + " delay=" + std::to_string(d.delay_ms) +
-           " window=" + std::to_string(d.window_ms);
+           " window=" + std::to_string(d.window_ms) + " available=" + std::to_string(d.available_ms) +
+           " quota=" + std::to_string(d.quota);
 }
 
 bool same(const rl_decision_t &a, const rl_decision_t &b)
 {
     return a.allowed == b.allowed && a.never == b.never && a.remaining == b.remaining && a.reset_ms == b.reset_ms &&
-           a.retry_after_ms == b.retry_after_ms && a.delay_ms == b.delay_ms && a.window_ms == b.window_ms;
+           a.retry_after_ms == b.retry_after_ms && a.delay_ms == b.delay_ms && a.window_ms == b.window_ms &&
+           a.available_ms == b.available_ms && a.quota == b.quota;
 }
 
 // ---- a trace: the same requests through the core and through Redis ----------
@@ -292,6 +295,7 @@ std::string random_rule(std::mt19937_64 &g, const std::string &algorithm)
         r += " buckets=" + pick({"1", "2", "5", "10", "60"});
     } else if (algorithm == "leaky_bucket") {
         r += " max_delay=" + pick({"0", "100ms", "1s", "30s"});
+        r += " delay=" + pick({"0", "0", "1", "3", "25"});
     }
     return r;
 }
@@ -451,12 +455,12 @@ TEST(Redis, CommandIsOneEvalshaWithKeysThenArguments)
     cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, "rl:", 3, 0, &rq, -1));
     rl_resp_t parsed;
     EXPECT_EQ(rl_resp_parse(cmd.data(), cmd.size(), &parsed), (long) cmd.size());
-    EXPECT_EQ(parsed.integer, 3 + 1 + 2 + 10);
-    EXPECT_EQ(cmd.substr(0, 18), "*16\r\n$7\r\nEVALSHA\r\n");
+    EXPECT_EQ(parsed.integer, 3 + 1 + 2 + 11);
+    EXPECT_EQ(cmd.substr(0, 18), "*17\r\n$7\r\nEVALSHA\r\n");
     EXPECT_NE(cmd.find("\r\n$0\r\n\r\n$1\r\n1\r\n$1\r\n0\r\n$2\r\n10\r\n$2\r\n10\r\n$5\r\n60000\r\n"),
               std::string::npos)
         << cmd;
-    EXPECT_EQ(cmd.substr(cmd.size() - 7), "$1\r\n2\r\n");
+    EXPECT_EQ(cmd.substr(cmd.size() - 14), "$1\r\n2\r\n$1\r\n0\r\n");  // cost 2, delay 0
 }
 
 // ---- the script against a real redis-server ---------------------------------

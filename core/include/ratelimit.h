@@ -73,6 +73,9 @@ typedef struct {
     uint32_t  align;            /* fixed_window: enum rl_align */
     uint32_t  buckets;          /* sliding_window: sub-buckets (default 10) */
     int64_t   max_delay_ms;     /* leaky_bucket: longest delay (period) */
+    uint32_t  delay;            /* leaky_bucket: requests over the pace
+                                   served at once before the rest are
+                                   delayed (0), as limit_req's delay= */
     uint32_t  reset;            /* quota: enum rl_reset */
     int32_t   utc_offset_min;   /* quota: calendar's offset from UTC */
     uint32_t  cost_var;         /* cost= is a $variable (the glue's) */
@@ -169,8 +172,23 @@ typedef struct {
     int64_t   retry_after_ms;   /* denied: ms until this cost is admissible
                                    (never: until full budget); 0 if allowed */
     int64_t   delay_ms;         /* leaky_bucket: hold the request this long */
-    int64_t   window_ms;        /* the policy's window: period, or the
-                                   current calendar period of a quota */
+    int64_t   available_ms;     /* ms until more units are available (the
+                                   IETF RateLimit's t): allowed, until
+                                   remaining next grows, or the key is back
+                                   to full budget if sooner (0 at full
+                                   budget); denied, retry_after_ms (never:
+                                   reset_ms) */
+    uint64_t  quota;            /* the policy's quota: the most remaining
+                                   can show (limit; gcra, token_bucket:
+                                   burst; leaky_bucket: what a rested key
+                                   admits at once or delayed) */
+    int64_t   window_ms;        /* the policy's window: period, the current
+                                   calendar period of a quota, or the time
+                                   a paced rule takes to restore its quota.
+                                   quota and window_ms are the policy in
+                                   rl_transition()'s decision and in the
+                                   binding check's of a request; another
+                                   check's has no quota and its period */
 } rl_decision_t;
 
 /*
@@ -533,7 +551,7 @@ enum rl_resp_type {
     RL_RESP_ARRAY = '*'
 };
 
-#define RL_RESP_ITEMS_MAX  (1 + 7 * RL_RULES_MAX)
+#define RL_RESP_ITEMS_MAX  (1 + 8 * RL_RULES_MAX)
 
 typedef struct {
     int          type;          /* enum rl_resp_type */

@@ -7,10 +7,11 @@
 -- through fdiv, which corrects the rounded quotient.
 --
 -- KEYS[i]: rule i's state.  ARGV: now ("" = Redis's TIME), combine (0 all,
--- 1 any), then 10 numbers per rule: algorithm, limit, burst, period_ms,
--- align, buckets, max_delay_ms, reset, utc_offset_min, cost.
+-- 1 any), then 11 numbers per rule: algorithm, limit, burst, period_ms,
+-- align, buckets, max_delay_ms, reset, utc_offset_min, cost, delay.
 -- Returns {allowed, then per rule: allowed, never, remaining, reset_ms,
--- retry_after_ms, delay_ms, window_ms}.
+-- retry_after_ms, delay_ms, window_ms, available_ms} (the policy the
+-- headers advertise is the core's: rl_redis_decide concludes with it).
 --
 -- State: gcra, token_bucket, leaky_bucket keep a string "t n l" (the
 -- instant t + n/l ms, l the limit it was written in: a request under another
@@ -41,7 +42,7 @@ end
 local function num(x) return string.format('%.0f', x) end
 
 local function decision(window)
-  return {allowed = 0, never = 0, remaining = 0, reset = 0, retry = 0, delay = 0, window = window}
+  return {allowed = 0, never = 0, remaining = 0, reset = 0, retry = 0, delay = 0, window = window, available = 0}
 end
 
 local function never(window, remaining, reset)
@@ -50,8 +51,10 @@ local function never(window, remaining, reset)
   d.remaining = remaining
   d.reset = reset
   d.retry = reset > 1000 and reset or 1000
+  d.available = reset
   return d
 end
+
 
 -- exact_time.h: an instant t + n/limit ms, in units of 1/limit ms
 local function units_ahead(h, now, limit)
@@ -83,11 +86,13 @@ local function gcra(r, h, now, cost)
     d.allowed = 1
     d.remaining = fdiv(need <= tau and tau - need or 0, T)
     d.reset = cdiv(need, r.limit)
+    d.available = need > 0 and cdiv(need + (d.remaining + 1) * T - tau, r.limit) or 0
     if cost > 0 then return d, instant_after(now, need, r.limit) end
   else
     d.remaining = fdiv(room, T)
     d.reset = cdiv(ahead, r.limit)
     d.retry = cdiv(need - tau, r.limit)
+    d.available = d.retry
   end
   return d
 end
@@ -103,11 +108,13 @@ local function windowed_count(r, h, now, cost, wend, window)
     d.allowed = 1
     d.remaining = left - cost
     d.reset = spent + cost > 0 and to_end or 0
+    d.available = d.reset
     if cost > 0 then return d, {t = wend, n = spent + cost} end
   else
     d.remaining = left
     d.reset = to_end
     d.retry = to_end
+    d.available = to_end
   end
   return d
 end
@@ -122,30 +129,38 @@ local function fixed_window(r, h, now, cost)
   return windowed_count(r, h, now, cost, wend, r.period)
 end
 
+local function headroom(queued, most, T, limit, d)
+  d.remaining = queued <= most and fdiv(most - queued, T) + 1 or 0
+  local more = queued + d.remaining * T - most
+  d.available = cdiv(more < queued and more or queued, limit)
+end
+
 local function leaky_bucket(r, h, now, cost)
   local T = r.period
-  local max_wait = r.max_delay * r.limit
+  local served = r.delay * T
+  local most = served + r.max_delay * r.limit
   local wait = units_ahead(h, now, h.l or r.limit)
   if cost > r.limit then return never(r.period, 0, cdiv(wait, r.limit)) end
   local d = decision(r.period)
   if cost == 0 then
     d.allowed = 1
-    d.remaining = wait <= max_wait and fdiv(max_wait - wait, T) + 1 or 0
     d.reset = cdiv(wait, r.limit)
+    headroom(wait, most, T, r.limit, d)
     return d
   end
-  if wait > max_wait then
+  if wait > most then
     d.reset = cdiv(wait, r.limit)
-    d.retry = cdiv(wait - max_wait, r.limit)
+    d.retry = cdiv(wait - most, r.limit)
+    d.available = d.retry
     return d
   end
   local drain = wait + cost * T
   d.allowed = 1
-  d.delay = cdiv(wait, r.limit)
+  d.delay = wait > served and cdiv(wait - served, r.limit) or 0
   local released = d.delay * r.limit
   local queued = drain > released and drain - released or 0
   d.reset = cdiv(queued, r.limit)
-  d.remaining = queued <= max_wait and fdiv(max_wait - queued, T) + 1 or 0
+  headroom(queued, most, T, r.limit, d)
   return d, instant_after(now, drain, r.limit)
 end
 
@@ -192,23 +207,25 @@ end
 -- sliding_window: b = {tick, c = {[0..S]}}, tick j counted at j % (S + 1)
 local function sliding_window(r, b, now, cost, apply)
   local S, W = r.buckets, r.period
+  local xk, xc = 0, 0   -- a tick counted xc more than the block says
   local function count(j)
-    if j > b.tick or j <= b.tick - (S + 1) then return 0 end
-    return b.c[j % (S + 1)]
+    local x = j == xk and xc or 0
+    if j > b.tick or j <= b.tick - (S + 1) then return x end
+    return x + b.c[j % (S + 1)]
   end
-  local function used(k, e)
-    local newer = 0
-    for j = k - S + 1, k do newer = newer + count(j) end
-    return newer * W + count(k - S) * (W - e)
+  local function newest(k)
+    local sum = 0
+    for j = k - S + 1, k do sum = sum + count(j) end
+    return sum
+  end
+  local function used(k, e, sum)
+    return sum * W + count(k - S) * (W - e)
   end
   local cap = r.limit * W
-  local function admissible_at(k, from)
-    local m = 0
+  local function admissible_at(k, newer, from, want)
+    local j = k
     while true do
-      local j = k + m
-      local newer = 0
-      for i = j - S + 1, k do newer = newer + count(i) end
-      local fixed = (newer + cost) * W
+      local fixed = (newer + want) * W
       if fixed <= cap then
         local room = cap - fixed
         local old = count(j - S)
@@ -217,7 +234,8 @@ local function sliding_window(r, b, now, cost, apply)
         local at = cdiv(j * W + e, S)
         if at * S < (j + 1) * W then return at > from and at or from end
       end
-      m = m + 1
+      newer = newer - count(j - S + 1)
+      j = j + 1
     end
   end
   local function full_at(j) return cdiv((j + 1 + S) * W, S) end
@@ -225,7 +243,8 @@ local function sliding_window(r, b, now, cost, apply)
   local k = fdiv(now * S, W)
   local e = now * S - k * W
   if b.tick > k then k = b.tick; e = 0 end
-  local u = used(k, e)
+  local sum = newest(k)
+  local u = used(k, e, sum)
   local reset = 0
   if b.tick > k - (S + 1) and u ~= 0 then reset = full_at(b.tick) - now end
   if cost > r.limit then
@@ -237,6 +256,9 @@ local function sliding_window(r, b, now, cost, apply)
     d.allowed = 1
     d.remaining = fdiv(cap - u - spend, W)
     d.reset = cost > 0 and full_at(k) - now or reset
+    xk, xc = k, cost
+    d.available = u + spend > 0 and admissible_at(k, sum + cost, now + 1, d.remaining + 1) - now or 0
+    xk, xc = 0, 0
     if apply and cost > 0 then
       if b.tick < k then
         local j = b.tick + 1
@@ -249,7 +271,8 @@ local function sliding_window(r, b, now, cost, apply)
   else
     d.remaining = u < cap and fdiv(cap - u, W) or 0
     d.reset = reset
-    d.retry = admissible_at(k, now + 1) - now
+    d.retry = admissible_at(k, sum, now + 1, cost) - now
+    d.available = d.retry
   end
   return d
 end
@@ -270,6 +293,8 @@ local function sliding_log(r, b, now, cost, apply)
     d.allowed = 1
     d.remaining = r.limit - live - cost
     d.reset = cost > 0 and t + W - now or reset
+    local oldest = (live > 0 and b.times[expired + 1] or t) + W - now
+    d.available = oldest < d.reset and oldest or d.reset
     if apply and cost > 0 then
       b.expired = expired
       b.logged = t
@@ -279,6 +304,7 @@ local function sliding_log(r, b, now, cost, apply)
     d.remaining = r.limit - live
     d.reset = reset
     d.retry = b.times[expired + live + cost - r.limit] + W - now
+    d.available = d.retry
   end
   return d
 end
@@ -372,11 +398,11 @@ local any = ARGV[2] == '1'
 local rules, decisions, heads, after = {}, {}, {}, {}
 local allowing = 0
 for i = 1, #KEYS do
-  local a = 2 + (i - 1) * 10
+  local a = 2 + (i - 1) * 11
   local r = {algorithm = tonumber(ARGV[a + 1]), limit = tonumber(ARGV[a + 2]), burst = tonumber(ARGV[a + 3]),
              period = tonumber(ARGV[a + 4]), align = tonumber(ARGV[a + 5]), buckets = tonumber(ARGV[a + 6]),
              max_delay = tonumber(ARGV[a + 7]), reset = tonumber(ARGV[a + 8]),
-             utc_offset = tonumber(ARGV[a + 9]), cost = tonumber(ARGV[a + 10])}
+             utc_offset = tonumber(ARGV[a + 9]), cost = tonumber(ARGV[a + 10]), delay = tonumber(ARGV[a + 11])}
   rules[i] = r
   local f = by_head[r.algorithm]
   if f then
@@ -423,5 +449,6 @@ for i = 1, #KEYS do
   local o = #out
   out[o + 1], out[o + 2], out[o + 3], out[o + 4] = d.allowed, d.never, d.remaining, d.reset
   out[o + 5], out[o + 6], out[o + 7] = d.retry, d.delay, d.window
+  out[o + 8] = d.available
 end
 return out

@@ -54,6 +54,10 @@ rl_decision_t windowed_count(const rl_rule_t &rule, State &s, int64_t now, uint6
 // A denial for a cost no state of the rule can ever admit.
 rl_decision_t never(int64_t window, uint64_t remaining, int64_t reset_ms);
 
+// The decision's policy (quota, window) for the rule: rl_transition() and
+// conclude() (for the check the headers describe) set it.
+void policy(const rl_rule_t &rule, rl_decision_t &d);
+
 // ---- the eviction summary (summary.cpp) ----------------------------------
 
 // What a key in state s owes at now, right after decision d admitted it.

@@ -27,10 +27,12 @@ rl_decision_t windowed_count(const rl_rule_t &rule, State &s, int64_t now, uint6
     rl_decision_t d{};
     d.window_ms = window;
 
+    // units come back all at once, at the window's end
     if (cost <= left) {
         d.allowed = 1;
         d.remaining = left - cost;
         d.reset_ms = spent + cost ? to_end : 0;
+        d.available_ms = d.reset_ms;
         if (apply && cost > 0) {
             s.head = rl_state_t{end, (uint32_t) (spent + cost)};
         }
@@ -38,6 +40,7 @@ rl_decision_t windowed_count(const rl_rule_t &rule, State &s, int64_t now, uint6
         d.remaining = left;
         d.reset_ms = to_end;
         d.retry_after_ms = to_end;
+        d.available_ms = to_end;
     }
     return d;
 }

@@ -36,6 +36,9 @@ rl_decision_t gcra(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, 
         d.allowed = 1;
         d.remaining = (need <= tau ? tau - need : 0) / T;
         d.reset_ms = ceil_div(need, rule.limit);
+        // one more token when need + (remaining + 1) * T - tau units have
+        // passed; none can come to a full bucket (need 0)
+        d.available_ms = need > 0 ? ceil_div(need + (d.remaining + 1) * T - tau, rule.limit) : 0;
         if (apply && cost > 0) {
             paced_store(rule, s, now, need);
         }
@@ -43,6 +46,7 @@ rl_decision_t gcra(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, 
         d.remaining = room / T;
         d.reset_ms = ceil_div(ahead, rule.limit);
         d.retry_after_ms = ceil_div(need - tau, rule.limit);
+        d.available_ms = d.retry_after_ms;
     }
     return d;
 }

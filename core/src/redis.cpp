@@ -53,8 +53,8 @@ unsigned crc16(const char *p, size_t len)
 }
 
 // Fields per rule in the script's ARGV and in its reply.
-const size_t kArgsPerRule = 10;
-const size_t kReplyPerRule = 7;
+const size_t kArgsPerRule = 11;
+const size_t kReplyPerRule = 8;
 
 }  // namespace
 
@@ -80,7 +80,8 @@ int rl_redis_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
         units = (unsigned __int128) count * (uint64_t) rule->period_ms;
         break;
     case RL_LEAKY_BUCKET:
-        units = (unsigned __int128) count * (uint64_t) (rule->period_ms + rule->max_delay_ms);
+        units = (unsigned __int128) count * (uint64_t) (rule->period_ms + rule->max_delay_ms) +
+                (unsigned __int128) rule->delay * (uint64_t) rule->period_ms;
         break;
     default:
         return RL_OK;  // counters and times only
@@ -197,6 +198,7 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
         // a cost beyond what any rule admits is only ever compared: cap it
         // where Lua's doubles are still exact
         w.arg((int64_t) (c[i].cost < RL_REDIS_UNITS_MAX ? c[i].cost : RL_REDIS_UNITS_MAX));
+        w.arg(r.delay);
     }
     return (size_t) (w.p - buf);
 }
@@ -224,6 +226,7 @@ int rl_redis_decide(rl_request_t *rq, const rl_resp_t *r)
         d.retry_after_ms = v[4];
         d.delay_ms = v[5];
         d.window_ms = v[6];
+        d.available_ms = v[7];
         v += kReplyPerRule;
     }
     return rl::conclude(*rq, r->items[0] != 0);

@@ -62,6 +62,10 @@ int conclude(rl_request_t &rq, bool allowed)
     }
     rq.binding = binding_of(rq.checks, rq.n, allowed);
     rq.delay_ms = allowed && applying ? rq.checks[rq.binding].decision.delay_ms : 0;
+    if (applying) {
+        // the policy the headers advertise: one rule's, once a request
+        policy(*rq.checks[rq.binding].rule, rq.checks[rq.binding].decision);
+    }
     rq.verdict = applying == 0     ? RL_VERDICT_EXEMPT
                  : !allowed        ? RL_VERDICT_REJECTED
                  : rq.delay_ms > 0 ? RL_VERDICT_DELAYED

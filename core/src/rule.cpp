@@ -31,6 +31,7 @@ enum Param : uint32_t {
     P_LOG_KEY = 1u << 12,
     P_LIMIT_DEFAULT = 1u << 13,
     P_LIMIT_MAX = 1u << 14,
+    P_DELAY = 1u << 15,
 };
 
 // Every parameter the core parses, by name.
@@ -47,6 +48,7 @@ const struct {
     {"align", P_ALIGN},
     {"buckets", P_BUCKETS},
     {"max_delay", P_MAX_DELAY},
+    {"delay", P_DELAY},  // limit_req's delay=
     {"reset", P_RESET},
     {"utc_offset", P_UTC_OFFSET},
     {"zero_cost", P_ZERO_COST},
@@ -85,8 +87,11 @@ const struct {
     const char *name;
     uint32_t algorithm;
 } specific[] = {
-    {P_ALIGN, "align", RL_FIXED_WINDOW},         {P_BUCKETS, "buckets", RL_SLIDING_WINDOW},
-    {P_MAX_DELAY, "max_delay", RL_LEAKY_BUCKET}, {P_RESET, "reset", RL_QUOTA},
+    {P_ALIGN, "align", RL_FIXED_WINDOW},
+    {P_BUCKETS, "buckets", RL_SLIDING_WINDOW},
+    {P_MAX_DELAY, "max_delay", RL_LEAKY_BUCKET},
+    {P_DELAY, "delay", RL_LEAKY_BUCKET},
+    {P_RESET, "reset", RL_QUOTA},
     {P_UTC_OFFSET, "utc_offset", RL_QUOTA},
 };
 
@@ -178,7 +183,7 @@ void format_period(int64_t ms, char *buf, size_t len)
 
 // The exact arithmetic (exact_time.h) works in units of 1/limit ms: a
 // bucket's capacity, burst x period, or a shaper's queue,
-// limit x (period + max_delay), must fit in 2^61 units.
+// limit x (period + max_delay) + delay x period, must fit in 2^61 units.
 constexpr uint64_t kUnitsBound = 1ull << 61;
 
 bool too_large(const rl_rule_t &rule)
@@ -187,7 +192,8 @@ bool too_large(const rl_rule_t &rule)
     const bool leaky = rule.algorithm == RL_LEAKY_BUCKET;
     const uint64_t count = bucket ? rule.burst : rule.limit;
     const uint64_t span = (uint64_t) rule.period_ms + (leaky ? (uint64_t) rule.max_delay_ms : 0);
-    return (bucket || leaky) && (unsigned __int128) count * span > kUnitsBound;
+    const unsigned __int128 served = leaky ? (unsigned __int128) rule.delay * (uint64_t) rule.period_ms : 0;
+    return (bucket || leaky) && (unsigned __int128) count * span + served > kUnitsBound;
 }
 
 // A request's value of a variable, for a message: quoted, at most 32
@@ -254,9 +260,10 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
     case P_LIMIT:
     case P_BURST:
     case P_COST:
+    case P_DELAY:
     case P_LIMIT_DEFAULT:
     case P_LIMIT_MAX: {
-        const uint64_t min = bit == P_COST ? 0 : 1;
+        const uint64_t min = bit == P_COST || bit == P_DELAY ? 0 : 1;
         if (!parse_uint(v, RL_LIMIT_MAX, &n) || n < min) {
             return fail(err, errlen, "invalid \"%.*s\": expected an integer from %llu to %u%s", w, whole.p,
                         (unsigned long long) min, RL_LIMIT_MAX, (bit & variable_params) ? ", or a $variable" : "");
@@ -265,6 +272,7 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
         uint32_t *field = bit == P_LIMIT || bit == P_LIMIT_DEFAULT ? &rule->limit
                           : bit == P_BURST                         ? &rule->burst
                           : bit == P_COST                          ? &rule->cost
+                          : bit == P_DELAY                         ? &rule->delay
                                                                    : &rule->limit_max;
         *field = (uint32_t) n;
         return RL_OK;
@@ -475,6 +483,14 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
         const bool leaky = a == RL_LEAKY_BUCKET;
         const uint64_t count = bucket ? rule->burst : rule->limit;
         const uint64_t span = (uint64_t) rule->period_ms + (leaky ? (uint64_t) rule->max_delay_ms : 0);
+        if (too_large(*rule) && leaky && rule->delay > 0) {
+            char period[32];
+            format_period(rule->period_ms, period, sizeof(period));
+            return fail(err, errlen,
+                        "limit=%u and delay=%u with \"period=%s\" and max_delay are too large: "
+                        "(limit + delay) x period + limit x max_delay in ms may be at most 2^61",
+                        rule->limit, rule->delay, period);
+        }
         if (too_large(*rule)) {
             char period[32];
             format_period(rule->period_ms, period, sizeof(period));
@@ -504,6 +520,8 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
                 std::snprintf(burst, sizeof(burst), "_bvar");
             } else if (bucket && rule->burst != rule->limit) {
                 std::snprintf(burst, sizeof(burst), "_b%u", rule->burst);
+            } else if (rule->delay > 0) {
+                std::snprintf(burst, sizeof(burst), "_d%u", rule->delay);
             }
             std::snprintf(rule->name, RL_NAME_MAX, "%s_%s_%s%s", alg, limit, period, burst);
         }

@@ -89,6 +89,10 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
         d.allowed = 1;
         d.remaining = rule.limit - live - cost;
         d.reset_ms = cost > 0 ? t + W - now : reset;
+        // one more unit when the oldest (this request's, if none) leaves;
+        // never after the reset (nothing to come back to an empty log)
+        const int64_t oldest = (live > 0 ? time_of(expired) : t) + W - now;
+        d.available_ms = oldest < d.reset_ms ? oldest : d.reset_ms;
         if (apply && cost > 0) {
             b->head = count ? (b->head + expired) % size : 0;
             b->count = (uint32_t) live;
@@ -112,6 +116,7 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
         d.remaining = live < rule.limit ? rule.limit - live : 0;  // a lowered limit
         d.reset_ms = reset;
         d.retry_after_ms = time_of(expired + (uint32_t) (live + cost - rule.limit) - 1) + W - now;
+        d.available_ms = d.retry_after_ms;
     }
     return d;
 }

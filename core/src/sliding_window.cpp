@@ -31,37 +31,44 @@ using wide = unsigned __int128;
 
 struct Window {
     const rl_rule_t &rule;
-    const Block *b;  // nullptr: nothing counted
-    int64_t S, W;    // ticks per window, and a tick's length in 1/S ms
+    const Block *b;   // nullptr: nothing counted
+    int64_t S, W;     // ticks per window, and a tick's length in 1/S ms
+    int64_t xk;       // a tick counted `xc` more than the block says: the
+    uint64_t xc = 0;  // window as a request admitted in it leaves it
 
     uint64_t count(int64_t j) const
     {
+        const uint64_t x = j == xk ? xc : 0;
         if (b == nullptr || j > b->tick || j <= b->tick - (S + 1)) {
-            return 0;
+            return x;
         }
-        return b->count[j % (S + 1)];
+        return x + b->count[j % (S + 1)];
     }
 
-    // The estimate at tick k, e into it, scaled by W: sum*W + oldest*(W-e).
-    wide used(int64_t k, int64_t e) const
+    // The sum of the S newest ticks at tick k.
+    uint64_t newest(int64_t k) const
     {
-        uint64_t newer = 0;
+        uint64_t sum = 0;
         for (int64_t j = k - S + 1; j <= k; j++) {
-            newer += count(j);
+            sum += count(j);
         }
-        return (wide) newer * (uint64_t) W + (wide) count(k - S) * (uint64_t) (W - e);
+        return sum;
     }
 
-    // The first ms (>= from) at which cost fits, with no further requests.
-    int64_t admissible_at(int64_t k, int64_t from, uint64_t cost) const
+    // The estimate at tick k, e into it, scaled by W: sum*W + oldest*(W-e),
+    // sum = newest(k).
+    wide used(int64_t k, int64_t e, uint64_t sum) const
+    {
+        return (wide) sum * (uint64_t) W + (wide) count(k - S) * (uint64_t) (W - e);
+    }
+
+    // The first ms (>= from) at which cost fits, with no further requests;
+    // newer = newest(k).
+    int64_t admissible_at(int64_t k, uint64_t newer, int64_t from, uint64_t cost) const
     {
         const wide cap = (wide) rule.limit * (uint64_t) W;
-        for (int64_t m = 0;; m++) {
-            const int64_t j = k + m;
-            uint64_t newer = 0;
-            for (int64_t i = j - S + 1; i <= k; i++) {
-                newer += count(i);
-            }
+        // newer: ticks j - S + 1 .. k, kept as j moves on
+        for (int64_t j = k;; newer -= count(j - S + 1), j++) {
             const wide fixed = (wide) (newer + cost) * (uint64_t) W;
             if (fixed > cap) {
                 continue;  // the newer ticks alone are too many: next tick
@@ -143,14 +150,15 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
         return sliding_window(rule, s, now, cost, true);
     }
 
-    Window w{rule, b, S, W};
+    Window w{rule, b, S, W, k};
     if (b != nullptr && b->tick > k) {
         k = b->tick;  // the clock stepped back: count as of the newest tick
         e = 0;
     }
 
     const wide cap = (wide) rule.limit * (uint64_t) w.W;
-    const wide used = w.used(k, e);
+    const uint64_t sum = w.newest(k);
+    const wide used = w.used(k, e, sum);
     const int64_t newest = b != nullptr && b->tick > k - (w.S + 1) ? b->tick : INT64_MIN;
     // a tick j has left the window entirely from (j + 1 + S) * W / S ms on
     auto full_at = [&](int64_t j) { return ceil_div((uint64_t) ((j + 1 + w.S) * w.W), (uint64_t) w.S); };
@@ -168,6 +176,11 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
         d.allowed = 1;
         d.remaining = (uint64_t) ((cap - used - spend) / (uint64_t) w.W);
         d.reset_ms = cost > 0 ? full_at(k) - now : reset;
+        // one more unit when the window, this request counted, leaves room
+        // for remaining + 1; none can come to an empty window
+        w.xk = k;
+        w.xc = cost;
+        d.available_ms = used + spend > 0 ? w.admissible_at(k, sum + cost, now + 1, d.remaining + 1) - now : 0;
         if (apply && cost > 0) {
             // advance the ring to tick k, zeroing the ticks it skips
             if (b->tick < k) {
@@ -182,7 +195,8 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
     } else {
         d.remaining = used < cap ? (uint64_t) ((cap - used) / (uint64_t) w.W) : 0;
         d.reset_ms = reset;
-        d.retry_after_ms = w.admissible_at(k, now + 1, cost) - now;
+        d.retry_after_ms = w.admissible_at(k, sum, now + 1, cost) - now;
+        d.available_ms = d.retry_after_ms;
     }
     return d;
 }

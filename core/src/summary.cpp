@@ -22,12 +22,13 @@ namespace {
 using wide = unsigned __int128;
 
 // A paced key's capacity in units of 1/limit ms: the burst, or the longest
-// queue a leaky bucket admits (max_delay, and the request's own cost).
+// queue a leaky bucket admits (what it serves at once, max_delay, and the
+// request's own cost).
 uint64_t paced_capacity(const rl_rule_t &rule)
 {
     const uint64_t T = (uint64_t) rule.period_ms;
     if (rule.algorithm == RL_LEAKY_BUCKET) {
-        return (uint64_t) rule.max_delay_ms * rule.limit + (uint64_t) rule.limit * T;
+        return (uint64_t) rule.max_delay_ms * rule.limit + ((uint64_t) rule.limit + rule.delay) * T;
     }
     return (uint64_t) rule.burst * T;
 }

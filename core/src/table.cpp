@@ -35,9 +35,9 @@ const int kSearchBuckets = 32;
 // Blocks a full pool looks at to choose the one to evict.
 const uint32_t kSweep = 8;
 
-// The eviction summary takes this share of the zone: a 1/40 (2.5%) fewer
-// keys held, for a memory of what evicted keys owe (README, bench/README.md).
-const uint64_t kSketchShare = 40;
+// The eviction summary takes this share of the zone: a 1/50 (2%) fewer
+// keys held (keys per MB within 3% of a zone without it), for a memory of what evicted keys owe (README, bench/README.md).
+const uint64_t kSketchShare = 50;
 
 // The room for rules' top keys takes this share of the zone (0.8%: 8 KB a
 // megabyte), at least one rule's summary without keys in clear and at

@@ -15,8 +15,31 @@ rl_decision_t never(int64_t window, uint64_t remaining, int64_t reset_ms)
     d.remaining = remaining;
     d.reset_ms = reset_ms;
     d.retry_after_ms = reset_ms > 1000 ? reset_ms : 1000;
+    d.available_ms = reset_ms;
     d.window_ms = window;
     return d;
+}
+
+// The policy the headers advertise: a quota that bounds what remaining can
+// show, over the time it takes to come back.  A bucket holds burst; a
+// shaper admits, when rested, delay + max_delay / T + 1 requests (at once or
+// delayed); both restore them at limit per period.  Windows hold limit.
+void policy(const rl_rule_t &rule, rl_decision_t &d)
+{
+    const uint64_t T = (uint64_t) rule.period_ms;  // units of 1/limit ms
+    switch (rule.algorithm) {
+    case RL_GCRA:
+    case RL_TOKEN_BUCKET:
+        d.quota = rule.burst;
+        break;
+    case RL_LEAKY_BUCKET:
+        d.quota = rule.delay + (uint64_t) rule.max_delay_ms * rule.limit / T + 1;
+        break;
+    default:
+        d.quota = rule.limit;
+        return;
+    }
+    d.window_ms = ceil_div(d.quota * T, rule.limit);
 }
 
 rl_decision_t transition(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
@@ -57,6 +80,7 @@ int rl_transition(const rl_rule_t *rule, void *state, int64_t now_ms, uint64_t c
         std::memcpy(&s.head, p, sizeof(rl_state_t));
         s.blob = rl::blob_size(*rule) ? p + sizeof(rl_state_t) : nullptr;
         *d = rl::transition(*rule, s, now_ms, cost, apply != 0);
+        rl::policy(*rule, *d);
         const bool changed = apply && d->allowed && cost > 0;
         if (changed) {
             std::memcpy(p, &s.head, sizeof(rl_state_t));

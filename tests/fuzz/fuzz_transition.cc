@@ -3,7 +3,10 @@
 // After each decision:
 //   - a denial never changes the state, and has a Retry-After > 0;
 //   - an admission has none; only leaky_bucket delays, never past max_delay;
-//   - remaining never exceeds the capacity; a cost past it is "never";
+//   - remaining never exceeds the policy's quota, which is the capacity; a
+//     cost past it is "never";
+//   - the IETF t (available_ms) of a denial is its Retry-After (a "never":
+//     the full budget's time), of an admission never after its reset;
 //   - the admitted units never exceed what the algorithm allows in a window
 //     (checked against the request times, see the bounds below);
 //   - a state of any bytes (a process died writing it) is read safely and in
@@ -72,7 +75,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         len += std::snprintf(text + len, sizeof(text) - len, " buckets=%u", buckets);
     }
     if (a == RL_LEAKY_BUCKET) {
-        len += std::snprintf(text + len, sizeof(text) - len, " max_delay=%ums", max_delay);
+        // the burst byte, unused here, gives delay= (requests served at once)
+        len += std::snprintf(text + len, sizeof(text) - len, " max_delay=%ums delay=%u", max_delay, (burst - 1) % 5);
     }
     if (a == RL_FIXED_WINDOW && first) {
         std::snprintf(text + len, sizeof(text) - len, " align=first");
@@ -90,7 +94,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                                                                               : 1)
                                          : r.period_ms;
     const uint64_t max_remaining =
-        a == RL_LEAKY_BUCKET ? (uint64_t) r.max_delay_ms * r.limit / r.period_ms + 1 : capacity;
+        a == RL_LEAKY_BUCKET ? r.delay + (uint64_t) r.max_delay_ms * r.limit / r.period_ms + 1 : capacity;
 
     std::vector<uint8_t> state(rl_state_size(&r), 0), before;
     std::vector<Admitted> log;
@@ -123,14 +127,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const int changed = rl_transition(&r, state.data(), now, cost, 1, &d);
 
         CHECK(d.reset_ms >= 0);
-        CHECK(d.remaining <= max_remaining);
+        CHECK(d.quota == max_remaining && d.remaining <= d.quota);
         CHECK((bool) d.never == (cost > capacity));
         if (!d.allowed) {
             CHECK(changed == 0 && before == state);
             CHECK(d.retry_after_ms > 0 && d.delay_ms == 0);
+            CHECK(d.available_ms == (d.never ? d.reset_ms : d.retry_after_ms));
             continue;
         }
         CHECK(d.retry_after_ms == 0);
+        CHECK(d.available_ms >= 0 && d.available_ms <= d.reset_ms);
         CHECK(changed == (cost > 0));
         CHECK(d.delay_ms >= 0 && (a == RL_LEAKY_BUCKET || d.delay_ms == 0));
         CHECK(d.delay_ms <= r.max_delay_ms || a != RL_LEAKY_BUCKET);
@@ -161,10 +167,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 }
                 break;
             case RL_LEAKY_BUCKET:
-                // the drain instant likewise, to at most now + max_delay + cost T
+                // the drain instant likewise, to at most now + max_delay +
+                // (delay + cost) T
                 if (span >= 0) {
-                    CHECK(units * (uint64_t) r.period_ms <=
-                          ((uint64_t) span + (uint64_t) r.max_delay_ms) * r.limit + last.units * r.period_ms);
+                    CHECK(units * (uint64_t) r.period_ms <= ((uint64_t) span + (uint64_t) r.max_delay_ms) * r.limit +
+                                                                (last.units + r.delay) * r.period_ms);
                 }
                 break;
             case RL_SLIDING_LOG:
