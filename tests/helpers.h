@@ -3,11 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "ratelimit.h"
+#include "table.h"
 
 inline rl_rule_t rule_of(const std::string &text)
 {
@@ -84,3 +86,36 @@ inline void refund(rl_check_t *c, size_t n, int64_t now)
 
 // A start time far from the epoch and aligned to every window used here.
 constexpr int64_t kT0 = 1767225600000;  // 2026-01-01T00:00:00Z
+
+// A zone: one table in memory of its own, with the block sizes its rules
+// need and a fixed secret; a copy is a twin.
+struct TestZone {
+    void *mem;
+    size_t size;
+    TestZone(size_t n, const std::vector<rl_rule_t> &rules, const uint8_t secret[16]) : size(n)
+    {
+        mem = std::aligned_alloc(64, n);
+        std::vector<uint32_t> blobs;
+        for (const rl_rule_t &r : rules) {
+            if (rl_rule_block_size(&r) > 0) {
+                blobs.push_back(rl_rule_block_size(&r));
+            }
+        }
+        char err[RL_ERR_MAX];
+        EXPECT_EQ(rl_table_init(mem, n, blobs.data(), blobs.size(), secret, err, sizeof(err)), RL_OK) << err;
+    }
+    TestZone(const TestZone &o) : size(o.size)
+    {
+        mem = std::aligned_alloc(64, size);
+        std::memcpy(mem, o.mem, size);
+    }
+    TestZone &operator=(const TestZone &) = delete;
+    ~TestZone() { std::free(mem); }
+    rl::Table *table() { return rl::Table::at(mem); }
+    rl_table_stats_t stats()
+    {
+        rl_table_stats_t st;
+        rl_table_get_stats(mem, &st);
+        return st;
+    }
+};

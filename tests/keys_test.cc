@@ -18,25 +18,8 @@ namespace {
 
 const uint8_t kSecret[16] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3};
 
-struct Zone {
-    void *mem;
-    size_t size;
-    Zone(size_t n, const std::vector<uint32_t> &blobs = {}) : size(n)
-    {
-        mem = std::aligned_alloc(64, n);
-        char err[RL_ERR_MAX];
-        EXPECT_EQ(rl_table_init(mem, n, blobs.data(), blobs.size(), kSecret, err, sizeof(err)), RL_OK) << err;
-    }
-    Zone(const Zone &) = delete;
-    Zone &operator=(const Zone &) = delete;
-    ~Zone() { std::free(mem); }
-    rl::Table *table() { return rl::Table::at(mem); }
-    rl_table_stats_t stats()
-    {
-        rl_table_stats_t st;
-        rl_table_get_stats(mem, &st);
-        return st;
-    }
+struct Zone : TestZone {
+    explicit Zone(size_t n, const std::vector<rl_rule_t> &rules = {}) : TestZone(n, rules, kSecret) {}
 };
 
 // A rule as a location holds it: its identity and its counters' slot.
@@ -105,19 +88,13 @@ const char *const kRules[] = {
 
 class Keys : public ::testing::TestWithParam<const char *> {};
 
-std::vector<uint32_t> blobs_of(const char *text)
-{
-    const rl_rule_t r = rule_of(text);
-    return rl_rule_block_size(&r) ? std::vector<uint32_t>{rl_rule_block_size(&r)} : std::vector<uint32_t>{};
-}
-
 }  // namespace
 
 // A look tells what a request would be told, and changes nothing: the
 // request after it is decided as if nobody had looked.
 TEST_P(Keys, PeekShowsWhatTheNextRequestIsToldAndSpendsNothing)
 {
-    Zone z(256 * 1024, blobs_of(GetParam())), twin(256 * 1024, blobs_of(GetParam()));
+    Zone z(256 * 1024, {rule_of(GetParam())}), twin(256 * 1024, {rule_of(GetParam())});
     Rule r(z, GetParam()), rt(twin, GetParam());
     int64_t now = kT0 + 5000;
 
@@ -152,7 +129,7 @@ TEST_P(Keys, PeekShowsWhatTheNextRequestIsToldAndSpendsNothing)
 // budget, as a key never seen.
 TEST_P(Keys, ResetMakesASpentKeyFresh)
 {
-    Zone z(256 * 1024, blobs_of(GetParam()));
+    Zone z(256 * 1024, {rule_of(GetParam())});
     Rule r(z, GetParam());
     const int64_t now = kT0 + 5000;
     while (hit(z, r, "k", now).allowed) {
@@ -180,7 +157,7 @@ TEST_P(Keys, ResetMakesASpentKeyFresh)
 // clears what the summary says it owes.
 TEST_P(Keys, ResetForgivesWhatTheSummaryKeepsOfAnEvictedKey)
 {
-    Zone z(256 * 1024, blobs_of(GetParam()));
+    Zone z(256 * 1024, {rule_of(GetParam())});
     Rule r(z, GetParam());
     const int64_t now = kT0 + 5000;
     while (hit(z, r, "k", now).allowed) {

@@ -17,35 +17,8 @@ namespace {
 const uint8_t kSecret[16] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 1, 2, 3, 4, 5, 6};
 
 // A zone: one table, with the block sizes its rules need.
-struct Zone {
-    void *mem;
-    size_t size;
-    Zone(size_t n, const std::vector<rl_rule_t> &rules) : size(n)
-    {
-        mem = std::aligned_alloc(64, n);
-        std::vector<uint32_t> blobs;
-        for (const rl_rule_t &r : rules) {
-            if (rl_rule_block_size(&r) > 0) {
-                blobs.push_back(rl_rule_block_size(&r));
-            }
-        }
-        char err[RL_ERR_MAX];
-        EXPECT_EQ(rl_table_init(mem, n, blobs.data(), blobs.size(), kSecret, err, sizeof(err)), RL_OK) << err;
-    }
-    Zone(const Zone &o) : size(o.size)
-    {
-        mem = std::aligned_alloc(64, size);
-        std::memcpy(mem, o.mem, size);
-    }
-    Zone &operator=(const Zone &) = delete;
-    ~Zone() { std::free(mem); }
-    rl::Table *table() { return rl::Table::at(mem); }
-    rl_table_stats_t stats()
-    {
-        rl_table_stats_t st;
-        rl_table_get_stats(mem, &st);
-        return st;
-    }
+struct Zone : TestZone {
+    Zone(size_t n, const std::vector<rl_rule_t> &rules) : TestZone(n, rules, kSecret) {}
 };
 
 struct Result {
