@@ -78,7 +78,7 @@ sub read_file {
     my ($path) = @_;
     open(my $fh, '<', $path) or return '';
     local $/;
-    return <$fh>;
+    return <$fh> // '';   # a /proc file whose process left meanwhile reads nothing
 }
 
 sub free_port {
