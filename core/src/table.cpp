@@ -1,16 +1,11 @@
 #include "table.h"
 
-#include <sys/random.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
-#include <unordered_map>
-#include <unordered_set>
 
 #include "siphash.h"
 
@@ -24,7 +19,6 @@ namespace {
 
 const char kMagic[8] = {'R', 'L', 'T', 'A', 'B', 'L', 'E', '5'};
 const uint32_t kVersion = 5;
-const uint64_t kMinBuckets = 16;
 const uint32_t kMinBlocks = 4;
 
 // Buckets a cuckoo search may visit before giving up and evicting.  Enough
@@ -49,28 +43,6 @@ const uint64_t kTopShare = 128;
 // them hold a debt, so more cells mean fewer innocent keys restored while
 // few are taken; three is most of the gain (bench/summary.cc).
 const int kCells = 3;
-
-// A bucket's meta word: bit i says slot i owns a block; bit 3 + i that
-// slot i's key came back from the summary and has not been back to full
-// budget since; 8 bits a slot from bit 6 hold the fraction its key owes.
-bool has_block(uint32_t meta, int i)
-{
-    return (meta >> i) & 1u;
-}
-Debt debt_of(uint32_t meta, int i)
-{
-    return Debt{(meta >> (6 + 8 * i)) & kFracFull, ((meta >> (3 + i)) & 1u) != 0};
-}
-uint32_t slot_bits(int i)
-{
-    return 1u << i | 1u << (3 + i) | kFracFull << (6 + 8 * i);
-}
-uint32_t with_debt(uint32_t meta, int i, Debt d)
-{
-    const uint32_t frac = d.frac < kFracFull ? d.frac : kFracFull;
-    return (meta & ~(1u << (3 + i) | kFracFull << (6 + 8 * i))) | (uint32_t) d.inherited << (3 + i) |
-           frac << (6 + 8 * i);
-}
 
 void move_slot(Bucket &to, int ti, const Bucket &from, int fi)
 {
@@ -294,157 +266,6 @@ void Table::update(const Ref &ref, rl_state_t head, Debt debt)
     *ref.t = head.t;
     *ref.n = head.n;
     *ref.meta = with_debt(*ref.meta, ref.slot, debt);
-}
-
-void Table::begin()
-{
-    recover();
-    h_.journal.lines = 0;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    h_.journal.active = 1;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-}
-
-void Table::commit()
-{
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    h_.journal.active = 0;
-}
-
-// Saves p's cache line, once an operation, before its first change.  The
-// line goes in first, then the count: a process dying in between has not
-// changed the line yet.
-void Table::save(const void *p)
-{
-    Journal &j = h_.journal;
-    const uint64_t off = (uint64_t) (reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(this)) & ~63ull;
-    for (uint32_t i = 0; i < j.lines; i++) {
-        if (j.offset[i] == off) {
-            return;
-        }
-    }
-    RL_STEP();
-    if (j.lines == (uint32_t) kJournalLines) {
-        std::abort();  // unreachable: an operation changes at most 45 lines (see kJournalLines)
-    }
-    j.offset[j.lines] = off;
-    std::memcpy(j.saved[j.lines], reinterpret_cast<const char *>(this) + off, 64);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    j.lines++;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    RL_STEP();
-}
-
-// Puts back every line the interrupted operation saved, newest first (a
-// line is saved once, so the order does not matter), and clears the journal
-// last: a process dying while recovering leaves it to the next one, which
-// does it again.
-void Table::recover()
-{
-    Journal &j = h_.journal;
-    if (!j.active) {
-        return;
-    }
-    const uint32_t lines = j.lines < (uint32_t) kJournalLines ? j.lines : (uint32_t) kJournalLines;
-    for (uint32_t i = lines; i-- > 0;) {
-        if (j.offset[i] + 64 <= h_.size && j.offset[i] >= offsetof(TableHeader, counts)) {
-            std::memcpy(reinterpret_cast<char *>(this) + j.offset[i], j.saved[i], 64);
-        }
-    }
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    j.lines = 0;
-    j.active = 0;
-}
-
-bool Table::check(std::string *why) const
-{
-    auto fail = [why](const std::string &what) {
-        if (why != nullptr) {
-            *why = what;
-        }
-        return false;
-    };
-    if (h_.journal.active) {
-        return fail("an operation is under way");
-    }
-    const Bucket *b = buckets();
-    std::unordered_set<uint64_t> tags;
-    std::unordered_map<uint32_t, uint64_t> owner_of;  // block handle -> tag
-    uint64_t keys = 0;
-    for (uint64_t i = 0; i < h_.nbuckets; i++) {
-        for (int s = 0; s < 3; s++) {
-            const uint64_t tag = b[i].tag[s];
-            const std::string where = "bucket " + std::to_string(i) + " slot " + std::to_string(s);
-            if (tag == 0) {
-                if (b[i].meta & slot_bits(s)) {
-                    return fail(where + ": empty, with a block or a debt");
-                }
-                continue;
-            }
-            keys++;
-            if (!tags.insert(tag).second) {
-                return fail(where + ": a key held twice");
-            }
-            if (first(tag) != i && second(tag) != i) {
-                return fail(where + ": a key in neither of its buckets");
-            }
-            if (!has_block(b[i].meta, s)) {
-                continue;
-            }
-            const uint32_t handle = b[i].n[s], pool = handle >> 24, idx = handle & (kBlocksMax - 1);
-            if (pool >= h_.npools || idx >= h_.pools[pool].fresh) {
-                return fail(where + ": a block out of its pool");
-            }
-            if (!owner_of.emplace(handle, tag).second) {
-                return fail(where + ": a block owned twice");
-            }
-            uint64_t owner;
-            std::memcpy(&owner, block(handle), sizeof(owner));
-            if (owner != tag) {
-                return fail(where + ": a block that names another owner");
-            }
-        }
-    }
-    if (keys != h_.counts.keys) {
-        return fail("keys counted " + std::to_string(h_.counts.keys) + ", held " + std::to_string(keys));
-    }
-    for (uint32_t pool = 0; pool < h_.npools; pool++) {
-        const Pool &p = h_.pools[pool];
-        uint64_t owned = 0, free = 0;
-        for (const auto &o : owner_of) {
-            owned += o.first >> 24 == pool;
-        }
-        std::unordered_set<uint32_t> seen;
-        for (uint32_t next = p.free_head; next != 0; free++) {
-            const uint32_t idx = next - 1;
-            if (idx >= p.fresh || !seen.insert(idx).second || owner_of.count(pool << 24 | idx)) {
-                return fail("pool " + std::to_string(pool) +
-                            ": a free list through a block out of range, "
-                            "twice, or owned");
-            }
-            uint64_t owner;
-            std::memcpy(&owner, block(pool << 24 | idx), sizeof(owner));
-            std::memcpy(&next, block(pool << 24 | idx) + 8, sizeof(next));
-            if (owner != 0) {
-                return fail("pool " + std::to_string(pool) + ": a free block with an owner");
-            }
-        }
-        if (p.used != owned || owned + free != p.fresh) {
-            return fail("pool " + std::to_string(pool) + ": " + std::to_string(owned) + " blocks owned, " +
-                        std::to_string(free) + " free, " + std::to_string(p.used) + " counted used, " +
-                        std::to_string(p.fresh) + " ever used");
-        }
-    }
-    if (h_.top_used > h_.top_bytes) {
-        return fail("top keys: more room claimed than there is");
-    }
-    for (uint32_t i = 0; i < h_.nrules; i++) {
-        const uint64_t top = h_.rules[i].top;
-        if (top != 0 && top != kTopNoRoom && top_list((int) i) == nullptr) {
-            return fail("rule " + std::to_string(i) + ": top keys out of their room");
-        }
-    }
-    return true;
 }
 
 uint64_t Table::cell_of(uint64_t tag, int k) const
@@ -919,129 +740,3 @@ bool Table::cuckoo_path(uint32_t b1, uint32_t b2, int64_t now, Slot *out)
 }
 
 }  // namespace rl
-
-extern "C" {
-
-size_t rl_table_min_size(void)
-{
-    // and the least summary, and one rule's top keys
-    return rl::Table::header_bytes() + rl::kMinBuckets * sizeof(rl::Bucket) + 64 + rl::TopList::bytes(false);
-}
-
-uint64_t rl_table_capacity_for(size_t size)
-{
-    rl::Layout layout;
-    char err[RL_ERR_MAX];
-    return rl::Table::plan(size, nullptr, 0, &layout, err, sizeof(err)) ? layout.nbuckets * 3 : 0;
-}
-
-int rl_table_plan(size_t size, const uint32_t *blob_sizes, size_t n, char *err, size_t errlen)
-{
-    rl::Layout layout;
-    return rl::Table::plan(size, blob_sizes, n, &layout, err, errlen) ? RL_OK : RL_ERROR;
-}
-
-int rl_table_init(void *mem, size_t size, const uint32_t *blob_sizes, size_t n, const uint8_t *secret, char *err,
-                  size_t errlen)
-{
-    try {
-        rl::Layout layout;
-        if (((uintptr_t) mem & 63) != 0) {
-            std::snprintf(err, errlen, "table memory must be 64-byte aligned");
-            return RL_ERROR;
-        }
-        if (!rl::Table::plan(size, blob_sizes, n, &layout, err, errlen)) {
-            return RL_ERROR;
-        }
-        uint8_t key[16];
-        if (secret != nullptr) {
-            std::memcpy(key, secret, sizeof(key));
-        } else if (getrandom(key, sizeof(key), 0) != (ssize_t) sizeof(key)) {
-            std::snprintf(err, errlen, "getrandom() failed: %s", std::strerror(errno));
-            return RL_ERROR;
-        }
-        rl::Table::at(mem)->init(size, layout, key);
-        return RL_OK;
-    } catch (...) {
-        std::snprintf(err, errlen, "internal error");
-        return RL_ERROR;
-    }
-}
-
-int rl_table_valid(const void *mem, size_t size, const uint32_t *blob_sizes, size_t n)
-{
-    rl::Layout layout;
-    char err[RL_ERR_MAX];
-    return rl::Table::plan(size, blob_sizes, n, &layout, err, sizeof(err)) && rl::Table::at(mem)->valid(size, layout)
-               ? 1
-               : 0;
-}
-
-uint64_t rl_table_bytes_used(const void *mem)
-{
-    const rl::TableHeader &h = rl::Table::at(mem)->header();
-    uint64_t used = rl::Table::header_bytes() + (h.counts.keys * sizeof(rl::Bucket) + 2) / 3 +
-                    h.ncells * sizeof(uint64_t) + h.top_used;
-    for (uint32_t i = 0; i < h.npools; i++) {
-        used += (uint64_t) h.pools[i].used * h.pools[i].block_size;
-    }
-    return used;
-}
-
-int rl_table_rule_slot(void *mem, const char *name)
-{
-    rl::TableHeader &h = rl::Table::at(mem)->header();
-    for (uint32_t i = 0; i < h.nrules; i++) {
-        if (std::strncmp(h.rules[i].name, name, RL_NAME_MAX) == 0) {
-            return (int) i;
-        }
-    }
-    if (h.nrules == RL_RULE_STATS_MAX) {
-        return -1;
-    }
-    rl::RuleCounters &c = h.rules[h.nrules];
-    std::memset(&c, 0, sizeof(c));
-    std::snprintf(c.name, sizeof(c.name), "%s", name);
-    return (int) h.nrules++;
-}
-
-void rl_table_count(void *mem, int slot, int outcome)
-{
-    rl::TableHeader &h = rl::Table::at(mem)->header();
-    if (slot >= 0 && slot < (int) RL_RULE_STATS_MAX && outcome >= 0 && outcome < RL_OUTCOMES) {
-        __atomic_fetch_add(&h.rules[slot].count[outcome], 1, __ATOMIC_RELAXED);
-    }
-}
-
-size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out, size_t max)
-{
-    const rl::TableHeader &h = rl::Table::at(mem)->header();
-    size_t n = 0;
-    for (uint32_t i = 0; i < h.nrules && n < max; i++, n++) {
-        std::memcpy(out[n].name, h.rules[i].name, RL_NAME_MAX);
-        for (int k = 0; k < RL_OUTCOMES; k++) {
-            out[n].count[k] = __atomic_load_n(&h.rules[i].count[k], __ATOMIC_RELAXED);
-        }
-    }
-    return n;
-}
-
-void rl_table_get_stats(const void *mem, rl_table_stats_t *st)
-{
-    const rl::TableHeader &h = rl::Table::at(mem)->header();
-    st->size = h.size;
-    st->capacity = h.nbuckets * 3;
-    st->keys = h.counts.keys;
-    st->evictions = h.counts.evictions;
-    st->live_evictions = h.counts.live_evictions;
-    st->summary_refusals = h.counts.summary_refusals;
-    st->summary_bytes = h.ncells * sizeof(uint64_t);
-    st->blocks = 0;
-    st->blocks_used = 0;
-    for (uint32_t i = 0; i < h.npools; i++) {
-        st->blocks += h.pools[i].blocks;
-        st->blocks_used += h.pools[i].used;
-    }
-}
-
-}  // extern "C"

@@ -52,6 +52,30 @@ struct Debt {
     bool inherited;
 };
 
+// A bucket's meta word: bit i says slot i owns a block; bit 3 + i that
+// slot i's key came back from the summary and has not been back to full
+// budget since; 8 bits a slot from bit 6 hold the fraction its key owes.
+inline bool has_block(uint32_t meta, int i)
+{
+    return (meta >> i) & 1u;
+}
+inline Debt debt_of(uint32_t meta, int i)
+{
+    return Debt{(meta >> (6 + 8 * i)) & kFracFull, ((meta >> (3 + i)) & 1u) != 0};
+}
+inline uint32_t slot_bits(int i)
+{
+    return 1u << i | 1u << (3 + i) | kFracFull << (6 + 8 * i);
+}
+inline uint32_t with_debt(uint32_t meta, int i, Debt d)
+{
+    const uint32_t frac = d.frac < kFracFull ? d.frac : kFracFull;
+    return (meta & ~(1u << (3 + i) | kFracFull << (6 + 8 * i))) | (uint32_t) d.inherited << (3 + i) |
+           frac << (6 + 8 * i);
+}
+
+// The fewest buckets a zone has.
+constexpr uint64_t kMinBuckets = 16;
 constexpr uint32_t kPoolsMax = 8;
 constexpr uint32_t kBlocksMax = 1u << 24;
 
