@@ -1,8 +1,10 @@
 #!/usr/bin/perl
 # Throughput and worker CPU through Debian's nginx, side by side in one run:
-# a static file served plain, behind limit_req, and behind ratelimit (gcra,
-# with its default headers and with ratelimit_headers off), with limits high
-# enough that nothing is rejected.  One worker pinned to CPU 0, wrk pinned to
+# a static file served plain, with add_header sending the same bytes as
+# ratelimit's default headers and no rule (the floor for a limiter with
+# headers), behind limit_req, and behind ratelimit (gcra, with its default
+# headers and with ratelimit_headers off), with limits high enough that
+# nothing is rejected.  One worker pinned to CPU 0, wrk pinned to
 # CPU 1.  Two workloads: one key, and a random key among 1,000,000 per
 # request (an X-Key header, the key of both modules).  The locations run in
 # turn A B C D, round after round; each figure is the median of the rounds.
@@ -30,6 +32,12 @@ ratelimit_zone rl 48m;
 server {
     listen 127.0.0.1:%%PORT%%;
     location /plain/ {
+        alias %%PREFIX%%/html/;
+    }
+    location /add_header/ {
+        add_header X-RateLimit-Limit 1000000 always;
+        add_header X-RateLimit-Remaining 999999 always;
+        add_header X-RateLimit-Reset 1 always;
         alias %%PREFIX%%/html/;
     }
     location /limit_req/ {
@@ -66,7 +74,7 @@ sub run_wrk {
 }
 
 
-my @locations = ('plain', 'limit_req', 'ratelimit', 'ratelimit-noheaders');
+my @locations = ('plain', 'add_header', 'limit_req', 'ratelimit', 'ratelimit-noheaders');
 my %r;
 for my $workload ([ 'one key', 'one_key.lua' ], [ '1M random keys', 'random_keys.lua' ]) {
     my ($name, $script) = @$workload;
@@ -89,11 +97,12 @@ printf "throughput: nginx %s, %d cores, 1 worker on CPU 0, wrk -t1 -c64 on CPU 1
     $v, $cores, $rounds, $seconds;
 for my $name ('one key', '1M random keys') {
     my %m = map { my $l = $_; ($l => { map { ($_ => median(@{ $r{$name}{$l}{$_} })) } qw(rps us) }) } @locations;
-    printf "\n%s\n  %-20s %10s %9s %12s %12s\n", $name, 'location', 'req/s', 'us/req', 'vs plain', 'vs limit_req';
+    printf "\n%s\n  %-20s %10s %9s %12s %12s %12s\n", $name, 'location', 'req/s', 'us/req', 'vs plain',
+        'vs add_header', 'vs limit_req';
     for my $l (@locations) {
-        printf "  %-20s %10.0f %9.2f %5.3f/%5.3f %5.3f/%5.3f\n", $l, $m{$l}{rps}, $m{$l}{us},
-            $m{$l}{rps} / $m{plain}{rps}, $m{$l}{us} / $m{plain}{us},
-            $m{$l}{rps} / $m{limit_req}{rps}, $m{$l}{us} / $m{limit_req}{us};
+        printf "  %-20s %10.0f %9.2f %5.3f/%5.3f  %5.3f/%5.3f %5.3f/%5.3f\n", $l, $m{$l}{rps}, $m{$l}{us},
+            (map { ($m{$l}{rps} / $m{$_}{rps}, $m{$l}{us} / $m{$_}{us}) } qw(plain add_header limit_req));
     }
 }
-print "\n(ratios: req/s ratio / worker CPU per request ratio)\n";
+print "\n(ratios: req/s ratio / worker CPU per request ratio; add_header sends ratelimit's default headers'\n"
+    . " bytes with no rule: the floor for a limiter with headers)\n";
