@@ -9,7 +9,12 @@
 # request (an X-Key header, the key of both modules).  The locations run in
 # turn A B C D, round after round; each figure is the median of the rounds.
 #
-#   bench/throughput.pl [--rounds 5] [--seconds 5]
+#
+# --workers 2: two workers (one on each CPU) and wrk unpinned, for lock
+# contention between workers (one key: every request takes the same zone's
+# lock, or limit_req's); CPU time is then both workers'.
+#
+#   bench/throughput.pl [--rounds 5] [--seconds 5] [--workers 1]
 use strict;
 use warnings;
 use FindBin;
@@ -18,14 +23,17 @@ use Getopt::Long;
 use RLTest;
 use RLBench qw(cpu_seconds median);
 
-my ($rounds, $seconds) = (5, 5);
-GetOptions('rounds=i' => \$rounds, 'seconds=i' => \$seconds) or die "usage: $0 [--rounds N] [--seconds N]\n";
+my ($rounds, $seconds, $workers) = (5, 5, 1);
+GetOptions('rounds=i' => \$rounds, 'seconds=i' => \$seconds, 'workers=i' => \$workers)
+    or die "usage: $0 [--rounds N] [--seconds N] [--workers N]\n";
+die "$0: --workers 1 or 2\n" unless $workers == 1 || $workers == 2;
 
 my $t = RLTest->new(quiet => 1);
 my $dir = $t->prefix;
 RLTest::write_file("$dir/html/f", "x" x 100);
 
-$t->write_conf(<<'EOF', no_access_log => 1, main => 'worker_cpu_affinity 01;');
+my $affinity = $workers == 1 ? 'worker_cpu_affinity 01;' : 'worker_cpu_affinity 01 10;';
+$t->write_conf(<<'EOF', no_access_log => 1, workers => $workers, main => $affinity);
 keepalive_requests 100000000;
 limit_req_zone $http_x_key zone=lr:256m rate=1000000r/s;
 ratelimit_zone rl 48m;
@@ -56,16 +64,21 @@ server {
 }
 EOF
 $t->start();
-my ($worker) = $t->worker_pids;
+RLTest::wait_until(sub { $t->worker_pids == $workers }, 10);
+my @workers = $t->worker_pids;
+die "expected $workers workers, found " . scalar(@workers) . "\n" unless @workers == $workers;
+my $pin = $workers == 1 ? 'taskset -c 1 ' : '';
 
 
 
 
 sub run_wrk {
     my ($path, $script) = @_;
-    my $before = cpu_seconds($worker);
-    my $out = `taskset -c 1 wrk -t1 -c64 -d${seconds}s -s $FindBin::Bin/wrk/$script http://127.0.0.1:${\ $t->port}$path 2>&1`;
-    my $after = cpu_seconds($worker);
+    my $before = 0;
+    $before += cpu_seconds($_) for @workers;
+    my $out = `${pin}wrk -t1 -c64 -d${seconds}s -s $FindBin::Bin/wrk/$script http://127.0.0.1:${\ $t->port}$path 2>&1`;
+    my $after = 0;
+    $after += cpu_seconds($_) for @workers;
     my ($n) = $out =~ /(\d+) requests in/ or die "wrk: $out";
     my ($rps) = $out =~ /Requests\/sec:\s+([\d.]+)/;
     my ($non2xx) = $out =~ /Non-2xx or 3xx responses: (\d+)/;
@@ -93,8 +106,9 @@ $t->stop();
 my $v = (`/usr/sbin/nginx -v 2>&1` =~ m{nginx/(\S+)})[0];
 my $cores = `nproc`;
 chomp $cores;
-printf "throughput: nginx %s, %d cores, 1 worker on CPU 0, wrk -t1 -c64 on CPU 1, %d rounds of %d s, medians\n",
-    $v, $cores, $rounds, $seconds;
+printf "throughput: nginx %s, %d cores, %s, %d rounds of %d s, medians\n", $v, $cores,
+    $workers == 1 ? '1 worker on CPU 0, wrk -t1 -c64 on CPU 1' : '2 workers on CPUs 0 and 1, wrk -t1 -c64 unpinned',
+    $rounds, $seconds;
 for my $name ('one key', '1M random keys') {
     my %m = map { my $l = $_; ($l => { map { ($_ => median(@{ $r{$name}{$l}{$_} })) } qw(rps us) }) } @locations;
     printf "\n%s\n  %-20s %10s %9s %12s %12s %12s\n", $name, 'location', 'req/s', 'us/req', 'vs plain',
