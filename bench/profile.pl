@@ -6,18 +6,23 @@
 # on the machine's load, so runs compare side by side; they do not see
 # cache misses (bench/throughput.pl measures time).
 #
-#   bench/profile.pl [--seconds 10] [--keys one|random] [--top 25] [LOCATION...]
+#   bench/profile.pl [--seconds 10] [--keys one|random] [--top 25] [--keep DIR]
+#                    [LOCATION...]
+#
+# --keep DIR copies each location's callgrind dump to DIR/LOCATION.callgrind
+# (for callgrind_annotate --inclusive=yes, or kcachegrind).
 use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../t/lib", "$FindBin::Bin/lib";
 use Getopt::Long;
+use POSIX qw(WNOHANG);
 use Time::HiRes qw(sleep);
 use RLTest;
 
-my ($seconds, $keys, $top) = (10, 'one', 25);
-GetOptions('seconds=i' => \$seconds, 'keys=s' => \$keys, 'top=i' => \$top)
-    or die "usage: $0 [--seconds N] [--keys one|random] [--top N] [LOCATION...]\n";
+my ($seconds, $keys, $top, $keep) = (10, 'one', 25, undef);
+GetOptions('seconds=i' => \$seconds, 'keys=s' => \$keys, 'top=i' => \$top, 'keep=s' => \$keep)
+    or die "usage: $0 [--seconds N] [--keys one|random] [--top N] [--keep DIR] [LOCATION...]\n";
 my @locations = @ARGV ? @ARGV : qw(plain add_header ratelimit ratelimit-noheaders limit_req);
 my $script = $keys eq 'random' ? 'random_keys.lua' : 'one_key.lua';
 
@@ -71,12 +76,20 @@ EOF
     my ($bad) = $w =~ /Non-2xx or 3xx responses: (\d+)/;
     die "$name: $bad responses were not 2xx\n" if $bad;
     system('callgrind_control', '-d', $pid) == 0 or die "callgrind_control -d failed\n";
-    kill 'QUIT', $pid;
-    waitpid($pid, 0);
+    # a signal may land just before the worker sleeps in epoll_wait, where
+    # valgrind's slow signal delivery leaves it: send it again until it goes
+    for (my $i = 0; waitpid($pid, WNOHANG) == 0; $i++) {
+        kill($i < 60 ? 'QUIT' : 'KILL', $pid);
+        sleep 0.5;
+    }
 
     # the dump after zeroing is the last file written
     my ($dump) = sort { -M $a <=> -M $b } grep { !/\.out$/ } glob("$out*");
     $dump //= $out;
+    if (defined $keep) {
+        mkdir $keep;
+        system('cp', $dump, "$keep/$name.callgrind") == 0 or die "cp $dump $keep: $?\n";
+    }
     my @lines = `callgrind_annotate --inclusive=no --threshold=100 $dump 2>/dev/null`;
     my ($total) = map { /^([\d,]+)\s+\(100\.0%\)\s+PROGRAM TOTALS/ ? $1 : () } @lines;
     die "$name: no totals in $dump\n" unless defined $total;

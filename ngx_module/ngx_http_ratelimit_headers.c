@@ -17,6 +17,10 @@ static ngx_int_t ngx_http_ratelimit_variable(ngx_http_request_t *r,
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 
+/* for ngx_http_ratelimit_number: "00" to "99", and 10^0 to 10^19 */
+static u_char    ngx_http_ratelimit_pairs[200];
+static uint64_t  ngx_http_ratelimit_pow10[20];
+
 enum {
     NGX_HTTP_RATELIMIT_VAR_STATUS = 0,
     NGX_HTTP_RATELIMIT_VAR_LIMIT,
@@ -98,8 +102,8 @@ static ngx_int_t
 ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
 {
     u_char                     *p, *v;
+    size_t                      len;
     ngx_str_t                  *name;
-    uint64_t                    reset;
     ngx_uint_t                  status;
     const rl_rule_t            *applied;
     ngx_http_ratelimit_ctx_t   *ctx;
@@ -124,21 +128,26 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
     ctx->headers_done = 1;
     rule = ctx->rule;
     applied = ctx->applied;
-    reset = ngx_http_ratelimit_seconds(ctx->decision.reset_ms);
-
-    /* every value in one buffer: at most two names and seven numbers */
-
-    p = ngx_pnalloc(r->pool, 2 * (RL_NAME_MAX + 32) + 7 * NGX_INT64_LEN);
-    if (p == NULL) {
-        return NGX_ERROR;
-    }
 
     if (ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_LEGACY) {
 
-        v = p;
-        p = ngx_http_ratelimit_number(p, applied->limit);
+        /* the numbers in the context, the limit in the rule when it is
+           constant (the rule applies as configured) */
+
+        p = ctx->values;
+
+        if (applied == &rule->rule) {
+            v = rule->limit_text.data;
+            len = rule->limit_text.len;
+
+        } else {
+            v = p;
+            p = ngx_http_ratelimit_number(p, applied->limit);
+            len = p - v;
+        }
+
         if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_limit_header,
-                                          v, p - v)
+                                          v, len)
             != NGX_OK)
         {
             return NGX_ERROR;
@@ -155,13 +164,27 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
         }
 
         v = p;
-        p = ngx_http_ratelimit_number(p, reset);
+        p = ngx_http_ratelimit_number(p, ngx_http_ratelimit_seconds(
+                                             ctx->decision.reset_ms));
         if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_reset_header,
                                           v, p - v)
             != NGX_OK)
         {
             return NGX_ERROR;
         }
+    }
+
+    if (!(ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF)
+        && ctx->status != NGX_HTTP_RATELIMIT_REJECTED)
+    {
+        return ngx_http_next_header_filter(r);
+    }
+
+    /* the other values in one buffer: at most two names and five numbers */
+
+    p = ngx_pnalloc(r->pool, 2 * (RL_NAME_MAX + 32) + 5 * NGX_INT64_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
     }
 
     if (ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF) {
@@ -245,21 +268,54 @@ ngx_http_ratelimit_add_header(ngx_http_request_t *r, ngx_str_t *name,
 }
 
 
-/* A number in decimal: cheaper than ngx_sprintf on every response. */
+/*
+ * A number in decimal, cheaper than ngx_sprintf on every response: its
+ * length first, then written in place from its end, two digits at a time,
+ * in 32 bits once it fits.
+ */
 
 u_char *
 ngx_http_ratelimit_number(u_char *p, uint64_t n)
 {
-    u_char   digits[NGX_INT64_LEN], *d;
+    u_char      *end;
+    uint32_t     m, i;
+    ngx_uint_t   len;
 
-    d = digits + NGX_INT64_LEN;
+    /* its digits: about log10(2) = 1233 / 4096 of its bits, one more if
+       it reaches the next power of ten */
 
-    do {
-        *--d = (u_char) ('0' + n % 10);
-        n /= 10;
-    } while (n);
+    len = (64 - __builtin_clzll(n | 1)) * 1233 >> 12;
+    len += (len < 20 && n >= ngx_http_ratelimit_pow10[len]);
+    len += (len == 0);
 
-    return ngx_cpymem(p, d, digits + NGX_INT64_LEN - d);
+    end = p + len;
+    p = end;
+
+    while (n > 0xffffffff) {
+        i = (uint32_t) (n % 100) * 2;
+        n /= 100;
+        *--p = ngx_http_ratelimit_pairs[i + 1];
+        *--p = ngx_http_ratelimit_pairs[i];
+    }
+
+    m = (uint32_t) n;
+
+    while (m >= 100) {
+        i = (m % 100) * 2;
+        m /= 100;
+        *--p = ngx_http_ratelimit_pairs[i + 1];
+        *--p = ngx_http_ratelimit_pairs[i];
+    }
+
+    if (m >= 10) {
+        *--p = ngx_http_ratelimit_pairs[m * 2 + 1];
+        *--p = ngx_http_ratelimit_pairs[m * 2];
+
+    } else {
+        *--p = (u_char) ('0' + m);
+    }
+
+    return end;
 }
 
 
@@ -378,6 +434,19 @@ ngx_http_ratelimit_add_variables(ngx_conf_t *cf)
 ngx_int_t
 ngx_http_ratelimit_headers_init(ngx_conf_t *cf)
 {
+    ngx_uint_t  i;
+
+    for (i = 0; i < 100; i++) {
+        ngx_http_ratelimit_pairs[i * 2] = (u_char) ('0' + i / 10);
+        ngx_http_ratelimit_pairs[i * 2 + 1] = (u_char) ('0' + i % 10);
+    }
+
+    ngx_http_ratelimit_pow10[0] = 1;
+
+    for (i = 1; i < 20; i++) {
+        ngx_http_ratelimit_pow10[i] = ngx_http_ratelimit_pow10[i - 1] * 10;
+    }
+
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_ratelimit_header_filter;
 

@@ -439,6 +439,17 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     rule->name.data = (u_char *) rule->rule.name;
     rule->name.len = ngx_strlen(rule->rule.name);
+
+    /* X-RateLimit-Limit of a rule whose limit is constant */
+
+    rule->limit_text.data = ngx_pnalloc(cf->pool, NGX_INT64_LEN);
+    if (rule->limit_text.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    rule->limit_text.len = ngx_sprintf(rule->limit_text.data, "%uD",
+                                       rule->rule.limit)
+                           - rule->limit_text.data;
     rule->identity = rl_rule_identity(&rule->rule, (char *) key.data, key.len);
 
     /* a key that is exactly one variable is read without copying it */

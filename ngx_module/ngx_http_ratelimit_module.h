@@ -89,6 +89,7 @@ typedef struct {
     rl_rule_t                    rule;
     uint64_t                     identity;
     ngx_str_t                    name;      /* rule.name */
+    ngx_str_t                    limit_text; /* rule.limit, in decimal */
     ngx_http_complex_value_t     key;
     ngx_int_t                    key_index; /* a key that is one variable */
     ngx_http_complex_value_t    *cost;      /* NULL: rule.cost */
@@ -160,6 +161,8 @@ typedef struct {
                                                the request (limit=$var) */
     rl_decision_t                decision;  /* binding rule's decision */
     uint64_t                     tag;       /* binding rule's key, hashed */
+    u_char                       values[3 * NGX_INT64_LEN]; /* of the
+                                               X-RateLimit-* headers */
 
     ngx_http_ratelimit_redis_wait_t  redis;
     ngx_int_t                    rc;        /* the handler's, once decided */

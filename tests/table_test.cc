@@ -63,6 +63,22 @@ TEST(SipHash, ReferenceVectors)
     }
 }
 
+TEST(SipHash, WordAndBytesAsStreamed)
+{
+    // a table's tag, hashed in one call, is the streamed hash of the same
+    // message, whatever the key's length (every tail, several words)
+    uint8_t msg[80];
+    for (int i = 0; i < 80; i++)
+        msg[i] = (uint8_t) (i * 37 + 11);
+    for (size_t len = 0; len <= 72; len++) {
+        const uint64_t w = 0x0123456789abcdefull + len;
+        rl::SipHash h(kSecret);
+        h.word(w);
+        h.update(msg + 3, len);
+        EXPECT_EQ(rl::SipHash::word_and_bytes(kSecret, w, msg + 3, len), h.finish()) << "len " << len;
+    }
+}
+
 TEST(Table, SameKeyHashesDifferentlyInTwoZones)
 {
     Block a(64 * 1024), b(64 * 1024);  // two random secrets

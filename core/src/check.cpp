@@ -73,17 +73,13 @@ bool check(rl_check_t *c, size_t n, int combine, int64_t now_ms)
     size_t allowing = 0, applying = 0;
 
     for (size_t i = 0; i < n; i++) {
-        if (applies(c[i])) {
-            Table::at(c[i].table)->recover();  // what a dead process left half done
-        }
-    }
-    for (size_t i = 0; i < n; i++) {
         if (!applies(c[i])) {
             continue;
         }
         const rl_rule_t &rule = *c[i].rule;
         const size_t blob = items[i].blob = blob_size(rule);
         Table *table = Table::at(c[i].table);
+        table->recover();  // what a dead process left half done, before the table is read
 
         items[i].pool = blob ? table->pool_for(blob) : -1;
         items[i].state = current(c, items, i, now_ms);

@@ -36,7 +36,10 @@ inline uint64_t units_ahead(rl_state_t s, int64_t now, uint32_t limit)
         return 0;  // t - n/limit <= now: the instant has passed
     }
     uint64_t ms = (uint64_t) (s.t - now);
-    if (ms >= kUnitsMax / limit) {
+    // ms >= kUnitsMax / limit, without a division on every request: the
+    // one multiple of limit in (kUnitsMax - limit, kUnitsMax] is
+    // kUnitsMax / limit * limit
+    if ((unsigned __int128) ms * limit > kUnitsMax - limit) {
         return kUnitsMax;
     }
     // n < limit, unless the rule's limit changed under a kept name, or a

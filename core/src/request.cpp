@@ -11,14 +11,11 @@ namespace rl {
 namespace {
 
 // The check the response's headers describe, among those that apply and
-// agree with the verdict: when passed, the fewest remaining; when delayed,
-// the longest delay; when rejected, the longest wait; the first of equals.
-size_t binding_of(const rl_check_t *c, size_t n, bool allowed)
+// agree with the verdict: when passed, the fewest remaining; when delayed
+// (an applying check allowed with a delay), the longest delay; when
+// rejected, the longest wait; the first of equals.
+size_t binding_of(const rl_check_t *c, size_t n, bool allowed, bool delayed)
 {
-    bool delayed = false;
-    for (size_t i = 0; i < n; i++) {
-        delayed |= applies(c[i]) && c[i].decision.allowed && c[i].decision.delay_ms > 0;
-    }
     size_t b = n;
     for (size_t i = 0; i < n; i++) {
         const rl_decision_t &d = c[i].decision;
@@ -57,10 +54,13 @@ int outcome_of(const rl_check_t &c, bool allowed, bool delayed, bool dry_run)
 int conclude(rl_request_t &rq, bool allowed)
 {
     size_t applying = 0;
+    bool delayed = false;
     for (size_t i = 0; i < rq.n; i++) {
-        applying += applies(rq.checks[i]);
+        const rl_check_t &c = rq.checks[i];
+        applying += applies(c);
+        delayed |= applies(c) && c.decision.allowed && c.decision.delay_ms > 0;
     }
-    rq.binding = binding_of(rq.checks, rq.n, allowed);
+    rq.binding = binding_of(rq.checks, rq.n, allowed, delayed);
     rq.delay_ms = allowed && applying ? rq.checks[rq.binding].decision.delay_ms : 0;
     if (applying) {
         // the policy the headers advertise: one rule's, once a request
@@ -94,6 +94,10 @@ void rl_request_hash(rl_request_t *rq)
 
 size_t rl_request_lock_order(const rl_request_t *rq, size_t *order)
 {
+    if (rq->n == 1) {  // the common case: one rule, one table
+        order[0] = 0;
+        return rl::applies(rq->checks[0]) ? 1 : 0;
+    }
     size_t m = 0;
     for (size_t i = 0; i < rq->n; i++) {
         const void *t = rq->checks[i].table;

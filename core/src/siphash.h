@@ -68,7 +68,41 @@ public:
         return v0_ ^ v1_ ^ v2_ ^ v3_;
     }
 
+    // The hash of a little-endian 64-bit word followed by len bytes, in one
+    // call: what word() then update() then finish() give, without the
+    // streaming's bookkeeping (a table's tag, on every request).
+    static uint64_t word_and_bytes(const uint8_t key[16], uint64_t w, const void *data, size_t len)
+    {
+        SipHash h(key);
+        const uint8_t *p = static_cast<const uint8_t *>(data);
+        size_t n = len;
+        h.compress(w);
+        for (; n >= 8; p += 8, n -= 8) {
+            h.compress(load(p));
+        }
+        uint64_t last = (uint64_t) (len + 8) << 56;  // the length, mod 256
+        if (n >= 4) {
+            // two 4-byte loads that overlap in the middle
+            last |= (uint64_t) load32(p) | (uint64_t) load32(p + n - 4) << (8 * (n - 4));
+        } else if (n > 0) {
+            last |= (uint64_t) p[0] | (uint64_t) p[n / 2] << (8 * (n / 2)) | (uint64_t) p[n - 1] << (8 * (n - 1));
+        }
+        h.compress(last);
+        h.v2_ ^= 0xff;
+        h.round();
+        h.round();
+        h.round();
+        h.round();
+        return h.v0_ ^ h.v1_ ^ h.v2_ ^ h.v3_;
+    }
+
 private:
+    static uint32_t load32(const uint8_t *p)
+    {
+        uint32_t v;
+        std::memcpy(&v, p, sizeof(v));
+        return v;
+    }
     static uint64_t load(const uint8_t *p)
     {
         uint64_t v;

@@ -38,6 +38,9 @@ uint32_t fraction(uint64_t part, uint64_t whole)
     if (part >= whole) {
         return kFracFull;
     }
+    if (whole <= UINT64_MAX >> 8) {  // part * 255 + whole - 1 < 256 * whole fits: no 128-bit division
+        return (uint32_t) ((part * kFracFull + whole - 1) / whole);
+    }
     return (uint32_t) (((wide) part * kFracFull + whole - 1) / whole);
 }
 

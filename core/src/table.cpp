@@ -188,10 +188,7 @@ bool Table::valid(size_t size, const Layout &layout) const
 
 uint64_t Table::tag(uint64_t identity, const void *key, size_t len) const
 {
-    SipHash h(h_.secret);
-    h.word(identity);
-    h.update(key, len);
-    uint64_t t = h.finish();
+    const uint64_t t = SipHash::word_and_bytes(h_.secret, identity, key, len);
     return t != 0 ? t : 1;  // 0 marks an empty slot
 }
 
