@@ -64,7 +64,7 @@ server {
 }
 EOF
 $t->start();
-RLTest::wait_until(sub { $t->worker_pids == $workers }, 10);
+RLTest::wait_until(sub { (my @w = $t->worker_pids) == $workers }, 10);
 my @workers = $t->worker_pids;
 die "expected $workers workers, found " . scalar(@workers) . "\n" unless @workers == $workers;
 my $pin = $workers == 1 ? 'taskset -c 1 ' : '';
