@@ -242,7 +242,7 @@ is(as('/w/index.html', user => 'wendy')->{status}, 200, 'sliding_window: reset, 
 
 # a Redis zone: refused clearly
 $r = req('GET', '/rl/zones/r/keys?key=a');
-is($r->{status}, 501, 'Redis zone: keys not implemented');
+is($r->{status}, 501, 'Redis zone: a key lookup is refused with 501');
 like(json_of($r)->{error} // '', qr/zone "r" is decided in Redis: the key API reads and resets the keys of local zones only/,
      'Redis zone: says why');
 is(req('GET', '/rl/zones/r/top')->{status}, 200, 'Redis zone: its top keys (this server\'s)');
