@@ -265,7 +265,7 @@ ngx_http_ratelimit_decide_local(ngx_http_request_t *r,
 
 
 /*
- * What the core's verdict means for the request: counters, status, log,
+ * What the core's verdict means for the request (counted already): status, log,
  * and the handler's result (the status of a rejection, NGX_DECLINED to go
  * on, or NGX_AGAIN while a shaping rule holds it).
  */
@@ -274,21 +274,13 @@ static ngx_int_t
 ngx_http_ratelimit_decided(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
-    ngx_uint_t                      i, level;
+    ngx_uint_t                      level;
     rl_check_t                     *binding;
     rl_request_t                   *rq;
     ngx_http_ratelimit_loc_conf_t  *rlcf;
 
     rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
     rq = &ctx->rq;
-
-    for (i = 0; i < rq->n; i++) {
-        if (rq->checks[i].outcome >= 0) {
-            ngx_http_ratelimit_count(ngx_http_ratelimit_rule_of(
-                                         &rq->checks[i]),
-                                     rq->checks[i].outcome);
-        }
-    }
 
     if (rq->verdict == RL_VERDICT_EXEMPT) {
         ctx->status = NGX_HTTP_RATELIMIT_EXEMPT;
@@ -424,14 +416,13 @@ ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
         (void) ngx_atomic_fetch_add(&zone->redis->stats->decisions, 1);
         ctx->decided_by = NGX_HTTP_RATELIMIT_BY_REDIS;
 
-        /* a refusal counts among the top keys of this server's zone, under
-           its lock (the only one a Redis zone's request takes) */
+        /* counted in this server's zone (its rules' counters, a refusal
+           among the top keys), under its lock: the only one a Redis zone's
+           request takes */
 
-        if (verdict == RL_VERDICT_REJECTED) {
-            ngx_shmtx_lock(&zone->shpool->mutex);
-            rl_request_note_refused(&ctx->rq, ngx_http_ratelimit_now());
-            ngx_shmtx_unlock(&zone->shpool->mutex);
-        }
+        ngx_shmtx_lock(&zone->shpool->mutex);
+        rl_request_count(&ctx->rq, ngx_http_ratelimit_now());
+        ngx_shmtx_unlock(&zone->shpool->mutex);
 
         rc = ngx_http_ratelimit_decided(r, ctx);
     }

@@ -215,7 +215,6 @@ void ngx_http_ratelimit_claim_stats(ngx_http_ratelimit_zone_t *zone,
     ngx_uint_t lock);
 int ngx_http_ratelimit_counters(ngx_log_t *log,
     ngx_http_ratelimit_rule_t *rule);
-void ngx_http_ratelimit_count(ngx_http_ratelimit_rule_t *rule, int outcome);
 ngx_http_ratelimit_rule_t *ngx_http_ratelimit_zone_rule(
     ngx_http_ratelimit_zone_t *zone, ngx_str_t *name);
 void ngx_http_ratelimit_top(ngx_http_ratelimit_zone_t *zone, int slot,

@@ -653,16 +653,6 @@ ngx_http_ratelimit_counters(ngx_log_t *log, ngx_http_ratelimit_rule_t *rule)
 }
 
 
-/* Adds a request's outcome to its rule's counters (atomic, no lock). */
-
-void
-ngx_http_ratelimit_count(ngx_http_ratelimit_rule_t *rule, int outcome)
-{
-    rl_table_count(ngx_http_ratelimit_zone_of(rule)->table, rule->stats,
-                   outcome);
-}
-
-
 /* The first rule of a zone with this name, in this configuration. */
 
 ngx_http_ratelimit_rule_t *

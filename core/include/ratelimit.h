@@ -290,7 +290,9 @@ typedef struct {
    The caller holds the table's lock. */
 RL_API int rl_table_rule_slot(void *mem, const char *name);
 
-/* Adds one to a rule's outcome: atomic, needs no lock. */
+/* Adds one to a rule's outcome (rl_decide counts its requests' outcomes).
+   The caller holds the table's lock: the counters are written under it,
+   with no atomic add, and read without it. */
 RL_API void rl_table_count(void *mem, int slot, int outcome);
 
 /* Copies up to max rules' counters; returns how many. */
@@ -333,9 +335,10 @@ typedef struct {
     uint64_t             cost;      /* in */
     void                *data;      /* in: the caller's (its rule) */
     int                  counters;  /* in: its rule's counters in the table
-                                       (rl_table_rule_slot()) plus 1, for
-                                       its refusals to count among the
-                                       top keys; 0: they do not */
+                                       (rl_table_rule_slot()) plus 1, where
+                                       its outcome counts, and its
+                                       refusals among the top keys; 0:
+                                       not counted */
     uint64_t             tag;       /* out of rl_request_hash() */
     rl_decision_t        decision;  /* out of rl_decide(): this rule's */
     int                  outcome;   /* out: enum rl_outcome to count for
@@ -486,11 +489,11 @@ RL_API void rl_table_top(const void *mem, int slot, int64_t now_ms,
     rl_top_t *out);
 
 /*
- * Counts a request's refusals among the top keys, as rl_decide() does, for
- * a request decided elsewhere (rl_redis_decide()).  The caller holds the
- * locks.
+ * Counts a request decided elsewhere (rl_redis_decide()) as rl_decide()
+ * counts its own: each rule's outcome in its counters, and a refusal among
+ * the keys its rules refuse most.  The caller holds the locks.
  */
-RL_API void rl_request_note_refused(rl_request_t *rq, int64_t now_ms);
+RL_API void rl_request_count(rl_request_t *rq, int64_t now_ms);
 
 
 /* ---- Redis: fleet-wide limits ------------------------------------------- */

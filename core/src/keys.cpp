@@ -97,12 +97,5 @@ void rl_table_top(const void *mem, int slot, int64_t now_ms, rl_top_t *out)
     }
 }
 
-void rl_request_note_refused(rl_request_t *rq, int64_t now_ms)
-{
-    try {
-        rl::note_refused(*rq, now_ms);
-    } catch (...) {
-    }
-}
 
 }  // extern "C"

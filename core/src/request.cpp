@@ -10,28 +10,6 @@ namespace rl {
 
 namespace {
 
-// The check the response's headers describe, among those that apply and
-// agree with the verdict: when passed, the fewest remaining; when delayed
-// (an applying check allowed with a delay), the longest delay; when
-// rejected, the longest wait; the first of equals.
-size_t binding_of(const rl_check_t *c, size_t n, bool allowed, bool delayed)
-{
-    size_t b = n;
-    for (size_t i = 0; i < n; i++) {
-        const rl_decision_t &d = c[i].decision;
-        if (!applies(c[i]) || (bool) d.allowed != allowed) {
-            continue;
-        }
-        const rl_decision_t *best = b < n ? &c[b].decision : nullptr;
-        if (best == nullptr || (!allowed  ? d.retry_after_ms > best->retry_after_ms
-                                : delayed ? d.delay_ms > best->delay_ms
-                                          : d.remaining < best->remaining)) {
-            b = i;
-        }
-    }
-    return b == n ? 0 : b;
-}
-
 // What each rule's counters add: a rejected request counts against the
 // rules that denied it, a passed one for the rules that allowed (and
 // spent), as delayed where it is held; a dry run counts what would have been.
@@ -51,29 +29,61 @@ int outcome_of(const rl_check_t &c, bool allowed, bool delayed, bool dry_run)
 
 }  // namespace
 
+// The check the response's headers describe is found in the same pass as
+// the verdict, among those that apply and agree with it: when passed, the
+// fewest remaining; when delayed (an applying check allowed with a delay),
+// the longest delay; when rejected, the longest wait; the first of equals.
 int conclude(rl_request_t &rq, bool allowed)
 {
-    size_t applying = 0;
-    bool delayed = false;
-    for (size_t i = 0; i < rq.n; i++) {
-        const rl_check_t &c = rq.checks[i];
-        applying += applies(c);
-        delayed |= applies(c) && c.decision.allowed && c.decision.delay_ms > 0;
+    const size_t n = rq.n;
+    const rl_check_t *c = rq.checks;
+    size_t applying = 0, fewest = n, longest = n;  // longest delay, or wait
+    for (size_t i = 0; i < n; i++) {
+        const rl_decision_t &d = c[i].decision;
+        if (!applies(c[i])) {
+            continue;
+        }
+        applying++;
+        if ((bool) d.allowed != allowed) {
+            continue;
+        }
+        if (!allowed) {
+            longest = longest == n || d.retry_after_ms > c[longest].decision.retry_after_ms ? i : longest;
+            continue;
+        }
+        fewest = fewest == n || d.remaining < c[fewest].decision.remaining ? i : fewest;
+        if (d.delay_ms > 0 && (longest == n || d.delay_ms > c[longest].decision.delay_ms)) {
+            longest = i;
+        }
     }
-    rq.binding = binding_of(rq.checks, rq.n, allowed, delayed);
-    rq.delay_ms = allowed && applying ? rq.checks[rq.binding].decision.delay_ms : 0;
+    const size_t b = allowed && longest == n ? fewest : longest;
+    rq.binding = b == n ? 0 : b;
+    rq.delay_ms = allowed && longest < n ? c[longest].decision.delay_ms : 0;
     if (applying) {
         // the policy the headers advertise: one rule's, once a request
-        policy(*rq.checks[rq.binding].rule, rq.checks[rq.binding].decision);
+        policy(*c[rq.binding].rule, rq.checks[rq.binding].decision);
     }
     rq.verdict = applying == 0     ? RL_VERDICT_EXEMPT
                  : !allowed        ? RL_VERDICT_REJECTED
                  : rq.delay_ms > 0 ? RL_VERDICT_DELAYED
                                    : RL_VERDICT_PASSED;
-    for (size_t i = 0; i < rq.n; i++) {
-        rq.checks[i].outcome = outcome_of(rq.checks[i], allowed, rq.verdict == RL_VERDICT_DELAYED, rq.dry_run != 0);
+    for (size_t i = 0; i < n; i++) {
+        rq.checks[i].outcome = outcome_of(c[i], allowed, rq.verdict == RL_VERDICT_DELAYED, rq.dry_run != 0);
     }
     return rq.verdict;
+}
+
+void count(const rl_request_t &rq, int64_t now)
+{
+    for (size_t i = 0; i < rq.n; i++) {
+        const rl_check_t &c = rq.checks[i];
+        if (c.counters > 0) {
+            Table::at(c.table)->count(c.counters - 1, c.outcome);
+        }
+    }
+    if (rq.verdict == RL_VERDICT_REJECTED) {
+        note_refused(rq, now);
+    }
 }
 
 }  // namespace rl
@@ -126,7 +136,7 @@ int rl_decide(rl_request_t *rq, int64_t now_ms)
             rq->n = RL_RULES_MAX;
         }
         const int verdict = rl::conclude(*rq, rl::check(rq->checks, rq->n, rq->combine, now_ms));
-        rl::note_refused(*rq, now_ms);
+        rl::count(*rq, now_ms);
         return verdict;
     }
     RL_RETHROW_CRASH
@@ -161,6 +171,14 @@ void rl_request_refund(rl_request_t *rq, int64_t now_ms)
                 table->set_t(c.tag, s.head.t, rl::Table::debt(ref));
             }
         }
+    } catch (...) {
+    }
+}
+
+void rl_request_count(rl_request_t *rq, int64_t now_ms)
+{
+    try {
+        rl::count(*rq, now_ms);
     } catch (...) {
     }
 }

@@ -25,4 +25,8 @@ int conclude(rl_request_t &rq, bool allowed);
 // (keys.cpp).  The caller holds the locks.
 void note_refused(const rl_request_t &rq, int64_t now);
 
+// Counts a concluded request: each rule's outcome, and its refusals among
+// the top keys (request.cpp).  The caller holds the locks.
+void count(const rl_request_t &rq, int64_t now);
+
 }  // namespace rl

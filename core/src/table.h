@@ -175,7 +175,7 @@ struct alignas(64) TableHeader {
     Counts counts;
     alignas(64) Pool pools[kPoolsMax];
     Journal journal;
-    RuleCounters rules[RL_RULE_STATS_MAX];  // atomics, outside any operation
+    RuleCounters rules[RL_RULE_STATS_MAX];  // written under the lock, read without it
 };
 
 // Where a block size's pool is, for a table of `size` bytes whose rules
@@ -254,6 +254,17 @@ public:
 
     const TableHeader &header() const { return h_; }
     TableHeader &header() { return h_; }
+
+    // Adds one to the outcome of the rule counted in `slot`, under the
+    // lock: a plain load and store (no bus-locked add on every request),
+    // atomic only so that the stats may read it without the lock.
+    void count(int slot, int outcome)
+    {
+        if (slot >= 0 && (uint32_t) slot < RL_RULE_STATS_MAX && outcome >= 0 && outcome < RL_OUTCOMES) {
+            uint64_t &n = h_.rules[slot].count[outcome];
+            __atomic_store_n(&n, __atomic_load_n(&n, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+        }
+    }
 
     // The bucket holding tag, or -1 (tests).
     int64_t bucket_of(uint64_t tag) const;

@@ -95,10 +95,7 @@ int rl_table_rule_slot(void *mem, const char *name)
 
 void rl_table_count(void *mem, int slot, int outcome)
 {
-    rl::TableHeader &h = rl::Table::at(mem)->header();
-    if (slot >= 0 && slot < (int) RL_RULE_STATS_MAX && outcome >= 0 && outcome < RL_OUTCOMES) {
-        __atomic_fetch_add(&h.rules[slot].count[outcome], 1, __ATOMIC_RELAXED);
-    }
+    rl::Table::at(mem)->count(slot, outcome);
 }
 
 size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out, size_t max)
