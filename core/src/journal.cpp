@@ -61,12 +61,9 @@ void Table::save(const void *p)
 // line is saved once, so the order does not matter), and clears the journal
 // last: a process dying while recovering leaves it to the next one, which
 // does it again.
-void Table::recover()
+void Table::undo()
 {
     Journal &j = h_.journal;
-    if (!j.active) {
-        return;
-    }
     const uint32_t lines = j.lines < (uint32_t) kJournalLines ? j.lines : (uint32_t) kJournalLines;
     for (uint32_t i = lines; i-- > 0;) {
         if (j.offset[i] + 64 <= h_.size && j.offset[i] >= offsetof(TableHeader, counts)) {

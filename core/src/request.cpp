@@ -37,6 +37,21 @@ int conclude(rl_request_t &rq, bool allowed)
 {
     const size_t n = rq.n;
     const rl_check_t *c = rq.checks;
+    if (n == 1) {  // most requests: the one rule binds, whatever it decided
+        rl_check_t &only = rq.checks[0];
+        const bool applying = applies(only);
+        rq.binding = 0;
+        rq.delay_ms = applying && allowed ? only.decision.delay_ms : 0;
+        if (applying) {
+            policy(*only.rule, only.decision);
+        }
+        rq.verdict = !applying         ? RL_VERDICT_EXEMPT
+                     : !allowed        ? RL_VERDICT_REJECTED
+                     : rq.delay_ms > 0 ? RL_VERDICT_DELAYED
+                                       : RL_VERDICT_PASSED;
+        only.outcome = outcome_of(only, allowed, rq.verdict == RL_VERDICT_DELAYED, rq.dry_run != 0);
+        return rq.verdict;
+    }
     size_t applying = 0, fewest = n, longest = n;  // longest delay, or wait
     for (size_t i = 0; i < n; i++) {
         const rl_decision_t &d = c[i].decision;

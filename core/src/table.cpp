@@ -17,8 +17,8 @@ namespace rl {
 
 namespace {
 
-const char kMagic[8] = {'R', 'L', 'T', 'A', 'B', 'L', 'E', '5'};
-const uint32_t kVersion = 5;
+const char kMagic[8] = {'R', 'L', 'T', 'A', 'B', 'L', 'E', '6'};
+const uint32_t kVersion = 6;  // 6: tags by SipHash-1-3
 const uint32_t kMinBlocks = 4;
 
 // Buckets a cuckoo search may visit before giving up and evicting.  Enough
@@ -188,7 +188,7 @@ bool Table::valid(size_t size, const Layout &layout) const
 
 uint64_t Table::tag(uint64_t identity, const void *key, size_t len) const
 {
-    const uint64_t t = SipHash::word_and_bytes(h_.secret, identity, key, len);
+    const uint64_t t = SipHash13::word_and_bytes(h_.secret, identity, key, len);
     return t != 0 ? t : 1;  // 0 marks an empty slot
 }
 
@@ -251,18 +251,6 @@ bool Table::find(uint64_t tag, State *s, Ref *ref) const
         *ref = Ref{&slot.b->t[slot.i], &slot.b->n[slot.i], &slot.b->meta, slot.i};
     }
     return true;
-}
-
-Debt Table::debt(const Ref &ref)
-{
-    return debt_of(*ref.meta, ref.slot);
-}
-
-void Table::update(const Ref &ref, rl_state_t head, Debt debt)
-{
-    *ref.t = head.t;
-    *ref.n = head.n;
-    *ref.meta = with_debt(*ref.meta, ref.slot, debt);
 }
 
 uint64_t Table::cell_of(uint64_t tag, int k) const

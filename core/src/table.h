@@ -217,8 +217,13 @@ public:
         int slot;
     };
     // Writes a found key's new head and debt in place.
-    static void update(const Ref &ref, rl_state_t head, Debt debt);
-    static Debt debt(const Ref &ref);
+    static void update(const Ref &ref, rl_state_t head, Debt debt)
+    {
+        *ref.t = head.t;
+        *ref.n = head.n;
+        *ref.meta = with_debt(*ref.meta, ref.slot, debt);
+    }
+    static Debt debt(const Ref &ref) { return debt_of(*ref.meta, ref.slot); }
 
     // The key's state: its head, and its block (nullptr if none).  False if
     // the key has no slot.
@@ -246,8 +251,14 @@ public:
     const TopList *top_list(int slot) const;
 
     // Undoes an operation a dead process left half done.  Every caller
-    // holding the lock calls it before using the table (rl_check does).
-    void recover();
+    // holding the lock calls it before using the table (rl_check does);
+    // inline, as it finds nothing to undo on every request but one.
+    void recover()
+    {
+        if (h_.journal.active) {
+            undo();
+        }
+    }
     // Every invariant of the table: false, and why, if one does not hold.
     // Walks the whole table (tests, and after a repair).
     bool check(std::string *why) const;
@@ -299,6 +310,7 @@ private:
     void remember(const Bucket &b, int i, int64_t now);
 
     Slot locate(uint64_t tag) const;
+    void undo();
     Slot insert(uint64_t tag, int64_t now);
     Slot make_room(uint32_t b1, uint32_t b2, int64_t now);
     bool cuckoo_path(uint32_t b1, uint32_t b2, int64_t now, Slot *out);
