@@ -6,7 +6,7 @@ use Exporter 'import';
 use POSIX qw(sysconf _SC_CLK_TCK);
 use RLTest;
 
-our @EXPORT_OK = qw(cpu_seconds median);
+our @EXPORT_OK = qw(cpu_seconds geomean median);
 
 my $tick = sysconf(_SC_CLK_TCK);
 
@@ -19,6 +19,18 @@ sub cpu_seconds {
     return $ns / 1e9 if defined $ns;
     my @f = split ' ', (RLTest::read_file("/proc/$pid/stat") =~ /\) (.*)$/s)[0];
     return ($f[11] + $f[12]) / $tick;   # utime + stime
+}
+
+# The geometric mean of ratios, and (in list context, after it) its
+# standard error, relative: the spread of their logarithms over sqrt(n).
+sub geomean {
+    my @l = map { log } @_;
+    my $m = 0;
+    $m += $_ / @l for @l;
+    my $v = 0;
+    $v += ($_ - $m)**2 / (@l > 1 ? @l - 1 : 1) for @l;
+    my $g = exp($m);
+    return wantarray ? ($g, $g * sqrt($v / @l)) : $g;
 }
 
 sub median {

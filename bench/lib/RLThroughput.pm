@@ -122,6 +122,30 @@ sub at_once {
     return map { { rps => $_->{n} / ($t1 - $t0), us => $_->{cpu} * 1e6 / $_->{n} } } @runs;
 }
 
+# Every key of random_keys.lua once in each of the locations on every
+# instance (all_keys.lua), the instances at once: the rounds measured after
+# it find keys in zones that hold a million, as zones in service do, rather
+# than inserting most of them.
+sub fill {
+    my ($inst, @locs) = @_;
+    for my $loc (@locs) {
+        my @runs = map {
+            my $r = wrk_start($_, $loc, 'all_keys.lua', 32, 'taskset -c 1 ', 600);
+            $r->{start} = served($_);
+            $r
+        } @$inst;
+        RLTest::wait_until(sub {
+            for my $r (grep { !$_->{done} } @runs) {
+                next if served($r->{inst}) < $r->{start} + 1_000_000;
+                kill 'INT', $r->{pid};
+                wrk_done($r);
+                $r->{done} = 1;
+            }
+            return !grep { !$_->{done} } @runs;
+        }, 600) or die "throughput: filling /$loc/ took over 600 s\n";
+    }
+}
+
 # One instance's location alone, wrk unpinned (-c64): requests/s from wrk.
 sub alone {
     my ($inst, $loc, $script, $seconds) = @_;

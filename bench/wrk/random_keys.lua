@@ -1,15 +1,18 @@
--- wrk: a random key among 1,000,000 per request (an X-Key header), the
--- requests built once in init() so that the client stays cheap.
+-- wrk: a random key among 1,000,000 per request (an X-Key header), drawn
+-- uniformly for each request from a seed of its own (not the same sequence
+-- in every run), the requests built once in init() so that the client
+-- stays cheap.
 local n = 1000000
 init = function(args)
-    math.randomseed(42)
+    local f = io.open("/dev/urandom", "rb")
+    local b = f:read(4)
+    f:close()
+    math.randomseed(os.time() + b:byte(1) * 16777216 + b:byte(2) * 65536 + b:byte(3) * 256 + b:byte(4))
     reqs = {}
     for i = 1, n do
-        reqs[i] = wrk.format("GET", wrk.path, { ["X-Key"] = tostring(math.random(n)) })
+        reqs[i] = wrk.format("GET", wrk.path, { ["X-Key"] = tostring(i) })
     end
-    i = 0
 end
 request = function()
-    i = i % n + 1
-    return reqs[i]
+    return reqs[math.random(n)]
 end
