@@ -74,8 +74,7 @@ TEST(SipHash, OneThreeReferenceVectors)
     EXPECT_EQ(s.finish(), 0x8264ceeccb16bcbeull);
 }
 
-template <typename H>
-void expect_word_and_bytes_as_streamed()
+template <typename H> void expect_word_and_bytes_as_streamed()
 {
     // a table's tag, hashed in one call, is the streamed hash of the same
     // message, whatever the key's length (every tail, several words)

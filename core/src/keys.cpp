@@ -97,5 +97,4 @@ void rl_table_top(const void *mem, int slot, int64_t now_ms, rl_top_t *out)
     }
 }
 
-
 }  // extern "C"

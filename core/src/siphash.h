@@ -21,8 +21,7 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "SipHash words are read
 
 namespace rl {
 
-template <int C, int D>
-class SipHashRounds {
+template <int C, int D> class SipHashRounds {
 public:
     explicit SipHashRounds(const uint8_t key[16])
     {
