@@ -61,7 +61,7 @@
    that ngx_http_ratelimit_escape_key writes. */
 #define NGX_HTTP_RATELIMIT_KEY_LOG_MAX       64
 #define NGX_HTTP_RATELIMIT_KEY_ESCAPED                                        \
-    (NGX_HTTP_RATELIMIT_KEY_LOG_MAX * 4 + 3)
+    RL_ESCAPED_MAX(NGX_HTTP_RATELIMIT_KEY_LOG_MAX)
 
 /* Log folding, per worker: the keys remembered, and lines a rule may write
    in a second before the rest are only counted. */
@@ -203,6 +203,8 @@ ngx_int_t ngx_http_ratelimit_log_init(ngx_conf_t *cf,
     ngx_http_ratelimit_main_conf_t *rmcf);
 u_char *ngx_http_ratelimit_escape_key(u_char *p, const u_char *data,
     size_t len);
+ngx_log_t *ngx_http_ratelimit_request_log(ngx_http_request_t *r,
+    ngx_log_t *log);
 
 /* ngx_http_ratelimit_zone.c */
 char *ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd,

@@ -115,7 +115,7 @@ TEST(Plans, ApplyTakesValidValuesAndNeverGoesUnlimited)
         EXPECT_EQ(a.burst, 100u) << bad;
     }
     applied(r, "a\"b\x01" + std::string(100, 'x'), "", &rc, &msg);
-    EXPECT_EQ(msg, "limit \"a?b?" + std::string(28, 'x') +
+    EXPECT_EQ(msg, "limit \"a\\x22b\\x01" + std::string(28, 'x') +
                        "...\" is not an integer from 1 to 10000: limit_default=100 applies");
 
     const rl_rule_t b = var_rule_of("limit=$plan burst=$burst limit_default=10 limit_max=1000 period=1m");

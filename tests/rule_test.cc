@@ -238,3 +238,30 @@ TEST(Rule, IdentityIsNameAndAlgorithmAndKeyWhenDerived)
     rl_rule_t d = rule_of("limit=10");
     EXPECT_NE(rl_rule_identity(&d, "$a", 2), rl_rule_identity(&d, "$b", 2));  // derived: key expression counts
 }
+
+// Bytes a client chose never reach a log line raw: every byte outside
+// printable ASCII, and '"' and '\', as \xNN; cut after max bytes.
+TEST(Escape, EveryByteOutsidePrintableAsciiIsHex)
+{
+    char out[RL_ESCAPED_MAX(300)];
+    std::string all;
+    for (int c = 0; c < 256; c++) {
+        all.push_back((char) c);
+    }
+    const std::string s(out, rl_escape(out, all.data(), all.size(), 256));
+    std::string expect;
+    for (int c = 0; c < 256; c++) {
+        char hex[8];
+        std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+        expect += c >= 0x20 && c < 0x7f && c != '"' && c != '\\' ? std::string(1, (char) c) : std::string(hex);
+    }
+    EXPECT_EQ(s, expect);
+    EXPECT_EQ(s.find('\n'), std::string::npos);
+
+    EXPECT_EQ(std::string(out, rl_escape(out, "abcdef", 6, 4)), "abcd...");
+    EXPECT_EQ(std::string(out, rl_escape(out, "abcd", 4, 4)), "abcd");
+    EXPECT_EQ(rl_escape(out, "", 0, 4), 0u);
+    // the bound holds for the worst input
+    const std::string worst(300, '\n');
+    EXPECT_EQ(rl_escape(out, worst.data(), worst.size(), 64), (size_t) RL_ESCAPED_MAX(64));
+}

@@ -61,7 +61,7 @@ enum rl_reset {
 #define RL_LOG_PERIOD_MAX_MS 2147483647LL      /* sliding_log: 2^31 ms, 24.8d */
 #define RL_UTC_OFFSET_MAX_MIN (14 * 60)
 #define RL_NAME_MAX       64                   /* including the NUL */
-#define RL_ERR_MAX        256                  /* enough for any message */
+#define RL_ERR_MAX        512                  /* enough for any message */
 #define RL_RULES_MAX      32                   /* rules of one request */
 
 typedef struct {
@@ -152,6 +152,15 @@ RL_API uint64_t rl_rule_identity(const rl_rule_t *rule, const char *key_expr,
 
 /* Parses an nginx-style time ("500ms", "1m30s", "2h", "7d"; bare = s). */
 RL_API int rl_parse_time_ms(const char *s, size_t len, int64_t *ms);
+
+/*
+ * Bytes a client chose (a key, a value, a name), made safe for a log line:
+ * printable ASCII as it is, but '"', '\' and every other byte as \xNN; at
+ * most max bytes of data, then "..." if there were more.  Writes at most
+ * RL_ESCAPED_MAX(max) bytes (no NUL); returns how many.
+ */
+#define RL_ESCAPED_MAX(max)  ((max) * 4 + 3)
+RL_API size_t rl_escape(char *out, const void *data, size_t len, size_t max);
 
 /* The words a rule is written with: an algorithm's name ("gcra", ...), a
    quota's reset ("daily", ...); "?" for a value that is none. */

@@ -196,16 +196,14 @@ bool too_large(const rl_rule_t &rule)
     return (bucket || leaky) && (unsigned __int128) count * span + served > kUnitsBound;
 }
 
-// A request's value of a variable, for a message: quoted, at most 32
-// bytes, anything but printable ASCII as "?" (the client may have chosen
-// it).
-void quote_value(Text v, char *buf, size_t len)
+// A request's value of a variable, for a message: at most 32 bytes,
+// escaped (rl_escape: the client may have chosen it).
+constexpr size_t kValueShown = 32;
+constexpr size_t kQuotedMax = RL_ESCAPED_MAX(kValueShown) + 1;
+
+void quote_value(Text v, char (&buf)[kQuotedMax])
 {
-    size_t n = v.len < 32 ? v.len : 32, i;
-    for (i = 0; i < n && i + 1 < len; i++) {
-        buf[i] = v.p[i] >= 0x20 && v.p[i] < 0x7f && v.p[i] != '"' ? v.p[i] : '?';
-    }
-    std::snprintf(buf + i, len - i, "%s", v.len > n ? "..." : "");
+    buf[rl_escape(buf, v.p, v.len, kValueShown)] = '\0';
 }
 
 bool name_char(char c)
@@ -565,10 +563,10 @@ int rl_rule_apply(const rl_rule_t *rule, const char *limit, size_t limit_len, co
         *out = *rule;
         err[0] = '\0';
         uint64_t n;
-        char value[64];
+        char value[kQuotedMax];
         size_t len = 0;
         auto bad = [&](const char *what, Text v, const char *instead) {
-            quote_value(v, value, sizeof(value));
+            quote_value(v, value);
             len += (size_t) std::snprintf(err + len, len < errlen ? errlen - len : 0,
                                           "%s%s \"%s\" is not an integer from 1 to %u: %s applies", len ? "; " : "",
                                           what, value, rule->limit_max, instead);
@@ -619,8 +617,8 @@ int rl_rule_cost(const rl_rule_t *rule, const char *value, size_t len, uint64_t 
         *cost = n;
         return RL_OK;
     }
-    char quoted[64];
-    quote_value(Text{value, len}, quoted, sizeof(quoted));
+    char quoted[kQuotedMax];
+    quote_value(Text{value, len}, quoted);
     *cost = 1;
     std::snprintf(err, errlen, "cost \"%s\" is %s, counted as 1", quoted,
                   len > 0 && parse_uint(Text{value, len}, (uint64_t) INT64_MAX, &n) ? "0 without zero_cost=on"
