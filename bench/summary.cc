@@ -12,7 +12,7 @@
 #include <string>
 
 #include "ratelimit.h"
-#include "table.h"
+#include "table/table.h"
 
 namespace {
 

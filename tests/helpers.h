@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ratelimit.h"
-#include "table.h"
+#include "table/table.h"
 
 inline rl_rule_t rule_of(const std::string &text)
 {

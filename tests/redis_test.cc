@@ -1,5 +1,5 @@
 // Redis: the RESP reader, the key names, the command, and the conformance
-// of the Lua script (core/redis/ratelimit.lua) with the C++ core: random
+// of the Lua script (core/src/redis/ratelimit.lua) with the C++ core: random
 // traces run through rl_check on a local table and through the script in a
 // real redis-server (started here, on a unix socket, with no persistence)
 // must give identical decisions, remaining, reset, retry-after, the IETF t

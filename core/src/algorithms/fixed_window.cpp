@@ -6,7 +6,7 @@
 // Known trade-off (documented): up to 2 x limit can pass across one
 // boundary.  Jump-safe: a window whose end lies further ahead than the
 // current window's (the clock stepped back) is kept, count and all.
-#include "algorithms.h"
+#include "algorithms/algorithms.h"
 
 namespace rl {
 

@@ -1,8 +1,8 @@
 // Dispatch to the algorithm a rule names, and the C entry points.
 #include <cstring>
 
-#include "algorithms.h"
-#include "exact_time.h"
+#include "algorithms/algorithms.h"
+#include "algorithms/exact_time.h"
 
 namespace rl {
 

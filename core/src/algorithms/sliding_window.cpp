@@ -16,7 +16,7 @@
 // Block: the newest tick stored, then S + 1 counters in a ring.
 #include <cstring>
 
-#include "algorithms.h"
+#include "algorithms/algorithms.h"
 
 namespace rl {
 

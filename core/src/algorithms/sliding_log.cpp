@@ -8,7 +8,7 @@
 // grows with limit.  Jump-safe: times never go backwards (a unit is logged
 // at the newest time seen if the clock stepped back), so the log stays
 // sorted and a step back never frees a unit early.
-#include "algorithms.h"
+#include "algorithms/algorithms.h"
 
 namespace rl {
 

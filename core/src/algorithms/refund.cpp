@@ -8,8 +8,8 @@
 // finds the queue as long as the requests really waiting make it); windows
 // uncount the cost where the request counted it, if that window or tick or
 // time is still held.
-#include "algorithms.h"
-#include "exact_time.h"
+#include "algorithms/algorithms.h"
+#include "algorithms/exact_time.h"
 
 namespace rl {
 

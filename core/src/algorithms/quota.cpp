@@ -3,8 +3,8 @@
 // leap years.  The calendar is a fixed offset from UTC (utc_offset=+HH:MM):
 // no daylight saving time, so a boundary is the same on every machine and in
 // the Redis script.  State: t = the period's end, n = units spent.
-#include "algorithms.h"
-#include "calendar.h"
+#include "algorithms/algorithms.h"
+#include "algorithms/calendar.h"
 
 namespace rl {
 

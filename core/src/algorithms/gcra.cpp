@@ -12,8 +12,8 @@
 // burst - (TAT - now) * limit / period tokens, so "cost tokens present" is
 // exactly "TAT + cost*T - tau <= now" (tests/algorithms_test.cc checks the
 // rule token_bucket against a bucket of tokens kept the plain way).
-#include "algorithms.h"
-#include "exact_time.h"
+#include "algorithms/algorithms.h"
+#include "algorithms/exact_time.h"
 
 namespace rl {
 

@@ -12,8 +12,8 @@
 // instant: gcra-like keys take the earlier of `until` and the fraction's
 // worth of time; window keys count the units until `until`, but never past
 // the end of a window opened now (a cell may carry a longer rule's `until`).
-#include "algorithms.h"
-#include "exact_time.h"
+#include "algorithms/algorithms.h"
+#include "algorithms/exact_time.h"
 
 namespace rl {
 

@@ -18,7 +18,7 @@
 
 #include <cstring>
 
-#include "algorithms.h"
+#include "algorithms/algorithms.h"
 #include "ratelimit.h"
 
 namespace rl {

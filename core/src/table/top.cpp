@@ -18,8 +18,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "algorithms.h"
-#include "table.h"
+#include "algorithms/algorithms.h"
+#include "table/table.h"
 
 namespace rl {
 

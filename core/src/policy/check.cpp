@@ -1,9 +1,9 @@
 // Checking one request against all its rules, atomically: decide every rule
 // on the current state, combine, then commit all consuming rules or none.
 // (request.cpp concludes the request from the rules' decisions.)
-#include "algorithms.h"
-#include "request.h"
-#include "table.h"
+#include "algorithms/algorithms.h"
+#include "policy/request.h"
+#include "table/table.h"
 
 namespace {
 

@@ -10,11 +10,11 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "table.h"
+#include "table/table.h"
 
 // Fault injection (tests/fault_test.cc): a build with RL_FAULT_INJECTION
 // can abandon an operation at any step, as a process killed there would.
-#include "fault.h"
+#include "util/fault.h"
 
 namespace rl {
 

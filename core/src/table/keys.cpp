@@ -1,9 +1,9 @@
 // The key API (ratelimit_api): a key's state read as a request would find
 // it, its reset, the keys a rule refuses most; and counting a request's
 // refusals among those.  The caller holds the table's lock.
-#include "algorithms.h"
-#include "request.h"
-#include "table.h"
+#include "algorithms/algorithms.h"
+#include "policy/request.h"
+#include "table/table.h"
 
 namespace rl {
 

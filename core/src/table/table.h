@@ -32,7 +32,7 @@
 #include <cstdint>
 #include <string>
 
-#include "algorithms.h"
+#include "algorithms/algorithms.h"
 #include "ratelimit.h"
 
 namespace rl {

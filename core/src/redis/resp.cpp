@@ -1,7 +1,7 @@
 // RESP, Redis's protocol: the reply reader (rl_resp_parse).  It takes any
 // bytes: a reply is never read past its length, a number past 19 digits or
 // a nesting past 8 levels is not RESP, and a reply cut short asks for more.
-#include "resp.h"
+#include "redis/resp.h"
 
 namespace {
 

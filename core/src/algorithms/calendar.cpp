@@ -1,4 +1,4 @@
-#include "calendar.h"
+#include "algorithms/calendar.h"
 
 namespace rl {
 

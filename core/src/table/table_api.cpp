@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "table.h"
+#include "table/table.h"
 
 extern "C" {
 

@@ -4,11 +4,11 @@
 // resp.cpp speaks the protocol.
 #include <cstring>
 
-#include "algorithms.h"
-#include "error.h"
-#include "request.h"
-#include "resp.h"
-#include "sha256.h"
+#include "algorithms/algorithms.h"
+#include "util/error.h"
+#include "policy/request.h"
+#include "redis/resp.h"
+#include "util/sha256.h"
 
 extern "C" const char rl_redis_script_text[];  // generated from core/redis/ratelimit.lua
 extern "C" const size_t rl_redis_script_text_len;

@@ -1,10 +1,10 @@
 // A request, decided as a whole: what rl_decide (and, from Redis's reply,
 // rl_redis_decide) conclude from the decisions of its rules, in one place
 // for nginx and ratelimit-replay alike.
-#include "request.h"
-#include "algorithms.h"
-#include "fault.h"
-#include "table.h"
+#include "policy/request.h"
+#include "algorithms/algorithms.h"
+#include "util/fault.h"
+#include "table/table.h"
 
 namespace rl {
 

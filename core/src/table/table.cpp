@@ -1,4 +1,4 @@
-#include "table.h"
+#include "table/table.h"
 
 #include <algorithm>
 #include <atomic>
@@ -7,11 +7,11 @@
 #include <cstring>
 #include <initializer_list>
 
-#include "siphash.h"
+#include "util/siphash.h"
 
 // Fault injection (tests/fault_test.cc): a build with RL_FAULT_INJECTION
 // can abandon an operation at any step, as a process killed there would.
-#include "fault.h"
+#include "util/fault.h"
 
 namespace rl {
 

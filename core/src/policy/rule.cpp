@@ -6,10 +6,10 @@
 #include <cstring>
 #include <initializer_list>
 
-#include "error.h"
-#include "exact_time.h"
+#include "util/error.h"
+#include "algorithms/exact_time.h"
 #include "ratelimit.h"
-#include "siphash.h"
+#include "util/siphash.h"
 
 namespace {
 

@@ -18,8 +18,8 @@
 // passes at once, one whose excess is at most B waits (excess - D) * T:
 // delay=D max_delay=(B - D) * T.  delay=0 (the default) delays from the
 // first request over the pace.
-#include "algorithms.h"
-#include "exact_time.h"
+#include "algorithms/algorithms.h"
+#include "algorithms/exact_time.h"
 
 namespace rl {
 
