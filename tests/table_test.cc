@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "helpers.h"
-#include "util/siphash.h"
 #include "table/table.h"
+#include "util/siphash.h"
 
 namespace {
 

@@ -3,8 +3,8 @@
 // for nginx and ratelimit-replay alike.
 #include "policy/request.h"
 #include "algorithms/algorithms.h"
-#include "util/fault.h"
 #include "table/table.h"
+#include "util/fault.h"
 
 namespace rl {
 

@@ -6,9 +6,9 @@
 #include <cstring>
 #include <initializer_list>
 
-#include "util/error.h"
 #include "algorithms/exact_time.h"
 #include "ratelimit.h"
+#include "util/error.h"
 #include "util/siphash.h"
 
 namespace {

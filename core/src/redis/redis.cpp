@@ -5,9 +5,9 @@
 #include <cstring>
 
 #include "algorithms/algorithms.h"
-#include "util/error.h"
 #include "policy/request.h"
 #include "redis/resp.h"
+#include "util/error.h"
 #include "util/sha256.h"
 
 extern "C" const char rl_redis_script_text[];  // generated from core/redis/ratelimit.lua
