@@ -343,8 +343,8 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
-        /* RL_DECLINED: zone=, key=, or cost=, limit= or burst= with a
-           $variable */
+        /* RL_DECLINED: zone=, key=, charge=, or cost=, limit= or burst=
+           with a $variable */
 
         if (ngx_strncmp(value[i].data, "zone=", 5) == 0) {
             s.data = value[i].data + 5;
@@ -377,13 +377,14 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
-        /* cost=, limit= or burst= with a $variable */
+        /* charge=, or cost=, limit= or burst= with a $variable */
 
         s.data = ngx_strlchr(value[i].data, value[i].data + value[i].len, '=')
                  + 1;
         s.len = value[i].data + value[i].len - s.data;
 
-        cv = value[i].data[0] == 'c' ? &rule->cost
+        cv = ngx_strncmp(value[i].data, "charge=", 7) == 0 ? &rule->charge
+             : value[i].data[0] == 'c' ? &rule->cost
              : value[i].data[0] == 'l' ? &rule->limit : &rule->burst;
 
         *cv = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));

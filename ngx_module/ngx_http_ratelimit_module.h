@@ -95,6 +95,8 @@ typedef struct {
     ngx_http_complex_value_t    *cost;      /* NULL: rule.cost */
     ngx_http_complex_value_t    *limit;     /* limit=$var; NULL: rule.limit */
     ngx_http_complex_value_t    *burst;     /* burst=$var; NULL: rule.burst */
+    ngx_http_complex_value_t    *charge;    /* charge=, spent as the request
+                                               ends; NULL: none */
     ngx_int_t                    stats;     /* its counters in the zone, or
                                                ..._STATS_UNKNOWN */
 

@@ -66,11 +66,11 @@ TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
               "invalid \"period=0\": expected a time from 1ms to 366d, like 500ms, 1s, 1m, 1h, 7d");
     EXPECT_EQ(error_of("limit=5 period=367d"),
               "invalid \"period=367d\": expected a time from 1ms to 366d, like 500ms, 1s, 1m, 1h, 7d");
-    EXPECT_EQ(
-        error_of("limit=5 colour=red"),
-        "unknown parameter \"colour=red\": expected zone=, key=, algorithm=, limit=, period=, burst=, "
-        "cost=, name=, align=, buckets=, max_delay=, delay=, reset=, utc_offset=, zero_cost=, log_key=, limit_default= "
-        "or limit_max=");
+    EXPECT_EQ(error_of("limit=5 colour=red"),
+              "unknown parameter \"colour=red\": expected zone=, key=, algorithm=, limit=, period=, burst=, "
+              "cost=, name=, align=, buckets=, max_delay=, delay=, reset=, utc_offset=, zero_cost=, log_key=, "
+              "limit_default=, "
+              "limit_max=, charge= or ban=");
     EXPECT_EQ(error_of("limit=5 zero_cost=on"),
               "\"zero_cost=\" applies to cost=$variable only: a constant cost=0 always looks without spending");
     EXPECT_EQ(error_of("limit=5 zero_cost=maybe"),

@@ -47,9 +47,32 @@ size_t sliding_window_blob_size(const rl_rule_t &rule);
 size_t sliding_log_blob_size(const rl_rule_t &rule);
 
 // A counter of units spent in a window ending at `end` (fixed_window,
-// quota): the head is {window end, units spent}.
+// quota): the head is {window end, units spent}.  With kCarried in n, a
+// charge's excess is counted in the window ending t, and the one before it
+// is full (fixed_window.cpp).
+constexpr uint32_t kCarried = 1u << 31;
 rl_decision_t windowed_count(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply, int64_t end,
                              int64_t window);
+
+// The window a unit spent now is counted in: its end and length, and the
+// end of the window after it.
+struct Span {
+    int64_t end;
+    int64_t window;
+    int64_t next_end;
+};
+Span fixed_window_span(const rl_rule_t &rule, const State &s, int64_t now);
+Span quota_span(const rl_rule_t &rule, int64_t now);
+
+// ---- charges (charge.cpp) --------------------------------------------------
+
+// Spends `units` on a key whatever its budget (charge=, when a request
+// ends), the key owing at most a limit beyond an empty budget: returns the
+// units spent, and sets *capped when that bound cut the charge.
+uint64_t charge(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped);
+uint64_t windowed_charge(const rl_rule_t &rule, State &s, uint64_t units, const Span &span, bool *capped);
+uint64_t sliding_window_charge(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped);
+uint64_t sliding_log_charge(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped);
 
 // A denial for a cost no state of the rule can ever admit.
 rl_decision_t never(int64_t window, uint64_t remaining, int64_t reset_ms);

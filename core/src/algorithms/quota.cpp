@@ -48,11 +48,17 @@ int64_t quota_end(const rl_rule_t &rule, int64_t now)
     return end;
 }
 
-rl_decision_t quota(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
+Span quota_span(const rl_rule_t &rule, int64_t now)
 {
     int64_t start, end;
     period_of(rule, now, &start, &end);
-    return windowed_count(rule, s, now, cost, apply, end, end - start);
+    return Span{end, end - start, quota_end(rule, end)};
+}
+
+rl_decision_t quota(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
+{
+    const Span span = quota_span(rule, now);
+    return windowed_count(rule, s, now, cost, apply, span.end, span.window);
 }
 
 }  // namespace rl

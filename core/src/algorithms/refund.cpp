@@ -33,6 +33,11 @@ void refund(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t after, in
     default:  // fixed_window, quota: the head is {window end, units}
         if (s.head.t == after.t) {
             s.head.n -= (uint32_t) (cost < s.head.n ? cost : s.head.n);
+        } else if ((s.head.n & kCarried) && s.head.t > after.t) {
+            // its window is full, and a charge's excess carried into the
+            // next: the unit freed there is taken off the carried ones
+            const uint32_t carried = s.head.n & ~kCarried;
+            s.head.n = (carried - (uint32_t) (cost < carried ? cost : carried)) | kCarried;
         }
         return;
     }

@@ -8,6 +8,8 @@
 // grows with limit.  Jump-safe: times never go backwards (a unit is logged
 // at the newest time seen if the clock stepped back), so the log stays
 // sorted and a step back never frees a unit early.
+#include <algorithm>
+
 #include "algorithms/algorithms.h"
 
 namespace rl {
@@ -119,6 +121,53 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
         d.available_ms = d.retry_after_ms;
     }
     return d;
+}
+
+// A charge beyond what the log has room for: the log holds a limit of
+// units, and the units beyond it move it later by the time they take to
+// come back at the rule's rate (limit per period), at most a period: the
+// whole log is then logged at one later instant, and the key is refused
+// until a period after it.
+uint64_t sliding_log_charge(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped)
+{
+    Block *b = reinterpret_cast<Block *>(s.blob);
+    const uint32_t size = ring_size(rule);
+    const int64_t W = rule.period_ms;
+    const uint64_t L = rule.limit;
+    const int64_t sane = 1ll << 40;  // as in sliding_log()
+    const uint32_t count = b->count <= size && b->base > now - sane && b->base < now + sane ? b->count : 0;
+    auto time_of = [&](uint32_t i) { return b->base + (int64_t) b->at[(b->head + i) % size]; };
+    const int64_t newest = count ? time_of(count - 1) : INT64_MIN;
+    const int64_t t = now > newest ? now : newest;
+    uint32_t expired = 0;
+    while (expired < count && time_of(expired) <= t - W) {
+        expired++;
+    }
+    const uint64_t live = count - expired;
+
+    // a log later than now already owes: the units its shift stands for
+    const uint64_t shift = newest > now ? (uint64_t) (newest - now) : 0;
+    const uint64_t owed = shift ? std::min<uint64_t>(L, ceil_div(shift * L, (uint64_t) W)) : 0;
+    const uint64_t room = (live < L ? L - live : 0) + (L - owed);
+    const uint64_t add = units < room ? units : room;
+    *capped = add < units;
+    if (live + add <= L) {
+        if (add > 0) {
+            (void) sliding_log(rule, s, now, add, true);  // it fits: logged as a request's
+        }
+        return add;
+    }
+    const uint64_t debt = std::min<uint64_t>(L, owed + (live + add - L) - (live > L ? live - L : 0));
+    int64_t at = now + ceil_div(debt * (uint64_t) W, L);
+    at = at > t ? at : t;  // times never go backwards
+    b->base = at;
+    b->head = 0;
+    b->count = (uint32_t) (L < size ? L : size);
+    for (uint32_t i = 0; i < b->count; i++) {
+        b->at[i] = 0;
+    }
+    s.head.t = at + W;
+    return add;
 }
 
 // Removes a refunded request's units: `cost` of the times logged at `at`

@@ -13,7 +13,9 @@
 // (W - elapsed) / W + current.  Unlike fixed windows it never admits twice
 // the limit across a boundary.  All comparisons are exact integer ones.
 //
-// Block: the newest tick stored, then S + 1 counters in a ring.
+// Block: the newest tick stored, then S + 1 counters in a ring; with
+// charge=, then the instant until which the key owes what a charge put
+// beyond the limit (sliding_window_charge).
 #include <cstring>
 
 #include "algorithms/algorithms.h"
@@ -92,8 +94,28 @@ struct Window {
 
 size_t sliding_window_blob_size(const rl_rule_t &rule)
 {
-    return offsetof(Block, count) + sizeof(uint32_t) * (rule.buckets + 1);
+    return offsetof(Block, count) + sizeof(uint32_t) * (rule.buckets + 1) + (rule.charge ? sizeof(int64_t) : 0);
 }
+
+namespace {
+
+// charge=: the instant until which a key owes units beyond the limit, after
+// the ring (unaligned: the ring's size is any multiple of 4).
+int64_t owed_until(const rl_rule_t &rule, const Block *b)
+{
+    int64_t t = 0;
+    if (rule.charge && b != nullptr) {
+        std::memcpy(&t, &b->count[rule.buckets + 1], sizeof(t));
+    }
+    return t;
+}
+
+void set_owed_until(const rl_rule_t &rule, Block *b, int64_t t)
+{
+    std::memcpy(&b->count[rule.buckets + 1], &t, sizeof(t));
+}
+
+}  // namespace
 
 // When a unit admitted now has left the window entirely.
 int64_t sliding_window_full_at(const rl_rule_t &rule, int64_t now)
@@ -119,7 +141,9 @@ void sliding_window_restore(const rl_rule_t &rule, State &s, int64_t now)
     s.head.t = ceil_div((uint64_t) ((j + 1 + S) * W), (uint64_t) S);
 }
 
-rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
+namespace {
+
+rl_decision_t sliding_window_counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
 {
     if (s.blob == nullptr && s.head.n > 0 && s.head.t > now) {
         // restored from the eviction summary: decided on the block it would
@@ -127,7 +151,7 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
         int64_t local[(sizeof(Block) + sizeof(uint32_t) * RL_BUCKETS_MAX + 7) / 8] = {};
         State v{s.head, reinterpret_cast<uint8_t *>(local)};
         sliding_window_restore(rule, v, now);
-        return sliding_window(rule, v, now, cost, false);
+        return sliding_window_counted(rule, v, now, cost, false);
     }
     Block *b = reinterpret_cast<Block *>(s.blob);
     const int64_t S = rule.buckets, W = rule.period_ms;
@@ -142,12 +166,12 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
     const int64_t year = RL_PERIOD_MAX_MS * S / W + S + 1;
     if (b != nullptr && (b->tick > k + year || b->tick < k - year)) {
         State empty{rl_state_t{0, 0}, nullptr};
-        const rl_decision_t d = sliding_window(rule, empty, now, cost, false);
+        const rl_decision_t d = sliding_window_counted(rule, empty, now, cost, false);
         if (!apply || !d.allowed || cost == 0) {
             return d;
         }
         b->tick = k - S - 1;  // the ring's advance zeroes it all
-        return sliding_window(rule, s, now, cost, true);
+        return sliding_window_counted(rule, s, now, cost, true);
     }
 
     Window w{rule, b, S, W, k};
@@ -199,6 +223,80 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
         d.available_ms = d.retry_after_ms;
     }
     return d;
+}
+
+}  // namespace
+
+// A key that owes what a charge put beyond the limit is refused until it
+// has paid (owed_until), then decided on its window as it is then.
+rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
+{
+    const Block *b = reinterpret_cast<const Block *>(s.blob);
+    const int64_t owed = owed_until(rule, b);
+    if (owed <= now || cost == 0) {
+        rl_decision_t d = sliding_window_counted(rule, s, now, cost, apply);
+        if (owed > now) {
+            d.remaining = 0;
+            d.reset_ms = d.reset_ms > owed - now ? d.reset_ms : owed - now;
+            d.available_ms = owed - now;
+        }
+        return d;
+    }
+    State later = s;
+    const rl_decision_t then = sliding_window_counted(rule, later, owed, cost, false);
+    if (cost > rule.limit) {
+        return never(rule.period_ms, 0, owed - now + then.reset_ms);
+    }
+    rl_decision_t d{};
+    d.window_ms = rule.period_ms;
+    d.reset_ms = owed - now + then.reset_ms;
+    d.retry_after_ms = owed - now + (then.allowed ? 0 : then.retry_after_ms);
+    d.available_ms = d.retry_after_ms;
+    return d;
+}
+
+uint64_t sliding_window_charge(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped)
+{
+    Block *b = reinterpret_cast<Block *>(s.blob);
+    const int64_t S = rule.buckets, W = rule.period_ms;
+    int64_t k = floor_div(now * S, W);
+    int64_t e = now * S - k * W;
+    if (b->tick > k) {
+        k = b->tick;  // the clock stepped back: count in the newest tick
+        e = 0;
+    }
+    // advance the ring to tick k, zeroing the ticks it skips
+    if (b->tick < k) {
+        for (int64_t j = b->tick + 1; j <= k && j <= b->tick + S + 1; j++) {
+            b->count[j % (S + 1)] = 0;
+        }
+        b->tick = k;
+    }
+    const Window w{rule, b, S, W, k};
+    const uint64_t sum = w.newest(k);
+    uint64_t ring = 0;
+    for (int64_t j = 0; j <= S; j++) {
+        ring += b->count[j];
+    }
+    // the ring counts at most twice the limit (its counters are 32 bits)
+    const uint64_t most = 2 * (uint64_t) rule.limit;
+    const uint64_t add = ring < most ? (units < most - ring ? units : most - ring) : 0;
+    b->count[k % (S + 1)] += (uint32_t) add;
+
+    // what the window now counts beyond the limit is owed once the window
+    // has slid past it, at limit per period: at most a limit, a period
+    const uint64_t counted = (uint64_t) ((w.used(k, e, sum) + (wide) add * (uint64_t) W + (uint64_t) W - 1) / W);
+    const int64_t full = ceil_div((uint64_t) ((k + 1 + S) * W), (uint64_t) S);
+    int64_t owed = owed_until(rule, b);
+    if (counted > rule.limit) {
+        const uint64_t beyond = counted - rule.limit;
+        owed = (owed > full ? owed : full) + ceil_div(beyond * (uint64_t) W, rule.limit);
+        owed = owed < full + W ? owed : full + W;
+        set_owed_until(rule, b, owed);
+    }
+    s.head.t = owed > full ? owed : full;
+    *capped = add < units || (counted > rule.limit && counted - rule.limit > rule.limit);
+    return add;
 }
 
 // Uncounts a refunded request from the tick it was counted in, if the ring

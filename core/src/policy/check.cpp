@@ -14,7 +14,46 @@ struct Item {
     rl::Table::Ref ref;  // where the head was found, if it was
     bool restored;       // not in the table: from the eviction summary
     bool inherited;      // its debt came from the summary (rl::Debt)
+    bool banned;         // refused by its key's ban (ban=)
 };
+
+// ban=: until when the key is banned, 0 if it is not.  Bans are entries of
+// the table under the key's ban tag; one evicted is forgotten (a key in the
+// eviction summary is never taken for banned).
+int64_t banned_until(const rl::Table *table, uint64_t tag, int64_t now)
+{
+    rl::State b{};
+    return table->find(rl::Table::ban_tag(tag), &b) && b.head.t > now ? b.head.t : 0;
+}
+
+// A refusal while banned, or the refusal that starts a ban: the key may try
+// again when the ban ends, and not before.
+void refuse_until(rl_decision_t &d, int64_t until, int64_t now)
+{
+    const int64_t wait = until - now;
+    d.allowed = 0;
+    d.remaining = 0;
+    d.banned_ms = wait;
+    d.retry_after_ms = d.retry_after_ms > wait ? d.retry_after_ms : wait;
+    d.available_ms = d.retry_after_ms;
+    d.reset_ms = d.reset_ms > wait ? d.reset_ms : wait;
+}
+
+// The bans a refused request starts: each rule with ban= that refused it
+// (not for a cost the rule can never admit), and is not banning it already.
+void ban(rl_check_t *c, Item *items, size_t n, int64_t now)
+{
+    for (size_t i = 0; i < n; i++) {
+        const rl_rule_t &rule = *c[i].rule;
+        if (!rl::applies(c[i]) || rule.ban_ms == 0 || items[i].banned || c[i].decision.allowed || c[i].decision.never) {
+            continue;
+        }
+        rl::Table *table = rl::Table::at(c[i].table);
+        const int64_t until = now + rule.ban_ms;
+        table->store(rl::Table::ban_tag(c[i].tag), rl_state_t{until, 0}, rl::Debt{rl::kFracFull, false}, now);
+        refuse_until(c[i].decision, until, now);
+    }
+}
 
 // The state rule i is decided on.  Two rules with the same identity and key
 // in one table share a state: a head-only one is decided on the head the
@@ -91,6 +130,15 @@ bool check(rl_check_t *c, size_t n, int combine, int64_t now_ms)
         // a head-only state is updated on the copy: that is the new head
         c[i].decision = transition(rule, items[i].state, now_ms, c[i].cost, !blob);
         c[i].after = items[i].state.head;
+        items[i].banned = false;
+        if (rule.ban_ms > 0 && c[i].cost > 0) {
+            const int64_t until = banned_until(table, c[i].tag, now_ms);
+            if (until != 0) {
+                items[i].banned = true;
+                items[i].state.head = c[i].after = c[i].before;  // nothing spent
+                refuse_until(c[i].decision, until, now_ms);
+            }
+        }
         allowing += c[i].decision.allowed;
         applying++;
     }
@@ -135,6 +183,7 @@ bool check(rl_check_t *c, size_t n, int combine, int64_t now_ms)
 
     if (!allowed) {
         count_summary_refusals(c, items, n);
+        ban(c, items, n, now_ms);
     }
     return allowed;
 }

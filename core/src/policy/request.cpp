@@ -190,6 +190,23 @@ void rl_request_refund(rl_request_t *rq, int64_t now_ms)
     }
 }
 
+void rl_request_end(rl_request_t *rq, int64_t now_ms)
+{
+    try {
+        for (size_t i = 0; i < rq->n; i++) {
+            rl_check_t &c = rq->checks[i];
+            c.charged = 0;
+            c.capped = 0;
+            c.in_debt = 0;
+            const bool reserved = c.outcome == RL_OUTCOME_ALLOWED || c.outcome == RL_OUTCOME_DELAYED;
+            if (rl::applies(c) && c.rule->charge && c.charge != RL_NO_CHARGE && reserved) {
+                rl::settle(c, now_ms);
+            }
+        }
+    } catch (...) {
+    }
+}
+
 void rl_request_count(rl_request_t *rq, int64_t now_ms)
 {
     try {

@@ -29,4 +29,9 @@ void note_refused(const rl_request_t &rq, int64_t now);
 // the top keys (request.cpp).  The caller holds the locks.
 void count(const rl_request_t &rq, int64_t now);
 
+// Settles a check of a charge= rule when its request ends: the cost it
+// reserved given back, its charge spent (settle.cpp).  The caller holds the
+// lock of its table.
+void settle(rl_check_t &c, int64_t now);
+
 }  // namespace rl

@@ -32,6 +32,8 @@ enum Param : uint32_t {
     P_LIMIT_DEFAULT = 1u << 13,
     P_LIMIT_MAX = 1u << 14,
     P_DELAY = 1u << 15,
+    P_CHARGE = 1u << 16,
+    P_BAN = 1u << 17,
 };
 
 // Every parameter the core parses, by name.
@@ -55,6 +57,8 @@ const struct {
     {"log_key", P_LOG_KEY},
     {"limit_default", P_LIMIT_DEFAULT},
     {"limit_max", P_LIMIT_MAX},
+    {"charge", P_CHARGE},
+    {"ban", P_BAN},
 };
 
 // The parameters that may be a $variable, evaluated by the glue per request.
@@ -190,7 +194,8 @@ bool too_large(const rl_rule_t &rule)
 {
     const bool bucket = rule.algorithm == RL_GCRA || rule.algorithm == RL_TOKEN_BUCKET;
     const bool leaky = rule.algorithm == RL_LEAKY_BUCKET;
-    const uint64_t count = bucket ? rule.burst : rule.limit;
+    // with charge=, a bucket may owe a limit beyond its burst (RL_DEBT)
+    const uint64_t count = bucket ? (uint64_t) rule.burst + (rule.charge ? rule.limit : 0) : rule.limit;
     const uint64_t span = (uint64_t) rule.period_ms + (leaky ? (uint64_t) rule.max_delay_ms : 0);
     const unsigned __int128 served = leaky ? (unsigned __int128) rule.delay * (uint64_t) rule.period_ms : 0;
     return (bucket || leaky) && (unsigned __int128) count * span + served > kUnitsBound;
@@ -242,6 +247,15 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
         return fail(err, errlen, "duplicate parameter \"%.*s\": each parameter may be given once", w, whole.p);
     }
     rule->given |= bit;
+
+    if (bit == P_CHARGE) {
+        if (v.len == 0) {
+            return fail(err, errlen, "invalid \"%.*s\": expected a value, like charge=$upstream_http_x_tokens", w,
+                        whole.p);
+        }
+        rule->charge = 1;
+        return RL_DECLINED;  // the glue evaluates it when the request ends
+    }
 
     if ((bit & variable_params) && v.len > 0 && v.p[0] == '$') {
         (bit == P_COST ? rule->cost_var : bit == P_LIMIT ? rule->limit_var : rule->burst_var) = 1;
@@ -305,6 +319,13 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
             return fail(err, errlen, "invalid \"%.*s\": expected an integer from 1 to %u", w, whole.p, RL_BUCKETS_MAX);
         }
         rule->buckets = (uint32_t) n;
+        return RL_OK;
+
+    case P_BAN:
+        if (rl_parse_time_ms(v.p, v.len, &rule->ban_ms) != RL_OK || rule->ban_ms < 1 || rule->ban_ms > RL_BAN_MAX_MS) {
+            return fail(err, errlen, "invalid \"%.*s\": expected a time from 1ms to 366d, like 30s, 15m, 1h", w,
+                        whole.p);
+        }
         return RL_OK;
 
     case P_MAX_DELAY:
@@ -400,6 +421,12 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
             }
         }
 
+        if (rule->charge && a == RL_LEAKY_BUCKET) {
+            return fail(err, errlen,
+                        "\"charge=\" does not apply to algorithm=leaky_bucket: a shaper sets each request's "
+                        "delay before it is served, so what the request spends cannot change after it");
+        }
+
         if ((rule->given & P_ZERO_COST) && !rule->cost_var) {
             return fail(err, errlen,
                         "\"zero_cost=\" applies to cost=$variable only: a constant cost=0 always looks without "
@@ -489,6 +516,14 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
                         "(limit + delay) x period + limit x max_delay in ms may be at most 2^61",
                         rule->limit, rule->delay, period);
         }
+        if (too_large(*rule) && bucket && rule->charge) {
+            char period[32];
+            format_period(rule->period_ms, period, sizeof(period));
+            return fail(err, errlen,
+                        "burst=%u and limit=%u with \"period=%s\" are too large for charge=: a key may owe a "
+                        "limit beyond its burst, and (burst + limit) x period in ms may be at most 2^61",
+                        rule->burst, rule->limit, period);
+        }
         if (too_large(*rule)) {
             char period[32];
             format_period(rule->period_ms, period, sizeof(period));
@@ -548,7 +583,9 @@ int rl_rule_parse(rl_rule_t *rule, const char *text, char *err, size_t errlen)
         if (rc == RL_ERROR) {
             return RL_ERROR;
         }
-        if (rc == RL_DECLINED && std::strncmp(start, "zone=", 5) != 0 && std::strncmp(start, "key=", 4) != 0) {
+        // zone= and key= name nginx's things; charge= is spent by the caller
+        if (rc == RL_DECLINED && std::strncmp(start, "zone=", 5) != 0 && std::strncmp(start, "key=", 4) != 0 &&
+            std::strncmp(start, "charge=", 7) != 0) {
             return fail(err, errlen, "invalid \"%.*s\": variables are only known inside nginx", (int) (p - start),
                         start);
         }

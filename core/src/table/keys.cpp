@@ -63,6 +63,16 @@ void rl_table_peek(void *mem, const rl_rule_t *rule, uint64_t tag, uint64_t cost
         rl::State look = s, next = s;
         out->look = rl::transition(*rule, look, now_ms, 0, false);
         out->next = rl::transition(*rule, next, now_ms, cost, false);
+        rl::State ban{};
+        out->banned_ms = table->find(rl::Table::ban_tag(tag), &ban) && ban.head.t > now_ms ? ban.head.t - now_ms : 0;
+        if (out->banned_ms > 0 && cost > 0) {
+            out->next.allowed = 0;
+            out->next.remaining = 0;
+            out->next.delay_ms = 0;
+            out->next.banned_ms = out->banned_ms;
+            out->next.retry_after_ms =
+                out->next.retry_after_ms > out->banned_ms ? out->next.retry_after_ms : out->banned_ms;
+        }
     } catch (...) {
         *out = rl_peek_t{};
     }
@@ -71,7 +81,14 @@ void rl_table_peek(void *mem, const rl_rule_t *rule, uint64_t tag, uint64_t cost
 int rl_table_reset(void *mem, uint64_t tag, int64_t now_ms)
 {
     try {
-        return rl::Table::at(mem)->forget(tag, now_ms);
+        rl::Table *table = rl::Table::at(mem);
+        const int done = table->forget(tag, now_ms);
+        rl::State ban{};
+        if (!table->find(rl::Table::ban_tag(tag), &ban)) {
+            return done;
+        }
+        table->forget(rl::Table::ban_tag(tag), now_ms);
+        return done | (ban.head.t > now_ms ? RL_RESET_UNBANNED : 0);
     } catch (...) {
         return 0;
     }
@@ -92,6 +109,12 @@ void rl_table_top(const void *mem, int slot, int64_t now_ms, rl_top_t *out)
     if (const rl::TopList *l = table->top_list(slot)) {
         out->state = RL_TOP_KEPT;
         l->read(now_ms, out);
+        for (size_t i = 0; i < out->n; i++) {
+            rl::State ban{};
+            const uint64_t tag = out->top[i].tag;
+            out->top[i].banned_ms =
+                tag != 0 && table->find(rl::Table::ban_tag(tag), &ban) && ban.head.t > now_ms ? ban.head.t - now_ms : 0;
+        }
     } else if (h.rules[slot].top == rl::kTopNoRoom || h.top_used + rl::TopList::bytes(false) > h.top_bytes) {
         out->state = RL_TOP_NO_ROOM;
     }

@@ -18,7 +18,7 @@ namespace rl {
 namespace {
 
 const char kMagic[8] = {'R', 'L', 'T', 'A', 'B', 'L', 'E', '6'};
-const uint32_t kVersion = 6;  // 6: tags by SipHash-1-3
+const uint32_t kVersion = 7;  // 7: rules' charge counters
 const uint32_t kMinBlocks = 4;
 
 // Buckets a cuckoo search may visit before giving up and evicting.  Enough

@@ -92,7 +92,9 @@ struct Pool {
 struct RuleCounters {
     char name[RL_NAME_MAX];  // "" = free
     uint64_t count[RL_OUTCOMES];
-    uint64_t top;  // its TopList, from the table's start; 0: none yet
+    uint64_t top;      // its TopList, from the table's start; 0: none yet
+    uint64_t charged;  // charge=: units charged when requests ended
+    uint64_t debts;    // requests whose charge left the key in debt
 };
 
 // The keys a rule refuses most (top.cpp): a Space-Saving summary of
@@ -206,6 +208,15 @@ public:
     uint64_t tag(uint64_t identity, const void *key, size_t len) const;
     void prefetch(uint64_t tag) const;
 
+    // The tag under which a key's ban (ban=) is kept: its halves swapped,
+    // so that it lives in the same two buckets as the key (the look-up
+    // reads no other cache line), and never the key's own tag.
+    static uint64_t ban_tag(uint64_t tag)
+    {
+        const uint64_t b = tag << 32 | tag >> 32;
+        return b != tag ? b : tag ^ 1;
+    }
+
     // The pool for an algorithm block of `blob` bytes, or -1.
     int pool_for(size_t blob) const;
 
@@ -274,6 +285,16 @@ public:
         if (slot >= 0 && (uint32_t) slot < RL_RULE_STATS_MAX && outcome >= 0 && outcome < RL_OUTCOMES) {
             uint64_t &n = h_.rules[slot].count[outcome];
             __atomic_store_n(&n, __atomic_load_n(&n, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+        }
+    }
+
+    // Adds a request's charge to the rule counted in `slot` (as count()).
+    void count_charge(int slot, uint64_t units, bool debt)
+    {
+        if (slot >= 0 && (uint32_t) slot < RL_RULE_STATS_MAX) {
+            RuleCounters &r = h_.rules[slot];
+            __atomic_store_n(&r.charged, __atomic_load_n(&r.charged, __ATOMIC_RELAXED) + units, __ATOMIC_RELAXED);
+            __atomic_store_n(&r.debts, __atomic_load_n(&r.debts, __ATOMIC_RELAXED) + debt, __ATOMIC_RELAXED);
         }
     }
 

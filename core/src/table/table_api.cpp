@@ -107,6 +107,8 @@ size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out, size_t max)
         for (int k = 0; k < RL_OUTCOMES; k++) {
             out[n].count[k] = __atomic_load_n(&h.rules[i].count[k], __ATOMIC_RELAXED);
         }
+        out[n].charged = __atomic_load_n(&h.rules[i].charged, __ATOMIC_RELAXED);
+        out[n].debts = __atomic_load_n(&h.rules[i].debts, __ATOMIC_RELAXED);
     }
     return n;
 }
