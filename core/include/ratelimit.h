@@ -547,7 +547,7 @@ RL_API void rl_request_count(rl_request_t *rq, int64_t now_ms);
 
 /*
  * A zone with redis= decides its rules in Redis, with one script call per
- * request (core/redis/ratelimit.lua, the transitions above in Lua).  The
+ * request (core/src/redis/ratelimit.lua, the transitions above in Lua).  The
  * glue owns the connections; the core writes the command and reads the
  * reply, so the fleet's servers all build the same keys and arguments.
  */

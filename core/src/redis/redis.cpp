@@ -10,7 +10,7 @@
 #include "util/error.h"
 #include "util/sha256.h"
 
-extern "C" const char rl_redis_script_text[];  // generated from core/redis/ratelimit.lua
+extern "C" const char rl_redis_script_text[];  // generated from core/src/redis/ratelimit.lua
 extern "C" const size_t rl_redis_script_text_len;
 
 namespace {
