@@ -229,6 +229,7 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     if (conf->rules.elts == NULL) {
         conf->rules = prev->rules;
+        conf->charges = prev->charges;
     }
 
     ngx_conf_merge_uint_value(conf->combine, prev->combine, RL_COMBINE_ALL);
@@ -495,6 +496,11 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    if (rule->charge != NULL) {
+        rlcf->charges = 1;
+        rmcf->charges = 1;
+    }
+
     ref->shm_zone = rule->shm_zone;
     ref->file = cf->conf_file->file.name.data;
     ref->line = cf->conf_file->line;
@@ -608,6 +614,25 @@ ngx_http_ratelimit_init(ngx_conf_t *cf)
     h = handlers->elts;
     ngx_memmove(&h[1], &h[0], (handlers->nelts - 1) * sizeof(*h));
     h[0] = ngx_http_ratelimit_handler;
+
+    /*
+     * Rules with charge= settle in the log phase (no cost for the others),
+     * before the access log, which nginx's log phase runs first to last
+     * and may write $ratelimit_charged.
+     */
+
+    if (rmcf->charges) {
+        handlers = &cmcf->phases[NGX_HTTP_LOG_PHASE].handlers;
+
+        h = ngx_array_push(handlers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        h = handlers->elts;
+        ngx_memmove(&h[1], &h[0], (handlers->nelts - 1) * sizeof(*h));
+        h[0] = ngx_http_ratelimit_end_handler;
+    }
 
     return ngx_http_ratelimit_headers_init(cf);
 }

@@ -120,6 +120,7 @@ typedef struct {
     ngx_flag_t                   off;       /* "ratelimit off" here */
     ngx_flag_t                   api_write; /* ratelimit_api write=on;
                                                NGX_CONF_UNSET: no API */
+    ngx_flag_t                   charges;   /* a rule here has charge= */
 } ngx_http_ratelimit_loc_conf_t;
 
 
@@ -145,6 +146,8 @@ typedef struct {
     ngx_array_t                  zone_refs; /* ngx_http_ratelimit_zone_ref_t */
     ngx_http_ratelimit_fold_t   *fold;      /* [NGX_HTTP_RATELIMIT_FOLD_KEYS] */
     ngx_event_t                  fold_event;
+    ngx_flag_t                   charges;   /* some rule has charge=: the
+                                               log phase's handler is set */
 } ngx_http_ratelimit_main_conf_t;
 
 
@@ -176,6 +179,12 @@ typedef struct {
     unsigned                     refund:1;   /* give back if abandoned */
     unsigned                     redis_waiting:1;
     unsigned                     resume:1;   /* the handler returns rc */
+    unsigned                     kept:1;     /* rq.checks in the pool */
+    unsigned                     charges:1;  /* rules with charge= settle
+                                                when the request ends */
+    unsigned                     ended:1;    /* and have */
+    unsigned                     charged_set:1;
+    uint64_t                     charged;   /* $ratelimit_charged */
 } ngx_http_ratelimit_ctx_t;
 
 
@@ -195,6 +204,11 @@ extern ngx_module_t  ngx_http_ratelimit_module;
 ngx_int_t ngx_http_ratelimit_handler(ngx_http_request_t *r);
 ngx_http_ratelimit_ctx_t *ngx_http_ratelimit_get_ctx(ngx_http_request_t *r);
 int64_t ngx_http_ratelimit_now(void);
+
+/* ngx_http_ratelimit_end.c */
+ngx_int_t ngx_http_ratelimit_end_handler(ngx_http_request_t *r);
+void ngx_http_ratelimit_charged(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx);
 
 /* ngx_http_ratelimit_log.c */
 void ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
@@ -225,6 +239,8 @@ void ngx_http_ratelimit_top(ngx_http_ratelimit_zone_t *zone, int slot,
     rl_top_t *top);
 ngx_http_ratelimit_zone_t *ngx_http_ratelimit_next_zone(ngx_cycle_t *cycle,
     ngx_list_part_t **part, ngx_uint_t *i);
+void ngx_http_ratelimit_lock(rl_request_t *rq, size_t *order, size_t m,
+    ngx_uint_t lock);
 
 /* ngx_http_ratelimit_headers.c */
 ngx_int_t ngx_http_ratelimit_headers_init(ngx_conf_t *cf);

@@ -408,9 +408,6 @@ ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
 
 /* Zone, then rule name: the order check_names counts names in. */
 
-
-/* Zone, then rule name: the order check_names counts names in. */
-
 static int ngx_libc_cdecl
 ngx_http_ratelimit_cmp_refs(const void *one, const void *two)
 {
@@ -684,4 +681,31 @@ ngx_http_ratelimit_top(ngx_http_ratelimit_zone_t *zone, int slot,
     ngx_shmtx_lock(&zone->shpool->mutex);
     rl_table_top(zone->table, slot, ngx_http_ratelimit_now(), top);
     ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+/*
+ * Locks (lock = 1) or unlocks the m zones the request uses, each once, in
+ * the order rl_request_lock_order() gives (by address, so that two requests
+ * never wait for each other).
+ */
+
+void
+ngx_http_ratelimit_lock(rl_request_t *rq, size_t *order, size_t m,
+    ngx_uint_t lock)
+{
+    size_t                      i;
+    ngx_http_ratelimit_zone_t  *zone;
+
+    for (i = 0; i < m; i++) {
+        zone = ngx_http_ratelimit_zone_of(ngx_http_ratelimit_rule_of(
+                   &rq->checks[order[lock ? i : m - 1 - i]]));
+
+        if (lock) {
+            ngx_shmtx_lock(&zone->shpool->mutex);
+
+        } else {
+            ngx_shmtx_unlock(&zone->shpool->mutex);
+        }
+    }
 }

@@ -142,6 +142,15 @@ RL_API int rl_rule_cost(const rl_rule_t *rule, const char *value, size_t len,
     uint64_t *cost, char *err, size_t errlen);
 
 /*
+ * A request's charge from the value of charge= when it ends: a
+ * non-negative integer (one too large for 64 bits is as large as can be:
+ * the debt's bound caps it).  Anything else, an empty value too, charges
+ * the request's cost: RL_DECLINED, and err says why.
+ */
+RL_API int rl_rule_charge(const char *value, size_t len, uint64_t cost,
+    uint64_t *units, char *err, size_t errlen);
+
+/*
  * Parses whitespace-separated parameters (as written in the directive) and
  * finishes the rule; zone= and key= are accepted and ignored, charge= sets
  * rule->charge (the caller gives each request's charge).  For tools.

@@ -663,6 +663,27 @@ int rl_rule_cost(const rl_rule_t *rule, const char *value, size_t len, uint64_t 
     return RL_DECLINED;
 }
 
+int rl_rule_charge(const char *value, size_t len, uint64_t cost, uint64_t *units, char *err, size_t errlen)
+{
+    bool digits = len > 0;
+    uint64_t n = 0;
+    for (size_t i = 0; i < len && digits; i++) {
+        digits = value[i] >= '0' && value[i] <= '9';
+        const uint64_t d = (uint64_t) (value[i] - '0');
+        n = n > (RL_NO_CHARGE - 1 - d) / 10 ? RL_NO_CHARGE - 1 : n * 10 + d;  // saturates: the bound caps it
+    }
+    if (digits) {
+        *units = n;
+        return RL_OK;
+    }
+    char quoted[kQuotedMax];
+    quote_value(Text{value, len}, quoted);
+    *units = cost;
+    std::snprintf(err, errlen, "charge \"%s\" is not a non-negative integer, the request's cost (%llu) is charged",
+                  quoted, (unsigned long long) cost);
+    return RL_DECLINED;
+}
+
 uint64_t rl_rule_identity(const rl_rule_t *rule, const char *key_expr, size_t key_expr_len)
 {
     // A fixed hash key: identities only need to be distinct, and the table

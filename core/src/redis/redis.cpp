@@ -68,6 +68,12 @@ const char *rl_redis_script(size_t *len)
 
 int rl_redis_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
 {
+    if (rule->charge || rule->ban_ms) {
+        return rl::fail(err, errlen,
+                        "%s is not decided in Redis: the script does not settle charges nor keep bans; use a "
+                        "zone without redis= for this rule",
+                        rule->charge ? "charge=" : "ban=");
+    }
     // the largest count the rule may apply: limit_max when a variable sets it
     const bool var = rule->limit_var || rule->burst_var;
     const bool bucket = rule->algorithm == RL_GCRA || rule->algorithm == RL_TOKEN_BUCKET;
