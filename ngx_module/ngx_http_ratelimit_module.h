@@ -207,6 +207,8 @@ u_char *ngx_http_ratelimit_escape_key(u_char *p, const u_char *data,
 /* ngx_http_ratelimit_zone.c */
 char *ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+ngx_int_t ngx_http_ratelimit_zone_name(ngx_conf_t *cf, const char *directive,
+    ngx_str_t *name);
 ngx_shm_zone_t *ngx_http_ratelimit_lookup_zone(ngx_list_t *shared_memory,
     ngx_str_t *name);
 ngx_int_t ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
