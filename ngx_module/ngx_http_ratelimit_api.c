@@ -133,6 +133,10 @@ ngx_http_ratelimit_api_handler(ngx_http_request_t *r)
     ngx_http_ratelimit_api_req_t     q;
     ngx_http_ratelimit_loc_conf_t   *rlcf;
 
+    if (ngx_http_ratelimit_answer_headers(r, NULL) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
     rc = ngx_http_discard_request_body(r);
     if (rc != NGX_OK) {
         return rc;
@@ -548,26 +552,12 @@ ngx_http_ratelimit_api_field(ngx_http_ratelimit_writer_t *w,
 }
 
 
-/* JSON, never cached (a key's state changes by the second). */
+/* JSON (never cached: the handler's ngx_http_ratelimit_answer_headers). */
 
 ngx_int_t
 ngx_http_ratelimit_api_send(ngx_http_request_t *r, ngx_uint_t status,
     ngx_http_ratelimit_writer_t *w)
 {
-    ngx_table_elt_t  *h;
-
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    h->hash = 1;
-    ngx_str_set(&h->key, "Cache-Control");
-    ngx_str_set(&h->value, "no-store");
-#if (nginx_version >= 1023000)
-    h->next = NULL;
-#endif
-
     return ngx_http_ratelimit_send(r, status, &ngx_http_ratelimit_api_type,
                                    w);
 }

@@ -168,6 +168,11 @@ RL_API const char *rl_algorithm_name(uint32_t algorithm);
 RL_API const char *rl_reset_name(uint32_t reset);
 
 
+/* ---- digests ------------------------------------------------------------ */
+
+/* SHA-256 of len bytes (FIPS 180-4): the dashboard's CSP hashes its script. */
+RL_API void rl_sha256(const void *data, size_t len, uint8_t out[32]);
+
 /* ---- decisions ---------------------------------------------------------- */
 
 typedef struct {
