@@ -12,7 +12,8 @@
  *   DELETE zones/NAME/keys?...       resets it (write=on), logged at notice
  *   GET    zones/NAME/top[?rule=R]   the keys each rule refuses most
  *
- * Every answer is JSON, errors too: {"error":"..."} with 400 (a bad
+ * Every answer is JSON, errors too (and carries nosniff and no-store,
+ * ngx_http_ratelimit_answer_headers): {"error":"..."} with 400 (a bad
  * parameter), 403 (a write not allowed), 404 (no such resource, zone or
  * rule), 405 (with Allow) or 501 (a key of a Redis zone).  A key is read
  * and reset through the core (rl_table_peek, rl_table_reset), under the

@@ -21,7 +21,8 @@ static ngx_int_t ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
 static void ngx_http_ratelimit_bad_size(ngx_conf_t *cf, ngx_str_t *value,
     ngx_str_t *name);
-static void ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone);
+static void ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone,
+    ngx_uint_t reused);
 static size_t ngx_http_ratelimit_table_size(size_t zone_size);
 static ngx_int_t ngx_http_ratelimit_check_layout(ngx_conf_t *cf,
     ngx_shm_zone_t *shm_zone);
@@ -281,7 +282,7 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     zone->table = (u_char *) rs
                   + ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64);
 
-    ngx_http_ratelimit_zero_zone(shm_zone);
+    ngx_http_ratelimit_zero_zone(shm_zone, ozone != NULL);
 
     if (rl_table_init(zone->table, size, zone->blobs.elts, zone->blobs.nelts,
                       NULL, err, sizeof(err))
@@ -322,19 +323,21 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
 
 /*
- * A new zone is zero but for what ngx_slab_init() wrote after the slab pool
+ * The Redis counters and the table take zeroed memory (rl_table_init).  A
+ * new zone is zero but for what ngx_slab_init() wrote after the slab pool
  * header: its page descriptors, up to sp->start (24 bytes a 4k page: 6m of
  * a 1024m zone, written by nginx for every zone whatever its module, though
- * this one allocates nothing from the pool).  The Redis counters and the
- * table take zeroed memory (rl_table_init): that part is cleared, the rest
- * is left as the kernel handed it out, zero and not yet touched, so that a
- * zone costs memory as keys arrive, not at nginx -t or start.  An nginx
- * built with NGX_DEBUG_MALLOC fills new zones with 0xA5 (ngx_slab_junk):
- * seen at the zone's last byte, all of it is cleared then.
+ * this one allocates nothing from the pool).  That part is cleared, and the
+ * rest left as the kernel handed it out, zero and not yet touched, so that
+ * a zone costs memory as keys arrive, not at nginx -t or start.  All of it
+ * is cleared when it is not fresh: the memory of a zone of the same name
+ * and size that a reload could not keep (reused), or of an nginx built with
+ * NGX_DEBUG_MALLOC, which fills new zones with 0xA5 (ngx_slab_junk; seen at
+ * the zone's last byte).
  */
 
 static void
-ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone)
+ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone, ngx_uint_t reused)
 {
     u_char           *from, *to, *end;
     ngx_slab_pool_t  *sp;
@@ -342,7 +345,7 @@ ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone)
     sp = (ngx_slab_pool_t *) shm_zone->shm.addr;
     from = (u_char *) sp + sizeof(ngx_slab_pool_t);
     end = shm_zone->shm.addr + shm_zone->shm.size;
-    to = end[-1] == 0 ? ngx_min(sp->start, end) : end;
+    to = (reused || end[-1] != 0) ? end : ngx_min(sp->start, end);
 
     if (to > from) {
         ngx_memzero(from, to - from);
