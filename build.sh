@@ -55,8 +55,9 @@ STRICT_CXXFLAGS="-g -Werror"
 PACKAGES=(nginx nginx-dev cmake make g++ libgtest-dev libpcre2-dev libssl-dev
           zlib1g-dev perl redis-server gdb)
 # what the end-to-end tests need beyond the build: t/dashboard.t opens the
-# dashboard in Debian's headless Chromium
-TEST_PACKAGES=(chromium)
+# dashboard in Debian's headless Chromium; t/security_surface.t measures
+# nginx -t's memory with /usr/bin/time
+TEST_PACKAGES=(chromium time)
 
 # bold on a terminal only: CI logs and files get plain text
 if [ -t 2 ]; then

@@ -360,6 +360,10 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                 return NGX_CONF_ERROR;
             }
 
+            if (ngx_http_ratelimit_zone_name(cf, "ratelimit", &s) != NGX_OK) {
+                return NGX_CONF_ERROR;
+            }
+
             zone = s;
             continue;
         }

@@ -225,6 +225,8 @@ ngx_log_t *ngx_http_ratelimit_request_log(ngx_http_request_t *r,
 /* ngx_http_ratelimit_zone.c */
 char *ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+ngx_int_t ngx_http_ratelimit_zone_name(ngx_conf_t *cf, const char *directive,
+    ngx_str_t *name);
 ngx_shm_zone_t *ngx_http_ratelimit_lookup_zone(ngx_list_t *shared_memory,
     ngx_str_t *name);
 ngx_int_t ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
@@ -251,6 +253,10 @@ uint64_t ngx_http_ratelimit_seconds(int64_t ms);
 /* ngx_http_ratelimit_stats.c */
 char *ngx_http_ratelimit_stats(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+ngx_int_t ngx_http_ratelimit_answer_headers(ngx_http_request_t *r,
+    ngx_str_t *cache);
+ngx_int_t ngx_http_ratelimit_add_headers(ngx_http_request_t *r,
+    ngx_keyval_t *headers, ngx_uint_t n);
 ngx_int_t ngx_http_ratelimit_send(ngx_http_request_t *r, ngx_uint_t status,
     ngx_str_t *type, ngx_http_ratelimit_writer_t *w);
 void ngx_http_ratelimit_write_zone_figures(ngx_http_ratelimit_writer_t *w,

@@ -3,6 +3,7 @@
 // limit, through the transitions, the table (blocks, refunds, eviction)
 // and the cost of a variable.
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -251,6 +252,7 @@ struct Zone {
     Zone(size_t n, std::vector<uint32_t> blobs) : size(n)
     {
         mem = std::aligned_alloc(64, n);
+        std::memset(mem, 0, n);  // rl_table_init takes zeroed memory
         char err[RL_ERR_MAX];
         EXPECT_EQ(rl_table_init(mem, n, blobs.data(), blobs.size(), nullptr, err, sizeof(err)), RL_OK) << err;
     }

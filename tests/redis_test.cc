@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -226,6 +227,7 @@ struct Trace {
             blobs.push_back(rl_rule_block_size(&rules.back()));
         }
         table = std::aligned_alloc(64, table_size);
+        std::memset(table, 0, table_size);  // rl_table_init takes zeroed memory
         char err[RL_ERR_MAX];
         EXPECT_EQ(rl_table_init(table, table_size, blobs.data(), blobs.size(), nullptr, err, sizeof(err)), RL_OK)
             << err;

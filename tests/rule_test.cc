@@ -91,14 +91,33 @@ TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
               "\"cost=6\" can never be admitted: it exceeds limit=5");
     EXPECT_EQ(error_of("limit=5 cost=x"),
               "invalid \"cost=x\": expected an integer from 0 to 1000000000, or a $variable");
-    EXPECT_EQ(error_of("limit=5 name=a\"b"), "invalid \"name=a\"b\": expected letters, digits, \"_\", \"-\" or \".\"");
-    EXPECT_EQ(error_of("limit=5 name="), "invalid \"name=\": expected 1 to 63 characters");
+    EXPECT_EQ(error_of("limit=5 name=a\"b"),
+              "invalid \"name=a\"b\": expected 1 to 63 letters, digits, \"_\", \"-\" or \".\"");
+    EXPECT_EQ(error_of("limit=5 name="), "invalid \"name=\": expected 1 to 63 letters, digits, \"_\", \"-\" or \".\"");
+    EXPECT_EQ(error_of("limit=5 name=" + std::string(64, 'n')),
+              "invalid \"name=" + std::string(64, 'n') + "\": expected " RL_NAME_EXPECTED);
     EXPECT_EQ(error_of("limit=5 cost=$arg_c"), "invalid \"cost=$arg_c\": variables are only known inside nginx");
     EXPECT_NE(error_of("limit=1000000000 period=366d").find("is too large"), std::string::npos);
 }
 
 // A bucket holds burst x period and a shaper limit x (period + max_delay),
 // in ms, at most 2^61 (README, "ratelimit"): each edge, and one past it.
+// Rules' and zones' names alike (ratelimit_zone checks its NAME with it).
+TEST(Rule, NamesAreLettersDigitsAndThreeMarks)
+{
+    auto valid = [](const std::string &s) { return rl_name_valid(s.data(), s.size()); };
+    for (const char *ok : {"a", "Z", "0", "_", "-", ".", "per_ip-v1.2", "__proto__", "constructor", "toString"}) {
+        EXPECT_EQ(valid(ok), 1) << ok;
+    }
+    EXPECT_EQ(valid(std::string(63, 'n')), 1);
+    EXPECT_EQ(valid(std::string(64, 'n')), 0);
+    EXPECT_EQ(valid(""), 0);
+    for (const char *bad : {"a/b", "a b", "a\nb", "a\"b", "<b>", "a\\b", "\xff", "caf\xc3\xa9", "a:b", "a{b}", "%41"}) {
+        EXPECT_EQ(valid(bad), 0) << bad;
+    }
+    EXPECT_EQ(valid(std::string("a\0b", 3)), 0);
+}
+
 TEST(Rule, StateBoundEdges)
 {
     EXPECT_EQ(rule_of("limit=1000000000 period=2305843009ms").burst, 1000000000u);

@@ -21,6 +21,7 @@ struct Block {
     explicit Block(size_t n, const uint8_t *secret = nullptr) : size(n)
     {
         mem = std::aligned_alloc(64, (n + 63) & ~size_t{63});
+        std::memset(mem, 0, n);  // rl_table_init takes zeroed memory
         char err[RL_ERR_MAX];
         EXPECT_EQ(rl_table_init(mem, n, nullptr, 0, secret, err, sizeof(err)), RL_OK) << err;
     }
@@ -252,6 +253,7 @@ struct BlobBlock {
     BlobBlock(size_t n, std::vector<uint32_t> blobs) : size(n)
     {
         mem = std::aligned_alloc(64, n);
+        std::memset(mem, 0, n);  // rl_table_init takes zeroed memory
         char err[RL_ERR_MAX];
         EXPECT_EQ(rl_table_init(mem, n, blobs.data(), blobs.size(), kSecret, err, sizeof(err)), RL_OK) << err;
     }

@@ -179,11 +179,25 @@ RL_API int rl_parse_time_ms(const char *s, size_t len, int64_t *ms);
 #define RL_ESCAPED_MAX(max)  ((max) * 4 + 3)
 RL_API size_t rl_escape(char *out, const void *data, size_t len, size_t max);
 
+/*
+ * What the name of a rule (name=) or of a zone (ratelimit_zone) may be: it
+ * appears as it is in headers, log lines, JSON, Prometheus labels and the key
+ * API's paths.  rl_name_valid() is 1 for such a name of len bytes, else 0.
+ */
+#define RL_NAME_EXPECTED  "1 to 63 letters, digits, \"_\", \"-\" or \".\""
+
+RL_API int rl_name_valid(const char *name, size_t len);
+
 /* The words a rule is written with: an algorithm's name ("gcra", ...), a
    quota's reset ("daily", ...); "?" for a value that is none. */
 RL_API const char *rl_algorithm_name(uint32_t algorithm);
 RL_API const char *rl_reset_name(uint32_t reset);
 
+
+/* ---- digests ------------------------------------------------------------ */
+
+/* SHA-256 of len bytes (FIPS 180-4): the dashboard's CSP hashes its script. */
+RL_API void rl_sha256(const void *data, size_t len, uint8_t out[32]);
 
 /* ---- decisions ---------------------------------------------------------- */
 
@@ -280,7 +294,11 @@ RL_API int rl_table_plan(size_t size, const uint32_t *blob_sizes, size_t n,
 
 /*
  * Lays a fresh table out over mem (64-byte aligned, size bytes), with a new
- * random hash secret, or the 16 bytes of secret when not NULL (tests).
+ * random hash secret, or the 16 bytes of secret when not NULL (tests).  The
+ * size bytes of mem must all be zero, as fresh shared memory is (the kernel
+ * hands out zeroed pages): only the header is written, and the rest of the
+ * table is touched as keys arrive, so a large zone costs memory only as it
+ * fills.
  */
 RL_API int rl_table_init(void *mem, size_t size, const uint32_t *blob_sizes,
     size_t n, const uint8_t *secret, char *err, size_t errlen);

@@ -301,14 +301,8 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
     }
 
     case P_NAME:
-        if (v.len == 0 || v.len >= RL_NAME_MAX) {
-            return fail(err, errlen, "invalid \"%.*s\": expected 1 to %d characters", w, whole.p, RL_NAME_MAX - 1);
-        }
-        for (size_t i = 0; i < v.len; i++) {
-            if (!name_char(v.p[i])) {
-                return fail(err, errlen, "invalid \"%.*s\": expected letters, digits, \"_\", \"-\" or \".\"", w,
-                            whole.p);
-            }
+        if (!rl_name_valid(v.p, v.len)) {
+            return fail(err, errlen, "invalid \"%.*s\": expected " RL_NAME_EXPECTED, w, whole.p);
         }
         std::memcpy(rule->name, v.p, v.len);
         rule->name[v.len] = '\0';
@@ -706,6 +700,21 @@ uint64_t rl_rule_identity(const rl_rule_t *rule, const char *key_expr, size_t ke
         h.update(key_expr, key_expr_len);
     }
     return h.finish();
+}
+
+static_assert(RL_NAME_MAX == 64, "RL_NAME_EXPECTED says 1 to 63");
+
+int rl_name_valid(const char *name, size_t len)
+{
+    if (len == 0 || len >= RL_NAME_MAX) {
+        return 0;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (!name_char(name[i])) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 const char *rl_algorithm_name(uint32_t algorithm)

@@ -144,12 +144,19 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char
         }
     }
     if (out->nbuckets < kMinBuckets) {
-        std::snprintf(err, errlen, "too small: it needs at least %zu bytes", rl_table_min_size());
+        // a zone's size, with a page for what the embedding puts before the
+        // table, in nginx's size syntax as the message above
+        std::snprintf(err, errlen, "too small: it needs at least %zuk", (4096 + rl_table_min_size() + 1023) / 1024);
         return false;
     }
     return true;
 }
 
+// Writes the header only: the memory after it is zero already (the caller's
+// promise, rl_table_init), and zero is an empty table: buckets of free slots
+// (tag 0), a summary owing nothing, pools whose blocks are all fresh (a block
+// is cleared when first used, alloc_block) and no top list claimed (cleared
+// when claimed, top_list).  A zone of any size costs memory as keys arrive.
 void Table::init(size_t size, const Layout &layout, const uint8_t secret[16])
 {
     std::memset(this, 0, header_bytes());
@@ -165,8 +172,6 @@ void Table::init(size_t size, const Layout &layout, const uint8_t secret[16])
     h_.ncells = layout.ncells;
     h_.top_offset = layout.top_offset;
     h_.top_bytes = layout.top_bytes;
-    std::memset(buckets(), 0, h_.nbuckets * sizeof(Bucket));
-    std::memset(cells(), 0, h_.ncells * sizeof(uint64_t));
 }
 
 bool Table::valid(size_t size, const Layout &layout) const

@@ -202,6 +202,7 @@ public:
     static uint32_t block_size_for(size_t blob) { return (uint32_t) ((8 + blob + 15) & ~size_t{15}); }
     static bool plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char *err, size_t errlen);
 
+    // Over zeroed memory (rl_table_init): writes the header only.
     void init(size_t size, const Layout &layout, const uint8_t secret[16]);
     bool valid(size_t size, const Layout &layout) const;
 
