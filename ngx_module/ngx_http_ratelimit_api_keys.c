@@ -464,9 +464,10 @@ ngx_http_ratelimit_api_user_verified(ngx_http_request_t *r)
 /*
  * A state: {"rule":R,"fingerprint":F,"state":"held"|"summary"|"none",
  * "refused":B,"remaining":N,"reset":S,"reset_ms":MS,"retry_after":S,
- * "retry_after_ms":MS,"delay_ms":MS,"limit":N,"cost":N}, seconds rounded
- * up as the headers show them; after a reset {"rule":R,"fingerprint":F,
- * "held":B,"forgiven":B}.
+ * "retry_after_ms":MS,"delay_ms":MS,"banned_ms":MS,"limit":N,"cost":N},
+ * seconds rounded up as the headers show them (banned_ms: how much longer
+ * a ban= keeps the key out, 0 if none); after a reset {"rule":R,
+ * "fingerprint":F,"held":B,"forgiven":B,"unbanned":B}.
  */
 
 static void
@@ -484,7 +485,9 @@ ngx_http_ratelimit_api_state_json(ngx_http_ratelimit_writer_t *w,
         ngx_http_ratelimit_write_metric(w, ",\"held\":",
             st->reset & RL_RESET_HELD ? "true" : "false", "");
         ngx_http_ratelimit_write_metric(w, ",\"forgiven\":",
-            st->reset & RL_RESET_FORGIVEN ? "true" : "false", "}");
+            st->reset & RL_RESET_FORGIVEN ? "true" : "false", "");
+        ngx_http_ratelimit_write_metric(w, ",\"unbanned\":",
+            st->reset & RL_RESET_UNBANNED ? "true" : "false", "}");
         return;
     }
 
@@ -510,6 +513,8 @@ ngx_http_ratelimit_api_state_json(ngx_http_ratelimit_writer_t *w,
         pk->next.allowed ? 0 : ngx_max(pk->next.retry_after_ms, 0));
     ngx_http_ratelimit_api_field(w, ",\"delay_ms\":",
         pk->next.allowed ? ngx_max(pk->next.delay_ms, 0) : 0);
+    ngx_http_ratelimit_api_field(w, ",\"banned_ms\":",
+                                 ngx_max(pk->banned_ms, 0));
     ngx_http_ratelimit_api_field(w, ",\"limit\":", st->rule->rule.limit);
     ngx_http_ratelimit_api_field(w, ",\"cost\":", st->cost);
     ngx_http_ratelimit_puts(w, "}");

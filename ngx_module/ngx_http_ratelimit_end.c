@@ -26,7 +26,6 @@ ngx_http_ratelimit_end_handler(ngx_http_request_t *r)
     rl_check_t                 *c;
     ngx_http_ratelimit_ctx_t   *ctx;
     ngx_http_ratelimit_rule_t  *rule;
-
     if (r != r->main) {
         return NGX_DECLINED;
     }
@@ -50,7 +49,7 @@ ngx_http_ratelimit_end_handler(ngx_http_request_t *r)
     for (i = 0; i < ctx->rq.n; i++) {
         c = &ctx->rq.checks[i];
         rule = ngx_http_ratelimit_rule_of(c);
-        c->charge = rule->charge && c->key_len
+        c->charge = rl_check_charges(c)
                     ? ngx_http_ratelimit_charge_value(r, rule, c)
                     : RL_NO_CHARGE;
     }
@@ -87,7 +86,7 @@ ngx_http_ratelimit_charged(ngx_http_request_t *r,
         c = &ctx->rq.checks[i];
         rule = ngx_http_ratelimit_rule_of(c);
 
-        if (rule->charge == NULL || c->charge == RL_NO_CHARGE) {
+        if (c->charge == RL_NO_CHARGE) {
             continue;
         }
 

@@ -88,18 +88,29 @@ static ngx_http_ratelimit_figure_t  ngx_http_ratelimit_zone_figures[] = {
 };
 
 
-/* each enum rl_outcome, in its order */
-static ngx_http_ratelimit_figure_t  ngx_http_ratelimit_outcome_figures[] = {
+/* each rule's counters: its requests' outcomes, and what it charged */
+static ngx_http_ratelimit_figure_t  ngx_http_ratelimit_rule_figures[] = {
     { "allowed", "allowed_total", "counter",
-      "Requests that passed and spent at the rule.", 0 },
+      "Requests that passed and spent at the rule.",
+      offsetof(rl_rule_stats_t, count[RL_OUTCOME_ALLOWED]) },
     { "rejected", "rejected_total", "counter",
-      "Requests rejected, the rule denying them.", 0 },
+      "Requests rejected, the rule denying them.",
+      offsetof(rl_rule_stats_t, count[RL_OUTCOME_REJECTED]) },
     { "delayed", "delayed_total", "counter",
-      "Requests delayed by the rule.", 0 },
+      "Requests delayed by the rule.",
+      offsetof(rl_rule_stats_t, count[RL_OUTCOME_DELAYED]) },
     { "dry_run_rejected", "dry_run_rejected_total", "counter",
-      "Requests the rule would have rejected (dry run).", 0 },
+      "Requests the rule would have rejected (dry run).",
+      offsetof(rl_rule_stats_t, count[RL_OUTCOME_DRY_RUN_REJECTED]) },
     { "exempt", "exempt_total", "counter",
-      "Requests exempt from the rule (empty key).", 0 },
+      "Requests exempt from the rule (empty key).",
+      offsetof(rl_rule_stats_t, count[RL_OUTCOME_EXEMPT]) },
+    { "charged", "charged_units_total", "counter",
+      "Units charged as requests ended (charge=).",
+      offsetof(rl_rule_stats_t, charged) },
+    { "debts", "debts_total", "counter",
+      "Requests whose charge left their key in debt.",
+      offsetof(rl_rule_stats_t, debts) },
     { NULL, NULL, NULL, NULL, 0 }
 };
 
@@ -331,7 +342,8 @@ ngx_http_ratelimit_json(ngx_http_ratelimit_writer_t *w, ngx_array_t *zones)
 {
     size_t                          k;
     ngx_str_t                       rule;
-    ngx_uint_t                      i, f;
+    ngx_uint_t                      i;
+    ngx_http_ratelimit_figure_t    *fig;
     ngx_http_ratelimit_snapshot_t  *z;
 
     z = zones->elts;
@@ -360,10 +372,12 @@ ngx_http_ratelimit_json(ngx_http_ratelimit_writer_t *w, ngx_array_t *zones)
             ngx_http_ratelimit_write_quoted(w, &rule);
             ngx_http_ratelimit_puts(w, ":{");
 
-            for (f = 0; f < RL_OUTCOMES; f++) {
-                ngx_http_ratelimit_write_metric(w, f ? ",\"" : "\"",
-                    ngx_http_ratelimit_outcome_figures[f].name, "\":");
-                ngx_http_ratelimit_write_number(w, z[i].rules[k].count[f]);
+            for (fig = ngx_http_ratelimit_rule_figures; fig->name; fig++) {
+                ngx_http_ratelimit_write_metric(w,
+                    fig == ngx_http_ratelimit_rule_figures ? "\"" : ",\"",
+                    fig->name, "\":");
+                ngx_http_ratelimit_write_number(w,
+                    ngx_http_ratelimit_figure_of(&z[i].rules[k], fig));
             }
 
             ngx_http_ratelimit_puts(w, "}");
@@ -485,8 +499,7 @@ ngx_http_ratelimit_prometheus(ngx_http_ratelimit_writer_t *w,
         }
     }
 
-    for (f = 0; f < RL_OUTCOMES; f++) {
-        fig = &ngx_http_ratelimit_outcome_figures[f];
+    for (fig = ngx_http_ratelimit_rule_figures; fig->name; fig++) {
 
         ngx_http_ratelimit_write_metric(w, "# HELP nginx_ratelimit_",
                                         fig->metric, " ");
@@ -505,7 +518,8 @@ ngx_http_ratelimit_prometheus(ngx_http_ratelimit_writer_t *w,
                 ngx_http_ratelimit_puts(w, ",rule=");
                 ngx_http_ratelimit_write_quoted(w, &rule);
                 ngx_http_ratelimit_puts(w, "} ");
-                ngx_http_ratelimit_write_number(w, z[i].rules[k].count[f]);
+                ngx_http_ratelimit_write_number(w,
+                    ngx_http_ratelimit_figure_of(&z[i].rules[k], fig));
                 ngx_http_ratelimit_puts(w, "\n");
             }
         }

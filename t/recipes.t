@@ -37,6 +37,18 @@ server {
         ratelimit off;
         return 200 "backend\\n";
     }
+    location = /login {
+        ratelimit off;
+        if (\$http_x_password != "right") {
+            return 401 "wrong\\n";
+        }
+        return 200 "welcome\\n";
+    }
+    location /v1/ {
+        ratelimit off;
+        add_header X-Tokens-Used \$http_x_test_tokens always;
+        return 200 "answer\\n";
+    }
 }
 EOF
     $t->start();
@@ -70,17 +82,38 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
     my $title = 'A login endpoint';
     $tested{$title} = 1;
     my $t = start_recipe($title);
-    my $t0 = time;
-    my $try = sub { $t->get('/login', { 'X-Account' => $_[0] })->{status} };
-    is(join(' ', map { $try->('alice') } 1 .. 6), '200 200 200 200 200 429', "$title: 5 attempts for an account");
-    is(join(' ', map { $try->('bob') } 1 .. 5), '200 200 200 200 200',
-       "$title: another account from the same address (alice's refused attempt spent nothing there)");
-    is($try->('carol'), 429, "$title: 10 attempts a minute from one address, whatever the account");
-    my $log = $t->error_log;
-    like($log, qr/rejected by rule "login_per_account" in zone "login", key "alice"/, "$title: who was refused, logged");
-    like($log, qr/rejected by rule "login_per_address" in zone "login", key fingerprint [0-9a-f]{16}/,
-         "$title: the address by its fingerprint");
-    cmp_ok(time - $t0, '<', 60, "$title: all within the minute the rules count");
+    my $try = sub { my ($account, $pw) = @_;
+                    $t->get('/login', { 'X-Account' => $account, 'X-Password' => $pw }) };
+    is(join(' ', map { $try->('alice', 'right')->{status} } 1 .. 20), join(' ', (200) x 20),
+       "$title: 20 successful logins in a row, all served");
+    is(join(' ', map { $try->('alice', 'guess')->{status} } 1 .. 5), '401 401 401 401 401', "$title: 5 failures");
+    my $r = $try->('alice', 'right');
+    is("$r->{status} $r->{headers}{'retry-after'}", '429 3600', "$title: then the right password too is refused, for an hour");
+    is($try->('bob', 'right')->{status}, 429, "$title: the address is banned too, whatever the account");
+    like($t->error_log, qr/rejected by rule "failures_per_address" in zone "login", key fingerprint [0-9a-f]{16}/,
+         "$title: who was refused, logged: the address by its fingerprint");
+    $t->stop();
+}
+
+{
+    my $title = 'An AI endpoint limited in tokens';
+    $tested{$title} = 1;
+    my $t = start_recipe($title);
+    my $ask = sub { my ($key, $tokens) = @_;
+                    $t->get('/v1/chat', { 'X-Api-Key' => $key, 'X-Test-Tokens' => $tokens }) };
+    is(join(' ', map { $ask->('k-free-1', 8000)->{status} } 1 .. 3), '200 200 200',
+       "$title: three requests of 8,000 tokens against 20,000 an hour: served, the third into debt");
+    my $r = $ask->('k-free-1', 8000);
+    is($r->{status}, 429, "$title: the fourth refused");
+    # 4,000 tokens owed and 1 for the request, at 20,000 an hour: 720.18 s
+    ok($r->{headers}{'retry-after'} >= 720 && $r->{headers}{'retry-after'} <= 721,
+       "$title: Retry-After repays the debt ($r->{headers}{'retry-after'} s)");
+    is(join(' ', map { $ask->('k-pro-7c1e', 8000)->{status} } 1 .. 4), '200 200 200 200', "$title: a pro key has a million");
+    is($r = $ask->('k-free-2', '')->{status}, 200, "$title: no header from the upstream");
+    # logged in the log phase, once the response went out
+    my $bad = qr/rule "tokens" in zone "ai": charge "" is not a non-negative integer, the request's cost \(1\) is charged/;
+    RLTest::wait_until(sub { $t->error_log =~ $bad }, 5);
+    like($t->error_log, $bad, "$title: ... is charged one token, and logged");
     $t->stop();
 }
 

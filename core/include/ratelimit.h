@@ -462,6 +462,10 @@ RL_API void rl_request_refund(rl_request_t *rq, int64_t now_ms);
 #define RL_NO_CHARGE  UINT64_MAX
 RL_API void rl_request_end(rl_request_t *rq, int64_t now_ms);
 
+/* 1 if rl_request_end() spends a charge for this check (its rule has
+   charge= and admitted the request): only then is its value wanted. */
+RL_API int rl_check_charges(const rl_check_t *check);
+
 /* Bytes of the block a rule's state needs beyond the table's slot (0 for
    most algorithms): what a table's layout is planned from. */
 RL_API uint32_t rl_rule_block_size(const rl_rule_t *rule);

@@ -190,6 +190,13 @@ void rl_request_refund(rl_request_t *rq, int64_t now_ms)
     }
 }
 
+int rl_check_charges(const rl_check_t *c)
+{
+    // what the request reserved at the rule is settled: never a refusal
+    const bool reserved = c->outcome == RL_OUTCOME_ALLOWED || c->outcome == RL_OUTCOME_DELAYED;
+    return rl::applies(*c) && c->rule->charge && reserved;
+}
+
 void rl_request_end(rl_request_t *rq, int64_t now_ms)
 {
     try {
@@ -198,8 +205,7 @@ void rl_request_end(rl_request_t *rq, int64_t now_ms)
             c.charged = 0;
             c.capped = 0;
             c.in_debt = 0;
-            const bool reserved = c.outcome == RL_OUTCOME_ALLOWED || c.outcome == RL_OUTCOME_DELAYED;
-            if (rl::applies(c) && c.rule->charge && c.charge != RL_NO_CHARGE && reserved) {
+            if (rl_check_charges(&c) && c.charge != RL_NO_CHARGE) {
                 rl::settle(c, now_ms);
             }
         }
