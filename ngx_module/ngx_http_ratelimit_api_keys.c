@@ -524,8 +524,9 @@ ngx_http_ratelimit_api_state_json(ngx_http_ratelimit_writer_t *w,
 /*
  * GET zones/NAME/top: {"zone":Z,"since_ms":T,"rules":{R:{"state":
  * "kept"|"none"|"no_room","refusals":N,"entries":32,"keys":[{"fingerprint":
- * F,"key":K,"refused":N,"error":N},...]}}}, most refused first; "key" only
- * where the rule logs keys in clear.  Each rule's list is copied under the
+ * F,"key":K,"refused":N,"error":N,"banned_ms":MS},...]}}}, most refused
+ * first; "key" only where the rule logs keys in clear, "banned_ms" only for
+ * a key a ban= keeps out.  Each rule's list is copied under the
  * zone's lock.
  */
 
@@ -607,6 +608,12 @@ ngx_http_ratelimit_api_top(ngx_http_request_t *r,
                                          top->top[j].refused);
             ngx_http_ratelimit_api_field(&w, ",\"error\":",
                                          top->top[j].error);
+
+            if (top->top[j].banned_ms > 0) {
+                ngx_http_ratelimit_api_field(&w, ",\"banned_ms\":",
+                                             top->top[j].banned_ms);
+            }
+
             ngx_http_ratelimit_puts(&w, "}");
         }
 

@@ -102,6 +102,8 @@ SKIP: {
     my $wait = $r->{headers}{'retry-after'};
     ok($wait >= 6 - $elapsed - 1 && $wait <= 6 - $elapsed + 1, "Retry-After says when the ban ends ($wait s)");
 }
+my $top = decode_json(req('/rl/zones/login/top?rule=login')->{content})->{rules}{login}{keys};
+ok((grep { ($_->{banned_ms} // 0) > 0 } @$top) == 1, 'the top keys show the ban') or diag(explain($top));
 my $api = decode_json(req('/rl/zones/login/keys?key=c1&rule=login')->{content});
 ok($api->{rules}[0]{banned_ms} > 0, 'the key API says until when it is banned') or diag(explain($api));
 sleep 0.05 while time < $banned_at + 6.05;
