@@ -8,8 +8,8 @@
  * the instructions they take, are the same from run to run.
  *
  * clock_gettime() of the real-time and monotonic clocks reads the same
- * virtual time without moving it (nginx's ngx_current_msec); time() too.
- * Other clocks (CPU time) are the real ones.
+ * virtual time without moving it (nginx's ngx_current_msec).  Other clocks
+ * (CPU time) are the real ones; nginx does not call time() here.
  */
 
 #define _GNU_SOURCE
@@ -78,19 +78,4 @@ clock_gettime(clockid_t id, struct timespec *ts)
     default:
         return syscall(SYS_clock_gettime, id, ts);
     }
-}
-
-
-time_t
-time(time_t *tloc)
-{
-    time_t  t;
-
-    t = virtual_now(0) / 1000000;
-
-    if (tloc) {
-        *tloc = t;
-    }
-
-    return t;
 }
