@@ -429,7 +429,8 @@ fuzz() {
 }
 
 # The formatting: clang-format's for the C++ core, its tests, benchmarks
-# and tools (.clang-format), nginx's for the C glue and bench/clock.c (tools/nginx-style).
+# and tools (.clang-format), nginx's for the C glue and bench/clock.c
+# (tools/nginx-style).
 check_format() {
     ensure_packages clang-format perl
     log "formatting (clang-format, tools/nginx-style)"
