@@ -27,6 +27,10 @@
 #   ./build.sh bench    build, then run the benchmarks (bench/README.md);
 #                       ./build.sh bench core|throughput|density|shaping|redis
 #                       runs one of them
+#   ./build.sh instructions [--check]  build, then count each benchmark
+#                       location's instructions a request under callgrind
+#                       (bench/instructions); --check fails when one is more
+#                       than 3% over bench/budget
 #
 # Result: build/ngx_http_ratelimit_module.so, loadable into Debian's nginx.
 # The module is built the way any nginx module is (config, config.make):
@@ -400,6 +404,15 @@ run_bench() {
     done
 }
 
+# Instructions a request by location under callgrind, deterministic
+# (bench/instructions, bench/README.md); arguments go to it (--check).
+instructions() {
+    ensure_packages valgrind gcc
+    build
+    log "instructions a request (bench/instructions $*)"
+    (cd "$ROOT" && perl bench/instructions "$@")
+}
+
 # The libFuzzer targets (clang, with ASan and UBSan), each for SECONDS
 # (default 60), starting from the committed seeds in tests/fuzz/corpus.
 fuzz() {
@@ -418,13 +431,14 @@ fuzz() {
 }
 
 # The formatting: clang-format's for the C++ core, its tests, benchmarks
-# and tools (.clang-format), nginx's for the C glue (tools/nginx-style).
+# and tools (.clang-format), nginx's for the C glue and bench/clock.c
+# (tools/nginx-style).
 check_format() {
     ensure_packages clang-format perl
     log "formatting (clang-format, tools/nginx-style)"
     (cd "$ROOT" && clang-format --dry-run --Werror core/src/*/*.cpp core/src/*/*.h core/tools/*.cpp \
         tests/*.cc tests/*.h tests/fuzz/*.cc bench/*.cc \
-        && tools/nginx-style ngx_module/*.c ngx_module/*.h core/include/ratelimit.h) \
+        && tools/nginx-style ngx_module/*.c ngx_module/*.h core/include/ratelimit.h bench/clock.c) \
         || { echo "formatting: see above (clang-format -i FILE for C++)" >&2; exit 1; }
 }
 
@@ -445,8 +459,9 @@ case "${1:-build}" in
     fuzz) fuzz "${2:-60}" ;;
     demo) build; demo ;;
     bench) run_bench "${2:-all}" ;;
+    instructions) shift; instructions "$@" ;;
     stress) build; stress "${2:-100}" ;;
     check-format) check_format ;;
-    *) echo "usage: $0 [build|test|test-asan|matrix [ENTRY...]|deb|test-deb|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|throughput|density|shaping|redis]]" >&2
+    *) echo "usage: $0 [build|test|test-asan|matrix [ENTRY...]|deb|test-deb|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|throughput|density|shaping|redis]|instructions [--check]]" >&2
        exit 2 ;;
 esac
