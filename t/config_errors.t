@@ -14,7 +14,7 @@ my $t = RLTest->new();
 # [ what, http-level text, location-level text, message regex ]
 my @bad = (
     [ 'unknown algorithm', '', 'ratelimit zone=z limit=5 algorithm=magic;',
-      qr/"ratelimit" directive: invalid "algorithm=magic": expected algorithm=gcra, token_bucket, fixed_window, sliding_window, sliding_log, leaky_bucket or quota/ ],
+      qr/"ratelimit" directive: invalid "algorithm=magic": expected algorithm=gcra, token_bucket, fixed_window, sliding_window, sliding_log, leaky_bucket, quota or concurrency/ ],
     [ 'limit zero', '', 'ratelimit zone=z limit=0;',
       qr/"ratelimit" directive: invalid "limit=0": expected an integer from 1 to 1000000000/ ],
     [ 'limit negative', '', 'ratelimit zone=z limit=-5;', qr/invalid "limit=-5": expected an integer from 1/ ],
@@ -119,7 +119,7 @@ my @bad = (
       qr/invalid "utc_offset=\+15:00": expected \+HH:MM or -HH:MM, at most 14:00/ ],
     [ 'zone too small for its sliding_log', 'ratelimit_zone small 64k;',
       'ratelimit zone=small algorithm=sliding_log limit=10000 period=1h;',
-      qr/"ratelimit_zone" directive: zone "small" of size 65536 is too small for its rules' states of up to 40032 bytes a key: it needs at least 256k/ ],
+      qr/"ratelimit_zone" directive: zone "small" of size 65536 is too small for its rules' states of up to 40032 bytes a key: it needs at least 257k/ ],
     [ 'redis without port', 'ratelimit_zone r 1m redis=127.0.0.1;', '',
       qr/"ratelimit_zone" directive: invalid "redis=127.0.0.1" of zone "r": no port; expected redis=HOST:PORT/ ],
     [ 'redis bad port', 'ratelimit_zone r 1m redis=127.0.0.1:99999;', '',

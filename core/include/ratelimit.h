@@ -38,6 +38,7 @@ enum rl_algorithm {
     RL_SLIDING_LOG,
     RL_LEAKY_BUCKET,
     RL_QUOTA,
+    RL_CONCURRENCY,             /* requests in flight, not a rate */
     RL_ALGORITHM_COUNT
 };
 
@@ -64,6 +65,8 @@ enum rl_reset {
 #define RL_ERR_MAX        512                  /* enough for any message */
 #define RL_RULES_MAX      32                   /* rules of one request */
 #define RL_BAN_MAX_MS     RL_PERIOD_MAX_MS     /* ban= */
+#define RL_CONCURRENCY_MAX 4096u               /* concurrency: slots a key */
+#define RL_QUEUE_MAX      1024u                /*   and requests waiting */
 
 typedef struct {
     uint32_t  algorithm;        /* enum rl_algorithm */
@@ -97,6 +100,8 @@ typedef struct {
                                    (rl_request_end) */
     int64_t   ban_ms;           /* ban=: a key this rule refuses is
                                    refused for so long (0: no ban) */
+    int64_t   max_wait_ms;      /* concurrency: how long a request may
+                                   wait for a slot (0: refused at once) */
     uint32_t  given;            /* internal: parameters set explicitly */
     char      name[RL_NAME_MAX];/* given by name=, or rl_rule_finish's */
 } rl_rule_t;
@@ -224,6 +229,8 @@ typedef struct {
                                    admits at once or delayed) */
     int64_t   banned_ms;        /* denied by a ban (ban=): ms until it ends
                                    (retry_after_ms then says the same) */
+    int32_t   queued;           /* concurrency: not admitted yet, waiting
+                                   for a slot in the key's queue */
     int64_t   window_ms;        /* the policy's window: period, the current
                                    calendar period of a quota, or the time
                                    a paced rule takes to restore its quota.
@@ -333,6 +340,9 @@ typedef struct {
     uint64_t  charged;          /* charge=: units charged as requests ended */
     uint64_t  debts;            /*   requests whose charge left the key in
                                      debt */
+    uint64_t  in_flight;        /* concurrency: slots held now, */
+    uint64_t  peak;             /*   the most held at once, */
+    uint64_t  waited;           /*   requests that waited for a slot */
 } rl_rule_stats_t;
 
 /* The counters of rule `name`, claimed on first use; -1 when all are taken.
@@ -370,7 +380,10 @@ enum rl_verdict {
     RL_VERDICT_PASSED = 0,
     RL_VERDICT_DELAYED,         /* admitted, to be held delay_ms first */
     RL_VERDICT_REJECTED,
-    RL_VERDICT_EXEMPT           /* every rule's key was empty */
+    RL_VERDICT_EXEMPT,          /* every rule's key was empty */
+    RL_VERDICT_QUEUED           /* waits for a slot (concurrency with
+                                   max_wait): decide it again, with the
+                                   same checks, when one may be free */
 };
 
 typedef struct {
@@ -400,6 +413,13 @@ typedef struct {
                                        none, the reservation stands) */
     uint64_t             charged;   /* out of rl_request_end(): units spent
                                        (the charge, capped) */
+    uint32_t             slot;      /* concurrency: the slot the request
+                                       holds, plus 1 (0: none); */
+    uint32_t             ticket;    /*   its place in the key's queue while
+                                       it waits (0: none).  Both out of
+                                       rl_decide(), in to the next
+                                       rl_decide() of a waiting request
+                                       and to rl_request_end() */
     int32_t              capped;    /*   the charge exceeded the debt bound */
     int32_t              in_debt;   /*   the key owes more than its budget */
 } rl_check_t;
@@ -420,7 +440,14 @@ typedef struct {
                                        delay when delayed, the longest
                                        wait when rejected; the first of
                                        equals */
-    int64_t              delay_ms;  /* out: RL_VERDICT_DELAYED */
+    int64_t              delay_ms;  /* out: RL_VERDICT_DELAYED; QUEUED: the
+                                       longest it may wait (max_wait) */
+    uint32_t             holder;    /* in: who holds the slots it takes
+                                       (concurrency): a process id */
+    int                (*alive)(uint32_t holder);  /* in: 0 if a holder
+                                       no longer exists: its slots and
+                                       places are given back; NULL: every
+                                       holder is */
 } rl_request_t;
 
 /* Hashes every key with its table's secret; needs no lock. */
@@ -449,9 +476,12 @@ RL_API int rl_decide(rl_request_t *rq, int64_t now_ms);
 RL_API void rl_request_refund(rl_request_t *rq, int64_t now_ms);
 
 /*
- * The end of a request admitted by rules with charge= (nginx's log phase):
- * each such check whose rule admitted it gives back the cost it reserved
- * and spends its charge instead (RL_NO_CHARGE: the reservation stands),
+ * The end of a request (nginx's log phase), whatever ended it: each
+ * concurrency rule's slot it holds, and its place in a queue, are given
+ * back (returns the slots freed, for the requests waiting for them); and
+ * each check of a rule with charge= that admitted it gives back the cost
+ * it reserved and spends its charge instead (RL_NO_CHARGE: the reservation
+ * stands),
  * even beyond the key's budget: the key then owes (is in debt) and is
  * refused until time repays it.  A key owes at most one limit beyond an
  * empty budget: a larger charge is capped there, and `capped` says so.  A
@@ -460,7 +490,7 @@ RL_API void rl_request_refund(rl_request_t *rq, int64_t now_ms);
  * (rl_request_lock_order).
  */
 #define RL_NO_CHARGE  UINT64_MAX
-RL_API void rl_request_end(rl_request_t *rq, int64_t now_ms);
+RL_API int rl_request_end(rl_request_t *rq, int64_t now_ms);
 
 /* 1 if rl_request_end() spends a charge for this check (its rule has
    charge= and admitted the request): only then is its value wanted. */
@@ -495,6 +525,8 @@ typedef struct {
                                    retry_after_ms), delay_ms */
     int64_t        banned_ms;   /* the key is banned (ban=) this much
                                    longer; 0: not banned */
+    uint32_t       in_flight;   /* concurrency: slots held, */
+    uint32_t       waiting;     /*   requests waiting for one */
 } rl_peek_t;
 
 /*

@@ -28,6 +28,8 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
 rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
 rl_decision_t leaky_bucket(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
 rl_decision_t quota(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
+// concurrency, as a look: the slots left (concurrency.cpp has the rest)
+rl_decision_t concurrency(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
 
 // What a key owes, as the eviction summary keeps it (table.h): until when
 // (ms; the key is back to full budget from then on), and at most which
@@ -63,6 +65,27 @@ struct Span {
 };
 Span fixed_window_span(const rl_rule_t &rule, const State &s, int64_t now);
 Span quota_span(const rl_rule_t &rule, int64_t now);
+
+// ---- requests in flight (concurrency.cpp) ----------------------------------
+
+// A request of a concurrency rule decided on the key's state: admitted (a
+// slot is free and no waiter is ahead of it), queued (max_wait: it waits,
+// or may join the queue; delay_ms is max_wait), or refused.  Slots and
+// places of holders that alive() says no longer exist are freed first when
+// none would be free (*reclaimed: slots freed).
+rl_decision_t concurrency_decide(const rl_rule_t &rule, State &s, int64_t now, const rl_check_t &c,
+                                 int (*alive)(uint32_t), uint32_t *reclaimed);
+// An admitted request takes a slot (c.slot) and leaves the queue; a queued
+// one joins the queue if it is not in it (c.ticket); a request that ends or
+// gives up releases its slot and place (true if it held a slot).
+void concurrency_take(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t holder);
+void concurrency_enqueue(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t holder);
+void concurrency_leave_queue(const rl_rule_t &rule, State &s, rl_check_t &c);
+bool concurrency_release(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t holder);
+uint32_t concurrency_reclaim(const rl_rule_t &rule, State &s, int (*alive)(uint32_t));
+size_t concurrency_blob_size(const rl_rule_t &rule);
+// What a key holds and how many wait (the key API).
+void concurrency_counts(const rl_rule_t &rule, const State &s, uint32_t *held, uint32_t *queued);
 
 // ---- charges (charge.cpp) --------------------------------------------------
 

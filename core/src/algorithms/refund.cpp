@@ -30,7 +30,9 @@ void refund(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t after, in
     case RL_SLIDING_LOG:
         sliding_log_refund(rule, s, cost, after.t - rule.period_ms);
         return;
-    default:  // fixed_window, quota: the head is {window end, units}
+    case RL_CONCURRENCY:
+        return;  // a slot is given back when the request ends, whatever ends it
+    default:     // fixed_window, quota: the head is {window end, units}
         if (s.head.t == after.t) {
             s.head.n -= (uint32_t) (cost < s.head.n ? cost : s.head.n);
         } else if ((s.head.n & kCarried) && s.head.t > after.t) {

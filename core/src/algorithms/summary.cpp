@@ -73,6 +73,9 @@ int64_t window_end(const rl_rule_t &rule, int64_t now)
 // each leaves the summary empty (no new key then starts owing anything).
 uint32_t owed_frac(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now)
 {
+    if (rule.algorithm == RL_CONCURRENCY) {
+        return 0;  // slots are not a debt: kept in the table while held (check.cpp)
+    }
     if (paced(rule.algorithm)) {
         const uint64_t ahead = paced_ahead(rule, s, now);
         return ahead <= (uint64_t) rule.period_ms ? 0 : fraction(ahead, paced_capacity(rule));
@@ -84,7 +87,7 @@ uint32_t owed_frac(const rl_rule_t &rule, const State &s, const rl_decision_t &d
 State restore(const rl_rule_t &rule, Owed o, int64_t now)
 {
     State s{rl_state_t{0, 0}, nullptr};
-    if (o.until <= now || o.frac == 0) {
+    if (o.until <= now || o.frac == 0 || rule.algorithm == RL_CONCURRENCY) {
         return s;
     }
     if (paced(rule.algorithm)) {

@@ -35,6 +35,10 @@ void policy(const rl_rule_t &rule, rl_decision_t &d)
     case RL_LEAKY_BUCKET:
         d.quota = rule.delay + (uint64_t) rule.max_delay_ms * rule.limit / T + 1;
         break;
+    case RL_CONCURRENCY:
+        d.quota = rule.limit;
+        d.window_ms = 0;  // no window: slots come back as requests end
+        return;
     default:
         d.quota = rule.limit;
         return;
@@ -45,7 +49,8 @@ void policy(const rl_rule_t &rule, rl_decision_t &d)
 rl_decision_t transition(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
 {
     static const Transition by_algorithm[RL_ALGORITHM_COUNT] = {
-        gcra, gcra, fixed_window, sliding_window, sliding_log, leaky_bucket, quota,  // token_bucket is gcra
+        gcra,        gcra,         fixed_window, sliding_window,
+        sliding_log, leaky_bucket, quota,        concurrency,  // token_bucket is gcra
     };
     const uint32_t a = rule.algorithm < RL_ALGORITHM_COUNT ? rule.algorithm : (uint32_t) RL_GCRA;
     return by_algorithm[a](rule, s, now, cost, apply);
@@ -58,6 +63,8 @@ size_t blob_size(const rl_rule_t &rule)
         return sliding_window_blob_size(rule);
     case RL_SLIDING_LOG:
         return sliding_log_blob_size(rule);
+    case RL_CONCURRENCY:
+        return concurrency_blob_size(rule);
     default:
         return paced_block_size(rule);
     }

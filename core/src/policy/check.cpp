@@ -102,14 +102,71 @@ void count_summary_refusals(const rl_check_t *c, const Item *items, size_t n)
     }
 }
 
+// The key's new t, and its debt for the table: one holding slots or places
+// is not a debt for the eviction summary (it is never summed there, and is
+// the last a full table evicts).
+void set_slots(rl::Table *table, const rl_check_t &c, const rl::State &s, int64_t now)
+{
+    const bool busy = s.head.t > now;
+    table->set_t(c.tag, s.head.t, rl::Debt{busy ? rl::kFracFull : 0, busy});
+}
+
+// A concurrency rule's decision: its slots as the key holds them, with the
+// slots of holders that no longer exist given back first when none is free.
+void decide_slots(rl_request_t &rq, size_t i, rl::State &s, int64_t now)
+{
+    rl_check_t &c = rq.checks[i];
+    uint32_t reclaimed = 0;
+    c.before = c.after = s.head;
+    c.at = now;
+    c.decision = rl::concurrency_decide(*c.rule, s, now, c, rq.alive, &reclaimed);
+    rl::policy(*c.rule, c.decision);
+    if (reclaimed > 0 || (s.blob != nullptr && s.head.t != c.before.t)) {
+        rl::Table *table = rl::Table::at(c.table);
+        set_slots(table, c, s, now);
+        table->count_flight(c.counters - 1, -(int64_t) reclaimed, false);
+    }
+}
+
+// A request that waits joins the queues of the concurrency rules it waits
+// for; one refused leaves every queue it was in.
+void queue(rl_request_t &rq, Item *items, bool queued, int64_t now)
+{
+    for (size_t i = 0; i < rq.n; i++) {
+        rl_check_t &c = rq.checks[i];
+        if (!rl::applies(c) || c.rule->algorithm != RL_CONCURRENCY || items[i].pool < 0) {
+            continue;
+        }
+        rl::Table *table = rl::Table::at(c.table);
+        if (queued && c.decision.queued) {
+            const bool first = c.ticket == 0;
+            rl::State s = table->acquire(c.tag, items[i].pool, now);
+            rl::concurrency_enqueue(*c.rule, s, now, c, rq.holder);
+            set_slots(table, c, s, now);
+            if (first && c.ticket != 0) {
+                table->count_flight(c.counters - 1, 0, true);
+            }
+        } else if (!queued && c.ticket != 0) {
+            rl::State s{};
+            if (table->find(c.tag, &s) && s.blob != nullptr) {
+                rl::concurrency_leave_queue(*c.rule, s, c);
+                set_slots(table, c, s, now);
+            }
+            c.ticket = 0;
+        }
+    }
+}
+
 }  // namespace
 
 namespace rl {
 
-bool check(rl_check_t *c, size_t n, int combine, int64_t now_ms)
+Checked check(rl_request_t &rq, int64_t now_ms)
 {
     Item items[RL_RULES_MAX];
-    size_t allowing = 0, applying = 0;
+    rl_check_t *c = rq.checks;
+    const size_t n = rq.n;
+    size_t allowing = 0, applying = 0, queuing = 0;
 
     for (size_t i = 0; i < n; i++) {
         if (!applies(c[i])) {
@@ -127,10 +184,17 @@ bool check(rl_check_t *c, size_t n, int combine, int64_t now_ms)
         }
         c[i].before = items[i].state.head;
         c[i].at = now_ms;
+        items[i].banned = false;
+        if (rule.algorithm == RL_CONCURRENCY) {
+            decide_slots(rq, i, items[i].state, now_ms);
+            allowing += c[i].decision.allowed;
+            queuing += c[i].decision.queued;
+            applying++;
+            continue;
+        }
         // a head-only state is updated on the copy: that is the new head
         c[i].decision = transition(rule, items[i].state, now_ms, c[i].cost, !blob);
         c[i].after = items[i].state.head;
-        items[i].banned = false;
         if (rule.ban_ms > 0 && c[i].cost > 0) {
             const int64_t until = banned_until(table, c[i].tag, now_ms);
             if (until != 0) {
@@ -143,7 +207,20 @@ bool check(rl_check_t *c, size_t n, int combine, int64_t now_ms)
         applying++;
     }
 
-    const bool allowed = combine == RL_COMBINE_ANY ? allowing > 0 || applying == 0 : allowing == applying;
+    // Waiting for a slot (concurrency, max_wait) is neither: with all, the
+    // request waits when every other rule allows; with any, when no rule
+    // allows.  It spends nothing meanwhile, and is decided again.
+    bool allowed, queued;
+    if (rq.combine == RL_COMBINE_ANY) {
+        allowed = allowing > 0 || applying == 0;
+        queued = !allowed && queuing > 0;
+    } else {
+        allowed = allowing == applying;
+        queued = !allowed && allowing + queuing == applying;
+    }
+    if (queued && rq.dry_run) {
+        queued = false;  // a dry run waits for nothing: a would-be refusal
+    }
 
     // With any, only the allowing rules consume; with all, every rule
     // allows whenever the request is allowed.  A head found in place is
@@ -155,7 +232,15 @@ bool check(rl_check_t *c, size_t n, int combine, int64_t now_ms)
         }
         const rl_rule_t &rule = *c[i].rule;
         Table *table = Table::at(c[i].table);
-        if (items[i].blob == 0) {
+        if (rule.algorithm == RL_CONCURRENCY) {
+            if (items[i].pool >= 0) {
+                State s = table->acquire(c[i].tag, items[i].pool, now_ms);
+                concurrency_take(rule, s, now_ms, c[i], rq.holder);
+                set_slots(table, c[i], s, now_ms);
+                table->count_flight(c[i].counters - 1, +1, c[i].ticket != 0);
+            }
+            moved = true;
+        } else if (items[i].blob == 0) {
             const Debt debt{owed_frac(rule, State{c[i].after, nullptr}, c[i].decision, now_ms), items[i].inherited};
             if (items[i].ref.t != nullptr && !moved) {
                 Table::update(items[i].ref, c[i].after, debt);
@@ -182,10 +267,13 @@ bool check(rl_check_t *c, size_t n, int combine, int64_t now_ms)
     }
 
     if (!allowed) {
+        queue(rq, items, queued, now_ms);
+    }
+    if (!allowed && !queued) {
         count_summary_refusals(c, items, n);
         ban(c, items, n, now_ms);
     }
-    return allowed;
+    return allowed ? Checked::kAdmitted : queued ? Checked::kQueued : Checked::kRefused;
 }
 
 }  // namespace rl

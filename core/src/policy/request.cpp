@@ -33,10 +33,25 @@ int outcome_of(const rl_check_t &c, bool allowed, bool delayed, bool dry_run)
 // the verdict, among those that apply and agree with it: when passed, the
 // fewest remaining; when delayed (an applying check allowed with a delay),
 // the longest delay; when rejected, the longest wait; the first of equals.
-int conclude(rl_request_t &rq, bool allowed)
+int conclude(rl_request_t &rq, bool allowed, bool queued)
 {
     const size_t n = rq.n;
     const rl_check_t *c = rq.checks;
+    if (queued) {
+        // waits for a slot: the headers describe the first rule it waits
+        // for, and it waits at most the shortest max_wait; nothing counts
+        rq.binding = n;
+        for (size_t i = 0; i < n; i++) {
+            rq.checks[i].outcome = -1;
+            if (applies(c[i]) && c[i].decision.queued) {
+                if (rq.binding == n || c[i].decision.delay_ms < rq.delay_ms) {
+                    rq.delay_ms = c[i].decision.delay_ms;
+                }
+                rq.binding = rq.binding == n ? i : rq.binding;
+            }
+        }
+        return rq.verdict = RL_VERDICT_QUEUED;
+    }
     if (n == 1) {  // most requests: the one rule binds, whatever it decided
         rl_check_t &only = rq.checks[0];
         const bool applying = applies(only);
@@ -150,7 +165,8 @@ int rl_decide(rl_request_t *rq, int64_t now_ms)
         if (rq->n > RL_RULES_MAX) {
             rq->n = RL_RULES_MAX;
         }
-        const int verdict = rl::conclude(*rq, rl::check(rq->checks, rq->n, rq->combine, now_ms));
+        const rl::Checked checked = rl::check(*rq, now_ms);
+        const int verdict = rl::conclude(*rq, checked == rl::Checked::kAdmitted, checked == rl::Checked::kQueued);
         rl::count(*rq, now_ms);
         return verdict;
     }
@@ -190,6 +206,33 @@ void rl_request_refund(rl_request_t *rq, int64_t now_ms)
     }
 }
 
+namespace {
+
+// A concurrency rule's slot and place given back as its request ends:
+// true if a slot was.
+bool release(rl_check_t &c, uint32_t holder, int64_t now)
+{
+    if (c.slot == 0 && c.ticket == 0) {
+        return false;
+    }
+    rl::Table *table = rl::Table::at(c.table);
+    table->recover();
+    rl::State s{};
+    if (!table->find(c.tag, &s) || s.blob == nullptr) {
+        c.slot = c.ticket = 0;
+        return false;  // reset through the key API, or evicted: nothing held
+    }
+    const bool freed = rl::concurrency_release(*c.rule, s, now, c, holder);
+    const bool busy = s.head.t > now;
+    table->set_t(c.tag, s.head.t, rl::Debt{busy ? rl::kFracFull : 0, busy});
+    if (freed && c.counters > 0) {
+        table->count_flight(c.counters - 1, -1, false);
+    }
+    return freed;
+}
+
+}  // namespace
+
 int rl_check_charges(const rl_check_t *c)
 {
     // what the request reserved at the rule is settled: never a refusal
@@ -197,8 +240,9 @@ int rl_check_charges(const rl_check_t *c)
     return rl::applies(*c) && c->rule->charge && reserved;
 }
 
-void rl_request_end(rl_request_t *rq, int64_t now_ms)
+int rl_request_end(rl_request_t *rq, int64_t now_ms)
 {
+    int freed = 0;
     try {
         for (size_t i = 0; i < rq->n; i++) {
             rl_check_t &c = rq->checks[i];
@@ -208,9 +252,13 @@ void rl_request_end(rl_request_t *rq, int64_t now_ms)
             if (rl_check_charges(&c) && c.charge != RL_NO_CHARGE) {
                 rl::settle(c, now_ms);
             }
+            if (rl::applies(c) && c.rule->algorithm == RL_CONCURRENCY) {
+                freed += release(c, rq->holder, now_ms);
+            }
         }
     } catch (...) {
     }
+    return freed;
 }
 
 void rl_request_count(rl_request_t *rq, int64_t now_ms)

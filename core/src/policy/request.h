@@ -13,13 +13,15 @@ inline bool applies(const rl_check_t &c)
 }
 
 // Decides every check that applies on its key's state, combines, and
-// commits all that consume or none (check.cpp).  The caller holds the
-// locks.  Returns whether the request is allowed.
-bool check(rl_check_t *c, size_t n, int combine, int64_t now_ms);
+// commits all that consume or none (check.cpp); a request that waits for a
+// slot (concurrency) joins the queues it waits in and spends nothing.  The
+// caller holds the locks.
+enum class Checked { kRefused, kAdmitted, kQueued };
+Checked check(rl_request_t &rq, int64_t now_ms);
 
 // The verdict, binding rule, delay and outcomes of a request whose checks
 // are decided (request.cpp; rl_decide and rl_redis_decide end with it).
-int conclude(rl_request_t &rq, bool allowed);
+int conclude(rl_request_t &rq, bool allowed, bool queued = false);
 
 // Counts the refusals of a concluded request among its rules' top keys
 // (keys.cpp).  The caller holds the locks.

@@ -34,6 +34,7 @@ enum Param : uint32_t {
     P_DELAY = 1u << 15,
     P_CHARGE = 1u << 16,
     P_BAN = 1u << 17,
+    P_MAX_WAIT = 1u << 18,
 };
 
 // Every parameter the core parses, by name.
@@ -59,6 +60,7 @@ const struct {
     {"limit_max", P_LIMIT_MAX},
     {"charge", P_CHARGE},
     {"ban", P_BAN},
+    {"max_wait", P_MAX_WAIT},
 };
 
 // The parameters that may be a $variable, evaluated by the glue per request.
@@ -77,9 +79,10 @@ const Name algorithms[] = {
     {"sliding_log", RL_SLIDING_LOG},
     {"leaky_bucket", RL_LEAKY_BUCKET},
     {"quota", RL_QUOTA},
+    {"concurrency", RL_CONCURRENCY},
 };
 const char *const algorithm_list =
-    "gcra, token_bucket, fixed_window, sliding_window, sliding_log, leaky_bucket or quota";
+    "gcra, token_bucket, fixed_window, sliding_window, sliding_log, leaky_bucket, quota or concurrency";
 
 const Name aligns[] = {{"epoch", RL_ALIGN_EPOCH}, {"first", RL_ALIGN_FIRST}};
 const Name switches[] = {{"off", 0}, {"on", 1}};
@@ -97,6 +100,7 @@ const struct {
     {P_DELAY, "delay", RL_LEAKY_BUCKET},
     {P_RESET, "reset", RL_QUOTA},
     {P_UTC_OFFSET, "utc_offset", RL_QUOTA},
+    {P_MAX_WAIT, "max_wait", RL_CONCURRENCY},
 };
 
 // "+HH:MM" or "-HH:MM", at most 14:00 either way.
@@ -322,6 +326,13 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
         }
         return RL_OK;
 
+    case P_MAX_WAIT:
+        if (rl_parse_time_ms(v.p, v.len, &rule->max_wait_ms) != RL_OK || rule->max_wait_ms > 3600000) {
+            return fail(err, errlen, "invalid \"%.*s\": expected a time from 0ms to 1h, like 500ms, 10s, 1m", w,
+                        whole.p);
+        }
+        return RL_OK;
+
     case P_MAX_DELAY:
         if (rl_parse_time_ms(v.p, v.len, &rule->max_delay_ms) != RL_OK || rule->max_delay_ms > RL_PERIOD_MAX_MS) {
             return fail(err, errlen, "invalid \"%.*s\": expected a time from 0ms to 366d, like 500ms, 5s, 1m", w,
@@ -440,6 +451,12 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
             return fail(err, errlen, "\"limit_max=\" applies to limit=$variable or burst=$variable only");
         }
         if (var && !(rule->given & P_LIMIT_MAX)) {
+            if (a == RL_CONCURRENCY) {
+                return fail(err, errlen,
+                            "missing \"limit_max=\" for algorithm=concurrency with limit=$variable: its state "
+                            "keeps who holds each slot, sized by the largest limit, e.g. limit_max=100 (at most %u)",
+                            RL_CONCURRENCY_MAX);
+            }
             if (a == RL_SLIDING_LOG) {
                 return fail(err, errlen,
                             "missing \"limit_max=\" for algorithm=sliding_log with limit=$variable: its state "
@@ -453,6 +470,26 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
                         rule->limit, rule->limit_max);
         }
 
+        if (a == RL_CONCURRENCY) {
+            if (rule->given & P_PERIOD) {
+                return fail(err, errlen,
+                            "\"period=\" does not apply to algorithm=concurrency: it limits the requests of a "
+                            "key in flight at once, not a rate (add a rule of another algorithm for a rate)");
+            }
+            if ((rule->given & P_COST) || rule->charge) {
+                return fail(err, errlen,
+                            "\"%s=\" does not apply to algorithm=concurrency: each request holds one slot while "
+                            "it runs",
+                            rule->charge ? "charge" : "cost");
+            }
+            const uint32_t most = rule->limit_var ? rule->limit_max : rule->limit;
+            if (most > RL_CONCURRENCY_MAX) {
+                return fail(err, errlen,
+                            "\"%s=%u\" is too large for algorithm=concurrency: a key holds at most %u requests in "
+                            "flight (its state keeps who holds each)",
+                            rule->limit_var ? "limit_max" : "limit", most, RL_CONCURRENCY_MAX);
+            }
+        }
         if (a == RL_QUOTA) {
             if (rule->given & P_PERIOD) {
                 return fail(err, errlen,
@@ -537,6 +574,8 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
             char period[32];
             if (a == RL_QUOTA) {
                 std::snprintf(period, sizeof(period), "%s", name_of(resets, 3, rule->reset));
+            } else if (a == RL_CONCURRENCY) {
+                std::snprintf(period, sizeof(period), "%s", "at_once");
             } else {
                 format_period(rule->period_ms, period, sizeof(period));
             }

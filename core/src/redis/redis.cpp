@@ -68,6 +68,12 @@ const char *rl_redis_script(size_t *len)
 
 int rl_redis_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
 {
+    if (rule->algorithm == RL_CONCURRENCY) {
+        return rl::fail(err, errlen,
+                        "algorithm=concurrency is not decided in Redis: a slot must be given back when its request "
+                        "ends or its nginx server dies, and Redis cannot see either; use a zone without redis= for "
+                        "this rule");
+    }
     if (rule->charge || rule->ban_ms) {
         return rl::fail(err, errlen,
                         "%s is not decided in Redis: the script does not settle charges nor keep bans; use a "

@@ -60,6 +60,9 @@ void rl_table_peek(void *mem, const rl_rule_t *rule, uint64_t tag, uint64_t cost
         if (blob && table->pool_for(blob) < 0) {
             s.blob = nullptr;  // as rl_decide: decided as cold
         }
+        if (rule->algorithm == RL_CONCURRENCY) {
+            rl::concurrency_counts(*rule, s, &out->in_flight, &out->waiting);
+        }
         rl::State look = s, next = s;
         out->look = rl::transition(*rule, look, now_ms, 0, false);
         out->next = rl::transition(*rule, next, now_ms, cost, false);

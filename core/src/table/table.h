@@ -95,6 +95,9 @@ struct RuleCounters {
     uint64_t top;      // its TopList, from the table's start; 0: none yet
     uint64_t charged;  // charge=: units charged when requests ended
     uint64_t debts;    // requests whose charge left the key in debt
+    int64_t flight;    // concurrency: slots held now,
+    int64_t peak;      //   the most held at once,
+    uint64_t waited;   //   requests that waited for one
 };
 
 // The keys a rule refuses most (top.cpp): a Space-Saving summary of
@@ -296,6 +299,21 @@ public:
             RuleCounters &r = h_.rules[slot];
             __atomic_store_n(&r.charged, __atomic_load_n(&r.charged, __ATOMIC_RELAXED) + units, __ATOMIC_RELAXED);
             __atomic_store_n(&r.debts, __atomic_load_n(&r.debts, __ATOMIC_RELAXED) + debt, __ATOMIC_RELAXED);
+        }
+    }
+
+    // A concurrency rule's slots: delta taken (or given back), and a
+    // request that joins a queue.
+    void count_flight(int slot, int64_t delta, bool waited)
+    {
+        if (slot >= 0 && (uint32_t) slot < RL_RULE_STATS_MAX) {
+            RuleCounters &r = h_.rules[slot];
+            const int64_t now = __atomic_load_n(&r.flight, __ATOMIC_RELAXED) + delta;
+            __atomic_store_n(&r.flight, now > 0 ? now : 0, __ATOMIC_RELAXED);
+            if (now > __atomic_load_n(&r.peak, __ATOMIC_RELAXED)) {
+                __atomic_store_n(&r.peak, now, __ATOMIC_RELAXED);
+            }
+            __atomic_store_n(&r.waited, __atomic_load_n(&r.waited, __ATOMIC_RELAXED) + waited, __ATOMIC_RELAXED);
         }
     }
 
