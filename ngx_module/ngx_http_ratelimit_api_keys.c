@@ -515,6 +515,12 @@ ngx_http_ratelimit_api_state_json(ngx_http_ratelimit_writer_t *w,
         pk->next.allowed ? ngx_max(pk->next.delay_ms, 0) : 0);
     ngx_http_ratelimit_api_field(w, ",\"banned_ms\":",
                                  ngx_max(pk->banned_ms, 0));
+
+    if (st->rule->rule.algorithm == RL_CONCURRENCY) {
+        ngx_http_ratelimit_api_field(w, ",\"in_flight\":", pk->in_flight);
+        ngx_http_ratelimit_api_field(w, ",\"waiting\":", pk->waiting);
+    }
+
     ngx_http_ratelimit_api_field(w, ",\"limit\":", st->rule->rule.limit);
     ngx_http_ratelimit_api_field(w, ",\"cost\":", st->cost);
     ngx_http_ratelimit_puts(w, "}");

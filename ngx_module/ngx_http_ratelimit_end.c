@@ -2,19 +2,22 @@
 /*
  * ngx-ratelimit: the end of a request (the log phase).
  *
- * A rule with charge= spends what its value says once the response is
- * known: after it went out, or when the client went away early.  The value
- * is evaluated here, once a request (internal redirects, error_page and
- * subrequests share the main request's context), the core settles every
- * such rule under the zones' locks, taken once (rl_request_end), and what
- * was charged is kept for $ratelimit_charged.  The handler is set up only
- * when some rule charges.
+ * What a request holds is settled once the response is known: after it
+ * went out, or when the client went away early.  A rule with charge=
+ * spends what its value says (evaluated here, once a request: internal
+ * redirects, error_page and subrequests share the main request's context);
+ * a concurrency rule's slot and place in a queue are given back, and a
+ * request waiting in this worker for a slot is woken.  The core settles
+ * every rule under the zones' locks, taken once (rl_request_end).  The
+ * handler is set up only when some rule settles at the end.
  */
 
 
 #include "ngx_http_ratelimit_module.h"
 
 
+static void ngx_http_ratelimit_charged(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx);
 static uint64_t ngx_http_ratelimit_charge_value(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, rl_check_t *check);
 
@@ -22,34 +25,54 @@ static uint64_t ngx_http_ratelimit_charge_value(ngx_http_request_t *r,
 ngx_int_t
 ngx_http_ratelimit_end_handler(ngx_http_request_t *r)
 {
-    size_t                      i, order[RL_RULES_MAX], m;
-    rl_check_t                 *c;
-    ngx_http_ratelimit_ctx_t   *ctx;
-    ngx_http_ratelimit_rule_t  *rule;
+    ngx_http_ratelimit_ctx_t  *ctx;
+
     if (r != r->main) {
         return NGX_DECLINED;
     }
 
     ctx = ngx_http_ratelimit_get_ctx(r);
 
-    if (ctx == NULL || !ctx->charges || ctx->ended) {
-        return NGX_DECLINED;
+    if (ctx != NULL) {
+        ngx_http_ratelimit_end(ctx, 1);
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * Settles the request, once: with charges evaluated (charges: in the log
+ * phase) or without (the pool's cleanup of a request that never reached
+ * it: the cost each charge= rule reserved stands).
+ */
+
+void
+ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
+{
+    int                         freed;
+    size_t                      i, order[RL_RULES_MAX], m;
+    rl_check_t                 *c;
+    ngx_http_request_t         *r;
+    ngx_http_ratelimit_rule_t  *rule;
+
+    if (!ctx->ends || ctx->ended || !ctx->kept
+        || (ctx->decided_by != NGX_HTTP_RATELIMIT_BY_LOCAL
+            && ctx->decided_by != NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL))
+    {
+        /* nothing to settle; or decided in Redis, or by a fail mode that
+           held nothing here (no rule that settles at the end is decided
+           in Redis: rl_redis_rule_ok) */
+        return;
     }
 
     ctx->ended = 1;
-
-    if (ctx->decided_by != NGX_HTTP_RATELIMIT_BY_LOCAL
-        && ctx->decided_by != NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL)
-    {
-        /* a fail mode that allowed or denied reserved nothing here (a rule
-           that charges is not decided in Redis: rl_redis_rule_ok) */
-        return NGX_DECLINED;
-    }
+    r = ctx->request;
 
     for (i = 0; i < ctx->rq.n; i++) {
         c = &ctx->rq.checks[i];
         rule = ngx_http_ratelimit_rule_of(c);
-        c->charge = rl_check_charges(c)
+        c->charge = charges && rl_check_charges(c)
                     ? ngx_http_ratelimit_charge_value(r, rule, c)
                     : RL_NO_CHARGE;
     }
@@ -57,12 +80,16 @@ ngx_http_ratelimit_end_handler(ngx_http_request_t *r)
     m = rl_request_lock_order(&ctx->rq, order);
 
     ngx_http_ratelimit_lock(&ctx->rq, order, m, 1);
-    rl_request_end(&ctx->rq, ngx_http_ratelimit_now());
+    freed = rl_request_end(&ctx->rq, ngx_http_ratelimit_now());
     ngx_http_ratelimit_lock(&ctx->rq, order, m, 0);
 
-    ngx_http_ratelimit_charged(r, ctx);
+    if (freed > 0) {
+        ngx_http_ratelimit_wait_wake();
+    }
 
-    return NGX_DECLINED;
+    if (charges) {
+        ngx_http_ratelimit_charged(r, ctx);
+    }
 }
 
 
@@ -71,7 +98,7 @@ ngx_http_ratelimit_end_handler(ngx_http_request_t *r)
  * charging rule's units), and a line for a charge the debt's bound cut.
  */
 
-void
+static void
 ngx_http_ratelimit_charged(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {

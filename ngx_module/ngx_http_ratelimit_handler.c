@@ -39,6 +39,7 @@ static ngx_int_t ngx_http_ratelimit_delay_request(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static void ngx_http_ratelimit_delay(ngx_http_request_t *r);
 static void ngx_http_ratelimit_ctx_cleanup(void *data);
+static int ngx_http_ratelimit_alive(uint32_t pid);
 
 
 ngx_int_t
@@ -88,8 +89,9 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
     r->main->pool->cleanup = cln;
     ngx_http_set_ctx(r->main, ctx, ngx_http_ratelimit_module);
 
+    ctx->request = r->main;
     ctx->headers = rlcf->headers;
-    ctx->charges = rlcf->charges;
+    ctx->ends = rlcf->ends;
 
     /* one check a rule: the core decides the request from them all (an
        empty key exempts the request from its rule) */
@@ -126,6 +128,8 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
     ctx->rq.n = rlcf->rules.nelts;
     ctx->rq.combine = rlcf->combine;
     ctx->rq.dry_run = rlcf->dry_run;
+    ctx->rq.holder = (uint32_t) ngx_pid;
+    ctx->rq.alive = ngx_http_ratelimit_alive;
 
     rl_request_hash(&ctx->rq);   /* outside the locks */
 
@@ -281,9 +285,9 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
     rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
     rq = &ctx->rq;
 
-    /* rules with charge= settle when the request ends */
+    /* rules with charge= or concurrency settle when the request ends */
 
-    if (ctx->charges && ngx_http_ratelimit_keep_checks(r, ctx) != NGX_OK) {
+    if (ctx->ends && ngx_http_ratelimit_keep_checks(r, ctx) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -332,10 +336,63 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
         ctx->status = NGX_HTTP_RATELIMIT_DELAYED;
         return ngx_http_ratelimit_delay_request(r, ctx);
 
+    case RL_VERDICT_QUEUED:
+
+        /* waits for a slot: logged once, one level below rejections */
+        if (!ctx->in_wait) {
+            level = rlcf->log_level == NGX_LOG_INFO
+                    || rlcf->log_level == NGX_HTTP_RATELIMIT_LOG_OFF
+                    ? rlcf->log_level : rlcf->log_level + 1;
+
+            ngx_http_ratelimit_log(r, level, "waiting for a slot", binding);
+        }
+
+        return ngx_http_ratelimit_wait(r, ctx);
+
     default: /* RL_VERDICT_PASSED */
         ctx->status = NGX_HTTP_RATELIMIT_PASSED;
         return NGX_DECLINED;
     }
+}
+
+
+/* A request decided again, waiting for a slot (ngx_http_ratelimit_wait.c). */
+
+ngx_int_t
+ngx_http_ratelimit_decide_again(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx)
+{
+    return ngx_http_ratelimit_decide_local(r, ctx);
+}
+
+
+/*
+ * The phases run on for a request that was held (for Redis, or waiting for
+ * a slot): the phase engine calls the handler again, which returns rc.
+ */
+
+void
+ngx_http_ratelimit_resume(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx,
+    ngx_int_t rc)
+{
+    if (rc == NGX_AGAIN) {
+        return;   /* held by a shaping rule: its timer runs the phases on */
+    }
+
+    ctx->rc = rc;
+    ctx->resume = 1;
+    r->read_event_handler = ngx_http_block_reading;
+    r->write_event_handler = ngx_http_core_run_phases;
+    ngx_http_core_run_phases(r);
+}
+
+
+/* Whether the process holding a slot still exists (concurrency). */
+
+static int
+ngx_http_ratelimit_alive(uint32_t pid)
+{
+    return kill((ngx_pid_t) pid, 0) == 0 || ngx_errno != NGX_ESRCH;
 }
 
 
@@ -432,17 +489,7 @@ ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
         rc = ngx_http_ratelimit_decided(r, ctx);
     }
 
-    if (rc == NGX_AGAIN) {
-        return;   /* held by a shaping rule: its timer runs the phases on */
-    }
-
-    /* the phase engine calls the handler again, which returns rc */
-
-    ctx->rc = rc;
-    ctx->resume = 1;
-    r->read_event_handler = ngx_http_block_reading;
-    r->write_event_handler = ngx_http_core_run_phases;
-    ngx_http_core_run_phases(r);
+    ngx_http_ratelimit_resume(r, ctx, rc);
 }
 
 
@@ -491,8 +538,8 @@ ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
 
 
 /*
- * A request that waits, or that charges when it ends, keeps its checks in
- * its pool, not on the stack.
+ * A request that waits, or whose rules settle when it ends, keeps its checks
+ * in its pool, not on the stack.
  */
 
 static ngx_int_t
@@ -651,4 +698,11 @@ ngx_http_ratelimit_ctx_cleanup(void *data)
         rl_request_refund(&ctx->rq, ngx_http_ratelimit_now());
         ngx_http_ratelimit_lock(&ctx->rq, order, m, 0);
     }
+
+    /* a request waiting for a slot leaves this worker's list; one whose
+       log phase did not run gives back its slots and places (and keeps
+       the cost a charge= rule reserved: its charge is not known) */
+
+    ngx_http_ratelimit_wait_leave(ctx);
+    ngx_http_ratelimit_end(ctx, 0);
 }

@@ -167,12 +167,16 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
             return NGX_ERROR;
         }
 
+        /* a policy with no window (concurrency) has no time to tell */
+
         v = p;
         p = ngx_http_ratelimit_number(p, ngx_http_ratelimit_seconds(
                                              ctx->decision.reset_ms));
-        if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_reset_header,
-                                          v, p - v)
-            != NGX_OK)
+        if (ctx->decision.window_ms > 0
+            && ngx_http_ratelimit_add_header(r,
+                                             &ngx_http_ratelimit_reset_header,
+                                             v, p - v)
+               != NGX_OK)
         {
             return NGX_ERROR;
         }
@@ -200,9 +204,13 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
         p = ngx_cpymem(p, rule->name.data, rule->name.len);
         p = ngx_cpymem(p, "\";q=", 4);
         p = ngx_http_ratelimit_number(p, ctx->decision.quota);
-        p = ngx_cpymem(p, ";w=", 3);
-        p = ngx_http_ratelimit_number(p, ngx_http_ratelimit_seconds(
-                                             ctx->decision.window_ms));
+
+        if (ctx->decision.window_ms > 0) {
+            p = ngx_cpymem(p, ";w=", 3);
+            p = ngx_http_ratelimit_number(p, ngx_http_ratelimit_seconds(
+                                                 ctx->decision.window_ms));
+        }
+
         if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_policy_header,
                                           v, p - v)
             != NGX_OK)
@@ -215,9 +223,13 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
         p = ngx_cpymem(p, rule->name.data, rule->name.len);
         p = ngx_cpymem(p, "\";r=", 4);
         p = ngx_http_ratelimit_number(p, ctx->decision.remaining);
-        p = ngx_cpymem(p, ";t=", 3);
-        p = ngx_http_ratelimit_number(p, ngx_http_ratelimit_seconds(
-                                             ctx->decision.available_ms));
+
+        if (ctx->decision.window_ms > 0) {
+            p = ngx_cpymem(p, ";t=", 3);
+            p = ngx_http_ratelimit_number(p, ngx_http_ratelimit_seconds(
+                                                 ctx->decision.available_ms));
+        }
+
         if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_ietf_header,
                                           v, p - v)
             != NGX_OK)
@@ -227,11 +239,13 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
     }
 
     /* Retry-After means something with 429 and 503 only: not on the 200 an
-       error_page made of the rejection */
+       error_page made of the rejection; and not for a lack of a slot
+       (concurrency), which nobody can tell the end of */
 
     status = r->headers_out.status;
 
     if (ctx->status == NGX_HTTP_RATELIMIT_REJECTED
+        && ctx->decision.retry_after_ms > 0
         && (status == NGX_HTTP_TOO_MANY_REQUESTS
             || status == NGX_HTTP_SERVICE_UNAVAILABLE))
     {

@@ -229,7 +229,7 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     if (conf->rules.elts == NULL) {
         conf->rules = prev->rules;
-        conf->charges = prev->charges;
+        conf->ends = prev->ends;
     }
 
     ngx_conf_merge_uint_value(conf->combine, prev->combine, RL_COMBINE_ALL);
@@ -500,9 +500,9 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    if (rule->charge != NULL) {
-        rlcf->charges = 1;
-        rmcf->charges = 1;
+    if (rule->charge != NULL || rule->rule.algorithm == RL_CONCURRENCY) {
+        rlcf->ends = 1;
+        rmcf->ends = 1;
     }
 
     ref->shm_zone = rule->shm_zone;
@@ -620,12 +620,13 @@ ngx_http_ratelimit_init(ngx_conf_t *cf)
     h[0] = ngx_http_ratelimit_handler;
 
     /*
-     * Rules with charge= settle in the log phase (no cost for the others),
+     * Rules with charge= and concurrency rules settle in the log phase (no
+     * cost for the others),
      * before the access log, which nginx's log phase runs first to last
      * and may write $ratelimit_charged.
      */
 
-    if (rmcf->charges) {
+    if (rmcf->ends) {
         handlers = &cmcf->phases[NGX_HTTP_LOG_PHASE].handlers;
 
         h = ngx_array_push(handlers);

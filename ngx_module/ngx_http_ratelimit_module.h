@@ -120,7 +120,9 @@ typedef struct {
     ngx_flag_t                   off;       /* "ratelimit off" here */
     ngx_flag_t                   api_write; /* ratelimit_api write=on;
                                                NGX_CONF_UNSET: no API */
-    ngx_flag_t                   charges;   /* a rule here has charge= */
+    ngx_flag_t                   ends;      /* a rule here settles when a
+                                               request ends: charge=, or
+                                               concurrency */
 } ngx_http_ratelimit_loc_conf_t;
 
 
@@ -146,8 +148,9 @@ typedef struct {
     ngx_array_t                  zone_refs; /* ngx_http_ratelimit_zone_ref_t */
     ngx_http_ratelimit_fold_t   *fold;      /* [NGX_HTTP_RATELIMIT_FOLD_KEYS] */
     ngx_event_t                  fold_event;
-    ngx_flag_t                   charges;   /* some rule has charge=: the
-                                               log phase's handler is set */
+    ngx_flag_t                   ends;      /* some rule settles when a
+                                               request ends: the log phase's
+                                               handler is set */
 } ngx_http_ratelimit_main_conf_t;
 
 
@@ -180,11 +183,16 @@ typedef struct {
     unsigned                     redis_waiting:1;
     unsigned                     resume:1;   /* the handler returns rc */
     unsigned                     kept:1;     /* rq.checks in the pool */
-    unsigned                     charges:1;  /* rules with charge= settle
-                                                when the request ends */
+    unsigned                     ends:1;     /* its rules settle when it
+                                                ends (charge=, concurrency) */
     unsigned                     ended:1;    /* and have */
+    unsigned                     in_wait:1;  /* waiting for a slot */
     unsigned                     charged_set:1;
     uint64_t                     charged;   /* $ratelimit_charged */
+    ngx_http_request_t          *request;   /* the main request */
+    ngx_queue_t                  wait_link; /* in this worker's waiting
+                                               requests */
+    ngx_msec_t                   wait_until; /* its max_wait is over */
 } ngx_http_ratelimit_ctx_t;
 
 
@@ -203,12 +211,22 @@ extern ngx_module_t  ngx_http_ratelimit_module;
 /* ngx_http_ratelimit_handler.c */
 ngx_int_t ngx_http_ratelimit_handler(ngx_http_request_t *r);
 ngx_http_ratelimit_ctx_t *ngx_http_ratelimit_get_ctx(ngx_http_request_t *r);
+ngx_int_t ngx_http_ratelimit_decide_again(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx);
+void ngx_http_ratelimit_resume(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, ngx_int_t rc);
 int64_t ngx_http_ratelimit_now(void);
 
 /* ngx_http_ratelimit_end.c */
 ngx_int_t ngx_http_ratelimit_end_handler(ngx_http_request_t *r);
-void ngx_http_ratelimit_charged(ngx_http_request_t *r,
+void ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx,
+    ngx_uint_t charges);
+
+/* ngx_http_ratelimit_wait.c */
+ngx_int_t ngx_http_ratelimit_wait(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
+void ngx_http_ratelimit_wait_wake(void);
+void ngx_http_ratelimit_wait_leave(ngx_http_ratelimit_ctx_t *ctx);
 
 /* ngx_http_ratelimit_log.c */
 void ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,

@@ -111,6 +111,15 @@ static ngx_http_ratelimit_figure_t  ngx_http_ratelimit_rule_figures[] = {
     { "debts", "debts_total", "counter",
       "Requests whose charge left their key in debt.",
       offsetof(rl_rule_stats_t, debts) },
+    { "in_flight", "in_flight", "gauge",
+      "Requests holding a slot now (concurrency).",
+      offsetof(rl_rule_stats_t, in_flight) },
+    { "peak", "in_flight_peak", "gauge",
+      "The most requests holding a slot at once (concurrency).",
+      offsetof(rl_rule_stats_t, peak) },
+    { "waited", "waited_total", "counter",
+      "Requests that waited for a slot (concurrency, max_wait).",
+      offsetof(rl_rule_stats_t, waited) },
     { NULL, NULL, NULL, NULL, 0 }
 };
 
@@ -505,7 +514,8 @@ ngx_http_ratelimit_prometheus(ngx_http_ratelimit_writer_t *w,
                                         fig->metric, " ");
         ngx_http_ratelimit_write_metric(w, "", fig->help, "\n");
         ngx_http_ratelimit_write_metric(w, "# TYPE nginx_ratelimit_",
-                                        fig->metric, " counter\n");
+                                        fig->metric, " ");
+        ngx_http_ratelimit_write_metric(w, "", fig->type, "\n");
 
         for (i = 0; i < zones->nelts; i++) {
             for (k = 0; k < z[i].nrules; k++) {

@@ -448,6 +448,10 @@ typedef struct {
                                        no longer exists: its slots and
                                        places are given back; NULL: every
                                        holder is */
+    int                  last;      /* in: it may wait no longer: a
+                                       decision that would queue it
+                                       refuses it, and it leaves the
+                                       queues */
 } rl_request_t;
 
 /* Hashes every key with its table's secret; needs no lock. */

@@ -218,7 +218,7 @@ Checked check(rl_request_t &rq, int64_t now_ms)
         allowed = allowing == applying;
         queued = !allowed && allowing + queuing == applying;
     }
-    if (queued && rq.dry_run) {
+    if (queued && (rq.dry_run || rq.last)) {
         queued = false;  // a dry run waits for nothing: a would-be refusal
     }
 
