@@ -100,7 +100,8 @@ struct OneKey {
         if (!zone.table()->find(c.tag, &s)) {
             return "";
         }
-        std::string bytes(reinterpret_cast<const char *>(&s.head), sizeof(s.head));
+        // t and n, not the head's bytes: its padding is not state
+        std::string bytes = std::to_string(s.head.t) + " " + std::to_string(s.head.n) + " ";
         if (s.blob != nullptr) {
             bytes.append(reinterpret_cast<const char *>(s.blob), rl::blob_size(rule));
         }

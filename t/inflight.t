@@ -1,0 +1,196 @@
+#!/usr/bin/perl
+# algorithm=concurrency through nginx, against a slow upstream that counts
+# the requests it holds at once: at most `limit` of a key in flight, a slot
+# given back whatever ends a request (its end, a client closing early or
+# while it waits, a worker killed, a reload), and with max_wait the
+# requests over the limit wait their turn, first come first served.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use IO::Select;
+use IO::Socket::INET;
+use JSON::PP qw(decode_json);
+use POSIX qw(WNOHANG);
+use Time::HiRes qw(time sleep);
+use RLTest;
+use RLSlowUpstream;
+
+my $up = RLSlowUpstream->new->start;
+my $uport = $up->port;
+
+my $t = RLTest->new();
+my $conf = <<"EOF";
+keepalive_requests 100000000;
+ratelimit_zone c 4m;
+upstream slow { server 127.0.0.1:$uport; }
+proxy_http_version 1.1;
+proxy_read_timeout 60s;
+
+server {
+    listen 127.0.0.1:%%PORT%%;
+    ratelimit_headers both;
+
+    location /two/ {
+        ratelimit zone=c key=\$http_x_key algorithm=concurrency limit=2 name=two;
+        proxy_pass http://slow/hold/1000;
+    }
+    location /wait/ {
+        ratelimit zone=c key=\$http_x_key algorithm=concurrency limit=2 max_wait=3500ms name=wait;
+        proxy_pass http://slow/hold/1000;
+    }
+    location /fifty/ {
+        ratelimit zone=c key=\$http_x_key algorithm=concurrency limit=50 name=fifty;
+        proxy_pass http://slow/hold/300;
+    }
+    location /long/ {
+        ratelimit zone=c key=\$http_x_key algorithm=concurrency limit=2 max_wait=20s name=long;
+        proxy_pass http://slow/hold/20000;
+    }
+    location /rated/ {
+        ratelimit zone=c key=\$http_x_key limit=60 period=1m name=rate;
+        ratelimit zone=c key=\$http_x_key algorithm=concurrency limit=2 name=pair;
+        proxy_pass http://slow/hold/1000;
+    }
+    location /rl/ { ratelimit_api; }
+    location = /stats { ratelimit_stats; }
+}
+EOF
+$t->write_conf($conf, workers => 2);
+$t->start();
+my $port = $t->port;
+
+# Requests sent at once, each on its own connection ($gap seconds apart):
+# for each, its status, headers and when its answer came.
+sub at_once {
+    my ($gap, @reqs) = @_;
+    my (@socks, %of);
+    for my $i (0 .. $#reqs) {
+        my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port") or die "connect: $!";
+        my ($path, %h) = @{ $reqs[$i] };
+        print $s "GET $path HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+            . join('', map { "$_: $h{$_}\r\n" } sort keys %h) . "\r\n";
+        push @socks, $s;
+        $of{ fileno $s } = { i => $i, buf => '' };
+        sleep $gap if $gap;
+    }
+    my $sel = IO::Select->new(@socks);
+    my @out;
+    while ($sel->count) {
+        for my $s ($sel->can_read(60)) {
+            my $o = $of{ fileno $s };
+            my $n = sysread($s, $o->{buf}, 65536, length $o->{buf});
+            next if $n;
+            my ($status) = $o->{buf} =~ m{^HTTP/1\.1 (\d+)};
+            my %hd = map { lc($_->[0]) => $_->[1] } map { [ /^([^:]+): *(.*?)\r?$/ ] } grep { /:/ } split /\r\n/,
+                (split /\r\n\r\n/, $o->{buf}, 2)[0];
+            $out[ $o->{i} ] = { status => $status // 0, headers => \%hd, at => time };
+            $sel->remove($s);
+            close $s;
+        }
+    }
+    return @out;
+}
+
+sub rule_stats { decode_json($t->get('/stats')->{content})->{zones}{c}{rules}{ $_[0] } }
+sub statuses { join ' ', map { $_->{status} } @_ }
+
+# ---- at most two at once ----
+
+my @r = at_once(0.05, map { [ '/two/', 'X-Key' => 'k1', 'X-Seq' => $_ ] } 1 .. 5);
+is(statuses(@r), '200 200 429 429 429', 'limit=2, 5 at once: 2 served, 3 refused');
+ok(!defined $r[2]{headers}{'retry-after'}, 'a refusal for lack of a slot has no Retry-After');
+is($r[0]{headers}{'ratelimit'}, '"two";r=1', 'RateLimit: the slots left, no t');
+is($r[0]{headers}{'ratelimit-policy'}, '"two";q=2', 'RateLimit-Policy: the limit, no window');
+is($r[1]{headers}{'x-ratelimit-remaining'}, 0, 'X-RateLimit-Remaining of the second: 0');
+ok(!defined $r[1]{headers}{'x-ratelimit-reset'}, 'no X-RateLimit-Reset');
+is($up->most, 2, 'the upstream never held more than 2');
+@r = at_once(0, map { [ '/two/', 'X-Key' => 'k1' ] } 1 .. 2);
+is(statuses(@r), '200 200', 'then 2 more at once are served');
+is(statuses(at_once(0, map { [ '/two/', 'X-Key' => "other$_" ] } 1 .. 3)), '200 200 200', 'other keys are served');
+
+# ---- waiting for a slot, first come first served ----
+
+$up->reset_most;
+my $t0 = time;
+@r = at_once(0.1, map { [ '/wait/', 'X-Key' => 'w', 'X-Seq' => "w$_" ] } 1 .. 5);
+is(statuses(@r), '200 200 200 200 200', 'max_wait: all 5 served');
+is($up->most, 2, '... never more than 2 at the upstream');
+my @ev = grep { $_->[0] =~ /^w\d$/ } $up->events;
+my %start = map { $_->[0] => $_->[2] } grep { $_->[1] eq 'start' } @ev;
+my @order = sort { $start{$a} <=> $start{$b} } keys %start;
+is("@order", 'w1 w2 w3 w4 w5', 'served in the order they came');
+my @ends = sort { $a <=> $b } map { $_->[2] } grep { $_->[1] eq 'end' } @ev;
+ok($start{w3} >= $ends[0] - 0.001 && $start{w4} >= $ends[1] - 0.001 && $start{w5} >= $ends[2] - 0.001,
+   'none started before a slot was freed');
+is(rule_stats('wait')->{waited}, 3, 'stats: 3 waited');
+
+# a request that cannot get a slot in max_wait is refused
+@r = at_once(0, map { [ '/long/', 'X-Key' => 'l' ] } 1 .. 2);
+# (they hold 20 s: sent on their own connections, read later)
+{
+    my @bg = map { IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port") } 1 .. 2;
+    print $_ "GET /long/ HTTP/1.1\r\nHost: t\r\nX-Key: L\r\n\r\n" for @bg;
+    RLTest::wait_until(sub { $up->in_flight >= 2 }, 10);
+    my $w0 = time;
+    my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port");
+    print $s "GET /long/ HTTP/1.1\r\nHost: t\r\nX-Key: L\r\n\r\n";
+    # a waiter that goes away leaves the queue: the next one would be first
+    sleep 0.3;
+    close $s;
+    RLTest::wait_until(sub { (decode_json($t->get('/rl/zones/c/keys?key=L&rule=long')->{content})->{rules}[0]{waiting} // 1) == 0 }, 5);
+    my $k = decode_json($t->get('/rl/zones/c/keys?key=L&rule=long')->{content})->{rules}[0];
+    is("$k->{in_flight} $k->{waiting}", '2 0', 'a client closing while it waits leaves the queue (key API: 2 in flight, 0 waiting)');
+    # closing mid-request frees the slot within a second
+    close $_ for @bg;
+    my $c0 = time;
+    RLTest::wait_until(sub { decode_json($t->get('/rl/zones/c/keys?key=L&rule=long')->{content})->{rules}[0]{in_flight} == 0 }, 5);
+    my $took = time - $c0;
+    ok($took < 1, sprintf('clients closing mid-request free their slots (%.2f s)', $took));
+}
+
+# ---- 1,000 at once across 2 workers ----
+
+$up->reset_most;
+@r = at_once(0, map { [ '/fifty/', 'X-Key' => 'many' ] } 1 .. 1000);
+my %n;
+$n{ $_->{status} }++ for @r;
+ok($n{200} >= 50, "1,000 at once: $n{200} served");
+is($n{200} + ($n{429} // 0), 1000, '... the rest refused');
+ok($up->most <= 50, 'never more than 50 in flight at the upstream (' . $up->most . ')');
+RLTest::wait_until(sub { rule_stats('fifty')->{in_flight} == 0 }, 10);
+is(rule_stats('fifty')->{in_flight}, 0, 'none leaked: the stats show 0 in flight');
+ok(rule_stats('fifty')->{peak} >= 50 && rule_stats('fifty')->{peak} <= 50, 'peak: 50');
+
+# ---- with a rate, atomically ----
+
+@r = at_once(0, map { [ '/rated/', 'X-Key' => 'r' ] } 1 .. 3);
+is(statuses(@r), '200 200 429', 'a rate and 2 at once');
+my $rs = rule_stats('rate');
+is($rs->{allowed}, 2, 'the one refused for lack of a slot spent nothing at the rate');
+
+# ---- a worker killed holding slots ----
+
+{
+    my @bg = map { IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port") } 1 .. 2;
+    print $_ "GET /long/ HTTP/1.1\r\nHost: t\r\nX-Key: K\r\n\r\n" for @bg;
+    RLTest::wait_until(sub { $up->in_flight >= 2 }, 10);
+    my $k = decode_json($t->get('/rl/zones/c/keys?key=K&rule=long')->{content})->{rules}[0];
+    is($k->{in_flight}, 2, 'two slots held');
+    # the worker that holds them: the one whose connections they are
+    my @pids = $t->worker_pids;
+    kill 'KILL', @pids;   # both: whichever holds them
+    RLTest::wait_until(sub { my @now = $t->worker_pids; @now == 2 && !grep { my $p = $_; grep { $_ == $p } @pids } @now }, 10);
+    close $_ for @bg;
+    $up->reset_most;
+    my $k0 = time;
+    my @again = at_once(0, map { [ '/two/', 'X-Key' => 'K' ] } 1 .. 3);
+    my $r2 = $t->get('/rl/zones/c/keys?key=K&rule=long');
+    my $kk = decode_json($r2->{content})->{rules}[0];
+    is($kk->{in_flight}, 0, 'the dead worker\'s slots are back at the next look: ' . $kk->{in_flight});
+}
+
+$t->stop();
+$up->stop();
+done_testing();

@@ -1,0 +1,110 @@
+package RLSlowUpstream;
+# A slow HTTP upstream for the tests: each request is held for the time its
+# URI asks (/hold/MS), a process a connection, and the upstream counts the
+# requests in flight (the most at once too) and when each started and ended
+# (the request's X-Seq header names it), in files only it writes, under a
+# lock.  Stopped at exit.
+#
+#   my $up = RLSlowUpstream->new->start;
+#   ... proxy_pass http://127.0.0.1:$up->{port}/hold/1000; ...
+#   $up->most;          # the most requests in flight at once
+#   $up->in_flight;     # now
+#   $up->events;        # ([seq, 'start'|'end', time], ...) in order
+use strict;
+use warnings;
+use Fcntl qw(:flock);
+use File::Temp qw(tempdir);
+use IO::Socket::INET;
+use POSIX ();
+use Time::HiRes qw(time sleep);
+use RLTest;
+
+my @running;
+
+sub new {
+    my ($class) = @_;
+    my $dir = tempdir('ngx-ratelimit-up-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+    RLTest::write_file("$dir/count", "0 0\n");
+    RLTest::write_file("$dir/events", '');
+    return bless { dir => $dir, port => RLTest::free_port() }, $class;
+}
+
+sub port { $_[0]{port} }
+
+sub start {
+    my ($self) = @_;
+    my $listen = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $self->{port}, Listen => 1024,
+                                       ReuseAddr => 1) or die "RLSlowUpstream: listen: $!\n";
+    my $pid = fork() // die "RLSlowUpstream: fork: $!\n";
+    if ($pid == 0) {
+        $SIG{CHLD} = 'IGNORE';
+        while (1) {
+            my $c = $listen->accept or next;
+            my $kid = fork();
+            if (defined $kid && $kid == 0) {
+                close $listen;
+                $self->serve($c);
+                POSIX::_exit(0);
+            }
+            close $c;
+        }
+    }
+    close $listen;
+    $self->{pid} = $pid;
+    push @running, $pid;
+    return $self;
+}
+
+sub serve {
+    my ($self, $c) = @_;
+    my $head = '';
+    while ($head !~ /\r\n\r\n/) {
+        sysread($c, $head, 4096, length $head) or return;
+    }
+    my ($ms) = $head =~ m{^GET /hold/(\d+)};
+    my ($seq) = $head =~ /^X-Seq: *(\S+)/mi;
+    $seq //= '-';
+    $self->change(+1, "$seq start");
+    sleep(($ms // 0) / 1000);
+    $self->change(-1, "$seq end");
+    print $c "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n";
+    close $c;
+}
+
+# in flight by delta, and an event line, under the lock
+sub change {
+    my ($self, $delta, $event) = @_;
+    open(my $lock, '>>', "$self->{dir}/lock") or die;
+    flock($lock, LOCK_EX);
+    my ($now, $most) = split ' ', RLTest::read_file("$self->{dir}/count");
+    $now += $delta;
+    $most = $now if $now > $most;
+    RLTest::write_file("$self->{dir}/count", "$now $most\n");
+    open(my $ev, '>>', "$self->{dir}/events") or die;
+    printf $ev "%s %.6f\n", $event, time;
+    close $ev;
+    close $lock;
+}
+
+sub counts { split ' ', RLTest::read_file("$_[0]{dir}/count") }
+sub in_flight { ($_[0]->counts)[0] }
+sub most { ($_[0]->counts)[1] }
+sub reset_most { my ($self) = @_; my ($now) = $self->counts; RLTest::write_file("$self->{dir}/count", "$now $now\n") }
+
+sub events {
+    my ($self) = @_;
+    return map { [ split ' ' ] } split /\n/, RLTest::read_file("$self->{dir}/events");
+}
+
+sub stop {
+    my ($self) = @_;
+    return unless $self->{pid};
+    kill 'KILL', $self->{pid};
+    waitpid($self->{pid}, 0);
+    @running = grep { $_ != $self->{pid} } @running;
+    delete $self->{pid};
+}
+
+END { kill 'KILL', @running if @running }
+
+1;
