@@ -97,12 +97,23 @@ ngx_http_ratelimit_log_key(u_char *p, u_char *last,
 u_char *
 ngx_http_ratelimit_escape_key(u_char *p, const u_char *data, size_t len)
 {
+    return ngx_http_ratelimit_escape(p, data, len,
+                                     NGX_HTTP_RATELIMIT_KEY_LOG_MAX);
+}
+
+
+/* The same for any bytes from outside, cut after max (4 * max + 3 bytes). */
+
+u_char *
+ngx_http_ratelimit_escape(u_char *p, const u_char *data, size_t len,
+    size_t max)
+{
     u_char  c;
     size_t  i, n;
 
     static u_char  hex[] = "0123456789abcdef";
 
-    n = ngx_min(len, NGX_HTTP_RATELIMIT_KEY_LOG_MAX);
+    n = ngx_min(len, max);
 
     for (i = 0; i < n; i++) {
         c = data[i];

@@ -203,6 +203,8 @@ ngx_int_t ngx_http_ratelimit_log_init(ngx_conf_t *cf,
     ngx_http_ratelimit_main_conf_t *rmcf);
 u_char *ngx_http_ratelimit_escape_key(u_char *p, const u_char *data,
     size_t len);
+u_char *ngx_http_ratelimit_escape(u_char *p, const u_char *data, size_t len,
+    size_t max);
 
 /* ngx_http_ratelimit_zone.c */
 char *ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd,

@@ -612,6 +612,9 @@ enum rl_redis_kind {
  */
 #define RL_REDIS_CLOCK_SLACK_MS  60000
 
+/* The longest host name or address a redirection may give. */
+#define RL_REDIS_HOST_MAX  255
+
 typedef struct {
     int          kind;          /* enum rl_redis_kind */
     int          verdict;       /* DECIDED, RL_REDIS_DECIDE: enum

@@ -21,7 +21,6 @@ const char *const kItemNames[kReplyPerRule] = {"allowed",        "never",    "re
                                                "retry_after_ms", "delay_ms", "window_ms", "available_ms"};
 
 const int64_t kDay = 86400000;
-const size_t kHostMax = 255;
 
 // What the decisions of a rule can be, on Redis's clock running steadily,
 // whatever state the rule (under any value of a variable limit or burst)
@@ -157,7 +156,7 @@ int redirect(const rl_resp_t &r, bool ask, rl_redis_answer_t &out)
     }
     uint64_t slot, port;
     bool ok = sp != nullptr && number(p, sp, 5, 16383, &slot) && colon != end && colon > host &&
-              (size_t) (colon - host) <= kHostMax && number(colon + 1, end, 5, 65535, &port) && port > 0;
+              (size_t) (colon - host) <= RL_REDIS_HOST_MAX && number(colon + 1, end, 5, 65535, &port) && port > 0;
     for (const char *q = host; ok && q < colon; q++) {
         ok = host_char(*q);
     }
