@@ -66,7 +66,7 @@ ngx_http_ratelimit_api_redis(ngx_http_request_t *r,
 
     rc = ngx_http_ratelimit_api_redis_call(r, ar);
 
-    if (rc != NGX_OK) {
+    if (!ar->waiting) {
         return rc;   /* answered already: Redis is not reachable now */
     }
 
@@ -77,8 +77,9 @@ ngx_http_ratelimit_api_redis(ngx_http_request_t *r,
 
 
 /*
- * Sends the call for the next states (as many as one call takes): NGX_OK,
- * or, when Redis is not reachable now, the answer's status, sent.
+ * Sends the call for the next states (as many as one call takes), and
+ * waits for it; or, when Redis is not reachable now, answers 409 and
+ * returns what sending that returned.
  */
 
 static ngx_int_t
@@ -173,7 +174,7 @@ ngx_http_ratelimit_api_redis_done(ngx_http_ratelimit_redis_wait_t *w,
     if (ar->done < ar->states->nelts) {
         rc = ngx_http_ratelimit_api_redis_call(r, ar);
 
-        if (rc == NGX_OK) {
+        if (ar->waiting) {
             return;
         }
 
