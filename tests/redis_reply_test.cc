@@ -173,30 +173,50 @@ TEST(RedisAnswer, EachAlgorithmsLongestWait)
     EXPECT_EQ(month.answer(request(1, {1, 0, 99, 86400000, 0, 0, 27 * 86400000LL, 86400000})), RL_REDIS_FAILED);
 }
 
-TEST(RedisAnswer, ADelayIsAShapersAndAtMostMaxDelay)
+// A delay only from a shaper admitting, at most max_delay; "never" exactly
+// when the cost exceeds what the rule admits (a cost capped where it is
+// sent, as Lua's numbers need).
+TEST(RedisAnswer, ADelayIsAShapersAndNeverFollowsTheCost)
 {
-    One shaper("algorithm=leaky_bucket limit=10 period=1s max_delay=2s", 1);
-    std::string why;
-    EXPECT_EQ(shaper.answer(request(1, {1, 0, 0, 2100, 0, 2000, 1000, 100}), &why), RL_REDIS_DECIDED) << why;
-    EXPECT_EQ(shaper.answer(request(1, {1, 0, 0, 2100, 0, 2001, 1000, 100}), &why), RL_REDIS_FAILED);
-    EXPECT_EQ(why, "delay_ms of rule \"leaky_bucket_10_1s\" is 2001: it can only be 0 to 2000");
-    EXPECT_EQ(shaper.answer(request(1, {1, 0, 0, 2100, 0, 1LL << 62, 1000, 100})), RL_REDIS_FAILED);
-    EXPECT_EQ(shaper.answer(request(1, {1, 0, 0, 2100, 0, -1, 1000, 100})), RL_REDIS_FAILED);
-    // refused: no delay
-    EXPECT_EQ(shaper.answer(request(0, {0, 0, 0, 3100, 100, 5, 1000, 100})), RL_REDIS_FAILED);
-}
-
-TEST(RedisAnswer, NeverExactlyWhenTheCostExceedsWhatTheRuleAdmits)
-{
-    One big("algorithm=fixed_window limit=5 period=1m", 6);
-    std::string why;
-    EXPECT_EQ(big.answer(request(0, {0, 1, 5, 0, 1000, 0, 60000, 0}), &why), RL_REDIS_DECIDED) << why;
-    EXPECT_EQ(big.answer(request(0, {0, 0, 5, 0, 1000, 0, 60000, 0}), &why), RL_REDIS_FAILED);
-    EXPECT_EQ(why, "never of rule \"fixed_window_5_1m\" is 0: it can only be 1");
-    EXPECT_EQ(big.answer(request(1, {1, 1, 5, 0, 0, 0, 60000, 0}), &why), RL_REDIS_FAILED);
-    EXPECT_EQ(why, "allowed of rule \"fixed_window_5_1m\" is 1: it can only be 0");
-    One huge("algorithm=fixed_window limit=5 period=1m", UINT64_MAX);  // capped where sent
-    EXPECT_EQ(huge.answer(request(0, {0, 1, 5, 0, 1000, 0, 60000, 0})), RL_REDIS_DECIDED);
+    const char *const shaper = "algorithm=leaky_bucket limit=10 period=1s max_delay=2s";
+    const char *const window = "algorithm=fixed_window limit=5 period=1m";
+    struct Case {
+        const char *rule;
+        uint64_t cost;
+        std::vector<int64_t> reply;
+        int kind;
+        const char *why;  // "": not checked
+    } cases[] = {
+        {shaper, 1, {1, 1, 0, 0, 2100, 0, 2000, 1000, 100}, RL_REDIS_DECIDED, ""},
+        {shaper,
+         1,
+         {1, 1, 0, 0, 2100, 0, 2001, 1000, 100},
+         RL_REDIS_FAILED,
+         "delay_ms of rule \"leaky_bucket_10_1s\" is 2001: it can only be 0 to 2000"},
+        {shaper, 1, {1, 1, 0, 0, 2100, 0, 1LL << 62, 1000, 100}, RL_REDIS_FAILED, ""},
+        {shaper, 1, {1, 1, 0, 0, 2100, 0, -1, 1000, 100}, RL_REDIS_FAILED, ""},
+        {shaper, 1, {0, 0, 0, 0, 3100, 100, 5, 1000, 100}, RL_REDIS_FAILED, ""},  // refused: no delay
+        {window, 6, {0, 0, 1, 5, 0, 1000, 0, 60000, 0}, RL_REDIS_DECIDED, ""},
+        {window,
+         6,
+         {0, 0, 0, 5, 0, 1000, 0, 60000, 0},
+         RL_REDIS_FAILED,
+         "never of rule \"fixed_window_5_1m\" is 0: it can only be 1"},
+        {window,
+         6,
+         {1, 1, 1, 5, 0, 0, 0, 60000, 0},
+         RL_REDIS_FAILED,
+         "allowed of rule \"fixed_window_5_1m\" is 1: it can only be 0"},
+        {window, UINT64_MAX, {0, 0, 1, 5, 0, 1000, 0, 60000, 0}, RL_REDIS_DECIDED, ""},
+    };
+    for (const Case &k : cases) {
+        One one(k.rule, k.cost);
+        std::string why;
+        EXPECT_EQ(one.answer(k.reply, &why), k.kind) << k.rule << " cost " << k.cost << ": " << why;
+        if (*k.why) {
+            EXPECT_EQ(why, k.why);
+        }
+    }
 }
 
 TEST(RedisAnswer, TheRequestsAnswerFollowsItsRulesAndCombine)
