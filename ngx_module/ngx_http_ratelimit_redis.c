@@ -199,15 +199,18 @@ ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
         /* not loaded (first use, a restarted Redis, SCRIPT FLUSH): EVAL
            loads the script and runs it, once */
 
-        if (!w->retried) {
-            w->retried = 1;
-
-            if (ngx_http_ratelimit_redis_append(conn, w, 1) == NGX_OK) {
-                return;
-            }
+        if (w->retried) {
+            why = "NOSCRIPT, after the script was sent with EVAL";
+            break;
         }
 
-        why = "NOSCRIPT, after the script was sent with EVAL";
+        w->retried = 1;
+
+        if (ngx_http_ratelimit_redis_append(conn, w, 1) == NGX_OK) {
+            return;
+        }
+
+        why = "NOSCRIPT, and no room to send the script with EVAL";
         break;
 
     default:
