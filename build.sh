@@ -55,8 +55,9 @@ STRICT_CXXFLAGS="-g -Werror"
 PACKAGES=(nginx nginx-dev cmake make g++ libgtest-dev libpcre2-dev libssl-dev
           zlib1g-dev perl redis-server gdb)
 # what the end-to-end tests need beyond the build: t/dashboard.t opens the
-# dashboard in Debian's headless Chromium
-TEST_PACKAGES=(chromium)
+# dashboard in Debian's headless Chromium; t/security_surface.t measures
+# nginx -t's memory with /usr/bin/time
+TEST_PACKAGES=(chromium time)
 
 # bold on a terminal only: CI logs and files get plain text
 if [ -t 2 ]; then
@@ -98,10 +99,11 @@ build_core() {
 }
 
 # config_stamp WORDS...: what a configured nginx tree was made from; it is
-# configured again when this changes (a new core source file too).
+# configured again when this changes (a new core source file in
+# core/build.conf too).
 config_stamp() {
-    printf '%s\n' "$@" "$VERSION" "$ROOT"/core/src/*.cpp \
-        | cat - "$ROOT/config" "$ROOT/config.make" | sha256sum
+    printf '%s\n' "$@" "$VERSION" \
+        | cat - "$ROOT/config" "$ROOT/config.make" "$ROOT/core/build.conf" | sha256sum
 }
 
 # build_module OBJDIR OUT [EXTRA_CXX [EXTRA_CC [EXTRA_LD]]]: configures a copy
@@ -420,7 +422,7 @@ fuzz() {
 check_format() {
     ensure_packages clang-format perl
     log "formatting (clang-format, tools/nginx-style)"
-    (cd "$ROOT" && clang-format --dry-run --Werror core/src/*.cpp core/src/*.h core/tools/*.cpp \
+    (cd "$ROOT" && clang-format --dry-run --Werror core/src/*/*.cpp core/src/*/*.h core/tools/*.cpp \
         tests/*.cc tests/*.h tests/fuzz/*.cc bench/*.cc \
         && tools/nginx-style ngx_module/*.c ngx_module/*.h core/include/ratelimit.h) \
         || { echo "formatting: see above (clang-format -i FILE for C++)" >&2; exit 1; }

@@ -3,8 +3,7 @@
 # links into the module, and the dashboard page.  Nothing is written
 # outside $NGX_OBJS.
 
-RL_CXXFLAGS="-std=c++17 -fPIC -fvisibility=hidden -fvisibility-inlines-hidden"
-RL_CXXFLAGS="$RL_CXXFLAGS -O2 -Wall -Wextra ${CPPFLAGS:-} ${CXXFLAGS:-}"
+RL_CXXFLAGS="$RL_CORE_CXXFLAGS ${CPPFLAGS:-} ${CXXFLAGS:-}"
 
 mkdir -p $RL_CORE_DIR
 
@@ -14,12 +13,13 @@ RL_CXX = $RL_CXX
 RL_CXXFLAGS = $RL_CXXFLAGS
 RL_AR = ${AR:-ar}
 RL_CORE_INCS = -I $ngx_addon_dir/core/include -I $ngx_addon_dir/core/src
-RL_CORE_DEPS = $RL_CORE_HDRS $ngx_addon_dir/config.make
+RL_CORE_DEPS = $RL_CORE_HDRS $ngx_addon_dir/config.make \\
+	$ngx_addon_dir/core/build.conf
 
-$RL_CORE_DIR/redis_script.cpp: $ngx_addon_dir/core/redis/ratelimit.lua \\
-		$ngx_addon_dir/core/redis/embed.sh
-	sh $ngx_addon_dir/core/redis/embed.sh \\
-		$ngx_addon_dir/core/redis/ratelimit.lua \$@
+$RL_CORE_DIR/redis_script.cpp: $ngx_addon_dir/core/src/redis/ratelimit.lua \\
+		$ngx_addon_dir/core/src/redis/embed.sh
+	sh $ngx_addon_dir/core/src/redis/embed.sh \\
+		$ngx_addon_dir/core/src/redis/ratelimit.lua \$@
 
 $RL_CORE_DIR/redis_script.o: $RL_CORE_DIR/redis_script.cpp
 	\$(RL_CXX) -c \$(RL_CXXFLAGS) -o \$@ $RL_CORE_DIR/redis_script.cpp
@@ -28,9 +28,10 @@ END
 
 rl_objs=$RL_CORE_DIR/redis_script.o
 
-for rl_src in $RL_CORE_SRCS
+for rl_src in $RL_CORE_SOURCES
 do
-    rl_obj=$RL_CORE_DIR/`basename $rl_src .cpp`.o
+    rl_obj=$RL_CORE_DIR/`echo $rl_src | sed 's/\.cpp$//; s|/|_|g'`.o
+    rl_src=$ngx_addon_dir/core/src/$rl_src
     rl_objs="$rl_objs $rl_obj"
 
     cat << END                                                >> $NGX_MAKEFILE

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "algorithms.h"
+#include "algorithms/algorithms.h"
 #include "ratelimit.h"
-#include "table.h"
+#include "table/table.h"
 
 // ---- allocation counting -----------------------------------------------------
 

@@ -9,10 +9,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "ratelimit.h"
-#include "table.h"
+#include "table/table.h"
 
 namespace {
 
@@ -23,6 +24,7 @@ struct Zone {
     explicit Zone(size_t size)
     {
         mem = std::aligned_alloc(64, size);
+        std::memset(mem, 0, size);  // rl_table_init takes zeroed memory
         char err[RL_ERR_MAX];
         if (rl_table_init(mem, size, nullptr, 0, nullptr, err, sizeof(err)) != RL_OK) {
             std::fprintf(stderr, "%s\n", err);

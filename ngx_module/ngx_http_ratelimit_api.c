@@ -12,7 +12,8 @@
  *   DELETE zones/NAME/keys?...       resets it (write=on), logged at notice
  *   GET    zones/NAME/top[?rule=R]   the keys each rule refuses most
  *
- * Every answer is JSON, errors too: {"error":"..."} with 400 (a bad
+ * Every answer is JSON, errors too (and carries nosniff and no-store,
+ * ngx_http_ratelimit_answer_headers): {"error":"..."} with 400 (a bad
  * parameter; a fingerprint for a Redis zone), 403 (a write not allowed),
  * 404 (no such resource, zone or rule), 405 (with Allow) or 409 (a Redis
  * zone whose Redis did not answer).  A key is read and reset through the
@@ -133,6 +134,10 @@ ngx_http_ratelimit_api_handler(ngx_http_request_t *r)
     ngx_table_elt_t                 *allow;
     ngx_http_ratelimit_api_req_t     q;
     ngx_http_ratelimit_loc_conf_t   *rlcf;
+
+    if (ngx_http_ratelimit_answer_headers(r, NULL) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     rc = ngx_http_discard_request_body(r);
     if (rc != NGX_OK) {
@@ -549,26 +554,12 @@ ngx_http_ratelimit_api_field(ngx_http_ratelimit_writer_t *w,
 }
 
 
-/* JSON, never cached (a key's state changes by the second). */
+/* JSON (never cached: the handler's ngx_http_ratelimit_answer_headers). */
 
 ngx_int_t
 ngx_http_ratelimit_api_send(ngx_http_request_t *r, ngx_uint_t status,
     ngx_http_ratelimit_writer_t *w)
 {
-    ngx_table_elt_t  *h;
-
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    h->hash = 1;
-    ngx_str_set(&h->key, "Cache-Control");
-    ngx_str_set(&h->value, "no-store");
-#if (nginx_version >= 1023000)
-    h->next = NULL;
-#endif
-
     return ngx_http_ratelimit_send(r, status, &ngx_http_ratelimit_api_type,
                                    w);
 }

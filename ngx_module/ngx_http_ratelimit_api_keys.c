@@ -19,6 +19,8 @@ static void ngx_http_ratelimit_api_rule_json(ngx_http_ratelimit_writer_t *w,
     ngx_http_ratelimit_rule_t *rule);
 static ngx_array_t *ngx_http_ratelimit_api_states(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q);
+static ngx_uint_t ngx_http_ratelimit_api_user_verified(
+    ngx_http_request_t *r);
 static void ngx_http_ratelimit_api_state_json(ngx_http_ratelimit_writer_t *w,
     ngx_http_ratelimit_api_state_t *st, ngx_uint_t reset);
 static void ngx_http_ratelimit_api_head(ngx_http_ratelimit_writer_t *w,
@@ -375,16 +377,20 @@ ngx_http_ratelimit_api_states(ngx_http_request_t *r,
  * only where the rule logs keys so and had a state for it: a key given for
  * every rule of a zone may be another rule's secret), and who asked.  Not
  * in the request's log context, which would write the request line, and
- * with it a key given in clear.
+ * with it a key given in clear.  The user name is the client's, escaped
+ * and cut as keys are, and said to be verified only where auth_basic
+ * checked it (ngx_http_ratelimit_api_user_verified).
  */
 
 void
 ngx_http_ratelimit_api_log_reset(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q, ngx_http_ratelimit_api_state_t *st)
 {
-    u_char     *p;
-    ngx_str_t   user;
-    u_char      key[NGX_HTTP_RATELIMIT_KEY_ESCAPED + 16];
+    u_char      *p, *u;
+    ngx_str_t    user;
+    const char  *verified;
+    u_char       key[NGX_HTTP_RATELIMIT_KEY_ESCAPED + 16];
+    u_char       name[NGX_HTTP_RATELIMIT_KEY_ESCAPED];
 
     if (st->rule->rule.log_key && q->key.data && st->reset) {
         key[0] = '"';
@@ -403,9 +409,14 @@ ngx_http_ratelimit_api_log_reset(ngx_http_request_t *r,
         user = r->headers_in.user;
     }
 
+    u = ngx_http_ratelimit_escape_key(name, user.data, user.len);
+    verified = ngx_http_ratelimit_api_user_verified(r)
+               ? "\" (verified by auth_basic)"
+               : "\" (unverified: as the Authorization header says)";
+
     ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
                   "ratelimit: key %*s reset in rule \"%V\" of zone \"%V\" "
-                  "by the key API (%s), client %V%s%V%s",
+                  "by the key API (%s), client %V%s%*s%s",
                   (size_t) (p - key), key, &st->rule->name, &q->zone->name,
                   st->reset & RL_RESET_HELD
                   ? (st->reset & RL_RESET_FORGIVEN
@@ -415,8 +426,57 @@ ngx_http_ratelimit_api_log_reset(ngx_http_request_t *r,
                      ? "it owed in the eviction summary"
                      : "it had no state"),
                   &r->connection->addr_text,
-                  user.len ? ", user \"" : "", &user,
-                  user.len ? "\"" : "");
+                  user.len ? ", user \"" : "", (size_t) (u - name), name,
+                  user.len ? verified : "");
+}
+
+
+/*
+ * Whether auth_basic checked the request's user: the location asks for it
+ * (its auth_basic is on, with a user file) and every access check must
+ * pass (satisfy all).  Under satisfy any, or with another way in
+ * (auth_request, allow), $remote_user is only what the client sent.
+ * auth_basic keeps its configuration private; its first two fields, the
+ * realm and the user file, have been these since nginx 1.3.10 (t/security
+ * runs against every version of the matrix).
+ */
+
+static ngx_uint_t
+ngx_http_ratelimit_api_user_verified(ngx_http_request_t *r)
+{
+    ngx_str_t                   realm;
+    ngx_uint_t                  i;
+    ngx_module_t               *m;
+    ngx_http_core_loc_conf_t   *clcf;
+    ngx_http_complex_value_t  **abcf;
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    if (clcf->satisfy != NGX_HTTP_SATISFY_ALL) {
+        return 0;
+    }
+
+    for (i = 0; ngx_cycle->modules[i]; i++) {
+        m = ngx_cycle->modules[i];
+
+        if (m->type != NGX_HTTP_MODULE
+            || ngx_strcmp(m->name, "ngx_http_auth_basic_module") != 0)
+        {
+            continue;
+        }
+
+        abcf = r->loc_conf[m->ctx_index];
+
+        if (abcf == NULL || abcf[0] == NULL || abcf[1] == NULL
+            || ngx_http_complex_value(r, abcf[0], &realm) != NGX_OK)
+        {
+            return 0;
+        }
+
+        return !(realm.len == 3 && ngx_strncmp(realm.data, "off", 3) == 0);
+    }
+
+    return 0;
 }
 
 

@@ -11,10 +11,7 @@
  * location configuration of its own for the page.
  */
 
-#include <ngx_config.h>
-#include <ngx_core.h>
-#include <ngx_http.h>
-
+#include "ngx_http_ratelimit_module.h"
 #include "ngx_http_ratelimit_dashboard_page.h"
 
 
@@ -24,6 +21,7 @@
 
 typedef struct {
     ngx_str_t                    page;      /* empty: not a dashboard */
+    ngx_str_t                    csp;       /* its Content-Security-Policy */
 } ngx_http_ratelimit_dashboard_loc_conf_t;
 
 
@@ -32,23 +30,34 @@ static char *ngx_http_ratelimit_dashboard(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_ratelimit_dashboard_uri(ngx_conf_t *cf,
     ngx_str_t *param, ngx_str_t *uri);
+static ngx_int_t ngx_http_ratelimit_dashboard_csp(ngx_conf_t *cf,
+    ngx_str_t *page, ngx_str_t *csp);
 static ngx_int_t ngx_http_ratelimit_dashboard_handler(ngx_http_request_t *r);
 
 
 /*
- * The page's headers.  It loads nothing from anywhere and reads only this
- * server: the browser holds it to that.
+ * The page's Content-Security-Policy: the page loads nothing from anywhere
+ * and reads only this server, and runs (and styles itself with) only its
+ * own script and style sheet, each allowed by its SHA-256 (CSP level 2
+ * hashes, computed from the page at configuration time, so they cannot
+ * drift from it).  No 'unsafe-inline': markup that a name or a key might
+ * smuggle into the page would neither run nor style anything.
  */
-static ngx_keyval_t  ngx_http_ratelimit_dashboard_headers[] = {
-    { ngx_string("Content-Security-Policy"),
-      ngx_string("default-src 'none'; script-src 'unsafe-inline'; "
-                 "style-src 'unsafe-inline'; img-src data:; "
-                 "connect-src 'self'; base-uri 'none'; form-action 'none'; "
-                 "frame-ancestors 'self'") },
-    { ngx_string("Cache-Control"), ngx_string("no-cache") },
-    { ngx_string("X-Content-Type-Options"), ngx_string("nosniff") },
-    { ngx_string("Referrer-Policy"), ngx_string("no-referrer") }
-};
+#define RL_DASHBOARD_CSP                                                      \
+    "default-src 'none'; script-src%s; style-src%s; img-src data:; "          \
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; "               \
+    "frame-ancestors 'self'"
+
+/* room for the hashes of this many elements of each kind */
+#define RL_DASHBOARD_INLINE_MAX  4
+
+/*
+ * The page holds no state (the figures and keys are in the answers of the
+ * stats and the key API, which no cache keeps: no-store): a browser may
+ * keep it, but asks again each time, so that the page of a new module or
+ * of new URIs is never served stale.
+ */
+static ngx_str_t  ngx_http_ratelimit_dashboard_cache = ngx_string("no-cache");
 
 
 static ngx_command_t  ngx_http_ratelimit_dashboard_commands[] = {
@@ -205,6 +214,12 @@ ngx_http_ratelimit_dashboard(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                               - marker);
     dlcf->page.len = p - dlcf->page.data;
 
+    if (ngx_http_ratelimit_dashboard_csp(cf, &dlcf->page, &dlcf->csp)
+        != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
     clcf->handler = ngx_http_ratelimit_dashboard_handler;
 
@@ -275,15 +290,105 @@ ngx_http_ratelimit_dashboard_uri(ngx_conf_t *cf, ngx_str_t *param,
 }
 
 
+/*
+ * The page's policy, with 'sha256-...' for each <script> and <style>
+ * element without attributes in it (the configuration block, a <script>
+ * with a type, is data, which a browser never runs).
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_dashboard_csp(ngx_conf_t *cf, ngx_str_t *page,
+    ngx_str_t *csp)
+{
+    u_char      *p, *start, *end, *last, digest[32];
+    u_char       hashes[2][RL_DASHBOARD_INLINE_MAX * 56 + 8];
+    u_char       open[16], close[16];
+    size_t       olen, clen;
+    ngx_str_t    src, b64;
+    ngx_uint_t   k, n;
+
+    static const char  *tags[] = { "script", "style" };
+
+    last = page->data + page->len;
+
+    for (k = 0; k < 2; k++) {
+        olen = ngx_sprintf(open, "<%s>", tags[k]) - open;
+        clen = ngx_sprintf(close, "</%s>", tags[k]) - close;
+        p = hashes[k];
+        start = page->data;
+        n = 0;
+
+        while ((start = ngx_strlcasestrn(start, last, open, olen - 1))
+               != NULL)
+        {
+            start += olen;
+            end = ngx_strlcasestrn(start, last, close, clen - 1);
+
+            if (end == NULL || n == RL_DASHBOARD_INLINE_MAX) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "\"ratelimit_dashboard\" directive: the "
+                                   "embedded page has %s <%s> elements (a "
+                                   "broken build)",
+                                   end ? "too many" : "unclosed", tags[k]);
+                return NGX_ERROR;
+            }
+
+            rl_sha256(start, end - start, digest);
+            src.data = digest;
+            src.len = sizeof(digest);
+            b64.data = p + sizeof(" 'sha256-") - 1;
+            ngx_encode_base64(&b64, &src);
+
+            p = ngx_cpymem(p, " 'sha256-", sizeof(" 'sha256-") - 1);
+            p += b64.len;
+            *p++ = '\'';
+
+            n++;
+            start = end + clen;
+        }
+
+        if (n == 0) {
+            p = ngx_cpymem(p, " 'none'", sizeof(" 'none'") - 1);
+        }
+
+        *p = '\0';
+    }
+
+    csp->len = sizeof(RL_DASHBOARD_CSP) - 1 + ngx_strlen(hashes[0])
+               + ngx_strlen(hashes[1]);
+    csp->data = ngx_pnalloc(cf->pool, csp->len);
+    if (csp->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    csp->len = ngx_sprintf(csp->data, RL_DASHBOARD_CSP, hashes[0], hashes[1])
+               - csp->data;
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_ratelimit_dashboard_handler(ngx_http_request_t *r)
 {
     ngx_int_t                                 rc;
     ngx_buf_t                                *b;
-    ngx_uint_t                                i;
-    ngx_table_elt_t                          *h;
     ngx_chain_t                               out;
+    ngx_keyval_t                              headers[2];
     ngx_http_ratelimit_dashboard_loc_conf_t  *dlcf;
+
+    ngx_str_set(&headers[0].key, "Content-Security-Policy");
+    ngx_str_set(&headers[1].key, "Referrer-Policy");
+    ngx_str_set(&headers[1].value, "no-referrer");
+
+    dlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_dashboard_module);
+
+    if (ngx_http_ratelimit_answer_headers(r,
+                                          &ngx_http_ratelimit_dashboard_cache)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return NGX_HTTP_NOT_ALLOWED;
@@ -294,27 +399,15 @@ ngx_http_ratelimit_dashboard_handler(ngx_http_request_t *r)
         return rc;
     }
 
-    dlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_dashboard_module);
-
     r->headers_out.status = NGX_HTTP_OK;
     r->headers_out.content_length_n = dlcf->page.len;
     ngx_str_set(&r->headers_out.content_type, "text/html; charset=utf-8");
     r->headers_out.content_type_len = sizeof("text/html") - 1;
 
-    for (i = 0; i < sizeof(ngx_http_ratelimit_dashboard_headers)
-                    / sizeof(ngx_keyval_t); i++)
-    {
-        h = ngx_list_push(&r->headers_out.headers);
-        if (h == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
+    headers[0].value = dlcf->csp;
 
-        h->hash = 1;
-        h->key = ngx_http_ratelimit_dashboard_headers[i].key;
-        h->value = ngx_http_ratelimit_dashboard_headers[i].value;
-#if (nginx_version >= 1023000)
-        h->next = NULL;
-#endif
+    if (ngx_http_ratelimit_add_headers(r, headers, 2) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     rc = ngx_http_send_header(r);

@@ -38,8 +38,6 @@ static ngx_int_t ngx_http_ratelimit_keep_checks(ngx_http_request_t *r,
 static ngx_int_t ngx_http_ratelimit_delay_request(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static void ngx_http_ratelimit_delay(ngx_http_request_t *r);
-static void ngx_http_ratelimit_lock(rl_request_t *rq, size_t *order,
-    size_t m, ngx_uint_t lock);
 static void ngx_http_ratelimit_ctx_cleanup(void *data);
 
 
@@ -91,6 +89,7 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
     ngx_http_set_ctx(r->main, ctx, ngx_http_ratelimit_module);
 
     ctx->headers = rlcf->headers;
+    ctx->charges = rlcf->charges;
 
     /* one check a rule: the core decides the request from them all (an
        empty key exempts the request from its rule) */
@@ -281,6 +280,12 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
 
     rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
     rq = &ctx->rq;
+
+    /* rules with charge= settle when the request ends */
+
+    if (ctx->charges && ngx_http_ratelimit_keep_checks(r, ctx) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     if (rq->verdict == RL_VERDICT_EXEMPT) {
         ctx->status = NGX_HTTP_RATELIMIT_EXEMPT;
@@ -478,7 +483,10 @@ ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
 }
 
 
-/* A request that waits keeps its checks in its pool, not on the stack. */
+/*
+ * A request that waits, or that charges when it ends, keeps its checks in
+ * its pool, not on the stack.
+ */
 
 static ngx_int_t
 ngx_http_ratelimit_keep_checks(ngx_http_request_t *r,
@@ -486,13 +494,18 @@ ngx_http_ratelimit_keep_checks(ngx_http_request_t *r,
 {
     rl_check_t  *checks;
 
-    checks = ngx_palloc(r->pool, ctx->rq.n * sizeof(rl_check_t));
+    if (ctx->kept) {
+        return NGX_OK;
+    }
+
+    checks = ngx_palloc(r->main->pool, ctx->rq.n * sizeof(rl_check_t));
     if (checks == NULL) {
         return NGX_ERROR;
     }
 
     ngx_memcpy(checks, ctx->rq.checks, ctx->rq.n * sizeof(rl_check_t));
     ctx->rq.checks = checks;
+    ctx->kept = 1;
 
     return NGX_OK;
 }
@@ -509,10 +522,7 @@ static ngx_int_t
 ngx_http_ratelimit_delay_request(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
-    if (ctx->decided_by != NGX_HTTP_RATELIMIT_BY_REDIS
-        && ctx->decided_by != NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL
-        && ngx_http_ratelimit_keep_checks(r, ctx) != NGX_OK)
-    {
+    if (ngx_http_ratelimit_keep_checks(r, ctx) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -567,33 +577,6 @@ ngx_http_ratelimit_delay(ngx_http_request_t *r)
     r->write_event_handler = ngx_http_core_run_phases;
 
     ngx_http_core_run_phases(r);
-}
-
-
-/*
- * Locks (lock = 1) or unlocks the m zones the request uses, each once, in
- * the order rl_request_lock_order() gives (by address, so that two requests
- * never wait for each other).
- */
-
-static void
-ngx_http_ratelimit_lock(rl_request_t *rq, size_t *order, size_t m,
-    ngx_uint_t lock)
-{
-    size_t                      i;
-    ngx_http_ratelimit_zone_t  *zone;
-
-    for (i = 0; i < m; i++) {
-        zone = ngx_http_ratelimit_zone_of(ngx_http_ratelimit_rule_of(
-                   &rq->checks[order[lock ? i : m - 1 - i]]));
-
-        if (lock) {
-            ngx_shmtx_lock(&zone->shpool->mutex);
-
-        } else {
-            ngx_shmtx_unlock(&zone->shpool->mutex);
-        }
-    }
 }
 
 

@@ -29,7 +29,8 @@ enum {
     NGX_HTTP_RATELIMIT_VAR_RETRY_AFTER,
     NGX_HTTP_RATELIMIT_VAR_RULE,
     NGX_HTTP_RATELIMIT_VAR_DECIDED_BY,
-    NGX_HTTP_RATELIMIT_VAR_FINGERPRINT
+    NGX_HTTP_RATELIMIT_VAR_FINGERPRINT,
+    NGX_HTTP_RATELIMIT_VAR_CHARGED
 };
 
 
@@ -58,6 +59,9 @@ static ngx_http_variable_t  ngx_http_ratelimit_vars[] = {
 
     { ngx_string("ratelimit_fingerprint"), NULL, ngx_http_ratelimit_variable,
       NGX_HTTP_RATELIMIT_VAR_FINGERPRINT, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ratelimit_charged"), NULL, ngx_http_ratelimit_variable,
+      NGX_HTTP_RATELIMIT_VAR_CHARGED, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
       ngx_http_null_variable
 };
@@ -339,6 +343,7 @@ ngx_http_ratelimit_variable(ngx_http_request_t *r,
     ctx = ngx_http_ratelimit_get_ctx(r);
 
     if (ctx == NULL || ctx->status == 0
+        || (data == NGX_HTTP_RATELIMIT_VAR_CHARGED && !ctx->charged_set)
         || (data != NGX_HTTP_RATELIMIT_VAR_STATUS
             && data != NGX_HTTP_RATELIMIT_VAR_DECIDED_BY && ctx->rule == NULL)
         || (data == NGX_HTTP_RATELIMIT_VAR_DECIDED_BY && ctx->decided_by == 0))
@@ -388,6 +393,10 @@ ngx_http_ratelimit_variable(ngx_http_request_t *r,
 
     case NGX_HTTP_RATELIMIT_VAR_LIMIT:
         p = ngx_http_ratelimit_number(p, ctx->applied->limit);
+        break;
+
+    case NGX_HTTP_RATELIMIT_VAR_CHARGED:
+        p = ngx_http_ratelimit_number(p, ctx->charged);
         break;
 
     case NGX_HTTP_RATELIMIT_VAR_REMAINING:

@@ -20,6 +20,8 @@ static u_char *ngx_http_ratelimit_log_key(u_char *p, u_char *last,
 static void ngx_http_ratelimit_log_fold(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, ngx_uint_t kind);
 static void ngx_http_ratelimit_log_folded(ngx_event_t *ev);
+static u_char *ngx_http_ratelimit_log_context(ngx_log_t *log, u_char *buf,
+    size_t len);
 
 
 /* What ngx_http_ratelimit_rule_t's folded[] counts. */
@@ -34,6 +36,7 @@ ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
 {
     u_char                     *p;
     u_char                      key[NGX_HTTP_RATELIMIT_KEY_LOG_MAX * 4 + 32];
+    ngx_log_t                   log;
     ngx_http_ratelimit_rule_t  *rule;
 
     rule = ngx_http_ratelimit_rule_of(check);
@@ -46,9 +49,10 @@ ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
     }
 
     p = ngx_http_ratelimit_log_key(key, key + sizeof(key), rule, check);
+    ngx_http_ratelimit_request_log(r, &log);
 
     if (check->decision.allowed) {
-        ngx_log_error(level, r->connection->log, 0,
+        ngx_log_error(level, &log, 0,
                       "ratelimit: %s by rule \"%V\" in zone \"%V\", key %*s, "
                       "cost %uL, for %L ms", what, &rule->name,
                       &ngx_http_ratelimit_zone_of(rule)->name,
@@ -57,7 +61,7 @@ ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
         return;
     }
 
-    ngx_log_error(level, r->connection->log, 0,
+    ngx_log_error(level, &log, 0,
                   "ratelimit: %s by rule \"%V\" in zone \"%V\", key %*s, "
                   "cost %uL%s, retry after %L ms", what, &rule->name,
                   &ngx_http_ratelimit_zone_of(rule)->name,
@@ -88,52 +92,48 @@ ngx_http_ratelimit_log_key(u_char *p, u_char *last,
 
 
 /*
- * A key a client chose, made safe to show: printable ASCII as it is, but
- * for '"' and backslash, which are escaped as every other byte is, \xNN;
- * at most NGX_HTTP_RATELIMIT_KEY_LOG_MAX bytes of it, then "..." (at most
- * NGX_HTTP_RATELIMIT_KEY_ESCAPED bytes written).
+ * The log of the module's lines about a request: the connection's, but
+ * with a context that names the client and the server only.  nginx's own
+ * context adds the request line, Host and Referer, and a rule's key may be
+ * made of any of them: a rule that logs its key by fingerprint would have
+ * it in clear there.
+ */
+
+ngx_log_t *
+ngx_http_ratelimit_request_log(ngx_http_request_t *r, ngx_log_t *log)
+{
+    *log = *r->connection->log;
+    log->handler = ngx_http_ratelimit_log_context;
+    log->data = r;
+
+    return log;
+}
+
+
+static u_char *
+ngx_http_ratelimit_log_context(ngx_log_t *log, u_char *buf, size_t len)
+{
+    ngx_http_request_t        *r = log->data;
+    ngx_http_core_srv_conf_t  *cscf;
+
+    cscf = ngx_http_get_module_srv_conf(r, ngx_http_core_module);
+
+    return ngx_snprintf(buf, len, ", client: %V, server: %V",
+                        &r->connection->addr_text, &cscf->server_name);
+}
+
+
+/*
+ * A key (or any string) a client chose, made safe to show (rl_escape): at
+ * most NGX_HTTP_RATELIMIT_KEY_LOG_MAX bytes of it, escaped, then "..." (at
+ * most NGX_HTTP_RATELIMIT_KEY_ESCAPED bytes written).
  */
 
 u_char *
 ngx_http_ratelimit_escape_key(u_char *p, const u_char *data, size_t len)
 {
-    return ngx_http_ratelimit_escape(p, data, len,
-                                     NGX_HTTP_RATELIMIT_KEY_LOG_MAX);
-}
-
-
-/* The same for any bytes from outside, cut after max (4 * max + 3 bytes). */
-
-u_char *
-ngx_http_ratelimit_escape(u_char *p, const u_char *data, size_t len,
-    size_t max)
-{
-    u_char  c;
-    size_t  i, n;
-
-    static u_char  hex[] = "0123456789abcdef";
-
-    n = ngx_min(len, max);
-
-    for (i = 0; i < n; i++) {
-        c = data[i];
-
-        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
-            *p++ = c;
-
-        } else {
-            *p++ = '\\';
-            *p++ = 'x';
-            *p++ = hex[c >> 4];
-            *p++ = hex[c & 0xf];
-        }
-    }
-
-    if (len > n) {
-        p = ngx_cpymem(p, "...", 3);
-    }
-
-    return p;
+    return p + rl_escape((char *) p, data, len,
+                         NGX_HTTP_RATELIMIT_KEY_LOG_MAX);
 }
 
 
@@ -208,6 +208,7 @@ void
 ngx_http_ratelimit_log_bad(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, const char *what)
 {
+    ngx_log_t   log;
     ngx_msec_t  now;
 
     now = ngx_current_msec;
@@ -221,7 +222,7 @@ ngx_http_ratelimit_log_bad(ngx_http_request_t *r,
 
     rule->bad_second = now;
 
-    ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+    ngx_log_error(NGX_LOG_WARN, ngx_http_ratelimit_request_log(r, &log), 0,
                   "ratelimit: rule \"%V\" in zone \"%V\": %s", &rule->name,
                   &ngx_http_ratelimit_zone_of(rule)->name, what);
 }

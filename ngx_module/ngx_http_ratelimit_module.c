@@ -229,6 +229,7 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     if (conf->rules.elts == NULL) {
         conf->rules = prev->rules;
+        conf->charges = prev->charges;
     }
 
     ngx_conf_merge_uint_value(conf->combine, prev->combine, RL_COMBINE_ALL);
@@ -343,8 +344,8 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
-        /* RL_DECLINED: zone=, key=, or cost=, limit= or burst= with a
-           $variable */
+        /* RL_DECLINED: zone=, key=, charge=, or cost=, limit= or burst=
+           with a $variable */
 
         if (ngx_strncmp(value[i].data, "zone=", 5) == 0) {
             s.data = value[i].data + 5;
@@ -356,6 +357,10 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                                    "expected one zone=NAME",
                                    zone.data ? "duplicate parameter"
                                              : "invalid", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            if (ngx_http_ratelimit_zone_name(cf, "ratelimit", &s) != NGX_OK) {
                 return NGX_CONF_ERROR;
             }
 
@@ -377,13 +382,14 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
-        /* cost=, limit= or burst= with a $variable */
+        /* charge=, or cost=, limit= or burst= with a $variable */
 
         s.data = ngx_strlchr(value[i].data, value[i].data + value[i].len, '=')
                  + 1;
         s.len = value[i].data + value[i].len - s.data;
 
-        cv = value[i].data[0] == 'c' ? &rule->cost
+        cv = ngx_strncmp(value[i].data, "charge=", 7) == 0 ? &rule->charge
+             : value[i].data[0] == 'c' ? &rule->cost
              : value[i].data[0] == 'l' ? &rule->limit : &rule->burst;
 
         *cv = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
@@ -492,6 +498,11 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ref = ngx_array_push(&rmcf->zone_refs);
     if (ref == NULL) {
         return NGX_CONF_ERROR;
+    }
+
+    if (rule->charge != NULL) {
+        rlcf->charges = 1;
+        rmcf->charges = 1;
     }
 
     ref->shm_zone = rule->shm_zone;
@@ -607,6 +618,25 @@ ngx_http_ratelimit_init(ngx_conf_t *cf)
     h = handlers->elts;
     ngx_memmove(&h[1], &h[0], (handlers->nelts - 1) * sizeof(*h));
     h[0] = ngx_http_ratelimit_handler;
+
+    /*
+     * Rules with charge= settle in the log phase (no cost for the others),
+     * before the access log, which nginx's log phase runs first to last
+     * and may write $ratelimit_charged.
+     */
+
+    if (rmcf->charges) {
+        handlers = &cmcf->phases[NGX_HTTP_LOG_PHASE].handlers;
+
+        h = ngx_array_push(handlers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        h = handlers->elts;
+        ngx_memmove(&h[1], &h[0], (handlers->nelts - 1) * sizeof(*h));
+        h[0] = ngx_http_ratelimit_end_handler;
+    }
 
     return ngx_http_ratelimit_headers_init(cf);
 }

@@ -61,7 +61,7 @@
    that ngx_http_ratelimit_escape_key writes. */
 #define NGX_HTTP_RATELIMIT_KEY_LOG_MAX       64
 #define NGX_HTTP_RATELIMIT_KEY_ESCAPED                                        \
-    (NGX_HTTP_RATELIMIT_KEY_LOG_MAX * 4 + 3)
+    RL_ESCAPED_MAX(NGX_HTTP_RATELIMIT_KEY_LOG_MAX)
 
 /* Log folding, per worker: the keys remembered, and lines a rule may write
    in a second before the rest are only counted. */
@@ -95,6 +95,8 @@ typedef struct {
     ngx_http_complex_value_t    *cost;      /* NULL: rule.cost */
     ngx_http_complex_value_t    *limit;     /* limit=$var; NULL: rule.limit */
     ngx_http_complex_value_t    *burst;     /* burst=$var; NULL: rule.burst */
+    ngx_http_complex_value_t    *charge;    /* charge=, spent as the request
+                                               ends; NULL: none */
     ngx_int_t                    stats;     /* its counters in the zone, or
                                                ..._STATS_UNKNOWN */
 
@@ -118,6 +120,7 @@ typedef struct {
     ngx_flag_t                   off;       /* "ratelimit off" here */
     ngx_flag_t                   api_write; /* ratelimit_api write=on;
                                                NGX_CONF_UNSET: no API */
+    ngx_flag_t                   charges;   /* a rule here has charge= */
 } ngx_http_ratelimit_loc_conf_t;
 
 
@@ -143,6 +146,8 @@ typedef struct {
     ngx_array_t                  zone_refs; /* ngx_http_ratelimit_zone_ref_t */
     ngx_http_ratelimit_fold_t   *fold;      /* [NGX_HTTP_RATELIMIT_FOLD_KEYS] */
     ngx_event_t                  fold_event;
+    ngx_flag_t                   charges;   /* some rule has charge=: the
+                                               log phase's handler is set */
 } ngx_http_ratelimit_main_conf_t;
 
 
@@ -174,6 +179,12 @@ typedef struct {
     unsigned                     refund:1;   /* give back if abandoned */
     unsigned                     redis_waiting:1;
     unsigned                     resume:1;   /* the handler returns rc */
+    unsigned                     kept:1;     /* rq.checks in the pool */
+    unsigned                     charges:1;  /* rules with charge= settle
+                                                when the request ends */
+    unsigned                     ended:1;    /* and have */
+    unsigned                     charged_set:1;
+    uint64_t                     charged;   /* $ratelimit_charged */
 } ngx_http_ratelimit_ctx_t;
 
 
@@ -194,6 +205,11 @@ ngx_int_t ngx_http_ratelimit_handler(ngx_http_request_t *r);
 ngx_http_ratelimit_ctx_t *ngx_http_ratelimit_get_ctx(ngx_http_request_t *r);
 int64_t ngx_http_ratelimit_now(void);
 
+/* ngx_http_ratelimit_end.c */
+ngx_int_t ngx_http_ratelimit_end_handler(ngx_http_request_t *r);
+void ngx_http_ratelimit_charged(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx);
+
 /* ngx_http_ratelimit_log.c */
 void ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
     const char *what, rl_check_t *check);
@@ -203,12 +219,14 @@ ngx_int_t ngx_http_ratelimit_log_init(ngx_conf_t *cf,
     ngx_http_ratelimit_main_conf_t *rmcf);
 u_char *ngx_http_ratelimit_escape_key(u_char *p, const u_char *data,
     size_t len);
-u_char *ngx_http_ratelimit_escape(u_char *p, const u_char *data, size_t len,
-    size_t max);
+ngx_log_t *ngx_http_ratelimit_request_log(ngx_http_request_t *r,
+    ngx_log_t *log);
 
 /* ngx_http_ratelimit_zone.c */
 char *ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+ngx_int_t ngx_http_ratelimit_zone_name(ngx_conf_t *cf, const char *directive,
+    ngx_str_t *name);
 ngx_shm_zone_t *ngx_http_ratelimit_lookup_zone(ngx_list_t *shared_memory,
     ngx_str_t *name);
 ngx_int_t ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
@@ -223,6 +241,8 @@ void ngx_http_ratelimit_top(ngx_http_ratelimit_zone_t *zone, int slot,
     rl_top_t *top);
 ngx_http_ratelimit_zone_t *ngx_http_ratelimit_next_zone(ngx_cycle_t *cycle,
     ngx_list_part_t **part, ngx_uint_t *i);
+void ngx_http_ratelimit_lock(rl_request_t *rq, size_t *order, size_t m,
+    ngx_uint_t lock);
 
 /* ngx_http_ratelimit_headers.c */
 ngx_int_t ngx_http_ratelimit_headers_init(ngx_conf_t *cf);
@@ -233,6 +253,10 @@ uint64_t ngx_http_ratelimit_seconds(int64_t ms);
 /* ngx_http_ratelimit_stats.c */
 char *ngx_http_ratelimit_stats(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+ngx_int_t ngx_http_ratelimit_answer_headers(ngx_http_request_t *r,
+    ngx_str_t *cache);
+ngx_int_t ngx_http_ratelimit_add_headers(ngx_http_request_t *r,
+    ngx_keyval_t *headers, ngx_uint_t n);
 ngx_int_t ngx_http_ratelimit_send(ngx_http_request_t *r, ngx_uint_t status,
     ngx_str_t *type, ngx_http_ratelimit_writer_t *w);
 void ngx_http_ratelimit_write_zone_figures(ngx_http_ratelimit_writer_t *w,

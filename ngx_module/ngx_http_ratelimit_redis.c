@@ -248,11 +248,11 @@ void
 ngx_http_ratelimit_redis_log_reply(ngx_http_ratelimit_redis_conn_t *conn,
     ngx_uint_t level, const char *why, rl_resp_t *reply, ngx_str_t *raw)
 {
-    u_char                      *p;
     ngx_msec_t                   now;
     ngx_http_ratelimit_redis_t  *redis = conn->redis;
-    u_char                       shown[4 * NGX_HTTP_RATELIMIT_REDIS_SHOWN
-                                       + 3];
+    size_t                       n;
+    u_char                       shown[RL_ESCAPED_MAX(
+                                           NGX_HTTP_RATELIMIT_REDIS_SHOWN)];
 
     now = ngx_current_msec;
 
@@ -275,18 +275,17 @@ ngx_http_ratelimit_redis_log_reply(ngx_http_ratelimit_redis_conn_t *conn,
     redis->log_second = now;
 
     if (reply->type == RL_RESP_ERROR) {
-        p = ngx_http_ratelimit_escape(shown, (u_char *) reply->str,
-                                      reply->str_len,
-                                      NGX_HTTP_RATELIMIT_REDIS_SHOWN);
+        n = rl_escape((char *) shown, reply->str, reply->str_len,
+                      NGX_HTTP_RATELIMIT_REDIS_SHOWN);
 
     } else {
-        p = ngx_http_ratelimit_escape(shown, raw->data, raw->len,
-                                      NGX_HTTP_RATELIMIT_REDIS_SHOWN);
+        n = rl_escape((char *) shown, raw->data, raw->len,
+                      NGX_HTTP_RATELIMIT_REDIS_SHOWN);
     }
 
     ngx_log_error(level, ngx_cycle->log, 0,
                   "ratelimit: redis %V: %s: \"%*s\"", &conn->node->name,
-                  why, (size_t) (p - shown), shown);
+                  why, n, shown);
 }
 
 

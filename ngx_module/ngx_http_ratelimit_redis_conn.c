@@ -14,7 +14,6 @@
 #include <ngx_config.h>
 #include <ngx_core.h>
 
-#include "ngx_http_ratelimit_module.h"
 #include "ngx_http_ratelimit_redis_conn.h"
 
 
@@ -487,7 +486,7 @@ ngx_http_ratelimit_redis_refuse(ngx_http_ratelimit_redis_conn_t *conn,
     long used, u_char *data, size_t len)
 {
     u_char  *p;
-    u_char   why[64 + 4 * NGX_HTTP_RATELIMIT_REDIS_SHOWN + 3];
+    u_char   why[64 + RL_ESCAPED_MAX(NGX_HTTP_RATELIMIT_REDIS_SHOWN)];
 
     if (used == RL_RESP_TOO_LONG) {
         p = ngx_sprintf(why, "reply longer than %d bytes: \"",
@@ -498,8 +497,7 @@ ngx_http_ratelimit_redis_refuse(ngx_http_ratelimit_redis_conn_t *conn,
                        sizeof("reply is not RESP: \"") - 1);
     }
 
-    p = ngx_http_ratelimit_escape(p, data, len,
-                                  NGX_HTTP_RATELIMIT_REDIS_SHOWN);
+    p += rl_escape((char *) p, data, len, NGX_HTTP_RATELIMIT_REDIS_SHOWN);
     *p++ = '"';
     *p = '\0';
 

@@ -145,6 +145,10 @@ ngx_http_ratelimit_stats_handler(ngx_http_request_t *r)
     ngx_array_t                   zones;
     ngx_http_ratelimit_writer_t   w;
 
+    if (ngx_http_ratelimit_answer_headers(r, NULL) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return NGX_HTTP_NOT_ALLOWED;
     }
@@ -176,6 +180,66 @@ ngx_http_ratelimit_stats_handler(ngx_http_request_t *r)
     }
 
     return ngx_http_ratelimit_send(r, NGX_HTTP_OK, &type, &w);
+}
+
+
+/*
+ * The headers of every answer of ratelimit_stats, ratelimit_api and
+ * ratelimit_dashboard, added by their handlers first, so that errors carry
+ * them too (the key API's JSON ones and nginx's own pages alike):
+ *
+ *   X-Content-Type-Options: nosniff  the answers hold names and keys that
+ *                                    clients chose; a browser must never
+ *                                    take them for a page or a script
+ *   Cache-Control: no-store          they are state (figures, keys), which
+ *                                    no cache may keep or serve again; or
+ *                                    cache, for a page that holds none
+ */
+
+ngx_int_t
+ngx_http_ratelimit_answer_headers(ngx_http_request_t *r, ngx_str_t *cache)
+{
+    ngx_keyval_t  headers[2];
+
+    ngx_str_set(&headers[0].key, "X-Content-Type-Options");
+    ngx_str_set(&headers[0].value, "nosniff");
+    ngx_str_set(&headers[1].key, "Cache-Control");
+
+    if (cache) {
+        headers[1].value = *cache;
+
+    } else {
+        ngx_str_set(&headers[1].value, "no-store");
+    }
+
+    return ngx_http_ratelimit_add_headers(r, headers, 2);
+}
+
+
+/* Response headers, as they are (nginx's own ngx_table_elt_t fields only). */
+
+ngx_int_t
+ngx_http_ratelimit_add_headers(ngx_http_request_t *r, ngx_keyval_t *headers,
+    ngx_uint_t n)
+{
+    ngx_uint_t        i;
+    ngx_table_elt_t  *h;
+
+    for (i = 0; i < n; i++) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        h->hash = 1;
+        h->key = headers[i].key;
+        h->value = headers[i].value;
+#if (nginx_version >= 1023000)
+        h->next = NULL;
+#endif
+    }
+
+    return NGX_OK;
 }
 
 

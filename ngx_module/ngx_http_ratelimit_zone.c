@@ -19,6 +19,10 @@
 
 static ngx_int_t ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
+static void ngx_http_ratelimit_bad_size(ngx_conf_t *cf, ngx_str_t *value,
+    ngx_str_t *name);
+static void ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone,
+    ngx_uint_t reused);
 static size_t ngx_http_ratelimit_table_size(size_t zone_size);
 static ngx_int_t ngx_http_ratelimit_check_layout(ngx_conf_t *cf,
     ngx_shm_zone_t *shm_zone);
@@ -72,6 +76,65 @@ ngx_http_ratelimit_lookup_zone(ngx_list_t *shared_memory, ngx_str_t *name)
 }
 
 
+/*
+ * A zone's name, as ratelimit_zone declares it and zone= names it: what a
+ * rule's name may be (rl_name_valid), since it appears as it is in log
+ * lines, the stats' JSON and Prometheus labels, and the key API's paths.
+ * What is refused is shown escaped, as keys are.
+ */
+
+ngx_int_t
+ngx_http_ratelimit_zone_name(ngx_conf_t *cf, const char *directive,
+    ngx_str_t *name)
+{
+    u_char  shown[NGX_HTTP_RATELIMIT_KEY_ESCAPED], *last;
+
+    if (rl_name_valid((const char *) name->data, name->len)) {
+        return NGX_OK;
+    }
+
+    last = ngx_http_ratelimit_escape_key(shown, name->data, name->len);
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "\"%s\" directive: invalid zone name \"%*s\": "
+                       "expected " RL_NAME_EXPECTED, directive,
+                       (size_t) (last - shown), shown);
+
+    return NGX_ERROR;
+}
+
+
+/*
+ * A SIZE that nginx's size syntax does not take (bytes, k or m; no g): the
+ * message suggests only sizes that it takes, a size in g as m.
+ */
+
+static void
+ngx_http_ratelimit_bad_size(ngx_conf_t *cf, ngx_str_t *value, ngx_str_t *name)
+{
+    ssize_t  g;
+
+    g = NGX_ERROR;
+
+    if (value->len > 1 && (value->data[value->len - 1] | 0x20) == 'g') {
+        g = ngx_atosz(value->data, value->len - 1);
+    }
+
+    if (g > 0 && g <= (ssize_t) (NGX_MAX_SIZE_T_VALUE / (1024 * 1024 * 1024))) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: invalid size \"%V\" "
+                           "of zone \"%V\": nginx's sizes take k or m, not g: "
+                           "expected %zm", value, name, g * 1024);
+        return;
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "\"ratelimit_zone\" directive: invalid size \"%V\" of "
+                       "zone \"%V\": expected bytes, k or m, like 32k or 10m",
+                       value, name);
+}
+
+
 /* ratelimit_zone NAME SIZE; */
 
 char *
@@ -88,19 +151,14 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     value = cf->args->elts;
     name = value[1];
 
-    if (name.len == 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"ratelimit_zone\" directive: empty zone name");
+    if (ngx_http_ratelimit_zone_name(cf, "ratelimit_zone", &name) != NGX_OK) {
         return NGX_CONF_ERROR;
     }
 
     size = ngx_parse_size(&value[2]);
 
     if (size == NGX_ERROR) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"ratelimit_zone\" directive: invalid size \"%V\" "
-                           "of zone \"%V\": expected a size like 32k, 10m "
-                           "or 1g", &value[2], &name);
+        ngx_http_ratelimit_bad_size(cf, &value[2], &name);
         return NGX_CONF_ERROR;
     }
 
@@ -221,9 +279,10 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         return NGX_OK;
     }
 
-    ngx_memzero(rs, sizeof(ngx_http_ratelimit_redis_stats_t));
     zone->table = (u_char *) rs
                   + ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64);
+
+    ngx_http_ratelimit_zero_zone(shm_zone, ozone != NULL);
 
     if (rl_table_init(zone->table, size, zone->blobs.elts, zone->blobs.nelts,
                       NULL, err, sizeof(err))
@@ -260,6 +319,37 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * The Redis counters and the table take zeroed memory (rl_table_init).  A
+ * new zone is zero but for what ngx_slab_init() wrote after the slab pool
+ * header: its page descriptors, up to sp->start (24 bytes a 4k page: 6m of
+ * a 1024m zone, written by nginx for every zone whatever its module, though
+ * this one allocates nothing from the pool).  That part is cleared, and the
+ * rest left as the kernel handed it out, zero and not yet touched, so that
+ * a zone costs memory as keys arrive, not at nginx -t or start.  All of it
+ * is cleared when it is not fresh: the memory of a zone of the same name
+ * and size that a reload could not keep (reused), or of an nginx built with
+ * NGX_DEBUG_MALLOC, which fills new zones with 0xA5 (ngx_slab_junk; seen at
+ * the zone's last byte).
+ */
+
+static void
+ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone, ngx_uint_t reused)
+{
+    u_char           *from, *to, *end;
+    ngx_slab_pool_t  *sp;
+
+    sp = (ngx_slab_pool_t *) shm_zone->shm.addr;
+    from = (u_char *) sp + sizeof(ngx_slab_pool_t);
+    end = shm_zone->shm.addr + shm_zone->shm.size;
+    to = (reused || end[-1] != 0) ? end : ngx_min(sp->start, end);
+
+    if (to > from) {
+        ngx_memzero(from, to - from);
+    }
 }
 
 
@@ -404,9 +494,6 @@ ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
 
     return NGX_OK;
 }
-
-
-/* Zone, then rule name: the order check_names counts names in. */
 
 
 /* Zone, then rule name: the order check_names counts names in. */
@@ -684,4 +771,31 @@ ngx_http_ratelimit_top(ngx_http_ratelimit_zone_t *zone, int slot,
     ngx_shmtx_lock(&zone->shpool->mutex);
     rl_table_top(zone->table, slot, ngx_http_ratelimit_now(), top);
     ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+/*
+ * Locks (lock = 1) or unlocks the m zones the request uses, each once, in
+ * the order rl_request_lock_order() gives (by address, so that two requests
+ * never wait for each other).
+ */
+
+void
+ngx_http_ratelimit_lock(rl_request_t *rq, size_t *order, size_t m,
+    ngx_uint_t lock)
+{
+    size_t                      i;
+    ngx_http_ratelimit_zone_t  *zone;
+
+    for (i = 0; i < m; i++) {
+        zone = ngx_http_ratelimit_zone_of(ngx_http_ratelimit_rule_of(
+                   &rq->checks[order[lock ? i : m - 1 - i]]));
+
+        if (lock) {
+            ngx_shmtx_lock(&zone->shpool->mutex);
+
+        } else {
+            ngx_shmtx_unlock(&zone->shpool->mutex);
+        }
+    }
 }

@@ -110,12 +110,12 @@ for my $case (
     like($out, $case->[1], "nginx -t names it: $case->[0]");
 }
 
-# README's example passes nginx -t
+# the example of docs/directives.md passes nginx -t
 {
-    my ($block) = @{ { RLTest::readme_blocks('###') }->{ratelimit_api} // [] };
-    like($block // '', qr/ratelimit_api write=on;/, 'README: a ratelimit_api example');
+    my ($block) = @{ { RLTest::doc_blocks('docs/directives.md', '##') }->{ratelimit_api} // [] };
+    like($block // '', qr/ratelimit_api write=on;/, 'docs/directives.md: a ratelimit_api example');
     my ($rc, $out) = $t->nginx_t($t->conf_text("server { listen 127.0.0.1:%%PORT%%; $block }"));
-    is($rc, 0, 'README: its example passes nginx -t') or diag($out);
+    is($rc, 0, 'docs/directives.md: its example passes nginx -t') or diag($out);
 }
 
 # ---- zones ----

@@ -44,7 +44,27 @@ my @bad = (
     [ 'zone too small', 'ratelimit_zone small 16k;', '',
       qr/"ratelimit_zone" directive: size "16k" of zone "small" is too small: the minimum is 32k/ ],
     [ 'zone size not a size', 'ratelimit_zone big lots;', '',
-      qr/"ratelimit_zone" directive: invalid size "lots" of zone "big": expected a size like 32k/ ],
+      qr/"ratelimit_zone" directive: invalid size "lots" of zone "big": expected bytes, k or m, like 32k or 10m/ ],
+    [ 'zone size in g', 'ratelimit_zone big 2g;', '',
+      qr/"ratelimit_zone" directive: invalid size "2g" of zone "big": nginx's sizes take k or m, not g: expected 2048m/ ],
+    # zone names: what rule names may be, shown escaped when refused
+    [ 'zone name with a slash', 'ratelimit_zone a/b 1m;', '',
+      qr/"ratelimit_zone" directive: invalid zone name "a\/b": expected 1 to 63 letters, digits, "_", "-" or "\."/ ],
+    [ 'zone name with a newline', qq{ratelimit_zone "a\nb" 1m;}, '',
+      qr/"ratelimit_zone" directive: invalid zone name "a\\x0ab": expected 1 to 63 letters/ ],
+    [ 'zone name not UTF-8', "ratelimit_zone a\xff\xfeb 1m;", '',
+      qr/"ratelimit_zone" directive: invalid zone name "a\\xff\\xfeb": expected 1 to 63 letters/ ],
+    [ 'zone name in UTF-8', "ratelimit_zone caf\xc3\xa9 1m;", '',
+      qr/invalid zone name "caf\\xc3\\xa9": expected 1 to 63 letters/ ],
+    [ 'zone name of 64 bytes', 'ratelimit_zone ' . ('n' x 64) . ' 1m;', '',
+      qr/"ratelimit_zone" directive: invalid zone name "n{64}": expected 1 to 63 letters/ ],
+    [ 'zone name with a quote', q{ratelimit_zone 'a"b' 1m;}, '',
+      qr/invalid zone name "a\\x22b": expected 1 to 63 letters/ ],
+    [ 'zone name empty', 'ratelimit_zone "" 1m;', '', qr/"ratelimit_zone" directive: invalid zone name "": expected 1 to 63/ ],
+    [ 'zone= with a slash', '', 'ratelimit zone=a/b limit=5;',
+      qr/"ratelimit" directive: invalid zone name "a\/b": expected 1 to 63 letters, digits, "_", "-" or "\."/ ],
+    [ 'zone= with a newline', '', qq{ratelimit "zone=a\nb" limit=5;},
+      qr/"ratelimit" directive: invalid zone name "a\\x0ab"/ ],
     [ 'zone declared twice with another size', 'ratelimit_zone z 2m;', '',
       qr/"ratelimit_zone" directive: zone "z" is already declared \(size 1048576\)/ ],
     [ 'zone with an unknown parameter', 'ratelimit_zone other 1m fast;', '',
@@ -60,7 +80,7 @@ my @bad = (
     [ 'bad align', '', 'ratelimit zone=z algorithm=fixed_window limit=5 align=noon;',
       qr/invalid "align=noon": expected align=epoch or align=first/ ],
     [ 'bad name', '', 'ratelimit zone=z limit=5 name=a/b;',
-      qr/invalid "name=a\/b": expected letters, digits/ ],
+      qr/invalid "name=a\/b": expected 1 to 63 letters, digits, "_", "-" or "\."/ ],
     [ 'status out of range', '', 'ratelimit_status 200;',
       qr/invalid value "200" in "ratelimit_status" directive: expected a status code from 400 to 599/ ],
     [ 'status not a number', '', 'ratelimit_status teapot;',
@@ -99,7 +119,7 @@ my @bad = (
       qr/invalid "utc_offset=\+15:00": expected \+HH:MM or -HH:MM, at most 14:00/ ],
     [ 'zone too small for its sliding_log', 'ratelimit_zone small 64k;',
       'ratelimit zone=small algorithm=sliding_log limit=10000 period=1h;',
-      qr/"ratelimit_zone" directive: zone "small" of size 65536 is too small for its rules' states of up to 40032 bytes a key: it needs at least 255k/ ],
+      qr/"ratelimit_zone" directive: zone "small" of size 65536 is too small for its rules' states of up to 40032 bytes a key: it needs at least 256k/ ],
     [ 'redis without port', 'ratelimit_zone r 1m redis=127.0.0.1;', '',
       qr/"ratelimit_zone" directive: invalid "redis=127.0.0.1" of zone "r": no port; expected redis=HOST:PORT/ ],
     [ 'redis bad port', 'ratelimit_zone r 1m redis=127.0.0.1:99999;', '',
@@ -235,6 +255,50 @@ for my $loc (@good) {
         . "redis_password=secret redis_prefix= on_redis_error=deny;\n"
         . "ratelimit_zone c 1m redis=127.0.0.1:1 redis_cluster=on;\n"));
     is($rc, 0, "valid: " . substr($loc, 0, 70)) or diag($out);
+}
+
+# zone names at their bounds, and names a script would trip on (the
+# dashboard shows them: t/dashboard.t)
+for my $name ('n' x 63, 'a', 'per_ip-v1.2', '__proto__', 'constructor', 'hasOwnProperty') {
+    my ($rc, $out) = $t->nginx_t($t->conf_text(
+        "ratelimit_zone $name 32k;\nserver {\n    listen 127.0.0.1:%%PORT%%;\n"
+        . "    location / { ratelimit zone=$name limit=5; }\n}\n"));
+    is($rc, 0, 'valid zone name: ' . substr($name, 0, 20)) or diag($out);
+}
+
+# Every size a zone-size message suggests, pasted back, passes nginx -t:
+# [ what, zone size, rules ].
+my @sizes = (
+    [ 'not a size', 'lots', 'limit=5' ],
+    [ 'in g', '1g', 'limit=5' ],
+    [ 'in G', '3G', 'limit=5' ],
+    [ 'a fraction', '1.5m', 'limit=5' ],
+    [ 'below the minimum', '16k', 'limit=5' ],
+    [ 'too small for a sliding_log', '64k', 'algorithm=sliding_log limit=10000 period=1h' ],
+    [ 'too small for a limit_max', '64k', 'algorithm=sliding_log limit=$arg_p limit_default=5 limit_max=10000 period=1h' ],
+    [ 'too small for several state sizes', '32k',
+      join(' ', map { "algorithm=sliding_log limit=${\ (10001 - 1000 * $_)} period=1h name=r$_;" } 1 .. 8) ],
+    [ 'too small for small states', '32k',
+      join(' ', map { "algorithm=sliding_log limit=${\ (50 * $_)} period=1h name=r$_;" } 1 .. 8) ],
+);
+for my $case (@sizes) {
+    my ($what, $size, $rules) = @$case;
+    my $conf = sub {
+        my ($zone_size) = @_;
+        my $rl = join ' ', map { "ratelimit zone=s $_" . (/;$/ ? '' : ';') } split /(?<=;) /, $rules;
+        return $t->conf_text("ratelimit_zone s $zone_size;\nserver {\n    listen 127.0.0.1:%%PORT%%;\n"
+                             . "    location / { $rl }\n}\n");
+    };
+    my ($rc, $out) = $t->nginx_t($conf->($size));
+    isnt($rc, 0, "size $what ($size): nginx -t fails");
+    my ($message) = $out =~ /("ratelimit_zone" directive: .*?)(?:, declared)? in \S+\.conf:\d+/;
+    my ($advice) = ($message // '') =~ /((?:expected|minimum is|at least) .*)/;
+    my @suggested = ($advice // '') =~ /\b(\d+[a-z]?)\b/gi;
+    ok(@suggested, "size $what: a size suggested: " . ($message // $out));
+    for my $s (@suggested) {
+        my ($rc2, $out2) = $t->nginx_t($conf->($s));
+        is($rc2, 0, "size $what: the suggested $s passes nginx -t") or diag($out2);
+    }
 }
 
 # a key with no variable is almost always a missing "$": nginx -t says so,

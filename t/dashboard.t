@@ -9,7 +9,12 @@
 # jump, a click on Reset asks first and sends the DELETE (and says so when the
 # API refuses it), it fits 375 px, and a stats location going down
 # mid-session brings the banner up over the last figures.  Also nginx -t of
-# every bad use of the directive.  The key API is the real ratelimit_api:
+# every bad use of the directive.  Security: the page's
+# Content-Security-Policy has no 'unsafe-inline' (its script and style sheet
+# are allowed by the SHA-256 of the page's own, and nothing the page does
+# breaks the policy: no violation in any session), and zones, rules and keys
+# named __proto__, constructor, toString, hasOwnProperty, or holding markup,
+# quotes or </script>, are shown as the text they are.  The key API is the real ratelimit_api:
 # with writes (/rl/), read-only (/ro/), and saying it allows writes while
 # nginx's access control refuses them (/dn/, limit_except).
 #
@@ -23,6 +28,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use JSON::PP;
 use HTTP::Tiny;
+use Digest::SHA qw(sha256_base64);
 use POSIX ();
 use Time::HiRes qw(sleep time);
 use RLTest;
@@ -144,8 +150,22 @@ $t->start();
     my $r = $t->get('/dashboard');
     is($r->{status}, 200, 'page: 200');
     is($r->{headers}{'content-type'}, 'text/html; charset=utf-8', 'page: HTML');
-    like($r->{headers}{'content-security-policy'}, qr/default-src 'none';.*connect-src 'self'/,
+    my $csp = $r->{headers}{'content-security-policy'} // '';
+    like($csp, qr/default-src 'none';.*connect-src 'self'/,
          'page: the browser loads nothing else, and reads only this server');
+    unlike($csp, qr/unsafe-inline|unsafe-eval|unsafe-hashes/, "page: no 'unsafe-inline' in its policy: $csp");
+    my @scripts = $r->{content} =~ m{<script>(.*?)</script>}sg;
+    my @styles = $r->{content} =~ m{<style>(.*?)</style>}sg;
+    is(scalar @scripts, 1, 'page: one script');
+    is(scalar @styles, 1, 'page: one style sheet');
+    like($csp, qr/(?:^|; )script-src 'sha256-\Q${\ sha256_base64($scripts[0] \/\/ '')}\E='(?:;|$)/,
+         'page: its script allowed by its SHA-256, and nothing else');
+    like($csp, qr/(?:^|; )style-src 'sha256-\Q${\ sha256_base64($styles[0] \/\/ '')}\E='(?:;|$)/,
+         'page: its style sheet allowed by its SHA-256, and nothing else');
+    (my $markup = $r->{content}) =~ s{<script>.*?</script>|<style>.*?</style>|<!--.*?-->}{}sg;
+    unlike($markup, qr/<[^>]*\s(?:style|on[a-z]+)=/i, 'page: no style or event attribute, which the policy would block');
+    is($r->{headers}{'cache-control'}, 'no-cache', 'page: Cache-Control: no-cache (it holds no state)');
+    is($r->{headers}{'x-content-type-options'}, 'nosniff', 'page: X-Content-Type-Options: nosniff');
     like($r->{content}, qr{<script id="rl-config" type="application/json">\{"stats":"/stats","api":"/rl/"\}</script>},
          'page: its URIs written in');
     unlike($r->{content}, qr{(?:src|href)="?(?:https?:)?//}, 'page: no external resource');
@@ -187,8 +207,16 @@ is($top_ip->{fingerprint}, $fp_ip, 'the key API: 10.0.0.8 on top of per_ip');
 is_deeply([ map { [ $_->{key}, $_->{refused} ] } @{ $top->{rules}{per_user}{keys} } ], [ [ 'alice', 20 ] ],
           'the key API: alice, 20 times, by name (per_user logs keys in clear)');
 mkdir "$p/html/canned";
-RLTest::write_file("$p/html/canned/stats.json",
-                   '{"version":"9.8.7","zones":{"bare":{"rules":{"r1":{}}},"odd <b>&amp;</b>":{}}}');
+# names no configuration can give today: markup, quotes, </script>, and
+# the names of Object.prototype's members
+my @canned_names = ('odd <b>&amp;</b>', '</script><script>window.pwned=1</script>',
+                    q{"quote' <img src=x onerror="window.pwned=1">}, '__proto__', 'constructor', 'toString',
+                    'hasOwnProperty');
+RLTest::write_file("$p/html/canned/stats.json", JSON::PP->new->canonical->encode({
+    version => '9.8.7',
+    zones => { bare => { rules => { r1 => {} } },
+               map { ($_ => { keys => 3, rules => { map { ($_ => { rejected => 7 }) } @canned_names } }) }
+               @canned_names } }));
 RLTest::write_file("$p/htpasswd", "ops:{PLAIN}secret\n");
 
 # like and unlike, but a DOM is too long to show when it fails
@@ -270,6 +298,99 @@ has($dom, qr/<span id="version">v9\.8\.7<\/span>/, 'canned stats: a version show
 has($dom, qr/<article class="rule" data-rule="r1">/, 'canned stats: a rule without figures shown');
 has($dom, qr/<span class="zname">odd &lt;b&gt;&amp;amp;&lt;\/b&gt;<\/span>/, 'canned stats: a name is text, not markup');
 has($dom, qr/<span id="status">live/, 'canned stats: no page error');
+for my $name (@canned_names) {
+    my $text = html_text($name);
+    my @zones = $dom =~ /<span class="zname">\Q$text\E<\/span>/g;
+    is(scalar @zones, 1, "canned stats: zone \"$name\" shown once, as text");
+    my @rules = $dom =~ /<span class="name">\Q$text\E<\/span>/g;
+    is(scalar @rules, scalar @canned_names, "canned stats: rule \"$name\" shown in each zone, as text");
+}
+hasnt($dom, qr/<img|<script>window/, 'canned stats: no markup from a name in the page');
+
+# as the DOM's serialization escapes text
+sub html_text {
+    my ($s) = @_;
+    $s =~ s/&/&amp;/g;
+    $s =~ s/</&lt;/g;
+    $s =~ s/>/&gt;/g;
+    return $s;
+}
+
+# Zones and rules of a real nginx named as Object.prototype's members, and
+# refused keys holding markup, quotes and </script> (rules with log_key=on
+# show them in clear): each shown, with its own figures, as text.
+my @proto = qw(__proto__ constructor toString hasOwnProperty);
+my %limit = (__proto__ => 2, constructor => 3, toString => 4, hasOwnProperty => 5, valueOf => 6);
+# (keys of up to 32 bytes: the top keys keep that much of a key)
+my @evil = ('</script><script>pwned=1//', q{"q'<img src=x onerror=pwned=1>}, '<b>bold</b>&amp;');
+my $names = RLTest->new();
+# (2m: room for two rules' top keys in clear in a zone)
+$names->write_conf(join('', map { "ratelimit_zone $_ 2m;\n" } @proto) . <<"EOF");
+server {
+    listen 127.0.0.1:%%PORT%%;
+@{[ map { my ($z, $r) = ($proto[$_ % 4], (sort keys %limit)[$_]); "    location /$r/ {\n"
+          . "        ratelimit zone=$z key=\$http_x_k limit=$limit{$r} period=1h name=$r log_key=on;\n"
+          . "        alias %%PREFIX%%/html/;\n    }\n" } 0 .. 4 ]}
+    location = /stats { ratelimit_stats; }
+    location /api/ { ratelimit_api write=on; }
+    location = /dashboard { ratelimit_dashboard stats=/stats api=/api/; }
+}
+EOF
+$names->start();
+my %refused;
+for my $rule (sort keys %limit) {
+    for my $k (@evil) {   # each key refused twice
+        $refused{$rule} += $names->get("/$rule/index.html", { 'X-K' => $k })->{status} == 429
+            for 1 .. $limit{$rule} + 2;
+    }
+}
+my $nurl = 'http://127.0.0.1:' . $names->port;
+$dom = RLBrowser::dump_dom("$nurl/dashboard");
+has($dom, qr/<span id="status">live/, 'names: no page error');
+has($dom, qr/<p id="banner" role="alert" hidden="">/, 'names: no error banner');
+for my $i (0 .. 4) {
+    my ($z, $r) = ($proto[$i % 4], (sort keys %limit)[$i]);
+    has($dom, qr/<section class="zone" data-zone="$z"><h2><span class="zname">$z<\/span>/, "names: zone $z shown");
+    has(part($dom, 'section', 'data-zone', $z), qr/<article class="rule" data-rule="$r">/,
+        "names: zone $z shows its rule $r");
+}
+for my $rule (sort keys %limit) {
+    my $html = part($dom, 'article', 'data-rule', $rule);
+    has($html, qr/<span class="name">$rule<\/span>/, "names: rule $rule shown");
+    is(data_value($html, 'total-refused'), $refused{$rule}, "names: rule $rule, $refused{$rule} refused, as nginx counted");
+    has($html, qr/gcra · $limit{$rule} \/ 1h/, "names: rule $rule, its limit from the key API");
+    for my $k (@evil) {
+        my $shown = html_text($k =~ s/"/\\x22/gr);   # the API escapes a quote as log lines do
+        has($html, qr/<td class="key" data-key="[^"]*" title="key, [^"]*">\Q$shown\E<\/td><td class="n" data-value="2"/,
+            "names: rule $rule, the key $k shown as text, refused twice");
+    }
+}
+hasnt($dom, qr/<img|<b>bold|<script>window/, 'names: no markup from a key or a name in the page');
+
+# The same in real time: the page's policy never violated, nothing injected
+# ran, and the policy does block what it should (an inline script added to
+# the page does not run).
+my $watch = q{window.cspViolations = [];
+    document.addEventListener('securitypolicyviolation', function (e) {
+        window.cspViolations.push(e.violatedDirective + ' ' + (e.blockedURI || '') + ' ' + (e.sample || ''));
+    });};
+{
+    my $nb = RLBrowser->new(width => 1280, height => 800);
+    $nb->on_new_document($watch);
+    $nb->open_page("$nurl/dashboard");
+    ok($nb->wait_for(q{document.querySelectorAll('article.rule td.key[data-key]').length >= 15}, 20),
+       'names, in real time: every rule\'s top keys shown');
+    is($nb->js('JSON.stringify(window.cspViolations)'), '[]', 'names, in real time: no policy violation');
+    is($nb->js('typeof window.pwned'), 'undefined', 'names, in real time: nothing injected ran');
+    is($nb->js('document.querySelectorAll("img").length'), 0, 'names, in real time: no image element');
+    is($nb->js(q{(function () { var s = document.createElement('script'); s.textContent = 'window.pwned = 2';
+                    document.body.appendChild(s); return typeof window.pwned; })()}),
+       'undefined', 'names, in real time: an inline script added to the page does not run');
+    like($nb->wait_for('window.cspViolations.length && window.cspViolations[0]', 5), qr/^script-src/,
+         'names, in real time: and the browser reports it as a violation of script-src');
+    $nb->quit;
+}
+$names->stop();
 
 is($t->get('/private/')->{status}, 401, 'auth_basic: the page needs a password');
 $dom = RLBrowser::dump_dom('http://ops:secret@127.0.0.1:' . $t->port . '/private/');
@@ -334,6 +455,7 @@ my $shot = $ENV{RL_DASHBOARD_SHOT};
 my $seconds = $ENV{RL_DASHBOARD_LOAD} // 60;
 $t0 = time;
 my $b = RLBrowser->new(width => 1280, height => 800);
+$b->on_new_document($watch);
 $b->open_page("$url/dashboard");
 my $load_start = time;
 my @load = load();
@@ -415,6 +537,8 @@ like($b->wait_for(q{!document.getElementById('banner').hidden && document.getEle
 ok($b->js(q{!!document.querySelector('[data-rule="per_user"]')}), 'stats down mid-session: the figures stay');
 $t->reload(conf(0));
 ok($b->wait_for(q{document.getElementById('banner').hidden}, 30), 'stats back: the banner goes');
+is($b->js('JSON.stringify(window.cspViolations)'), '[]',
+   'the whole session (under load, reset, 403, 375 px, stats down): no policy violation');
 $b->quit;
 diag(sprintf('%.1f s in real time', time - $t0));
 

@@ -1,8 +1,9 @@
 #!/usr/bin/perl
-# README's Recipes, run as written: each "### " block of the Recipes section
-# is a whole http-level configuration.  The only changes: `listen 8080` and
-# the backend's and Redis's addresses become the test's (a backend server in
-# the same nginx, on its own port, that logs when each request reaches it).
+# docs/recipes.md, run as written: each "## " section's nginx block is a
+# whole http-level configuration.  The only changes: `listen 8080`, and the
+# backend's, Redis's and the load balancers' addresses become the test's (a
+# backend server in the same nginx, on its own port, that logs when each
+# request reaches it).  Every section with an nginx block has its test here.
 use strict;
 use warnings;
 use FindBin;
@@ -12,12 +13,13 @@ use POSIX qw(floor);
 use Time::HiRes qw(time sleep);
 use RLTest;
 
-my %recipes = RLTest::readme_blocks('###');
+my %recipes = RLTest::doc_blocks('docs/recipes.md', '##');
+my %tested;
 
 # A recipe's nginx, started: its block, and a backend.
 sub start_recipe {
     my ($title, %o) = @_;
-    my $conf = $recipes{$title}[0] // BAIL_OUT("README has no recipe \"$title\"");
+    my $conf = $recipes{$title}[0] // BAIL_OUT("docs/recipes.md has no recipe \"$title\"");
     my $t = RLTest->new();
     my $bport = RLTest::free_port();
     like($conf, qr/^\s*listen 8080;$/m, "$title: listens on 8080");
@@ -46,6 +48,7 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
 
 {
     my $title = 'Per-plan limits from an API key';
+    $tested{$title} = 1;
     my $t = start_recipe($title);
     my $r = $t->get('/api/orders', { 'X-Api-Key' => 'k-8f3a9c' });
     is("$r->{status} $r->{content}", "200 backend\n", "$title: proxied");
@@ -65,6 +68,7 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
 
 {
     my $title = 'A login endpoint';
+    $tested{$title} = 1;
     my $t = start_recipe($title);
     my $t0 = time;
     my $try = sub { $t->get('/login', { 'X-Account' => $_[0] })->{status} };
@@ -82,6 +86,7 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
 
 {
     my $title = 'A burst-friendly API';
+    $tested{$title} = 1;
     my $t = start_recipe($title);
     my $r = $t->get('/api/x', { 'X-Api-Key' => 'k1' });
     is("$r->{headers}{'x-ratelimit-limit'} $r->{headers}{'x-ratelimit-remaining'}", '10 49',
@@ -101,6 +106,7 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
 
 {
     my $title = 'A daily quota, its reset time in the headers';
+    $tested{$title} = 1;
     my $t = start_recipe($title);
   SKIP: {
         skip 'too close to midnight UTC', 6 if to_midnight() < 30;
@@ -124,6 +130,7 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
 
 {
     my $title = 'Shaping an upstream that cannot take bursts';
+    $tested{$title} = 1;
     my $t = start_recipe($title);
     my $t0 = time;
     my ($ok, $refused, $other) = RLTest::burst(ports => [ $t->port ], path => '/report/x', key => 'k',
@@ -142,7 +149,8 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
 }
 
 {
-    my $title = 'Fleet-wide limits with Redis';
+    my $title = 'One limit for a fleet of servers';
+    $tested{$title} = 1;
   SKIP: {
         skip 'redis-server is not installed', 4 unless -x ($ENV{RL_REDIS_SERVER} // '/usr/bin/redis-server');
         require RLRedis;
@@ -156,5 +164,82 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
         $redis->stop;
     }
 }
+
+# a backend that sends rate-limit headers of its own
+sub own_headers_backend {
+    my $port = RLTest::free_port();
+    return <<"EOF";
+upstream backend {
+    server 127.0.0.1:$port;
+}
+server {
+    listen 127.0.0.1:$port;
+    location / {
+        add_header X-RateLimit-Limit 5000;
+        add_header X-RateLimit-Remaining 4999;
+        add_header RateLimit-Policy '"upstream";q=5000;w=3600';
+        return 200 "backend\\n";
+    }
+}
+EOF
+}
+
+{
+    my $title = 'Behind a reverse proxy';
+    $tested{$title} = 1;
+    my $conf = $recipes{$title}[0] // BAIL_OUT("docs/recipes.md has no recipe \"$title\"");
+    like($conf, qr{^set_real_ip_from 10\.0\.0\.0/8;$}m, "$title: trusts the load balancers");
+    $conf =~ s{10\.0\.0\.0/8}{127.0.0.1};
+    $conf =~ s/listen 8080;/listen 127.0.0.1:%%PORT%%;/;
+
+    my $t = RLTest->new();
+    $t->write_conf($conf . own_headers_backend());
+    $t->start();
+
+    my $get = sub { $t->get('/api/users', { @_ }) };
+    my $r = $get->('X-Forwarded-For' => '203.0.113.7');
+    is($r->{status}, 200, "$title: a request passes");
+    is($r->{headers}{'x-ratelimit-limit'}, '100', "$title: one X-RateLimit-Limit, this module's");
+    is($r->{headers}{'x-ratelimit-remaining'}, '99', "$title: one X-RateLimit-Remaining, this module's");
+    ok(!exists $r->{headers}{'ratelimit-policy'}, "$title: the backend's RateLimit-Policy is hidden");
+    is($get->('X-Forwarded-For' => '203.0.113.7')->{headers}{'x-ratelimit-remaining'}, 98,
+       "$title: the client behind the proxy is the key");
+    is($get->('X-Forwarded-For' => '203.0.113.8')->{headers}{'x-ratelimit-remaining'}, 99,
+       "$title: another client has its own budget");
+    is($get->('X-Forwarded-For' => '198.51.100.1, 203.0.113.7')->{headers}{'x-ratelimit-remaining'}, 97,
+       "$title: the rightmost untrusted address is the client");
+    is($get->('X-Api-Key' => 'abc', 'X-Forwarded-For' => '203.0.113.7')->{headers}{'x-ratelimit-remaining'}, 99,
+       "$title: with an API key, the key has its own budget");
+    is($get->('X-Api-Key' => 'abc', 'X-Forwarded-For' => '203.0.113.9')->{headers}{'x-ratelimit-remaining'}, 98,
+       "$title: from any address");
+    $t->stop();
+}
+
+# the same login form, before and after
+{
+    my $title = 'Coming from limit_req';
+    $tested{$title} = 1;
+    my ($before, $after) = @{ $recipes{$title} // [] };
+    BAIL_OUT("no before/after examples in \"$title\"") unless $after;
+    like($before, qr/limit_req zone=login burst=5 nodelay;/, "$title: the before");
+    like($after, qr/ratelimit zone=login limit=6 period=1m burst=6;/, "$title: the after");
+
+    my %seen;
+    for my $case ([ 'limit_req', $before ], [ 'ratelimit', $after ]) {
+        my ($name, $conf) = @$case;
+        $conf =~ s/listen 8080;/listen 127.0.0.1:%%PORT%%;/;
+        my $t = RLTest->new();
+        $t->write_conf($conf . own_headers_backend());
+        $t->start();
+        # seven attempts in a row (the next is allowed 10 s after the first)
+        my @status = map { $t->get('/login')->{status} } 1 .. 7;
+        is("@status", '200 200 200 200 200 200 429', "$title: $name: six attempts pass, the seventh is rejected");
+        $seen{$name} = "@status";
+        $t->stop();
+    }
+    is($seen{ratelimit}, $seen{limit_req}, "$title: limit_req and its ratelimit equivalent decide alike");
+}
+
+is_deeply([ sort keys %tested ], [ sort keys %recipes ], 'every recipe of docs/recipes.md is run here');
 
 done_testing();

@@ -13,7 +13,7 @@ use RLTest;
 my $t = RLTest->new();
 my $body = <<'EOF';
 ratelimit_zone api 1m;
-ratelimit_zone "odd \"zone\"" 64k;
+ratelimit_zone odd-zone.v2_ 64k;
 server {
     listen 127.0.0.1:%%PORT%%;
     location /a/ {
@@ -31,7 +31,7 @@ server {
     }
     location /stacked/ {
         ratelimit zone=api key=$http_x_user limit=2 period=1h name=narrow;
-        ratelimit "zone=odd \"zone\"" key=$http_x_user limit=10 period=1h name=wide;
+        ratelimit zone=odd-zone.v2_ key=$http_x_user limit=10 period=1h name=wide;
         alias %%PREFIX%%/html/;
     }
     location = /stats {
@@ -71,8 +71,8 @@ is($api->{rules}{shape}{delayed}, 2, 'json: delayed');
 is($api->{rules}{shape}{allowed}, 1, 'json: shaped, not delayed');
 is_deeply($api->{rules}{narrow}, { allowed => 2, rejected => 2, delayed => 0, dry_run_rejected => 0, exempt => 0 },
           'json: stacked, narrow rule');
-is($s->{zones}{'odd "zone"'}{rules}{wide}{allowed}, 2, 'json: stacked, the other rule spent only the admitted');
-is($s->{zones}{'odd "zone"'}{rules}{wide}{rejected}, 0, 'json: and rejected none');
+is($s->{zones}{'odd-zone.v2_'}{rules}{wide}{allowed}, 2, 'json: stacked, the other rule spent only the admitted');
+is($s->{zones}{'odd-zone.v2_'}{rules}{wide}{rejected}, 0, 'json: and rejected none');
 is($api->{keys}, 4, 'json: keys held (alice, dan, sam, stu)');
 is($api->{size}, 1048576, 'json: size');
 ok($api->{capacity} > 40000, "json: capacity $api->{capacity}");
@@ -97,7 +97,7 @@ is($v{'nginx_ratelimit_rejected_total{zone="api",rule="a"}'}, 2, 'prometheus: re
 is($v{'nginx_ratelimit_exempt_total{zone="api",rule="a"}'}, 2, 'prometheus: exempt');
 is($v{'nginx_ratelimit_dry_run_rejected_total{zone="api",rule="dry"}'}, 2, 'prometheus: dry run rejected');
 is($v{'nginx_ratelimit_delayed_total{zone="api",rule="shape"}'}, 2, 'prometheus: delayed');
-is($v{'nginx_ratelimit_allowed_total{zone="odd \"zone\"",rule="wide"}'}, 2, 'prometheus: escaped zone name');
+is($v{'nginx_ratelimit_allowed_total{zone="odd-zone.v2_",rule="wide"}'}, 2, 'prometheus: a zone name with every mark allowed');
 is($v{'nginx_ratelimit_zone_size_bytes{zone="api"}'}, 1048576, 'prometheus: zone size');
 is($v{'nginx_ratelimit_zone_keys{zone="api"}'}, 4, 'prometheus: keys');
 my @top = grep { /^nginx_ratelimit_top_refused\{zone="api",rule="a",/ } keys %v;

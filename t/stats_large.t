@@ -1,6 +1,6 @@
 #!/usr/bin/perl
-# ratelimit_stats with 1,000 rules of the longest names in 20 zones (odd
-# zone names among them): the output, many buffers long, is whole, valid
+# ratelimit_stats with 1,000 rules of the longest names in 20 zones (the
+# longest zone names, with every mark a name may hold, among them): the output, many buffers long, is whole, valid
 # JSON, and valid Prometheus text exposition (checked by a strict parser:
 # every line a comment or a sample, names and labels well formed, label
 # values escaped, each family described once before its samples), and it
@@ -16,13 +16,14 @@ use RLTest;
 my (@zones, %rules);
 my $conf = '';
 for my $z (1 .. 20) {
-    my $zone = $z % 5 ? "zone$z" : "z\\\"$z\\\\";   # some with a quote and a backslash
-    push @zones, $z % 5 ? "zone$z" : "z\"$z\\";
-    $conf .= "ratelimit_zone \"$zone\" 256k;\n";
+    # some of 63 characters with "-", "." and "_"
+    my $zone = $z % 5 ? "zone$z" : sprintf('z-%02d.', $z) . ('_' x 58);
+    push @zones, $zone;
+    $conf .= "ratelimit_zone $zone 256k;\n";
     for my $r (1 .. 50) {
         my $name = sprintf('r%02d-%02d-', $z, $r) . ('n' x 56);   # 63 characters
         $rules{ $zones[-1] }{$name} = 1;
-        $conf .= "    location /$z/$r/ { ratelimit \"zone=$zone\" limit=5 name=$name; alias %%PREFIX%%/html/; }\n";
+        $conf .= "    location /$z/$r/ { ratelimit zone=$zone limit=5 name=$name; alias %%PREFIX%%/html/; }\n";
     }
 }
 my $t = RLTest->new();
@@ -83,7 +84,8 @@ for my $line (split /\n/, $p->{content}, -1) {
 is(scalar @errors, 0, 'Prometheus: every line well formed') or diag(join "\n", @errors[0 .. 9]);
 is($samples{nginx_ratelimit_allowed_total}, 1000, 'Prometheus: a sample for each of the 1,000 rules');
 is($samples{nginx_ratelimit_zone_keys}, 20, 'Prometheus: a sample for each zone');
-like($p->{content}, qr/\Qnginx_ratelimit_zone_keys{zone="z\"5\\"}\E \d+/, 'Prometheus: a label value escaped');
+like($p->{content}, qr/\Qnginx_ratelimit_zone_keys{zone="z-05.\E_{58}"\} \d+/,
+     'Prometheus: a zone name of 63 characters with its marks, as it is');
 
 $t->stop();
 done_testing();

@@ -1,6 +1,7 @@
 // Checking a request against several rules: all/any combination, atomic
 // commit with no partial consumption, the binding rule, shared state.
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@ struct Zone {
     explicit Zone(size_t n = 256 * 1024, std::vector<uint32_t> blobs = {})
     {
         mem = std::aligned_alloc(64, n);
+        std::memset(mem, 0, n);  // rl_table_init takes zeroed memory
         char err[RL_ERR_MAX];
         EXPECT_EQ(rl_table_init(mem, n, blobs.data(), blobs.size(), nullptr, err, sizeof(err)), RL_OK) << err;
     }

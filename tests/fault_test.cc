@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "fault.h"
 #include "helpers.h"
-#include "table.h"
+#include "table/table.h"
+#include "util/fault.h"
 
 namespace rl {
 long fault_countdown = 0;

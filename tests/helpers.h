@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "ratelimit.h"
-#include "table.h"
+#include "table/table.h"
 
 inline rl_rule_t rule_of(const std::string &text)
 {
@@ -111,6 +111,7 @@ struct TestZone {
     TestZone(size_t n, const std::vector<rl_rule_t> &rules, const uint8_t secret[16]) : size(n)
     {
         mem = std::aligned_alloc(64, n);
+        std::memset(mem, 0, n);  // rl_table_init takes zeroed memory
         std::vector<uint32_t> blobs;
         for (const rl_rule_t &r : rules) {
             if (rl_rule_block_size(&r) > 0) {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "helpers.h"
-#include "table.h"
+#include "table/table.h"
 
 namespace {
 

@@ -3,12 +3,13 @@
 // limit, through the transitions, the table (blocks, refunds, eviction)
 // and the cost of a variable.
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "helpers.h"
-#include "table.h"
+#include "table/table.h"
 
 namespace {
 
@@ -100,7 +101,7 @@ TEST(Plans, ApplyTakesValidValuesAndNeverGoesUnlimited)
         EXPECT_EQ(a.burst, 100u) << bad;
     }
     applied(r, "a\"b\x01" + std::string(100, 'x'), "", &rc, &msg);
-    EXPECT_EQ(msg, "limit \"a?b?" + std::string(28, 'x') +
+    EXPECT_EQ(msg, "limit \"a\\x22b\\x01" + std::string(28, 'x') +
                        "...\" is not an integer from 1 to 10000: limit_default=100 applies");
 
     const rl_rule_t b = var_rule_of("limit=$plan burst=$burst limit_default=10 limit_max=1000 period=1m");
@@ -236,6 +237,7 @@ struct Zone {
     Zone(size_t n, std::vector<uint32_t> blobs) : size(n)
     {
         mem = std::aligned_alloc(64, n);
+        std::memset(mem, 0, n);  // rl_table_init takes zeroed memory
         char err[RL_ERR_MAX];
         EXPECT_EQ(rl_table_init(mem, n, blobs.data(), blobs.size(), nullptr, err, sizeof(err)), RL_OK) << err;
     }

@@ -1,5 +1,5 @@
 // Redis: the RESP reader, the key names, the command, and the conformance
-// of the Lua script (core/redis/ratelimit.lua) with the C++ core: random
+// of the Lua script (core/src/redis/ratelimit.lua) with the C++ core: random
 // traces run through rl_check on a local table and through the script in a
 // real redis-server (started here, on a unix socket, with no persistence)
 // must give identical decisions, remaining, reset, retry-after, the IETF t
@@ -12,12 +12,13 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "helpers.h"
-#include "request.h"
+#include "policy/request.h"
 
 extern char **environ;
 
@@ -259,6 +260,7 @@ struct Trace {
             blobs.push_back(rl_rule_block_size(&rules.back()));
         }
         table = std::aligned_alloc(64, table_size);
+        std::memset(table, 0, table_size);  // rl_table_init takes zeroed memory
         char err[RL_ERR_MAX];
         EXPECT_EQ(rl_table_init(table, table_size, blobs.data(), blobs.size(), nullptr, err, sizeof(err)), RL_OK)
             << err;

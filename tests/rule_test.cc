@@ -66,11 +66,11 @@ TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
               "invalid \"period=0\": expected a time from 1ms to 366d, like 500ms, 1s, 1m, 1h, 7d");
     EXPECT_EQ(error_of("limit=5 period=367d"),
               "invalid \"period=367d\": expected a time from 1ms to 366d, like 500ms, 1s, 1m, 1h, 7d");
-    EXPECT_EQ(
-        error_of("limit=5 colour=red"),
-        "unknown parameter \"colour=red\": expected zone=, key=, algorithm=, limit=, period=, burst=, "
-        "cost=, name=, align=, buckets=, max_delay=, delay=, reset=, utc_offset=, zero_cost=, log_key=, limit_default= "
-        "or limit_max=");
+    EXPECT_EQ(error_of("limit=5 colour=red"),
+              "unknown parameter \"colour=red\": expected zone=, key=, algorithm=, limit=, period=, burst=, "
+              "cost=, name=, align=, buckets=, max_delay=, delay=, reset=, utc_offset=, zero_cost=, log_key=, "
+              "limit_default=, "
+              "limit_max=, charge= or ban=");
     EXPECT_EQ(error_of("limit=5 zero_cost=on"),
               "\"zero_cost=\" applies to cost=$variable only: a constant cost=0 always looks without spending");
     EXPECT_EQ(error_of("limit=5 zero_cost=maybe"),
@@ -91,14 +91,33 @@ TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
               "\"cost=6\" can never be admitted: it exceeds limit=5");
     EXPECT_EQ(error_of("limit=5 cost=x"),
               "invalid \"cost=x\": expected an integer from 0 to 1000000000, or a $variable");
-    EXPECT_EQ(error_of("limit=5 name=a\"b"), "invalid \"name=a\"b\": expected letters, digits, \"_\", \"-\" or \".\"");
-    EXPECT_EQ(error_of("limit=5 name="), "invalid \"name=\": expected 1 to 63 characters");
+    EXPECT_EQ(error_of("limit=5 name=a\"b"),
+              "invalid \"name=a\"b\": expected 1 to 63 letters, digits, \"_\", \"-\" or \".\"");
+    EXPECT_EQ(error_of("limit=5 name="), "invalid \"name=\": expected 1 to 63 letters, digits, \"_\", \"-\" or \".\"");
+    EXPECT_EQ(error_of("limit=5 name=" + std::string(64, 'n')),
+              "invalid \"name=" + std::string(64, 'n') + "\": expected " RL_NAME_EXPECTED);
     EXPECT_EQ(error_of("limit=5 cost=$arg_c"), "invalid \"cost=$arg_c\": variables are only known inside nginx");
     EXPECT_NE(error_of("limit=1000000000 period=366d").find("is too large"), std::string::npos);
 }
 
 // A bucket holds burst x period and a shaper limit x (period + max_delay),
 // in ms, at most 2^61 (README, "ratelimit"): each edge, and one past it.
+// Rules' and zones' names alike (ratelimit_zone checks its NAME with it).
+TEST(Rule, NamesAreLettersDigitsAndThreeMarks)
+{
+    auto valid = [](const std::string &s) { return rl_name_valid(s.data(), s.size()); };
+    for (const char *ok : {"a", "Z", "0", "_", "-", ".", "per_ip-v1.2", "__proto__", "constructor", "toString"}) {
+        EXPECT_EQ(valid(ok), 1) << ok;
+    }
+    EXPECT_EQ(valid(std::string(63, 'n')), 1);
+    EXPECT_EQ(valid(std::string(64, 'n')), 0);
+    EXPECT_EQ(valid(""), 0);
+    for (const char *bad : {"a/b", "a b", "a\nb", "a\"b", "<b>", "a\\b", "\xff", "caf\xc3\xa9", "a:b", "a{b}", "%41"}) {
+        EXPECT_EQ(valid(bad), 0) << bad;
+    }
+    EXPECT_EQ(valid(std::string("a\0b", 3)), 0);
+}
+
 TEST(Rule, StateBoundEdges)
 {
     EXPECT_EQ(rule_of("limit=1000000000 period=2305843009ms").burst, 1000000000u);
@@ -237,4 +256,31 @@ TEST(Rule, IdentityIsNameAndAlgorithmAndKeyWhenDerived)
     EXPECT_NE(rl_rule_identity(&a, "$a", 2), rl_rule_identity(&c, "$a", 2));  // a state is one algorithm's
     rl_rule_t d = rule_of("limit=10");
     EXPECT_NE(rl_rule_identity(&d, "$a", 2), rl_rule_identity(&d, "$b", 2));  // derived: key expression counts
+}
+
+// Bytes a client chose never reach a log line raw: every byte outside
+// printable ASCII, and '"' and '\', as \xNN; cut after max bytes.
+TEST(Escape, EveryByteOutsidePrintableAsciiIsHex)
+{
+    char out[RL_ESCAPED_MAX(300)];
+    std::string all;
+    for (int c = 0; c < 256; c++) {
+        all.push_back((char) c);
+    }
+    const std::string s(out, rl_escape(out, all.data(), all.size(), 256));
+    std::string expect;
+    for (int c = 0; c < 256; c++) {
+        char hex[8];
+        std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+        expect += c >= 0x20 && c < 0x7f && c != '"' && c != '\\' ? std::string(1, (char) c) : std::string(hex);
+    }
+    EXPECT_EQ(s, expect);
+    EXPECT_EQ(s.find('\n'), std::string::npos);
+
+    EXPECT_EQ(std::string(out, rl_escape(out, "abcdef", 6, 4)), "abcd...");
+    EXPECT_EQ(std::string(out, rl_escape(out, "abcd", 4, 4)), "abcd");
+    EXPECT_EQ(rl_escape(out, "", 0, 4), 0u);
+    // the bound holds for the worst input
+    const std::string worst(300, '\n');
+    EXPECT_EQ(rl_escape(out, worst.data(), worst.size(), 64), (size_t) RL_ESCAPED_MAX(64));
 }

@@ -2,7 +2,7 @@
 #include <ctime>
 #include <random>
 
-#include "calendar.h"
+#include "algorithms/calendar.h"
 #include "helpers.h"
 
 // ---- leaky_bucket ----------------------------------------------------------

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "helpers.h"
-#include "table.h"
+#include "table/table.h"
 
 namespace {
 

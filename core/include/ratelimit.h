@@ -61,8 +61,9 @@ enum rl_reset {
 #define RL_LOG_PERIOD_MAX_MS 2147483647LL      /* sliding_log: 2^31 ms, 24.8d */
 #define RL_UTC_OFFSET_MAX_MIN (14 * 60)
 #define RL_NAME_MAX       64                   /* including the NUL */
-#define RL_ERR_MAX        256                  /* enough for any message */
+#define RL_ERR_MAX        512                  /* enough for any message */
 #define RL_RULES_MAX      32                   /* rules of one request */
+#define RL_BAN_MAX_MS     RL_PERIOD_MAX_MS     /* ban= */
 
 typedef struct {
     uint32_t  algorithm;        /* enum rl_algorithm */
@@ -90,6 +91,12 @@ typedef struct {
     uint32_t  limit_max;        /* with a variable: the largest limit and
                                    burst it may give (sizes sliding_log's
                                    state) */
+    uint32_t  charge;           /* charge= (the glue's value): admitted
+                                   requests reserve cost, and what the
+                                   value says is spent when they end
+                                   (rl_request_end) */
+    int64_t   ban_ms;           /* ban=: a key this rule refuses is
+                                   refused for so long (0: no ban) */
     uint32_t  given;            /* internal: parameters set explicitly */
     char      name[RL_NAME_MAX];/* given by name=, or rl_rule_finish's */
 } rl_rule_t;
@@ -135,8 +142,18 @@ RL_API int rl_rule_cost(const rl_rule_t *rule, const char *value, size_t len,
     uint64_t *cost, char *err, size_t errlen);
 
 /*
+ * A request's charge from the value of charge= when it ends: a
+ * non-negative integer (one too large for 64 bits is as large as can be:
+ * the debt's bound caps it).  Anything else, an empty value too, charges
+ * the request's cost: RL_DECLINED, and err says why.
+ */
+RL_API int rl_rule_charge(const char *value, size_t len, uint64_t cost,
+    uint64_t *units, char *err, size_t errlen);
+
+/*
  * Parses whitespace-separated parameters (as written in the directive) and
- * finishes the rule; zone= and key= are accepted and ignored.  For tools.
+ * finishes the rule; zone= and key= are accepted and ignored, charge= sets
+ * rule->charge (the caller gives each request's charge).  For tools.
  */
 RL_API int rl_rule_parse(rl_rule_t *rule, const char *text, char *err,
     size_t errlen);
@@ -153,11 +170,34 @@ RL_API uint64_t rl_rule_identity(const rl_rule_t *rule, const char *key_expr,
 /* Parses an nginx-style time ("500ms", "1m30s", "2h", "7d"; bare = s). */
 RL_API int rl_parse_time_ms(const char *s, size_t len, int64_t *ms);
 
+/*
+ * Bytes a client chose (a key, a value, a name), made safe for a log line:
+ * printable ASCII as it is, but '"', '\' and every other byte as \xNN; at
+ * most max bytes of data, then "..." if there were more.  Writes at most
+ * RL_ESCAPED_MAX(max) bytes (no NUL); returns how many.
+ */
+#define RL_ESCAPED_MAX(max)  ((max) * 4 + 3)
+RL_API size_t rl_escape(char *out, const void *data, size_t len, size_t max);
+
+/*
+ * What the name of a rule (name=) or of a zone (ratelimit_zone) may be: it
+ * appears as it is in headers, log lines, JSON, Prometheus labels and the key
+ * API's paths.  rl_name_valid() is 1 for such a name of len bytes, else 0.
+ */
+#define RL_NAME_EXPECTED  "1 to 63 letters, digits, \"_\", \"-\" or \".\""
+
+RL_API int rl_name_valid(const char *name, size_t len);
+
 /* The words a rule is written with: an algorithm's name ("gcra", ...), a
    quota's reset ("daily", ...); "?" for a value that is none. */
 RL_API const char *rl_algorithm_name(uint32_t algorithm);
 RL_API const char *rl_reset_name(uint32_t reset);
 
+
+/* ---- digests ------------------------------------------------------------ */
+
+/* SHA-256 of len bytes (FIPS 180-4): the dashboard's CSP hashes its script. */
+RL_API void rl_sha256(const void *data, size_t len, uint8_t out[32]);
 
 /* ---- decisions ---------------------------------------------------------- */
 
@@ -182,6 +222,8 @@ typedef struct {
                                    can show (limit; gcra, token_bucket:
                                    burst; leaky_bucket: what a rested key
                                    admits at once or delayed) */
+    int64_t   banned_ms;        /* denied by a ban (ban=): ms until it ends
+                                   (retry_after_ms then says the same) */
     int64_t   window_ms;        /* the policy's window: period, the current
                                    calendar period of a quota, or the time
                                    a paced rule takes to restore its quota.
@@ -252,7 +294,11 @@ RL_API int rl_table_plan(size_t size, const uint32_t *blob_sizes, size_t n,
 
 /*
  * Lays a fresh table out over mem (64-byte aligned, size bytes), with a new
- * random hash secret, or the 16 bytes of secret when not NULL (tests).
+ * random hash secret, or the 16 bytes of secret when not NULL (tests).  The
+ * size bytes of mem must all be zero, as fresh shared memory is (the kernel
+ * hands out zeroed pages): only the header is written, and the rest of the
+ * table is touched as keys arrive, so a large zone costs memory only as it
+ * fills.
  */
 RL_API int rl_table_init(void *mem, size_t size, const uint32_t *blob_sizes,
     size_t n, const uint8_t *secret, char *err, size_t errlen);
@@ -284,6 +330,9 @@ enum rl_outcome {
 typedef struct {
     char      name[RL_NAME_MAX];
     uint64_t  count[RL_OUTCOMES];
+    uint64_t  charged;          /* charge=: units charged as requests ended */
+    uint64_t  debts;            /*   requests whose charge left the key in
+                                     debt */
 } rl_rule_stats_t;
 
 /* The counters of rule `name`, claimed on first use; -1 when all are taken.
@@ -346,6 +395,13 @@ typedef struct {
     rl_state_t           before;    /* out: the head before */
     rl_state_t           after;     /*   and after a commit (for a refund) */
     int64_t              at;        /*   and the time it decided at */
+    uint64_t             charge;    /* in, for rl_request_end(): the units
+                                       a charge= rule spends (RL_NO_CHARGE:
+                                       none, the reservation stands) */
+    uint64_t             charged;   /* out of rl_request_end(): units spent
+                                       (the charge, capped) */
+    int32_t              capped;    /*   the charge exceeded the debt bound */
+    int32_t              in_debt;   /*   the key owes more than its budget */
 } rl_check_t;
 
 typedef struct {
@@ -392,6 +448,20 @@ RL_API int rl_decide(rl_request_t *rq, int64_t now_ms);
  */
 RL_API void rl_request_refund(rl_request_t *rq, int64_t now_ms);
 
+/*
+ * The end of a request admitted by rules with charge= (nginx's log phase):
+ * each such check whose rule admitted it gives back the cost it reserved
+ * and spends its charge instead (RL_NO_CHARGE: the reservation stands),
+ * even beyond the key's budget: the key then owes (is in debt) and is
+ * refused until time repays it.  A key owes at most one limit beyond an
+ * empty budget: a larger charge is capped there, and `capped` says so.  A
+ * request refused, or not admitted by the rule (combine any), is never
+ * charged.  Call it once per request; the caller holds the locks
+ * (rl_request_lock_order).
+ */
+#define RL_NO_CHARGE  UINT64_MAX
+RL_API void rl_request_end(rl_request_t *rq, int64_t now_ms);
+
 /* Bytes of the block a rule's state needs beyond the table's slot (0 for
    most algorithms): what a table's layout is planned from. */
 RL_API uint32_t rl_rule_block_size(const rl_rule_t *rule);
@@ -419,6 +489,8 @@ typedef struct {
     rl_decision_t  next;        /* the next request of cost `cost`, decided
                                    and not spent: allowed (or refused, with
                                    retry_after_ms), delay_ms */
+    int64_t        banned_ms;   /* the key is banned (ban=) this much
+                                   longer; 0: not banned */
 } rl_peek_t;
 
 /*
@@ -433,6 +505,7 @@ RL_API void rl_table_peek(void *mem, const rl_rule_t *rule, uint64_t tag,
                                    one of its cells whose debt ends first
                                    was cleared (forgiving the other evicted
                                    keys counted in it too) */
+#define RL_RESET_UNBANNED   4   /* its ban (ban=) was lifted */
 
 /*
  * Makes a key fresh: its state is forgotten, and a request of it finds
@@ -473,6 +546,7 @@ typedef struct {
     uint32_t  key_len;          /* bytes of key kept (log_key=on), */
     uint32_t  key_cut;          /*   and 1 if the key was longer */
     uint8_t   key[RL_TOP_KEY_MAX];
+    int64_t   banned_ms;        /* banned (ban=) this much longer, or 0 */
 } rl_top_key_t;
 
 typedef struct {
@@ -500,7 +574,7 @@ RL_API void rl_request_count(rl_request_t *rq, int64_t now_ms);
 
 /*
  * A zone with redis= decides its rules in Redis, with one script call per
- * request (core/redis/ratelimit.lua, the transitions above in Lua).  The
+ * request (core/src/redis/ratelimit.lua, the transitions above in Lua).  The
  * glue owns the connections; the core writes the command and reads the
  * reply, so the fleet's servers all build the same keys and arguments.
  */

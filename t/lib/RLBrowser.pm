@@ -15,6 +15,7 @@ package RLBrowser;
 #   $b->wait_for('document.querySelector(".zone")', 20) or fail(...);
 #   $b->js('document.title');       # a JavaScript expression's value
 #   $b->dialogs(1);                 # accept confirm() dialogs (0: dismiss)
+#   $b->on_new_document($js);       # run before each page's own scripts
 #   $b->screenshot($png);           # the whole page
 #   $b->quit;
 #
@@ -171,6 +172,14 @@ sub dialogs {
     my ($self, $accept) = @_;
     $self->{accept} = $accept if defined $accept;
     return @{ $self->{dialogs_seen} };
+}
+
+# JavaScript run in every page opened from now on, before the page's own
+# scripts (the browser's, so the page's Content-Security-Policy does not
+# apply to it): what tests watch the page with.
+sub on_new_document {
+    my ($self, $js) = @_;
+    $self->call('Page.addScriptToEvaluateOnNewDocument', { source => $js });
 }
 
 sub open_page {

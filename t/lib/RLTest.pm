@@ -286,19 +286,108 @@ sub nginx_t {
     return ($? >> 8, $out);
 }
 
-# README's ```nginx blocks by the heading they are under: readme_blocks()
-# by "## " heading (text before the first: "top"), readme_blocks('###') by
-# "### " heading.
-sub readme_blocks {
-    my ($level) = @_;
-    $level //= '##';
-    my $text = read_file("$root/README.md") or die "RLTest: README.md: $!\n";
+# The fenced code blocks of a Markdown file of the checkout (README.md,
+# docs/*.md), in order: { lang, text, line (of the opening fence), headings
+# (the titles of the headings above it by level: headings->[2] is the
+# current "## " title, undefined before the first) }.
+sub doc_code {
+    my ($file) = @_;
+    open(my $fh, '<', "$root/$file") or die "RLTest: $file: $!\n";
+    my (@blocks, @headings, $block);
+    while (my $line = <$fh>) {
+        if ($block) {
+            if ($line =~ /^```\s*$/) {
+                push @blocks, $block;
+                undef $block;
+            } else {
+                $block->{text} .= $line;
+            }
+        } elsif ($line =~ /^```(\S*)\s*$/) {
+            $block = { lang => $1, text => '', line => $., headings => [@headings] };
+        } elsif ($line =~ /^(#{1,6})\s+(.*?)\s*$/) {
+            my $level = length $1;
+            splice(@headings, $level) if @headings > $level;
+            $headings[$level] = $2;
+        }
+    }
+    die "RLTest: $file: the code block of line $block->{line} is not closed\n" if $block;
+    return @blocks;
+}
+
+# A Markdown file's ```nginx blocks by the heading they are under, at a
+# level: doc_blocks('docs/recipes.md', '##') gives (title => [block, ...])
+# for each "## " heading; blocks before the first such heading are 'top'.
+sub doc_blocks {
+    my ($file, $level) = @_;
+    my $n = length($level // '##');
     my %blocks;
-    for my $part (split /^(?=$level )/m, $text) {
-        my $title = $part =~ /\A$level (.+?)\s*$/m ? $1 : 'top';
-        push @{ $blocks{$title} }, $1 while $part =~ /^```nginx\n(.*?)^```$/msg;
+    for my $b (grep { $_->{lang} eq 'nginx' } doc_code($file)) {
+        push @{ $blocks{ $b->{headings}[$n] // 'top' } }, $b->{text};
     }
     return %blocks;
+}
+
+# The names of the directives at the top level of an nginx text (comments
+# dropped; the docs' examples hold no '#' inside a quoted string).
+sub top_directives {
+    my ($text) = @_;
+    $text =~ s/#[^\n]*//g;
+    my ($depth, $start, @names) = (0, 1);
+    while ($text =~ /([{};])|([^\s{};]+)/g) {
+        if (defined $1) {
+            $depth += $1 eq '{' ? 1 : $1 eq '}' ? -1 : 0;
+            $start = 1;
+        } elsif ($start) {
+            push @names, $2 if $depth == 0;
+            $start = 0;
+        }
+    }
+    return @names;
+}
+
+# A docs example as a whole configuration for this instance, wrapped by
+# what it holds at its top level (docs/architecture.md, "The docs"):
+# load_module, events or http: a whole nginx.conf; server, map, upstream,
+# a zone or log_format: the http block's contents; location or listen: a
+# server's; anything else: a location's.  Its listen ports become free ones
+# (the first, this instance's port; an upstream server at 127.0.0.1 on one
+# of them follows it), the zones its rules name and it does not declare are
+# declared, and "proxy_pass http://backend" gets an upstream if it has none.
+sub doc_conf {
+    my ($self, $text) = @_;
+    my %port;
+    for my $p ($text =~ /\blisten\s+(?:[^\s;]+:)?(\d+)\b/g) {
+        next if $port{$p};
+        $port{$p} = keys %port ? free_port() : $self->{port};
+    }
+    $text =~ s{\b(server\s+127\.0\.0\.1:)(\d+)\b}{$1 . ($port{$2} // $2)}ge;
+    $text =~ s/\b(listen\s+)(?:[^\s;]+:)?(\d+)\b/${1}127.0.0.1:$port{$2}/g;
+
+    my %top = map { $_ => 1 } top_directives($text);
+    my %declared = map { $_ => 1 } $text =~ /\bratelimit_zone\s+([^\s;]+)/g;
+    my $extra = join '', map { "ratelimit_zone $_ 1m;\n" }
+        grep { !$declared{$_}++ } $text =~ /\bratelimit\s[^;]*?\bzone=([^\s;]+)/g;
+    $extra .= "upstream backend {\n    server 127.0.0.1:1;\n}\n"
+        if $text =~ m{proxy_pass\s+http://backend\b} && $text !~ /\bupstream\s+backend\b/;
+
+    if (grep { $top{$_} } qw(load_module events http)) {
+        my $p = $self->{prefix};
+        my $main = join "\n", grep { $_ ne '' } $self->load_line, ($> == 0 ? 'user root;' : ''),
+            'daemon off;', "pid $p/nginx.pid;", "error_log $p/error.log notice;";
+        $text = "$main\n$text" unless $text =~ s/^load_module \S+;$/$main/m;
+        $text .= "events {}\n" unless $top{events};
+        my $paths = join '', map { "    ${_}_temp_path $p/tmp/$_;\n" } qw(client_body proxy fastcgi uwsgi scgi);
+        $text =~ s{^(http \{)$}{$1\n$extra    access_log $p/access.log;\n$paths}m;
+        return $text;
+    }
+    if (grep { $top{$_} } qw(server map upstream ratelimit_zone limit_req_zone log_format)) {
+        return $self->conf_text($extra . $text);
+    }
+    if (grep { $top{$_} } qw(location listen)) {
+        my $listen = $top{listen} ? '' : "    listen 127.0.0.1:%%PORT%%;\n";
+        return $self->conf_text("${extra}server {\n$listen$text}\n");
+    }
+    return $self->conf_text("${extra}server {\n    listen 127.0.0.1:%%PORT%%;\n    location / {\n$text    }\n}\n");
 }
 
 sub error_log  { read_file("$_[0]{prefix}/error.log") }

@@ -1,0 +1,123 @@
+// The pure algorithm transitions, one file each.
+//
+// A transition decides spending `cost` at `now` on a key's state and, when
+// `apply` is set and the request is admitted, writes the new state in place.
+// A denied request never changes the state.  The state is the head kept in
+// the table's slot (rl_state_t: t = when the key is back to full budget) and,
+// for sliding_window and sliding_log, a block of the zone (blob; nullptr for
+// a key never seen, which reads as all zeros).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ratelimit.h"
+
+namespace rl {
+
+struct State {
+    rl_state_t head;
+    uint8_t *blob;
+};
+
+using Transition = rl_decision_t (*)(const rl_rule_t &, State &, int64_t now, uint64_t cost, bool apply);
+
+rl_decision_t gcra(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
+rl_decision_t fixed_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
+rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
+rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
+rl_decision_t leaky_bucket(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
+rl_decision_t quota(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
+
+// What a key owes, as the eviction summary keeps it (table.h): until when
+// (ms; the key is back to full budget from then on), and at most which
+// fraction of its rule's capacity, in 1/kFracFull, rounded up.
+struct Owed {
+    int64_t until;
+    uint32_t frac;
+};
+constexpr uint32_t kFracFull = 255;
+
+// Dispatches on rule.algorithm.
+rl_decision_t transition(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
+
+// Bytes of the rule's block (0: the head holds the whole state).
+size_t blob_size(const rl_rule_t &rule);
+size_t sliding_window_blob_size(const rl_rule_t &rule);
+size_t sliding_log_blob_size(const rl_rule_t &rule);
+
+// A counter of units spent in a window ending at `end` (fixed_window,
+// quota): the head is {window end, units spent}.  With kCarried in n, a
+// charge's excess is counted in the window ending t, and the one before it
+// is full (fixed_window.cpp).
+constexpr uint32_t kCarried = 1u << 31;
+rl_decision_t windowed_count(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply, int64_t end,
+                             int64_t window);
+
+// The window a unit spent now is counted in: its end and length, and the
+// end of the window after it.
+struct Span {
+    int64_t end;
+    int64_t window;
+    int64_t next_end;
+};
+Span fixed_window_span(const rl_rule_t &rule, const State &s, int64_t now);
+Span quota_span(const rl_rule_t &rule, int64_t now);
+
+// ---- charges (charge.cpp) --------------------------------------------------
+
+// Spends `units` on a key whatever its budget (charge=, when a request
+// ends), the key owing at most a limit beyond an empty budget: returns the
+// units spent, and sets *capped when that bound cut the charge.
+uint64_t charge(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped);
+uint64_t windowed_charge(const rl_rule_t &rule, State &s, uint64_t units, const Span &span, bool *capped);
+uint64_t sliding_window_charge(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped);
+uint64_t sliding_log_charge(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped);
+
+// A denial for a cost no state of the rule can ever admit.
+rl_decision_t never(int64_t window, uint64_t remaining, int64_t reset_ms);
+
+// The decision's policy (quota, window) for the rule: rl_transition() and
+// conclude() (for the check the headers describe) set it.
+void policy(const rl_rule_t &rule, rl_decision_t &d);
+
+// ---- the eviction summary (summary.cpp) ----------------------------------
+
+// What a key in state s owes at now, right after decision d admitted it.
+uint32_t owed_frac(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now);
+
+// The state a key absent from the table starts from, when the summary says
+// it may owe o: the least state that owes at least what any key it stands
+// for owed.  For sliding_window and sliding_log a head with no block,
+// {until, units}: `units` that all leave the window at `until`, which their
+// transitions read as such and restore_block() writes into a fresh block.
+State restore(const rl_rule_t &rule, Owed o, int64_t now);
+void restore_block(const rl_rule_t &rule, State &s, int64_t now);
+
+// Helpers of restore, in the algorithms' files.
+int64_t quota_end(const rl_rule_t &rule, int64_t now);
+int64_t sliding_window_full_at(const rl_rule_t &rule, int64_t now);
+void sliding_window_restore(const rl_rule_t &rule, State &s, int64_t now);
+void sliding_log_restore(const rl_rule_t &rule, State &s, int64_t now);
+
+// ---- refunds (refund.cpp) -------------------------------------------------
+
+// Gives back what a request admitted at `at` spent (cost), leaving the head
+// `after`, now that it is abandoned before being served.
+void refund(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t after, int64_t at, int64_t now);
+void sliding_window_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64_t at);
+void sliding_log_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64_t at);
+
+// ceil(a / b) for non-negative a and positive b.
+inline int64_t ceil_div(uint64_t a, uint64_t b)
+{
+    return (int64_t) ((a + b - 1) / b);
+}
+
+// floor(a / b) for any a and positive b.
+inline int64_t floor_div(int64_t a, int64_t b)
+{
+    return a / b - (a % b < 0);
+}
+
+}  // namespace rl

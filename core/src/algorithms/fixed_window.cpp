@@ -1,0 +1,142 @@
+// Fixed window (seed 001, seed 004): at most `limit` cost units per window
+// of `period`.  Windows start at multiples of period since the Unix epoch
+// (align=epoch) or at a key's first request (align=first, seed 001's
+// "user-defined start").  State: t = the window's end, n = units spent in it.
+//
+// A charge (charge=, spent when a request ends) may exceed what the window
+// has left: the excess, up to a limit, is counted in the next window, whose
+// budget repays it.  The head is then that window's, with kCarried in n:
+// the window before it is full.
+//
+// Known trade-off (documented): up to 2 x limit can pass across one
+// boundary.  Jump-safe: a window whose end lies further ahead than the
+// current window's (the clock stepped back) is kept, count and all.
+#include "algorithms/algorithms.h"
+
+namespace rl {
+
+namespace {
+
+// The units a key has spent in the window ending `end`, from its head: the
+// window's count when the head is that window, 0 for an older one.
+uint64_t spent_in(const State &s, int64_t end)
+{
+    return s.head.t == end ? s.head.n & ~kCarried : 0;
+}
+
+// A head with kCarried whose window lies ahead: the window before it (the
+// current one) is full, and the head's window already holds units.
+bool carried(const State &s, int64_t end)
+{
+    return (s.head.n & kCarried) && s.head.t > end;
+}
+
+}  // namespace
+
+rl_decision_t windowed_count(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply, int64_t end,
+                             int64_t window)
+{
+    if (carried(s, end)) {
+        // a charge's excess is counted in the next window: this one is full
+        const uint64_t owed = s.head.n & ~kCarried;
+        const int64_t back = s.head.t - now;  // back to full budget
+        if (cost > rule.limit) {
+            return never(window, 0, back);
+        }
+        rl_decision_t d{};
+        d.window_ms = window;
+        d.reset_ms = back;
+        d.available_ms = owed < rule.limit ? end - now : back;
+        if (cost == 0) {
+            d.allowed = 1;  // looking is always allowed
+        } else {
+            d.retry_after_ms = owed + cost <= rule.limit ? end - now : back;
+        }
+        return d;
+    }
+    if (s.head.t > end) {
+        end = s.head.t;  // the clock stepped back: keep the later window
+    }
+    const uint64_t spent = spent_in(s, end);
+    const uint64_t left = spent < rule.limit ? rule.limit - spent : 0;
+    const int64_t to_end = end - now;
+
+    if (cost > rule.limit) {
+        return never(window, left, spent ? to_end : 0);
+    }
+
+    rl_decision_t d{};
+    d.window_ms = window;
+
+    // units come back all at once, at the window's end
+    if (cost <= left) {
+        d.allowed = 1;
+        d.remaining = left - cost;
+        d.reset_ms = spent + cost ? to_end : 0;
+        d.available_ms = d.reset_ms;
+        if (apply && cost > 0) {
+            s.head = rl_state_t{end, (uint32_t) (spent + cost)};
+        }
+    } else {
+        d.remaining = left;
+        d.reset_ms = to_end;
+        d.retry_after_ms = to_end;
+        d.available_ms = to_end;
+    }
+    return d;
+}
+
+uint64_t windowed_charge(const rl_rule_t &rule, State &s, uint64_t units, const Span &span, bool *capped)
+{
+    const uint64_t limit = rule.limit;
+    if (carried(s, span.end)) {
+        const uint64_t owed = s.head.n & ~kCarried;
+        const uint64_t add = owed < limit ? (units < limit - owed ? units : limit - owed) : 0;
+        *capped = add < units;
+        s.head.n = (uint32_t) (owed + add) | kCarried;
+        return add;
+    }
+    int64_t end = span.end, next = span.next_end;
+    if (s.head.t > end) {
+        next = s.head.t + (next - end);  // the clock stepped back: the later window
+        end = s.head.t;
+    }
+    const uint64_t spent = spent_in(s, end);
+    const uint64_t room = spent < limit ? limit - spent : 0;
+    if (units <= room) {
+        *capped = false;
+        s.head = rl_state_t{end, (uint32_t) (spent + units)};
+        return units;
+    }
+    // what the window cannot hold is counted in the next one, at most a
+    // limit: the key owes it, and the next window's budget repays it
+    const uint64_t excess = units - room;
+    const uint64_t carry = excess < limit ? excess : limit;
+    *capped = excess > limit;
+    s.head = rl_state_t{next, (uint32_t) carry | kCarried};
+    return room + carry;
+}
+
+Span fixed_window_span(const rl_rule_t &rule, const State &s, int64_t now)
+{
+    const int64_t period = rule.period_ms;
+    int64_t end;
+
+    if (rule.align == RL_ALIGN_FIRST) {
+        end = s.head.t > now ? s.head.t : now + period;
+        if ((s.head.n & kCarried) && s.head.t - period > now) {
+            end = s.head.t - period;  // the full window before a carried one
+        }
+    } else {
+        end = floor_div(now, period) * period + period;
+    }
+    return Span{end, period, end + period};
+}
+
+rl_decision_t fixed_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
+{
+    const Span span = fixed_window_span(rule, s, now);
+    return windowed_count(rule, s, now, cost, apply, span.end, span.window);
+}
+
+}  // namespace rl

@@ -1,0 +1,95 @@
+// Dispatch to the algorithm a rule names, and the C entry points.
+#include <cstring>
+
+#include "algorithms/algorithms.h"
+#include "algorithms/exact_time.h"
+
+namespace rl {
+
+rl_decision_t never(int64_t window, uint64_t remaining, int64_t reset_ms)
+{
+    // Retrying cannot help; Retry-After points at the key's full budget, and
+    // is at least one second like every other Retry-After.
+    rl_decision_t d{};
+    d.never = 1;
+    d.remaining = remaining;
+    d.reset_ms = reset_ms;
+    d.retry_after_ms = reset_ms > 1000 ? reset_ms : 1000;
+    d.available_ms = reset_ms;
+    d.window_ms = window;
+    return d;
+}
+
+// The policy the headers advertise: a quota that bounds what remaining can
+// show, over the time it takes to come back.  A bucket holds burst; a
+// shaper admits, when rested, delay + max_delay / T + 1 requests (at once or
+// delayed); both restore them at limit per period.  Windows hold limit.
+void policy(const rl_rule_t &rule, rl_decision_t &d)
+{
+    const uint64_t T = (uint64_t) rule.period_ms;  // units of 1/limit ms
+    switch (rule.algorithm) {
+    case RL_GCRA:
+    case RL_TOKEN_BUCKET:
+        d.quota = rule.burst;
+        break;
+    case RL_LEAKY_BUCKET:
+        d.quota = rule.delay + (uint64_t) rule.max_delay_ms * rule.limit / T + 1;
+        break;
+    default:
+        d.quota = rule.limit;
+        return;
+    }
+    d.window_ms = ceil_div(d.quota * T, rule.limit);
+}
+
+rl_decision_t transition(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
+{
+    static const Transition by_algorithm[RL_ALGORITHM_COUNT] = {
+        gcra, gcra, fixed_window, sliding_window, sliding_log, leaky_bucket, quota,  // token_bucket is gcra
+    };
+    const uint32_t a = rule.algorithm < RL_ALGORITHM_COUNT ? rule.algorithm : (uint32_t) RL_GCRA;
+    return by_algorithm[a](rule, s, now, cost, apply);
+}
+
+size_t blob_size(const rl_rule_t &rule)
+{
+    switch (rule.algorithm) {
+    case RL_SLIDING_WINDOW:
+        return sliding_window_blob_size(rule);
+    case RL_SLIDING_LOG:
+        return sliding_log_blob_size(rule);
+    default:
+        return paced_block_size(rule);
+    }
+}
+
+}  // namespace rl
+
+extern "C" {
+
+size_t rl_state_size(const rl_rule_t *rule)
+{
+    return sizeof(rl_state_t) + rl::blob_size(*rule);
+}
+
+int rl_transition(const rl_rule_t *rule, void *state, int64_t now_ms, uint64_t cost, int apply, rl_decision_t *d)
+{
+    try {
+        uint8_t *p = static_cast<uint8_t *>(state);
+        rl::State s{};
+        std::memcpy(&s.head, p, sizeof(rl_state_t));
+        s.blob = rl::blob_size(*rule) ? p + sizeof(rl_state_t) : nullptr;
+        *d = rl::transition(*rule, s, now_ms, cost, apply != 0);
+        rl::policy(*rule, *d);
+        const bool changed = apply && d->allowed && cost > 0;
+        if (changed) {
+            std::memcpy(p, &s.head, sizeof(rl_state_t));
+        }
+        return changed ? 1 : 0;
+    } catch (...) {
+        *d = rl_decision_t{};
+        return 0;
+    }
+}
+
+}  // extern "C"

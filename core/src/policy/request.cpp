@@ -1,0 +1,223 @@
+// A request, decided as a whole: what rl_decide (and, from Redis's reply,
+// rl_redis_answer) conclude from the decisions of its rules, in one place
+// for nginx and ratelimit-replay alike.
+#include "policy/request.h"
+#include "algorithms/algorithms.h"
+#include "table/table.h"
+#include "util/fault.h"
+
+namespace rl {
+
+namespace {
+
+// What each rule's counters add: a rejected request counts against the
+// rules that denied it, a passed one for the rules that allowed (and
+// spent), as delayed where it is held; a dry run counts what would have been.
+int outcome_of(const rl_check_t &c, bool allowed, bool delayed, bool dry_run)
+{
+    if (!applies(c)) {
+        return RL_OUTCOME_EXEMPT;
+    }
+    if ((bool) c.decision.allowed != allowed) {
+        return -1;
+    }
+    if (!allowed) {
+        return dry_run ? RL_OUTCOME_DRY_RUN_REJECTED : RL_OUTCOME_REJECTED;
+    }
+    return delayed && c.decision.delay_ms > 0 && !dry_run ? RL_OUTCOME_DELAYED : RL_OUTCOME_ALLOWED;
+}
+
+}  // namespace
+
+// The check the response's headers describe is found in the same pass as
+// the verdict, among those that apply and agree with it: when passed, the
+// fewest remaining; when delayed (an applying check allowed with a delay),
+// the longest delay; when rejected, the longest wait; the first of equals.
+int conclude(rl_request_t &rq, bool allowed)
+{
+    const size_t n = rq.n;
+    const rl_check_t *c = rq.checks;
+    if (n == 1) {  // most requests: the one rule binds, whatever it decided
+        rl_check_t &only = rq.checks[0];
+        const bool applying = applies(only);
+        rq.binding = 0;
+        rq.delay_ms = applying && allowed ? only.decision.delay_ms : 0;
+        if (applying) {
+            policy(*only.rule, only.decision);
+        }
+        rq.verdict = !applying         ? RL_VERDICT_EXEMPT
+                     : !allowed        ? RL_VERDICT_REJECTED
+                     : rq.delay_ms > 0 ? RL_VERDICT_DELAYED
+                                       : RL_VERDICT_PASSED;
+        only.outcome = outcome_of(only, allowed, rq.verdict == RL_VERDICT_DELAYED, rq.dry_run != 0);
+        return rq.verdict;
+    }
+    size_t applying = 0, fewest = n, longest = n;  // longest delay, or wait
+    for (size_t i = 0; i < n; i++) {
+        const rl_decision_t &d = c[i].decision;
+        if (!applies(c[i])) {
+            continue;
+        }
+        applying++;
+        if ((bool) d.allowed != allowed) {
+            continue;
+        }
+        if (!allowed) {
+            longest = longest == n || d.retry_after_ms > c[longest].decision.retry_after_ms ? i : longest;
+            continue;
+        }
+        fewest = fewest == n || d.remaining < c[fewest].decision.remaining ? i : fewest;
+        if (d.delay_ms > 0 && (longest == n || d.delay_ms > c[longest].decision.delay_ms)) {
+            longest = i;
+        }
+    }
+    const size_t b = allowed && longest == n ? fewest : longest;
+    rq.binding = b == n ? 0 : b;
+    rq.delay_ms = allowed && longest < n ? c[longest].decision.delay_ms : 0;
+    if (applying) {
+        // the policy the headers advertise: one rule's, once a request
+        policy(*c[rq.binding].rule, rq.checks[rq.binding].decision);
+    }
+    rq.verdict = applying == 0     ? RL_VERDICT_EXEMPT
+                 : !allowed        ? RL_VERDICT_REJECTED
+                 : rq.delay_ms > 0 ? RL_VERDICT_DELAYED
+                                   : RL_VERDICT_PASSED;
+    for (size_t i = 0; i < n; i++) {
+        rq.checks[i].outcome = outcome_of(c[i], allowed, rq.verdict == RL_VERDICT_DELAYED, rq.dry_run != 0);
+    }
+    return rq.verdict;
+}
+
+void count(const rl_request_t &rq, int64_t now)
+{
+    for (size_t i = 0; i < rq.n; i++) {
+        const rl_check_t &c = rq.checks[i];
+        if (c.counters > 0) {
+            Table::at(c.table)->count(c.counters - 1, c.outcome);
+        }
+    }
+    if (rq.verdict == RL_VERDICT_REJECTED) {
+        note_refused(rq, now);
+    }
+}
+
+}  // namespace rl
+
+extern "C" {
+
+void rl_request_hash(rl_request_t *rq)
+{
+    for (size_t i = 0; i < rq->n; i++) {
+        rl_check_t &c = rq->checks[i];
+        if (rl::applies(c)) {
+            const rl::Table *t = rl::Table::at(c.table);
+            c.tag = t->tag(c.identity, c.key, c.key_len);
+            t->prefetch(c.tag);
+        }
+    }
+}
+
+size_t rl_request_lock_order(const rl_request_t *rq, size_t *order)
+{
+    if (rq->n == 1) {  // the common case: one rule, one table
+        order[0] = 0;
+        return rl::applies(rq->checks[0]) ? 1 : 0;
+    }
+    size_t m = 0;
+    for (size_t i = 0; i < rq->n; i++) {
+        const void *t = rq->checks[i].table;
+        if (!rl::applies(rq->checks[i])) {
+            continue;
+        }
+        size_t at = 0;  // kept sorted by table address, each table once
+        while (at < m && (uintptr_t) rq->checks[order[at]].table < (uintptr_t) t) {
+            at++;
+        }
+        if (at < m && rq->checks[order[at]].table == t) {
+            continue;
+        }
+        for (size_t k = m++; k > at; k--) {
+            order[k] = order[k - 1];
+        }
+        order[at] = i;
+    }
+    return m;
+}
+
+int rl_decide(rl_request_t *rq, int64_t now_ms)
+{
+    try {
+        if (rq->n > RL_RULES_MAX) {
+            rq->n = RL_RULES_MAX;
+        }
+        const int verdict = rl::conclude(*rq, rl::check(rq->checks, rq->n, rq->combine, now_ms));
+        rl::count(*rq, now_ms);
+        return verdict;
+    }
+    RL_RETHROW_CRASH
+    catch (...)
+    {
+        rq->verdict = RL_VERDICT_PASSED;  // unreachable: nothing here throws; fail open if it ever did
+        rq->binding = 0;
+        rq->delay_ms = 0;
+        return rq->verdict;
+    }
+}
+
+void rl_request_refund(rl_request_t *rq, int64_t now_ms)
+{
+    try {
+        for (size_t i = 0; i < rq->n; i++) {
+            rl_check_t &c = rq->checks[i];
+            if (!rl::applies(c) || !c.decision.allowed || c.cost == 0) {
+                continue;
+            }
+            rl::Table *table = rl::Table::at(c.table);
+            table->recover();
+            rl::State s{};
+            rl::Table::Ref ref{};
+            if (!table->find(c.tag, &s, &ref)) {
+                continue;  // evicted since: the summary holds what it owed
+            }
+            rl::refund(*c.rule, s, c.cost, c.after, c.at, now_ms);
+            if (s.blob == nullptr) {
+                rl::Table::update(ref, s.head, rl::Table::debt(ref));
+            } else {
+                table->set_t(c.tag, s.head.t, rl::Table::debt(ref));
+            }
+        }
+    } catch (...) {
+    }
+}
+
+void rl_request_end(rl_request_t *rq, int64_t now_ms)
+{
+    try {
+        for (size_t i = 0; i < rq->n; i++) {
+            rl_check_t &c = rq->checks[i];
+            c.charged = 0;
+            c.capped = 0;
+            c.in_debt = 0;
+            const bool reserved = c.outcome == RL_OUTCOME_ALLOWED || c.outcome == RL_OUTCOME_DELAYED;
+            if (rl::applies(c) && c.rule->charge && c.charge != RL_NO_CHARGE && reserved) {
+                rl::settle(c, now_ms);
+            }
+        }
+    } catch (...) {
+    }
+}
+
+void rl_request_count(rl_request_t *rq, int64_t now_ms)
+{
+    try {
+        rl::count(*rq, now_ms);
+    } catch (...) {
+    }
+}
+
+uint32_t rl_rule_block_size(const rl_rule_t *rule)
+{
+    return (uint32_t) rl::blob_size(*rule);
+}
+
+}  // extern "C"

@@ -1,0 +1,37 @@
+// Deciding a request (rl_decide): the request-level parts of the core.
+#pragma once
+
+#include "ratelimit.h"
+
+namespace rl {
+
+// A check applies when its key is not empty; an empty key exempts the
+// request from the check's rule.
+inline bool applies(const rl_check_t &c)
+{
+    return c.key_len > 0;
+}
+
+// Decides every check that applies on its key's state, combines, and
+// commits all that consume or none (check.cpp).  The caller holds the
+// locks.  Returns whether the request is allowed.
+bool check(rl_check_t *c, size_t n, int combine, int64_t now_ms);
+
+// The verdict, binding rule, delay and outcomes of a request whose checks
+// are decided (request.cpp; rl_decide and rl_redis_answer end with it).
+int conclude(rl_request_t &rq, bool allowed);
+
+// Counts the refusals of a concluded request among its rules' top keys
+// (keys.cpp).  The caller holds the locks.
+void note_refused(const rl_request_t &rq, int64_t now);
+
+// Counts a concluded request: each rule's outcome, and its refusals among
+// the top keys (request.cpp).  The caller holds the locks.
+void count(const rl_request_t &rq, int64_t now);
+
+// Settles a check of a charge= rule when its request ends: the cost it
+// reserved given back, its charge spent (settle.cpp).  The caller holds the
+// lock of its table.
+void settle(rl_check_t &c, int64_t now);
+
+}  // namespace rl

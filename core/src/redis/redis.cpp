@@ -1,0 +1,217 @@
+// Redis: the keys and the command that call the script for a request (its
+// reply is read in resp.cpp and judged in redis_reply.cpp).  No I/O here:
+// the glue owns the connections (nginx events), the conformance test a
+// blocking socket.
+#include <cstring>
+
+#include "algorithms/algorithms.h"
+#include "policy/request.h"
+#include "redis/resp.h"
+#include "util/error.h"
+#include "util/sha256.h"
+
+extern "C" const char rl_redis_script_text[];  // generated from core/src/redis/ratelimit.lua
+extern "C" const size_t rl_redis_script_text_len;
+
+namespace {
+
+const char kHex[] = "0123456789abcdef";
+
+char *hex(const uint8_t *b, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        *out++ = kHex[b[i] >> 4];
+        *out++ = kHex[b[i] & 15];
+    }
+    return out;
+}
+
+// "{" 16 hex characters of SHA-256(key) "}": one slot for one key value.
+void key_tag(const void *key, size_t key_len, char *out)
+{
+    uint8_t digest[32];
+    rl::Sha256 h;
+    h.update(key, key_len);
+    h.finish(digest);
+    out[0] = '{';
+    hex(digest, 8, out + 1);
+    out[RL_REDIS_TAG_LEN - 1] = '}';
+}
+
+// CRC16-CCITT (XMODEM: polynomial 0x1021, initial 0), Redis Cluster's key
+// hash; bit by bit, as it runs once per request.
+unsigned crc16(const char *p, size_t len)
+{
+    unsigned crc = 0;
+    for (size_t i = 0; i < len; i++) {
+        crc ^= (unsigned) (uint8_t) p[i] << 8;
+        for (int b = 0; b < 8; b++) {
+            crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+        }
+    }
+    return crc;
+}
+
+// Fields per rule in the script's ARGV.
+const size_t kArgsPerRule = 11;
+
+}  // namespace
+
+extern "C" {
+
+const char *rl_redis_script(size_t *len)
+{
+    *len = rl_redis_script_text_len;
+    return rl_redis_script_text;
+}
+
+int rl_redis_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
+{
+    if (rule->charge || rule->ban_ms) {
+        return rl::fail(err, errlen,
+                        "%s is not decided in Redis: the script does not settle charges nor keep bans; use a "
+                        "zone without redis= for this rule",
+                        rule->charge ? "charge=" : "ban=");
+    }
+    // the largest count the rule may apply: limit_max when a variable sets it
+    const bool var = rule->limit_var || rule->burst_var;
+    const bool bucket = rule->algorithm == RL_GCRA || rule->algorithm == RL_TOKEN_BUCKET;
+    const uint64_t count = var ? rule->limit_max : bucket && rule->burst > rule->limit ? rule->burst : rule->limit;
+    unsigned __int128 units = 0;
+    switch (rule->algorithm) {
+    case RL_GCRA:
+    case RL_TOKEN_BUCKET:
+    case RL_SLIDING_WINDOW:
+        units = (unsigned __int128) count * (uint64_t) rule->period_ms;
+        break;
+    case RL_LEAKY_BUCKET:
+        units = (unsigned __int128) count * (uint64_t) (rule->period_ms + rule->max_delay_ms) +
+                (unsigned __int128) rule->delay * (uint64_t) rule->period_ms;
+        break;
+    default:
+        return RL_OK;  // counters and times only
+    }
+    if (units > RL_REDIS_UNITS_MAX) {
+        return rl::fail(err, errlen,
+                        "%s x period of %llu per %lld ms is too fine for a Redis zone: at most 2^50 (its script "
+                        "computes in units of 1/limit ms, exactly only below 2^53)%s",
+                        var ? "limit_max" : "limit", (unsigned long long) count, (long long) rule->period_ms,
+                        var ? ": set a lower limit_max=" : "");
+    }
+    return RL_OK;
+}
+
+size_t rl_redis_key(char *out, const char *prefix, size_t prefix_len, int cluster, uint64_t identity, const void *key,
+                    size_t key_len)
+{
+    uint8_t id[8], digest[32];
+    char *p = out;
+    std::memcpy(p, prefix, prefix_len);
+    p += prefix_len;
+    if (cluster) {
+        key_tag(key, key_len, p);
+        p += RL_REDIS_TAG_LEN;
+    }
+    for (int i = 0; i < 8; i++) {
+        id[i] = (uint8_t) (identity >> (8 * i));
+    }
+    rl::Sha256 h;
+    h.update(id, sizeof(id));
+    h.update(key, key_len);
+    h.finish(digest);
+    p = hex(digest, RL_REDIS_HASH_LEN / 2, p);
+    return (size_t) (p - out);
+}
+
+unsigned rl_redis_slot(const char *rkey, size_t len)
+{
+    // Redis Cluster: the part between the first '{' and the next '}', if
+    // not empty, else the whole key (cluster-spec, "Hash tags")
+    const char *open = static_cast<const char *>(std::memchr(rkey, '{', len));
+    if (open != nullptr) {
+        const char *from = open + 1;
+        const char *close = static_cast<const char *>(std::memchr(from, '}', (size_t) (rkey + len - from)));
+        if (close != nullptr && close > from) {
+            return crc16(from, (size_t) (close - from)) & 16383;
+        }
+    }
+    return crc16(rkey, len) & 16383;
+}
+
+unsigned rl_redis_key_slot(const void *key, size_t key_len)
+{
+    char tag[RL_REDIS_TAG_LEN];
+    key_tag(key, key_len, tag);
+    return rl_redis_slot(tag, sizeof(tag));
+}
+
+size_t rl_redis_command_size(size_t n, size_t prefix_len, size_t script_len)
+{
+    const size_t arg = 1 + 20 + 2 + 2;  // $<len>\r\n...\r\n around each argument
+    return 1 + 20 + 2 + (arg + 7) + (arg + script_len) + (arg + 20) +
+           n * (arg + prefix_len + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN) + (2 + n * kArgsPerRule) * (arg + 20);
+}
+
+size_t rl_redis_command(char *buf, const char *script, size_t script_len, int eval, int call, const char *prefix,
+                        size_t prefix_len, int cluster, const rl_request_t *rq, int64_t now_ms)
+{
+    const rl_check_t *c = rq->checks;
+    size_t n = 0;
+    for (size_t i = 0; i < rq->n; i++) {
+        n += rl::applies(c[i]);
+    }
+
+    rl::Writer w{buf};
+    w.header('*', 3 + n + 2 + n * kArgsPerRule);
+    if (eval) {
+        w.arg("EVAL", 4);
+    } else {
+        w.arg("EVALSHA", 7);
+    }
+    w.arg(script, script_len);
+    w.arg((int64_t) n);
+
+    char key[256 + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN];
+    for (size_t i = 0; i < rq->n; i++) {
+        if (rl::applies(c[i])) {
+            const size_t plen = prefix_len < 256 ? prefix_len : 256;
+            w.arg(key, rl_redis_key(key, prefix, plen, cluster, c[i].identity, c[i].key, c[i].key_len));
+        }
+    }
+
+    if (now_ms >= 0) {
+        w.arg(now_ms);
+    } else {
+        w.arg("", 0);
+    }
+    if (call == RL_REDIS_PEEK) {
+        w.arg("peek", 4);
+    } else if (call == RL_REDIS_RESET) {
+        w.arg("reset", 5);
+    } else {
+        w.arg(rq->combine == RL_COMBINE_ANY ? 1 : 0);
+    }
+
+    for (size_t i = 0; i < rq->n; i++) {
+        if (!rl::applies(c[i])) {
+            continue;
+        }
+        const rl_rule_t &r = *c[i].rule;
+        w.arg(r.algorithm);
+        w.arg(r.limit);
+        w.arg(r.burst);
+        w.arg(r.period_ms);
+        w.arg(r.align);
+        w.arg(r.buckets);
+        w.arg(r.max_delay_ms);
+        w.arg(r.reset);
+        w.arg(r.utc_offset_min);
+        // a cost beyond what any rule admits is only ever compared: cap it
+        // where Lua's doubles are still exact
+        w.arg((int64_t) (c[i].cost < RL_REDIS_UNITS_MAX ? c[i].cost : RL_REDIS_UNITS_MAX));
+        w.arg(r.delay);
+    }
+    return (size_t) (w.p - buf);
+}
+
+}  // extern "C"

@@ -1,0 +1,351 @@
+// The shared-memory key table: fixed-size slots keyed by a 64-bit SipHash of
+// (rule identity, key bytes) under a per-table random secret, state inline.
+//
+// Layout: a header, buckets of one cache line each holding three slots
+// (tag, t, n: 20 bytes a key), then, only when rules of the zone need more
+// state than a slot holds (sliding_window, sliding_log), one pool of
+// fixed-size blocks per block size.
+//
+// Bucketized cuckoo hashing with two choices: a key lives in one of two
+// buckets derived from its tag, so a lookup reads at most two cache lines,
+// and the table fills past 90% before it must evict.  When a key finds no
+// room (both buckets full and no cuckoo path of moves to a free slot), one
+// of its six candidate slots is evicted: a key already back to full budget
+// if any (nothing lost), otherwise the one owing least (the fraction of its
+// budget it owes, times how long).  A full pool evicts the same way among a
+// few blocks swept by a clock hand, and drops the owning key's slot with
+// the block.
+//
+// The eviction summary: what an evicted key still owes outlives it in a
+// small array of cells (count-min style, three cells a key from its tag), so
+// that a key evicted and seen again comes back no better off than it left.
+// A cell holds the latest instant any key mapped to it is back to full
+// budget and the largest fraction of its rule's capacity any such key owes;
+// a key not in the table starts from the smallest of its cells
+// (summary.cpp turns that into a state).  Each slot keeps the fraction its
+// key owed at its last update, for its eviction (Debt).
+//
+// Not thread-safe: the caller holds the table's lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "algorithms/algorithms.h"
+#include "ratelimit.h"
+
+namespace rl {
+
+struct alignas(64) Bucket {
+    uint64_t tag[3];  // 0 = empty slot
+    int64_t t[3];     // head.t
+    uint32_t n[3];    // head.n; for a key with a block: pool << 24 | block
+    uint32_t meta;    // per slot: owns a block, and its Debt
+};
+static_assert(sizeof(Bucket) == 64, "a bucket is one cache line");
+
+// What a slot says its key owes, for the summary: the fraction (Owed), and
+// whether that came back from the summary (then not added to it again).
+struct Debt {
+    uint32_t frac;
+    bool inherited;
+};
+
+// A bucket's meta word: bit i says slot i owns a block; bit 3 + i that
+// slot i's key came back from the summary and has not been back to full
+// budget since; 8 bits a slot from bit 6 hold the fraction its key owes.
+inline bool has_block(uint32_t meta, int i)
+{
+    return (meta >> i) & 1u;
+}
+inline Debt debt_of(uint32_t meta, int i)
+{
+    return Debt{(meta >> (6 + 8 * i)) & kFracFull, ((meta >> (3 + i)) & 1u) != 0};
+}
+inline uint32_t slot_bits(int i)
+{
+    return 1u << i | 1u << (3 + i) | kFracFull << (6 + 8 * i);
+}
+inline uint32_t with_debt(uint32_t meta, int i, Debt d)
+{
+    const uint32_t frac = d.frac < kFracFull ? d.frac : kFracFull;
+    return (meta & ~(1u << (3 + i) | kFracFull << (6 + 8 * i))) | (uint32_t) d.inherited << (3 + i) |
+           frac << (6 + 8 * i);
+}
+
+// The fewest buckets a zone has.
+constexpr uint64_t kMinBuckets = 16;
+constexpr uint32_t kPoolsMax = 8;
+constexpr uint32_t kBlocksMax = 1u << 24;
+
+struct Pool {
+    uint64_t offset;      // bytes from the table's start
+    uint32_t block_size;  // an owner tag, then the algorithm's block
+    uint32_t blocks;
+    uint32_t fresh;      // blocks [fresh, blocks) never used yet
+    uint32_t free_head;  // a freed block + 1, 0 if none
+    uint32_t used;
+    uint32_t hand;  // where the next eviction sweep starts
+};
+
+struct RuleCounters {
+    char name[RL_NAME_MAX];  // "" = free
+    uint64_t count[RL_OUTCOMES];
+    uint64_t top;      // its TopList, from the table's start; 0: none yet
+    uint64_t charged;  // charge=: units charged when requests ended
+    uint64_t debts;    // requests whose charge left the key in debt
+};
+
+// The keys a rule refuses most (top.cpp): a Space-Saving summary of
+// RL_TOP_ENTRIES entries for each of two epochs (the current one and the
+// one before, by parity), in the zone's room for them, claimed by the
+// rule's first refusal.  An entry whose tag is 0 holds the refusals of a
+// key that was reset since: counted, under no key.
+struct TopEntry {
+    uint64_t tag;
+    uint32_t count;  // an upper bound of the key's refusals in the epoch,
+    uint32_t error;  // at most this much above them
+};
+
+// A kept key: its length (up to RL_TOP_KEY_MAX; the high bit: cut), then
+// its bytes.
+constexpr uint32_t kTopKeyBytes = 1 + RL_TOP_KEY_MAX;
+// A rule whose summary found no room left.
+constexpr uint64_t kTopNoRoom = 1;
+
+struct alignas(64) TopList {
+    int64_t epoch[2];  // the epoch each half counts (now / RL_TOP_EPOCH_MS)
+    uint32_t used[2];  // its entries in use
+    uint32_t keys;     // 1: each entry keeps its key (kTopKeyBytes), after
+                       // the list
+    TopEntry half[2][RL_TOP_ENTRIES];
+
+    static size_t bytes(bool keys) { return sizeof(TopList) + (keys ? 2 * RL_TOP_ENTRIES * kTopKeyBytes : 0); }
+    uint8_t *key(uint32_t h, uint32_t i)
+    {
+        return reinterpret_cast<uint8_t *>(this + 1) + (h * RL_TOP_ENTRIES + i) * kTopKeyBytes;
+    }
+    const uint8_t *key(uint32_t h, uint32_t i) const { return const_cast<TopList *>(this)->key(h, i); }
+
+    // A refusal of a key (its bytes kept if the list keeps keys and bytes
+    // is not null); the list as the API shows it; a reset key taken off.
+    void note(uint64_t tag, const void *bytes, size_t len, int64_t now);
+    void read(int64_t now, rl_top_t *out) const;
+    void forget(uint64_t tag);
+};
+
+// What table operations change besides buckets, blocks and cells: one
+// cache line.
+struct alignas(64) Counts {
+    uint64_t keys;  // slots in use
+    uint64_t evictions;
+    uint64_t live_evictions;
+    uint64_t summary_refusals;  // requests refused because of the summary
+    int64_t sketch_until;       // no cell owes anything from then on
+};
+
+// Every operation that changes the table's structure first saves each cache
+// line it is about to change; a process that dies holding the lock leaves
+// `active` set, and the next holder puts the saved lines back before
+// anything else (Table::recover): the table is as before the operation.
+// What an algorithm writes into its own key's block is not saved: a key
+// being written when its process died may lose its state, and no other.
+constexpr int kJournalLines = 48;
+
+struct alignas(64) Journal {
+    uint32_t active;
+    uint32_t lines;
+    uint64_t offset[kJournalLines];  // of each saved line, from the table's start
+    alignas(64) uint8_t saved[kJournalLines][64];
+};
+
+struct alignas(64) TableHeader {
+    char magic[8];
+    uint32_t version;
+    uint32_t header_size;
+    uint64_t size;  // bytes of the whole block
+    uint64_t nbuckets;
+    uint8_t secret[16];
+    uint32_t npools;
+    uint32_t nrules;
+    uint64_t sketch_offset;  // the eviction summary's cells (uint64_t each)
+    uint64_t ncells;
+    uint64_t top_offset;  // the room for rules' top keys (TopList)
+    uint64_t top_bytes;
+    uint64_t top_used;  // claimed, from top_offset on
+    Counts counts;
+    alignas(64) Pool pools[kPoolsMax];
+    Journal journal;
+    RuleCounters rules[RL_RULE_STATS_MAX];  // written under the lock, read without it
+};
+
+// Where a block size's pool is, for a table of `size` bytes whose rules
+// need blocks of these sizes.
+struct Layout {
+    uint64_t nbuckets;
+    uint64_t sketch_offset;
+    uint64_t ncells;
+    uint64_t top_offset;
+    uint64_t top_bytes;
+    uint32_t npools;
+    Pool pools[kPoolsMax];
+};
+
+class Table {
+public:
+    static Table *at(void *mem) { return static_cast<Table *>(mem); }
+    static const Table *at(const void *mem) { return static_cast<const Table *>(mem); }
+
+    static size_t header_bytes() { return (sizeof(TableHeader) + 63) & ~size_t{63}; }
+    // The pool block holding an algorithm block of `blob` bytes.
+    static uint32_t block_size_for(size_t blob) { return (uint32_t) ((8 + blob + 15) & ~size_t{15}); }
+    static bool plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char *err, size_t errlen);
+
+    // Over zeroed memory (rl_table_init): writes the header only.
+    void init(size_t size, const Layout &layout, const uint8_t secret[16]);
+    bool valid(size_t size, const Layout &layout) const;
+
+    uint64_t tag(uint64_t identity, const void *key, size_t len) const;
+    void prefetch(uint64_t tag) const;
+
+    // The tag under which a key's ban (ban=) is kept: its halves swapped,
+    // so that it lives in the same two buckets as the key (the look-up
+    // reads no other cache line), and never the key's own tag.
+    static uint64_t ban_tag(uint64_t tag)
+    {
+        const uint64_t b = tag << 32 | tag >> 32;
+        return b != tag ? b : tag ^ 1;
+    }
+
+    // The pool for an algorithm block of `blob` bytes, or -1.
+    int pool_for(size_t blob) const;
+
+    // Where a found key's head is: valid until the next insertion.
+    struct Ref {
+        int64_t *t;
+        uint32_t *n;
+        uint32_t *meta;
+        int slot;
+    };
+    // Writes a found key's new head and debt in place.
+    static void update(const Ref &ref, rl_state_t head, Debt debt)
+    {
+        *ref.t = head.t;
+        *ref.n = head.n;
+        *ref.meta = with_debt(*ref.meta, ref.slot, debt);
+    }
+    static Debt debt(const Ref &ref) { return debt_of(*ref.meta, ref.slot); }
+
+    // The key's state: its head, and its block (nullptr if none).  False if
+    // the key has no slot.
+    bool find(uint64_t tag, State *s, Ref *ref = nullptr) const;
+    // Stores a key's head and debt, inserting (and evicting if need be) when
+    // absent; true if it inserted (which may move other keys).
+    bool store(uint64_t tag, rl_state_t head, Debt debt, int64_t now);
+    // The key's state with a block of `pool`, created zeroed when absent
+    // (*fresh set then); a later set_t(tag, t, debt) records its new head.t.
+    State acquire(uint64_t tag, int pool, int64_t now, bool *fresh = nullptr);
+    void set_t(uint64_t tag, int64_t t, Debt debt);
+
+    // What the summary says a key absent from the table owes at now:
+    // {0, 0} if nothing.
+    Owed owed(uint64_t tag, int64_t now) const;
+    // Evicts a key as a full table does: what it owes goes to the summary.
+    void evict(uint64_t tag, int64_t now);
+    // Makes a key fresh (rl_table_reset): RL_RESET_* flags.
+    int forget(uint64_t tag, int64_t now);
+
+    // The top keys of the rule counted in `slot`: its list, claimed now if
+    // it has none yet (keys: with room for keys in clear, if there is), or
+    // nullptr.
+    TopList *top_list(int slot, bool claim, bool keys);
+    const TopList *top_list(int slot) const;
+
+    // Undoes an operation a dead process left half done.  Every caller
+    // holding the lock calls it before using the table (rl_check does);
+    // inline, as it finds nothing to undo on every request but one.
+    void recover()
+    {
+        if (h_.journal.active) {
+            undo();
+        }
+    }
+    // Every invariant of the table: false, and why, if one does not hold.
+    // Walks the whole table (tests, and after a repair).
+    bool check(std::string *why) const;
+
+    const TableHeader &header() const { return h_; }
+    TableHeader &header() { return h_; }
+
+    // Adds one to the outcome of the rule counted in `slot`, under the
+    // lock: a plain load and store (no bus-locked add on every request),
+    // atomic only so that the stats may read it without the lock.
+    void count(int slot, int outcome)
+    {
+        if (slot >= 0 && (uint32_t) slot < RL_RULE_STATS_MAX && outcome >= 0 && outcome < RL_OUTCOMES) {
+            uint64_t &n = h_.rules[slot].count[outcome];
+            __atomic_store_n(&n, __atomic_load_n(&n, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+        }
+    }
+
+    // Adds a request's charge to the rule counted in `slot` (as count()).
+    void count_charge(int slot, uint64_t units, bool debt)
+    {
+        if (slot >= 0 && (uint32_t) slot < RL_RULE_STATS_MAX) {
+            RuleCounters &r = h_.rules[slot];
+            __atomic_store_n(&r.charged, __atomic_load_n(&r.charged, __ATOMIC_RELAXED) + units, __ATOMIC_RELAXED);
+            __atomic_store_n(&r.debts, __atomic_load_n(&r.debts, __ATOMIC_RELAXED) + debt, __ATOMIC_RELAXED);
+        }
+    }
+
+    // The bucket holding tag, or -1 (tests).
+    int64_t bucket_of(uint64_t tag) const;
+    // The two buckets a tag may live in.
+    uint32_t first(uint64_t tag) const { return (uint32_t) (((tag & 0xffffffffu) * h_.nbuckets) >> 32); }
+    uint32_t second(uint64_t tag) const { return (uint32_t) (((tag >> 32) * h_.nbuckets) >> 32); }
+
+private:
+    struct Slot {
+        Bucket *b;
+        int i;
+    };
+
+    Bucket *buckets() { return reinterpret_cast<Bucket *>(reinterpret_cast<char *>(this) + header_bytes()); }
+    const Bucket *buckets() const
+    {
+        return reinterpret_cast<const Bucket *>(reinterpret_cast<const char *>(this) + header_bytes());
+    }
+    uint8_t *block(uint32_t handle) const;
+    uint32_t other(uint32_t b, uint64_t tag) const { return b == first(tag) ? second(tag) : first(tag); }
+
+    void begin();
+    void commit();
+    void save(const void *p);
+
+    uint64_t *cells() const
+    {
+        return reinterpret_cast<uint64_t *>(const_cast<char *>(reinterpret_cast<const char *>(this)) +
+                                            h_.sketch_offset);
+    }
+    uint64_t cell_of(uint64_t tag, int k) const;
+    void remember(const Bucket &b, int i, int64_t now);
+
+    Slot locate(uint64_t tag) const;
+    void undo();
+    Slot insert(uint64_t tag, int64_t now);
+    Slot make_room(uint32_t b1, uint32_t b2, int64_t now);
+    bool cuckoo_path(uint32_t b1, uint32_t b2, int64_t now, Slot *out);
+    static uint64_t weight(const Bucket &b, int i, int64_t now);
+    int free_slot(const Bucket &b, int64_t now) const;
+    void vacate(Bucket &b, int i, int64_t now);
+    void drop(Slot s, int64_t now);
+    bool pool_full(uint32_t pool) const;
+    void evict_block(uint32_t pool, int64_t now);
+    uint32_t alloc_block(uint32_t pool);
+    void free_block(uint32_t handle);
+
+    TableHeader h_;
+};
+
+}  // namespace rl

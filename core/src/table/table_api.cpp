@@ -1,0 +1,134 @@
+// The table's C API (core/include/ratelimit.h): sizing, laying out and
+// validating a zone, and the per-rule counters and figures of the stats.
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "table/table.h"
+
+extern "C" {
+
+size_t rl_table_min_size(void)
+{
+    // and the least summary, and one rule's top keys
+    return rl::Table::header_bytes() + rl::kMinBuckets * sizeof(rl::Bucket) + 64 + rl::TopList::bytes(false);
+}
+
+uint64_t rl_table_capacity_for(size_t size)
+{
+    rl::Layout layout;
+    char err[RL_ERR_MAX];
+    return rl::Table::plan(size, nullptr, 0, &layout, err, sizeof(err)) ? layout.nbuckets * 3 : 0;
+}
+
+int rl_table_plan(size_t size, const uint32_t *blob_sizes, size_t n, char *err, size_t errlen)
+{
+    rl::Layout layout;
+    return rl::Table::plan(size, blob_sizes, n, &layout, err, errlen) ? RL_OK : RL_ERROR;
+}
+
+int rl_table_init(void *mem, size_t size, const uint32_t *blob_sizes, size_t n, const uint8_t *secret, char *err,
+                  size_t errlen)
+{
+    try {
+        rl::Layout layout;
+        if (((uintptr_t) mem & 63) != 0) {
+            std::snprintf(err, errlen, "table memory must be 64-byte aligned");
+            return RL_ERROR;
+        }
+        if (!rl::Table::plan(size, blob_sizes, n, &layout, err, errlen)) {
+            return RL_ERROR;
+        }
+        uint8_t key[16];
+        if (secret != nullptr) {
+            std::memcpy(key, secret, sizeof(key));
+        } else if (getrandom(key, sizeof(key), 0) != (ssize_t) sizeof(key)) {
+            std::snprintf(err, errlen, "getrandom() failed: %s", std::strerror(errno));
+            return RL_ERROR;
+        }
+        rl::Table::at(mem)->init(size, layout, key);
+        return RL_OK;
+    } catch (...) {
+        std::snprintf(err, errlen, "internal error");
+        return RL_ERROR;
+    }
+}
+
+int rl_table_valid(const void *mem, size_t size, const uint32_t *blob_sizes, size_t n)
+{
+    rl::Layout layout;
+    char err[RL_ERR_MAX];
+    return rl::Table::plan(size, blob_sizes, n, &layout, err, sizeof(err)) && rl::Table::at(mem)->valid(size, layout)
+               ? 1
+               : 0;
+}
+
+uint64_t rl_table_bytes_used(const void *mem)
+{
+    const rl::TableHeader &h = rl::Table::at(mem)->header();
+    uint64_t used = rl::Table::header_bytes() + (h.counts.keys * sizeof(rl::Bucket) + 2) / 3 +
+                    h.ncells * sizeof(uint64_t) + h.top_used;
+    for (uint32_t i = 0; i < h.npools; i++) {
+        used += (uint64_t) h.pools[i].used * h.pools[i].block_size;
+    }
+    return used;
+}
+
+int rl_table_rule_slot(void *mem, const char *name)
+{
+    rl::TableHeader &h = rl::Table::at(mem)->header();
+    for (uint32_t i = 0; i < h.nrules; i++) {
+        if (std::strncmp(h.rules[i].name, name, RL_NAME_MAX) == 0) {
+            return (int) i;
+        }
+    }
+    if (h.nrules == RL_RULE_STATS_MAX) {
+        return -1;
+    }
+    rl::RuleCounters &c = h.rules[h.nrules];
+    std::memset(&c, 0, sizeof(c));
+    std::snprintf(c.name, sizeof(c.name), "%s", name);
+    return (int) h.nrules++;
+}
+
+void rl_table_count(void *mem, int slot, int outcome)
+{
+    rl::Table::at(mem)->count(slot, outcome);
+}
+
+size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out, size_t max)
+{
+    const rl::TableHeader &h = rl::Table::at(mem)->header();
+    size_t n = 0;
+    for (uint32_t i = 0; i < h.nrules && n < max; i++, n++) {
+        std::memcpy(out[n].name, h.rules[i].name, RL_NAME_MAX);
+        for (int k = 0; k < RL_OUTCOMES; k++) {
+            out[n].count[k] = __atomic_load_n(&h.rules[i].count[k], __ATOMIC_RELAXED);
+        }
+        out[n].charged = __atomic_load_n(&h.rules[i].charged, __ATOMIC_RELAXED);
+        out[n].debts = __atomic_load_n(&h.rules[i].debts, __ATOMIC_RELAXED);
+    }
+    return n;
+}
+
+void rl_table_get_stats(const void *mem, rl_table_stats_t *st)
+{
+    const rl::TableHeader &h = rl::Table::at(mem)->header();
+    st->size = h.size;
+    st->capacity = h.nbuckets * 3;
+    st->keys = h.counts.keys;
+    st->evictions = h.counts.evictions;
+    st->live_evictions = h.counts.live_evictions;
+    st->summary_refusals = h.counts.summary_refusals;
+    st->summary_bytes = h.ncells * sizeof(uint64_t);
+    st->blocks = 0;
+    st->blocks_used = 0;
+    for (uint32_t i = 0; i < h.npools; i++) {
+        st->blocks += h.pools[i].blocks;
+        st->blocks_used += h.pools[i].used;
+    }
+}
+
+}  // extern "C"

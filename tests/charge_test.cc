@@ -1,0 +1,395 @@
+// Charges (charge=) and bans (ban=), through the table as nginx uses it:
+// rl_decide when a request arrives, rl_request_end when it ends.
+#include <algorithm>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithms.h"
+#include "helpers.h"
+
+namespace {
+
+const uint8_t kSecret[16] = {7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+// A rule that charges when requests end (but a shaper, which cannot).
+std::string charged(const std::string &text)
+{
+    const bool can = text.find("leaky_bucket") == std::string::npos && text.find("charge=") == std::string::npos;
+    return can ? text + " charge=$c" : text;
+}
+
+// One rule and one key in a zone of their own.
+struct OneKey {
+    rl_rule_t rule;
+    TestZone zone;
+    std::string key;
+
+    explicit OneKey(const std::string &text, const std::string &k = "client")
+        : rule(rule_of(charged(text))), zone(1 << 20, {rule_of(charged(text))}, kSecret), key(k)
+    {
+    }
+
+    rl_check_t check(uint64_t cost)
+    {
+        rl_check_t c{};
+        c.table = zone.mem;
+        c.rule = &rule;
+        c.identity = 42;
+        c.key = key.data();
+        c.key_len = key.size();
+        c.cost = cost;
+        return c;
+    }
+
+    // A request arriving: its check (for its end), and whether admitted.
+    bool arrive(int64_t now, rl_check_t *out, uint64_t cost = 1)
+    {
+        *out = check(cost);
+        rl_request_t rq{};
+        rq.checks = out;
+        rq.n = 1;
+        rl_request_hash(&rq);
+        return rl_decide(&rq, now) != RL_VERDICT_REJECTED;
+    }
+
+    // The request ends, charged `units`.
+    void end(rl_check_t *c, int64_t now, uint64_t units)
+    {
+        c->charge = units;
+        rl_request_t rq{};
+        rq.checks = c;
+        rq.n = 1;
+        rl_request_end(&rq, now);
+        EXPECT_TABLE_VALID(zone.table());
+    }
+
+    // A request that is served and charged at once; its decision.
+    rl_decision_t serve(int64_t now, uint64_t units, rl_check_t *c = nullptr)
+    {
+        rl_check_t mine;
+        c = c ? c : &mine;
+        if (arrive(now, c)) {
+            end(c, now, units);
+        }
+        return c->decision;
+    }
+
+    rl_peek_t peek(int64_t now)
+    {
+        rl_check_t c = check(1);
+        rl_request_t rq{};
+        rq.checks = &c;
+        rq.n = 1;
+        rl_request_hash(&rq);
+        rl_peek_t p;
+        rl_table_peek(zone.mem, &rule, c.tag, 1, now, &p);
+        return p;
+    }
+
+    // The key's whole state in the table: head and block bytes.
+    std::string state()
+    {
+        rl_check_t c = check(1);
+        rl_request_t rq{};
+        rq.checks = &c;
+        rq.n = 1;
+        rl_request_hash(&rq);
+        rl::State s{};
+        if (!zone.table()->find(c.tag, &s)) {
+            return "";
+        }
+        std::string bytes(reinterpret_cast<const char *>(&s.head), sizeof(s.head));
+        if (s.blob != nullptr) {
+            bytes.append(reinterpret_cast<const char *>(s.blob), rl::blob_size(rule));
+        }
+        return bytes;
+    }
+};
+
+const char *const kCharged[] = {
+    "algorithm=gcra",           "algorithm=token_bucket",
+    "algorithm=fixed_window",   "algorithm=fixed_window align=first",
+    "algorithm=sliding_window", "algorithm=sliding_log",
+};
+
+}  // namespace
+
+TEST(Charge, RuleParameters)
+{
+    rl_rule_t r;
+    char err[RL_ERR_MAX];
+    ASSERT_EQ(rl_rule_parse(&r, "limit=5 period=15m charge=$failed ban=1h", err, sizeof(err)), RL_OK) << err;
+    EXPECT_EQ(r.charge, 1u);
+    EXPECT_EQ(r.ban_ms, 3600000);
+    EXPECT_EQ(rl_rule_parse(&r, "algorithm=leaky_bucket limit=5 charge=$x", err, sizeof(err)), RL_ERROR);
+    EXPECT_STREQ(err,
+                 "\"charge=\" does not apply to algorithm=leaky_bucket: a shaper sets each request's delay before it "
+                 "is served, so what the request spends cannot change after it");
+    EXPECT_EQ(rl_rule_parse(&r, "limit=5 charge=", err, sizeof(err)), RL_ERROR);
+    EXPECT_STREQ(err, "invalid \"charge=\": expected a value, like charge=$upstream_http_x_tokens");
+    for (const char *bad : {"ban=0", "ban=367d", "ban=x", "ban="}) {
+        EXPECT_EQ(rl_rule_parse(&r, (std::string("limit=5 ") + bad).c_str(), err, sizeof(err)), RL_ERROR) << bad;
+        EXPECT_NE(std::string(err).find("expected a time from 1ms to 366d"), std::string::npos) << err;
+    }
+    // a bucket may owe a limit beyond its burst: (burst + limit) x period fits 2^61 ms/limit
+    EXPECT_EQ(rl_rule_parse(&r, "limit=1000000000 burst=1 period=366d charge=$x", err, sizeof(err)), RL_ERROR);
+    EXPECT_NE(std::string(err).find("too large for charge="), std::string::npos) << err;
+    EXPECT_EQ(rl_rule_parse(&r, "limit=1000000000 burst=1 period=366d", err, sizeof(err)), RL_OK) << err;
+}
+
+// The tokens recipe: 1000 a period, each request reports 400.  Three are
+// served, the third puts the key 200 in debt, and the fourth waits for the
+// debt and its own unit to come back.
+TEST(Charge, TokensGoIntoDebtAndRetryAfterRepaysIt)
+{
+    OneKey k("algorithm=gcra limit=1000 period=1000s");  // a unit a second
+    const int64_t t = kT0;
+    for (int i = 0; i < 3; i++) {
+        rl_check_t c;
+        ASSERT_TRUE(k.arrive(t, &c)) << i;
+        k.end(&c, t, 400);
+        EXPECT_EQ(c.charged, 400u);
+        EXPECT_EQ(c.in_debt, i == 2 ? 1 : 0) << i;
+    }
+    rl_check_t c;
+    EXPECT_FALSE(k.arrive(t, &c));
+    EXPECT_EQ(c.decision.retry_after_ms, 201000);  // 200 owed, then 1 for this request
+    EXPECT_FALSE(k.arrive(t + 200999, &c));
+    EXPECT_TRUE(k.arrive(t + 201000, &c));
+}
+
+TEST(Charge, ZeroSpendsNothingAndTheReservationIsGivenBack)
+{
+    for (const char *alg : kCharged) {
+        OneKey k(std::string(alg) + " limit=5 period=15m charge=$failed");
+        for (int i = 0; i < 20; i++) {
+            const rl_decision_t d = k.serve(kT0 + i, 0);
+            ASSERT_TRUE(d.allowed) << alg << " " << i;
+            EXPECT_EQ(d.remaining, 4u) << alg << " " << i;  // the reservation, while it runs
+        }
+        EXPECT_EQ(k.peek(kT0 + 20).look.remaining, 5u) << alg;
+        // five failures, then even a success is refused
+        for (int i = 0; i < 5; i++) {
+            EXPECT_TRUE(k.serve(kT0 + 100 + i, 1).allowed) << alg << " " << i;
+        }
+        EXPECT_FALSE(k.serve(kT0 + 200, 0).allowed) << alg;
+    }
+}
+
+TEST(Charge, TheDebtIsAtMostOneLimitBeyondAnEmptyBudget)
+{
+    for (const char *alg : kCharged) {
+        OneKey k(std::string(alg) + " limit=10 period=10s");
+        rl_check_t c;
+        ASSERT_TRUE(k.arrive(kT0, &c));
+        k.end(&c, kT0, 1000000);
+        EXPECT_EQ(c.charged, 20u) << alg << " " << c.decision.remaining;  // a full budget and one limit of debt
+        EXPECT_EQ(c.capped, 1) << alg;
+        EXPECT_EQ(c.in_debt, 1) << alg;
+        // refused for more than a period, back within two (and a tick)
+        EXPECT_FALSE(k.arrive(kT0 + 10000, &c)) << alg;
+        EXPECT_GE(c.decision.retry_after_ms, 1) << alg;
+        EXPECT_LE(c.decision.retry_after_ms, 11001) << alg;
+        EXPECT_TRUE(k.arrive(kT0 + 21001, &c)) << alg;
+        // a second charge while in debt adds nothing beyond the bound
+        OneKey q(std::string(alg) + " limit=10 period=10s");
+        rl_check_t a, b;
+        ASSERT_TRUE(q.arrive(kT0, &a));
+        ASSERT_TRUE(q.arrive(kT0, &b));
+        q.end(&a, kT0, 1000);
+        q.end(&b, kT0, 1000);
+        // the second's reservation is given back where the algorithm still
+        // tells it apart (else it stays spent, and is not charged again)
+        EXPECT_LE(a.charged + b.charged, 20u) << alg;
+        EXPECT_GE(a.charged + b.charged, 19u) << alg;
+        EXPECT_TRUE(q.arrive(kT0 + 21001, &c)) << alg;
+    }
+}
+
+TEST(Charge, FixedWindowsCarryTheExcessIntoTheNextWindow)
+{
+    OneKey k("algorithm=fixed_window limit=10 period=10s");
+    rl_check_t c;
+    ASSERT_TRUE(k.arrive(kT0 + 9000, &c));
+    k.end(&c, kT0 + 9000, 14);  // 10 in this window, 4 in the next
+    EXPECT_FALSE(k.arrive(kT0 + 9500, &c));
+    EXPECT_EQ(c.decision.retry_after_ms, 500);  // the next window has 6 left
+    EXPECT_EQ(c.decision.reset_ms, 10500);      // back to full after the next
+    for (int i = 0; i < 6; i++) {
+        EXPECT_TRUE(k.arrive(kT0 + 10000, &c)) << i;
+        EXPECT_EQ(c.decision.remaining, 5u - i);
+    }
+    EXPECT_FALSE(k.arrive(kT0 + 10000, &c));
+    EXPECT_EQ(c.decision.retry_after_ms, 10000);
+    EXPECT_TRUE(k.arrive(kT0 + 20000, &c));
+
+    // a window owing its whole budget: refused until the one after
+    OneKey q("algorithm=quota reset=daily limit=10");
+    ASSERT_TRUE(q.arrive(kT0 + 1000, &c));
+    q.end(&c, kT0 + 1000, 20);
+    EXPECT_FALSE(q.arrive(kT0 + 86400000, &c));
+    EXPECT_EQ(c.decision.retry_after_ms, 86400000);
+    EXPECT_TRUE(q.arrive(kT0 + 2 * 86400000, &c));
+}
+
+TEST(Charge, SlidingAlgorithmsRepayBeyondTheWindowAtTheRate)
+{
+    for (const char *alg : {"algorithm=sliding_window buckets=10", "algorithm=sliding_log"}) {
+        OneKey k(std::string(alg) + " limit=10 period=10s");
+        rl_check_t c;
+        ASSERT_TRUE(k.arrive(kT0, &c));
+        k.end(&c, kT0, 15);  // 5 beyond the limit: half a period more
+        EXPECT_FALSE(k.arrive(kT0 + 10000, &c)) << alg;
+        EXPECT_FALSE(k.arrive(kT0 + 14999, &c)) << alg;
+        EXPECT_TRUE(k.arrive(kT0 + 15000 + 1000, &c)) << alg;
+    }
+}
+
+TEST(Charge, ARefusedRequestIsNeverCharged)
+{
+    OneKey k("algorithm=gcra limit=1 period=1h");
+    rl_check_t a, b;
+    ASSERT_TRUE(k.arrive(kT0, &a));
+    ASSERT_FALSE(k.arrive(kT0, &b));
+    const std::string before = k.state();
+    k.end(&b, kT0, 100);
+    EXPECT_EQ(b.charged, 0u);
+    EXPECT_EQ(k.state(), before);
+}
+
+// Random traces, several requests in flight, charges from 0 to far past the
+// bound: a refusal never changes the key's state, and whatever the
+// charges, a key spends at most three limits in any period (its budget, one
+// limit of debt, and a paced rule's refill), and on the long run no more
+// than the rate.
+TEST(Charge, RandomTracesKeepTheBounds)
+{
+    for (const char *alg : kCharged) {
+        for (uint64_t seed = 1; seed <= 4; seed++) {
+            std::mt19937_64 rng(seed);
+            const uint32_t limit = 1 + (uint32_t) (rng() % 40);
+            const int64_t W = 1000 * (int64_t) (1 + rng() % 20);
+            OneKey k(std::string(alg) + " limit=" + std::to_string(limit) + " period=" + std::to_string(W) + "ms");
+            std::vector<std::pair<rl_check_t, int64_t>> flying;  // and when each ends
+            std::map<int64_t, int64_t> spent;                    // units by time: a reservation when a request
+                                                                 // arrives, the rest of its charge when it ends
+            int64_t now = kT0 + (int64_t) (rng() % 100000);
+            const int64_t start = now;
+            for (int i = 0; i < 3000; i++) {
+                now += rng() % 4 == 0 ? (int64_t) (rng() % (uint64_t) W) : (int64_t) (rng() % 50);
+                // requests end in the order of their ends
+                std::sort(flying.begin(), flying.end(),
+                          [](const auto &a, const auto &b) { return a.second < b.second; });
+                for (size_t j = 0; j < flying.size();) {
+                    if (flying[j].second <= now) {
+                        const uint64_t units = rng() % 8 == 0 ? rng() % (100 * (uint64_t) limit) : rng() % 4;
+                        rl_check_t &c = flying[j].first;
+                        k.end(&c, flying[j].second, units);
+                        spent[flying[j].second] += (int64_t) c.charged - (int64_t) c.cost;
+                        flying.erase(flying.begin() + (long) j);
+                    } else {
+                        j++;
+                    }
+                }
+                const std::string before = k.state();
+                rl_check_t c;
+                if (k.arrive(now, &c)) {
+                    spent[now] += (int64_t) c.cost;
+                    flying.push_back({c, now + (int64_t) (rng() % (uint64_t) (2 * W))});
+                } else {
+                    ASSERT_EQ(k.state(), before) << alg << " seed " << seed << " at " << i;
+                    ASSERT_GT(c.decision.retry_after_ms, 0);
+                }
+            }
+            // any period: at most the budget, a limit of debt, and what
+            // comes back meanwhile (a paced rule's limit)
+            for (auto it = spent.begin(); it != spent.end(); ++it) {
+                int64_t in = 0;
+                for (auto j = it; j != spent.end() && j->first < it->first + W; ++j) {
+                    in += j->second;
+                }
+                ASSERT_LE(in, 3 * (int64_t) limit) << alg << " seed " << seed << " from " << it->first - start;
+            }
+            int64_t total = 0;
+            for (const auto &e : spent) {
+                total += e.second;
+            }
+            const int64_t periods = (now - start) / W + 1;
+            EXPECT_LE(total, (periods + 2) * (int64_t) limit) << alg << " seed " << seed;
+        }
+    }
+}
+
+// ---- bans --------------------------------------------------------------
+
+TEST(Ban, ARefusedKeyStaysOutForTheBanWhateverItsBudget)
+{
+    for (const char *alg : {"algorithm=gcra", "algorithm=sliding_log", "algorithm=fixed_window",
+                            "algorithm=leaky_bucket delay=4 max_delay=0", "algorithm=quota reset=daily"}) {
+        const bool quota = std::string(alg).find("quota") != std::string::npos;
+        OneKey k(std::string(alg) + " limit=5" + (quota ? "" : " period=15m") + " ban=1h");
+        rl_check_t c;
+        for (int i = 0; i < 5; i++) {
+            ASSERT_TRUE(k.arrive(kT0 + i, &c)) << alg << " " << i;
+        }
+        ASSERT_FALSE(k.arrive(kT0 + 10, &c)) << alg;  // the refusal that bans
+        EXPECT_EQ(c.decision.banned_ms, 3600000) << alg;
+        EXPECT_EQ(c.decision.retry_after_ms, quota ? 86399990 : 3600000) << alg;
+        // refused while banned, though the window would admit: not extended
+        for (int64_t at : {kT0 + 20, kT0 + 16 * 60000, kT0 + 3600009}) {
+            ASSERT_FALSE(k.arrive(at, &c)) << alg << " at " << at - kT0;
+            EXPECT_EQ(c.decision.banned_ms, kT0 + 3600010 - at) << alg;
+            if (!quota) {  // a quota's day may end later than its ban
+                EXPECT_EQ(c.decision.retry_after_ms, kT0 + 3600010 - at) << alg;
+            }
+            EXPECT_EQ(c.decision.remaining, 0u);
+        }
+        EXPECT_EQ(k.peek(kT0 + 20).banned_ms, 3599990) << alg;
+        if (!quota) {
+            EXPECT_TRUE(k.arrive(kT0 + 3600010, &c)) << alg;
+        }
+    }
+}
+
+TEST(Ban, AResetLiftsIt)
+{
+    OneKey k("limit=1 period=1h ban=1h");
+    rl_check_t c;
+    ASSERT_TRUE(k.arrive(kT0, &c));
+    ASSERT_FALSE(k.arrive(kT0, &c));
+    const int done = rl_table_reset(k.zone.mem, c.tag, kT0 + 1);
+    EXPECT_EQ(done, RL_RESET_HELD | RL_RESET_UNBANNED);
+    EXPECT_EQ(k.peek(kT0 + 1).banned_ms, 0);
+    EXPECT_TRUE(k.arrive(kT0 + 2, &c));
+    EXPECT_TABLE_VALID(k.zone.table());
+}
+
+TEST(Ban, OnlyTheRuleThatRefusesBansAndNotACostItCanNeverAdmit)
+{
+    OneKey k("limit=2 period=1h ban=1h");
+    rl_check_t c;
+    ASSERT_FALSE(k.arrive(kT0, &c, 3));  // never: no ban
+    EXPECT_EQ(c.decision.never, 1);
+    EXPECT_EQ(c.decision.banned_ms, 0);
+    EXPECT_TRUE(k.arrive(kT0, &c));
+    EXPECT_EQ(k.peek(kT0).banned_ms, 0);
+}
+
+// The login recipe: failures only, then a ban.
+TEST(Ban, LoginFailuresThenABan)
+{
+    OneKey k("algorithm=sliding_log limit=5 period=15m ban=1h");
+    for (int i = 0; i < 20; i++) {
+        ASSERT_TRUE(k.serve(kT0 + i, 0).allowed) << i;  // successes cost nothing
+    }
+    for (int i = 0; i < 5; i++) {
+        ASSERT_TRUE(k.serve(kT0 + 100 + i, 1).allowed) << i;
+    }
+    rl_check_t c;
+    EXPECT_FALSE(k.arrive(kT0 + 200, &c));
+    EXPECT_EQ(c.decision.banned_ms, 3600000);
+    EXPECT_FALSE(k.arrive(kT0 + 200 + 15 * 60000, &c));  // the window has room again
+    EXPECT_TRUE(k.arrive(kT0 + 200 + 3600000, &c));
+}
