@@ -14,10 +14,11 @@
  *
  * Every answer is JSON, errors too (and carries nosniff and no-store,
  * ngx_http_ratelimit_answer_headers): {"error":"..."} with 400 (a bad
- * parameter), 403 (a write not allowed), 404 (no such resource, zone or
- * rule), 405 (with Allow) or 501 (a key of a Redis zone).  A key is read
- * and reset through the core (rl_table_peek, rl_table_reset), under the
- * zone's lock as a request takes it, in a worker.
+ * parameter; a fingerprint for a Redis zone), 403 (a write not allowed),
+ * 404 (no such resource, zone or rule), 405 (with Allow) or 409 (a Redis
+ * zone whose Redis did not answer).  A key is read and reset through the
+ * core (rl_table_peek, rl_table_reset), under the zone's lock as a request
+ * takes it, in a worker; or in Redis (ngx_http_ratelimit_api_redis.c).
  */
 
 

@@ -1,7 +1,8 @@
 
 /*
  * ngx-ratelimit: the key API's shared parts (ngx_http_ratelimit_api.c reads
- * a request, ngx_http_ratelimit_api_keys.c answers it).
+ * a request, ngx_http_ratelimit_api_keys.c answers it, and
+ * ngx_http_ratelimit_api_redis.c asks Redis for a zone with redis=).
  */
 
 #ifndef NGX_HTTP_RATELIMIT_API_H
@@ -38,8 +39,9 @@ typedef struct {
     ngx_http_ratelimit_rule_t   *rule;
     uint64_t                     tag;
     uint64_t                     cost;
-    rl_peek_t                    peek;
-    int                          reset;     /* RL_RESET_* */
+    rl_peek_t                    peek;      /* Redis: held if not back to
+                                               full budget, never owed */
+    int                          reset;     /* RL_RESET_* (Redis: held) */
 } ngx_http_ratelimit_api_state_t;
 
 
@@ -60,6 +62,14 @@ ngx_int_t ngx_http_ratelimit_api_keys(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q);
 ngx_int_t ngx_http_ratelimit_api_top(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q);
+ngx_int_t ngx_http_ratelimit_api_answer(ngx_http_request_t *r,
+    ngx_http_ratelimit_api_req_t *q, ngx_array_t *states);
+void ngx_http_ratelimit_api_log_reset(ngx_http_request_t *r,
+    ngx_http_ratelimit_api_req_t *q, ngx_http_ratelimit_api_state_t *st);
+
+/* ngx_http_ratelimit_api_redis.c */
+ngx_int_t ngx_http_ratelimit_api_redis(ngx_http_request_t *r,
+    ngx_http_ratelimit_api_req_t *q, ngx_array_t *states);
 
 
 #endif /* NGX_HTTP_RATELIMIT_API_H */

@@ -4,7 +4,8 @@
  * read in ngx_http_ratelimit_api.c): the zones and their rules, a key's
  * state in each rule and its reset, through the core (rl_table_peek,
  * rl_table_reset) under the zone's lock as a request takes it, in a
- * worker; and the keys each rule refuses most (rl_table_top).
+ * worker, or in Redis for a zone with redis= (ngx_http_ratelimit_api_redis.c);
+ * and the keys each rule refuses most (rl_table_top).
  */
 
 
@@ -18,8 +19,6 @@ static void ngx_http_ratelimit_api_rule_json(ngx_http_ratelimit_writer_t *w,
     ngx_http_ratelimit_rule_t *rule);
 static ngx_array_t *ngx_http_ratelimit_api_states(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q);
-static void ngx_http_ratelimit_api_log_reset(ngx_http_request_t *r,
-    ngx_http_ratelimit_api_req_t *q, ngx_http_ratelimit_api_state_t *st);
 static ngx_uint_t ngx_http_ratelimit_api_user_verified(
     ngx_http_request_t *r);
 static void ngx_http_ratelimit_api_state_json(ngx_http_ratelimit_writer_t *w,
@@ -225,19 +224,22 @@ ngx_http_ratelimit_api_keys(ngx_http_request_t *r,
     int64_t                          now;
     ngx_uint_t                       i, reset;
     ngx_array_t                     *states;
-    ngx_http_ratelimit_writer_t      w;
     ngx_http_ratelimit_api_state_t  *st;
 
-    if (q->zone->redis) {
-        return ngx_http_ratelimit_api_error(r, NGX_HTTP_NOT_IMPLEMENTED,
-                   "zone \"%V\" is decided in Redis: the key API reads and "
-                   "resets the keys of local zones only (its top keys are "
-                   "this server's)", &q->zone->name);
+    if (q->zone->redis && q->has_fingerprint) {
+        return ngx_http_ratelimit_api_error(r, NGX_HTTP_BAD_REQUEST,
+                   "zone \"%V\" is decided in Redis, where a key's state "
+                   "is named by a SHA-256 of the key, not by this server's "
+                   "fingerprint: give key=", &q->zone->name);
     }
 
     states = ngx_http_ratelimit_api_states(r, q);
     if (states == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (q->zone->redis) {
+        return ngx_http_ratelimit_api_redis(r, q, states);
     }
 
     st = states->elts;
@@ -261,6 +263,27 @@ ngx_http_ratelimit_api_keys(ngx_http_request_t *r,
 
     ngx_shmtx_unlock(&q->zone->shpool->mutex);
 
+    for (i = 0; reset && i < states->nelts; i++) {
+        ngx_http_ratelimit_api_log_reset(r, q, &st[i]);
+    }
+
+    return ngx_http_ratelimit_api_answer(r, q, states);
+}
+
+
+/* The states read (GET) or reset (DELETE), as JSON. */
+
+ngx_int_t
+ngx_http_ratelimit_api_answer(ngx_http_request_t *r,
+    ngx_http_ratelimit_api_req_t *q, ngx_array_t *states)
+{
+    ngx_uint_t                       i, reset;
+    ngx_http_ratelimit_writer_t      w;
+    ngx_http_ratelimit_api_state_t  *st;
+
+    st = states->elts;
+    reset = r->method == NGX_HTTP_DELETE;
+
     ngx_memzero(&w, sizeof(ngx_http_ratelimit_writer_t));
     w.pool = r->pool;
 
@@ -268,10 +291,6 @@ ngx_http_ratelimit_api_keys(ngx_http_request_t *r,
     ngx_http_ratelimit_puts(&w, ",\"rules\":[");
 
     for (i = 0; i < states->nelts; i++) {
-        if (reset) {
-            ngx_http_ratelimit_api_log_reset(r, q, &st[i]);
-        }
-
         if (i) {
             ngx_http_ratelimit_puts(&w, ",");
         }
@@ -363,7 +382,7 @@ ngx_http_ratelimit_api_states(ngx_http_request_t *r,
  * checked it (ngx_http_ratelimit_api_user_verified).
  */
 
-static void
+void
 ngx_http_ratelimit_api_log_reset(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q, ngx_http_ratelimit_api_state_t *st)
 {
@@ -532,7 +551,8 @@ ngx_http_ratelimit_api_state_json(ngx_http_ratelimit_writer_t *w,
  * "kept"|"none"|"no_room","refusals":N,"entries":32,"keys":[{"fingerprint":
  * F,"key":K,"refused":N,"error":N,"banned_ms":MS},...]}}}, most refused
  * first; "key" only where the rule logs keys in clear, "banned_ms" only for
- * a key a ban= keeps out.  Each rule's list is copied under the
+ * a key a ban= keeps out; a Redis zone's has "scope":"server" after
+ * since_ms (this server's refusals).  Each rule's list is copied under the
  * zone's lock.
  */
 
@@ -560,6 +580,13 @@ ngx_http_ratelimit_api_top(ngx_http_request_t *r,
     ngx_http_ratelimit_write_quoted(&w, &q->zone->name);
     ngx_http_ratelimit_api_field(&w, ",\"since_ms\":",
         (ngx_http_ratelimit_now() / RL_TOP_EPOCH_MS - 1) * RL_TOP_EPOCH_MS);
+
+    /* a Redis zone's refusals are counted by each server in its own zone */
+
+    if (q->zone->redis) {
+        ngx_http_ratelimit_puts(&w, ",\"scope\":\"server\"");
+    }
+
     ngx_http_ratelimit_puts(&w, ",\"rules\":{");
 
     rules = q->zone->rules.elts;

@@ -4,7 +4,7 @@
  *
  * A request's keys and costs are evaluated, the core decides the request
  * as a whole (rl_decide, under the zones' locks; or Redis, and
- * rl_redis_decide), and the handler acts on the verdict: the request goes
+ * rl_redis_answer), and the handler acts on the verdict: the request goes
  * on, is rejected, or is held on a timer while a shaping rule delays it.
  *
  * Clock: the core gets nginx's cached wall-clock time in milliseconds
@@ -30,7 +30,7 @@ static ngx_int_t ngx_http_ratelimit_decided(ngx_http_request_t *r,
 static ngx_int_t ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static void ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
-    rl_resp_t *reply);
+    rl_redis_answer_t *answer);
 static ngx_int_t ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static ngx_int_t ngx_http_ratelimit_keep_checks(ngx_http_request_t *r,
@@ -442,13 +442,16 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
 }
 
 
-/* Redis answered (reply) or failed (NULL): decide, and run the phases on. */
+/*
+ * Redis decided the request (answer: the core took the script's answer and
+ * concluded the request) or failed it (NULL: on_redis_error decides), and
+ * the phases run on.
+ */
 
 static void
 ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
-    rl_resp_t *reply)
+    rl_redis_answer_t *answer)
 {
-    int                         verdict;
     ngx_int_t                   rc;
     ngx_http_request_t         *r = w->request;
     ngx_http_ratelimit_ctx_t   *ctx;
@@ -461,17 +464,7 @@ ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
 
     ngx_http_set_log_request(r->connection->log, r);
 
-    verdict = reply ? rl_redis_decide(&ctx->rq, reply) : -1;
-
-    if (reply != NULL && verdict < 0) {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "ratelimit: redis %V: unexpected reply of type '%c' "
-                      "to the script: is it another script under its SHA-1?",
-                      &zone->redis->server, reply->type);
-        (void) ngx_atomic_fetch_add(&zone->redis->stats->errors, 1);
-    }
-
-    if (verdict < 0) {
+    if (answer == NULL) {
         rc = ngx_http_ratelimit_redis_fallback(r, ctx);
 
     } else {

@@ -3,21 +3,26 @@
  *
  * A request's rules go to Redis in one script call (the core writes it,
  * rl_redis_command), on a connection of the server that holds its key's
- * slot; its reply comes back to the request (rl_redis_decide, in the
- * handler).  A request waits on its own timer (redis_timeout); when it
- * fires, the connection is taken as stuck and closed, and every request
- * queued on it is decided by on_redis_error.  Redis Cluster's MOVED and
- * ASK replies are followed.
+ * slot; the core judges its reply (rl_redis_answer: the script's answer in
+ * range, NOSCRIPT, a redirection, or a failure), and this file acts on
+ * that: the request gets its decisions, the script is sent with EVAL,
+ * Redis Cluster's MOVED and ASK are followed, or the request is decided by
+ * on_redis_error, with a line in the log (folded).  A request waits on its
+ * own timer (redis_timeout); when it fires, the connection is taken as
+ * stuck and closed, and every request queued on it is decided by
+ * on_redis_error.  The key API's calls (a peek, a reset) go the same way.
  */
 
 #include <ngx_config.h>
 #include <ngx_core.h>
 
+#include "ngx_http_ratelimit_module.h"
 #include "ngx_http_ratelimit_redis_conn.h"
 
 
 static ngx_int_t ngx_http_ratelimit_redis_redirect(
-    ngx_http_ratelimit_redis_wait_t *w, rl_resp_t *reply);
+    ngx_http_ratelimit_redis_wait_t *w, rl_redis_answer_t *a);
+static void ngx_http_ratelimit_redis_log_folded(ngx_event_t *ev);
 static void ngx_http_ratelimit_redis_timeout(ngx_event_t *ev);
 static void ngx_http_ratelimit_redis_latency(ngx_http_ratelimit_redis_t *redis,
     ngx_http_ratelimit_redis_wait_t *w);
@@ -126,7 +131,7 @@ ngx_http_ratelimit_redis_append(ngx_http_ratelimit_redis_conn_t *conn,
     }
 
     conn->out_len += rl_redis_command((char *) conn->out + conn->out_len,
-                                      script, slen, eval,
+                                      script, slen, eval, (int) w->call,
                                       (const char *) redis->prefix.data,
                                       redis->prefix.len, (int) redis->cluster,
                                       w->rq, -1);
@@ -139,9 +144,12 @@ ngx_http_ratelimit_redis_append(ngx_http_ratelimit_redis_conn_t *conn,
 
 void
 ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
-    rl_resp_t *reply)
+    rl_resp_t *reply, ngx_str_t *raw)
 {
+    ngx_int_t                         kind;
+    const char                       *why;
     ngx_connection_t                 *c;
+    rl_redis_answer_t                 a;
     ngx_http_ratelimit_redis_t       *redis = conn->redis;
     ngx_http_ratelimit_redis_wait_t  *w;
 
@@ -151,10 +159,9 @@ ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
     conn->count--;
 
     if (w == NGX_HTTP_RATELIMIT_REDIS_OWN) {
-        if (reply->type == RL_RESP_ERROR) {
-            ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                          "ratelimit: redis %V refused AUTH, SELECT or ASKING: "
-                          "%*s", &conn->node->name, reply->str_len, reply->str);
+        if (rl_redis_answer(NULL, 0, reply, &a) != RL_REDIS_DECIDED) {
+            ngx_http_ratelimit_redis_log_reply(conn, NGX_LOG_ERR,
+                "refused AUTH, SELECT or ASKING", reply, raw);
             (void) ngx_atomic_fetch_add(&redis->stats->errors, 1);
             ngx_http_ratelimit_redis_fail(conn, "refused", 0);
         }
@@ -170,23 +177,44 @@ ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
 
     w->conn = NULL;
 
-    if (reply->type == RL_RESP_ERROR && redis->cluster
-        && ngx_http_ratelimit_redis_redirect(w, reply) == NGX_OK)
-    {
-        return;
-    }
+    kind = rl_redis_answer(w->rq, (int) w->call, reply, &a);
+    why = a.why;
 
-    /* not loaded (first use, a restarted Redis, SCRIPT FLUSH): EVAL loads
-       the script and runs it, once */
+    switch (kind) {
 
-    if (reply->type == RL_RESP_ERROR && !w->retried
-        && reply->str_len >= 8 && ngx_strncmp(reply->str, "NOSCRIPT", 8) == 0)
-    {
+    case RL_REDIS_REDIRECT:
+        if (redis->cluster
+            && ngx_http_ratelimit_redis_redirect(w, &a) == NGX_OK)
+        {
+            return;
+        }
+
+        why = redis->cluster ? "a redirection not followed (the fifth, or "
+                               "to a server not known and not an address)"
+                             : "a redirection, but redis_cluster is off";
+        break;
+
+    case RL_REDIS_NOSCRIPT:
+
+        /* not loaded (first use, a restarted Redis, SCRIPT FLUSH): EVAL
+           loads the script and runs it, once */
+
+        if (w->retried) {
+            why = "NOSCRIPT, after the script was sent with EVAL";
+            break;
+        }
+
         w->retried = 1;
 
         if (ngx_http_ratelimit_redis_append(conn, w, 1) == NGX_OK) {
             return;
         }
+
+        why = "NOSCRIPT, and no room to send the script with EVAL";
+        break;
+
+    default:
+        break;
     }
 
     if (w->timer.timer_set) {
@@ -195,84 +223,138 @@ ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
 
     ngx_http_ratelimit_redis_latency(redis, w);
 
-    if (reply->type == RL_RESP_ERROR) {
-        ngx_log_error(NGX_LOG_ERR, w->request->connection->log, 0,
-                      "ratelimit: redis %V: %*s", &conn->node->name,
-                      reply->str_len, reply->str);
+    if (kind != RL_REDIS_DECIDED) {
+        ngx_http_ratelimit_redis_log_reply(conn,
+            reply->type == RL_RESP_ERROR ? NGX_LOG_ERR : NGX_LOG_WARN, why,
+            reply, raw);
         (void) ngx_atomic_fetch_add(&redis->stats->errors, 1);
-        reply = NULL;
     }
 
     c = w->request->connection;
-    w->handler(w, reply);
+    w->handler(w, kind == RL_REDIS_DECIDED ? &a : NULL);
     ngx_http_run_posted_requests(c);
 }
 
 
 /*
- * Redis Cluster: "MOVED <slot> <ip>:<port>" (the slot is served there from
- * now on: remembered, and the call sent there) or "ASK <slot> <ip>:<port>"
- * (this once: ASKING, then the call).  At most 4 redirections a request.
+ * A reply refused: one line a second for a zone in a worker, saying why
+ * and showing the reply (an error's text, else its bytes) escaped and cut,
+ * since whatever answers on Redis's port chose it; the rest are counted,
+ * and written as a count once a second.  Not in a request's log context,
+ * whose request line may hold a key.
+ */
+
+void
+ngx_http_ratelimit_redis_log_reply(ngx_http_ratelimit_redis_conn_t *conn,
+    ngx_uint_t level, const char *why, rl_resp_t *reply, ngx_str_t *raw)
+{
+    ngx_msec_t                   now;
+    ngx_http_ratelimit_redis_t  *redis = conn->redis;
+    size_t                       n;
+    u_char                       shown[RL_ESCAPED_MAX(
+                                           NGX_HTTP_RATELIMIT_REDIS_SHOWN)];
+
+    now = ngx_current_msec;
+
+    if (redis->log_second != 0
+        && (ngx_msec_int_t) (now - redis->log_second) < 1000)
+    {
+        redis->log_folded++;
+
+        if (!redis->log_event.timer_set) {
+            redis->log_event.handler = ngx_http_ratelimit_redis_log_folded;
+            redis->log_event.data = redis;
+            redis->log_event.log = ngx_cycle->log;
+            redis->log_event.cancelable = 1;
+            ngx_add_timer(&redis->log_event, 1000);
+        }
+
+        return;
+    }
+
+    redis->log_second = now;
+
+    if (reply->type == RL_RESP_ERROR) {
+        n = rl_escape((char *) shown, reply->str, reply->str_len,
+                      NGX_HTTP_RATELIMIT_REDIS_SHOWN);
+
+    } else {
+        n = rl_escape((char *) shown, raw->data, raw->len,
+                      NGX_HTTP_RATELIMIT_REDIS_SHOWN);
+    }
+
+    ngx_log_error(level, ngx_cycle->log, 0,
+                  "ratelimit: redis %V: %s: \"%*s\"", &conn->node->name,
+                  why, n, shown);
+}
+
+
+static void
+ngx_http_ratelimit_redis_log_folded(ngx_event_t *ev)
+{
+    ngx_http_ratelimit_redis_t  *redis = ev->data;
+
+    if (redis->log_folded == 0) {
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_WARN, ev->log, 0,
+                  "ratelimit: redis %V: %ui more replies refused in zone "
+                  "\"%V\" (repeats not logged one by one)", &redis->server,
+                  redis->log_folded, &redis->zone);
+
+    redis->log_folded = 0;
+}
+
+
+/*
+ * Redis Cluster, a redirection the core read: MOVED (the slot is served
+ * there from now on: remembered, and the call sent there) or ASK (this
+ * once: ASKING, then the call).  At most 4 redirections a request.  The
+ * server is named as in redis=, "[IPv6]:port" for an IPv6 address.
  */
 
 static ngx_int_t
 ngx_http_ratelimit_redis_redirect(ngx_http_ratelimit_redis_wait_t *w,
-    rl_resp_t *reply)
+    rl_redis_answer_t *a)
 {
-    u_char                           *p, *last, *sp;
-    ngx_int_t                         slot;
+    u_char                            buf[RL_REDIS_HOST_MAX
+                                          + sizeof("[]:65535")];
     ngx_str_t                         name;
-    ngx_uint_t                        ask, i;
+    ngx_uint_t                        i, v6;
     ngx_http_ratelimit_redis_t       *redis = w->redis;
     ngx_http_ratelimit_redis_conn_t  *conn;
     ngx_http_ratelimit_redis_node_t  *node;
 
-    p = (u_char *) reply->str;
-    last = p + reply->str_len;
-
-    if (reply->str_len > 6 && ngx_strncmp(p, "MOVED ", 6) == 0) {
-        ask = 0;
-        p += 6;
-
-    } else if (reply->str_len > 4 && ngx_strncmp(p, "ASK ", 4) == 0) {
-        ask = 1;
-        p += 4;
-
-    } else {
+    if (w->redirects == 4) {
         return NGX_DECLINED;
     }
 
-    sp = ngx_strlchr(p, last, ' ');
+    v6 = ngx_strlchr((u_char *) a->host, (u_char *) a->host + a->host_len,
+                     ':')
+         != NULL;
 
-    if (sp == NULL || w->redirects == 4) {
-        return NGX_DECLINED;
-    }
-
-    slot = ngx_atoi(p, sp - p);
-    name.data = sp + 1;
-    name.len = last - name.data;
-
-    if (slot == NGX_ERROR || slot >= NGX_HTTP_RATELIMIT_REDIS_SLOTS
-        || name.len == 0)
-    {
-        return NGX_DECLINED;
-    }
+    name.data = buf;
+    name.len = ngx_sprintf(buf, v6 ? "[%*s]:%ui" : "%*s:%ui", a->host_len,
+                           a->host, (ngx_uint_t) a->port)
+               - buf;
 
     node = ngx_http_ratelimit_redis_node(redis, &name);
     if (node == NULL) {
         return NGX_DECLINED;
     }
 
-    if (!ask) {
+    if (!a->ask) {
         for (i = 0; redis->nodes[i] != node; i++) { /* void */ }
-        redis->slots[slot] = (u_char) i;
+        redis->slots[a->slot] = (u_char) i;
     }
 
     conn = ngx_http_ratelimit_redis_pick(node);
 
     if (conn == NULL
-        || (ask && ngx_http_ratelimit_redis_own_command(conn, "ASKING", NULL)
-                   != NGX_OK)
+        || (a->ask
+            && ngx_http_ratelimit_redis_own_command(conn, "ASKING", NULL)
+               != NGX_OK)
         || ngx_http_ratelimit_redis_append(conn, w, w->retried) != NGX_OK)
     {
         return NGX_DECLINED;

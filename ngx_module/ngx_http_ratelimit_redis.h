@@ -38,9 +38,10 @@ typedef struct {
 typedef struct ngx_http_ratelimit_redis_s       ngx_http_ratelimit_redis_t;
 typedef struct ngx_http_ratelimit_redis_wait_s  ngx_http_ratelimit_redis_wait_t;
 
-/* reply: the script's answer, or NULL when Redis failed the request */
+/* answer: the core's reading of the script's answer (rl_redis_answer: the
+   checks' decisions set), or NULL when Redis failed the call */
 typedef void (*ngx_http_ratelimit_redis_done_pt)(
-    ngx_http_ratelimit_redis_wait_t *w, rl_resp_t *reply);
+    ngx_http_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
 
 /* a request waiting for Redis, in the request's pool */
 struct ngx_http_ratelimit_redis_wait_s {
@@ -48,6 +49,7 @@ struct ngx_http_ratelimit_redis_wait_s {
     ngx_http_ratelimit_redis_done_pt   handler;
     ngx_http_ratelimit_redis_t        *redis;
     rl_request_t                      *rq;       /* its rules, keys, costs */
+    ngx_uint_t                         call;     /* enum rl_redis_call */
     void                              *conn;     /* while queued */
     ngx_uint_t                         slot;
     ngx_msec_t                         start;
@@ -60,6 +62,7 @@ struct ngx_http_ratelimit_redis_wait_s {
 
 struct ngx_http_ratelimit_redis_s {
     ngx_str_t                          server;   /* HOST:PORT, for logs */
+    ngx_str_t                          zone;     /* its name, for logs */
     ngx_addr_t                        *addrs;
     ngx_uint_t                         naddrs;
     ngx_msec_t                         timeout;
@@ -78,6 +81,9 @@ struct ngx_http_ratelimit_redis_s {
     void                             **nodes;
     ngx_uint_t                         nnodes;
     u_char                            *slots;
+    ngx_msec_t                         log_second; /* a refused reply's */
+    ngx_uint_t                         log_folded; /*   line, the others */
+    ngx_event_t                        log_event;  /*   counted */
 };
 
 
@@ -100,6 +106,9 @@ ngx_int_t ngx_http_ratelimit_redis_send(ngx_http_ratelimit_redis_t *redis,
 
 /* Closes this worker's connections (at exit). */
 void ngx_http_ratelimit_redis_close(ngx_http_ratelimit_redis_t *redis);
+
+/* Bytes of a reply shown in a log line, escaped (the rest cut). */
+#define NGX_HTTP_RATELIMIT_REDIS_SHOWN    128
 
 /* Forgets a request that goes away while it waits. */
 void ngx_http_ratelimit_redis_cancel(ngx_http_ratelimit_redis_wait_t *w);

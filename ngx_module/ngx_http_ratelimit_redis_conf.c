@@ -296,6 +296,8 @@ ngx_http_ratelimit_redis_finish(ngx_conf_t *cf,
         return NGX_CONF_ERROR;
     }
 
+    redis->zone = *zone;
+
     ngx_conf_init_msec_value(redis->timeout, 50);
     ngx_conf_init_uint_value(redis->pool, 2);
     ngx_conf_init_uint_value(redis->db, 0);

@@ -21,6 +21,9 @@ static ngx_int_t ngx_http_ratelimit_redis_connect(
     ngx_http_ratelimit_redis_conn_t *conn);
 static void ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev);
 static void ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev);
+static void ngx_http_ratelimit_redis_refuse(
+    ngx_http_ratelimit_redis_conn_t *conn, long used, u_char *data,
+    size_t len);
 
 
 ngx_uint_t  ngx_http_ratelimit_redis_own;
@@ -404,6 +407,7 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
     long                              used;
     size_t                            off;
     ssize_t                           n;
+    ngx_str_t                         raw;
     rl_resp_t                         reply;
     ngx_connection_t                 *c;
     ngx_http_ratelimit_redis_conn_t  *conn;
@@ -435,6 +439,8 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
                 break;
             }
 
+            raw.data = conn->in + off;
+            raw.len = used;
             off += used;
 
             if (conn->count == 0) {
@@ -442,7 +448,7 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
                 return;
             }
 
-            ngx_http_ratelimit_redis_reply(conn, &reply);
+            ngx_http_ratelimit_redis_reply(conn, &reply, &raw);
 
             if (conn->state == NGX_HTTP_RATELIMIT_REDIS_DOWN) {
                 return;
@@ -450,24 +456,52 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
         }
 
         if (used < 0) {
-            ngx_http_ratelimit_redis_fail(conn, "reply is not RESP", 0);
+            ngx_http_ratelimit_redis_refuse(conn, used, conn->in + off,
+                                            conn->in_len - off);
             return;
         }
+
+        /* what is left is less than RL_RESP_REPLY_MAX: there is room */
 
         if (off) {
             ngx_memmove(conn->in, conn->in + off, conn->in_len - off);
             conn->in_len -= off;
-        }
-
-        if (conn->in_len == NGX_HTTP_RATELIMIT_REDIS_IN) {
-            ngx_http_ratelimit_redis_fail(conn, "reply too long", 0);
-            return;
         }
     }
 
     if (ngx_handle_read_event(rev, 0) != NGX_OK) {
         ngx_http_ratelimit_redis_fail(conn, "event error", 0);
     }
+}
+
+
+/*
+ * Bytes that are not RESP, or a reply longer than RL_RESP_REPLY_MAX: the
+ * connection is dropped, and the line says so with the bytes escaped and
+ * cut (whatever answers on Redis's port chose them).
+ */
+
+static void
+ngx_http_ratelimit_redis_refuse(ngx_http_ratelimit_redis_conn_t *conn,
+    long used, u_char *data, size_t len)
+{
+    u_char  *p;
+    u_char   why[64 + RL_ESCAPED_MAX(NGX_HTTP_RATELIMIT_REDIS_SHOWN)];
+
+    if (used == RL_RESP_TOO_LONG) {
+        p = ngx_sprintf(why, "reply longer than %d bytes: \"",
+                        RL_RESP_REPLY_MAX);
+
+    } else {
+        p = ngx_cpymem(why, "reply is not RESP: \"",
+                       sizeof("reply is not RESP: \"") - 1);
+    }
+
+    p += rl_escape((char *) p, data, len, NGX_HTTP_RATELIMIT_REDIS_SHOWN);
+    *p++ = '"';
+    *p = '\0';
+
+    ngx_http_ratelimit_redis_fail(conn, (char *) why, 0);
 }
 
 

@@ -15,7 +15,9 @@
 
 
 #define NGX_HTTP_RATELIMIT_REDIS_RING      1024     /* requests in flight */
-#define NGX_HTTP_RATELIMIT_REDIS_IN        65536    /* longest reply */
+#define NGX_HTTP_RATELIMIT_REDIS_IN        65536    /* replies read at
+                                                       once; each at most
+                                                       RL_RESP_REPLY_MAX */
 #define NGX_HTTP_RATELIMIT_REDIS_BACKOFF   100
 #define NGX_HTTP_RATELIMIT_REDIS_BACKOFF_MAX  5000
 #define NGX_HTTP_RATELIMIT_REDIS_NODES     32       /* cluster servers known */
@@ -85,6 +87,8 @@ ngx_int_t ngx_http_ratelimit_redis_append(
     ngx_http_ratelimit_redis_conn_t *conn, ngx_http_ratelimit_redis_wait_t *w,
     ngx_uint_t eval);
 void ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
-    rl_resp_t *reply);
+    rl_resp_t *reply, ngx_str_t *raw);
+void ngx_http_ratelimit_redis_log_reply(ngx_http_ratelimit_redis_conn_t *conn,
+    ngx_uint_t level, const char *why, rl_resp_t *reply, ngx_str_t *raw);
 
 #endif /* NGX_HTTP_RATELIMIT_REDIS_CONN_H */

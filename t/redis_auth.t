@@ -39,7 +39,7 @@ my $r = $t->get('/bad/index.html', { 'X-Key' => 'k' });
 is($r->{status}, 200, 'a wrong password: the request still passes (on_redis_error=local)');
 RLTest::wait_until(sub { RLTest::read_file($t->prefix . '/rl.log') =~ m{^/bad/index.html 200 fallback_local$}m }, 5);
 like(RLTest::read_file($t->prefix . '/rl.log'), qr{^/bad/index.html 200 fallback_local$}m, 'decided locally');
-like($t->error_log, qr/ratelimit: redis 127\.0\.0\.1:$rport refused AUTH, SELECT or ASKING: WRONGPASS/,
+like($t->error_log, qr/ratelimit: redis 127\.0\.0\.1:$rport: refused AUTH, SELECT or ASKING: "WRONGPASS/,
      'the log says Redis refused the password');
 
 $t->stop();

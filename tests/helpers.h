@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,21 @@ inline rl_rule_t rule_of(const std::string &text)
     if (rl_rule_parse(&r, text.c_str(), err, sizeof(err)) != RL_OK) {
         ADD_FAILURE() << "rule \"" << text << "\": " << err;
     }
+    return r;
+}
+
+// A rule as the directive gives it, $variables included (the glue's).
+inline rl_rule_t var_rule_of(const std::string &text)
+{
+    rl_rule_t r;
+    rl_rule_init(&r);
+    char err[RL_ERR_MAX];
+    std::istringstream in(text);
+    std::string p;
+    while (in >> p) {
+        EXPECT_NE(rl_rule_param(&r, p.data(), p.size(), err, sizeof(err)), RL_ERROR) << p << ": " << err;
+    }
+    EXPECT_EQ(rl_rule_finish(&r, err, sizeof(err)), RL_OK) << text << ": " << err;
     return r;
 }
 

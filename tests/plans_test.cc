@@ -13,21 +13,6 @@
 
 namespace {
 
-// A rule as the directive gives it, $variables included (the glue's).
-rl_rule_t var_rule_of(const std::string &text)
-{
-    rl_rule_t r;
-    rl_rule_init(&r);
-    char err[RL_ERR_MAX];
-    std::istringstream in(text);
-    std::string p;
-    while (in >> p) {
-        EXPECT_NE(rl_rule_param(&r, p.data(), p.size(), err, sizeof(err)), RL_ERROR) << p << ": " << err;
-    }
-    EXPECT_EQ(rl_rule_finish(&r, err, sizeof(err)), RL_OK) << text << ": " << err;
-    return r;
-}
-
 std::string finish_error(const std::string &text)
 {
     rl_rule_t r;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "helpers.h"
+#include "policy/request.h"
 
 extern char **environ;
 
@@ -176,16 +177,48 @@ rl_request_t request_of(rl_check_t *c, size_t n, int combine)
     return rq;
 }
 
+// The script's numbers as they are, concluded as the core concludes them:
+// for replies that rl_redis_answer may refuse (after the trace's clock
+// stepped back further than RL_REDIS_CLOCK_SLACK_MS).
+int decode(rl_request_t &rq, const rl_resp_t &r)
+{
+    if (r.type != RL_RESP_ARRAY || !r.integers || r.nitems != 1 + 8 * rq.n) {
+        return -1;
+    }
+    for (size_t i = 0; i < rq.n; i++) {
+        const int64_t *v = r.items + 1 + 8 * i;
+        rl_decision_t &d = rq.checks[i].decision;
+        d = rl_decision_t{};
+        d.allowed = (int32_t) v[0];
+        d.never = (int32_t) v[1];
+        d.remaining = (uint64_t) v[2];
+        d.reset_ms = v[3];
+        d.retry_after_ms = v[4];
+        d.delay_ms = v[5];
+        d.window_ms = v[6];
+        d.available_ms = v[7];
+    }
+    return rl::conclude(rq, r.items[0] != 0);
+}
+
 // One request through the script: the reply's decisions in c; 1 if
 // admitted, 0 if not, -1 for a reply that is not the script's answer.
+// steady: the trace's clock never stepped back more than
+// RL_REDIS_CLOCK_SLACK_MS, so every reply must be in range.
 int check_in_redis(const std::string &sha, const std::string &prefix, std::vector<rl_check_t> &c, int combine,
-                   int64_t now, size_t *binding)
+                   int64_t now, size_t *binding, bool steady)
 {
     rl_request_t rq = request_of(c.data(), c.size(), combine);
     std::string cmd(rl_redis_command_size(c.size(), prefix.size(), sha.size()), '\0');
-    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, prefix.data(), prefix.size(), 0, &rq, now));
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_DECIDE, prefix.data(), prefix.size(), 0,
+                                &rq, now));
     rl_resp_t r = Redis::instance().call(cmd);
-    const int verdict = rl_redis_decide(&rq, &r);
+    rl_redis_answer_t a;
+    int verdict = rl_redis_answer(&rq, RL_REDIS_DECIDE, &r, &a) == RL_REDIS_DECIDED ? a.verdict : -1;
+    if (verdict < 0) {
+        EXPECT_FALSE(steady) << "a reply of the script refused on a steady clock: " << a.why;
+        verdict = decode(rq, r);
+    }
     EXPECT_GE(verdict, 0) << "reply type " << (char) r.type << ": " << std::string(r.str ? r.str : "", r.str_len);
     *binding = rq.binding;
     return verdict < 0 ? -1 : verdict != RL_VERDICT_REJECTED;
@@ -251,12 +284,12 @@ struct Trace {
 
     // Runs one request both ways; false (with a failure) on a difference.
     bool step(const std::string &sha, const std::vector<std::string> &keys, const std::vector<uint64_t> &costs,
-              int64_t now, size_t op)
+              int64_t now, size_t op, bool steady)
     {
         std::vector<rl_check_t> local = checks(keys, costs), remote = checks(keys, costs);
         size_t lb, rb;
         const int la = decide(local.data(), local.size(), combine, now, &lb);
-        const int ra = check_in_redis(sha, prefix, remote, combine, now, &rb);
+        const int ra = check_in_redis(sha, prefix, remote, combine, now, &rb, steady);
         bool ok = la == ra && lb == rb;
         for (size_t i = 0; i < rules.size(); i++) {
             ok = ok && same(local[i].decision, remote[i].decision);
@@ -327,6 +360,7 @@ int64_t period_of(const rl_rule_t &r)
 void run_trace(const std::string &sha, std::mt19937_64 &g, Trace &t, size_t ops, size_t *done)
 {
     int64_t now = kT0 + (int64_t) (g() % 86400000);
+    int64_t latest = now;  // the clock's furthest point so far
     int64_t period = 0;
     for (const rl_rule_t &r : t.rules) {
         period = std::max(period, period_of(r));
@@ -341,7 +375,8 @@ void run_trace(const std::string &sha, std::mt19937_64 &g, Trace &t, size_t ops,
             const unsigned c = (unsigned) (g() % 100);
             costs.push_back(c < 70 ? 1 : c < 80 ? 0 : c < 97 ? g() % (top + 1) : top + 1 + g() % 3);
         }
-        if (!t.step(sha, keys, costs, now, op)) {
+        latest = std::max(latest, now);
+        if (!t.step(sha, keys, costs, now, op, latest - now <= RL_REDIS_CLOCK_SLACK_MS)) {
             return;
         }
         ++*done;
@@ -454,7 +489,7 @@ TEST(Redis, CommandIsOneEvalshaWithKeysThenArguments)
     const std::string sha(40, 'f');
     std::string cmd(rl_redis_command_size(1, 3, sha.size()), '\0');
     rl_request_t rq = request_of(&c, 1, RL_COMBINE_ANY);
-    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, "rl:", 3, 0, &rq, -1));
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_DECIDE, "rl:", 3, 0, &rq, -1));
     rl_resp_t parsed;
     EXPECT_EQ(rl_resp_parse(cmd.data(), cmd.size(), &parsed), (long) cmd.size());
     EXPECT_EQ(parsed.integer, 3 + 1 + 2 + 11);
@@ -519,9 +554,12 @@ TEST(RedisScript, StateExpiresWhenBackToFullBudgetAndHoldsNoKeyBytes)
     const std::string prefix = "ttl:";
     rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
     std::string cmd(rl_redis_command_size(1, prefix.size(), sha.size()), '\0');
-    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, prefix.data(), prefix.size(), 0, &rq, -1));
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_DECIDE, prefix.data(), prefix.size(), 0,
+                                &rq, -1));
     rl_resp_t reply = redis.call(cmd);
-    ASSERT_EQ(rl_redis_decide(&rq, &reply), RL_VERDICT_PASSED);
+    rl_redis_answer_t a;
+    ASSERT_EQ(rl_redis_answer(&rq, RL_REDIS_DECIDE, &reply, &a), RL_REDIS_DECIDED) << a.why;
+    ASSERT_EQ(a.verdict, RL_VERDICT_PASSED);
     EXPECT_EQ(c.decision.remaining, 7u);
     EXPECT_EQ(c.decision.reset_ms, 18000);
     char key[64];
@@ -548,15 +586,17 @@ TEST(RedisScript, NoscriptIsAnErrorReplyAndEvalLoadsTheScript)
     const std::string sha = "0000000000000000000000000000000000000000";
     rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
     std::string cmd(rl_redis_command_size(1, 2, len), '\0');
-    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, "n:", 2, 0, &rq, kT0));
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_DECIDE, "n:", 2, 0, &rq, kT0));
     rl_resp_t reply = redis.call(cmd);
     EXPECT_EQ(reply.type, RL_RESP_ERROR);
     EXPECT_EQ(std::string(reply.str, 8), "NOSCRIPT");
-    EXPECT_EQ(rl_redis_decide(&rq, &reply), -1);
+    rl_redis_answer_t a;
+    EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_DECIDE, &reply, &a), RL_REDIS_NOSCRIPT);
     cmd.assign(rl_redis_command_size(1, 2, len), '\0');
-    cmd.resize(rl_redis_command(cmd.data(), text, len, 1, "n:", 2, 0, &rq, kT0));
+    cmd.resize(rl_redis_command(cmd.data(), text, len, 1, RL_REDIS_DECIDE, "n:", 2, 0, &rq, kT0));
     reply = redis.call(cmd);
-    EXPECT_EQ(rl_redis_decide(&rq, &reply), RL_VERDICT_PASSED);
+    ASSERT_EQ(rl_redis_answer(&rq, RL_REDIS_DECIDE, &reply, &a), RL_REDIS_DECIDED) << a.why;
+    EXPECT_EQ(a.verdict, RL_VERDICT_PASSED);
     EXPECT_EQ(c.decision.remaining, 1u);
     // EVAL cached it: the real SHA-1 works now
     EXPECT_EQ(script_sha().size(), 40u);

@@ -367,7 +367,7 @@ RL_API size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out,
  * of every table involved, rl_decide() decides each rule, combines them,
  * commits all that consume or none, and concludes (the verdict, the rule
  * the response's headers describe, the delay, each rule's outcome to
- * count).  Redis-decided requests are concluded by rl_redis_decide() from
+ * count).  Redis-decided requests are concluded by rl_redis_answer() from
  * the script's reply instead.  nginx and ratelimit-replay call these.
  */
 
@@ -603,7 +603,7 @@ RL_API void rl_table_top(const void *mem, int slot, int64_t now_ms,
     rl_top_t *out);
 
 /*
- * Counts a request decided elsewhere (rl_redis_decide()) as rl_decide()
+ * Counts a request decided elsewhere (rl_redis_answer()) as rl_decide()
  * counts its own: each rule's outcome in its counters, and a refusal among
  * the keys its rules refuse most.  The caller holds the locks.
  */
@@ -651,13 +651,26 @@ RL_API size_t rl_redis_command_size(size_t n, size_t prefix_len,
     size_t script_len);
 
 /*
- * Writes one RESP command deciding the request's rules (those with a key)
- * with its combine: EVALSHA with script = the script's SHA-1 in hex, or
- * (eval set) EVAL with the script's text.  now_ms < 0 lets the script read
- * Redis's TIME; tests pass their own clock.  Returns the bytes written.
+ * What a call of the script does: decide the request (an admission spends,
+ * as in a local zone), or, for the key API, decide each check on its state
+ * as it is without writing anything (peek), or delete each check's state
+ * (reset).
+ */
+enum rl_redis_call {
+    RL_REDIS_DECIDE = 0,
+    RL_REDIS_PEEK,
+    RL_REDIS_RESET
+};
+
+/*
+ * Writes one RESP command calling the script (enum rl_redis_call) for the
+ * request's checks that apply (a key), with its combine: EVALSHA with
+ * script = the script's SHA-1 in hex, or (eval set) EVAL with the script's
+ * text.  now_ms < 0 lets the script read Redis's TIME; tests pass their own
+ * clock.  Returns the bytes written.
  */
 RL_API size_t rl_redis_command(char *buf, const char *script, size_t script_len,
-    int eval, const char *prefix, size_t prefix_len, int cluster,
+    int eval, int call, const char *prefix, size_t prefix_len, int cluster,
     const rl_request_t *rq, int64_t now_ms);
 
 enum rl_resp_type {
@@ -669,6 +682,11 @@ enum rl_resp_type {
 };
 
 #define RL_RESP_ITEMS_MAX  (1 + 8 * RL_RULES_MAX)
+
+/* The longest reply taken: the script's longest answer (RL_RULES_MAX
+   rules) is under 6 KB. */
+#define RL_RESP_REPLY_MAX  16384
+#define RL_RESP_TOO_LONG   (-2)
 
 typedef struct {
     int          type;          /* enum rl_resp_type */
@@ -682,15 +700,68 @@ typedef struct {
 
 /*
  * Parses the reply at p: returns the bytes it takes, 0 if more are needed,
- * -1 if the bytes are not RESP (or nest deeper than 8).
+ * -1 if the bytes are not RESP (or nest deeper than 8), RL_RESP_TOO_LONG if
+ * the reply is longer than RL_RESP_REPLY_MAX bytes (or a bulk string or an
+ * array says it will be): the caller drops the connection.
  */
 RL_API long rl_resp_parse(const char *p, size_t len, rl_resp_t *r);
 
+/* What a reply is (rl_redis_answer), for the glue to act on. */
+enum rl_redis_kind {
+    RL_REDIS_DECIDED = 0,       /* the script's answer, its shape and every
+                                   value within what the rules can produce:
+                                   the checks' decisions are set (a decided
+                                   request is concluded, verdict); or "+OK"
+                                   to a connection's own command */
+    RL_REDIS_REDIRECT,          /* Redis Cluster's MOVED or ASK */
+    RL_REDIS_NOSCRIPT,          /* the script is not loaded: call it again
+                                   with EVAL */
+    RL_REDIS_FAILED             /* anything else: why says what */
+};
+
 /*
- * Concludes a request from the script's reply, as rl_decide() does: returns
- * its verdict, or -1 if the reply is not the script's answer for it.
+ * A reply's reset_ms, retry_after_ms and available_ms may exceed what the
+ * rule produces on a steady clock by this much: Redis's clock may step back
+ * (a failover to a server whose clock is behind).
  */
-RL_API int rl_redis_decide(rl_request_t *rq, const rl_resp_t *r);
+#define RL_REDIS_CLOCK_SLACK_MS  60000
+
+/* The longest host name or address a redirection may give. */
+#define RL_REDIS_HOST_MAX  255
+
+typedef struct {
+    int          kind;          /* enum rl_redis_kind */
+    int          verdict;       /* DECIDED, RL_REDIS_DECIDE: enum
+                                   rl_verdict */
+    uint32_t     found;         /* DECIDED, RL_REDIS_RESET: bit i set if
+                                   check i had a state */
+    unsigned     slot;          /* REDIRECT: the slot, */
+    int          ask;           /*   ASK (this once) or MOVED (from now
+                                   on), */
+    const char  *host;          /*   and the server: an address or a name
+                                   of letters, digits, ".", "-", "_" and
+                                   ":", into the reply, */
+    size_t       host_len;
+    unsigned     port;
+    char         why[RL_ERR_MAX]; /* FAILED: what is wrong, in words and
+                                   numbers (never the reply's bytes) */
+} rl_redis_answer_t;
+
+/*
+ * Classifies a reply to a call of the script (enum rl_redis_call) for rq,
+ * or, with rq NULL, to a connection's own command (AUTH, SELECT, ASKING),
+ * which only "+OK" answers.  The script's answer must have exactly the
+ * items of the call, integers, each in range for its check's rule (the
+ * rule as applied to the request): remaining at most what the rule can show
+ * (its burst, limit, or what a shaper admits), reset, Retry-After and t
+ * within what the algorithm can produce (plus RL_REDIS_CLOCK_SLACK_MS),
+ * Retry-After exactly when refused, a delay only from leaky_bucket and at
+ * most max_delay, the rule's window, flags 0 or 1, never exactly when the
+ * cost exceeds what the rule admits, and the request's answer as its
+ * combine makes it of the rules'.  Returns out->kind.
+ */
+RL_API int rl_redis_answer(rl_request_t *rq, int call, const rl_resp_t *r,
+    rl_redis_answer_t *out);
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,8 @@
 // anything listening on its port) sends.  On any bytes it never reads past
 // them; a reply it accepts is accepted again from exactly its own bytes and
 // from any longer buffer; a strict prefix of a reply is never an error; and
-// the script's reply decoder takes any parsed reply without a fault.
+// the script's reply is judged (rl_redis_answer) without a fault: whatever
+// it takes as a decision is within the rule's range.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     std::vector<char> buf(data, data + size);
     rl_resp_t r;
     const long used = rl_resp_parse(buf.data(), buf.size(), &r);
-    CHECK(used >= -1 && used <= (long) size);
+    CHECK(used >= RL_RESP_TOO_LONG && used <= (long) size && used <= RL_RESP_REPLY_MAX);
 
     if (used > 0) {
         rl_resp_t again;
@@ -50,9 +51,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             rq.checks = c;
             rq.n = n;
             rq.binding = 99;
-            const int verdict = rl_redis_decide(&rq, &r);
-            CHECK(verdict >= -1 && verdict <= RL_VERDICT_EXEMPT);
-            CHECK(verdict < 0 || rq.binding < (n ? n : 1));
+            rl_redis_answer_t a;
+            for (int call = RL_REDIS_DECIDE; call <= RL_REDIS_RESET; call++) {
+                const int kind = rl_redis_answer(&rq, call, &r, &a);
+                CHECK(kind >= RL_REDIS_DECIDED && kind <= RL_REDIS_FAILED);
+                CHECK(kind != RL_REDIS_FAILED || std::strlen(a.why) > 0);
+                CHECK(kind != RL_REDIS_REDIRECT || (a.slot < 16384 && a.port > 0 && a.port < 65536 && a.host_len > 0));
+                CHECK(call != RL_REDIS_DECIDE || kind != RL_REDIS_DECIDED ||
+                      (a.verdict >= 0 && a.verdict <= RL_VERDICT_EXEMPT && rq.binding < (n ? n : 1)));
+                for (size_t i = 0; kind == RL_REDIS_DECIDED && call != RL_REDIS_RESET && i < n; i++) {
+                    CHECK(c[i].decision.remaining <= 5 && c[i].decision.delay_ms == 0);
+                }
+            }
+            CHECK(rl_redis_answer(nullptr, RL_REDIS_DECIDE, &r, &a) != RL_REDIS_REDIRECT);
         }
     }
     return 0;

@@ -1,5 +1,5 @@
 // A request, decided as a whole: what rl_decide (and, from Redis's reply,
-// rl_redis_decide) conclude from the decisions of its rules, in one place
+// rl_redis_answer) conclude from the decisions of its rules, in one place
 // for nginx and ratelimit-replay alike.
 #include "policy/request.h"
 #include "algorithms/algorithms.h"

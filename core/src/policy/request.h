@@ -20,7 +20,7 @@ enum class Checked { kRefused, kAdmitted, kQueued };
 Checked check(rl_request_t &rq, int64_t now_ms);
 
 // The verdict, binding rule, delay and outcomes of a request whose checks
-// are decided (request.cpp; rl_decide and rl_redis_decide end with it).
+// are decided (request.cpp; rl_decide and rl_redis_answer end with it).
 int conclude(rl_request_t &rq, bool allowed, bool queued = false);
 
 // Counts the refusals of a concluded request among its rules' top keys

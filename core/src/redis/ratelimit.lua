@@ -6,12 +6,16 @@
 -- rl_redis_rule_ok) so every quantity here stays exact.  Divisions go
 -- through fdiv, which corrects the rounded quotient.
 --
--- KEYS[i]: rule i's state.  ARGV: now ("" = Redis's TIME), combine (0 all,
--- 1 any), then 11 numbers per rule: algorithm, limit, burst, period_ms,
--- align, buckets, max_delay_ms, reset, utc_offset_min, cost, delay.
--- Returns {allowed, then per rule: allowed, never, remaining, reset_ms,
--- retry_after_ms, delay_ms, window_ms, available_ms} (the policy the
--- headers advertise is the core's: rl_redis_decide concludes with it).
+-- KEYS[i]: rule i's state.  ARGV: now ("" = Redis's TIME), the call (0:
+-- decide with combine all, 1: with any; peek, reset: the key API's), then 11
+-- numbers per rule: algorithm, limit, burst, period_ms, align, buckets,
+-- max_delay_ms, reset, utc_offset_min, cost, delay.  Returns {allowed, then
+-- per rule: allowed, never, remaining, reset_ms, retry_after_ms, delay_ms,
+-- window_ms, available_ms} (the policy the headers advertise is the core's:
+-- rl_redis_answer checks the reply against each rule and concludes with
+-- it).  peek decides every rule on its state as it is and writes nothing;
+-- reset deletes each rule's state and returns {1, then per rule: 1 if it
+-- had one, else 0}.
 --
 -- State: gcra, token_bucket, leaky_bucket keep a string "t n l" (the
 -- instant t + n/l ms, l the limit it was written in: a request under another
@@ -287,7 +291,8 @@ local function sliding_log(r, b, now, cost, apply)
   while expired < count and b.times[expired + 1] <= t - W do expired = expired + 1 end
   local live = count - expired
   local reset = live > 0 and newest + W - now or 0
-  if cost > r.limit then return never(W, r.limit - live, reset) end
+  local left = live < r.limit and r.limit - live or 0   -- a lowered limit
+  if cost > r.limit then return never(W, left, reset) end
   local d = decision(W)
   if live + cost <= r.limit then
     d.allowed = 1
@@ -301,7 +306,7 @@ local function sliding_log(r, b, now, cost, apply)
       b.expire = t + W
     end
   else
-    d.remaining = r.limit - live
+    d.remaining = left
     d.reset = reset
     d.retry = b.times[expired + live + cost - r.limit] + W - now
     d.available = d.retry
@@ -393,7 +398,13 @@ else
   local tm = redis.call('TIME')
   now = tonumber(tm[1]) * 1000 + floor(tonumber(tm[2]) / 1000)
 end
+if ARGV[2] == 'reset' then
+  local out = {1}
+  for i = 1, #KEYS do out[i + 1] = redis.call('DEL', KEYS[i]) end
+  return out
+end
 local any = ARGV[2] == '1'
+local peek = ARGV[2] == 'peek'
 
 local rules, decisions, heads, after = {}, {}, {}, {}
 local allowing = 0
@@ -411,7 +422,7 @@ for i = 1, #KEYS do
     local h = heads[KEYS[i]] or load_head(KEYS[i])
     local d, nh = f(r, h, now, r.cost)
     after[i] = nh or h
-    heads[KEYS[i]] = after[i]
+    if not peek then heads[KEYS[i]] = after[i] end
     decisions[i] = d
   elseif r.algorithm == SLIDING_WINDOW then
     decisions[i] = sliding_window(r, load_block(KEYS[i], r), now, r.cost, false)
@@ -427,7 +438,7 @@ if any then allowed = allowing > 0 or #KEYS == 0 else allowed = allowing == #KEY
 -- commit: every consuming rule or none (with any, the allowing ones)
 for i = 1, #KEYS do
   local r = rules[i]
-  if allowed and decisions[i].allowed == 1 and r.cost > 0 then
+  if allowed and not peek and decisions[i].allowed == 1 and r.cost > 0 then
     if by_head[r.algorithm] then
       store_head(KEYS[i], after[i], now, testing)
     else

@@ -1,7 +1,7 @@
-// Redis: the keys and the command that decide a request in the script, and
-// the request concluded from the script's reply.  No I/O here: the glue owns
-// the connections (nginx events), the conformance test a blocking socket;
-// resp.cpp speaks the protocol.
+// Redis: the keys and the command that call the script for a request (its
+// reply is read in resp.cpp and judged in redis_reply.cpp).  No I/O here:
+// the glue owns the connections (nginx events), the conformance test a
+// blocking socket.
 #include <cstring>
 
 #include "algorithms/algorithms.h"
@@ -52,9 +52,8 @@ unsigned crc16(const char *p, size_t len)
     return crc;
 }
 
-// Fields per rule in the script's ARGV and in its reply.
+// Fields per rule in the script's ARGV.
 const size_t kArgsPerRule = 11;
-const size_t kReplyPerRule = 8;
 
 }  // namespace
 
@@ -159,7 +158,7 @@ size_t rl_redis_command_size(size_t n, size_t prefix_len, size_t script_len)
            n * (arg + prefix_len + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN) + (2 + n * kArgsPerRule) * (arg + 20);
 }
 
-size_t rl_redis_command(char *buf, const char *script, size_t script_len, int eval, const char *prefix,
+size_t rl_redis_command(char *buf, const char *script, size_t script_len, int eval, int call, const char *prefix,
                         size_t prefix_len, int cluster, const rl_request_t *rq, int64_t now_ms)
 {
     const rl_check_t *c = rq->checks;
@@ -191,7 +190,13 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
     } else {
         w.arg("", 0);
     }
-    w.arg(rq->combine == RL_COMBINE_ANY ? 1 : 0);
+    if (call == RL_REDIS_PEEK) {
+        w.arg("peek", 4);
+    } else if (call == RL_REDIS_RESET) {
+        w.arg("reset", 5);
+    } else {
+        w.arg(rq->combine == RL_COMBINE_ANY ? 1 : 0);
+    }
 
     for (size_t i = 0; i < rq->n; i++) {
         if (!rl::applies(c[i])) {
@@ -213,35 +218,6 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
         w.arg(r.delay);
     }
     return (size_t) (w.p - buf);
-}
-
-int rl_redis_decide(rl_request_t *rq, const rl_resp_t *r)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < rq->n; i++) {
-        n += rl::applies(rq->checks[i]);
-    }
-    if (r->type != RL_RESP_ARRAY || !r->integers || n > RL_RULES_MAX ||
-        r->integer != (int64_t) (1 + n * kReplyPerRule) || r->nitems != 1 + n * kReplyPerRule) {
-        return -1;
-    }
-    const int64_t *v = r->items + 1;
-    for (size_t i = 0; i < rq->n; i++) {
-        if (!rl::applies(rq->checks[i])) {
-            continue;
-        }
-        rl_decision_t &d = rq->checks[i].decision;
-        d.allowed = v[0] != 0;
-        d.never = v[1] != 0;
-        d.remaining = v[2] > 0 ? (uint64_t) v[2] : 0;
-        d.reset_ms = v[3];
-        d.retry_after_ms = v[4];
-        d.delay_ms = v[5];
-        d.window_ms = v[6];
-        d.available_ms = v[7];
-        v += kReplyPerRule;
-    }
-    return rl::conclude(*rq, r->items[0] != 0);
 }
 
 }  // extern "C"

@@ -1,6 +1,9 @@
 // RESP, Redis's protocol: the reply reader (rl_resp_parse).  It takes any
 // bytes: a reply is never read past its length, a number past 19 digits or
-// a nesting past 8 levels is not RESP, and a reply cut short asks for more.
+// a nesting past 8 levels is not RESP, a reply cut short asks for more, and
+// one longer than RL_RESP_REPLY_MAX bytes (or a bulk string or an array
+// announcing more) is refused as soon as that is known, so that whoever
+// answers on Redis's port cannot make the reader wait for or hold more.
 #include "redis/resp.h"
 
 namespace {
@@ -86,6 +89,9 @@ long parse(const char *p, size_t len, rl_resp_t *r, int depth)
         if (n <= 0) {
             return n;
         }
+        if (v > RL_RESP_REPLY_MAX) {
+            return RL_RESP_TOO_LONG;
+        }
         q += n;
         if (r) {
             r->type = type;
@@ -109,6 +115,9 @@ long parse(const char *p, size_t len, rl_resp_t *r, int depth)
         long n = length_line(q, end, &v);
         if (n <= 0) {
             return n;
+        }
+        if (v > RL_RESP_REPLY_MAX / 3) {
+            return RL_RESP_TOO_LONG;  // an item takes at least 3 bytes
         }
         q += n;
         if (r) {
@@ -147,7 +156,8 @@ extern "C" {
 long rl_resp_parse(const char *p, size_t len, rl_resp_t *r)
 {
     try {
-        return parse(p, len, r, 0);
+        const long n = parse(p, len < RL_RESP_REPLY_MAX ? len : RL_RESP_REPLY_MAX, r, 0);
+        return n == 0 && len >= RL_RESP_REPLY_MAX ? RL_RESP_TOO_LONG : n;
     } catch (...) {
         return -1;
     }

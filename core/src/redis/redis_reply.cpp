@@ -1,0 +1,343 @@
+// Redis replies are input, not truth: whatever answers on Redis's port (a
+// Redis server, a broken one, or anything else listening there) is judged
+// here, once for each reply, before the glue acts on it (rl_redis_answer).
+// The script's answer is taken only in the shape its call gives (so many
+// integers) and with every value within what its check's rule can produce;
+// an error reply is the script not being loaded (NOSCRIPT), a Redis Cluster
+// redirection (MOVED, ASK), or a failure.  A failure is described in words
+// and numbers, never with the reply's bytes: the glue shows those escaped.
+#include <cstring>
+
+#include "algorithms/algorithms.h"
+#include "policy/request.h"
+#include "util/error.h"
+
+namespace {
+
+// The script's answer for each rule, in this order.
+enum Item { kAllowed, kNever, kRemaining, kReset, kRetry, kDelay, kWindow, kAvailable, kReplyPerRule };
+
+const char *const kItemNames[kReplyPerRule] = {"allowed",        "never",    "remaining", "reset_ms",
+                                               "retry_after_ms", "delay_ms", "window_ms", "available_ms"};
+
+const int64_t kDay = 86400000;
+
+// What the decisions of a rule can be, on Redis's clock running steadily,
+// whatever state the rule (under any value of a variable limit or burst)
+// left in Redis.
+struct Range {
+    uint64_t capacity;  // the largest cost it ever admits: "never" above
+    int64_t quota;      // the most remaining shows
+    int64_t longest;    // reset_ms, retry_after_ms and available_ms, with
+                        // RL_REDIS_CLOCK_SLACK_MS
+    int64_t window_min;
+    int64_t window_max;
+    int64_t max_delay;  // leaky_bucket's; 0 for the others
+};
+
+int64_t capped(unsigned __int128 v)
+{
+    return v > (unsigned __int128) (INT64_MAX / 2) ? INT64_MAX / 2 : (int64_t) v;
+}
+
+unsigned __int128 ceil_div(unsigned __int128 a, uint64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+Range range_of(const rl_rule_t &rule)
+{
+    Range g{};
+    const bool bucket = rule.algorithm == RL_GCRA || rule.algorithm == RL_TOKEN_BUCKET;
+    const uint64_t T = rule.period_ms > 0 ? (uint64_t) rule.period_ms : 1;
+    const uint64_t limit = rule.limit > 0 ? rule.limit : 1;
+    // the most a key may owe for: a variable limit or burst may have been
+    // up to limit_max when its state was written (exact_time.h)
+    const bool var = rule.limit_var || rule.burst_var;
+    g.capacity = bucket ? rule.burst : rule.limit;
+    rl_decision_t policy{};
+    rl::policy(rule, policy);
+    g.quota = capped(policy.quota);
+    g.window_min = g.window_max = (int64_t) T;
+    unsigned __int128 longest = T;  // fixed_window, sliding_log: the window
+
+    switch (rule.algorithm) {
+    case RL_GCRA:
+    case RL_TOKEN_BUCKET:
+        // a full bucket's debt, burst x period units of 1/limit ms
+        longest = ceil_div((unsigned __int128) (var ? rule.limit_max : rule.burst) * T, limit);
+        break;
+    case RL_LEAKY_BUCKET: {
+        // the longest queue: delay x period served at once, max_delay of
+        // waiting, and the last request admitted (limit units at most)
+        const uint64_t count = var ? rule.limit_max : rule.limit;
+        g.max_delay = rule.max_delay_ms;
+        longest =
+            ceil_div((unsigned __int128) rule.delay * T + ((unsigned __int128) rule.max_delay_ms + T) * count, limit);
+        break;
+    }
+    case RL_SLIDING_WINDOW: {
+        // until the tick after the newest spent has left the window
+        const uint64_t S = rule.buckets > 0 ? rule.buckets : 1;
+        longest = T + ceil_div(T, S);
+        break;
+    }
+    case RL_QUOTA: {
+        // a fixed offset from UTC: calendar days of 24 hours
+        static const int64_t days[3][2] = {{1, 1}, {7, 7}, {28, 31}};
+        const uint32_t r = rule.reset < 3 ? rule.reset : 0;
+        g.window_min = days[r][0] * kDay;
+        g.window_max = days[r][1] * kDay;
+        longest = (uint64_t) g.window_max;
+        break;
+    }
+    default:
+        break;
+    }
+    // a cost that can never pass waits at least a second (never())
+    g.longest = capped((longest > 1000 ? longest : 1000) + RL_REDIS_CLOCK_SLACK_MS);
+    return g;
+}
+
+int failed(rl_redis_answer_t &out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+int failed(rl_redis_answer_t &out, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(out.why, sizeof(out.why), fmt, ap);
+    va_end(ap);
+    out.kind = RL_REDIS_FAILED;
+    return out.kind;
+}
+
+bool starts(const rl_resp_t &r, const char *word)
+{
+    const size_t len = std::strlen(word);
+    return r.str_len >= len && std::memcmp(r.str, word, len) == 0;
+}
+
+// A number of at most `digits` digits, at most `max`, from p to its end.
+bool number(const char *p, const char *end, size_t digits, uint64_t max, uint64_t *v)
+{
+    if (p == end || (size_t) (end - p) > digits) {
+        return false;
+    }
+    *v = 0;
+    for (; p < end; p++) {
+        if (*p < '0' || *p > '9') {
+            return false;
+        }
+        *v = *v * 10 + (uint64_t) (*p - '0');
+    }
+    return *v <= max;
+}
+
+bool host_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
+           c == '_' || c == ':';
+}
+
+// "MOVED <slot> <host>:<port>" or "ASK <slot> <host>:<port>" (an IPv6
+// address without brackets: the port follows the last colon).
+int redirect(const rl_resp_t &r, bool ask, rl_redis_answer_t &out)
+{
+    const char *p = r.str + (ask ? 4 : 6);
+    const char *end = r.str + r.str_len;
+    const char *sp = static_cast<const char *>(std::memchr(p, ' ', (size_t) (end - p)));
+    const char *host = sp ? sp + 1 : end;
+    const char *colon = end;
+    for (const char *q = end; q > host; q--) {
+        if (q[-1] == ':') {
+            colon = q - 1;
+            break;
+        }
+    }
+    uint64_t slot, port;
+    bool ok = sp != nullptr && number(p, sp, 5, 16383, &slot) && colon != end && colon > host &&
+              (size_t) (colon - host) <= RL_REDIS_HOST_MAX && number(colon + 1, end, 5, 65535, &port) && port > 0;
+    for (const char *q = host; ok && q < colon; q++) {
+        ok = host_char(*q);
+    }
+    if (!ok) {
+        return failed(out,
+                      "a MOVED or ASK reply out of shape: expected \"%s <slot> <host>:<port>\", a slot up to "
+                      "16383, a port from 1 to 65535",
+                      ask ? "ASK" : "MOVED");
+    }
+    out.kind = RL_REDIS_REDIRECT;
+    out.slot = (unsigned) slot;
+    out.ask = ask;
+    out.host = host;
+    out.host_len = (size_t) (colon - host);
+    out.port = (unsigned) port;
+    return out.kind;
+}
+
+const char *type_name(const rl_resp_t &r)
+{
+    switch (r.type) {
+    case RL_RESP_STATUS:
+        return "status reply";
+    case RL_RESP_INTEGER:
+        return "single integer";
+    case RL_RESP_BULK:
+        return r.integer < 0 ? "nil" : "bulk string";
+    default:
+        return "array";
+    }
+}
+
+// Whether the values v can be a decision of check c's rule; else why not.
+bool in_range(const rl_check_t &c, const int64_t *v, rl_redis_answer_t &out)
+{
+    const Range g = range_of(*c.rule);
+    const uint64_t cost = c.cost < RL_REDIS_UNITS_MAX ? c.cost : RL_REDIS_UNITS_MAX;  // as sent
+    const int64_t never = cost > g.capacity;
+    const bool refused = v[kAllowed] != 1;
+    const int64_t want[kReplyPerRule][2] = {
+        {0, never ? 0 : 1},                          // allowed: never when it never can be
+        {never, never},                              // never: exactly when the cost exceeds the capacity
+        {0, g.quota},                                // remaining
+        {0, g.longest},                              // reset_ms
+        {refused ? 1 : 0, refused ? g.longest : 0},  // retry_after_ms: when refused only
+        {0, refused ? 0 : g.max_delay},              // delay_ms: an admitted shaper's only
+        {g.window_min, g.window_max},                // window_ms
+        {0, g.longest},                              // available_ms
+    };
+    for (size_t k = 0; k < kReplyPerRule; k++) {
+        if (v[k] < want[k][0] || v[k] > want[k][1]) {
+            char expected[48];
+            if (want[k][0] == want[k][1]) {
+                std::snprintf(expected, sizeof(expected), "%lld", (long long) want[k][0]);
+            } else {
+                std::snprintf(expected, sizeof(expected), "%lld to %lld", (long long) want[k][0],
+                              (long long) want[k][1]);
+            }
+            failed(out, "%s of rule \"%s\" is %lld: it can only be %s", kItemNames[k], c.rule->name, (long long) v[k],
+                   expected);
+            return false;
+        }
+    }
+    return true;
+}
+
+int answer(rl_request_t *rq, int call, const rl_resp_t &r, rl_redis_answer_t &out)
+{
+    if (r.type == RL_RESP_ERROR) {
+        if (rq != nullptr && starts(r, "NOSCRIPT") && (r.str_len == 8 || r.str[8] == ' ')) {
+            out.kind = RL_REDIS_NOSCRIPT;
+            return out.kind;
+        }
+        if (rq != nullptr && (starts(r, "MOVED ") || starts(r, "ASK "))) {
+            return redirect(r, r.str[0] == 'A', out);
+        }
+        return failed(out, "an error reply");
+    }
+    if (rq == nullptr) {
+        if (r.type == RL_RESP_STATUS && r.str_len == 2 && std::memcmp(r.str, "OK", 2) == 0) {
+            out.kind = RL_REDIS_DECIDED;
+            return out.kind;
+        }
+        return failed(out, "a %s, expected \"+OK\"", type_name(r));
+    }
+    if (rq->n > RL_RULES_MAX) {
+        return failed(out, "a call of %zu checks, more than %d", rq->n, RL_RULES_MAX);
+    }
+
+    size_t n = 0;
+    for (size_t i = 0; i < rq->n; i++) {
+        n += rl::applies(rq->checks[i]);
+    }
+    const size_t per = call == RL_REDIS_RESET ? 1 : kReplyPerRule;
+    const size_t items = 1 + n * per;
+    if (r.type != RL_RESP_ARRAY) {
+        return failed(out, "a %s, expected an array of %zu integers", type_name(r), items);
+    }
+    if (r.integer != (int64_t) items || !r.integers || r.nitems != items) {
+        return failed(out, "an array of %lld items%s, expected %zu integers", (long long) r.integer,
+                      r.integers ? "" : " not all integers", items);
+    }
+
+    const int64_t *v = r.items + 1;
+    if (call == RL_REDIS_RESET) {
+        if (r.items[0] != 1) {
+            return failed(out, "a reset's first item is %lld, expected 1", (long long) r.items[0]);
+        }
+        out.found = 0;
+        for (size_t i = 0; i < rq->n; i++) {
+            if (!rl::applies(rq->checks[i])) {
+                continue;
+            }
+            if (*v != 0 && *v != 1) {
+                return failed(out, "the reset of rule \"%s\" says %lld keys deleted, expected 0 or 1",
+                              rq->checks[i].rule->name, (long long) *v);
+            }
+            out.found |= (uint32_t) *v << i;
+            v++;
+        }
+        out.kind = RL_REDIS_DECIDED;
+        return out.kind;
+    }
+
+    size_t allowing = 0;
+    for (size_t i = 0; i < rq->n; i++) {
+        if (rl::applies(rq->checks[i])) {
+            if (!in_range(rq->checks[i], v, out)) {
+                return out.kind;
+            }
+            allowing += (size_t) v[kAllowed];
+            v += kReplyPerRule;
+        }
+    }
+    // a peek combines with all (the script's default)
+    const bool any = call == RL_REDIS_DECIDE && rq->combine == RL_COMBINE_ANY;
+    const bool allowed = any ? allowing > 0 || n == 0 : allowing == n;
+    if (r.items[0] != (int64_t) allowed) {
+        return failed(out, "the request's answer is %lld where its rules' answers make it %d (%zu of %zu allowing)",
+                      (long long) r.items[0], (int) allowed, allowing, n);
+    }
+
+    v = r.items + 1;
+    for (size_t i = 0; i < rq->n; i++) {
+        if (!rl::applies(rq->checks[i])) {
+            continue;
+        }
+        rl_decision_t &d = rq->checks[i].decision;
+        d = rl_decision_t{};
+        d.allowed = (int32_t) v[kAllowed];
+        d.never = (int32_t) v[kNever];
+        d.remaining = (uint64_t) v[kRemaining];
+        d.reset_ms = v[kReset];
+        d.retry_after_ms = v[kRetry];
+        d.delay_ms = v[kDelay];
+        d.window_ms = v[kWindow];
+        d.available_ms = v[kAvailable];
+        v += kReplyPerRule;
+    }
+    out.kind = RL_REDIS_DECIDED;
+    if (call == RL_REDIS_DECIDE) {
+        out.verdict = rl::conclude(*rq, allowed);
+    }
+    return out.kind;
+}
+
+}  // namespace
+
+extern "C" {
+
+int rl_redis_answer(rl_request_t *rq, int call, const rl_resp_t *r, rl_redis_answer_t *out)
+{
+    out->kind = RL_REDIS_FAILED;
+    out->verdict = 0;
+    out->found = 0;
+    out->why[0] = '\0';
+    try {
+        return answer(rq, call, *r, *out);
+    } catch (...) {
+        return failed(*out, "internal error");
+    }
+}
+
+}  // extern "C"

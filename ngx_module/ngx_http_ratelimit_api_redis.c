@@ -1,0 +1,213 @@
+
+/*
+ * ngx-ratelimit: the key API on a zone with redis=.  A key's state is in
+ * Redis, shared by the fleet: a look-up calls the script to decide each
+ * rule's state twice without writing anything (a look, cost 0, and the next
+ * request, of the rule's cost), a reset calls it to delete each rule's
+ * state; on the zone's own connections, without blocking (the request
+ * waits as a Redis-decided request does, at most redis_timeout).  The core
+ * writes the calls and judges the replies (rl_redis_command,
+ * rl_redis_answer) as for requests.  A zone with more rules than one call
+ * takes is asked in several calls, one after the other (each reset logged
+ * as its call is answered).  When Redis does not answer, or its answer is
+ * refused, the API says so with 409: the client asked nothing wrong, and
+ * the zone's state cannot be read or reset now.
+ */
+
+
+#include "ngx_http_ratelimit_module.h"
+#include "ngx_http_ratelimit_api.h"
+
+
+typedef struct {
+    ngx_http_ratelimit_redis_wait_t   wait;
+    ngx_http_ratelimit_api_req_t      q;        /* the request's, copied */
+    ngx_array_t                      *states;
+    ngx_uint_t                        done;     /* states answered */
+    ngx_uint_t                        calling;  /* states in the call */
+    ngx_uint_t                        waiting;
+    rl_request_t                      rq;
+    rl_check_t                        checks[RL_RULES_MAX];
+} ngx_http_ratelimit_api_redis_t;
+
+
+static ngx_int_t ngx_http_ratelimit_api_redis_call(ngx_http_request_t *r,
+    ngx_http_ratelimit_api_redis_t *ar);
+static void ngx_http_ratelimit_api_redis_done(
+    ngx_http_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
+static ngx_int_t ngx_http_ratelimit_api_redis_failed(ngx_http_request_t *r,
+    ngx_http_ratelimit_api_redis_t *ar);
+static void ngx_http_ratelimit_api_redis_cleanup(void *data);
+
+
+ngx_int_t
+ngx_http_ratelimit_api_redis(ngx_http_request_t *r,
+    ngx_http_ratelimit_api_req_t *q, ngx_array_t *states)
+{
+    ngx_int_t                        rc;
+    ngx_pool_cleanup_t              *cln;
+    ngx_http_ratelimit_api_redis_t  *ar;
+
+    ar = ngx_pcalloc(r->pool, sizeof(ngx_http_ratelimit_api_redis_t));
+    if (ar == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_ratelimit_api_redis_cleanup;
+    cln->data = ar;
+
+    ar->q = *q;
+    ar->states = states;
+
+    rc = ngx_http_ratelimit_api_redis_call(r, ar);
+
+    if (!ar->waiting) {
+        return rc;   /* answered already: Redis is not reachable now */
+    }
+
+    r->main->count++;
+
+    return NGX_DONE;
+}
+
+
+/*
+ * Sends the call for the next states (as many as one call takes), and
+ * waits for it; or, when Redis is not reachable now, answers 409 and
+ * returns what sending that returned.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_api_redis_call(ngx_http_request_t *r,
+    ngx_http_ratelimit_api_redis_t *ar)
+{
+    ngx_uint_t                        i, n, per, reset;
+    rl_check_t                       *c;
+    ngx_http_ratelimit_redis_wait_t  *w;
+    ngx_http_ratelimit_api_state_t   *st;
+
+    reset = r->method == NGX_HTTP_DELETE;
+    per = reset ? 1 : 2;
+    n = ngx_min(ar->states->nelts - ar->done, RL_RULES_MAX / per);
+    st = (ngx_http_ratelimit_api_state_t *) ar->states->elts + ar->done;
+
+    ngx_memzero(ar->checks, sizeof(ar->checks));
+
+    for (i = 0; i < n * per; i++) {
+        c = &ar->checks[i];
+        c->rule = &st[i / per].rule->rule;
+        c->identity = st[i / per].rule->identity;
+        c->key = ar->q.key.data;
+        c->key_len = ar->q.key.len;
+
+        /* a look-up: a look (cost 0), then the next request */
+        c->cost = (reset || i % 2 == 0) ? 0 : st[i / per].cost;
+    }
+
+    ngx_memzero(&ar->rq, sizeof(rl_request_t));
+    ar->rq.checks = ar->checks;
+    ar->rq.n = n * per;
+    ar->rq.combine = RL_COMBINE_ALL;
+
+    w = &ar->wait;
+    ngx_memzero(w, sizeof(ngx_http_ratelimit_redis_wait_t));
+    w->request = r;
+    w->handler = ngx_http_ratelimit_api_redis_done;
+    w->rq = &ar->rq;
+    w->call = reset ? RL_REDIS_RESET : RL_REDIS_PEEK;
+
+    if (ngx_http_ratelimit_redis_send(ar->q.zone->redis, w) != NGX_OK) {
+        return ngx_http_ratelimit_api_redis_failed(r, ar);
+    }
+
+    ar->calling = n;
+    ar->waiting = 1;
+
+    return NGX_OK;
+}
+
+
+/* A call answered (answer) or failed (NULL): the next, or the answer. */
+
+static void
+ngx_http_ratelimit_api_redis_done(ngx_http_ratelimit_redis_wait_t *w,
+    rl_redis_answer_t *answer)
+{
+    ngx_int_t                        rc;
+    ngx_uint_t                       i;
+    rl_peek_t                       *pk;
+    ngx_http_request_t              *r = w->request;
+    ngx_http_ratelimit_api_redis_t  *ar;
+    ngx_http_ratelimit_api_state_t  *st;
+
+    ar = (ngx_http_ratelimit_api_redis_t *) w;   /* its first field */
+    ar->waiting = 0;
+
+    if (answer == NULL) {
+        ngx_http_finalize_request(r,
+                                  ngx_http_ratelimit_api_redis_failed(r, ar));
+        return;
+    }
+
+    st = (ngx_http_ratelimit_api_state_t *) ar->states->elts + ar->done;
+
+    for (i = 0; i < ar->calling; i++) {
+        if (w->call == RL_REDIS_RESET) {
+            st[i].reset = (answer->found >> i) & 1 ? RL_RESET_HELD : 0;
+            ngx_http_ratelimit_api_log_reset(r, &ar->q, &st[i]);
+            continue;
+        }
+
+        pk = &st[i].peek;
+        pk->look = ar->checks[2 * i].decision;
+        pk->next = ar->checks[2 * i + 1].decision;
+        pk->held = pk->look.reset_ms > 0;
+    }
+
+    ar->done += ar->calling;
+
+    if (ar->done < ar->states->nelts) {
+        rc = ngx_http_ratelimit_api_redis_call(r, ar);
+
+        if (ar->waiting) {
+            return;
+        }
+
+    } else {
+        rc = ngx_http_ratelimit_api_answer(r, &ar->q, ar->states);
+    }
+
+    ngx_http_finalize_request(r, rc);
+}
+
+
+static ngx_int_t
+ngx_http_ratelimit_api_redis_failed(ngx_http_request_t *r,
+    ngx_http_ratelimit_api_redis_t *ar)
+{
+    return ngx_http_ratelimit_api_error(r, NGX_HTTP_CONFLICT,
+               "zone \"%V\" is decided in Redis, which did not answer (not "
+               "reachable, too slow, or an answer refused: see the error "
+               "log): its keys cannot be %s now, try again",
+               &ar->q.zone->name,
+               r->method == NGX_HTTP_DELETE ? "reset" : "read");
+}
+
+
+/* The request goes away while it waits: its reply is dropped. */
+
+static void
+ngx_http_ratelimit_api_redis_cleanup(void *data)
+{
+    ngx_http_ratelimit_api_redis_t  *ar = data;
+
+    if (ar->waiting) {
+        ar->waiting = 0;
+        ngx_http_ratelimit_redis_cancel(&ar->wait);
+    }
+}
