@@ -12,6 +12,8 @@ use Test::More;
 use POSIX qw(floor);
 use Time::HiRes qw(time sleep);
 use RLTest;
+use RLSlowUpstream;
+use POSIX ();
 
 my %recipes = RLTest::doc_blocks('docs/recipes.md', '##');
 my %tested;
@@ -21,7 +23,7 @@ sub start_recipe {
     my ($title, %o) = @_;
     my $conf = $recipes{$title}[0] // BAIL_OUT("docs/recipes.md has no recipe \"$title\"");
     my $t = RLTest->new();
-    my $bport = RLTest::free_port();
+    my $bport = $o{backend} // RLTest::free_port();
     like($conf, qr/^\s*listen 8080;$/m, "$title: listens on 8080");
     $conf =~ s/listen 8080;/listen 127.0.0.1:%%PORT%%;/g;
     $conf =~ s/10\.0\.0\.5:6379/127.0.0.1:$o{redis}/g if $o{redis};
@@ -31,7 +33,7 @@ upstream backend {
     server 127.0.0.1:$bport;
 }
 server {
-    listen 127.0.0.1:$bport;
+    listen 127.0.0.1:@{[ $o{backend} ? RLTest::free_port() : $bport ]};
     access_log %%PREFIX%%/backend.log arrival;
     location / {
         ratelimit off;
@@ -93,6 +95,40 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
     like($t->error_log, qr/rejected by rule "failures_per_address" in zone "login", key fingerprint [0-9a-f]{16}/,
          "$title: who was refused, logged: the address by its fingerprint");
     $t->stop();
+}
+
+{
+    my $title = 'An LLM backend: 2 at once per key, 60 a minute';
+    $tested{$title} = 1;
+    my $up = RLSlowUpstream->new->start;
+    my $t = start_recipe($title, backend => $up->port);
+    # five answers streaming 1 s each, asked at once: 2 at a time, the
+    # others wait their turn (within 10 s)
+    my @kids;
+    for my $i (1 .. 5) {
+        pipe(my $rd, my $wr) or die;
+        my $pid = fork() // die;
+        if ($pid == 0) {
+            close $rd;
+            my $r = $t->get('/v1/chat/x', { 'X-Api-Key' => 'k1', 'X-Hold' => 1000 });
+            print $wr "$r->{status}\n";
+            close $wr;
+            POSIX::_exit(0);
+        }
+        close $wr;
+        push @kids, [ $pid, $rd ];
+        sleep 0.1;
+    }
+    my @st = map { my $s = readline($_->[1]); waitpid($_->[0], 0); chomp $s; $s } @kids;
+    is("@st", '200 200 200 200 200', "$title: five at once, all served");
+    is($up->most, 2, "$title: never more than 2 at the backend");
+    my $t0 = time;
+    my %s = $t->pipelined('/v1/chat/x', 'X-Api-Key', ('k2') x 65);
+    my $most = 60 + int(time - $t0 + 1);   # and one a second comes back
+    ok($s{200} >= 60 && $s{200} <= $most && $s{200} + $s{429} == 65,
+       "$title: 60 a minute for a key, then refused ($s{200} served in " . sprintf('%.1f', time - $t0) . ' s)');
+    $t->stop();
+    $up->stop();
 }
 
 {

@@ -1,6 +1,6 @@
 package RLSlowUpstream;
 # A slow HTTP upstream for the tests: each request is held for the time its
-# URI asks (/hold/MS), a process a connection, and the upstream counts the
+# URI asks (/hold/MS) or its X-Hold header (MS), a process a connection, and the upstream counts the
 # requests in flight (the most at once too) and when each started and ended
 # (the request's X-Seq header names it), in files only it writes, under a
 # lock.  Stopped at exit.
@@ -62,6 +62,7 @@ sub serve {
         sysread($c, $head, 4096, length $head) or return;
     }
     my ($ms) = $head =~ m{^GET /hold/(\d+)};
+    ($ms) = $head =~ /^X-Hold: *(\d+)/mi unless defined $ms;
     my ($seq) = $head =~ /^X-Seq: *(\S+)/mi;
     $seq //= '-';
     $self->change(+1, "$seq start");
