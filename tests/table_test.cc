@@ -277,8 +277,8 @@ TEST(TableBlocks, LayoutGivesBucketsAThirdAndPoolsTheRest)
     EXPECT_EQ(h.pools[0].block_size, 64u);
     EXPECT_EQ(h.pools[1].block_size, 432u);
     // a 1/50 goes to the summary, a 1/128 out of the buckets' third to the top keys
-    EXPECT_NEAR((double) h.nbuckets * 64,
-                ((1 << 20) - rl::Table::header_bytes()) * 49 / 50 / 3.0 - (1 << 20) / 128.0, 4096);
+    EXPECT_NEAR((double) h.nbuckets * 64, ((1 << 20) - rl::Table::header_bytes()) * 49 / 50 / 3.0 - (1 << 20) / 128.0,
+                4096);
     EXPECT_EQ(h.ncells * 8, ((1 << 20) - rl::Table::header_bytes()) / 50 / 64 * 64);
     EXPECT_EQ(b.table()->pool_for(52), 0);
     EXPECT_EQ(b.table()->pool_for(416), 1);
