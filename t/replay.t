@@ -66,7 +66,7 @@ bad lines 1
 top denied keys:
   2 alice
 EOF
-    like($err, qr/^ratelimit-replay: stdin:4: skipped, not "<unix_time_ms> <key> \[cost\]": this is not a request$/m,
+    like($err, qr/^ratelimit-replay: stdin:4: skipped, not "<unix_time_ms> <key> \[cost \[charge \[duration_ms\]\]\]": this is not a request$/m,
          'trace: a bad line is reported with its number');
 }
 
