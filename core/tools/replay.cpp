@@ -313,5 +313,6 @@ int main(int argc, char **argv)
     sim.finish();
     report.summary(reader.bad, sim.figures());
     reader.notes();
+    sim.notes();
     return 0;
 }

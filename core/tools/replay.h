@@ -122,6 +122,8 @@ struct Request {
     std::vector<std::string> keys;  // each rule's key (empty: exempt)
     uint64_t cost = 1;
     std::vector<uint64_t> charges;  // each rule's (RL_NO_CHARGE: none)
+    uint32_t bad_charges = 0;       // bit i: rule i's value was not a count
+    std::string charge_error;       //   and why (the first), with the line
 };
 
 // The input's requests in the order they arrived: a trace's and a log's in
@@ -140,7 +142,7 @@ private:
     bool read_line(Request *rq);
     bool read_trace(const std::string &line, Request *rq);
     bool read_log(const std::string &line, Request *rq);
-    uint64_t charge_of(size_t i, uint64_t cost, bool *missing);
+    uint64_t charge_of(size_t i, uint64_t cost, Request *rq, bool *missing);
     uint64_t cost_of(size_t i, uint64_t cost) const;
 
     const Options &o_;
@@ -155,8 +157,7 @@ private:
     std::vector<Request> pending_;  // a heap: read, not yet replayed
     int64_t longest_ = 0, window_ = 0, ended_ = 0, last_ = 0;
     bool released_ = false;
-    uint64_t late_ = 0, bad_charges_ = 0;
-    std::string first_bad_charge_;
+    uint64_t late_ = 0;
 };
 
 // ---- deciding (replay_sim.cpp) ---------------------------------------------
@@ -198,6 +199,7 @@ public:
     void arrive(Request r);
     void finish();  // every request still running or waiting ends
     std::vector<RuleFigures> figures() const;
+    void notes() const;  // what the end of the run tells on stderr
 
 private:
     struct Flight;
@@ -229,6 +231,8 @@ private:
     uint64_t seq_ = 0;
     std::vector<uint64_t> bans_, key_peak_;
     std::vector<std::unordered_map<uint64_t, uint64_t>> in_flight_;  // each rule's, by key tag
+    uint64_t bad_charges_ = 0;
+    std::string first_bad_charge_;
 };
 
 }  // namespace replay

@@ -105,11 +105,6 @@ void Reader::notes() const
                              : " (the input is replayed in the order of its lines)")
                   << "\n";
     }
-    if (bad_charges_ > 0) {
-        std::cerr << "ratelimit-replay: " << bad_charges_ << " charge value" << (bad_charges_ == 1 ? "" : "s")
-                  << " charged the request's cost, as nginx does; the first, " << name_ << ":" << first_bad_charge_
-                  << "\n";
-    }
 }
 
 // The next line that is a request, in the input's order; an unreadable one
@@ -177,9 +172,11 @@ bool Reader::read_log(const std::string &line, Request *rq)
         rq->cost = 1;  // as in nginx: not a positive integer counts as 1 (zero_cost=on is nginx's only)
     }
     rq->charges.assign(o_.rules.size(), RL_NO_CHARGE);
+    rq->bad_charges = 0;
+    rq->charge_error.clear();
     for (size_t i = 0; i < o_.rules.size() && !missing; i++) {
         if (o_.rules[i].rule.charge) {
-            rq->charges[i] = charge_of(i, cost_of(i, rq->cost), &missing);
+            rq->charges[i] = charge_of(i, cost_of(i, rq->cost), rq, &missing);
         }
     }
     rq->shown = expand(o_.key_expr, fields_, &missing);
@@ -187,9 +184,9 @@ bool Reader::read_log(const std::string &line, Request *rq)
 }
 
 // Rule i's charge from the line's fields: --charge-status, --charge or its
-// own charge=; a value that is not a count charges
-// the cost, as in nginx (rl_rule_charge).
-uint64_t Reader::charge_of(size_t i, uint64_t cost, bool *missing)
+// own charge=; a value that is not a count charges the cost, as in nginx
+// (rl_rule_charge), and is told if the request is charged.
+uint64_t Reader::charge_of(size_t i, uint64_t cost, Request *rq, bool *missing)
 {
     if (o_.has_charge_status) {
         return o_.charge_status.matches(fields_["status"]) ? 1 : 0;
@@ -198,8 +195,9 @@ uint64_t Reader::charge_of(size_t i, uint64_t cost, bool *missing)
     uint64_t units;
     char err[RL_ERR_MAX];
     if (rl_rule_charge(value.data(), value.size(), cost, &units, err, sizeof(err)) != RL_OK) {
-        if (bad_charges_++ == 0) {
-            first_bad_charge_ = std::to_string(lineno_) + ": " + err;
+        rq->bad_charges |= 1u << i;  // told if the request is charged
+        if (rq->charge_error.empty()) {
+            rq->charge_error = name_ + ":" + std::to_string(lineno_) + ": " + err;
         }
     }
     return units;

@@ -170,6 +170,9 @@ void Simulator::end(Flight &f, int64_t at)
     for (size_t i = 0; i < f.checks.size(); i++) {
         rl_check_t &c = f.checks[i];
         c.charge = rl_check_charges(&c) ? f.r.charges[i] : RL_NO_CHARGE;
+        if (c.charge != RL_NO_CHARGE && (f.r.bad_charges >> i & 1) && bad_charges_++ == 0) {
+            first_bad_charge_ = f.r.charge_error;
+        }
         if (slots(c) && --in_flight_[i][c.tag] == 0) {
             in_flight_[i].erase(c.tag);
         }
@@ -190,6 +193,15 @@ void Simulator::wake(int64_t at)
         if (it != flights_.end() && it->second->waiting) {
             decide(*it->second, at, false);
         }
+    }
+}
+
+void Simulator::notes() const
+{
+    if (bad_charges_ > 0) {
+        std::cerr << "ratelimit-replay: " << bad_charges_ << " charge" << (bad_charges_ == 1 ? " was" : "s were")
+                  << " not a non-negative integer, and charged the request's cost, as in nginx; the first, "
+                  << first_bad_charge_ << "\n";
     }
 }
 
