@@ -8,6 +8,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
 use JSON::PP qw(decode_json);
+use MIME::Base64 qw(encode_base64);
 use POSIX ();
 use Time::HiRes qw(sleep);
 use RLTest;
@@ -349,11 +350,33 @@ EOF
         "1000.500 0.500 ann 200\n1001.000 2.000 ann 200\n1001.200 0.100 ann 200\n");
     is((split /\n\n/, $out)[0], "DENY 0 0 ann\nALLOW 0 0 ann\nALLOW 0 0 ann", '$request_time: replayed in the order requests started');
     is($err, '', '$request_time: nothing on stderr');
+    ($rc, $out, $err) = run("--log-format '\$msec \$http_x_user' --key '\$http_x_user' --rule 'algorithm=concurrency limit=1'",
+        "1000.500 ann\n");
+    like($err, qr/^ratelimit-replay: the log format has no \$request_time: each request ended at once/,
+         'no $request_time: a concurrency rule is told it sees nothing in flight together');
 
     # lines out of time order are decided when they come, and told
     ($rc, $out, $err) = run("--rule 'limit=1 period=1s'", "2000 a\n1000 a\n");
     like($err, qr/^ratelimit-replay: 1 request started before requests already replayed, and was decided at its own time/,
          'a trace out of time order is told');
+}
+
+# The examples of docs/operations.md: each command followed by its output
+# there gives exactly that output.
+{
+    my @blocks = grep { ($_->{headings}[2] // '') eq 'Trying a policy: ratelimit-replay' }
+        RLTest::doc_code('docs/operations.md');
+    my $root = "$FindBin::Bin/..";
+    my $ran = 0;
+    for my $i (0 .. $#blocks - 1) {
+        my ($cmd, $want) = @blocks[ $i, $i + 1 ];
+        next unless $cmd->{lang} eq 'sh' && $want->{lang} eq '';
+        (my $sh = $cmd->{text}) =~ s{\bbuild/ratelimit-replay\b}{$replay}g;
+        my $got = `cd $root && $sh`;
+        is($got, $want->{text}, "docs/operations.md:$cmd->{line}: the output shown");
+        $ran++;
+    }
+    is($ran, 3, 'docs/operations.md: three examples with their output');
 }
 
 # the same decisions as nginx: requests through nginx, logged with $msec,
@@ -390,6 +413,58 @@ EOF
     my @got = map { (split ' ')[0] } grep { /^(ALLOW|DENY|DELAY) / } split /\n/, $out;
     is(scalar @got, 150, 'replay: every request');
     is_deeply(\@got, \@want, 'replay: the decisions nginx made, request by request');
+}
+
+# charge= and ban= as nginx decides them: logins through nginx (a wrong
+# password gets 401), logged with the time each ended and how long it took,
+# replayed with --charge-status 401: the same decision for every request,
+# bans included.  Each request follows the one before.
+{
+    my $t3 = RLTest->new();
+    RLTest::write_file($t3->prefix . '/htpasswd', "alice:{PLAIN}right\n");
+    $t3->write_conf(<<'EOF');
+ratelimit_zone login 1m;
+map $status $login_failed { 401 1; 403 1; default 0; }
+log_format logins '$msec $request_time $http_x_client $status';
+server {
+    listen 127.0.0.1:%%PORT%%;
+    location /login {
+        access_log %%PREFIX%%/logins.log logins;
+        ratelimit zone=login key=$http_x_client algorithm=sliding_log limit=3 period=1s
+                  charge=$login_failed ban=700ms name=login;
+        auth_basic "login";
+        auth_basic_user_file %%PREFIX%%/htpasswd;
+        alias %%PREFIX%%/html/index.html;
+    }
+}
+EOF
+    $t3->start();
+    srand(11);
+    my %status;
+    for my $i (1 .. 120) {
+        my $pw = rand() < 0.4 ? 'wrong' : 'right';
+        my $r = $t3->get('/login', { 'X-Client' => ('ann', 'bob')[ int(rand(2)) ],
+                                     Authorization => 'Basic ' . encode_base64("alice:$pw", '') });
+        $status{ $r->{status} }++;
+        sleep(rand(0.05));
+    }
+    $t3->stop();
+    ok($status{200} && $status{401} && $status{429},
+       "logins: nginx served $status{200}, failed $status{401}, refused $status{429}");
+
+    my $logged = RLTest::read_file($t3->prefix . '/logins.log');
+    my @want = map { (split ' ')[3] == 429 ? 'DENY' : 'ALLOW' } split /\n/, $logged;
+    my ($rc, $out, $err) = run("--log-format '\$msec \$request_time \$http_x_client \$status' --key '\$http_x_client'"
+        . " --charge-status 401,403 --rule 'algorithm=sliding_log limit=3 period=1s charge=\$login_failed ban=700ms name=login'",
+        $logged);
+    my @got = map { (split ' ')[0] } grep { /^(ALLOW|DENY) / } split /\n/, $out;
+    is(scalar @got, 120, 'logins replayed: every request');
+    is_deeply(\@got, \@want, 'logins replayed: the decisions nginx made, request by request');
+    my ($charged) = $out =~ /^  units charged (\d+)$/m;
+    my ($bans) = $out =~ /^  bans started (\d+)$/m;
+    my $failed = () = $logged =~ / 401$/mg;
+    is($charged, $failed, "logins replayed: the $failed failures charged");
+    ok($bans > 0, "logins replayed: $bans bans started");
 }
 
 # Delays that tie: two shaping rules hold a request equally long; nginx and

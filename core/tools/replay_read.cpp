@@ -96,6 +96,12 @@ bool Reader::next(Request *rq)
 
 void Reader::notes() const
 {
+    const bool slots =
+        std::any_of(o_.rules.begin(), o_.rules.end(), [](const Rule &r) { return r.rule.algorithm == RL_CONCURRENCY; });
+    if (o_.log_mode && !timed_ && slots) {
+        std::cerr << "ratelimit-replay: the log format has no $request_time: each request ended at once, and "
+                     "a concurrency rule saw none of them in flight together\n";
+    }
     if (late_ > 0) {
         std::cerr << "ratelimit-replay: " << late_ << " request" << (late_ == 1 ? "" : "s")
                   << " started before requests already replayed, and "
@@ -167,8 +173,7 @@ bool Reader::read_log(const std::string &line, Request *rq)
         rq->keys[i] = expand(expr, fields_, &missing);
     }
     rq->cost = 1;
-    if (!o_.cost_expr.empty() &&
-        (!parse_uint64(expand(o_.cost_expr, fields_, &missing), &rq->cost) || rq->cost == 0)) {
+    if (!o_.cost_expr.empty() && (!parse_uint64(expand(o_.cost_expr, fields_, &missing), &rq->cost) || rq->cost == 0)) {
         rq->cost = 1;  // as in nginx: not a positive integer counts as 1 (zero_cost=on is nginx's only)
     }
     rq->charges.assign(o_.rules.size(), RL_NO_CHARGE);
