@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <istream>
 #include <map>
@@ -217,7 +218,7 @@ private:
     void run_until(int64_t t);
     void decide(Flight &f, int64_t now, bool last);
     void end(Flight &f, int64_t at);
-    void wake(int64_t at);
+    void wake(uint64_t tag, int64_t at);
     void schedule(int64_t at, int kind, uint64_t id);
     Outcome outcome(const Flight &f, int64_t now) const;
 
@@ -226,7 +227,9 @@ private:
     void *table_;
     std::vector<int> counters_;  // each rule's in the table, plus 1
     std::unordered_map<uint64_t, std::unique_ptr<Flight>> flights_;
-    std::vector<uint64_t> waiting_;  // in the order they began to wait
+    // the requests waiting for a key's slot (by its tag), in the order they
+    // began to wait; one that waits no more is dropped when met
+    std::unordered_map<uint64_t, std::deque<uint64_t>> queues_;
     std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
     uint64_t seq_ = 0;
     std::vector<uint64_t> bans_, key_peak_;

@@ -35,8 +35,9 @@ struct Simulator::Flight {
     Request r;
     std::vector<rl_check_t> checks;
     rl_request_t rq{};
-    bool waited = false;   // it waited for a slot,
-    bool waiting = false;  //   and still does
+    bool waited = false;           // it waited for a slot,
+    bool waiting = false;          //   and still does,
+    std::vector<uint64_t> queues;  //   in the queues of these keys
     std::vector<char> banned;
 };
 
@@ -140,15 +141,17 @@ void Simulator::decide(Flight &f, int64_t now, bool last)
     if (verdict == RL_VERDICT_QUEUED) {
         if (!f.waiting) {
             f.waited = f.waiting = true;
-            waiting_.push_back(id);
             schedule(now + f.rq.delay_ms, kDeadline, id);
+        }
+        for (const rl_check_t &c : f.checks) {  // each key whose queue it is in
+            if (c.ticket != 0 && std::find(f.queues.begin(), f.queues.end(), c.tag) == f.queues.end()) {
+                f.queues.push_back(c.tag);
+                queues_[c.tag].push_back(id);
+            }
         }
         return;
     }
-    if (f.waiting) {
-        f.waiting = false;
-        waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
-    }
+    f.waiting = false;
     for (size_t i = 0; i < f.checks.size() && verdict == RL_VERDICT_REJECTED; i++) {
         bans_[i] += f.checks[i].decision.banned_ms > 0 && !f.banned[i];
     }
@@ -167,32 +170,59 @@ void Simulator::decide(Flight &f, int64_t now, bool last)
 
 void Simulator::end(Flight &f, int64_t at)
 {
+    std::vector<uint64_t> freed;  // the keys whose slots it held
     for (size_t i = 0; i < f.checks.size(); i++) {
         rl_check_t &c = f.checks[i];
         c.charge = rl_check_charges(&c) ? f.r.charges[i] : RL_NO_CHARGE;
         if (c.charge != RL_NO_CHARGE && (f.r.bad_charges >> i & 1) && bad_charges_++ == 0) {
             first_bad_charge_ = f.r.charge_error;
         }
-        if (slots(c) && --in_flight_[i][c.tag] == 0) {
-            in_flight_[i].erase(c.tag);
+        if (slots(c)) {
+            freed.push_back(c.tag);
+            if (--in_flight_[i][c.tag] == 0) {
+                in_flight_[i].erase(c.tag);
+            }
         }
     }
-    const int freed = rl_request_end(&f.rq, at);
+    const bool woke = rl_request_end(&f.rq, at) > 0;
     flights_.erase(f.r.index);
-    if (freed > 0) {
-        wake(at);
+    for (size_t i = 0; woke && i < freed.size(); i++) {
+        wake(freed[i], at);
     }
 }
 
-// A slot was given back: the waiting requests decided again, oldest first.
-void Simulator::wake(int64_t at)
+// A slot of a key was given back: the requests waiting for one decided
+// again, oldest first, up to the first that still waits for this key
+// (those behind it wait too: the key's queue is first come first served).
+void Simulator::wake(uint64_t tag, int64_t at)
 {
-    const std::vector<uint64_t> queue = waiting_;
-    for (uint64_t id : queue) {
+    auto q = queues_.find(tag);
+    if (q == queues_.end()) {
+        return;
+    }
+    std::deque<uint64_t> &ids = q->second;
+    for (size_t k = 0; k < ids.size();) {
+        const uint64_t id = ids[k];
         auto it = flights_.find(id);
         if (it != flights_.end() && it->second->waiting) {
             decide(*it->second, at, false);
+            it = flights_.find(id);  // gone if refused
         }
+        if (it != flights_.end() && it->second->waiting) {
+            const std::vector<rl_check_t> &checks = it->second->checks;
+            if (std::any_of(checks.begin(), checks.end(),
+                            [&](const rl_check_t &c) { return c.tag == tag && c.decision.queued; })) {
+                break;
+            }
+            k++;  // waits for another key's slot
+        } else if (k == 0) {
+            ids.pop_front();  // waits no more
+        } else {
+            k++;
+        }
+    }
+    if (ids.empty()) {
+        queues_.erase(q);
     }
 }
 
