@@ -53,10 +53,13 @@ Reader::Reader(const Options &o, std::istream &in, const std::string &name)
         // --charge, else the rule's own charge=, which the log must have
         charge_exprs_[i] = o.charge_expr.empty() ? r.charge_expr : o.charge_expr;
         for (const std::string &v : variables_of(charge_exprs_[i])) {
-            if (!format_.has(v)) {
-                usage_error("--rule '" + r.text + "': charge=" + r.charge_expr + ": the log format has no $" + v +
-                            ": give --charge-status or --charge");
+            if (format_.has(v)) {
+                continue;
             }
+            usage_error(o.charge_expr.empty()
+                            ? "--rule '" + r.text + "': charge=" + r.charge_expr + ": the log format has no $" + v +
+                                  ": give --charge-status or --charge"
+                            : "--charge '" + o.charge_expr + "': the log format has no $" + v);
         }
     }
 }

@@ -222,7 +222,7 @@ void Simulator::wake(uint64_t tag, int64_t at)
         }
     }
     if (ids.empty()) {
-        queues_.erase(q);
+        queues_.erase(tag);  // by its key: deciding may have rehashed the map
     }
 }
 
