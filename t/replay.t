@@ -355,6 +355,15 @@ EOF
     like($err, qr/^ratelimit-replay: the log format has no \$request_time: each request ended at once/,
          'no $request_time: a concurrency rule is told it sees nothing in flight together');
 
+    # a request longer than 5 minutes, and than every one before it, that
+    # started before requests already replayed: decided when its line
+    # comes, at its own time, and told
+    ($rc, $out, $err) = run("--log-format '\$msec \$request_time \$http_x_user \$status' --key '\$http_x_user'"
+        . " --rule 'limit=1 period=1h'", "1000.000 0.100 a 200\n1400.000 399.000 a 200\n1500.000 600.000 b 200\n");
+    is((split /\n\n/, $out)[0], "ALLOW 0 0 a\nDENY 0 3598900 a\nALLOW 0 0 b", '$request_time: the longest first seen late');
+    like($err, qr/^ratelimit-replay: 1 request started before requests already replayed, and was decided at its own time \(a log's lines are put in the order their requests started within the longest \$request_time seen, at least 1s, at most 5m\)$/,
+         '$request_time: ... and told');
+
     # lines out of time order are decided when they come, and told
     ($rc, $out, $err) = run("--rule 'limit=1 period=1s'", "2000 a\n1000 a\n");
     like($err, qr/^ratelimit-replay: 1 request started before requests already replayed, and was decided at its own time/,
