@@ -197,7 +197,7 @@ Checked check(rl_request_t &rq, int64_t now_ms)
             if (until != 0) {
                 items[i].banned = true;
                 items[i].state.head = c[i].after = c[i].before;  // nothing spent
-                c[i].decision.queued = 0;                          // nor waited for
+                c[i].decision.queued = 0;                        // nor waited for
                 refuse_until(c[i].decision, until, now_ms);
             }
         }
