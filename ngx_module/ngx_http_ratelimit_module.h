@@ -13,8 +13,9 @@
  *                                 rejected or delayed; its context
  *   ngx_http_ratelimit_log.c      log lines of rejections and delays
  *   ngx_http_ratelimit_headers.c  response headers, variables
- *   ngx_http_ratelimit_stats.c    ratelimit_stats: JSON, Prometheus; the
- *                                 response writer
+ *   ngx_http_ratelimit_stats.c    ratelimit_stats; the zones' figures
+ *                                 copied for it and the key API (the core
+ *                                 renders them), answers sent
  *   ngx_http_ratelimit_api*.c     ratelimit_api: keys looked up, reset; the
  *                                 keys refused most
  *   ngx_http_ratelimit_redis*.c   zones decided in Redis
@@ -29,6 +30,7 @@
 #include <ngx_http.h>
 
 #include "ratelimit.h"
+#include "ratelimit_render.h"
 #include "ngx_http_ratelimit_redis.h"
 
 
@@ -196,13 +198,10 @@ typedef struct {
 } ngx_http_ratelimit_ctx_t;
 
 
-/* A response being written: a chain of buffers (stats.c). */
-typedef struct {
-    ngx_pool_t                  *pool;
-    ngx_chain_t                 *first;
-    ngx_chain_t                 *last;
-    ngx_int_t                    error;
-} ngx_http_ratelimit_writer_t;
+/* What a zone's snapshot holds besides its figures (stats.c). */
+#define NGX_HTTP_RATELIMIT_SNAPSHOT_COUNTERS  0x01  /* its rules' counters */
+#define NGX_HTTP_RATELIMIT_SNAPSHOT_TOPS      0x02  /*   and top keys */
+#define NGX_HTTP_RATELIMIT_SNAPSHOT_RULES     0x04  /* its rules' settings */
 
 
 extern ngx_module_t  ngx_http_ratelimit_module;
@@ -276,23 +275,20 @@ ngx_int_t ngx_http_ratelimit_answer_headers(ngx_http_request_t *r,
 ngx_int_t ngx_http_ratelimit_add_headers(ngx_http_request_t *r,
     ngx_keyval_t *headers, ngx_uint_t n);
 ngx_int_t ngx_http_ratelimit_send(ngx_http_request_t *r, ngx_uint_t status,
-    ngx_str_t *type, ngx_http_ratelimit_writer_t *w);
-void ngx_http_ratelimit_write_zone_figures(ngx_http_ratelimit_writer_t *w,
-    ngx_http_ratelimit_zone_t *zone);
-u_char *ngx_http_ratelimit_room(ngx_http_ratelimit_writer_t *w, size_t len);
-void ngx_http_ratelimit_write(ngx_http_ratelimit_writer_t *w, const char *s,
-    size_t len);
-void ngx_http_ratelimit_write_number(ngx_http_ratelimit_writer_t *w,
-    uint64_t n);
-void ngx_http_ratelimit_write_quoted(ngx_http_ratelimit_writer_t *w,
-    ngx_str_t *name);
-void ngx_http_ratelimit_write_key(ngx_http_ratelimit_writer_t *w,
-    const u_char *data, size_t len, ngx_uint_t cut);
-void ngx_http_ratelimit_write_metric(ngx_http_ratelimit_writer_t *w,
-    const char *prefix, const char *name, const char *suffix);
+    ngx_str_t *type, u_char *data, size_t len);
+ngx_int_t ngx_http_ratelimit_send_json(ngx_http_request_t *r,
+    ngx_uint_t status, u_char *data, size_t len);
+ngx_int_t ngx_http_ratelimit_snapshot(ngx_http_request_t *r, ngx_uint_t what,
+    rl_stats_snapshot_t *s);
+ngx_int_t ngx_http_ratelimit_zone_snapshot(ngx_http_request_t *r,
+    ngx_http_ratelimit_zone_t *zone, ngx_uint_t what, rl_zone_snapshot_t *z);
+ngx_int_t ngx_http_ratelimit_top_view(ngx_http_request_t *r,
+    ngx_http_ratelimit_zone_t *zone, ngx_http_ratelimit_rule_t *rule, int slot,
+    rl_top_t *top, rl_top_view_t *v);
 
-#define ngx_http_ratelimit_puts(w, s)                                         \
-    ngx_http_ratelimit_write(w, s, sizeof(s) - 1)
+/* ngx_str_t as the core's rl_str_t */
+#define ngx_http_ratelimit_rl_str(s)                                          \
+    ((rl_str_t) { (const char *) (s)->data, (s)->len })
 
 /* ngx_http_ratelimit_api.c */
 char *ngx_http_ratelimit_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);

@@ -24,8 +24,8 @@ struct Req {
     int rc;
     std::string error;  // the message, decoded
 
-    explicit Req(const std::string &u, const std::string &a = "", const std::string &method = "GET",
-                 bool write = true, const std::string &prefix = "/rl/")
+    explicit Req(const std::string &u, const std::string &a = "", const std::string &method = "GET", bool write = true,
+                 const std::string &prefix = "/rl/")
         : uri(u), args(a)
     {
         rc = rl_api_request(&q, str(prefix), str(uri), str(method), write, str(args));
@@ -81,9 +81,9 @@ TEST(ApiPath, Resources)
 
 TEST(ApiPath, NoSuchResource)
 {
-    for (const char *uri : {"/rl/", "/rl/zone", "/rl/zonesx", "/rl/zones/", "/rl/zones//keys", "/rl/zones/api/",
-                            "/rl/zones/api/x", "/rl/zones/api/keys/", "/rl/zones/api/keys/x", "/rl/zones/api/topx",
-                            "/other/zones", "/r", ""}) {
+    for (const char *uri :
+         {"/rl/", "/rl/zone", "/rl/zonesx", "/rl/zones/", "/rl/zones//keys", "/rl/zones/api/", "/rl/zones/api/x",
+          "/rl/zones/api/keys/", "/rl/zones/api/keys/x", "/rl/zones/api/topx", "/other/zones", "/r", ""}) {
         Req r(uri);
         EXPECT_EQ(r.rc, 404) << uri;
         EXPECT_EQ(r.error, "no such resource: expected zones, zones/NAME, zones/NAME/keys or zones/NAME/top") << uri;
@@ -300,8 +300,8 @@ TEST(ApiErrors, LongestFit)
 TEST(ApiFuzz, RandomRequests)
 {
     std::mt19937 rng(42);
-    const std::string alphabet = std::string("zones/keystop=&%0123456789abcdefABCDEF\"\\ \x00\xff\xc3\xa9", 44) + "key" +
-                                 "fingerprint" + "rule";
+    const std::string alphabet =
+        std::string("zones/keystop=&%0123456789abcdefABCDEF\"\\ \x00\xff\xc3\xa9", 44) + "key" + "fingerprint" + "rule";
     for (int n = 0; n < 20000; n++) {
         std::string uri = "/rl/", args;
         const int shape = (int) (rng() % 4);

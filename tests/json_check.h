@@ -10,7 +10,7 @@
 namespace json_check {
 
 class Reader {
-  public:
+public:
     explicit Reader(const std::string &s) : s_(s) {}
 
     bool document()
@@ -58,7 +58,11 @@ class Reader {
                 continue;
             }
             // UTF-8: the sequence must be well-formed
-            size_t n = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+            size_t n = c < 0x80                 ? 1
+                       : c >= 0xc2 && c <= 0xdf ? 2
+                       : c >= 0xe0 && c <= 0xef ? 3
+                       : c >= 0xf0 && c <= 0xf4 ? 4
+                                                : 0;
             if (n == 0 || i_ - 1 + n > s_.size()) {
                 return false;
             }
@@ -82,7 +86,7 @@ class Reader {
 
     bool done() const { return i_ == s_.size(); }
 
-  private:
+private:
     static void utf8(unsigned cp, std::string *out)
     {
         if (cp < 0x80) {
@@ -105,7 +109,10 @@ class Reader {
                 return false;
             }
             const char c = s_[i_++];
-            const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+            const int d = c >= '0' && c <= '9'   ? c - '0'
+                          : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                          : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                                 : -1;
             if (d < 0) {
                 return false;
             }

@@ -121,21 +121,21 @@ TEST(Escape, EveryByteInALabel)
 TEST(Escape, Utf8AsItIsAndOnlyWhenWellFormed)
 {
     const std::vector<std::pair<std::string, bool>> cases = {
-        {"caf\xc3\xa9", true},             // U+00E9
-        {"\xe2\x82\xac", true},            // U+20AC
-        {"\xf0\x9f\x98\x80", true},        // U+1F600
-        {"\xf4\x8f\xbf\xbf", true},        // U+10FFFF
-        {"\xed\x9f\xbf", true},            // U+D7FF
-        {"\xc0\x80", false},               // overlong NUL
-        {"\xc1\xbf", false},               // overlong
-        {"\xe0\x80\xaf", false},           // overlong '/'
-        {"\xf0\x80\x80\xaf", false},       // overlong
-        {"\xed\xa0\x80", false},           // a surrogate
-        {"\xf4\x90\x80\x80", false},       // above U+10FFFF
-        {"\xf5\x80\x80\x80", false},       // no such lead byte
-        {"\xe2\x82", false},               // cut short
-        {"\xc3", false},                   // cut short
-        {"\x80\xbf", false},               // continuation bytes alone
+        {"caf\xc3\xa9", true},        // U+00E9
+        {"\xe2\x82\xac", true},       // U+20AC
+        {"\xf0\x9f\x98\x80", true},   // U+1F600
+        {"\xf4\x8f\xbf\xbf", true},   // U+10FFFF
+        {"\xed\x9f\xbf", true},       // U+D7FF
+        {"\xc0\x80", false},          // overlong NUL
+        {"\xc1\xbf", false},          // overlong
+        {"\xe0\x80\xaf", false},      // overlong '/'
+        {"\xf0\x80\x80\xaf", false},  // overlong
+        {"\xed\xa0\x80", false},      // a surrogate
+        {"\xf4\x90\x80\x80", false},  // above U+10FFFF
+        {"\xf5\x80\x80\x80", false},  // no such lead byte
+        {"\xe2\x82", false},          // cut short
+        {"\xc3", false},              // cut short
+        {"\x80\xbf", false},          // continuation bytes alone
     };
     for (const auto &c : cases) {
         std::string decoded;
@@ -150,7 +150,9 @@ TEST(Escape, Utf8AsItIsAndOnlyWhenWellFormed)
         }
     }
     // a valid sequence after a cut one is kept whole
-    EXPECT_EQ(json_of("\xe2\x82" "\xc3\xa9"), "\\ufffd\\ufffd\xc3\xa9");
+    EXPECT_EQ(json_of("\xe2\x82"
+                      "\xc3\xa9"),
+              "\\ufffd\\ufffd\xc3\xa9");
 }
 
 TEST(Escape, EveryPairOfBytesGivesValidJsonAndLabels)
@@ -291,15 +293,14 @@ TEST(Stats, Prometheus)
 {
     Stats s;
     const std::string out = render([&](char *b, size_t c) { return rl_render_stats_prometheus(&s.snap, b, c); });
-    const std::string zone_family =
-        "# HELP nginx_ratelimit_zone_size_bytes Size of the zone.\n"
-        "# TYPE nginx_ratelimit_zone_size_bytes gauge\n"
-        "nginx_ratelimit_zone_size_bytes{zone=\"a\"} 100\n"
-        "nginx_ratelimit_zone_size_bytes{zone=\"b-2.z\"} 64\n"
-        "# HELP nginx_ratelimit_zone_used_bytes Bytes of the zone holding keys.\n"
-        "# TYPE nginx_ratelimit_zone_used_bytes gauge\n"
-        "nginx_ratelimit_zone_used_bytes{zone=\"a\"} 50\n"
-        "nginx_ratelimit_zone_used_bytes{zone=\"b-2.z\"} 0\n";
+    const std::string zone_family = "# HELP nginx_ratelimit_zone_size_bytes Size of the zone.\n"
+                                    "# TYPE nginx_ratelimit_zone_size_bytes gauge\n"
+                                    "nginx_ratelimit_zone_size_bytes{zone=\"a\"} 100\n"
+                                    "nginx_ratelimit_zone_size_bytes{zone=\"b-2.z\"} 64\n"
+                                    "# HELP nginx_ratelimit_zone_used_bytes Bytes of the zone holding keys.\n"
+                                    "# TYPE nginx_ratelimit_zone_used_bytes gauge\n"
+                                    "nginx_ratelimit_zone_used_bytes{zone=\"a\"} 50\n"
+                                    "nginx_ratelimit_zone_used_bytes{zone=\"b-2.z\"} 0\n";
     EXPECT_EQ(out.substr(0, zone_family.size()), zone_family);
     EXPECT_NE(out.find("# TYPE nginx_ratelimit_zone_summary_refusals_total counter\n"
                        "nginx_ratelimit_zone_summary_refusals_total{zone=\"a\"} 4\n"
@@ -418,23 +419,34 @@ TEST(Api, Zone)
     Zone zone;
     const std::string out = render([&](char *b, size_t c) { return rl_render_api_zone(&zone.z, b, c); });
     const std::string key = "\"key\":\"ip:$x\\u0009\\\"q\\\\\xc3\xa9\\u0001\"";
-    EXPECT_EQ(out,
-              "{\"zone\":\"api\",\"redis\":false,\"size\":1048576,\"bytes_used\":41931,\"keys\":5,\"capacity\":0,"
-              "\"evictions\":0,\"live_evictions\":0,\"summary_bytes\":0,\"summary_refusals\":0,\"rules\":{"
-              "\"per_user\":{\"algorithm\":\"gcra\",\"key\":\"$http_x_user\",\"limit\":3,\"period_ms\":3600000,"
-              "\"burst\":3,\"log_key\":true},"
-              "\"quota_100_weekly\":{\"algorithm\":\"quota\"," + key + ",\"limit\":100,\"reset\":\"weekly\","
-              "\"log_key\":false},"
-              "\"leaky_bucket_10_1s\":{\"algorithm\":\"leaky_bucket\"," + key + ",\"limit\":10,\"period_ms\":1000,"
-              "\"max_delay_ms\":2000,\"log_key\":false},"
-              "\"sliding_window_2_1h\":{\"algorithm\":\"sliding_window\"," + key + ",\"limit\":2,"
-              "\"period_ms\":3600000,\"buckets\":10,\"log_key\":false},"
-              "\"fixed_window_2_1h\":{\"algorithm\":\"fixed_window\"," + key + ",\"limit\":2,\"period_ms\":3600000,"
-              "\"align\":\"first\",\"log_key\":false},"
-              "\"concurrency_2_at_once\":{\"algorithm\":\"concurrency\"," + key + ",\"limit\":2,\"period_ms\":1000,"
-              "\"log_key\":false},"
-              "\"token_bucket_4_1m_b7\":{\"algorithm\":\"token_bucket\"," + key + ",\"limit\":4,"
-              "\"limit_variable\":true,\"period_ms\":60000,\"burst\":7,\"log_key\":false}}}\n");
+    EXPECT_EQ(out, "{\"zone\":\"api\",\"redis\":false,\"size\":1048576,\"bytes_used\":41931,\"keys\":5,\"capacity\":0,"
+                   "\"evictions\":0,\"live_evictions\":0,\"summary_bytes\":0,\"summary_refusals\":0,\"rules\":{"
+                   "\"per_user\":{\"algorithm\":\"gcra\",\"key\":\"$http_x_user\",\"limit\":3,\"period_ms\":3600000,"
+                   "\"burst\":3,\"log_key\":true},"
+                   "\"quota_100_weekly\":{\"algorithm\":\"quota\"," +
+                       key +
+                       ",\"limit\":100,\"reset\":\"weekly\","
+                       "\"log_key\":false},"
+                       "\"leaky_bucket_10_1s\":{\"algorithm\":\"leaky_bucket\"," +
+                       key +
+                       ",\"limit\":10,\"period_ms\":1000,"
+                       "\"max_delay_ms\":2000,\"log_key\":false},"
+                       "\"sliding_window_2_1h\":{\"algorithm\":\"sliding_window\"," +
+                       key +
+                       ",\"limit\":2,"
+                       "\"period_ms\":3600000,\"buckets\":10,\"log_key\":false},"
+                       "\"fixed_window_2_1h\":{\"algorithm\":\"fixed_window\"," +
+                       key +
+                       ",\"limit\":2,\"period_ms\":3600000,"
+                       "\"align\":\"first\",\"log_key\":false},"
+                       "\"concurrency_2_at_once\":{\"algorithm\":\"concurrency\"," +
+                       key +
+                       ",\"limit\":2,\"period_ms\":1000,"
+                       "\"log_key\":false},"
+                       "\"token_bucket_4_1m_b7\":{\"algorithm\":\"token_bucket\"," +
+                       key +
+                       ",\"limit\":4,"
+                       "\"limit_variable\":true,\"period_ms\":60000,\"burst\":7,\"log_key\":false}}}\n");
     EXPECT_TRUE(json_valid(out)) << out;
 }
 

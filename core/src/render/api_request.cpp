@@ -247,8 +247,7 @@ int rl_api_request(rl_api_request_t *q, rl_str_t prefix, rl_str_t uri, rl_str_t 
     std::memset(q, 0, sizeof(*q));
 
     if (!rl::path(q, prefix, uri)) {
-        return rl::fail(q, 404,
-                        "no such resource: expected zones, zones/NAME, zones/NAME/keys or zones/NAME/top");
+        return rl::fail(q, 404, "no such resource: expected zones, zones/NAME, zones/NAME/keys or zones/NAME/top");
     }
 
     const bool keys = q->resource == RL_API_KEYS;
@@ -256,8 +255,7 @@ int rl_api_request(rl_api_request_t *q, rl_str_t prefix, rl_str_t uri, rl_str_t 
     if (!(rl::is(method, "GET") || rl::is(method, "HEAD") || (del && keys))) {
         const rl::Shown m(method);
         q->allow = keys ? "GET, HEAD, DELETE" : "GET, HEAD";
-        return rl::fail(q, 405, "method %.*s not allowed on %s: %s", m.n, m.s, rl::kResources[q->resource],
-                        q->allow);
+        return rl::fail(q, 405, "method %.*s not allowed on %s: %s", m.n, m.s, rl::kResources[q->resource], q->allow);
     }
     if (del && !write) {
         return rl::fail(q, 403, "writes are not enabled here (ratelimit_api write=on enables them)");

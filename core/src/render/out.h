@@ -32,7 +32,7 @@ size_t json_escape(char *out, const void *data, size_t len);
 size_t label_escape(char *out, const void *data, size_t len);
 
 class Out {
-  public:
+public:
     Out(char *buf, size_t cap) : buf_(buf), cap_(buf != nullptr ? cap : 0) {}
 
     size_t len() const { return len_; }
@@ -68,7 +68,7 @@ class Out {
     void json_shown(const void *data, size_t len, bool cut = false);
     void label_shown(const void *data, size_t len, bool cut = false);
 
-  private:
+private:
     template <size_t (*Char)(const unsigned char *, size_t, char *, size_t *)>
     void quoted(const void *data, size_t len);
 
