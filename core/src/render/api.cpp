@@ -1,19 +1,11 @@
 // What the key API (ratelimit_api) answers, as JSON: the zones and their
 // rules as configured, a key's state in each rule (or what its reset found),
 // and the keys each rule refuses most.
-#include <algorithm>
-
 #include "render/out.h"
 
 namespace rl {
 
 namespace {
-
-// Whole seconds, rounded up, as the headers show them: never too early.
-uint64_t seconds_up(int64_t ms)
-{
-    return ms <= 0 ? 0 : ((uint64_t) ms + 999) / 1000;
-}
 
 void field(Out &o, const char *name, uint64_t n)
 {
@@ -90,8 +82,8 @@ void zone_json(Out &o, const rl_zone_snapshot_t &z)
 // A state: {"rule":R,"fingerprint":F,"state":"held"|"summary"|"none",
 // "refused":B,"remaining":N,"reset":S,"reset_ms":MS,"retry_after":S,
 // "retry_after_ms":MS,"delay_ms":MS,"banned_ms":MS,"limit":N,"cost":N} (and
-// "in_flight", "waiting" for concurrency), seconds rounded up as the headers
-// show them, Retry-After at least 1 s when refused; after a reset
+// "in_flight", "waiting" for concurrency), seconds as the headers show them
+// (rl_seconds, rl_retry_after_seconds); after a reset
 // {"rule":R,"fingerprint":F,"held":B,"forgiven":B,"unbanned":B}.
 void state_json(Out &o, const rl_key_state_t &st, bool reset)
 {
@@ -116,10 +108,10 @@ void state_json(Out &o, const rl_key_state_t &st, bool reset)
     o.put("\",\"refused\":");
     o.boolean(!allowed);
     field(o, "remaining", pk.look.remaining);
-    field(o, "reset", seconds_up(pk.look.reset_ms));
+    field(o, "reset", rl_seconds(pk.look.reset_ms));
     o.put(",\"reset_ms\":");
     o.num0(pk.look.reset_ms);
-    field(o, "retry_after", allowed ? 0 : std::max<uint64_t>(seconds_up(pk.next.retry_after_ms), 1));
+    field(o, "retry_after", rl_retry_after_seconds(&pk.next));
     o.put(",\"retry_after_ms\":");
     o.num0(allowed ? 0 : pk.next.retry_after_ms);
     o.put(",\"delay_ms\":");
