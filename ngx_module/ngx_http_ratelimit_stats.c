@@ -164,7 +164,10 @@ ngx_http_ratelimit_add_headers(ngx_http_request_t *r, ngx_keyval_t *headers,
 }
 
 
-/* An answer's bytes, in the request's pool, sent as the response. */
+/*
+ * An answer's bytes (in the request's pool, or the configuration's) sent
+ * as the response, of the type given (NULL: the one set already).
+ */
 
 ngx_int_t
 ngx_http_ratelimit_send(ngx_http_request_t *r, ngx_uint_t status,
@@ -176,8 +179,11 @@ ngx_http_ratelimit_send(ngx_http_request_t *r, ngx_uint_t status,
 
     r->headers_out.status = status;
     r->headers_out.content_length_n = len;
-    r->headers_out.content_type = *type;
-    r->headers_out.content_type_len = type->len;
+
+    if (type) {
+        r->headers_out.content_type = *type;
+        r->headers_out.content_type_len = type->len;
+    }
 
     rc = ngx_http_send_header(r);
     if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {

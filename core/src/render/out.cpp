@@ -39,15 +39,15 @@ size_t utf8_len(const unsigned char *p, size_t avail)
     return n;
 }
 
-}  // namespace
-
-size_t json_char(const unsigned char *p, size_t avail, char *out, size_t *used)
+// One character for JSON (json) or a Prometheus label value: the same but
+// for the bytes each cannot hold as they are.
+size_t escape_char(const unsigned char *p, size_t avail, char *out, size_t *used, bool json)
 {
     const unsigned char c = p[0];
     *used = 1;
-    if (c == '"' || c == '\\') {
+    if (c == '"' || c == '\\' || (c == '\n' && !json)) {
         out[0] = '\\';
-        out[1] = (char) c;
+        out[1] = c == '\n' ? 'n' : (char) c;
         return 2;
     }
     if (c >= 0x20 && c < 0x7f) {
@@ -55,6 +55,10 @@ size_t json_char(const unsigned char *p, size_t avail, char *out, size_t *used)
         return 1;
     }
     if (c < 0x80) {  // a control byte, or DEL
+        if (!json) {
+            out[0] = '?';
+            return 1;
+        }
         std::memcpy(out, "\\u00", 4);
         out[4] = kHex[c >> 4];
         out[5] = kHex[c & 0xf];
@@ -65,39 +69,23 @@ size_t json_char(const unsigned char *p, size_t avail, char *out, size_t *used)
         *used = n;
         return n;
     }
-    std::memcpy(out, "\\ufffd", 6);
-    return 6;
+    // not UTF-8: the replacement character, U+FFFD
+    const char *const fffd = json ? "\\ufffd" : "\xef\xbf\xbd";
+    const size_t n = std::strlen(fffd);
+    std::memcpy(out, fffd, n);
+    return n;
+}
+
+}  // namespace
+
+size_t json_char(const unsigned char *p, size_t avail, char *out, size_t *used)
+{
+    return escape_char(p, avail, out, used, true);
 }
 
 size_t label_char(const unsigned char *p, size_t avail, char *out, size_t *used)
 {
-    const unsigned char c = p[0];
-    *used = 1;
-    if (c == '"' || c == '\\') {
-        out[0] = '\\';
-        out[1] = (char) c;
-        return 2;
-    }
-    if (c == '\n') {
-        out[0] = '\\';
-        out[1] = 'n';
-        return 2;
-    }
-    if (c >= 0x20 && c < 0x7f) {
-        out[0] = (char) c;
-        return 1;
-    }
-    if (c < 0x80) {
-        out[0] = '?';
-        return 1;
-    }
-    if (const size_t n = utf8_len(p, avail)) {
-        std::memcpy(out, p, n);
-        *used = n;
-        return n;
-    }
-    std::memcpy(out, "\xef\xbf\xbd", 3);  // U+FFFD
-    return 3;
+    return escape_char(p, avail, out, used, false);
 }
 
 namespace {
