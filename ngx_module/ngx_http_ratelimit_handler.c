@@ -284,7 +284,9 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
     }
 
 #if (NGX_DEBUG)
-    ngx_http_ratelimit_debug_decision(r, rq);
+    if (r->connection->log->log_level & NGX_LOG_DEBUG_HTTP) {
+        ngx_http_ratelimit_debug_decision(r, rq);
+    }
 #endif
 
     switch (rq->action) {

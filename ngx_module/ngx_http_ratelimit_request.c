@@ -196,7 +196,9 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
     ngx_http_ratelimit_lock(&ctx->rq, 0);
 
 #if (NGX_DEBUG)
-    ngx_http_ratelimit_debug_end(r, &ctx->rq, freed, charges);
+    if (r->connection->log->log_level & NGX_LOG_DEBUG_HTTP) {
+        ngx_http_ratelimit_debug_end(r, &ctx->rq, freed, charges);
+    }
 #endif
 
     if (freed > 0) {

@@ -788,6 +788,20 @@ ngx_http_ratelimit_lock(rl_request_t *rq, ngx_uint_t lock)
 
     m = rq->locks;
 
+    if (m == 1) {   /* most requests: one zone */
+        zone = ngx_http_ratelimit_zone_of(ngx_http_ratelimit_rule_of(
+                   &rq->checks[rq->order[0]]));
+
+        if (lock) {
+            ngx_shmtx_lock(&zone->shpool->mutex);
+
+        } else {
+            ngx_shmtx_unlock(&zone->shpool->mutex);
+        }
+
+        return;
+    }
+
     for (i = 0; i < m; i++) {
         zone = ngx_http_ratelimit_zone_of(ngx_http_ratelimit_rule_of(
                    &rq->checks[rq->order[lock ? i : m - 1 - i]]));

@@ -230,6 +230,24 @@ my $log = RLTest::read_file($t->prefix . '/error.log');
 $log =~ s/^.*(?:exited on signal 9).*\n//mg;
 RLTest::write_file($t->prefix . '/error.log', $log);
 
+# ---- configuration ----
+
+for my $case (
+    [ 'ratelimit zone=c algorithm=concurrency limit=2 period=1m;',
+      qr/"ratelimit" directive: "period=" does not apply to algorithm=concurrency: it limits the requests of a key in flight at once, not a rate/ ],
+    [ 'ratelimit zone=c algorithm=concurrency limit=2 cost=2;', qr/"cost=" does not apply to algorithm=concurrency/ ],
+    [ 'ratelimit zone=c algorithm=concurrency limit=5000;', qr/"limit=5000" is too large for algorithm=concurrency/ ],
+    [ 'ratelimit zone=c limit=2 max_wait=1s;', qr/"max_wait=" does not apply to algorithm=gcra: max_wait is for concurrency/ ],
+    [ 'ratelimit zone=c algorithm=concurrency limit=2 max_wait=2h;', qr/invalid "max_wait=2h": expected a time from 0ms to 1h/ ],
+    [ 'ratelimit zone=r algorithm=concurrency limit=2;',
+      qr/rule "concurrency_2_at_once" in zone=r: algorithm=concurrency is not decided in Redis: a slot must be given back when its request ends or its nginx server dies/ ],
+) {
+    my ($rc, $out) = $t->nginx_t($t->conf_text("ratelimit_zone c 1m; ratelimit_zone r 1m redis=127.0.0.1:1;\n"
+        . "server { listen 127.0.0.1:%%PORT%%; location / { $case->[0] } }"));
+    isnt($rc, 0, "nginx -t fails: $case->[0]");
+    like($out, $case->[1], "nginx -t names it: $case->[0]");
+}
+
 $t->stop();
 $up->stop();
 done_testing();
