@@ -13,6 +13,7 @@ has the methods:
   Unary   answers "served:" and the request
   Stream  answers three messages, "m0", "m1", "m2"
   Hold    writes DIR/held, waits for DIR/release (at most 60 s), answers
+and any other method is Unary.
 
 A call: {"method": "/svc/Unary", "metadata": [["x-key", "a"]],
 "service_config": {...} (the channel's, with retries on)}.  Its result:
@@ -54,7 +55,7 @@ def server(port, directory):
     class Any(grpc.GenericRpcHandler):
         # every service name has the same methods
         def service(self, details):
-            return methods.get(details.method.rsplit("/", 1)[-1])
+            return methods.get(details.method.rsplit("/", 1)[-1], methods["Unary"])
 
     s = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
     s.add_generic_rpc_handlers((Any(),))
