@@ -67,6 +67,11 @@ server {
         ratelimit_grpc_status off;
         $up
     }
+    location /rl.Quiet/ {
+        ratelimit zone=grpc key=\$http_x_key limit=1 period=1h name=quiet;
+        ratelimit_headers off;
+        $up
+    }
     location /rl.Dry/ {
         ratelimit zone=grpc key=\$http_x_key limit=1 period=1h name=dry;
         ratelimit_dry_run on;
@@ -102,14 +107,19 @@ sub calls {
 }
 
 # nginx's log lines of a key: [msec, request_time, status, http status,
-# grpc-status, pushback, uri]
+# grpc-status, pushback, uri], once there are $n of them (a line is written
+# after its response went out: a client may have it first)
 sub logged {
-    my ($key) = @_;
+    my ($key, $n) = @_;
     my @lines;
-    for (split /\n/, RLTest::read_file($t->prefix . '/grpc.log')) {
-        my @f = /^(\S+) (\S+) (\S*) (\d+) "([^"]*)" "([^"]*)" "([^"]*)" (\S+)$/ or next;
-        push @lines, [ @f[0 .. 5], $f[7] ] if $f[6] eq $key;
-    }
+    RLTest::wait_until(sub {
+        @lines = ();
+        for (split /\n/, RLTest::read_file($t->prefix . '/grpc.log')) {
+            my @f = /^(\S+) (\S+) (\S*) (\d+) "([^"]*)" "([^"]*)" "([^"]*)" (\S+)$/ or next;
+            push @lines, [ @f[0 .. 5], $f[7] ] if $f[6] eq $key;
+        }
+        return @lines >= $n;
+    }, 10);
     return @lines;
 }
 
@@ -137,7 +147,7 @@ sub logged {
     is_deeply($r[3]{messages}, [], 'no message');
     unlike($r[3]{details} . join(' ', values %$m), qr/alice|grpc:/, 'no key and no configuration in it');
 
-    my @l = logged('alice');
+    my @l = logged('alice', 4);
     is(join(' ', map { "$_->[2]/$_->[3]/$_->[4]" } @l), 'PASSED/200/- PASSED/200/- PASSED/200/- REJECTED/200/8',
        '$ratelimit_status REJECTED, HTTP 200, grpc-status 8 in the log');
     is($l[3][5], $p, 'the pushback logged is the one the client got');
@@ -181,7 +191,8 @@ SKIP: {
         my $key = "retry$try";
         my @r = $g->call($target, map { { method => '/rl.Retry/Unary', metadata => [ [ 'x-key', $key ] ],
                                           service_config => $config } } 1 .. 2);
-        my @l = logged($key);
+        # served at once: 2 lines; retried: 3
+        my @l = logged($key, $r[1]{end} - $r[1]{start} > 1 ? 3 : 2);
         next unless grep { $_->[2] eq 'REJECTED' } @l;
         $tested = 1;
         is("$r[0]{code} $r[1]{code}", 'OK OK', 'the retried call is served');
@@ -212,7 +223,17 @@ SKIP: {
     is("$r[0]{code} $r[1]{code}", 'OK UNAVAILABLE', 'off: the HTTP answer, which gRPC reads as UNAVAILABLE');
     like($r[1]{details}, qr/429/, "... from HTTP 429: $r[1]{details}");
     ok(!exists $r[1]{trailing_md}{'grpc-retry-pushback-ms'}, '... and no pushback');
-    is((logged('dave'))[-1][3], 429, 'off: 429 in the log');
+    is((logged('dave', 4))[-1][3], 429, 'off: 429 in the log');
+}
+
+# --- ratelimit_headers off: no rate-limit metadata, the gRPC answer stays
+{
+    my @r = calls('/rl.Quiet/Unary', 'kate', 2);
+    is("$r[0]{code} $r[1]{code}", 'OK RESOURCE_EXHAUSTED', 'ratelimit_headers off: refused as gRPC');
+    like($r[1]{details}, qr/^rate limit exceeded, retry in 360[01] s$/, '... with the message');
+    ok($r[1]{trailing_md}{'grpc-retry-pushback-ms'} > 3590000, '... and the pushback');
+    is(join(' ', grep { /ratelimit|retry-after/ } sort keys %{ $r[1]{trailing_md} }), '',
+       '... and no rate-limit metadata');
 }
 
 # --- plain HTTP in the same location: 429, Retry-After and error_page
@@ -274,11 +295,11 @@ SKIP: {
 {
     my @r = calls('/rl.Dry/Unary', 'frank', 2);
     is("$r[0]{code} $r[1]{code}", 'OK OK', 'dry run: both served');
-    is(join(' ', map { $_->[2] } logged('frank')), 'PASSED REJECTED_DRY_RUN', '... REJECTED_DRY_RUN');
+    is(join(' ', map { $_->[2] } logged('frank', 2)), 'PASSED REJECTED_DRY_RUN', '... REJECTED_DRY_RUN');
 
     @r = calls('/rl.Shape/Unary', 'gina', 3);
     is(join(' ', map { $_->{code} } @r), 'OK OK OK', 'shaping: served');
-    is(join(' ', map { $_->[2] } logged('gina')), 'PASSED DELAYED DELAYED', '... the calls over the pace delayed');
+    is(join(' ', map { $_->[2] } logged('gina', 3)), 'PASSED DELAYED DELAYED', '... the calls over the pace delayed');
     ok($r[2]{end} - $r[0]{start} >= 0.4 - 0.002, 'at 5 a second: the third call at least 400 ms after the first');
 }
 
