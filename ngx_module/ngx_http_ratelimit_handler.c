@@ -6,8 +6,9 @@
  * decides the request as a whole, once (rl_decide under the zones' locks;
  * or Redis, whose reply the core judges and concludes: rl_redis_answer),
  * and the handler applies the core's action: the request passes, is
- * refused with the location's status, is held while a shaping rule delays
- * it, or waits for a slot (ngx_http_ratelimit_wait.c).
+ * refused with the location's status (a gRPC call: answered as gRPC,
+ * ngx_http_ratelimit_grpc.c), is held while a shaping rule delays it, or
+ * waits for a slot (ngx_http_ratelimit_wait.c).
  *
  * Clock: the core gets nginx's cached wall-clock time in milliseconds
  * (ngx_timeofday()).  Wall time because fixed windows are aligned to the
@@ -29,6 +30,8 @@ static ngx_int_t ngx_http_ratelimit_decide_local(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static ngx_int_t ngx_http_ratelimit_decided(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
+static ngx_int_t ngx_http_ratelimit_result(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, ngx_int_t rc);
 static ngx_int_t ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static void ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
@@ -63,7 +66,7 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
     if (ctx != NULL) {
         if (ctx->resume) {   /* decided meanwhile: Redis, or a slot */
             ctx->resume = 0;
-            return ctx->rc;
+            return ngx_http_ratelimit_result(r, ctx, ctx->rc);
         }
 
         /* waiting for Redis; or decided already: an internal redirect or
@@ -124,12 +127,34 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
     if (ngx_http_ratelimit_zone_of(&rules[0])->redis != NULL
         && ctx->rq.locks > 0)
     {
-        return ngx_http_ratelimit_decide_redis(r, ctx);
+        return ngx_http_ratelimit_result(r, ctx,
+                                         ngx_http_ratelimit_decide_redis(r,
+                                                                         ctx));
     }
 
     ctx->decided_by = NGX_HTTP_RATELIMIT_BY_LOCAL;
 
-    return ngx_http_ratelimit_decide_local(r, ctx);
+    return ngx_http_ratelimit_result(r, ctx,
+                                     ngx_http_ratelimit_decide_local(r, ctx));
+}
+
+
+/*
+ * What the handler returns to the phase engine for a decided request: rc,
+ * or, for a refused gRPC call, nothing more to run (it was answered as
+ * gRPC, in the phase: a refusal decided in a Redis reply or a slot's wait
+ * comes here too, when the phases run on).
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_result(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx,
+    ngx_int_t rc)
+{
+    if (ctx->grpc) {
+        return ngx_http_ratelimit_grpc_answer(r, ctx);
+    }
+
+    return rc;
 }
 
 
@@ -258,6 +283,7 @@ static ngx_int_t
 ngx_http_ratelimit_decided(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
+    size_t                          len;
     rl_check_t                     *binding;
     rl_request_t                   *rq;
     ngx_http_ratelimit_loc_conf_t  *rlcf;
@@ -292,6 +318,7 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
     switch (rq->action) {
 
     case RL_ACTION_REFUSE:
+        ctx->grpc = ngx_http_ratelimit_grpc_kind(r, rlcf, &len);
         return rlcf->status_code;
 
     case RL_ACTION_DELAY:

@@ -241,7 +241,9 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
 
     /* Retry-After means something with 429 and 503 only: not on the 200 an
        error_page made of the rejection; and not for a lack of a slot
-       (concurrency), which nobody can tell the end of */
+       (concurrency), which nobody can tell the end of.  A refused gRPC
+       call's 200 (ctx->grpc, ngx_http_ratelimit_grpc.c) carries it too: its
+       headers are the call's metadata, and its grpc-status the refusal */
 
     status = r->headers_out.status;
 
@@ -249,7 +251,8 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
 
     if (ctx->status == RL_STATUS_REJECTED && retry_after > 0
         && (status == NGX_HTTP_TOO_MANY_REQUESTS
-            || status == NGX_HTTP_SERVICE_UNAVAILABLE))
+            || status == NGX_HTTP_SERVICE_UNAVAILABLE
+            || ctx->grpc))
     {
         v = p;
         p = ngx_http_ratelimit_number(p, retry_after);

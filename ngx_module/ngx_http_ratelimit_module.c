@@ -101,6 +101,13 @@ static ngx_command_t  ngx_http_ratelimit_commands[] = {
       offsetof(ngx_http_ratelimit_loc_conf_t, status_code),
       NULL },
 
+    { ngx_string("ratelimit_grpc_status"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_ratelimit_grpc_status,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_ratelimit_loc_conf_t, grpc_status),
+      NULL },
+
     { ngx_string("ratelimit_headers"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_ratelimit_set_enum,
@@ -210,6 +217,7 @@ ngx_http_ratelimit_create_loc_conf(ngx_conf_t *cf)
 
     conf->combine = NGX_CONF_UNSET_UINT;
     conf->status_code = NGX_CONF_UNSET_UINT;
+    conf->grpc_status = NGX_CONF_UNSET_UINT;
     conf->headers = NGX_CONF_UNSET_UINT;
     conf->dry_run = NGX_CONF_UNSET;
     conf->log_level = NGX_CONF_UNSET_UINT;
@@ -235,6 +243,8 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->combine, prev->combine, RL_COMBINE_ALL);
     ngx_conf_merge_uint_value(conf->status_code, prev->status_code,
                               NGX_HTTP_TOO_MANY_REQUESTS);
+    ngx_conf_merge_uint_value(conf->grpc_status, prev->grpc_status,
+                              RL_GRPC_RESOURCE_EXHAUSTED);
     ngx_conf_merge_uint_value(conf->headers, prev->headers,
                               conf->off ? 0
                                         : NGX_HTTP_RATELIMIT_HEADERS_LEGACY);

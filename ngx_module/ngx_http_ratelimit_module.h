@@ -96,6 +96,8 @@ typedef struct {
     ngx_array_t                  rules;     /* ngx_http_ratelimit_rule_t */
     ngx_uint_t                   combine;
     ngx_uint_t                   status_code;
+    ngx_uint_t                   grpc_status; /* of a refused gRPC call;
+                                               0: off, answered as HTTP */
     ngx_uint_t                   headers;
     ngx_flag_t                   dry_run;
     ngx_uint_t                   log_level;
@@ -176,6 +178,8 @@ struct ngx_http_ratelimit_ctx_s {
     unsigned                     ended:1;    /* and have */
     unsigned                     in_wait:1;  /* waiting for a slot */
     unsigned                     charged_set:1;
+    unsigned                     grpc:2;    /* refused, and answered as a
+                                               gRPC call: rl_grpc_kind */
     uint64_t                     charged;   /* $ratelimit_charged */
     ngx_http_request_t          *request;   /* the main request */
     ngx_queue_t                  wait_link; /* in this worker's waiting
@@ -212,6 +216,14 @@ ngx_int_t ngx_http_ratelimit_wait(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, ngx_http_ratelimit_retry_pt retry);
 void ngx_http_ratelimit_wait_wake(void);
 void ngx_http_ratelimit_wait_leave(ngx_http_ratelimit_ctx_t *ctx);
+
+/* ngx_http_ratelimit_grpc.c */
+char *ngx_http_ratelimit_grpc_status(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+ngx_uint_t ngx_http_ratelimit_grpc_kind(ngx_http_request_t *r,
+    ngx_http_ratelimit_loc_conf_t *rlcf, size_t *type_len);
+ngx_int_t ngx_http_ratelimit_grpc_answer(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx);
 
 /* ngx_http_ratelimit_log.c */
 void ngx_http_ratelimit_log_verdict(ngx_http_request_t *r, ngx_uint_t level,
