@@ -20,6 +20,8 @@
 #include "ngx_http_ratelimit_module.h"
 
 
+static ngx_int_t ngx_http_ratelimit_decide(ngx_http_request_t *r,
+    ngx_http_ratelimit_loc_conf_t *rlcf);
 static ngx_int_t ngx_http_ratelimit_key(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, ngx_str_t *key);
 static uint64_t ngx_http_ratelimit_cost(ngx_http_request_t *r,
@@ -29,6 +31,8 @@ static const rl_rule_t *ngx_http_ratelimit_applied(ngx_http_request_t *r,
 static ngx_int_t ngx_http_ratelimit_decide_local(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static ngx_int_t ngx_http_ratelimit_decided(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx);
+static ngx_int_t ngx_http_ratelimit_policy(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static ngx_int_t ngx_http_ratelimit_result(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, ngx_int_t rc);
@@ -45,14 +49,15 @@ static void ngx_http_ratelimit_resume(ngx_http_request_t *r,
 static int ngx_http_ratelimit_alive(uint32_t pid);
 
 
+/*
+ * Every request of the server passes here: one without rules returns at
+ * once, before the frame of the decision (its checks) is set up.
+ */
+
 ngx_int_t
 ngx_http_ratelimit_handler(ngx_http_request_t *r)
 {
-    ngx_str_t                       key;
-    ngx_uint_t                      i;
-    rl_check_t                      checks[RL_RULES_MAX], *c;
     ngx_http_ratelimit_ctx_t       *ctx;
-    ngx_http_ratelimit_rule_t      *rules;
     ngx_http_ratelimit_loc_conf_t  *rlcf;
 
     rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
@@ -63,16 +68,32 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
 
     ctx = ngx_http_ratelimit_get_ctx(r);
 
-    if (ctx != NULL) {
-        if (ctx->resume) {   /* decided meanwhile: Redis, or a slot */
-            ctx->resume = 0;
-            return ngx_http_ratelimit_result(r, ctx, ctx->rc);
-        }
-
-        /* waiting for Redis; or decided already: an internal redirect or
-           a subrequest */
-        return ctx->redis_waiting ? NGX_AGAIN : NGX_DECLINED;
+    if (ctx == NULL) {
+        return ngx_http_ratelimit_decide(r, rlcf);
     }
+
+    if (ctx->resume) {   /* decided meanwhile: Redis, or a slot */
+        ctx->resume = 0;
+        return ngx_http_ratelimit_result(r, ctx, ctx->rc);
+    }
+
+    /* waiting for Redis; or decided already: an internal redirect or a
+       subrequest */
+    return ctx->redis_waiting ? NGX_AGAIN : NGX_DECLINED;
+}
+
+
+/* A request's rules evaluated, and the request decided. */
+
+static ngx_int_t
+ngx_http_ratelimit_decide(ngx_http_request_t *r,
+    ngx_http_ratelimit_loc_conf_t *rlcf)
+{
+    ngx_str_t                       key;
+    ngx_uint_t                      i;
+    rl_check_t                      checks[RL_RULES_MAX], *c;
+    ngx_http_ratelimit_ctx_t       *ctx;
+    ngx_http_ratelimit_rule_t      *rules;
 
     ctx = ngx_http_ratelimit_new_ctx(r);
     if (ctx == NULL) {
@@ -305,8 +326,19 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
         ctx->applied = binding->rule;
         ctx->decision = binding->decision;
         ctx->tag = binding->tag;
+        ctx->policy = rlcf->policy;
 
-        ngx_http_ratelimit_log_verdict(r, rlcf->log_level, rq, ctx->in_wait);
+        if (ctx->policy.len == 0
+            && (ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF)
+            && ngx_http_ratelimit_policy(r, ctx) != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (rq->verdict != RL_VERDICT_PASSED) {
+            ngx_http_ratelimit_log_verdict(r, rlcf->log_level, rq,
+                                           ctx->in_wait);
+        }
     }
 
 #if (NGX_DEBUG)
@@ -338,6 +370,36 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
 
 
 /*
+ * The RateLimit-Policy field of a request whose rules' policies depend on
+ * it (a variable limit, a monthly quota): each rule as it applied.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_policy(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx)
+{
+    size_t            i, n;
+    const rl_rule_t  *rules[RL_RULES_MAX];
+
+    n = ctx->rq.n;
+
+    for (i = 0; i < n; i++) {
+        rules[i] = ctx->rq.checks[i].rule;
+    }
+
+    ctx->policy.data = ngx_pnalloc(r->pool, n * RL_POLICY_ITEM_MAX);
+    if (ctx->policy.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->policy.len = rl_policy_field(rules, n, ngx_http_ratelimit_now(),
+                                      (char *) ctx->policy.data,
+                                      n * RL_POLICY_ITEM_MAX);
+
+    return NGX_OK;
+}
+
+
+/*
  * Sends the request's rules to Redis, one script call for all of them, and
  * waits for the reply on the event loop: the worker serves other requests
  * meanwhile.
@@ -357,7 +419,12 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    w = &ctx->redis;
+    w = ngx_pcalloc(r->pool, sizeof(ngx_http_ratelimit_redis_wait_t));
+    if (w == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->redis = w;
     w->request = r;
     w->handler = ngx_http_ratelimit_redis_done;
     w->rq = &ctx->rq;

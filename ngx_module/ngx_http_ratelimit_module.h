@@ -107,6 +107,8 @@ typedef struct {
     ngx_flag_t                   ends;      /* a rule here settles when a
                                                request ends: charge=, or
                                                concurrency */
+    ngx_str_t                    policy;    /* RateLimit-Policy, when the
+                                               same for every request */
 } ngx_http_ratelimit_loc_conf_t;
 
 
@@ -162,7 +164,7 @@ struct ngx_http_ratelimit_ctx_s {
     u_char                       values[3 * NGX_INT64_LEN]; /* of the
                                                X-RateLimit-* headers */
 
-    ngx_http_ratelimit_redis_wait_t  redis;
+    ngx_http_ratelimit_redis_wait_t  *redis; /* while Redis decides */
     ngx_int_t                    rc;        /* the handler's, once decided */
 
     unsigned                     headers_done:1;
@@ -181,6 +183,7 @@ struct ngx_http_ratelimit_ctx_s {
     unsigned                     grpc:2;    /* refused, and answered as a
                                                gRPC call: rl_grpc_kind */
     uint64_t                     charged;   /* $ratelimit_charged */
+    ngx_str_t                    policy;    /* RateLimit-Policy */
     ngx_http_request_t          *request;   /* the main request */
     ngx_queue_t                  wait_link; /* in this worker's waiting
                                                requests */

@@ -513,6 +513,21 @@ RL_API uint64_t rl_retry_after_seconds(const rl_decision_t *d);
    early); 0 for none. */
 RL_API uint64_t rl_seconds(int64_t ms);
 
+/*
+ * The RateLimit-Policy field of n rules (the IETF draft, revision 10): each
+ * rule's policy, "name";q=QUOTA;w=SECONDS (no w for a policy with no
+ * window: concurrency), ", " between, as at now_ms.  Writes at most cap
+ * bytes, whole items only (RL_POLICY_ITEM_MAX a rule is always enough);
+ * returns how many.
+ */
+#define RL_POLICY_ITEM_MAX  (RL_NAME_MAX + 64)
+RL_API size_t rl_policy_field(const rl_rule_t *const *rules, size_t n,
+    int64_t now_ms, char *out, size_t cap);
+
+/* 1 if a rule's policy is the same for every request (no variable limit
+   or burst, no monthly quota): the field can be written once. */
+RL_API int rl_rule_policy_fixed(const rl_rule_t *rule);
+
 /* Decides and commits the request; returns its verdict (see above). */
 RL_API int rl_decide(rl_request_t *rq, int64_t now_ms);
 
