@@ -40,9 +40,8 @@ size_t rl_policy_field(const rl_rule_t *const *rules, size_t n, int64_t now_ms, 
         int64_t window;
         policy_of(*rules[i], now_ms, &quota, &window);
         char item[RL_NAME_MAX + 64];
-        int k = window > 0 ? std::snprintf(item, sizeof(item), "%s\"%s\";q=%llu;w=%llu", i ? ", " : "",
-                                           rules[i]->name, (unsigned long long) quota,
-                                           (unsigned long long) rl_seconds(window))
+        int k = window > 0 ? std::snprintf(item, sizeof(item), "%s\"%s\";q=%llu;w=%llu", i ? ", " : "", rules[i]->name,
+                                           (unsigned long long) quota, (unsigned long long) rl_seconds(window))
                            : std::snprintf(item, sizeof(item), "%s\"%s\";q=%llu", i ? ", " : "", rules[i]->name,
                                            (unsigned long long) quota);
         if (k < 0 || len + (size_t) k > cap) {
