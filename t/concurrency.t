@@ -9,12 +9,9 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use HTTP::Tiny;
-use JSON::PP;
 use RLTest;
 
-my $t = RLTest->new();
-$t->write_conf(<<'EOF', workers => 2);
+my $t = RLTest->new->start(<<'EOF', workers => 2);
 ratelimit_zone one 1m;
 ratelimit_zone two 1m;
 server {
@@ -33,7 +30,6 @@ server {
     }
 }
 EOF
-$t->start();
 
 # 2,000 requests over 64 keep-alive connections at once
 sub burst {
@@ -50,7 +46,7 @@ for my $round (1 .. 3) {
     my ($ok, $limited, $other) = burst('/stacked/index.html', "stacked-$round");
     is("$ok $limited $other", '100 1900 0', "stacked round $round: exactly 100 admitted");
 }
-my $s = decode_json($t->get('/stats')->{content});
+my $s = $t->stats;
 is($s->{zones}{two}{rules}{second}{allowed}, 300, 'stacked: the second rule spent exactly the 300 admitted');
 is($s->{zones}{one}{rules}{first}{rejected}, 3 * 1900, 'stacked: every rejection was the first rule\'s');
 is($s->{zones}{one}{rules}{gcra_100_1h}{allowed}, 1000, 'single: 1,000 admitted over ten rounds');
