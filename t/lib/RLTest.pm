@@ -34,6 +34,10 @@ package RLTest;
 use strict;
 use warnings;
 
+use Exporter qw(import);
+our @EXPORT_OK = qw(statuses_of json_of basic_auth parse_response read_response wait_until read_file write_file
+                    free_port spawn parallel);
+
 use Cwd qw(abs_path);
 use File::Basename qw(dirname);
 use File::Path qw(make_path);
