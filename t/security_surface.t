@@ -14,8 +14,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use JSON::PP;
-use RLTest;
+use RLTest qw(json_of);
 
 my $t = RLTest->new->start(<<'EOF');
 ratelimit_zone z 1m;
@@ -66,13 +65,13 @@ for my $a (@answers) {
     is($r->{headers}{'cache-control'}, $cache, "$what: Cache-Control: $cache, once");
     if ($json) {
         is($r->{headers}{'content-type'}, 'application/json', "$what: JSON");
-        ok(eval { decode_json($r->{content}) }, "$what: a JSON body") or diag($r->{content});
+        ok(json_of($r), "$what: a JSON body") or diag($r->{content});
     }
 }
 # the key, echoed by the API, is JSON text in a JSON answer (nosniff: a
 # browser never takes it for a page)
 my $r = $t->get('/api/zones/z/keys?key=' . uri($key));
-is(decode_json($r->{content})->{key}, $key, 'API: the key echoed, as JSON text');
+is(json_of($r)->{key}, $key, 'API: the key echoed, as JSON text');
 
 sub uri {
     my ($s) = @_;
