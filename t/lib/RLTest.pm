@@ -470,6 +470,30 @@ sub nginx_t {
     return ($? >> 8, $out);
 }
 
+# A server on this instance's port with one location ("/" unless
+# $location names another, "= /d"), holding $text.
+sub one_location {
+    my ($text, $location) = @_;
+    return "server {\n    listen 127.0.0.1:%%PORT%%;\n    location ${\ ($location // '/')} { $text }\n}\n";
+}
+
+# `nginx -t` of what write_conf would write for $body and %opt.
+sub test_conf {
+    my ($self, $body, %opt) = @_;
+    return $self->nginx_t($self->conf_text($body, %opt));
+}
+
+# A configuration (test_conf's) that nginx -t must refuse, saying $re: two
+# assertions, named after $what.  Returns the output.
+sub conf_refused {
+    my ($self, $body, $re, $what) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my ($rc, $out) = $self->test_conf($body);
+    isnt($rc, 0, "nginx -t fails: $what");
+    like($out, $re, "nginx -t names it: $what");
+    return $out;
+}
+
 # The fenced code blocks of a Markdown file of the checkout (README.md,
 # docs/*.md), in order: { lang, text, line (of the opening fence), headings
 # (the titles of the headings above it by level: headings->[2] is the
