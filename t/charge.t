@@ -157,9 +157,7 @@ for my $case (
     [ 'ratelimit zone=misc limit=5 ban=0;', qr/invalid "ban=0": expected a time from 1ms to 366d/ ],
     [ 'ratelimit zone=misc limit=5 charge=;', qr/invalid "charge=": expected a value/ ],
 ) {
-    my ($rc, $out) = $t->nginx_t($t->conf_text("ratelimit_zone misc 1m; server { listen 127.0.0.1:%%PORT%%; location / { $case->[0] } }"));
-    isnt($rc, 0, "nginx -t fails: $case->[0]");
-    like($out, $case->[1], "nginx -t names it: $case->[0]");
+    $t->conf_refused("ratelimit_zone misc 1m;\n" . RLTest::one_location($case->[0]), $case->[1], $case->[0]);
 }
 
 $t->stop();
