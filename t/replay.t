@@ -28,8 +28,7 @@ sub run {
 for my $rule ('limit=0', 'limit=5 algorithm=magic', 'algorithm=fixed_window limit=5 burst=2', 'limit=5 period=fast') {
     my ($rc, $out, $err) = run("--rule '$rule'");
     is($rc, 2, "invalid rule '$rule': exit status 2");
-    my ($nrc, $nout) = $t->nginx_t($t->conf_text("ratelimit_zone z 1m;\n"
-        . "server { listen 127.0.0.1:%%PORT%%; location / { ratelimit zone=z $rule; } }"));
+    my ($nrc, $nout) = $t->test_conf("ratelimit_zone z 1m;\n" . RLTest::one_location("ratelimit zone=z $rule;"));
     my ($nginx_msg) = $nout =~ /"ratelimit" directive: (.*) in \S+:\d+/;
     my ($replay_msg) = $err =~ /^ratelimit-replay: --rule '\Q$rule\E': (.*)$/m;
     ok(defined $nginx_msg && defined $replay_msg && $nginx_msg eq $replay_msg, "'$rule': the message nginx -t gives")
