@@ -64,18 +64,13 @@ my @bad = (
 );
 for my $case (@bad) {
     my ($what, $text, $re) = @$case;
-    my ($rc, $out) = $t->nginx_t($t->conf_text(
-        "server { listen 127.0.0.1:%%PORT%%; location = /d { $text } }"));
-    isnt($rc, 0, "nginx -t fails: $what");
-    like($out, $re, "nginx -t names it: $what");
+    $t->conf_refused(RLTest::one_location($text, '= /d'), $re, $what);
 }
 {
-    my ($rc, $out) = $t->nginx_t($t->conf_text(
-        "server { listen 127.0.0.1:%%PORT%%; ratelimit_dashboard stats=/s; }"));
+    my ($rc, $out) = $t->test_conf("server { listen 127.0.0.1:%%PORT%%; ratelimit_dashboard stats=/s; }");
     like($out, qr/"ratelimit_dashboard" directive is not allowed here/, 'nginx -t: a location directive');
-    ($rc, $out) = $t->nginx_t($t->conf_text(
-        "server { listen 127.0.0.1:%%PORT%%; location = /d { ratelimit_dashboard stats=/ratelimit/stats "
-        . "api=/rl/api-v1.0/~x/%2F/; } location = /e { ratelimit_dashboard stats=/s; } }"));
+    ($rc, $out) = $t->test_conf("server { listen 127.0.0.1:%%PORT%%; location = /d { ratelimit_dashboard stats=/ratelimit/stats "
+                                . "api=/rl/api-v1.0/~x/%2F/; } location = /e { ratelimit_dashboard stats=/s; } }");
     is($rc, 0, 'nginx -t passes the URIs it can write into the page') or diag($out);
 }
 
