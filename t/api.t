@@ -83,16 +83,14 @@ for my $case (
     [ 'location /rl/ { ratelimit_api a b; }', qr/invalid number of arguments in "ratelimit_api"/ ],
     [ 'ratelimit_api;', qr/"ratelimit_api" directive is not allowed here/ ],
 ) {
-    my ($rc, $out) = $t->nginx_t($t->conf_text("server { listen 127.0.0.1:%%PORT%%; $case->[0] }"));
-    isnt($rc, 0, "nginx -t fails: $case->[0]");
-    like($out, $case->[1], "nginx -t names it: $case->[0]");
+    $t->conf_refused("server { listen 127.0.0.1:%%PORT%%; $case->[0] }", $case->[1], $case->[0]);
 }
 
 # the example of docs/directives.md passes nginx -t
 {
     my ($block) = @{ { RLTest::doc_blocks('docs/directives.md', '##') }->{ratelimit_api} // [] };
     like($block // '', qr/ratelimit_api write=on;/, 'docs/directives.md: a ratelimit_api example');
-    my ($rc, $out) = $t->nginx_t($t->conf_text("server { listen 127.0.0.1:%%PORT%%; $block }"));
+    my ($rc, $out) = $t->test_conf("server { listen 127.0.0.1:%%PORT%%; $block }");
     is($rc, 0, 'docs/directives.md: its example passes nginx -t') or diag($out);
 }
 
