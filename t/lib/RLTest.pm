@@ -707,6 +707,33 @@ sub parallel {
     return map { ($_->result)[0] } @kids;
 }
 
+# A TCP server for a test (a fake upstream, a fake Redis): a process that
+# accepts on $listen and serves each connection in a process of its own
+# ($serve->($socket)), all of them in a process group of their own, so that
+# kill('KILL', -$pid) stops them all.  Its pid.
+sub tcp_server {
+    my ($listen, $serve) = @_;
+    my $pid = fork() // die "RLTest: fork: $!\n";
+    if ($pid == 0) {
+        POSIX::setpgid(0, 0);
+        $SIG{PIPE} = 'IGNORE';
+        $SIG{CHLD} = 'IGNORE';
+        while (1) {
+            my $c = $listen->accept or next;
+            my $kid = fork();
+            if (defined $kid && $kid == 0) {
+                close $listen;
+                $serve->($c);
+                POSIX::_exit(0);
+            }
+            close $c;
+        }
+    }
+    POSIX::setpgid($pid, $pid);   # before any kill of the group, whichever runs first
+    close $listen;
+    return $pid;
+}
+
 # A private redis-server (t/lib/RLRedis.pm) where one is installed; else
 # undef, and a note of what goes untested.
 sub optional_redis {
