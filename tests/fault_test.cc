@@ -252,19 +252,9 @@ TEST_P(Fault, RequestWithTwoRules)
     ASSERT_EQ(rl_rule_block_size(&block), zone.blob);
     for (int k = 0; k < 10; k++) {
         const std::string key = "client" + std::to_string(rng() % 1000000);
-        rl_check_t c[2]{};
-        for (int r = 0; r < 2; r++) {
-            c[r].table = zone.table();
-            c[r].rule = r ? &block : &head;
-            c[r].identity = rl_rule_identity(c[r].rule, "$k", 2);
-            c[r].key = key.data();
-            c[r].key_len = key.size();
-            c[r].cost = 1;
-        }
-        rl_request_t rq{};
-        rq.checks = c;
-        rq.n = 2;
-        rl_request_hash(&rq);
+        rl_check_t c[2] = {check_of(zone.table(), &head, identity_of(head), key),
+                           check_of(zone.table(), &block, identity_of(block), key)};
+        rl_request_t rq = hashed(request_of(c, 2));
         // two keys are written (one a rule); each table operation is whole
         auto written = [&](uint64_t tag, rl::Table *t) { return tag == c[1].tag || t->header().counts.evictions > 0; };
         crash_everywhere(

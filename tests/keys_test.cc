@@ -28,7 +28,7 @@ struct Rule {
     uint64_t identity;
     int slot;
     Rule(Zone &z, const std::string &text)
-        : rule(rule_of(text)), identity(rl_rule_identity(&rule, "$k", 2)), slot(rl_table_rule_slot(z.mem, rule.name))
+        : rule(rule_of(text)), identity(identity_of(rule)), slot(rl_table_rule_slot(z.mem, rule.name))
     {
     }
 };
@@ -40,19 +40,9 @@ struct Result {
 
 Result hit(Zone &z, const Rule &r, const std::string &key, int64_t now, uint64_t cost = 1, bool dry_run = false)
 {
-    rl_check_t c{};
-    c.table = z.mem;
-    c.rule = &r.rule;
-    c.identity = r.identity;
-    c.key = key.data();
-    c.key_len = key.size();
-    c.cost = cost;
-    c.counters = r.slot + 1;
-    rl_request_t rq{};
-    rq.checks = &c;
-    rq.n = 1;
+    rl_check_t c = check_of(z.mem, &r.rule, r.identity, key, cost, r.slot + 1);
+    rl_request_t rq = hashed(request_of(&c, 1));
     rq.dry_run = dry_run;
-    rl_request_hash(&rq);
     const int verdict = rl_decide(&rq, now);
     return Result{verdict != RL_VERDICT_REJECTED, c.decision};
 }
@@ -174,7 +164,7 @@ TEST_P(Keys, ResetForgivesWhatTheSummaryKeepsOfAnEvictedKey)
     EXPECT_TRUE(hit(z, r, "k", now + 1).allowed);
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, Keys, ::testing::ValuesIn(kRules));
+INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, Keys, ::testing::ValuesIn(kRules), RuleName());
 
 // An innocent key whose three cells all hold others' debts starts refused;
 // a reset frees it, and only the cell whose debts end first is cleared.

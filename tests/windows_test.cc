@@ -30,7 +30,8 @@ void expect_retry_exact(Key &k, int64_t now, uint64_t cost)
 TEST(SlidingWindow, CloudflareWorkedExampleWithOneBucket)
 {
     // 50 per minute; 42 in the previous minute, 18 in the current one, 15 s
-    // in: estimate = 42 * (60 - 15) / 60 + 18 = 49.5 (seed 004's source).
+    // in: estimate = 42 * (60 - 15) / 60 + 18 = 49.5 (the example the
+    // reference library, seeds/004, cites).
     Key k("algorithm=sliding_window limit=50 period=1m buckets=1");
     ASSERT_TRUE(k.hit(kT0 + 30000, 42).allowed);
     ASSERT_TRUE(k.hit(kT0 + 75000, 18).allowed);  // 31.5 + 18 <= 50
