@@ -93,6 +93,10 @@ inline rl_check_t check_of(void *table, const rl_rule_t *rule, uint64_t identity
     return c;
 }
 
+// (a temporary key would leave the check pointing at freed bytes)
+rl_check_t check_of(void *table, const rl_rule_t *rule, uint64_t identity, std::string &&key, uint64_t cost = 1,
+                    int counters = 0) = delete;
+
 // The identity the tests give a rule: its text as keyed by "$k".
 inline uint64_t identity_of(const rl_rule_t &rule)
 {
