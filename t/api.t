@@ -6,7 +6,7 @@
 # front; every bad path, parameter and method a JSON error, never a 5xx;
 # the keys a rule refuses most: three keys refused 600, 300 and 100 times
 # among 1,000 refused once come out on top with exactly those counts, and a
-# flood of distinct keys leaves the zone's memory as it was and the heavy
+# flood of distinct keys leaves the zone's memory unchanged and the heavy
 # key listed; the same in Prometheus.
 use strict;
 use warnings;
@@ -328,7 +328,7 @@ is($alice->{key}, 'alice', 'top: the key in clear where the rule logs keys so');
 is($alice->{refused}, 1, 'top: refused once since its reset');
 is(json_of(req('GET', '/rl/zones/api/top?rule=win'))->{rules}{win}{state}, 'kept', 'top: win refused wendy');
 
-# a flood of 100,000 distinct keys: the zone's memory as it was, the heavy
+# a flood of 100,000 distinct keys: the zone's memory unchanged, the heavy
 # key listed
 my $fp_d = $t->get_as('/flood/index.html', k => 'heavy-d')->{headers}{'x-fingerprint'};   # refused once
 my $before = json_of(req('GET', '/stats'))->{zones}{api};
@@ -339,8 +339,8 @@ for my $i (1 .. 100_000) {
 }
 is(flood(@keys), 104_000, 'a flood of 100,000 distinct keys refused, and one heavy key 4,000 times');
 my $after = json_of(req('GET', '/stats'))->{zones}{api};
-is($after->{bytes_used}, $before->{bytes_used}, 'the flood: the zone\'s memory as it was');
-is($after->{keys}, $before->{keys}, 'the flood: its keys as they were');
+is($after->{bytes_used}, $before->{bytes_used}, 'the flood: the zone\'s memory unchanged');
+is($after->{keys}, $before->{keys}, 'the flood: its keys unchanged');
 $f = json_of(req('GET', '/rl/zones/api/top?rule=flood'))->{rules}{flood};
 my ($d) = grep { $_->{fingerprint} eq $fp_d } @{ $f->{keys} };
 cmp_ok(4001 * 32, '>', $f->{refusals}, "the flood: the heavy key refused more than 1/32 of the window's $f->{refusals}");

@@ -3,7 +3,7 @@
 # connections, 2,000 requests for one key against limit=100 period=1h:
 # exactly 100 pass, every other one is a 429 with Retry-After; ten times
 # over.  Then with two stacked rules in two zones: the second rule spends
-# exactly what was admitted (no partial consumption).
+# exactly what the first admitted (no partial consumption).
 use strict;
 use warnings;
 use FindBin;
@@ -48,7 +48,7 @@ for my $round (1 .. 3) {
 }
 my $s = $t->stats;
 is($s->{zones}{two}{rules}{second}{allowed}, 300, 'stacked: the second rule spent exactly the 300 admitted');
-is($s->{zones}{one}{rules}{first}{rejected}, 3 * 1900, 'stacked: every rejection was the first rule\'s');
+is($s->{zones}{one}{rules}{first}{rejected}, 3 * 1900, 'stacked: every rejection is the first rule\'s');
 is($s->{zones}{one}{rules}{gcra_100_1h}{allowed}, 1000, 'single: 1,000 admitted over ten rounds');
 
 $t->stop();

@@ -2,7 +2,7 @@
 # A worker frozen inside the zone's lock (stopped by gdb in rl_decide, which
 # runs under it) must not stop a reload: the master takes no zone lock, so
 # it starts new workers at once.  Killed there, the worker leaves a zone that
-# nginx unlocks and the next worker uses as it was: a spent key still
+# nginx unlocks and the next worker uses as it stands: a spent key still
 # refused, a fresh key given exactly its limit.
 use strict;
 use warnings;

@@ -195,7 +195,7 @@ is($top_ip->{fingerprint}, $fp_ip, 'the key API: 10.0.0.8 on top of per_ip');
 is_deeply([ map { [ $_->{key}, $_->{refused} ] } @{ $top->{rules}{per_user}{keys} } ], [ [ 'alice', 20 ] ],
           'the key API: alice, 20 times, by name (per_user logs keys in clear)');
 mkdir "$p/html/canned";
-# names no configuration can give today: markup, quotes, </script>, and
+# names no configuration can give: markup, quotes, </script>, and
 # the names of Object.prototype's members
 my @canned_names = ('odd <b>&amp;</b>', '</script><script>window.pwned=1</script>',
                     q{"quote' <img src=x onerror="window.pwned=1">}, '__proto__', 'constructor', 'toString',

@@ -161,7 +161,7 @@ for my $n (@heavy) {
     my ($status, $retry) = hit($n, 'victim2');
     next if $deadline{$n} - $at < 1;
     is($status, 429, "$n: a spent key is still refused after being pushed out");
-    ok($at + $retry >= $deadline{$n} - 1.01, "$n: and no sooner than it was told");
+    ok($at + $retry >= $deadline{$n} - 1.01, "$n: and no sooner than its Retry-After said before");
 }
 ok((grep { $_->{summary_refusals} > 0 } values %$st), 'stats: refusals by the summary are counted');
 

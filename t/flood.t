@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 # Zone flood: the smallest zone (32k) gets 100 times its capacity in
 # distinct keys at full speed.  No 5xx, no worker crash, evictions counted,
-# a key that was denied stays denied all along (the table evicts the keys
+# a denied key stays denied all along (the table evicts the keys
 # owing least first), and the flood keys, each owing only its one request,
 # leave no debt behind: fresh keys are never refused.  Every flood key stays
 # live for the whole test, whatever the machine's speed.
@@ -58,7 +58,7 @@ is($status{200}, $total, 'every flood request admitted');
 is($victim_denied, $checks, "the denied victim stayed denied at each of $checks checks during the flood");
 my $st = $t->zone_stats('small');
 ok($st->{evictions} >= $total - 2 * $capacity, "evictions counted: $st->{evictions}");
-is($st->{live_evictions}, $st->{evictions}, 'every key evicted was live');
+is($st->{live_evictions}, $st->{evictions}, 'every evicted key a live one');
 is($st->{summary_refusals}, 0, 'keys owing one request leave nothing in the summary: no refusal by it');
 my %fresh = flood($total, $total + 1000);
 is_deeply(\%fresh, { 200 => 1000 }, 'fresh keys after the flood: all admitted');

@@ -87,7 +87,7 @@ my @order = sort { $start{$a} <=> $start{$b} } keys %start;
 is("@order", 'w1 w2 w3 w4 w5', 'served in the order they came');
 my @ends = sort { $a <=> $b } map { $_->[2] } grep { $_->[1] eq 'end' } @ev;
 ok($start{w3} >= $ends[0] - 0.001 && $start{w4} >= $ends[1] - 0.001 && $start{w5} >= $ends[2] - 0.001,
-   'none started before a slot was freed');
+   'none started before a slot came free');
 is($t->rule_stats('c', 'wait')->{waited}, 3, 'stats: 3 waited');
 
 # a request that cannot get a slot in max_wait is refused

@@ -79,7 +79,7 @@ server {
     listen 127.0.0.1:%%PORT%%;
     ratelimit_headers both;
 $locations
-    # the issue's cases and one location an algorithm
+    # the policies of the draft's examples, and one location an algorithm
     location /h/gcra/ { ratelimit zone=z limit=2 period=1m name=gcra; alias %%PREFIX%%/html/; }
     location /h/cost/ { ratelimit zone=z limit=5 period=1m cost=4 name=cost; alias %%PREFIX%%/html/; }
     location /h/burst/ { ratelimit zone=z limit=5 period=1m burst=9 name=burst; alias %%PREFIX%%/html/; }

@@ -91,7 +91,7 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
     is("$r->{status} $r->{headers}{'retry-after'}", '429 3600', "$title: then the right password too is refused, for an hour");
     is($try->('bob', 'right')->{status}, 429, "$title: the address is banned too, whatever the account");
     like($t->error_log, qr/rejected by rule "failures_per_address" in zone "login", key fingerprint [0-9a-f]{16}/,
-         "$title: who was refused, logged: the address by its fingerprint");
+         "$title: the refused address logged, by its fingerprint");
     $t->stop();
 }
 
@@ -197,7 +197,7 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
     @at = sort { $a <=> $b } @at;
     my @late = map { sprintf('%.0f', 1000 * ($at[$_] - $t0)) } 0 .. $#at;
     ok(!grep({ $late[$_] < 200 * $_ - 1 } 0 .. $#late),
-       "$title: one every 200 ms at the backend (ms after the first was sent: @late)");
+       "$title: one every 200 ms at the backend (ms after the first request: @late)");
 }
 
 {

@@ -88,7 +88,7 @@ for my $round (1 .. 3) {
     my ($ok, $limited, $other) = burst('/stacked/index.html', 'stacked', 600);
     is($ok, 100, 'stacked: exactly 100 of 600 admitted');
     is($limited + $other, 500, 'stacked: the rest rejected');
-    # the second rule spent exactly what was admitted: 1000 - 100, then this one
+    # the second rule spent exactly the admitted requests: 1000 - 100, then this one
     my $r = $fleet[1]->get('/second/index.html', { 'X-Key' => 'stacked' });
     is($r->{status}, 200, 'second rule alone admits');
     is($r->{headers}{'x-ratelimit-remaining'}, 899, 'second rule spent 100 + 1: no partial consumption');

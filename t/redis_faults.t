@@ -62,7 +62,7 @@ sub hit {
     my $start = time;
     my $r = $t->get("/$where/index.html", { 'X-Key' => $key });
     my $took = time - $start;
-    # its access log line: written after the response was sent
+    # its access log line: written once the response is sent
     RLTest::wait_until(sub { $lines->() > $before }, 5);
     my ($by) = (($lines->())[-1] // '') =~ /(\S+)$/;
     return ($r->{status}, $by, $took);
@@ -131,7 +131,7 @@ $redis->pause();
 my $kid = RLTest::spawn(sub { $t->get('/local/index.html', { 'X-Key' => 'reload' })->{status} });
 sleep 0.03;
 $t->reload();
-is(($kid->result)[0], 200, 'reload: the waiting request was answered');
+is(($kid->result)[0], 200, 'reload: the waiting request is answered');
 cmp_ok(stats('rlocal')->{fallbacks}, '>', $fallbacks, 'reload: the Redis counters are kept');
 $redis->resume();
 ok(RLTest::wait_until(sub { (hit('local', 'reloaded'))[1] eq 'redis' }, 15), 'reload: new workers decide in Redis');

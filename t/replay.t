@@ -166,7 +166,7 @@ EOF
     } 'ann', 'bob', 'cy');
     $t2->stop();
 
-    # each request as nginx decided it, at the time it was decided
+    # each request as nginx decided it, at the time nginx decided it
     my @nginx = sort { $a->[0] <=> $b->[0] } map {
         my ($msec, $took, $user, @rest) = split ' ';
         [ sprintf('%.0f', ($msec - $took) * 1000), $user, @rest ]

@@ -41,7 +41,7 @@ server {
 EOF
 
 # $n requests at once, each on its own connection; returns them sorted by
-# when they were answered: [status, seconds taken, remaining header, time].
+# when their answers came: [status, seconds taken, remaining header, time].
 sub at_once {
     my ($path, $user, $n) = @_;
     return sort { $a->[3] <=> $b->[3] }

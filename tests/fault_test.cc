@@ -83,7 +83,7 @@ std::map<uint64_t, Key> keys_of(rl::Table *t, size_t blob)
 // Runs op on copies of the zone, abandoning it at step 1, 2, ... until it
 // completes.  After each abandon, recover() and check(); every key of before
 // but `written` and those op legitimately evicts (`evicted`, whose debt the
-// summary then holds) must be there as it was.  Returns the steps op has.
+// summary then holds) must be there unchanged.  Returns the steps op has.
 long crash_everywhere(Zone &zone, const std::function<void(rl::Table *)> &op, uint64_t written,
                       const std::function<bool(uint64_t tag, rl::Table *after)> &evicted)
 {
@@ -276,7 +276,7 @@ TEST_P(Fault, RequestWithTwoRules)
 
 INSTANTIATE_TEST_SUITE_P(Seeds, Fault, ::testing::Values(1, 2, 3));
 
-// A process that dies while recovering leaves the journal as it was: the
+// A process that dies while recovering leaves the journal unchanged: the
 // next one recovers the same way.
 TEST(FaultRecover, RecoveringTwiceIsRecoveringOnce)
 {

@@ -105,7 +105,7 @@ TEST_P(Keys, PeekShowsWhatTheNextRequestIsToldAndSpendsNothing)
         EXPECT_EQ(p.next.retry_after_ms, a.d.retry_after_ms) << i;
         EXPECT_EQ(p.next.delay_ms, a.d.delay_ms) << i;
         if (!a.allowed) {
-            EXPECT_EQ(p.look.remaining, a.d.remaining) << i;  // a refusal leaves it as it was
+            EXPECT_EQ(p.look.remaining, a.d.remaining) << i;  // a refusal leaves it unchanged
         }
     }
     p = peek(z, r, "k", now);
@@ -205,7 +205,7 @@ TEST(KeyReset, ClearsOneCellOfAKeyOwingOthersDebts)
     EXPECT_TRUE(hit(z, r, innocent, now + 1).allowed);
 }
 
-// The case: three keys refused 600, 300 and 100 times, then 1,000
+// Three keys refused 600, 300 and 100 times, then 1,000
 // other keys once each: the three on top, in that order, with exactly
 // those counts.
 TEST(TopKeys, HeavyKeysOnTopWithExactCounts)
@@ -235,11 +235,11 @@ TEST(TopKeys, HeavyKeysOnTopWithExactCounts)
     }
     EXPECT_LT(t.top[3].refused, 100u);
     for (size_t i = 3; i < t.n; i++) {
-        EXPECT_LE(t.top[i].refused - t.top[i].error, 1u);  // each light key was refused once
+        EXPECT_LE(t.top[i].refused - t.top[i].error, 1u);  // each light key refused once
     }
 }
 
-// A flood of 100,000 distinct refused keys: the memory is what it was after
+// A flood of 100,000 distinct refused keys: the memory is what it is after
 // the first refusal, and a key refused more often than (all refusals /
 // entries) is listed, whatever the flood around it.
 TEST(TopKeys, FloodKeepsMemoryFixedAndEveryHeavyKeyListed)

@@ -120,7 +120,7 @@ TEST_P(ReferenceLibrary, AdmitsExactlyItsCapacityThenDeniesWithAnExactRetryAfter
     ASSERT_FALSE(d.allowed);
     EXPECT_EQ(d.remaining, 0u);
     EXPECT_EQ(d.retry_after_ms, c.retry_ms);
-    // denials leave everything as it was (Key::hit checks the state too)
+    // denials leave everything unchanged (Key::hit checks the state too)
     rl_decision_t again = k.hit(kT0);
     EXPECT_EQ(again.retry_after_ms, d.retry_after_ms);
     EXPECT_EQ(again.reset_ms, d.reset_ms);

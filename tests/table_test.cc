@@ -169,8 +169,8 @@ TEST(Table, LiveEvictionTakesTheCandidateBackToFullBudgetSoonest)
         expiry[tag] = until;
         i++;
     }
-    // Exactly one key is gone: the one the last insert displaced.  It was
-    // the soonest to expire of the six slots of the new key's two buckets.
+    // Exactly one key is gone: the one the last insert displaced, the
+    // soonest to expire of the six slots of the new key's two buckets.
     uint64_t last = t->tag(1, &(i = i - 1), sizeof(i)), gone = 0;
     int missing = 0;
     for (auto &[tag, until] : expiry) {

@@ -193,7 +193,7 @@ TEST(SlidingLog, AgreesWithANaiveLogOnRandomTraces)
         // long periods too: offsets are rebased past 2^31 ms
         const int64_t period = trial % 3 == 0 ? 20LL * 86400000 : 1 + (int64_t) (rng() % 5000);
         Key k("algorithm=sliding_log limit=" + std::to_string(limit) + " period=" + std::to_string(period) + "ms");
-        // every unit admitted, at the time it was logged: the newest time
+        // every unit admitted, at the time the log holds for it: the newest time
         // logged so far if the clock stepped back (the log never goes back)
         std::vector<int64_t> naive;
         int64_t now = kT0;

@@ -256,7 +256,7 @@ sub zombie_workers {
 # once the master has reaped them (10 s at most), the error log's lines
 # about those pids ("exited on signal 9"; with locked => 1, the alert that
 # the master unlocked a zone one held) are dropped.  True if every killed
-# worker was reaped.
+# worker is reaped.
 sub forget_kills {
     my ($self, $pids, %opt) = @_;
     my $reaped = wait_until(sub { !$self->zombie_workers }, 10);
@@ -380,7 +380,7 @@ sub parse_response {
 # options hash ref may come first: gap => seconds between two sends; wait
 # => seconds each answer is awaited before the next request is sent (an
 # answer that comes sooner ends the wait).  Returns, in the order sent,
-# each response (parse_response's) with sent and at: when it was sent and
+# each response (parse_response's) with sent and at: when it went out and
 # when its answer ended.  Answers are read for up to 60 s of silence.
 sub at_once {
     my ($self, @reqs) = @_;
@@ -653,7 +653,7 @@ sub log_like {
 
 # A folded message in the error log (from byte $opt{since}): how many lines
 # match $line_re, and the sum of the counts ($1) of the lines matching
-# $more_re, the ones that tell how many more were folded.
+# $more_re, the ones that count the lines folded into them.
 sub folded {
     my ($self, $line_re, $more_re, %opt) = @_;
     my $log = substr($self->error_log, $opt{since} // 0);
