@@ -54,6 +54,8 @@ use Time::HiRes qw(sleep time);
 my $root = abs_path(dirname(__FILE__) . '/../..');
 my @running;
 
+# ---- an nginx of the test's own ----------------------------------------------
+
 sub new {
     my ($class, %opt) = @_;
     my $module = $ENV{RL_MODULE} // "$root/build/ngx_http_ratelimit_module.so";
@@ -270,7 +272,7 @@ sub forget_kills {
     return $reaped;
 }
 
-# ---- HTTP -----------------------------------------------------------------
+# ---- HTTP --------------------------------------------------------------------
 
 sub url { "http://127.0.0.1:$_[0]{port}$_[1]" }
 
@@ -459,6 +461,8 @@ sub pipelined {
     return %status;
 }
 
+# ---- nginx -t, and the docs' examples ----------------------------------------
+
 # `nginx -t` of a whole configuration text: (exit code, output).
 sub nginx_t {
     my ($self, $text) = @_;
@@ -624,7 +628,7 @@ sub key_rule {
     return $self->get_json("$api/zones/$zone/keys?key=$key&rule=$rule")->{rules}[0];
 }
 
-# ---- files and logs -----------------------------------------------------------
+# ---- files and logs ----------------------------------------------------------
 
 # The text of a file in the prefix (error.log, an access log, html/x), and
 # a file written there.
@@ -672,7 +676,7 @@ sub wait_folded {
     return @n;
 }
 
-# ---- processes ----------------------------------------------------------------
+# ---- processes ---------------------------------------------------------------
 
 # Runs $code in a child process: an object whose result() is the list
 # $code returned (numbers, strings, and array and hash refs of them), sent
