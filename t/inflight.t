@@ -129,7 +129,7 @@ ok($t->rule_stats('c', 'fifty')->{peak} >= 50 && $t->rule_stats('c', 'fifty')->{
 
 # ---- with a rate, atomically ----
 
-@r = $t->at_once(map { [ '/rated/', 'X-Key' => 'r' ] } 1 .. 3);
+@r = $t->at_once({ gap => 0.05 }, map { [ '/rated/', 'X-Key' => 'r' ] } 1 .. 3);
 is(statuses_of(@r), '200 200 429', 'a rate and 2 at once');
 my $rs = $t->rule_stats('c', 'rate');
 is($rs->{allowed}, 2, 'the one refused for lack of a slot spent nothing at the rate');
