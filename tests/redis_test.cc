@@ -167,16 +167,6 @@ std::string script_sha()
     return std::string(r.str, r.str_len);
 }
 
-// A request of these checks.
-rl_request_t request_of(rl_check_t *c, size_t n, int combine)
-{
-    rl_request_t rq{};
-    rq.checks = c;
-    rq.n = n;
-    rq.combine = combine;
-    return rq;
-}
-
 // The script's numbers as they are, concluded as the core concludes them:
 // for replies that rl_redis_answer may refuse (after the trace's clock
 // stepped back further than RL_REDIS_CLOCK_SLACK_MS).
