@@ -8,8 +8,10 @@
  * redirects, error_page and subrequests share the main request's context);
  * a concurrency rule's slot and place in a queue are given back, and a
  * request waiting in this worker for a slot is woken.  The core settles
- * every rule under the zones' locks, taken once (rl_request_end).  The
- * handler is set up only when some rule settles at the end.
+ * every rule under the zones' locks, taken once (rl_request_end); a
+ * request decided in Redis has its charges sent there
+ * (ngx_http_ratelimit_redis_settle.c).  The handler is set up only when
+ * some rule settles at the end.
  */
 
 
@@ -44,7 +46,9 @@ ngx_http_ratelimit_end_handler(ngx_http_request_t *r)
 /*
  * Settles the request, once: with charges evaluated (charges: in the log
  * phase) or without (the pool's cleanup of a request that never reached
- * it: the cost each charge= rule reserved stands).
+ * it: the cost each charge= rule reserved stands).  A request decided in
+ * Redis is settled there (its charges sent, not waited for); one decided
+ * by on_redis_error=allow or deny reserved nothing, and is charged nothing.
  */
 
 void
@@ -58,11 +62,9 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
 
     if (!ctx->ends || ctx->ended || !ctx->kept
         || (ctx->decided_by != NGX_HTTP_RATELIMIT_BY_LOCAL
-            && ctx->decided_by != NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL))
+            && ctx->decided_by != NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL
+            && ctx->decided_by != NGX_HTTP_RATELIMIT_BY_REDIS))
     {
-        /* nothing to settle; or decided in Redis, or by a fail mode that
-           held nothing here (no rule that settles at the end is decided
-           in Redis: rl_redis_rule_ok) */
         return;
     }
 
@@ -77,14 +79,23 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
                     : RL_NO_CHARGE;
     }
 
-    m = rl_request_lock_order(&ctx->rq, order);
+    if (ctx->decided_by == NGX_HTTP_RATELIMIT_BY_REDIS) {
+        /* a Redis zone has no rule that ends here but charge= ones
+           (rl_redis_rule_ok) */
+        rule = ngx_http_ratelimit_rule_of(&ctx->rq.checks[0]);
+        ngx_http_ratelimit_redis_settle(ngx_http_ratelimit_zone_of(rule)->redis,
+                                        &ctx->rq);
 
-    ngx_http_ratelimit_lock(&ctx->rq, order, m, 1);
-    freed = rl_request_end(&ctx->rq, ngx_http_ratelimit_now());
-    ngx_http_ratelimit_lock(&ctx->rq, order, m, 0);
+    } else {
+        m = rl_request_lock_order(&ctx->rq, order);
 
-    if (freed > 0) {
-        ngx_http_ratelimit_wait_wake();
+        ngx_http_ratelimit_lock(&ctx->rq, order, m, 1);
+        freed = rl_request_end(&ctx->rq, ngx_http_ratelimit_now());
+        ngx_http_ratelimit_lock(&ctx->rq, order, m, 0);
+
+        if (freed > 0) {
+            ngx_http_ratelimit_wait_wake();
+        }
     }
 
     if (charges) {
@@ -95,7 +106,8 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
 
 /*
  * What the request's charges came to: $ratelimit_charged (the first
- * charging rule's units), and a line for a charge the debt's bound cut.
+ * charging rule's units; in Redis, the units sent), and a line for a charge
+ * the debt's bound cut (in Redis: when its reply says so).
  */
 
 static void

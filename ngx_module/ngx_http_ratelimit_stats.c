@@ -140,6 +140,13 @@ static ngx_http_ratelimit_figure_t  ngx_http_ratelimit_redis_figures[] = {
     { "reconnects", "redis_reconnects_total", "counter",
       "Connections opened to Redis.",
       offsetof(ngx_http_ratelimit_redis_stats_t, reconnects) },
+    { "charges", "redis_charges_total", "counter",
+      "Requests' charges (charge=) settled in Redis.",
+      offsetof(ngx_http_ratelimit_redis_stats_t, charges) },
+    { "undelivered", "redis_undelivered_total", "counter",
+      "Requests' charges Redis did not take (not reachable, no reply, a "
+      "reply refused): lost.",
+      offsetof(ngx_http_ratelimit_redis_stats_t, undelivered) },
     { NULL, NULL, NULL, NULL, 0 }
 };
 

@@ -182,11 +182,11 @@ rl_request_t request_of(rl_check_t *c, size_t n, int combine)
 // stepped back further than RL_REDIS_CLOCK_SLACK_MS).
 int decode(rl_request_t &rq, const rl_resp_t &r)
 {
-    if (r.type != RL_RESP_ARRAY || !r.integers || r.nitems != 1 + 8 * rq.n) {
+    if (r.type != RL_RESP_ARRAY || !r.integers || r.nitems != 2 + 10 * rq.n) {
         return -1;
     }
     for (size_t i = 0; i < rq.n; i++) {
-        const int64_t *v = r.items + 1 + 8 * i;
+        const int64_t *v = r.items + 2 + 10 * i;
         rl_decision_t &d = rq.checks[i].decision;
         d = rl_decision_t{};
         d.allowed = (int32_t) v[0];
@@ -197,6 +197,9 @@ int decode(rl_request_t &rq, const rl_resp_t &r)
         d.delay_ms = v[5];
         d.window_ms = v[6];
         d.available_ms = v[7];
+        d.banned_ms = v[8];
+        rq.checks[i].after.t = v[9];
+        rq.checks[i].at = r.items[1];
     }
     return rl::conclude(rq, r.items[0] != 0);
 }
@@ -216,6 +219,9 @@ int check_in_redis(const std::string &sha, const std::string &prefix, std::vecto
     rl_redis_answer_t a;
     int verdict = rl_redis_answer(&rq, RL_REDIS_DECIDE, &r, &a) == RL_REDIS_DECIDED ? a.verdict : -1;
     if (verdict < 0) {
+        if (steady) {
+            ADD_FAILURE() << "refused: " << a.why;
+        }
         EXPECT_FALSE(steady) << "a reply of the script refused on a steady clock: " << a.why;
         verdict = decode(rq, r);
     }
@@ -230,17 +236,40 @@ std::string describe(const rl_decision_t &d)
            " remaining=" + std::to_string(d.remaining) + " reset=" + std::to_string(d.reset_ms) +
            " retry=" + std::to_string(d.retry_after_ms) + " delay=" + std::to_string(d.delay_ms) +
            " window=" + std::to_string(d.window_ms) + " available=" + std::to_string(d.available_ms) +
-           " quota=" + std::to_string(d.quota);
+           " quota=" + std::to_string(d.quota) + " banned=" + std::to_string(d.banned_ms);
 }
 
 bool same(const rl_decision_t &a, const rl_decision_t &b)
 {
     return a.allowed == b.allowed && a.never == b.never && a.remaining == b.remaining && a.reset_ms == b.reset_ms &&
            a.retry_after_ms == b.retry_after_ms && a.delay_ms == b.delay_ms && a.window_ms == b.window_ms &&
-           a.available_ms == b.available_ms && a.quota == b.quota;
+           a.available_ms == b.available_ms && a.quota == b.quota && a.banned_ms == b.banned_ms;
+}
+
+// A request's charges settled through the script (with the trace's
+// clock): each settled check's charged, in_debt and capped set.
+bool settle_in_redis(const std::string &sha, const std::string &prefix, std::vector<rl_check_t> &c, int64_t now)
+{
+    rl_request_t rq = request_of(c.data(), c.size(), RL_COMBINE_ALL);
+    std::string cmd(rl_redis_command_size(c.size(), prefix.size(), sha.size()), '\0');
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_SETTLE, prefix.data(), prefix.size(), 0,
+                                &rq, now));
+    rl_resp_t r = Redis::instance().call(cmd);
+    rl_redis_answer_t a;
+    const int kind = rl_redis_answer(&rq, RL_REDIS_SETTLE, &r, &a);
+    EXPECT_EQ(kind, RL_REDIS_DECIDED) << a.why << " (reply type " << (char) r.type << ": "
+                                      << std::string(r.str ? r.str : "", r.str_len) << ")";
+    return kind == RL_REDIS_DECIDED;
 }
 
 // ---- a trace: the same requests through the core and through Redis ----------
+
+// What the traces went through, so that a test can tell it saw charges,
+// debts, caps and bans.
+struct Seen {
+    size_t ends = 0, charged = 0, debts = 0, capped = 0, banned = 0, bans = 0;
+};
+Seen seen;
 
 struct Trace {
     std::vector<rl_rule_t> rules;
@@ -282,11 +311,23 @@ struct Trace {
         return c;
     }
 
+    // A request admitted both ways, in flight until it ends: its checks in
+    // the core and in Redis, and its keys.
+    struct Flight {
+        std::vector<std::string> keys;
+        std::vector<rl_check_t> local, remote;
+    };
+    std::vector<Flight> flights;
+
     // Runs one request both ways; false (with a failure) on a difference.
+    // An admitted request of a charge= rule stays in flight.
     bool step(const std::string &sha, const std::vector<std::string> &keys, const std::vector<uint64_t> &costs,
               int64_t now, size_t op, bool steady)
     {
-        std::vector<rl_check_t> local = checks(keys, costs), remote = checks(keys, costs);
+        Flight f{keys, {}, {}};
+        f.local = checks(f.keys, costs);
+        f.remote = checks(f.keys, costs);
+        std::vector<rl_check_t> &local = f.local, &remote = f.remote;
         size_t lb, rb;
         const int la = decide(local.data(), local.size(), combine, now, &lb);
         const int ra = check_in_redis(sha, prefix, remote, combine, now, &rb, steady);
@@ -303,6 +344,68 @@ struct Trace {
                        "\n";
             }
             ADD_FAILURE() << msg << "  allowed core " << la << " redis " << ra << ", binding " << lb << " / " << rb;
+            return false;
+        }
+        bool charges = false;
+        for (size_t i = 0; i < rules.size(); i++) {
+            charges |= rl_check_charges(&local[i]) != 0;
+            const int64_t ban = local[i].decision.banned_ms;
+            seen.banned += ban > 0 && ban < rules[i].ban_ms;  // refused while banned
+            seen.bans += ban > 0 && ban == rules[i].ban_ms;   // a ban started
+        }
+        if (charges) {
+            flights.push_back(std::move(f));
+        }
+        return true;
+    }
+
+    // One request in flight ends, charged: the cost it reserved given back
+    // and its charge spent, both ways; false (with a failure) on a
+    // difference in what was charged or in the debt.
+    bool end(const std::string &sha, std::mt19937_64 &g, int64_t now, size_t op)
+    {
+        const size_t which = g() % flights.size();
+        Flight f = std::move(flights[which]);
+        flights.erase(flights.begin() + (long) which);
+        for (size_t i = 0; i < rules.size(); i++) {
+            const uint64_t top = 2 * (uint64_t) std::max(rules[i].limit, rules[i].burst);
+            const unsigned c = (unsigned) (g() % 100);
+            const uint64_t units = c < 30   ? 0
+                                   : c < 45 ? f.local[i].cost
+                                   : c < 90 ? g() % (top + 2)
+                                   : c < 97 ? top + 1 + g() % top
+                                            : RL_NO_CHARGE - 1 - g() % 3;
+            for (std::vector<rl_check_t> *v : {&f.local, &f.remote}) {
+                (*v)[i].key = f.keys[i].data();
+                (*v)[i].charge = rl_check_charges(&(*v)[i]) ? units : RL_NO_CHARGE;
+            }
+        }
+        rl_request_t rq = request_of(f.local.data(), f.local.size(), combine);
+        rl_request_end(&rq, now);
+        if (!settle_in_redis(sha, prefix, f.remote, now)) {
+            return false;
+        }
+        bool ok = true;
+        std::string msg;
+        for (size_t i = 0; i < rules.size(); i++) {
+            const rl_check_t &l = f.local[i], &r = f.remote[i];
+            if (l.charge == RL_NO_CHARGE) {
+                continue;
+            }
+            const bool same_charge = l.charged == r.charged && l.in_debt == r.in_debt && l.capped == r.capped;
+            ok = ok && same_charge;
+            seen.ends++;
+            seen.charged += l.charged > 0;
+            seen.debts += l.in_debt != 0;
+            seen.capped += l.capped != 0;
+            msg += "  rule \"" + texts[i] + "\" key " + f.keys[i] + " cost " + std::to_string(l.cost) + " charge " +
+                   std::to_string(l.charge) + " (admitted at " + std::to_string(l.at) + "): core charged " +
+                   std::to_string(l.charged) + " debt " + std::to_string(l.in_debt) + " capped " +
+                   std::to_string(l.capped) + ", redis " + std::to_string(r.charged) + " debt " +
+                   std::to_string(r.in_debt) + " capped " + std::to_string(r.capped) + "\n";
+        }
+        if (!ok) {
+            ADD_FAILURE() << "end at op " + std::to_string(op) + " at " + std::to_string(now) + ":\n" << msg;
         }
         return ok;
     }
@@ -331,6 +434,21 @@ std::string random_rule(std::mt19937_64 &g, const std::string &algorithm)
     } else if (algorithm == "leaky_bucket") {
         r += " max_delay=" + pick({"0", "100ms", "1s", "30s"});
         r += " delay=" + pick({"0", "0", "1", "3", "25"});
+    }
+    return r;
+}
+
+// A random rule with, some of the time, charge= (not leaky_bucket's) and
+// ban=.
+std::string random_charged_rule(std::mt19937_64 &g, const std::string &algorithm)
+{
+    auto pick = [&](std::initializer_list<const char *> v) { return std::string(v.begin()[g() % v.size()]); };
+    std::string r = random_rule(g, algorithm);
+    if (algorithm != "leaky_bucket" && g() % 4 != 0) {
+        r += " charge=$c";
+    }
+    if (g() % 3 == 0) {
+        r += " ban=" + pick({"300ms", "2s", "1m", "1h"});
     }
     return r;
 }
@@ -366,6 +484,13 @@ void run_trace(const std::string &sha, std::mt19937_64 &g, Trace &t, size_t ops,
         period = std::max(period, period_of(r));
     }
     for (size_t op = 0; op < ops; op++) {
+        latest = std::max(latest, now);
+        // requests in flight end now and then (a few at a time at most)
+        while (!t.flights.empty() && (t.flights.size() > 4 || g() % 3 == 0)) {
+            if (!t.end(sha, g, now, op)) {
+                return;
+            }
+        }
         std::vector<std::string> keys;
         std::vector<uint64_t> costs;
         const std::string key = "k" + std::to_string(g() % 3);
@@ -375,7 +500,6 @@ void run_trace(const std::string &sha, std::mt19937_64 &g, Trace &t, size_t ops,
             const unsigned c = (unsigned) (g() % 100);
             costs.push_back(c < 70 ? 1 : c < 80 ? 0 : c < 97 ? g() % (top + 1) : top + 1 + g() % 3);
         }
-        latest = std::max(latest, now);
         if (!t.step(sha, keys, costs, now, op, latest - now <= RL_REDIS_CLOCK_SLACK_MS)) {
             return;
         }
@@ -492,12 +616,130 @@ TEST(Redis, CommandIsOneEvalshaWithKeysThenArguments)
     cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_DECIDE, "rl:", 3, 0, &rq, -1));
     rl_resp_t parsed;
     EXPECT_EQ(rl_resp_parse(cmd.data(), cmd.size(), &parsed), (long) cmd.size());
-    EXPECT_EQ(parsed.integer, 3 + 1 + 2 + 11);
-    EXPECT_EQ(cmd.substr(0, 18), "*17\r\n$7\r\nEVALSHA\r\n");
+    EXPECT_EQ(parsed.integer, 3 + 1 + 2 + 13);
+    EXPECT_EQ(cmd.substr(0, 18), "*19\r\n$7\r\nEVALSHA\r\n");
     EXPECT_NE(cmd.find("\r\n$0\r\n\r\n$1\r\n1\r\n$1\r\n0\r\n$2\r\n10\r\n$2\r\n10\r\n$5\r\n60000\r\n"),
               std::string::npos)
         << cmd;
-    EXPECT_EQ(cmd.substr(cmd.size() - 14), "$1\r\n2\r\n$1\r\n0\r\n");  // cost 2, delay 0
+    // cost 2, delay 0, no ban, no charge
+    EXPECT_EQ(cmd.substr(cmd.size() - 28), "$1\r\n2\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n");
+}
+
+// The arguments of a command, as strings (a command is an array of bulk
+// strings).
+std::vector<std::string> args_of(const std::string &cmd)
+{
+    std::vector<std::string> out;
+    size_t p = cmd.find("\r\n") + 2;
+    while (p < cmd.size()) {
+        const size_t eol = cmd.find("\r\n", p);
+        const size_t len = std::stoul(cmd.substr(p + 1, eol - p - 1));
+        out.push_back(cmd.substr(eol + 2, len));
+        p = eol + 2 + len + 2;
+    }
+    return out;
+}
+
+TEST(Redis, ABanHasAKeyOfItsOwnAfterTheStatesInTheSameSlot)
+{
+    rl_rule_t banning = rule_of("algorithm=sliding_log limit=5 period=1s ban=1h");
+    rl_rule_t plain = rule_of("limit=10");
+    rl_check_t c[2] = {};
+    const rl_rule_t *rules[2] = {&banning, &plain};
+    for (int i = 0; i < 2; i++) {
+        c[i].rule = rules[i];
+        c[i].identity = 7 + (uint64_t) i;
+        c[i].key = "bob";
+        c[i].key_len = 3;
+        c[i].cost = 1;
+    }
+    rl_request_t rq = request_of(c, 2, RL_COMBINE_ALL);
+    const std::string sha(40, 'f');
+    for (int cluster = 0; cluster < 2; cluster++) {
+        std::string cmd(rl_redis_command_size(2, 3, sha.size()), '\0');
+        cmd.resize(
+            rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_DECIDE, "rl:", 3, cluster, &rq, -1));
+        const std::vector<std::string> a = args_of(cmd);
+        ASSERT_EQ(a.size(), 3u + 3 + 2 + 2 * 13);
+        EXPECT_EQ(a[2], "3");  // two states, one ban
+        char key[80];
+        EXPECT_EQ(a[3], std::string(key, rl_redis_key(key, "rl:", 3, cluster, 7, "bob", 3)));
+        EXPECT_EQ(a[4], std::string(key, rl_redis_key(key, "rl:", 3, cluster, 8, "bob", 3)));
+        // the ban's: named as a state is, under another identity
+        EXPECT_EQ(a[5].size(), a[3].size());
+        EXPECT_NE(a[5], a[3]);
+        EXPECT_NE(a[5], a[4]);
+        if (cluster) {
+            EXPECT_EQ(rl_redis_slot(a[5].data(), a[5].size()), rl_redis_slot(a[3].data(), a[3].size()));
+        }
+        EXPECT_EQ(a[8 + 11], "3600000");  // the first rule's ban=, then charge=
+        EXPECT_EQ(a[8 + 12], "0");
+    }
+}
+
+TEST(Redis, ASettleSendsTheChecksThatSettleWithWhatTheirAdmissionLeft)
+{
+    rl_rule_t tokens = rule_of("algorithm=gcra limit=1000 period=1000s charge=$c ban=1m name=tokens");
+    rl_rule_t plain = rule_of("limit=10 name=plain");
+    rl_check_t c[3] = {};
+    const rl_rule_t *rules[3] = {&plain, &tokens, &tokens};
+    for (int i = 0; i < 3; i++) {
+        c[i].rule = rules[i];
+        c[i].identity = 10 + (uint64_t) i;
+        c[i].key = "k";
+        c[i].key_len = 1;
+        c[i].cost = 2;
+        c[i].outcome = RL_OUTCOME_ALLOWED;
+        c[i].charge = 400;
+        c[i].at = kT0;
+        c[i].after.t = kT0 + 2000;
+    }
+    c[2].outcome = RL_OUTCOME_REJECTED;  // never charged
+    rl_request_t rq = request_of(c, 3, RL_COMBINE_ALL);
+    const std::string sha(40, 'f');
+    std::string cmd(rl_redis_command_size(3, 3, sha.size()), '\0');
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_SETTLE, "rl:", 3, 0, &rq, -1));
+    const std::vector<std::string> a = args_of(cmd);
+    ASSERT_EQ(a.size(), 3u + 1 + 2 + 16);
+    EXPECT_EQ(a[2], "1");  // one key: the state (a settle touches no ban)
+    char key[80];
+    EXPECT_EQ(a[3], std::string(key, rl_redis_key(key, "rl:", 3, 0, 11, "k", 1)));
+    EXPECT_EQ(a[4], "");  // Redis's clock
+    EXPECT_EQ(a[5], "settle");
+    // cost 2, delay 0, ban 60000, charge=; the charge, the head after, when
+    const std::vector<std::string> tail(a.end() - 7, a.end());
+    EXPECT_EQ(tail, (std::vector<std::string>{"2", "0", "60000", "1", "400", std::to_string(kT0 + 2000),
+                                              std::to_string(kT0)}));
+    // a charge too large for Lua's numbers: sent capped, the debt's bound
+    // caps it anyway
+    c[1].charge = RL_NO_CHARGE - 1;
+    cmd.assign(rl_redis_command_size(3, 3, sha.size()), '\0');
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_SETTLE, "rl:", 3, 0, &rq, -1));
+    EXPECT_EQ(args_of(cmd)[a.size() - 3], std::to_string(RL_REDIS_UNITS_MAX));
+    // nothing settles: no check sent
+    c[1].charge = RL_NO_CHARGE;
+    cmd.assign(rl_redis_command_size(3, 3, sha.size()), '\0');
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_SETTLE, "rl:", 3, 0, &rq, -1));
+    EXPECT_EQ(args_of(cmd).size(), 3u + 2);
+}
+
+TEST(Redis, RulesWithChargesAndBansAreDecidedInRedis)
+{
+    char err[RL_ERR_MAX];
+    for (const char *ok :
+         {"algorithm=sliding_log limit=5 period=15m charge=$c ban=1h",
+          "algorithm=gcra limit=100000 period=1h charge=$c", "algorithm=quota limit=5 reset=daily charge=$c"}) {
+        rl_rule_t r = rule_of(ok);
+        EXPECT_EQ(rl_redis_rule_ok(&r, err, sizeof(err)), RL_OK) << ok << ": " << err;
+    }
+    // a bucket owes a limit beyond its burst: (burst + limit) x period
+    rl_rule_t fits = rule_of("algorithm=gcra limit=1000000 period=6d charge=$c");
+    rl_rule_t debt = rule_of("algorithm=gcra limit=1000000 period=10d charge=$c");
+    rl_rule_t plain = rule_of("algorithm=gcra limit=1000000 period=10d");
+    EXPECT_EQ(rl_redis_rule_ok(&fits, err, sizeof(err)), RL_OK) << err;
+    EXPECT_EQ(rl_redis_rule_ok(&plain, err, sizeof(err)), RL_OK) << err;
+    EXPECT_EQ(rl_redis_rule_ok(&debt, err, sizeof(err)), RL_ERROR);
+    EXPECT_NE(std::string(err).find("(burst + limit) x period of 2000000 per 864000000 ms"), std::string::npos) << err;
 }
 
 // ---- the script against a real redis-server ---------------------------------
@@ -537,6 +779,167 @@ TEST(RedisScript, StackedRulesMatchTheCoreWithAllAndAny)
         run_trace(sha, g, t, 200, &done);
     }
     EXPECT_GE(done, 10000u);
+}
+
+// charge= and ban=: requests in flight end in any order, charged from 0 to
+// far past the debt's bound, and every decision, every charge, debt and cap
+// is the same through the script as through the core.
+TEST(RedisScript, ChargesAndBansMatchTheCoreOnRandomTraces)
+{
+    NEED_REDIS();
+    const std::string sha = script_sha();
+    std::mt19937_64 g(26);
+    int trace = 0;
+    for (const char *a : kAlgorithms) {
+        size_t done = 0;
+        while (done < 10000 && !HasFailure()) {
+            Trace t({random_charged_rule(g, a)}, RL_COMBINE_ALL, "charge:" + std::to_string(trace++) + ":");
+            run_trace(sha, g, t, 400, &done);
+        }
+        EXPECT_GE(done, 10000u) << a;
+        std::printf("%-15s %zu operations with charges and bans identical in Redis and the core\n", a, done);
+    }
+    std::printf("%zu requests ended: %zu charged, %zu in debt, %zu capped; %zu bans, %zu refusals while banned\n",
+                seen.ends, seen.charged, seen.debts, seen.capped, seen.bans, seen.banned);
+    // the traces went where the arithmetic differs most
+    EXPECT_GT(seen.debts, 1000u);
+    EXPECT_GT(seen.capped, 500u);
+    EXPECT_GT(seen.bans, 500u);
+    EXPECT_GT(seen.banned, 500u);
+}
+
+TEST(RedisScript, StackedRulesWithChargesAndBansMatchTheCore)
+{
+    NEED_REDIS();
+    const std::string sha = script_sha();
+    std::mt19937_64 g(2626);
+    size_t done = 0;
+    int trace = 0;
+    while (done < 10000 && !HasFailure()) {
+        std::vector<std::string> rules;
+        const size_t n = 2 + g() % 2;
+        for (size_t i = 0; i < n; i++) {
+            rules.push_back(random_charged_rule(g, kAlgorithms[g() % 7]));
+        }
+        Trace t(rules, g() % 2 ? RL_COMBINE_ANY : RL_COMBINE_ALL, "stackc:" + std::to_string(trace++) + ":");
+        run_trace(sha, g, t, 200, &done);
+    }
+    EXPECT_GE(done, 10000u);
+}
+
+// One request through the script on the trace's clock: its verdict.
+int call_script(const std::string &sha, const std::string &prefix, rl_request_t &rq, int call, int64_t now,
+                rl_redis_answer_t *a)
+{
+    std::string cmd(rl_redis_command_size(rq.n, prefix.size(), sha.size()), '\0');
+    cmd.resize(
+        rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, call, prefix.data(), prefix.size(), 0, &rq, now));
+    rl_resp_t reply = Redis::instance().call(cmd);
+    EXPECT_EQ(rl_redis_answer(&rq, call, &reply, a), RL_REDIS_DECIDED) << a->why;
+    return a->verdict;
+}
+
+// The tokens an upstream reports, through the script: 400 a request
+// against 1,000 per 1,000 s; three served, the key 200 in debt, the fourth
+// refused until the debt and its own unit are repaid (201 s).
+TEST(RedisScript, ChargesGoIntoDebtAndTheRefusalSaysWhenItIsRepaid)
+{
+    NEED_REDIS();
+    const std::string sha = script_sha();
+    rl_rule_t r = rule_of("limit=1000 period=1000s charge=$c name=tokens");
+    rl_redis_answer_t a;
+    int64_t now = kT0 + 5;
+    for (int i = 0; i < 3; i++, now += 10) {
+        rl_check_t c{};
+        c.rule = &r;
+        c.identity = 5;
+        c.key = "key";
+        c.key_len = 3;
+        c.cost = 1;
+        rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
+        ASSERT_EQ(call_script(sha, "tk:", rq, RL_REDIS_DECIDE, now, &a), RL_VERDICT_PASSED) << i;
+        EXPECT_EQ(c.at, now);
+        c.charge = 400;
+        call_script(sha, "tk:", rq, RL_REDIS_SETTLE, now + 5, &a);
+        EXPECT_EQ(c.charged, 400u);
+        EXPECT_EQ(c.in_debt, i == 2) << i;
+        EXPECT_EQ(c.capped, 0);
+    }
+    rl_check_t c{};
+    c.rule = &r;
+    c.identity = 5;
+    c.key = "key";
+    c.key_len = 3;
+    c.cost = 1;
+    rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
+    ASSERT_EQ(call_script(sha, "tk:", rq, RL_REDIS_DECIDE, now, &a), RL_VERDICT_REJECTED);
+    // 1,200 spent as of the first charge (kT0 + 10), at a unit a second:
+    // 200 units of debt and this request's one come back 201 s later, 25 ms
+    // of which have gone (now is kT0 + 35)
+    EXPECT_EQ(c.decision.retry_after_ms, 201000 - 25);
+    EXPECT_EQ(c.decision.remaining, 0u);
+}
+
+// A refusal bans the key (ban=) for its time, in a Redis key of its own
+// that expires with it; refusals during the ban do not extend it; a peek
+// shows it, a reset lifts it.
+TEST(RedisScript, ARefusalBansTheKeyAndAResetLiftsIt)
+{
+    NEED_REDIS();
+    const std::string sha = script_sha();
+    rl_rule_t r = rule_of("algorithm=fixed_window limit=2 period=1s ban=1h name=login");
+    auto check = [&](uint64_t cost) {
+        rl_check_t c{};
+        c.rule = &r;
+        c.identity = 77;
+        c.key = "mallory";
+        c.key_len = 7;
+        c.cost = cost;
+        return c;
+    };
+    rl_redis_answer_t a;
+    const int64_t t0 = kT0 + 86400000;
+    for (int i = 0; i < 2; i++) {
+        rl_check_t c = check(1);
+        rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
+        EXPECT_EQ(call_script(sha, "bn:", rq, RL_REDIS_DECIDE, t0 + i, &a), RL_VERDICT_PASSED);
+    }
+    rl_check_t c = check(1);
+    rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
+    EXPECT_EQ(call_script(sha, "bn:", rq, RL_REDIS_DECIDE, t0 + 10, &a), RL_VERDICT_REJECTED);
+    EXPECT_EQ(c.decision.banned_ms, 3600000);
+    EXPECT_EQ(c.decision.retry_after_ms, 3600000);
+    // the window would admit again: banned, and not for longer
+    EXPECT_EQ(call_script(sha, "bn:", rq, RL_REDIS_DECIDE, t0 + 5000, &a), RL_VERDICT_REJECTED);
+    EXPECT_EQ(c.decision.banned_ms, 3600000 - 4990);
+    EXPECT_EQ(c.decision.retry_after_ms, 3600000 - 4990);
+    // a cost it can never admit is refused, and bans nothing more
+    rl_check_t big = check(3);
+    rl_request_t brq = request_of(&big, 1, RL_COMBINE_ALL);
+    EXPECT_EQ(call_script(sha, "bn:", brq, RL_REDIS_DECIDE, t0 + 6000, &a), RL_VERDICT_REJECTED);
+    // the ban's own key, expiring with it (a test's clock: a day longer)
+    char key[80];
+    const size_t len = rl_redis_key(key, "bn:", 3, 0, 77, "mallory", 7);
+    rl_resp_t keys = Redis::instance().command({"KEYS", "bn:*"});
+    EXPECT_EQ(keys.integer, 2);
+    rl_resp_t ttl = Redis::instance().command({"PTTL", std::string(key, len)});
+    EXPECT_GT(ttl.integer, 0);
+    // a peek: the look shows the ban, the next request is refused by it
+    rl_check_t look[2] = {check(0), check(1)};
+    rl_request_t prq = request_of(look, 2, RL_COMBINE_ALL);
+    call_script(sha, "bn:", prq, RL_REDIS_PEEK, t0 + 7000, &a);
+    EXPECT_EQ(look[0].decision.allowed, 1);
+    EXPECT_EQ(look[0].decision.banned_ms, 3600000 - 6990);
+    EXPECT_EQ(look[1].decision.allowed, 0);
+    EXPECT_EQ(look[1].decision.banned_ms, 3600000 - 6990);
+    // a reset lifts it: the key is admitted afresh
+    rl_check_t gone = check(1);
+    rl_request_t rrq = request_of(&gone, 1, RL_COMBINE_ALL);
+    call_script(sha, "bn:", rrq, RL_REDIS_RESET, t0 + 8000, &a);
+    EXPECT_EQ(a.found, 1u);
+    EXPECT_EQ(a.unbanned, 1u);
+    EXPECT_EQ(Redis::instance().command({"KEYS", "bn:*"}).integer, 0);
+    EXPECT_EQ(call_script(sha, "bn:", rq, RL_REDIS_DECIDE, t0 + 9000, &a), RL_VERDICT_PASSED);
 }
 
 TEST(RedisScript, StateExpiresWhenBackToFullBudgetAndHoldsNoKeyBytes)
