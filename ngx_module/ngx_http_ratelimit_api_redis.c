@@ -9,9 +9,9 @@
  * redis_timeout).  The core writes the calls and judges the replies
  * (rl_redis_command, rl_redis_answer) as for requests.  A zone with more
  * rules than one call takes is asked in several calls, one after the other
- * (each reset logged as its call is answered).  When Redis does not answer, or its answer is
- * refused, the API says so with 409: the client asked nothing wrong, and
- * the zone's state cannot be read or reset now.
+ * (each reset logged as its call is answered).  When Redis does not
+ * answer, or its answer is refused, the API says so with 409: the client
+ * asked nothing wrong, and the zone's state cannot be read or reset now.
  */
 
 
