@@ -138,12 +138,21 @@ my $log = join '', map { RLTest::read_file($_->prefix . '/charged.log') } @fleet
 like($log, qr{^/ai 200 400 redis$}m, '$ratelimit_charged: the units sent to Redis');
 like($log, qr{^/ai 429 - redis$}m, 'a refused request is charged nothing');
 
+# a charge past the debt's bound: capped in Redis, and logged when its reply
+# says so
+is(req('/ai?t=5000', 'X-Api-Key' => 'k3')->{status}, 200, 'a request charged 5,000 of a 1,000 budget');
+ok(settled('ai', 5), 'settled');
+is(fleet_sum('ai', 'tokens', 'charged'), 1600 + 2000, 'capped at a limit beyond the budget: 2,000 charged');
+ok(RLTest::wait_until(sub { (join '', map { $_->error_log } @fleet)
+                                =~ /\[warn\] .*ratelimit: rule "tokens" in zone "ai": charge 5000 capped at 2000: a key owes at most one limit beyond its budget/ }, 5),
+   'the cap logged at warn');
+
 # ---- exact in sum: 200 requests at once over both servers ----
 
 my ($ok, $limited, $other) = RLTest::burst(ports => [ map { $_->port } @fleet ], path => '/bulk?t=7', key => 'sum',
                                            total => 200, conns => 16);
 is($ok, 200, '200 requests at once over two servers: all served');
-ok(settled('ai', 4 + 200), 'every charge settled in Redis');
+ok(settled('ai', 5 + 200), 'every charge settled in Redis');
 $k = decode_json(req('/rl/zones/ai/keys?key=sum&rule=bulk')->{content})->{rules}[0];
 is($k->{remaining}, 1000000 - 200 * 7, 'Redis holds exactly 1,400 units spent: each reservation given back, each charge spent');
 is(fleet_sum('ai', 'bulk', 'charged'), 1400, 'the servers counted 1,400 charged between them');
