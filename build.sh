@@ -436,7 +436,7 @@ fuzz() {
 check_format() {
     ensure_packages clang-format perl
     log "formatting (clang-format, tools/nginx-style)"
-    (cd "$ROOT" && clang-format --dry-run --Werror core/src/*/*.cpp core/src/*/*.h core/tools/*.cpp \
+    (cd "$ROOT" && clang-format --dry-run --Werror core/src/*/*.cpp core/src/*/*.h core/tools/*.cpp core/tools/*.h \
         tests/*.cc tests/*.h tests/fuzz/*.cc bench/*.cc \
         && tools/nginx-style ngx_module/*.c ngx_module/*.h core/include/ratelimit.h bench/clock.c) \
         || { echo "formatting: see above (clang-format -i FILE for C++)" >&2; exit 1; }

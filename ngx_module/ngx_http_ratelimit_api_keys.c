@@ -519,15 +519,14 @@ ngx_http_ratelimit_api_state_json(ngx_http_ratelimit_writer_t *w,
 
     ngx_http_ratelimit_api_field(w, ",\"remaining\":", pk->look.remaining);
     ngx_http_ratelimit_api_field(w, ",\"reset\":",
-                            ngx_http_ratelimit_seconds(pk->look.reset_ms));
+                            rl_seconds(pk->look.reset_ms));
     ngx_http_ratelimit_api_field(w, ",\"reset_ms\":",
                                  ngx_max(pk->look.reset_ms, 0));
 
-    /* Retry-After: at least 1 s when refused, as the header */
+    /* Retry-After as the header shows it */
 
     ngx_http_ratelimit_api_field(w, ",\"retry_after\":",
-        pk->next.allowed ? 0
-        : ngx_max(ngx_http_ratelimit_seconds(pk->next.retry_after_ms), 1));
+                                 rl_retry_after_seconds(&pk->next));
     ngx_http_ratelimit_api_field(w, ",\"retry_after_ms\":",
         pk->next.allowed ? 0 : ngx_max(pk->next.retry_after_ms, 0));
     ngx_http_ratelimit_api_field(w, ",\"delay_ms\":",

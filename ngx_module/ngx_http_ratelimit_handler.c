@@ -2,10 +2,12 @@
 /*
  * ngx-ratelimit: the preaccess handler.
  *
- * A request's keys and costs are evaluated, the core decides the request
- * as a whole (rl_decide, under the zones' locks; or Redis, and
- * rl_redis_answer), and the handler acts on the verdict: the request goes
- * on, is rejected, or is held on a timer while a shaping rule delays it.
+ * A request's rules' inputs are evaluated (keys, costs, limits), the core
+ * decides the request as a whole, once (rl_decide under the zones' locks;
+ * or Redis, whose reply the core judges and concludes: rl_redis_answer),
+ * and the handler applies the core's action: the request passes, is
+ * refused with the location's status, is held while a shaping rule delays
+ * it, or waits for a slot (ngx_http_ratelimit_wait.c).
  *
  * Clock: the core gets nginx's cached wall-clock time in milliseconds
  * (ngx_timeofday()).  Wall time because fixed windows are aligned to the
@@ -33,23 +35,19 @@ static void ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer);
 static ngx_int_t ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
-static ngx_int_t ngx_http_ratelimit_keep_checks(ngx_http_request_t *r,
-    ngx_http_ratelimit_ctx_t *ctx);
-static ngx_int_t ngx_http_ratelimit_delay_request(ngx_http_request_t *r,
-    ngx_http_ratelimit_ctx_t *ctx);
-static void ngx_http_ratelimit_delay(ngx_http_request_t *r);
-static void ngx_http_ratelimit_ctx_cleanup(void *data);
+static void ngx_http_ratelimit_retry(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t last);
+static void ngx_http_ratelimit_resume(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, ngx_int_t rc);
 static int ngx_http_ratelimit_alive(uint32_t pid);
 
 
 ngx_int_t
 ngx_http_ratelimit_handler(ngx_http_request_t *r)
 {
-    size_t                          order[RL_RULES_MAX];
     ngx_str_t                       key;
     ngx_uint_t                      i;
     rl_check_t                      checks[RL_RULES_MAX], *c;
-    ngx_pool_cleanup_t             *cln;
     ngx_http_ratelimit_ctx_t       *ctx;
     ngx_http_ratelimit_rule_t      *rules;
     ngx_http_ratelimit_loc_conf_t  *rlcf;
@@ -63,33 +61,21 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
     ctx = ngx_http_ratelimit_get_ctx(r);
 
     if (ctx != NULL) {
-        if (ctx->resume) {   /* decided in Redis meanwhile */
+        if (ctx->resume) {   /* decided meanwhile: Redis, or a slot */
             ctx->resume = 0;
             return ctx->rc;
         }
 
-        /* waiting for Redis; or checked already: an internal redirect or
+        /* waiting for Redis; or decided already: an internal redirect or
            a subrequest */
         return ctx->redis_waiting ? NGX_AGAIN : NGX_DECLINED;
     }
 
-    /* the context and its pool cleanup in one allocation */
-
-    cln = ngx_pcalloc(r->main->pool,
-                      sizeof(ngx_pool_cleanup_t)
-                      + sizeof(ngx_http_ratelimit_ctx_t));
-    if (cln == NULL) {
+    ctx = ngx_http_ratelimit_new_ctx(r);
+    if (ctx == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ctx = (ngx_http_ratelimit_ctx_t *) (cln + 1);
-    cln->handler = ngx_http_ratelimit_ctx_cleanup;
-    cln->data = ctx;
-    cln->next = r->main->pool->cleanup;
-    r->main->pool->cleanup = cln;
-    ngx_http_set_ctx(r->main, ctx, ngx_http_ratelimit_module);
-
-    ctx->request = r->main;
     ctx->headers = rlcf->headers;
     ctx->ends = rlcf->ends;
 
@@ -136,7 +122,7 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
     /* (a request exempt from every rule, using no zone, is not sent) */
 
     if (ngx_http_ratelimit_zone_of(&rules[0])->redis != NULL
-        && rl_request_lock_order(&ctx->rq, order) > 0)
+        && ctx->rq.locks > 0)
     {
         return ngx_http_ratelimit_decide_redis(r, ctx);
     }
@@ -146,11 +132,6 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
     return ngx_http_ratelimit_decide_local(r, ctx);
 }
 
-
-/*
- * A key that is a single variable is read in place; any other is built by
- * the complex value's script.
- */
 
 static ngx_int_t
 ngx_http_ratelimit_key(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
@@ -253,31 +234,30 @@ static ngx_int_t
 ngx_http_ratelimit_decide_local(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
-    size_t   order[RL_RULES_MAX], m;
     int64_t  now;
 
     now = ngx_http_ratelimit_now();
-    m = rl_request_lock_order(&ctx->rq, order);
 
-    ngx_http_ratelimit_lock(&ctx->rq, order, m, 1);
+    ngx_http_ratelimit_lock(&ctx->rq, 1);
     (void) rl_decide(&ctx->rq, now);
-    ngx_http_ratelimit_lock(&ctx->rq, order, m, 0);
+    ngx_http_ratelimit_lock(&ctx->rq, 0);
 
     return ngx_http_ratelimit_decided(r, ctx);
 }
 
 
 /*
- * What the core's verdict means for the request (counted already): status, log,
- * and the handler's result (the status of a rejection, NGX_DECLINED to go
- * on, or NGX_AGAIN while a shaping rule holds it).
+ * The core's action applied to a decided request (counted already): the
+ * binding rule and its decision kept for the headers and variables, the
+ * log line, and the handler's result: NGX_DECLINED to go on, the status of
+ * a refusal, or NGX_AGAIN while a shaping rule holds it or it waits for a
+ * slot.
  */
 
 static ngx_int_t
 ngx_http_ratelimit_decided(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
-    ngx_uint_t                      level;
     rl_check_t                     *binding;
     rl_request_t                   *rq;
     ngx_http_ratelimit_loc_conf_t  *rlcf;
@@ -287,112 +267,46 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
 
     /* rules with charge= or concurrency settle when the request ends */
 
-    if (ctx->ends && ngx_http_ratelimit_keep_checks(r, ctx) != NGX_OK) {
+    if (ctx->ends && ngx_http_ratelimit_keep_checks(ctx) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (rq->verdict == RL_VERDICT_EXEMPT) {
-        ctx->status = NGX_HTTP_RATELIMIT_EXEMPT;
-        return NGX_DECLINED;
+    ctx->status = rq->status;
+
+    if (rq->binding < rq->n) {
+        binding = &rq->checks[rq->binding];
+        ctx->rule = ngx_http_ratelimit_rule_of(binding);
+        ctx->applied = binding->rule;
+        ctx->decision = binding->decision;
+        ctx->tag = binding->tag;
+
+        ngx_http_ratelimit_log_verdict(r, rlcf->log_level, rq, ctx->in_wait);
     }
 
-    binding = &rq->checks[rq->binding];
-    ctx->rule = ngx_http_ratelimit_rule_of(binding);
-    ctx->applied = binding->rule;
-    ctx->decision = binding->decision;
-    ctx->tag = binding->tag;
+#if (NGX_DEBUG)
+    if (r->connection->log->log_level & NGX_LOG_DEBUG_HTTP) {
+        ngx_http_ratelimit_debug_decision(r, rq);
+    }
+#endif
 
-    switch (rq->verdict) {
+    switch (rq->action) {
 
-    case RL_VERDICT_REJECTED:
-        ngx_http_ratelimit_log(r, rlcf->log_level,
-                               rlcf->dry_run ? "would reject (dry run)"
-                                             : "rejected", binding);
-
-        if (rlcf->dry_run) {
-            ctx->status = NGX_HTTP_RATELIMIT_REJECTED_DRY_RUN;
-            return NGX_DECLINED;
-        }
-
-        ctx->status = NGX_HTTP_RATELIMIT_REJECTED;
+    case RL_ACTION_REFUSE:
         return rlcf->status_code;
 
-    case RL_VERDICT_DELAYED:
-
-        /* one level below rejections */
-        level = rlcf->log_level == NGX_LOG_INFO
-                || rlcf->log_level == NGX_HTTP_RATELIMIT_LOG_OFF
-                ? rlcf->log_level : rlcf->log_level + 1;
-
-        ngx_http_ratelimit_log(r, level,
-                               rlcf->dry_run ? "would delay (dry run)"
-                                             : "delaying", binding);
-
-        if (rlcf->dry_run) {
-            ctx->status = NGX_HTTP_RATELIMIT_DELAYED_DRY_RUN;
-            return NGX_DECLINED;
+    case RL_ACTION_DELAY:
+        if (ngx_http_ratelimit_keep_checks(ctx) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        ctx->status = NGX_HTTP_RATELIMIT_DELAYED;
-        return ngx_http_ratelimit_delay_request(r, ctx);
+        return ngx_http_ratelimit_delay(r, ctx);
 
-    case RL_VERDICT_QUEUED:
+    case RL_ACTION_WAIT:
+        return ngx_http_ratelimit_wait(r, ctx, ngx_http_ratelimit_retry);
 
-        /* waits for a slot: logged once, one level below rejections */
-        if (!ctx->in_wait) {
-            level = rlcf->log_level == NGX_LOG_INFO
-                    || rlcf->log_level == NGX_HTTP_RATELIMIT_LOG_OFF
-                    ? rlcf->log_level : rlcf->log_level + 1;
-
-            ngx_http_ratelimit_log(r, level, "waiting for a slot", binding);
-        }
-
-        return ngx_http_ratelimit_wait(r, ctx);
-
-    default: /* RL_VERDICT_PASSED */
-        ctx->status = NGX_HTTP_RATELIMIT_PASSED;
+    default: /* RL_ACTION_PASS */
         return NGX_DECLINED;
     }
-}
-
-
-/* A request decided again, waiting for a slot (ngx_http_ratelimit_wait.c). */
-
-ngx_int_t
-ngx_http_ratelimit_decide_again(ngx_http_request_t *r,
-    ngx_http_ratelimit_ctx_t *ctx)
-{
-    return ngx_http_ratelimit_decide_local(r, ctx);
-}
-
-
-/*
- * The phases run on for a request that was held (for Redis, or waiting for
- * a slot): the phase engine calls the handler again, which returns rc.
- */
-
-void
-ngx_http_ratelimit_resume(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx,
-    ngx_int_t rc)
-{
-    if (rc == NGX_AGAIN) {
-        return;   /* held by a shaping rule: its timer runs the phases on */
-    }
-
-    ctx->rc = rc;
-    ctx->resume = 1;
-    r->read_event_handler = ngx_http_block_reading;
-    r->write_event_handler = ngx_http_core_run_phases;
-    ngx_http_core_run_phases(r);
-}
-
-
-/* Whether the process holding a slot still exists (concurrency). */
-
-static int
-ngx_http_ratelimit_alive(uint32_t pid)
-{
-    return kill((ngx_pid_t) pid, 0) == 0 || ngx_errno != NGX_ESRCH;
 }
 
 
@@ -412,7 +326,7 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     zone = ngx_http_ratelimit_zone_of(
                ngx_http_ratelimit_rule_of(&ctx->rq.checks[0]));
 
-    if (ngx_http_ratelimit_keep_checks(r, ctx) != NGX_OK) {
+    if (ngx_http_ratelimit_keep_checks(ctx) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -488,7 +402,7 @@ ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
 
 /*
  * on_redis_error: local decides in the zone with the same rules; allow
- * passes the request, deny rejects it (both without rate-limit headers:
+ * passes the request, deny refuses it (both without rate-limit headers:
  * there is no decision to describe).
  */
 
@@ -496,10 +410,8 @@ static ngx_int_t
 ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
-    ngx_http_ratelimit_zone_t      *zone;
-    ngx_http_ratelimit_loc_conf_t  *rlcf;
+    ngx_http_ratelimit_zone_t  *zone;
 
-    rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
     zone = ngx_http_ratelimit_zone_of(
                ngx_http_ratelimit_rule_of(&ctx->rq.checks[0]));
 
@@ -507,195 +419,70 @@ ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
 
     switch (zone->redis->on_error) {
 
-    case NGX_HTTP_RATELIMIT_REDIS_ALLOW:
-        ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_ALLOW;
-        ctx->status = NGX_HTTP_RATELIMIT_PASSED;
-        return NGX_DECLINED;
+    case NGX_HTTP_RATELIMIT_REDIS_LOCAL:
+        ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL;
+        return ngx_http_ratelimit_decide_local(r, ctx);
 
     case NGX_HTTP_RATELIMIT_REDIS_DENY:
         ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_DENY;
+        rl_request_fail(&ctx->rq, 1);
+        return ngx_http_ratelimit_decided(r, ctx);
 
-        if (rlcf->dry_run) {
-            ctx->status = NGX_HTTP_RATELIMIT_REJECTED_DRY_RUN;
-            return NGX_DECLINED;
-        }
-
-        ctx->status = NGX_HTTP_RATELIMIT_REJECTED;
-        return rlcf->status_code;
-
-    default: /* NGX_HTTP_RATELIMIT_REDIS_LOCAL */
-        ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL;
-        return ngx_http_ratelimit_decide_local(r, ctx);
+    default: /* NGX_HTTP_RATELIMIT_REDIS_ALLOW */
+        ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_ALLOW;
+        rl_request_fail(&ctx->rq, 0);
+        return ngx_http_ratelimit_decided(r, ctx);
     }
 }
 
 
 /*
- * A request that waits, or whose rules settle when it ends, keeps its checks
- * in its pool, not on the stack.
+ * A request waiting for a slot decided again (last: it may wait no longer);
+ * unless it waits still, the phases run on with the verdict.
  */
-
-static ngx_int_t
-ngx_http_ratelimit_keep_checks(ngx_http_request_t *r,
-    ngx_http_ratelimit_ctx_t *ctx)
-{
-    rl_check_t  *checks;
-
-    if (ctx->kept) {
-        return NGX_OK;
-    }
-
-    checks = ngx_palloc(r->main->pool, ctx->rq.n * sizeof(rl_check_t));
-    if (checks == NULL) {
-        return NGX_ERROR;
-    }
-
-    ngx_memcpy(checks, ctx->rq.checks, ctx->rq.n * sizeof(rl_check_t));
-    ctx->rq.checks = checks;
-    ctx->kept = 1;
-
-    return NGX_OK;
-}
-
-
-/*
- * Holds a request for its delay on a timer, as limit_req does: the worker
- * serves others meanwhile, and a client that closes is noticed.  What the
- * request reserved in the zones is given back by the context's cleanup if
- * it is finalized before its release (what Redis reserved stays there).
- */
-
-static ngx_int_t
-ngx_http_ratelimit_delay_request(ngx_http_request_t *r,
-    ngx_http_ratelimit_ctx_t *ctx)
-{
-    if (ngx_http_ratelimit_keep_checks(r, ctx) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (r->connection->read->ready) {
-        ngx_post_event(r->connection->read, &ngx_posted_events);
-
-    } else {
-        if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-    }
-
-    ctx->waiting = 1;
-    ctx->refund = ctx->decided_by != NGX_HTTP_RATELIMIT_BY_REDIS;
-    r->read_event_handler = ngx_http_test_reading;
-    r->write_event_handler = ngx_http_ratelimit_delay;
-
-    r->connection->write->delayed = 1;
-    ngx_add_timer(r->connection->write, (ngx_msec_t) ctx->rq.delay_ms);
-
-    return NGX_AGAIN;
-}
-
 
 static void
-ngx_http_ratelimit_delay(ngx_http_request_t *r)
+ngx_http_ratelimit_retry(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx,
+    ngx_uint_t last)
 {
-    ngx_event_t               *wev;
-    ngx_http_ratelimit_ctx_t  *ctx;
+    ngx_int_t  rc;
 
-    wev = r->connection->write;
+    ctx->rq.last = last;
 
-    if (wev->delayed) {
-        if (ngx_handle_write_event(wev, 0) != NGX_OK) {
-            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        }
+    rc = ngx_http_ratelimit_decide_local(r, ctx);
 
-        return;
+    if (ctx->rq.action != RL_ACTION_WAIT) {
+        ngx_http_ratelimit_wait_leave(ctx);
+        ngx_http_ratelimit_resume(r, ctx, rc);
+    }
+}
+
+
+/*
+ * The phases run on for a request that was held (for Redis, or waiting for
+ * a slot): the phase engine calls the handler again, which returns rc.
+ */
+
+static void
+ngx_http_ratelimit_resume(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx,
+    ngx_int_t rc)
+{
+    if (rc == NGX_AGAIN) {
+        return;   /* held by a shaping rule: its timer runs the phases on */
     }
 
-    ctx = ngx_http_ratelimit_get_ctx(r);
-    if (ctx != NULL) {
-        ctx->waiting = 0;
-    }
-
-    if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
-    }
-
+    ctx->rc = rc;
+    ctx->resume = 1;
     r->read_event_handler = ngx_http_block_reading;
     r->write_event_handler = ngx_http_core_run_phases;
-
     ngx_http_core_run_phases(r);
 }
 
 
-int64_t
-ngx_http_ratelimit_now(void)
+/* Whether the process holding a slot still exists (concurrency). */
+
+static int
+ngx_http_ratelimit_alive(uint32_t pid)
 {
-    ngx_time_t  *tp;
-
-    tp = ngx_timeofday();
-
-    return (int64_t) tp->sec * 1000 + tp->msec;
-}
-
-
-/*
- * The request's context.  Internal redirects (error_page, try_files, ...)
- * and a filter finalizing the request clear module contexts, so the context
- * also lives as a cleanup of the main request's pool, where it is found
- * again (as realip finds its own): a redirected request is neither counted
- * twice nor left without its headers and variables.
- */
-
-ngx_http_ratelimit_ctx_t *
-ngx_http_ratelimit_get_ctx(ngx_http_request_t *r)
-{
-    ngx_pool_cleanup_t        *cln;
-    ngx_http_ratelimit_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(r->main, ngx_http_ratelimit_module);
-
-    if (ctx != NULL || !(r->main->internal || r->main->filter_finalize)) {
-        return ctx;
-    }
-
-    for (cln = r->main->pool->cleanup; cln; cln = cln->next) {
-        if (cln->handler == ngx_http_ratelimit_ctx_cleanup) {
-            ctx = cln->data;
-            ngx_http_set_ctx(r->main, ctx, ngx_http_ratelimit_module);
-            return ctx;
-        }
-    }
-
-    return NULL;
-}
-
-
-static void
-ngx_http_ratelimit_ctx_cleanup(void *data)
-{
-    ngx_http_ratelimit_ctx_t  *ctx = data;
-
-    size_t  order[RL_RULES_MAX], m;
-
-    if (ctx->redis_waiting) {
-        ngx_http_ratelimit_redis_cancel(&ctx->redis);
-    }
-
-    /* a delayed request finalized before its release, whatever finalized
-       it: what it reserved is given back, once */
-
-    if (ctx->waiting && ctx->refund) {
-        ctx->refund = 0;
-        m = rl_request_lock_order(&ctx->rq, order);
-        ngx_http_ratelimit_lock(&ctx->rq, order, m, 1);
-        rl_request_refund(&ctx->rq, ngx_http_ratelimit_now());
-        ngx_http_ratelimit_lock(&ctx->rq, order, m, 0);
-    }
-
-    /* a request waiting for a slot leaves this worker's list; one whose
-       log phase did not run gives back its slots and places (and keeps
-       the cost a charge= rule reserved: its charge is not known) */
-
-    ngx_http_ratelimit_wait_leave(ctx);
-    ngx_http_ratelimit_end(ctx, 0);
+    return kill((ngx_pid_t) pid, 0) == 0 || ngx_errno != NGX_ESRCH;
 }

@@ -108,6 +108,7 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
     u_char                     *p, *v;
     size_t                      len;
     ngx_str_t                  *name;
+    uint64_t                    retry_after;
     ngx_uint_t                  status;
     const rl_rule_t            *applied;
     ngx_http_ratelimit_ctx_t   *ctx;
@@ -170,7 +171,7 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
         /* a policy with no window (concurrency) has no time to tell */
 
         v = p;
-        p = ngx_http_ratelimit_number(p, ngx_http_ratelimit_seconds(
+        p = ngx_http_ratelimit_number(p, rl_seconds(
                                              ctx->decision.reset_ms));
         if (ctx->decision.window_ms > 0
             && ngx_http_ratelimit_add_header(r,
@@ -183,7 +184,7 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
     }
 
     if (!(ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF)
-        && ctx->status != NGX_HTTP_RATELIMIT_REJECTED)
+        && ctx->status != RL_STATUS_REJECTED)
     {
         return ngx_http_next_header_filter(r);
     }
@@ -207,7 +208,7 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
 
         if (ctx->decision.window_ms > 0) {
             p = ngx_cpymem(p, ";w=", 3);
-            p = ngx_http_ratelimit_number(p, ngx_http_ratelimit_seconds(
+            p = ngx_http_ratelimit_number(p, rl_seconds(
                                                  ctx->decision.window_ms));
         }
 
@@ -226,7 +227,7 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
 
         if (ctx->decision.window_ms > 0) {
             p = ngx_cpymem(p, ";t=", 3);
-            p = ngx_http_ratelimit_number(p, ngx_http_ratelimit_seconds(
+            p = ngx_http_ratelimit_number(p, rl_seconds(
                                                  ctx->decision.available_ms));
         }
 
@@ -244,14 +245,14 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
 
     status = r->headers_out.status;
 
-    if (ctx->status == NGX_HTTP_RATELIMIT_REJECTED
-        && ctx->decision.retry_after_ms > 0
+    retry_after = rl_retry_after_seconds(&ctx->decision);
+
+    if (ctx->status == RL_STATUS_REJECTED && retry_after > 0
         && (status == NGX_HTTP_TOO_MANY_REQUESTS
             || status == NGX_HTTP_SERVICE_UNAVAILABLE))
     {
         v = p;
-        p = ngx_http_ratelimit_number(p, ngx_max(ngx_http_ratelimit_seconds(
-                                          ctx->decision.retry_after_ms), 1));
+        p = ngx_http_ratelimit_number(p, retry_after);
         name = &ngx_http_ratelimit_retry_after_header;
 
         if (ngx_http_ratelimit_add_header(r, name, v, p - v) != NGX_OK) {
@@ -337,15 +338,6 @@ ngx_http_ratelimit_number(u_char *p, uint64_t n)
 }
 
 
-/* Whole seconds, rounded up: headers never promise too early. */
-
-uint64_t
-ngx_http_ratelimit_seconds(int64_t ms)
-{
-    return ms <= 0 ? 0 : ((uint64_t) ms + 999) / 1000;
-}
-
-
 static ngx_int_t
 ngx_http_ratelimit_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
@@ -418,14 +410,13 @@ ngx_http_ratelimit_variable(ngx_http_request_t *r,
         break;
 
     case NGX_HTTP_RATELIMIT_VAR_RESET:
-        p = ngx_http_ratelimit_number(p, ngx_http_ratelimit_seconds(
+        p = ngx_http_ratelimit_number(p, rl_seconds(
                                              ctx->decision.reset_ms));
         break;
 
     default: /* NGX_HTTP_RATELIMIT_VAR_RETRY_AFTER */
-        p = ngx_http_ratelimit_number(p, ctx->decision.allowed ? 0
-                 : ngx_max(ngx_http_ratelimit_seconds(
-                               ctx->decision.retry_after_ms), 1));
+        p = ngx_http_ratelimit_number(p,
+                                      rl_retry_after_seconds(&ctx->decision));
         break;
     }
 

@@ -13,6 +13,8 @@
 #include "ngx_http_ratelimit_module.h"
 
 
+static void ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
+    const char *what, rl_check_t *check);
 static ngx_uint_t ngx_http_ratelimit_log_line(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, rl_check_t *check, ngx_uint_t level);
 static u_char *ngx_http_ratelimit_log_key(u_char *p, u_char *last,
@@ -30,7 +32,136 @@ static u_char *ngx_http_ratelimit_log_context(ngx_log_t *log, u_char *buf,
 #define NGX_HTTP_RATELIMIT_FOLD_BAD        2
 
 
+/*
+ * The line of a decided request, at the location's level: its refusal
+ * ("would reject" in a dry run); its delay, or its wait for a slot (the
+ * first time), one level lower; nothing for a request that passed.
+ */
+
 void
+ngx_http_ratelimit_log_verdict(ngx_http_request_t *r, ngx_uint_t level,
+    rl_request_t *rq, ngx_uint_t waited)
+{
+    ngx_uint_t   lower;
+    rl_check_t  *binding;
+
+    binding = &rq->checks[rq->binding];
+
+    /* one level below the location's: delays, waits */
+    lower = level == NGX_LOG_INFO || level == NGX_HTTP_RATELIMIT_LOG_OFF
+            ? level : level + 1;
+
+    switch (rq->verdict) {
+
+    case RL_VERDICT_REJECTED:
+        ngx_http_ratelimit_log(r, level,
+                               rq->dry_run ? "would reject (dry run)"
+                                           : "rejected", binding);
+        break;
+
+    case RL_VERDICT_DELAYED:
+        ngx_http_ratelimit_log(r, lower,
+                               rq->dry_run ? "would delay (dry run)"
+                                           : "delaying", binding);
+        break;
+
+    case RL_VERDICT_QUEUED:
+        if (!waited) {
+            ngx_http_ratelimit_log(r, lower, "waiting for a slot", binding);
+        }
+
+        break;
+
+    default:
+        break;
+    }
+}
+
+
+#if (NGX_DEBUG)
+
+/*
+ * With nginx built --with-debug and debug_connection (or error_log ...
+ * debug): each decision, as limit_req shows its own, and each rule's part
+ * in it, keys by fingerprint.
+ */
+
+void
+ngx_http_ratelimit_debug_decision(ngx_http_request_t *r, rl_request_t *rq)
+{
+    size_t                      i;
+    ngx_log_t                   log;
+    rl_check_t                 *c;
+    ngx_http_ratelimit_rule_t  *rule;
+
+    static const char  *verdicts[] = { "passed", "delayed", "rejected",
+                                       "exempt", "queued" };
+
+    ngx_http_ratelimit_request_log(r, &log);
+
+    ngx_log_debug5(NGX_LOG_DEBUG_HTTP, &log, 0,
+                   "ratelimit: request %s%s, %uz rule(s), delay %L ms, "
+                   "binding %uz",
+                   verdicts[rq->verdict % 5],
+                   rq->dry_run ? " (dry run)" : "", rq->n, rq->delay_ms,
+                   rq->binding);
+
+    for (i = 0; i < rq->n; i++) {
+        c = &rq->checks[i];
+        rule = ngx_http_ratelimit_rule_of(c);
+
+        if (c->key_len == 0) {
+            ngx_log_debug1(NGX_LOG_DEBUG_HTTP, &log, 0,
+                           "ratelimit: rule \"%V\": exempt (empty key)",
+                           &rule->name);
+            continue;
+        }
+
+        ngx_log_debug8(NGX_LOG_DEBUG_HTTP, &log, 0,
+                       "ratelimit: rule \"%V\" key %016xL cost %uL: %s, "
+                       "remaining %uL, retry after %L ms, delay %L ms%s",
+                       &rule->name, c->tag, c->cost,
+                       c->decision.allowed ? "allows"
+                       : c->decision.queued ? "queues" : "refuses",
+                       c->decision.remaining, c->decision.retry_after_ms,
+                       c->decision.delay_ms,
+                       c->decision.banned_ms ? " (banned)" : "");
+    }
+}
+
+
+void
+ngx_http_ratelimit_debug_end(ngx_http_request_t *r, rl_request_t *rq,
+    int freed, ngx_uint_t charges)
+{
+    size_t                      i;
+    ngx_log_t                   log;
+    rl_check_t                 *c;
+    ngx_http_ratelimit_rule_t  *rule;
+
+    ngx_http_ratelimit_request_log(r, &log);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, &log, 0,
+                   "ratelimit: request ended, %d slot(s) given back%s",
+                   freed, charges ? "" : ", no charges (no log phase)");
+
+    for (i = 0; i < rq->n; i++) {
+        c = &rq->checks[i];
+        rule = ngx_http_ratelimit_rule_of(c);
+
+        if (c->charge != RL_NO_CHARGE) {
+            ngx_log_debug5(NGX_LOG_DEBUG_HTTP, &log, 0,
+                           "ratelimit: rule \"%V\" key %016xL charged %uL "
+                           "of %uL%s", &rule->name, c->tag, c->charged,
+                           c->charge, c->in_debt ? ", in debt" : "");
+        }
+    }
+}
+
+#endif
+
+
+static void
 ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
     const char *what, rl_check_t *check)
 {

@@ -2,22 +2,11 @@
 /*
  * ngx-ratelimit: the nginx glue's shared types.
  *
- * The glue evaluates nginx values (keys, costs), takes the zones' locks and
- * acts on what the core decides (core/include/ratelimit.h: every algorithm,
- * the rule parser, the key table, the decision of a whole request).  Where
- * each part is: docs/architecture.md.
- *
- *   ngx_http_ratelimit_module.c   directives, configuration, set-up
- *   ngx_http_ratelimit_zone.c     shared memory zones: layout, reload
- *   ngx_http_ratelimit_handler.c  the preaccess handler: a request decided,
- *                                 rejected or delayed; its context
- *   ngx_http_ratelimit_log.c      log lines of rejections and delays
- *   ngx_http_ratelimit_headers.c  response headers, variables
- *   ngx_http_ratelimit_stats.c    ratelimit_stats: JSON, Prometheus; the
- *                                 response writer
- *   ngx_http_ratelimit_api*.c     ratelimit_api: keys looked up, reset; the
- *                                 keys refused most
- *   ngx_http_ratelimit_redis*.c   zones decided in Redis
+ * The glue evaluates nginx values (keys, costs, charges), takes the zones'
+ * locks and applies what the core decides (core/include/ratelimit.h: every
+ * algorithm, the rule parser, the key table, the decision of a whole
+ * request).  Which file holds what, and how they depend on each other:
+ * docs/architecture.md.
  */
 
 #ifndef NGX_HTTP_RATELIMIT_MODULE_H
@@ -31,14 +20,6 @@
 #include "ratelimit.h"
 #include "ngx_http_ratelimit_redis.h"
 
-
-/* $ratelimit_status */
-#define NGX_HTTP_RATELIMIT_PASSED            1
-#define NGX_HTTP_RATELIMIT_DELAYED           2
-#define NGX_HTTP_RATELIMIT_REJECTED          3
-#define NGX_HTTP_RATELIMIT_DELAYED_DRY_RUN   4
-#define NGX_HTTP_RATELIMIT_REJECTED_DRY_RUN  5
-#define NGX_HTTP_RATELIMIT_EXEMPT            6
 
 /* $ratelimit_decided_by: where the decision was taken */
 #define NGX_HTTP_RATELIMIT_BY_LOCAL          1
@@ -154,9 +135,15 @@ typedef struct {
 } ngx_http_ratelimit_main_conf_t;
 
 
+typedef struct ngx_http_ratelimit_ctx_s  ngx_http_ratelimit_ctx_t;
+
+/* Decides a request waiting for a slot again (last: it may wait no longer). */
+typedef void (*ngx_http_ratelimit_retry_pt)(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t last);
+
 /* Per request, on r->main; found again after internal redirects. */
-typedef struct {
-    ngx_uint_t                   status;    /* NGX_HTTP_RATELIMIT_* */
+struct ngx_http_ratelimit_ctx_s {
+    ngx_uint_t                   status;    /* enum rl_status */
     ngx_uint_t                   headers;   /* mode of the checking location */
     ngx_uint_t                   decided_by; /* NGX_HTTP_RATELIMIT_BY_* */
 
@@ -178,7 +165,7 @@ typedef struct {
     unsigned                     headers_done:1;
     unsigned                     finalized:1; /* headers sent again after a
                                                  filter finalized */
-    unsigned                     waiting:1;  /* delayed, not yet released */
+    unsigned                     delayed:1;  /* delayed, not yet released */
     unsigned                     refund:1;   /* give back if abandoned */
     unsigned                     redis_waiting:1;
     unsigned                     resume:1;   /* the handler returns rc */
@@ -193,7 +180,8 @@ typedef struct {
     ngx_queue_t                  wait_link; /* in this worker's waiting
                                                requests */
     ngx_msec_t                   wait_until; /* its max_wait is over */
-} ngx_http_ratelimit_ctx_t;
+    ngx_http_ratelimit_retry_pt  retry;     /* decides it again */
+};
 
 
 /* A response being written: a chain of buffers (stats.c). */
@@ -210,27 +198,32 @@ extern ngx_module_t  ngx_http_ratelimit_module;
 
 /* ngx_http_ratelimit_handler.c */
 ngx_int_t ngx_http_ratelimit_handler(ngx_http_request_t *r);
-ngx_http_ratelimit_ctx_t *ngx_http_ratelimit_get_ctx(ngx_http_request_t *r);
-ngx_int_t ngx_http_ratelimit_decide_again(ngx_http_request_t *r,
-    ngx_http_ratelimit_ctx_t *ctx);
-void ngx_http_ratelimit_resume(ngx_http_request_t *r,
-    ngx_http_ratelimit_ctx_t *ctx, ngx_int_t rc);
-int64_t ngx_http_ratelimit_now(void);
 
-/* ngx_http_ratelimit_end.c */
+/* ngx_http_ratelimit_request.c */
+ngx_http_ratelimit_ctx_t *ngx_http_ratelimit_new_ctx(ngx_http_request_t *r);
+ngx_http_ratelimit_ctx_t *ngx_http_ratelimit_get_ctx(ngx_http_request_t *r);
+ngx_int_t ngx_http_ratelimit_keep_checks(ngx_http_ratelimit_ctx_t *ctx);
 ngx_int_t ngx_http_ratelimit_end_handler(ngx_http_request_t *r);
 void ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx,
     ngx_uint_t charges);
 
 /* ngx_http_ratelimit_wait.c */
-ngx_int_t ngx_http_ratelimit_wait(ngx_http_request_t *r,
+ngx_int_t ngx_http_ratelimit_delay(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
+ngx_int_t ngx_http_ratelimit_wait(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, ngx_http_ratelimit_retry_pt retry);
 void ngx_http_ratelimit_wait_wake(void);
 void ngx_http_ratelimit_wait_leave(ngx_http_ratelimit_ctx_t *ctx);
 
 /* ngx_http_ratelimit_log.c */
-void ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
-    const char *what, rl_check_t *check);
+void ngx_http_ratelimit_log_verdict(ngx_http_request_t *r, ngx_uint_t level,
+    rl_request_t *rq, ngx_uint_t waited);
+#if (NGX_DEBUG)
+void ngx_http_ratelimit_debug_decision(ngx_http_request_t *r,
+    rl_request_t *rq);
+void ngx_http_ratelimit_debug_end(ngx_http_request_t *r, rl_request_t *rq,
+    int freed, ngx_uint_t charges);
+#endif
 void ngx_http_ratelimit_log_bad(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, const char *what);
 ngx_int_t ngx_http_ratelimit_log_init(ngx_conf_t *cf,
@@ -259,14 +252,12 @@ void ngx_http_ratelimit_top(ngx_http_ratelimit_zone_t *zone, int slot,
     rl_top_t *top);
 ngx_http_ratelimit_zone_t *ngx_http_ratelimit_next_zone(ngx_cycle_t *cycle,
     ngx_list_part_t **part, ngx_uint_t *i);
-void ngx_http_ratelimit_lock(rl_request_t *rq, size_t *order, size_t m,
-    ngx_uint_t lock);
+void ngx_http_ratelimit_lock(rl_request_t *rq, ngx_uint_t lock);
 
 /* ngx_http_ratelimit_headers.c */
 ngx_int_t ngx_http_ratelimit_headers_init(ngx_conf_t *cf);
 ngx_int_t ngx_http_ratelimit_add_variables(ngx_conf_t *cf);
 u_char *ngx_http_ratelimit_number(u_char *p, uint64_t n);
-uint64_t ngx_http_ratelimit_seconds(int64_t ms);
 
 /* ngx_http_ratelimit_stats.c */
 char *ngx_http_ratelimit_stats(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -290,6 +281,22 @@ void ngx_http_ratelimit_write_key(ngx_http_ratelimit_writer_t *w,
     const u_char *data, size_t len, ngx_uint_t cut);
 void ngx_http_ratelimit_write_metric(ngx_http_ratelimit_writer_t *w,
     const char *prefix, const char *name, const char *suffix);
+
+/*
+ * The clock the core decides on: nginx's cached wall-clock time, in ms
+ * (the handler's comment says why wall time).
+ */
+
+static ngx_inline int64_t
+ngx_http_ratelimit_now(void)
+{
+    ngx_time_t  *tp;
+
+    tp = ngx_timeofday();
+
+    return (int64_t) tp->sec * 1000 + tp->msec;
+}
+
 
 #define ngx_http_ratelimit_puts(w, s)                                         \
     ngx_http_ratelimit_write(w, s, sizeof(s) - 1)

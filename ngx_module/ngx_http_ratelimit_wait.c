@@ -1,17 +1,21 @@
 
 /*
- * ngx-ratelimit: requests waiting for a slot (algorithm=concurrency with
- * max_wait).
+ * ngx-ratelimit: requests held on timers, without blocking the worker.
  *
- * The core keeps the key's queue in the zone, first come first served
- * across every worker (rl_decide answers RL_VERDICT_QUEUED and gives the
- * request a ticket).  Here a worker holds its waiting requests without
- * blocking: each is decided again, in the order they came, when a slot is
- * given back in this worker (at once), on a timer every
- * NGX_HTTP_RATELIMIT_WAIT_POLL ms for slots given back in other workers,
- * and a last time when its max_wait is over (then it is refused, and leaves
- * the queue).  A client that goes away while waiting leaves the queue with
- * its request (the context's cleanup).
+ * A request a shaping rule delays (leaky_bucket) is held for its delay, as
+ * limit_req holds one: the worker serves others meanwhile, and a client
+ * that closes is noticed; what it reserved is given back if it is
+ * finalized before its release (the context's cleanup).
+ *
+ * A request that waits for a slot (algorithm=concurrency with max_wait) is
+ * in the key's queue, which the core keeps in the zone, first come first
+ * served across every worker (RL_VERDICT_QUEUED, with a ticket).  Here a
+ * worker holds its waiting requests and has them decided again (by the
+ * handler's retry), in the order they came: when a slot is given back in
+ * this worker (at once), on a timer every NGX_HTTP_RATELIMIT_WAIT_POLL ms
+ * for slots given back in other workers, and a last time when a request's
+ * max_wait is over.  A client that goes away while waiting leaves the queue
+ * with its request (the context's cleanup).
  */
 
 
@@ -21,10 +25,13 @@
 #define NGX_HTTP_RATELIMIT_WAIT_POLL  20
 
 
+static void ngx_http_ratelimit_delayed(ngx_http_request_t *r);
 static void ngx_http_ratelimit_wait_timer(ngx_http_request_t *r);
 static void ngx_http_ratelimit_wait_poll(ngx_event_t *ev);
-static void ngx_http_ratelimit_wait_retry(ngx_http_request_t *r,
-    ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t last);
+static void ngx_http_ratelimit_wait_retry(ngx_http_ratelimit_ctx_t *ctx,
+    ngx_uint_t last);
+static ngx_int_t ngx_http_ratelimit_hold(ngx_http_request_t *r,
+    ngx_http_event_handler_pt handler, ngx_msec_t timer);
 
 
 /* This worker's waiting requests, oldest first, and its poll. */
@@ -33,15 +40,64 @@ static ngx_event_t  ngx_http_ratelimit_poll_event;
 
 
 /*
- * RL_VERDICT_QUEUED: the request waits, at most rq.delay_ms from the first
- * time it was queued.
+ * RL_ACTION_DELAY: held for rq.delay_ms, then the phases run on (its
+ * checks are in its pool, for a refund).
  */
 
 ngx_int_t
-ngx_http_ratelimit_wait(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx)
+ngx_http_ratelimit_delay(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx)
 {
-    ngx_msec_t  left;
+    ctx->delayed = 1;
+    ctx->refund = ctx->decided_by != NGX_HTTP_RATELIMIT_BY_REDIS;
 
+    return ngx_http_ratelimit_hold(r, ngx_http_ratelimit_delayed,
+                                   (ngx_msec_t) ctx->rq.delay_ms);
+}
+
+
+static void
+ngx_http_ratelimit_delayed(ngx_http_request_t *r)
+{
+    ngx_event_t               *wev;
+    ngx_http_ratelimit_ctx_t  *ctx;
+
+    wev = r->connection->write;
+
+    if (wev->delayed) {
+        if (ngx_handle_write_event(wev, 0) != NGX_OK) {
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        }
+
+        return;
+    }
+
+    /* held, the request was not redirected: its context is in place */
+    ctx = ngx_http_get_module_ctx(r->main, ngx_http_ratelimit_module);
+    if (ctx != NULL) {
+        ctx->delayed = 0;
+    }
+
+    if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    r->read_event_handler = ngx_http_block_reading;
+    r->write_event_handler = ngx_http_core_run_phases;
+
+    ngx_http_core_run_phases(r);
+}
+
+
+/*
+ * RL_ACTION_WAIT: the request waits, at most rq.delay_ms from the first
+ * time it was queued; retry decides it again.
+ */
+
+ngx_int_t
+ngx_http_ratelimit_wait(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx,
+    ngx_http_ratelimit_retry_pt retry)
+{
     if (!ctx->in_wait) {
         if (ngx_http_ratelimit_poll_event.handler == NULL) {
             ngx_queue_init(&ngx_http_ratelimit_waiting);
@@ -52,21 +108,15 @@ ngx_http_ratelimit_wait(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx)
 
         ngx_queue_insert_tail(&ngx_http_ratelimit_waiting, &ctx->wait_link);
         ctx->in_wait = 1;
+        ctx->retry = retry;
         ctx->wait_until = ngx_current_msec + (ngx_msec_t) ctx->rq.delay_ms;
 
-        if (r->connection->read->ready) {
-            ngx_post_event(r->connection->read, &ngx_posted_events);
-
-        } else if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
+        if (ngx_http_ratelimit_hold(r, ngx_http_ratelimit_wait_timer,
+                                    (ngx_msec_t) ctx->rq.delay_ms)
+            != NGX_AGAIN)
+        {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
-
-        r->read_event_handler = ngx_http_test_reading;
-        r->write_event_handler = ngx_http_ratelimit_wait_timer;
-
-        left = ctx->wait_until - ngx_current_msec;
-        r->connection->write->delayed = 1;
-        ngx_add_timer(r->connection->write, left);
     }
 
     if (!ngx_http_ratelimit_poll_event.timer_set) {
@@ -97,14 +147,14 @@ ngx_http_ratelimit_wait_wake(void)
 void
 ngx_http_ratelimit_wait_leave(ngx_http_ratelimit_ctx_t *ctx)
 {
-    if (ctx->in_wait) {
-        ngx_queue_remove(&ctx->wait_link);
-        ctx->in_wait = 0;
+    if (!ctx->in_wait) {
+        return;
     }
 
-    if (ngx_http_ratelimit_poll_event.handler != NULL
-        && ngx_queue_empty(&ngx_http_ratelimit_waiting))
-    {
+    ngx_queue_remove(&ctx->wait_link);
+    ctx->in_wait = 0;
+
+    if (ngx_queue_empty(&ngx_http_ratelimit_waiting)) {
         if (ngx_http_ratelimit_poll_event.timer_set) {
             ngx_del_timer(&ngx_http_ratelimit_poll_event);
         }
@@ -134,9 +184,9 @@ ngx_http_ratelimit_wait_timer(ngx_http_request_t *r)
         return;
     }
 
-    ctx = ngx_http_ratelimit_get_ctx(r);
+    ctx = ngx_http_get_module_ctx(r->main, ngx_http_ratelimit_module);
     if (ctx != NULL && ctx->in_wait) {
-        ngx_http_ratelimit_wait_retry(r, ctx, 1);
+        ngx_http_ratelimit_wait_retry(ctx, 1);
     }
 }
 
@@ -148,7 +198,6 @@ ngx_http_ratelimit_wait_poll(ngx_event_t *ev)
 {
     ngx_queue_t               *q, *next;
     ngx_connection_t          *c;
-    ngx_http_request_t        *r;
     ngx_http_ratelimit_ctx_t  *ctx;
 
     for (q = ngx_queue_head(&ngx_http_ratelimit_waiting);
@@ -157,10 +206,9 @@ ngx_http_ratelimit_wait_poll(ngx_event_t *ev)
     {
         next = ngx_queue_next(q);
         ctx = ngx_queue_data(q, ngx_http_ratelimit_ctx_t, wait_link);
-        r = ctx->request;
-        c = r->connection;
+        c = ctx->request->connection;
 
-        ngx_http_ratelimit_wait_retry(r, ctx, 0);
+        ngx_http_ratelimit_wait_retry(ctx, 0);
         ngx_http_run_posted_requests(c);
     }
 
@@ -171,32 +219,57 @@ ngx_http_ratelimit_wait_poll(ngx_event_t *ev)
 
 
 /*
- * Decides a waiting request again (last: it may wait no longer, so that
- * a decision that would queue it refuses it); unless it still waits, it
- * leaves the list and the phases run on with the verdict.
+ * A waiting request decided again (the handler's retry, which lets it go on
+ * unless it waits still): its own timer is off meanwhile, so that a verdict
+ * that delays it may set its own; one that waits still gets the rest of
+ * its max_wait.
  */
 
 static void
-ngx_http_ratelimit_wait_retry(ngx_http_request_t *r,
-    ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t last)
+ngx_http_ratelimit_wait_retry(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t last)
 {
-    ngx_int_t  rc;
+    ngx_msec_int_t  left;
+    ngx_event_t    *wev;
 
-    ctx->rq.last = last;
+    wev = ctx->request->connection->write;
 
-    rc = ngx_http_ratelimit_decide_again(r, ctx);
-
-    if (ctx->rq.verdict == RL_VERDICT_QUEUED) {
-        return;
+    if (wev->timer_set) {
+        ngx_del_timer(wev);
     }
 
-    ngx_http_ratelimit_wait_leave(ctx);
+    wev->delayed = 0;
 
-    if (r->connection->write->timer_set) {
-        ngx_del_timer(r->connection->write);
+    ctx->retry(ctx->request, ctx, last);
+
+    if (ctx->in_wait) {
+        left = (ngx_msec_int_t) (ctx->wait_until - ngx_current_msec);
+        wev->delayed = 1;
+        ngx_add_timer(wev, left > 0 ? (ngx_msec_t) left : 1);
+    }
+}
+
+
+/*
+ * Holds a request on its write event's timer: reading goes on (a client
+ * that closes is noticed), and handler runs when the timer fires.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_hold(ngx_http_request_t *r,
+    ngx_http_event_handler_pt handler, ngx_msec_t timer)
+{
+    if (r->connection->read->ready) {
+        ngx_post_event(r->connection->read, &ngx_posted_events);
+
+    } else if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    r->connection->write->delayed = 0;
+    r->read_event_handler = ngx_http_test_reading;
+    r->write_event_handler = handler;
 
-    ngx_http_ratelimit_resume(r, ctx, rc);
+    r->connection->write->delayed = 1;
+    ngx_add_timer(r->connection->write, timer);
+
+    return NGX_AGAIN;
 }

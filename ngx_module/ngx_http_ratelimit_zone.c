@@ -775,21 +775,36 @@ ngx_http_ratelimit_top(ngx_http_ratelimit_zone_t *zone, int slot,
 
 
 /*
- * Locks (lock = 1) or unlocks the m zones the request uses, each once, in
- * the order rl_request_lock_order() gives (by address, so that two requests
+ * Locks (lock = 1) or unlocks the zones the request uses, each once, in
+ * the order the core gives (rq->order: by address, so that two requests
  * never wait for each other).
  */
 
 void
-ngx_http_ratelimit_lock(rl_request_t *rq, size_t *order, size_t m,
-    ngx_uint_t lock)
+ngx_http_ratelimit_lock(rl_request_t *rq, ngx_uint_t lock)
 {
-    size_t                      i;
+    uint32_t                    i, m;
     ngx_http_ratelimit_zone_t  *zone;
+
+    m = rq->locks;
+
+    if (m == 1) {   /* most requests: one zone */
+        zone = ngx_http_ratelimit_zone_of(ngx_http_ratelimit_rule_of(
+                   &rq->checks[rq->order[0]]));
+
+        if (lock) {
+            ngx_shmtx_lock(&zone->shpool->mutex);
+
+        } else {
+            ngx_shmtx_unlock(&zone->shpool->mutex);
+        }
+
+        return;
+    }
 
     for (i = 0; i < m; i++) {
         zone = ngx_http_ratelimit_zone_of(ngx_http_ratelimit_rule_of(
-                   &rq->checks[order[lock ? i : m - 1 - i]]));
+                   &rq->checks[rq->order[lock ? i : m - 1 - i]]));
 
         if (lock) {
             ngx_shmtx_lock(&zone->shpool->mutex);

@@ -214,7 +214,10 @@ my @canned_names = ('odd <b>&amp;</b>', '</script><script>window.pwned=1</script
                     'hasOwnProperty');
 RLTest::write_file("$p/html/canned/stats.json", JSON::PP->new->canonical->encode({
     version => '9.8.7',
-    zones => { bare => { rules => { r1 => {} } },
+    zones => { bare => { rules => { r1 => {},
+                                    # a concurrency rule, and a rule with charge=
+                                    slots => { allowed => 5, in_flight => 2, peak => 3, waited => 4 },
+                                    tokens => { allowed => 3, charged => 1600, debts => 1 } } },
                map { ($_ => { keys => 3, rules => { map { ($_ => { rejected => 7 }) } @canned_names } }) }
                @canned_names } }));
 RLTest::write_file("$p/htpasswd", "ops:{PLAIN}secret\n");
@@ -296,6 +299,11 @@ has($dom, qr/<p id="apinote">Top refused keys need ratelimit_api: \/nothing\/zon
 $dom = RLBrowser::dump_dom("$url/dashboard-canned");
 has($dom, qr/<span id="version">v9\.8\.7<\/span>/, 'canned stats: a version shown');
 has($dom, qr/<article class="rule" data-rule="r1">/, 'canned stats: a rule without figures shown');
+has($dom, qr/class="total-in_flight"[^>]*data-value="2"|data-value="2"[^>]*class="total-in_flight"/, 'canned stats: slots in flight shown');
+has($dom, qr/class="total-peak"[^>]*data-value="3"|data-value="3"[^>]*class="total-peak"/, 'canned stats: the most at once');
+has($dom, qr/class="total-waited"[^>]*data-value="4"|data-value="4"[^>]*class="total-waited"/, 'canned stats: requests that waited');
+has($dom, qr/class="total-charged"[^>]*data-value="1600"|data-value="1600"[^>]*class="total-charged"/, 'canned stats: units charged');
+has($dom, qr/class="total-debts"[^>]*data-value="1"|data-value="1"[^>]*class="total-debts"/, 'canned stats: requests left in debt');
 has($dom, qr/<span class="zname">odd &lt;b&gt;&amp;amp;&lt;\/b&gt;<\/span>/, 'canned stats: a name is text, not markup');
 has($dom, qr/<span id="status">live/, 'canned stats: no page error');
 for my $name (@canned_names) {

@@ -218,3 +218,21 @@ TEST(Concurrency, ARefusedWaiterLeavesTheQueue)
     rl_table_peek(z.zone.mem, &z.rules[1], next.checks[1].tag, 1, kT0 + 2, &p);
     EXPECT_EQ(p.waiting, 0u);
 }
+
+TEST(Concurrency, ABanKeepsTheKeyOutAsForOtherAlgorithms)
+{
+    Zone z({"algorithm=concurrency limit=1 ban=1m name=c"});
+    Request a(z, "k", 10), b(z, "k", 10), c(z, "k", 10);
+    EXPECT_EQ(a.decide(kT0), RL_VERDICT_PASSED);
+    EXPECT_EQ(b.decide(kT0 + 1), RL_VERDICT_REJECTED);  // no slot: the ban starts
+    EXPECT_EQ(b.checks[0].decision.banned_ms, 60000);
+    EXPECT_EQ(b.checks[0].decision.retry_after_ms, 60000);
+    a.end(kT0 + 2);
+    EXPECT_EQ(c.decide(kT0 + 3), RL_VERDICT_REJECTED);  // a slot is free, but banned
+    EXPECT_EQ(c.checks[0].decision.retry_after_ms, 59998);
+    EXPECT_EQ(c.checks[0].slot, 0u);
+    EXPECT_EQ(stats_of(z, "c").in_flight, 0u);
+    Request d(z, "k", 10);
+    EXPECT_EQ(d.decide(kT0 + 60001), RL_VERDICT_PASSED);
+    d.end(kT0 + 60002);
+}

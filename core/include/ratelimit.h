@@ -376,6 +376,32 @@ enum rl_combine {
     RL_COMBINE_ANY              /* one allowing rule is enough */
 };
 
+/*
+ * What the caller does with a request once it is decided (out of
+ * rl_decide(), rl_redis_answer() and rl_request_fail()), a dry run
+ * included: it passes; it is held for delay_ms first; it is refused; or it
+ * waits for a slot (RL_VERDICT_QUEUED).
+ */
+enum rl_action {
+    RL_ACTION_PASS = 0,
+    RL_ACTION_DELAY,
+    RL_ACTION_REFUSE,
+    RL_ACTION_WAIT
+};
+
+/* What became of a request, as $ratelimit_status shows it (0: nothing yet,
+   or the request's zones could not decide it and it passed or was refused
+   without a decision to describe: no binding rule then). */
+enum rl_status {
+    RL_STATUS_NONE = 0,
+    RL_STATUS_PASSED,
+    RL_STATUS_DELAYED,
+    RL_STATUS_REJECTED,
+    RL_STATUS_DELAYED_DRY_RUN,
+    RL_STATUS_REJECTED_DRY_RUN,
+    RL_STATUS_EXEMPT
+};
+
 enum rl_verdict {
     RL_VERDICT_PASSED = 0,
     RL_VERDICT_DELAYED,         /* admitted, to be held delay_ms first */
@@ -439,7 +465,10 @@ typedef struct {
                                        remaining when passed, the longest
                                        delay when delayed, the longest
                                        wait when rejected; the first of
-                                       equals */
+                                       equals; n: none (exempt, or a
+                                       request no zone decided) */
+    int                  action;    /* out: enum rl_action */
+    int                  status;    /* out: enum rl_status */
     int64_t              delay_ms;  /* out: RL_VERDICT_DELAYED; QUEUED: the
                                        longest it may wait (max_wait) */
     uint32_t             holder;    /* in: who holds the slots it takes
@@ -452,18 +481,37 @@ typedef struct {
                                        decision that would queue it
                                        refuses it, and it leaves the
                                        queues */
+    uint8_t              order[RL_RULES_MAX]; /* out of rl_request_hash():
+                                       one check of each table the request
+                                       uses, in the order to lock them (by
+                                       address, so that two requests never
+                                       wait for each other); */
+    uint32_t             locks;     /*   how many (0: exempt from every
+                                       rule) */
 } rl_request_t;
 
-/* Hashes every key with its table's secret; needs no lock. */
+/* Hashes every key with its table's secret, and orders the tables to lock
+   (order, locks); needs no lock. */
 RL_API void rl_request_hash(rl_request_t *rq);
 
 /*
- * The tables the request uses, in the order to lock them (by address, so
- * that two requests never wait for each other): writes the index of one
- * check of each, none for a request exempt from every rule; returns how
- * many.
+ * A request its zones could not decide (a Redis zone whose server does not
+ * answer, with on_redis_error=allow or deny): it passes, or is refused (a
+ * dry run: passes), with no binding rule and no outcome counted.
  */
-RL_API size_t rl_request_lock_order(const rl_request_t *rq, size_t *order);
+RL_API void rl_request_fail(rl_request_t *rq, int refuse);
+
+/*
+ * The Retry-After of a decision, in whole seconds as the headers, the
+ * variables and the key API show it: 0 for an admission, or a refusal
+ * with no time to wait for (a concurrency slot); else its wait rounded up,
+ * at least 1.
+ */
+RL_API uint64_t rl_retry_after_seconds(const rl_decision_t *d);
+
+/* Milliseconds as whole seconds, rounded up (headers never promise too
+   early); 0 for none. */
+RL_API uint64_t rl_seconds(int64_t ms);
 
 /* Decides and commits the request; returns its verdict (see above). */
 RL_API int rl_decide(rl_request_t *rq, int64_t now_ms);
@@ -491,7 +539,7 @@ RL_API void rl_request_refund(rl_request_t *rq, int64_t now_ms);
  * empty budget: a larger charge is capped there, and `capped` says so.  A
  * request refused, or not admitted by the rule (combine any), is never
  * charged.  Call it once per request; the caller holds the locks
- * (rl_request_lock_order).
+ * (rq->order).
  */
 #define RL_NO_CHARGE  UINT64_MAX
 RL_API int rl_request_end(rl_request_t *rq, int64_t now_ms);

@@ -1,7 +1,7 @@
-// Fixed window (seed 001, seed 004): at most `limit` cost units per window
-// of `period`.  Windows start at multiples of period since the Unix epoch
-// (align=epoch) or at a key's first request (align=first, seed 001's
-// "user-defined start").  State: t = the window's end, n = units spent in it.
+// Fixed window: at most `limit` cost units per window of `period`.  Windows
+// start at multiples of period since the Unix epoch (align=epoch) or at a
+// key's first request (align=first).  State: t = the window's end, n =
+// units spent in it.
 //
 // A charge (charge=, spent when a request ends) may exceed what the window
 // has left: the excess, up to a limit, is counted in the next window, whose

@@ -1,4 +1,4 @@
-// GCRA, the generic cell rate algorithm (seed 003; seed 004's default).
+// GCRA, the generic cell rate algorithm (the default algorithm).
 //
 // Emission interval T = period/limit, tolerance tau = T * burst.  The state
 // is the theoretical arrival time TAT: the instant the key is back to full

@@ -1,13 +1,12 @@
-// Leaky bucket, the shaper (seed 002's "wait-until" limiter; seed 004's
-// leaky bucket): requests leave at a steady limit per period.  A request
+// Leaky bucket, the shaper (a "wait-until" limiter): requests leave at a
+// steady limit per period.  A request
 // over the pace is not rejected but delayed to its slot; only one that would
 // wait longer than max_delay is rejected.
 //
 // The state is the instant the queue drains (the wait-until timestamp,
 // which is GCRA's TAT): a request's slot starts at max(drain, now), and it
-// moves the drain instant cost * T later.  Seed 002 also moves the timestamp
-// on a rejected hit (capped); here a rejection consumes nothing, like every
-// other algorithm, so the cap is implied: the drain instant never passes
+// moves the drain instant cost * T later.  A rejection consumes nothing,
+// like every other algorithm's, so the drain instant never passes
 // now + (delay + cost) * T + max_delay.
 //
 // Two stages, as nginx's limit_req with burst=B delay=D: the first `delay`

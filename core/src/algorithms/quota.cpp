@@ -1,4 +1,4 @@
-// Quota (seed 004): a budget of `limit` units per calendar day, week (from
+// Quota: a budget of `limit` units per calendar day, week (from
 // Monday) or month, resetting on the real boundary: months of 28 to 31 days,
 // leap years.  The calendar is a fixed offset from UTC (utc_offset=+HH:MM):
 // no daylight saving time, so a boundary is the same on every machine and in

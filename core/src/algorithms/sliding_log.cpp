@@ -1,4 +1,4 @@
-// Sliding log (seed 001, seed 004): exact.  A key keeps the time of every
+// Sliding log: exact.  A key keeps the time of every
 // admitted unit of the last period; a request of cost q is admitted iff the
 // units in the window (now - period, now] plus q are at most limit.  Its
 // Retry-After is exact: when enough of the oldest units have left.

@@ -1,5 +1,5 @@
-// Sliding window, the sub-bucketed counter (seed 001's approximated sliding
-// window; seed 004's sliding window).  The window W = period is cut into
+// Sliding window, the sub-bucketed counter (an approximated sliding
+// window).  The window W = period is cut into
 // S = buckets ticks; a key counts the units admitted in each of the last
 // S + 1 ticks.  The window ending now covers the S newest ticks (the current
 // one partly) and a part of the oldest: its estimated count is

@@ -188,23 +188,22 @@ Checked check(rl_request_t &rq, int64_t now_ms)
         items[i].banned = false;
         if (rule.algorithm == RL_CONCURRENCY) {
             decide_slots(rq, i, items[i].state, now_ms);
-            allowing += c[i].decision.allowed;
-            queuing += c[i].decision.queued;
-            applying++;
-            continue;
+        } else {
+            // a head-only state is updated on the copy: that is the new head
+            c[i].decision = transition(rule, items[i].state, now_ms, c[i].cost, !blob);
+            c[i].after = items[i].state.head;
         }
-        // a head-only state is updated on the copy: that is the new head
-        c[i].decision = transition(rule, items[i].state, now_ms, c[i].cost, !blob);
-        c[i].after = items[i].state.head;
         if (rule.ban_ms > 0 && c[i].cost > 0) {
             const int64_t until = banned_until(table, c[i].tag, now_ms);
             if (until != 0) {
                 items[i].banned = true;
                 items[i].state.head = c[i].after = c[i].before;  // nothing spent
+                c[i].decision.queued = 0;                        // nor waited for
                 refuse_until(c[i].decision, until, now_ms);
             }
         }
         allowing += c[i].decision.allowed;
+        queuing += c[i].decision.queued;
         applying++;
     }
 

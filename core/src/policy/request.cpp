@@ -50,7 +50,9 @@ int conclude(rl_request_t &rq, bool allowed, bool queued)
                 rq.binding = rq.binding == n ? i : rq.binding;
             }
         }
-        return rq.verdict = RL_VERDICT_QUEUED;
+        rq.verdict = RL_VERDICT_QUEUED;
+        act(rq);
+        return rq.verdict;
     }
     if (n == 1) {  // most requests: the one rule binds, whatever it decided
         rl_check_t &only = rq.checks[0];
@@ -65,6 +67,10 @@ int conclude(rl_request_t &rq, bool allowed, bool queued)
                      : rq.delay_ms > 0 ? RL_VERDICT_DELAYED
                                        : RL_VERDICT_PASSED;
         only.outcome = outcome_of(only, allowed, rq.verdict == RL_VERDICT_DELAYED, rq.dry_run != 0);
+        if (!applying) {
+            rq.binding = n;  // exempt: no rule to describe
+        }
+        act(rq);
         return rq.verdict;
     }
     size_t applying = 0, fewest = n, longest = n;  // longest delay, or wait
@@ -100,7 +106,38 @@ int conclude(rl_request_t &rq, bool allowed, bool queued)
     for (size_t i = 0; i < n; i++) {
         rq.checks[i].outcome = outcome_of(c[i], allowed, rq.verdict == RL_VERDICT_DELAYED, rq.dry_run != 0);
     }
+    if (!applying) {
+        rq.binding = n;  // exempt: no rule to describe
+    }
+    act(rq);
     return rq.verdict;
+}
+
+void act(rl_request_t &rq)
+{
+    const bool dry = rq.dry_run != 0;
+    switch (rq.verdict) {
+    case RL_VERDICT_REJECTED:
+        rq.action = dry ? RL_ACTION_PASS : RL_ACTION_REFUSE;
+        rq.status = dry ? RL_STATUS_REJECTED_DRY_RUN : RL_STATUS_REJECTED;
+        break;
+    case RL_VERDICT_DELAYED:
+        rq.action = dry ? RL_ACTION_PASS : RL_ACTION_DELAY;
+        rq.status = dry ? RL_STATUS_DELAYED_DRY_RUN : RL_STATUS_DELAYED;
+        break;
+    case RL_VERDICT_QUEUED:  // a dry run never waits (check.cpp)
+        rq.action = RL_ACTION_WAIT;
+        rq.status = RL_STATUS_NONE;
+        break;
+    case RL_VERDICT_EXEMPT:
+        rq.action = RL_ACTION_PASS;
+        rq.status = RL_STATUS_EXEMPT;
+        break;
+    default:
+        rq.action = RL_ACTION_PASS;
+        rq.status = RL_STATUS_PASSED;
+        break;
+    }
 }
 
 void count(const rl_request_t &rq, int64_t now)
@@ -122,41 +159,54 @@ extern "C" {
 
 void rl_request_hash(rl_request_t *rq)
 {
+    uint32_t m = 0;
     for (size_t i = 0; i < rq->n; i++) {
         rl_check_t &c = rq->checks[i];
-        if (rl::applies(c)) {
-            const rl::Table *t = rl::Table::at(c.table);
-            c.tag = t->tag(c.identity, c.key, c.key_len);
-            t->prefetch(c.tag);
+        if (!rl::applies(c)) {
+            continue;
         }
+        const rl::Table *t = rl::Table::at(c.table);
+        c.tag = t->tag(c.identity, c.key, c.key_len);
+        t->prefetch(c.tag);
+        // the tables, each once, sorted by address: the order to lock them
+        uint32_t at = 0;
+        while (at < m && (uintptr_t) rq->checks[rq->order[at]].table < (uintptr_t) c.table) {
+            at++;
+        }
+        if (at < m && rq->checks[rq->order[at]].table == c.table) {
+            continue;
+        }
+        for (uint32_t k = m++; k > at; k--) {
+            rq->order[k] = rq->order[k - 1];
+        }
+        rq->order[at] = (uint8_t) i;
+    }
+    rq->locks = m;
+}
+
+void rl_request_fail(rl_request_t *rq, int refuse)
+{
+    rq->verdict = refuse ? RL_VERDICT_REJECTED : RL_VERDICT_PASSED;
+    rq->binding = rq->n;
+    rq->delay_ms = 0;
+    rl::act(*rq);
+    for (size_t i = 0; i < rq->n; i++) {
+        rq->checks[i].outcome = -1;
     }
 }
 
-size_t rl_request_lock_order(const rl_request_t *rq, size_t *order)
+uint64_t rl_seconds(int64_t ms)
 {
-    if (rq->n == 1) {  // the common case: one rule, one table
-        order[0] = 0;
-        return rl::applies(rq->checks[0]) ? 1 : 0;
+    return ms <= 0 ? 0 : ((uint64_t) ms + 999) / 1000;
+}
+
+uint64_t rl_retry_after_seconds(const rl_decision_t *d)
+{
+    if (d->allowed || d->retry_after_ms <= 0) {
+        return 0;
     }
-    size_t m = 0;
-    for (size_t i = 0; i < rq->n; i++) {
-        const void *t = rq->checks[i].table;
-        if (!rl::applies(rq->checks[i])) {
-            continue;
-        }
-        size_t at = 0;  // kept sorted by table address, each table once
-        while (at < m && (uintptr_t) rq->checks[order[at]].table < (uintptr_t) t) {
-            at++;
-        }
-        if (at < m && rq->checks[order[at]].table == t) {
-            continue;
-        }
-        for (size_t k = m++; k > at; k--) {
-            order[k] = order[k - 1];
-        }
-        order[at] = i;
-    }
-    return m;
+    const uint64_t s = rl_seconds(d->retry_after_ms);
+    return s > 1 ? s : 1;
 }
 
 int rl_decide(rl_request_t *rq, int64_t now_ms)

@@ -37,6 +37,10 @@ Checked check(rl_request_t &rq, int64_t now_ms);
 // are decided (request.cpp; rl_decide and rl_redis_answer end with it).
 int conclude(rl_request_t &rq, bool allowed, bool queued = false);
 
+// The action and status of a request whose verdict is set (a dry run
+// passes whatever the verdict; request.cpp).
+void act(rl_request_t &rq);
+
 // Counts the refusals of a concluded request among its rules' top keys
 // (keys.cpp).  The caller holds the locks.
 void note_refused(const rl_request_t &rq, int64_t now);

@@ -1,0 +1,297 @@
+
+/*
+ * ngx-ratelimit: a request's context, and its end.
+ *
+ * The context lives on the main request and, as a cleanup of its pool, is
+ * found again after internal redirects (error_page, try_files, ...) and a
+ * filter finalizing the request, which clear module contexts (as realip
+ * finds its own): a redirected request is neither decided twice nor left
+ * without its headers and variables.
+ *
+ * What a request holds is settled once, when it ends (the log phase: after
+ * the response went out, or when the client went away early): a rule with
+ * charge= spends what its value says, evaluated once; a concurrency rule's
+ * slot and place in a queue are given back, and a request waiting in this
+ * worker for a slot is woken.  The core settles every rule under the
+ * zones' locks, taken once (rl_request_end); a request decided in Redis
+ * has its charges sent there (ngx_http_ratelimit_redis_settle.c).  A
+ * request that never reaches the log phase is settled by its context's
+ * cleanup, without charges.
+ */
+
+
+#include "ngx_http_ratelimit_module.h"
+
+
+static void ngx_http_ratelimit_ctx_cleanup(void *data);
+static void ngx_http_ratelimit_charged(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx);
+static uint64_t ngx_http_ratelimit_charge_value(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule, rl_check_t *check);
+
+
+/* A new context, with its pool cleanup in the same allocation. */
+
+ngx_http_ratelimit_ctx_t *
+ngx_http_ratelimit_new_ctx(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t        *cln;
+    ngx_http_ratelimit_ctx_t  *ctx;
+
+    cln = ngx_pcalloc(r->main->pool,
+                      sizeof(ngx_pool_cleanup_t)
+                      + sizeof(ngx_http_ratelimit_ctx_t));
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    ctx = (ngx_http_ratelimit_ctx_t *) (cln + 1);
+    cln->handler = ngx_http_ratelimit_ctx_cleanup;
+    cln->data = ctx;
+    cln->next = r->main->pool->cleanup;
+    r->main->pool->cleanup = cln;
+    ngx_http_set_ctx(r->main, ctx, ngx_http_ratelimit_module);
+
+    ctx->request = r->main;
+
+    return ctx;
+}
+
+
+ngx_http_ratelimit_ctx_t *
+ngx_http_ratelimit_get_ctx(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t        *cln;
+    ngx_http_ratelimit_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r->main, ngx_http_ratelimit_module);
+
+    if (ctx != NULL || !(r->main->internal || r->main->filter_finalize)) {
+        return ctx;
+    }
+
+    for (cln = r->main->pool->cleanup; cln; cln = cln->next) {
+        if (cln->handler == ngx_http_ratelimit_ctx_cleanup) {
+            ctx = cln->data;
+            ngx_http_set_ctx(r->main, ctx, ngx_http_ratelimit_module);
+            return ctx;
+        }
+    }
+
+    return NULL;
+}
+
+
+/*
+ * A request that waits, or whose rules settle when it ends, keeps its
+ * checks in its pool, not on the handler's stack.
+ */
+
+ngx_int_t
+ngx_http_ratelimit_keep_checks(ngx_http_ratelimit_ctx_t *ctx)
+{
+    rl_check_t  *checks;
+
+    if (ctx->kept) {
+        return NGX_OK;
+    }
+
+    checks = ngx_palloc(ctx->request->pool, ctx->rq.n * sizeof(rl_check_t));
+    if (checks == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(checks, ctx->rq.checks, ctx->rq.n * sizeof(rl_check_t));
+    ctx->rq.checks = checks;
+    ctx->kept = 1;
+
+    return NGX_OK;
+}
+
+
+/* The log phase's handler: the request settled, with its charges. */
+
+ngx_int_t
+ngx_http_ratelimit_end_handler(ngx_http_request_t *r)
+{
+    ngx_http_ratelimit_ctx_t  *ctx;
+
+    if (r != r->main) {
+        return NGX_DECLINED;
+    }
+
+    ctx = ngx_http_ratelimit_get_ctx(r);
+
+    if (ctx != NULL) {
+        ngx_http_ratelimit_end(ctx, 1);
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * Whatever finalized the request: Redis is not waited for any longer; what
+ * a delayed request reserved is given back (once); a request waiting for a
+ * slot leaves this worker's list; and one whose log phase did not run is
+ * settled, keeping the cost each charge= rule reserved (its charge is not
+ * known).
+ */
+
+static void
+ngx_http_ratelimit_ctx_cleanup(void *data)
+{
+    ngx_http_ratelimit_ctx_t  *ctx = data;
+
+    if (ctx->redis_waiting) {
+        ngx_http_ratelimit_redis_cancel(&ctx->redis);
+    }
+
+    if (ctx->delayed && ctx->refund) {
+        ctx->refund = 0;
+        ngx_http_ratelimit_lock(&ctx->rq, 1);
+        rl_request_refund(&ctx->rq, ngx_http_ratelimit_now());
+        ngx_http_ratelimit_lock(&ctx->rq, 0);
+    }
+
+    ngx_http_ratelimit_wait_leave(ctx);
+    ngx_http_ratelimit_end(ctx, 0);
+}
+
+
+/*
+ * Settles the request, once: with charges evaluated (charges: in the log
+ * phase) or without (the cost each charge= rule reserved stands).  A
+ * request decided in Redis is settled there, its charges sent and not
+ * waited for (a Redis zone has no rule that ends here but charge= ones:
+ * rl_redis_rule_ok); one decided by on_redis_error=allow or deny reserved
+ * nothing, and is charged nothing.
+ */
+
+void
+ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
+{
+    int                         freed;
+    size_t                      i;
+    rl_check_t                 *c;
+    ngx_http_request_t         *r;
+    ngx_http_ratelimit_rule_t  *rule;
+
+    if (!ctx->ends || ctx->ended || !ctx->kept
+        || (ctx->decided_by != NGX_HTTP_RATELIMIT_BY_LOCAL
+            && ctx->decided_by != NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL
+            && ctx->decided_by != NGX_HTTP_RATELIMIT_BY_REDIS))
+    {
+        return;
+    }
+
+    ctx->ended = 1;
+    r = ctx->request;
+
+    for (i = 0; i < ctx->rq.n; i++) {
+        c = &ctx->rq.checks[i];
+        rule = ngx_http_ratelimit_rule_of(c);
+        c->charge = charges && rl_check_charges(c)
+                    ? ngx_http_ratelimit_charge_value(r, rule, c)
+                    : RL_NO_CHARGE;
+    }
+
+    if (ctx->decided_by == NGX_HTTP_RATELIMIT_BY_REDIS) {
+        rule = ngx_http_ratelimit_rule_of(&ctx->rq.checks[0]);
+        ngx_http_ratelimit_redis_settle(ngx_http_ratelimit_zone_of(rule)->redis,
+                                        &ctx->rq);
+
+        if (charges) {
+            ngx_http_ratelimit_charged(r, ctx);
+        }
+
+        return;
+    }
+
+    ngx_http_ratelimit_lock(&ctx->rq, 1);
+    freed = rl_request_end(&ctx->rq, ngx_http_ratelimit_now());
+    ngx_http_ratelimit_lock(&ctx->rq, 0);
+
+#if (NGX_DEBUG)
+    if (r->connection->log->log_level & NGX_LOG_DEBUG_HTTP) {
+        ngx_http_ratelimit_debug_end(r, &ctx->rq, freed, charges);
+    }
+#endif
+
+    if (freed > 0) {
+        ngx_http_ratelimit_wait_wake();
+    }
+
+    if (charges) {
+        ngx_http_ratelimit_charged(r, ctx);
+    }
+}
+
+
+/*
+ * What the request's charges came to: $ratelimit_charged (the first
+ * charging rule's units; in Redis, the units sent), and a line for a charge
+ * the debt's bound cut (in Redis: when its reply says so).
+ */
+
+static void
+ngx_http_ratelimit_charged(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx)
+{
+    size_t                      i;
+    char                        err[RL_ERR_MAX];
+    rl_check_t                 *c;
+    ngx_http_ratelimit_rule_t  *rule;
+
+    ctx->charged_set = 0;
+
+    for (i = 0; i < ctx->rq.n; i++) {
+        c = &ctx->rq.checks[i];
+        rule = ngx_http_ratelimit_rule_of(c);
+
+        if (c->charge == RL_NO_CHARGE) {
+            continue;
+        }
+
+        if (!ctx->charged_set) {
+            ctx->charged = c->charged;
+            ctx->charged_set = 1;
+        }
+
+        if (c->capped) {
+            ngx_snprintf((u_char *) err, sizeof(err),
+                         "charge %uL capped at %uL: a key owes at most one "
+                         "limit beyond its budget%Z", c->charge, c->charged);
+            ngx_http_ratelimit_log_bad(r, rule, err);
+        }
+    }
+}
+
+
+/*
+ * The value of a rule's charge=: the core says what it counts as
+ * (rl_rule_charge); a bad one spends the request's cost, logged as other
+ * bad values are.
+ */
+
+static uint64_t
+ngx_http_ratelimit_charge_value(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule, rl_check_t *check)
+{
+    char       err[RL_ERR_MAX];
+    uint64_t   units;
+    ngx_str_t  value;
+
+    if (ngx_http_complex_value(r, rule->charge, &value) != NGX_OK) {
+        ngx_str_null(&value);
+    }
+
+    if (rl_rule_charge((char *) value.data, value.len, check->cost, &units,
+                       err, sizeof(err))
+        != RL_OK)
+    {
+        ngx_http_ratelimit_log_bad(r, rule, err);
+    }
+
+    return units;
+}
