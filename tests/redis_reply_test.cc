@@ -2,7 +2,7 @@
 // value at its bound and one past it, wrong types, wrong counts, error
 // replies, redirections out of shape), the reader's length bound, and the
 // core's own decisions on random steady traces (what the script gives, as
-// tests/redis_test.cc shows) always taken.
+// tests/redis_trace_test.cc shows) always taken.
 #include <random>
 #include <string>
 #include <vector>
@@ -603,7 +603,7 @@ TEST(Resp, AReplyLongerThanTheBoundIsRefusedAsSoonAsItSaysSo)
 }
 
 // The core's own decisions, written as the script writes them (the script
-// gives the core's decisions: tests/redis_test.cc), on random traces of a
+// gives the core's decisions: tests/redis_trace_test.cc), on random traces of a
 // steady clock, with variable limits and bursts changing under a key: every
 // one is taken, even with all its times RL_REDIS_CLOCK_SLACK_MS later.  A
 // bound too tight for what the algorithm produces fails here.
