@@ -60,8 +60,10 @@ PACKAGES=(nginx nginx-dev cmake make g++ libgtest-dev libpcre2-dev libssl-dev
           zlib1g-dev perl redis-server gdb)
 # what the end-to-end tests need beyond the build: t/dashboard.t opens the
 # dashboard in Debian's headless Chromium; t/security_surface.t measures
-# nginx -t's memory with /usr/bin/time
-TEST_PACKAGES=(chromium time)
+# nginx -t's memory with /usr/bin/time; t/grpc.t runs a real gRPC server and
+# client (python3-grpcio, with Debian's own python3) and looks at the HTTP/2
+# answer with curl
+TEST_PACKAGES=(chromium time python3-grpcio curl)
 
 # bold on a terminal only: CI logs and files get plain text
 if [ -t 2 ]; then
@@ -206,10 +208,11 @@ build_release() {
         rm -rf "$dir"
         mkdir -p "$dir/src"
         tar xzf "$tarball" -C "$dir/src" --strip-components=1
-        # realip, stub_status and auth_request: the modules t/ uses beyond
-        # the default ones
+        # realip, stub_status, auth_request and v2 (t/grpc.t's h2c and
+        # grpc_pass): the modules t/ uses beyond the default ones
         (cd "$dir/src" && CXXFLAGS=$STRICT_CXXFLAGS auto/configure --prefix="$dir/prefix" --with-compat \
             --with-http_realip_module --with-http_stub_status_module --with-http_auth_request_module \
+            --with-http_v2_module \
             "$add=$ROOT" >"$dir/configure.log" 2>&1) \
             || { tail -30 "$dir/configure.log"; die "configure of nginx $version failed"; }
         echo "$stamp" >"$dir/.stamp"
@@ -420,7 +423,7 @@ fuzz() {
     ensure_packages clang libclang-rt-14-dev cmake make
     build_core "$dir" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DRL_FUZZ=ON -DRL_TESTS=OFF \
         -DRL_BENCH=OFF -DRL_TOOLS_DIR="$dir"
-    for t in rule transition resp; do
+    for t in rule transition resp api; do
         log "fuzz_$t for ${seconds}s"
         mkdir -p "$dir/corpus/$t"
         cp "$ROOT/tests/fuzz/corpus/$t/"* "$dir/corpus/$t/"

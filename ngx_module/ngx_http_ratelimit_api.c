@@ -1,9 +1,11 @@
 
 /*
- * ngx-ratelimit: ratelimit_api, the key API: the directive, the request's
- * path and parameters, errors and the answer's sending (what it answers is
- * in ngx_http_ratelimit_api_keys.c).  In a prefix location, paths relative
- * to it:
+ * ngx-ratelimit: ratelimit_api, the key API: the directive, a request read
+ * by the core (rl_api_request: its path, method and parameters, and every
+ * error's answer), its zone and rule found; the zones and the keys each
+ * rule refuses most answered here, a key's state by
+ * ngx_http_ratelimit_api_keys.c (or ngx_http_ratelimit_api_redis.c).  In a
+ * prefix location, paths relative to it:
  *
  *   GET    zones                     the zones, their rules and figures
  *   GET    zones/NAME                one of them
@@ -18,7 +20,7 @@
  * 404 (no such resource, zone or rule), 405 (with Allow) or 409 (a Redis
  * zone whose Redis did not answer).  A key is read and reset through the
  * core (rl_table_peek, rl_table_reset), under the zone's lock as a request
- * takes it, in a worker; or in Redis (ngx_http_ratelimit_api_redis.c).
+ * takes it, in a worker; or in Redis.
  */
 
 
@@ -26,51 +28,14 @@
 #include "ngx_http_ratelimit_api.h"
 
 
-/* A query parameter a resource takes: its name and where it goes. */
-typedef struct {
-    ngx_str_t                    name;
-    ngx_uint_t                   resources; /* bits of 1 << resource */
-} ngx_http_ratelimit_api_param_t;
-
-
 static ngx_int_t ngx_http_ratelimit_api_handler(ngx_http_request_t *r);
-static ngx_int_t ngx_http_ratelimit_api_path(ngx_http_request_t *r,
+static ngx_http_ratelimit_zone_t *ngx_http_ratelimit_api_zone(rl_str_t *name);
+static ngx_int_t ngx_http_ratelimit_api_zones(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q);
-static ngx_int_t ngx_http_ratelimit_api_args(ngx_http_request_t *r,
+static ngx_int_t ngx_http_ratelimit_api_top(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q);
-static ngx_int_t ngx_http_ratelimit_api_arg(ngx_http_request_t *r,
-    ngx_http_ratelimit_api_req_t *q, ngx_uint_t which, ngx_str_t *value);
-static ngx_http_ratelimit_zone_t *ngx_http_ratelimit_api_zone(
-    ngx_str_t *name);
-static ngx_int_t ngx_http_ratelimit_api_bad(ngx_http_request_t *r,
-    ngx_http_ratelimit_api_req_t *q, ngx_uint_t status, const char *fmt, ...);
-static ngx_str_t *ngx_http_ratelimit_api_shown(ngx_http_request_t *r,
-    ngx_str_t *s);
-
-
-static ngx_str_t  ngx_http_ratelimit_api_names[] = {
-    ngx_string("zones"),
-    ngx_string("zone"),
-    ngx_string("keys"),
-    ngx_string("top")
-};
-
-
-#define NGX_HTTP_RATELIMIT_API_ARG_KEY          0
-#define NGX_HTTP_RATELIMIT_API_ARG_FINGERPRINT  1
-#define NGX_HTTP_RATELIMIT_API_ARG_RULE         2
-
-static ngx_http_ratelimit_api_param_t  ngx_http_ratelimit_api_params[] = {
-    { ngx_string("key"), 1 << NGX_HTTP_RATELIMIT_API_KEYS },
-    { ngx_string("fingerprint"), 1 << NGX_HTTP_RATELIMIT_API_KEYS },
-    { ngx_string("rule"), 1 << NGX_HTTP_RATELIMIT_API_KEYS
-                          | 1 << NGX_HTTP_RATELIMIT_API_TOP },
-    { ngx_null_string, 0 }
-};
-
-
-static ngx_str_t  ngx_http_ratelimit_api_type =
-    ngx_string("application/json");
+static ngx_uint_t ngx_http_ratelimit_api_rule_asked(
+    ngx_http_ratelimit_api_req_t *q, ngx_http_ratelimit_rule_t *rule);
 
 
 /* ratelimit_api [write=on|off]; */
@@ -130,9 +95,10 @@ static ngx_int_t
 ngx_http_ratelimit_api_handler(ngx_http_request_t *r)
 {
     ngx_int_t                        rc;
-    ngx_uint_t                       methods;
-    ngx_table_elt_t                 *allow;
-    ngx_http_ratelimit_api_req_t     q;
+    ngx_str_t                        rule;
+    ngx_keyval_t                     allow;
+    ngx_http_core_loc_conf_t        *clcf;
+    ngx_http_ratelimit_api_req_t    *q;
     ngx_http_ratelimit_loc_conf_t   *rlcf;
 
     if (ngx_http_ratelimit_answer_headers(r, NULL) != NGX_OK) {
@@ -144,370 +110,69 @@ ngx_http_ratelimit_api_handler(ngx_http_request_t *r)
         return rc;
     }
 
-    ngx_memzero(&q, sizeof(ngx_http_ratelimit_api_req_t));
-
-    if (ngx_http_ratelimit_api_path(r, &q) != NGX_OK) {
-        return ngx_http_ratelimit_api_error(r, NGX_HTTP_NOT_FOUND,
-                   "no such resource: expected zones, zones/NAME, "
-                   "zones/NAME/keys or zones/NAME/top");
+    q = ngx_pcalloc(r->pool, sizeof(ngx_http_ratelimit_api_req_t));
+    if (q == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-
-    methods = NGX_HTTP_GET|NGX_HTTP_HEAD;
-    if (q.resource == NGX_HTTP_RATELIMIT_API_KEYS) {
-        methods |= NGX_HTTP_DELETE;
-    }
-
-    if (!(r->method & methods)) {
-        allow = ngx_list_push(&r->headers_out.headers);
-        if (allow == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        allow->hash = 1;
-        ngx_str_set(&allow->key, "Allow");
-#if (nginx_version >= 1023000)
-        allow->next = NULL;
-#endif
-
-        if (methods & NGX_HTTP_DELETE) {
-            ngx_str_set(&allow->value, "GET, HEAD, DELETE");
-
-        } else {
-            ngx_str_set(&allow->value, "GET, HEAD");
-        }
-
-        return ngx_http_ratelimit_api_error(r, NGX_HTTP_NOT_ALLOWED,
-                   "method %V not allowed on %s: %V",
-                   &r->method_name,
-                   ngx_http_ratelimit_api_names[q.resource].data,
-                   &allow->value);
-    }
-
-    rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
-
-    if (r->method == NGX_HTTP_DELETE && !rlcf->api_write) {
-        return ngx_http_ratelimit_api_error(r, NGX_HTTP_FORBIDDEN,
-                   "writes are not enabled here (ratelimit_api write=on "
-                   "enables them)");
-    }
-
-    if (ngx_http_ratelimit_api_args(r, &q) != NGX_OK) {
-        return q.rc;
-    }
-
-    if (q.resource != NGX_HTTP_RATELIMIT_API_ZONES) {
-        q.zone = ngx_http_ratelimit_api_zone(&q.zone_name);
-
-        if (q.zone == NULL) {
-            return ngx_http_ratelimit_api_error(r, NGX_HTTP_NOT_FOUND,
-                       "no zone \"%V\"",
-                       ngx_http_ratelimit_api_shown(r, &q.zone_name));
-        }
-
-        if (q.rule.len && ngx_http_ratelimit_zone_rule(q.zone, &q.rule)
-                          == NULL)
-        {
-            return ngx_http_ratelimit_api_error(r, NGX_HTTP_NOT_FOUND,
-                       "zone \"%V\" has no rule \"%V\"", &q.zone->name,
-                       ngx_http_ratelimit_api_shown(r, &q.rule));
-        }
-    }
-
-    switch (q.resource) {
-
-    case NGX_HTTP_RATELIMIT_API_KEYS:
-        return ngx_http_ratelimit_api_keys(r, &q);
-
-    case NGX_HTTP_RATELIMIT_API_TOP:
-        return ngx_http_ratelimit_api_top(r, &q);
-
-    default:
-        return ngx_http_ratelimit_api_zones(r, &q);
-    }
-}
-
-
-/*
- * The path after the location's prefix: zones, zones/NAME,
- * zones/NAME/keys or zones/NAME/top.  A prefix without a trailing "/" is
- * followed by one ("location /rl" answers /rl/zones, not /rlzones).
- */
-
-static ngx_int_t
-ngx_http_ratelimit_api_path(ngx_http_request_t *r,
-    ngx_http_ratelimit_api_req_t *q)
-{
-    u_char                    *p, *last, *slash;
-    ngx_str_t                  rest;
-    ngx_http_core_loc_conf_t  *clcf;
 
     clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+    rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
 
-    if (r->uri.len < clcf->name.len
-        || ngx_strncmp(r->uri.data, clcf->name.data, clcf->name.len) != 0)
+    if (rl_api_request(&q->in, ngx_http_ratelimit_rl_str(&clcf->name),
+                       ngx_http_ratelimit_rl_str(&r->uri),
+                       ngx_http_ratelimit_rl_str(&r->method_name),
+                       rlcf->api_write, ngx_http_ratelimit_rl_str(&r->args))
+        != 0)
     {
-        return NGX_DECLINED;
-    }
+        if (q->in.allow) {
+            ngx_str_set(&allow.key, "Allow");
+            allow.value.data = (u_char *) q->in.allow;
+            allow.value.len = ngx_strlen(q->in.allow);
 
-    p = r->uri.data + clcf->name.len;
-    last = r->uri.data + r->uri.len;
-
-    if (clcf->name.data[clcf->name.len - 1] != '/') {
-        if (p == last || *p != '/') {
-            return NGX_DECLINED;
-        }
-
-        p++;
-    }
-
-    if (last - p < 5 || ngx_strncmp(p, "zones", 5) != 0) {
-        return NGX_DECLINED;
-    }
-
-    p += 5;
-
-    if (p == last) {
-        q->resource = NGX_HTTP_RATELIMIT_API_ZONES;
-        return NGX_OK;
-    }
-
-    if (*p++ != '/') {
-        return NGX_DECLINED;
-    }
-
-    slash = ngx_strlchr(p, last, '/');
-
-    q->zone_name.data = p;
-    q->zone_name.len = (slash ? slash : last) - p;
-
-    if (q->zone_name.len == 0) {
-        return NGX_DECLINED;
-    }
-
-    if (slash == NULL) {
-        q->resource = NGX_HTTP_RATELIMIT_API_ZONE;
-        return NGX_OK;
-    }
-
-    rest.data = slash + 1;
-    rest.len = last - rest.data;
-
-    if (rest.len == 4 && ngx_strncmp(rest.data, "keys", 4) == 0) {
-        q->resource = NGX_HTTP_RATELIMIT_API_KEYS;
-        return NGX_OK;
-    }
-
-    if (rest.len == 3 && ngx_strncmp(rest.data, "top", 3) == 0) {
-        q->resource = NGX_HTTP_RATELIMIT_API_TOP;
-        return NGX_OK;
-    }
-
-    return NGX_DECLINED;
-}
-
-
-/*
- * The query string: each parameter the resource takes, once, %-decoded.
- * Anything else is a 400 naming it.  Returns NGX_OK or the response's.
- */
-
-static ngx_int_t
-ngx_http_ratelimit_api_args(ngx_http_request_t *r,
-    ngx_http_ratelimit_api_req_t *q)
-{
-    u_char                          *p, *last, *amp, *eq;
-    ngx_int_t                        rc;
-    ngx_str_t                        name, value;
-    ngx_uint_t                       i, seen;
-    ngx_http_ratelimit_api_param_t  *prm;
-
-    p = r->args.data;
-    last = p + r->args.len;
-    seen = 0;
-
-    while (p < last) {
-        amp = ngx_strlchr(p, last, '&');
-        if (amp == NULL) {
-            amp = last;
-        }
-
-        eq = ngx_strlchr(p, amp, '=');
-
-        name.data = p;
-        name.len = (eq ? eq : amp) - p;
-        value.data = eq ? eq + 1 : amp;
-        value.len = amp - value.data;
-        p = amp + 1;
-
-        if (name.len == 0 && value.len == 0) {
-            continue;   /* "&&" */
-        }
-
-        for (i = 0, prm = ngx_http_ratelimit_api_params; prm->name.len;
-             i++, prm++)
-        {
-            if (prm->name.len == name.len
-                && ngx_strncmp(prm->name.data, name.data, name.len) == 0
-                && (prm->resources & (1 << q->resource)))
-            {
-                break;
+            if (ngx_http_ratelimit_add_headers(r, &allow, 1) != NGX_OK) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
             }
         }
 
-        if (prm->name.len == 0) {
-            return ngx_http_ratelimit_api_bad(r, q, NGX_HTTP_BAD_REQUEST,
-                       "unknown parameter \"%V\" for %s: expected %s",
-                       ngx_http_ratelimit_api_shown(r, &name),
-                       ngx_http_ratelimit_api_names[q->resource].data,
-                       q->resource == NGX_HTTP_RATELIMIT_API_KEYS
-                       ? "key=, fingerprint= or rule="
-                       : q->resource == NGX_HTTP_RATELIMIT_API_TOP
-                         ? "rule=" : "none");
+        return ngx_http_ratelimit_send_json(r, q->in.status,
+                                            (u_char *) q->in.error,
+                                            q->in.error_len);
+    }
+
+    if (q->in.resource != RL_API_ZONES) {
+        q->zone = ngx_http_ratelimit_api_zone(&q->in.zone);
+
+        if (q->zone == NULL) {
+            return ngx_http_ratelimit_api_fail(r, q, RL_API_NO_ZONE);
         }
 
-        if (seen & (1 << i)) {
-            return ngx_http_ratelimit_api_bad(r, q, NGX_HTTP_BAD_REQUEST,
-                       "parameter \"%V\" given twice", &prm->name);
-        }
+        rule.data = (u_char *) q->in.rule;
+        rule.len = q->in.rule_len;
 
-        seen |= 1 << i;
-
-        rc = ngx_http_ratelimit_api_arg(r, q, i, &value);
-        if (rc != NGX_OK) {
-            return rc;
+        if (rule.len && ngx_http_ratelimit_zone_rule(q->zone, &rule) == NULL) {
+            return ngx_http_ratelimit_api_fail(r, q, RL_API_NO_RULE);
         }
     }
 
-    if (q->resource != NGX_HTTP_RATELIMIT_API_KEYS) {
-        return NGX_OK;
+    switch (q->in.resource) {
+
+    case RL_API_KEYS:
+        return q->zone->redis ? ngx_http_ratelimit_api_redis(r, q)
+                              : ngx_http_ratelimit_api_keys(r, q);
+
+    case RL_API_TOP:
+        return ngx_http_ratelimit_api_top(r, q);
+
+    default:
+        return ngx_http_ratelimit_api_zones(r, q);
     }
-
-    if (q->key.data == NULL && !q->has_fingerprint) {
-        return ngx_http_ratelimit_api_bad(r, q, NGX_HTTP_BAD_REQUEST,
-                   "which key? expected key=K (the key's value, "
-                   "%%-encoded) or fingerprint=F&rule=R");
-    }
-
-    if (q->key.data && q->has_fingerprint) {
-        return ngx_http_ratelimit_api_bad(r, q, NGX_HTTP_BAD_REQUEST,
-                   "key= and fingerprint= name the same thing: give one");
-    }
-
-    if (q->has_fingerprint && q->rule.len == 0) {
-        return ngx_http_ratelimit_api_bad(r, q, NGX_HTTP_BAD_REQUEST,
-                   "a fingerprint is of one rule's key: give rule= too");
-    }
-
-    return NGX_OK;
-}
-
-
-/* One parameter's value, checked and decoded. */
-
-static ngx_int_t
-ngx_http_ratelimit_api_arg(ngx_http_request_t *r,
-    ngx_http_ratelimit_api_req_t *q, ngx_uint_t which, ngx_str_t *value)
-{
-    u_char      *src, *dst, c;
-    size_t       i;
-    ngx_str_t    decoded;
-
-    /* every "%" starts an escape of two hex digits */
-
-    for (i = 0; i < value->len; i++) {
-        if (value->data[i] == '%'
-            && (i + 2 >= value->len
-                || ngx_hextoi(&value->data[i + 1], 2) == NGX_ERROR))
-        {
-            return ngx_http_ratelimit_api_bad(r, q, NGX_HTTP_BAD_REQUEST,
-                       "parameter \"%V\": a %% not followed by two hex "
-                       "digits", &ngx_http_ratelimit_api_params[which].name);
-        }
-    }
-
-    if (value->len > 3 * NGX_HTTP_RATELIMIT_API_KEY_MAX) {
-        goto too_long;
-    }
-
-    decoded.data = ngx_pnalloc(r->pool, value->len + 1);
-    if (decoded.data == NULL) {
-        q->rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
-        return NGX_DONE;
-    }
-
-    src = value->data;
-    dst = decoded.data;
-    ngx_unescape_uri(&dst, &src, value->len, 0);
-    decoded.len = dst - decoded.data;
-
-    if (decoded.len > NGX_HTTP_RATELIMIT_API_KEY_MAX) {
-        goto too_long;
-    }
-
-    switch (which) {
-
-    case NGX_HTTP_RATELIMIT_API_ARG_KEY:
-        if (decoded.len == 0) {
-            return ngx_http_ratelimit_api_bad(r, q, NGX_HTTP_BAD_REQUEST,
-                       "an empty key: a request whose key is empty is "
-                       "exempt from the rule, it has no state");
-        }
-
-        q->key = decoded;
-        return NGX_OK;
-
-    case NGX_HTTP_RATELIMIT_API_ARG_FINGERPRINT:
-        if (decoded.len != 16) {
-            goto bad_fingerprint;
-        }
-
-        for (i = 0; i < 16; i++) {
-            c = decoded.data[i];
-
-            if (c >= '0' && c <= '9') {
-                q->fingerprint = q->fingerprint << 4 | (c - '0');
-
-            } else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') {
-                q->fingerprint = q->fingerprint << 4 | ((c | 0x20) - 'a' + 10);
-
-            } else {
-                goto bad_fingerprint;
-            }
-        }
-
-        q->has_fingerprint = 1;
-        return NGX_OK;
-
-    default: /* NGX_HTTP_RATELIMIT_API_ARG_RULE */
-        if (decoded.len == 0 || decoded.len >= RL_NAME_MAX) {
-            return ngx_http_ratelimit_api_bad(r, q, NGX_HTTP_BAD_REQUEST,
-                       "rule=: expected a rule's name, 1 to %d bytes",
-                       RL_NAME_MAX - 1);
-        }
-
-        q->rule = decoded;
-        return NGX_OK;
-    }
-
-too_long:
-
-    return ngx_http_ratelimit_api_bad(r, q, NGX_HTTP_BAD_REQUEST,
-               "parameter \"%V\" longer than %d bytes",
-               &ngx_http_ratelimit_api_params[which].name,
-               NGX_HTTP_RATELIMIT_API_KEY_MAX);
-
-bad_fingerprint:
-
-    return ngx_http_ratelimit_api_bad(r, q, NGX_HTTP_BAD_REQUEST,
-               "fingerprint=: expected 16 hex digits, as log lines and "
-               "$ratelimit_fingerprint show it");
 }
 
 
 /* A zone of the running configuration by its name. */
 
 static ngx_http_ratelimit_zone_t *
-ngx_http_ratelimit_api_zone(ngx_str_t *name)
+ngx_http_ratelimit_api_zone(rl_str_t *name)
 {
     ngx_uint_t                  i;
     ngx_list_part_t            *part;
@@ -531,113 +196,138 @@ ngx_http_ratelimit_api_zone(ngx_str_t *name)
 }
 
 
-void
-ngx_http_ratelimit_api_fingerprint(ngx_http_ratelimit_writer_t *w,
-    uint64_t tag)
-{
-    u_char  *p;
+/*
+ * GET zones: every zone, its figures and its rules as configured; GET
+ * zones/NAME: one.
+ */
 
-    p = ngx_http_ratelimit_room(w, sizeof("\"fingerprint\":\"\"") - 1 + 16);
-    if (p != NULL) {
-        w->last->buf->last = ngx_sprintf(p, "\"fingerprint\":\"%016xL\"",
-                                         tag);
+static ngx_int_t
+ngx_http_ratelimit_api_zones(ngx_http_request_t *r,
+    ngx_http_ratelimit_api_req_t *q)
+{
+    char                           *p;
+    size_t                          len;
+    rl_zone_snapshot_t              z;
+    rl_stats_snapshot_t             s;
+    ngx_http_ratelimit_loc_conf_t  *rlcf;
+
+    if (q->zone) {
+        if (ngx_http_ratelimit_zone_snapshot(r, q->zone,
+                                             NGX_HTTP_RATELIMIT_SNAPSHOT_RULES,
+                                             &z)
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        len = rl_render_api_zone(&z, NULL, 0);
+        p = ngx_pnalloc(r->pool, len);
+        if (p == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        rl_render_api_zone(&z, p, len);
+
+        return ngx_http_ratelimit_send_json(r, NGX_HTTP_OK, (u_char *) p, len);
     }
-}
 
+    if (ngx_http_ratelimit_snapshot(r, NGX_HTTP_RATELIMIT_SNAPSHOT_RULES, &s)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
-void
-ngx_http_ratelimit_api_field(ngx_http_ratelimit_writer_t *w,
-    const char *name, uint64_t n)
-{
-    ngx_http_ratelimit_write(w, name, ngx_strlen(name));
-    ngx_http_ratelimit_write_number(w, n);
-}
+    rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
 
+    len = rl_render_api_zones(&s, rlcf->api_write, NULL, 0);
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
-/* JSON (never cached: the handler's ngx_http_ratelimit_answer_headers). */
+    rl_render_api_zones(&s, rlcf->api_write, p, len);
 
-ngx_int_t
-ngx_http_ratelimit_api_send(ngx_http_request_t *r, ngx_uint_t status,
-    ngx_http_ratelimit_writer_t *w)
-{
-    return ngx_http_ratelimit_send(r, status, &ngx_http_ratelimit_api_type,
-                                   w);
+    return ngx_http_ratelimit_send_json(r, NGX_HTTP_OK, (u_char *) p, len);
 }
 
 
 /*
- * {"error":"..."} with status: the message's arguments that a client chose
- * are escaped by the caller (ngx_http_ratelimit_escape_key) or are names of
- * this configuration.
+ * GET zones/NAME/top: the keys each rule (or the rule=) refuses most, a
+ * name once; a rule with no counters has none kept.  Each rule's are
+ * copied under the zone's lock.
  */
 
-ngx_int_t
-ngx_http_ratelimit_api_error(ngx_http_request_t *r, ngx_uint_t status,
-    const char *fmt, ...)
-{
-    va_list                       args;
-    ngx_str_t                     msg;
-    ngx_http_ratelimit_writer_t   w;
-    u_char                        buf[512 + NGX_HTTP_RATELIMIT_KEY_ESCAPED];
-
-    va_start(args, fmt);
-    msg.data = buf;
-    msg.len = ngx_vslprintf(buf, buf + sizeof(buf), fmt, args) - buf;
-    va_end(args);
-
-    ngx_memzero(&w, sizeof(ngx_http_ratelimit_writer_t));
-    w.pool = r->pool;
-
-    ngx_http_ratelimit_puts(&w, "{\"error\":");
-    ngx_http_ratelimit_write_quoted(&w, &msg);
-    ngx_http_ratelimit_puts(&w, "}\n");
-
-    return ngx_http_ratelimit_api_send(r, status, &w);
-}
-
-
-/* An error sent while reading the request: q->rc is the handler's. */
-
 static ngx_int_t
-ngx_http_ratelimit_api_bad(ngx_http_request_t *r,
-    ngx_http_ratelimit_api_req_t *q, ngx_uint_t status, const char *fmt, ...)
+ngx_http_ratelimit_api_top(ngx_http_request_t *r,
+    ngx_http_ratelimit_api_req_t *q)
 {
-    va_list  args;
-    u_char   buf[512 + NGX_HTTP_RATELIMIT_KEY_ESCAPED];
-    u_char  *last;
+    char                        *p;
+    size_t                       len;
+    rl_top_t                    *top;
+    ngx_uint_t                   i;
+    rl_top_view_t               *v;
+    rl_top_snapshot_t            t;
+    ngx_http_ratelimit_rule_t  **rules;
 
-    va_start(args, fmt);
-    last = ngx_vslprintf(buf, buf + sizeof(buf), fmt, args);
-    va_end(args);
+    rules = q->zone->rules.elts;
 
-    q->rc = ngx_http_ratelimit_api_error(r, status, "%*s",
-                                         (size_t) (last - buf), buf);
+    top = ngx_palloc(r->pool, sizeof(rl_top_t));
+    v = ngx_pcalloc(r->pool, (q->zone->rules.nelts + 1)
+                             * sizeof(rl_top_view_t));
+    if (top == NULL || v == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
-    return NGX_DONE;
+    ngx_memzero(&t, sizeof(rl_top_snapshot_t));
+    t.zone = ngx_http_ratelimit_rl_str(&q->zone->name);
+    t.now_ms = ngx_http_ratelimit_now();
+    t.server = q->zone->redis != NULL;   /* counted by each server */
+    t.rules = v;
+
+    for (i = 0; i < q->zone->rules.nelts; i++) {
+        if (ngx_http_ratelimit_zone_rule(q->zone, &rules[i]->name)
+            != rules[i]
+            || !ngx_http_ratelimit_api_rule_asked(q, rules[i]))
+        {
+            continue;
+        }
+
+        if (ngx_http_ratelimit_counters(r->connection->log, rules[i]) > 0) {
+            if (ngx_http_ratelimit_top_view(r, q->zone, rules[i],
+                                            rules[i]->stats, top, &v[t.n])
+                != NGX_OK)
+            {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+        } else {
+            v[t.n].rule = ngx_http_ratelimit_rl_str(&rules[i]->name);
+            v[t.n].state = RL_TOP_NO_ROOM;   /* not counted at all */
+        }
+
+        t.n++;
+    }
+
+    len = rl_render_api_top(&t, NULL, 0);
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rl_render_api_top(&t, p, len);
+
+    return ngx_http_ratelimit_send_json(r, NGX_HTTP_OK, (u_char *) p, len);
 }
 
 
-/* A name a client chose, escaped for a message (as a key is). */
+/* The request names no rule (every rule), or this one. */
 
-static ngx_str_t *
-ngx_http_ratelimit_api_shown(ngx_http_request_t *r, ngx_str_t *s)
+static ngx_uint_t
+ngx_http_ratelimit_api_rule_asked(ngx_http_ratelimit_api_req_t *q,
+    ngx_http_ratelimit_rule_t *rule)
 {
-    ngx_str_t  *shown;
-
-    static ngx_str_t  none = ngx_string("?");
-
-    shown = ngx_palloc(r->pool, sizeof(ngx_str_t));
-    if (shown == NULL) {
-        return &none;
-    }
-
-    shown->data = ngx_pnalloc(r->pool, NGX_HTTP_RATELIMIT_KEY_ESCAPED);
-    if (shown->data == NULL) {
-        return &none;
-    }
-
-    shown->len = ngx_http_ratelimit_escape_key(shown->data, s->data, s->len)
-                 - shown->data;
-
-    return shown;
+    return q->in.rule_len == 0
+           || (rule->name.len == q->in.rule_len
+               && ngx_strncmp(rule->name.data, q->in.rule, q->in.rule_len)
+                  == 0);
 }

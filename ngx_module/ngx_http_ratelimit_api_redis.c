@@ -21,8 +21,7 @@
 
 typedef struct {
     ngx_http_ratelimit_redis_wait_t   wait;
-    ngx_http_ratelimit_api_req_t      q;        /* the request's, copied */
-    ngx_array_t                      *states;
+    ngx_http_ratelimit_api_req_t     *q;
     ngx_uint_t                        done;     /* states answered */
     ngx_uint_t                        calling;  /* states in the call */
     ngx_uint_t                        waiting;
@@ -35,18 +34,24 @@ static ngx_int_t ngx_http_ratelimit_api_redis_call(ngx_http_request_t *r,
     ngx_http_ratelimit_api_redis_t *ar);
 static void ngx_http_ratelimit_api_redis_done(
     ngx_http_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
-static ngx_int_t ngx_http_ratelimit_api_redis_failed(ngx_http_request_t *r,
-    ngx_http_ratelimit_api_redis_t *ar);
 static void ngx_http_ratelimit_api_redis_cleanup(void *data);
 
 
 ngx_int_t
 ngx_http_ratelimit_api_redis(ngx_http_request_t *r,
-    ngx_http_ratelimit_api_req_t *q, ngx_array_t *states)
+    ngx_http_ratelimit_api_req_t *q)
 {
     ngx_int_t                        rc;
     ngx_pool_cleanup_t              *cln;
     ngx_http_ratelimit_api_redis_t  *ar;
+
+    if (q->in.has_fingerprint) {
+        return ngx_http_ratelimit_api_fail(r, q, RL_API_REDIS_FINGERPRINT);
+    }
+
+    if (ngx_http_ratelimit_api_states(r, q) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     ar = ngx_pcalloc(r->pool, sizeof(ngx_http_ratelimit_api_redis_t));
     if (ar == NULL) {
@@ -61,8 +66,7 @@ ngx_http_ratelimit_api_redis(ngx_http_request_t *r,
     cln->handler = ngx_http_ratelimit_api_redis_cleanup;
     cln->data = ar;
 
-    ar->q = *q;
-    ar->states = states;
+    ar->q = q;
 
     rc = ngx_http_ratelimit_api_redis_call(r, ar);
 
@@ -88,22 +92,24 @@ ngx_http_ratelimit_api_redis_call(ngx_http_request_t *r,
 {
     ngx_uint_t                        i, n, per, reset;
     rl_check_t                       *c;
+    rl_key_state_t                   *st;
+    ngx_http_ratelimit_rule_t        *rule;
     ngx_http_ratelimit_redis_wait_t  *w;
-    ngx_http_ratelimit_api_state_t   *st;
 
-    reset = r->method == NGX_HTTP_DELETE;
+    reset = ar->q->in.reset;
     per = reset ? 1 : 2;
-    n = ngx_min(ar->states->nelts - ar->done, RL_RULES_MAX / per);
-    st = (ngx_http_ratelimit_api_state_t *) ar->states->elts + ar->done;
+    n = ngx_min(ar->q->states->nelts - ar->done, RL_RULES_MAX / per);
+    st = (rl_key_state_t *) ar->q->states->elts + ar->done;
 
     ngx_memzero(ar->checks, sizeof(ar->checks));
 
     for (i = 0; i < n * per; i++) {
         c = &ar->checks[i];
-        c->rule = &st[i / per].rule->rule;
-        c->identity = st[i / per].rule->identity;
-        c->key = ar->q.key.data;
-        c->key_len = ar->q.key.len;
+        rule = st[i / per].data;
+        c->rule = &rule->rule;
+        c->identity = rule->identity;
+        c->key = ar->q->in.key;
+        c->key_len = ar->q->in.key_len;
 
         /* a look-up: a look (cost 0), then the next request */
         c->cost = (reset || i % 2 == 0) ? 0 : st[i / per].cost;
@@ -121,8 +127,8 @@ ngx_http_ratelimit_api_redis_call(ngx_http_request_t *r,
     w->rq = &ar->rq;
     w->call = reset ? RL_REDIS_RESET : RL_REDIS_PEEK;
 
-    if (ngx_http_ratelimit_redis_send(ar->q.zone->redis, w) != NGX_OK) {
-        return ngx_http_ratelimit_api_redis_failed(r, ar);
+    if (ngx_http_ratelimit_redis_send(ar->q->zone->redis, w) != NGX_OK) {
+        return ngx_http_ratelimit_api_fail(r, ar->q, RL_API_REDIS_FAILED);
     }
 
     ar->calling = n;
@@ -142,26 +148,26 @@ ngx_http_ratelimit_api_redis_done(ngx_http_ratelimit_redis_wait_t *w,
     ngx_uint_t                       i;
     rl_peek_t                       *pk;
     ngx_http_request_t              *r = w->request;
+    rl_key_state_t                  *st;
     ngx_http_ratelimit_api_redis_t  *ar;
-    ngx_http_ratelimit_api_state_t  *st;
 
     ar = (ngx_http_ratelimit_api_redis_t *) w;   /* its first field */
     ar->waiting = 0;
 
     if (answer == NULL) {
-        ngx_http_finalize_request(r,
-                                  ngx_http_ratelimit_api_redis_failed(r, ar));
+        ngx_http_finalize_request(r, ngx_http_ratelimit_api_fail(r, ar->q,
+                                                       RL_API_REDIS_FAILED));
         return;
     }
 
-    st = (ngx_http_ratelimit_api_state_t *) ar->states->elts + ar->done;
+    st = (rl_key_state_t *) ar->q->states->elts + ar->done;
 
     for (i = 0; i < ar->calling; i++) {
         if (w->call == RL_REDIS_RESET) {
             st[i].reset = ((answer->found >> i) & 1 ? RL_RESET_HELD : 0)
                           | ((answer->unbanned >> i) & 1 ? RL_RESET_UNBANNED
                                                          : 0);
-            ngx_http_ratelimit_api_log_reset(r, &ar->q, &st[i]);
+            ngx_http_ratelimit_api_log_reset(r, ar->q, &st[i]);
             continue;
         }
 
@@ -174,7 +180,7 @@ ngx_http_ratelimit_api_redis_done(ngx_http_ratelimit_redis_wait_t *w,
 
     ar->done += ar->calling;
 
-    if (ar->done < ar->states->nelts) {
+    if (ar->done < ar->q->states->nelts) {
         rc = ngx_http_ratelimit_api_redis_call(r, ar);
 
         if (ar->waiting) {
@@ -182,23 +188,10 @@ ngx_http_ratelimit_api_redis_done(ngx_http_ratelimit_redis_wait_t *w,
         }
 
     } else {
-        rc = ngx_http_ratelimit_api_answer(r, &ar->q, ar->states);
+        rc = ngx_http_ratelimit_api_answer(r, ar->q);
     }
 
     ngx_http_finalize_request(r, rc);
-}
-
-
-static ngx_int_t
-ngx_http_ratelimit_api_redis_failed(ngx_http_request_t *r,
-    ngx_http_ratelimit_api_redis_t *ar)
-{
-    return ngx_http_ratelimit_api_error(r, NGX_HTTP_CONFLICT,
-               "zone \"%V\" is decided in Redis, which did not answer (not "
-               "reachable, too slow, or an answer refused: see the error "
-               "log): its keys cannot be %s now, try again",
-               &ar->q.zone->name,
-               r->method == NGX_HTTP_DELETE ? "reset" : "read");
 }
 
 

@@ -372,8 +372,6 @@ static ngx_int_t
 ngx_http_ratelimit_dashboard_handler(ngx_http_request_t *r)
 {
     ngx_int_t                                 rc;
-    ngx_buf_t                                *b;
-    ngx_chain_t                               out;
     ngx_keyval_t                              headers[2];
     ngx_http_ratelimit_dashboard_loc_conf_t  *dlcf;
 
@@ -399,8 +397,6 @@ ngx_http_ratelimit_dashboard_handler(ngx_http_request_t *r)
         return rc;
     }
 
-    r->headers_out.status = NGX_HTTP_OK;
-    r->headers_out.content_length_n = dlcf->page.len;
     ngx_str_set(&r->headers_out.content_type, "text/html; charset=utf-8");
     r->headers_out.content_type_len = sizeof("text/html") - 1;
 
@@ -410,25 +406,7 @@ ngx_http_ratelimit_dashboard_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    rc = ngx_http_send_header(r);
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    b = ngx_calloc_buf(r->pool);
-    if (b == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    b->pos = dlcf->page.data;
-    b->last = dlcf->page.data + dlcf->page.len;
-    b->memory = 1;
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return ngx_http_ratelimit_send(r, NGX_HTTP_OK, NULL, dlcf->page.data,
+                                   dlcf->page.len);
 }
 

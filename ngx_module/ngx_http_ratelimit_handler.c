@@ -6,8 +6,9 @@
  * decides the request as a whole, once (rl_decide under the zones' locks;
  * or Redis, whose reply the core judges and concludes: rl_redis_answer),
  * and the handler applies the core's action: the request passes, is
- * refused with the location's status, is held while a shaping rule delays
- * it, or waits for a slot (ngx_http_ratelimit_wait.c).
+ * refused with the location's status (a gRPC call: answered as gRPC,
+ * ngx_http_ratelimit_grpc.c), is held while a shaping rule delays it, or
+ * waits for a slot (ngx_http_ratelimit_wait.c).
  *
  * Clock: the core gets nginx's cached wall-clock time in milliseconds
  * (ngx_timeofday()).  Wall time because fixed windows are aligned to the
@@ -19,6 +20,8 @@
 #include "ngx_http_ratelimit_module.h"
 
 
+static ngx_int_t ngx_http_ratelimit_decide(ngx_http_request_t *r,
+    ngx_http_ratelimit_loc_conf_t *rlcf);
 static ngx_int_t ngx_http_ratelimit_key(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, ngx_str_t *key);
 static uint64_t ngx_http_ratelimit_cost(ngx_http_request_t *r,
@@ -29,6 +32,10 @@ static ngx_int_t ngx_http_ratelimit_decide_local(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static ngx_int_t ngx_http_ratelimit_decided(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
+static ngx_int_t ngx_http_ratelimit_policy(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx);
+static ngx_int_t ngx_http_ratelimit_result(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, ngx_int_t rc);
 static ngx_int_t ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static void ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
@@ -42,14 +49,15 @@ static void ngx_http_ratelimit_resume(ngx_http_request_t *r,
 static int ngx_http_ratelimit_alive(uint32_t pid);
 
 
+/*
+ * Every request of the server passes here: one without rules returns at
+ * once, before the frame of the decision (its checks) is set up.
+ */
+
 ngx_int_t
 ngx_http_ratelimit_handler(ngx_http_request_t *r)
 {
-    ngx_str_t                       key;
-    ngx_uint_t                      i;
-    rl_check_t                      checks[RL_RULES_MAX], *c;
     ngx_http_ratelimit_ctx_t       *ctx;
-    ngx_http_ratelimit_rule_t      *rules;
     ngx_http_ratelimit_loc_conf_t  *rlcf;
 
     rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
@@ -60,16 +68,32 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
 
     ctx = ngx_http_ratelimit_get_ctx(r);
 
-    if (ctx != NULL) {
-        if (ctx->resume) {   /* decided meanwhile: Redis, or a slot */
-            ctx->resume = 0;
-            return ctx->rc;
-        }
-
-        /* waiting for Redis; or decided already: an internal redirect or
-           a subrequest */
-        return ctx->redis_waiting ? NGX_AGAIN : NGX_DECLINED;
+    if (ctx == NULL) {
+        return ngx_http_ratelimit_decide(r, rlcf);
     }
+
+    if (ctx->resume) {   /* decided meanwhile: Redis, or a slot */
+        ctx->resume = 0;
+        return ngx_http_ratelimit_result(r, ctx, ctx->rc);
+    }
+
+    /* waiting for Redis; or decided already: an internal redirect or a
+       subrequest */
+    return ctx->redis_waiting ? NGX_AGAIN : NGX_DECLINED;
+}
+
+
+/* A request's rules evaluated, and the request decided. */
+
+static ngx_int_t
+ngx_http_ratelimit_decide(ngx_http_request_t *r,
+    ngx_http_ratelimit_loc_conf_t *rlcf)
+{
+    ngx_str_t                       key;
+    ngx_uint_t                      i;
+    rl_check_t                      checks[RL_RULES_MAX], *c;
+    ngx_http_ratelimit_ctx_t       *ctx;
+    ngx_http_ratelimit_rule_t      *rules;
 
     ctx = ngx_http_ratelimit_new_ctx(r);
     if (ctx == NULL) {
@@ -124,12 +148,34 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
     if (ngx_http_ratelimit_zone_of(&rules[0])->redis != NULL
         && ctx->rq.locks > 0)
     {
-        return ngx_http_ratelimit_decide_redis(r, ctx);
+        return ngx_http_ratelimit_result(r, ctx,
+                                         ngx_http_ratelimit_decide_redis(r,
+                                                                         ctx));
     }
 
     ctx->decided_by = NGX_HTTP_RATELIMIT_BY_LOCAL;
 
-    return ngx_http_ratelimit_decide_local(r, ctx);
+    return ngx_http_ratelimit_result(r, ctx,
+                                     ngx_http_ratelimit_decide_local(r, ctx));
+}
+
+
+/*
+ * What the handler returns to the phase engine for a decided request: rc,
+ * or, for a refused gRPC call, nothing more to run (it was answered as
+ * gRPC, in the phase: a refusal decided in a Redis reply or a slot's wait
+ * comes here too, when the phases run on).
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_result(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx,
+    ngx_int_t rc)
+{
+    if (ctx->grpc) {
+        return ngx_http_ratelimit_grpc_answer(r, ctx);
+    }
+
+    return rc;
 }
 
 
@@ -258,6 +304,7 @@ static ngx_int_t
 ngx_http_ratelimit_decided(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
+    size_t                          len;
     rl_check_t                     *binding;
     rl_request_t                   *rq;
     ngx_http_ratelimit_loc_conf_t  *rlcf;
@@ -279,8 +326,19 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
         ctx->applied = binding->rule;
         ctx->decision = binding->decision;
         ctx->tag = binding->tag;
+        ctx->policy = rlcf->policy;
 
-        ngx_http_ratelimit_log_verdict(r, rlcf->log_level, rq, ctx->in_wait);
+        if (ctx->policy.len == 0
+            && (ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF)
+            && ngx_http_ratelimit_policy(r, ctx) != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (rq->verdict != RL_VERDICT_PASSED) {
+            ngx_http_ratelimit_log_verdict(r, rlcf->log_level, rq,
+                                           ctx->in_wait);
+        }
     }
 
 #if (NGX_DEBUG)
@@ -292,6 +350,7 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
     switch (rq->action) {
 
     case RL_ACTION_REFUSE:
+        ctx->grpc = ngx_http_ratelimit_grpc_kind(r, rlcf, &len);
         return rlcf->status_code;
 
     case RL_ACTION_DELAY:
@@ -307,6 +366,36 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
     default: /* RL_ACTION_PASS */
         return NGX_DECLINED;
     }
+}
+
+
+/*
+ * The RateLimit-Policy field of a request whose rules' policies depend on
+ * it (a variable limit, a monthly quota): each rule as it applied.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_policy(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx)
+{
+    size_t            i, n;
+    const rl_rule_t  *rules[RL_RULES_MAX];
+
+    n = ctx->rq.n;
+
+    for (i = 0; i < n; i++) {
+        rules[i] = ctx->rq.checks[i].rule;
+    }
+
+    ctx->policy.data = ngx_pnalloc(r->pool, n * RL_POLICY_ITEM_MAX);
+    if (ctx->policy.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->policy.len = rl_policy_field(rules, n, ngx_http_ratelimit_now(),
+                                      (char *) ctx->policy.data,
+                                      n * RL_POLICY_ITEM_MAX);
+
+    return NGX_OK;
 }
 
 
@@ -330,7 +419,12 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    w = &ctx->redis;
+    w = ngx_pcalloc(r->pool, sizeof(ngx_http_ratelimit_redis_wait_t));
+    if (w == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->redis = w;
     w->request = r;
     w->handler = ngx_http_ratelimit_redis_done;
     w->rq = &ctx->rq;

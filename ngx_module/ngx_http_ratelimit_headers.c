@@ -114,7 +114,13 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
     ngx_http_ratelimit_ctx_t   *ctx;
     ngx_http_ratelimit_rule_t  *rule;
 
-    if (r != r->main) {
+    /* most responses: no rule decided the request (a context is found
+       again after an internal redirect or a finalizing filter) */
+
+    if (r != r->main
+        || (ngx_http_get_module_ctx(r, ngx_http_ratelimit_module) == NULL
+            && !r->internal && !r->filter_finalize))
+    {
         return ngx_http_next_header_filter(r);
     }
 
@@ -189,31 +195,21 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
         return ngx_http_next_header_filter(r);
     }
 
-    /* the other values in one buffer: at most two names and five numbers */
+    /* the other values in one buffer: a name and three numbers */
 
-    p = ngx_pnalloc(r->pool, 2 * (RL_NAME_MAX + 32) + 5 * NGX_INT64_LEN);
+    p = ngx_pnalloc(r->pool, RL_NAME_MAX + 16 + 3 * NGX_INT64_LEN);
     if (p == NULL) {
         return NGX_ERROR;
     }
 
     if (ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF) {
 
-        /* "name";q=quota;w=window and "name";r=remaining;t=available */
-
-        v = p;
-        *p++ = '"';
-        p = ngx_cpymem(p, rule->name.data, rule->name.len);
-        p = ngx_cpymem(p, "\";q=", 4);
-        p = ngx_http_ratelimit_number(p, ctx->decision.quota);
-
-        if (ctx->decision.window_ms > 0) {
-            p = ngx_cpymem(p, ";w=", 3);
-            p = ngx_http_ratelimit_number(p, rl_seconds(
-                                                 ctx->decision.window_ms));
-        }
+        /* every policy of the request's rules, written when the request
+           was decided (once for a location, when it can be), and the
+           binding rule's "name";r=remaining;t=available */
 
         if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_policy_header,
-                                          v, p - v)
+                                          ctx->policy.data, ctx->policy.len)
             != NGX_OK)
         {
             return NGX_ERROR;
@@ -241,7 +237,9 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
 
     /* Retry-After means something with 429 and 503 only: not on the 200 an
        error_page made of the rejection; and not for a lack of a slot
-       (concurrency), which nobody can tell the end of */
+       (concurrency), which nobody can tell the end of.  A refused gRPC
+       call's 200 (ctx->grpc, ngx_http_ratelimit_grpc.c) carries it too: its
+       headers are the call's metadata, and its grpc-status the refusal */
 
     status = r->headers_out.status;
 
@@ -249,7 +247,8 @@ ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
 
     if (ctx->status == RL_STATUS_REJECTED && retry_after > 0
         && (status == NGX_HTTP_TOO_MANY_REQUESTS
-            || status == NGX_HTTP_SERVICE_UNAVAILABLE))
+            || status == NGX_HTTP_SERVICE_UNAVAILABLE
+            || ctx->grpc))
     {
         v = p;
         p = ngx_http_ratelimit_number(p, retry_after);

@@ -10,6 +10,8 @@
 
 static void *ngx_http_ratelimit_create_main_conf(ngx_conf_t *cf);
 static void *ngx_http_ratelimit_create_loc_conf(ngx_conf_t *cf);
+static ngx_int_t ngx_http_ratelimit_policy(ngx_conf_t *cf,
+    ngx_http_ratelimit_loc_conf_t *conf);
 static char *ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static char *ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -99,6 +101,13 @@ static ngx_command_t  ngx_http_ratelimit_commands[] = {
       ngx_http_ratelimit_set_status,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_ratelimit_loc_conf_t, status_code),
+      NULL },
+
+    { ngx_string("ratelimit_grpc_status"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_ratelimit_grpc_status,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_ratelimit_loc_conf_t, grpc_status),
       NULL },
 
     { ngx_string("ratelimit_headers"),
@@ -210,6 +219,7 @@ ngx_http_ratelimit_create_loc_conf(ngx_conf_t *cf)
 
     conf->combine = NGX_CONF_UNSET_UINT;
     conf->status_code = NGX_CONF_UNSET_UINT;
+    conf->grpc_status = NGX_CONF_UNSET_UINT;
     conf->headers = NGX_CONF_UNSET_UINT;
     conf->dry_run = NGX_CONF_UNSET;
     conf->log_level = NGX_CONF_UNSET_UINT;
@@ -232,9 +242,15 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         conf->ends = prev->ends;
     }
 
+    if (ngx_http_ratelimit_policy(cf, conf) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
     ngx_conf_merge_uint_value(conf->combine, prev->combine, RL_COMBINE_ALL);
     ngx_conf_merge_uint_value(conf->status_code, prev->status_code,
                               NGX_HTTP_TOO_MANY_REQUESTS);
+    ngx_conf_merge_uint_value(conf->grpc_status, prev->grpc_status,
+                              RL_GRPC_RESOURCE_EXHAUSTED);
     ngx_conf_merge_uint_value(conf->headers, prev->headers,
                               conf->off ? 0
                                         : NGX_HTTP_RATELIMIT_HEADERS_LEGACY);
@@ -242,6 +258,51 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * The location's RateLimit-Policy field, written once when every rule's
+ * policy is the same for every request (rl_rule_policy_fixed); else each
+ * request writes its own (ngx_http_ratelimit_decided).
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_policy(ngx_conf_t *cf, ngx_http_ratelimit_loc_conf_t *conf)
+{
+    ngx_uint_t                  i, n;
+    const rl_rule_t           **list;
+    ngx_http_ratelimit_rule_t  *rules;
+
+    n = conf->rules.nelts;
+    rules = conf->rules.elts;
+
+    if (n == 0 || conf->policy.data != NULL) {
+        return NGX_OK;
+    }
+
+    list = ngx_palloc(cf->pool, n * sizeof(rl_rule_t *));
+    if (list == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
+        if (!rl_rule_policy_fixed(&rules[i].rule)) {
+            return NGX_OK;
+        }
+
+        list[i] = &rules[i].rule;
+    }
+
+    conf->policy.data = ngx_pnalloc(cf->pool, n * RL_POLICY_ITEM_MAX);
+    if (conf->policy.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    conf->policy.len = rl_policy_field(list, n, 0, (char *) conf->policy.data,
+                                       n * RL_POLICY_ITEM_MAX);
+
+    return NGX_OK;
 }
 
 

@@ -18,6 +18,7 @@
 #include <ngx_http.h>
 
 #include "ratelimit.h"
+#include "ratelimit_render.h"
 #include "ngx_http_ratelimit_redis.h"
 
 
@@ -95,6 +96,8 @@ typedef struct {
     ngx_array_t                  rules;     /* ngx_http_ratelimit_rule_t */
     ngx_uint_t                   combine;
     ngx_uint_t                   status_code;
+    ngx_uint_t                   grpc_status; /* of a refused gRPC call;
+                                               0: off, answered as HTTP */
     ngx_uint_t                   headers;
     ngx_flag_t                   dry_run;
     ngx_uint_t                   log_level;
@@ -104,6 +107,8 @@ typedef struct {
     ngx_flag_t                   ends;      /* a rule here settles when a
                                                request ends: charge=, or
                                                concurrency */
+    ngx_str_t                    policy;    /* RateLimit-Policy, when the
+                                               same for every request */
 } ngx_http_ratelimit_loc_conf_t;
 
 
@@ -159,7 +164,7 @@ struct ngx_http_ratelimit_ctx_s {
     u_char                       values[3 * NGX_INT64_LEN]; /* of the
                                                X-RateLimit-* headers */
 
-    ngx_http_ratelimit_redis_wait_t  redis;
+    ngx_http_ratelimit_redis_wait_t  *redis; /* while Redis decides */
     ngx_int_t                    rc;        /* the handler's, once decided */
 
     unsigned                     headers_done:1;
@@ -175,7 +180,10 @@ struct ngx_http_ratelimit_ctx_s {
     unsigned                     ended:1;    /* and have */
     unsigned                     in_wait:1;  /* waiting for a slot */
     unsigned                     charged_set:1;
+    unsigned                     grpc:2;    /* refused, and answered as a
+                                               gRPC call: rl_grpc_kind */
     uint64_t                     charged;   /* $ratelimit_charged */
+    ngx_str_t                    policy;    /* RateLimit-Policy */
     ngx_http_request_t          *request;   /* the main request */
     ngx_queue_t                  wait_link; /* in this worker's waiting
                                                requests */
@@ -184,13 +192,10 @@ struct ngx_http_ratelimit_ctx_s {
 };
 
 
-/* A response being written: a chain of buffers (stats.c). */
-typedef struct {
-    ngx_pool_t                  *pool;
-    ngx_chain_t                 *first;
-    ngx_chain_t                 *last;
-    ngx_int_t                    error;
-} ngx_http_ratelimit_writer_t;
+/* What a zone's snapshot holds besides its figures (stats.c). */
+#define NGX_HTTP_RATELIMIT_SNAPSHOT_COUNTERS  0x01  /* its rules' counters */
+#define NGX_HTTP_RATELIMIT_SNAPSHOT_TOPS      0x02  /*   and top keys */
+#define NGX_HTTP_RATELIMIT_SNAPSHOT_RULES     0x04  /* its rules' settings */
 
 
 extern ngx_module_t  ngx_http_ratelimit_module;
@@ -214,6 +219,14 @@ ngx_int_t ngx_http_ratelimit_wait(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, ngx_http_ratelimit_retry_pt retry);
 void ngx_http_ratelimit_wait_wake(void);
 void ngx_http_ratelimit_wait_leave(ngx_http_ratelimit_ctx_t *ctx);
+
+/* ngx_http_ratelimit_grpc.c */
+char *ngx_http_ratelimit_grpc_status(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+ngx_uint_t ngx_http_ratelimit_grpc_kind(ngx_http_request_t *r,
+    ngx_http_ratelimit_loc_conf_t *rlcf, size_t *type_len);
+ngx_int_t ngx_http_ratelimit_grpc_answer(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx);
 
 /* ngx_http_ratelimit_log.c */
 void ngx_http_ratelimit_log_verdict(ngx_http_request_t *r, ngx_uint_t level,
@@ -267,20 +280,16 @@ ngx_int_t ngx_http_ratelimit_answer_headers(ngx_http_request_t *r,
 ngx_int_t ngx_http_ratelimit_add_headers(ngx_http_request_t *r,
     ngx_keyval_t *headers, ngx_uint_t n);
 ngx_int_t ngx_http_ratelimit_send(ngx_http_request_t *r, ngx_uint_t status,
-    ngx_str_t *type, ngx_http_ratelimit_writer_t *w);
-void ngx_http_ratelimit_write_zone_figures(ngx_http_ratelimit_writer_t *w,
-    ngx_http_ratelimit_zone_t *zone);
-u_char *ngx_http_ratelimit_room(ngx_http_ratelimit_writer_t *w, size_t len);
-void ngx_http_ratelimit_write(ngx_http_ratelimit_writer_t *w, const char *s,
-    size_t len);
-void ngx_http_ratelimit_write_number(ngx_http_ratelimit_writer_t *w,
-    uint64_t n);
-void ngx_http_ratelimit_write_quoted(ngx_http_ratelimit_writer_t *w,
-    ngx_str_t *name);
-void ngx_http_ratelimit_write_key(ngx_http_ratelimit_writer_t *w,
-    const u_char *data, size_t len, ngx_uint_t cut);
-void ngx_http_ratelimit_write_metric(ngx_http_ratelimit_writer_t *w,
-    const char *prefix, const char *name, const char *suffix);
+    ngx_str_t *type, u_char *data, size_t len);
+ngx_int_t ngx_http_ratelimit_send_json(ngx_http_request_t *r,
+    ngx_uint_t status, u_char *data, size_t len);
+ngx_int_t ngx_http_ratelimit_snapshot(ngx_http_request_t *r, ngx_uint_t what,
+    rl_stats_snapshot_t *s);
+ngx_int_t ngx_http_ratelimit_zone_snapshot(ngx_http_request_t *r,
+    ngx_http_ratelimit_zone_t *zone, ngx_uint_t what, rl_zone_snapshot_t *z);
+ngx_int_t ngx_http_ratelimit_top_view(ngx_http_request_t *r,
+    ngx_http_ratelimit_zone_t *zone, ngx_http_ratelimit_rule_t *rule, int slot,
+    rl_top_t *top, rl_top_view_t *v);
 
 /*
  * The clock the core decides on: nginx's cached wall-clock time, in ms
@@ -298,8 +307,9 @@ ngx_http_ratelimit_now(void)
 }
 
 
-#define ngx_http_ratelimit_puts(w, s)                                         \
-    ngx_http_ratelimit_write(w, s, sizeof(s) - 1)
+/* ngx_str_t as the core's rl_str_t */
+#define ngx_http_ratelimit_rl_str(s)                                          \
+    ((rl_str_t) { (const char *) (s)->data, (s)->len })
 
 /* ngx_http_ratelimit_api.c */
 char *ngx_http_ratelimit_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);

@@ -144,7 +144,7 @@ ngx_http_ratelimit_ctx_cleanup(void *data)
     ngx_http_ratelimit_ctx_t  *ctx = data;
 
     if (ctx->redis_waiting) {
-        ngx_http_ratelimit_redis_cancel(&ctx->redis);
+        ngx_http_ratelimit_redis_cancel(ctx->redis);
     }
 
     if (ctx->delayed && ctx->refund) {

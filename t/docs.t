@@ -79,6 +79,9 @@ sub headings {
             my $conf = $t->doc_conf($b->{text});
             my ($rc, $out) = $t->nginx_t($conf);
             is($rc, 0, "$name: nginx -t") or diag("$out\n$conf");
+            # h2c is written "listen ... http2", as Debian's nginx (1.22)
+            # needs it: nginx 1.25.1 and later take it with this warning
+            $out =~ s/^.*\[warn\] the "listen \.\.\. http2" directive is deprecated.*\n?//mg;
             unlike($out, qr/\[warn\]/, "$name: no warning");
         }
     }

@@ -24,6 +24,20 @@ server {
         ratelimit zone=z limit=2 period=1m name=legacy;
         alias %%PREFIX%%/html/;
     }
+    location /policies/ {
+        ratelimit zone=z limit=3 period=1m burst=5 name=burst;
+        ratelimit zone=z algorithm=sliding_window limit=1000 period=1h name=hourly;
+        ratelimit zone=z algorithm=quota reset=daily limit=5000 name=daily;
+        ratelimit zone=z algorithm=concurrency limit=4 name=at_once;
+        ratelimit_headers ietf;
+        alias %%PREFIX%%/html/;
+    }
+    location /policies_var/ {
+        ratelimit zone=z limit=$http_x_plan limit_default=2 period=1m name=plan;
+        ratelimit zone=z algorithm=fixed_window limit=100 period=1h name=hour_var;
+        ratelimit_headers ietf;
+        alias %%PREFIX%%/html/;
+    }
     location /ietf/ {
         ratelimit zone=z limit=2 period=1m name=ietf;
         ratelimit_headers ietf;
@@ -91,6 +105,27 @@ sub h {
     is(h($r[2], 'retry-after'), 30, 'legacy: Retry-After on the rejection');
     is(h($r[0], 'ratelimit'), undef, 'legacy: no IETF headers');
     is(h($r[0], 'retry-after'), undef, 'legacy: no Retry-After when allowed');
+}
+
+# RateLimit-Policy lists every policy of the location, the same on every
+# response (written once at configuration time), and RateLimit names the
+# one closest to its limit
+{
+    my @r = map { $t->get('/policies/index.html') } 1 .. 3;
+    my @f = map { eval { RLStructured::ratelimit_fields($_->{headers}) } || do { diag($@); {} } } @r;
+    is(scalar(grep { $_->{policies} } @f), 3, 'policies: the three responses parse as Structured Fields');
+    is_deeply([ map { h($_, 'ratelimit-policy') } @r ], [ (h($r[0], 'ratelimit-policy')) x 3 ],
+              'policies: the same RateLimit-Policy on each response');
+    is_deeply($f[0]{policies},
+              [ { name => 'burst', q => 5, w => 100 }, { name => 'hourly', q => 1000, w => 3600 },
+                { name => 'daily', q => 5000, w => 86400 }, { name => 'at_once', q => 4 } ],
+              'policies: every rule, its quota and window (none for concurrency), in order');
+    is($f[0]{limit}{name}, 'at_once', 'policies: RateLimit names the closest to its limit (3 of 4 slots left)');
+    is($f[2]{limit}{name}, 'burst', '... until another is closer (2 of 5 left)');
+    is($f[2]{policy}{name}, 'burst', '... and that one is in RateLimit-Policy');
+    my @v = map { $t->get('/policies_var/index.html', { 'X-Plan' => $_ }) } 7, 9;
+    is(h($v[0], 'ratelimit-policy'), '"plan";q=7;w=60, "hour_var";q=100;w=3600', 'a variable limit: its policy as it applied');
+    is(h($v[1], 'ratelimit-policy'), '"plan";q=9;w=60, "hour_var";q=100;w=3600', '... to each request');
 }
 
 # ietf

@@ -9,7 +9,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use POSIX qw(floor);
+use POSIX qw(ceil floor);
 use Time::HiRes qw(time sleep);
 use RLTest;
 use RLSlowUpstream;
@@ -307,6 +307,47 @@ EOF
         $t->stop();
     }
     is($seen{ratelimit}, $seen{limit_req}, "$title: limit_req and its ratelimit equivalent decide alike");
+}
+
+{
+    my $title = 'Rate-limiting a gRPC service behind nginx';
+    $tested{$title} = 1;
+    SKIP: {
+        require RLGrpc;
+        my $why = RLGrpc::missing();
+        skip $why, 9 if $why;
+        my $g = RLGrpc->new->start;
+        my $conf = $recipes{$title}[0];
+        like($conf, qr/^\s*listen 8080 http2;/m, "$title: listens on 8080, h2c");
+        my $listen = RLGrpc::h2c_listen('127.0.0.1:%%PORT%%');
+        $conf =~ s/listen 8080 http2;/$listen/;
+        $conf =~ s/127\.0\.0\.1:50051/127.0.0.1:@{[ $g->port ]}/;
+        my $t = RLTest->new();
+        $t->write_conf($conf);
+        $t->start();
+        my $call = { method => '/shop.Orders/Create', metadata => [ [ 'x-api-key', 'k1' ] ] };
+        my @r = $g->call('127.0.0.1:' . $t->port, ($call) x 150);
+        is(scalar(grep { $_->{code} eq 'OK' } @r[0 .. 99]), 100, "$title: 100 calls served at once");
+        # gcra gives a call back every 600 ms: the 100th's budget left is
+        # what came back while the 100 went through
+        my $window = ($r[99]{end} - $r[0]{start}) * 1000;
+        ok($r[99]{initial_md}{'x-ratelimit-remaining'} <= $window / 600,
+           "$title: the 100th: $r[99]{initial_md}{'x-ratelimit-remaining'} left after $window ms");
+        my ($refused) = grep { $_->{code} ne 'OK' } @r;
+        ok($refused, "$title: a call refused, faster than one each 600 ms");
+        is($refused->{code}, 'RESOURCE_EXHAUSTED', "$title: refused as gRPC");
+        like($refused->{details}, qr/^rate limit exceeded, retry in 1 s$/, "$title: $refused->{details}");
+        my $p = $refused->{trailing_md}{'grpc-retry-pushback-ms'};
+        ok($p > 0 && $p <= 600, "$title: pushback $p ms: at most the 600 ms to the next call back");
+        is($refused->{trailing_md}{'x-ratelimit-limit'}, 100, "$title: the rate-limit metadata");
+        my $retry = { %$call, service_config => { methodConfig => [ { name => [ { service => 'shop.Orders' } ],
+            retryPolicy => { maxAttempts => 3, initialBackoff => '0.1s', maxBackoff => '1s', backoffMultiplier => 2,
+                             retryableStatusCodes => ['RESOURCE_EXHAUSTED'] } } ] } };
+        ($r[0]) = $g->call('127.0.0.1:' . $t->port, $retry);
+        is($r[0]{code}, 'OK', "$title: a client retrying RESOURCE_EXHAUSTED waits the pushback and is served");
+        $t->stop();
+        $g->stop();
+    }
 }
 
 is_deeply([ sort keys %tested ], [ sort keys %recipes ], 'every recipe of docs/recipes.md is run here');

@@ -513,6 +513,21 @@ RL_API uint64_t rl_retry_after_seconds(const rl_decision_t *d);
    early); 0 for none. */
 RL_API uint64_t rl_seconds(int64_t ms);
 
+/*
+ * The RateLimit-Policy field of n rules (the IETF draft, revision 10): each
+ * rule's policy, "name";q=QUOTA;w=SECONDS (no w for a policy with no
+ * window: concurrency), ", " between, as at now_ms.  Writes at most cap
+ * bytes, whole items only (RL_POLICY_ITEM_MAX a rule is always enough);
+ * returns how many.
+ */
+#define RL_POLICY_ITEM_MAX  (RL_NAME_MAX + 64)
+RL_API size_t rl_policy_field(const rl_rule_t *const *rules, size_t n,
+    int64_t now_ms, char *out, size_t cap);
+
+/* 1 if a rule's policy is the same for every request (no variable limit
+   or burst, no monthly quota): the field can be written once. */
+RL_API int rl_rule_policy_fixed(const rl_rule_t *rule);
+
 /* Decides and commits the request; returns its verdict (see above). */
 RL_API int rl_decide(rl_request_t *rq, int64_t now_ms);
 
@@ -551,6 +566,83 @@ RL_API int rl_check_charges(const rl_check_t *check);
 /* Bytes of the block a rule's state needs beyond the table's slot (0 for
    most algorithms): what a table's layout is planned from. */
 RL_API uint32_t rl_rule_block_size(const rl_rule_t *rule);
+
+
+/* ---- gRPC: a refused call answered in gRPC's terms ---------------------- */
+
+/*
+ * A refused gRPC call gets a gRPC answer (ratelimit_grpc_status), not an
+ * HTTP error that gRPC would read as UNAVAILABLE and retry at once: a
+ * Trailers-Only response (HTTP 200, no body) whose grpc-status says why,
+ * grpc-message what happened and when to come back, and
+ * grpc-retry-pushback-ms the wait (gRFC A6: a client with a retry policy
+ * waits exactly that, a negative value tells it not to retry, none lets it
+ * use its own backoff).  gRPC-Web carries the same trailers in its body.
+ */
+
+enum rl_grpc_kind {
+    RL_GRPC_NONE = 0,           /* not a gRPC call */
+    RL_GRPC_NATIVE,             /* application/grpc[+fmt] */
+    RL_GRPC_WEB,                /* application/grpc-web[+fmt] */
+    RL_GRPC_WEB_TEXT            /* application/grpc-web-text[+fmt]: the
+                                   body is base64 */
+};
+
+#define RL_GRPC_STATUS_MIN         1    /* CANCELLED */
+#define RL_GRPC_STATUS_MAX         16   /* UNAUTHENTICATED */
+#define RL_GRPC_RESOURCE_EXHAUSTED 8    /* the default */
+
+/*
+ * What a request is: a gRPC call is a POST (post set) whose Content-Type is
+ * application/grpc, application/grpc-web or application/grpc-web-text (any
+ * case), alone or with a "+format" suffix, then optional parameters (";"),
+ * as gRPC's PROTOCOL-HTTP2 and PROTOCOL-WEB write them.  *type_len is the
+ * length of the type with its suffix (no parameters): the response's
+ * Content-Type.  Any other request, a GET too (a 200 of a GET could be
+ * cached), is RL_GRPC_NONE.
+ */
+RL_API int rl_grpc_kind(int post, const char *content_type, size_t len,
+    size_t *type_len);
+
+#define RL_GRPC_MESSAGE_MAX   256
+#define RL_GRPC_PUSHBACK_MAX  12
+
+typedef struct {
+    char    message[RL_GRPC_MESSAGE_MAX];   /* grpc-message, percent-encoded */
+    size_t  message_len;
+    char    pushback[RL_GRPC_PUSHBACK_MAX]; /* grpc-retry-pushback-ms */
+    size_t  pushback_len;                   /*   0: none */
+} rl_grpc_answer_t;
+
+/*
+ * The answer to a refused call, from the binding rule's decision (NULL: a
+ * refusal with no decision, on_redis_error=deny): "rate limit exceeded,
+ * retry in N s" (N: Retry-After's seconds) with the exact wait in ms as the
+ * pushback; a wait beyond a signed 32-bit pushback (24.8 days), or a cost
+ * the rule can never admit, "-1": do not retry; no time to wait for (a
+ * concurrency slot; no decision), no pushback: the client's own backoff.
+ * No key, no limit, no name of a rule.
+ */
+RL_API void rl_grpc_answer(const rl_decision_t *d, rl_grpc_answer_t *out);
+
+/*
+ * len bytes percent-encoded as grpc-message must be: every byte but
+ * printable ASCII (0x20-0x7e) and '%' itself as %XX.  Writes at most 3 * len
+ * bytes; returns how many.
+ */
+RL_API size_t rl_grpc_percent_encode(char *out, const void *in, size_t len);
+
+/*
+ * The body of a refused gRPC-Web call (kind RL_GRPC_WEB or
+ * RL_GRPC_WEB_TEXT): one trailers frame (flags 0x80, a 32-bit big-endian
+ * length, then "grpc-status: S\r\n" and the answer's grpc-message and
+ * grpc-retry-pushback-ms as lines of an HTTP/1 header block), in base64 for
+ * RL_GRPC_WEB_TEXT.  Writes at most RL_GRPC_WEB_BODY_MAX bytes; returns how
+ * many.
+ */
+#define RL_GRPC_WEB_BODY_MAX  512
+RL_API size_t rl_grpc_web_body(char *out, int kind, unsigned status,
+    const rl_grpc_answer_t *a);
 
 
 /* ---- the key API: a key's state, its reset, the keys refused most ------ */

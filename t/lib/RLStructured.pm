@@ -210,24 +210,51 @@ sub integers {
 }
 
 # The rate-limit headers of an HTTP::Tiny response, checked: RateLimit-Policy
-# a List of one Item, a String with q (Integer >= 0) and w (Integer >= 1);
-# RateLimit a List of one Item, the same String, with r and t (Integers >= 0);
-# Retry-After delay-seconds.  Returns { policy => {name, q, w}, limit =>
-# {name, r, t}, retry_after => seconds }, the parts present; dies otherwise.
+# a List of Items, each a String (no name twice) with q (Integer >= 0) and,
+# for a policy with a window, w (Integer >= 1); RateLimit a List of one
+# Item, the String of one of those policies, with r (Integer >= 0) and, for
+# a policy with a window, t (Integer >= 0); Retry-After delay-seconds.
+# Returns { policies => [{name, q, w?}, ...], policy => the one RateLimit
+# names (or the only one), limit => {name, r, t?}, retry_after => seconds },
+# the parts present; dies otherwise.
 sub ratelimit_fields {
     my ($headers) = @_;
     my %out;
-    for my $h (['ratelimit-policy', 'policy', q => 0, w => 1], ['ratelimit', 'limit', r => 0, t => 0]) {
-        my ($field, $as, %min) = @$h;
-        my $value = $headers->{$field};
-        next unless defined $value;
-        die "$field: sent more than once\n" if ref $value;
-        my $list = parse_list($value);
-        die "$field: one policy expected, got " . scalar(@$list) . "\n" unless @$list == 1;
-        my $item = $list->[0];
+    my $string = sub {
+        my ($item, $field) = @_;
         die "$field: an Inner List\n" if $item->{inner};
         die "$field: the policy's name is a $item->{value}[0], not a String\n" unless $item->{value}[0] eq 'string';
-        $out{$as} = { name => $item->{value}[1], %{ integers($item, $field, %min) } };
+        return $item->{value}[1];
+    };
+    my $optional = sub {
+        my ($item, $field, $k, $min) = @_;
+        return () unless grep { $_->[0] eq $k } @{ $item->{params} };
+        return %{ integers($item, $field, $k => $min) };
+    };
+    if (defined(my $value = $headers->{'ratelimit-policy'})) {
+        die "ratelimit-policy: sent more than once\n" if ref $value;
+        my $list = parse_list($value);
+        die "ratelimit-policy: no policy\n" unless @$list;
+        my %seen;
+        for my $item (@$list) {
+            my $name = $string->($item, 'ratelimit-policy');
+            die "ratelimit-policy: \"$name\" listed twice\n" if $seen{$name}++;
+            push @{ $out{policies} }, { name => $name, %{ integers($item, 'ratelimit-policy', q => 0) },
+                                        $optional->($item, 'ratelimit-policy', w => 1) };
+        }
+        $out{policy} = $out{policies}[0] if @{ $out{policies} } == 1;
+    }
+    if (defined(my $value = $headers->{'ratelimit'})) {
+        die "ratelimit: sent more than once\n" if ref $value;
+        my $list = parse_list($value);
+        die "ratelimit: one policy expected, got " . scalar(@$list) . "\n" unless @$list == 1;
+        my $name = $string->($list->[0], 'ratelimit');
+        $out{limit} = { name => $name, %{ integers($list->[0], 'ratelimit', r => 0) },
+                        $optional->($list->[0], 'ratelimit', t => 0) };
+        if ($out{policies}) {
+            ($out{policy}) = grep { $_->{name} eq $name } @{ $out{policies} };
+            die "ratelimit: \"$name\" is no policy of RateLimit-Policy\n" unless $out{policy};
+        }
     }
     if (defined(my $ra = $headers->{'retry-after'})) {
         die "retry-after: sent more than once\n" if ref $ra;

@@ -1,0 +1,208 @@
+/*
+ * ngx-ratelimit core: what ratelimit_stats and the key API (ratelimit_api)
+ * answer, and how a key API request is read.
+ *
+ * The glue copies figures out of the zones into snapshots (under each zone's
+ * lock) and sends bytes; everything between is here: a snapshot rendered as
+ * JSON or as Prometheus text, an API request's path, method and parameters
+ * read and checked, and every error the API answers.  Pure functions: no
+ * lock, no allocation, no I/O, nothing thrown.
+ *
+ * Every rl_render_* function writes its text into buf (cap bytes) and
+ * returns the bytes the whole text takes: when that is more than cap, only
+ * the first cap bytes are written, and a caller asks again with a buffer that
+ * large (or first with cap 0, to learn the size).
+ */
+
+#ifndef RATELIMIT_RENDER_H
+#define RATELIMIT_RENDER_H
+
+#include "ratelimit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+
+/* Bytes, not NUL-terminated. */
+typedef struct {
+    const char  *data;
+    size_t       len;
+} rl_str_t;
+
+
+/* ---- snapshots ---------------------------------------------------------- */
+
+/* Redis latency buckets of ratelimit_stats (the glue counts into them). */
+#define RL_REDIS_LATENCY_BUCKETS  8
+
+/*
+ * A Redis zone's counters (ratelimit_stats's "redis", and the
+ * nginx_ratelimit_redis_* series).  A new one: a field here, its row in the
+ * figures table of core/src/render/stats.cpp, and its copy in the glue.
+ */
+typedef struct {
+    uint64_t  decisions;        /* requests decided in Redis */
+    uint64_t  errors;           /* error replies, lost connections */
+    uint64_t  timeouts;         /* no reply within redis_timeout */
+    uint64_t  fallbacks;        /* requests decided by on_redis_error */
+    uint64_t  reconnects;       /* connections opened */
+    uint64_t  charges;          /* requests' charges settled in Redis */
+    uint64_t  undelivered;      /*   and not: no reply, or one refused */
+    uint64_t  latency[RL_REDIS_LATENCY_BUCKETS + 1];  /* replies a bucket,
+                                   the last slower than every bound */
+    uint64_t  latency_le_us[RL_REDIS_LATENCY_BUCKETS];  /* the bounds */
+    uint64_t  latency_us;       /* the sum */
+} rl_redis_figures_t;
+
+/* A rule of a zone as configured: what the key API's zones show. */
+typedef struct {
+    rl_str_t          name;
+    const rl_rule_t  *rule;
+    rl_str_t          key;      /* the key expression, as written */
+} rl_rule_view_t;
+
+/* The keys a rule refuses most, copied from rl_table_top(). */
+typedef struct {
+    rl_str_t             rule;      /* its name */
+    int                  log_key;   /* keys kept in clear are shown */
+    int                  state;     /* enum rl_top_state */
+    uint64_t             refusals;
+    size_t               n;
+    const rl_top_key_t  *keys;      /* most refused first */
+} rl_top_view_t;
+
+/* A zone's figures, at one moment. */
+typedef struct {
+    rl_str_t                   name;
+    rl_table_stats_t           table;     /* its size: the zone's */
+    uint64_t                   used;      /* rl_table_bytes_used() */
+    size_t                     ncounters; /* rl_table_rule_stats() */
+    const rl_rule_stats_t     *counters;
+    const rl_top_view_t       *tops;      /* ncounters of them, each
+                                             counter's top keys (Prometheus);
+                                             NULL: none */
+    size_t                     nrules;    /* its rules, a name once (the
+                                             key API) */
+    const rl_rule_view_t      *rules;
+    const rl_redis_figures_t  *redis;     /* NULL: a local zone */
+    rl_str_t                   server;    /* redis= */
+} rl_zone_snapshot_t;
+
+typedef struct {
+    rl_str_t                   version;   /* the module's */
+    size_t                     n;
+    const rl_zone_snapshot_t  *zones;
+} rl_stats_snapshot_t;
+
+/* A key's state in a rule, read (rl_table_peek) or reset (rl_table_reset),
+   or the same from Redis. */
+typedef struct {
+    rl_str_t          rule;     /* its name */
+    const rl_rule_t  *config;
+    uint64_t          tag;      /* the key's fingerprint in the rule */
+    uint64_t          cost;     /* of its next request */
+    rl_peek_t         peek;     /* read */
+    int               reset;    /* reset: RL_RESET_* */
+    void             *data;     /* the caller's */
+} rl_key_state_t;
+
+typedef struct {
+    rl_str_t               zone;
+    const void            *key;       /* as asked; NULL: by fingerprint */
+    size_t                 key_len;
+    uint64_t               fingerprint;
+    int                    reset;     /* the states were reset */
+    size_t                 n;
+    const rl_key_state_t  *states;
+} rl_key_snapshot_t;
+
+typedef struct {
+    rl_str_t               zone;
+    int64_t                now_ms;
+    int                    server;    /* a Redis zone: this server's
+                                         refusals only */
+    size_t                 n;
+    const rl_top_view_t   *rules;
+} rl_top_snapshot_t;
+
+
+/* ---- rendering ---------------------------------------------------------- */
+
+/* ratelimit_stats: JSON, and the Prometheus text format (0.0.4), top keys
+   included. */
+RL_API size_t rl_render_stats_json(const rl_stats_snapshot_t *s, char *buf,
+    size_t cap);
+RL_API size_t rl_render_stats_prometheus(const rl_stats_snapshot_t *s,
+    char *buf, size_t cap);
+
+/* The key API: GET zones (write: whether DELETE is enabled there), GET
+   zones/NAME, GET or DELETE zones/NAME/keys, GET zones/NAME/top. */
+RL_API size_t rl_render_api_zones(const rl_stats_snapshot_t *s, int write,
+    char *buf, size_t cap);
+RL_API size_t rl_render_api_zone(const rl_zone_snapshot_t *z, char *buf,
+    size_t cap);
+RL_API size_t rl_render_api_keys(const rl_key_snapshot_t *k, char *buf,
+    size_t cap);
+RL_API size_t rl_render_api_top(const rl_top_snapshot_t *t, char *buf,
+    size_t cap);
+
+
+/* ---- a key API request -------------------------------------------------- */
+
+enum rl_api_resource {
+    RL_API_ZONES = 0,           /* zones */
+    RL_API_ZONE,                /* zones/NAME */
+    RL_API_KEYS,                /* zones/NAME/keys */
+    RL_API_TOP                  /* zones/NAME/top */
+};
+
+/* The longest key, after %-decoding, that the API looks up. */
+#define RL_API_KEY_MAX    4096
+#define RL_API_ERROR_MAX  1024
+
+typedef struct {
+    int          resource;      /* enum rl_api_resource */
+    rl_str_t     zone;          /* into the URI given */
+    int          reset;         /* DELETE */
+    int          has_key;
+    size_t       key_len;
+    uint8_t      key[RL_API_KEY_MAX];  /* %-decoded */
+    size_t       rule_len;      /* 0: every rule */
+    char         rule[RL_NAME_MAX];    /* %-decoded, NUL-terminated */
+    int          has_fingerprint;
+    uint64_t     fingerprint;
+    int          status;        /* an error's HTTP status */
+    const char  *allow;         /* 405: the methods allowed (Allow) */
+    size_t       error_len;
+    char         error[RL_API_ERROR_MAX];  /* an error's answer, JSON */
+} rl_api_request_t;
+
+/*
+ * Reads a request to a ratelimit_api location (prefix: the location's name):
+ * its path (zones, zones/NAME, zones/NAME/keys or zones/NAME/top after the
+ * prefix, and a "/" after a prefix without one), its method (GET and HEAD;
+ * DELETE on keys, where write is set), and its query string (each parameter
+ * its resource takes, once, %-decoded and checked).  Returns 0, or an error's
+ * HTTP status (404, 405, 403, 400) with its answer in q->error.
+ */
+RL_API int rl_api_request(rl_api_request_t *q, rl_str_t prefix, rl_str_t uri,
+    rl_str_t method, int write, rl_str_t args);
+
+/* What the glue finds wrong with a request the core read. */
+enum rl_api_error {
+    RL_API_NO_ZONE = 1,         /* 404: no zone q->zone */
+    RL_API_NO_RULE,             /* 404: the zone has no rule q->rule */
+    RL_API_REDIS_FINGERPRINT,   /* 400: a Redis zone's key by fingerprint */
+    RL_API_REDIS_FAILED         /* 409: Redis did not answer */
+};
+
+/* Writes the error's answer into q->error; returns its HTTP status. */
+RL_API int rl_api_error(rl_api_request_t *q, int error);
+
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RATELIMIT_RENDER_H */

@@ -1,0 +1,246 @@
+// What the key API (ratelimit_api) answers, as JSON: the zones and their
+// rules as configured, a key's state in each rule (or what its reset found),
+// and the keys each rule refuses most.
+#include "render/out.h"
+
+namespace rl {
+
+namespace {
+
+void field(Out &o, const char *name, uint64_t n)
+{
+    o.put(",\"");
+    o.put(name);
+    o.put("\":");
+    o.num(n);
+}
+
+void fingerprint(Out &o, uint64_t tag)
+{
+    o.put("\"fingerprint\":\"");
+    o.hex16(tag);
+    o.put("\"");
+}
+
+// {"algorithm":A,"key":"$expr","limit":N,...}: what the rule says, and its
+// algorithm's own parameters
+void rule_json(Out &o, const rl_rule_view_t &v)
+{
+    const rl_rule_t &r = *v.rule;
+    o.put("{\"algorithm\":");
+    o.json(rl_algorithm_name(r.algorithm), std::strlen(rl_algorithm_name(r.algorithm)));
+    o.put(",\"key\":");
+    o.json(v.key);
+    field(o, "limit", r.limit);
+    if (r.limit_var) {
+        o.put(",\"limit_variable\":true");
+    }
+    if (r.algorithm == RL_QUOTA) {
+        o.put(",\"reset\":\"");
+        o.put(rl_reset_name(r.reset));
+        o.put("\"");
+    } else {
+        field(o, "period_ms", (uint64_t) r.period_ms);
+    }
+    switch (r.algorithm) {
+    case RL_GCRA:
+    case RL_TOKEN_BUCKET:
+        field(o, "burst", r.burst);
+        break;
+    case RL_LEAKY_BUCKET:
+        field(o, "max_delay_ms", (uint64_t) r.max_delay_ms);
+        break;
+    case RL_SLIDING_WINDOW:
+        field(o, "buckets", r.buckets);
+        break;
+    case RL_FIXED_WINDOW:
+        o.put(r.align == RL_ALIGN_FIRST ? ",\"align\":\"first\"" : ",\"align\":\"epoch\"");
+        break;
+    }
+    o.put(",\"log_key\":");
+    o.boolean(r.log_key != 0);
+    o.put("}");
+}
+
+// A zone's fields: "redis":B, its figures (as ratelimit_stats), "rules"
+void zone_json(Out &o, const rl_zone_snapshot_t &z)
+{
+    o.put("\"redis\":");
+    o.boolean(z.redis != nullptr);
+    o.put(",");
+    zone_figures(o, z);
+    o.put(",\"rules\":{");
+    for (size_t i = 0; i < z.nrules; i++) {
+        o.put(i ? "," : "");
+        o.json(z.rules[i].name);
+        o.put(":");
+        rule_json(o, z.rules[i]);
+    }
+    o.put("}");
+}
+
+// A state: {"rule":R,"fingerprint":F,"state":"held"|"summary"|"none",
+// "refused":B,"remaining":N,"reset":S,"reset_ms":MS,"retry_after":S,
+// "retry_after_ms":MS,"delay_ms":MS,"banned_ms":MS,"limit":N,"cost":N} (and
+// "in_flight", "waiting" for concurrency), seconds as the headers show them
+// (rl_seconds, rl_retry_after_seconds); after a reset
+// {"rule":R,"fingerprint":F,"held":B,"forgiven":B,"unbanned":B}.
+void state_json(Out &o, const rl_key_state_t &st, bool reset)
+{
+    o.put("{\"rule\":");
+    o.json(st.rule);
+    o.put(",");
+    fingerprint(o, st.tag);
+    if (reset) {
+        o.put(",\"held\":");
+        o.boolean(st.reset & RL_RESET_HELD);
+        o.put(",\"forgiven\":");
+        o.boolean(st.reset & RL_RESET_FORGIVEN);
+        o.put(",\"unbanned\":");
+        o.boolean(st.reset & RL_RESET_UNBANNED);
+        o.put("}");
+        return;
+    }
+    const rl_peek_t &pk = st.peek;
+    const bool allowed = pk.next.allowed != 0;
+    o.put(",\"state\":\"");
+    o.put(pk.held ? "held" : pk.owed ? "summary" : "none");
+    o.put("\",\"refused\":");
+    o.boolean(!allowed);
+    field(o, "remaining", pk.look.remaining);
+    field(o, "reset", rl_seconds(pk.look.reset_ms));
+    o.put(",\"reset_ms\":");
+    o.num0(pk.look.reset_ms);
+    field(o, "retry_after", rl_retry_after_seconds(&pk.next));
+    o.put(",\"retry_after_ms\":");
+    o.num0(allowed ? 0 : pk.next.retry_after_ms);
+    o.put(",\"delay_ms\":");
+    o.num0(allowed ? pk.next.delay_ms : 0);
+    o.put(",\"banned_ms\":");
+    o.num0(pk.banned_ms);
+    if (st.config->algorithm == RL_CONCURRENCY) {
+        field(o, "in_flight", pk.in_flight);
+        field(o, "waiting", pk.waiting);
+    }
+    field(o, "limit", st.config->limit);
+    field(o, "cost", st.cost);
+    o.put("}");
+}
+
+// "R":{"state":S,"refusals":N,"entries":32,"keys":[{"fingerprint":F,
+// "key":K,"refused":N,"error":N,"banned_ms":MS},...]}: "key" only where
+// the rule logs keys in clear, "banned_ms" only for a key a ban= keeps out
+void top_json(Out &o, const rl_top_view_t &t)
+{
+    static const char *const states[] = {"none", "kept", "no_room"};
+    o.json(t.rule);
+    o.put(":{\"state\":\"");
+    o.put(t.state >= RL_TOP_NONE && t.state <= RL_TOP_NO_ROOM ? states[t.state] : "none");
+    o.put("\"");
+    field(o, "refusals", t.refusals);
+    field(o, "entries", RL_TOP_ENTRIES);
+    o.put(",\"keys\":[");
+    for (size_t j = 0; j < t.n; j++) {
+        const rl_top_key_t &k = t.keys[j];
+        o.put(j ? ",{" : "{");
+        fingerprint(o, k.tag);
+        if (t.log_key && k.key_len) {
+            o.put(",\"key\":");
+            o.json_shown(k.key, k.key_len, k.key_cut != 0);
+        }
+        field(o, "refused", k.refused);
+        field(o, "error", k.error);
+        if (k.banned_ms > 0) {
+            field(o, "banned_ms", (uint64_t) k.banned_ms);
+        }
+        o.put("}");
+    }
+    o.put("]}");
+}
+
+}  // namespace
+
+}  // namespace rl
+
+extern "C" {
+
+// {"version":V,"write":B,"top_epoch_ms":N,"zones":{NAME:{...}}}
+size_t rl_render_api_zones(const rl_stats_snapshot_t *s, int write, char *buf, size_t cap)
+{
+    rl::Out o(buf, cap);
+    o.put("{\"version\":");
+    o.json(s->version);
+    o.put(",\"write\":");
+    o.boolean(write != 0);
+    rl::field(o, "top_epoch_ms", RL_TOP_EPOCH_MS);
+    o.put(",\"zones\":{");
+    for (size_t i = 0; i < s->n; i++) {
+        o.put(i ? "," : "");
+        o.json(s->zones[i].name);
+        o.put(":{");
+        rl::zone_json(o, s->zones[i]);
+        o.put("}");
+    }
+    o.put("}}\n");
+    return o.len();
+}
+
+// {"zone":NAME,...}: the same fields as a zone of the zones
+size_t rl_render_api_zone(const rl_zone_snapshot_t *z, char *buf, size_t cap)
+{
+    rl::Out o(buf, cap);
+    o.put("{\"zone\":");
+    o.json(z->name);
+    o.put(",");
+    rl::zone_json(o, *z);
+    o.put("}\n");
+    return o.len();
+}
+
+// {"zone":Z,"key":K|"fingerprint":F,"rules":[state,...]}, the key escaped
+// as log lines show it
+size_t rl_render_api_keys(const rl_key_snapshot_t *k, char *buf, size_t cap)
+{
+    rl::Out o(buf, cap);
+    o.put("{\"zone\":");
+    o.json(k->zone);
+    if (k->key != nullptr) {
+        o.put(",\"key\":");
+        o.json_shown(k->key, k->key_len);
+    } else {
+        o.put(",");
+        rl::fingerprint(o, k->fingerprint);
+    }
+    o.put(",\"rules\":[");
+    for (size_t i = 0; i < k->n; i++) {
+        o.put(i ? "," : "");
+        rl::state_json(o, k->states[i], k->reset != 0);
+    }
+    o.put("]}\n");
+    return o.len();
+}
+
+// {"zone":Z,"since_ms":T,"rules":{R:{...}}}, since the start of the epoch
+// before the current one; a Redis zone's has "scope":"server" after since_ms
+// (this server's refusals)
+size_t rl_render_api_top(const rl_top_snapshot_t *t, char *buf, size_t cap)
+{
+    rl::Out o(buf, cap);
+    o.put("{\"zone\":");
+    o.json(t->zone);
+    const int64_t epoch = t->now_ms / RL_TOP_EPOCH_MS;
+    o.put(",\"since_ms\":");
+    o.num0((epoch - 1) * RL_TOP_EPOCH_MS);
+    if (t->server) {
+        o.put(",\"scope\":\"server\"");
+    }
+    o.put(",\"rules\":{");
+    for (size_t i = 0; i < t->n; i++) {
+        o.put(i ? "," : "");
+        rl::top_json(o, t->rules[i]);
+    }
+    o.put("}}\n");
+    return o.len();
+}
+
+}  // extern "C"
