@@ -21,13 +21,14 @@ if ($module eq 'static') {
     like($v, qr/--with-compat/, "$nginx is a --with-compat build");
 }
 
-my $conf = $t->conf_text(<<'EOF');
+my $body = <<'EOF';
 ratelimit_zone z 1m;
 server {
     listen 127.0.0.1:%%PORT%%;
     location / { ratelimit zone=z limit=100 period=1m; }
 }
 EOF
+my $conf = $t->conf_text($body);
 if ($module eq 'static') {
     unlike($conf, qr/load_module/, 'nothing loaded');
 } elsif ($module =~ /\.conf$/) {
@@ -39,14 +40,7 @@ my ($rc, $out) = $t->nginx_t($conf);
 is($rc, 0, 'nginx -t accepts the module and its directives');
 like($out, qr/syntax is ok.*test is successful/s, 'nginx -t output');
 
-$t->write_conf(<<'EOF');
-ratelimit_zone z 1m;
-server {
-    listen 127.0.0.1:%%PORT%%;
-    location / { ratelimit zone=z limit=100 period=1m; }
-}
-EOF
-$t->start();
+$t->start($body);
 my $r = $t->get('/index.html');
 is($r->{status}, 200, 'a request passes');
 is($r->{content}, "ok\n", 'and is served');

@@ -10,8 +10,7 @@ use POSIX qw(ceil);
 use Time::HiRes qw(time);
 use RLTest;
 
-my $t = RLTest->new();
-$t->write_conf(<<'EOF');
+my $t = RLTest->new->start(<<'EOF');
 ratelimit_zone z 1m;
 server {
     listen 127.0.0.1:%%PORT%%;
@@ -37,13 +36,6 @@ server {
     }
 }
 EOF
-$t->start();
-
-# Sends requests to $path; returns the responses.
-sub hits {
-    my ($path, $n) = @_;
-    return map { $t->get($path) } 1 .. $n;
-}
 
 sub headers_of {
     my ($r) = @_;
@@ -53,7 +45,7 @@ sub headers_of {
 
 # gcra, limit=3 period=1m: 3 at once (one each 20 s), the 4th waits 20 s.
 {
-    my @r = hits('/gcra/index.html', 5);
+    my @r = $t->gets('/gcra/index.html', 5);
     is_deeply([ map { $_->{status} } @r ], [ 200, 200, 200, 429, 429 ], 'gcra: first denied is the 4th');
     is(headers_of($r[0]), '3 2 20 -', 'gcra: 1st');
     is(headers_of($r[1]), '3 1 40 -', 'gcra: 2nd');
@@ -66,7 +58,7 @@ sub headers_of {
 # gcra with burst 4 at 10/s: 4 at once, then one each 100 ms.
 {
     my $start = time;
-    my @r = hits('/gcra-burst/index.html', 5);
+    my @r = $t->gets('/gcra-burst/index.html', 5);
     is_deeply([ map { $_->{status} } @r ], [ 200, 200, 200, 200, 429 ], 'gcra burst: 4 at once');
     is(headers_of($r[3]), '10 0 1 -', 'gcra burst: reset 400 ms rounds up to 1 s');
     is(headers_of($r[4]), '10 0 1 1', 'gcra burst: Retry-After at least 1');
@@ -79,7 +71,7 @@ sub headers_of {
 
 # token_bucket limit=2 period=10s burst=4: 4 tokens, one back each 5 s.
 {
-    my @r = hits('/token/index.html', 5);
+    my @r = $t->gets('/token/index.html', 5);
     is_deeply([ map { $_->{status} } @r ], [ 200, 200, 200, 200, 429 ], 'token bucket: 4 tokens');
     is(headers_of($r[0]), '2 3 5 -', 'token bucket: 1st');
     is(headers_of($r[3]), '2 0 20 -', 'token bucket: empty, full again in 20 s');
@@ -89,7 +81,7 @@ sub headers_of {
 # fixed_window limit=3 period=1h (epoch): denied until the top of the hour.
 {
     my $before = time;
-    my @r = hits('/window/index.html', 4);
+    my @r = $t->gets('/window/index.html', 4);
     my $after = time;
     is_deeply([ map { $_->{status} } @r ], [ 200, 200, 200, 429 ], 'fixed window: 3 per window');
     my $end = (int($before / 3600) + 1) * 3600;
@@ -102,7 +94,7 @@ sub headers_of {
 
 # fixed_window align=first: the window starts at the first request.
 {
-    my @r = hits('/first/index.html', 3);
+    my @r = $t->gets('/first/index.html', 3);
     is_deeply([ map { $_->{status} } @r ], [ 200, 200, 429 ], 'align=first: 2 per window');
     is(headers_of($r[0]), '2 1 3600 -', 'align=first: the window is a full hour from now');
     is(headers_of($r[2]), '2 0 3600 3600', 'align=first: Retry-After is the whole hour');

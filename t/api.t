@@ -6,7 +6,7 @@
 # front; every bad path, parameter and method a JSON error, never a 5xx;
 # the keys a rule refuses most: three keys refused 600, 300 and 100 times
 # among 1,000 refused once come out on top with exactly those counts, and a
-# flood of distinct keys leaves the zone's memory as it was and the heavy
+# flood of distinct keys leaves the zone's memory unchanged and the heavy
 # key listed; the same in Prometheus.
 use strict;
 use warnings;
@@ -14,24 +14,15 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
 use JSON::PP;
-use HTTP::Tiny;
-use IO::Socket::INET;
-use RLTest;
+use RLTest qw(json_of);
 
 # a Redis zone: a real Redis where redis-server is installed
-my $redis;
-if (-x ($ENV{RL_REDIS_SERVER} // '/usr/bin/redis-server')) {
-    require RLRedis;
-    $redis = RLRedis->new->start;
-} else {
-    diag('redis-server is not installed: a Redis zone\'s refusals are not tested');
-}
+my $redis = RLTest::optional_redis('a Redis zone\'s refusals are not tested');
 my $rport = $redis ? $redis->port : 1;
 
 my $t = RLTest->new();
-my $p = $t->prefix;
-RLTest::write_file("$p/htpasswd", "ops:{PLAIN}secret\n");
-$t->write_conf(<<'EOF' =~ s/%%RPORT%%/$rport/r, workers => 2);
+$t->put_file('htpasswd', "ops:{PLAIN}secret\n");
+$t->start(<<'EOF' =~ s/%%RPORT%%/$rport/r, workers => 2);
 keepalive_requests 100000000;
 ratelimit_zone api 1m;
 ratelimit_zone r 1m redis=127.0.0.1:%%RPORT%% redis_timeout=5s on_redis_error=allow;
@@ -74,23 +65,10 @@ server {
     location = /stats { ratelimit_stats; }
 }
 EOF
-$t->start();
-
-my $base = 'http://127.0.0.1:' . $t->port;
-my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10, max_redirect => 0);
 
 sub req {
     my ($method, $path, %h) = @_;
-    return $http->request($method, "$base$path", { headers => \%h });
-}
-sub json_of {
-    my ($r) = @_;
-    my $j = eval { decode_json($r->{content}) };
-    return $j;
-}
-sub as {
-    my ($path, %h) = @_;
-    return req('GET', $path, map { ("X-\u$_" => $h{$_}) } keys %h);
+    return $t->request($method, $path, \%h);
 }
 
 # ---- nginx -t ----
@@ -105,16 +83,14 @@ for my $case (
     [ 'location /rl/ { ratelimit_api a b; }', qr/invalid number of arguments in "ratelimit_api"/ ],
     [ 'ratelimit_api;', qr/"ratelimit_api" directive is not allowed here/ ],
 ) {
-    my ($rc, $out) = $t->nginx_t($t->conf_text("server { listen 127.0.0.1:%%PORT%%; $case->[0] }"));
-    isnt($rc, 0, "nginx -t fails: $case->[0]");
-    like($out, $case->[1], "nginx -t names it: $case->[0]");
+    $t->conf_refused("server { listen 127.0.0.1:%%PORT%%; $case->[0] }", $case->[1], $case->[0]);
 }
 
 # the example of docs/directives.md passes nginx -t
 {
     my ($block) = @{ { RLTest::doc_blocks('docs/directives.md', '##') }->{ratelimit_api} // [] };
     like($block // '', qr/ratelimit_api write=on;/, 'docs/directives.md: a ratelimit_api example');
-    my ($rc, $out) = $t->nginx_t($t->conf_text("server { listen 127.0.0.1:%%PORT%%; $block }"));
+    my ($rc, $out) = $t->test_conf("server { listen 127.0.0.1:%%PORT%%; $block }");
     is($rc, 0, 'docs/directives.md: its example passes nginx -t') or diag($out);
 }
 
@@ -150,7 +126,7 @@ is($r->{content} // '', '', 'HEAD: no body');
 
 # ---- a key spent, looked up, reset ----
 
-my @seen = map { as('/p/index.html', user => 'alice') } 1 .. 4;
+my @seen = map { $t->get_as('/p/index.html', user => 'alice') } 1 .. 4;
 is(join(' ', map { $_->{status} } @seen), '200 200 200 429', 'alice: three admitted, the fourth refused');
 my $refusal = $seen[3];
 my $fp = $refusal->{headers}{'x-fingerprint'};
@@ -184,7 +160,7 @@ is($k->{rules}[0]{state}, 'held', 'keys by fingerprint: the same state');
 is($k->{rules}[0]{refused}, JSON::PP::true, 'keys by fingerprint: refused');
 
 # a URL-encoded key, and one with a byte outside ASCII
-as('/p/index.html', user => 'x y&z=1/2"') for 1 .. 2;
+$t->get_as('/p/index.html', user => 'x y&z=1/2"') for 1 .. 2;
 $k = json_of(req('GET', '/rl/zones/api/keys?key=x%20y%26z%3D1%2F2%22&rule=per_user'));
 is($k->{key}, 'x y&z=1/2\x22', 'keys: %-decoded, shown escaped as the log shows it');
 is($k->{rules}[0]{remaining}, 1, 'keys: its state (2 of 3 spent)');
@@ -196,7 +172,7 @@ $r = req('DELETE', '/ro/zones/api/keys?key=alice');
 is($r->{status}, 403, 'read-only: DELETE refused');
 like(json_of($r)->{error} // '', qr/writes are not enabled here \(ratelimit_api write=on enables them\)/,
      'read-only: a JSON error saying why');
-is(as('/p/index.html', user => 'alice')->{status}, 429, 'read-only: alice still refused');
+is($t->get_as('/p/index.html', user => 'alice')->{status}, 429, 'read-only: alice still refused');
 is(req('GET', '/denied/zones')->{status}, 403, 'deny all: nginx refuses before the API');
 is(req('DELETE', '/denied/zones/api/keys?key=alice')->{status}, 403, 'deny all: a DELETE too');
 is(req('GET', '/basic/zones')->{status}, 401, 'auth_basic: a password needed');
@@ -208,7 +184,7 @@ $k = json_of($r);
 is($by{per_user}{held}, JSON::PP::true, 'reset: per_user held it');
 is($by{per_user}{forgiven}, JSON::PP::false, 'reset: nothing owed in the summary');
 is($by{per_ip}{held}, JSON::PP::false, 'reset: per_ip had nothing');
-$r = as('/p/index.html', user => 'alice');
+$r = $t->get_as('/p/index.html', user => 'alice');
 is($r->{status}, 200, 'reset: alice admitted');
 is($r->{headers}{'x-ratelimit-remaining'}, 2, 'reset: with a full budget (3, this one spent)');
 my $log = $t->error_log;
@@ -219,26 +195,26 @@ like($log, qr/ratelimit: key fingerprint [0-9a-f]{16} reset in rule "per_ip" of 
 
 # by fingerprint, with auth_basic: the user in the log; a secret key never in it
 my $secret = 'sk_live_9a8b7c6d';
-@seen = map { as('/p/index.html', ip => $secret) } 1 .. 6;
+@seen = map { $t->get_as('/p/index.html', ip => $secret) } 1 .. 6;
 is($seen[5]{status}, 429, 'per_ip: the sixth refused');
 my $fp_ip = $seen[5]{headers}{'x-fingerprint'};
-$r = $http->request('DELETE', "http://ops:secret\@127.0.0.1:${\ $t->port}/basic/zones/api/keys?fingerprint=$fp_ip&rule=per_ip");
+$r = req('DELETE', "/basic/zones/api/keys?fingerprint=$fp_ip&rule=per_ip", Authorization => RLTest::basic_auth('ops:secret'));
 is($r->{status}, 200, 'reset by fingerprint, behind auth_basic');
 is(json_of($r)->{rules}[0]{held}, JSON::PP::true, 'reset by fingerprint: held');
-is(as('/p/index.html', ip => $secret)->{status}, 200, 'reset by fingerprint: admitted');
+is($t->get_as('/p/index.html', ip => $secret)->{status}, 200, 'reset by fingerprint: admitted');
 like($t->error_log, qr/key fingerprint $fp_ip reset in rule "per_ip" of zone "api" by the key API \(it was held\), client 127\.0\.0\.1, user "ops"/,
      'reset by fingerprint: logged with the user');
-as('/p/index.html', ip => $secret) for 1 .. 5;
+$t->get_as('/p/index.html', ip => $secret) for 1 .. 5;
 is(req('DELETE', "/rl/zones/api/keys?key=$secret")->{status}, 200, 'reset of a secret key, in every rule');
 unlike($t->error_log, qr/\Q$secret\E/,
        'the secret key is never in the error log (per_user logs keys in clear, but had no state for it)');
 
 # a sliding_window rule (a state in a block)
-as('/w/index.html', user => 'wendy') for 1 .. 3;
+$t->get_as('/w/index.html', user => 'wendy') for 1 .. 3;
 $k = json_of(req('GET', '/rl/zones/api/keys?key=wendy&rule=win'));
 is($k->{rules}[0]{refused}, JSON::PP::true, 'sliding_window: refused');
 req('DELETE', '/rl/zones/api/keys?key=wendy&rule=win');
-is(as('/w/index.html', user => 'wendy')->{status}, 200, 'sliding_window: reset, admitted');
+is($t->get_as('/w/index.html', user => 'wendy')->{status}, 200, 'sliding_window: reset, admitted');
 
 # a Redis zone: its keys read in Redis (t/api_redis.t); without a Redis, a
 # 409 saying so, never a 5xx
@@ -255,7 +231,7 @@ is($r->{status}, 200, 'Redis zone: its top keys');
 is(json_of($r)->{scope}, 'server', 'Redis zone: this server\'s refusals, it says');
 SKIP: {
     skip 'no redis-server', 3 unless $redis;
-    my @r = map { as('/redis/index.html', user => 'rita') } 1 .. 3;
+    my @r = map { $t->get_as('/redis/index.html', user => 'rita') } 1 .. 3;
     is(join(' ', map { $_->{status} } @r), '200 429 429', 'Redis zone: refused by Redis');
     my $rt = json_of(req('GET', '/rl/zones/r/top'))->{rules}{remote};
     is($rt->{state}, 'kept', 'Redis zone: its refusals counted here');
@@ -320,10 +296,10 @@ sub flood {
     return $status{429} // 0;
 }
 
-my $first = as('/flood/index.html', k => 'heavy-a');
+my $first = $t->get_as('/flood/index.html', k => 'heavy-a');
 is($first->{status}, 429, 'flood: a request refused');
 my %fps = ('heavy-a' => $first->{headers}{'x-fingerprint'});
-$fps{$_} = as('/flood/index.html', k => $_)->{headers}{'x-fingerprint'} for qw(heavy-b heavy-c);
+$fps{$_} = $t->get_as('/flood/index.html', k => $_)->{headers}{'x-fingerprint'} for qw(heavy-b heavy-c);
 my $sent = 3;
 $sent += flood(('heavy-a') x 599, ('heavy-b') x 299, ('heavy-c') x 99);
 $sent += flood(map { "light-$_" } 1 .. 1000);
@@ -345,16 +321,16 @@ $top = json_of(req('GET', '/rl/zones/api/top'));
 is_deeply([ sort keys %{ $top->{rules} } ], [ qw(flood per_ip per_user win) ], 'top: every rule of the zone');
 my ($alice) = grep { $_->{fingerprint} eq $fp } @{ $top->{rules}{per_user}{keys} };
 ok(!$alice, 'top: a reset key leaves the list');
-as('/p/index.html', user => 'alice') for 1 .. 3;   # 2 admitted, 1 refused
+$t->get_as('/p/index.html', user => 'alice') for 1 .. 3;   # 2 admitted, 1 refused
 $top = json_of(req('GET', '/rl/zones/api/top?rule=per_user'));
 ($alice) = grep { $_->{fingerprint} eq $fp } @{ $top->{rules}{per_user}{keys} };
 is($alice->{key}, 'alice', 'top: the key in clear where the rule logs keys so');
 is($alice->{refused}, 1, 'top: refused once since its reset');
 is(json_of(req('GET', '/rl/zones/api/top?rule=win'))->{rules}{win}{state}, 'kept', 'top: win refused wendy');
 
-# a flood of 100,000 distinct keys: the zone's memory as it was, the heavy
+# a flood of 100,000 distinct keys: the zone's memory unchanged, the heavy
 # key listed
-my $fp_d = as('/flood/index.html', k => 'heavy-d')->{headers}{'x-fingerprint'};   # refused once
+my $fp_d = $t->get_as('/flood/index.html', k => 'heavy-d')->{headers}{'x-fingerprint'};   # refused once
 my $before = json_of(req('GET', '/stats'))->{zones}{api};
 my @keys;
 for my $i (1 .. 100_000) {
@@ -363,8 +339,8 @@ for my $i (1 .. 100_000) {
 }
 is(flood(@keys), 104_000, 'a flood of 100,000 distinct keys refused, and one heavy key 4,000 times');
 my $after = json_of(req('GET', '/stats'))->{zones}{api};
-is($after->{bytes_used}, $before->{bytes_used}, 'the flood: the zone\'s memory as it was');
-is($after->{keys}, $before->{keys}, 'the flood: its keys as they were');
+is($after->{bytes_used}, $before->{bytes_used}, 'the flood: the zone\'s memory unchanged');
+is($after->{keys}, $before->{keys}, 'the flood: its keys unchanged');
 $f = json_of(req('GET', '/rl/zones/api/top?rule=flood'))->{rules}{flood};
 my ($d) = grep { $_->{fingerprint} eq $fp_d } @{ $f->{keys} };
 cmp_ok(4001 * 32, '>', $f->{refusals}, "the flood: the heavy key refused more than 1/32 of the window's $f->{refusals}");

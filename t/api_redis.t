@@ -11,10 +11,9 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use HTTP::Tiny;
 use JSON::PP;
 use Time::HiRes qw(time);
-use RLTest;
+use RLTest qw(json_of);
 use RLRedis;
 
 my $redis = RLRedis->new->start;
@@ -25,7 +24,7 @@ my $t = RLTest->new();
 my $many = join "\n", map {
     "    location /m$_/ { ratelimit zone=many key=\$http_x_user limit=$_ period=1h name=m$_; alias %%PREFIX%%/html/; }"
 } 1 .. 20;
-$t->write_conf(<<"EOF", workers => 2);
+$t->start(<<"EOF", workers => 2);
 ratelimit_zone rz 1m redis=127.0.0.1:$rport redis_timeout=5s;
 ratelimit_zone many 1m redis=127.0.0.1:$rport redis_timeout=5s redis_prefix=many:;
 ratelimit_zone down 1m redis=127.0.0.1:$dead redis_timeout=200ms;
@@ -45,16 +44,13 @@ $many
     location /rl/ { ratelimit_api write=on; }
 }
 EOF
-$t->start();
 
-my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10);
 sub api {
     my ($method, $path) = @_;
-    my $r = $http->request($method, 'http://127.0.0.1:' . $t->port . "/rl/zones/$path");
-    return ($r->{status}, eval { decode_json($r->{content}) } // { content => $r->{content} });
+    my $r = $t->request($method, "/rl/zones/$path");
+    return ($r->{status}, json_of($r) // { content => $r->{content} });
 }
 sub rules_of { my ($j) = @_; return { map { $_->{rule} => $_ } @{ $j->{rules} // [] } } }
-sub as { my ($path, $user) = @_; return $t->get($path, { 'X-User' => $user }) }
 
 # ---- a fresh key: its full budget, and nothing written by looking ----
 
@@ -70,7 +66,7 @@ is($redis->cmd('DBSIZE'), 0, 'a look-up writes nothing in Redis');
 
 # ---- spent, looked up as the refusal showed it ----
 
-my @seen = map { as('/a/index.html', 'alice') } 1 .. 4;
+my @seen = map { $t->get_as('/a/index.html', user => 'alice') } 1 .. 4;
 is(join(' ', map { $_->{status} } @seen), '200 200 200 429', 'alice: three admitted, the fourth refused');
 my $retry = $seen[3]{headers}{'retry-after'};
 ($status, $j) = api(GET => 'rz/keys?key=alice');
@@ -109,7 +105,7 @@ is_deeply({ map { $_ => [ @{ $by->{$_} }{qw(held forgiven)} ] } keys %$by },
           { per_user => [ JSON::PP::true, JSON::PP::false ], win => [ JSON::PP::true, JSON::PP::false ],
             costly => [ JSON::PP::false, JSON::PP::false ] }, 'reset: which rules held a state');
 is($redis->cmd('DBSIZE'), 0, 'reset: its keys deleted from Redis');
-my $r = as('/a/index.html', 'alice');
+my $r = $t->get_as('/a/index.html', user => 'alice');
 is($r->{status}, 200, 'reset: alice admitted');
 is($r->{headers}{'x-ratelimit-remaining'}, 2, 'reset: with a full budget (3, this one spent)');
 is(rules_of((api(GET => 'rz/keys?key=alice&rule=per_user'))[1])->{per_user}{remaining}, 2, 'reset: the API agrees');
@@ -122,7 +118,7 @@ ok(!grep({ $_->{held} } @{ $j->{rules} }), 'reset of a key with no state: nothin
 
 # ---- a cost ----
 
-is(join(' ', map { as('/c/index.html', 'bob')->{status} } 1 .. 2), '200 200', 'costly: two requests of 4');
+is(join(' ', map { $t->get_as('/c/index.html', user => 'bob')->{status} } 1 .. 2), '200 200', 'costly: two requests of 4');
 ($status, $j) = api(GET => 'rz/keys?key=bob&rule=costly');
 is_deeply([ @{ $j->{rules}[0] }{qw(remaining refused)} ], [ 2, JSON::PP::true ], 'costly: 2 left, the next (4) refused');
 cmp_ok($j->{rules}[0]{retry_after_ms}, '>', 0, 'costly: and when it would pass');
@@ -133,13 +129,13 @@ cmp_ok($j->{rules}[0]{retry_after_ms}, '>', 0, 'costly: and when it would pass')
 $by = rules_of($j);
 is(scalar(keys %$by), 20, 'twenty rules: twenty states');
 is(scalar(grep { $by->{"m$_"}{remaining} == $_ } 1 .. 20), 20, 'each with its own limit remaining');
-as('/m17/index.html', 'zed') for 1 .. 2;
+$t->get_as('/m17/index.html', user => 'zed') for 1 .. 2;
 $by = rules_of((api(GET => 'many/keys?key=zed'))[1]);
 is_deeply([ @{ $by->{m17} }{qw(state remaining)} ], [ 'held', 15 ], 'the seventeenth rule (in the second call): spent');
 is(scalar(grep { $by->{"m$_"}{state} eq 'none' } 1 .. 20), 19, 'the others: none');
 ($status, $j) = api(DELETE => 'many/keys?key=zed');
 is_deeply([ map { $_->{rule} } grep { $_->{held} } @{ $j->{rules} } ], ['m17'], 'reset: the one that held a state');
-is(as('/m1/index.html', 'zed')->{status}, 200, 'and the zone works on');
+is($t->get_as('/m1/index.html', user => 'zed')->{status}, 200, 'and the zone works on');
 
 # ---- Redis down: 409, never a 5xx ----
 

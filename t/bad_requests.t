@@ -9,11 +9,9 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use IO::Socket::INET;
 use RLTest;
 
-my $t = RLTest->new();
-$t->write_conf(<<'EOF', workers => 2);
+my $t = RLTest->new->start(<<'EOF', workers => 2);
 large_client_header_buffers 4 2m;
 ratelimit_zone z 1m;
 server {
@@ -27,16 +25,11 @@ server {
     }
 }
 EOF
-$t->start();
 
-# a raw request, so that any bytes can go in a header
+# a request written by hand, so that any bytes can go in a header: its status
 sub raw {
     my ($path, $key) = @_;
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . $t->port) or die;
-    print $s "GET $path HTTP/1.1\r\nHost: b\r\nConnection: close\r\n" . (defined $key ? "X-Key: $key\r\n" : '') . "\r\n";
-    local $/;
-    my $response = <$s>;
-    return ($response // '') =~ /^HTTP\/1\.1 (\d+)/ ? $1 : 0;
+    return $t->get_raw($path, { defined $key ? ('X-Key' => $key) : () })->{status};
 }
 
 is(join(' ', map { raw('/index.html', '') } 1 .. 3), '200 200 200', 'an empty key: exempt');

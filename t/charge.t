@@ -7,18 +7,13 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use HTTP::Tiny;
-use IO::Socket::INET;
-use JSON::PP qw(decode_json);
-use MIME::Base64 qw(encode_base64);
 use Time::HiRes qw(time sleep);
 use RLTest;
 
 my $t = RLTest->new();
-my $p = $t->prefix;
-RLTest::write_file("$p/htpasswd", "alice:{PLAIN}right\n");
-RLTest::write_file("$p/html/big", 'x' x 2_000_000);
-$t->write_conf(<<'EOF');
+$t->put_file('htpasswd', "alice:{PLAIN}right\n");
+$t->put_file('html/big', 'x' x 2_000_000);
+$t->start(<<'EOF');
 keepalive_requests 100000000;
 ratelimit_zone login 1m;
 ratelimit_zone ai 1m;
@@ -68,21 +63,10 @@ server {
     location = /stats { ratelimit_stats; }
 }
 EOF
-$t->start();
 
-my $base = 'http://127.0.0.1:' . $t->port;
-my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10, max_redirect => 0);
-sub req {
-    my ($path, %h) = @_;
-    return $http->request($h{method} // 'GET', "$base$path", { headers => { map { $_ => $h{$_} } grep { $_ ne 'method' } keys %h } });
-}
 sub login {
     my ($client, $pw) = @_;
-    return req('/login', 'X-Client' => $client, Authorization => 'Basic ' . encode_base64("alice:$pw", ''));
-}
-sub rule_stats {
-    my ($zone, $rule) = @_;
-    return decode_json(req('/stats')->{content})->{zones}{$zone}{rules}{$rule};
+    return $t->get('/login', { 'X-Client' => $client, Authorization => RLTest::basic_auth("alice:$pw") });
 }
 
 # ---- login: failures only, then a ban ----
@@ -102,9 +86,9 @@ SKIP: {
     my $wait = $r->{headers}{'retry-after'};
     ok($wait >= 6 - $elapsed - 1 && $wait <= 6 - $elapsed + 1, "Retry-After says when the ban ends ($wait s)");
 }
-my $top = decode_json(req('/rl/zones/login/top?rule=login')->{content})->{rules}{login}{keys};
+my $top = $t->get_json('/rl/zones/login/top?rule=login')->{rules}{login}{keys};
 ok((grep { ($_->{banned_ms} // 0) > 0 } @$top) == 1, 'the top keys show the ban') or diag(explain($top));
-my $api = decode_json(req('/rl/zones/login/keys?key=c1&rule=login')->{content});
+my $api = $t->get_json('/rl/zones/login/keys?key=c1&rule=login');
 ok($api->{rules}[0]{banned_ms} > 0, 'the key API says until when it is banned') or diag(explain($api));
 sleep 0.05 while time < $banned_at + 6.05;
 is(login('c1', 'right')->{status}, 200, 'admitted after the ban');
@@ -112,59 +96,55 @@ is(login('c1', 'right')->{status}, 200, 'admitted after the ban');
 # a ban lifted by the key API
 login('c2', 'wrong') for 1 .. 5;
 is(login('c2', 'right')->{status}, 429, 'c2 banned');
-is(req('/rl/zones/login/keys?key=c2', method => 'DELETE')->{status}, 200, 'key API DELETE');
+is($t->request('DELETE', '/rl/zones/login/keys?key=c2')->{status}, 200, 'key API DELETE');
 is(login('c2', 'right')->{status}, 200, 'admitted after the DELETE');
 
 # ---- tokens an upstream reports ----
 
 for my $i (1 .. 3) {
-    $r = req('/ai?t=400', 'X-Api-Key' => 'k1');
+    $r = $t->get('/ai?t=400', { 'X-Api-Key' => 'k1' });
     is($r->{status}, 200, "tokens: request $i served");
 }
-$r = req('/ai?t=400', 'X-Api-Key' => 'k1');
+$r = $t->get('/ai?t=400', { 'X-Api-Key' => 'k1' });
 is($r->{status}, 429, 'tokens: the fourth refused (1,200 of 1,000 spent: 200 in debt)');
 my $ra = $r->{headers}{'retry-after'};
 ok($ra >= 200 && $ra <= 201, "Retry-After matches the debt and the request's own unit: $ra s (201 at a unit a second)");
-is(req('/ai?t=400', 'X-Api-Key' => 'k2')->{status}, 200, 'another key is served');
+is($t->get('/ai?t=400', { 'X-Api-Key' => 'k2' })->{status}, 200, 'another key is served');
 # charges settle in the log phase, once the response went out
-RLTest::wait_until(sub { rule_stats('ai', 'tokens')->{charged} == 1600 }, 5);
-my $s = rule_stats('ai', 'tokens');
+RLTest::wait_until(sub { $t->rule_stats('ai', 'tokens')->{charged} == 1600 }, 5);
+my $s = $t->rule_stats('ai', 'tokens');
 is($s->{charged}, 1600, 'stats: 1,600 units charged');
 is($s->{debts}, 1, 'stats: one request ended in debt');
-RLTest::wait_until(sub { RLTest::read_file("$p/charged.log") =~ m{^/ai 200 400$}m }, 5);
-like(RLTest::read_file("$p/charged.log"), qr{^/ai 200 400$}m, '$ratelimit_charged in the access log');
+$t->log_like(qr{^/ai 200 400$}m, '$ratelimit_charged in the access log', file => 'charged.log');
 
 # ---- a client that goes away early is charged once ----
 
 {
-    my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . $t->port) or die "connect: $!";
-    print $sock "GET /big HTTP/1.1\r\nHost: t\r\nX-Client: early\r\n\r\n";
+    my $sock = $t->open_request('/big', { 'X-Client' => 'early' });
     my $buf = '';
     sysread($sock, $buf, 4096);
     like($buf, qr{^HTTP/1\.1 200 }, 'a slow answer starts');
     close $sock;
-    RLTest::wait_until(sub { (rule_stats('misc', 'slow')->{charged} // 0) > 0 }, 10);
-    is(rule_stats('misc', 'slow')->{charged}, 7, 'the client closed early: charged once, 7 units');
-    my $k = decode_json(req('/rl/zones/misc/keys?key=early&rule=slow')->{content});
-    is($k->{rules}[0]{remaining}, 93, 'the key has 93 of 100 left');
+    RLTest::wait_until(sub { ($t->rule_stats('misc', 'slow')->{charged} // 0) > 0 }, 10);
+    is($t->rule_stats('misc', 'slow')->{charged}, 7, 'the client closed early: charged once, 7 units');
+    is($t->key_rule('misc', 'early', 'slow')->{remaining}, 93, 'the key has 93 of 100 left');
 }
 
 # ---- an internal redirect is charged once ----
 
-is(req('/redirected/missing', 'X-Client' => 'r1', 'X-C' => 5)->{status}, 200, 'error_page redirects');
-RLTest::wait_until(sub { (rule_stats('misc', 'redirect')->{charged} // 0) > 0 }, 5);
-is(rule_stats('misc', 'redirect')->{charged}, 5, 'charged once across the redirect');
-is(decode_json(req('/rl/zones/misc/keys?key=r1&rule=redirect')->{content})->{rules}[0]{remaining}, 95,
-   'the key spent 5');
+is($t->get('/redirected/missing', { 'X-Client' => 'r1', 'X-C' => 5 })->{status}, 200, 'error_page redirects');
+RLTest::wait_until(sub { ($t->rule_stats('misc', 'redirect')->{charged} // 0) > 0 }, 5);
+is($t->rule_stats('misc', 'redirect')->{charged}, 5, 'charged once across the redirect');
+is($t->key_rule('misc', 'r1', 'redirect')->{remaining}, 95, 'the key spent 5');
 
 # ---- a bad charge value spends the cost, logged folded ----
 
-my $before = rule_stats('misc', 'bad')->{charged} // 0;
+my $before = $t->rule_stats('misc', 'bad')->{charged} // 0;
 my %st = $t->pipelined('/bad', 'X-Charge', ('abc') x 50);
 is($st{200}, 50, '50 requests with a bad charge served');
-RLTest::wait_until(sub { rule_stats('misc', 'bad')->{charged} == $before + 50 }, 5);
-is(rule_stats('misc', 'bad')->{charged}, $before + 50, 'each spent its cost (1)');
-RLTest::wait_until(sub { $t->error_log =~ /more requests with a bad value \(see above\) by rule "bad"/ }, 3);
+RLTest::wait_until(sub { $t->rule_stats('misc', 'bad')->{charged} == $before + 50 }, 5);
+is($t->rule_stats('misc', 'bad')->{charged}, $before + 50, 'each spent its cost (1)');
+$t->wait_log(qr/more requests with a bad value \(see above\) by rule "bad"/, timeout => 3);
 my @lines = $t->error_log =~ /rule "bad" in zone "misc": charge "abc" is not a non-negative integer, the request's cost \(1\) is charged/g;
 ok(@lines >= 1 && @lines <= 3, scalar(@lines) . ' line(s) for 50 bad values');
 like($t->error_log, qr/ratelimit: (\d+) more requests with a bad value \(see above\) by rule "bad"/, 'the rest folded');
@@ -177,9 +157,7 @@ for my $case (
     [ 'ratelimit zone=misc limit=5 ban=0;', qr/invalid "ban=0": expected a time from 1ms to 366d/ ],
     [ 'ratelimit zone=misc limit=5 charge=;', qr/invalid "charge=": expected a value/ ],
 ) {
-    my ($rc, $out) = $t->nginx_t($t->conf_text("ratelimit_zone misc 1m; server { listen 127.0.0.1:%%PORT%%; location / { $case->[0] } }"));
-    isnt($rc, 0, "nginx -t fails: $case->[0]");
-    like($out, $case->[1], "nginx -t names it: $case->[0]");
+    $t->conf_refused("ratelimit_zone misc 1m;\n" . RLTest::one_location($case->[0]), $case->[1], $case->[0]);
 }
 
 $t->stop();

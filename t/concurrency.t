@@ -3,18 +3,15 @@
 # connections, 2,000 requests for one key against limit=100 period=1h:
 # exactly 100 pass, every other one is a 429 with Retry-After; ten times
 # over.  Then with two stacked rules in two zones: the second rule spends
-# exactly what was admitted (no partial consumption).
+# exactly what the first admitted (no partial consumption).
 use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use HTTP::Tiny;
-use JSON::PP;
 use RLTest;
 
-my $t = RLTest->new();
-$t->write_conf(<<'EOF', workers => 2);
+my $t = RLTest->new->start(<<'EOF', workers => 2);
 ratelimit_zone one 1m;
 ratelimit_zone two 1m;
 server {
@@ -33,7 +30,6 @@ server {
     }
 }
 EOF
-$t->start();
 
 # 2,000 requests over 64 keep-alive connections at once
 sub burst {
@@ -50,9 +46,9 @@ for my $round (1 .. 3) {
     my ($ok, $limited, $other) = burst('/stacked/index.html', "stacked-$round");
     is("$ok $limited $other", '100 1900 0', "stacked round $round: exactly 100 admitted");
 }
-my $s = decode_json($t->get('/stats')->{content});
+my $s = $t->stats;
 is($s->{zones}{two}{rules}{second}{allowed}, 300, 'stacked: the second rule spent exactly the 300 admitted');
-is($s->{zones}{one}{rules}{first}{rejected}, 3 * 1900, 'stacked: every rejection was the first rule\'s');
+is($s->{zones}{one}{rules}{first}{rejected}, 3 * 1900, 'stacked: every rejection is the first rule\'s');
 is($s->{zones}{one}{rules}{gcra_100_1h}{allowed}, 1000, 'single: 1,000 admitted over ten rounds');
 
 $t->stop();

@@ -206,11 +206,7 @@ my @bad = (
 
 for my $case (@bad) {
     my ($what, $http, $loc, $re) = @$case;
-    my ($rc, $out) = $t->nginx_t($t->conf_text(
-        "ratelimit_zone z 1m;\n$http\n"
-        . "server {\n    listen 127.0.0.1:%%PORT%%;\n    location / { $loc }\n}\n"));
-    isnt($rc, 0, "$what: nginx -t fails");
-    like($out, $re, "$what: message");
+    my $out = $t->conf_refused("ratelimit_zone z 1m;\n$http\n" . RLTest::one_location($loc), $re, $what);
     like($out, qr/ in \S+\.conf:\d+/, "$what: names the file and line");
 }
 
@@ -254,24 +250,22 @@ my @good = (
 );
 
 for my $loc (@good) {
-    my ($rc, $out) = $t->nginx_t($t->conf_text(
+    my ($rc, $out) = $t->test_conf(
         "ratelimit_zone z 32k;\n"
-        . "server {\n    listen 127.0.0.1:%%PORT%%;\n    location / { $loc }\n}\n"
+        . RLTest::one_location($loc)
         . "ratelimit_zone later 1m;\nratelimit_zone fits 256k;\n"
         # Redis need not be up for nginx -t (nor for nginx to start)
         . "ratelimit_zone r 1m redis=127.0.0.1:1;\n"
         . "ratelimit_zone r2 1m redis=localhost:6379 redis_timeout=1ms redis_pool=64 redis_db=65535 "
         . "redis_password=secret redis_prefix= on_redis_error=deny;\n"
-        . "ratelimit_zone c 1m redis=127.0.0.1:1 redis_cluster=on;\n"));
+        . "ratelimit_zone c 1m redis=127.0.0.1:1 redis_cluster=on;\n");
     is($rc, 0, "valid: " . substr($loc, 0, 70)) or diag($out);
 }
 
 # zone names at their bounds, and names a script would trip on (the
 # dashboard shows them: t/dashboard.t)
 for my $name ('n' x 63, 'a', 'per_ip-v1.2', '__proto__', 'constructor', 'hasOwnProperty') {
-    my ($rc, $out) = $t->nginx_t($t->conf_text(
-        "ratelimit_zone $name 32k;\nserver {\n    listen 127.0.0.1:%%PORT%%;\n"
-        . "    location / { ratelimit zone=$name limit=5; }\n}\n"));
+    my ($rc, $out) = $t->test_conf("ratelimit_zone $name 32k;\n" . RLTest::one_location("ratelimit zone=$name limit=5;"));
     is($rc, 0, 'valid zone name: ' . substr($name, 0, 20)) or diag($out);
 }
 
@@ -295,17 +289,16 @@ for my $case (@sizes) {
     my $conf = sub {
         my ($zone_size) = @_;
         my $rl = join ' ', map { "ratelimit zone=s $_" . (/;$/ ? '' : ';') } split /(?<=;) /, $rules;
-        return $t->conf_text("ratelimit_zone s $zone_size;\nserver {\n    listen 127.0.0.1:%%PORT%%;\n"
-                             . "    location / { $rl }\n}\n");
+        return "ratelimit_zone s $zone_size;\n" . RLTest::one_location($rl);
     };
-    my ($rc, $out) = $t->nginx_t($conf->($size));
+    my ($rc, $out) = $t->test_conf($conf->($size));
     isnt($rc, 0, "size $what ($size): nginx -t fails");
     my ($message) = $out =~ /("ratelimit_zone" directive: .*?)(?:, declared)? in \S+\.conf:\d+/;
     my ($advice) = ($message // '') =~ /((?:expected|minimum is|at least) .*)/;
     my @suggested = ($advice // '') =~ /\b(\d+[a-z]?)\b/gi;
     ok(@suggested, "size $what: a size suggested: " . ($message // $out));
     for my $s (@suggested) {
-        my ($rc2, $out2) = $t->nginx_t($conf->($s));
+        my ($rc2, $out2) = $t->test_conf($conf->($s));
         is($rc2, 0, "size $what: the suggested $s passes nginx -t") or diag($out2);
     }
 }
@@ -315,25 +308,23 @@ for my $case (@sizes) {
 for my $case ([ 'key=http_x_api_key', qr/\[warn\] "ratelimit" directive: rule "gcra_5_1s": key="http_x_api_key" has no variable, so every request shares one budget \(a global limit\); write key=\$NAME for one budget per value of a variable in \S+\.conf:\d+/ ],
               [ 'key=', qr/\[warn\] "ratelimit" directive: rule "gcra_5_1s": key="" has no variable, and an empty key exempts every request/ ]) {
     my ($key, $re) = @$case;
-    my ($rc, $out) = $t->nginx_t($t->conf_text(
-        "ratelimit_zone z 1m;\nserver {\n    listen 127.0.0.1:%%PORT%%;\n    location / { ratelimit zone=z $key limit=5; }\n}\n"));
+    my ($rc, $out) = $t->test_conf("ratelimit_zone z 1m;\n" . RLTest::one_location("ratelimit zone=z $key limit=5;"));
     is($rc, 0, "$key: accepted");
     like($out, $re, "$key: warned, naming the rule");
 }
 # more rule names than a zone counts: said once for the zone, not once a rule
 {
     my $locs = join "\n", map { "location /l$_/ { ratelimit zone=z limit=5 name=r$_; }" } 1 .. 1000;
-    my ($rc, $out) = $t->nginx_t($t->conf_text(
+    my ($rc, $out) = $t->test_conf(
         "ratelimit_zone z 1m;\nratelimit_zone y 1m;\nserver {\n    listen 127.0.0.1:%%PORT%%;\n$locs\n"
-        . "location / { ratelimit zone=y limit=5 name=only; }\n}\n"));
+        . "location / { ratelimit zone=y limit=5 name=only; }\n}\n");
     is($rc, 0, '1,000 rule names in a zone: accepted');
     my @warn = $out =~ /ratelimit_zone "z" has rules of more than 64 names/g;
     is(scalar @warn, 1, 'and said once for the zone');
     unlike($out, qr/ratelimit_zone "y" has rules/, 'not for a zone within the count');
 }
 
-my (undef, $quiet) = $t->nginx_t($t->conf_text(
-    "ratelimit_zone z 1m;\nserver {\n    listen 127.0.0.1:%%PORT%%;\n    location / { ratelimit zone=z key=\$http_x_a limit=5; }\n}\n"));
+my (undef, $quiet) = $t->test_conf("ratelimit_zone z 1m;\n" . RLTest::one_location('ratelimit zone=z key=$http_x_a limit=5;'));
 unlike($quiet, qr/no variable/, 'a key with a variable: no warning');
 
 done_testing();

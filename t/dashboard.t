@@ -29,7 +29,6 @@ use Test::More;
 use JSON::PP;
 use HTTP::Tiny;
 use Digest::SHA qw(sha256_base64);
-use POSIX ();
 use Time::HiRes qw(sleep time);
 use RLTest;
 use RLBrowser;
@@ -65,18 +64,13 @@ my @bad = (
 );
 for my $case (@bad) {
     my ($what, $text, $re) = @$case;
-    my ($rc, $out) = $t->nginx_t($t->conf_text(
-        "server { listen 127.0.0.1:%%PORT%%; location = /d { $text } }"));
-    isnt($rc, 0, "nginx -t fails: $what");
-    like($out, $re, "nginx -t names it: $what");
+    $t->conf_refused(RLTest::one_location($text, '= /d'), $re, $what);
 }
 {
-    my ($rc, $out) = $t->nginx_t($t->conf_text(
-        "server { listen 127.0.0.1:%%PORT%%; ratelimit_dashboard stats=/s; }"));
+    my ($rc, $out) = $t->test_conf("server { listen 127.0.0.1:%%PORT%%; ratelimit_dashboard stats=/s; }");
     like($out, qr/"ratelimit_dashboard" directive is not allowed here/, 'nginx -t: a location directive');
-    ($rc, $out) = $t->nginx_t($t->conf_text(
-        "server { listen 127.0.0.1:%%PORT%%; location = /d { ratelimit_dashboard stats=/ratelimit/stats "
-        . "api=/rl/api-v1.0/~x/%2F/; } location = /e { ratelimit_dashboard stats=/s; } }"));
+    ($rc, $out) = $t->test_conf("server { listen 127.0.0.1:%%PORT%%; location = /d { ratelimit_dashboard stats=/ratelimit/stats "
+                                . "api=/rl/api-v1.0/~x/%2F/; } location = /e { ratelimit_dashboard stats=/s; } }");
     is($rc, 0, 'nginx -t passes the URIs it can write into the page') or diag($out);
 }
 
@@ -142,8 +136,7 @@ server {
 }
 EOF
 }
-$t->write_conf(conf());
-$t->start();
+$t->start(conf());
 
 # The page itself.
 {
@@ -170,49 +163,44 @@ $t->start();
          'page: its URIs written in');
     unlike($r->{content}, qr{(?:src|href)="?(?:https?:)?//}, 'page: no external resource');
     like($t->get('/dashboard-noapi')->{content}, qr{\{"stats":"/stats","api":null\}}, 'page: no api=');
-    my $http = HTTP::Tiny->new(keep_alive => 0);
-    $r = $http->request('HEAD', "http://127.0.0.1:${\ $t->port}/dashboard");
+    $r = $t->request('HEAD', '/dashboard');
     is($r->{status}, 200, 'page: HEAD');
     is($r->{headers}{'content-length'}, length $t->get('/dashboard')->{content}, 'page: HEAD, its length');
-    is($http->request('POST', "http://127.0.0.1:${\ $t->port}/dashboard", { content => 'x' })->{status}, 405,
+    is($t->request('POST', '/dashboard', {}, 'x')->{status}, 405,
        'page: POST not allowed');
 }
 
 # Keys refused in every rule, by requests one after another.
-sub get_as {
-    my ($path, %h) = @_;
-    return $t->get($path, { map { ("X-\u$_" => $h{$_}) } keys %h });
-}
 my $fp_alice;
 for my $i (1 .. 120) {    # per_user: alice's 100 an hour, then 20 refused
-    my $r = get_as('/api/index.html', ip => "10.1.0.$i", user => 'alice');
+    my $r = $t->get_as('/api/index.html', ip => "10.1.0.$i", user => 'alice');
     $fp_alice = $r->{headers}{'x-fingerprint'} if $r->{status} == 429;
 }
 like($fp_alice // '', qr/^[0-9a-f]{16}$/, "alice's fingerprint in zone api: $fp_alice");
 for (1 .. 40) {
-    get_as('/api/index.html', ip => '10.0.0.7');
+    $t->get_as('/api/index.html', ip => '10.0.0.7');
 }
 # a key refused more than a thousand times: its count shown for people
 my %sent = $t->pipelined('/api/index.html', 'X-Ip', ('10.0.0.8') x 1500);
 cmp_ok($sent{429} // 0, '>', 1000, "10.0.0.8 refused more than 1,000 times ($sent{429})");
-my $fp_ip = get_as('/api/index.html', ip => '10.0.0.8')->{headers}{'x-fingerprint'};
-my $stats = decode_json($t->get('/stats')->{content});
+my $fp_ip = $t->get_as('/api/index.html', ip => '10.0.0.8')->{headers}{'x-fingerprint'};
+my $stats = $t->stats;
 my $rules = $stats->{zones}{api}{rules};
 is($rules->{per_user}{rejected}, 20, 'per_user refused 20 of alice\'s requests');
 
 # What the key API says of them, for the page to show.
-my $top = decode_json($t->get('/rl/zones/api/top')->{content});
+my $top = $t->get_json('/rl/zones/api/top');
 my ($top_ip) = @{ $top->{rules}{per_ip}{keys} };
 is($top_ip->{fingerprint}, $fp_ip, 'the key API: 10.0.0.8 on top of per_ip');
 is_deeply([ map { [ $_->{key}, $_->{refused} ] } @{ $top->{rules}{per_user}{keys} } ], [ [ 'alice', 20 ] ],
           'the key API: alice, 20 times, by name (per_user logs keys in clear)');
 mkdir "$p/html/canned";
-# names no configuration can give today: markup, quotes, </script>, and
+# names no configuration can give: markup, quotes, </script>, and
 # the names of Object.prototype's members
 my @canned_names = ('odd <b>&amp;</b>', '</script><script>window.pwned=1</script>',
                     q{"quote' <img src=x onerror="window.pwned=1">}, '__proto__', 'constructor', 'toString',
                     'hasOwnProperty');
-RLTest::write_file("$p/html/canned/stats.json", JSON::PP->new->canonical->encode({
+$t->put_file('html/canned/stats.json', JSON::PP->new->canonical->encode({
     version => '9.8.7',
     zones => { bare => { rules => { r1 => {},
                                     # a concurrency rule, and a rule with charge=
@@ -220,7 +208,7 @@ RLTest::write_file("$p/html/canned/stats.json", JSON::PP->new->canonical->encode
                                     tokens => { allowed => 3, charged => 1600, debts => 1 } } },
                map { ($_ => { keys => 3, rules => { map { ($_ => { rejected => 7 }) } @canned_names } }) }
                @canned_names } }));
-RLTest::write_file("$p/htpasswd", "ops:{PLAIN}secret\n");
+$t->put_file('htpasswd', "ops:{PLAIN}secret\n");
 
 # like and unlike, but a DOM is too long to show when it fails
 sub has {
@@ -331,9 +319,8 @@ my @proto = qw(__proto__ constructor toString hasOwnProperty);
 my %limit = (__proto__ => 2, constructor => 3, toString => 4, hasOwnProperty => 5, valueOf => 6);
 # (keys of up to 32 bytes: the top keys keep that much of a key)
 my @evil = ('</script><script>pwned=1//', q{"q'<img src=x onerror=pwned=1>}, '<b>bold</b>&amp;');
-my $names = RLTest->new();
 # (2m: room for two rules' top keys in clear in a zone)
-$names->write_conf(join('', map { "ratelimit_zone $_ 2m;\n" } @proto) . <<"EOF");
+my $names = RLTest->new->start(join('', map { "ratelimit_zone $_ 2m;\n" } @proto) . <<"EOF");
 server {
     listen 127.0.0.1:%%PORT%%;
 @{[ map { my ($z, $r) = ($proto[$_ % 4], (sort keys %limit)[$_]); "    location /$r/ {\n"
@@ -344,7 +331,6 @@ server {
     location = /dashboard { ratelimit_dashboard stats=/stats api=/api/; }
 }
 EOF
-$names->start();
 my %refused;
 for my $rule (sort keys %limit) {
     for my $k (@evil) {   # each key refused twice
@@ -441,10 +427,9 @@ sub load {
         [ '/web/index.html', sub { (ip => '10.0.0.9') }, 0.002 ],
         [ '/web/index.html', sub { (ip => '10.3.0.' . int(rand 50)) }, 0.01 ],
     );
-    my @pids;
-    for my $w (@who) {
-        my $pid = fork() // die "fork: $!\n";
-        if ($pid == 0) {
+    return map {
+        my $w = $_;
+        RLTest::spawn(sub {
             my $http = HTTP::Tiny->new(keep_alive => 1, timeout => 10);
             for (1 .. 200_000) {
                 last if time > $deadline;
@@ -452,11 +437,9 @@ sub load {
                 $http->get("$url$w->[0]", { headers => { map { ("X-\u$_" => $h{$_}) } keys %h } });
                 sleep $w->[2] if $w->[2];
             }
-            POSIX::_exit(0);
-        }
-        push @pids, $pid;
-    }
-    return @pids;
+            return;
+        });
+    } @who;
 }
 
 my $shot = $ENV{RL_DASHBOARD_SHOT};
@@ -467,7 +450,7 @@ $b->on_new_document($watch);
 $b->open_page("$url/dashboard");
 my $load_start = time;
 my @load = load();
-END { kill 'TERM', @load if @load }   # a test that died under load
+END { $_->stop for @load }   # a test that died under load
 ok($b->wait_for(q{+document.querySelector('[data-rule="per_ip"] .rate-refused').dataset.value > 0}, 30),
    'under load: per_ip refuses every second');
 ok($b->wait_for(q{+document.querySelector('[data-rule="pages"] .rate-delayed').dataset.value > 0}, 30),
@@ -494,8 +477,7 @@ if ($shot) {
     diag("screenshot under load: $shot ($s bytes)");
 }
 cmp_ok($b->screenshot("$p/laptop.png"), '>', 50000, 'a laptop screenshot with something in it');
-kill 'TERM', @load;
-waitpid($_, 0) for @load;
+$_->stop for @load;
 @load = ();
 
 # Reset: the dialog first; no means no.
@@ -515,14 +497,14 @@ my @deletes = grep { /"DELETE / } split /\n/, $t->access_log;
 is(scalar @deletes, 1, 'reset: one DELETE');
 like($deletes[0] // '', qr{"DELETE /rl/zones/api/keys\?fingerprint=$fp_alice&rule=per_user HTTP/1\.1" 200 },
      'reset: of alice, by fingerprint and rule, done');
-is(get_as('/api/index.html', ip => '10.4.0.1', user => 'alice')->{status}, 200, 'reset: alice admitted again');
+is($t->get_as('/api/index.html', ip => '10.4.0.1', user => 'alice')->{status}, 200, 'reset: alice admitted again');
 like($t->error_log, qr/ratelimit: key fingerprint $fp_alice reset in rule "per_user" of zone "api" by the key API \(it was held\), client 127\.0\.0\.1/,
      'reset: logged');
 
 # An API saying it allows writes while nginx's access control refuses them
 # (limit_except): the page says so, and the buttons go.
 for (1 .. 101) {   # alice refused again
-    get_as('/api/index.html', ip => "10.5.0.$_", user => 'alice');
+    $t->get_as('/api/index.html', ip => "10.5.0.$_", user => 'alice');
 }
 $b->open_page("$url/dashboard-denied");
 $b->wait_for($button, 10);

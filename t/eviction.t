@@ -22,8 +22,6 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
 use IO::Select;
-use IO::Socket::INET;
-use JSON::PP;
 use Time::HiRes qw(time sleep);
 use RLTest;
 
@@ -56,7 +54,7 @@ my $all = join "\n        ", map { $rule->($_, 'key', '') } @names;
 # keys that spend more than once would wait in leaky_bucket's queue
 my @heavy = grep { $_ ne 'leaky_bucket' } @names;
 my $heavy_rules = join "\n        ", map { $rule->($_, 'key', '') } @heavy;
-$t->write_conf(<<"EOF");
+$t->start(<<"EOF");
 keepalive_requests 100000000;
 $zones
 server {
@@ -76,9 +74,7 @@ $victims
     }
 }
 EOF
-$t->start();
 
-sub stats { decode_json($t->get('/stats')->{content})->{zones} }
 sub hit {
     my ($name, $key) = @_;
     my $r = $t->get("/v/$name/index.html", { 'X-Key' => $key });
@@ -93,22 +89,19 @@ sub spend {
     my ($name, $key) = @_;
     for (1 .. 20) {
         my $at = time;
-        my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . $t->port) or die "connect: $!";
-        print $s "GET /v/$name/index.html HTTP/1.1\r\nHost: t\r\nX-Key: $key\r\nConnection: close\r\n\r\n";
+        my $s = $t->open_request("/v/$name/index.html", { 'X-Key' => $key, Connection => 'close' });
         unless (IO::Select->new($s)->can_read(0.5)) {
             push @held, $s;   # delayed (or slow): its answer does not matter
             next;
         }
-        my $response = do { local $/; <$s> };
-        my ($status) = $response =~ m{^HTTP/1\.1 (\d+)};
-        my ($retry) = $response =~ /^Retry-After: (\d+)/mi;
-        return $at + $retry if $status == 429;
+        my $r = RLTest::read_response($s);
+        return $at + $r->{headers}{'retry-after'} if $r->{status} == 429;
     }
     die "$name: never refused";
 }
 
 my $capacity = 0;
-for (values %{ stats() }) {
+for (values %{ $t->stats->{zones} }) {
     $capacity = $_->{capacity} if $_->{capacity} > $capacity;
 }
 ok($capacity > 500, "the smallest zones hold up to $capacity keys");
@@ -121,7 +114,7 @@ my %s = $t->pipelined('HEAD /flood/index.html', 'X-Key', map { "f$_" } 1 .. $flo
 my $took = time - $start;
 is_deeply(\%s, { 200 => $flood }, "$flood distinct keys, each admitted once by every rule, none refused");
 diag(sprintf "the flood took %.1f s", $took);
-my $st = stats();
+my $st = $t->stats->{zones};
 for my $n (@names) {
     ok($st->{$n}{evictions} >= $flood - $st->{$n}{capacity}, "$n: the flood evicted $st->{$n}{evictions} keys");
 }
@@ -161,14 +154,14 @@ for my $n (sort { $deadline{$a} <=> $deadline{$b} } keys %left) {
 # the unit tests: here its heavy keys would wait in its queue.)
 %deadline = map { $_ => spend($_, 'victim2') } @heavy;
 $t->pipelined('HEAD /heavy/index.html', 'X-Key', map { my $k = "h$_"; ($k) x 6 } 1 .. 3 * $capacity);
-$st = stats();
+$st = $t->stats->{zones};
 for my $n (@heavy) {
     ok($st->{$n}{live_evictions} > 0, "$n: keys owing their whole budget evicted ($st->{$n}{live_evictions})");
     my $at = time;
     my ($status, $retry) = hit($n, 'victim2');
     next if $deadline{$n} - $at < 1;
     is($status, 429, "$n: a spent key is still refused after being pushed out");
-    ok($at + $retry >= $deadline{$n} - 1.01, "$n: and no sooner than it was told");
+    ok($at + $retry >= $deadline{$n} - 1.01, "$n: and no sooner than its Retry-After said before");
 }
 ok((grep { $_->{summary_refusals} > 0 } values %$st), 'stats: refusals by the summary are counted');
 

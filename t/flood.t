@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 # Zone flood: the smallest zone (32k) gets 100 times its capacity in
 # distinct keys at full speed.  No 5xx, no worker crash, evictions counted,
-# a key that was denied stays denied all along (the table evicts the keys
+# a denied key stays denied all along (the table evicts the keys
 # owing least first), and the flood keys, each owing only its one request,
 # leave no debt behind: fresh keys are never refused.  Every flood key stays
 # live for the whole test, whatever the machine's speed.
@@ -10,11 +10,9 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use JSON::PP;
 use RLTest;
 
-my $t = RLTest->new();
-$t->write_conf(<<'EOF', workers => 2);
+my $t = RLTest->new->start(<<'EOF', workers => 2);
 keepalive_requests 100000000;
 ratelimit_zone small 32k;
 server {
@@ -32,16 +30,14 @@ server {
     }
 }
 EOF
-$t->start();
 
-sub stats { decode_json($t->get('/stats')->{content})->{zones}{small} }
-
-my $capacity = stats()->{capacity};
+my $capacity = $t->zone_stats('small')->{capacity};
 ok($capacity > 500 && $capacity < 2000, "the 32k zone holds $capacity keys");
 
-is($t->get('/index.html', { 'X-Victim' => 'v' })->{status}, 200, 'victim: its first request');
-is($t->get('/index.html', { 'X-Victim' => 'v' })->{status}, 200, 'victim: its second request');
-is($t->get('/index.html', { 'X-Victim' => 'v' })->{status}, 429, 'victim: then denied');
+my @victim = $t->gets('/index.html', 3, { 'X-Victim' => 'v' });
+is($victim[0]{status}, 200, 'victim: its first request');
+is($victim[1]{status}, 200, 'victim: its second request');
+is($victim[2]{status}, 429, 'victim: then denied');
 
 sub flood {
     my ($from, $to) = @_;
@@ -60,9 +56,9 @@ for (my $k = 0; $k < $total; $k += $total / 20) {
 is(join(',', sort keys %status), '200', "all $total flood requests answered 200, none 5xx");
 is($status{200}, $total, 'every flood request admitted');
 is($victim_denied, $checks, "the denied victim stayed denied at each of $checks checks during the flood");
-my $st = stats();
+my $st = $t->zone_stats('small');
 ok($st->{evictions} >= $total - 2 * $capacity, "evictions counted: $st->{evictions}");
-is($st->{live_evictions}, $st->{evictions}, 'every key evicted was live');
+is($st->{live_evictions}, $st->{evictions}, 'every evicted key a live one');
 is($st->{summary_refusals}, 0, 'keys owing one request leave nothing in the summary: no refusal by it');
 my %fresh = flood($total, $total + 1000);
 is_deeply(\%fresh, { 200 => 1000 }, 'fresh keys after the flood: all admitted');

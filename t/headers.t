@@ -10,11 +10,9 @@ use RLTest;
 use RLStructured;
 
 my $t = RLTest->new();
-open(my $fh, '>', $t->prefix . '/html/sorry.html') or die;
-print $fh "slow down\n";
-close $fh;
+$t->put_file('html/sorry.html', "slow down\n");
 
-$t->write_conf(<<'EOF');
+$t->start(<<'EOF');
 log_format finalized '$status $ratelimit_status $ratelimit_remaining';
 ratelimit_zone z 1m;
 server {
@@ -78,7 +76,6 @@ server {
     }
 }
 EOF
-$t->start();
 
 # a response a filter finalizes the request with (not_modified's 412 to an
 # If-Unmodified-Since in the past) carries the headers, and the variables
@@ -97,7 +94,7 @@ sub h {
 
 # legacy (the default)
 {
-    my @r = map { $t->get('/legacy/index.html') } 1 .. 3;
+    my @r = $t->gets('/legacy/index.html', 3);
     is_deeply([ map { $_->{status} } @r ], [ 200, 200, 429 ], 'legacy: statuses');
     is(h($r[0], 'x-ratelimit-limit'), 2, 'legacy: limit');
     is(h($r[0], 'x-ratelimit-remaining'), 1, 'legacy: remaining');
@@ -130,7 +127,7 @@ sub h {
 
 # ietf
 {
-    my @r = map { $t->get('/ietf/index.html') } 1 .. 3;
+    my @r = $t->gets('/ietf/index.html', 3);
     is(h($r[0], 'ratelimit-policy'), '"ietf";q=2;w=60', 'ietf: policy');
     is(h($r[0], 'ratelimit'), '"ietf";r=1;t=30', 'ietf: 1st');
     is(h($r[1], 'ratelimit'), '"ietf";r=0;t=30', 'ietf: 2nd: one unit back in 30 s');
@@ -146,7 +143,7 @@ sub h {
 
 # both
 {
-    my @r = map { $t->get('/both/index.html') } 1 .. 3;
+    my @r = $t->gets('/both/index.html', 3);
     is(h($r[1], 'x-ratelimit-remaining'), 0, 'both: legacy remaining');
     is(h($r[1], 'ratelimit'), '"both";r=0;t=30', 'both: ietf');
     is(h($r[2], 'retry-after'), 30, 'both: Retry-After');
@@ -154,21 +151,21 @@ sub h {
 
 # off: no headers at all, not even Retry-After
 {
-    my @r = map { $t->get('/off/index.html') } 1 .. 3;
+    my @r = $t->gets('/off/index.html', 3);
     is($r[2]{status}, 429, 'off: still rejected');
     is(join(',', grep { /ratelimit|retry-after/ } sort keys %{ $r[2]{headers} }), '', 'off: no headers');
 }
 
 # custom status
 {
-    my @r = map { $t->get('/status/index.html') } 1 .. 2;
+    my @r = $t->gets('/status/index.html', 2);
     is($r[1]{status}, 503, 'ratelimit_status 503');
     is(h($r[1], 'retry-after'), 60, '503 carries Retry-After');
 }
 
 # error_page: the page for 429 is served with the headers, counted once
 {
-    my @r = map { $t->get('/page/index.html') } 1 .. 2;
+    my @r = $t->gets('/page/index.html', 2);
     is($r[1]{status}, 429, 'error_page: status kept');
     is($r[1]{content}, "slow down\n", 'error_page: the custom page');
     is(h($r[1], 'retry-after'), 60, 'error_page: Retry-After');
@@ -186,5 +183,5 @@ sub h {
 like($t->access_log, qr/GET \/sorry\.html|GET \/page\/index\.html/, 'access log written');
 
 $t->stop();
-like(RLTest::read_file($t->prefix . '/finalized.log'), qr/^412 PASSED 1$/m, 'the access log knows the request too');
+like($t->file('finalized.log'), qr/^412 PASSED 1$/m, 'the access log knows the request too');
 done_testing();

@@ -9,12 +9,8 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use IO::Select;
-use IO::Socket::INET;
-use JSON::PP qw(decode_json);
-use POSIX qw(WNOHANG);
 use Time::HiRes qw(time sleep);
-use RLTest;
+use RLTest qw(statuses_of);
 use RLSlowUpstream;
 
 my $up = RLSlowUpstream->new->start;
@@ -63,46 +59,10 @@ server {
 EOF
 $t->write_conf($conf, workers => 2);
 $t->start();
-my $port = $t->port;
-
-# Requests sent at once, each on its own connection ($gap seconds apart):
-# for each, its status, headers and when its answer came.
-sub at_once {
-    my ($gap, @reqs) = @_;
-    my (@socks, %of);
-    for my $i (0 .. $#reqs) {
-        my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port") or die "connect: $!";
-        my ($path, %h) = @{ $reqs[$i] };
-        print $s "GET $path HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
-            . join('', map { "$_: $h{$_}\r\n" } sort keys %h) . "\r\n";
-        push @socks, $s;
-        $of{ fileno $s } = { i => $i, buf => '' };
-        sleep $gap if $gap;
-    }
-    my $sel = IO::Select->new(@socks);
-    my @out;
-    while ($sel->count) {
-        for my $s ($sel->can_read(60)) {
-            my $o = $of{ fileno $s };
-            my $n = sysread($s, $o->{buf}, 65536, length $o->{buf});
-            next if $n;
-            my ($status) = $o->{buf} =~ m{^HTTP/1\.1 (\d+)};
-            my %hd = map { lc($_->[0]) => $_->[1] } map { [ /^([^:]+): *(.*?)\r?$/ ] } grep { /:/ } split /\r\n/,
-                (split /\r\n\r\n/, $o->{buf}, 2)[0];
-            $out[ $o->{i} ] = { status => $status // 0, headers => \%hd, at => time };
-            $sel->remove($s);
-            close $s;
-        }
-    }
-    return @out;
-}
-
-sub rule_stats { decode_json($t->get('/stats')->{content})->{zones}{c}{rules}{ $_[0] } }
-sub statuses { join ' ', map { $_->{status} } @_ }
 
 # ---- at most two at once ----
 
-my @r = at_once(0.05, map { [ '/two/', 'X-Key' => 'k1', 'X-Seq' => $_ ] } 1 .. 5);
+my @r = $t->at_once({ gap => 0.05 }, map { [ '/two/', 'X-Key' => 'k1', 'X-Seq' => $_ ] } 1 .. 5);
 # (two workers may take the connections in another order than sent)
 is(join(' ', sort map { $_->{status} } @r), '200 200 429 429 429', 'limit=2, 5 at once: 2 served, 3 refused');
 my @served = sort { $b->{headers}{'x-ratelimit-remaining'} <=> $a->{headers}{'x-ratelimit-remaining'} }
@@ -114,16 +74,16 @@ is($served[0]{headers}{'ratelimit-policy'}, '"two";q=2', 'RateLimit-Policy: the 
 is($served[1]{headers}{'x-ratelimit-remaining'}, 0, 'X-RateLimit-Remaining of the second: 0');
 ok(!defined $served[1]{headers}{'x-ratelimit-reset'}, 'no X-RateLimit-Reset');
 is($up->most, 2, 'the upstream never held more than 2');
-@r = at_once(0, map { [ '/two/', 'X-Key' => 'k1' ] } 1 .. 2);
-is(statuses(@r), '200 200', 'then 2 more at once are served');
-is(statuses(at_once(0, map { [ '/two/', 'X-Key' => "other$_" ] } 1 .. 3)), '200 200 200', 'other keys are served');
+@r = $t->at_once(map { [ '/two/', 'X-Key' => 'k1' ] } 1 .. 2);
+is(statuses_of(@r), '200 200', 'then 2 more at once are served');
+is(statuses_of($t->at_once(map { [ '/two/', 'X-Key' => "other$_" ] } 1 .. 3)), '200 200 200', 'other keys are served');
 
 # ---- waiting for a slot, first come first served ----
 
 $up->reset_most;
 my $t0 = time;
-@r = at_once(0.2, map { [ '/wait/', 'X-Key' => 'w', 'X-Seq' => "w$_" ] } 1 .. 5);
-is(statuses(@r), '200 200 200 200 200', 'max_wait: all 5 served');
+@r = $t->at_once({ gap => 0.2 }, map { [ '/wait/', 'X-Key' => 'w', 'X-Seq' => "w$_" ] } 1 .. 5);
+is(statuses_of(@r), '200 200 200 200 200', 'max_wait: all 5 served');
 is($up->most, 2, '... never more than 2 at the upstream');
 my @ev = grep { $_->[0] =~ /^w\d$/ } $up->events;
 my %start = map { $_->[0] => $_->[2] } grep { $_->[1] eq 'start' } @ev;
@@ -131,29 +91,27 @@ my @order = sort { $start{$a} <=> $start{$b} } keys %start;
 is("@order", 'w1 w2 w3 w4 w5', 'served in the order they came');
 my @ends = sort { $a <=> $b } map { $_->[2] } grep { $_->[1] eq 'end' } @ev;
 ok($start{w3} >= $ends[0] - 0.001 && $start{w4} >= $ends[1] - 0.001 && $start{w5} >= $ends[2] - 0.001,
-   'none started before a slot was freed');
-is(rule_stats('wait')->{waited}, 3, 'stats: 3 waited');
+   'none started before a slot came free');
+is($t->rule_stats('c', 'wait')->{waited}, 3, 'stats: 3 waited');
 
 # a request that cannot get a slot in max_wait is refused
-@r = at_once(0, map { [ '/long/', 'X-Key' => 'l' ] } 1 .. 2);
+@r = $t->at_once(map { [ '/long/', 'X-Key' => 'l' ] } 1 .. 2);
 # (they hold 20 s: sent on their own connections, read later)
 {
-    my @bg = map { IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port") } 1 .. 2;
-    print $_ "GET /long/ HTTP/1.1\r\nHost: t\r\nX-Key: L\r\n\r\n" for @bg;
+    my @bg = map { $t->open_request('/long/', { 'X-Key' => 'L' }) } 1 .. 2;
     RLTest::wait_until(sub { $up->in_flight >= 2 }, 10);
     my $w0 = time;
-    my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port");
-    print $s "GET /long/ HTTP/1.1\r\nHost: t\r\nX-Key: L\r\n\r\n";
+    my $s = $t->open_request('/long/', { 'X-Key' => 'L' });
     # a waiter that goes away leaves the queue: the next one would be first
     sleep 0.3;
     close $s;
-    RLTest::wait_until(sub { (decode_json($t->get('/rl/zones/c/keys?key=L&rule=long')->{content})->{rules}[0]{waiting} // 1) == 0 }, 5);
-    my $k = decode_json($t->get('/rl/zones/c/keys?key=L&rule=long')->{content})->{rules}[0];
+    RLTest::wait_until(sub { ($t->key_rule('c', 'L', 'long')->{waiting} // 1) == 0 }, 5);
+    my $k = $t->key_rule('c', 'L', 'long');
     is("$k->{in_flight} $k->{waiting}", '2 0', 'a client closing while it waits leaves the queue (key API: 2 in flight, 0 waiting)');
     # closing mid-request frees the slot within a second
     close $_ for @bg;
     my $c0 = time;
-    RLTest::wait_until(sub { decode_json($t->get('/rl/zones/c/keys?key=L&rule=long')->{content})->{rules}[0]{in_flight} == 0 }, 5);
+    RLTest::wait_until(sub { $t->key_rule('c', 'L', 'long')->{in_flight} == 0 }, 5);
     my $took = time - $c0;
     ok($took < 1, sprintf('clients closing mid-request free their slots (%.2f s)', $took));
 }
@@ -163,72 +121,63 @@ is(rule_stats('wait')->{waited}, 3, 'stats: 3 waited');
 # (the upstream still holds what clients closed above: counted from here)
 $up->reset_most;
 my $before = $up->in_flight;
-@r = at_once(0, map { [ '/fifty/', 'X-Key' => 'many' ] } 1 .. 1000);
+@r = $t->at_once(map { [ '/fifty/', 'X-Key' => 'many' ] } 1 .. 1000);
 my %n;
 $n{ $_->{status} }++ for @r;
 ok($n{200} >= 50, "1,000 at once: $n{200} served");
 is($n{200} + ($n{429} // 0), 1000, '... the rest refused');
 ok($up->most - $before <= 50, 'never more than 50 in flight at the upstream (' . ($up->most - $before) . ')');
-RLTest::wait_until(sub { rule_stats('fifty')->{in_flight} == 0 }, 10);
-is(rule_stats('fifty')->{in_flight}, 0, 'none leaked: the stats show 0 in flight');
-ok(rule_stats('fifty')->{peak} >= 50 && rule_stats('fifty')->{peak} <= 50, 'peak: 50');
+RLTest::wait_until(sub { $t->rule_stats('c', 'fifty')->{in_flight} == 0 }, 10);
+is($t->rule_stats('c', 'fifty')->{in_flight}, 0, 'none leaked: the stats show 0 in flight');
+ok($t->rule_stats('c', 'fifty')->{peak} >= 50 && $t->rule_stats('c', 'fifty')->{peak} <= 50, 'peak: 50');
 
 # ---- with a rate, atomically ----
 
-@r = at_once(0, map { [ '/rated/', 'X-Key' => 'r' ] } 1 .. 3);
+@r = $t->at_once({ gap => 0.05 }, map { [ '/rated/', 'X-Key' => 'r' ] } 1 .. 3);
 is(join(' ', sort map { $_->{status} } @r), '200 200 429', 'a rate and 2 at once');
-my $rs = rule_stats('rate');
+my $rs = $t->rule_stats('c', 'rate');
 is($rs->{allowed}, 2, 'the one refused for lack of a slot spent nothing at the rate');
 
 # ---- a worker killed holding slots ----
 
+my @killed;
 {
-    my @bg = map { IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port") } 1 .. 2;
-    print $_ "GET /kill/ HTTP/1.1\r\nHost: t\r\nX-Key: K\r\n\r\n" for @bg;
-    RLTest::wait_until(sub { decode_json($t->get('/rl/zones/c/keys?key=K&rule=kill')->{content})->{rules}[0]{in_flight} == 2 }, 10);
-    my @pids = $t->worker_pids;
-    kill 'KILL', @pids;   # both: whichever holds the slots dies
-    RLTest::wait_until(sub { my @now = $t->worker_pids; @now == 2 && !grep { my $p = $_; grep { $_ == $p } @pids } @now }, 10);
+    my @bg = map { $t->open_request('/kill/', { 'X-Key' => 'K' }) } 1 .. 2;
+    RLTest::wait_until(sub { $t->key_rule('c', 'K', 'kill')->{in_flight} == 2 }, 10);
+    @killed = $t->worker_pids;
+    kill 'KILL', @killed;   # both: whichever holds the slots dies
+    RLTest::wait_until(sub { my @now = $t->worker_pids; @now == 2 && !grep { my $p = $_; grep { $_ == $p } @killed } @now }, 10);
     close $_ for @bg;
-    my $k = decode_json($t->get('/rl/zones/c/keys?key=K&rule=kill')->{content})->{rules}[0];
+    my $k = $t->key_rule('c', 'K', 'kill');
     is($k->{in_flight}, 2, 'after SIGKILL the dead workers\' slots still count: never over the limit meanwhile');
     # the next decision that finds no slot asks whether the holders live
     $up->reset_most;
     my $base = $up->in_flight;
-    @r = at_once(0.05, map { [ '/kill/', 'X-Key' => 'K' ] } 1 .. 3);
+    @r = $t->at_once({ gap => 0.05 }, map { [ '/kill/', 'X-Key' => 'K' ] } 1 .. 3);
     is(join(' ', sort map { $_->{status} } @r), '200 200 429', 'the next requests of the key find their slots back at once: 2 served, the third refused');
     ok($up->most - $base <= 2, 'never more than 2 at the upstream');
-    RLTest::wait_until(sub { rule_stats('kill')->{in_flight} == 0 }, 5);
-    is(rule_stats('kill')->{in_flight}, 0, 'none held afterwards');
+    RLTest::wait_until(sub { $t->rule_stats('c', 'kill')->{in_flight} == 0 }, 5);
+    is($t->rule_stats('c', 'kill')->{in_flight}, 0, 'none held afterwards');
 }
 
 # ---- a reload with requests in flight ----
 
 {
-    my @bg = map { IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port") } 1 .. 2;
-    print $_ "GET /kill/ HTTP/1.1\r\nHost: t\r\nX-Key: R\r\n\r\n" for @bg;
-    RLTest::wait_until(sub { decode_json($t->get('/rl/zones/c/keys?key=R&rule=kill')->{content})->{rules}[0]{in_flight} == 2 }, 10);
+    my @bg = map { $t->open_request('/kill/', { 'X-Key' => 'R' }) } 1 .. 2;
+    RLTest::wait_until(sub { $t->key_rule('c', 'R', 'kill')->{in_flight} == 2 }, 10);
     # a reload, not waiting for the old workers to finish
-    my %old = map { $_ => 1 } $t->worker_pids;
-    kill 'HUP', $t->{pid};
-    RLTest::wait_until(sub { (grep { !$old{$_} } $t->worker_pids) == 2 }, 10);
+    $t->reload_started(2);
     is($t->get('/kill/', { 'X-Key' => 'R' })->{status}, 429, 'after a reload the new workers see the old ones\' slots');
     my @done = map { my $b = ''; sysread($_, $b, 4096) while $b !~ /\r\n\r\n/; $b } @bg;
     is(scalar(grep { m{^HTTP/1\.1 200 } } @done), 2, 'the requests in flight end in the old workers');
-    RLTest::wait_until(sub { decode_json($t->get('/rl/zones/c/keys?key=R&rule=kill')->{content})->{rules}[0]{in_flight} == 0 }, 5);
-    is(decode_json($t->get('/rl/zones/c/keys?key=R&rule=kill')->{content})->{rules}[0]{in_flight}, 0,
+    RLTest::wait_until(sub { $t->key_rule('c', 'R', 'kill')->{in_flight} == 0 }, 5);
+    is($t->key_rule('c', 'R', 'kill')->{in_flight}, 0,
        'and the old workers give their slots back');
-    is(statuses(at_once(0, map { [ '/kill/', 'X-Key' => 'R' ] } 1 .. 2)), '200 200', 'both slots free again');
+    is(statuses_of($t->at_once(map { [ '/kill/', 'X-Key' => 'R' ] } 1 .. 2)), '200 200', 'both slots free again');
 }
 
 # the kills are the test's: the harness would flag them
-sub zombies {
-    return grep { (RLTest::read_file("/proc/$_/stat") =~ /^\d+ \(.*\) (\S)/s)[0] eq 'Z' } $t->worker_pids;
-}
-RLTest::wait_until(sub { !zombies() }, 10);
-my $log = RLTest::read_file($t->prefix . '/error.log');
-$log =~ s/^.*(?:exited on signal 9).*\n//mg;
-RLTest::write_file($t->prefix . '/error.log', $log);
+$t->forget_kills(\@killed);
 
 # ---- configuration ----
 

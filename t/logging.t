@@ -14,8 +14,7 @@ use RLTest;
 
 my $secret = 'sk_live_4f9a8b7c6d5e4f3a2b1c';
 
-my $t = RLTest->new();
-$t->write_conf(<<'EOF');
+my $t = RLTest->new->start(<<'EOF');
 keepalive_requests 100000000;
 log_format fp '$http_x_api_key $ratelimit_fingerprint $status';
 ratelimit_zone z 1m;
@@ -33,30 +32,19 @@ server {
     }
 }
 EOF
-$t->start();
 
-sub send_all {
-    my ($path, @keys) = @_;
-    return $t->pipelined($path, 'X-Api-Key', @keys);
-}
-
-# What the log says of rule R: lines written, and the folded counts.
-sub logged {
+# The lines that log rule R's rejections, and those that count the folded ones.
+sub rejections {
     my ($rule) = @_;
-    my $log = $t->error_log;
-    my @lines = $log =~ /ratelimit: rejected by rule "$rule" in zone "z"/g;
-    my $folded = 0;
-    $folded += $1 while $log =~ /ratelimit: (\d+) more rejections by rule "$rule" in zone "z"/g;
-    return (scalar @lines, $folded);
+    return (qr/ratelimit: rejected by rule "$rule" in zone "z"/, qr/ratelimit: (\d+) more rejections by rule "$rule" in zone "z"/);
 }
 
 # 10,000 rejections of one key
 my $start = time;
-my %s = send_all('/api/index.html', ($secret) x 10001);
+my %s = $t->pipelined('/api/index.html', 'X-Api-Key', ($secret) x 10001);
 my $took = time - $start;
 is($s{429}, 10000, '10,000 rejections of one key');
-my ($lines, $folded);
-RLTest::wait_until(sub { ($lines, $folded) = logged('api'); $lines + $folded == 10000 }, 5);
+my ($lines, $folded) = $t->wait_folded(rejections('api'), 10000, timeout => 5);
 is($lines + $folded, 10000, "every rejection is a line or in a count ($lines lines, $folded folded)");
 ok($lines <= 2 + int($took) + 1, "one key: $lines lines in " . sprintf('%.1f', $took) . ' s (at most one a second)');
 my @summaries = $t->error_log =~ /more rejections by rule "api"/g;
@@ -65,25 +53,25 @@ ok(@summaries <= 3 + int($took), scalar(@summaries) . ' summary lines');
 unlike($t->error_log, qr/\Q$secret\E/, 'the secret key never appears in error.log');
 my ($fp) = $t->error_log =~ /rejected by rule "api" in zone "z", key fingerprint ([0-9a-f]{16})/;
 ok(defined $fp, 'the key is named by its fingerprint');
-like(RLTest::read_file($t->prefix . '/fp.log'), qr/^\Q$secret\E \Q$fp\E 429$/m,
+like($t->file('fp.log'), qr/^\Q$secret\E \Q$fp\E 429$/m,
      '$ratelimit_fingerprint in the access log is the one in error.log');
 
 # 3,000 distinct keys, each admitted then rejected: at most ten lines a
 # second for the rule, the rest counted
 my @keys = map { "flood-$_" } 1 .. 3000;
 $start = time;
-%s = send_all('/api/index.html', map { ($_, $_) } @keys);
+%s = $t->pipelined('/api/index.html', 'X-Api-Key', map { ($_, $_) } @keys);
 $took = time - $start;
 is($s{429}, 3000, '3,000 distinct keys rejected once each');
-RLTest::wait_until(sub { ($lines, $folded) = logged('api'); $lines + $folded == 13000 }, 5);
+($lines, $folded) = $t->wait_folded(rejections('api'), 13000, timeout => 5);
 is($lines + $folded, 13000, "every rejection is a line or in a count ($lines lines, $folded folded)");
 ok($lines <= 10 * (int($took) + 2) + 3, "distinct keys: $lines lines in " . sprintf('%.1f', $took) . ' s (at most ten a second)');
 
 # ratelimit_log_level off: nothing at all
-%s = send_all('/quiet/index.html', ('q') x 1001);
+%s = $t->pipelined('/quiet/index.html', 'X-Api-Key', ('q') x 1001);
 is($s{429}, 1000, 'log level off: 1,000 rejections');
 sleep 1.5;
-my ($ql, $qf) = logged('quiet');
+my ($ql, $qf) = $t->folded(rejections('quiet'));
 is("$ql $qf", '0 0', 'log level off: no line, no count');
 
 $t->stop();

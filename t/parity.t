@@ -1,6 +1,6 @@
 #!/usr/bin/perl
-# Parity with nginx's limit_req and the IETF RateLimit headers (issue 15,
-# part 5), through real nginx:
+# Parity with nginx's limit_req and the IETF RateLimit headers, through
+# real nginx:
 #   - leaky_bucket delay= against limit_req's burst= delay= (and nodelay, and
 #     plain burst) in the same nginx: the same requests served at once,
 #     delayed and rejected, starting with the scenario of nginx's own
@@ -15,9 +15,6 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use IO::Select;
-use IO::Socket::INET;
-use POSIX ();
 use Time::HiRes qw(time sleep);
 use RLTest;
 use RLStructured;
@@ -44,7 +41,7 @@ ok(!eval { RLStructured::ratelimit_fields({ 'ratelimit' => '"a";t=2' }); 1 }, 'r
 # ---- nginx -------------------------------------------------------------------
 
 my $t = RLTest->new();
-RLTest::write_file($t->prefix . '/html/sorry.html', "slow down\n");
+$t->put_file('html/sorry.html', "slow down\n");
 
 # limit_req and its ratelimit equivalent for each trace, at 12 requests a
 # minute (one each 5 s: the decisions of requests sent together cannot
@@ -76,13 +73,13 @@ for my $tr (@traces) {
 EOF
 }
 
-$t->write_conf(<<"EOF");
+$t->start(<<"EOF");
 $conf
 server {
     listen 127.0.0.1:%%PORT%%;
     ratelimit_headers both;
 $locations
-    # the issue's cases and one location an algorithm
+    # the policies of the draft's examples, and one location an algorithm
     location /h/gcra/ { ratelimit zone=z limit=2 period=1m name=gcra; alias %%PREFIX%%/html/; }
     location /h/cost/ { ratelimit zone=z limit=5 period=1m cost=4 name=cost; alias %%PREFIX%%/html/; }
     location /h/burst/ { ratelimit zone=z limit=5 period=1m burst=9 name=burst; alias %%PREFIX%%/html/; }
@@ -128,7 +125,6 @@ $locations
     location = /sorry.html { }
 }
 EOF
-$t->start();
 
 # ---- limit_req and leaky_bucket, side by side -----------------------------------
 
@@ -137,56 +133,26 @@ $t->start();
 # is sent.  Returns each request's "status X-Status".
 sub trace {
     my ($path) = @_;
-    my (@socks, @out);
-    for my $i (0 .. 6) {
-        my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $t->port) or die "connect: $!";
-        print $s "GET $path HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
-        push @socks, $s;
-        IO::Select->new($s)->can_read(0.3);
-    }
-    for my $s (@socks) {
-        local $/;
-        my $sel = IO::Select->new($s);
-        my $resp = '';
-        while ($sel->can_read(30)) {
-            my $n = sysread($s, $resp, 65536, length $resp);
-            last unless $n;
-        }
-        my ($status) = $resp =~ m{^HTTP/1\.1 (\d+)};
-        my ($word) = $resp =~ m{^X-Status: (\w+)\r$}mi;
-        push @out, ($status // '-') . ' ' . ($word // '-');
-    }
-    return @out;
+    return map { ($_->{status} || '-') . ' ' . ($_->{headers}{'x-status'} // '-') }
+        $t->at_once({ wait => 0.3 }, ([$path]) x 7);
 }
 
 {
     # every trace at once, each pair in its own process
-    my @kids;
-    for my $tr (@traces) {
-        for my $side ('lr', 'rl') {
-            pipe(my $rd, my $wr) or die;
-            my $pid = fork() // die;
-            if ($pid == 0) {
-                close $rd;
-                my $start = time;
-                my @r = trace("/$side/$tr->[0]/index.html");
-                printf $wr "%.3f|%s\n", time - $start, join(',', @r);
-                close $wr;
-                POSIX::_exit(0);
-            }
-            close $wr;
-            push @kids, [ $tr, $side, $pid, $rd ];
-        }
-    }
+    my @sides = map { my $tr = $_; map { [ $tr->[0], $_ ] } 'lr', 'rl' } @traces;
+    my @results = RLTest::parallel(map {
+        my ($name, $side) = @$_;
+        sub {
+            my $start = time;
+            my @r = trace("/$side/$name/index.html");
+            return { took => time - $start, got => \@r };
+        };
+    } @sides);
     my %got;
-    for (@kids) {
-        my ($tr, $side, $pid, $rd) = @$_;
-        my $line = <$rd> // '';
-        waitpid($pid, 0);
-        chomp $line;
-        my ($took, $list) = split /\|/, $line;
-        $got{ $tr->[0] }{$side} = [ split /,/, $list // '' ];
-        $got{ $tr->[0] }{"${side}_took"} = $took // 0;
+    for my $i (0 .. $#sides) {
+        my ($name, $side) = @{ $sides[$i] };
+        $got{$name}{$side} = $results[$i]{got};
+        $got{$name}{"${side}_took"} = $results[$i]{took};
     }
     for my $tr (@traces) {
         my ($name, $lr, $rl, $expect) = @$tr;

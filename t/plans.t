@@ -39,8 +39,7 @@ for my $k (@kinds) {
 }
 my $redis_zone = $redis ? 'ratelimit_zone redis 1m redis=127.0.0.1:' . $redis->port . ' redis_timeout=5s;' : '';
 
-my $t = RLTest->new();
-$t->write_conf(<<"EOF");
+my $t = RLTest->new->start(<<"EOF");
 ratelimit_zone local 1m;
 $redis_zone
 ratelimit_headers both;
@@ -72,22 +71,22 @@ $locations
     }
 }
 EOF
-$t->start();
+
+sub as_plan {
+    my ($user, $plan) = @_;
+    return { 'X-User' => $user, (defined $plan ? ('X-Plan' => $plan) : ()) };
+}
 
 sub req {
-    my ($path, $user, $plan, %h) = @_;
-    return $t->get($path, { 'X-User' => $user, (defined $plan ? ('X-Plan' => $plan) : ()), %h });
+    my ($path, $user, $plan) = @_;
+    return $t->get($path, as_plan($user, $plan));
 }
 
 # n requests: their statuses and the last response
 sub spend {
     my ($path, $user, $plan, $n) = @_;
-    my ($r, @s);
-    for (1 .. $n) {
-        $r = req($path, $user, $plan);
-        push @s, $r->{status};
-    }
-    return (join(' ', @s), $r);
+    my @r = $t->gets($path, $n, as_plan($user, $plan));
+    return (RLTest::statuses_of(@r), $r[-1]);
 }
 
 for my $k (@kinds) {
@@ -145,7 +144,7 @@ for my $k (@kinds) {
     ($s) = spend($p, 'b-bad', 'other', 3);
     is($s, '200 200 429', "${k}_burst: bad limit and no burst: the defaults, 2 and 2");
     my $t0 = time;
-    $r = $t->get($p, { 'X-User' => 'b-badburst', 'X-Plan' => '5', 'X-Burst' => 'lots' }) for 1 .. 5;
+    $r = ($t->gets($p, 5, { 'X-User' => 'b-badburst', 'X-Plan' => '5', 'X-Burst' => 'lots' }))[-1];
     is($r->{status}, 200, "${k}_burst: a bad burst falls back to the limit applied: 5 admitted");
     $r = $t->get($p, { 'X-User' => 'b-badburst', 'X-Plan' => '5', 'X-Burst' => 'lots' });
     is($r->{status}, 429, "${k}_burst: ... and the 6th rejected");
@@ -169,14 +168,8 @@ like($t->error_log, qr/rule "escape" in zone "local": limit "a\\x22bx{29}\.\.\."
     my %status = $t->pipelined('/flood/index.html?plan=junk', 'X-User', map { "flood-$_" } 1 .. 600);
     my $elapsed = time - $t0;
     is($status{200}, 600, 'flood: every request decided under limit_default');
-    my ($lines, $folded) = (0, 0);
-    RLTest::wait_until(sub {
-        my $log = $t->error_log;
-        $lines = () = $log =~ /rule "flood" in zone "local": limit "junk" is not an integer/g;
-        $folded = 0;
-        $folded += $1 while $log =~ /(\d+) more requests with a bad value \(see above\) by rule "flood"/g;
-        return $lines + $folded == 600;
-    }, 10);
+    my ($lines, $folded) = $t->wait_folded(qr/rule "flood" in zone "local": limit "junk" is not an integer/,
+                                           qr/(\d+) more requests with a bad value \(see above\) by rule "flood"/, 600);
     is($lines + $folded, 600, "flood: lines ($lines) and folded ($folded) count every bad value");
     ok($lines <= $elapsed + 2, "flood: at most a line a second ($lines lines in " . sprintf('%.1f', $elapsed) . ' s)');
 }

@@ -22,7 +22,7 @@ my %blocks = RLTest::doc_blocks('README.md', '##');
     like($conf, qr/^\s*upstream backend \{/m, 'top: it defines the backend it proxies to');
 
     my $t = RLTest->new();
-    RLTest::write_file($t->prefix . '/nginx.conf', $t->doc_conf($conf));
+    $t->put_file('nginx.conf', $t->doc_conf($conf));
     $t->start();
 
     my $r = $t->get('/api/users', { 'X-Api-Key' => 'k1' });

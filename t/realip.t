@@ -8,7 +8,6 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use JSON::PP;
 use RLTest;
 
 my %realip = (
@@ -19,8 +18,7 @@ my %realip = (
 
 for my $level (qw(http server location)) {
     my ($http, $server, $location) = @{ $realip{$level} };
-    my $t = RLTest->new();
-    $t->write_conf(<<"EOF");
+    my $t = RLTest->new->start(<<"EOF");
 $http
 ratelimit_zone z 1m;
 server {
@@ -32,9 +30,8 @@ server {
     }
 }
 EOF
-    $t->start();
-    my @s = map { $t->get('/index.html', { 'X-Forwarded-For' => '10.0.0.1' })->{status} } 1 .. 3;
-    is("@s", '200 200 429', "realip at $level level: the client 10.0.0.1 gets its 2");
+    is($t->statuses('/index.html', 3, { 'X-Forwarded-For' => '10.0.0.1' }), '200 200 429',
+       "realip at $level level: the client 10.0.0.1 gets its 2");
     is($t->get('/index.html', { 'X-Forwarded-For' => '10.0.0.2' })->{status}, 200,
        "realip at $level level: another client behind the same proxy has its own budget");
     is($t->get('/index.html', { 'X-Forwarded-For' => '10.0.0.2' })->{headers}{'x-ratelimit-remaining'}, 0,
@@ -44,8 +41,7 @@ EOF
 
 # limit_req first: what it rejects (503) never reaches the ratelimit rule
 {
-    my $t = RLTest->new();
-    $t->write_conf(<<'EOF');
+    my $t = RLTest->new->start(<<'EOF');
 limit_req_zone $binary_remote_addr zone=lr:1m rate=1r/m;
 ratelimit_zone z 1m;
 server {
@@ -64,13 +60,10 @@ server {
     }
 }
 EOF
-    $t->start();
-    my @s = map { $t->get('/both/index.html')->{status} } 1 .. 5;
-    is("@s", '200 503 503 503 503', 'limit_req admits one a minute');
+    is($t->statuses('/both/index.html', 5), '200 503 503 503 503', 'limit_req admits one a minute');
     is($t->get('/peek/index.html')->{headers}{'x-ratelimit-remaining'}, 9,
        'the ratelimit rule spent only what limit_req let through');
-    my $st = decode_json($t->get('/stats')->{content});
-    is($st->{zones}{z}{rules}{after}{allowed}, 2, 'stats: the rule saw the admitted request (and the peek) only');
+    is($t->rule_stats('z', 'after')->{allowed}, 2, 'stats: the rule saw the admitted request (and the peek) only');
     $t->stop();
 }
 

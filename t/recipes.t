@@ -13,7 +13,6 @@ use POSIX qw(ceil floor);
 use Time::HiRes qw(time sleep);
 use RLTest;
 use RLSlowUpstream;
-use POSIX ();
 
 my %recipes = RLTest::doc_blocks('docs/recipes.md', '##');
 my %tested;
@@ -27,7 +26,7 @@ sub start_recipe {
     like($conf, qr/^\s*listen 8080;$/m, "$title: listens on 8080");
     $conf =~ s/listen 8080;/listen 127.0.0.1:%%PORT%%;/g;
     $conf =~ s/10\.0\.0\.5:6379/127.0.0.1:$o{redis}/g if $o{redis};
-    $t->write_conf(<<"EOF" . $conf);
+    $t->start(<<"EOF" . $conf);
 log_format arrival '\$msec \$uri';
 upstream backend {
     server 127.0.0.1:$bport;
@@ -53,7 +52,6 @@ server {
     }
 }
 EOF
-    $t->start();
     return $t;
 }
 
@@ -93,7 +91,7 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
     is("$r->{status} $r->{headers}{'retry-after'}", '429 3600', "$title: then the right password too is refused, for an hour");
     is($try->('bob', 'right')->{status}, 429, "$title: the address is banned too, whatever the account");
     like($t->error_log, qr/rejected by rule "failures_per_address" in zone "login", key fingerprint [0-9a-f]{16}/,
-         "$title: who was refused, logged: the address by its fingerprint");
+         "$title: the refused address logged, by its fingerprint");
     $t->stop();
 }
 
@@ -104,22 +102,8 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
     my $t = start_recipe($title, backend => $up->port);
     # five answers streaming 1 s each, asked at once: 2 at a time, the
     # others wait their turn (within 10 s)
-    my @kids;
-    for my $i (1 .. 5) {
-        pipe(my $rd, my $wr) or die;
-        my $pid = fork() // die;
-        if ($pid == 0) {
-            close $rd;
-            my $r = $t->get('/v1/chat/x', { 'X-Api-Key' => 'k1', 'X-Hold' => 1000 });
-            print $wr "$r->{status}\n";
-            close $wr;
-            POSIX::_exit(0);
-        }
-        close $wr;
-        push @kids, [ $pid, $rd ];
-        sleep 0.1;
-    }
-    my @st = map { my $s = readline($_->[1]); waitpid($_->[0], 0); chomp $s; $s } @kids;
+    my @st = RLTest::parallel({ gap => 0.1 },
+        map { sub { $t->get('/v1/chat/x', { 'X-Api-Key' => 'k1', 'X-Hold' => 1000 })->{status} } } 1 .. 5);
     is("@st", '200 200 200 200 200', "$title: five at once, all served");
     is($up->most, 2, "$title: never more than 2 at the backend");
     my $t0 = time;
@@ -148,8 +132,7 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
     is($r = $ask->('k-free-2', '')->{status}, 200, "$title: no header from the upstream");
     # logged in the log phase, once the response went out
     my $bad = qr/rule "tokens" in zone "ai": charge "" is not a non-negative integer, the request's cost \(1\) is charged/;
-    RLTest::wait_until(sub { $t->error_log =~ $bad }, 5);
-    like($t->error_log, $bad, "$title: ... is charged one token, and logged");
+    $t->log_like($bad, "$title: ... is charged one token, and logged");
     $t->stop();
 }
 
@@ -207,23 +190,21 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
     is($other, 0, "$title: every request answered 200 or 429");
     cmp_ok($ok, '>=', 11, "$title: 11 fit in 2 s of waiting, one every 200 ms ($ok passed, $refused refused)");
     $t->stop();
-    my @at = map { (split)[0] } grep { m{ /report/x$} } split /\n/, RLTest::read_file($t->prefix . '/backend.log');
+    my @at = map { (split)[0] } grep { m{ /report/x$} } split /\n/, $t->file('backend.log');
     is(scalar @at, $ok, "$title: each one passed reached the backend");
     # the k-th is released no sooner than k x 200 ms after the first arrived
     # (timers never fire early; the clock's milliseconds round)
     @at = sort { $a <=> $b } @at;
     my @late = map { sprintf('%.0f', 1000 * ($at[$_] - $t0)) } 0 .. $#at;
     ok(!grep({ $late[$_] < 200 * $_ - 1 } 0 .. $#late),
-       "$title: one every 200 ms at the backend (ms after the first was sent: @late)");
+       "$title: one every 200 ms at the backend (ms after the first request: @late)");
 }
 
 {
     my $title = 'One limit for a fleet of servers';
     $tested{$title} = 1;
   SKIP: {
-        skip 'redis-server is not installed', 4 unless -x ($ENV{RL_REDIS_SERVER} // '/usr/bin/redis-server');
-        require RLRedis;
-        my $redis = RLRedis->new->start;
+        my $redis = RLTest::optional_redis("\"$title\" is not run") or skip 'redis-server is not installed', 4;
         my @fleet = map { start_recipe($title, redis => $redis->port) } 1 .. 2;
         my @s;
         push @s, $fleet[ $_ % 2 ]->get('/api/x', { 'X-Api-Key' => 'k1' })->{status} for 1 .. 101;
@@ -261,9 +242,7 @@ EOF
     $conf =~ s{10\.0\.0\.0/8}{127.0.0.1};
     $conf =~ s/listen 8080;/listen 127.0.0.1:%%PORT%%;/;
 
-    my $t = RLTest->new();
-    $t->write_conf($conf . own_headers_backend());
-    $t->start();
+    my $t = RLTest->new->start($conf . own_headers_backend());
 
     my $get = sub { $t->get('/api/users', { @_ }) };
     my $r = $get->('X-Forwarded-For' => '203.0.113.7');
@@ -297,13 +276,10 @@ EOF
     for my $case ([ 'limit_req', $before ], [ 'ratelimit', $after ]) {
         my ($name, $conf) = @$case;
         $conf =~ s/listen 8080;/listen 127.0.0.1:%%PORT%%;/;
-        my $t = RLTest->new();
-        $t->write_conf($conf . own_headers_backend());
-        $t->start();
+        my $t = RLTest->new->start($conf . own_headers_backend());
         # seven attempts in a row (the next is allowed 10 s after the first)
-        my @status = map { $t->get('/login')->{status} } 1 .. 7;
-        is("@status", '200 200 200 200 200 200 429', "$title: $name: six attempts pass, the seventh is rejected");
-        $seen{$name} = "@status";
+        $seen{$name} = $t->statuses('/login', 7);
+        is($seen{$name}, '200 200 200 200 200 200 429', "$title: $name: six attempts pass, the seventh is rejected");
         $t->stop();
     }
     is($seen{ratelimit}, $seen{limit_req}, "$title: limit_req and its ratelimit equivalent decide alike");

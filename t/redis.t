@@ -10,10 +10,6 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use HTTP::Tiny;
-use JSON::PP;
-use POSIX ();
-use IO::Socket::INET;
 use Time::HiRes ();
 use RLTest;
 use RLRedis;
@@ -40,7 +36,7 @@ my $locations = join '', map {
 my @fleet = map { RLTest->new() } 1 .. 3;
 for my $t (@fleet) {
     # a generous timeout: exactness is what is tested here, not the fallback
-    $t->write_conf(<<"EOF", workers => 2);
+    $t->start(<<"EOF", workers => 2);
 log_format rl '\$uri \$status \$ratelimit_status \$ratelimit_decided_by';
 access_log %%PREFIX%%/rl.log rl;
 ratelimit_zone fleet 1m redis=127.0.0.1:$rport redis_timeout=5s;
@@ -71,7 +67,6 @@ $locations
     }
 }
 EOF
-    $t->start();
 }
 
 # $total requests for one key over 48 keep-alive connections at once, the
@@ -93,7 +88,7 @@ for my $round (1 .. 3) {
     my ($ok, $limited, $other) = burst('/stacked/index.html', 'stacked', 600);
     is($ok, 100, 'stacked: exactly 100 of 600 admitted');
     is($limited + $other, 500, 'stacked: the rest rejected');
-    # the second rule spent exactly what was admitted: 1000 - 100, then this one
+    # the second rule spent exactly the admitted requests: 1000 - 100, then this one
     my $r = $fleet[1]->get('/second/index.html', { 'X-Key' => 'stacked' });
     is($r->{status}, 200, 'second rule alone admits');
     is($r->{headers}{'x-ratelimit-remaining'}, 899, 'second rule spent 100 + 1: no partial consumption');
@@ -135,7 +130,7 @@ for my $alg (sort keys %rules) {
 }
 
 # who decided: redis for the fleet zone, local for the other
-my $log = RLTest::read_file($fleet[0]->prefix . '/rl.log');
+my $log = $fleet[0]->file('rl.log');
 like($log, qr{^/r/gcra/index.html 200 PASSED redis$}m, '$ratelimit_decided_by is redis for a Redis zone');
 like($log, qr{^/l/gcra/index.html 200 PASSED local$}m, '$ratelimit_decided_by is local for a local zone');
 
@@ -151,12 +146,11 @@ like($log, qr{^/l/gcra/index.html 200 PASSED local$}m, '$ratelimit_decided_by is
     cmp_ok($took[0], '<', 0.08, 'the first is not delayed');
     cmp_ok($took[1], '>', 0.03, "the next ones wait for their slot ($took[1] s)");
     # a client that leaves while delayed: nothing breaks
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $fleet[0]->port);
-    print $s "GET /shape/index.html HTTP/1.1\r\nHost: x\r\nX-Key: shape\r\n\r\n";
+    my $s = $fleet[0]->open_request('/shape/index.html', { 'X-Key' => 'shape' });
     Time::HiRes::sleep(0.02);
     close $s;
     Time::HiRes::sleep(0.3);
-    my $log = RLTest::read_file($fleet[0]->prefix . '/rl.log');
+    my $log = $fleet[0]->file('rl.log');
     like($log, qr{^/shape/index.html 200 DELAYED redis$}m, 'a delayed request: DELAYED, decided in Redis');
 }
 
@@ -171,8 +165,7 @@ is(scalar(grep { $_ <= 0 } @ttl), 0, 'every key expires');
 # the stats of each server: its own decisions, no fallback
 my $decisions = 0;
 for my $t (@fleet) {
-    my $s = decode_json($t->get('/stats')->{content});
-    my $r = $s->{zones}{fleet}{redis};
+    my $r = $t->zone_stats('fleet')->{redis};
     $decisions += $r->{decisions};
     is($r->{fallbacks}, 0, 'no fallback on server ' . $t->port);
     is($r->{server}, "127.0.0.1:$rport", 'stats name the Redis server');

@@ -13,8 +13,7 @@ use RLRedis;
 my $redis = RLRedis->new(args => [ '--requirepass', 's3cret' ])->start;
 my $rport = $redis->port;
 
-my $t = RLTest->new();
-$t->write_conf(<<"EOF2");
+my $t = RLTest->new->start(<<"EOF2");
 log_format rl '\$uri \$status \$ratelimit_decided_by';
 access_log %%PREFIX%%/rl.log rl;
 ratelimit_zone good 1m redis=127.0.0.1:$rport redis_password=s3cret redis_db=3 redis_prefix=app1:;
@@ -25,10 +24,8 @@ server {
     location /bad/  { ratelimit zone=bad key=\$http_x_key limit=2 period=1h; alias %%PREFIX%%/html/; }
 }
 EOF2
-$t->start();
 
-is_deeply([ map { $t->get('/good/index.html', { 'X-Key' => 'k' })->{status} } 1 .. 3 ], [ 200, 200, 429 ],
-          'with the password: the limit holds');
+is($t->statuses('/good/index.html', 3, { 'X-Key' => 'k' }), '200 200 429', 'with the password: the limit holds');
 $redis->auth('s3cret');
 my $keys = $redis->db(3)->cmd('KEYS', '*');
 is(scalar(@$keys), 1, 'one key, in database 3');
@@ -37,8 +34,7 @@ is_deeply($redis->db(0)->cmd('KEYS', '*'), [], 'nothing in database 0');
 
 my $r = $t->get('/bad/index.html', { 'X-Key' => 'k' });
 is($r->{status}, 200, 'a wrong password: the request still passes (on_redis_error=local)');
-RLTest::wait_until(sub { RLTest::read_file($t->prefix . '/rl.log') =~ m{^/bad/index.html 200 fallback_local$}m }, 5);
-like(RLTest::read_file($t->prefix . '/rl.log'), qr{^/bad/index.html 200 fallback_local$}m, 'decided locally');
+$t->log_like(qr{^/bad/index.html 200 fallback_local$}m, 'decided locally', file => 'rl.log');
 like($t->error_log, qr/ratelimit: redis 127\.0\.0\.1:$rport: refused AUTH, SELECT or ASKING: "WRONGPASS/,
      'the log says Redis refused the password');
 

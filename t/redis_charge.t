@@ -15,7 +15,6 @@ use HTTP::Tiny;
 use IO::Select;
 use IO::Socket::INET;
 use JSON::PP qw(decode_json);
-use MIME::Base64 qw(encode_base64);
 use Time::HiRes qw(time sleep);
 use RLTest;
 use RLRedis;
@@ -95,9 +94,9 @@ sub req {
 }
 sub login {
     my ($client, $pw) = @_;
-    return req('/login', 'X-Client' => $client, Authorization => 'Basic ' . encode_base64("alice:$pw", ''));
+    return req('/login', 'X-Client' => $client, Authorization => RLTest::basic_auth("alice:$pw"));
 }
-sub stats { decode_json($http->get('http://127.0.0.1:' . $_[0]->port . '/stats')->{content})->{zones}{ $_[1] } }
+sub stats { $_[0]->zone_stats($_[1]) }
 # a figure summed over the fleet: a rule's counter, or the zone's Redis one
 sub fleet_sum {
     my ($zone, $rule, $what) = @_;
@@ -236,18 +235,13 @@ my $spread = $ended[-1] - $ended[0];
 ok(RLTest::wait_until(sub { (stats($t, 'gone')->{redis}{undelivered} // 0) == 5 }, 10),
    'Redis gone while they ran: 5 charges counted undelivered');
 is(stats($t, 'gone')->{rules}{slow}{charged} // 0, 0, 'none counted as charged');
-my $accounted = sub {
-    my $l = substr($t->error_log, $before);
-    my $lines = () = $l =~ /\[error\] .*ratelimit: redis 127\.0\.0\.1:$gport: a request's charge not delivered in zone "gone" \(rule "slow", 7 units\): /g;
-    my $folded = 0;
-    $folded += $1 while $l =~ /ratelimit: redis 127\.0\.0\.1:$gport: (\d+) more charges not delivered in zone "gone" \(repeats not logged one by one\)/g;
-    return ($lines, $folded);
-};
-ok(RLTest::wait_until(sub { my ($l, $f) = $accounted->(); $l + $f == 5 }, 5), 'each logged or counted in a folded line')
-    or diag(join ' ', $accounted->());
+my ($lines, $folded) = $t->wait_folded(
+    qr/\[error\] .*ratelimit: redis 127\.0\.0\.1:$gport: a request's charge not delivered in zone "gone" \(rule "slow", 7 units\): /,
+    qr/ratelimit: redis 127\.0\.0\.1:$gport: (\d+) more charges not delivered in zone "gone" \(repeats not logged one by one\)/,
+    5, since => $before);
+is($lines + $folded, 5, 'each logged or counted in a folded line');
 SKIP: {
     skip "the requests ended ${spread}s apart", 1 if $spread >= 0.9;
-    my ($lines, $folded) = $accounted->();
     ok($lines >= 1 && $lines <= 2 && $folded >= 3,
        "logged once a worker (2), the rest folded: $lines line(s), $folded folded (they ended ${spread}s apart)");
 }

@@ -11,7 +11,6 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use JSON::PP;
 use RLTest;
 use RLRedis;
 
@@ -23,7 +22,7 @@ my $seed = $nodes[0]->port;
 
 my @fleet = map { RLTest->new() } 1 .. 2;
 for my $t (@fleet) {
-    $t->write_conf(<<"EOF2", workers => 2);
+    $t->start(<<"EOF2", workers => 2);
 log_format rl '\$uri \$status \$ratelimit_decided_by';
 access_log %%PREFIX%%/rl.log rl;
 ratelimit_zone cl 1m redis=127.0.0.1:$seed redis_cluster=on redis_timeout=5s;
@@ -45,7 +44,6 @@ server {
     location = /stats { ratelimit_stats; }
 }
 EOF2
-    $t->start();
 }
 
 # 60 keys, 5 requests each, alternating servers: exactly 3 pass for each
@@ -69,7 +67,7 @@ is($limited + $other, 300, 'the rest rejected');
 # the fifth refused and banned, the sixth banned
 sub charges_settled {
     my $sum = 0;
-    $sum += decode_json($_->get('/stats')->{content})->{zones}{cl}{redis}{charges} for @fleet;
+    $sum += $_->zone_stats('cl')->{redis}{charges} for @fleet;
     return $sum;
 }
 my ($sent, $charged_ok) = (0, 1);
@@ -103,13 +101,12 @@ my $to_id = $to->cmd('CLUSTER', 'MYID');
 my $from_id = $from->cmd('CLUSTER', 'MYID');
 $to->cmd('CLUSTER', 'SETSLOT', $slot, 'IMPORTING', $from_id);
 $from->cmd('CLUSTER', 'SETSLOT', $slot, 'MIGRATING', $to_id);
-my @m = map { $fleet[0]->get('/one/index.html', { 'X-Key' => $key })->{status} } 1 .. 4;
-is("@m", '200 200 200 429', 'a migrating slot (ASK): the limit holds');
+is($fleet[0]->statuses('/one/index.html', 4, { 'X-Key' => $key }), '200 200 200 429', 'a migrating slot (ASK): the limit holds');
 is($to->cmd('CLUSTER', 'COUNTKEYSINSLOT', $slot), 1, 'the new key went to the importing master');
 is($from->cmd('CLUSTER', 'COUNTKEYSINSLOT', $slot), 0, 'and not to the migrating one');
 
 for my $t (@fleet) {
-    my $s = decode_json($t->get('/stats')->{content})->{zones}{cl}{redis};
+    my $s = $t->zone_stats('cl')->{redis};
     is($s->{fallbacks}, 0, 'no fallback on ' . $t->port);
     is($s->{errors}, 0, 'no error on ' . $t->port);
     is($s->{undelivered}, 0, 'no charge lost on ' . $t->port);

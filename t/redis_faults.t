@@ -9,7 +9,6 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
 use IO::Socket::INET;
-use JSON::PP;
 use POSIX ();
 use Socket qw(SOL_SOCKET SO_LINGER);
 use Time::HiRes qw(time sleep);
@@ -36,8 +35,7 @@ if ($fake_pid == 0) {
 }
 close $fake;
 
-my $t = RLTest->new();
-$t->write_conf(<<"EOF");
+my $t = RLTest->new->start(<<"EOF");
 log_format rl '\$uri \$status \$ratelimit_decided_by';
 access_log %%PREFIX%%/rl.log rl;
 ratelimit_zone rlocal 1m redis=127.0.0.1:$rport redis_timeout=100ms;
@@ -53,25 +51,24 @@ server {
     location = /stats { ratelimit_stats; }
 }
 EOF
-$t->start();
 my ($worker) = $t->worker_pids;
 
 # One request: (status, decided by, seconds taken).
 my $n = 0;
 sub hit {
     my ($where, $key) = @_;
-    my $lines = sub { my @l = split /\n/, RLTest::read_file($t->prefix . '/rl.log'); @l };
+    my $lines = sub { my @l = split /\n/, $t->file('rl.log'); @l };
     my $before = () = $lines->();
     my $start = time;
     my $r = $t->get("/$where/index.html", { 'X-Key' => $key });
     my $took = time - $start;
-    # its access log line: written after the response was sent
+    # its access log line: written once the response is sent
     RLTest::wait_until(sub { $lines->() > $before }, 5);
     my ($by) = (($lines->())[-1] // '') =~ /(\S+)$/;
     return ($r->{status}, $by, $took);
 }
 
-sub stats { decode_json($t->get('/stats')->{content})->{zones}{$_[0]}{redis} }
+sub stats { $t->zone_stats($_[0])->{redis} }
 
 # nginx starts while Redis is down, and decides locally
 is_deeply([ (hit('local', 'early'))[0, 1] ], [ 200, 'fallback_local' ], 'Redis not started: nginx runs, decides locally');
@@ -109,18 +106,14 @@ is_deeply([ (hit('local', 'flushed'))[0, 1] ], [ 200, 'redis' ], 'and loaded aga
 
 # slow Redis: DEBUG SLEEP holds it for 1.5 s; requests take the timeout path
 my $timeouts = stats('rlocal')->{timeouts};
-my $sleeper = fork() // die;
-if ($sleeper == 0) {
-    eval { $redis->cmd('DEBUG', 'SLEEP', '1.5') };
-    POSIX::_exit(0);
-}
+my $sleeper = RLTest::spawn(sub { eval { $redis->cmd('DEBUG', 'SLEEP', '1.5') }; return });
 sleep 0.2;
 my @slow = map { [ hit('local', "slow-$_") ] } 1 .. 3;
 is($slow[0][1], 'fallback_local', 'slow Redis: decided locally');
 cmp_ok($slow[0][2], '<', 0.1 + 0.4, "slow Redis: answered after about redis_timeout ($slow[0][2]s)");
 cmp_ok($_->[2], '<', 0.5, 'and so is every following request') for @slow[1, 2];
 cmp_ok(stats('rlocal')->{timeouts}, '>', $timeouts, 'stats count the timeout');
-waitpid($sleeper, 0);
+$sleeper->wait;
 ok(RLTest::wait_until(sub { (hit('local', 'awake'))[1] eq 'redis' }, 15), 'after the sleep: decided in Redis again');
 
 # a connection reset in the middle of a reply
@@ -135,15 +128,10 @@ is_deeply([ $t->worker_pids ], [ $worker ], 'the worker never died');
 # (after the timeout) and then exits; the counters stay with the zone
 my $fallbacks = stats('rlocal')->{fallbacks};
 $redis->pause();
-my $kid = fork() // die;
-if ($kid == 0) {
-    my $r = $t->get('/local/index.html', { 'X-Key' => 'reload' });
-    POSIX::_exit($r->{status} == 200 ? 0 : 1);
-}
+my $kid = RLTest::spawn(sub { $t->get('/local/index.html', { 'X-Key' => 'reload' })->{status} });
 sleep 0.03;
 $t->reload();
-waitpid($kid, 0);
-is($? >> 8, 0, 'reload: the waiting request was answered');
+is(($kid->result)[0], 200, 'reload: the waiting request is answered');
 cmp_ok(stats('rlocal')->{fallbacks}, '>', $fallbacks, 'reload: the Redis counters are kept');
 $redis->resume();
 ok(RLTest::wait_until(sub { (hit('local', 'reloaded'))[1] eq 'redis' }, 15), 'reload: new workers decide in Redis');

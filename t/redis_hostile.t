@@ -14,10 +14,8 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use HTTP::Tiny;
-use JSON::PP;
 use Time::HiRes qw(time sleep);
-use RLTest;
+use RLTest qw(json_of);
 use RLFakeRedis;
 
 my $fake = RLFakeRedis->new;
@@ -33,7 +31,7 @@ my $zones = join "\n", map {
 my $locations = join "\n", map {
     "    location /$_/ { ratelimit zone=f$_ key=\$http_x_key limit=2 period=1h; alias %%PREFIX%%/html/; }"
 } qw(local allow deny esc fold auth db);
-$t->write_conf(<<"EOF");
+$t->start(<<"EOF");
 $zones
 server {
     listen 127.0.0.1:%%PORT%%;
@@ -43,7 +41,6 @@ $locations
     location = /stats { ratelimit_stats; }
 }
 EOF
-$t->start();
 my ($worker) = $t->worker_pids;
 
 # RESP for the script's answer to the request of one rule, from {request,
@@ -133,22 +130,21 @@ my @auth = hit('auth');
 is("$auth[0] $auth[1]", '200 fallback_local', 'AUTH answered ":1": refused, decided locally');
 my @db = hit('db');
 is("$db[0] $db[1]", '200 fallback_local', 'SELECT answered with a bulk string: refused, decided locally');
-ok((grep { $_ eq 'AUTH' } $fake->commands) && (grep { $_ eq 'SELECT' } $fake->commands), 'the fake was asked both');
+ok((grep { $_ eq 'AUTH' } $fake->commands) && (grep { $_ eq 'SELECT' } $fake->commands), 'the fake got AUTH and SELECT');
 
 # the key API on a zone whose Redis answers out of shape: 409, never 5xx
 $fake->reply("+OK\r\n");
 for my $method (qw(GET DELETE)) {
-    my $r = HTTP::Tiny->new->request($method, 'http://127.0.0.1:' . $t->port . '/api/zones/flocal/keys?key=x');
+    my $r = $t->request($method, '/api/zones/flocal/keys?key=x');
     is($r->{status}, 409, "key API, $method: 409");
-    like(eval { decode_json($r->{content})->{error} } // '', qr/zone "flocal" is decided in Redis, which did not answer/,
+    like((json_of($r) // {})->{error} // '', qr/zone "flocal" is decided in Redis, which did not answer/,
          "key API, $method: a JSON error saying why");
 }
 
 # an error reply's text: escaped, on one line, in the zone's first line
 $fake->reply("-ERR boom\nFORGED [notice] line \"quoted\" \x01\r\n");
 is((hit('esc'))[1], 'fallback_local', 'an error with a newline: decided locally');
-RLTest::wait_until(sub { $t->error_log =~ /boom/ }, 5);
-like($t->error_log, qr/\[error\] .*ratelimit: redis 127\.0\.0\.1:$fport: an error reply: "ERR boom\\x0aFORGED \[notice\] line \\x22quoted\\x22 \\x01"$/m,
+$t->log_like(qr/\[error\] .*ratelimit: redis 127\.0\.0\.1:$fport: an error reply: "ERR boom\\x0aFORGED \[notice\] line \\x22quoted\\x22 \\x01"$/m,
      'the error text escaped, on its line');
 
 # folding: a flood of refused replies in one zone, one line a second, the
@@ -162,11 +158,8 @@ while (time - $start < 2.5) {
 }
 my $elapsed = time - $start;
 my $accounted = sub {
-    my $log = substr($t->error_log, $before);
-    my $lines = () = $log =~ /ratelimit: redis 127\.0\.0\.1:$fport: available_ms of rule/g;
-    my $counted = 0;
-    $counted += $1 while $log =~ /ratelimit: redis 127\.0\.0\.1:$fport: (\d+) more replies refused in zone "ffold"/g;
-    return ($lines, $counted);
+    return $t->folded(qr/ratelimit: redis 127\.0\.0\.1:$fport: available_ms of rule/,
+                      qr/ratelimit: redis 127\.0\.0\.1:$fport: (\d+) more replies refused in zone "ffold"/, since => $before);
 };
 ok(RLTest::wait_until(sub { my ($l, $c) = $accounted->(); $l + $c == $sent }, 5),
    "a flood of $sent refused replies: every one logged or counted") or diag(join ' ', $accounted->());
@@ -188,4 +181,4 @@ $t->stop();
 $fake->stop();
 done_testing();
 
-sub stats { decode_json($t->get('/stats')->{content})->{zones}{ $_[0] }{redis} }
+sub stats { $t->zone_stats($_[0])->{redis} }

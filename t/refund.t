@@ -10,12 +10,10 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use IO::Socket::INET;
 use Time::HiRes qw(sleep time);
 use RLTest;
 
-my $t = RLTest->new();
-$t->write_conf(<<'EOF');
+my $t = RLTest->new->start(<<'EOF');
 log_format st '$http_x_n $status $ratelimit_status';
 ratelimit_zone z 1m;
 server {
@@ -26,17 +24,9 @@ server {
     }
 }
 EOF
-$t->start();
-
-sub open_request {
-    my ($n) = @_;
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . $t->port) or die "connect: $!";
-    print $s "GET /index.html HTTP/1.1\r\nHost: r\r\nX-Key: q\r\nX-N: $n\r\n\r\n";
-    return $s;
-}
 
 my $first = time;
-my @sockets = map { open_request($_) } 0 .. 999;
+my @sockets = map { $t->open_request('/index.html', { 'X-Key' => 'q', 'X-N' => $_ }) } 0 .. 999;
 # every request is decided (queued) before any client leaves
 ok(RLTest::wait_until(sub {
     my $s = $t->get('/index.html', { 'X-Key' => 'other' });   # a request behind them on the worker
@@ -44,7 +34,7 @@ ok(RLTest::wait_until(sub {
 }, 30), 'the 1,000 requests are in');
 
 close $_ for @sockets[5 .. 999];
-ok(RLTest::wait_until(sub { (() = RLTest::read_file($t->prefix . '/st.log') =~ / 499 DELAYED$/mg) == 995 }, 30),
+ok(RLTest::wait_until(sub { (() = $t->file('st.log') =~ / 499 DELAYED$/mg) == 995 }, 30),
    '995 clients left while delayed (499)');
 
 # the new request's slot is right after the 4 kept ones: 5 s after the first

@@ -23,17 +23,12 @@ server {
 EOF
 }
 
-sub statuses {
-    my ($n) = @_;
-    return join ' ', map { $t->get('/index.html')->{status} } 1 .. $n;
-}
-
 $t->write_conf(body('1m', 3), workers => 2);
 $t->start();
 
-is(statuses(2), '200 200', 'two of three spent');
+is($t->statuses('/index.html', 2), '200 200', 'two of three spent');
 $t->reload(body('1m', 3), workers => 2);
-is(statuses(2), '200 429', 'reload with the same zone keeps the state');
+is($t->statuses('/index.html', 2), '200 429', 'reload with the same zone keeps the state');
 
 # A named rule keeps its keys' state when its limit changes.  GCRA's state
 # is the time until full budget: one hour spent at 3/h is one hour spent at
@@ -46,7 +41,7 @@ is($r->{headers}{'retry-after'}, 600, 'named rule, limit raised: paced at the ne
 $t->reload(body('2m', 6), workers => 2);
 like($t->error_log, qr/\[notice\].*ratelimit_zone "z" changed size from 1048576 to 2097152 bytes: its state starts empty/,
      'a changed size is logged');
-is(statuses(7), '200 200 200 200 200 200 429', 'a changed size starts empty');
+is($t->statuses('/index.html', 7), '200 200 200 200 200 200 429', 'a changed size starts empty');
 
 # A sliding window's state lives in a block of the zone: adding such a rule
 # changes the zone's layout, which starts it empty; a reload that keeps the
@@ -64,13 +59,13 @@ EOF
 $t->reload($with_window, workers => 2);
 like($t->error_log, qr/\[notice\].*ratelimit_zone "z": its rules' state sizes changed: its state starts empty/,
      'a new layout is logged');
-is(statuses(2), '200 200', 'a new layout starts empty');
+is($t->statuses('/index.html', 2), '200 200', 'a new layout starts empty');
 $t->reload($with_window, workers => 2);
-is(statuses(2), '200 429', 'a reload keeps the sliding window blocks');
+is($t->statuses('/index.html', 2), '200 429', 'a reload keeps the sliding window blocks');
 
 $t->stop();
 $t->start();
-is(statuses(4), '200 200 200 429', 'stop and start begins fresh');
+is($t->statuses('/index.html', 4), '200 200 200 429', 'stop and start begins fresh');
 $t->stop();
 
 done_testing();

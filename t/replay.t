@@ -30,8 +30,7 @@ sub run {
 for my $rule ('limit=0', 'limit=5 algorithm=magic', 'algorithm=fixed_window limit=5 burst=2', 'limit=5 period=fast') {
     my ($rc, $out, $err) = run("--rule '$rule'");
     is($rc, 2, "invalid rule '$rule': exit status 2");
-    my ($nrc, $nout) = $t->nginx_t($t->conf_text("ratelimit_zone z 1m;\n"
-        . "server { listen 127.0.0.1:%%PORT%%; location / { ratelimit zone=z $rule; } }"));
+    my ($nrc, $nout) = $t->test_conf("ratelimit_zone z 1m;\n" . RLTest::one_location("ratelimit zone=z $rule;"));
     my ($nginx_msg) = $nout =~ /"ratelimit" directive: (.*) in \S+:\d+/;
     my ($replay_msg) = $err =~ /^ratelimit-replay: --rule '\Q$rule\E': (.*)$/m;
     ok(defined $nginx_msg && defined $replay_msg && $nginx_msg eq $replay_msg, "'$rule': the message nginx -t gives")
@@ -391,7 +390,7 @@ EOF
 # the same decisions as nginx: requests through nginx, logged with $msec,
 # then the log replayed with the same rules
 {
-    $t->write_conf(<<'EOF');
+    $t->start(<<'EOF');
 ratelimit_zone z 1m;
 log_format replay '$msec $http_x_user $status';
 server {
@@ -403,7 +402,6 @@ server {
     }
 }
 EOF
-    $t->start();
     srand(7);
     my %status;
     for my $i (1 .. 150) {
@@ -414,7 +412,7 @@ EOF
     $t->stop();
     ok($status{200} && $status{429}, "nginx admitted $status{200} and denied $status{429}");
 
-    my $logged = RLTest::read_file("$dir/replay.log");
+    my $logged = $t->file('replay.log');
     my @want = map { (split ' ')[2] == 200 ? 'ALLOW' : 'DENY' } split /\n/, $logged;
     my ($rc, $out) = run("--log-format '\$msec \$http_x_user \$status' --key '\$http_x_user'"
         . " --rule 'limit=5 period=2s burst=3' --rule 'algorithm=sliding_window limit=8 period=3s buckets=3'",
@@ -482,8 +480,7 @@ EOF
 # both go through the core's rl_decide.  Each user's requests follow one
 # another; the users run at once.
 {
-    my $t2 = RLTest->new();
-    $t2->write_conf(<<'EOF');
+    my $t2 = RLTest->new->start(<<'EOF');
 ratelimit_zone z 1m;
 log_format ties '$msec $request_time $http_x_user $ratelimit_status $ratelimit_rule $ratelimit_remaining $ratelimit_reset $ratelimit_retry_after';
 server {
@@ -496,28 +493,24 @@ server {
     }
 }
 EOF
-    $t2->start();
-    my @kids;
-    for my $user ('ann', 'bob', 'cy') {
-        my $pid = fork() // die;
-        if ($pid == 0) {
+    RLTest::parallel(map {
+        my $user = $_;
+        sub {
             srand(length $user);
             for (1 .. 25) {
                 $t2->get('/index.html', { 'X-User' => $user });
                 sleep(rand(0.15));
             }
-            POSIX::_exit(0);
-        }
-        push @kids, $pid;
-    }
-    waitpid($_, 0) for @kids;
+            return;
+        };
+    } 'ann', 'bob', 'cy');
     $t2->stop();
 
-    # each request as nginx decided it, at the time it was decided
+    # each request as nginx decided it, at the time nginx decided it
     my @nginx = sort { $a->[0] <=> $b->[0] } map {
         my ($msec, $took, $user, @rest) = split ' ';
         [ sprintf('%.0f', ($msec - $took) * 1000), $user, @rest ]
-    } split /\n/, RLTest::read_file($t2->prefix . '/ties.log');
+    } split /\n/, $t2->file('ties.log');
     is(scalar @nginx, 75, 'ties: 75 requests through nginx');
     my %seen;
     $seen{ $_->[2] }++ for @nginx;

@@ -9,8 +9,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use RLTest;
 
-my $t = RLTest->new();
-$t->write_conf(<<'EOF');
+my $t = RLTest->new->start(<<'EOF');
 ratelimit_zone z 1m;
 ratelimit_zone other 64k;
 
@@ -86,42 +85,36 @@ server {
     }
 }
 EOF
-$t->start();
-
-sub get_as {
-    my ($path, %h) = @_;
-    return $t->get($path, { map { ("X-$_" => $h{$_}) } keys %h });
-}
 
 sub statuses {
     my ($path, $n, %h) = @_;
-    return join ' ', map { get_as($path, %h)->{status} } 1 .. $n;
+    return RLTest::statuses_of(map { $t->get_as($path, %h) } 1 .. $n);
 }
 
 # inheritance: http-level rule where a location has none; own rules replace it
 is(statuses('/inherit/index.html', 3, User => 'i'), '200 200 429', 'inherited http-level rule');
 is(statuses('/own/index.html', 4, User => 'o'), '200 200 200 429', 'own rule replaces the inherited one');
-is(get_as('/inherit/index.html', User => 'i2')->{headers}{'x-ratelimit-limit'}, 2, 'inherited rule in headers');
+is($t->get_as('/inherit/index.html', User => 'i2')->{headers}{'x-ratelimit-limit'}, 2, 'inherited rule in headers');
 
 # stacked: the per-address rule denies the 3rd request from address A; the
 # per-user rule must have spent only the 2 admitted ones.
 {
     is(statuses('/stacked/index.html', 4, User => 'u', Addr => 'A'), '200 200 429 429', 'stacked: address A spent');
-    my $r = get_as('/stacked/index.html', User => 'u', Addr => 'B');
+    my $r = $t->get_as('/stacked/index.html', User => 'u', Addr => 'B');
     is($r->{status}, 200, 'stacked: same user from address B');
     is($r->{headers}{'x-ratelimit-remaining'}, 1, 'stacked: binding rule is per_addr (1 left)');
-    $r = get_as('/stacked/index.html', User => 'u', Addr => 'B');
+    $r = $t->get_as('/stacked/index.html', User => 'u', Addr => 'B');
     is($r->{headers}{'x-ratelimit-remaining'}, 0, 'stacked: address B spent too');
-    is(get_as('/stacked/index.html', User => 'u', Addr => 'C')->{status}, 200,
+    is($t->get_as('/stacked/index.html', User => 'u', Addr => 'C')->{status}, 200,
        'stacked: the 5th for the user: denials consumed nothing of per_user');
-    $r = get_as('/stacked/index.html', User => 'u', Addr => 'D');
+    $r = $t->get_as('/stacked/index.html', User => 'u', Addr => 'D');
     is($r->{status}, 429, 'stacked: the 6th for the user is denied by per_user');
     is($r->{headers}{'retry-after'}, 720, 'stacked: per_user wait (1h / 5)');
 }
 
 # any: allowed while one rule allows; only allowing rules spend
 {
-    my @r = map { get_as('/any/index.html', User => 'a') } 1 .. 4;
+    my @r = map { $t->get_as('/any/index.html', User => 'a') } 1 .. 4;
     is(join(' ', map { $_->{status} } @r), '200 200 429 429', 'any: free 1 + paid 2, overlapping');
     is($r[1]{headers}{'x-ratelimit-remaining'}, 0, 'any: binding rule among the allowing ones');
 }
@@ -130,12 +123,12 @@ is(get_as('/inherit/index.html', User => 'i2')->{headers}{'x-ratelimit-limit'}, 
 {
     is(statuses('/exempt/index.html', 5), '200 200 200 200 200', 'empty key: exempt');
     is(statuses('/exempt/index.html', 2, Key => 'k'), '200 429', 'a key: limited');
-    is(get_as('/exempt/index.html')->{headers}{'x-ratelimit-limit'}, undef, 'exempt: no headers');
+    is($t->get_as('/exempt/index.html')->{headers}{'x-ratelimit-limit'}, undef, 'exempt: no headers');
 }
 
 # dry run: nothing rejected; denied requests consume nothing
 {
-    my @r = map { get_as('/dry/index.html', User => 'd') } 1 .. 4;
+    my @r = map { $t->get_as('/dry/index.html', User => 'd') } 1 .. 4;
     is(join(' ', map { $_->{status} } @r), '200 200 200 200', 'dry run: nothing rejected');
     is($r[3]{headers}{'x-ratelimit-remaining'}, 0, 'dry run: headers still describe the rule');
     is($r[3]{headers}{'retry-after'}, undef, 'dry run: no Retry-After');
@@ -143,36 +136,30 @@ is(get_as('/inherit/index.html', User => 'i2')->{headers}{'x-ratelimit-limit'}, 
 
 # cost from a variable
 {
-    my $r = get_as('/cost/index.html?c=7', User => 'c');
+    my $r = $t->get_as('/cost/index.html?c=7', User => 'c');
     is($r->{headers}{'x-ratelimit-remaining'}, 3, 'cost=$arg_c: 7 spent');
-    $r = get_as('/cost/index.html?c=0', User => 'c');
+    $r = $t->get_as('/cost/index.html?c=0', User => 'c');
     is($r->{headers}{'x-ratelimit-remaining'}, 2, 'a cost variable\'s 0 counts as 1: no free pass');
-    $r = get_as('/cost/index.html?c=3', User => 'c');
+    $r = $t->get_as('/cost/index.html?c=3', User => 'c');
     is($r->{status}, 429, 'cost 3 with 2 left: denied');
     for (1 .. 3) {
-        $r = get_as('/peek/index.html?c=0', User => 'p');
+        $r = $t->get_as('/peek/index.html?c=0', User => 'p');
         is($r->{headers}{'x-ratelimit-remaining'}, 10, "zero_cost=on: 0 looks without spending ($_)");
     }
-    $r = get_as('/peek/index.html?c=10', User => 'p');
+    $r = $t->get_as('/peek/index.html?c=10', User => 'p');
     is($r->{status}, 200, 'zero_cost=on: then all 10 are there');
-    $r = get_as('/peek/index.html?c=0', User => 'p');
+    $r = $t->get_as('/peek/index.html?c=0', User => 'p');
     is("$r->{status} $r->{headers}{'x-ratelimit-remaining'}", '200 0', 'zero_cost=on: a peek at a spent key passes');
     for my $bad ('-1', 'abc', '99999999999999999999', '') {
-        $r = get_as("/cost/index.html?c=$bad", User => "bad-cost-$bad");
+        $r = $t->get_as("/cost/index.html?c=$bad", User => "bad-cost-$bad");
         is($r->{headers}{'x-ratelimit-remaining'}, 9, "cost \"$bad\" counts as 1");
     }
-    $r = get_as('/cost/index.html?c=11', User => 'c11');
+    $r = $t->get_as('/cost/index.html?c=11', User => 'c11');
     is($r->{status}, 429, 'cost above what the rule can ever admit: denied');
     is($r->{headers}{'x-ratelimit-remaining'}, 10, 'never-admissible cost consumes nothing');
     # each bad value logged, or counted in a folded line
-    my ($lines, $folded) = (0, 0);
-    RLTest::wait_until(sub {
-        my $log = $t->error_log;
-        $lines = () = $log =~ /rule "cost" in zone "z": cost "[^"]*" is not a non-negative integer, counted as 1/g;
-        $folded = 0;
-        $folded += $1 while $log =~ /(\d+) more requests with a bad value \(see above\) by rule "cost"/g;
-        return $lines + $folded == 4;
-    }, 10);
+    my ($lines, $folded) = $t->wait_folded(qr/rule "cost" in zone "z": cost "[^"]*" is not a non-negative integer, counted as 1/,
+                                           qr/(\d+) more requests with a bad value \(see above\) by rule "cost"/, 4);
     is($lines + $folded, 4, "bad costs: $lines logged, $folded folded");
 }
 
@@ -180,14 +167,14 @@ is(get_as('/inherit/index.html', User => 'i2')->{headers}{'x-ratelimit-limit'}, 
 # against the first location's rules only
 {
     is(statuses('/redirect/x', 3, User => 'r'), '200 200 429', 'redirect chain counted once per request');
-    my $r = get_as('/redirect/x', User => 'r2');
+    my $r = $t->get_as('/redirect/x', User => 'r2');
     is($r->{content}, "ok\n", 'redirect: served by the inner location');
     is($r->{headers}{'x-ratelimit-limit'}, 2, 'redirect: headers of the first rule');
 }
 
 # subrequests are not counted: /check's own limit of 1 never applies
 {
-    my @r = map { get_as('/sub/index.html', User => 's') } 1 .. 3;
+    my @r = map { $t->get_as('/sub/index.html', User => 's') } 1 .. 3;
     is(join(' ', map { $_->{status} } @r), '200 200 429', 'subrequest not counted');
     is($r[1]{headers}{'x-ratelimit-limit'}, 2, 'subrequest: headers of the main request\'s rule');
 }
@@ -195,7 +182,7 @@ is(get_as('/inherit/index.html', User => 'i2')->{headers}{'x-ratelimit-limit'}, 
 # the variables, in the access log
 {
     $t->stop();   # flushes the log
-    my $log = do { local $/; open(my $f, '<', $t->prefix . '/rl.log') or die; <$f> };
+    my $log = $t->file('rl.log');
     like($log, qr{^/inherit/index\.html 200 PASSED http_level 2 1 1800 0$}m, 'log: PASSED with rule, limit, remaining, reset');
     like($log, qr{^/inherit/index\.html 429 REJECTED http_level 2 0 3600 1800$}m, 'log: REJECTED with Retry-After');
     like($log, qr{^/dry/index\.html 200 REJECTED_DRY_RUN dry 2 0 3600 1800$}m, 'log: REJECTED_DRY_RUN');

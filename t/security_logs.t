@@ -13,17 +13,13 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use HTTP::Tiny;
-use IO::Socket::INET;
-use MIME::Base64 qw(encode_base64);
 use RLTest;
 
 my $secret = 'sk_live_9Q7x3Vb2Lm8Tz';
 
 my $t = RLTest->new();
-my $p = $t->prefix;
-RLTest::write_file("$p/htpasswd", "ops:{PLAIN}secret\n");
-$t->write_conf(<<'EOF', log_level => 'info');
+$t->put_file('htpasswd', "ops:{PLAIN}secret\n");
+$t->start(<<'EOF', log_level => 'info');
 keepalive_requests 100000000;
 ratelimit_zone z 1m;
 server {
@@ -79,43 +75,26 @@ server {
     }
 }
 EOF
-$t->start();
-
-my $base = 'http://127.0.0.1:' . $t->port;
-my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10, max_redirect => 0);
-
-sub req {
-    my ($method, $path, %h) = @_;
-    return $http->request($method, "$base$path", { headers => \%h });
-}
-
-# A request as bytes (HTTP::Tiny refuses control bytes in a header).
-sub raw {
-    my ($bytes) = @_;
-    my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:" . $t->port) or die "connect: $!\n";
-    print $s $bytes;
-    local $/;
-    return scalar <$s>;
-}
 
 # ---- log_key=off: the key is nowhere in the log ----
 
 my %twice = (
-    by_arg     => sub { req('GET', "/arg/x?k=$secret") },
-    by_uri     => sub { req('GET', "/uri/$secret") },
-    by_header  => sub { req('GET', '/hdr/x', 'X-Key' => $secret) },
-    by_referer => sub { req('GET', '/ref/x', 'Referer' => "https://$secret.example/") },
+    by_arg     => sub { $t->get("/arg/x?k=$secret") },
+    by_uri     => sub { $t->get("/uri/$secret") },
+    by_header  => sub { $t->get('/hdr/x', { 'X-Key' => $secret }) },
+    by_referer => sub { $t->get('/ref/x', { 'Referer' => "https://$secret.example/" }) },
 );
 for my $rule (sort keys %twice) {
     is($twice{$rule}->()->{status}, 200, "$rule: first request served");
     is($twice{$rule}->()->{status}, 429, "$rule: second refused");
 }
-req('GET', "/shape/x?k=$secret") for 1 .. 2;   # the second is delayed
-like(raw("GET /cost/x?k=$secret HTTP/1.0\r\nX-Cost: 1\"\\\x7f\x01[warn] forged\r\n\r\n"), qr/^HTTP\/1\.1 200 /,
+$t->get("/shape/x?k=$secret") for 1 .. 2;   # the second is delayed
+# a request as bytes (HTTP::Tiny refuses control bytes in a header)
+like($t->raw("GET /cost/x?k=$secret HTTP/1.0\r\nX-Cost: 1\"\\\x7f\x01[warn] forged\r\n\r\n"), qr/^HTTP\/1\.1 200 /,
      'a bad cost counts as 1');
 
-RLTest::wait_until(sub { $t->error_log =~ /by rule "shaped"/ && $t->error_log =~ /rule "costly"/ }, 5);
-my $log = $t->error_log;
+$t->wait_log(qr/by rule "shaped"/);
+my $log = $t->wait_log(qr/rule "costly"/);
 
 for my $rule (qw(by_arg by_uri by_header by_referer)) {
     like($log, qr/ratelimit: rejected by rule "$rule" in zone "z", key fingerprint [0-9a-f]{16}, cost 1, retry after \d+ ms, client: 127\.0\.0\.1, server: logs\.test$/m,
@@ -130,19 +109,16 @@ like($log, qr/rule "costly" in zone "z": cost "1\\x22\\x5c\\x7f\\x01\[warn\] for
      'a bad value: quoted and escaped on one line');
 
 # log_key=on: the key, escaped, on one line
-req('GET', '/clear/x', 'X-Key' => "k\"\\ey") for 1 .. 2;
-RLTest::wait_until(sub { $t->error_log =~ /by rule "clear"/ }, 5);
-like($t->error_log, qr/rejected by rule "clear" in zone "z", key "k\\x22\\x5cey", cost 1/,
-     'log_key=on: the key escaped');
+$t->get('/clear/x', { 'X-Key' => "k\"\\ey" }) for 1 .. 2;
+$t->log_like(qr/rejected by rule "clear" in zone "z", key "k\\x22\\x5cey", cost 1/, 'log_key=on: the key escaped');
 
 # ---- the key API's reset line ----
-
-sub basic { 'Basic ' . encode_base64($_[0], '') }
 
 sub reset_line {
     my ($path, $user) = @_;
     my $before = length $t->error_log;
-    my $r = req('DELETE', "$path/zones/z/keys?key=nobody&rule=by_header", Authorization => basic($user));
+    my $r = $t->request('DELETE', "$path/zones/z/keys?key=nobody&rule=by_header",
+                        { Authorization => RLTest::basic_auth($user) });
     RLTest::wait_until(sub { length($t->error_log) > $before }, 5);
     return ($r, substr($t->error_log, $before));
 }
@@ -160,7 +136,7 @@ like($lines, qr/, user "u{64}\.\.\." \(unverified/, 'a long user name is cut');
 is($r->{status}, 200, 'auth_basic: the right password is answered');
 like($lines, qr/client 127\.0\.0\.1, user "ops" \(verified by auth_basic\)\n\z/, 'auth_basic: verified');
 
-is(req('DELETE', '/basic/zones/z/keys?key=nobody', Authorization => basic('ops:wrong'))->{status}, 401,
+is($t->request('DELETE', '/basic/zones/z/keys?key=nobody', { Authorization => RLTest::basic_auth('ops:wrong') })->{status}, 401,
    'auth_basic: a wrong password is refused');
 
 ($r, $lines) = reset_line('/anyone', 'ops:wrong');

@@ -14,12 +14,9 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use JSON::PP;
-use HTTP::Tiny;
-use RLTest;
+use RLTest qw(json_of);
 
-my $t = RLTest->new();
-$t->write_conf(<<'EOF');
+my $t = RLTest->new->start(<<'EOF');
 ratelimit_zone z 1m;
 server {
     listen 127.0.0.1:%%PORT%%;
@@ -33,14 +30,10 @@ server {
     location = /dashboard { ratelimit_dashboard stats=/stats api=/api/; }
 }
 EOF
-$t->start();
 
 # a key with markup, refused once: the API echoes it
 my $key = '<script>alert(1)</script>';
 $t->get('/a/index.html', { 'X-K' => $key }) for 1 .. 2;
-
-my $http = HTTP::Tiny->new(keep_alive => 0);
-my $base = 'http://127.0.0.1:' . $t->port;
 
 # [ what, method, path, status, Cache-Control, a JSON body ]
 my @answers = (
@@ -65,20 +58,20 @@ my @answers = (
 );
 for my $a (@answers) {
     my ($what, $method, $path, $status, $cache, $json) = @$a;
-    my $r = $http->request($method, "$base$path", $method eq 'POST' ? { content => 'x' } : {});
+    my $r = $t->request($method, $path, {}, $method eq 'POST' ? 'x' : undef);
     is($r->{status}, $status, "$what: $status");
     # HTTP::Tiny makes a repeated header an array: a string is one header
     is($r->{headers}{'x-content-type-options'}, 'nosniff', "$what: X-Content-Type-Options: nosniff, once");
     is($r->{headers}{'cache-control'}, $cache, "$what: Cache-Control: $cache, once");
     if ($json) {
         is($r->{headers}{'content-type'}, 'application/json', "$what: JSON");
-        ok(eval { decode_json($r->{content}) }, "$what: a JSON body") or diag($r->{content});
+        ok(json_of($r), "$what: a JSON body") or diag($r->{content});
     }
 }
 # the key, echoed by the API, is JSON text in a JSON answer (nosniff: a
 # browser never takes it for a page)
-my $r = $http->get("$base/api/zones/z/keys?key=" . uri($key));
-is(decode_json($r->{content})->{key}, $key, 'API: the key echoed, as JSON text');
+my $r = $t->get('/api/zones/z/keys?key=' . uri($key));
+is(json_of($r)->{key}, $key, 'API: the key echoed, as JSON text');
 
 sub uri {
     my ($s) = @_;
@@ -107,45 +100,38 @@ EOF
 SKIP: {
     skip 'no /usr/bin/time (Debian package "time"; ./build.sh test installs it)', 2 unless -x '/usr/bin/time';
     my $m = RLTest->new();
-    my $file = $m->prefix . '/big.conf';
-    RLTest::write_file($file, $m->conf_text($zones));
+    $m->put_file('big.conf', $m->conf_text($zones));
     local $ENV{LD_PRELOAD} = $ENV{RL_PRELOAD} if $ENV{RL_PRELOAD};
-    my $out = `/usr/bin/time -f 'maxrss %M' ${\ $m->nginx} -t -p ${\ $m->prefix}/ -c $file 2>&1`;
+    my $out = `/usr/bin/time -f 'maxrss %M' ${\ $m->nginx} -t -p ${\ $m->prefix}/ -c ${\ $m->prefix}/big.conf 2>&1`;
     like($out, qr/test is successful/, 'nginx -t: two 1024m zones, one with a pool of blocks') or diag($out);
     my ($kb) = $out =~ /maxrss (\d+)/;
     cmp_ok($kb // 1e9, '<', $limit_kb, "nginx -t: its maximum resident set is under 50 MB (${\ ($kb // '?')} kB)");
 }
 
-my $m = RLTest->new();
-$m->write_conf($zones, workers => 2);
-$m->start();
+my $m = RLTest->new->start($zones, workers => 2);
 my %st;
 for my $k (1 .. 500) {
     $st{ $m->get('/index.html', { 'X-K' => "k$k" })->{status} }++;
 }
 is($st{200}, 500, '500 keys admitted');
-my @one = map { $m->get('/index.html', { 'X-K' => 'k1' })->{status} } 1 .. 5;
-is_deeply(\@one, [ 200, 200, 200, 200, 429 ], 'the zone limits: k1\'s 6th request refused');
+is($m->statuses('/index.html', 5, { 'X-K' => 'k1' }), '200 200 200 200 429', 'the zone limits: k1\'s 6th request refused');
 
-sub hwm_kb {
-    my ($pid) = @_;
-    my $status = RLTest::read_file("/proc/$pid/status");
-    return $status =~ /^VmHWM:\s+(\d+) kB/m ? $1 : 1e9;
+# each process's resident high-water mark (VmHWM) under the limit
+sub hwm_under_limit {
+    my ($when) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    for my $pid ($m->master_pid, $m->worker_pids) {
+        my ($kb) = RLTest::read_file("/proc/$pid/status") =~ /^VmHWM:\s+(\d+) kB/m;
+        my $who = $pid == $m->master_pid ? 'master' : "worker $pid";
+        cmp_ok($kb // 1e9, '<', $limit_kb, "$when: the ${who}'s resident high-water mark is under 50 MB (${\ ($kb // '?')} kB)");
+    }
 }
-for my $pid ($m->{pid}, $m->worker_pids) {
-    my $kb = hwm_kb($pid);
-    my $who = $pid == $m->{pid} ? 'master' : "worker $pid";
-    cmp_ok($kb, '<', $limit_kb, "running: the ${who}'s resident high-water mark is under 50 MB ($kb kB)");
-}
+hwm_under_limit('running');
 
 $m->reload();
 is($m->get('/index.html', { 'X-K' => 'k1' })->{status}, 429, 'reload: the zone kept, k1 still refused');
 is($m->get('/index.html', { 'X-K' => 'k2' })->{status}, 200, 'reload: k2 admitted, its budget kept');
-for my $pid ($m->{pid}, $m->worker_pids) {
-    my $kb = hwm_kb($pid);
-    my $who = $pid == $m->{pid} ? 'master' : "worker $pid";
-    cmp_ok($kb, '<', $limit_kb, "after a reload: the ${who}'s resident high-water mark is under 50 MB ($kb kB)");
-}
+hwm_under_limit('after a reload');
 $m->stop();
 
 done_testing();

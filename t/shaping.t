@@ -8,13 +8,10 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use HTTP::Tiny;
-use IO::Socket::INET;
 use Time::HiRes qw(time sleep);
 use RLTest;
 
-my $t = RLTest->new();
-$t->write_conf(<<'EOF');
+my $t = RLTest->new->start(<<'EOF');
 ratelimit_zone z 1m;
 log_format shaped '$uri $http_x_user $status $ratelimit_status';
 server {
@@ -42,53 +39,25 @@ server {
     }
 }
 EOF
-$t->start();
 
-# $n requests at once, each from its own process; returns them sorted by
-# when they were answered: [status, seconds taken, remaining header, time].
+# $n requests at once, each on its own connection; returns them sorted by
+# when their answers came: [status, seconds taken, remaining header, time].
 sub at_once {
     my ($path, $user, $n) = @_;
-    my @kids;
-    for (1 .. $n) {
-        pipe(my $rd, my $wr) or die;
-        my $pid = fork() // die;
-        if ($pid == 0) {
-            close $rd;
-            my $start = time;
-            my $r = HTTP::Tiny->new(keep_alive => 0, timeout => 10)
-                ->get('http://127.0.0.1:' . $t->port . $path, { headers => { 'X-User' => $user } });
-            printf $wr "%d %.4f %s %.4f\n", $r->{status}, time - $start,
-                $r->{headers}{'x-ratelimit-remaining'} // '-', time;
-            close $wr;
-            POSIX::_exit(0);
-        }
-        close $wr;
-        push @kids, [ $pid, $rd ];
-    }
-    my @out;
-    for (@kids) {
-        my ($pid, $rd) = @$_;
-        push @out, [ split ' ', scalar <$rd> ];
-        waitpid($pid, 0);
-    }
-    return sort { $a->[3] <=> $b->[3] } @out;
+    return sort { $a->[3] <=> $b->[3] }
+        map { [ $_->{status}, $_->{at} - $_->{sent}, $_->{headers}{'x-ratelimit-remaining'} // '-', $_->{at} ] }
+        $t->at_once(([ $path, 'X-User' => $user ]) x $n);
 }
 
 # 8 at once: 6 fit (waits 0, 100, ..., 500 ms), 2 would wait 600 and 700 ms
 {
-    my $free;
-    my $pid = fork() // die;
-    if ($pid == 0) {   # meanwhile, another location answers at once
+    # meanwhile, another location answers at once
+    my $free = RLTest::spawn(sub {
         sleep 0.15;
         my $start = time;
-        my $r = HTTP::Tiny->new(keep_alive => 0)->get('http://127.0.0.1:' . $t->port . '/free/index.html');
-        open(my $fh, '>', $t->prefix . '/free.txt') or die;
-        printf $fh "%d %.4f\n", $r->{status}, time - $start;
-        close $fh;
-        POSIX::_exit(0);
-    }
+        return ($t->get('/free/index.html')->{status}, time - $start);
+    });
     my @r = at_once('/shape/index.html', 'a', 8);
-    waitpid($pid, 0);
 
     my @ok = grep { $_->[0] == 200 } @r;
     is(scalar @ok, 6, 'shaper: 6 admitted');
@@ -102,7 +71,7 @@ sub at_once {
     ok($span > 0.47 && $span < 0.56, sprintf('shaper: the 6th 500 ms after the 1st (%.3f s)', $span));
     is($ok[5][2], 5, 'shaper: headers describe the key at release');
 
-    my ($status, $took) = split ' ', RLTest::read_file($t->prefix . '/free.txt');
+    my ($status, $took) = $free->result;
     is($status, 200, 'another location is served while requests are delayed');
     ok($took < 0.1, sprintf('... at once (%.3f s)', $took));
 }
@@ -117,10 +86,8 @@ sub at_once {
 # A client that leaves while delayed gives its slot back: A is served, B is
 # delayed 2 s and leaves, C then waits only for B's slot, not the one after.
 {
-    my $port = $t->port;
     is($t->get('/slow/index.html', { 'X-User' => 's' })->{status}, 200, 'abort: A at once');
-    my $b = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port") or die;
-    print $b "GET /slow/index.html HTTP/1.1\r\nHost: x\r\nX-User: s\r\n\r\n";
+    my $b = $t->open_request('/slow/index.html', { 'X-User' => 's' });
     my $sent = time;
     sleep 0.2;
     close $b;
@@ -135,7 +102,7 @@ sub at_once {
 
 $t->stop();
 
-my $log = RLTest::read_file($t->prefix . '/shaped.log');
+my $log = $t->file('shaped.log');
 my %count;
 $count{"$1 $2 $3"}++ while $log =~ m{^/(\w+)/index\.html \S+ (\d+) (\S+)$}mg;
 is($count{'shape 200 PASSED'}, 1, 'log: one PASSED');

@@ -7,7 +7,6 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use JSON::PP;
 use RLTest;
 
 my $t = RLTest->new();
@@ -44,21 +43,16 @@ EOF
 $t->write_conf($body, workers => 2);
 $t->start();
 
-sub send_n {
-    my ($path, $n, $user) = @_;
-    $t->get($path, defined $user ? { 'X-User' => $user } : {}) for 1 .. $n;
-}
-
-send_n('/a/index.html', 5, 'alice');       # 3 allowed, 2 rejected
-send_n('/a/index.html', 2);                # exempt: no X-User
-send_n('/dry/index.html', 3, 'dan');       # 1 allowed, 2 dry-run rejected
-send_n('/shape/index.html', 3, 'sam');     # 1 at once, 2 delayed (250 ms each: a slow run still arrives early)
-send_n('/stacked/index.html', 4, 'stu');   # 2 allowed by both, 2 rejected by narrow
+$t->gets('/a/index.html', 5, { 'X-User' => 'alice' });       # 3 allowed, 2 rejected
+$t->gets('/a/index.html', 2);                                # exempt: no X-User
+$t->gets('/dry/index.html', 3, { 'X-User' => 'dan' });       # 1 allowed, 2 dry-run rejected
+$t->gets('/shape/index.html', 3, { 'X-User' => 'sam' });     # 1 at once, 2 delayed (250 ms each: a slow run still arrives early)
+$t->gets('/stacked/index.html', 4, { 'X-User' => 'stu' });   # 2 allowed by both, 2 rejected by narrow
 
 my $r = $t->get('/stats');
 is($r->{status}, 200, 'stats: 200');
 is($r->{headers}{'content-type'}, 'application/json', 'stats: JSON by default');
-my $s = decode_json($r->{content});
+my $s = RLTest::json_of($r);
 open(my $vf, '<', "$FindBin::Bin/../VERSION") or die "VERSION: $!";
 chomp(my $version = <$vf>);
 is($s->{version}, $version, "json: the module's version ($version, from VERSION)");
@@ -116,14 +110,14 @@ for my $m (qw(zone_size_bytes zone_used_bytes zone_keys zone_capacity_keys zone_
 
 # a reload keeps the zones, and so the counters
 $t->reload($body, workers => 2);
-send_n('/a/index.html', 1, 'alice');
-$s = decode_json($t->get('/stats')->{content});
+$t->get('/a/index.html', { 'X-User' => 'alice' });
+$s = $t->stats;
 is($s->{zones}{api}{rules}{a}{rejected}, 3, 'reload: counters kept and counting');
 is($s->{zones}{api}{keys}, 4, 'reload: keys kept');
 
 $t->stop();
 $t->start();
-$s = decode_json($t->get('/stats')->{content});
+$s = $t->stats;
 is($s->{zones}{api}{rules}{a}{rejected}, 0, 'restart: counters start at zero');
 $t->stop();
 

@@ -10,7 +10,6 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use JSON::PP;
 use RLTest;
 
 my (@zones, %rules);
@@ -26,8 +25,7 @@ for my $z (1 .. 20) {
         $conf .= "    location /$z/$r/ { ratelimit zone=$zone limit=5 name=$name; alias %%PREFIX%%/html/; }\n";
     }
 }
-my $t = RLTest->new();
-$t->write_conf(join("\n", grep { !/^    location/ } split /\n/, $conf) . <<"EOF");
+my $t = RLTest->new->start(join("\n", grep { !/^    location/ } split /\n/, $conf) . <<"EOF");
 
 server {
     listen 127.0.0.1:%%PORT%%;
@@ -37,7 +35,6 @@ server {
     }
 }
 EOF
-$t->start();
 
 # some counting
 is($t->get("/3/7/index.html")->{status}, 200, 'a request through one of the rules');
@@ -46,7 +43,7 @@ my $json = $t->get('/stats');
 is($json->{status}, 200, 'JSON: 200');
 ok(length($json->{content}) > 100_000, 'JSON: ' . length($json->{content}) . ' bytes (several buffers)');
 is($json->{headers}{'content-length'}, length($json->{content}), 'JSON: the length said is the length sent');
-my $s = eval { decode_json($json->{content}) };
+my $s = RLTest::json_of($json);
 ok($s, 'JSON: valid') or diag($@);
 is_deeply([ sort keys %{ $s->{zones} } ], [ sort @zones ], 'JSON: every zone, its name unescaped right');
 my $all = 1;

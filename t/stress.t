@@ -13,14 +13,12 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
 use HTTP::Tiny;
-use POSIX qw(WNOHANG);
 use Time::HiRes qw(sleep time);
 use RLTest;
 
 my $rounds = $ENV{RL_STRESS_ROUNDS} // 20;
 
-my $t = RLTest->new();
-$t->write_conf(<<'EOF', workers => 2, no_access_log => 1);
+my $t = RLTest->new->start(<<'EOF', workers => 2, no_access_log => 1);
 ratelimit_zone z 1m;
 ratelimit_zone w 1m;
 server {
@@ -31,17 +29,12 @@ server {
     }
 }
 EOF
-$t->start();
 
 # clients: each sends batches of pipelined requests on a keep-alive
 # connection (a new one after each batch, or when its worker is killed) and
 # counts the statuses until told to stop
-my @clients;
-for my $c (1 .. 4) {
-    pipe(my $rd, my $wr) or die "pipe: $!";
-    my $pid = fork() // die "fork: $!";
-    if ($pid == 0) {
-        close $rd;
+my @clients = map {
+    RLTest::spawn(sub {
         my %n;
         my $stop = 0;
         local $SIG{TERM} = sub { $stop = 1 };
@@ -51,21 +44,19 @@ for my $c (1 .. 4) {
             $n{error}++ if $@;
             $n{$_} += $s{$_} for keys %s;
         }
-        print $wr join(' ', map { "$_=$n{$_}" } sort keys %n), "\n";
-        close $wr;
-        POSIX::_exit(0);
-    }
-    close $wr;
-    push @clients, [ $pid, $rd ];
-}
+        return \%n;
+    });
+} 1 .. 4;
 
-my ($hangs, $killed) = (0, 0);
+my ($hangs, $killed, @victims) = (0, 0);
 for my $round (1 .. $rounds) {
-    my @before = $t->worker_pids;
-    kill 'HUP', $t->{pid};
+    $t->signal('HUP');
     sleep rand(0.05);   # the master is reloading meanwhile
     my @now = $t->worker_pids;
-    $killed += kill 'KILL', $now[ int rand @now ] if @now;
+    if (@now) {
+        push @victims, $now[ int rand @now ];
+        $killed += kill 'KILL', $victims[-1];
+    }
     # the master reaps, replaces the worker, and nginx answers
     my $ok = RLTest::wait_until(sub {
         my @w = $t->worker_pids;
@@ -83,15 +74,10 @@ is($hangs, 0, "$rounds rounds of reload and SIGKILL of a worker under load: no h
 ok($killed >= $rounds / 2, "$killed workers killed");
 
 my %total;
-for (@clients) {
-    my ($pid, $rd) = @$_;
-    kill 'TERM', $pid;
-    my $line = <$rd> // '';
-    waitpid($pid, 0);
-    for (split ' ', $line) {
-        my ($k, $v) = split /=/;
-        $total{$k} += $v;
-    }
+for my $c (@clients) {
+    kill 'TERM', $c->pid;
+    my ($n) = $c->result;
+    $total{$_} += $n->{$_} for keys %$n;
 }
 my $five = 0;
 $five += $total{$_} for grep { /^5\d\d$/ } keys %total;
@@ -99,14 +85,8 @@ is($five, 0, 'no 5xx: ' . join(', ', map { "$_ $total{$_}" } sort keys %total));
 ok(($total{200} // 0) > 100, 'requests went through all along');
 
 # the crashes are the test's: once the master has reaped every killed
-# worker (no child of its is a zombie), drop what nginx logs about them
-# before the harness checks the log
-sub zombies {
-    return grep { (RLTest::read_file("/proc/$_/stat") =~ /^\d+ \(.*\) (\S)/s)[0] eq 'Z' } $t->worker_pids;
-}
-ok(RLTest::wait_until(sub { !zombies() }, 10), 'the master reaped every killed worker');
-my $log = RLTest::read_file($t->prefix . '/error.log');
-$log =~ s/^.*(?:exited on signal 9|was locked by \d+).*\n//mg;
-RLTest::write_file($t->prefix . '/error.log', $log);
+# worker, what nginx logs about them is dropped before the harness checks
+# the log
+ok($t->forget_kills(\@victims, locked => 1), 'the master reaped every killed worker');
 $t->stop();
 done_testing();

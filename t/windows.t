@@ -11,8 +11,7 @@ use Time::HiRes qw(time sleep);
 use Time::Local qw(timegm);
 use RLTest;
 
-my $t = RLTest->new();
-$t->write_conf(<<'EOF');
+my $t = RLTest->new->start(<<'EOF');
 ratelimit_zone z 1m;
 server {
     listen 127.0.0.1:%%PORT%%;
@@ -36,9 +35,6 @@ server {
     }
 }
 EOF
-$t->start();
-
-sub statuses { join ' ', map { $_->{status} } @_ }
 
 # Expected whole seconds from a deadline (in s) as seen between two clocks.
 sub within {
@@ -54,9 +50,9 @@ sub within {
     my $frac = time - floor(time);
     sleep(1.02 - $frac) if $frac > 0.8;   # the three in one 1 s tick
     my $before = time;
-    my @r = map { $t->get('/window/index.html') } 1 .. 4;
+    my @r = $t->gets('/window/index.html', 4);
     my $after = time;
-    is(statuses(@r), '200 200 200 429', 'sliding window: the 4th is denied');
+    is(RLTest::statuses_of(@r), '200 200 200 429', 'sliding window: the 4th is denied');
     is_deeply([ map { $_->{headers}{'x-ratelimit-remaining'} } @r ], [ 2, 1, 0, 0 ], 'sliding window: remaining');
     my $tick = floor($before);    # the three fell in the same 1 s tick (or the test is very slow)
     within($r[3]{headers}{'retry-after'}, $tick + 10 + 0.3334, $before, $after, 'sliding window: Retry-After');
@@ -65,8 +61,8 @@ sub within {
 
 # sliding_log limit=2 period=10s: exact; the oldest hit leaves after 10 s.
 {
-    my @r = map { $t->get('/log/index.html') } 1 .. 3;
-    is(statuses(@r), '200 200 429', 'sliding log: the 3rd is denied');
+    my @r = $t->gets('/log/index.html', 3);
+    is(RLTest::statuses_of(@r), '200 200 429', 'sliding log: the 3rd is denied');
     is($r[2]{headers}{'retry-after'}, 10, 'sliding log: Retry-After when the oldest hit leaves');
     is($r[1]{headers}{'x-ratelimit-reset'}, 10, 'sliding log: reset');
 }
@@ -74,9 +70,9 @@ sub within {
 # quota daily: until midnight UTC; monthly in +05:30 until the 1st, 00:00 IST
 {
     my $before = time;
-    my @r = map { $t->get('/daily/index.html') } 1 .. 3;
+    my @r = $t->gets('/daily/index.html', 3);
     my $after = time;
-    is(statuses(@r), '200 200 429', 'daily quota: 2 a day');
+    is(RLTest::statuses_of(@r), '200 200 429', 'daily quota: 2 a day');
     my $midnight = (floor($before / 86400) + 1) * 86400;
     within($r[2]{headers}{'retry-after'}, $midnight, $before, $after, 'daily quota: Retry-After to midnight UTC');
     within($r[0]{headers}{'x-ratelimit-reset'}, $midnight, $before, $after, 'daily quota: reset to midnight UTC');

@@ -8,11 +8,9 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use Test::More;
-use HTTP::Tiny;
 use RLTest;
 
-my $t = RLTest->new();
-$t->write_conf(<<'EOF', workers => 2);
+my $t = RLTest->new->start(<<'EOF', workers => 2);
 ratelimit_zone z 1m;
 ratelimit_zone other 1m;
 server {
@@ -43,38 +41,18 @@ server {
     }
 }
 EOF
-$t->start();
 
 # $clients processes, $each requests each, new connections: status counts
 # and the workers that answered.
 sub hammer {
     my ($path, $clients, $each) = @_;
-    my @kids;
-    for my $c (1 .. $clients) {
-        pipe(my $rd, my $wr) or die "pipe: $!";
-        my $pid = fork() // die "fork: $!";
-        if ($pid == 0) {
-            close $rd;
-            my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10);
-            for (1 .. $each) {
-                my $r = $http->get('http://127.0.0.1:' . $t->port . $path);
-                print $wr "$r->{status} ", ($r->{headers}{'x-worker'} // '-'), "\n";
-            }
-            close $wr;
-            POSIX::_exit(0);
-        }
-        close $wr;
-        push @kids, [ $pid, $rd ];
-    }
+    my @answers = RLTest::parallel(map {
+        sub { [ map { my $r = $t->get($path); [ $r->{status}, $r->{headers}{'x-worker'} // '-' ] } 1 .. $each ] }
+    } 1 .. $clients);
     my (%status, %worker);
-    for my $k (@kids) {
-        my ($pid, $rd) = @$k;
-        while (my $line = <$rd>) {
-            my ($s, $w) = split ' ', $line;
-            $status{$s}++;
-            $worker{$w}++;
-        }
-        waitpid($pid, 0);
+    for (map { @$_ } @answers) {
+        $status{ $_->[0] }++;
+        $worker{ $_->[1] }++;
     }
     return (\%status, \%worker);
 }

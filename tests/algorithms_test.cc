@@ -309,4 +309,5 @@ TEST_P(EveryAlgorithm, AdmitsLimitFromColdThenOnlyWhatTimeRefills)
 
 INSTANTIATE_TEST_SUITE_P(All, EveryAlgorithm,
                          ::testing::Values("algorithm=gcra", "algorithm=token_bucket", "algorithm=fixed_window",
-                                           "algorithm=fixed_window align=first"));
+                                           "algorithm=fixed_window align=first"),
+                         RuleName());

@@ -31,15 +31,11 @@ struct OneKey {
     {
     }
 
+    // The key's check, its tag computed.
     rl_check_t check(uint64_t cost)
     {
-        rl_check_t c{};
-        c.table = zone.mem;
-        c.rule = &rule;
-        c.identity = 42;
-        c.key = key.data();
-        c.key_len = key.size();
-        c.cost = cost;
+        rl_check_t c = check_of(zone.mem, &rule, 42, key, cost);
+        hashed(request_of(&c, 1));
         return c;
     }
 
@@ -47,21 +43,14 @@ struct OneKey {
     bool arrive(int64_t now, rl_check_t *out, uint64_t cost = 1)
     {
         *out = check(cost);
-        rl_request_t rq{};
-        rq.checks = out;
-        rq.n = 1;
-        rl_request_hash(&rq);
-        return rl_decide(&rq, now) != RL_VERDICT_REJECTED;
+        return decide(out, 1, RL_COMBINE_ALL, now);
     }
 
     // The request ends, charged `units`.
     void end(rl_check_t *c, int64_t now, uint64_t units)
     {
         c->charge = units;
-        rl_request_t rq{};
-        rq.checks = c;
-        rq.n = 1;
-        rl_request_end(&rq, now);
+        end_request(c, 1, now);
         EXPECT_TABLE_VALID(zone.table());
     }
 
@@ -79,10 +68,6 @@ struct OneKey {
     rl_peek_t peek(int64_t now)
     {
         rl_check_t c = check(1);
-        rl_request_t rq{};
-        rq.checks = &c;
-        rq.n = 1;
-        rl_request_hash(&rq);
         rl_peek_t p;
         rl_table_peek(zone.mem, &rule, c.tag, 1, now, &p);
         return p;
@@ -92,10 +77,6 @@ struct OneKey {
     std::string state()
     {
         rl_check_t c = check(1);
-        rl_request_t rq{};
-        rq.checks = &c;
-        rq.n = 1;
-        rl_request_hash(&rq);
         rl::State s{};
         if (!zone.table()->find(c.tag, &s)) {
             return "";

@@ -1,7 +1,5 @@
 // Checking a request against several rules: all/any combination, atomic
 // commit with no partial consumption, the binding rule, shared state.
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -9,16 +7,10 @@
 
 namespace {
 
-struct Zone {
-    void *mem;
-    explicit Zone(size_t n = 256 * 1024, std::vector<uint32_t> blobs = {})
+struct Zone : TestZone {
+    explicit Zone(size_t n = 256 * 1024, std::vector<uint32_t> blobs = {}) : TestZone(n, BlockSizes{std::move(blobs)})
     {
-        mem = std::aligned_alloc(64, n);
-        std::memset(mem, 0, n);  // rl_table_init takes zeroed memory
-        char err[RL_ERR_MAX];
-        EXPECT_EQ(rl_table_init(mem, n, blobs.data(), blobs.size(), nullptr, err, sizeof(err)), RL_OK) << err;
     }
-    ~Zone() { std::free(mem); }
 };
 
 uint32_t blob_of(const char *rule)
@@ -44,14 +36,9 @@ struct Request {
 
     bool send(int64_t now, uint64_t cost = 1)
     {
-        c.assign(rules.size(), rl_check_t{});
+        c.clear();
         for (size_t i = 0; i < rules.size(); i++) {
-            c[i].table = zones[i]->mem;
-            c[i].rule = &rules[i];
-            c[i].identity = rl_rule_identity(&rules[i], "$k", 2);
-            c[i].key = keys[i].data();
-            c[i].key_len = keys[i].size();
-            c[i].cost = cost;
+            c.push_back(check_of(zones[i]->mem, &rules[i], identity_of(rules[i]), keys[i], cost));
         }
         return decide(c.data(), c.size(), combine, now, &binding);
     }

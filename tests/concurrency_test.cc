@@ -33,40 +33,27 @@ struct Zone {
     }
 };
 
+// A request of one key through every rule of the zone, held by a process.
 struct Request {
+    std::string key;
     std::vector<rl_check_t> checks;
-    rl_request_t rq{};
+    rl_request_t rq;
 
-    Request(Zone &z, const std::string &key, uint32_t holder, int combine = RL_COMBINE_ALL) : checks(z.rules.size())
+    Request(Zone &z, const std::string &k, uint32_t holder, int combine = RL_COMBINE_ALL) : key(k)
     {
-        for (size_t i = 0; i < checks.size(); i++) {
-            checks[i] = rl_check_t{};
-            checks[i].table = z.zone.mem;
-            checks[i].rule = &z.rules[i];
-            checks[i].identity = 100 + i;
-            checks[i].key = key.data();
-            checks[i].key_len = key.size();
-            checks[i].cost = 1;
-            checks[i].counters = 1 + rl_table_rule_slot(z.zone.mem, z.rules[i].name);
+        for (size_t i = 0; i < z.rules.size(); i++) {
+            checks.push_back(check_of(z.zone.mem, &z.rules[i], 100 + i, key, 1,
+                                      1 + rl_table_rule_slot(z.zone.mem, z.rules[i].name)));
         }
-        rq.checks = checks.data();
-        rq.n = checks.size();
-        rq.combine = combine;
+        rq = hashed(request_of(checks.data(), checks.size(), combine));
         rq.holder = holder;
         rq.alive = alive;
-        keys.push_back(key);  // the key's bytes outlive the request's copy
-        for (auto &c : checks) {
-            c.key = keys.back().data();
-        }
-        rl_request_hash(&rq);
     }
+    Request(const Request &) = delete;  // its checks point into it
 
     int decide(int64_t now) { return rl_decide(&rq, now); }
     int end(int64_t now) { return rl_request_end(&rq, now); }
-
-    static std::vector<std::string> keys;
 };
-std::vector<std::string> Request::keys;
 
 rl_rule_stats_t stats_of(Zone &z, const char *name)
 {

@@ -83,7 +83,7 @@ std::map<uint64_t, Key> keys_of(rl::Table *t, size_t blob)
 // Runs op on copies of the zone, abandoning it at step 1, 2, ... until it
 // completes.  After each abandon, recover() and check(); every key of before
 // but `written` and those op legitimately evicts (`evicted`, whose debt the
-// summary then holds) must be there as it was.  Returns the steps op has.
+// summary then holds) must be there unchanged.  Returns the steps op has.
 long crash_everywhere(Zone &zone, const std::function<void(rl::Table *)> &op, uint64_t written,
                       const std::function<bool(uint64_t tag, rl::Table *after)> &evicted)
 {
@@ -252,19 +252,9 @@ TEST_P(Fault, RequestWithTwoRules)
     ASSERT_EQ(rl_rule_block_size(&block), zone.blob);
     for (int k = 0; k < 10; k++) {
         const std::string key = "client" + std::to_string(rng() % 1000000);
-        rl_check_t c[2]{};
-        for (int r = 0; r < 2; r++) {
-            c[r].table = zone.table();
-            c[r].rule = r ? &block : &head;
-            c[r].identity = rl_rule_identity(c[r].rule, "$k", 2);
-            c[r].key = key.data();
-            c[r].key_len = key.size();
-            c[r].cost = 1;
-        }
-        rl_request_t rq{};
-        rq.checks = c;
-        rq.n = 2;
-        rl_request_hash(&rq);
+        rl_check_t c[2] = {check_of(zone.table(), &head, identity_of(head), key),
+                           check_of(zone.table(), &block, identity_of(block), key)};
+        rl_request_t rq = hashed(request_of(c, 2));
         // two keys are written (one a rule); each table operation is whole
         auto written = [&](uint64_t tag, rl::Table *t) { return tag == c[1].tag || t->header().counts.evictions > 0; };
         crash_everywhere(
@@ -286,7 +276,7 @@ TEST_P(Fault, RequestWithTwoRules)
 
 INSTANTIATE_TEST_SUITE_P(Seeds, Fault, ::testing::Values(1, 2, 3));
 
-// A process that dies while recovering leaves the journal as it was: the
+// A process that dies while recovering leaves the journal unchanged: the
 // next one recovers the same way.
 TEST(FaultRecover, RecoveringTwiceIsRecoveringOnce)
 {

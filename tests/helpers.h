@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -75,15 +76,56 @@ struct Key {
         EXPECT_TRUE((table)->check(&why_)) << why_;                                                                    \
     } while (0)
 
-// One request through rl_decide, as nginx sends it: true if admitted
-// (passed, delayed or exempt); *binding the rule its headers describe.
-inline bool decide(rl_check_t *c, size_t n, int combine, int64_t now, size_t *binding = nullptr)
+// A rule's check of a request, as the glue fills it: the table, the rule,
+// its identity, the key (which must outlive the check), the cost, and the
+// rule's counters (rl_table_rule_slot() + 1; 0: not counted).
+inline rl_check_t check_of(void *table, const rl_rule_t *rule, uint64_t identity, const std::string &key,
+                           uint64_t cost = 1, int counters = 0)
+{
+    rl_check_t c{};
+    c.table = table;
+    c.rule = rule;
+    c.identity = identity;
+    c.key = key.data();
+    c.key_len = key.size();
+    c.cost = cost;
+    c.counters = counters;
+    return c;
+}
+
+// (a temporary key would leave the check pointing at freed bytes)
+rl_check_t check_of(void *table, const rl_rule_t *rule, uint64_t identity, std::string &&key, uint64_t cost = 1,
+                    int counters = 0) = delete;
+
+// The identity the tests give a rule: its text as keyed by "$k".
+inline uint64_t identity_of(const rl_rule_t &rule)
+{
+    return rl_rule_identity(&rule, "$k", 2);
+}
+
+// A request of these checks.
+inline rl_request_t request_of(rl_check_t *c, size_t n, int combine = RL_COMBINE_ALL)
 {
     rl_request_t rq{};
     rq.checks = c;
     rq.n = n;
     rq.combine = combine;
+    return rq;
+}
+
+// A request whose checks' keys are hashed (rl_request_hash), as nginx sends
+// it to rl_decide: its checks' tables are tables.
+inline rl_request_t hashed(rl_request_t rq)
+{
     rl_request_hash(&rq);
+    return rq;
+}
+
+// One request through rl_decide, as nginx sends it: true if admitted
+// (passed, delayed or exempt); *binding the rule its headers describe.
+inline bool decide(rl_check_t *c, size_t n, int combine, int64_t now, size_t *binding = nullptr)
+{
+    rl_request_t rq = hashed(request_of(c, n, combine));
     const int verdict = rl_decide(&rq, now);
     if (binding != nullptr) {
         *binding = rq.binding;
@@ -94,36 +136,76 @@ inline bool decide(rl_check_t *c, size_t n, int combine, int64_t now, size_t *bi
 // Gives back what a request held (rl_request_refund).
 inline void refund(rl_check_t *c, size_t n, int64_t now)
 {
-    rl_request_t rq{};
-    rq.checks = c;
-    rq.n = n;
+    rl_request_t rq = request_of(c, n);
     rl_request_refund(&rq, now);
 }
+
+// The end of a request (rl_request_end): its charges spent, its slots
+// given back.
+inline int end_request(rl_check_t *c, size_t n, int64_t now)
+{
+    rl_request_t rq = request_of(c, n);
+    return rl_request_end(&rq, now);
+}
+
+// A parameterized test's name made of text (a rule): what is not a letter
+// or a digit becomes '_'.
+inline std::string param_name(std::string text)
+{
+    for (char &ch : text) {
+        if (!isalnum((unsigned char) ch)) {
+            ch = '_';
+        }
+    }
+    return text;
+}
+
+// Names each case of a test parameterized by rule texts after its rule.
+struct RuleName {
+    std::string operator()(const ::testing::TestParamInfo<const char *> &info) const { return param_name(info.param); }
+};
 
 // A start time far from the epoch and aligned to every window used here.
 constexpr int64_t kT0 = 1767225600000;  // 2026-01-01T00:00:00Z
 
+// The block sizes of a zone's rules' states that do not fit a slot.
+inline std::vector<uint32_t> block_sizes(const std::vector<rl_rule_t> &rules)
+{
+    std::vector<uint32_t> blocks;
+    for (const rl_rule_t &r : rules) {
+        if (rl_rule_block_size(&r) > 0) {
+            blocks.push_back(rl_rule_block_size(&r));
+        }
+    }
+    return blocks;
+}
+
+// Block sizes given as they are (a table laid out without its rules).
+struct BlockSizes {
+    std::vector<uint32_t> sizes;
+};
+
 // A zone: one table in memory of its own, with the block sizes its rules
-// need and a fixed secret; a copy is a twin.
+// need (or given), and a secret (nullptr: a random one); a copy is a twin.
 struct TestZone {
     void *mem;
     size_t size;
-    TestZone(size_t n, const std::vector<rl_rule_t> &rules, const uint8_t secret[16]) : size(n)
+    explicit TestZone(size_t n, BlockSizes blocks = {}, const uint8_t *secret = nullptr) : size(n)
     {
-        mem = std::aligned_alloc(64, n);
+        mem = std::aligned_alloc(64, rounded(n));
         std::memset(mem, 0, n);  // rl_table_init takes zeroed memory
-        std::vector<uint32_t> blobs;
-        for (const rl_rule_t &r : rules) {
-            if (rl_rule_block_size(&r) > 0) {
-                blobs.push_back(rl_rule_block_size(&r));
-            }
-        }
         char err[RL_ERR_MAX];
-        EXPECT_EQ(rl_table_init(mem, n, blobs.data(), blobs.size(), secret, err, sizeof(err)), RL_OK) << err;
+        EXPECT_EQ(rl_table_init(mem, n, blocks.sizes.data(), blocks.sizes.size(), secret, err, sizeof(err)), RL_OK)
+            << err;
+    }
+    TestZone(size_t n, const uint8_t *secret) : TestZone(n, BlockSizes{}, secret) {}
+    TestZone(size_t n, const std::vector<rl_rule_t> &rules, const uint8_t *secret)
+        : TestZone(n, BlockSizes{block_sizes(rules)}, secret)
+    {
     }
     TestZone(const TestZone &o) : size(o.size)
     {
-        mem = std::aligned_alloc(64, size);
+        mem = std::aligned_alloc(64, rounded(size));
         std::memcpy(mem, o.mem, size);
     }
     TestZone &operator=(const TestZone &) = delete;
@@ -135,4 +217,6 @@ struct TestZone {
         rl_table_get_stats(mem, &st);
         return st;
     }
+    // aligned_alloc takes a multiple of the alignment
+    static size_t rounded(size_t n) { return (n + 63) & ~size_t{63}; }
 };

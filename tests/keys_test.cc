@@ -28,7 +28,7 @@ struct Rule {
     uint64_t identity;
     int slot;
     Rule(Zone &z, const std::string &text)
-        : rule(rule_of(text)), identity(rl_rule_identity(&rule, "$k", 2)), slot(rl_table_rule_slot(z.mem, rule.name))
+        : rule(rule_of(text)), identity(identity_of(rule)), slot(rl_table_rule_slot(z.mem, rule.name))
     {
     }
 };
@@ -40,19 +40,9 @@ struct Result {
 
 Result hit(Zone &z, const Rule &r, const std::string &key, int64_t now, uint64_t cost = 1, bool dry_run = false)
 {
-    rl_check_t c{};
-    c.table = z.mem;
-    c.rule = &r.rule;
-    c.identity = r.identity;
-    c.key = key.data();
-    c.key_len = key.size();
-    c.cost = cost;
-    c.counters = r.slot + 1;
-    rl_request_t rq{};
-    rq.checks = &c;
-    rq.n = 1;
+    rl_check_t c = check_of(z.mem, &r.rule, r.identity, key, cost, r.slot + 1);
+    rl_request_t rq = hashed(request_of(&c, 1));
     rq.dry_run = dry_run;
-    rl_request_hash(&rq);
     const int verdict = rl_decide(&rq, now);
     return Result{verdict != RL_VERDICT_REJECTED, c.decision};
 }
@@ -115,7 +105,7 @@ TEST_P(Keys, PeekShowsWhatTheNextRequestIsToldAndSpendsNothing)
         EXPECT_EQ(p.next.retry_after_ms, a.d.retry_after_ms) << i;
         EXPECT_EQ(p.next.delay_ms, a.d.delay_ms) << i;
         if (!a.allowed) {
-            EXPECT_EQ(p.look.remaining, a.d.remaining) << i;  // a refusal leaves it as it was
+            EXPECT_EQ(p.look.remaining, a.d.remaining) << i;  // a refusal leaves it unchanged
         }
     }
     p = peek(z, r, "k", now);
@@ -174,7 +164,7 @@ TEST_P(Keys, ResetForgivesWhatTheSummaryKeepsOfAnEvictedKey)
     EXPECT_TRUE(hit(z, r, "k", now + 1).allowed);
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, Keys, ::testing::ValuesIn(kRules));
+INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, Keys, ::testing::ValuesIn(kRules), RuleName());
 
 // An innocent key whose three cells all hold others' debts starts refused;
 // a reset frees it, and only the cell whose debts end first is cleared.
@@ -215,7 +205,7 @@ TEST(KeyReset, ClearsOneCellOfAKeyOwingOthersDebts)
     EXPECT_TRUE(hit(z, r, innocent, now + 1).allowed);
 }
 
-// The case: three keys refused 600, 300 and 100 times, then 1,000
+// Three keys refused 600, 300 and 100 times, then 1,000
 // other keys once each: the three on top, in that order, with exactly
 // those counts.
 TEST(TopKeys, HeavyKeysOnTopWithExactCounts)
@@ -245,11 +235,11 @@ TEST(TopKeys, HeavyKeysOnTopWithExactCounts)
     }
     EXPECT_LT(t.top[3].refused, 100u);
     for (size_t i = 3; i < t.n; i++) {
-        EXPECT_LE(t.top[i].refused - t.top[i].error, 1u);  // each light key was refused once
+        EXPECT_LE(t.top[i].refused - t.top[i].error, 1u);  // each light key refused once
     }
 }
 
-// A flood of 100,000 distinct refused keys: the memory is what it was after
+// A flood of 100,000 distinct refused keys: the memory is what it is after
 // the first refusal, and a key refused more often than (all refusals /
 // entries) is listed, whatever the flood around it.
 TEST(TopKeys, FloodKeepsMemoryFixedAndEveryHeavyKeyListed)

@@ -19,8 +19,8 @@ rl_decision_t look(const Key &k, int64_t at)
 
 // nginx's limit_req as its documentation and source describe it, kept the
 // way it keeps it: a key's excess (requests beyond the rate, decaying at the
-// rate; a new key's first request has none) and the time it was last
-// admitted.  A request whose excess would pass burst is rejected and
+// rate; a new key's first request has none) and the time of its last
+// admission.  A request whose excess would pass burst is rejected and
 // changes nothing; one whose excess passes delay waits (excess - delay)
 // intervals.  Here in exact units of 1/limit ms (excess x period), where
 // nginx keeps thousandths of a request.
@@ -182,8 +182,8 @@ TEST(LeakyDelay, RuleBoundsAndErrors)
 
 // ---- RateLimit's t, Retry-After, and the policy -----------------------------
 
-// The cases: a rejection's t is its Retry-After, an admission's t
-// when the next unit comes back (not the full budget's).
+// A rejection's t is its Retry-After, an admission's t when the next unit
+// comes back (not the full budget's).
 TEST(Headers, TIsWhenUnitsComeBackAndNeverAfterRetryAfter)
 {
     Key g("limit=2 period=1m");
@@ -241,7 +241,7 @@ TEST(Headers, PolicyQuotaBoundsRemaining)
         uint64_t quota;
         int64_t window_ms;
     } cases[] = {
-        {"limit=5 period=1m burst=9", 9, 108000},  // the issue's: r=9 with q=5
+        {"limit=5 period=1m burst=9", 9, 108000},  // the burst: q=limit would show r=9 > q
         {"limit=5 period=1m", 5, 60000},
         {"algorithm=token_bucket limit=10 period=1s burst=1", 1, 100},
         {"limit=7 period=1m burst=3", 3, 25715},  // ceil(3 x 60000 / 7)

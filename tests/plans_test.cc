@@ -231,17 +231,8 @@ TEST(Plans, PacedKeysRepayAtTheLimitApplied)
 
 namespace {
 
-struct Zone {
-    void *mem;
-    size_t size;
-    Zone(size_t n, std::vector<uint32_t> blobs) : size(n)
-    {
-        mem = std::aligned_alloc(64, n);
-        std::memset(mem, 0, n);  // rl_table_init takes zeroed memory
-        char err[RL_ERR_MAX];
-        EXPECT_EQ(rl_table_init(mem, n, blobs.data(), blobs.size(), nullptr, err, sizeof(err)), RL_OK) << err;
-    }
-    ~Zone() { std::free(mem); }
+struct Zone : TestZone {
+    Zone(size_t n, std::vector<uint32_t> blobs) : TestZone(n, BlockSizes{std::move(blobs)}) {}
 };
 
 // One request of one rule through rl_decide.
@@ -254,13 +245,7 @@ struct Sender {
     rl_decision_t send(const std::string &key, const std::string &limit, int64_t now, uint64_t cost = 1)
     {
         now_applied = applied(rule, limit);
-        c = rl_check_t{};
-        c.table = zone.mem;
-        c.rule = &now_applied;
-        c.identity = rl_rule_identity(&rule, "$k", 2);
-        c.key = key.data();
-        c.key_len = key.size();
-        c.cost = cost;
+        c = check_of(zone.mem, &now_applied, identity_of(rule), key, cost);
         decide(&c, 1, RL_COMBINE_ALL, now);
         return c.decision;
     }

@@ -164,14 +164,4 @@ inline std::string script_sha()
     return std::string(r.str, r.str_len);
 }
 
-// A request of these checks.
-inline rl_request_t request_of(rl_check_t *c, size_t n, int combine)
-{
-    rl_request_t rq{};
-    rq.checks = c;
-    rq.n = n;
-    rq.combine = combine;
-    return rq;
-}
-
 }  // namespace rltest

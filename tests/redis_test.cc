@@ -16,7 +16,6 @@ namespace {
 
 using rltest::Redis;
 using rltest::redis_server;
-using rltest::request_of;
 using rltest::script_sha;
 
 // ---- RESP, keys, command ---------------------------------------------------

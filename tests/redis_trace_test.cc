@@ -18,7 +18,6 @@ namespace {
 
 using rltest::Redis;
 using rltest::redis_server;
-using rltest::request_of;
 using rltest::script_sha;
 
 // The script's numbers as they are, concluded as the core concludes them:

@@ -1,13 +1,15 @@
-// Seed conformance: each source document's own examples and stated
-// properties, replayed through the core's transitions (../shared/seeds/).
+// The reference documents' own examples and stated properties
+// (../shared/seeds/), replayed through the core's transitions.
+#include <ostream>
 #include <random>
 
 #include "helpers.h"
 
-TEST(Seed000, CooldownTraceIsGcraWithLimit3Per60s)
+TEST(CooldownReference, TraceIsGcraWithLimit3Per60s)
 {
-    // seed 000: n = 3, T = 60 s, integer-second clock; the printed number is
-    // the score minus now, which is the time until full budget.
+    // The cooldown score limiter's worked trace (seeds/000): n = 3, T = 60 s,
+    // an integer-second clock; the printed number is the score minus now,
+    // which is the time until full budget.
     Key k("limit=3 period=60s");
     struct {
         int64_t s;
@@ -22,7 +24,8 @@ TEST(Seed000, CooldownTraceIsGcraWithLimit3Per60s)
     }
 }
 
-TEST(Seed003, FivePerMinuteFiveAtOnceThenOneEvery12s)
+// GCRA as the explainer (seeds/003) maps "5 requests per minute".
+TEST(GcraReference, FivePerMinuteFiveAtOnceThenOneEvery12s)
 {
     Key k("limit=5 period=1m");
     for (int i = 0; i < 5; i++) {
@@ -37,9 +40,10 @@ TEST(Seed003, FivePerMinuteFiveAtOnceThenOneEvery12s)
     }
 }
 
-TEST(Seed002, WaitUntilRecurrenceAsLeakyBucket)
+TEST(WaitUntilReference, RecurrenceAsLeakyBucket)
 {
-    // seed 002: one hit per second, raise past 5 s of accumulated wait.
+    // The wait-until limiter (seeds/002): one hit per second, raise past 5 s
+    // of accumulated wait.
     // Three hits 1.01 s apart proceed; ten rapid ones wait 0, 1, 2, 3, 4,
     // 5 s, then are raised (rejected) -- a rejection does not accumulate,
     // so the wait stays capped at the threshold plus one interval.
@@ -64,7 +68,8 @@ TEST(Seed002, WaitUntilRecurrenceAsLeakyBucket)
     }
 }
 
-// ---- seed 004: the properties it states for every algorithm ---------------
+// ---- the properties the reference library (seeds/004) states for every
+// algorithm ---------------------------------------------------------------
 
 namespace {
 
@@ -91,11 +96,20 @@ const Case kCases[] = {
     {"algorithm=quota limit=10 reset=daily", 10, 86400000, 0},
 };
 
-class Seed004 : public ::testing::TestWithParam<Case> {};
+// A failing case names itself: its rule and what it expects.
+void PrintTo(const Case &c, std::ostream *os)
+{
+    *os << '"' << c.rule << "\": " << c.at_once << " at once, Retry-After " << c.retry_ms << " ms";
+    if (c.pace_ms > 0) {
+        *os << ", then one every " << c.pace_ms << " ms";
+    }
+}
+
+class ReferenceLibrary : public ::testing::TestWithParam<Case> {};
 
 }  // namespace
 
-TEST_P(Seed004, AdmitsExactlyItsCapacityThenDeniesWithAnExactRetryAfter)
+TEST_P(ReferenceLibrary, AdmitsExactlyItsCapacityThenDeniesWithAnExactRetryAfter)
 {
     const Case &c = GetParam();
     Key k(c.rule);
@@ -106,7 +120,7 @@ TEST_P(Seed004, AdmitsExactlyItsCapacityThenDeniesWithAnExactRetryAfter)
     ASSERT_FALSE(d.allowed);
     EXPECT_EQ(d.remaining, 0u);
     EXPECT_EQ(d.retry_after_ms, c.retry_ms);
-    // denials leave everything as it was (Key::hit checks the state too)
+    // denials leave everything unchanged (Key::hit checks the state too)
     rl_decision_t again = k.hit(kT0);
     EXPECT_EQ(again.retry_after_ms, d.retry_after_ms);
     EXPECT_EQ(again.reset_ms, d.reset_ms);
@@ -114,7 +128,7 @@ TEST_P(Seed004, AdmitsExactlyItsCapacityThenDeniesWithAnExactRetryAfter)
     EXPECT_TRUE(k.hit(kT0 + c.retry_ms).allowed);
 }
 
-TEST_P(Seed004, PacesAtOnePerIntervalAfterTheBurst)
+TEST_P(ReferenceLibrary, PacesAtOnePerIntervalAfterTheBurst)
 {
     const Case &c = GetParam();
     if (c.pace_ms == 0) {
@@ -132,7 +146,7 @@ TEST_P(Seed004, PacesAtOnePerIntervalAfterTheBurst)
     }
 }
 
-TEST_P(Seed004, RemainingNeverNegativeRetryOnlyWhenDeniedOnRandomTraffic)
+TEST_P(ReferenceLibrary, RemainingNeverNegativeRetryOnlyWhenDeniedOnRandomTraffic)
 {
     std::mt19937_64 rng(21);
     Key k(GetParam().rule);
@@ -145,12 +159,7 @@ TEST_P(Seed004, RemainingNeverNegativeRetryOnlyWhenDeniedOnRandomTraffic)
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, Seed004, ::testing::ValuesIn(kCases),
+INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, ReferenceLibrary, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case> &info) {
-                             std::string name = std::to_string(info.index) + "_" + (info.param.rule + 10);
-                             for (char &ch : name) {
-                                 if (!isalnum((unsigned char) ch))
-                                     ch = '_';
-                             }
-                             return name;
+                             return param_name(std::to_string(info.index) + "_" + (info.param.rule + 10));
                          });

@@ -28,20 +28,14 @@ struct Result {
 
 Result hit(Zone &z, const rl_rule_t &rule, const std::string &key, int64_t now, uint64_t cost = 1)
 {
-    rl_check_t c{};
-    c.table = z.mem;
-    c.rule = &rule;
-    c.identity = rl_rule_identity(&rule, "$k", 2);
-    c.key = key.data();
-    c.key_len = key.size();
-    c.cost = cost;
+    rl_check_t c = check_of(z.mem, &rule, identity_of(rule), key, cost);
     const bool allowed = decide(&c, 1, RL_COMBINE_ALL, now);
     return Result{allowed, c.decision};
 }
 
 uint64_t tag_of(Zone &z, const rl_rule_t &rule, const std::string &key)
 {
-    return z.table()->tag(rl_rule_identity(&rule, "$k", 2), key.data(), key.size());
+    return z.table()->tag(identity_of(rule), key.data(), key.size());
 }
 
 // The smallest zone that fits the rule, as nginx would make it (32k), or
@@ -221,7 +215,7 @@ TEST_P(Summary, FloodOfLiveKeysNeitherFreesASpentKeyNorRefusesFreshOnes)
     EXPECT_TRUE(hit(p2, rule, "victim", at).allowed) << "not admitted when its twin is";
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, Summary, ::testing::ValuesIn(kRules));
+INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, Summary, ::testing::ValuesIn(kRules), RuleName());
 
 // A key that spent 2 of 4 units makes a newcomer sharing all its cells
 // start 2 units down: not refused.  One that spent 1 leaves nothing.

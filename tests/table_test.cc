@@ -15,25 +15,7 @@
 
 namespace {
 
-struct Block {
-    void *mem;
-    size_t size;
-    explicit Block(size_t n, const uint8_t *secret = nullptr) : size(n)
-    {
-        mem = std::aligned_alloc(64, (n + 63) & ~size_t{63});
-        std::memset(mem, 0, n);  // rl_table_init takes zeroed memory
-        char err[RL_ERR_MAX];
-        EXPECT_EQ(rl_table_init(mem, n, nullptr, 0, secret, err, sizeof(err)), RL_OK) << err;
-    }
-    ~Block() { std::free(mem); }
-    rl::Table *table() { return rl::Table::at(mem); }
-    rl_table_stats_t stats()
-    {
-        rl_table_stats_t st;
-        rl_table_get_stats(mem, &st);
-        return st;
-    }
-};
+using Block = TestZone;
 
 const uint8_t kSecret[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 
@@ -187,8 +169,8 @@ TEST(Table, LiveEvictionTakesTheCandidateBackToFullBudgetSoonest)
         expiry[tag] = until;
         i++;
     }
-    // Exactly one key is gone: the one the last insert displaced.  It was
-    // the soonest to expire of the six slots of the new key's two buckets.
+    // Exactly one key is gone: the one the last insert displaced, the
+    // soonest to expire of the six slots of the new key's two buckets.
     uint64_t last = t->tag(1, &(i = i - 1), sizeof(i)), gone = 0;
     int missing = 0;
     for (auto &[tag, until] : expiry) {
@@ -247,24 +229,9 @@ TEST(Table, DensityKeysPerMegabyteBeforeTheFirstLiveEviction)
 
 namespace {
 
-struct BlobBlock {
-    void *mem;
-    size_t size;
-    BlobBlock(size_t n, std::vector<uint32_t> blobs) : size(n)
-    {
-        mem = std::aligned_alloc(64, n);
-        std::memset(mem, 0, n);  // rl_table_init takes zeroed memory
-        char err[RL_ERR_MAX];
-        EXPECT_EQ(rl_table_init(mem, n, blobs.data(), blobs.size(), kSecret, err, sizeof(err)), RL_OK) << err;
-    }
-    ~BlobBlock() { std::free(mem); }
-    rl::Table *table() { return rl::Table::at(mem); }
-    rl_table_stats_t stats()
-    {
-        rl_table_stats_t st;
-        rl_table_get_stats(mem, &st);
-        return st;
-    }
+// A table with blocks of these sizes.
+struct BlobBlock : TestZone {
+    BlobBlock(size_t n, std::vector<uint32_t> blocks) : TestZone(n, BlockSizes{std::move(blocks)}, kSecret) {}
 };
 
 }  // namespace

@@ -30,7 +30,8 @@ void expect_retry_exact(Key &k, int64_t now, uint64_t cost)
 TEST(SlidingWindow, CloudflareWorkedExampleWithOneBucket)
 {
     // 50 per minute; 42 in the previous minute, 18 in the current one, 15 s
-    // in: estimate = 42 * (60 - 15) / 60 + 18 = 49.5 (seed 004's source).
+    // in: estimate = 42 * (60 - 15) / 60 + 18 = 49.5 (the example the
+    // reference library, seeds/004, cites).
     Key k("algorithm=sliding_window limit=50 period=1m buckets=1");
     ASSERT_TRUE(k.hit(kT0 + 30000, 42).allowed);
     ASSERT_TRUE(k.hit(kT0 + 75000, 18).allowed);  // 31.5 + 18 <= 50
@@ -192,7 +193,7 @@ TEST(SlidingLog, AgreesWithANaiveLogOnRandomTraces)
         // long periods too: offsets are rebased past 2^31 ms
         const int64_t period = trial % 3 == 0 ? 20LL * 86400000 : 1 + (int64_t) (rng() % 5000);
         Key k("algorithm=sliding_log limit=" + std::to_string(limit) + " period=" + std::to_string(period) + "ms");
-        // every unit admitted, at the time it was logged: the newest time
+        // every unit admitted, at the time the log holds for it: the newest time
         // logged so far if the clock stepped back (the log never goes back)
         std::vector<int64_t> naive;
         int64_t now = kT0;

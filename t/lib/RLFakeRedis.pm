@@ -17,8 +17,8 @@ use strict;
 use warnings;
 use File::Temp qw(tempdir);
 use IO::Socket::INET;
-use POSIX ();
 use Time::HiRes qw(sleep);
+use RLTest;
 
 my @running;
 
@@ -29,26 +29,8 @@ sub new {
         or die "RLFakeRedis: listen: $!\n";
     my $self = bless { dir => $dir, port => $listen->sockport }, $class;
     $self->reply("-ERR no reply set\r\n");
-    my $pid = fork() // die "RLFakeRedis: fork: $!\n";
-    if ($pid == 0) {
-        POSIX::setpgid(0, 0);   # its connections' processes with it
-        $SIG{PIPE} = 'IGNORE';
-        $SIG{CHLD} = 'IGNORE';
-        while (1) {
-            my $c = $listen->accept or next;
-            my $kid = fork();
-            if (defined $kid && $kid == 0) {
-                close $listen;
-                $self->serve($c);
-                POSIX::_exit(0);
-            }
-            close $c;
-        }
-    }
-    POSIX::setpgid($pid, $pid);   # before any kill of the group, whichever runs first
-    close $listen;
-    $self->{pid} = $pid;
-    push @running, $pid;
+    $self->{pid} = RLTest::tcp_server($listen, sub { $self->serve($_[0]) });
+    push @running, $self->{pid};
     return $self;
 }
 

@@ -15,7 +15,6 @@ use warnings;
 use Fcntl qw(:flock);
 use File::Temp qw(tempdir);
 use IO::Socket::INET;
-use POSIX ();
 use Time::HiRes qw(time sleep);
 use RLTest;
 
@@ -35,21 +34,7 @@ sub start {
     my ($self) = @_;
     my $listen = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $self->{port}, Listen => 1024,
                                        ReuseAddr => 1) or die "RLSlowUpstream: listen: $!\n";
-    my $pid = fork() // die "RLSlowUpstream: fork: $!\n";
-    if ($pid == 0) {
-        $SIG{CHLD} = 'IGNORE';
-        while (1) {
-            my $c = $listen->accept or next;
-            my $kid = fork();
-            if (defined $kid && $kid == 0) {
-                close $listen;
-                $self->serve($c);
-                POSIX::_exit(0);
-            }
-            close $c;
-        }
-    }
-    close $listen;
+    my $pid = RLTest::tcp_server($listen, sub { $self->serve($_[0]) });
     $self->{pid} = $pid;
     push @running, $pid;
     return $self;
@@ -100,12 +85,12 @@ sub events {
 sub stop {
     my ($self) = @_;
     return unless $self->{pid};
-    kill 'KILL', $self->{pid};
+    kill 'KILL', -$self->{pid};   # its process group: the server and the requests it holds
     waitpid($self->{pid}, 0);
     @running = grep { $_ != $self->{pid} } @running;
     delete $self->{pid};
 }
 
-END { kill 'KILL', @running if @running }
+END { kill 'KILL', map { -$_ } @running if @running }
 
 1;

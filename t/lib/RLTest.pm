@@ -4,13 +4,24 @@ package RLTest;
 # Test::Nginx: it writes a configuration, starts Debian's real nginx with the
 # built module on a free loopback port in a temporary prefix, talks HTTP to
 # it, and stops it, failing the test if the error log shows an alert, an
-# emergency, a crash or a sanitizer report.
+# emergency, a crash or a sanitizer report.  Every helper the tests share is
+# here, once:
 #
-#   my $t = RLTest->new();
-#   $t->write_conf('ratelimit_zone z 1m; server { listen 127.0.0.1:%%PORT%%; ... }');
-#   $t->start();
+#   my $t = RLTest->new->start('ratelimit_zone z 1m; server { listen 127.0.0.1:%%PORT%%; ... }',
+#                              workers => 2);              # the body of http {}
 #   my $r = $t->get('/index.html', { 'X-User' => 'a' });   # HTTP::Tiny response
-#   my %status = $t->pipelined('/f', 'X-Key', @keys);   # one request a key
+#   $t->request('DELETE', '/rl/zones/z/keys?key=a');       # any method
+#   $t->get_as('/p/', user => 'alice');                    # X-User: alice
+#   $t->statuses('/f', 3, { 'X-Key' => 'k' });            # "200 200 429"
+#   my %status = $t->pipelined('/f', 'X-Key', @keys);      # one request a key, one connection
+#   my @r = $t->at_once([ '/f', 'X-Key' => 'k' ], ...);    # each on its own connection, at once
+#   RLTest::burst(ports => [...], ...);                    # many clients, keep-alive
+#   my @results = RLTest::parallel(sub { ... }, ...);      # code in processes, results back
+#   $t->stats; $t->rule_stats('z', 'rule');                # ratelimit_stats' JSON
+#   $t->key_rule('z', 'alice', 'rule');                    # the key API's answer for a rule
+#   $t->log_like(qr/.../, 'name');                         # a log line, once it is written
+#   $t->wait_folded(qr/line/, qr/(\d+) more/, $n);        # folded log lines and their counts
+#   $t->forget_kills([ $pid ]);                            # the test's own SIGKILLs, not the module's
 #   $t->reload($new_body);  $t->stop();
 #
 # RLTest->new(quiet => 1) makes stop() print nothing (benchmarks use it).
@@ -23,18 +34,27 @@ package RLTest;
 use strict;
 use warnings;
 
+use Exporter qw(import);
+our @EXPORT_OK = qw(statuses_of json_of basic_auth parse_response read_response wait_until read_file write_file
+                    free_port spawn parallel);
+
 use Cwd qw(abs_path);
 use File::Basename qw(dirname);
 use File::Path qw(make_path);
 use File::Temp qw(tempdir);
 use HTTP::Tiny;
+use IO::Select;
 use IO::Socket::INET;
+use JSON::PP ();
+use MIME::Base64 qw(encode_base64);
 use POSIX qw(WNOHANG);
 use Test::More;
 use Time::HiRes qw(sleep time);
 
 my $root = abs_path(dirname(__FILE__) . '/../..');
 my @running;
+
+# ---- an nginx of the test's own ----------------------------------------------
 
 sub new {
     my ($class, %opt) = @_;
@@ -137,8 +157,11 @@ sub write_conf {
     return $text;
 }
 
+# Starts nginx (after writing the configuration, when a body for http {} and
+# write_conf's options are given) and waits until it listens.
 sub start {
-    my ($self) = @_;
+    my ($self, $body, %opt) = @_;
+    $self->write_conf($body, %opt) if defined $body;
     my $p = $self->{prefix};
     my $pid = fork() // die "RLTest: fork: $!\n";
     if ($pid == 0) {
@@ -181,6 +204,13 @@ sub stop {
     ok(!@bad, 'error log clean') or diag(join "\n", @bad);
 }
 
+sub master_pid { $_[0]{pid} }
+
+sub signal {
+    my ($self, $sig) = @_;
+    return kill $sig, $self->{pid};
+}
+
 sub worker_pids {
     my ($self) = @_;
     return () unless $self->{pid};
@@ -201,7 +231,7 @@ sub reload {
     my ($self, $body, %opt) = @_;
     $self->write_conf($body, %opt) if defined $body;
     my %old = map { $_ => 1 } $self->worker_pids;
-    kill 'HUP', $self->{pid};
+    $self->signal('HUP');
     wait_until(sub {
         my @now = $self->worker_pids;
         return @now && !grep { $old{$_} } @now;
@@ -209,12 +239,179 @@ sub reload {
     return $self;
 }
 
-# One GET on a new connection: each request may reach any worker, and none
-# sticks to a worker that a reload retired.
+# A reload that does not wait for the old workers to exit (they may hold
+# requests, or be frozen): true once $n new workers run (within 10 s).
+sub reload_started {
+    my ($self, $n) = @_;
+    my %old = map { $_ => 1 } $self->worker_pids;
+    $self->signal('HUP');
+    return wait_until(sub { (grep { !$old{$_} } $self->worker_pids) >= $n }, 10);
+}
+
+# Workers killed but not yet reaped by the master.
+sub zombie_workers {
+    my ($self) = @_;
+    return grep { ((read_file("/proc/$_/stat") =~ /^\d+ \(.*\) (\S)/s)[0] // '') eq 'Z' } $self->worker_pids;
+}
+
+# The test's own SIGKILLs of workers, which stop() would take for crashes:
+# once the master has reaped them (10 s at most), the error log's lines
+# about those pids ("exited on signal 9"; with locked => 1, the alert that
+# the master unlocked a zone one held) are dropped.  True if every killed
+# worker is reaped.
+sub forget_kills {
+    my ($self, $pids, %opt) = @_;
+    my $reaped = wait_until(sub { !$self->zombie_workers }, 10);
+    return $reaped unless @$pids;
+    my $who = join '|', @$pids;
+    my $lines = $opt{locked} ? qr/worker process (?:$who) exited on signal 9|was locked by (?:$who)\b/
+              : qr/worker process (?:$who) exited on signal 9/;
+    my $log = $self->error_log;
+    $log =~ s/^.*(?:$lines).*\n//mg;
+    write_file("$self->{prefix}/error.log", $log);
+    return $reaped;
+}
+
+# ---- HTTP --------------------------------------------------------------------
+
+sub url { "http://127.0.0.1:$_[0]{port}$_[1]" }
+
+# One request on a new connection (HTTP::Tiny's response, redirects not
+# followed): each request may reach any worker, and none sticks to a worker
+# that a reload retired.
+sub request {
+    my ($self, $method, $path, $headers, $content) = @_;
+    my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10, max_redirect => 0);
+    return $http->request($method, $self->url($path),
+                          { headers => $headers // {}, defined $content ? (content => $content) : () });
+}
+
 sub get {
     my ($self, $path, $headers) = @_;
-    my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10, max_redirect => 0);
-    return $http->get("http://127.0.0.1:$self->{port}$path", { headers => $headers // {} });
+    return $self->request('GET', $path, $headers);
+}
+
+# A GET with X- headers by name: get_as($path, user => 'alice') sends X-User.
+sub get_as {
+    my ($self, $path, %h) = @_;
+    return $self->get($path, { map { ("X-\u$_" => $h{$_}) } keys %h });
+}
+
+# $n GETs one after another: their responses.
+sub gets {
+    my ($self, $path, $n, $headers) = @_;
+    return map { $self->get($path, $headers) } 1 .. $n;
+}
+
+# Responses' statuses, as one string: "200 200 429".
+sub statuses_of { join ' ', map { $_->{status} } @_ }
+
+# $n GETs one after another: their statuses, as one string.
+sub statuses {
+    my ($self, $path, $n, $headers) = @_;
+    return statuses_of($self->gets($path, $n, $headers));
+}
+
+# The Authorization header's value for "user:password".
+sub basic_auth { 'Basic ' . encode_base64($_[0], '') }
+
+sub connect {
+    my ($self) = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$self->{port}") or die "RLTest: connect: $!\n";
+    return $s;
+}
+
+# A new connection with one request written on it and nothing read: "GET
+# $path HTTP/1.1" ("HEAD /x": another method), Host: t unless given, then
+# the headers as they are (any bytes: HTTP::Tiny refuses control bytes).
+sub open_request {
+    my ($self, $path, $headers) = @_;
+    my $method = $path =~ s/^([A-Z]+) // ? $1 : 'GET';
+    my %h = (Host => 't', %{ $headers // {} });
+    my $s = $self->connect;
+    print $s "$method $path HTTP/1.1\r\n", map({ "$_: $h{$_}\r\n" } sort keys %h), "\r\n";
+    return $s;
+}
+
+# One request written by hand (open_request) with Connection: close, its
+# answer read to the end: parse_response's.
+sub get_raw {
+    my ($self, $path, $headers) = @_;
+    return read_response($self->open_request($path, { %{ $headers // {} }, Connection => 'close' }));
+}
+
+# Bytes sent as they are on a new connection; the answer, read to the end.
+sub raw {
+    my ($self, $bytes) = @_;
+    my $s = $self->connect;
+    print $s $bytes;
+    local $/;
+    return scalar(<$s>) // '';
+}
+
+# A connection read to its end (at most $timeout s, 30 by default, of
+# silence), parsed.
+sub read_response {
+    my ($s, $timeout) = @_;
+    my ($buf, $sel) = ('', IO::Select->new($s));
+    while ($sel->can_read($timeout // 30)) {
+        sysread($s, $buf, 65536, length $buf) or last;
+    }
+    close $s;
+    return parse_response($buf);
+}
+
+# An HTTP/1.x response's bytes: { status (0 if none), headers (names in
+# lower case; a repeated header's values in an array, as HTTP::Tiny gives
+# them), content (not de-chunked), raw (the bytes) }.
+sub parse_response {
+    my ($bytes) = @_;
+    my ($head, $content) = split /\r\n\r\n/, $bytes, 2;
+    my ($status) = ($head // '') =~ m{^HTTP/1\.[01] (\d+)};
+    my %h;
+    for (split /\r\n/, $head // '') {
+        my ($name, $value) = /^([^:\s]+): *(.*?)\s*$/ or next;
+        $name = lc $name;
+        $h{$name} = exists $h{$name} ? [ ref $h{$name} ? @{ $h{$name} } : $h{$name}, $value ] : $value;
+    }
+    return { status => $status // 0, headers => \%h, content => $content // '', raw => $bytes };
+}
+
+# Requests sent at once, each on its own connection: [ $path, header =>
+# value, ... ] each (open_request's path), with Connection: close.  An
+# options hash ref may come first: gap => seconds between two sends; wait
+# => seconds each answer is awaited before the next request is sent (an
+# answer that comes sooner ends the wait).  Returns, in the order sent,
+# each response (parse_response's) with sent and at: when it went out and
+# when its answer ended.  Answers are read for up to 60 s of silence.
+sub at_once {
+    my ($self, @reqs) = @_;
+    my %opt = ref $reqs[0] eq 'HASH' ? %{ shift @reqs } : ();
+    my (@socks, %of);
+    for my $i (0 .. $#reqs) {
+        my ($path, %h) = @{ $reqs[$i] };
+        my $sent = time;
+        my $s = $self->open_request($path, { %h, Connection => 'close' });
+        push @socks, $s;
+        $of{ fileno $s } = { i => $i, buf => '', sent => $sent };
+        IO::Select->new($s)->can_read($opt{wait}) if $opt{wait};
+        sleep $opt{gap} if $opt{gap};
+    }
+    my $sel = IO::Select->new(@socks);
+    my @out;
+    while ($sel->count) {
+        my @ready = $sel->can_read(60) or last;
+        for my $s (@ready) {
+            my $o = $of{ fileno $s };
+            next if sysread($s, $o->{buf}, 65536, length $o->{buf});
+            $out[ $o->{i} ] = { %{ parse_response($o->{buf}) }, sent => $o->{sent}, at => time };
+            $sel->remove($s);
+            close $s;
+        }
+    }
+    $out[ $of{ fileno $_ }{i} ] = { %{ parse_response($of{ fileno $_ }{buf}) }, sent => $of{ fileno $_ }{sent},
+                                    at => time } for $sel->handles;
+    return @out;
 }
 
 # $total requests for one key (an X-Key header) at once, over $conns
@@ -223,14 +420,10 @@ sub get {
 sub burst {
     my (%o) = @_;
     my ($ports, $path, $key, $total, $conns) = @o{qw(ports path key total conns)};
-    my @kids;
-    for my $c (0 .. $conns - 1) {
-        my $n = int($total / $conns) + ($c < $total % $conns ? 1 : 0);
-        my $port = $ports->[ $c % @$ports ];
-        pipe(my $rd, my $wr) or die "RLTest: pipe: $!\n";
-        my $pid = fork() // die "RLTest: fork: $!\n";
-        if ($pid == 0) {
-            close $rd;
+    my @counts = parallel(map {
+        my $n = int($total / $conns) + ($_ < $total % $conns ? 1 : 0);
+        my $port = $ports->[ $_ % @$ports ];
+        sub {
             my $http = HTTP::Tiny->new(keep_alive => 1, timeout => 20);
             my @n = (0, 0, 0);
             for (1 .. $n) {
@@ -238,19 +431,12 @@ sub burst {
                 $n[ $r->{status} == 200 ? 0
                   : $r->{status} == 429 && ($r->{headers}{'retry-after'} // 0) >= 1 ? 1 : 2 ]++;
             }
-            print $wr "@n\n";
-            close $wr;
-            POSIX::_exit(0);
-        }
-        close $wr;
-        push @kids, [ $pid, $rd ];
-    }
+            return \@n;
+        };
+    } 0 .. $conns - 1);
     my @sum = (0, 0, 0);
-    for (@kids) {
-        my ($pid, $rd) = @$_;
-        my @c = split ' ', (<$rd> // "0 0 $total");
-        $sum[$_] += $c[$_] for 0 .. 2;
-        waitpid($pid, 0);
+    for my $c (@counts) {
+        $sum[$_] += $c->[$_] for 0 .. 2;
     }
     return @sum;
 }
@@ -261,7 +447,7 @@ sub burst {
 sub pipelined {
     my ($self, $path, $header, @values) = @_;
     my $method = $path =~ s/^HEAD // ? 'HEAD' : 'GET';
-    my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$self->{port}") or die "RLTest: connect: $!\n";
+    my $s = $self->connect;
     my %status;
     while (my @batch = splice(@values, 0, 200)) {
         print $s join '', map { "$method $path HTTP/1.1\r\nHost: t\r\n$header: $_\r\n\r\n" } @batch;
@@ -275,6 +461,8 @@ sub pipelined {
     return %status;
 }
 
+# ---- nginx -t, and the docs' examples ----------------------------------------
+
 # `nginx -t` of a whole configuration text: (exit code, output).
 sub nginx_t {
     my ($self, $text) = @_;
@@ -284,6 +472,30 @@ sub nginx_t {
     my $preload = $ENV{RL_PRELOAD} ? "LD_PRELOAD=$ENV{RL_PRELOAD} " : '';
     my $out = `$preload$self->{nginx} -t -p $p/ -c $file -e $p/test-error.log 2>&1`;
     return ($? >> 8, $out);
+}
+
+# A server on this instance's port with one location ("/" unless
+# $location names another, "= /d"), holding $text.
+sub one_location {
+    my ($text, $location) = @_;
+    return "server {\n    listen 127.0.0.1:%%PORT%%;\n    location ${\ ($location // '/')} { $text }\n}\n";
+}
+
+# `nginx -t` of what write_conf would write for $body and %opt.
+sub test_conf {
+    my ($self, $body, %opt) = @_;
+    return $self->nginx_t($self->conf_text($body, %opt));
+}
+
+# A configuration (test_conf's) that nginx -t must refuse, saying $re: two
+# assertions, named after $what.  Returns the output.
+sub conf_refused {
+    my ($self, $body, $re, $what) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my ($rc, $out) = $self->test_conf($body);
+    isnt($rc, 0, "nginx -t fails: $what");
+    like($out, $re, "nginx -t names it: $what");
+    return $out;
 }
 
 # The fenced code blocks of a Markdown file of the checkout (README.md,
@@ -390,8 +602,153 @@ sub doc_conf {
     return $self->conf_text("${extra}server {\n    listen 127.0.0.1:%%PORT%%;\n    location / {\n$text    }\n}\n");
 }
 
-sub error_log  { read_file("$_[0]{prefix}/error.log") }
-sub access_log { read_file("$_[0]{prefix}/access.log") }
+# ---- JSON answers (ratelimit_stats, ratelimit_api) ---------------------------
+
+# A response's JSON body, or undef.
+sub json_of {
+    my ($r) = @_;
+    return eval { JSON::PP::decode_json($r->{content}) };
+}
+
+sub get_json {
+    my ($self, $path, $headers) = @_;
+    return json_of($self->get($path, $headers));
+}
+
+# ratelimit_stats at /stats.
+sub stats        { $_[0]->get_json('/stats') }
+sub zone_stats   { $_[0]->stats->{zones}{ $_[1] } }
+sub rule_stats   { $_[0]->stats->{zones}{ $_[1] }{rules}{ $_[2] } }
+
+# What the key API (ratelimit_api at $opt{api}, /rl by default) says of a
+# key in one rule of a zone.
+sub key_rule {
+    my ($self, $zone, $key, $rule, %opt) = @_;
+    my $api = $opt{api} // '/rl';
+    return $self->get_json("$api/zones/$zone/keys?key=$key&rule=$rule")->{rules}[0];
+}
+
+# ---- files and logs ----------------------------------------------------------
+
+# The text of a file in the prefix (error.log, an access log, html/x), and
+# a file written there.
+sub file     { read_file("$_[0]{prefix}/$_[1]") }
+sub put_file { write_file("$_[0]{prefix}/$_[1]", $_[2]) }
+
+sub error_log  { $_[0]->file('error.log') }
+sub access_log { $_[0]->file('access.log') }
+
+# A log nginx may not have written yet (the log phase runs after the
+# response): waits until the file of the prefix ($opt{file}, error.log by
+# default) matches, $opt{timeout} s at most (5); returns its text.
+sub wait_log {
+    my ($self, $re, %opt) = @_;
+    my $text = '';
+    wait_until(sub { ($text = $self->file($opt{file} // 'error.log')) =~ $re }, $opt{timeout} // 5);
+    return $text;
+}
+
+# like() on such a log: the line once it is there.
+sub log_like {
+    my ($self, $re, $name, %opt) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    return like($self->wait_log($re, %opt), $re, $name);
+}
+
+# A folded message in the error log (from byte $opt{since}): how many lines
+# match $line_re, and the sum of the counts ($1) of the lines matching
+# $more_re, the ones that count the lines folded into them.
+sub folded {
+    my ($self, $line_re, $more_re, %opt) = @_;
+    my $log = substr($self->error_log, $opt{since} // 0);
+    my $lines = () = $log =~ /$line_re/g;
+    my $counted = 0;
+    $counted += $1 while $log =~ /$more_re/g;
+    return ($lines, $counted);
+}
+
+# folded(), once lines and counts add up to $total (or after $opt{timeout}
+# s, 10 by default).
+sub wait_folded {
+    my ($self, $line_re, $more_re, $total, %opt) = @_;
+    my @n;
+    wait_until(sub { @n = $self->folded($line_re, $more_re, %opt); $n[0] + $n[1] == $total }, $opt{timeout} // 10);
+    return @n;
+}
+
+# ---- processes ---------------------------------------------------------------
+
+# Runs $code in a child process: an object whose result() is the list
+# $code returned (numbers, strings, and array and hash refs of them), sent
+# back as JSON, and wait() its exit status.  The child ends with _exit: the
+# parent's END blocks and destructors (which stop nginx) do not run in it.
+sub spawn {
+    my ($code) = @_;
+    pipe(my $rd, my $wr) or die "RLTest: pipe: $!\n";
+    my $pid = fork() // die "RLTest: fork: $!\n";
+    if ($pid == 0) {
+        close $rd;
+        my @r = eval { $code->() };
+        print $wr JSON::PP->new->allow_nonref->encode($@ ? { error => "$@" } : { result => \@r });
+        close $wr;
+        POSIX::_exit($@ ? 1 : 0);
+    }
+    close $wr;
+    return bless { pid => $pid, rd => $rd }, 'RLTest::Child';
+}
+
+# Each code ref in its own process, all at once ({ gap => s } first: that
+# long between two starts); their results in order, each the first value
+# its code returned.
+sub parallel {
+    my (@codes) = @_;
+    my %opt = ref $codes[0] eq 'HASH' ? %{ shift @codes } : ();
+    my @kids;
+    for my $code (@codes) {
+        push @kids, spawn($code);
+        sleep $opt{gap} if $opt{gap};
+    }
+    return map { ($_->result)[0] } @kids;
+}
+
+# A TCP server for a test (a fake upstream, a fake Redis): a process that
+# accepts on $listen and serves each connection in a process of its own
+# ($serve->($socket)), all of them in a process group of their own, so that
+# kill('KILL', -$pid) stops them all.  Its pid.
+sub tcp_server {
+    my ($listen, $serve) = @_;
+    my $pid = fork() // die "RLTest: fork: $!\n";
+    if ($pid == 0) {
+        POSIX::setpgid(0, 0);
+        $SIG{PIPE} = 'IGNORE';
+        $SIG{CHLD} = 'IGNORE';
+        while (1) {
+            my $c = $listen->accept or next;
+            my $kid = fork();
+            if (defined $kid && $kid == 0) {
+                close $listen;
+                $serve->($c);
+                POSIX::_exit(0);
+            }
+            close $c;
+        }
+    }
+    POSIX::setpgid($pid, $pid);   # before any kill of the group, whichever runs first
+    close $listen;
+    return $pid;
+}
+
+# A private redis-server (t/lib/RLRedis.pm) where one is installed; else
+# undef, and a note of what goes untested.
+sub optional_redis {
+    my ($untested) = @_;
+    unless (-x ($ENV{RL_REDIS_SERVER} // '/usr/bin/redis-server')) {
+        diag("redis-server is not installed: $untested");
+        return undef;
+    }
+    require RLRedis;
+    return RLRedis->new->start;
+}
 
 sub wait_until {
     my ($cond, $timeout) = @_;
@@ -416,6 +773,38 @@ END {
         kill 'KILL', $pid;
         waitpid($pid, 0);
     }
+}
+
+package RLTest::Child;
+
+sub pid { $_[0]{pid} }
+
+# What the child's code returned (it dies with the child's error).
+sub result {
+    my ($self) = @_;
+    my $rd = $self->{rd};
+    my $text = do { local $/; <$rd> } // '';
+    close $rd;
+    waitpid($self->{pid}, 0);
+    my $out = eval { JSON::PP->new->allow_nonref->decode($text) }
+        or die "RLTest: process $self->{pid} returned nothing (exit status $?)\n";
+    die "RLTest: process $self->{pid}: $out->{error}" if exists $out->{error};
+    return @{ $out->{result} };
+}
+
+# Its exit status, once it ended; its output unread.
+sub wait {
+    my ($self) = @_;
+    close $self->{rd};
+    waitpid($self->{pid}, 0);
+    return $?;
+}
+
+# A signal (TERM by default), then wait().
+sub stop {
+    my ($self, $sig) = @_;
+    kill $sig // 'TERM', $self->{pid};
+    return $self->wait;
 }
 
 1;
