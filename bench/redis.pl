@@ -1,7 +1,8 @@
 #!/usr/bin/perl
 # Redis against the local zone, side by side in one run: one nginx worker,
 # a private redis-server on loopback, the same gcra rule in a local zone and
-# in a Redis zone.  Throughput with wrk -c64 (requests/s), and the latency a
+# in a Redis zone, and in the Redis zone with charge= (a second script call
+# as each request ends, not waited for).  Throughput with wrk -c64 (requests/s), and the latency a
 # request sees with one connection (wrk -c1 --latency: p50, p99), and the
 # worker's CPU time a request (/proc/<pid>/stat around the -c64 run), for one
 # key and for a random key among 1,000,000.  The locations run in turn,
@@ -41,6 +42,10 @@ server {
         ratelimit zone=fleet key=\$http_x_key limit=1000000 period=1s burst=1000000;
         alias %%PREFIX%%/html/;
     }
+    location /charged/ {
+        ratelimit zone=fleet key=\$http_x_key limit=1000000 period=1s burst=1000000 charge=1 name=charged;
+        alias %%PREFIX%%/html/;
+    }
     location /memory/ {
         ratelimit zone=fleet key=\$http_x_key limit=100 period=1h name=memory;
         alias %%PREFIX%%/html/;
@@ -77,14 +82,14 @@ for my $workload ([ 'one key', 'one_key.lua' ], [ '1M random keys', 'random_keys
     my ($name, $script) = @$workload;
     run_wrk('/redis/f', $script, 64);   # warm up: connections, script loaded
     for my $round (1 .. $rounds) {
-        for my $loc ('local', 'redis') {
+        for my $loc ('local', 'redis', 'charged') {
             my ($rps, undef, undef, $us) = run_wrk("/$loc/f", $script, 64);
             my (undef, $p50, $p99) = run_wrk("/$loc/f", $script, 1);
             push @{ $r{$name}{$loc}{rps} }, $rps;
             push @{ $r{$name}{$loc}{us} }, $us;
             push @{ $r{$name}{$loc}{p50} }, $p50;
             push @{ $r{$name}{$loc}{p99} }, $p99;
-            printf STDERR "  %-15s round %d %-6s %8.0f req/s %6.2f us/req  p50 %.3f ms  p99 %.3f ms\n",
+            printf STDERR "  %-15s round %d %-7s %8.0f req/s %6.2f us/req  p50 %.3f ms  p99 %.3f ms\n",
                 $name, $round, $loc, $rps, $us, $p50, $p99;
         }
     }
@@ -105,16 +110,20 @@ my $rv = (`redis-server --version` =~ /v=(\S+)/)[0];
 chomp(my $cores = `nproc`);
 printf "redis: nginx %s, redis %s, %d cores, 1 worker, wrk -t1 (-c64 for req/s, -c1 for latency), "
      . "%d rounds of %d s, medians\n", $v, $rv, $cores, $rounds, $seconds;
-printf "%-15s %-6s %10s %10s %10s %10s\n", 'workload', 'zone', 'req/s', 'worker us', 'p50 ms', 'p99 ms';
+printf "%-15s %-7s %10s %10s %10s %10s\n", 'workload', 'zone', 'req/s', 'worker us', 'p50 ms', 'p99 ms';
 for my $name ('one key', '1M random keys') {
-    for my $loc ('local', 'redis') {
-        printf "%-15s %-6s %10.0f %10.2f %10.3f %10.3f\n", $name, $loc,
+    for my $loc ('local', 'redis', 'charged') {
+        printf "%-15s %-7s %10.0f %10.2f %10.3f %10.3f\n", $name, $loc,
             map { median(@{ $r{$name}{$loc}{$_} }) } qw(rps us p50 p99);
     }
     my ($l, $rd) = map { $r{$name}{$_} } 'local', 'redis';
     printf "%-15s redis/local: %.2fx req/s, %.2fx worker CPU a request, +%.3f ms p50, +%.3f ms p99\n", $name,
         median(@{ $rd->{rps} }) / median(@{ $l->{rps} }), median(@{ $rd->{us} }) / median(@{ $l->{us} }),
         median(@{ $rd->{p50} }) - median(@{ $l->{p50} }), median(@{ $rd->{p99} }) - median(@{ $l->{p99} });
+    my $c = $r{$name}{charged};
+    printf "%-15s charged/redis: %.2fx req/s, %.2fx worker CPU a request, %+.3f ms p50, %+.3f ms p99\n", $name,
+        median(@{ $c->{rps} }) / median(@{ $rd->{rps} }), median(@{ $c->{us} }) / median(@{ $rd->{us} }),
+        median(@{ $c->{p50} }) - median(@{ $rd->{p50} }), median(@{ $c->{p99} }) - median(@{ $rd->{p99} });
 }
 printf "redis memory: %d keys, %.1f bytes a key (used_memory %d - %d empty); MEMORY USAGE of one key: %d bytes\n",
     $keys, ($used - $empty) / ($keys || 1), $used, $empty, $usage;

@@ -3,15 +3,15 @@
  * ngx-ratelimit: the key API on a zone with redis=.  A key's state is in
  * Redis, shared by the fleet: a look-up calls the script to decide each
  * rule's state twice without writing anything (a look, cost 0, and the next
- * request, of the rule's cost), a reset calls it to delete each rule's
- * state; on the zone's own connections, without blocking (the request
- * waits as a Redis-decided request does, at most redis_timeout).  The core
- * writes the calls and judges the replies (rl_redis_command,
- * rl_redis_answer) as for requests.  A zone with more rules than one call
- * takes is asked in several calls, one after the other (each reset logged
- * as its call is answered).  When Redis does not answer, or its answer is
- * refused, the API says so with 409: the client asked nothing wrong, and
- * the zone's state cannot be read or reset now.
+ * request, of the rule's cost; both show a ban), a reset calls it to
+ * delete each rule's state and ban; on the zone's own connections, without
+ * blocking (the request waits as a Redis-decided request does, at most
+ * redis_timeout).  The core writes the calls and judges the replies
+ * (rl_redis_command, rl_redis_answer) as for requests.  A zone with more
+ * rules than one call takes is asked in several calls, one after the other
+ * (each reset logged as its call is answered).  When Redis does not
+ * answer, or its answer is refused, the API says so with 409: the client
+ * asked nothing wrong, and the zone's state cannot be read or reset now.
  */
 
 
@@ -164,7 +164,9 @@ ngx_http_ratelimit_api_redis_done(ngx_http_ratelimit_redis_wait_t *w,
 
     for (i = 0; i < ar->calling; i++) {
         if (w->call == RL_REDIS_RESET) {
-            st[i].reset = (answer->found >> i) & 1 ? RL_RESET_HELD : 0;
+            st[i].reset = ((answer->found >> i) & 1 ? RL_RESET_HELD : 0)
+                          | ((answer->unbanned >> i) & 1 ? RL_RESET_UNBANNED
+                                                         : 0);
             ngx_http_ratelimit_api_log_reset(r, ar->q, &st[i]);
             continue;
         }
@@ -173,6 +175,7 @@ ngx_http_ratelimit_api_redis_done(ngx_http_ratelimit_redis_wait_t *w,
         pk->look = ar->checks[2 * i].decision;
         pk->next = ar->checks[2 * i + 1].decision;
         pk->held = pk->look.reset_ms > 0;
+        pk->banned_ms = ngx_max(pk->look.banned_ms, pk->next.banned_ms);
     }
 
     ar->done += ar->calling;

@@ -332,14 +332,15 @@ fold:
 /*
  * A request's value of a variable that is not valid for its rule (a cost,
  * limit or burst; the core's message says which, and what applies instead):
- * at warn, one line a second for a rule in a worker, the rest folded.
+ * at warn, one line a second for a rule in a worker, the rest folded.  With
+ * r NULL (a charge settled after its request ended), in the cycle's log.
  */
 
 void
 ngx_http_ratelimit_log_bad(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, const char *what)
 {
-    ngx_log_t   log;
+    ngx_log_t   log, *lp;
     ngx_msec_t  now;
 
     now = ngx_current_msec;
@@ -352,8 +353,9 @@ ngx_http_ratelimit_log_bad(ngx_http_request_t *r,
     }
 
     rule->bad_second = now;
+    lp = r ? ngx_http_ratelimit_request_log(r, &log) : ngx_cycle->log;
 
-    ngx_log_error(NGX_LOG_WARN, ngx_http_ratelimit_request_log(r, &log), 0,
+    ngx_log_error(NGX_LOG_WARN, lp, 0,
                   "ratelimit: rule \"%V\" in zone \"%V\": %s", &rule->name,
                   &ngx_http_ratelimit_zone_of(rule)->name, what);
 }
@@ -365,7 +367,9 @@ ngx_http_ratelimit_log_fold(ngx_http_request_t *r,
 {
     ngx_http_ratelimit_main_conf_t  *rmcf;
 
-    rmcf = ngx_http_get_module_main_conf(r, ngx_http_ratelimit_module);
+    rmcf = r ? ngx_http_get_module_main_conf(r, ngx_http_ratelimit_module)
+             : ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                                   ngx_http_ratelimit_module);
 
     rule->folded[kind]++;
 

@@ -10,7 +10,9 @@
  * on_redis_error, with a line in the log (folded).  A request waits on its
  * own timer (redis_timeout); when it fires, the connection is taken as
  * stuck and closed, and every request queued on it is decided by
- * on_redis_error.  The key API's calls (a peek, a reset) go the same way.
+ * on_redis_error.  The key API's calls (a peek, a reset) go the same way,
+ * and so do the charges of a request that ended, with no request waiting
+ * (ngx_http_ratelimit_redis_settle.c).
  */
 
 #include <ngx_config.h>
@@ -83,7 +85,7 @@ ngx_http_ratelimit_redis_send(ngx_http_ratelimit_redis_t *redis,
     w->start = ngx_http_ratelimit_redis_now_us();
     w->timer.handler = ngx_http_ratelimit_redis_timeout;
     w->timer.data = w;
-    w->timer.log = w->request->connection->log;
+    w->timer.log = w->request ? w->request->connection->log : ngx_cycle->log;
     ngx_add_timer(&w->timer, redis->timeout);   /* a graceful exit waits */
 
     return NGX_OK;
@@ -148,7 +150,6 @@ ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
 {
     ngx_int_t                         kind;
     const char                       *why;
-    ngx_connection_t                 *c;
     rl_redis_answer_t                 a;
     ngx_http_ratelimit_redis_t       *redis = conn->redis;
     ngx_http_ratelimit_redis_wait_t  *w;
@@ -230,9 +231,26 @@ ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
         (void) ngx_atomic_fetch_add(&redis->stats->errors, 1);
     }
 
-    c = w->request->connection;
-    w->handler(w, kind == RL_REDIS_DECIDED ? &a : NULL);
-    ngx_http_run_posted_requests(c);
+    ngx_http_ratelimit_redis_answered(w, kind == RL_REDIS_DECIDED ? &a : NULL);
+}
+
+
+/* A wait gets its answer (NULL: Redis failed the call), and the requests
+   posted meanwhile run. */
+
+void
+ngx_http_ratelimit_redis_answered(ngx_http_ratelimit_redis_wait_t *w,
+    rl_redis_answer_t *answer)
+{
+    ngx_connection_t  *c;
+
+    c = w->request ? w->request->connection : NULL;   /* a settle's: none */
+
+    w->handler(w, answer);
+
+    if (c != NULL) {
+        ngx_http_run_posted_requests(c);
+    }
 }
 
 
@@ -248,31 +266,14 @@ void
 ngx_http_ratelimit_redis_log_reply(ngx_http_ratelimit_redis_conn_t *conn,
     ngx_uint_t level, const char *why, rl_resp_t *reply, ngx_str_t *raw)
 {
-    ngx_msec_t                   now;
     ngx_http_ratelimit_redis_t  *redis = conn->redis;
     size_t                       n;
     u_char                       shown[RL_ESCAPED_MAX(
                                            NGX_HTTP_RATELIMIT_REDIS_SHOWN)];
 
-    now = ngx_current_msec;
-
-    if (redis->log_second != 0
-        && (ngx_msec_int_t) (now - redis->log_second) < 1000)
-    {
-        redis->log_folded++;
-
-        if (!redis->log_event.timer_set) {
-            redis->log_event.handler = ngx_http_ratelimit_redis_log_folded;
-            redis->log_event.data = redis;
-            redis->log_event.log = ngx_cycle->log;
-            redis->log_event.cancelable = 1;
-            ngx_add_timer(&redis->log_event, 1000);
-        }
-
+    if (!ngx_http_ratelimit_redis_log_now(redis, &redis->refused)) {
         return;
     }
-
-    redis->log_second = now;
 
     if (reply->type == RL_RESP_ERROR) {
         n = rl_escape((char *) shown, reply->str, reply->str_len,
@@ -289,21 +290,60 @@ ngx_http_ratelimit_redis_log_reply(ngx_http_ratelimit_redis_conn_t *conn,
 }
 
 
+ngx_uint_t
+ngx_http_ratelimit_redis_log_now(ngx_http_ratelimit_redis_t *redis,
+    ngx_http_ratelimit_redis_fold_t *fold)
+{
+    ngx_msec_t  now;
+
+    now = ngx_current_msec;
+
+    if (fold->second != 0 && (ngx_msec_int_t) (now - fold->second) < 1000) {
+        fold->folded++;
+
+        if (!fold->event.timer_set) {
+            fold->event.handler = ngx_http_ratelimit_redis_log_folded;
+            fold->event.data = redis;
+            fold->event.log = ngx_cycle->log;
+            fold->event.cancelable = 1;
+            ngx_add_timer(&fold->event, 1000);
+        }
+
+        return 0;
+    }
+
+    fold->second = now;
+
+    return 1;
+}
+
+
 static void
 ngx_http_ratelimit_redis_log_folded(ngx_event_t *ev)
 {
-    ngx_http_ratelimit_redis_t  *redis = ev->data;
+    const char                       *what;
+    ngx_http_ratelimit_redis_t       *redis = ev->data;
+    ngx_http_ratelimit_redis_fold_t  *fold;
 
-    if (redis->log_folded == 0) {
+    if (ev == &redis->refused.event) {
+        fold = &redis->refused;
+        what = "replies refused";
+
+    } else {
+        fold = &redis->undelivered;
+        what = "charges not delivered";
+    }
+
+    if (fold->folded == 0) {
         return;
     }
 
     ngx_log_error(NGX_LOG_WARN, ev->log, 0,
-                  "ratelimit: redis %V: %ui more replies refused in zone "
-                  "\"%V\" (repeats not logged one by one)", &redis->server,
-                  redis->log_folded, &redis->zone);
+                  "ratelimit: redis %V: %ui more %s in zone \"%V\" "
+                  "(repeats not logged one by one)", &redis->server,
+                  fold->folded, what, &redis->zone);
 
-    redis->log_folded = 0;
+    fold->folded = 0;
 }
 
 
@@ -366,12 +406,11 @@ ngx_http_ratelimit_redis_redirect(ngx_http_ratelimit_redis_wait_t *w,
 }
 
 
-/* A request waited redis_timeout: the connection is taken as stuck. */
+/* A call waited redis_timeout: the connection is taken as stuck. */
 
 static void
 ngx_http_ratelimit_redis_timeout(ngx_event_t *ev)
 {
-    ngx_connection_t                 *c;
     ngx_http_ratelimit_redis_conn_t  *conn;
     ngx_http_ratelimit_redis_wait_t  *w = ev->data;
 
@@ -386,9 +425,7 @@ ngx_http_ratelimit_redis_timeout(ngx_event_t *ev)
         ngx_http_ratelimit_redis_fail(conn, "timed out", 1);
     }
 
-    c = w->request->connection;
-    w->handler(w, NULL);
-    ngx_http_run_posted_requests(c);
+    ngx_http_ratelimit_redis_answered(w, NULL);
 }
 
 

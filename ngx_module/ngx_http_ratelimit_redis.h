@@ -30,6 +30,8 @@ typedef struct {
     ngx_atomic_t   timeouts;      /* no reply within redis_timeout */
     ngx_atomic_t   fallbacks;     /* requests decided by on_redis_error */
     ngx_atomic_t   reconnects;    /* connections opened */
+    ngx_atomic_t   charges;       /* requests' charges settled in Redis */
+    ngx_atomic_t   undelivered;   /*   and not: no reply, or one refused */
     ngx_atomic_t   latency[NGX_HTTP_RATELIMIT_REDIS_BUCKETS + 1];
     ngx_atomic_t   latency_us;    /* sum */
 } ngx_http_ratelimit_redis_stats_t;
@@ -43,7 +45,8 @@ typedef struct ngx_http_ratelimit_redis_wait_s  ngx_http_ratelimit_redis_wait_t;
 typedef void (*ngx_http_ratelimit_redis_done_pt)(
     ngx_http_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
 
-/* a request waiting for Redis, in the request's pool */
+/* a request waiting for Redis, in the request's pool; or a request's
+   charges being settled after it ended (request NULL: the handler frees it) */
 struct ngx_http_ratelimit_redis_wait_s {
     ngx_http_request_t                *request;
     ngx_http_ratelimit_redis_done_pt   handler;
@@ -58,6 +61,15 @@ struct ngx_http_ratelimit_redis_wait_s {
     unsigned                           timed_out:1;
     unsigned                           redirects:3;  /* MOVED, ASK */
 };
+
+
+/* lines of a kind, folded: one a second, the rest counted in a line a
+   second */
+typedef struct {
+    ngx_msec_t                         second;
+    ngx_uint_t                         folded;
+    ngx_event_t                        event;
+} ngx_http_ratelimit_redis_fold_t;
 
 
 struct ngx_http_ratelimit_redis_s {
@@ -81,9 +93,11 @@ struct ngx_http_ratelimit_redis_s {
     void                             **nodes;
     ngx_uint_t                         nnodes;
     u_char                            *slots;
-    ngx_msec_t                         log_second; /* a refused reply's */
-    ngx_uint_t                         log_folded; /*   line, the others */
-    ngx_event_t                        log_event;  /*   counted */
+    ngx_http_ratelimit_redis_fold_t    refused;     /* replies refused */
+    ngx_http_ratelimit_redis_fold_t    undelivered; /* charges not settled */
+    void                              *free;        /* settles' blocks to
+                                                       use again */
+    ngx_uint_t                         nfree;
 };
 
 
@@ -112,5 +126,19 @@ void ngx_http_ratelimit_redis_close(ngx_http_ratelimit_redis_t *redis);
 
 /* Forgets a request that goes away while it waits. */
 void ngx_http_ratelimit_redis_cancel(ngx_http_ratelimit_redis_wait_t *w);
+
+/* 1 if a line of this kind may be written now; else it is counted, and
+   written as a count within a second (what: "replies refused", ...). */
+ngx_uint_t ngx_http_ratelimit_redis_log_now(ngx_http_ratelimit_redis_t *redis,
+    ngx_http_ratelimit_redis_fold_t *fold);
+
+/*
+ * Sends the charges of a request that ended, decided in Redis: the checks
+ * that settle one (rl_check_charges, a charge known), copied, in one script
+ * call on the worker's connections, without waiting for the reply
+ * (ngx_http_ratelimit_redis_settle.c).
+ */
+void ngx_http_ratelimit_redis_settle(ngx_http_ratelimit_redis_t *redis,
+    rl_request_t *rq);
 
 #endif /* NGX_HTTP_RATELIMIT_REDIS_H */

@@ -515,7 +515,6 @@ ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
     const char *why, ngx_uint_t timeout)
 {
     ngx_uint_t                        i, n;
-    ngx_connection_t                 *c;
     ngx_http_ratelimit_redis_t       *redis = conn->redis;
     ngx_http_ratelimit_redis_wait_t  *w, *failed[NGX_HTTP_RATELIMIT_REDIS_RING];
 
@@ -561,8 +560,6 @@ ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
         (void) ngx_atomic_fetch_add(timeout ? &redis->stats->timeouts
                                             : &redis->stats->errors, 1);
 
-        c = w->request->connection;
-        w->handler(w, NULL);
-        ngx_http_run_posted_requests(c);
+        ngx_http_ratelimit_redis_answered(w, NULL);
     }
 }

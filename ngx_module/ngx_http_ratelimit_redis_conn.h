@@ -90,5 +90,7 @@ void ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
     rl_resp_t *reply, ngx_str_t *raw);
 void ngx_http_ratelimit_redis_log_reply(ngx_http_ratelimit_redis_conn_t *conn,
     ngx_uint_t level, const char *why, rl_resp_t *reply, ngx_str_t *raw);
+void ngx_http_ratelimit_redis_answered(ngx_http_ratelimit_redis_wait_t *w,
+    rl_redis_answer_t *answer);
 
 #endif /* NGX_HTTP_RATELIMIT_REDIS_CONN_H */

@@ -13,8 +13,10 @@
  * charge= spends what its value says, evaluated once; a concurrency rule's
  * slot and place in a queue are given back, and a request waiting in this
  * worker for a slot is woken.  The core settles every rule under the
- * zones' locks, taken once (rl_request_end).  A request that never reaches
- * the log phase is settled by its context's cleanup, without charges.
+ * zones' locks, taken once (rl_request_end); a request decided in Redis
+ * has its charges sent there (ngx_http_ratelimit_redis_settle.c).  A
+ * request that never reaches the log phase is settled by its context's
+ * cleanup, without charges.
  */
 
 
@@ -159,9 +161,11 @@ ngx_http_ratelimit_ctx_cleanup(void *data)
 
 /*
  * Settles the request, once: with charges evaluated (charges: in the log
- * phase) or without.  Only what this server's zones decided holds anything
- * here: no rule that settles at the end is decided in Redis
- * (rl_redis_rule_ok), and a fail mode that allowed or denied held nothing.
+ * phase) or without (the cost each charge= rule reserved stands).  A
+ * request decided in Redis is settled there, its charges sent and not
+ * waited for (a Redis zone has no rule that ends here but charge= ones:
+ * rl_redis_rule_ok); one decided by on_redis_error=allow or deny reserved
+ * nothing, and is charged nothing.
  */
 
 void
@@ -175,7 +179,8 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
 
     if (!ctx->ends || ctx->ended || !ctx->kept
         || (ctx->decided_by != NGX_HTTP_RATELIMIT_BY_LOCAL
-            && ctx->decided_by != NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL))
+            && ctx->decided_by != NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL
+            && ctx->decided_by != NGX_HTTP_RATELIMIT_BY_REDIS))
     {
         return;
     }
@@ -189,6 +194,18 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
         c->charge = charges && rl_check_charges(c)
                     ? ngx_http_ratelimit_charge_value(r, rule, c)
                     : RL_NO_CHARGE;
+    }
+
+    if (ctx->decided_by == NGX_HTTP_RATELIMIT_BY_REDIS) {
+        rule = ngx_http_ratelimit_rule_of(&ctx->rq.checks[0]);
+        ngx_http_ratelimit_redis_settle(ngx_http_ratelimit_zone_of(rule)->redis,
+                                        &ctx->rq);
+
+        if (charges) {
+            ngx_http_ratelimit_charged(r, ctx);
+        }
+
+        return;
     }
 
     ngx_http_ratelimit_lock(&ctx->rq, 1);
@@ -213,7 +230,8 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
 
 /*
  * What the request's charges came to: $ratelimit_charged (the first
- * charging rule's units), and a line for a charge the debt's bound cut.
+ * charging rule's units; in Redis, the units sent), and a line for a charge
+ * the debt's bound cut (in Redis: when its reply says so).
  */
 
 static void

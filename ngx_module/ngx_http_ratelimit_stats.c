@@ -456,6 +456,8 @@ ngx_http_ratelimit_snapshot_redis(ngx_http_request_t *r,
     f->timeouts = rs->timeouts;
     f->fallbacks = rs->fallbacks;
     f->reconnects = rs->reconnects;
+    f->charges = rs->charges;
+    f->undelivered = rs->undelivered;
     f->latency_us = rs->latency_us;
 
     for (k = 0; k < RL_REDIS_LATENCY_BUCKETS; k++) {

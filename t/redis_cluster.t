@@ -3,7 +3,9 @@
 # the first.  A request's keys carry one hash tag (its key), so stacked rules
 # stay one atomic script; MOVED teaches each worker where a slot lives; keys
 # spread over the three; limits are exact across the servers.  An ASK during
-# a slot migration is followed once.
+# a slot migration is followed once.  Charges (charge=) go to the master of
+# their key's slot as requests end, and bans (ban=) live beside the key's
+# state, in its slot.
 use strict;
 use warnings;
 use FindBin;
@@ -35,6 +37,10 @@ server {
         ratelimit zone=cl key=\$http_x_key algorithm=sliding_window limit=1000 period=1h name=second;
         alias %%PREFIX%%/html/;
     }
+    location /charged/ {
+        ratelimit zone=cl key=\$http_x_key algorithm=fixed_window limit=10 period=1h charge=3 ban=1h name=charged;
+        alias %%PREFIX%%/html/;
+    }
     location = /stats { ratelimit_stats; }
 }
 EOF2
@@ -56,6 +62,34 @@ my ($ok, $limited, $other) = RLTest::burst(ports => [ map { $_->port } @fleet ],
 is($ok, 100, 'stacked on a cluster: exactly 100 of 400 admitted');
 is($limited + $other, 300, 'the rest rejected');
 
+# charges to the key's master, from either server: 20 keys, each charged 3
+# a request (of 10 an hour): four served (the fourth into the next window),
+# the fifth refused and banned, the sixth banned
+sub charges_settled {
+    my $sum = 0;
+    $sum += $_->zone_stats('cl')->{redis}{charges} for @fleet;
+    return $sum;
+}
+my ($sent, $charged_ok) = (0, 1);
+for my $k (1 .. 20) {
+    my @s;
+    for my $i (1 .. 6) {
+        my $r = $fleet[ $i % 2 ]->get('/charged/index.html', { 'X-Key' => "charged-$k" });
+        push @s, $r->{status};
+        push @s, "(Retry-After $r->{headers}{'retry-after'})" if $i == 5;   # the ban's
+        if ($r->{status} == 200) {
+            $sent++;
+            RLTest::wait_until(sub { charges_settled() >= $sent }, 10);
+        }
+    }
+    $charged_ok &&= "@s" eq '200 200 200 200 429 (Retry-After 3600) 429' or diag("charged-$k: @s");
+}
+ok($charged_ok, '20 keys charged over two servers: four served, then refused and banned, for each');
+is(charges_settled(), 80, 'every charge settled by the master of its key');
+my $keys = 0;
+$keys += scalar(@{ $_->cmd('KEYS', 'ratelimit:*') }) for @nodes;
+is($keys, 60 + 2 + 20 * 2, "each charged key's state and ban in the cluster, beside the others' states");
+
 # a slot migrating: its keys answered with ASK by the old master
 my $key = 'migrating';
 my $tag = `printf '%s' '$key' | sha256sum`;
@@ -75,6 +109,7 @@ for my $t (@fleet) {
     my $s = $t->zone_stats('cl')->{redis};
     is($s->{fallbacks}, 0, 'no fallback on ' . $t->port);
     is($s->{errors}, 0, 'no error on ' . $t->port);
+    is($s->{undelivered}, 0, 'no charge lost on ' . $t->port);
 }
 unlike($fleet[0]->error_log, qr/ratelimit: redis/, 'nothing logged about Redis');
 $_->stop() for @fleet;

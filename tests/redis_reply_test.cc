@@ -2,7 +2,7 @@
 // value at its bound and one past it, wrong types, wrong counts, error
 // replies, redirections out of shape), the reader's length bound, and the
 // core's own decisions on random steady traces (what the script gives, as
-// tests/redis_test.cc shows) always taken.
+// tests/redis_trace_test.cc shows) always taken.
 #include <random>
 #include <string>
 #include <vector>
@@ -11,7 +11,10 @@
 
 namespace {
 
-// An answer of the script for one check: {request, then the check's 8}.
+// The script's clock in the answers here.
+const int64_t kNow = kT0;
+
+// An answer of the script: {request, clock, then each check's 10}.
 struct Reply {
     rl_resp_t r{};
 
@@ -43,10 +46,23 @@ struct One {
         rq.n = 1;
     }
 
-    // The kind of the answer; why in *why.
+    // The script's whole answer from {request, the check's first 8}: its
+    // clock (kNow), no ban, and the head's t after a commit as the script
+    // gives it (a millisecond after its clock) when the check commits.
+    std::vector<int64_t> of(std::vector<int64_t> items, int call = RL_REDIS_DECIDE) const
+    {
+        const bool committed = call == RL_REDIS_DECIDE && items[0] == 1 && items[1] == 1 && c.cost > 0;
+        items.insert(items.begin() + 1, kNow);
+        items.push_back(0);
+        items.push_back(committed ? kNow + 1 : 0);
+        return items;
+    }
+
+    // The kind of the answer (given as of() takes it, or whole); why in
+    // *why.
     int answer(const std::vector<int64_t> &items, std::string *why = nullptr, int call = RL_REDIS_DECIDE)
     {
-        Reply reply(items);
+        Reply reply(items.size() == 9 ? of(items, call) : items);
         rl_redis_answer_t a;
         const int kind = rl_redis_answer(&rq, call, &reply.r, &a);
         if (why != nullptr) {
@@ -84,7 +100,7 @@ TEST(RedisAnswer, ADecisionInRangeConcludesTheRequest)
     EXPECT_EQ(one.c.decision.remaining, 9u);
     EXPECT_EQ(one.c.decision.reset_ms, 6000);
     EXPECT_EQ(one.c.decision.quota, 10u);  // the policy is the core's
-    Reply r(request(0, {0, 0, 0, 60000, 6000, 0, 60000, 6000}));
+    Reply r(one.of(request(0, {0, 0, 0, 60000, 6000, 0, 60000, 6000})));
     rl_redis_answer_t a;
     ASSERT_EQ(rl_redis_answer(&one.rq, RL_REDIS_DECIDE, &r.r, &a), RL_REDIS_DECIDED) << a.why;
     EXPECT_EQ(a.verdict, RL_VERDICT_REJECTED);
@@ -234,64 +250,83 @@ TEST(RedisAnswer, TheRequestsAnswerFollowsItsRulesAndCombine)
     rl_request_t rq{};
     rq.checks = c;
     rq.n = 3;
-    const std::vector<int64_t> yes = {1, 0, 4, 60000, 0, 0, 60000, 60000};
-    const std::vector<int64_t> no = {0, 0, 0, 60000, 60000, 0, 60000, 60000};
-    auto reply = [&](int64_t all, const std::vector<int64_t> &x, const std::vector<int64_t> &y) {
-        std::vector<int64_t> v = {all};
+    const std::vector<int64_t> yes = {1, 0, 4, 60000, 0, 0, 60000, 60000, 0};
+    const std::vector<int64_t> no = {0, 0, 0, 60000, 60000, 0, 60000, 60000, 0};
+    // each check's 9, then after: the head's t once committed, else 0
+    auto reply = [&](int64_t all, std::vector<int64_t> x, int64_t xa, std::vector<int64_t> y, int64_t ya) {
+        std::vector<int64_t> v = {all, kNow};
+        x.push_back(xa);
+        y.push_back(ya);
         v.insert(v.end(), x.begin(), x.end());
         v.insert(v.end(), y.begin(), y.end());
         return Reply(v);
     };
+    const int64_t end = kNow + 60000;
     rl_redis_answer_t out;
-    Reply r = reply(1, yes, yes);
+    Reply r = reply(1, yes, end, yes, end);
     EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_DECIDE, &r.r, &out), RL_REDIS_DECIDED) << out.why;
     EXPECT_EQ(out.verdict, RL_VERDICT_PASSED);
-    r = reply(1, yes, no);
+    EXPECT_EQ(c[0].at, kNow);  // what settling a charge gives back
+    EXPECT_EQ(c[2].after.t, end);
+    r = reply(1, yes, end, no, 0);
     EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_DECIDE, &r.r, &out), RL_REDIS_FAILED);
     EXPECT_EQ(std::string(out.why), "the request's answer is 1 where its rules' answers make it 0 (1 of 2 allowing)");
     rq.combine = RL_COMBINE_ANY;
     EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_DECIDE, &r.r, &out), RL_REDIS_DECIDED) << out.why;
-    r = reply(0, yes, no);
+    r = reply(0, yes, 0, no, 0);
     EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_DECIDE, &r.r, &out), RL_REDIS_FAILED);
-    // a peek combines with all, whatever the request's combine
+    // a peek combines with all, whatever the request's combine, and commits
+    // nothing
+    r = reply(0, yes, end, no, 0);
+    EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_PEEK, &r.r, &out), RL_REDIS_FAILED);
+    EXPECT_EQ(std::string(out.why), "after of rule \"a\" is 1767225660000: it can only be 0 (nothing committed)");
+    r = reply(0, yes, 0, no, 0);
     EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_PEEK, &r.r, &out), RL_REDIS_DECIDED) << out.why;
     EXPECT_EQ(c[0].decision.remaining, 4u);
     EXPECT_EQ(c[2].decision.retry_after_ms, 60000);
-    // the exempt check's place is not in the reply: 17 items
-    Reply three = Reply(std::vector<int64_t>(1 + 8 * 3, 0));
+    // the exempt check's place is not in the reply: 22 items
+    Reply three = Reply(std::vector<int64_t>(2 + 10 * 3, 0));
     EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_DECIDE, &three.r, &out), RL_REDIS_FAILED);
-    EXPECT_EQ(std::string(out.why), "an array of 25 items, expected 17 integers");
+    EXPECT_EQ(std::string(out.why), "an array of 32 items, expected 22 integers");
 }
 
 TEST(RedisAnswer, RepliesOfTheWrongShape)
 {
     One one("limit=10", 1);
     rl_redis_answer_t a;
+    std::string why;
     auto kind_of = [&](const std::string &bytes) {
         rl_resp_t r;
         EXPECT_EQ(rl_resp_parse(bytes.data(), bytes.size(), &r), (long) bytes.size()) << bytes;
         return rl_redis_answer(&one.rq, RL_REDIS_DECIDE, &r, &a);
     };
     EXPECT_EQ(kind_of("+OK\r\n"), RL_REDIS_FAILED);
-    EXPECT_EQ(std::string(a.why), "a status reply, expected an array of 9 integers");
+    EXPECT_EQ(std::string(a.why), "a status reply, expected an array of 12 integers");
     EXPECT_EQ(kind_of(":1\r\n"), RL_REDIS_FAILED);
     EXPECT_EQ(kind_of("$-1\r\n"), RL_REDIS_FAILED);
-    EXPECT_EQ(std::string(a.why), "a nil, expected an array of 9 integers");
+    EXPECT_EQ(std::string(a.why), "a nil, expected an array of 12 integers");
     EXPECT_EQ(kind_of("$5\r\nhello\r\n"), RL_REDIS_FAILED);
     EXPECT_EQ(kind_of("*-1\r\n"), RL_REDIS_FAILED);
     EXPECT_EQ(kind_of("*0\r\n"), RL_REDIS_FAILED);
     EXPECT_EQ(kind_of("*2\r\n:1\r\n:1\r\n"), RL_REDIS_FAILED);
-    EXPECT_EQ(std::string(a.why), "an array of 2 items, expected 9 integers");
-    // nine items, one of them nested, or a string
-    std::string nested = "*9\r\n:1\r\n*1\r\n:0\r\n";
-    std::string text = "*9\r\n:1\r\n$1\r\n0\r\n";
-    for (int i = 0; i < 7; i++) {
+    EXPECT_EQ(std::string(a.why), "an array of 2 items, expected 12 integers");
+    // twelve items, one of them nested, or a string
+    std::string nested = "*12\r\n:1\r\n*1\r\n:0\r\n";
+    std::string text = "*12\r\n:1\r\n$1\r\n0\r\n";
+    for (int i = 0; i < 10; i++) {
         nested += ":0\r\n";
         text += ":0\r\n";
     }
     EXPECT_EQ(kind_of(nested), RL_REDIS_FAILED);
-    EXPECT_EQ(std::string(a.why), "an array of 9 items not all integers, expected 9 integers");
+    EXPECT_EQ(std::string(a.why), "an array of 12 items not all integers, expected 12 integers");
     EXPECT_EQ(kind_of(text), RL_REDIS_FAILED);
+    // the script's clock: a time from 1970 that Lua's numbers hold exactly
+    for (int64_t now : {(int64_t) 0, (int64_t) -1, (int64_t) RL_REDIS_UNITS_MAX + 1}) {
+        std::vector<int64_t> v = one.of({0, 0, 0, 0, 1000, 1000, 0, 1000, 1000});
+        v[1] = now;
+        EXPECT_EQ(one.answer(v, &why), RL_REDIS_FAILED) << now;
+        EXPECT_EQ(why.find("the script's clock is "), 0u) << why;
+    }
 }
 
 TEST(RedisAnswer, ErrorRepliesNoscriptAndRedirections)
@@ -365,11 +400,176 @@ TEST(RedisAnswer, AResetSaysWhichRulesHadAState)
     Reply ok({1, 1, 0, 1});
     ASSERT_EQ(rl_redis_answer(&rq, RL_REDIS_RESET, &ok.r, &a), RL_REDIS_DECIDED) << a.why;
     EXPECT_EQ(a.found, 5u);
+    EXPECT_EQ(a.unbanned, 0u);
+    // 2: a ban lifted (ban=), with or without a state
+    Reply bans({1, 3, 2, 0});
+    ASSERT_EQ(rl_redis_answer(&rq, RL_REDIS_RESET, &bans.r, &a), RL_REDIS_DECIDED) << a.why;
+    EXPECT_EQ(a.found, 1u);
+    EXPECT_EQ(a.unbanned, 3u);
     for (const std::vector<int64_t> &bad :
-         std::vector<std::vector<int64_t>>{{1, 1, 0}, {1, 1, 0, 2}, {1, -1, 0, 0}, {0, 1, 0, 1}, {1, 1, 0, 1, 1}}) {
+         std::vector<std::vector<int64_t>>{{1, 1, 0}, {1, 1, 0, 4}, {1, -1, 0, 0}, {0, 1, 0, 1}, {1, 1, 0, 1, 1}}) {
         Reply b(bad);
         EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_RESET, &b.r, &a), RL_REDIS_FAILED);
     }
+}
+
+// ban=: a ban's time only from a ban= rule, at most its length (and the
+// clock's slack), and only on a refusal (a peek's look shows it too); its
+// refusals wait up to the ban's end.
+TEST(RedisAnswer, ABanIsABanRulesRefusalAtMostItsLength)
+{
+    const int64_t ban = 3600000 + kSlack;
+    One banned("algorithm=sliding_log limit=5 period=1s ban=1h", 1);
+    std::string why;
+    std::vector<int64_t> v = banned.of(request(0, {0, 0, 0, ban, ban, 0, 1000, ban}));
+    v[2 + 8] = ban;
+    ASSERT_EQ(banned.answer(v, &why), RL_REDIS_DECIDED) << why;
+    EXPECT_EQ(banned.c.decision.banned_ms, ban);
+    v[2 + 8] = ban + 1;
+    EXPECT_EQ(banned.answer(v, &why), RL_REDIS_FAILED);
+    EXPECT_EQ(why, "banned_ms of rule \"sliding_log_5_1s\" is 3660001: it can only be 0 to 3660000");
+    EXPECT_EQ(banned.answer(request(0, {0, 0, 0, ban, ban + 1, 0, 1000, ban}), &why), RL_REDIS_FAILED);
+    // admitted: never banned, but a peek's look (cost 0) shows the ban
+    v = banned.of(request(1, {1, 0, 4, 1000, 0, 0, 1000, 1000}));
+    v[2 + 8] = 1000;
+    EXPECT_EQ(banned.answer(v, &why), RL_REDIS_FAILED);
+    EXPECT_EQ(why, "banned_ms of rule \"sliding_log_5_1s\" is 1000: it can only be 0");
+    EXPECT_EQ(banned.answer(v, &why, RL_REDIS_PEEK), RL_REDIS_FAILED);
+    One look("algorithm=sliding_log limit=5 period=1s ban=1h", 0);
+    v = look.of(request(1, {1, 0, 5, 0, 0, 0, 1000, 0}), RL_REDIS_PEEK);
+    v[2 + 8] = 1000;
+    EXPECT_EQ(look.answer(v, &why, RL_REDIS_PEEK), RL_REDIS_DECIDED) << why;
+    EXPECT_EQ(look.c.decision.banned_ms, 1000);
+    // a rule without ban=: none
+    One plain("algorithm=sliding_log limit=5 period=1s", 1);
+    v = plain.of(request(0, {0, 0, 0, 1000, 1000, 0, 1000, 1000}));
+    v[2 + 8] = 1;
+    EXPECT_EQ(plain.answer(v, &why), RL_REDIS_FAILED);
+    EXPECT_EQ(why, "banned_ms of rule \"sliding_log_5_1s\" is 1: it can only be 0");
+}
+
+// charge=: a key may owe a limit beyond an empty budget, and waits for it.
+TEST(RedisAnswer, ADebtsWaitIsWithinTheRulesBound)
+{
+    struct Case {
+        const char *rule;
+        int64_t longest;  // on a steady clock, with a debt
+        int64_t window;
+    } cases[] = {
+        // 10 of debt beyond a burst of 10, at 10 a minute
+        {"algorithm=gcra limit=10 period=1m charge=$c", 120000, 60000},
+        {"algorithm=token_bucket limit=10 period=1m burst=30 charge=$c", 240000, 60000},
+        // carried into the next window
+        {"algorithm=fixed_window limit=5 period=1h charge=$c", 7200000, 3600000},
+        {"algorithm=quota limit=5 reset=daily charge=$c", 2 * 86400000LL, 86400000},
+        // owed up to two windows and a tick, then the window as it is then
+        {"algorithm=sliding_window limit=5 period=1m buckets=6 charge=$c", 3 * 60000 + 2 * 10000 + 2, 60000},
+        // the log moved a period later
+        {"algorithm=sliding_log limit=5 period=10s charge=$c", 20000, 10000},
+        // a ban longer than any debt
+        {"algorithm=sliding_log limit=5 period=10s charge=$c ban=1h", 3600000, 10000},
+    };
+    for (const Case &k : cases) {
+        One one(k.rule, 1);
+        const int64_t most = k.longest + kSlack;
+        std::string why;
+        EXPECT_EQ(one.answer(request(0, {0, 0, 0, most, most, 0, k.window, most}), &why), RL_REDIS_DECIDED)
+            << k.rule << ": " << why;
+        EXPECT_EQ(one.answer(request(0, {0, 0, 0, most + 1, most, 0, k.window, most})), RL_REDIS_FAILED) << k.rule;
+        EXPECT_EQ(one.answer(request(0, {0, 0, 0, most, most + 1, 0, k.window, most})), RL_REDIS_FAILED) << k.rule;
+        EXPECT_EQ(one.answer(request(0, {0, 0, 0, most, most, 0, k.window, most + 1})), RL_REDIS_FAILED) << k.rule;
+    }
+}
+
+// The head's t after a commit (what settling a charge gives back): there
+// exactly when the check commits, from the script's clock to its longest
+// wait after it.
+TEST(RedisAnswer, AfterIsTheHeadsTimeExactlyWhenTheCheckCommits)
+{
+    One one("algorithm=fixed_window limit=5 period=1m charge=$c", 1);
+    const int64_t most = kNow + 120000 + kSlack;  // a window carried into the next
+    std::string why;
+    std::vector<int64_t> v = one.of(request(1, {1, 0, 4, 60000, 0, 0, 60000, 60000}));
+    for (int64_t after : {kNow, kNow + 60000, most}) {
+        v.back() = after;
+        EXPECT_EQ(one.answer(v, &why), RL_REDIS_DECIDED) << after << ": " << why;
+        EXPECT_EQ(one.c.after.t, after);
+        EXPECT_EQ(one.c.at, kNow);
+    }
+    for (int64_t after : {(int64_t) 0, kNow - 1, most + 1, INT64_MIN}) {
+        v.back() = after;
+        EXPECT_EQ(one.answer(v, &why), RL_REDIS_FAILED) << after;
+        EXPECT_EQ(why.find("after of rule \"fixed_window_5_1m\" is "), 0u) << why;
+    }
+    // refused, or a look (cost 0): nothing committed
+    v = one.of(request(0, {0, 0, 0, 60000, 60000, 0, 60000, 60000}));
+    v.back() = kNow + 1;
+    EXPECT_EQ(one.answer(v, &why), RL_REDIS_FAILED);
+    EXPECT_EQ(why, "after of rule \"fixed_window_5_1m\" is 1767225600001: it can only be 0 (nothing committed)");
+    One look("algorithm=fixed_window limit=5 period=1m", 0);
+    v = look.of(request(1, {1, 0, 5, 0, 0, 0, 60000, 0}));
+    EXPECT_EQ(v.back(), 0);
+    EXPECT_EQ(look.answer(v, &why), RL_REDIS_DECIDED) << why;
+    v.back() = kNow + 1;
+    EXPECT_EQ(look.answer(v, &why), RL_REDIS_FAILED);
+}
+
+// A settle's answer: for each check that settles (charge= admitted, its
+// charge known), the units charged, in debt, capped.
+TEST(RedisAnswer, ASettleSaysWhatEachCheckCharged)
+{
+    rl_rule_t tokens = rule_of("algorithm=gcra limit=10 period=1m charge=$c name=tokens");
+    rl_rule_t plain = rule_of("limit=10 name=plain");
+    rl_check_t c[4] = {};
+    const rl_rule_t *rules[4] = {&tokens, &plain, &tokens, &tokens};
+    const int outcomes[4] = {RL_OUTCOME_ALLOWED, RL_OUTCOME_ALLOWED, RL_OUTCOME_REJECTED, RL_OUTCOME_DELAYED};
+    for (int i = 0; i < 4; i++) {
+        c[i].rule = rules[i];
+        c[i].key = "k";
+        c[i].key_len = 1;
+        c[i].cost = 1;
+        c[i].outcome = outcomes[i];
+        c[i].charge = 15;
+    }
+    c[3].charge = RL_NO_CHARGE;  // its value is not known: the reservation stands
+    rl_request_t rq{};
+    rq.checks = c;
+    rq.n = 4;
+    rl_redis_answer_t a;
+    // the first check only; a bucket of 10 owes at most 10 more: 20
+    Reply ok({1, 15, 1, 0});
+    ASSERT_EQ(rl_redis_answer(&rq, RL_REDIS_SETTLE, &ok.r, &a), RL_REDIS_DECIDED) << a.why;
+    EXPECT_EQ(c[0].charged, 15u);
+    EXPECT_EQ(c[0].in_debt, 1);
+    EXPECT_EQ(c[0].capped, 0);
+    Reply cut({1, 12, 1, 1});
+    ASSERT_EQ(rl_redis_answer(&rq, RL_REDIS_SETTLE, &cut.r, &a), RL_REDIS_DECIDED) << a.why;
+    EXPECT_EQ(c[0].charged, 12u);
+    EXPECT_EQ(c[0].capped, 1);
+    for (const std::vector<int64_t> &bad : std::vector<std::vector<int64_t>>{
+             {1, 16, 1, 1},        // more than the charge
+             {1, 12, 1, 0},        // less, not capped
+             {1, 0, 1, 1},         // in debt, nothing charged
+             {1, -1, 0, 1},        // negative
+             {1, 15, 2, 0},        // a flag of 2
+             {0, 15, 1, 0},        // not the settle's first item
+             {1, 15, 1, 0, 1, 0},  // two checks' worth
+         }) {
+        Reply b(bad);
+        EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_SETTLE, &b.r, &a), RL_REDIS_FAILED) << bad.size();
+    }
+    Reply b({1, 16, 1, 1});
+    rl_redis_answer(&rq, RL_REDIS_SETTLE, &b.r, &a);
+    EXPECT_EQ(std::string(a.why),
+              "the settle of rule \"tokens\" says 16 units charged, in debt 1, capped 1: expected 0 to 15 charged of "
+              "15, in debt 0 or 1 (0 if nothing charged), capped 0 or 1 (1 if less than the charge)");
+    // a charge past the bound (the largest rl_rule_charge gives): at most
+    // the burst and a limit (20)
+    c[0].charge = RL_NO_CHARGE - 1;
+    Reply most({1, 20, 1, 1});
+    EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_SETTLE, &most.r, &a), RL_REDIS_DECIDED) << a.why;
+    Reply past({1, 21, 1, 1});
+    EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_SETTLE, &past.r, &a), RL_REDIS_FAILED);
 }
 
 TEST(Resp, AReplyLongerThanTheBoundIsRefusedAsSoonAsItSaysSo)
@@ -403,7 +603,7 @@ TEST(Resp, AReplyLongerThanTheBoundIsRefusedAsSoonAsItSaysSo)
 }
 
 // The core's own decisions, written as the script writes them (the script
-// gives the core's decisions: tests/redis_test.cc), on random traces of a
+// gives the core's decisions: tests/redis_trace_test.cc), on random traces of a
 // steady clock, with variable limits and bursts changing under a key: every
 // one is taken, even with all its times RL_REDIS_CLOCK_SLACK_MS later.  A
 // bound too tight for what the algorithm produces fails here.
@@ -462,9 +662,12 @@ TEST(RedisAnswer, EveryDecisionOfTheCoreOnASteadyClockIsTaken)
                 rq.n = 1;
                 // as on Redis's clock stepped back by all the slack: the
                 // steady clock's bound is what is tested
-                Reply r({d.allowed, d.allowed, d.never, (int64_t) d.remaining, d.reset_ms + kSlack,
-                         d.retry_after_ms ? d.retry_after_ms + kSlack : 0, d.delay_ms, window,
-                         d.available_ms + kSlack});
+                rl_state_t head;
+                std::memcpy(&head, state.data(), sizeof(head));
+                const bool committed = d.allowed && cost > 0;
+                Reply r({d.allowed, now, d.allowed, d.never, (int64_t) d.remaining, d.reset_ms + kSlack,
+                         d.retry_after_ms ? d.retry_after_ms + kSlack : 0, d.delay_ms, window, d.available_ms + kSlack,
+                         0, committed ? head.t + kSlack : 0});
                 rl_redis_answer_t a;
                 ASSERT_EQ(rl_redis_answer(&rq, RL_REDIS_DECIDE, &r.r, &a), RL_REDIS_DECIDED)
                     << text << " (limit " << rule.limit << ", burst " << rule.burst << ") cost " << cost << " at op "

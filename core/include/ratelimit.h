@@ -749,6 +749,14 @@ RL_API void rl_table_top(const void *mem, int slot, int64_t now_ms,
  */
 RL_API void rl_request_count(rl_request_t *rq, int64_t now_ms);
 
+/*
+ * Counts what a request's end charged elsewhere (a settle's reply, judged by
+ * rl_redis_answer()) as rl_request_end() counts its own: each settled
+ * check's units, and whether it left its key in debt, in its rule's
+ * counters.  The caller holds the locks.
+ */
+RL_API void rl_request_count_charges(const rl_request_t *rq);
+
 
 /* ---- Redis: fleet-wide limits ------------------------------------------- */
 
@@ -792,22 +800,29 @@ RL_API size_t rl_redis_command_size(size_t n, size_t prefix_len,
 
 /*
  * What a call of the script does: decide the request (an admission spends,
- * as in a local zone), or, for the key API, decide each check on its state
- * as it is without writing anything (peek), or delete each check's state
- * (reset).
+ * a refusal may ban, as in a local zone); settle the charges of a request
+ * that ended (the checks rl_request_end() would settle: each gives back
+ * the cost it reserved, from its after.t and at, and spends its charge,
+ * even into debt); or, for the key API, decide each check on its state as
+ * it is without writing anything (peek: a ban shows, and refuses a cost),
+ * or delete each check's state and ban (reset).
  */
 enum rl_redis_call {
     RL_REDIS_DECIDE = 0,
     RL_REDIS_PEEK,
-    RL_REDIS_RESET
+    RL_REDIS_RESET,
+    RL_REDIS_SETTLE
 };
 
 /*
  * Writes one RESP command calling the script (enum rl_redis_call) for the
- * request's checks that apply (a key), with its combine: EVALSHA with
- * script = the script's SHA-1 in hex, or (eval set) EVAL with the script's
- * text.  now_ms < 0 lets the script read Redis's TIME; tests pass their own
- * clock.  Returns the bytes written.
+ * request's checks that apply (a key; a settle's: those that settle a
+ * charge), with its combine: EVALSHA with script = the script's SHA-1 in
+ * hex, or (eval set) EVAL with the script's text.  The keys are each
+ * check's state, then the ban of each check whose rule has ban= (named as
+ * rl_redis_key() names a state, under another identity).  now_ms < 0 lets
+ * the script read Redis's TIME; tests pass their own clock.  Returns the
+ * bytes written.
  */
 RL_API size_t rl_redis_command(char *buf, const char *script, size_t script_len,
     int eval, int call, const char *prefix, size_t prefix_len, int cluster,
@@ -821,10 +836,10 @@ enum rl_resp_type {
     RL_RESP_ARRAY = '*'
 };
 
-#define RL_RESP_ITEMS_MAX  (1 + 8 * RL_RULES_MAX)
+#define RL_RESP_ITEMS_MAX  (2 + 10 * RL_RULES_MAX)
 
 /* The longest reply taken: the script's longest answer (RL_RULES_MAX
-   rules) is under 6 KB. */
+   rules) is under 8 KB. */
 #define RL_RESP_REPLY_MAX  16384
 #define RL_RESP_TOO_LONG   (-2)
 
@@ -874,7 +889,8 @@ typedef struct {
     int          verdict;       /* DECIDED, RL_REDIS_DECIDE: enum
                                    rl_verdict */
     uint32_t     found;         /* DECIDED, RL_REDIS_RESET: bit i set if
-                                   check i had a state */
+                                   check i had a state, */
+    uint32_t     unbanned;      /*   and if its ban (ban=) was lifted */
     unsigned     slot;          /* REDIRECT: the slot, */
     int          ask;           /*   ASK (this once) or MOVED (from now
                                    on), */
@@ -894,11 +910,20 @@ typedef struct {
  * items of the call, integers, each in range for its check's rule (the
  * rule as applied to the request): remaining at most what the rule can show
  * (its burst, limit, or what a shaper admits), reset, Retry-After and t
- * within what the algorithm can produce (plus RL_REDIS_CLOCK_SLACK_MS),
- * Retry-After exactly when refused, a delay only from leaky_bucket and at
- * most max_delay, the rule's window, flags 0 or 1, never exactly when the
- * cost exceeds what the rule admits, and the request's answer as its
- * combine makes it of the rules'.  Returns out->kind.
+ * within what the algorithm can produce (a debt's and a ban's included,
+ * plus RL_REDIS_CLOCK_SLACK_MS), Retry-After exactly when refused, a delay
+ * only from leaky_bucket and at most max_delay, the rule's window, flags 0
+ * or 1, never exactly when the cost exceeds what the rule admits, a ban
+ * only of a ban= rule, at most ban= and refusing, the script's clock a time
+ * (ms from 1970, at most RL_REDIS_UNITS_MAX) and the head's t after a
+ * commit exactly for the checks that commit, after that clock by at most
+ * what the algorithm waits, and the request's answer as its combine makes
+ * it of the rules'.  A decided request's checks get their decisions, and
+ * at and after.t (what settling a charge gives back).  A settle's answer:
+ * for each check it settles, the units charged (at most the charge sent,
+ * and a limit past the rule's capacity), the key in debt (only if
+ * charged), capped (whenever less than the charge was spent): in each
+ * check's charged, in_debt and capped.  Returns out->kind.
  */
 RL_API int rl_redis_answer(rl_request_t *rq, int call, const rl_resp_t *r,
     rl_redis_answer_t *out);

@@ -3,7 +3,8 @@
 // them; a reply it accepts is accepted again from exactly its own bytes and
 // from any longer buffer; a strict prefix of a reply is never an error; and
 // the script's reply is judged (rl_redis_answer) without a fault: whatever
-// it takes as a decision is within the rule's range.
+// it takes as a decision, or as a charge settled, is within the rule's
+// range.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -39,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         rl_rule_t rule;
         char err[RL_ERR_MAX];
-        CHECK(rl_rule_parse(&rule, "limit=5", err, sizeof(err)) == RL_OK);
+        CHECK(rl_rule_parse(&rule, "limit=5 charge=$c ban=1m", err, sizeof(err)) == RL_OK);
         rl_check_t c[3] = {};
         for (size_t n = 0; n <= 3; n++) {
             for (size_t i = 0; i < n; i++) {
@@ -52,15 +53,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             rq.n = n;
             rq.binding = 99;
             rl_redis_answer_t a;
-            for (int call = RL_REDIS_DECIDE; call <= RL_REDIS_RESET; call++) {
+            for (int call = RL_REDIS_DECIDE; call <= RL_REDIS_SETTLE; call++) {
+                for (size_t i = 0; i < n; i++) {
+                    c[i].outcome = RL_OUTCOME_ALLOWED;  // a charge= check that reserved its cost
+                    c[i].charge = 7;
+                    c[i].charged = 0;
+                }
                 const int kind = rl_redis_answer(&rq, call, &r, &a);
                 CHECK(kind >= RL_REDIS_DECIDED && kind <= RL_REDIS_FAILED);
                 CHECK(kind != RL_REDIS_FAILED || std::strlen(a.why) > 0);
                 CHECK(kind != RL_REDIS_REDIRECT || (a.slot < 16384 && a.port > 0 && a.port < 65536 && a.host_len > 0));
                 CHECK(call != RL_REDIS_DECIDE || kind != RL_REDIS_DECIDED ||
                       (a.verdict >= 0 && a.verdict <= RL_VERDICT_EXEMPT && rq.binding < (n ? n : 1)));
-                for (size_t i = 0; kind == RL_REDIS_DECIDED && call != RL_REDIS_RESET && i < n; i++) {
+                for (size_t i = 0; kind == RL_REDIS_DECIDED && call < RL_REDIS_RESET && i < n; i++) {
                     CHECK(c[i].decision.remaining <= 5 && c[i].decision.delay_ms == 0);
+                    CHECK(c[i].decision.banned_ms >= 0 && c[i].decision.banned_ms <= 60000 + RL_REDIS_CLOCK_SLACK_MS);
+                }
+                for (size_t i = 0; kind == RL_REDIS_DECIDED && call == RL_REDIS_SETTLE && i < n; i++) {
+                    CHECK(c[i].charged <= 7 && (c[i].capped || c[i].charged == 7));
                 }
             }
             CHECK(rl_redis_answer(nullptr, RL_REDIS_DECIDE, &r, &a) != RL_REDIS_REDIRECT);

@@ -33,6 +33,7 @@ void refuse_until(rl_decision_t &d, int64_t until, int64_t now)
     const int64_t wait = until - now;
     d.allowed = 0;
     d.remaining = 0;
+    d.delay_ms = 0;
     d.banned_ms = wait;
     d.retry_after_ms = d.retry_after_ms > wait ? d.retry_after_ms : wait;
     d.available_ms = d.retry_after_ms;

@@ -285,9 +285,7 @@ bool release(rl_check_t &c, uint32_t holder, int64_t now)
 
 int rl_check_charges(const rl_check_t *c)
 {
-    // what the request reserved at the rule is settled: never a refusal
-    const bool reserved = c->outcome == RL_OUTCOME_ALLOWED || c->outcome == RL_OUTCOME_DELAYED;
-    return rl::applies(*c) && c->rule->charge && reserved;
+    return rl::charges(*c);
 }
 
 int rl_request_end(rl_request_t *rq, int64_t now_ms)
@@ -299,7 +297,7 @@ int rl_request_end(rl_request_t *rq, int64_t now_ms)
             c.charged = 0;
             c.capped = 0;
             c.in_debt = 0;
-            if (rl_check_charges(&c) && c.charge != RL_NO_CHARGE) {
+            if (rl::settles(c)) {
                 rl::settle(c, now_ms);
             }
             if (rl::applies(c) && c.rule->algorithm == RL_CONCURRENCY) {
@@ -316,6 +314,15 @@ void rl_request_count(rl_request_t *rq, int64_t now_ms)
     try {
         rl::count(*rq, now_ms);
     } catch (...) {
+    }
+}
+
+void rl_request_count_charges(const rl_request_t *rq)
+{
+    for (size_t i = 0; i < rq->n; i++) {
+        if (rl::settles(rq->checks[i])) {
+            rl::count_charge(rq->checks[i]);
+        }
     }
 }
 

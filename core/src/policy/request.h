@@ -12,6 +12,20 @@ inline bool applies(const rl_check_t &c)
     return c.key_len > 0;
 }
 
+// A check of a charge= rule that reserved its cost at the rule (admitted
+// there, or delayed): what its request's end settles.  A refusal never is.
+inline bool charges(const rl_check_t &c)
+{
+    const bool reserved = c.outcome == RL_OUTCOME_ALLOWED || c.outcome == RL_OUTCOME_DELAYED;
+    return applies(c) && c.rule->charge && reserved;
+}
+
+// And one whose charge is known (RL_NO_CHARGE: the reservation stands).
+inline bool settles(const rl_check_t &c)
+{
+    return charges(c) && c.charge != RL_NO_CHARGE;
+}
+
 // Decides every check that applies on its key's state, combines, and
 // commits all that consume or none (check.cpp); a request that waits for a
 // slot (concurrency) joins the queues it waits in and spends nothing.  The
@@ -39,5 +53,10 @@ void count(const rl_request_t &rq, int64_t now);
 // reserved given back, its charge spent (settle.cpp).  The caller holds the
 // lock of its table.
 void settle(rl_check_t &c, int64_t now);
+
+// Counts what a settled check charged in its rule's counters (settle.cpp):
+// its units, and a request that left the key in debt.  The caller holds the
+// lock of its table.
+void count_charge(const rl_check_t &c);
 
 }  // namespace rl

@@ -74,8 +74,13 @@ void settle(rl_check_t &c, int64_t now)
         table->set_t(c.tag, s.head.t, debt_after(rule, s, now, false));
     }
     c.capped = capped;
+    count_charge(c);
+}
+
+void count_charge(const rl_check_t &c)
+{
     if (c.counters > 0) {
-        table->count_charge(c.counters - 1, c.charged, c.in_debt != 0);
+        Table::at(c.table)->count_charge(c.counters - 1, c.charged, c.in_debt != 0);
     }
 }
 

@@ -6,28 +6,44 @@
 -- rl_redis_rule_ok) so every quantity here stays exact.  Divisions go
 -- through fdiv, which corrects the rounded quotient.
 --
--- KEYS[i]: rule i's state.  ARGV: now ("" = Redis's TIME), the call (0:
--- decide with combine all, 1: with any; peek, reset: the key API's), then 11
--- numbers per rule: algorithm, limit, burst, period_ms, align, buckets,
--- max_delay_ms, reset, utc_offset_min, cost, delay.  Returns {allowed, then
--- per rule: allowed, never, remaining, reset_ms, retry_after_ms, delay_ms,
--- window_ms, available_ms} (the policy the headers advertise is the core's:
--- rl_redis_answer checks the reply against each rule and concludes with
--- it).  peek decides every rule on its state as it is and writes nothing;
--- reset deletes each rule's state and returns {1, then per rule: 1 if it
--- had one, else 0}.
+-- ARGV: now ("" = Redis's TIME), the call, then per rule: algorithm, limit,
+-- burst, period_ms, align, buckets, max_delay_ms, reset, utc_offset_min,
+-- cost, delay, ban_ms, charge (1: the rule has charge=); a settle adds the
+-- units to spend, and the head's t after its admission and when it was
+-- decided (what giving its cost back needs).  KEYS: each rule's state, then
+-- the ban of each rule with ban= (not for a settle).
+--
+-- The calls:
+--   0, 1   decide the request (combine all, any): commit every consuming
+--          rule or none, ban the key for each ban= rule that refused it.
+--          Returns {allowed, now, then per rule: allowed, never, remaining,
+--          reset_ms, retry_after_ms, delay_ms, window_ms, available_ms,
+--          banned_ms, after} (after: the head's t once committed, else 0; the
+--          policy the headers advertise is the core's: rl_redis_answer
+--          checks the reply against each rule and concludes with it).
+--   peek   decides every rule on its state as it is and writes nothing (a
+--          ban shows in banned_ms, and refuses a cost above 0).
+--   reset  deletes each rule's state and ban: {1, then per rule: 1 if it
+--          had a state, plus 2 if a ban was lifted}.
+--   settle a request ends (charge=): each rule gives back the cost its
+--          admission reserved and spends the charge instead, even into debt
+--          (settle.cpp, charge.cpp): {1, then per rule: units charged, 1 if
+--          the key is in debt after it, 1 if the debt's bound capped it}.
 --
 -- State: gcra, token_bucket, leaky_bucket keep a string "t n l" (the
 -- instant t + n/l ms, l the limit it was written in: a request under another
 -- limit keeps the units the key owes, exact_time.h); fixed_window and quota
--- "t n" (the core's head); sliding_window a string "tick c0 ... cS" (its
--- block); sliding_log a list of the admitted units' times, oldest first.
--- Every write sets the key to expire 1 ms after the state is back to full
--- budget, so Redis holds active keys only.
+-- "t n" (the core's head, n with CARRIED when a charge's excess is counted
+-- in the window ending t); sliding_window a string "tick c0 ... cS" (its
+-- block), and with charge= the instant the key owes until; sliding_log a
+-- list of the admitted units' times, oldest first; a ban the instant it
+-- ends.  Every write sets the key to expire 1 ms after the state is back to
+-- full budget (a ban when it ends), so Redis holds active keys only.
 
 local floor = math.floor
 local KMAX = 4611686018427387904   -- 2^62, exact_time.h's kUnitsMax
 local DAY = 86400000
+local CARRIED = 2147483648         -- 2^31, algorithms.h's kCarried
 
 local function fdiv(a, b)   -- floor(a / b), exact; b > 0
   local q = floor(a / b)
@@ -46,7 +62,8 @@ end
 local function num(x) return string.format('%.0f', x) end
 
 local function decision(window)
-  return {allowed = 0, never = 0, remaining = 0, reset = 0, retry = 0, delay = 0, window = window, available = 0}
+  return {allowed = 0, never = 0, remaining = 0, reset = 0, retry = 0, delay = 0, window = window, available = 0,
+          banned = 0}
 end
 
 local function never(window, remaining, reset)
@@ -101,9 +118,26 @@ local function gcra(r, h, now, cost)
   return d
 end
 
+-- fixed_window.cpp: units spent in the window ending wend; a head whose n
+-- has CARRIED and whose window lies ahead counts a charge's excess there,
+-- and the window before it (this one) is full
 local function windowed_count(r, h, now, cost, wend, window)
+  if h.n >= CARRIED and h.t > wend then
+    local owed = h.n - CARRIED
+    local back = h.t - now
+    if cost > r.limit then return never(window, 0, back) end
+    local d = decision(window)
+    d.reset = back
+    d.available = owed < r.limit and wend - now or back
+    if cost == 0 then
+      d.allowed = 1
+    else
+      d.retry = owed + cost <= r.limit and wend - now or back
+    end
+    return d
+  end
   if h.t > wend then wend = h.t end
-  local spent = h.t == wend and h.n or 0
+  local spent = h.t == wend and (h.n >= CARRIED and h.n - CARRIED or h.n) or 0
   local left = spent < r.limit and r.limit - spent or 0
   local to_end = wend - now
   if cost > r.limit then return never(window, left, spent > 0 and to_end or 0) end
@@ -123,14 +157,22 @@ local function windowed_count(r, h, now, cost, wend, window)
   return d
 end
 
-local function fixed_window(r, h, now, cost)
+-- the window a unit spent now is counted in: its end, length, and the end
+-- of the window after it
+local function fixed_window_span(r, h, now)
   local wend
   if r.align == 1 then
     wend = h.t > now and h.t or now + r.period
+    if h.n >= CARRIED and h.t - r.period > now then wend = h.t - r.period end
   else
     wend = fdiv(now, r.period) * r.period + r.period
   end
-  return windowed_count(r, h, now, cost, wend, r.period)
+  return wend, r.period, wend + r.period
+end
+
+local function fixed_window(r, h, now, cost)
+  local wend, window = fixed_window_span(r, h, now)
+  return windowed_count(r, h, now, cost, wend, window)
 end
 
 local function headroom(queued, most, T, limit, d)
@@ -189,7 +231,8 @@ local function civil_from_days(z)
   return yoe + era * 400 + (m <= 2 and 1 or 0), m
 end
 
-local function quota(r, h, now, cost)
+-- the calendar period holding now: its end and length
+local function quota_period(r, now)
   local offset = r.utc_offset * 60000
   local day = fdiv(now + offset, DAY)
   local first, nxt
@@ -205,52 +248,77 @@ local function quota(r, h, now, cost)
     nxt = day + 1
   end
   local start, wend = first * DAY - offset, nxt * DAY - offset
-  return windowed_count(r, h, now, cost, wend, wend - start)
+  return wend, wend - start
 end
 
--- sliding_window: b = {tick, c = {[0..S]}}, tick j counted at j % (S + 1)
-local function sliding_window(r, b, now, cost, apply)
+local function quota_span(r, now)
+  local wend, window = quota_period(r, now)
+  return wend, window, (quota_period(r, wend))
+end
+
+local function quota(r, h, now, cost)
+  local wend, window = quota_period(r, now)
+  return windowed_count(r, h, now, cost, wend, window)
+end
+
+-- sliding_window: b = {tick, c = {[0..S]}, owed}, tick j counted at
+-- j % (S + 1); owed (charge=): until when the key owes what a charge put
+-- beyond the limit
+local function ring(r, b)
   local S, W = r.buckets, r.period
-  local xk, xc = 0, 0   -- a tick counted xc more than the block says
-  local function count(j)
-    local x = j == xk and xc or 0
+  local w = {S = S, W = W, xk = 0, xc = 0}   -- a tick counted xc more than the block says
+  function w.count(j)
+    local x = j == w.xk and w.xc or 0
     if j > b.tick or j <= b.tick - (S + 1) then return x end
     return x + b.c[j % (S + 1)]
   end
-  local function newest(k)
+  function w.newest(k)
     local sum = 0
-    for j = k - S + 1, k do sum = sum + count(j) end
+    for j = k - S + 1, k do sum = sum + w.count(j) end
     return sum
   end
-  local function used(k, e, sum)
-    return sum * W + count(k - S) * (W - e)
+  function w.used(k, e, sum)
+    return sum * W + w.count(k - S) * (W - e)
   end
-  local cap = r.limit * W
-  local function admissible_at(k, newer, from, want)
+  function w.full_at(j) return cdiv((j + 1 + S) * W, S) end
+  function w.admissible_at(k, newer, from, want)
+    local cap = r.limit * W
     local j = k
     while true do
       local fixed = (newer + want) * W
       if fixed <= cap then
         local room = cap - fixed
-        local old = count(j - S)
+        local old = w.count(j - S)
         local e = 0
         if old > 0 and fdiv(room, old) < W then e = W - fdiv(room, old) end
         local at = cdiv(j * W + e, S)
         if at * S < (j + 1) * W then return at > from and at or from end
       end
-      newer = newer - count(j - S + 1)
+      newer = newer - w.count(j - S + 1)
       j = j + 1
     end
   end
-  local function full_at(j) return cdiv((j + 1 + S) * W, S) end
+  function w.advance(k)   -- the ring moved on to tick k, the ticks it skips zeroed
+    if b.tick < k then
+      local j = b.tick + 1
+      while j <= k and j <= b.tick + S + 1 do b.c[j % (S + 1)] = 0; j = j + 1 end
+      b.tick = k
+    end
+  end
+  return w
+end
 
+local function sliding_window_counted(r, b, now, cost, apply)
+  local w = ring(r, b)
+  local S, W = w.S, w.W
   local k = fdiv(now * S, W)
   local e = now * S - k * W
   if b.tick > k then k = b.tick; e = 0 end
-  local sum = newest(k)
-  local u = used(k, e, sum)
+  local cap = r.limit * W
+  local sum = w.newest(k)
+  local u = w.used(k, e, sum)
   local reset = 0
-  if b.tick > k - (S + 1) and u ~= 0 then reset = full_at(b.tick) - now end
+  if b.tick > k - (S + 1) and u ~= 0 then reset = w.full_at(b.tick) - now end
   if cost > r.limit then
     return never(r.period, fdiv(cap - (u < cap and u or cap), W), reset)
   end
@@ -259,25 +327,43 @@ local function sliding_window(r, b, now, cost, apply)
   if u + spend <= cap then
     d.allowed = 1
     d.remaining = fdiv(cap - u - spend, W)
-    d.reset = cost > 0 and full_at(k) - now or reset
-    xk, xc = k, cost
-    d.available = u + spend > 0 and admissible_at(k, sum + cost, now + 1, d.remaining + 1) - now or 0
-    xk, xc = 0, 0
+    d.reset = cost > 0 and w.full_at(k) - now or reset
+    w.xk, w.xc = k, cost
+    d.available = u + spend > 0 and w.admissible_at(k, sum + cost, now + 1, d.remaining + 1) - now or 0
+    w.xk, w.xc = 0, 0
     if apply and cost > 0 then
-      if b.tick < k then
-        local j = b.tick + 1
-        while j <= k and j <= b.tick + S + 1 do b.c[j % (S + 1)] = 0; j = j + 1 end
-        b.tick = k
-      end
+      w.advance(k)
       b.c[k % (S + 1)] = b.c[k % (S + 1)] + cost
-      b.expire = full_at(k)
+      b.expire = w.full_at(k)
     end
   else
     d.remaining = u < cap and fdiv(cap - u, W) or 0
     d.reset = reset
-    d.retry = admissible_at(k, sum, now + 1, cost) - now
+    d.retry = w.admissible_at(k, sum, now + 1, cost) - now
     d.available = d.retry
   end
+  return d
+end
+
+-- a key that owes what a charge put beyond the limit is refused until it
+-- has paid, then decided on its window as it is then
+local function sliding_window(r, b, now, cost, apply)
+  local owed = b.owed
+  if owed <= now or cost == 0 then
+    local d = sliding_window_counted(r, b, now, cost, apply)
+    if owed > now then
+      d.remaining = 0
+      if owed - now > d.reset then d.reset = owed - now end
+      d.available = owed - now
+    end
+    return d
+  end
+  local th = sliding_window_counted(r, b, owed, cost, false)
+  if cost > r.limit then return never(r.period, 0, owed - now + th.reset) end
+  local d = decision(r.period)
+  d.reset = owed - now + th.reset
+  d.retry = owed - now + (th.allowed == 1 and 0 or th.retry)
+  d.available = d.retry
   return d
 end
 
@@ -314,10 +400,165 @@ local function sliding_log(r, b, now, cost, apply)
   return d
 end
 
-local by_head = {[0] = gcra, [1] = gcra, [2] = fixed_window, [5] = leaky_bucket, [6] = quota}
-local SLIDING_WINDOW, SLIDING_LOG = 3, 4
+-- an admission of n units (sliding_log(..., true)), made in the list
+local function log_commit(b, n)
+  local times = {}
+  for i = b.expired + 1, #b.times do times[#times + 1] = b.times[i] end
+  for _ = 1, n do times[#times + 1] = b.logged end
+  b.times = times
+end
 
--- loading and storing states
+local by_head = {[0] = gcra, [1] = gcra, [2] = fixed_window, [5] = leaky_bucket, [6] = quota}
+local FIXED_WINDOW, SLIDING_WINDOW, SLIDING_LOG, QUOTA = 2, 3, 4, 6
+
+-- ---- charges (charge.cpp) and what an admission gives back (refund.cpp) ----
+
+-- gcra, token_bucket: the instant moves by the charge's time, at most to
+-- (burst + limit) x T ahead
+local function paced_charge(r, h, now, units)
+  local T = r.period
+  local most = (r.burst + r.limit) * T
+  local ahead = units_ahead(h, now, h.l or r.limit)
+  local room = ahead < most and fdiv(most - ahead, T) or 0
+  local add = units < room and units or room
+  if add > 0 then h = instant_after(now, ahead + add * T, r.limit) end
+  return add, add < units, h
+end
+
+-- fixed_window, quota: what the window cannot hold is counted in the next,
+-- at most a limit
+local function windowed_charge(r, h, units, wend, nxt)
+  local limit = r.limit
+  if h.n >= CARRIED and h.t > wend then
+    local owed = h.n - CARRIED
+    local add = owed < limit and (units < limit - owed and units or limit - owed) or 0
+    return add, add < units, {t = h.t, n = owed + add + CARRIED}
+  end
+  if h.t > wend then   -- the clock stepped back: the later window
+    nxt = h.t + (nxt - wend)
+    wend = h.t
+  end
+  local spent = h.t == wend and (h.n >= CARRIED and h.n - CARRIED or h.n) or 0
+  local room = spent < limit and limit - spent or 0
+  if units <= room then return units, false, {t = wend, n = spent + units} end
+  local excess = units - room
+  local carry = excess < limit and excess or limit
+  return room + carry, excess > limit, {t = nxt, n = carry + CARRIED}
+end
+
+local function charge_head(r, h, now, units)
+  if units == 0 then return 0, false, h end
+  if r.algorithm == FIXED_WINDOW then
+    local wend, _, nxt = fixed_window_span(r, h, now)
+    return windowed_charge(r, h, units, wend, nxt)
+  elseif r.algorithm == QUOTA then
+    local wend, _, nxt = quota_span(r, now)
+    return windowed_charge(r, h, units, wend, nxt)
+  end
+  return paced_charge(r, h, now, units)
+end
+
+-- the cost an admission reserved, given back: a paced instant moves back,
+-- a window uncounts it if its head is still that window's (or a charge
+-- carried units past it)
+local function refund_head(r, h, now, cost, after)
+  if r.algorithm <= 1 or r.algorithm == 5 then   -- gcra, token_bucket, leaky_bucket
+    local ahead = units_ahead(h, now, h.l or r.limit)
+    local back = cost * r.period
+    return instant_after(now, ahead > back and ahead - back or 0, r.limit)
+  end
+  if h.t == after then
+    return {t = h.t, n = h.n - (cost < h.n and cost or h.n)}
+  elseif h.n >= CARRIED and h.t > after then
+    local carried = h.n - CARRIED
+    return {t = h.t, n = carried - (cost < carried and cost or carried) + CARRIED}
+  end
+  return h
+end
+
+-- sliding_window: the charge counts in the window (the ring at most twice
+-- the limit); what it counts beyond the limit is owed once the window has
+-- slid past it, at limit per period, at most a period
+local function sliding_window_charge(r, b, now, units)
+  local w = ring(r, b)
+  local S, W = w.S, w.W
+  local k = fdiv(now * S, W)
+  local e = now * S - k * W
+  if b.tick > k then k = b.tick; e = 0 end
+  w.advance(k)
+  local sum = w.newest(k)
+  local total = 0
+  for j = 0, S do total = total + b.c[j] end
+  local most = 2 * r.limit
+  local add = total < most and (units < most - total and units or most - total) or 0
+  b.c[k % (S + 1)] = b.c[k % (S + 1)] + add
+  local counted = fdiv(w.used(k, e, sum) + add * W + W - 1, W)
+  local full = w.full_at(k)
+  if counted > r.limit then
+    local owed = (b.owed > full and b.owed or full) + cdiv((counted - r.limit) * W, r.limit)
+    b.owed = owed < full + W and owed or full + W
+  end
+  return add, add < units or counted - r.limit > r.limit
+end
+
+local function sliding_window_refund(r, b, cost, at)
+  local S, W = r.buckets, r.period
+  local k = fdiv(at * S, W)
+  if k > b.tick or k <= b.tick - (S + 1) then return end
+  local i = k % (S + 1)
+  b.c[i] = b.c[i] - (cost < b.c[i] and cost or b.c[i])
+end
+
+-- sliding_log: the log holds a limit of units; those beyond it move the
+-- whole log later by the time they take to come back, at most a period
+local function sliding_log_charge(r, b, now, units)
+  local W, L = r.period, r.limit
+  local count = #b.times
+  local newest = b.times[count]
+  local t = (newest ~= nil and newest > now) and newest or now
+  local expired = 0
+  while expired < count and b.times[expired + 1] <= t - W do expired = expired + 1 end
+  local live = count - expired
+  local owed = 0
+  if newest ~= nil and newest > now then   -- a log later than now owes already
+    owed = cdiv((newest - now) * L, W)
+    if owed > L then owed = L end
+  end
+  local room = (live < L and L - live or 0) + (L - owed)
+  local add = units < room and units or room
+  if live + add <= L then
+    if add > 0 then
+      sliding_log(r, b, now, add, true)
+      log_commit(b, add)
+    end
+    return add, add < units
+  end
+  local debt = owed + (live + add - L) - (live > L and live - L or 0)
+  if debt > L then debt = L end
+  local at = now + cdiv(debt * W, L)
+  if at < t then at = t end   -- times never go backwards
+  local times = {}
+  for i = 1, L do times[i] = at end
+  b.times = times
+  return add, add < units
+end
+
+-- removes `cost` of the times logged at `at`, the later ones closing the gap
+local function sliding_log_refund(b, cost, at)
+  local t = b.times
+  local e = #t
+  while e > 0 and t[e] > at do e = e - 1 end
+  local f = e
+  while f > 0 and e - f < cost and t[f] == at do f = f - 1 end
+  local gone = e - f
+  if gone > 0 then
+    local n = #t
+    for i = e + 1, n do t[i - gone] = t[i] end
+    for i = n - gone + 1, n do t[i] = nil end
+  end
+end
+
+-- ---- loading and storing states -------------------------------------------
 
 local function load_head(key)
   local v = redis.call('GET', key)
@@ -335,7 +576,7 @@ local function load_block(key, r)
     for i = 1, #times do times[i] = tonumber(times[i]) end
     return {times = times}
   end
-  local b = {tick = 0, c = {}}
+  local b = {tick = 0, c = {}, owed = 0}
   local v = redis.call('GET', key)
   local i = -1
   if v then
@@ -344,6 +585,8 @@ local function load_block(key, r)
       i = i + 1
     end
   end
+  if r.charge == 1 then b.owed = b.c[r.buckets + 1] or 0 end
+  b.c[r.buckets + 1] = nil
   for j = 0, r.buckets do b.c[j] = b.c[j] or 0 end
   return b
 end
@@ -363,6 +606,23 @@ local function store_head(key, h, now, testing)
   redis.call('SET', key, v, 'PX', expire_in(h.t, now, testing))
 end
 
+local function push_times(key, v, n)
+  while n > 0 do   -- unpack has a stack limit: push in chunks
+    local chunk = {}
+    for i = 1, (n < 1000 and n or 1000) do chunk[i] = v end
+    redis.call('RPUSH', key, unpack(chunk))
+    n = n - #chunk
+  end
+end
+
+local function store_ring(key, r, b)
+  local parts = {num(b.tick)}
+  for j = 0, r.buckets do parts[j + 2] = num(b.c[j]) end
+  if r.charge == 1 then parts[#parts + 1] = num(b.owed) end
+  redis.call('SET', key, table.concat(parts, ' '))
+end
+
+-- an admission's block: the log trimmed and appended to, the ring written
 local function store_block(key, r, b, now, testing)
   if r.algorithm == SLIDING_LOG then
     if b.expired == #b.times then
@@ -370,23 +630,55 @@ local function store_block(key, r, b, now, testing)
     elseif b.expired > 0 then
       redis.call('LTRIM', key, b.expired, -1)
     end
-    local v = num(b.logged)
-    local left = b.cost
-    while left > 0 do   -- unpack has a stack limit: push in chunks
-      local chunk = {}
-      for i = 1, (left < 1000 and left or 1000) do chunk[i] = v end
-      redis.call('RPUSH', key, unpack(chunk))
-      left = left - #chunk
-    end
+    push_times(key, num(b.logged), b.cost)
   else
-    local parts = {num(b.tick)}
-    for j = 0, r.buckets do parts[j + 2] = num(b.c[j]) end
-    redis.call('SET', key, table.concat(parts, ' '))
+    store_ring(key, r, b)
   end
   redis.call('PEXPIRE', key, expire_in(b.expire, now, testing))
 end
 
--- the request
+-- a settled block, written whole
+local function store_settled(key, r, b, now, testing)
+  if r.algorithm == SLIDING_LOG then
+    redis.call('DEL', key)
+    local n = #b.times
+    local i = 1
+    while i <= n do   -- runs of one time
+      local j = i
+      while j < n and b.times[j + 1] == b.times[i] do j = j + 1 end
+      push_times(key, num(b.times[i]), j - i + 1)
+      i = j + 1
+    end
+    if n > 0 then redis.call('PEXPIRE', key, expire_in(b.times[n] + r.period, now, testing)) end
+    return
+  end
+  store_ring(key, r, b)
+  local full = ring(r, b).full_at(b.tick)
+  redis.call('PEXPIRE', key, expire_in(b.owed > full and b.owed or full, now, testing))
+end
+
+-- ---- bans (check.cpp) ------------------------------------------------------
+
+local function banned_until(key, now)
+  local v = tonumber(redis.call('GET', key) or '')
+  if v and v > now then return v end
+  return 0
+end
+
+-- a refusal while banned, or the one that starts a ban: the key may try
+-- again when the ban ends, not before
+local function refuse_until(d, ends, now)
+  local wait = ends - now
+  d.allowed = 0
+  d.remaining = 0
+  d.delay = 0
+  d.banned = wait
+  if wait > d.retry then d.retry = wait end
+  d.available = d.retry
+  if wait > d.reset then d.reset = wait end
+end
+
+-- ---- the call --------------------------------------------------------------
 
 if redis.replicate_commands then redis.replicate_commands() end   -- Redis < 5: TIME, then writes
 
@@ -398,49 +690,122 @@ else
   local tm = redis.call('TIME')
   now = tonumber(tm[1]) * 1000 + floor(tonumber(tm[2]) / 1000)
 end
-if ARGV[2] == 'reset' then
-  local out = {1}
-  for i = 1, #KEYS do out[i + 1] = redis.call('DEL', KEYS[i]) end
-  return out
-end
-local any = ARGV[2] == '1'
-local peek = ARGV[2] == 'peek'
+local call = ARGV[2]
+local settle = call == 'settle'
+local per = settle and 16 or 13
+local n = (#ARGV - 2) / per
 
-local rules, decisions, heads, after = {}, {}, {}, {}
-local allowing = 0
-for i = 1, #KEYS do
-  local a = 2 + (i - 1) * 11
+local rules = {}
+local bans = 0
+for i = 1, n do
+  local a = 2 + (i - 1) * per
   local r = {algorithm = tonumber(ARGV[a + 1]), limit = tonumber(ARGV[a + 2]), burst = tonumber(ARGV[a + 3]),
              period = tonumber(ARGV[a + 4]), align = tonumber(ARGV[a + 5]), buckets = tonumber(ARGV[a + 6]),
              max_delay = tonumber(ARGV[a + 7]), reset = tonumber(ARGV[a + 8]),
-             utc_offset = tonumber(ARGV[a + 9]), cost = tonumber(ARGV[a + 10]), delay = tonumber(ARGV[a + 11])}
+             utc_offset = tonumber(ARGV[a + 9]), cost = tonumber(ARGV[a + 10]), delay = tonumber(ARGV[a + 11]),
+             ban = tonumber(ARGV[a + 12]), charge = tonumber(ARGV[a + 13])}
+  if settle then
+    r.units, r.after, r.at = tonumber(ARGV[a + 14]), tonumber(ARGV[a + 15]), tonumber(ARGV[a + 16])
+  elseif r.ban > 0 then
+    bans = bans + 1
+    r.bankey = KEYS[n + bans]
+  end
   rules[i] = r
+end
+
+if call == 'reset' then
+  local out = {1}
+  for i = 1, n do
+    local r = rules[i]
+    local found = redis.call('DEL', KEYS[i])
+    if r.bankey and banned_until(r.bankey, now) > 0 then found = found + 2 end
+    if r.bankey then redis.call('DEL', r.bankey) end
+    out[i + 1] = found
+  end
+  return out
+end
+
+if settle then
+  local out = {1}
+  for i = 1, n do
+    local r = rules[i]
+    local charged, capped, before
+    if by_head[r.algorithm] then
+      local h = load_head(KEYS[i])
+      if r.cost > 0 then h = refund_head(r, h, now, r.cost, r.after) end
+      before = by_head[r.algorithm](r, h, now, 0).remaining
+      charged, capped, h = charge_head(r, h, now, r.units)
+      store_head(KEYS[i], h, now, testing)
+    else
+      local b = load_block(KEYS[i], r)
+      if r.algorithm == SLIDING_WINDOW then
+        if r.cost > 0 then sliding_window_refund(r, b, r.cost, r.at) end
+        before = sliding_window(r, b, now, 0, false).remaining
+        charged, capped = 0, false
+        if r.units > 0 then charged, capped = sliding_window_charge(r, b, now, r.units) end
+      else
+        if r.cost > 0 then sliding_log_refund(b, r.cost, r.after - r.period) end
+        before = sliding_log(r, b, now, 0, false).remaining
+        charged, capped = 0, false
+        if r.units > 0 then charged, capped = sliding_log_charge(r, b, now, r.units) end
+      end
+      store_settled(KEYS[i], r, b, now, testing)
+    end
+    out[#out + 1] = charged
+    out[#out + 1] = charged > before and 1 or 0
+    out[#out + 1] = capped and 1 or 0
+  end
+  return out
+end
+
+local any = call == '1'
+local peek = call == 'peek'
+
+local decisions, heads, after, banned = {}, {}, {}, {}
+local allowing = 0
+for i = 1, n do
+  local r = rules[i]
   local f = by_head[r.algorithm]
+  local d, h, nh
   if f then
     -- a rule sharing its key with an earlier one decides on the head that
     -- one would leave (check.cpp's current())
-    local h = heads[KEYS[i]] or load_head(KEYS[i])
-    local d, nh = f(r, h, now, r.cost)
+    h = heads[KEYS[i]] or load_head(KEYS[i])
+    d, nh = f(r, h, now, r.cost)
+  elseif r.algorithm == SLIDING_WINDOW then
+    d = sliding_window(r, load_block(KEYS[i], r), now, r.cost, false)
+  else
+    d = sliding_log(r, load_block(KEYS[i], r), now, r.cost, false)
+  end
+  if r.bankey then
+    local ends = banned_until(r.bankey, now)
+    if ends > 0 and r.cost > 0 then
+      banned[i] = true
+      nh = nil   -- nothing spent
+      refuse_until(d, ends, now)
+    elseif ends > 0 and peek then
+      d.banned = ends - now
+    end
+  end
+  if f then
     after[i] = nh or h
     if not peek then heads[KEYS[i]] = after[i] end
-    decisions[i] = d
-  elseif r.algorithm == SLIDING_WINDOW then
-    decisions[i] = sliding_window(r, load_block(KEYS[i], r), now, r.cost, false)
-  else
-    decisions[i] = sliding_log(r, load_block(KEYS[i], r), now, r.cost, false)
   end
-  allowing = allowing + decisions[i].allowed
+  decisions[i] = d
+  allowing = allowing + d.allowed
 end
 
 local allowed
-if any then allowed = allowing > 0 or #KEYS == 0 else allowed = allowing == #KEYS end
+if any then allowed = allowing > 0 or n == 0 else allowed = allowing == n end
 
 -- commit: every consuming rule or none (with any, the allowing ones)
-for i = 1, #KEYS do
+local committed = {}
+for i = 1, n do
   local r = rules[i]
   if allowed and not peek and decisions[i].allowed == 1 and r.cost > 0 then
     if by_head[r.algorithm] then
       store_head(KEYS[i], after[i], now, testing)
+      committed[i] = after[i].t
     else
       local b = load_block(KEYS[i], r)
       if r.algorithm == SLIDING_WINDOW then
@@ -450,16 +815,30 @@ for i = 1, #KEYS do
         b.cost = r.cost
       end
       store_block(KEYS[i], r, b, now, testing)
+      committed[i] = b.expire
     end
   end
 end
 
-local out = {allowed and 1 or 0}
-for i = 1, #KEYS do
+-- a refused request bans its key for each ban= rule that refused it (not
+-- for a cost the rule can never admit), unless banned already
+if not allowed and not peek then
+  for i = 1, n do
+    local r, d = rules[i], decisions[i]
+    if r.bankey and not banned[i] and d.allowed == 0 and d.never == 0 then
+      local ends = now + r.ban
+      redis.call('SET', r.bankey, num(ends), 'PX', num(testing and r.ban + DAY or r.ban))
+      refuse_until(d, ends, now)
+    end
+  end
+end
+
+local out = {allowed and 1 or 0, now}
+for i = 1, n do
   local d = decisions[i]
   local o = #out
   out[o + 1], out[o + 2], out[o + 3], out[o + 4] = d.allowed, d.never, d.remaining, d.reset
   out[o + 5], out[o + 6], out[o + 7] = d.retry, d.delay, d.window
-  out[o + 8] = d.available
+  out[o + 8], out[o + 9], out[o + 10] = d.available, d.banned, committed[i] or 0
 end
 return out

@@ -52,8 +52,25 @@ unsigned crc16(const char *p, size_t len)
     return crc;
 }
 
-// Fields per rule in the script's ARGV.
-const size_t kArgsPerRule = 11;
+// Fields per rule in the script's ARGV, and a settle's three more: the
+// units to spend, the head's t after the admission and when it was decided.
+const size_t kArgsPerRule = 13;
+const size_t kSettleArgs = 3;
+
+// The identity of a key's ban (ban=), as the table's ban_tag: another name
+// of the same key, in the same slot.
+uint64_t ban_identity(uint64_t identity)
+{
+    const uint64_t b = identity << 32 | identity >> 32;
+    return b != identity ? b : identity ^ 1;
+}
+
+// The checks a call sends: those that apply; for a settle, those that
+// settle a charge.
+bool sent(const rl_check_t &c, int call)
+{
+    return call == RL_REDIS_SETTLE ? rl::settles(c) : rl::applies(c);
+}
 
 }  // namespace
 
@@ -73,16 +90,13 @@ int rl_redis_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
                         "ends or its nginx server dies, and Redis cannot see either; use a zone without redis= for "
                         "this rule");
     }
-    if (rule->charge || rule->ban_ms) {
-        return rl::fail(err, errlen,
-                        "%s is not decided in Redis: the script does not settle charges nor keep bans; use a "
-                        "zone without redis= for this rule",
-                        rule->charge ? "charge=" : "ban=");
-    }
     // the largest count the rule may apply: limit_max when a variable sets it
     const bool var = rule->limit_var || rule->burst_var;
     const bool bucket = rule->algorithm == RL_GCRA || rule->algorithm == RL_TOKEN_BUCKET;
-    const uint64_t count = var ? rule->limit_max : bucket && rule->burst > rule->limit ? rule->burst : rule->limit;
+    uint64_t count = var ? rule->limit_max : bucket && rule->burst > rule->limit ? rule->burst : rule->limit;
+    if (bucket && rule->charge) {
+        count = var ? 2 * (uint64_t) rule->limit_max : (uint64_t) rule->burst + rule->limit;  // a limit of debt
+    }
     unsigned __int128 units = 0;
     switch (rule->algorithm) {
     case RL_GCRA:
@@ -101,8 +115,10 @@ int rl_redis_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
         return rl::fail(err, errlen,
                         "%s x period of %llu per %lld ms is too fine for a Redis zone: at most 2^50 (its script "
                         "computes in units of 1/limit ms, exactly only below 2^53)%s",
-                        var ? "limit_max" : "limit", (unsigned long long) count, (long long) rule->period_ms,
-                        var ? ": set a lower limit_max=" : "");
+                        bucket && rule->charge ? "(burst + limit)"
+                        : var                  ? "limit_max"
+                                               : "limit",
+                        (unsigned long long) count, (long long) rule->period_ms, var ? ": set a lower limit_max=" : "");
     }
     return RL_OK;
 }
@@ -154,34 +170,46 @@ unsigned rl_redis_key_slot(const void *key, size_t key_len)
 size_t rl_redis_command_size(size_t n, size_t prefix_len, size_t script_len)
 {
     const size_t arg = 1 + 20 + 2 + 2;  // $<len>\r\n...\r\n around each argument
+    // a state and a ban a rule; a settle's arguments
     return 1 + 20 + 2 + (arg + 7) + (arg + script_len) + (arg + 20) +
-           n * (arg + prefix_len + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN) + (2 + n * kArgsPerRule) * (arg + 20);
+           2 * n * (arg + prefix_len + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN) +
+           (2 + n * (kArgsPerRule + kSettleArgs)) * (arg + 20);
 }
 
 size_t rl_redis_command(char *buf, const char *script, size_t script_len, int eval, int call, const char *prefix,
                         size_t prefix_len, int cluster, const rl_request_t *rq, int64_t now_ms)
 {
+    static const char *const kCalls[] = {nullptr, "peek", "reset", "settle"};
+    const bool settle = call == RL_REDIS_SETTLE;
     const rl_check_t *c = rq->checks;
-    size_t n = 0;
+    size_t n = 0, bans = 0;
     for (size_t i = 0; i < rq->n; i++) {
-        n += rl::applies(c[i]);
+        if (sent(c[i], call)) {
+            n++;
+            bans += !settle && c[i].rule->ban_ms > 0;
+        }
     }
 
     rl::Writer w{buf};
-    w.header('*', 3 + n + 2 + n * kArgsPerRule);
+    w.header('*', 3 + n + bans + 2 + n * (kArgsPerRule + (settle ? kSettleArgs : 0)));
     if (eval) {
         w.arg("EVAL", 4);
     } else {
         w.arg("EVALSHA", 7);
     }
     w.arg(script, script_len);
-    w.arg((int64_t) n);
+    w.arg((int64_t) (n + bans));
 
+    // each rule's state, then each ban= rule's ban
     char key[256 + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN];
-    for (size_t i = 0; i < rq->n; i++) {
-        if (rl::applies(c[i])) {
-            const size_t plen = prefix_len < 256 ? prefix_len : 256;
-            w.arg(key, rl_redis_key(key, prefix, plen, cluster, c[i].identity, c[i].key, c[i].key_len));
+    const size_t plen = prefix_len < 256 ? prefix_len : 256;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < rq->n; i++) {
+            if (!sent(c[i], call) || (pass == 1 && (settle || c[i].rule->ban_ms == 0))) {
+                continue;
+            }
+            const uint64_t id = pass == 0 ? c[i].identity : ban_identity(c[i].identity);
+            w.arg(key, rl_redis_key(key, prefix, plen, cluster, id, c[i].key, c[i].key_len));
         }
     }
 
@@ -190,16 +218,17 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
     } else {
         w.arg("", 0);
     }
-    if (call == RL_REDIS_PEEK) {
-        w.arg("peek", 4);
-    } else if (call == RL_REDIS_RESET) {
-        w.arg("reset", 5);
+    if (call > RL_REDIS_DECIDE && call <= RL_REDIS_SETTLE) {
+        w.arg(kCalls[call], std::strlen(kCalls[call]));
     } else {
         w.arg(rq->combine == RL_COMBINE_ANY ? 1 : 0);
     }
 
+    // a cost or a charge beyond what any rule admits is only ever compared
+    // or capped: sent capped where Lua's doubles are still exact
+    auto exact = [](uint64_t v) { return (int64_t) (v < RL_REDIS_UNITS_MAX ? v : RL_REDIS_UNITS_MAX); };
     for (size_t i = 0; i < rq->n; i++) {
-        if (!rl::applies(c[i])) {
+        if (!sent(c[i], call)) {
             continue;
         }
         const rl_rule_t &r = *c[i].rule;
@@ -212,10 +241,15 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
         w.arg(r.max_delay_ms);
         w.arg(r.reset);
         w.arg(r.utc_offset_min);
-        // a cost beyond what any rule admits is only ever compared: cap it
-        // where Lua's doubles are still exact
-        w.arg((int64_t) (c[i].cost < RL_REDIS_UNITS_MAX ? c[i].cost : RL_REDIS_UNITS_MAX));
+        w.arg(exact(c[i].cost));
         w.arg(r.delay);
+        w.arg(r.ban_ms);
+        w.arg(r.charge ? 1 : 0);
+        if (settle) {
+            w.arg(exact(c[i].charge));
+            w.arg(c[i].after.t);
+            w.arg(c[i].at);
+        }
     }
     return (size_t) (w.p - buf);
 }

@@ -6,6 +6,7 @@
 // an error reply is the script not being loaded (NOSCRIPT), a Redis Cluster
 // redirection (MOVED, ASK), or a failure.  A failure is described in words
 // and numbers, never with the reply's bytes: the glue shows those escaped.
+#include <algorithm>
 #include <cstring>
 
 #include "algorithms/algorithms.h"
@@ -14,11 +15,15 @@
 
 namespace {
 
-// The script's answer for each rule, in this order.
-enum Item { kAllowed, kNever, kRemaining, kReset, kRetry, kDelay, kWindow, kAvailable, kReplyPerRule };
+// The script's answer for each rule, in this order, after the request's
+// answer and the script's clock.
+enum Item { kAllowed, kNever, kRemaining, kReset, kRetry, kDelay, kWindow, kAvailable, kBanned, kAfter, kReplyPerRule };
 
-const char *const kItemNames[kReplyPerRule] = {"allowed",        "never",    "remaining", "reset_ms",
-                                               "retry_after_ms", "delay_ms", "window_ms", "available_ms"};
+const char *const kItemNames[kReplyPerRule] = {"allowed",  "never",     "remaining",    "reset_ms",  "retry_after_ms",
+                                               "delay_ms", "window_ms", "available_ms", "banned_ms", "after"};
+
+const size_t kReplyHead = 2;      // the request's answer, the script's clock
+const size_t kSettlePerRule = 3;  // charged, in debt, capped
 
 const int64_t kDay = 86400000;
 
@@ -32,7 +37,8 @@ struct Range {
                         // RL_REDIS_CLOCK_SLACK_MS
     int64_t window_min;
     int64_t window_max;
-    int64_t max_delay;  // leaky_bucket's; 0 for the others
+    int64_t max_delay;      // leaky_bucket's; 0 for the others
+    uint64_t most_charged;  // a charge's units, at most (charge=)
 };
 
 int64_t capped(unsigned __int128 v)
@@ -61,12 +67,19 @@ Range range_of(const rl_rule_t &rule)
     g.window_min = g.window_max = (int64_t) T;
     unsigned __int128 longest = T;  // fixed_window, sliding_log: the window
 
+    // with charge=, a key may owe a limit beyond an empty budget
+    // (charge.cpp): a bucket's debt, a window carried into the next, a log
+    // moved a period later, a sliding window owing up to a period after it
+    const bool debt = rule.charge != 0;
+    g.most_charged = (uint64_t) (bucket ? rule.burst : rule.limit) + rule.limit;
     switch (rule.algorithm) {
     case RL_GCRA:
-    case RL_TOKEN_BUCKET:
+    case RL_TOKEN_BUCKET: {
         // a full bucket's debt, burst x period units of 1/limit ms
-        longest = ceil_div((unsigned __int128) (var ? rule.limit_max : rule.burst) * T, limit);
+        const uint64_t count = var ? rule.limit_max : rule.burst;
+        longest = ceil_div((unsigned __int128) (count + (debt ? (var ? rule.limit_max : rule.limit) : 0)) * T, limit);
         break;
+    }
     case RL_LEAKY_BUCKET: {
         // the longest queue: delay x period served at once, max_delay of
         // waiting, and the last request admitted (limit units at most)
@@ -77,9 +90,11 @@ Range range_of(const rl_rule_t &rule)
         break;
     }
     case RL_SLIDING_WINDOW: {
-        // until the tick after the newest spent has left the window
+        // until the tick after the newest spent has left the window; a
+        // debt is owed for up to two windows and a tick more, then waits
+        // for the window as it is then
         const uint64_t S = rule.buckets > 0 ? rule.buckets : 1;
-        longest = T + ceil_div(T, S);
+        longest = debt ? 3 * (unsigned __int128) T + 2 * ceil_div(T, S) + 2 : T + ceil_div(T, S);
         break;
     }
     case RL_QUOTA: {
@@ -88,11 +103,15 @@ Range range_of(const rl_rule_t &rule)
         const uint32_t r = rule.reset < 3 ? rule.reset : 0;
         g.window_min = days[r][0] * kDay;
         g.window_max = days[r][1] * kDay;
-        longest = (uint64_t) g.window_max;
+        longest = (uint64_t) g.window_max * (debt ? 2 : 1);
         break;
     }
-    default:
+    default:  // fixed_window, sliding_log: the window, or two with a debt
+        longest = (unsigned __int128) T * (debt ? 2 : 1);
         break;
+    }
+    if ((unsigned __int128) rule.ban_ms > longest) {
+        longest = (uint64_t) rule.ban_ms;  // a ban's refusals wait for its end
     }
     // a cost that can never pass waits at least a second (never())
     g.longest = capped((longest > 1000 ? longest : 1000) + RL_REDIS_CLOCK_SLACK_MS);
@@ -189,14 +208,16 @@ const char *type_name(const rl_resp_t &r)
     }
 }
 
-// Whether the values v can be a decision of check c's rule; else why not.
-bool in_range(const rl_check_t &c, const int64_t *v, rl_redis_answer_t &out)
+// Whether the values v can be a decision of check c's rule (of a peek:
+// one that writes nothing); else why not.
+bool in_range(const rl_check_t &c, const int64_t *v, bool peek, rl_redis_answer_t &out)
 {
     const Range g = range_of(*c.rule);
     const uint64_t cost = c.cost < RL_REDIS_UNITS_MAX ? c.cost : RL_REDIS_UNITS_MAX;  // as sent
     const int64_t never = cost > g.capacity;
     const bool refused = v[kAllowed] != 1;
-    const int64_t want[kReplyPerRule][2] = {
+    const int64_t ban = c.rule->ban_ms > 0 ? c.rule->ban_ms + RL_REDIS_CLOCK_SLACK_MS : 0;
+    const int64_t want[kBanned + 1][2] = {
         {0, never ? 0 : 1},                          // allowed: never when it never can be
         {never, never},                              // never: exactly when the cost exceeds the capacity
         {0, g.quota},                                // remaining
@@ -205,8 +226,10 @@ bool in_range(const rl_check_t &c, const int64_t *v, rl_redis_answer_t &out)
         {0, refused ? 0 : g.max_delay},              // delay_ms: an admitted shaper's only
         {g.window_min, g.window_max},                // window_ms
         {0, g.longest},                              // available_ms
+        // banned_ms: a ban= rule's, refusing (a peek's look shows it too)
+        {0, refused || (peek && cost == 0) ? ban : 0},
     };
-    for (size_t k = 0; k < kReplyPerRule; k++) {
+    for (size_t k = 0; k <= kBanned; k++) {
         if (v[k] < want[k][0] || v[k] > want[k][1]) {
             char expected[48];
             if (want[k][0] == want[k][1]) {
@@ -221,6 +244,62 @@ bool in_range(const rl_check_t &c, const int64_t *v, rl_redis_answer_t &out)
         }
     }
     return true;
+}
+
+// Whether the head's t after a commit is there exactly when the check
+// committed (committed), and then after the script's clock by at most what
+// the rule waits; else why not.
+bool after_in_range(const rl_check_t &c, int64_t after, int64_t now, bool committed, rl_redis_answer_t &out)
+{
+    const int64_t most = committed ? now + range_of(*c.rule).longest : 0;
+    if (committed ? after >= now && after <= most : after == 0) {
+        return true;
+    }
+    if (committed) {
+        failed(out, "after of rule \"%s\" is %lld: it can only be %lld to %lld", c.rule->name, (long long) after,
+               (long long) now, (long long) most);
+    } else {
+        failed(out, "after of rule \"%s\" is %lld: it can only be 0 (nothing committed)", c.rule->name,
+               (long long) after);
+    }
+    return false;
+}
+
+// A settle's answer for each check it settles: the units charged, the key
+// in debt, capped.
+int settled(rl_request_t *rq, const rl_resp_t &r, rl_redis_answer_t &out)
+{
+    const int64_t *v = r.items + 1;
+    for (size_t i = 0; i < rq->n; i++) {
+        rl_check_t &c = rq->checks[i];
+        if (!rl::settles(c)) {
+            continue;
+        }
+        const uint64_t sent = c.charge < RL_REDIS_UNITS_MAX ? c.charge : RL_REDIS_UNITS_MAX;
+        const uint64_t most = std::min<uint64_t>(sent, range_of(*c.rule).most_charged);
+        if (v[0] < 0 || (uint64_t) v[0] > most || v[1] < 0 || v[1] > (v[0] > 0) || v[2] < 0 || v[2] > 1 ||
+            (v[2] == 0 && (uint64_t) v[0] != sent)) {
+            return failed(out,
+                          "the settle of rule \"%s\" says %lld units charged, in debt %lld, capped %lld: expected "
+                          "0 to %llu charged of %llu, in debt 0 or 1 (0 if nothing charged), capped 0 or 1 (1 if "
+                          "less than the charge)",
+                          c.rule->name, (long long) v[0], (long long) v[1], (long long) v[2], (unsigned long long) most,
+                          (unsigned long long) sent);
+        }
+        v += kSettlePerRule;
+    }
+    v = r.items + 1;
+    for (size_t i = 0; i < rq->n; i++) {
+        rl_check_t &c = rq->checks[i];
+        if (rl::settles(c)) {
+            c.charged = (uint64_t) v[0];
+            c.in_debt = (int32_t) v[1];
+            c.capped = (int32_t) v[2];
+            v += kSettlePerRule;
+        }
+    }
+    out.kind = RL_REDIS_DECIDED;
+    return out.kind;
 }
 
 int answer(rl_request_t *rq, int call, const rl_resp_t &r, rl_redis_answer_t &out)
@@ -246,12 +325,14 @@ int answer(rl_request_t *rq, int call, const rl_resp_t &r, rl_redis_answer_t &ou
         return failed(out, "a call of %zu checks, more than %d", rq->n, RL_RULES_MAX);
     }
 
+    const bool settle = call == RL_REDIS_SETTLE;
     size_t n = 0;
     for (size_t i = 0; i < rq->n; i++) {
-        n += rl::applies(rq->checks[i]);
+        n += settle ? rl::settles(rq->checks[i]) : rl::applies(rq->checks[i]);
     }
-    const size_t per = call == RL_REDIS_RESET ? 1 : kReplyPerRule;
-    const size_t items = 1 + n * per;
+    const size_t head = call == RL_REDIS_DECIDE || call == RL_REDIS_PEEK ? kReplyHead : 1;
+    const size_t per = call == RL_REDIS_RESET ? 1 : settle ? kSettlePerRule : (size_t) kReplyPerRule;
+    const size_t items = head + n * per;
     if (r.type != RL_RESP_ARRAY) {
         return failed(out, "a %s, expected an array of %zu integers", type_name(r), items);
     }
@@ -259,32 +340,46 @@ int answer(rl_request_t *rq, int call, const rl_resp_t &r, rl_redis_answer_t &ou
         return failed(out, "an array of %lld items%s, expected %zu integers", (long long) r.integer,
                       r.integers ? "" : " not all integers", items);
     }
+    if (head == 1 && r.items[0] != 1) {
+        return failed(out, "a %s's first item is %lld, expected 1", settle ? "settle" : "reset",
+                      (long long) r.items[0]);
+    }
+    if (settle) {
+        return settled(rq, r, out);
+    }
 
     const int64_t *v = r.items + 1;
     if (call == RL_REDIS_RESET) {
-        if (r.items[0] != 1) {
-            return failed(out, "a reset's first item is %lld, expected 1", (long long) r.items[0]);
-        }
         out.found = 0;
         for (size_t i = 0; i < rq->n; i++) {
             if (!rl::applies(rq->checks[i])) {
                 continue;
             }
-            if (*v != 0 && *v != 1) {
-                return failed(out, "the reset of rule \"%s\" says %lld keys deleted, expected 0 or 1",
+            if (*v < 0 || *v > 3) {
+                return failed(out,
+                              "the reset of rule \"%s\" says %lld, expected 0 to 3 (1: a state deleted, 2: a ban "
+                              "lifted)",
                               rq->checks[i].rule->name, (long long) *v);
             }
-            out.found |= (uint32_t) *v << i;
+            out.found |= (uint32_t) (*v & 1) << i;
+            out.unbanned |= (uint32_t) (*v >> 1) << i;
             v++;
         }
         out.kind = RL_REDIS_DECIDED;
         return out.kind;
     }
 
+    const int64_t now = r.items[1];
+    if (now < 1 || now > (int64_t) RL_REDIS_UNITS_MAX) {
+        return failed(out, "the script's clock is %lld: it can only be 1 to %llu (ms from 1970)", (long long) now,
+                      (unsigned long long) RL_REDIS_UNITS_MAX);
+    }
+    const bool peek = call == RL_REDIS_PEEK;
     size_t allowing = 0;
+    v = r.items + kReplyHead;
     for (size_t i = 0; i < rq->n; i++) {
         if (rl::applies(rq->checks[i])) {
-            if (!in_range(rq->checks[i], v, out)) {
+            if (!in_range(rq->checks[i], v, peek, out)) {
                 return out.kind;
             }
             allowing += (size_t) v[kAllowed];
@@ -298,13 +393,25 @@ int answer(rl_request_t *rq, int call, const rl_resp_t &r, rl_redis_answer_t &ou
         return failed(out, "the request's answer is %lld where its rules' answers make it %d (%zu of %zu allowing)",
                       (long long) r.items[0], (int) allowed, allowing, n);
     }
-
-    v = r.items + 1;
+    v = r.items + kReplyHead;
     for (size_t i = 0; i < rq->n; i++) {
-        if (!rl::applies(rq->checks[i])) {
+        const rl_check_t &c = rq->checks[i];
+        if (rl::applies(c)) {
+            const bool committed = !peek && allowed && v[kAllowed] == 1 && c.cost > 0;
+            if (!after_in_range(c, v[kAfter], now, committed, out)) {
+                return out.kind;
+            }
+            v += kReplyPerRule;
+        }
+    }
+
+    v = r.items + kReplyHead;
+    for (size_t i = 0; i < rq->n; i++) {
+        rl_check_t &c = rq->checks[i];
+        if (!rl::applies(c)) {
             continue;
         }
-        rl_decision_t &d = rq->checks[i].decision;
+        rl_decision_t &d = c.decision;
         d = rl_decision_t{};
         d.allowed = (int32_t) v[kAllowed];
         d.never = (int32_t) v[kNever];
@@ -314,6 +421,9 @@ int answer(rl_request_t *rq, int call, const rl_resp_t &r, rl_redis_answer_t &ou
         d.delay_ms = v[kDelay];
         d.window_ms = v[kWindow];
         d.available_ms = v[kAvailable];
+        d.banned_ms = v[kBanned];
+        c.at = now;
+        c.after = rl_state_t{v[kAfter], 0};
         v += kReplyPerRule;
     }
     out.kind = RL_REDIS_DECIDED;
@@ -332,6 +442,7 @@ int rl_redis_answer(rl_request_t *rq, int call, const rl_resp_t *r, rl_redis_ans
     out->kind = RL_REDIS_FAILED;
     out->verdict = 0;
     out->found = 0;
+    out->unbanned = 0;
     out->why[0] = '\0';
     try {
         return answer(rq, call, *r, *out);

@@ -76,6 +76,11 @@ const Figure kRedisFigures[] = {
      offsetof(rl_redis_figures_t, fallbacks)},
     {"reconnects", "redis_reconnects_total", "counter", "Connections opened to Redis.",
      offsetof(rl_redis_figures_t, reconnects)},
+    {"charges", "redis_charges_total", "counter", "Requests' charges (charge=) settled in Redis.",
+     offsetof(rl_redis_figures_t, charges)},
+    {"undelivered", "redis_undelivered_total", "counter",
+     "Requests' charges Redis did not take (not reachable, no reply, a reply refused): lost.",
+     offsetof(rl_redis_figures_t, undelivered)},
 };
 
 rl_str_t name_of(const rl_rule_stats_t &r)

@@ -1,0 +1,439 @@
+// The conformance of the Lua script (core/src/redis/ratelimit.lua) with the
+// C++ core: random traces run through rl_decide on a local table and
+// through the script in a real redis-server (tests/redis_server.h) must
+// give identical decisions, remaining, reset, retry-after, the IETF t, the
+// policy and bans; with charge=, requests stay in flight and end in any
+// order, and each charge's units, debt and cap must be identical too.
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "helpers.h"
+#include "policy/request.h"
+#include "redis_server.h"
+
+namespace {
+
+using rltest::Redis;
+using rltest::redis_server;
+using rltest::script_sha;
+
+// The script's numbers as they are, concluded as the core concludes them:
+// for replies that rl_redis_answer may refuse (after the trace's clock
+// stepped back further than RL_REDIS_CLOCK_SLACK_MS).
+int decode(rl_request_t &rq, const rl_resp_t &r)
+{
+    if (r.type != RL_RESP_ARRAY || !r.integers || r.nitems != 2 + 10 * rq.n) {
+        return -1;
+    }
+    for (size_t i = 0; i < rq.n; i++) {
+        const int64_t *v = r.items + 2 + 10 * i;
+        rl_decision_t &d = rq.checks[i].decision;
+        d = rl_decision_t{};
+        d.allowed = (int32_t) v[0];
+        d.never = (int32_t) v[1];
+        d.remaining = (uint64_t) v[2];
+        d.reset_ms = v[3];
+        d.retry_after_ms = v[4];
+        d.delay_ms = v[5];
+        d.window_ms = v[6];
+        d.available_ms = v[7];
+        d.banned_ms = v[8];
+        rq.checks[i].after.t = v[9];
+        rq.checks[i].at = r.items[1];
+    }
+    return rl::conclude(rq, r.items[0] != 0);
+}
+
+// One request through the script: the reply's decisions in c; 1 if
+// admitted, 0 if not, -1 for a reply that is not the script's answer.
+// steady: the trace's clock never stepped back more than
+// RL_REDIS_CLOCK_SLACK_MS, so every reply must be in range.
+int check_in_redis(const std::string &sha, const std::string &prefix, std::vector<rl_check_t> &c, int combine,
+                   int64_t now, size_t *binding, bool steady)
+{
+    rl_request_t rq = request_of(c.data(), c.size(), combine);
+    std::string cmd(rl_redis_command_size(c.size(), prefix.size(), sha.size()), '\0');
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_DECIDE, prefix.data(), prefix.size(), 0,
+                                &rq, now));
+    rl_resp_t r = Redis::instance().call(cmd);
+    rl_redis_answer_t a;
+    int verdict = rl_redis_answer(&rq, RL_REDIS_DECIDE, &r, &a) == RL_REDIS_DECIDED ? a.verdict : -1;
+    if (verdict < 0) {
+        if (steady) {
+            ADD_FAILURE() << "refused: " << a.why;
+        }
+        EXPECT_FALSE(steady) << "a reply of the script refused on a steady clock: " << a.why;
+        verdict = decode(rq, r);
+    }
+    EXPECT_GE(verdict, 0) << "reply type " << (char) r.type << ": " << std::string(r.str ? r.str : "", r.str_len);
+    *binding = rq.binding;
+    return verdict < 0 ? -1 : verdict != RL_VERDICT_REJECTED;
+}
+
+std::string describe(const rl_decision_t &d)
+{
+    return "allowed=" + std::to_string(d.allowed) + " never=" + std::to_string(d.never) +
+           " remaining=" + std::to_string(d.remaining) + " reset=" + std::to_string(d.reset_ms) +
+           " retry=" + std::to_string(d.retry_after_ms) + " delay=" + std::to_string(d.delay_ms) +
+           " window=" + std::to_string(d.window_ms) + " available=" + std::to_string(d.available_ms) +
+           " quota=" + std::to_string(d.quota) + " banned=" + std::to_string(d.banned_ms);
+}
+
+bool same(const rl_decision_t &a, const rl_decision_t &b)
+{
+    return a.allowed == b.allowed && a.never == b.never && a.remaining == b.remaining && a.reset_ms == b.reset_ms &&
+           a.retry_after_ms == b.retry_after_ms && a.delay_ms == b.delay_ms && a.window_ms == b.window_ms &&
+           a.available_ms == b.available_ms && a.quota == b.quota && a.banned_ms == b.banned_ms;
+}
+
+// A request's charges settled through the script (with the trace's
+// clock): each settled check's charged, in_debt and capped set.
+bool settle_in_redis(const std::string &sha, const std::string &prefix, std::vector<rl_check_t> &c, int64_t now)
+{
+    rl_request_t rq = request_of(c.data(), c.size(), RL_COMBINE_ALL);
+    std::string cmd(rl_redis_command_size(c.size(), prefix.size(), sha.size()), '\0');
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_SETTLE, prefix.data(), prefix.size(), 0,
+                                &rq, now));
+    rl_resp_t r = Redis::instance().call(cmd);
+    rl_redis_answer_t a;
+    const int kind = rl_redis_answer(&rq, RL_REDIS_SETTLE, &r, &a);
+    EXPECT_EQ(kind, RL_REDIS_DECIDED) << a.why << " (reply type " << (char) r.type << ": "
+                                      << std::string(r.str ? r.str : "", r.str_len) << ")";
+    return kind == RL_REDIS_DECIDED;
+}
+
+// ---- a trace: the same requests through the core and through Redis ----------
+
+// What the traces went through, so that a test can tell it saw charges,
+// debts, caps and bans.
+struct Seen {
+    size_t ends = 0, charged = 0, debts = 0, capped = 0, banned = 0, bans = 0;
+};
+Seen seen;
+
+struct Trace {
+    std::vector<rl_rule_t> rules;
+    std::vector<std::string> texts;
+    int combine = RL_COMBINE_ALL;
+    void *table = nullptr;
+    size_t table_size = 1 << 20;
+    std::string prefix;
+
+    Trace(const std::vector<std::string> &t, int comb, const std::string &pfx) : texts(t), combine(comb), prefix(pfx)
+    {
+        std::vector<uint32_t> blobs;
+        for (const std::string &s : texts) {
+            rules.push_back(rule_of(s));
+            char err[RL_ERR_MAX];
+            EXPECT_EQ(rl_redis_rule_ok(&rules.back(), err, sizeof(err)), RL_OK) << s << ": " << err;
+            blobs.push_back(rl_rule_block_size(&rules.back()));
+        }
+        table = std::aligned_alloc(64, table_size);
+        std::memset(table, 0, table_size);  // rl_table_init takes zeroed memory
+        char err[RL_ERR_MAX];
+        EXPECT_EQ(rl_table_init(table, table_size, blobs.data(), blobs.size(), nullptr, err, sizeof(err)), RL_OK)
+            << err;
+    }
+    ~Trace() { std::free(table); }
+
+    std::vector<rl_check_t> checks(const std::vector<std::string> &keys, const std::vector<uint64_t> &costs)
+    {
+        std::vector<rl_check_t> c(rules.size());
+        for (size_t i = 0; i < rules.size(); i++) {
+            c[i] = rl_check_t{};
+            c[i].table = table;
+            c[i].rule = &rules[i];
+            c[i].identity = rl_rule_identity(&rules[i], "k", 1) + i;  // distinct state per rule
+            c[i].key = keys[i].data();
+            c[i].key_len = keys[i].size();
+            c[i].cost = costs[i];
+        }
+        return c;
+    }
+
+    // A request admitted both ways, in flight until it ends: its checks in
+    // the core and in Redis, and its keys.
+    struct Flight {
+        std::vector<std::string> keys;
+        std::vector<rl_check_t> local, remote;
+    };
+    std::vector<Flight> flights;
+
+    // Runs one request both ways; false (with a failure) on a difference.
+    // An admitted request of a charge= rule stays in flight.
+    bool step(const std::string &sha, const std::vector<std::string> &keys, const std::vector<uint64_t> &costs,
+              int64_t now, size_t op, bool steady)
+    {
+        Flight f{keys, {}, {}};
+        f.local = checks(f.keys, costs);
+        f.remote = checks(f.keys, costs);
+        std::vector<rl_check_t> &local = f.local, &remote = f.remote;
+        size_t lb, rb;
+        const int la = decide(local.data(), local.size(), combine, now, &lb);
+        const int ra = check_in_redis(sha, prefix, remote, combine, now, &rb, steady);
+        bool ok = la == ra && lb == rb;
+        for (size_t i = 0; i < rules.size(); i++) {
+            ok = ok && same(local[i].decision, remote[i].decision);
+        }
+        if (!ok) {
+            std::string msg = "op " + std::to_string(op) + " at " + std::to_string(now) + ", combine " +
+                              std::to_string(combine) + ":\n";
+            for (size_t i = 0; i < rules.size(); i++) {
+                msg += "  rule \"" + texts[i] + "\" key " + keys[i] + " cost " + std::to_string(costs[i]) +
+                       "\n    core:  " + describe(local[i].decision) + "\n    redis: " + describe(remote[i].decision) +
+                       "\n";
+            }
+            ADD_FAILURE() << msg << "  allowed core " << la << " redis " << ra << ", binding " << lb << " / " << rb;
+            return false;
+        }
+        bool charges = false;
+        for (size_t i = 0; i < rules.size(); i++) {
+            charges |= rl_check_charges(&local[i]) != 0;
+            const int64_t ban = local[i].decision.banned_ms;
+            seen.banned += ban > 0 && ban < rules[i].ban_ms;  // refused while banned
+            seen.bans += ban > 0 && ban == rules[i].ban_ms;   // a ban started
+        }
+        if (charges) {
+            flights.push_back(std::move(f));
+        }
+        return true;
+    }
+
+    // One request in flight ends, charged: the cost it reserved given back
+    // and its charge spent, both ways; false (with a failure) on a
+    // difference in what was charged or in the debt.
+    bool end(const std::string &sha, std::mt19937_64 &g, int64_t now, size_t op)
+    {
+        const size_t which = g() % flights.size();
+        Flight f = std::move(flights[which]);
+        flights.erase(flights.begin() + (long) which);
+        for (size_t i = 0; i < rules.size(); i++) {
+            const uint64_t top = 2 * (uint64_t) std::max(rules[i].limit, rules[i].burst);
+            const unsigned c = (unsigned) (g() % 100);
+            const uint64_t units = c < 30   ? 0
+                                   : c < 45 ? f.local[i].cost
+                                   : c < 90 ? g() % (top + 2)
+                                   : c < 97 ? top + 1 + g() % top
+                                            : RL_NO_CHARGE - 1 - g() % 3;
+            for (std::vector<rl_check_t> *v : {&f.local, &f.remote}) {
+                (*v)[i].key = f.keys[i].data();
+                (*v)[i].charge = rl_check_charges(&(*v)[i]) ? units : RL_NO_CHARGE;
+            }
+        }
+        rl_request_t rq = request_of(f.local.data(), f.local.size(), combine);
+        rl_request_end(&rq, now);
+        if (!settle_in_redis(sha, prefix, f.remote, now)) {
+            return false;
+        }
+        bool ok = true;
+        std::string msg;
+        for (size_t i = 0; i < rules.size(); i++) {
+            const rl_check_t &l = f.local[i], &r = f.remote[i];
+            if (l.charge == RL_NO_CHARGE) {
+                continue;
+            }
+            const bool same_charge = l.charged == r.charged && l.in_debt == r.in_debt && l.capped == r.capped;
+            ok = ok && same_charge;
+            seen.ends++;
+            seen.charged += l.charged > 0;
+            seen.debts += l.in_debt != 0;
+            seen.capped += l.capped != 0;
+            msg += "  rule \"" + texts[i] + "\" key " + f.keys[i] + " cost " + std::to_string(l.cost) + " charge " +
+                   std::to_string(l.charge) + " (admitted at " + std::to_string(l.at) + "): core charged " +
+                   std::to_string(l.charged) + " debt " + std::to_string(l.in_debt) + " capped " +
+                   std::to_string(l.capped) + ", redis " + std::to_string(r.charged) + " debt " +
+                   std::to_string(r.in_debt) + " capped " + std::to_string(r.capped) + "\n";
+        }
+        if (!ok) {
+            ADD_FAILURE() << "end at op " + std::to_string(op) + " at " + std::to_string(now) + ":\n" << msg;
+        }
+        return ok;
+    }
+};
+
+const char *const kAlgorithms[] = {"gcra",        "token_bucket", "fixed_window", "sliding_window",
+                                   "sliding_log", "leaky_bucket", "quota"};
+
+// A random rule of the algorithm, within what a Redis zone accepts.
+std::string random_rule(std::mt19937_64 &g, const std::string &algorithm)
+{
+    auto pick = [&](std::initializer_list<const char *> v) { return std::string(v.begin()[g() % v.size()]); };
+    const int limit = 1 + (int) (g() % 20);
+    std::string r = "algorithm=" + algorithm + " limit=" + std::to_string(limit);
+    if (algorithm == "quota") {
+        r += " reset=" + pick({"daily", "weekly", "monthly"}) + " utc_offset=" + pick({"+00:00", "+05:30", "-08:00"});
+        return r;
+    }
+    r += " period=" + pick({"1s", "700ms", "10s", "1m", "1h", "1d"});
+    if (algorithm == "gcra" || algorithm == "token_bucket") {
+        r += " burst=" + std::to_string(1 + g() % 30);
+    } else if (algorithm == "fixed_window") {
+        r += " align=" + pick({"epoch", "first"});
+    } else if (algorithm == "sliding_window") {
+        r += " buckets=" + pick({"1", "2", "5", "10", "60"});
+    } else if (algorithm == "leaky_bucket") {
+        r += " max_delay=" + pick({"0", "100ms", "1s", "30s"});
+        r += " delay=" + pick({"0", "0", "1", "3", "25"});
+    }
+    return r;
+}
+
+// A random rule with, some of the time, charge= (not leaky_bucket's) and
+// ban=.
+std::string random_charged_rule(std::mt19937_64 &g, const std::string &algorithm)
+{
+    auto pick = [&](std::initializer_list<const char *> v) { return std::string(v.begin()[g() % v.size()]); };
+    std::string r = random_rule(g, algorithm);
+    if (algorithm != "leaky_bucket" && g() % 4 != 0) {
+        r += " charge=$c";
+    }
+    if (g() % 3 == 0) {
+        r += " ban=" + pick({"300ms", "2s", "1m", "1h"});
+    }
+    return r;
+}
+
+// The next request's time: mostly small steps, some long gaps, some
+// backward jumps (a stepped clock).
+int64_t next_time(std::mt19937_64 &g, int64_t now, int64_t period)
+{
+    const unsigned r = (unsigned) (g() % 100);
+    if (r < 60) {
+        return now + (int64_t) (g() % (uint64_t) (period / 20 + 2));
+    }
+    if (r < 85) {
+        return now + (int64_t) (g() % (uint64_t) (period + 1));
+    }
+    if (r < 95) {
+        return now + (int64_t) (g() % (uint64_t) (3 * period + 1));
+    }
+    return now - (int64_t) (g() % (uint64_t) (period / 2 + 1));
+}
+
+int64_t period_of(const rl_rule_t &r)
+{
+    return r.period_ms;
+}
+
+void run_trace(const std::string &sha, std::mt19937_64 &g, Trace &t, size_t ops, size_t *done)
+{
+    int64_t now = kT0 + (int64_t) (g() % 86400000);
+    int64_t latest = now;  // the clock's furthest point so far
+    int64_t period = 0;
+    for (const rl_rule_t &r : t.rules) {
+        period = std::max(period, period_of(r));
+    }
+    for (size_t op = 0; op < ops; op++) {
+        latest = std::max(latest, now);
+        // requests in flight end now and then (a few at a time at most)
+        while (!t.flights.empty() && (t.flights.size() > 4 || g() % 3 == 0)) {
+            if (!t.end(sha, g, now, op)) {
+                return;
+            }
+        }
+        std::vector<std::string> keys;
+        std::vector<uint64_t> costs;
+        const std::string key = "k" + std::to_string(g() % 3);
+        for (const rl_rule_t &r : t.rules) {
+            keys.push_back(key);
+            const uint64_t top = std::max(r.limit, r.burst);
+            const unsigned c = (unsigned) (g() % 100);
+            costs.push_back(c < 70 ? 1 : c < 80 ? 0 : c < 97 ? g() % (top + 1) : top + 1 + g() % 3);
+        }
+        if (!t.step(sha, keys, costs, now, op, latest - now <= RL_REDIS_CLOCK_SLACK_MS)) {
+            return;
+        }
+        ++*done;
+        now = next_time(g, now, period);
+    }
+}
+
+// ---- the script against a real redis-server ---------------------------------
+
+TEST(RedisScript, EveryAlgorithmMatchesTheCoreOnRandomTraces)
+{
+    NEED_REDIS();
+    const std::string sha = script_sha();
+    std::mt19937_64 g(20261122);
+    int trace = 0;
+    for (const char *a : kAlgorithms) {
+        size_t done = 0;
+        // many short traces, each with its own random rule: >= 10,000 ops
+        while (done < 10000 && !HasFailure()) {
+            Trace t({random_rule(g, a)}, RL_COMBINE_ALL, "conf:" + std::to_string(trace++) + ":");
+            run_trace(sha, g, t, 400, &done);
+        }
+        EXPECT_GE(done, 10000u) << a;
+        std::printf("%-15s %zu operations identical in Redis and the core\n", a, done);
+    }
+}
+
+TEST(RedisScript, StackedRulesMatchTheCoreWithAllAndAny)
+{
+    NEED_REDIS();
+    const std::string sha = script_sha();
+    std::mt19937_64 g(7);
+    size_t done = 0;
+    int trace = 0;
+    while (done < 10000 && !HasFailure()) {
+        std::vector<std::string> rules;
+        const size_t n = 2 + g() % 2;
+        for (size_t i = 0; i < n; i++) {
+            rules.push_back(random_rule(g, kAlgorithms[g() % 7]));
+        }
+        Trace t(rules, g() % 2 ? RL_COMBINE_ANY : RL_COMBINE_ALL, "stack:" + std::to_string(trace++) + ":");
+        run_trace(sha, g, t, 200, &done);
+    }
+    EXPECT_GE(done, 10000u);
+}
+
+// charge= and ban=: requests in flight end in any order, charged from 0 to
+// far past the debt's bound, and every decision, every charge, debt and cap
+// is the same through the script as through the core.
+TEST(RedisScript, ChargesAndBansMatchTheCoreOnRandomTraces)
+{
+    NEED_REDIS();
+    const std::string sha = script_sha();
+    std::mt19937_64 g(26);
+    int trace = 0;
+    for (const char *a : kAlgorithms) {
+        size_t done = 0;
+        while (done < 10000 && !HasFailure()) {
+            Trace t({random_charged_rule(g, a)}, RL_COMBINE_ALL, "charge:" + std::to_string(trace++) + ":");
+            run_trace(sha, g, t, 400, &done);
+        }
+        EXPECT_GE(done, 10000u) << a;
+        std::printf("%-15s %zu operations with charges and bans identical in Redis and the core\n", a, done);
+    }
+    std::printf("%zu requests ended: %zu charged, %zu in debt, %zu capped; %zu bans, %zu refusals while banned\n",
+                seen.ends, seen.charged, seen.debts, seen.capped, seen.bans, seen.banned);
+    // the traces went where the arithmetic differs most
+    EXPECT_GT(seen.debts, 1000u);
+    EXPECT_GT(seen.capped, 500u);
+    EXPECT_GT(seen.bans, 500u);
+    EXPECT_GT(seen.banned, 500u);
+}
+
+TEST(RedisScript, StackedRulesWithChargesAndBansMatchTheCore)
+{
+    NEED_REDIS();
+    const std::string sha = script_sha();
+    std::mt19937_64 g(2626);
+    size_t done = 0;
+    int trace = 0;
+    while (done < 10000 && !HasFailure()) {
+        std::vector<std::string> rules;
+        const size_t n = 2 + g() % 2;
+        for (size_t i = 0; i < n; i++) {
+            rules.push_back(random_charged_rule(g, kAlgorithms[g() % 7]));
+        }
+        Trace t(rules, g() % 2 ? RL_COMBINE_ANY : RL_COMBINE_ALL, "stackc:" + std::to_string(trace++) + ":");
+        run_trace(sha, g, t, 200, &done);
+    }
+    EXPECT_GE(done, 10000u);
+}
+
+}  // namespace
