@@ -24,12 +24,13 @@ rl_decision_t gcra(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, 
     const uint64_t ahead = paced_ahead(rule, s, now);  // TAT - now
     const uint64_t room = ahead < tau ? tau - ahead : 0;
 
+    rl_decision_t d{};  // the one object returned, built in the caller's
     if (cost > rule.burst) {
-        return never(rule.period_ms, room / T, ceil_div(ahead, rule.limit));
+        d = never(rule.period_ms, room / T, ceil_div(ahead, rule.limit));
+        return d;
     }
 
     const uint64_t need = ahead + cost * T;  // TAT - now after admitting
-    rl_decision_t d{};
     d.window_ms = rule.period_ms;
 
     if (need <= tau || cost == 0) {  // looking (cost 0) is always allowed

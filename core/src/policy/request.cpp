@@ -2,6 +2,9 @@
 // rl_redis_answer) conclude from the decisions of its rules, in one place
 // for nginx and ratelimit-replay alike.
 #include "policy/request.h"
+
+#include <cstring>
+
 #include "algorithms/algorithms.h"
 #include "table/table.h"
 #include "util/fault.h"
@@ -56,20 +59,17 @@ int conclude(rl_request_t &rq, bool allowed, bool queued)
     }
     if (n == 1) {  // most requests: the one rule binds, whatever it decided
         rl_check_t &only = rq.checks[0];
-        const bool applying = applies(only);
-        rq.binding = 0;
-        rq.delay_ms = applying && allowed ? only.decision.delay_ms : 0;
-        if (applying) {
-            policy(*only.rule, only.decision);
-        }
-        rq.verdict = !applying         ? RL_VERDICT_EXEMPT
-                     : !allowed        ? RL_VERDICT_REJECTED
-                     : rq.delay_ms > 0 ? RL_VERDICT_DELAYED
-                                       : RL_VERDICT_PASSED;
-        only.outcome = outcome_of(only, allowed, rq.verdict == RL_VERDICT_DELAYED, rq.dry_run != 0);
-        if (!applying) {
+        if (!applies(only)) {
             rq.binding = n;  // exempt: no rule to describe
+            rq.delay_ms = 0;
+            rq.verdict = RL_VERDICT_EXEMPT;
+        } else {
+            policy(*only.rule, only.decision);
+            rq.binding = 0;
+            rq.delay_ms = allowed ? only.decision.delay_ms : 0;
+            rq.verdict = !allowed ? RL_VERDICT_REJECTED : rq.delay_ms > 0 ? RL_VERDICT_DELAYED : RL_VERDICT_PASSED;
         }
+        only.outcome = outcome_of(only, allowed, rq.verdict == RL_VERDICT_DELAYED, rq.dry_run != 0);
         act(rq);
         return rq.verdict;
     }
@@ -115,29 +115,20 @@ int conclude(rl_request_t &rq, bool allowed, bool queued)
 
 void act(rl_request_t &rq)
 {
-    const bool dry = rq.dry_run != 0;
-    switch (rq.verdict) {
-    case RL_VERDICT_REJECTED:
-        rq.action = dry ? RL_ACTION_PASS : RL_ACTION_REFUSE;
-        rq.status = dry ? RL_STATUS_REJECTED_DRY_RUN : RL_STATUS_REJECTED;
-        break;
-    case RL_VERDICT_DELAYED:
-        rq.action = dry ? RL_ACTION_PASS : RL_ACTION_DELAY;
-        rq.status = dry ? RL_STATUS_DELAYED_DRY_RUN : RL_STATUS_DELAYED;
-        break;
-    case RL_VERDICT_QUEUED:  // a dry run never waits (check.cpp)
-        rq.action = RL_ACTION_WAIT;
-        rq.status = RL_STATUS_NONE;
-        break;
-    case RL_VERDICT_EXEMPT:
-        rq.action = RL_ACTION_PASS;
-        rq.status = RL_STATUS_EXEMPT;
-        break;
-    default:
-        rq.action = RL_ACTION_PASS;
-        rq.status = RL_STATUS_PASSED;
-        break;
-    }
+    // by verdict: the action and status, then a dry run's (which passes)
+    static const struct {
+        int action, status, dry_status;
+    } by_verdict[] = {
+        {RL_ACTION_PASS, RL_STATUS_PASSED, RL_STATUS_PASSED},                       // passed
+        {RL_ACTION_DELAY, RL_STATUS_DELAYED, RL_STATUS_DELAYED_DRY_RUN},            // delayed
+        {RL_ACTION_REFUSE, RL_STATUS_REJECTED, RL_STATUS_REJECTED_DRY_RUN},         // rejected
+        {RL_ACTION_PASS, RL_STATUS_EXEMPT, RL_STATUS_EXEMPT},                       // exempt
+        {RL_ACTION_WAIT, RL_STATUS_NONE, RL_STATUS_NONE},  // queued: a dry run never waits (check.cpp)
+    };
+    const unsigned v = (unsigned) rq.verdict < sizeof(by_verdict) / sizeof(by_verdict[0]) ? (unsigned) rq.verdict : 0;
+    const bool dry = rq.dry_run != 0 && rq.verdict != RL_VERDICT_QUEUED;
+    rq.action = dry ? RL_ACTION_PASS : by_verdict[v].action;
+    rq.status = dry ? by_verdict[v].dry_status : by_verdict[v].status;
 }
 
 void count(const rl_request_t &rq, int64_t now)
@@ -153,21 +144,44 @@ void count(const rl_request_t &rq, int64_t now)
     }
 }
 
+namespace {
+
+// Two checks hash their keys alike: the same table, the same key bytes.
+bool same_key(const rl_check_t &a, const rl_check_t &b)
+{
+    return applies(a) && a.table == b.table && a.key_len == b.key_len &&
+           (a.key == b.key || std::memcmp(a.key, b.key, a.key_len) == 0);
+}
+
+}  // namespace
+
 }  // namespace rl
 
 extern "C" {
 
 void rl_request_hash(rl_request_t *rq)
 {
+    uint64_t hashes[RL_RULES_MAX];
+    const size_t n = rq->n < RL_RULES_MAX ? rq->n : RL_RULES_MAX;
     uint32_t m = 0;
-    for (size_t i = 0; i < rq->n; i++) {
+    for (size_t i = 0; i < n; i++) {
         rl_check_t &c = rq->checks[i];
         if (!rl::applies(c)) {
             continue;
         }
         const rl::Table *t = rl::Table::at(c.table);
-        c.tag = t->tag(c.identity, c.key, c.key_len);
+        // a key is hashed once per table: the rules after the first on the
+        // same key bytes take its hash (table.cpp, Table::hash)
+        size_t j = 0;
+        while (j < i && !rl::same_key(rq->checks[j], c)) {
+            j++;
+        }
+        hashes[i] = j < i ? hashes[j] : t->hash(c.key, c.key_len);
+        c.tag = rl::Table::of_hash(hashes[i], c.identity);
         t->prefetch(c.tag);
+        if (j < i) {
+            continue;  // its table is in the order already
+        }
         // the tables, each once, sorted by address: the order to lock them
         uint32_t at = 0;
         while (at < m && (uintptr_t) rq->checks[rq->order[at]].table < (uintptr_t) c.table) {

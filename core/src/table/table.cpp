@@ -18,7 +18,7 @@ namespace rl {
 namespace {
 
 const char kMagic[8] = {'R', 'L', 'T', 'A', 'B', 'L', 'E', '6'};
-const uint32_t kVersion = 7;  // 7: rules' charge counters
+const uint32_t kVersion = 8;  // 8: tags of a key's hash and the rule's identity
 const uint32_t kMinBlocks = 4;
 
 // Buckets a cuckoo search may visit before giving up and evicting.  Enough
@@ -191,10 +191,26 @@ bool Table::valid(size_t size, const Layout &layout) const
     return true;
 }
 
-uint64_t Table::tag(uint64_t identity, const void *key, size_t len) const
+// A key's tag under a rule is
+//
+//     tag(rule, key) = F(H(key) xor identity(rule))
+//
+// where H is SipHash-1-3 under the table's secret, and F a fixed bijection
+// (of_hash): a request hashes a key once for every rule of the zone on it,
+// and each rule's tag costs a few multiplications more.  Collisions are as
+// hard to craft as with H of (identity, key) as one message.  F being a
+// bijection, two tags are equal exactly when H(k) xor H(k') = identity(r)
+// xor identity(r').  For one key under two rules that is identity(r) =
+// identity(r'): the same rule, whose state is shared by design.  For two
+// keys k != k', it is a given difference between H's outputs on two inputs
+// the attacker chose without seeing the secret or any hash: H is a PRF, so
+// that happens with probability 2^-64 whatever the difference, the odds of
+// a plain collision of H (the case r = r').  F also spreads the identity
+// over the whole tag, so that one key's buckets under two rules are
+// unrelated.  (0 stands for an empty slot: a tag of 0 is stored as 1.)
+uint64_t Table::hash(const void *key, size_t len) const
 {
-    const uint64_t t = SipHash13::word_and_bytes(h_.secret, identity, key, len);
-    return t != 0 ? t : 1;  // 0 marks an empty slot
+    return SipHash13::bytes(h_.secret, key, len);
 }
 
 // Keys live in their first bucket whenever it has room (see make_room), so
@@ -218,44 +234,11 @@ int Table::pool_for(size_t blob) const
     return -1;
 }
 
-uint8_t *Table::block(uint32_t handle) const
-{
-    const Pool &p = h_.pools[handle >> 24];
-    return const_cast<uint8_t *>(reinterpret_cast<const uint8_t *>(this)) + p.offset +
-           (uint64_t) (handle & (kBlocksMax - 1)) * p.block_size;
-}
-
-Table::Slot Table::locate(uint64_t tag) const
-{
-    Bucket *b = const_cast<Table *>(this)->buckets();
-    for (uint32_t i : {first(tag), second(tag)}) {
-        for (int s = 0; s < 3; s++) {
-            if (b[i].tag[s] == tag) {
-                return Slot{&b[i], s};
-            }
-        }
-    }
-    return Slot{nullptr, 0};
-}
 
 int64_t Table::bucket_of(uint64_t tag) const
 {
     Slot slot = locate(tag);
     return slot.b == nullptr ? -1 : slot.b - buckets();
-}
-
-bool Table::find(uint64_t tag, State *s, Ref *ref) const
-{
-    Slot slot = locate(tag);
-    if (slot.b == nullptr) {
-        return false;
-    }
-    s->head = rl_state_t{slot.b->t[slot.i], slot.b->n[slot.i]};
-    s->blob = has_block(slot.b->meta, slot.i) ? block(slot.b->n[slot.i]) + 8 : nullptr;
-    if (ref != nullptr) {
-        *ref = Ref{&slot.b->t[slot.i], &slot.b->n[slot.i], &slot.b->meta, slot.i};
-    }
-    return true;
 }
 
 uint64_t Table::cell_of(uint64_t tag, int k) const

@@ -209,7 +209,23 @@ public:
     void init(size_t size, const Layout &layout, const uint8_t secret[16]);
     bool valid(size_t size, const Layout &layout) const;
 
-    uint64_t tag(uint64_t identity, const void *key, size_t len) const;
+    // A rule's key's tag: the key's hash under the table's secret, then
+    // the rule's identity mixed in (table.cpp says why that is as safe as
+    // hashing both).  A request hashes a key once per table (hash), and
+    // gives each of its rules on that key the tag of_hash() makes of it.
+    uint64_t tag(uint64_t identity, const void *key, size_t len) const { return of_hash(hash(key, len), identity); }
+    uint64_t hash(const void *key, size_t len) const;
+    static uint64_t of_hash(uint64_t hash, uint64_t identity)
+    {
+        // splitmix64's finalizer, a bijection of 64-bit words
+        uint64_t x = hash ^ identity;
+        x ^= x >> 30;
+        x *= 0xbf58476d1ce4e5b9ull;
+        x ^= x >> 27;
+        x *= 0x94d049bb133111ebull;
+        x ^= x >> 31;
+        return x != 0 ? x : 1;  // 0 marks an empty slot
+    }
     void prefetch(uint64_t tag) const;
 
     // The tag under which a key's ban (ban=) is kept: its halves swapped,
@@ -238,11 +254,30 @@ public:
         *ref.n = head.n;
         *ref.meta = with_debt(*ref.meta, ref.slot, debt);
     }
+    // Writes a found key's new t and debt in place (its n, a block's
+    // handle, stays).
+    static void update_t(const Ref &ref, int64_t t, Debt debt)
+    {
+        *ref.t = t;
+        *ref.meta = with_debt(*ref.meta, ref.slot, debt);
+    }
     static Debt debt(const Ref &ref) { return debt_of(*ref.meta, ref.slot); }
 
     // The key's state: its head, and its block (nullptr if none).  False if
-    // the key has no slot.
-    bool find(uint64_t tag, State *s, Ref *ref = nullptr) const;
+    // the key has no slot.  (Inline: every request finds its keys.)
+    bool find(uint64_t tag, State *s, Ref *ref = nullptr) const
+    {
+        Slot slot = locate(tag);
+        if (slot.b == nullptr) {
+            return false;
+        }
+        s->head = rl_state_t{slot.b->t[slot.i], slot.b->n[slot.i]};
+        s->blob = has_block(slot.b->meta, slot.i) ? block(slot.b->n[slot.i]) + 8 : nullptr;
+        if (ref != nullptr) {
+            *ref = Ref{&slot.b->t[slot.i], &slot.b->n[slot.i], &slot.b->meta, slot.i};
+        }
+        return true;
+    }
     // Stores a key's head and debt, inserting (and evicting if need be) when
     // absent; true if it inserted (which may move other keys).
     bool store(uint64_t tag, rl_state_t head, Debt debt, int64_t now);
@@ -334,7 +369,12 @@ private:
     {
         return reinterpret_cast<const Bucket *>(reinterpret_cast<const char *>(this) + header_bytes());
     }
-    uint8_t *block(uint32_t handle) const;
+    uint8_t *block(uint32_t handle) const
+    {
+        const Pool &p = h_.pools[handle >> 24];
+        return const_cast<uint8_t *>(reinterpret_cast<const uint8_t *>(this)) + p.offset +
+               (uint64_t) (handle & (kBlocksMax - 1)) * p.block_size;
+    }
     uint32_t other(uint32_t b, uint64_t tag) const { return b == first(tag) ? second(tag) : first(tag); }
 
     void begin();
@@ -349,7 +389,20 @@ private:
     uint64_t cell_of(uint64_t tag, int k) const;
     void remember(const Bucket &b, int i, int64_t now);
 
-    Slot locate(uint64_t tag) const;
+    // The key's slot: its first bucket, then its second.
+    Slot locate(uint64_t tag) const
+    {
+        Bucket *b = const_cast<Table *>(this)->buckets();
+        Bucket *at = &b[first(tag)];
+        for (int k = 0; k < 2; k++, at = &b[second(tag)]) {
+            for (int s = 0; s < 3; s++) {
+                if (at->tag[s] == tag) {
+                    return Slot{at, s};
+                }
+            }
+        }
+        return Slot{nullptr, 0};
+    }
     void undo();
     Slot insert(uint64_t tag, int64_t now);
     Slot make_room(uint32_t b1, uint32_t b2, int64_t now);
