@@ -10,9 +10,13 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <new>
 
 #include "ratelimit.h"
+
+// Code inlined wherever it is called, whatever the compiler's estimate of
+// its size: the hot path of a request (a call there costs its registers'
+// saves and restores, as much as the code itself).
+#define RL_HOT inline __attribute__((always_inline))
 
 namespace rl {
 
@@ -23,7 +27,6 @@ struct State {
 
 using Transition = rl_decision_t (*)(const rl_rule_t &, State &, int64_t now, uint64_t cost, bool apply);
 
-rl_decision_t gcra(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
 rl_decision_t fixed_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
 rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
 rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
@@ -41,16 +44,7 @@ struct Owed {
 };
 constexpr uint32_t kFracFull = 255;
 
-// Dispatches on rule.algorithm.
-rl_decision_t transition(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
-
-// The same into d: the decision written where it is kept rather than copied
-// there (an assignment of the result would go through a temporary).
-inline void transition_into(rl_decision_t &d, const rl_rule_t &rule, State &s, int64_t now, uint64_t cost,
-                            bool apply)
-{
-    ::new (&d) rl_decision_t(transition(rule, s, now, cost, apply));
-}
+// Dispatches on rule.algorithm (transition.h, inline; gcra is gcra.h's).
 
 // Bytes of the rule's block (0: the head holds the whole state), as
 // derive() worked it out.
@@ -149,7 +143,7 @@ uint32_t owed_frac_of(const rl_rule_t &rule, const State &s, const rl_decision_t
 // beyond it as a charge may leave it, where remaining stays 0).  Both limit
 // and burst are the policy's quota.  (A shaper's remaining is counted from
 // the request's release: leaky_bucket asks owed_frac_of.)
-inline uint32_t owed_frac(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now)
+RL_HOT uint32_t owed_frac(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now)
 {
     if (d.remaining + 1 >= rule.policy_quota && rule.policy_quota > 1 && rule.algorithm != RL_LEAKY_BUCKET) {
         return 0;

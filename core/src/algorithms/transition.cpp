@@ -1,8 +1,10 @@
-// Dispatch to the algorithm a rule names, and the C entry points.
+// What each rule derives once, a denial for a cost never admitted, and the
+// C entry points of the transitions (the dispatch is transition.h).
 #include <cstring>
 
 #include "algorithms/algorithms.h"
 #include "algorithms/exact_time.h"
+#include "algorithms/transition.h"
 
 namespace rl {
 
@@ -61,16 +63,6 @@ void derive(rl_rule_t &rule)
         return;
     }
     rule.policy_window_ms = rule.limit ? ceil_div(rule.policy_quota * T, rule.limit) : 0;
-}
-
-rl_decision_t transition(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
-{
-    static const Transition by_algorithm[RL_ALGORITHM_COUNT] = {
-        gcra,        gcra,         fixed_window, sliding_window,
-        sliding_log, leaky_bucket, quota,        concurrency,  // token_bucket is gcra
-    };
-    const uint32_t a = rule.algorithm < RL_ALGORITHM_COUNT ? rule.algorithm : (uint32_t) RL_GCRA;
-    return by_algorithm[a](rule, s, now, cost, apply);
 }
 
 }  // namespace rl

@@ -7,6 +7,7 @@
 // run once and what only several rules need (a state two rules share, the
 // order of the decisions) folds away.
 #include "algorithms/algorithms.h"
+#include "algorithms/transition.h"
 #include "policy/request.h"
 #include "table/table.h"
 
@@ -228,24 +229,6 @@ template <bool kOne> void decide(rl_request_t &rq, Item *items, size_t i, bool f
     tally.applying++;
 }
 
-// A rule whose admission makes the request's, and which is decided last, so
-// that its block is written as it is decided: with all, the last rule with a
-// block (the others decided before it, all allowing); with any, every rule
-// (whichever allows, the request is admitted).  n if none.
-size_t decided_last(const rl_request_t &rq)
-{
-    if (rq.combine == RL_COMBINE_ANY) {
-        return rq.n;
-    }
-    for (size_t i = rq.n; i-- > 0;) {
-        const rl_check_t &c = rq.checks[i];
-        if (rl::applies(c) && rl::blob_size(*c.rule) > 0 && c.rule->algorithm != RL_CONCURRENCY) {
-            return i;
-        }
-    }
-    return rq.n;
-}
-
 // Commits check i's admission: a head found in place is written there,
 // until an insertion may have moved keys (moved); a block is taken (or
 // made) and decided on again, unless it was written as it was decided.
@@ -299,26 +282,34 @@ inline void commit(rl_request_t &rq, Item *items, size_t i, bool &moved, int64_t
     }
 }
 
-template <bool kOne> rl::Checked check_as(rl_request_t &rq, int64_t now)
+template <bool kOne> int decide_as(rl_request_t &rq, int64_t now)
 {
     Item items[kOne ? 1 : RL_RULES_MAX];
     rl_check_t *c = rq.checks;
     const size_t n = kOne ? 1 : rq.n;
     Tally tally;
 
-    const size_t last = kOne ? n : decided_last(rq);
-    for (size_t i = 0; i < n; i++) {
-        if (!rl::applies(c[i])) {
+    // With any, whichever rule allows, the request is admitted: each rule's
+    // block is written as it is decided.  With all, the rules with a block
+    // are decided after the others, and the last of them is written as it
+    // is decided if every other rule allowed.
+    uint8_t later[kOne ? 1 : RL_RULES_MAX];
+    size_t nlater = 0;
+    const bool any = rq.combine == RL_COMBINE_ANY;
+    for (size_t k = 0; k < n + nlater; k++) {
+        size_t i = k;
+        bool final = kOne || any;
+        if (k >= n) {
+            i = later[k - n];
+            final = k + 1 == n + nlater && tally.allowing == tally.applying;
+        } else if (!rl::applies(c[i])) {
             continue;
-        }
-        if (i == last) {
+        } else if (!kOne && !any && rl::blob_size(*c[i].rule) > 0 && c[i].rule->algorithm != RL_CONCURRENCY) {
+            later[nlater++] = (uint8_t) i;
             items[i].pool = 0;  // decided below: not a head to share
             continue;
         }
-        decide<kOne>(rq, items, i, kOne || rq.combine == RL_COMBINE_ANY, tally, now);
-    }
-    if (last < n) {
-        decide<kOne>(rq, items, last, tally.allowing == tally.applying, tally, now);
+        decide<kOne>(rq, items, i, final, tally, now);
     }
 
     // Waiting for a slot (concurrency, max_wait) is neither: with all, the
@@ -352,16 +343,18 @@ template <bool kOne> rl::Checked check_as(rl_request_t &rq, int64_t now)
         count_summary_refusals(c, items, n);
         ban(c, items, n, now);
     }
-    return allowed ? rl::Checked::kAdmitted : queued ? rl::Checked::kQueued : rl::Checked::kRefused;
+    const int verdict = kOne && !queued ? rl::conclude_one(rq, allowed) : rl::conclude(rq, allowed, queued);
+    rl::count(rq, now);
+    return verdict;
 }
 
 }  // namespace
 
 namespace rl {
 
-Checked check(rl_request_t &rq, int64_t now_ms)
+int decide(rl_request_t &rq, int64_t now_ms)
 {
-    return rq.n == 1 ? check_as<true>(rq, now_ms) : check_as<false>(rq, now_ms);
+    return rq.n == 1 ? decide_as<true>(rq, now_ms) : decide_as<false>(rq, now_ms);
 }
 
 }  // namespace rl

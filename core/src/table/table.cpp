@@ -191,38 +191,6 @@ bool Table::valid(size_t size, const Layout &layout) const
     return true;
 }
 
-// A key's tag under a rule is
-//
-//     tag(rule, key) = F(H(key) xor identity(rule))
-//
-// where H is SipHash-1-3 under the table's secret, and F a fixed bijection
-// (of_hash): a request hashes a key once for every rule of the zone on it,
-// and each rule's tag costs a few multiplications more.  Collisions are as
-// hard to craft as with H of (identity, key) as one message.  F being a
-// bijection, two tags are equal exactly when H(k) xor H(k') = identity(r)
-// xor identity(r').  For one key under two rules that is identity(r) =
-// identity(r'): the same rule, whose state is shared by design.  For two
-// keys k != k', it is a given difference between H's outputs on two inputs
-// the attacker chose without seeing the secret or any hash: H is a PRF, so
-// that happens with probability 2^-64 whatever the difference, the odds of
-// a plain collision of H (the case r = r').  F also spreads the identity
-// over the whole tag, so that one key's buckets under two rules are
-// unrelated.  (0 stands for an empty slot: a tag of 0 is stored as 1.)
-uint64_t Table::hash(const void *key, size_t len) const
-{
-    return SipHash13::bytes(h_.secret, key, len);
-}
-
-// Keys live in their first bucket whenever it has room (see make_room), so
-// the first is the one worth fetching early.  A random bucket of a large
-// zone costs a cache miss and a TLB miss: read it now, before the caller
-// takes the zone's lock, so that they are not paid while holding it.
-void Table::prefetch(uint64_t tag) const
-{
-    const volatile uint64_t *word = &buckets()[first(tag)].tag[0];
-    (void) *word;
-}
-
 int Table::pool_for(size_t blob) const
 {
     const uint32_t bs = block_size_for(blob);

@@ -34,6 +34,7 @@
 
 #include "algorithms/algorithms.h"
 #include "ratelimit.h"
+#include "util/siphash.h"
 
 namespace rl {
 
@@ -209,12 +210,25 @@ public:
     void init(size_t size, const Layout &layout, const uint8_t secret[16]);
     bool valid(size_t size, const Layout &layout) const;
 
-    // A rule's key's tag: the key's hash under the table's secret, then
-    // the rule's identity mixed in (table.cpp says why that is as safe as
-    // hashing both).  A request hashes a key once per table (hash), and
-    // gives each of its rules on that key the tag of_hash() makes of it.
+    // A key's tag under a rule is
+    //
+    //     tag(rule, key) = F(H(key) xor identity(rule))
+    //
+    // where H is SipHash-1-3 under the table's secret, and F a fixed bijection
+    // (of_hash): a request hashes a key once, whatever the number of the
+    // zone's rules on it, and each rule's tag costs a few multiplications.  Collisions are as
+    // hard to craft as with H of (identity, key) as one message.  F being a
+    // bijection, two tags are equal exactly when H(k) xor H(k') = identity(r)
+    // xor identity(r').  For one key under two rules that is identity(r) =
+    // identity(r'): the same rule, whose state is shared by design.  For two
+    // keys k != k', it is a given difference between H's outputs on two inputs
+    // the attacker chose without seeing the secret or any hash: H is a PRF, so
+    // that happens with probability 2^-64 whatever the difference, the odds of
+    // a plain collision of H (the case r = r').  F also spreads the identity
+    // over the whole tag, so that one key's buckets under two rules are
+    // unrelated.  (0 stands for an empty slot: a tag of 0 is stored as 1.)
     uint64_t tag(uint64_t identity, const void *key, size_t len) const { return of_hash(hash(key, len), identity); }
-    uint64_t hash(const void *key, size_t len) const;
+    uint64_t hash(const void *key, size_t len) const { return SipHash13::bytes(h_.secret, key, len); }
     static uint64_t of_hash(uint64_t hash, uint64_t identity)
     {
         // splitmix64's finalizer, a bijection of 64-bit words
@@ -226,7 +240,16 @@ public:
         x ^= x >> 31;
         return x != 0 ? x : 1;  // 0 marks an empty slot
     }
-    void prefetch(uint64_t tag) const;
+    // Keys live in their first bucket whenever it has room (see make_room),
+    // so the first is the one worth fetching early.  A random bucket of a
+    // large zone costs a cache miss and a TLB miss: read it now, before the
+    // caller takes the zone's lock, so that they are not paid while holding
+    // it.
+    void prefetch(uint64_t tag) const
+    {
+        const volatile uint64_t *word = &buckets()[first(tag)].tag[0];
+        (void) *word;
+    }
 
     // The tag under which a key's ban (ban=) is kept: its halves swapped,
     // so that it lives in the same two buckets as the key (the look-up
