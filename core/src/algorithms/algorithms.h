@@ -143,10 +143,24 @@ uint32_t owed_frac_of(const rl_rule_t &rule, const State &s, const rl_decision_t
 // beyond it as a charge may leave it, where remaining stays 0).  Both limit
 // and burst are the policy's quota.  (A shaper's remaining is counted from
 // the request's release: leaky_bucket asks owed_frac_of.)
+// A window's fraction is limit - remaining units of limit, rounded up (as
+// owed_frac_of's; a limit is at most 2^30, the product fits).
 RL_HOT uint32_t owed_frac(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now)
 {
     if (d.remaining + 1 >= rule.policy_quota && rule.policy_quota > 1 && rule.algorithm != RL_LEAKY_BUCKET) {
         return 0;
+    }
+    if (!paced(rule.algorithm) && rule.algorithm != RL_CONCURRENCY) {
+        const uint64_t units = rule.limit - (d.remaining < rule.limit ? d.remaining : rule.limit);
+        return units <= 1 ? 0 : (uint32_t) ((units * kFracFull + rule.limit - 1) / rule.limit);
+    }
+    if (rule.algorithm == RL_LEAKY_BUCKET && s.blob == nullptr) {
+        // a shaper's queue, (t - now) x limit - n units, at most T: nothing
+        const int64_t ms = s.head.t - now;
+        const uint32_t n = s.head.n < rule.limit ? s.head.n : rule.limit - 1;
+        if (ms <= 0 || (unsigned __int128) (uint64_t) ms * rule.limit <= (uint64_t) rule.period_ms + n) {
+            return 0;
+        }
     }
     return owed_frac_of(rule, s, d, now);
 }

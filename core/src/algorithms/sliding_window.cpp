@@ -13,9 +13,12 @@
 // (W - elapsed) / W + current.  Unlike fixed windows it never admits twice
 // the limit across a boundary.  All comparisons are exact integer ones.
 //
-// Block: the newest tick stored, then S + 1 counters in a ring; with
-// charge=, then the instant until which the key owes what a charge put
-// beyond the limit (sliding_window_charge).
+// Block: the newest tick stored, the sum of the ring's counters, then S + 1
+// counters in a ring; with charge=, then the instant until which the key
+// owes what a charge put beyond the limit (sliding_window_charge).  The sum
+// spares a request within the newest tick a walk over the ring; a request in
+// a later tick walks it, and the sum is made again from the counters then
+// (so that a block a process died writing is right again a tick later).
 #include <cstring>
 
 #include "algorithms/algorithms.h"
@@ -26,10 +29,18 @@ namespace {
 
 struct Block {
     int64_t tick;       // the newest tick with a counter
+    uint32_t total;     // the sum of count[]
     uint32_t count[1];  // [S + 1], tick j at j % (S + 1)
 };
 
 using wide = unsigned __int128;
+
+// a / b, without the 128-bit division's call when a fits in 64 bits (it
+// does, but for limits and periods near their bounds).
+uint64_t quotient(wide a, uint64_t b)
+{
+    return (uint64_t) (a >> 64) == 0 ? (uint64_t) a / b : (uint64_t) (a / b);
+}
 
 struct Window {
     const rl_rule_t &rule;
@@ -47,40 +58,48 @@ struct Window {
         return x + b->count[j % (S + 1)];
     }
 
-    // The sum of the S newest ticks at tick k.
-    uint64_t newest(int64_t k) const
+    // The sum of the S newest ticks at tick k (no earlier than the block's
+    // newest), and the oldest tick's count (k - S): from the ring's sum
+    // within the newest tick, else from its counters.
+    void at(int64_t k, uint64_t *sum, uint64_t *old) const
     {
-        uint64_t sum = 0;
-        for (int64_t j = k - S + 1; j <= k; j++) {
-            sum += count(j);
+        *sum = *old = 0;
+        if (b == nullptr || k - b->tick > S) {
+            return;  // every tick counted has left
         }
-        return sum;
+        const int64_t ring = S + 1;
+        if (k == b->tick && b->total >= b->count[(k - S) % ring]) {
+            *old = b->count[(k - S) % ring];
+            *sum = b->total - *old;
+            return;
+        }
+        // ticks k - S .. b->tick of the ring's b->tick - S .. b->tick
+        int64_t i = (k - S) % ring;
+        for (int64_t j = k - S; j <= b->tick; j++, i = i + 1 == ring ? 0 : i + 1) {
+            *sum += b->count[i];
+        }
+        *old = b->count[(k - S) % ring];
+        *sum -= *old;
     }
 
-    // The estimate at tick k, e into it, scaled by W: sum*W + oldest*(W-e),
-    // sum = newest(k).
-    wide used(int64_t k, int64_t e, uint64_t sum) const
-    {
-        return (wide) sum * (uint64_t) W + (wide) count(k - S) * (uint64_t) (W - e);
-    }
 
     // The first ms (>= from) at which cost fits, with no further requests;
-    // newer = newest(k).
-    int64_t admissible_at(int64_t k, uint64_t newer, int64_t from, uint64_t cost) const
+    // newer = the S newest ticks' sum at tick k, and old the count of the
+    // tick before them.
+    int64_t admissible_at(int64_t k, uint64_t newer, uint64_t old, int64_t from, uint64_t cost) const
     {
         const wide cap = (wide) rule.limit * (uint64_t) W;
-        // newer: ticks j - S + 1 .. k, kept as j moves on
-        for (int64_t j = k;; newer -= count(j - S + 1), j++) {
+        // newer: ticks j - S + 1 .. j, kept as j moves on
+        for (int64_t j = k;; newer -= count(j - S + 1), j++, old = count(j - S)) {
             const wide fixed = (wide) (newer + cost) * (uint64_t) W;
             if (fixed > cap) {
                 continue;  // the newer ticks alone are too many: next tick
             }
             const wide room = cap - fixed;
-            const uint64_t old = count(j - S);
             // old * (W - e) <= room  <=>  e >= W - floor(room / old)
             int64_t e = 0;
-            if (old > 0 && room / old < (wide) W) {
-                e = W - (int64_t) (room / old);
+            if (old > 0 && room < (wide) old * (uint64_t) W) {
+                e = W - (int64_t) quotient(room, old);
             }
             const int64_t at = ceil_div((uint64_t) (j * W + e), (uint64_t) S);
             if (at * S < (j + 1) * W) {  // still within tick j
@@ -137,22 +156,61 @@ void sliding_window_restore(const rl_rule_t &rule, State &s, int64_t now)
         j = k;
     }
     b->tick = j;
-    b->count[j % (S + 1)] = s.head.n < rule.limit ? s.head.n : rule.limit;
+    b->total = b->count[j % (S + 1)] = s.head.n < rule.limit ? s.head.n : rule.limit;
     s.head.t = ceil_div((uint64_t) ((j + 1 + S) * W), (uint64_t) S);
 }
 
 namespace {
 
-rl_decision_t sliding_window_counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
+// Moves the ring on to tick k (after its newest), zeroing the ticks it
+// skips; total is the ring's sum then (at(k)'s sum and old: the counters'
+// own, as at() read them in a later tick).
+void advance(Block *b, int64_t S, int64_t k, uint64_t total)
 {
-    if (s.blob == nullptr && s.head.n > 0 && s.head.t > now) {
-        // restored from the eviction summary: decided on the block it would
-        // have (the caller writes it into a real block to commit)
-        int64_t local[(sizeof(Block) + sizeof(uint32_t) * RL_BUCKETS_MAX + 7) / 8] = {};
-        State v{s.head, reinterpret_cast<uint8_t *>(local)};
-        sliding_window_restore(rule, v, now);
-        return sliding_window_counted(rule, v, now, cost, false);
+    const int64_t ring = S + 1;
+    const int64_t from = k - b->tick > ring ? k - ring + 1 : b->tick + 1;
+    for (int64_t j = from, i = from % ring; j <= k; j++, i = i + 1 == ring ? 0 : i + 1) {
+        b->count[i] = 0;
     }
+    b->tick = k;
+    b->total = (uint32_t) total;
+}
+
+// Counts cost more in the ring's newest tick.
+void add(Block *b, int64_t S, uint64_t cost)
+{
+    b->count[b->tick % (S + 1)] += (uint32_t) cost;
+    b->total += (uint32_t) cost;
+}
+
+// floor(units / W) of what a window at tick k, e into it, has left under
+// cap = limit x W once `more` is counted: (limit - sum - more - old) +
+// floor(old x e / W), the window holding sum x W + old x (W - e).  At least
+// 0 only if the window holds no more than cap: the caller knows.
+int64_t units_left(uint64_t limit, uint64_t sum, uint64_t old, uint64_t more, int64_t e, int64_t W)
+{
+    return (int64_t) limit - (int64_t) sum - (int64_t) more - (int64_t) old +
+           (int64_t) quotient((wide) old * (uint64_t) e, (uint64_t) W);
+}
+
+// A block a process died writing may hold anything (the table does not save
+// blocks, table.h): one whose newest tick is more than a year from tick k
+// reads as an empty block, and is started afresh if the request is
+// admitted.
+bool unusual_block(const rl_rule_t &rule, const Block *b, int64_t k)
+{
+    const int64_t S = rule.buckets;
+    const int64_t year = RL_PERIOD_MAX_MS * S / rule.period_ms + S + 1;
+    return b->tick > k + year || b->tick < k - year;
+}
+
+void unusual(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply, rl_decision_t &d);
+
+// The decision on the key's window, into d (inline: the usual case; a key
+// restored from the summary, or a block a process left half written, are
+// unusual()'s).
+RL_HOT void counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply, rl_decision_t &d)
+{
     Block *b = reinterpret_cast<Block *>(s.blob);
     const int64_t S = rule.buckets, W = rule.period_ms;
 
@@ -160,18 +218,11 @@ rl_decision_t sliding_window_counted(const rl_rule_t &rule, State &s, int64_t no
     int64_t k = floor_div(now * S, W);
     int64_t e = now * S - k * W;
 
-    // A block a process died writing may hold anything (the table does not
-    // save blocks, table.h): a newest tick more than a year from now reads
-    // as an empty block, and is started afresh if the request is admitted.
-    const int64_t year = RL_PERIOD_MAX_MS * S / W + S + 1;
-    if (b != nullptr && (b->tick > k + year || b->tick < k - year)) {
-        State empty{rl_state_t{0, 0}, nullptr};
-        const rl_decision_t d = sliding_window_counted(rule, empty, now, cost, false);
-        if (!apply || !d.allowed || cost == 0) {
-            return d;
-        }
-        b->tick = k - S - 1;  // the ring's advance zeroes it all
-        return sliding_window_counted(rule, s, now, cost, true);
+    // (a block's newest tick more than a window from now: see unusual())
+    const bool far = b != nullptr && (b->tick > k + S + 1 || b->tick < k - S - 1);
+    if ((b == nullptr && s.head.n > 0 && s.head.t > now) || (far && unusual_block(rule, b, k))) {
+        unusual(rule, s, now, cost, apply, d);
+        return;
     }
 
     Window w{rule, b, S, W, k};
@@ -180,49 +231,71 @@ rl_decision_t sliding_window_counted(const rl_rule_t &rule, State &s, int64_t no
         e = 0;
     }
 
-    const wide cap = (wide) rule.limit * (uint64_t) w.W;
-    const uint64_t sum = w.newest(k);
-    const wide used = w.used(k, e, sum);
-    const int64_t newest = b != nullptr && b->tick > k - (w.S + 1) ? b->tick : INT64_MIN;
+    uint64_t sum, old;
+    w.at(k, &sum, &old);
+    const wide cap = (wide) rule.limit * (uint64_t) W;
+    const wide used = (wide) sum * (uint64_t) W + (wide) old * (uint64_t) (W - e);
     // a tick j has left the window entirely from (j + 1 + S) * W / S ms on
-    auto full_at = [&](int64_t j) { return ceil_div((uint64_t) ((j + 1 + w.S) * w.W), (uint64_t) w.S); };
-    const int64_t reset = newest == INT64_MIN || used == 0 ? 0 : full_at(newest) - now;
+    auto full_at = [&](int64_t j) { return ceil_div((uint64_t) ((j + 1 + S) * W), (uint64_t) S); };
+    const int64_t full = full_at(k);
+    // until the window is empty, as it is (the newest tick counted leaves)
+    auto reset = [&]() {
+        const bool counted = b != nullptr && b->tick > k - (S + 1) && used > 0;
+        return !counted ? 0 : (b->tick == k ? full : full_at(b->tick)) - now;
+    };
 
     if (cost > rule.limit) {
-        return never(rule.period_ms, (uint64_t) ((cap - (used < cap ? used : cap)) / (uint64_t) w.W), reset);
+        d = never(rule.period_ms, used < cap ? (uint64_t) units_left(rule.limit, sum, old, 0, e, W) : 0, reset());
+        return;
     }
+    d = rl_decision_t{};
 
-    rl_decision_t d{};
     d.window_ms = rule.period_ms;
-    const wide spend = (wide) cost * (uint64_t) w.W;
+    const wide spend = (wide) cost * (uint64_t) W;
 
     if (used + spend <= cap) {
         d.allowed = 1;
-        d.remaining = (uint64_t) ((cap - used - spend) / (uint64_t) w.W);
-        d.reset_ms = cost > 0 ? full_at(k) - now : reset;
+        d.remaining = (uint64_t) units_left(rule.limit, sum, old, cost, e, W);
+        d.reset_ms = cost > 0 ? full - now : reset();
         // one more unit when the window, this request counted, leaves room
         // for remaining + 1; none can come to an empty window
         w.xk = k;
         w.xc = cost;
-        d.available_ms = used + spend > 0 ? w.admissible_at(k, sum + cost, now + 1, d.remaining + 1) - now : 0;
+        d.available_ms = used + spend > 0 ? w.admissible_at(k, sum + cost, old, now + 1, d.remaining + 1) - now : 0;
         if (apply && cost > 0) {
-            // advance the ring to tick k, zeroing the ticks it skips
             if (b->tick < k) {
-                for (int64_t j = b->tick + 1; j <= k && j <= b->tick + w.S + 1; j++) {
-                    b->count[j % (w.S + 1)] = 0;
-                }
-                b->tick = k;
+                advance(b, S, k, sum + old);
             }
-            b->count[k % (w.S + 1)] += (uint32_t) cost;
-            s.head.t = full_at(k);
+            add(b, S, cost);
+            s.head.t = full;
         }
     } else {
-        d.remaining = used < cap ? (uint64_t) ((cap - used) / (uint64_t) w.W) : 0;
-        d.reset_ms = reset;
-        d.retry_after_ms = w.admissible_at(k, sum, now + 1, cost) - now;
+        d.remaining = used < cap ? (uint64_t) units_left(rule.limit, sum, old, 0, e, W) : 0;
+        d.reset_ms = reset();
+        d.retry_after_ms = w.admissible_at(k, sum, old, now + 1, cost) - now;
         d.available_ms = d.retry_after_ms;
     }
-    return d;
+}
+
+void unusual(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply, rl_decision_t &d)
+{
+    Block *b = reinterpret_cast<Block *>(s.blob);
+    if (b == nullptr) {
+        // restored from the eviction summary: decided on the block it would
+        // have (the caller writes it into a real block to commit)
+        int64_t local[(sizeof(Block) + sizeof(uint32_t) * RL_BUCKETS_MAX + 7) / 8] = {};
+        State v{s.head, reinterpret_cast<uint8_t *>(local)};
+        sliding_window_restore(rule, v, now);
+        counted(rule, v, now, cost, false, d);
+        return;
+    }
+    // a block that reads as empty, started afresh if the request is admitted
+    State empty{rl_state_t{0, 0}, nullptr};
+    counted(rule, empty, now, cost, false, d);
+    if (apply && d.allowed && cost > 0) {
+        b->tick = floor_div(now * rule.buckets, rule.period_ms) - rule.buckets - 1;  // the advance zeroes it all
+        counted(rule, s, now, cost, true, d);
+    }
 }
 
 }  // namespace
@@ -233,8 +306,9 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
 {
     const Block *b = reinterpret_cast<const Block *>(s.blob);
     const int64_t owed = owed_until(rule, b);
+    rl_decision_t d;  // the one object returned, built in the caller's
     if (owed <= now || cost == 0) {
-        rl_decision_t d = sliding_window_counted(rule, s, now, cost, apply);
+        counted(rule, s, now, cost, apply, d);
         if (owed > now) {
             d.remaining = 0;
             d.reset_ms = d.reset_ms > owed - now ? d.reset_ms : owed - now;
@@ -243,11 +317,13 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
         return d;
     }
     State later = s;
-    const rl_decision_t then = sliding_window_counted(rule, later, owed, cost, false);
+    rl_decision_t then;
+    counted(rule, later, owed, cost, false, then);
     if (cost > rule.limit) {
-        return never(rule.period_ms, 0, owed - now + then.reset_ms);
+        d = never(rule.period_ms, 0, owed - now + then.reset_ms);
+        return d;
     }
-    rl_decision_t d{};
+    d = rl_decision_t{};
     d.window_ms = rule.period_ms;
     d.reset_ms = owed - now + then.reset_ms;
     d.retry_after_ms = owed - now + (then.allowed ? 0 : then.retry_after_ms);
@@ -265,27 +341,22 @@ uint64_t sliding_window_charge(const rl_rule_t &rule, State &s, int64_t now, uin
         k = b->tick;  // the clock stepped back: count in the newest tick
         e = 0;
     }
-    // advance the ring to tick k, zeroing the ticks it skips
-    if (b->tick < k) {
-        for (int64_t j = b->tick + 1; j <= k && j <= b->tick + S + 1; j++) {
-            b->count[j % (S + 1)] = 0;
-        }
-        b->tick = k;
-    }
     const Window w{rule, b, S, W, k};
-    const uint64_t sum = w.newest(k);
-    uint64_t ring = 0;
-    for (int64_t j = 0; j <= S; j++) {
-        ring += b->count[j];
+    uint64_t sum, old;
+    w.at(k, &sum, &old);
+    if (b->tick < k) {
+        advance(b, S, k, sum + old);
     }
+    const uint64_t ring = b->total;
     // the ring counts at most twice the limit (its counters are 32 bits)
     const uint64_t most = 2 * (uint64_t) rule.limit;
-    const uint64_t add = ring < most ? (units < most - ring ? units : most - ring) : 0;
-    b->count[k % (S + 1)] += (uint32_t) add;
+    const uint64_t more = ring < most ? (units < most - ring ? units : most - ring) : 0;
+    add(b, S, more);
 
     // what the window now counts beyond the limit is owed once the window
     // has slid past it, at limit per period: at most a limit, a period
-    const uint64_t counted = (uint64_t) ((w.used(k, e, sum) + (wide) add * (uint64_t) W + (uint64_t) W - 1) / W);
+    const wide used = (wide) sum * (uint64_t) W + (wide) old * (uint64_t) (W - e);
+    const uint64_t counted = (uint64_t) ((used + (wide) more * (uint64_t) W + (uint64_t) W - 1) / W);
     const int64_t full = ceil_div((uint64_t) ((k + 1 + S) * W), (uint64_t) S);
     int64_t owed = owed_until(rule, b);
     if (counted > rule.limit) {
@@ -295,8 +366,8 @@ uint64_t sliding_window_charge(const rl_rule_t &rule, State &s, int64_t now, uin
         set_owed_until(rule, b, owed);
     }
     s.head.t = owed > full ? owed : full;
-    *capped = add < units || (counted > rule.limit && counted - rule.limit > rule.limit);
-    return add;
+    *capped = more < units || (counted > rule.limit && counted - rule.limit > rule.limit);
+    return more;
 }
 
 // Uncounts a refunded request from the tick it was counted in, if the ring
@@ -310,7 +381,9 @@ void sliding_window_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64
         return;
     }
     uint32_t &n = b->count[k % (S + 1)];
-    n -= (uint32_t) (cost < n ? cost : n);
+    const uint32_t back = (uint32_t) (cost < n ? cost : n);
+    n -= back;
+    b->total -= back < b->total ? back : b->total;
 }
 
 }  // namespace rl

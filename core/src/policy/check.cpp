@@ -265,7 +265,7 @@ void commit_block(rl_request_t &rq, Item *items, size_t i, bool &moved, int64_t 
     }
 }
 
-inline void commit(rl_request_t &rq, Item *items, size_t i, bool &moved, int64_t now)
+RL_HOT void commit(rl_request_t &rq, Item *items, size_t i, bool &moved, int64_t now)
 {
     rl_check_t &c = rq.checks[i];
     const rl_rule_t &rule = *c.rule;
