@@ -59,8 +59,9 @@ struct Window {
     }
 
     // The sum of the S newest ticks at tick k (no earlier than the block's
-    // newest), and the oldest tick's count (k - S): from the ring's sum
-    // within the newest tick, else from its counters.
+    // newest), and the oldest tick's count (k - S): the ring's sum less the
+    // ticks that have left.  Once a turn of the ring (the tick at index 0),
+    // and whenever the sum cannot be right, from the counters instead.
     void at(int64_t k, uint64_t *sum, uint64_t *old) const
     {
         *sum = *old = 0;
@@ -68,29 +69,39 @@ struct Window {
             return;  // every tick counted has left
         }
         const int64_t ring = S + 1;
-        if (k == b->tick && b->total >= b->count[(k - S) % ring]) {
-            *old = b->count[(k - S) % ring];
-            *sum = b->total - *old;
-            return;
+        const int64_t first = (k - S) % ring;  // tick k - S's counter
+        *old = b->count[first];
+        if (first != 0 || k == b->tick) {
+            // the ticks that have left, b->tick - S .. k - S - 1, before it
+            uint64_t left = *old;
+            for (int64_t j = k - S - 1, i = first; j >= b->tick - S; j--) {
+                i = i == 0 ? S : i - 1;
+                left += b->count[i];
+            }
+            if (b->total >= left) {
+                *sum = b->total - left;
+                return;
+            }
         }
-        // ticks k - S .. b->tick of the ring's b->tick - S .. b->tick
-        int64_t i = (k - S) % ring;
-        for (int64_t j = k - S; j <= b->tick; j++, i = i + 1 == ring ? 0 : i + 1) {
+        // ticks k - S + 1 .. b->tick, counted
+        for (int64_t j = k - S + 1, i = first; j <= b->tick; j++) {
+            i = i + 1 == ring ? 0 : i + 1;
             *sum += b->count[i];
         }
-        *old = b->count[(k - S) % ring];
-        *sum -= *old;
     }
 
-
-    // The first ms (>= from) at which cost fits, with no further requests;
-    // newer = the S newest ticks' sum at tick k, and old the count of the
-    // tick before them.
-    int64_t admissible_at(int64_t k, uint64_t newer, uint64_t old, int64_t from, uint64_t cost) const
+    // The first ms (>= from) at which cost fits under cap = limit x W, with
+    // no further requests; newer = the S newest ticks' sum at tick k, and
+    // old the count of the tick before them.
+    RL_HOT int64_t admissible_at(wide cap, int64_t k, uint64_t newer, uint64_t old, int64_t from, uint64_t cost) const
     {
-        const wide cap = (wide) rule.limit * (uint64_t) W;
-        // newer: ticks j - S + 1 .. j, kept as j moves on
-        for (int64_t j = k;; newer -= count(j - S + 1), j++, old = count(j - S)) {
+        // newer: ticks j - S + 1 .. j, kept as j moves on: the tick that
+        // leaves them is the next tick's old
+        for (int64_t j = k;; j++) {
+            if (j > k) {
+                old = count(j - S);
+                newer -= old;
+            }
             const wide fixed = (wide) (newer + cost) * (uint64_t) W;
             if (fixed > cap) {
                 continue;  // the newer ticks alone are too many: next tick
@@ -219,7 +230,7 @@ RL_HOT void counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost,
     int64_t e = now * S - k * W;
 
     // (a block's newest tick more than a window from now: see unusual())
-    const bool far = b != nullptr && (b->tick > k + S + 1 || b->tick < k - S - 1);
+    const bool far = b != nullptr && (uint64_t) b->tick - (uint64_t) (k - S - 1) > (uint64_t) (2 * S + 2);
     if ((b == nullptr && s.head.n > 0 && s.head.t > now) || (far && unusual_block(rule, b, k))) {
         unusual(rule, s, now, cost, apply, d);
         return;
@@ -261,7 +272,7 @@ RL_HOT void counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost,
         // for remaining + 1; none can come to an empty window
         w.xk = k;
         w.xc = cost;
-        d.available_ms = used + spend > 0 ? w.admissible_at(k, sum + cost, old, now + 1, d.remaining + 1) - now : 0;
+        d.available_ms = used + spend > 0 ? w.admissible_at(cap, k, sum + cost, old, now + 1, d.remaining + 1) - now : 0;
         if (apply && cost > 0) {
             if (b->tick < k) {
                 advance(b, S, k, sum + old);
@@ -272,7 +283,7 @@ RL_HOT void counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost,
     } else {
         d.remaining = used < cap ? (uint64_t) units_left(rule.limit, sum, old, 0, e, W) : 0;
         d.reset_ms = reset();
-        d.retry_after_ms = w.admissible_at(k, sum, old, now + 1, cost) - now;
+        d.retry_after_ms = w.admissible_at(cap, k, sum, old, now + 1, cost) - now;
         d.available_ms = d.retry_after_ms;
     }
 }
