@@ -96,11 +96,15 @@ struct Window {
     RL_HOT int64_t admissible_at(wide cap, int64_t k, uint64_t newer, uint64_t old, int64_t from, uint64_t cost) const
     {
         // newer: ticks j - S + 1 .. j, kept as j moves on: the tick that
-        // leaves them is the next tick's old
+        // leaves them is the next tick's old.  By tick k + S + 1 every tick
+        // counted has left, and cost (at most limit) fits: the walk ends
+        // there whatever a block a process left half written says.
         for (int64_t j = k;; j++) {
-            if (j > k) {
+            if (j > k + S) {
+                newer = old = 0;
+            } else if (j > k) {
                 old = count(j - S);
-                newer -= old;
+                newer = newer > old ? newer - old : 0;
             }
             const wide fixed = (wide) (newer + cost) * (uint64_t) W;
             if (fixed > cap) {

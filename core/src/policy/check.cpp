@@ -80,7 +80,7 @@ bool shares(const rl_check_t *c, size_t n, size_t i)
 template <bool kOne> rl::State current(const rl_check_t *c, Item *items, size_t i, int64_t now)
 {
     rl::State s{rl_state_t{0, 0}, nullptr};
-    items[i].ref.t = nullptr;
+    items[i].ref.b = nullptr;
     items[i].restored = false;
     items[i].inherited = false;
     for (size_t j = i; !kOne && j-- > 0;) {
@@ -212,7 +212,7 @@ template <bool kOne> void decide(rl_request_t &rq, Item *items, size_t i, bool f
     }
     const int64_t until = rule.ban_ms > 0 && c.cost > 0 ? banned_until(table, c.tag, now) : 0;
     // a head-only state is updated on the copy: that is the new head
-    const bool in_place = blob && final && until == 0 && it.state.blob != nullptr && it.ref.t != nullptr &&
+    const bool in_place = blob && final && until == 0 && it.state.blob != nullptr && it.ref.found() &&
                           (it.state.head.n >> 24) == (uint32_t) it.pool && (kOne || !shares(rq.checks, rq.n, i));
     rl::transition_into(c.decision, rule, it.state, now, c.cost, !blob || in_place);
     c.after = it.state.head;
@@ -275,7 +275,7 @@ RL_HOT void commit(rl_request_t &rq, Item *items, size_t i, bool &moved, int64_t
         return;
     }
     const rl::Debt debt{rl::owed_frac(rule, rl::State{c.after, nullptr}, c.decision, now), it.inherited};
-    if (it.ref.t != nullptr && !moved) {
+    if (it.ref.found() && !moved) {
         rl::Table::update(it.ref, c.after, debt);
     } else {
         moved |= rl::Table::at(c.table)->store(c.tag, c.after, debt, now);

@@ -285,7 +285,7 @@ bool Table::store(uint64_t tag, rl_state_t head, Debt debt, int64_t now)
         slot.b->meta &= ~(1u << slot.i);
     }
     save(slot.b);
-    update(Ref{&slot.b->t[slot.i], &slot.b->n[slot.i], &slot.b->meta, slot.i}, head, debt);
+    update(Ref{slot.b, slot.i}, head, debt);
     commit();
     return inserted;
 }

@@ -263,28 +263,28 @@ public:
     // The pool for an algorithm block of `blob` bytes, or -1.
     int pool_for(size_t blob) const;
 
-    // Where a found key's head is: valid until the next insertion.
+    // Where a found key's head is: valid until the next insertion (b null:
+    // none).
     struct Ref {
-        int64_t *t;
-        uint32_t *n;
-        uint32_t *meta;
+        Bucket *b;
         int slot;
+        bool found() const { return b != nullptr; }
     };
     // Writes a found key's new head and debt in place.
     static void update(const Ref &ref, rl_state_t head, Debt debt)
     {
-        *ref.t = head.t;
-        *ref.n = head.n;
-        *ref.meta = with_debt(*ref.meta, ref.slot, debt);
+        ref.b->t[ref.slot] = head.t;
+        ref.b->n[ref.slot] = head.n;
+        ref.b->meta = with_debt(ref.b->meta, ref.slot, debt);
     }
     // Writes a found key's new t and debt in place (its n, a block's
     // handle, stays).
     static void update_t(const Ref &ref, int64_t t, Debt debt)
     {
-        *ref.t = t;
-        *ref.meta = with_debt(*ref.meta, ref.slot, debt);
+        ref.b->t[ref.slot] = t;
+        ref.b->meta = with_debt(ref.b->meta, ref.slot, debt);
     }
-    static Debt debt(const Ref &ref) { return debt_of(*ref.meta, ref.slot); }
+    static Debt debt(const Ref &ref) { return debt_of(ref.b->meta, ref.slot); }
 
     // The key's state: its head, and its block (nullptr if none).  False if
     // the key has no slot.  (Inline: every request finds its keys.)
@@ -297,7 +297,7 @@ public:
         s->head = rl_state_t{slot.b->t[slot.i], slot.b->n[slot.i]};
         s->blob = has_block(slot.b->meta, slot.i) ? block(slot.b->n[slot.i]) + 8 : nullptr;
         if (ref != nullptr) {
-            *ref = Ref{&slot.b->t[slot.i], &slot.b->n[slot.i], &slot.b->meta, slot.i};
+            *ref = Ref{slot.b, slot.i};
         }
         return true;
     }
