@@ -90,37 +90,68 @@ struct Window {
         }
     }
 
-    // The first ms (>= from) at which cost fits under cap = limit x W, with
-    // no further requests; newer = the S newest ticks' sum at tick k, and
-    // old the count of the tick before them.
-    RL_HOT int64_t admissible_at(wide cap, int64_t k, uint64_t newer, uint64_t old, int64_t from, uint64_t cost) const
+    // The first ms (>= from) at which cost fits, with no further requests;
+    // newer = the S newest ticks' sum at tick k, and old the count of the
+    // tick before them.  In tick j the newer ticks must leave room for cost
+    // (newer + cost <= limit: cap = limit x W is common to both sides), and
+    // the oldest's share of the window, old x (W - e), fit in what is left:
+    // e >= W - floor(room / old).  By tick k + S + 1 every tick counted has
+    // left, and cost (at most limit) fits: the walk ends there, whatever a
+    // block a process left half written says.
+    RL_HOT int64_t admissible_at(int64_t k, uint64_t newer, uint64_t old, int64_t from, uint64_t cost) const
     {
-        // newer: ticks j - S + 1 .. j, kept as j moves on: the tick that
-        // leaves them is the next tick's old.  By tick k + S + 1 every tick
-        // counted has left, and cost (at most limit) fits: the walk ends
-        // there whatever a block a process left half written says.
-        for (int64_t j = k;; j++) {
-            if (j > k + S) {
-                newer = old = 0;
-            } else if (j > k) {
-                old = count(j - S);
-                newer = newer > old ? newer - old : 0;
+        int64_t at;
+        if (fits(k, newer, old, cost, &at)) {
+            return at > from ? at : from;
+        }
+        // tick j = i + S: tick i has left the newer ticks, and is its oldest
+        // (the ring holds ticks up to hi, from b->tick - S < k - S + 1 on;
+        // ticks after it count only what xc adds); a tick that is empty
+        // changes nothing but the oldest's share
+        const int64_t ring = S + 1;
+        const int64_t hi = b == nullptr ? k - S : b->tick < k ? b->tick : k;
+        int64_t i = k - S + 1, at_i = i % ring;
+        if (newer + cost > rule.limit) {
+            // the empty ticks first, in one sweep (a young window's)
+            while (i <= hi && i != xk && b->count[at_i] == 0) {
+                i++;
+                at_i = at_i + 1 == ring ? 0 : at_i + 1;
             }
-            const wide fixed = (wide) (newer + cost) * (uint64_t) W;
-            if (fixed > cap) {
-                continue;  // the newer ticks alone are too many: next tick
+        }
+        for (; i <= k; i++, at_i = at_i + 1 == ring ? 0 : at_i + 1) {
+            const uint64_t leaving = (i == xk ? xc : 0) + (i <= hi ? b->count[at_i] : 0);
+            if (leaving == 0 && newer + cost > rule.limit) {
+                continue;
             }
-            const wide room = cap - fixed;
-            // old * (W - e) <= room  <=>  e >= W - floor(room / old)
-            int64_t e = 0;
-            if (old > 0 && room < (wide) old * (uint64_t) W) {
-                e = W - (int64_t) quotient(room, old);
-            }
-            const int64_t at = ceil_div((uint64_t) (j * W + e), (uint64_t) S);
-            if (at * S < (j + 1) * W) {  // still within tick j
+            newer = newer > leaving ? newer - leaving : 0;
+            if (fits(i + S, newer, leaving, cost, &at)) {
                 return at > from ? at : from;
             }
         }
+        // every tick counted has left (a tick shorter than a ms may hold no
+        // whole ms: the next)
+        for (int64_t j = k + S + 1;; j++) {
+            if (fits(j, 0, 0, cost < rule.limit ? cost : rule.limit, &at)) {
+                return at > from ? at : from;
+            }
+        }
+    }
+
+    // In tick j, the first ms cost fits (at), if it does within it.
+    bool fits(int64_t j, uint64_t newer, uint64_t old, uint64_t cost, int64_t *at) const
+    {
+        if (newer + cost > rule.limit) {
+            return false;  // the newer ticks alone are too many
+        }
+        int64_t e = 0;
+        if (old > 0) {
+            const wide room = (wide) (rule.limit - newer - cost) * (uint64_t) W;
+            if (room < (wide) old * (uint64_t) W) {
+                e = W - (int64_t) quotient(room, old);
+            }
+        }
+        *at = ceil_div((uint64_t) (j * W + e), (uint64_t) S);
+        return *at * S < (j + 1) * W;  // still within tick j
     }
 };
 
@@ -276,7 +307,7 @@ RL_HOT void counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost,
         // for remaining + 1; none can come to an empty window
         w.xk = k;
         w.xc = cost;
-        d.available_ms = used + spend > 0 ? w.admissible_at(cap, k, sum + cost, old, now + 1, d.remaining + 1) - now : 0;
+        d.available_ms = used + spend > 0 ? w.admissible_at(k, sum + cost, old, now + 1, d.remaining + 1) - now : 0;
         if (apply && cost > 0) {
             if (b->tick < k) {
                 advance(b, S, k, sum + old);
@@ -287,7 +318,7 @@ RL_HOT void counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost,
     } else {
         d.remaining = used < cap ? (uint64_t) units_left(rule.limit, sum, old, 0, e, W) : 0;
         d.reset_ms = reset();
-        d.retry_after_ms = w.admissible_at(cap, k, sum, old, now + 1, cost) - now;
+        d.retry_after_ms = w.admissible_at(k, sum, old, now + 1, cost) - now;
         d.available_ms = d.retry_after_ms;
     }
 }
