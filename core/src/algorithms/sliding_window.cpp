@@ -65,8 +65,8 @@ struct Window {
     void at(int64_t k, uint64_t *sum, uint64_t *old) const
     {
         *sum = *old = 0;
-        if (b == nullptr || k - b->tick > S) {
-            return;  // every tick counted has left
+        if (b == nullptr || (uint64_t) k - (uint64_t) b->tick > (uint64_t) S) {
+            return;  // every tick counted has left (or the block's tick is years off)
         }
         const int64_t ring = S + 1;
         const int64_t first = (k - S) % ring;  // tick k - S's counter
@@ -214,7 +214,7 @@ namespace {
 void advance(Block *b, int64_t S, int64_t k, uint64_t total)
 {
     const int64_t ring = S + 1;
-    const int64_t from = k - b->tick > ring ? k - ring + 1 : b->tick + 1;
+    const int64_t from = (uint64_t) k - (uint64_t) b->tick > (uint64_t) ring ? k - ring + 1 : b->tick + 1;
     for (int64_t j = from, i = from % ring; j <= k; j++, i = i + 1 == ring ? 0 : i + 1) {
         b->count[i] = 0;
     }
@@ -240,14 +240,16 @@ int64_t units_left(uint64_t limit, uint64_t sum, uint64_t old, uint64_t more, in
 }
 
 // A block a process died writing may hold anything (the table does not save
-// blocks, table.h): one whose newest tick is more than a year from tick k
-// reads as an empty block, and is started afresh if the request is
-// admitted.
+// blocks, table.h): one whose newest tick is more than a year ahead of tick
+// k reads as an empty block (not as a clock stepped back by years), and is
+// started afresh if the request is admitted.  (One whose newest tick is
+// more than a window behind reads as empty anyway, and the ring's advance
+// clears it.)
 bool unusual_block(const rl_rule_t &rule, const Block *b, int64_t k)
 {
     const int64_t S = rule.buckets;
     const int64_t year = RL_PERIOD_MAX_MS * S / rule.period_ms + S + 1;
-    return b->tick > k + year || b->tick < k - year;
+    return b->tick > k + year;
 }
 
 void unusual(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply, rl_decision_t &d);
@@ -264,42 +266,46 @@ RL_HOT void counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost,
     int64_t k = floor_div(now * S, W);
     int64_t e = now * S - k * W;
 
-    // (a block's newest tick more than a window from now: see unusual())
-    const bool far = b != nullptr && (uint64_t) b->tick - (uint64_t) (k - S - 1) > (uint64_t) (2 * S + 2);
-    if ((b == nullptr && s.head.n > 0 && s.head.t > now) || (far && unusual_block(rule, b, k))) {
+    if (b == nullptr && s.head.n > 0 && s.head.t > now) {
         unusual(rule, s, now, cost, apply, d);
         return;
     }
-
     Window w{rule, b, S, W, k};
     if (b != nullptr && b->tick > k) {
+        if (b->tick > k + S + 1 && unusual_block(rule, b, k)) {
+            unusual(rule, s, now, cost, apply, d);
+            return;
+        }
         k = b->tick;  // the clock stepped back: count as of the newest tick
         e = 0;
     }
 
+    // the window holds sum x W + old x (W - e) of cap = limit x W (no
+    // division: units_left)
     uint64_t sum, old;
     w.at(k, &sum, &old);
-    const wide cap = (wide) rule.limit * (uint64_t) W;
-    const wide used = (wide) sum * (uint64_t) W + (wide) old * (uint64_t) (W - e);
+    auto within = [&](uint64_t more) {
+        return sum + more <= rule.limit &&
+               (wide) old * (uint64_t) (W - e) <= (wide) (rule.limit - sum - more) * (uint64_t) W;
+    };
     // a tick j has left the window entirely from (j + 1 + S) * W / S ms on
     auto full_at = [&](int64_t j) { return ceil_div((uint64_t) ((j + 1 + S) * W), (uint64_t) S); };
     const int64_t full = full_at(k);
     // until the window is empty, as it is (the newest tick counted leaves)
     auto reset = [&]() {
-        const bool counted = b != nullptr && b->tick > k - (S + 1) && used > 0;
+        const bool counted = b != nullptr && b->tick > k - (S + 1) && (sum > 0 || old > 0);
         return !counted ? 0 : (b->tick == k ? full : full_at(b->tick)) - now;
     };
 
     if (cost > rule.limit) {
-        d = never(rule.period_ms, used < cap ? (uint64_t) units_left(rule.limit, sum, old, 0, e, W) : 0, reset());
+        d = never(rule.period_ms, within(0) ? (uint64_t) units_left(rule.limit, sum, old, 0, e, W) : 0, reset());
         return;
     }
     d = rl_decision_t{};
 
     d.window_ms = rule.period_ms;
-    const wide spend = (wide) cost * (uint64_t) W;
 
-    if (used + spend <= cap) {
+    if (within(cost)) {
         d.allowed = 1;
         d.remaining = (uint64_t) units_left(rule.limit, sum, old, cost, e, W);
         d.reset_ms = cost > 0 ? full - now : reset();
@@ -307,7 +313,7 @@ RL_HOT void counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost,
         // for remaining + 1; none can come to an empty window
         w.xk = k;
         w.xc = cost;
-        d.available_ms = used + spend > 0 ? w.admissible_at(k, sum + cost, old, now + 1, d.remaining + 1) - now : 0;
+        d.available_ms = sum + cost > 0 || old > 0 ? w.admissible_at(k, sum + cost, old, now + 1, d.remaining + 1) - now : 0;
         if (apply && cost > 0) {
             if (b->tick < k) {
                 advance(b, S, k, sum + old);
@@ -316,7 +322,7 @@ RL_HOT void counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost,
             s.head.t = full;
         }
     } else {
-        d.remaining = used < cap ? (uint64_t) units_left(rule.limit, sum, old, 0, e, W) : 0;
+        d.remaining = within(0) ? (uint64_t) units_left(rule.limit, sum, old, 0, e, W) : 0;
         d.reset_ms = reset();
         d.retry_after_ms = w.admissible_at(k, sum, old, now + 1, cost) - now;
         d.available_ms = d.retry_after_ms;

@@ -194,8 +194,8 @@ template <bool kOne> void decide(rl_request_t &rq, Item *items, size_t i, bool f
     table->recover();  // what a dead process left half done, before the table is read
 
     Item &it = items[i];
-    it.pool = blob ? table->pool_for(blob) : -1;
     it.state = current<kOne>(rq.checks, items, i, now);
+    it.pool = blob ? table->pool_for(blob, it.state) : -1;
     if (blob && it.pool < 0) {
         it.state.blob = nullptr;  // no pool for it: decide as cold, never commit
     }

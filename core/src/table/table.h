@@ -262,6 +262,15 @@ public:
 
     // The pool for an algorithm block of `blob` bytes, or -1.
     int pool_for(size_t blob) const;
+    // The same, the pool of a found key's block when it is that one.
+    int pool_for(size_t blob, const State &found) const
+    {
+        const uint32_t p = found.head.n >> 24;
+        if (found.blob != nullptr && p < h_.npools && h_.pools[p].block_size == block_size_for(blob)) {
+            return (int) p;
+        }
+        return pool_for(blob);
+    }
 
     // Where a found key's head is: valid until the next insertion (b null:
     // none).
