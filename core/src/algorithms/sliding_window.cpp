@@ -30,8 +30,16 @@ namespace {
 struct Block {
     int64_t tick;       // the newest tick with a counter
     uint32_t total;     // the sum of count[]
-    uint32_t count[1];  // [S + 1], tick j at j % (S + 1)
+    uint32_t count[1];  // [S + 1], tick j at slot_of(j, S + 1)
 };
+
+// Tick j's counter in a ring of `ring` (ticks are times since 1970: never
+// negative but in a block a process left half written, which then stays
+// within the ring).
+inline int64_t slot_of(int64_t j, int64_t ring)
+{
+    return (int64_t) ((uint64_t) j % (uint64_t) ring);
+}
 
 using wide = unsigned __int128;
 
@@ -55,7 +63,7 @@ struct Window {
         if (b == nullptr || j > b->tick || j <= b->tick - (S + 1)) {
             return x;
         }
-        return x + b->count[j % (S + 1)];
+        return x + b->count[slot_of(j, S + 1)];
     }
 
     // The sum of the S newest ticks at tick k (no earlier than the block's
@@ -69,7 +77,7 @@ struct Window {
             return;  // every tick counted has left (or the block's tick is years off)
         }
         const int64_t ring = S + 1;
-        const int64_t first = (k - S) % ring;  // tick k - S's counter
+        const int64_t first = slot_of(k - S, ring);  // tick k - S's counter
         *old = b->count[first];
         if (first != 0 || k == b->tick) {
             // the ticks that have left, b->tick - S .. k - S - 1, before it
@@ -104,13 +112,20 @@ struct Window {
         if (fits(k, newer, old, cost, &at)) {
             return at > from ? at : from;
         }
+        return admissible_later(k, newer, from, cost);
+    }
+
+    // admissible_at(), cost not fitting in tick k.
+    RL_HOT int64_t admissible_later(int64_t k, uint64_t newer, int64_t from, uint64_t cost) const
+    {
+        int64_t at;
         // tick j = i + S: tick i has left the newer ticks, and is its oldest
         // (the ring holds ticks up to hi, from b->tick - S < k - S + 1 on;
         // ticks after it count only what xc adds); a tick that is empty
         // changes nothing but the oldest's share
         const int64_t ring = S + 1;
         const int64_t hi = b == nullptr ? k - S : b->tick < k ? b->tick : k;
-        int64_t i = k - S + 1, at_i = i % ring;
+        int64_t i = k - S + 1, at_i = slot_of(i, ring);
         if (newer + cost > rule.limit) {
             // the empty ticks first, in one sweep (a young window's)
             while (i <= hi && i != xk && b->count[at_i] == 0) {
@@ -202,7 +217,7 @@ void sliding_window_restore(const rl_rule_t &rule, State &s, int64_t now)
         j = k;
     }
     b->tick = j;
-    b->total = b->count[j % (S + 1)] = s.head.n < rule.limit ? s.head.n : rule.limit;
+    b->total = b->count[slot_of(j, S + 1)] = s.head.n < rule.limit ? s.head.n : rule.limit;
     s.head.t = ceil_div((uint64_t) ((j + 1 + S) * W), (uint64_t) S);
 }
 
@@ -215,7 +230,7 @@ void advance(Block *b, int64_t S, int64_t k, uint64_t total)
 {
     const int64_t ring = S + 1;
     const int64_t from = (uint64_t) k - (uint64_t) b->tick > (uint64_t) ring ? k - ring + 1 : b->tick + 1;
-    for (int64_t j = from, i = from % ring; j <= k; j++, i = i + 1 == ring ? 0 : i + 1) {
+    for (int64_t j = from, i = slot_of(from, ring); j <= k; j++, i = i + 1 == ring ? 0 : i + 1) {
         b->count[i] = 0;
     }
     b->tick = k;
@@ -225,7 +240,7 @@ void advance(Block *b, int64_t S, int64_t k, uint64_t total)
 // Counts cost more in the ring's newest tick.
 void add(Block *b, int64_t S, uint64_t cost)
 {
-    b->count[b->tick % (S + 1)] += (uint32_t) cost;
+    b->count[slot_of(b->tick, S + 1)] += (uint32_t) cost;
     b->total += (uint32_t) cost;
 }
 
@@ -297,23 +312,30 @@ RL_HOT void counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost,
         return !counted ? 0 : (b->tick == k ? full : full_at(b->tick)) - now;
     };
 
-    if (cost > rule.limit) {
-        d = never(rule.period_ms, within(0) ? (uint64_t) units_left(rule.limit, sum, old, 0, e, W) : 0, reset());
-        return;
-    }
     d = rl_decision_t{};
-
     d.window_ms = rule.period_ms;
 
-    if (within(cost)) {
+    if (within(cost)) {  // (never for a cost over the limit)
+        // floor((cap - used - cost x W) / W) = limit - sum - cost - old + q
+        const uint64_t q = quotient((wide) old * (uint64_t) e, (uint64_t) W);
         d.allowed = 1;
-        d.remaining = (uint64_t) units_left(rule.limit, sum, old, cost, e, W);
+        d.remaining = rule.limit - sum - cost - old + q;
         d.reset_ms = cost > 0 ? full - now : reset();
-        // one more unit when the window, this request counted, leaves room
-        // for remaining + 1; none can come to an empty window
+        // One more unit when the window, this request counted, leaves room
+        // for remaining + 1 (none can come to an empty window).  In tick k
+        // that is when the oldest's share, old x (W - e'), fits in the
+        // (old - q - 1) x W left; with no oldest, in a later tick.
         w.xk = k;
         w.xc = cost;
-        d.available_ms = sum + cost > 0 || old > 0 ? w.admissible_at(k, sum + cost, old, now + 1, d.remaining + 1) - now : 0;
+        int64_t at = 0;
+        if (old > 0) {
+            at = ceil_div((uint64_t) (k * W + W) - quotient((wide) (old - q - 1) * (uint64_t) W, old), (uint64_t) S);
+        }
+        if (old > 0 && at * S < (k + 1) * W) {
+            d.available_ms = (at > now + 1 ? at : now + 1) - now;
+        } else if (sum + cost > 0 || old > 0) {
+            d.available_ms = w.admissible_later(k, sum + cost, now + 1, d.remaining + 1) - now;
+        }
         if (apply && cost > 0) {
             if (b->tick < k) {
                 advance(b, S, k, sum + old);
@@ -321,6 +343,8 @@ RL_HOT void counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost,
             add(b, S, cost);
             s.head.t = full;
         }
+    } else if (cost > rule.limit) {
+        d = never(rule.period_ms, within(0) ? (uint64_t) units_left(rule.limit, sum, old, 0, e, W) : 0, reset());
     } else {
         d.remaining = within(0) ? (uint64_t) units_left(rule.limit, sum, old, 0, e, W) : 0;
         d.reset_ms = reset();
@@ -432,7 +456,7 @@ void sliding_window_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64
     if (b == nullptr || k > b->tick || k <= b->tick - (S + 1)) {
         return;
     }
-    uint32_t &n = b->count[k % (S + 1)];
+    uint32_t &n = b->count[slot_of(k, S + 1)];
     const uint32_t back = (uint32_t) (cost < n ? cost : n);
     n -= back;
     b->total -= back < b->total ? back : b->total;

@@ -20,7 +20,7 @@ struct Item {
     bool restored;       // not in the table: from the eviction summary
     bool inherited;      // its debt came from the summary (rl::Debt)
     bool banned;         // refused by its key's ban (ban=)
-    bool committed;      // its block was written as it was decided
+    bool committed;      // written as it was decided
 };
 
 // ban=: until when the key is banned, 0 if it is not.  Bans are entries of
@@ -180,11 +180,11 @@ struct Tally {
     size_t allowing = 0, applying = 0, queuing = 0;
 };
 
-// Decides check i.  A rule with a block found in the table is decided and
-// written in one step when `final` says its admission is the request's
-// (then nothing can undo it): the block is otherwise written at the commit,
-// decided again there.  A banned key is decided on and refused, nothing
-// spent.
+// Decides check i.  A key found in the table is decided and written in one
+// step when `final` says its rule's admission is the request's (nothing can
+// undo it then) and no other check shares its state: otherwise a head is
+// written at the commit, and a block decided again there.  A banned key is
+// decided on and refused, nothing spent.
 template <bool kOne> void decide(rl_request_t &rq, Item *items, size_t i, bool final, Tally &tally, int64_t now)
 {
     rl_check_t &c = rq.checks[i];
@@ -211,9 +211,10 @@ template <bool kOne> void decide(rl_request_t &rq, Item *items, size_t i, bool f
         return;
     }
     const int64_t until = rule.ban_ms > 0 && c.cost > 0 ? banned_until(table, c.tag, now) : 0;
+    const bool in_place = final && until == 0 && it.ref.found() &&
+                          (!blob || (it.state.blob != nullptr && (it.state.head.n >> 24) == (uint32_t) it.pool)) &&
+                          (kOne || !shares(rq.checks, rq.n, i));
     // a head-only state is updated on the copy: that is the new head
-    const bool in_place = blob && final && until == 0 && it.state.blob != nullptr && it.ref.found() &&
-                          (it.state.head.n >> 24) == (uint32_t) it.pool && (kOne || !shares(rq.checks, rq.n, i));
     rl::transition_into(c.decision, rule, it.state, now, c.cost, !blob || in_place);
     c.after = it.state.head;
     if (until != 0) {
@@ -221,8 +222,12 @@ template <bool kOne> void decide(rl_request_t &rq, Item *items, size_t i, bool f
         it.state.head = c.after = c.before;  // nothing spent
         refuse_until(c.decision, until, now);
     } else if (in_place && c.decision.allowed && c.cost > 0) {
-        rl::Table::update_t(it.ref, it.state.head.t,
-                            rl::Debt{rl::owed_frac(rule, it.state, c.decision, now), it.inherited});
+        const rl::Debt debt{rl::owed_frac(rule, it.state, c.decision, now), it.inherited};
+        if (blob) {
+            rl::Table::update_t(it.ref, it.state.head.t, debt);
+        } else {
+            rl::Table::update(it.ref, it.state.head, debt);
+        }
         it.committed = true;
     }
     tally.allowing += c.decision.allowed;
@@ -331,7 +336,7 @@ template <bool kOne> int decide_as(rl_request_t &rq, int64_t now)
     // allows whenever the request is allowed.
     bool moved = false;
     for (size_t i = 0; allowed && i < n; i++) {
-        if (rl::applies(c[i]) && c[i].decision.allowed && c[i].cost > 0 && !items[i].committed) {
+        if (!items[i].committed && rl::applies(c[i]) && c[i].decision.allowed && c[i].cost > 0) {
             commit(rq, items, i, moved, now);
         }
     }
