@@ -31,8 +31,7 @@ RL_HOT rl_decision_t transition(const rl_rule_t &rule, State &s, int64_t now, ui
 
 // The same into d: the decision written where it is kept rather than copied
 // there (an assignment of the result would go through a temporary).
-RL_HOT void transition_into(rl_decision_t &d, const rl_rule_t &rule, State &s, int64_t now, uint64_t cost,
-                            bool apply)
+RL_HOT void transition_into(rl_decision_t &d, const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
 {
     ::new (&d) rl_decision_t(transition(rule, s, now, cost, apply));
 }

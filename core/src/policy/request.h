@@ -62,9 +62,9 @@ RL_HOT int conclude_one(rl_request_t &rq, bool allowed)
         rq.delay_ms = allowed ? only.decision.delay_ms : 0;
         rq.verdict = !allowed ? RL_VERDICT_REJECTED : rq.delay_ms > 0 ? RL_VERDICT_DELAYED : RL_VERDICT_PASSED;
         only.outcome = (bool) only.decision.allowed != allowed ? -1
-                       : !allowed                              ? (dry ? RL_OUTCOME_DRY_RUN_REJECTED : RL_OUTCOME_REJECTED)
-                       : rq.delay_ms > 0 && !dry               ? RL_OUTCOME_DELAYED
-                                                               : RL_OUTCOME_ALLOWED;
+                       : !allowed                ? (dry ? RL_OUTCOME_DRY_RUN_REJECTED : RL_OUTCOME_REJECTED)
+                       : rq.delay_ms > 0 && !dry ? RL_OUTCOME_DELAYED
+                                                 : RL_OUTCOME_ALLOWED;
     }
     act(rq);
     return rq.verdict;

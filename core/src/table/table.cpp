@@ -202,7 +202,6 @@ int Table::pool_for(size_t blob) const
     return -1;
 }
 
-
 int64_t Table::bucket_of(uint64_t tag) const
 {
     Slot slot = locate(tag);
