@@ -182,28 +182,20 @@ TEST(Check, BlocksWrittenAsDecidedOnlyWhenTheRequestIsAdmitted)
         return look.c[0].decision.remaining;
     };
 
-    // all: the window allows, a rule after it refuses
-    Request a;
-    a.add(z, win, "a");
-    a.add(z, "limit=2 period=1m name=g", "a");
-    ASSERT_TRUE(a.send(kT0));
-    ASSERT_TRUE(a.send(kT0));
-    ASSERT_FALSE(a.send(kT0));
-    EXPECT_TRUE(a.c[0].decision.allowed);
-    EXPECT_EQ(left(win, "a"), 3u) << "the window spent only the two admitted";
-
-    // all: the log, decided last, refuses: the rule decided before is unspent
-    Request b;
-    b.add(z, log, "b");
-    b.add(z, "limit=5 period=1m name=g", "b");
-    ASSERT_TRUE(b.send(kT0));
-    ASSERT_TRUE(b.send(kT0));
-    ASSERT_FALSE(b.send(kT0));
-    EXPECT_TRUE(b.c[1].decision.allowed);
-    Request g;
-    g.add(z, "limit=5 period=1m name=g", "b");
-    ASSERT_TRUE(g.send(kT0, 0));
-    EXPECT_EQ(g.c[0].decision.remaining, 3u) << "the gcra rule spent only the two admitted";
+    // all, two requests admitted then one refused by the other rule of the
+    // pair: the rule that allowed it spent only the two
+    auto refused_third = [&](const char *first, const char *second, const char *key, size_t allowing) {
+        Request r;
+        r.add(z, first, key);
+        r.add(z, second, key);
+        ASSERT_TRUE(r.send(kT0));
+        ASSERT_TRUE(r.send(kT0));
+        ASSERT_FALSE(r.send(kT0));
+        EXPECT_TRUE(r.c[allowing].decision.allowed);
+        EXPECT_EQ(left(allowing ? second : first, key), 3u) << first << ", " << second;
+    };
+    refused_third(win, "limit=2 period=1m name=g2", "a", 0);  // the window, decided last, allows
+    refused_third(log, "limit=5 period=1m name=g5", "b", 1);  // the log, decided last, refuses
 
     // any: the log refuses, the window allows: only the window spends
     Request c;
