@@ -193,6 +193,17 @@ TEST(SlidingWindow, AWrongSumIsRightAgainWithinATurnOfTheRing)
             Key truth = k;  // the same counters, their sum right
             sum_of(truth) = counted(truth);
             const rl_decision_t d = k.hit(now), t = truth.hit(now);
+            // whatever the sum says, t is never after the reset, for a
+            // request or a look, in this tick or a later one
+            for (const int64_t later : {0, 1100, 2300}) {
+                Key look = k;
+                const rl_decision_t l = look.hit(now + later, 0);
+                ASSERT_TRUE(!l.allowed || l.available_ms <= l.reset_ms)
+                    << "wrong sum " << wrong << ", " << now - died << " ms on";
+            }
+            if (d.allowed) {
+                ASSERT_LE(d.available_ms, d.reset_ms) << "wrong sum " << wrong << ", " << now - died << " ms on";
+            }
             if (now >= died + turn + 1000) {
                 ASSERT_EQ(d.allowed, t.allowed) << "wrong sum " << wrong << ", " << now - died << " ms on";
                 ASSERT_EQ(d.remaining, t.remaining) << "wrong sum " << wrong << ", " << now - died << " ms on";
@@ -201,6 +212,17 @@ TEST(SlidingWindow, AWrongSumIsRightAgainWithinATurnOfTheRing)
             }
         }
         EXPECT_GT(compared, 100u);
+    }
+    // a sum of units no counter holds (they never leave the ring): t is
+    // still no later than the reset
+    Key p("algorithm=sliding_window limit=50 period=10s buckets=10");
+    ASSERT_TRUE(p.hit(kT0 + 500).allowed);
+    std::memset(p.state.data() + sizeof(rl_state_t) + 12, 0, 4 * 11);
+    sum_of(p) = 2;
+    for (const int64_t later : {0, 1100, 2300, 5000}) {
+        Key look = p;
+        const rl_decision_t l = look.hit(kT0 + 500 + later, 0);
+        EXPECT_TRUE(!l.allowed || l.available_ms <= l.reset_ms) << later << " ms on";
     }
 }
 

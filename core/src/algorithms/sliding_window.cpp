@@ -336,6 +336,9 @@ RL_HOT void counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost,
         } else if (sum + cost > 0 || old > 0) {
             d.available_ms = w.admissible_later(k, sum + cost, now + 1, d.remaining + 1) - now;
         }
+        // never after the window is empty (the same instant, but for a sum
+        // a process left wrong: see Block)
+        d.available_ms = d.available_ms < d.reset_ms ? d.available_ms : d.reset_ms;
         if (apply && cost > 0) {
             if (b->tick < k) {
                 advance(b, S, k, sum + old);
