@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/transition.h"
 #include "ratelimit.h"
 #include "table/table.h"
 

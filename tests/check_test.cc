@@ -153,6 +153,82 @@ TEST(Check, BlockStatesCommitAtomicallyWithHeadOnlyOnes)
     ASSERT_FALSE(w.send(kT0 + 20));
 }
 
+// A key's block is written as its rule decides, in one step, when the
+// request's admission follows from it: with all, the last rule with a
+// block once every other rule allowed; with any, whichever rule allows.
+// A refused request spends nothing, wherever its rules were decided.
+TEST(Check, BlocksWrittenAsDecidedOnlyWhenTheRequestIsAdmitted)
+{
+    const char *win = "algorithm=sliding_window limit=5 period=1m name=win";
+    const char *log = "algorithm=sliding_log limit=2 period=1m name=log";
+    Zone z(256 * 1024, {blob_of(win), blob_of(log)});
+    auto left = [&](const char *rule, const char *key) {
+        Request look;
+        look.add(z, rule, key);
+        EXPECT_TRUE(look.send(kT0 + 1, 0));
+        return look.c[0].decision.remaining;
+    };
+
+    // all, two requests admitted then one refused by the other rule of the
+    // pair: the rule that allowed it spent only the two
+    auto refused_third = [&](const char *first, const char *second, const char *key, size_t allowing) {
+        Request r;
+        r.add(z, first, key);
+        r.add(z, second, key);
+        ASSERT_TRUE(r.send(kT0));
+        ASSERT_TRUE(r.send(kT0));
+        ASSERT_FALSE(r.send(kT0));
+        EXPECT_TRUE(r.c[allowing].decision.allowed);
+        EXPECT_EQ(left(allowing ? second : first, key), 3u) << first << ", " << second;
+    };
+    refused_third(win, "limit=2 period=1m name=g2", "a", 0);  // the window, decided last, allows
+    refused_third(log, "limit=5 period=1m name=g5", "b", 1);  // the log, decided last, refuses
+
+    // any: the log refuses, the window allows: only the window spends
+    Request c;
+    c.combine = RL_COMBINE_ANY;
+    c.add(z, log, "c");
+    c.add(z, win, "c");
+    for (int i = 0; i < 3; i++) {
+        ASSERT_TRUE(c.send(kT0));
+    }
+    EXPECT_FALSE(c.c[0].decision.allowed);
+    EXPECT_EQ(left(win, "c"), 2u);
+    EXPECT_EQ(left(log, "c"), 0u);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_TRUE(c.send(kT0));
+    }
+    ASSERT_FALSE(c.send(kT0));
+    EXPECT_EQ(left(win, "c"), 0u);
+}
+
+// A key is hashed once per zone: each rule's tag is the one the key API
+// names it by, whichever check hashed the key, and the zones are locked in
+// address order, each once.
+TEST(Check, OneHashAZoneGivesEachRuleItsOwnTag)
+{
+    Zone z1, z2;
+    Request r;
+    r.add(z1, "limit=5 period=1m name=one", "key");
+    r.add(z2, "limit=5 period=1m name=two", "key");
+    r.add(z1, "limit=5 period=1h name=three", "key");
+    r.add(z1, "limit=5 period=1h name=four", "other");
+    ASSERT_TRUE(r.send(kT0));
+    std::vector<uint64_t> tags;
+    for (size_t i = 0; i < r.c.size(); i++) {
+        const uint64_t identity = rl_rule_identity(&r.rules[i], "$k", 2);
+        EXPECT_EQ(r.c[i].tag, rl_table_tag(r.zones[i]->mem, identity, r.keys[i].data(), r.keys[i].size())) << i;
+        tags.push_back(r.c[i].tag);
+    }
+    EXPECT_NE(tags[0], tags[2]) << "one key under two rules of a zone";
+    rl_request_t rq{};
+    rq.checks = r.c.data();
+    rq.n = r.c.size();
+    rl_request_hash(&rq);
+    ASSERT_EQ(rq.locks, 2u);
+    EXPECT_LT((uintptr_t) r.c[rq.order[0]].table, (uintptr_t) r.c[rq.order[1]].table);
+}
+
 TEST(Check, RefundGivesBackAnAbandonedReservationWhereverItIsInTheQueue)
 {
     Zone z;

@@ -31,7 +31,7 @@ const int64_t kNow = kT0 + 5000;
 struct Zone {
     size_t size = 48 * 1024;
     std::vector<uint8_t> mem;
-    uint32_t blob = 52;
+    uint32_t blob = 56;  // the block of a sliding_window of 10 buckets
     explicit Zone(std::mt19937_64 &rng) : mem(size + 64)
     {
         char err[RL_ERR_MAX];

@@ -132,6 +132,36 @@ TEST(Plans, ApplyTakesValidValuesAndNeverGoesUnlimited)
     EXPECT_EQ(applied(k, "999", "9").limit, 7u);
 }
 
+// What a rule's requests read and none changes (its block's size, the
+// policy its headers advertise) is worked out once per rule, and again for
+// the limit and burst a request applies: the policy is the applied rule's.
+TEST(Plans, TheAppliedRulesPolicyIsItsOwn)
+{
+    struct Case {
+        const char *rule, *limit, *burst;
+        uint64_t quota;
+        int64_t window_ms;
+    } cases[] = {
+        {"limit=$plan limit_default=100 limit_max=10000 period=1h", "2500", "", 2500, 3600000},
+        {"limit=$plan limit_default=100 limit_max=10000 period=1h burst=$b", "2500", "50", 50, 72000},
+        {"algorithm=leaky_bucket limit=$p limit_default=10 limit_max=1000 period=1s max_delay=2s", "100", "", 201,
+         2010},
+        {"algorithm=sliding_window limit=$p limit_default=10 limit_max=1000 period=1m", "70", "", 70, 60000},
+    };
+    for (const Case &c : cases) {
+        const rl_rule_t r = var_rule_of(c.rule);
+        const rl_rule_t a = applied(r, c.limit, c.burst);
+        EXPECT_EQ(rl_rule_block_size(&a), rl_rule_block_size(&r)) << c.rule;
+        std::vector<uint8_t> state(rl_state_size(&a), 0);
+        rl_decision_t d;
+        rl_transition(&a, state.data(), kT0, 1, 1, &d);
+        EXPECT_EQ(d.quota, c.quota) << c.rule;
+        EXPECT_EQ(d.window_ms, c.window_ms) << c.rule;
+        rl_transition(&r, state.data(), kT0, 0, 0, &d);
+        EXPECT_NE(d.quota, c.quota) << c.rule << ": the rule's own, with its default";
+    }
+}
+
 TEST(Plans, CostOfAVariable)
 {
     const rl_rule_t r = var_rule_of("limit=10 cost=$c");

@@ -209,7 +209,7 @@ TEST(Rule, AlgorithmSpecificParameters)
     EXPECT_NE(error_of("algorithm=leaky_bucket limit=1000000000 period=366d").find("is too large"), std::string::npos);
     EXPECT_EQ(rl_state_size(&q), sizeof(rl_state_t));
     rl_rule_t sw = rule_of("algorithm=sliding_window limit=5 buckets=10");
-    EXPECT_EQ(rl_state_size(&sw), sizeof(rl_state_t) + 8 + 4 * 11);
+    EXPECT_EQ(rl_state_size(&sw), sizeof(rl_state_t) + 12 + 4 * 11);
     rl_rule_t sl = rule_of("algorithm=sliding_log limit=100");
     EXPECT_EQ(rl_state_size(&sl), sizeof(rl_state_t) + 16 + 4 * 100);
 }

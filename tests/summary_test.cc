@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/transition.h"
 #include "helpers.h"
 #include "table/table.h"
 
@@ -213,6 +214,52 @@ TEST_P(Summary, FloodOfLiveKeysNeitherFreesASpentKeyNorRefusesFreshOnes)
     Zone p1(a), p2(a);
     EXPECT_FALSE(hit(p1, rule, "victim", at - 1).allowed);
     EXPECT_TRUE(hit(p2, rule, "victim", at).allowed) << "not admitted when its twin is";
+}
+
+// What a commit writes for the summary is decided inline for most keys
+// (rl::owed_frac): it is owed_frac_of's fraction for every state a key
+// reaches, admitted or looked at, in debt after a charge or not, whatever
+// the burst (a burst of 1 too).
+TEST_P(Summary, TheInlineFractionIsTheFullOnes)
+{
+    for (const std::string extra : {"", " burst=1", " burst=3"}) {
+        const bool bucket = std::string(GetParam()).find("gcra") != std::string::npos ||
+                            std::string(GetParam()).find("token_bucket") != std::string::npos;
+        if (!bucket && !extra.empty()) {
+            continue;
+        }
+        std::string text = GetParam();
+        if (!extra.empty() && text.find(" burst=") != std::string::npos) {
+            text.erase(text.find(" burst="));  // the last parameter
+        }
+        // charge= (a shaper has none): the key may owe beyond its budget
+        const bool charges = text.find("leaky_bucket") == std::string::npos;
+        const rl_rule_t rule = rule_of(text + extra + (charges ? " charge=$c" : ""));
+        std::vector<uint8_t> state(rl_state_size(&rule), 0);
+        rl::State s{};
+        s.blob = rl_rule_block_size(&rule) ? state.data() + sizeof(rl_state_t) : nullptr;
+        std::mt19937_64 rng(7);
+        int64_t now = kT0 + 1234567;
+        uint64_t compared = 0, owing = 0;
+        for (int i = 0; i < 20000; i++) {
+            now += (int64_t) (rng() % (uint64_t) (rule.period_ms / 5 + 1));
+            const uint64_t cost = rng() % 4;
+            if (rng() % 8 == 0 && charges) {
+                bool capped;
+                rl::charge(rule, s, now, 1 + rng() % 8, &capped);  // in debt, maybe
+            }
+            const rl_decision_t d = rl::transition(rule, s, now, cost, true);
+            if (!d.allowed && cost > 0) {
+                continue;
+            }
+            const uint32_t full = rl::owed_frac_of(rule, s, d, now);
+            ASSERT_EQ(rl::owed_frac(rule, s, d, now), full) << "step " << i << " cost " << cost;
+            compared++;
+            owing += full > 0;
+        }
+        EXPECT_GT(compared, 5000u);
+        EXPECT_GT(owing, 100u) << "the states compared include keys that owe";
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, Summary, ::testing::ValuesIn(kRules), RuleName());

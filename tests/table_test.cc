@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <unordered_set>
 #include <vector>
 
 #include "helpers.h"
@@ -57,26 +58,24 @@ TEST(SipHash, OneThreeReferenceVectors)
     EXPECT_EQ(s.finish(), 0x8264ceeccb16bcbeull);
 }
 
-template <typename H> void expect_word_and_bytes_as_streamed()
+template <typename H> void expect_bytes_as_streamed()
 {
-    // a table's tag, hashed in one call, is the streamed hash of the same
-    // message, whatever the key's length (every tail, several words)
+    // a key's hash, in one call, is the streamed hash of the same message,
+    // whatever the key's length (every tail, several words)
     uint8_t msg[80];
     for (int i = 0; i < 80; i++)
         msg[i] = (uint8_t) (i * 37 + 11);
     for (size_t len = 0; len <= 72; len++) {
-        const uint64_t w = 0x0123456789abcdefull + len;
         H h(kSecret);
-        h.word(w);
         h.update(msg + 3, len);
-        EXPECT_EQ(H::word_and_bytes(kSecret, w, msg + 3, len), h.finish()) << "len " << len;
+        EXPECT_EQ(H::bytes(kSecret, msg + 3, len), h.finish()) << "len " << len;
     }
 }
 
-TEST(SipHash, WordAndBytesAsStreamed)
+TEST(SipHash, BytesAsStreamed)
 {
-    expect_word_and_bytes_as_streamed<rl::SipHash>();
-    expect_word_and_bytes_as_streamed<rl::SipHash13>();
+    expect_bytes_as_streamed<rl::SipHash>();
+    expect_bytes_as_streamed<rl::SipHash13>();
 }
 
 TEST(Table, SameKeyHashesDifferentlyInTwoZones)
@@ -86,6 +85,27 @@ TEST(Table, SameKeyHashesDifferentlyInTwoZones)
     EXPECT_EQ(a.table()->tag(1, "10.0.0.1", 8), a.table()->tag(1, "10.0.0.1", 8));
     EXPECT_NE(a.table()->tag(1, "10.0.0.1", 8), a.table()->tag(2, "10.0.0.1", 8));
     EXPECT_NE(memcmp(a.table()->header().secret, b.table()->header().secret, 16), 0);
+}
+
+// A rule's tag is made of the key's hash (once a request per zone) and the
+// rule's identity by a bijection: one key's tags under many rules, and many
+// keys' tags under two rules, all differ.
+TEST(Table, TagsOfOneKeyHashAndEachRule)
+{
+    Block b(64 * 1024, kSecret);
+    const rl::Table *t = b.table();
+    EXPECT_EQ(t->tag(7, "k", 1), rl::Table::of_hash(t->hash("k", 1), 7));
+    std::unordered_set<uint64_t> seen;
+    for (uint64_t identity = 1; identity <= 1000; identity++) {
+        seen.insert(t->tag(identity * 0x9e3779b97f4a7c15ull, "k", 1));
+    }
+    EXPECT_EQ(seen.size(), 1000u);
+    seen.clear();
+    for (uint64_t i = 0; i < 100000; i++) {
+        seen.insert(t->tag(1, &i, sizeof(i)));
+        seen.insert(t->tag(2, &i, sizeof(i)));
+    }
+    EXPECT_EQ(seen.size(), 200000u);
 }
 
 TEST(Table, KeysOfAnyLengthCostOneSlot)

@@ -1,6 +1,7 @@
 // sliding_window and sliding_log: exact boundaries, exact retry-after, the
 // Cloudflare worked example, and agreement with reference implementations.
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <random>
@@ -159,6 +160,71 @@ TEST(SlidingWindow, ResetIsWhenTheNewestTickLeaves)
     EXPECT_EQ(k.head().t, kT0 + 13000);
     EXPECT_EQ(k.hit(kT0 + 13000, 0).remaining, 10u);
     EXPECT_EQ(k.hit(kT0 + 12999, 0).remaining, 9u);
+}
+
+// The block keeps the sum of its ring's counters (a request within the
+// newest tick reads it instead of the counters).  A process that dies
+// between writing a counter and the sum leaves it wrong (the table does not
+// save blocks): within a turn of the ring the key is decided as its
+// counters say again, and the sum is theirs.
+TEST(SlidingWindow, AWrongSumIsRightAgainWithinATurnOfTheRing)
+{
+    const int64_t turn = 11000;  // 10 buckets of 1 s, and the oldest
+    auto sum_of = [](Key &k) -> uint32_t & {
+        return *reinterpret_cast<uint32_t *>(k.state.data() + sizeof(rl_state_t) + 8);
+    };
+    auto counted = [](const Key &k) {
+        uint32_t n = 0, c;
+        for (int i = 0; i < 11; i++) {
+            std::memcpy(&c, k.state.data() + sizeof(rl_state_t) + 12 + 4 * i, 4);
+            n += c;
+        }
+        return n;
+    };
+    for (const uint32_t wrong : {0u, 3u, 1000u, 0xffffffffu}) {
+        Key k("algorithm=sliding_window limit=50 period=10s buckets=10");
+        int64_t now = kT0 + 12345;
+        for (; now < kT0 + 22345; now += 250) {
+            ASSERT_TRUE(k.hit(now).allowed);
+        }
+        sum_of(k) = wrong == 3u ? counted(k) + 3 : wrong;
+        const int64_t died = now;
+        uint64_t compared = 0;
+        for (; now < died + 4 * turn; now += 250) {
+            Key truth = k;  // the same counters, their sum right
+            sum_of(truth) = counted(truth);
+            const rl_decision_t d = k.hit(now), t = truth.hit(now);
+            // whatever the sum says, t is never after the reset, for a
+            // request or a look, in this tick or a later one
+            for (const int64_t later : {0, 1100, 2300}) {
+                Key look = k;
+                const rl_decision_t l = look.hit(now + later, 0);
+                ASSERT_TRUE(!l.allowed || l.available_ms <= l.reset_ms)
+                    << "wrong sum " << wrong << ", " << now - died << " ms on";
+            }
+            if (d.allowed) {
+                ASSERT_LE(d.available_ms, d.reset_ms) << "wrong sum " << wrong << ", " << now - died << " ms on";
+            }
+            if (now >= died + turn + 1000) {
+                ASSERT_EQ(d.allowed, t.allowed) << "wrong sum " << wrong << ", " << now - died << " ms on";
+                ASSERT_EQ(d.remaining, t.remaining) << "wrong sum " << wrong << ", " << now - died << " ms on";
+                ASSERT_EQ(sum_of(k), counted(k));
+                compared++;
+            }
+        }
+        EXPECT_GT(compared, 100u);
+    }
+    // a sum of units no counter holds (they never leave the ring): t is
+    // still no later than the reset
+    Key p("algorithm=sliding_window limit=50 period=10s buckets=10");
+    ASSERT_TRUE(p.hit(kT0 + 500).allowed);
+    std::memset(p.state.data() + sizeof(rl_state_t) + 12, 0, 4 * 11);
+    sum_of(p) = 2;
+    for (const int64_t later : {0, 1100, 2300, 5000}) {
+        Key look = p;
+        const rl_decision_t l = look.hit(kT0 + 500 + later, 0);
+        EXPECT_TRUE(!l.allowed || l.available_ms <= l.reset_ms) << later << " ms on";
+    }
 }
 
 // ---- sliding_log -----------------------------------------------------------

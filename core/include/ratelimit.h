@@ -104,6 +104,15 @@ typedef struct {
                                    wait for a slot (0: refused at once) */
     uint32_t  given;            /* internal: parameters set explicitly */
     char      name[RL_NAME_MAX];/* given by name=, or rl_rule_finish's */
+    /* internal, derived from the above by rl_rule_finish() and
+       rl_rule_apply(), so that no request works them out again: */
+    uint32_t  block;            /* bytes of a key's block beyond the
+                                   table's slot (rl_rule_block_size) */
+    uint64_t  policy_quota;     /* the policy the headers advertise
+                                   (rl_decision_t's quota and window_ms); */
+    int64_t   policy_window_ms; /*   -1: the decision's own window (a
+                                   window's period, a quota's calendar
+                                   period) */
 } rl_rule_t;
 
 /* Results of rl_rule_param. */

@@ -13,6 +13,11 @@
 
 #include "ratelimit.h"
 
+// Code inlined wherever it is called, whatever the compiler's estimate of
+// its size: the hot path of a request (a call there costs its registers'
+// saves and restores, as much as the code itself).
+#define RL_HOT inline __attribute__((always_inline))
+
 namespace rl {
 
 struct State {
@@ -22,7 +27,6 @@ struct State {
 
 using Transition = rl_decision_t (*)(const rl_rule_t &, State &, int64_t now, uint64_t cost, bool apply);
 
-rl_decision_t gcra(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
 rl_decision_t fixed_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
 rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
 rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
@@ -40,11 +44,14 @@ struct Owed {
 };
 constexpr uint32_t kFracFull = 255;
 
-// Dispatches on rule.algorithm.
-rl_decision_t transition(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
+// Dispatches on rule.algorithm (transition.h, inline; gcra is gcra.h's).
 
-// Bytes of the rule's block (0: the head holds the whole state).
-size_t blob_size(const rl_rule_t &rule);
+// Bytes of the rule's block (0: the head holds the whole state), as
+// derive() worked it out.
+inline size_t blob_size(const rl_rule_t &rule)
+{
+    return rule.block;
+}
 size_t sliding_window_blob_size(const rl_rule_t &rule);
 size_t sliding_log_blob_size(const rl_rule_t &rule);
 
@@ -100,14 +107,63 @@ uint64_t sliding_log_charge(const rl_rule_t &rule, State &s, int64_t now, uint64
 // A denial for a cost no state of the rule can ever admit.
 rl_decision_t never(int64_t window, uint64_t remaining, int64_t reset_ms);
 
-// The decision's policy (quota, window) for the rule: rl_transition() and
-// conclude() (for the check the headers describe) set it.
-void policy(const rl_rule_t &rule, rl_decision_t &d);
+// The decision's policy (quota, window) for the rule, as derive() worked it
+// out: rl_transition() and conclude() (for the check the headers describe)
+// set it.
+inline void policy(const rl_rule_t &rule, rl_decision_t &d)
+{
+    d.quota = rule.policy_quota;
+    if (rule.policy_window_ms >= 0) {
+        d.window_ms = rule.policy_window_ms;
+    }
+}
+
+// What the rule's requests read and no request changes, worked out once
+// (rl_rule_finish, rl_rule_apply): its block's size, its policy.
+void derive(rl_rule_t &rule);
+
+// The algorithms that keep one instant per key (exact_time.h).
+inline bool paced(uint32_t algorithm)
+{
+    return algorithm == RL_GCRA || algorithm == RL_TOKEN_BUCKET || algorithm == RL_LEAKY_BUCKET;
+}
 
 // ---- the eviction summary (summary.cpp) ----------------------------------
 
 // What a key in state s owes at now, right after decision d admitted it.
-uint32_t owed_frac(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now);
+uint32_t owed_frac_of(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now);
+
+// The same, with what most commits find decided inline: a key that owes no
+// more than one request owes nothing to the summary (summary.cpp).  A
+// decision's remaining tells it, without a division: a window owes
+// limit - remaining units; a bucket (gcra, token_bucket) is need = TAT - now
+// units of 1/limit ms ahead, and remaining = floor((burst x T - need) / T),
+// so need <= T (one request) exactly when remaining >= burst - 1, for a
+// burst of 2 or more (remaining >= 1 then: need is within the burst, not
+// beyond it as a charge may leave it, where remaining stays 0).  Both limit
+// and burst are the policy's quota.  (A shaper's remaining is counted from
+// the request's release: leaky_bucket asks owed_frac_of.)
+// A window's fraction is limit - remaining units of limit, rounded up (as
+// owed_frac_of's; a limit is at most 2^30, the product fits).
+RL_HOT uint32_t owed_frac(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now)
+{
+    if (d.remaining + 1 >= rule.policy_quota && rule.policy_quota > 1 && rule.algorithm != RL_LEAKY_BUCKET) {
+        return 0;
+    }
+    if (!paced(rule.algorithm) && rule.algorithm != RL_CONCURRENCY) {
+        const uint64_t units = rule.limit - (d.remaining < rule.limit ? d.remaining : rule.limit);
+        return units <= 1 ? 0 : (uint32_t) ((units * kFracFull + rule.limit - 1) / rule.limit);
+    }
+    if (rule.algorithm == RL_LEAKY_BUCKET && s.blob == nullptr) {
+        // a shaper's queue, (t - now) x limit - n units, at most T: nothing
+        const int64_t ms = s.head.t - now;
+        const uint32_t n = s.head.n < rule.limit ? s.head.n : rule.limit - 1;
+        if (ms <= 0 || (unsigned __int128) (uint64_t) ms * rule.limit <= (uint64_t) rule.period_ms + n) {
+            return 0;
+        }
+    }
+    return owed_frac_of(rule, s, d, now);
+}
 
 // The state a key absent from the table starts from, when the summary says
 // it may owe o: the least state that owes at least what any key it stands

@@ -54,11 +54,6 @@ inline rl_state_t instant_after(int64_t now, uint64_t u, uint32_t limit)
     return rl_state_t{now + (int64_t) ms, (uint32_t) (ms * limit - u)};
 }
 
-inline bool paced(uint32_t algorithm)
-{
-    return algorithm == RL_GCRA || algorithm == RL_TOKEN_BUCKET || algorithm == RL_LEAKY_BUCKET;
-}
-
 // The block of a paced key under a variable limit.
 struct PacedBlock {
     uint32_t n;      // the instant is head.t - n/limit

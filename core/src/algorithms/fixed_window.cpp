@@ -36,14 +36,15 @@ bool carried(const State &s, int64_t end)
 rl_decision_t windowed_count(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply, int64_t end,
                              int64_t window)
 {
+    rl_decision_t d{};  // the one object returned, built in the caller's
     if (carried(s, end)) {
         // a charge's excess is counted in the next window: this one is full
         const uint64_t owed = s.head.n & ~kCarried;
         const int64_t back = s.head.t - now;  // back to full budget
         if (cost > rule.limit) {
-            return never(window, 0, back);
+            d = never(window, 0, back);
+            return d;
         }
-        rl_decision_t d{};
         d.window_ms = window;
         d.reset_ms = back;
         d.available_ms = owed < rule.limit ? end - now : back;
@@ -62,10 +63,10 @@ rl_decision_t windowed_count(const rl_rule_t &rule, State &s, int64_t now, uint6
     const int64_t to_end = end - now;
 
     if (cost > rule.limit) {
-        return never(window, left, spent ? to_end : 0);
+        d = never(window, left, spent ? to_end : 0);
+        return d;
     }
 
-    rl_decision_t d{};
     d.window_ms = window;
 
     // units come back all at once, at the window's end

@@ -45,11 +45,12 @@ rl_decision_t leaky_bucket(const rl_rule_t &rule, State &s, int64_t now, uint64_
     const uint64_t most = served + (uint64_t) rule.max_delay_ms * rule.limit;
     const uint64_t wait = paced_ahead(rule, s, now);
 
+    rl_decision_t d{};  // the one object returned, built in the caller's
     if (cost > rule.limit) {
-        return never(rule.period_ms, 0, ceil_div(wait, rule.limit));
+        d = never(rule.period_ms, 0, ceil_div(wait, rule.limit));
+        return d;
     }
 
-    rl_decision_t d{};
     d.window_ms = rule.period_ms;
 
     if (cost == 0) {  // looking: never delayed

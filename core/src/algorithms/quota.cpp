@@ -57,8 +57,9 @@ Span quota_span(const rl_rule_t &rule, int64_t now)
 
 rl_decision_t quota(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
 {
-    const Span span = quota_span(rule, now);
-    return windowed_count(rule, s, now, cost, apply, span.end, span.window);
+    int64_t start, end;  // a request needs no window after this one (quota_span's next_end)
+    period_of(rule, now, &start, &end);
+    return windowed_count(rule, s, now, cost, apply, end, end - start);
 }
 
 }  // namespace rl

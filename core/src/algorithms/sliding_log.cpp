@@ -54,9 +54,11 @@ void sliding_log_restore(const rl_rule_t &rule, State &s, int64_t now)
 
 rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
 {
+    rl_decision_t d{};  // the one object returned, built in the caller's
     if (s.blob == nullptr && s.head.n > 0 && s.head.t > now) {
         // restored from the eviction summary: units that all leave at head.t
-        return windowed_count(rule, s, now, cost, false, s.head.t, rule.period_ms);
+        d = windowed_count(rule, s, now, cost, false, s.head.t, rule.period_ms);
+        return d;
     }
     Block *b = reinterpret_cast<Block *>(s.blob);
     const uint32_t size = ring_size(rule);
@@ -81,10 +83,10 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
     const int64_t reset = live ? newest + W - now : 0;
 
     if (cost > rule.limit) {
-        return never(W, live < rule.limit ? rule.limit - live : 0, reset);
+        d = never(W, live < rule.limit ? rule.limit - live : 0, reset);
+        return d;
     }
 
-    rl_decision_t d{};
     d.window_ms = W;
 
     if (live + cost <= rule.limit) {

@@ -13,9 +13,12 @@
 // (W - elapsed) / W + current.  Unlike fixed windows it never admits twice
 // the limit across a boundary.  All comparisons are exact integer ones.
 //
-// Block: the newest tick stored, then S + 1 counters in a ring; with
-// charge=, then the instant until which the key owes what a charge put
-// beyond the limit (sliding_window_charge).
+// Block: the newest tick stored, the sum of the ring's counters, then S + 1
+// counters in a ring; with charge=, then the instant until which the key
+// owes what a charge put beyond the limit (sliding_window_charge).  The sum
+// spares a request within the newest tick a walk over the ring; a request in
+// a later tick walks it, and the sum is made again from the counters then
+// (so that a block a process died writing is right again a tick later).
 #include <cstring>
 
 #include "algorithms/algorithms.h"
@@ -26,10 +29,26 @@ namespace {
 
 struct Block {
     int64_t tick;       // the newest tick with a counter
-    uint32_t count[1];  // [S + 1], tick j at j % (S + 1)
+    uint32_t total;     // the sum of count[]
+    uint32_t count[1];  // [S + 1], tick j at slot_of(j, S + 1)
 };
 
+// Tick j's counter in a ring of `ring` (ticks are times since 1970: never
+// negative but in a block a process left half written, which then stays
+// within the ring).
+inline int64_t slot_of(int64_t j, int64_t ring)
+{
+    return (int64_t) ((uint64_t) j % (uint64_t) ring);
+}
+
 using wide = unsigned __int128;
+
+// a / b, without the 128-bit division's call when a fits in 64 bits (it
+// does, but for limits and periods near their bounds).
+uint64_t quotient(wide a, uint64_t b)
+{
+    return (uint64_t) (a >> 64) == 0 ? (uint64_t) a / b : (uint64_t) (a / b);
+}
 
 struct Window {
     const rl_rule_t &rule;
@@ -44,49 +63,110 @@ struct Window {
         if (b == nullptr || j > b->tick || j <= b->tick - (S + 1)) {
             return x;
         }
-        return x + b->count[j % (S + 1)];
+        return x + b->count[slot_of(j, S + 1)];
     }
 
-    // The sum of the S newest ticks at tick k.
-    uint64_t newest(int64_t k) const
+    // The sum of the S newest ticks at tick k (no earlier than the block's
+    // newest), and the oldest tick's count (k - S): the ring's sum less the
+    // ticks that have left.  Once a turn of the ring (the tick at index 0),
+    // and whenever the sum cannot be right, from the counters instead.
+    void at(int64_t k, uint64_t *sum, uint64_t *old) const
     {
-        uint64_t sum = 0;
-        for (int64_t j = k - S + 1; j <= k; j++) {
-            sum += count(j);
+        *sum = *old = 0;
+        if (b == nullptr || (uint64_t) k - (uint64_t) b->tick > (uint64_t) S) {
+            return;  // every tick counted has left (or the block's tick is years off)
         }
-        return sum;
-    }
-
-    // The estimate at tick k, e into it, scaled by W: sum*W + oldest*(W-e),
-    // sum = newest(k).
-    wide used(int64_t k, int64_t e, uint64_t sum) const
-    {
-        return (wide) sum * (uint64_t) W + (wide) count(k - S) * (uint64_t) (W - e);
+        const int64_t ring = S + 1;
+        const int64_t first = slot_of(k - S, ring);  // tick k - S's counter
+        *old = b->count[first];
+        if (first != 0 || k == b->tick) {
+            // the ticks that have left, b->tick - S .. k - S - 1, before it
+            uint64_t left = *old;
+            for (int64_t j = k - S - 1, i = first; j >= b->tick - S; j--) {
+                i = i == 0 ? S : i - 1;
+                left += b->count[i];
+            }
+            if (b->total >= left) {
+                *sum = b->total - left;
+                return;
+            }
+        }
+        // ticks k - S + 1 .. b->tick, counted
+        for (int64_t j = k - S + 1, i = first; j <= b->tick; j++) {
+            i = i + 1 == ring ? 0 : i + 1;
+            *sum += b->count[i];
+        }
     }
 
     // The first ms (>= from) at which cost fits, with no further requests;
-    // newer = newest(k).
-    int64_t admissible_at(int64_t k, uint64_t newer, int64_t from, uint64_t cost) const
+    // newer = the S newest ticks' sum at tick k, and old the count of the
+    // tick before them.  In tick j the newer ticks must leave room for cost
+    // (newer + cost <= limit: cap = limit x W is common to both sides), and
+    // the oldest's share of the window, old x (W - e), fit in what is left:
+    // e >= W - floor(room / old).  By tick k + S + 1 every tick counted has
+    // left, and cost (at most limit) fits: the walk ends there, whatever a
+    // block a process left half written says.
+    RL_HOT int64_t admissible_at(int64_t k, uint64_t newer, uint64_t old, int64_t from, uint64_t cost) const
     {
-        const wide cap = (wide) rule.limit * (uint64_t) W;
-        // newer: ticks j - S + 1 .. k, kept as j moves on
-        for (int64_t j = k;; newer -= count(j - S + 1), j++) {
-            const wide fixed = (wide) (newer + cost) * (uint64_t) W;
-            if (fixed > cap) {
-                continue;  // the newer ticks alone are too many: next tick
+        int64_t at;
+        if (fits(k, newer, old, cost, &at)) {
+            return at > from ? at : from;
+        }
+        return admissible_later(k, newer, from, cost);
+    }
+
+    // admissible_at(), cost not fitting in tick k.
+    RL_HOT int64_t admissible_later(int64_t k, uint64_t newer, int64_t from, uint64_t cost) const
+    {
+        int64_t at;
+        // tick j = i + S: tick i has left the newer ticks, and is its oldest
+        // (the ring holds ticks up to hi, from b->tick - S < k - S + 1 on;
+        // ticks after it count only what xc adds); a tick that is empty
+        // changes nothing but the oldest's share
+        const int64_t ring = S + 1;
+        const int64_t hi = b == nullptr ? k - S : b->tick < k ? b->tick : k;
+        int64_t i = k - S + 1, at_i = slot_of(i, ring);
+        if (newer + cost > rule.limit) {
+            // the empty ticks first, in one sweep (a young window's)
+            while (i <= hi && i != xk && b->count[at_i] == 0) {
+                i++;
+                at_i = at_i + 1 == ring ? 0 : at_i + 1;
             }
-            const wide room = cap - fixed;
-            const uint64_t old = count(j - S);
-            // old * (W - e) <= room  <=>  e >= W - floor(room / old)
-            int64_t e = 0;
-            if (old > 0 && room / old < (wide) W) {
-                e = W - (int64_t) (room / old);
+        }
+        for (; i <= k; i++, at_i = at_i + 1 == ring ? 0 : at_i + 1) {
+            const uint64_t leaving = (i == xk ? xc : 0) + (i <= hi ? b->count[at_i] : 0);
+            if (leaving == 0 && newer + cost > rule.limit) {
+                continue;
             }
-            const int64_t at = ceil_div((uint64_t) (j * W + e), (uint64_t) S);
-            if (at * S < (j + 1) * W) {  // still within tick j
+            newer = newer > leaving ? newer - leaving : 0;
+            if (fits(i + S, newer, leaving, cost, &at)) {
                 return at > from ? at : from;
             }
         }
+        // every tick counted has left (a tick shorter than a ms may hold no
+        // whole ms: the next)
+        for (int64_t j = k + S + 1;; j++) {
+            if (fits(j, 0, 0, cost < rule.limit ? cost : rule.limit, &at)) {
+                return at > from ? at : from;
+            }
+        }
+    }
+
+    // In tick j, the first ms cost fits (at), if it does within it.
+    bool fits(int64_t j, uint64_t newer, uint64_t old, uint64_t cost, int64_t *at) const
+    {
+        if (newer + cost > rule.limit) {
+            return false;  // the newer ticks alone are too many
+        }
+        int64_t e = 0;
+        if (old > 0) {
+            const wide room = (wide) (rule.limit - newer - cost) * (uint64_t) W;
+            if (room < (wide) old * (uint64_t) W) {
+                e = W - (int64_t) quotient(room, old);
+            }
+        }
+        *at = ceil_div((uint64_t) (j * W + e), (uint64_t) S);
+        return *at * S < (j + 1) * W;  // still within tick j
     }
 };
 
@@ -137,22 +217,63 @@ void sliding_window_restore(const rl_rule_t &rule, State &s, int64_t now)
         j = k;
     }
     b->tick = j;
-    b->count[j % (S + 1)] = s.head.n < rule.limit ? s.head.n : rule.limit;
+    b->total = b->count[slot_of(j, S + 1)] = s.head.n < rule.limit ? s.head.n : rule.limit;
     s.head.t = ceil_div((uint64_t) ((j + 1 + S) * W), (uint64_t) S);
 }
 
 namespace {
 
-rl_decision_t sliding_window_counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
+// Moves the ring on to tick k (after its newest), zeroing the ticks it
+// skips; total is the ring's sum then (at(k)'s sum and old: the counters'
+// own, as at() read them in a later tick).
+void advance(Block *b, int64_t S, int64_t k, uint64_t total)
 {
-    if (s.blob == nullptr && s.head.n > 0 && s.head.t > now) {
-        // restored from the eviction summary: decided on the block it would
-        // have (the caller writes it into a real block to commit)
-        int64_t local[(sizeof(Block) + sizeof(uint32_t) * RL_BUCKETS_MAX + 7) / 8] = {};
-        State v{s.head, reinterpret_cast<uint8_t *>(local)};
-        sliding_window_restore(rule, v, now);
-        return sliding_window_counted(rule, v, now, cost, false);
+    const int64_t ring = S + 1;
+    const int64_t from = (uint64_t) k - (uint64_t) b->tick > (uint64_t) ring ? k - ring + 1 : b->tick + 1;
+    for (int64_t j = from, i = slot_of(from, ring); j <= k; j++, i = i + 1 == ring ? 0 : i + 1) {
+        b->count[i] = 0;
     }
+    b->tick = k;
+    b->total = (uint32_t) total;
+}
+
+// Counts cost more in the ring's newest tick.
+void add(Block *b, int64_t S, uint64_t cost)
+{
+    b->count[slot_of(b->tick, S + 1)] += (uint32_t) cost;
+    b->total += (uint32_t) cost;
+}
+
+// floor(units / W) of what a window at tick k, e into it, has left under
+// cap = limit x W once `more` is counted: (limit - sum - more - old) +
+// floor(old x e / W), the window holding sum x W + old x (W - e).  At least
+// 0 only if the window holds no more than cap: the caller knows.
+int64_t units_left(uint64_t limit, uint64_t sum, uint64_t old, uint64_t more, int64_t e, int64_t W)
+{
+    return (int64_t) limit - (int64_t) sum - (int64_t) more - (int64_t) old +
+           (int64_t) quotient((wide) old * (uint64_t) e, (uint64_t) W);
+}
+
+// A block a process died writing may hold anything (the table does not save
+// blocks, table.h): one whose newest tick is more than a year ahead of tick
+// k reads as an empty block (not as a clock stepped back by years), and is
+// started afresh if the request is admitted.  (One whose newest tick is
+// more than a window behind reads as empty anyway, and the ring's advance
+// clears it.)
+bool unusual_block(const rl_rule_t &rule, const Block *b, int64_t k)
+{
+    const int64_t S = rule.buckets;
+    const int64_t year = RL_PERIOD_MAX_MS * S / rule.period_ms + S + 1;
+    return b->tick > k + year;
+}
+
+void unusual(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply, rl_decision_t &d);
+
+// The decision on the key's window, into d (inline: the usual case; a key
+// restored from the summary, or a block a process left half written, are
+// unusual()'s).
+RL_HOT void counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply, rl_decision_t &d)
+{
     Block *b = reinterpret_cast<Block *>(s.blob);
     const int64_t S = rule.buckets, W = rule.period_ms;
 
@@ -160,69 +281,100 @@ rl_decision_t sliding_window_counted(const rl_rule_t &rule, State &s, int64_t no
     int64_t k = floor_div(now * S, W);
     int64_t e = now * S - k * W;
 
-    // A block a process died writing may hold anything (the table does not
-    // save blocks, table.h): a newest tick more than a year from now reads
-    // as an empty block, and is started afresh if the request is admitted.
-    const int64_t year = RL_PERIOD_MAX_MS * S / W + S + 1;
-    if (b != nullptr && (b->tick > k + year || b->tick < k - year)) {
-        State empty{rl_state_t{0, 0}, nullptr};
-        const rl_decision_t d = sliding_window_counted(rule, empty, now, cost, false);
-        if (!apply || !d.allowed || cost == 0) {
-            return d;
-        }
-        b->tick = k - S - 1;  // the ring's advance zeroes it all
-        return sliding_window_counted(rule, s, now, cost, true);
+    if (b == nullptr && s.head.n > 0 && s.head.t > now) {
+        unusual(rule, s, now, cost, apply, d);
+        return;
     }
-
     Window w{rule, b, S, W, k};
     if (b != nullptr && b->tick > k) {
+        if (b->tick > k + S + 1 && unusual_block(rule, b, k)) {
+            unusual(rule, s, now, cost, apply, d);
+            return;
+        }
         k = b->tick;  // the clock stepped back: count as of the newest tick
         e = 0;
     }
 
-    const wide cap = (wide) rule.limit * (uint64_t) w.W;
-    const uint64_t sum = w.newest(k);
-    const wide used = w.used(k, e, sum);
-    const int64_t newest = b != nullptr && b->tick > k - (w.S + 1) ? b->tick : INT64_MIN;
+    // the window holds sum x W + old x (W - e) of cap = limit x W (no
+    // division: units_left)
+    uint64_t sum, old;
+    w.at(k, &sum, &old);
+    auto within = [&](uint64_t more) {
+        return sum + more <= rule.limit &&
+               (wide) old * (uint64_t) (W - e) <= (wide) (rule.limit - sum - more) * (uint64_t) W;
+    };
     // a tick j has left the window entirely from (j + 1 + S) * W / S ms on
-    auto full_at = [&](int64_t j) { return ceil_div((uint64_t) ((j + 1 + w.S) * w.W), (uint64_t) w.S); };
-    const int64_t reset = newest == INT64_MIN || used == 0 ? 0 : full_at(newest) - now;
+    auto full_at = [&](int64_t j) { return ceil_div((uint64_t) ((j + 1 + S) * W), (uint64_t) S); };
+    const int64_t full = full_at(k);
+    // until the window is empty, as it is (the newest tick counted leaves)
+    auto reset = [&]() {
+        const bool counted = b != nullptr && b->tick > k - (S + 1) && (sum > 0 || old > 0);
+        return !counted ? 0 : (b->tick == k ? full : full_at(b->tick)) - now;
+    };
 
-    if (cost > rule.limit) {
-        return never(rule.period_ms, (uint64_t) ((cap - (used < cap ? used : cap)) / (uint64_t) w.W), reset);
-    }
-
-    rl_decision_t d{};
+    d = rl_decision_t{};
     d.window_ms = rule.period_ms;
-    const wide spend = (wide) cost * (uint64_t) w.W;
 
-    if (used + spend <= cap) {
+    if (within(cost)) {  // (never for a cost over the limit)
+        // floor((cap - used - cost x W) / W) = limit - sum - cost - old + q
+        const uint64_t q = quotient((wide) old * (uint64_t) e, (uint64_t) W);
         d.allowed = 1;
-        d.remaining = (uint64_t) ((cap - used - spend) / (uint64_t) w.W);
-        d.reset_ms = cost > 0 ? full_at(k) - now : reset;
-        // one more unit when the window, this request counted, leaves room
-        // for remaining + 1; none can come to an empty window
+        d.remaining = rule.limit - sum - cost - old + q;
+        d.reset_ms = cost > 0 ? full - now : reset();
+        // One more unit when the window, this request counted, leaves room
+        // for remaining + 1 (none can come to an empty window).  In tick k
+        // that is when the oldest's share, old x (W - e'), fits in the
+        // (old - q - 1) x W left; with no oldest, in a later tick.
         w.xk = k;
         w.xc = cost;
-        d.available_ms = used + spend > 0 ? w.admissible_at(k, sum + cost, now + 1, d.remaining + 1) - now : 0;
-        if (apply && cost > 0) {
-            // advance the ring to tick k, zeroing the ticks it skips
-            if (b->tick < k) {
-                for (int64_t j = b->tick + 1; j <= k && j <= b->tick + w.S + 1; j++) {
-                    b->count[j % (w.S + 1)] = 0;
-                }
-                b->tick = k;
-            }
-            b->count[k % (w.S + 1)] += (uint32_t) cost;
-            s.head.t = full_at(k);
+        int64_t at = 0;
+        if (old > 0) {
+            at = ceil_div((uint64_t) (k * W + W) - quotient((wide) (old - q - 1) * (uint64_t) W, old), (uint64_t) S);
         }
+        if (old > 0 && at * S < (k + 1) * W) {
+            d.available_ms = (at > now + 1 ? at : now + 1) - now;
+        } else if (sum + cost > 0 || old > 0) {
+            d.available_ms = w.admissible_later(k, sum + cost, now + 1, d.remaining + 1) - now;
+        }
+        // never after the window is empty (the same instant, but for a sum
+        // a process left wrong: see Block)
+        d.available_ms = d.available_ms < d.reset_ms ? d.available_ms : d.reset_ms;
+        if (apply && cost > 0) {
+            if (b->tick < k) {
+                advance(b, S, k, sum + old);
+            }
+            add(b, S, cost);
+            s.head.t = full;
+        }
+    } else if (cost > rule.limit) {
+        d = never(rule.period_ms, within(0) ? (uint64_t) units_left(rule.limit, sum, old, 0, e, W) : 0, reset());
     } else {
-        d.remaining = used < cap ? (uint64_t) ((cap - used) / (uint64_t) w.W) : 0;
-        d.reset_ms = reset;
-        d.retry_after_ms = w.admissible_at(k, sum, now + 1, cost) - now;
+        d.remaining = within(0) ? (uint64_t) units_left(rule.limit, sum, old, 0, e, W) : 0;
+        d.reset_ms = reset();
+        d.retry_after_ms = w.admissible_at(k, sum, old, now + 1, cost) - now;
         d.available_ms = d.retry_after_ms;
     }
-    return d;
+}
+
+void unusual(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply, rl_decision_t &d)
+{
+    Block *b = reinterpret_cast<Block *>(s.blob);
+    if (b == nullptr) {
+        // restored from the eviction summary: decided on the block it would
+        // have (the caller writes it into a real block to commit)
+        int64_t local[(sizeof(Block) + sizeof(uint32_t) * RL_BUCKETS_MAX + 7) / 8] = {};
+        State v{s.head, reinterpret_cast<uint8_t *>(local)};
+        sliding_window_restore(rule, v, now);
+        counted(rule, v, now, cost, false, d);
+        return;
+    }
+    // a block that reads as empty, started afresh if the request is admitted
+    State empty{rl_state_t{0, 0}, nullptr};
+    counted(rule, empty, now, cost, false, d);
+    if (apply && d.allowed && cost > 0) {
+        b->tick = floor_div(now * rule.buckets, rule.period_ms) - rule.buckets - 1;  // the advance zeroes it all
+        counted(rule, s, now, cost, true, d);
+    }
 }
 
 }  // namespace
@@ -233,8 +385,9 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
 {
     const Block *b = reinterpret_cast<const Block *>(s.blob);
     const int64_t owed = owed_until(rule, b);
+    rl_decision_t d;  // the one object returned, built in the caller's
     if (owed <= now || cost == 0) {
-        rl_decision_t d = sliding_window_counted(rule, s, now, cost, apply);
+        counted(rule, s, now, cost, apply, d);
         if (owed > now) {
             d.remaining = 0;
             d.reset_ms = d.reset_ms > owed - now ? d.reset_ms : owed - now;
@@ -243,11 +396,13 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
         return d;
     }
     State later = s;
-    const rl_decision_t then = sliding_window_counted(rule, later, owed, cost, false);
+    rl_decision_t then;
+    counted(rule, later, owed, cost, false, then);
     if (cost > rule.limit) {
-        return never(rule.period_ms, 0, owed - now + then.reset_ms);
+        d = never(rule.period_ms, 0, owed - now + then.reset_ms);
+        return d;
     }
-    rl_decision_t d{};
+    d = rl_decision_t{};
     d.window_ms = rule.period_ms;
     d.reset_ms = owed - now + then.reset_ms;
     d.retry_after_ms = owed - now + (then.allowed ? 0 : then.retry_after_ms);
@@ -265,27 +420,22 @@ uint64_t sliding_window_charge(const rl_rule_t &rule, State &s, int64_t now, uin
         k = b->tick;  // the clock stepped back: count in the newest tick
         e = 0;
     }
-    // advance the ring to tick k, zeroing the ticks it skips
-    if (b->tick < k) {
-        for (int64_t j = b->tick + 1; j <= k && j <= b->tick + S + 1; j++) {
-            b->count[j % (S + 1)] = 0;
-        }
-        b->tick = k;
-    }
     const Window w{rule, b, S, W, k};
-    const uint64_t sum = w.newest(k);
-    uint64_t ring = 0;
-    for (int64_t j = 0; j <= S; j++) {
-        ring += b->count[j];
+    uint64_t sum, old;
+    w.at(k, &sum, &old);
+    if (b->tick < k) {
+        advance(b, S, k, sum + old);
     }
+    const uint64_t ring = b->total;
     // the ring counts at most twice the limit (its counters are 32 bits)
     const uint64_t most = 2 * (uint64_t) rule.limit;
-    const uint64_t add = ring < most ? (units < most - ring ? units : most - ring) : 0;
-    b->count[k % (S + 1)] += (uint32_t) add;
+    const uint64_t more = ring < most ? (units < most - ring ? units : most - ring) : 0;
+    add(b, S, more);
 
     // what the window now counts beyond the limit is owed once the window
     // has slid past it, at limit per period: at most a limit, a period
-    const uint64_t counted = (uint64_t) ((w.used(k, e, sum) + (wide) add * (uint64_t) W + (uint64_t) W - 1) / W);
+    const wide used = (wide) sum * (uint64_t) W + (wide) old * (uint64_t) (W - e);
+    const uint64_t counted = (uint64_t) ((used + (wide) more * (uint64_t) W + (uint64_t) W - 1) / W);
     const int64_t full = ceil_div((uint64_t) ((k + 1 + S) * W), (uint64_t) S);
     int64_t owed = owed_until(rule, b);
     if (counted > rule.limit) {
@@ -295,8 +445,8 @@ uint64_t sliding_window_charge(const rl_rule_t &rule, State &s, int64_t now, uin
         set_owed_until(rule, b, owed);
     }
     s.head.t = owed > full ? owed : full;
-    *capped = add < units || (counted > rule.limit && counted - rule.limit > rule.limit);
-    return add;
+    *capped = more < units || (counted > rule.limit && counted - rule.limit > rule.limit);
+    return more;
 }
 
 // Uncounts a refunded request from the tick it was counted in, if the ring
@@ -309,8 +459,10 @@ void sliding_window_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64
     if (b == nullptr || k > b->tick || k <= b->tick - (S + 1)) {
         return;
     }
-    uint32_t &n = b->count[k % (S + 1)];
-    n -= (uint32_t) (cost < n ? cost : n);
+    uint32_t &n = b->count[slot_of(k, S + 1)];
+    const uint32_t back = (uint32_t) (cost < n ? cost : n);
+    n -= back;
+    b->total -= back < b->total ? back : b->total;
 }
 
 }  // namespace rl

@@ -71,7 +71,7 @@ int64_t window_end(const rl_rule_t &rule, int64_t now)
 // much every new key gets, so forgetting it never lets a key do more than
 // the new keys it takes to evict it, and a flood of keys admitted once
 // each leaves the summary empty (no new key then starts owing anything).
-uint32_t owed_frac(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now)
+uint32_t owed_frac_of(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now)
 {
     if (rule.algorithm == RL_CONCURRENCY) {
         return 0;  // slots are not a debt: kept in the table while held (check.cpp)

@@ -1,8 +1,10 @@
-// Dispatch to the algorithm a rule names, and the C entry points.
+// What each rule derives once, a denial for a cost never admitted, and the
+// C entry points of the transitions (the dispatch is transition.h).
 #include <cstring>
 
 #include "algorithms/algorithms.h"
 #include "algorithms/exact_time.h"
+#include "algorithms/transition.h"
 
 namespace rl {
 
@@ -20,54 +22,47 @@ rl_decision_t never(int64_t window, uint64_t remaining, int64_t reset_ms)
     return d;
 }
 
-// The policy the headers advertise: a quota that bounds what remaining can
-// show, over the time it takes to come back.  A bucket holds burst; a
-// shaper admits, when rested, delay + max_delay / T + 1 requests (at once or
-// delayed); both restore them at limit per period.  Windows hold limit.
-void policy(const rl_rule_t &rule, rl_decision_t &d)
-{
-    const uint64_t T = (uint64_t) rule.period_ms;  // units of 1/limit ms
-    switch (rule.algorithm) {
-    case RL_GCRA:
-    case RL_TOKEN_BUCKET:
-        d.quota = rule.burst;
-        break;
-    case RL_LEAKY_BUCKET:
-        d.quota = rule.delay + (uint64_t) rule.max_delay_ms * rule.limit / T + 1;
-        break;
-    case RL_CONCURRENCY:
-        d.quota = rule.limit;
-        d.window_ms = 0;  // no window: slots come back as requests end
-        return;
-    default:
-        d.quota = rule.limit;
-        return;
-    }
-    d.window_ms = ceil_div(d.quota * T, rule.limit);
-}
-
-rl_decision_t transition(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
-{
-    static const Transition by_algorithm[RL_ALGORITHM_COUNT] = {
-        gcra,        gcra,         fixed_window, sliding_window,
-        sliding_log, leaky_bucket, quota,        concurrency,  // token_bucket is gcra
-    };
-    const uint32_t a = rule.algorithm < RL_ALGORITHM_COUNT ? rule.algorithm : (uint32_t) RL_GCRA;
-    return by_algorithm[a](rule, s, now, cost, apply);
-}
-
-size_t blob_size(const rl_rule_t &rule)
+// The policy the headers advertise (policy()): a quota that bounds what
+// remaining can show, over the time it takes to come back.  A bucket holds
+// burst; a shaper admits, when rested, delay + max_delay / T + 1 requests
+// (at once or delayed); both restore them at limit per period.  Windows hold
+// limit, over the window the decision names.
+void derive(rl_rule_t &rule)
 {
     switch (rule.algorithm) {
     case RL_SLIDING_WINDOW:
-        return sliding_window_blob_size(rule);
+        rule.block = (uint32_t) sliding_window_blob_size(rule);
+        break;
     case RL_SLIDING_LOG:
-        return sliding_log_blob_size(rule);
+        rule.block = (uint32_t) sliding_log_blob_size(rule);
+        break;
     case RL_CONCURRENCY:
-        return concurrency_blob_size(rule);
+        rule.block = (uint32_t) concurrency_blob_size(rule);
+        break;
     default:
-        return paced_block_size(rule);
+        rule.block = (uint32_t) paced_block_size(rule);
+        break;
     }
+
+    const uint64_t T = (uint64_t) rule.period_ms;  // units of 1/limit ms
+    rule.policy_window_ms = -1;
+    switch (rule.algorithm) {
+    case RL_GCRA:
+    case RL_TOKEN_BUCKET:
+        rule.policy_quota = rule.burst;
+        break;
+    case RL_LEAKY_BUCKET:
+        rule.policy_quota = rule.delay + (uint64_t) rule.max_delay_ms * rule.limit / T + 1;
+        break;
+    case RL_CONCURRENCY:
+        rule.policy_quota = rule.limit;
+        rule.policy_window_ms = 0;  // no window: slots come back as requests end
+        return;
+    default:
+        rule.policy_quota = rule.limit;
+        return;
+    }
+    rule.policy_window_ms = rule.limit ? ceil_div(rule.policy_quota * T, rule.limit) : 0;
 }
 
 }  // namespace rl

@@ -1,7 +1,13 @@
 // Checking one request against all its rules, atomically: decide every rule
 // on the current state, combine, then commit all consuming rules or none.
 // (request.cpp concludes the request from the rules' decisions.)
+//
+// One code for every request, compiled twice: for any number of rules, and
+// for the one-rule request most locations send (Shape), where the loops
+// run once and what only several rules need (a state two rules share, the
+// order of the decisions) folds away.
 #include "algorithms/algorithms.h"
+#include "algorithms/transition.h"
 #include "policy/request.h"
 #include "table/table.h"
 
@@ -9,12 +15,12 @@ namespace {
 
 struct Item {
     rl::State state;     // as found; a head-only state holds the new head
-    size_t blob;         // bytes of the rule's block (0: head only)
     int pool;            // the rule's block pool, -1 for a head-only state
     rl::Table::Ref ref;  // where the head was found, if it was
     bool restored;       // not in the table: from the eviction summary
     bool inherited;      // its debt came from the summary (rl::Debt)
     bool banned;         // refused by its key's ban (ban=)
+    bool committed;      // written as it was decided
 };
 
 // ban=: until when the key is banned, 0 if it is not.  Bans are entries of
@@ -56,17 +62,29 @@ void ban(rl_check_t *c, Item *items, size_t n, int64_t now)
     }
 }
 
+// Another check of the request on the same key's state: rules with the
+// same identity and key in one table share it.
+bool shares(const rl_check_t *c, size_t n, size_t i)
+{
+    for (size_t j = 0; j < n; j++) {
+        if (j != i && rl::applies(c[j]) && c[j].table == c[i].table && c[j].tag == c[i].tag) {
+            return true;
+        }
+    }
+    return false;
+}
+
 // The state rule i is decided on.  Two rules with the same identity and key
 // in one table share a state: a head-only one is decided on the head the
 // earlier rule would leave; one with a block on the block as it is.  A key
 // not in the table starts from what the eviction summary says it owes.
-rl::State current(const rl_check_t *c, Item *items, size_t i, int64_t now)
+template <bool kOne> rl::State current(const rl_check_t *c, Item *items, size_t i, int64_t now)
 {
     rl::State s{rl_state_t{0, 0}, nullptr};
-    items[i].ref.t = nullptr;
+    items[i].ref.b = nullptr;
     items[i].restored = false;
     items[i].inherited = false;
-    for (size_t j = i; j-- > 0;) {
+    for (size_t j = i; !kOne && j-- > 0;) {
         if (rl::applies(c[j]) && c[j].table == c[i].table && c[j].tag == c[i].tag && items[j].pool < 0) {
             s.head = items[j].state.head;
             items[i].inherited = items[j].inherited;
@@ -158,53 +176,152 @@ void queue(rl_request_t &rq, Item *items, bool queued, int64_t now)
     }
 }
 
-}  // namespace
-
-namespace rl {
-
-Checked check(rl_request_t &rq, int64_t now_ms)
-{
-    Item items[RL_RULES_MAX];
-    rl_check_t *c = rq.checks;
-    const size_t n = rq.n;
+// What a request's checks add up to while they are decided.
+struct Tally {
     size_t allowing = 0, applying = 0, queuing = 0;
+};
 
-    for (size_t i = 0; i < n; i++) {
-        if (!applies(c[i])) {
+// Decides check i.  A key found in the table is decided and written in one
+// step when `final` says its rule's admission is the request's (nothing can
+// undo it then) and no other check shares its state: otherwise a head is
+// written at the commit, and a block decided again there.  A banned key is
+// decided on and refused, nothing spent.
+template <bool kOne> void decide(rl_request_t &rq, Item *items, size_t i, bool final, Tally &tally, int64_t now)
+{
+    rl_check_t &c = rq.checks[i];
+    const rl_rule_t &rule = *c.rule;
+    const size_t blob = rl::blob_size(rule);
+    rl::Table *table = rl::Table::at(c.table);
+    table->recover();  // what a dead process left half done, before the table is read
+
+    Item &it = items[i];
+    it.state = current<kOne>(rq.checks, items, i, now);
+    it.pool = blob ? table->pool_for(blob, it.state) : -1;
+    if (blob && it.pool < 0) {
+        it.state.blob = nullptr;  // no pool for it: decide as cold, never commit
+    }
+    c.before = it.state.head;
+    c.at = now;
+    it.banned = false;
+    it.committed = false;
+    if (rule.algorithm == RL_CONCURRENCY) {
+        decide_slots(rq, i, it.state, now);
+        const int64_t until = rule.ban_ms > 0 && c.cost > 0 ? banned_until(table, c.tag, now) : 0;
+        if (until != 0) {
+            it.banned = true;
+            c.decision.queued = 0;  // nor waited for
+            refuse_until(c.decision, until, now);
+        }
+        tally.allowing += c.decision.allowed;
+        tally.queuing += c.decision.queued;
+        tally.applying++;
+        return;
+    }
+    const int64_t until = rule.ban_ms > 0 && c.cost > 0 ? banned_until(table, c.tag, now) : 0;
+    const bool in_place = final && until == 0 && it.ref.found() &&
+                          (!blob || (it.state.blob != nullptr && (it.state.head.n >> 24) == (uint32_t) it.pool)) &&
+                          (kOne || !shares(rq.checks, rq.n, i));
+    // a head-only state is updated on the copy: that is the new head
+    rl::transition_into(c.decision, rule, it.state, now, c.cost, !blob || in_place);
+    c.after = it.state.head;
+    if (until != 0) {
+        it.banned = true;
+        it.state.head = c.after = c.before;  // nothing spent
+        refuse_until(c.decision, until, now);
+    } else if (in_place && c.decision.allowed && c.cost > 0) {
+        const rl::Debt debt{rl::owed_frac(rule, it.state, c.decision, now), it.inherited};
+        if (blob) {
+            rl::Table::update_t(it.ref, it.state.head.t, debt);
+        } else {
+            rl::Table::update(it.ref, it.state.head, debt);
+        }
+        it.committed = true;
+    }
+    tally.allowing += c.decision.allowed;
+    tally.applying++;
+}
+
+// Commits check i's admission: a head found in place is written there,
+// until an insertion may have moved keys (moved); a block is taken (or
+// made) and decided on again, unless it was written as it was decided.
+void commit_block(rl_request_t &rq, Item *items, size_t i, bool &moved, int64_t now)
+{
+    rl_check_t &c = rq.checks[i];
+    const rl_rule_t &rule = *c.rule;
+    rl::Table *table = rl::Table::at(c.table);
+    Item &it = items[i];
+    if (rule.algorithm == RL_CONCURRENCY) {
+        if (it.pool >= 0) {
+            rl::State s = table->acquire(c.tag, it.pool, now);
+            rl::concurrency_take(rule, s, now, c, rq.holder);
+            set_slots(table, c, s, now);
+            table->count_flight(c.counters - 1, +1, c.ticket != 0);
+        }
+        moved = true;
+    } else if (it.pool >= 0) {
+        bool fresh = false;
+        rl::State s = table->acquire(c.tag, it.pool, now, &fresh);
+        if (fresh) {
+            // what the summary says the key owes, as decided on; or, if an
+            // earlier rule's insertion evicted it meanwhile, now
+            s.head = it.restored ? c.before : rl::restore(rule, table->owed(c.tag, now), now).head;
+            rl::restore_block(rule, s, now);
+        }
+        const rl_decision_t d = rl::transition(rule, s, now, c.cost, true);
+        table->set_t(c.tag, s.head.t, rl::Debt{rl::owed_frac(rule, s, d, now), it.inherited});
+        if (it.restored && d.allowed) {
+            c.decision = d;  // the restored units, as the block holds them now
+        }
+        c.after = s.head;
+        moved = true;
+    }
+}
+
+RL_HOT void commit(rl_request_t &rq, Item *items, size_t i, bool &moved, int64_t now)
+{
+    rl_check_t &c = rq.checks[i];
+    const rl_rule_t &rule = *c.rule;
+    Item &it = items[i];
+    if (rl::blob_size(rule) != 0) {
+        commit_block(rq, items, i, moved, now);
+        return;
+    }
+    const rl::Debt debt{rl::owed_frac(rule, rl::State{c.after, nullptr}, c.decision, now), it.inherited};
+    if (it.ref.found() && !moved) {
+        rl::Table::update(it.ref, c.after, debt);
+    } else {
+        moved |= rl::Table::at(c.table)->store(c.tag, c.after, debt, now);
+    }
+}
+
+template <bool kOne> int decide_as(rl_request_t &rq, int64_t now)
+{
+    Item items[kOne ? 1 : RL_RULES_MAX];
+    rl_check_t *c = rq.checks;
+    const size_t n = kOne ? 1 : rq.n;
+    Tally tally;
+
+    // With any, whichever rule allows, the request is admitted: each rule's
+    // block is written as it is decided.  With all, the rules with a block
+    // are decided after the others, and the last of them is written as it
+    // is decided if every other rule allowed.
+    uint8_t later[kOne ? 1 : RL_RULES_MAX];
+    size_t nlater = 0;
+    const bool any = rq.combine == RL_COMBINE_ANY;
+    for (size_t k = 0; k < n + nlater; k++) {
+        size_t i = k;
+        bool final = kOne || any;
+        if (k >= n) {
+            i = later[k - n];
+            final = k + 1 == n + nlater && tally.allowing == tally.applying;
+        } else if (!rl::applies(c[i])) {
+            continue;
+        } else if (!kOne && !any && rl::blob_size(*c[i].rule) > 0 && c[i].rule->algorithm != RL_CONCURRENCY) {
+            later[nlater++] = (uint8_t) i;
+            items[i].pool = 0;  // decided below: not a head to share
             continue;
         }
-        const rl_rule_t &rule = *c[i].rule;
-        const size_t blob = items[i].blob = blob_size(rule);
-        Table *table = Table::at(c[i].table);
-        table->recover();  // what a dead process left half done, before the table is read
-
-        items[i].pool = blob ? table->pool_for(blob) : -1;
-        items[i].state = current(c, items, i, now_ms);
-        if (blob && items[i].pool < 0) {
-            items[i].state.blob = nullptr;  // no pool for it: decide as cold, never commit
-        }
-        c[i].before = items[i].state.head;
-        c[i].at = now_ms;
-        items[i].banned = false;
-        if (rule.algorithm == RL_CONCURRENCY) {
-            decide_slots(rq, i, items[i].state, now_ms);
-        } else {
-            // a head-only state is updated on the copy: that is the new head
-            c[i].decision = transition(rule, items[i].state, now_ms, c[i].cost, !blob);
-            c[i].after = items[i].state.head;
-        }
-        if (rule.ban_ms > 0 && c[i].cost > 0) {
-            const int64_t until = banned_until(table, c[i].tag, now_ms);
-            if (until != 0) {
-                items[i].banned = true;
-                items[i].state.head = c[i].after = c[i].before;  // nothing spent
-                c[i].decision.queued = 0;                        // nor waited for
-                refuse_until(c[i].decision, until, now_ms);
-            }
-        }
-        allowing += c[i].decision.allowed;
-        queuing += c[i].decision.queued;
-        applying++;
+        decide<kOne>(rq, items, i, final, tally, now);
     }
 
     // Waiting for a slot (concurrency, max_wait) is neither: with all, the
@@ -212,68 +329,44 @@ Checked check(rl_request_t &rq, int64_t now_ms)
     // allows.  It spends nothing meanwhile, and is decided again.
     bool allowed, queued;
     if (rq.combine == RL_COMBINE_ANY) {
-        allowed = allowing > 0 || applying == 0;
-        queued = !allowed && queuing > 0;
+        allowed = tally.allowing > 0 || tally.applying == 0;
+        queued = !allowed && tally.queuing > 0;
     } else {
-        allowed = allowing == applying;
-        queued = !allowed && allowing + queuing == applying;
+        allowed = tally.allowing == tally.applying;
+        queued = !allowed && tally.allowing + tally.queuing == tally.applying;
     }
     if (queued && (rq.dry_run || rq.last)) {
         queued = false;  // a dry run waits for nothing: a would-be refusal
     }
 
     // With any, only the allowing rules consume; with all, every rule
-    // allows whenever the request is allowed.  A head found in place is
-    // written there, until an insertion may have moved keys.
+    // allows whenever the request is allowed.
     bool moved = false;
     for (size_t i = 0; allowed && i < n; i++) {
-        if (!applies(c[i]) || !c[i].decision.allowed || c[i].cost == 0) {
-            continue;
-        }
-        const rl_rule_t &rule = *c[i].rule;
-        Table *table = Table::at(c[i].table);
-        if (rule.algorithm == RL_CONCURRENCY) {
-            if (items[i].pool >= 0) {
-                State s = table->acquire(c[i].tag, items[i].pool, now_ms);
-                concurrency_take(rule, s, now_ms, c[i], rq.holder);
-                set_slots(table, c[i], s, now_ms);
-                table->count_flight(c[i].counters - 1, +1, c[i].ticket != 0);
-            }
-            moved = true;
-        } else if (items[i].blob == 0) {
-            const Debt debt{owed_frac(rule, State{c[i].after, nullptr}, c[i].decision, now_ms), items[i].inherited};
-            if (items[i].ref.t != nullptr && !moved) {
-                Table::update(items[i].ref, c[i].after, debt);
-            } else {
-                moved |= table->store(c[i].tag, c[i].after, debt, now_ms);
-            }
-        } else if (items[i].pool >= 0) {
-            bool fresh = false;
-            State s = table->acquire(c[i].tag, items[i].pool, now_ms, &fresh);
-            if (fresh) {
-                // what the summary says the key owes, as decided on; or,
-                // if an earlier rule's insertion evicted it meanwhile, now
-                s.head = items[i].restored ? c[i].before : restore(rule, table->owed(c[i].tag, now_ms), now_ms).head;
-                restore_block(rule, s, now_ms);
-            }
-            const rl_decision_t d = transition(rule, s, now_ms, c[i].cost, true);
-            table->set_t(c[i].tag, s.head.t, Debt{owed_frac(rule, s, d, now_ms), items[i].inherited});
-            if (items[i].restored && d.allowed) {
-                c[i].decision = d;  // the restored units, as the block holds them now
-            }
-            c[i].after = s.head;
-            moved = true;
+        if (!items[i].committed && rl::applies(c[i]) && c[i].decision.allowed && c[i].cost > 0) {
+            commit(rq, items, i, moved, now);
         }
     }
 
     if (!allowed) {
-        queue(rq, items, queued, now_ms);
+        queue(rq, items, queued, now);
     }
     if (!allowed && !queued) {
         count_summary_refusals(c, items, n);
-        ban(c, items, n, now_ms);
+        ban(c, items, n, now);
     }
-    return allowed ? Checked::kAdmitted : queued ? Checked::kQueued : Checked::kRefused;
+    const int verdict = kOne && !queued ? rl::conclude_one(rq, allowed) : rl::conclude(rq, allowed, queued);
+    rl::count(rq, now);
+    return verdict;
+}
+
+}  // namespace
+
+namespace rl {
+
+int decide(rl_request_t &rq, int64_t now_ms)
+{
+    return rq.n == 1 ? decide_as<true>(rq, now_ms) : decide_as<false>(rq, now_ms);
 }
 
 }  // namespace rl

@@ -2,32 +2,14 @@
 // rl_redis_answer) conclude from the decisions of its rules, in one place
 // for nginx and ratelimit-replay alike.
 #include "policy/request.h"
+
+#include <cstring>
+
 #include "algorithms/algorithms.h"
 #include "table/table.h"
 #include "util/fault.h"
 
 namespace rl {
-
-namespace {
-
-// What each rule's counters add: a rejected request counts against the
-// rules that denied it, a passed one for the rules that allowed (and
-// spent), as delayed where it is held; a dry run counts what would have been.
-int outcome_of(const rl_check_t &c, bool allowed, bool delayed, bool dry_run)
-{
-    if (!applies(c)) {
-        return RL_OUTCOME_EXEMPT;
-    }
-    if ((bool) c.decision.allowed != allowed) {
-        return -1;
-    }
-    if (!allowed) {
-        return dry_run ? RL_OUTCOME_DRY_RUN_REJECTED : RL_OUTCOME_REJECTED;
-    }
-    return delayed && c.decision.delay_ms > 0 && !dry_run ? RL_OUTCOME_DELAYED : RL_OUTCOME_ALLOWED;
-}
-
-}  // namespace
 
 // The check the response's headers describe is found in the same pass as
 // the verdict, among those that apply and agree with it: when passed, the
@@ -54,39 +36,34 @@ int conclude(rl_request_t &rq, bool allowed, bool queued)
         act(rq);
         return rq.verdict;
     }
-    if (n == 1) {  // most requests: the one rule binds, whatever it decided
-        rl_check_t &only = rq.checks[0];
-        const bool applying = applies(only);
-        rq.binding = 0;
-        rq.delay_ms = applying && allowed ? only.decision.delay_ms : 0;
-        if (applying) {
-            policy(*only.rule, only.decision);
-        }
-        rq.verdict = !applying         ? RL_VERDICT_EXEMPT
-                     : !allowed        ? RL_VERDICT_REJECTED
-                     : rq.delay_ms > 0 ? RL_VERDICT_DELAYED
-                                       : RL_VERDICT_PASSED;
-        only.outcome = outcome_of(only, allowed, rq.verdict == RL_VERDICT_DELAYED, rq.dry_run != 0);
-        if (!applying) {
-            rq.binding = n;  // exempt: no rule to describe
-        }
-        act(rq);
-        return rq.verdict;
+    if (n == 1) {
+        return conclude_one(rq, allowed);
     }
+    // Each rule's outcome, what its counters add, in the same pass: a
+    // rejected request counts against the rules that denied it, a passed
+    // one for the rules that allowed (and spent), as delayed where it is
+    // held (marked once the verdict is known); a dry run counts what would
+    // have been.
+    const bool dry = rq.dry_run != 0;
     size_t applying = 0, fewest = n, longest = n;  // longest delay, or wait
     for (size_t i = 0; i < n; i++) {
-        const rl_decision_t &d = c[i].decision;
-        if (!applies(c[i])) {
+        rl_check_t &ci = rq.checks[i];
+        const rl_decision_t &d = ci.decision;
+        if (!applies(ci)) {
+            ci.outcome = RL_OUTCOME_EXEMPT;
             continue;
         }
         applying++;
         if ((bool) d.allowed != allowed) {
+            ci.outcome = -1;
             continue;
         }
         if (!allowed) {
+            ci.outcome = dry ? RL_OUTCOME_DRY_RUN_REJECTED : RL_OUTCOME_REJECTED;
             longest = longest == n || d.retry_after_ms > c[longest].decision.retry_after_ms ? i : longest;
             continue;
         }
+        ci.outcome = RL_OUTCOME_ALLOWED;
         fewest = fewest == n || d.remaining < c[fewest].decision.remaining ? i : fewest;
         if (d.delay_ms > 0 && (longest == n || d.delay_ms > c[longest].decision.delay_ms)) {
             longest = i;
@@ -103,8 +80,9 @@ int conclude(rl_request_t &rq, bool allowed, bool queued)
                  : !allowed        ? RL_VERDICT_REJECTED
                  : rq.delay_ms > 0 ? RL_VERDICT_DELAYED
                                    : RL_VERDICT_PASSED;
-    for (size_t i = 0; i < n; i++) {
-        rq.checks[i].outcome = outcome_of(c[i], allowed, rq.verdict == RL_VERDICT_DELAYED, rq.dry_run != 0);
+    for (size_t i = 0; rq.verdict == RL_VERDICT_DELAYED && !dry && i < n; i++) {
+        rl_check_t &ci = rq.checks[i];
+        ci.outcome = ci.outcome == RL_OUTCOME_ALLOWED && ci.decision.delay_ms > 0 ? RL_OUTCOME_DELAYED : ci.outcome;
     }
     if (!applying) {
         rq.binding = n;  // exempt: no rule to describe
@@ -113,45 +91,56 @@ int conclude(rl_request_t &rq, bool allowed, bool queued)
     return rq.verdict;
 }
 
-void act(rl_request_t &rq)
+namespace {
+
+// Two checks hash their keys alike: the same table, the same key bytes.
+bool same_key(const rl_check_t &a, const rl_check_t &b)
 {
-    const bool dry = rq.dry_run != 0;
-    switch (rq.verdict) {
-    case RL_VERDICT_REJECTED:
-        rq.action = dry ? RL_ACTION_PASS : RL_ACTION_REFUSE;
-        rq.status = dry ? RL_STATUS_REJECTED_DRY_RUN : RL_STATUS_REJECTED;
-        break;
-    case RL_VERDICT_DELAYED:
-        rq.action = dry ? RL_ACTION_PASS : RL_ACTION_DELAY;
-        rq.status = dry ? RL_STATUS_DELAYED_DRY_RUN : RL_STATUS_DELAYED;
-        break;
-    case RL_VERDICT_QUEUED:  // a dry run never waits (check.cpp)
-        rq.action = RL_ACTION_WAIT;
-        rq.status = RL_STATUS_NONE;
-        break;
-    case RL_VERDICT_EXEMPT:
-        rq.action = RL_ACTION_PASS;
-        rq.status = RL_STATUS_EXEMPT;
-        break;
-    default:
-        rq.action = RL_ACTION_PASS;
-        rq.status = RL_STATUS_PASSED;
-        break;
-    }
+    return applies(a) && a.table == b.table && a.key_len == b.key_len &&
+           (a.key == b.key || std::memcmp(a.key, b.key, a.key_len) == 0);
 }
 
-void count(const rl_request_t &rq, int64_t now)
+// rl_request_hash, compiled for one rule and for many.
+template <bool kOne> void hash_as(rl_request_t &rq)
 {
-    for (size_t i = 0; i < rq.n; i++) {
-        const rl_check_t &c = rq.checks[i];
-        if (c.counters > 0) {
-            Table::at(c.table)->count(c.counters - 1, c.outcome);
+    uint64_t hashes[kOne ? 1 : RL_RULES_MAX];
+    const size_t n = kOne ? 1 : rq.n < RL_RULES_MAX ? rq.n : RL_RULES_MAX;
+    uint32_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        rl_check_t &c = rq.checks[i];
+        if (!applies(c)) {
+            continue;
         }
+        const Table *t = Table::at(c.table);
+        // a key is hashed once per table: the rules after the first on the
+        // same key bytes take its hash (table.cpp, Table::hash)
+        size_t j = 0;
+        while (!kOne && j < i && !same_key(rq.checks[j], c)) {
+            j++;
+        }
+        hashes[i] = j < i ? hashes[j] : t->hash(c.key, c.key_len);
+        c.tag = Table::of_hash(hashes[i], c.identity);
+        t->prefetch(c.tag);
+        if (j < i) {
+            continue;  // its table is in the order already
+        }
+        // the tables, each once, sorted by address: the order to lock them
+        uint32_t at = 0;
+        while (!kOne && at < m && (uintptr_t) rq.checks[rq.order[at]].table < (uintptr_t) c.table) {
+            at++;
+        }
+        if (!kOne && at < m && rq.checks[rq.order[at]].table == c.table) {
+            continue;
+        }
+        for (uint32_t k = m++; !kOne && k > at; k--) {
+            rq.order[k] = rq.order[k - 1];
+        }
+        rq.order[at] = (uint8_t) i;
     }
-    if (rq.verdict == RL_VERDICT_REJECTED) {
-        note_refused(rq, now);
-    }
+    rq.locks = m;
 }
+
+}  // namespace
 
 }  // namespace rl
 
@@ -159,29 +148,11 @@ extern "C" {
 
 void rl_request_hash(rl_request_t *rq)
 {
-    uint32_t m = 0;
-    for (size_t i = 0; i < rq->n; i++) {
-        rl_check_t &c = rq->checks[i];
-        if (!rl::applies(c)) {
-            continue;
-        }
-        const rl::Table *t = rl::Table::at(c.table);
-        c.tag = t->tag(c.identity, c.key, c.key_len);
-        t->prefetch(c.tag);
-        // the tables, each once, sorted by address: the order to lock them
-        uint32_t at = 0;
-        while (at < m && (uintptr_t) rq->checks[rq->order[at]].table < (uintptr_t) c.table) {
-            at++;
-        }
-        if (at < m && rq->checks[rq->order[at]].table == c.table) {
-            continue;
-        }
-        for (uint32_t k = m++; k > at; k--) {
-            rq->order[k] = rq->order[k - 1];
-        }
-        rq->order[at] = (uint8_t) i;
+    if (rq->n == 1) {
+        rl::hash_as<true>(*rq);
+    } else {
+        rl::hash_as<false>(*rq);
     }
-    rq->locks = m;
 }
 
 void rl_request_fail(rl_request_t *rq, int refuse)
@@ -215,9 +186,7 @@ int rl_decide(rl_request_t *rq, int64_t now_ms)
         if (rq->n > RL_RULES_MAX) {
             rq->n = RL_RULES_MAX;
         }
-        const rl::Checked checked = rl::check(*rq, now_ms);
-        const int verdict = rl::conclude(*rq, checked == rl::Checked::kAdmitted, checked == rl::Checked::kQueued);
-        rl::count(*rq, now_ms);
+        const int verdict = rl::decide(*rq, now_ms);
         return verdict;
     }
     RL_RETHROW_CRASH

@@ -1,7 +1,9 @@
 // Deciding a request (rl_decide): the request-level parts of the core.
 #pragma once
 
+#include "algorithms/algorithms.h"
 #include "ratelimit.h"
+#include "table/table.h"
 
 namespace rl {
 
@@ -27,27 +29,79 @@ inline bool settles(const rl_check_t &c)
 }
 
 // Decides every check that applies on its key's state, combines, and
-// commits all that consume or none (check.cpp); a request that waits for a
-// slot (concurrency) joins the queues it waits in and spends nothing.  The
-// caller holds the locks.
-enum class Checked { kRefused, kAdmitted, kQueued };
-Checked check(rl_request_t &rq, int64_t now_ms);
+// commits all that consume or none; a request that waits for a slot
+// (concurrency) joins the queues it waits in and spends nothing.  Then
+// concludes and counts it (rl_decide): check.cpp.  The caller holds the
+// locks.
+int decide(rl_request_t &rq, int64_t now_ms);
 
 // The verdict, binding rule, delay and outcomes of a request whose checks
 // are decided (request.cpp; rl_decide and rl_redis_answer end with it).
 int conclude(rl_request_t &rq, bool allowed, bool queued = false);
 
 // The action and status of a request whose verdict is set (a dry run
-// passes whatever the verdict; request.cpp).
-void act(rl_request_t &rq);
+// passes whatever the verdict).
+inline void act(rl_request_t &rq)
+{
+    // by verdict: the action and status, then a dry run's (which passes)
+    static const struct {
+        int action, status, dry_status;
+    } by_verdict[] = {
+        {RL_ACTION_PASS, RL_STATUS_PASSED, RL_STATUS_PASSED},                // passed
+        {RL_ACTION_DELAY, RL_STATUS_DELAYED, RL_STATUS_DELAYED_DRY_RUN},     // delayed
+        {RL_ACTION_REFUSE, RL_STATUS_REJECTED, RL_STATUS_REJECTED_DRY_RUN},  // rejected
+        {RL_ACTION_PASS, RL_STATUS_EXEMPT, RL_STATUS_EXEMPT},                // exempt
+        {RL_ACTION_WAIT, RL_STATUS_NONE, RL_STATUS_NONE},  // queued: a dry run never waits (check.cpp)
+    };
+    const unsigned v = (unsigned) rq.verdict < sizeof(by_verdict) / sizeof(by_verdict[0]) ? (unsigned) rq.verdict : 0;
+    const bool dry = rq.dry_run != 0 && rq.verdict != RL_VERDICT_QUEUED;
+    rq.action = dry ? RL_ACTION_PASS : by_verdict[v].action;
+    rq.status = dry ? by_verdict[v].dry_status : by_verdict[v].status;
+}
+
+// conclude() of a request of one rule, not queued: the rule binds,
+// whatever it decided.  (Inline: most requests.)
+RL_HOT int conclude_one(rl_request_t &rq, bool allowed)
+{
+    rl_check_t &only = rq.checks[0];
+    if (!applies(only)) {
+        rq.binding = 1;  // exempt: no rule to describe
+        rq.delay_ms = 0;
+        rq.verdict = RL_VERDICT_EXEMPT;
+        only.outcome = RL_OUTCOME_EXEMPT;
+    } else {
+        const bool dry = rq.dry_run != 0;
+        policy(*only.rule, only.decision);
+        rq.binding = 0;
+        rq.delay_ms = allowed ? only.decision.delay_ms : 0;
+        rq.verdict = !allowed ? RL_VERDICT_REJECTED : rq.delay_ms > 0 ? RL_VERDICT_DELAYED : RL_VERDICT_PASSED;
+        only.outcome = (bool) only.decision.allowed != allowed ? -1
+                       : !allowed                ? (dry ? RL_OUTCOME_DRY_RUN_REJECTED : RL_OUTCOME_REJECTED)
+                       : rq.delay_ms > 0 && !dry ? RL_OUTCOME_DELAYED
+                                                 : RL_OUTCOME_ALLOWED;
+    }
+    act(rq);
+    return rq.verdict;
+}
 
 // Counts the refusals of a concluded request among its rules' top keys
 // (keys.cpp).  The caller holds the locks.
 void note_refused(const rl_request_t &rq, int64_t now);
 
 // Counts a concluded request: each rule's outcome, and its refusals among
-// the top keys (request.cpp).  The caller holds the locks.
-void count(const rl_request_t &rq, int64_t now);
+// the top keys.  The caller holds the locks.
+inline void count(const rl_request_t &rq, int64_t now)
+{
+    for (size_t i = 0; i < rq.n; i++) {
+        const rl_check_t &c = rq.checks[i];
+        if (c.counters > 0) {
+            Table::at(c.table)->count(c.counters - 1, c.outcome);
+        }
+    }
+    if (rq.verdict == RL_VERDICT_REJECTED) {
+        note_refused(rq, now);
+    }
+}
 
 // Settles a check of a charge= rule when its request ends: the cost it
 // reserved given back, its charge spent (settle.cpp).  The caller holds the

@@ -591,6 +591,7 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
             }
             std::snprintf(rule->name, RL_NAME_MAX, "%s_%s_%s%s", alg, limit, period, burst);
         }
+        rl::derive(*rule);
         return RL_OK;
     } catch (...) {
         return fail(err, errlen, "internal error");
@@ -671,8 +672,10 @@ int rl_rule_apply(const rl_rule_t *rule, const char *limit, size_t limit_len, co
                           len ? "; " : "", out->limit, out->burst, rule->limit);
             out->limit = rule->limit;
             out->burst = rule->burst;
+            rl::derive(*out);
             return RL_DECLINED;
         }
+        rl::derive(*out);
         return err[0] ? RL_DECLINED : RL_OK;
     } catch (...) {
         *out = *rule;

@@ -4,6 +4,7 @@
 // key's state is found as a request finds it: in the table, or, evicted
 // meanwhile, restored from what the eviction summary says it owes.
 #include "algorithms/algorithms.h"
+#include "algorithms/transition.h"
 #include "policy/request.h"
 #include "table/table.h"
 

@@ -2,6 +2,7 @@
 // it, its reset, the keys a rule refuses most; and counting a request's
 // refusals among those.  The caller holds the table's lock.
 #include "algorithms/algorithms.h"
+#include "algorithms/transition.h"
 #include "policy/request.h"
 #include "table/table.h"
 

@@ -18,7 +18,7 @@ namespace rl {
 namespace {
 
 const char kMagic[8] = {'R', 'L', 'T', 'A', 'B', 'L', 'E', '6'};
-const uint32_t kVersion = 7;  // 7: rules' charge counters
+const uint32_t kVersion = 8;  // 8: tags of a key's hash and the rule's identity
 const uint32_t kMinBlocks = 4;
 
 // Buckets a cuckoo search may visit before giving up and evicting.  Enough
@@ -191,22 +191,6 @@ bool Table::valid(size_t size, const Layout &layout) const
     return true;
 }
 
-uint64_t Table::tag(uint64_t identity, const void *key, size_t len) const
-{
-    const uint64_t t = SipHash13::word_and_bytes(h_.secret, identity, key, len);
-    return t != 0 ? t : 1;  // 0 marks an empty slot
-}
-
-// Keys live in their first bucket whenever it has room (see make_room), so
-// the first is the one worth fetching early.  A random bucket of a large
-// zone costs a cache miss and a TLB miss: read it now, before the caller
-// takes the zone's lock, so that they are not paid while holding it.
-void Table::prefetch(uint64_t tag) const
-{
-    const volatile uint64_t *word = &buckets()[first(tag)].tag[0];
-    (void) *word;
-}
-
 int Table::pool_for(size_t blob) const
 {
     const uint32_t bs = block_size_for(blob);
@@ -218,44 +202,10 @@ int Table::pool_for(size_t blob) const
     return -1;
 }
 
-uint8_t *Table::block(uint32_t handle) const
-{
-    const Pool &p = h_.pools[handle >> 24];
-    return const_cast<uint8_t *>(reinterpret_cast<const uint8_t *>(this)) + p.offset +
-           (uint64_t) (handle & (kBlocksMax - 1)) * p.block_size;
-}
-
-Table::Slot Table::locate(uint64_t tag) const
-{
-    Bucket *b = const_cast<Table *>(this)->buckets();
-    for (uint32_t i : {first(tag), second(tag)}) {
-        for (int s = 0; s < 3; s++) {
-            if (b[i].tag[s] == tag) {
-                return Slot{&b[i], s};
-            }
-        }
-    }
-    return Slot{nullptr, 0};
-}
-
 int64_t Table::bucket_of(uint64_t tag) const
 {
     Slot slot = locate(tag);
     return slot.b == nullptr ? -1 : slot.b - buckets();
-}
-
-bool Table::find(uint64_t tag, State *s, Ref *ref) const
-{
-    Slot slot = locate(tag);
-    if (slot.b == nullptr) {
-        return false;
-    }
-    s->head = rl_state_t{slot.b->t[slot.i], slot.b->n[slot.i]};
-    s->blob = has_block(slot.b->meta, slot.i) ? block(slot.b->n[slot.i]) + 8 : nullptr;
-    if (ref != nullptr) {
-        *ref = Ref{&slot.b->t[slot.i], &slot.b->n[slot.i], &slot.b->meta, slot.i};
-    }
-    return true;
 }
 
 uint64_t Table::cell_of(uint64_t tag, int k) const
@@ -334,7 +284,7 @@ bool Table::store(uint64_t tag, rl_state_t head, Debt debt, int64_t now)
         slot.b->meta &= ~(1u << slot.i);
     }
     save(slot.b);
-    update(Ref{&slot.b->t[slot.i], &slot.b->n[slot.i], &slot.b->meta, slot.i}, head, debt);
+    update(Ref{slot.b, slot.i}, head, debt);
     commit();
     return inserted;
 }

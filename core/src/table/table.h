@@ -34,6 +34,7 @@
 
 #include "algorithms/algorithms.h"
 #include "ratelimit.h"
+#include "util/siphash.h"
 
 namespace rl {
 
@@ -209,8 +210,46 @@ public:
     void init(size_t size, const Layout &layout, const uint8_t secret[16]);
     bool valid(size_t size, const Layout &layout) const;
 
-    uint64_t tag(uint64_t identity, const void *key, size_t len) const;
-    void prefetch(uint64_t tag) const;
+    // A key's tag under a rule is
+    //
+    //     tag(rule, key) = F(H(key) xor identity(rule))
+    //
+    // where H is SipHash-1-3 under the table's secret, and F a fixed bijection
+    // (of_hash): a request hashes a key once, whatever the number of the
+    // zone's rules on it, and each rule's tag costs a few multiplications.  Collisions are as
+    // hard to craft as with H of (identity, key) as one message.  F being a
+    // bijection, two tags are equal exactly when H(k) xor H(k') = identity(r)
+    // xor identity(r').  For one key under two rules that is identity(r) =
+    // identity(r'): the same rule, whose state is shared by design.  For two
+    // keys k != k', it is a given difference between H's outputs on two inputs
+    // the attacker chose without seeing the secret or any hash: H is a PRF, so
+    // that happens with probability 2^-64 whatever the difference, the odds of
+    // a plain collision of H (the case r = r').  F also spreads the identity
+    // over the whole tag, so that one key's buckets under two rules are
+    // unrelated.  (0 stands for an empty slot: a tag of 0 is stored as 1.)
+    uint64_t tag(uint64_t identity, const void *key, size_t len) const { return of_hash(hash(key, len), identity); }
+    uint64_t hash(const void *key, size_t len) const { return SipHash13::bytes(h_.secret, key, len); }
+    static uint64_t of_hash(uint64_t hash, uint64_t identity)
+    {
+        // splitmix64's finalizer, a bijection of 64-bit words
+        uint64_t x = hash ^ identity;
+        x ^= x >> 30;
+        x *= 0xbf58476d1ce4e5b9ull;
+        x ^= x >> 27;
+        x *= 0x94d049bb133111ebull;
+        x ^= x >> 31;
+        return x != 0 ? x : 1;  // 0 marks an empty slot
+    }
+    // Keys live in their first bucket whenever it has room (see make_room),
+    // so the first is the one worth fetching early.  A random bucket of a
+    // large zone costs a cache miss and a TLB miss: read it now, before the
+    // caller takes the zone's lock, so that they are not paid while holding
+    // it.
+    void prefetch(uint64_t tag) const
+    {
+        const volatile uint64_t *word = &buckets()[first(tag)].tag[0];
+        (void) *word;
+    }
 
     // The tag under which a key's ban (ban=) is kept: its halves swapped,
     // so that it lives in the same two buckets as the key (the look-up
@@ -223,26 +262,54 @@ public:
 
     // The pool for an algorithm block of `blob` bytes, or -1.
     int pool_for(size_t blob) const;
+    // The same, the pool of a found key's block when it is that one.
+    int pool_for(size_t blob, const State &found) const
+    {
+        const uint32_t p = found.head.n >> 24;
+        if (found.blob != nullptr && p < h_.npools && h_.pools[p].block_size == block_size_for(blob)) {
+            return (int) p;
+        }
+        return pool_for(blob);
+    }
 
-    // Where a found key's head is: valid until the next insertion.
+    // Where a found key's head is: valid until the next insertion (b null:
+    // none).
     struct Ref {
-        int64_t *t;
-        uint32_t *n;
-        uint32_t *meta;
+        Bucket *b;
         int slot;
+        bool found() const { return b != nullptr; }
     };
     // Writes a found key's new head and debt in place.
     static void update(const Ref &ref, rl_state_t head, Debt debt)
     {
-        *ref.t = head.t;
-        *ref.n = head.n;
-        *ref.meta = with_debt(*ref.meta, ref.slot, debt);
+        ref.b->t[ref.slot] = head.t;
+        ref.b->n[ref.slot] = head.n;
+        ref.b->meta = with_debt(ref.b->meta, ref.slot, debt);
     }
-    static Debt debt(const Ref &ref) { return debt_of(*ref.meta, ref.slot); }
+    // Writes a found key's new t and debt in place (its n, a block's
+    // handle, stays).
+    static void update_t(const Ref &ref, int64_t t, Debt debt)
+    {
+        ref.b->t[ref.slot] = t;
+        ref.b->meta = with_debt(ref.b->meta, ref.slot, debt);
+    }
+    static Debt debt(const Ref &ref) { return debt_of(ref.b->meta, ref.slot); }
 
     // The key's state: its head, and its block (nullptr if none).  False if
-    // the key has no slot.
-    bool find(uint64_t tag, State *s, Ref *ref = nullptr) const;
+    // the key has no slot.  (Inline: every request finds its keys.)
+    bool find(uint64_t tag, State *s, Ref *ref = nullptr) const
+    {
+        Slot slot = locate(tag);
+        if (slot.b == nullptr) {
+            return false;
+        }
+        s->head = rl_state_t{slot.b->t[slot.i], slot.b->n[slot.i]};
+        s->blob = has_block(slot.b->meta, slot.i) ? block(slot.b->n[slot.i]) + 8 : nullptr;
+        if (ref != nullptr) {
+            *ref = Ref{slot.b, slot.i};
+        }
+        return true;
+    }
     // Stores a key's head and debt, inserting (and evicting if need be) when
     // absent; true if it inserted (which may move other keys).
     bool store(uint64_t tag, rl_state_t head, Debt debt, int64_t now);
@@ -334,7 +401,12 @@ private:
     {
         return reinterpret_cast<const Bucket *>(reinterpret_cast<const char *>(this) + header_bytes());
     }
-    uint8_t *block(uint32_t handle) const;
+    uint8_t *block(uint32_t handle) const
+    {
+        const Pool &p = h_.pools[handle >> 24];
+        return const_cast<uint8_t *>(reinterpret_cast<const uint8_t *>(this)) + p.offset +
+               (uint64_t) (handle & (kBlocksMax - 1)) * p.block_size;
+    }
     uint32_t other(uint32_t b, uint64_t tag) const { return b == first(tag) ? second(tag) : first(tag); }
 
     void begin();
@@ -349,7 +421,20 @@ private:
     uint64_t cell_of(uint64_t tag, int k) const;
     void remember(const Bucket &b, int i, int64_t now);
 
-    Slot locate(uint64_t tag) const;
+    // The key's slot: its first bucket, then its second.
+    Slot locate(uint64_t tag) const
+    {
+        Bucket *b = const_cast<Table *>(this)->buckets();
+        Bucket *at = &b[first(tag)];
+        for (int k = 0; k < 2; k++, at = &b[second(tag)]) {
+            for (int s = 0; s < 3; s++) {
+                if (at->tag[s] == tag) {
+                    return Slot{at, s};
+                }
+            }
+        }
+        return Slot{nullptr, 0};
+    }
     void undo();
     Slot insert(uint64_t tag, int64_t now);
     Slot make_room(uint32_t b1, uint32_t b2, int64_t now);

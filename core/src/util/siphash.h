@@ -1,9 +1,8 @@
 // SipHash-c-d (Aumasson & Bernstein, "SipHash: a fast short-input PRF",
 // 2012): a keyed 64-bit hash, c rounds a message word and d to finish.
 // Keyed with a per-zone random secret it makes table collisions impossible
-// to craft from outside.  Streaming, so a rule identity and a key hash as
-// one message without copying; inline, because it runs once per rule on
-// every request.
+// to craft from outside.  Streaming (a rule's identity, from its parts), or
+// in one call (a key, once a request per zone: inline, on every request).
 //
 // SipHash-2-4 is the paper's PRF (rule identities).  A table's tags use
 // SipHash-1-3, the variant hash tables use against flooding (Rust's
@@ -71,19 +70,18 @@ public:
         return finalize();
     }
 
-    // The hash of a little-endian 64-bit word followed by len bytes, in one
-    // call: what word() then update() then finish() give, without the
-    // streaming's bookkeeping (a table's tag, on every request).
-    static uint64_t word_and_bytes(const uint8_t key[16], uint64_t w, const void *data, size_t len)
+    // The hash of len bytes in one call: what update() then finish() give,
+    // without the streaming's bookkeeping (a table's key hash, on every
+    // request).
+    static uint64_t bytes(const uint8_t key[16], const void *data, size_t len)
     {
         SipHashRounds h(key);
         const uint8_t *p = static_cast<const uint8_t *>(data);
         size_t n = len;
-        h.compress(w);
         for (; n >= 8; p += 8, n -= 8) {
             h.compress(load(p));
         }
-        uint64_t last = (uint64_t) (len + 8) << 56;  // the length, mod 256
+        uint64_t last = (uint64_t) len << 56;  // the length, mod 256
         if (n >= 4) {
             // two 4-byte loads that overlap in the middle
             last |= (uint64_t) load32(p) | (uint64_t) load32(p + n - 4) << (8 * (n - 4));
@@ -130,6 +128,7 @@ private:
     void compress(uint64_t m)
     {
         v3_ ^= m;
+#pragma GCC unroll 4
         for (int i = 0; i < C; i++) {
             round();
         }
@@ -139,6 +138,7 @@ private:
     uint64_t finalize()
     {
         v2_ ^= 0xff;
+#pragma GCC unroll 4
         for (int i = 0; i < D; i++) {
             round();
         }

@@ -12,24 +12,29 @@
 // burst - (TAT - now) * limit / period tokens, so "cost tokens present" is
 // exactly "TAT + cost*T - tau <= now" (tests/algorithms_test.cc checks the
 // rule token_bucket against a bucket of tokens kept the plain way).
+//
+// Inline: most rules are gcra, decided on every request (transition.h).
+#pragma once
+
 #include "algorithms/algorithms.h"
 #include "algorithms/exact_time.h"
 
 namespace rl {
 
-rl_decision_t gcra(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
+RL_HOT rl_decision_t gcra(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
 {
     const uint64_t T = (uint64_t) rule.period_ms;
     const uint64_t tau = (uint64_t) rule.burst * T;
     const uint64_t ahead = paced_ahead(rule, s, now);  // TAT - now
     const uint64_t room = ahead < tau ? tau - ahead : 0;
 
+    rl_decision_t d{};  // the one object returned, built in the caller's
     if (cost > rule.burst) {
-        return never(rule.period_ms, room / T, ceil_div(ahead, rule.limit));
+        d = never(rule.period_ms, room / T, ceil_div(ahead, rule.limit));
+        return d;
     }
 
     const uint64_t need = ahead + cost * T;  // TAT - now after admitting
-    rl_decision_t d{};
     d.window_ms = rule.period_ms;
 
     if (need <= tau || cost == 0) {  // looking (cost 0) is always allowed
