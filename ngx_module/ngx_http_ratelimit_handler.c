@@ -20,6 +20,8 @@
 #include "ngx_http_ratelimit_module.h"
 
 
+static ngx_int_t ngx_http_ratelimit_ruled(ngx_http_request_t *r,
+    ngx_http_ratelimit_loc_conf_t *rlcf) NGX_HTTP_RATELIMIT_NOINLINE;
 static ngx_int_t ngx_http_ratelimit_decide(ngx_http_request_t *r,
     ngx_http_ratelimit_loc_conf_t *rlcf);
 static ngx_int_t ngx_http_ratelimit_key(ngx_http_request_t *r,
@@ -57,7 +59,6 @@ static int ngx_http_ratelimit_alive(uint32_t pid);
 ngx_int_t
 ngx_http_ratelimit_handler(ngx_http_request_t *r)
 {
-    ngx_http_ratelimit_ctx_t       *ctx;
     ngx_http_ratelimit_loc_conf_t  *rlcf;
 
     rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
@@ -65,6 +66,18 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
     if (rlcf->rules.nelts == 0) {
         return NGX_DECLINED;
     }
+
+    return ngx_http_ratelimit_ruled(r, rlcf);
+}
+
+
+/* A request of a location with rules: decided once. */
+
+static ngx_int_t
+ngx_http_ratelimit_ruled(ngx_http_request_t *r,
+    ngx_http_ratelimit_loc_conf_t *rlcf)
+{
+    ngx_http_ratelimit_ctx_t  *ctx;
 
     ctx = ngx_http_ratelimit_get_ctx(r);
 

@@ -315,6 +315,15 @@ ngx_http_ratelimit_now(void)
 char *ngx_http_ratelimit_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 
 
+/* A function kept out of its caller, so that a caller's common path does
+   not set up the frame of its rare one. */
+#if (defined __GNUC__)
+#define NGX_HTTP_RATELIMIT_NOINLINE  __attribute__((noinline))
+#else
+#define NGX_HTTP_RATELIMIT_NOINLINE
+#endif
+
+
 /* The rule a check is of. */
 #define ngx_http_ratelimit_rule_of(check)                                     \
     ((ngx_http_ratelimit_rule_t *) (check)->data)
