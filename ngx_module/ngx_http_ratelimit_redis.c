@@ -88,6 +88,11 @@ ngx_http_ratelimit_redis_send(ngx_http_ratelimit_redis_t *redis,
     w->timer.log = w->request ? w->request->connection->log : ngx_cycle->log;
     ngx_add_timer(&w->timer, redis->timeout);   /* a graceful exit waits */
 
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, w->timer.log, 0,
+                   "ratelimit redis: call %ui for %uz rule(s) sent to %V, "
+                   "%ui waiting on its connection",
+                   w->call, w->rq->n, &conn->node->name, conn->count);
+
     return NGX_OK;
 }
 
@@ -180,6 +185,15 @@ ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
 
     kind = rl_redis_answer(w->rq, (int) w->call, reply, &a);
     why = a.why;
+
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, w->timer.log, 0,
+                   "ratelimit redis: reply from %V to call %ui: %s, "
+                   "after %M us",
+                   &conn->node->name, w->call,
+                   kind == RL_REDIS_DECIDED ? "decided"
+                   : kind == RL_REDIS_REDIRECT ? "redirected"
+                   : kind == RL_REDIS_NOSCRIPT ? "no script" : "refused",
+                   ngx_http_ratelimit_redis_now_us() - w->start);
 
     switch (kind) {
 
