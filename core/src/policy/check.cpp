@@ -388,12 +388,12 @@ bool decide_found(rl_request_t &rq, int64_t now, int *verdict)
             continue;
         }
         const rl_rule_t &rule = *ci.rule;
-        if (rule.algorithm == RL_CONCURRENCY || (rule.ban_ms > 0 && ci.cost > 0)) {
+        if (rule.algorithm == RL_CONCURRENCY || rule.ban_ms > 0) {
             return false;
         }
         for (size_t j = 0; j < i; j++) {
-            if (rl::applies(c[j]) && c[j].table == ci.table && c[j].tag == ci.tag) {
-                return false;
+            if (c[j].tag == ci.tag && rl::applies(c[j])) {
+                return false;  // the same state, or (in another table) the odds of a collision
             }
         }
         rl::Table *table = rl::Table::at(ci.table);
@@ -418,7 +418,7 @@ bool decide_found(rl_request_t &rq, int64_t now, int *verdict)
         rl::transition_into(ci.decision, rule, s, now, ci.cost, true);
         ci.after = s.head;
         allowing += ci.decision.allowed;
-        delays |= ci.decision.allowed && ci.decision.delay_ms > 0;
+        delays |= ci.decision.delay_ms > 0;  // (the request is delayed only if admitted by all)
     }
     if (applying == 0) {
         return false;
@@ -432,7 +432,7 @@ bool decide_found(rl_request_t &rq, int64_t now, int *verdict)
         rl::transition_into(ci.decision, *ci.rule, s, now, ci.cost, in_place);
         ci.after = s.head;
         allowing += ci.decision.allowed;
-        delays |= ci.decision.allowed && ci.decision.delay_ms > 0;
+        delays |= ci.decision.delay_ms > 0;
         if (in_place && ci.decision.allowed && ci.cost > 0) {
             const rl::Debt debt{rl::owed_frac(*ci.rule, s, ci.decision, now), fi.inherited};
             rl::Table::update_t(fi.ref, s.head.t, debt);
