@@ -1,9 +1,14 @@
 // Checking a request against several rules: all/any combination, atomic
 // commit with no partial consumption, the binding rule, shared state.
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "helpers.h"
+#include "policy/request.h"
 
 namespace {
 
@@ -275,5 +280,144 @@ TEST(Check, RefundUncountsWindowsThatStillHoldTheRequest)
         look.add(z, rule, "k");
         ASSERT_TRUE(look.send(kT0 + 120000, 0));
         EXPECT_EQ(look.c[0].decision.remaining, 3u) << rule;
+    }
+}
+
+// Two zones hold the same keys, states, blocks, summary and counters: their
+// bytes are equal but for the journal's scratch (the lines an operation
+// saved, which a write in place never needs).
+bool same_zone(TestZone &a, TestZone &b)
+{
+    const size_t journal = offsetof(rl::TableHeader, journal);
+    const size_t after = journal + sizeof(rl::Journal);
+    return a.size == b.size && std::memcmp(a.mem, b.mem, journal) == 0 &&
+           std::memcmp((char *) a.mem + after, (char *) b.mem + after, a.size - after) == 0;
+}
+
+// A hashed request decide() takes the two passes for: with all, each rule
+// that applies neither bans nor holds slots, and finds its key, on a state
+// no other check shares.
+bool found_all(const rl_request_t &rq)
+{
+    size_t applying = 0;
+    for (size_t i = 0; i < rq.n; i++) {
+        const rl_check_t &c = rq.checks[i];
+        if (c.key_len == 0) {
+            continue;
+        }
+        rl::State s{};
+        if (c.rule->ban_ms > 0 || c.rule->algorithm == RL_CONCURRENCY || !rl::Table::at(c.table)->find(c.tag, &s)) {
+            return false;
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (rq.checks[j].key_len > 0 && rq.checks[j].table == c.table && rq.checks[j].tag == c.tag) {
+                return false;
+            }
+        }
+        applying++;
+    }
+    return rq.combine == RL_COMBINE_ALL && applying > 0;
+}
+
+// A request of several rules whose keys are all in the table is decided in
+// two passes (decided as found, then written where found): on random
+// traces of stacked rules (shared states, bans, slots, dry runs, any, keys
+// evicted and back), rl_decide leaves the zones byte for byte as the path
+// that decides any request does, and says the same of every check.
+TEST(Check, RequestsOfFoundKeysDecideAsEveryRequestDoesOnRandomTraces)
+{
+    const std::vector<std::string> texts = {
+        "limit=5 period=1s name=gcra",
+        "algorithm=token_bucket limit=3 period=1s burst=6 name=tb",
+        "algorithm=sliding_window limit=7 period=2s name=sw",
+        "algorithm=sliding_log limit=4 period=1s name=sl",
+        "algorithm=fixed_window limit=6 period=1s name=fw",
+        "algorithm=quota limit=40 reset=daily name=quota",
+        "algorithm=leaky_bucket limit=5 period=1s name=lb",
+        "limit=20 period=1m name=minute",
+        "limit=3 period=1s ban=2s name=ban",
+        "algorithm=concurrency limit=2 name=slots",
+    };
+    std::vector<rl_rule_t> rules;
+    for (const std::string &t : texts) {
+        rules.push_back(rule_of(t));
+    }
+    const uint8_t secret[16] = {7};
+    for (size_t size : {size_t{24} * 1024, size_t{256} * 1024}) {  // a zone that evicts, one that does not
+        TestZone a1(size, rules, secret), a2(size, rules, secret);
+        std::vector<int> slots;
+        for (const std::string &t : texts) {
+            const std::string name = t.substr(t.find("name=") + 5);
+            slots.push_back(rl_table_rule_slot(a1.mem, name.c_str()) + 1);
+            ASSERT_EQ(rl_table_rule_slot(a2.mem, name.c_str()) + 1, slots.back());
+        }
+        TestZone b1(a1), b2(a2);
+        TestZone *fast[2] = {&a1, &a2}, *each[2] = {&b1, &b2};
+        std::mt19937_64 rng(size);
+        std::vector<std::string> keys;
+        for (int k = 0; k < 300; k++) {
+            keys.push_back("key" + std::to_string(k));
+        }
+        int64_t now = kT0;
+        size_t taken = 0, found = 0;
+        for (int step = 0; step < 20000; step++) {
+            now += (int64_t) (rng() % 4 == 0 ? rng() % 3000 : rng() % 150);
+            const size_t n = 2 + rng() % 3;
+            const std::string &key = keys[rng() % 8 == 0 ? rng() % keys.size() : rng() % 6];
+            // mostly distinct rules that neither ban nor hold slots, each
+            // in its zone
+            std::vector<size_t> order(rules.size() - 2);
+            for (size_t i = 0; i < order.size(); i++) {
+                order[i] = i;
+            }
+            std::shuffle(order.begin(), order.end(), rng);
+            std::vector<rl_check_t> cf, ce;
+            for (size_t i = 0; i < n; i++) {
+                const size_t r = rng() % 16 == 0 ? rng() % rules.size() : order[i];
+                const int z = (int) (rng() % 8 == 0 ? rng() % 2 : r % 2);
+                const uint64_t cost = rng() % 8 == 0 ? rng() % 3 : 1;
+                const std::string &k = rng() % 20 == 0 ? keys[rng() % keys.size()] : key;
+                cf.push_back(check_of(fast[z]->mem, &rules[r], identity_of(rules[r]), k, cost, slots[r]));
+                ce.push_back(check_of(each[z]->mem, &rules[r], identity_of(rules[r]), k, cost, slots[r]));
+                if (rng() % 30 == 0) {
+                    cf.back().key_len = ce.back().key_len = 0;  // exempt from this rule
+                }
+            }
+            rl_request_t f = request_of(cf.data(), n, rng() % 10 == 0 ? RL_COMBINE_ANY : RL_COMBINE_ALL);
+            f.dry_run = rng() % 10 == 0;
+            f.holder = 1;
+            rl_request_t e = f;
+            e.checks = ce.data();
+            rl_request_hash(&f);
+            rl_request_hash(&e);
+            found += found_all(f);
+            const int vf = rl_decide(&f, now);
+            const int ve = rl::decide_each(e, now);
+            ASSERT_EQ(vf, ve) << step;
+            ASSERT_EQ(f.binding, e.binding) << step;
+            ASSERT_EQ(f.delay_ms, e.delay_ms) << step;
+            ASSERT_EQ(f.action, e.action) << step;
+            ASSERT_EQ(f.status, e.status) << step;
+            for (size_t i = 0; i < n; i++) {
+                ASSERT_EQ(0, std::memcmp(&cf[i].decision, &ce[i].decision, sizeof(rl_decision_t))) << step << " " << i;
+                ASSERT_EQ(cf[i].outcome, ce[i].outcome) << step << " " << i;
+                ASSERT_EQ(cf[i].before.t, ce[i].before.t) << step << " " << i;
+                ASSERT_EQ(cf[i].before.n, ce[i].before.n) << step << " " << i;
+                ASSERT_EQ(cf[i].after.t, ce[i].after.t) << step << " " << i;
+                ASSERT_EQ(cf[i].after.n, ce[i].after.n) << step << " " << i;
+                taken += cf[i].slot != 0;
+            }
+            // a slot taken is given back as its request ends
+            rl_request_end(&f, now);
+            rl_request_end(&e, now);
+            for (int z = 0; z < 2; z++) {
+                ASSERT_TRUE(same_zone(*fast[z], *each[z])) << step << " zone " << z;
+            }
+        }
+        EXPECT_GT(taken, 0u);
+        EXPECT_GT(found, 3000u) << "requests the two passes decide";
+        if (size < 100000) {
+            EXPECT_GT(a1.stats().evictions + a2.stats().evictions, 0u);
+        }
     }
 }

@@ -34,6 +34,10 @@ inline bool settles(const rl_check_t &c)
 // concludes and counts it (rl_decide): check.cpp.  The caller holds the
 // locks.
 int decide(rl_request_t &rq, int64_t now_ms);
+// The same through the path that decides any request, whatever its rules
+// and keys (check.cpp): decide() takes a shorter one for most requests of
+// several rules, and the tests compare the two.
+int decide_each(rl_request_t &rq, int64_t now_ms);
 
 // The verdict, binding rule, delay and outcomes of a request whose checks
 // are decided (request.cpp; rl_decide and rl_redis_answer end with it).
