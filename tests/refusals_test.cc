@@ -198,9 +198,10 @@ struct Spent {
 
 TEST(Refusals, BoundaryOfTheWaitCostAndReset)
 {
-    Spent s("limit=2 period=10s", 2);
+    Spent s("limit=2 period=900ms", 2);
     ASSERT_EQ(s.stored, 1);
-    ASSERT_GT(s.refused.retry_after_ms, 1000);
+    ASSERT_GT(s.refused.retry_after_ms, 600);
+    ASSERT_LT(s.refused.retry_after_ms, RL_REFUSALS_REFRESH_MS);
     EXPECT_TRUE(s.find(kT0, 2));
     EXPECT_TRUE(s.find(kT0, 3));   // a larger cost waits at least as long
     EXPECT_FALSE(s.find(kT0, 1));  // a smaller one may pass sooner: Redis decides
@@ -209,25 +210,41 @@ TEST(Refusals, BoundaryOfTheWaitCostAndReset)
     EXPECT_TRUE(s.find(kT0 + s.refused.retry_after_ms - 2, 2));
     EXPECT_FALSE(s.find(kT0 + s.refused.retry_after_ms - 1, 2));
     // the headers, counted down
-    ASSERT_TRUE(s.find(kT0 + 1500, 2));
+    ASSERT_TRUE(s.find(kT0 + 150, 2));
     const rl_decision_t &d = s.loc.c[0].decision;
     EXPECT_EQ(d.allowed, 0);
     EXPECT_EQ(d.remaining, 0u);
-    EXPECT_EQ(d.retry_after_ms, s.refused.retry_after_ms - 1500);
-    EXPECT_EQ(d.reset_ms, s.refused.reset_ms - 1500);
+    EXPECT_EQ(d.retry_after_ms, s.refused.retry_after_ms - 150);
+    EXPECT_EQ(d.reset_ms, s.refused.reset_ms - 150);
     EXPECT_EQ(d.quota, 2u);
     EXPECT_EQ(s.loc.rq.action, RL_ACTION_REFUSE);
     EXPECT_EQ(s.loc.c[0].outcome, RL_OUTCOME_REJECTED);
     // a reset forgets it
     rl_refusals_forget(s.cache.p());
-    EXPECT_FALSE(s.find(kT0 + 1500, 2));
+    EXPECT_FALSE(s.find(kT0 + 150, 2));
+}
+
+TEST(Refusals, RedisIsAskedAgainWithinTheRefresh)
+{
+    // a long wait is served a second at most after Redis said it: a reset
+    // on another server is seen here then
+    Spent s("limit=1 period=1h");
+    ASSERT_EQ(s.stored, 1);
+    EXPECT_TRUE(s.find(kT0 + RL_REFUSALS_REFRESH_MS - 1));
+    EXPECT_FALSE(s.find(kT0 + RL_REFUSALS_REFRESH_MS));
+    // Redis refuses again: remembered anew, from its answer's time
+    const int64_t later = kT0 + 5000;
+    ASSERT_EQ(rl_decide(&s.loc.request({1}), later), RL_VERDICT_REJECTED);
+    ASSERT_EQ(rl_refusals_store(s.cache.p(), s.cache.size, &s.loc.rq, 0, later, later), 1);
+    EXPECT_TRUE(s.find(later + RL_REFUSALS_REFRESH_MS - 1));
+    EXPECT_EQ(s.loc.c[0].decision.retry_after_ms, 3600000 - 5000 - RL_REFUSALS_REFRESH_MS + 1);
 }
 
 TEST(Refusals, TheWaitCountsFromTheSendingAndTheHeadersFromTheReply)
 {
     // sent at kT0 - 30, the reply came at kT0: refused until kT0 - 30 + R - 1,
     // and Retry-After counts from kT0
-    Spent s("limit=1 period=5s", 1, kT0 - 30, kT0);
+    Spent s("limit=1 period=900ms", 1, kT0 - 30, kT0);
     ASSERT_EQ(s.stored, 1);
     const int64_t r = s.refused.retry_after_ms;
     EXPECT_TRUE(s.find(kT0 - 30 + r - 2));
@@ -255,8 +272,12 @@ TEST(Refusals, WhatIsNotRemembered)
     // but its ban is its own: until the ban ends, for any cost above 0
     Spent banned("limit=1 period=1m charge=1 ban=30s", 1);
     ASSERT_EQ(banned.stored, 1);
-    EXPECT_TRUE(banned.find(kT0 + 29998));
-    EXPECT_FALSE(banned.find(kT0 + 29999));
+    EXPECT_TRUE(banned.find(kT0 + RL_REFUSALS_REFRESH_MS - 1));
+    EXPECT_EQ(banned.loc.c[0].decision.banned_ms, 30000 - RL_REFUSALS_REFRESH_MS + 1);
+    Spent short_ban("limit=1 period=1m charge=1 ban=500ms", 1);
+    ASSERT_EQ(short_ban.stored, 1);
+    EXPECT_TRUE(short_ban.find(kT0 + 498));
+    EXPECT_FALSE(short_ban.find(kT0 + 499));
     // a dry run refuses nothing
     Spent dry("limit=1 period=1m");
     dry.loc.request({1});

@@ -953,6 +953,9 @@ RL_API int rl_redis_answer(rl_request_t *rq, int call, const rl_resp_t *r,
  * reset (the key API) calls rl_refusals_forget(): every entry of the zone,
  * and every reply still on its way, is forgotten.
  */
+#define RL_REFUSALS_REFRESH_MS  1000   /* an entry is served so long at
+                                          most after Redis's answer: what a
+                                          reset on another server may wait */
 RL_API size_t rl_refusals_size(size_t zone_size);
 RL_API uint32_t rl_refusals_epoch(const void *cache);
 

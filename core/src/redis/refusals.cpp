@@ -31,6 +31,11 @@
 // are counted from the reply's arrival (now at store): Retry-After and
 // reset then never promise earlier than Redis would have.
 //
+// Other servers.  A key reset through another server's key API is not seen
+// here: a refusal is served for RL_REFUSALS_REFRESH_MS at most after Redis
+// gave it, then the next request asks Redis again (and its refusal is
+// remembered anew), so such a reset holds here within that time.
+//
 // The cache is a fixed array of 64-byte entries in pairs (one pair a
 // 128-byte line), named by a 64-bit hash of the request's checks: each
 // check's tag (the zone's keyed hash of rule identity and key, table.h),
@@ -314,6 +319,9 @@ int store(void *cache, size_t size, const rl_request_t &rq, uint32_t epoch, int6
         until = std::min(until, u);
         min_cost = std::max(min_cost, m);
     }
+    // heard again within a second: a reset on another server of the fleet
+    // (which this one cannot see) holds here from then on
+    until = std::min(until, now + RL_REFUSALS_REFRESH_MS);
     if (until <= now) {
         return 0;  // over by the time the reply came
     }
