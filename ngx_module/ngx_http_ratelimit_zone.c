@@ -394,8 +394,9 @@ ngx_http_ratelimit_table_size(ngx_http_ratelimit_zone_t *zone,
 
 /*
  * A zone's layout (how much of it holds blocks, of which sizes, and
- * whether it remembers Redis's refusals) follows its rules and redis=.  Too small a zone for them fails the configuration.  The layout is
- * part of the shared memory zone's name, so a reload that changes it gets a
+ * whether it remembers Redis's refusals) follows its rules and redis=.
+ * Too small a zone for them fails the configuration.  The layout is part
+ * of the shared memory zone's name, so a reload that changes it gets a
  * fresh zone from nginx (old workers keep the old one until they exit, and
  * nginx frees it then), while a reload that keeps it keeps the zone.
  */

@@ -274,7 +274,8 @@ TEST(Stats, Json)
               "\"peak\":0,\"waited\":0}}},\"b-2.z\":{\"size\":64,\"bytes_used\":0,\"keys\":0,\"capacity\":0,"
               "\"evictions\":0,\"live_evictions\":0,\"summary_bytes\":0,\"summary_refusals\":0,\"rules\":{},"
               "\"redis\":{\"server\":\"127.0.0.1:6379\",\"decisions\":1,\"errors\":2,\"timeouts\":3,\"fallbacks\":4,"
-              "\"reconnects\":5,\"charges\":6,\"undelivered\":7,\"cached\":8,\"latency_us\":{\"le_250\":1,\"le_500\":0,\"le_1000\":"
+              "\"reconnects\":5,\"charges\":6,\"undelivered\":7,\"cached\":8,"
+              "\"latency_us\":{\"le_250\":1,\"le_500\":0,\"le_1000\":"
               "2,\"le_2500\":0,\"le_5000\":0,"
               "\"le_10000\":0,\"le_25000\":0,\"le_50000\":0,\"inf\":3},\"latency_us_sum\":1234567}}}}\n");
     EXPECT_TRUE(json_valid(out));

@@ -59,10 +59,10 @@ struct Header {
 };
 
 struct Entry {
-    std::atomic<uint32_t> seq;    // odd while written
-    std::atomic<uint32_t> epoch;  // of its request's sending
-    std::atomic<uint64_t> tag;    // 0: empty
-    std::atomic<int64_t> until;   // refused before this instant,
+    std::atomic<uint32_t> seq;       // odd while written
+    std::atomic<uint32_t> epoch;     // of its request's sending
+    std::atomic<uint64_t> tag;       // 0: empty
+    std::atomic<int64_t> until;      // refused before this instant,
     std::atomic<uint32_t> min_cost;  // at this cost and above
     std::atomic<uint32_t> flags;     // binding | every check
     std::atomic<int64_t> retry_at;   // the binding's decision, as instants
@@ -382,8 +382,7 @@ int rl_refusals_find(const void *cache, size_t size, rl_request_t *rq, int64_t n
     return cache != nullptr ? find(cache, size, *rq, now_ms) : 0;
 }
 
-int rl_refusals_store(void *cache, size_t size, const rl_request_t *rq, uint32_t epoch, int64_t sent_ms,
-                      int64_t now_ms)
+int rl_refusals_store(void *cache, size_t size, const rl_request_t *rq, uint32_t epoch, int64_t sent_ms, int64_t now_ms)
 {
     return cache != nullptr ? store(cache, size, *rq, epoch, sent_ms, now_ms) : 0;
 }
