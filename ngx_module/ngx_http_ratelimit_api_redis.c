@@ -154,6 +154,13 @@ ngx_http_ratelimit_api_redis_done(ngx_http_ratelimit_redis_wait_t *w,
     ar = (ngx_http_ratelimit_api_redis_t *) w;   /* its first field */
     ar->waiting = 0;
 
+    /* a reset, done or not known: the refusals this server remembers of
+       the zone are forgotten (and so are those of replies on their way) */
+
+    if (w->call == RL_REDIS_RESET) {
+        rl_refusals_forget(ar->q->zone->redis->refusals);
+    }
+
     if (answer == NULL) {
         ngx_http_finalize_request(r, ngx_http_ratelimit_api_fail(r, ar->q,
                                                        RL_API_REDIS_FAILED));
@@ -205,5 +212,9 @@ ngx_http_ratelimit_api_redis_cleanup(void *data)
     if (ar->waiting) {
         ar->waiting = 0;
         ngx_http_ratelimit_redis_cancel(&ar->wait);
+
+        if (ar->wait.call == RL_REDIS_RESET) {
+            rl_refusals_forget(ar->q->zone->redis->refusals);
+        }
     }
 }

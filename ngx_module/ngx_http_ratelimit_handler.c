@@ -42,6 +42,9 @@ static ngx_int_t ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static void ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer);
+static ngx_int_t ngx_http_ratelimit_redis_counted(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, ngx_http_ratelimit_zone_t *zone,
+    ngx_uint_t by);
 static ngx_int_t ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static void ngx_http_ratelimit_retry(ngx_http_request_t *r,
@@ -415,7 +418,9 @@ ngx_http_ratelimit_policy(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx)
 /*
  * Sends the request's rules to Redis, one script call for all of them, and
  * waits for the reply on the event loop: the worker serves other requests
- * meanwhile.
+ * meanwhile.  Unless a refusal Redis gave and the zone remembers refuses
+ * it still (rl_refusals_find: the core says whether, and concludes it):
+ * then it is refused at once, as Redis would refuse it.
  */
 
 static ngx_int_t
@@ -423,10 +428,20 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
     ngx_http_ratelimit_zone_t        *zone;
+    ngx_http_ratelimit_redis_t       *redis;
     ngx_http_ratelimit_redis_wait_t  *w;
 
     zone = ngx_http_ratelimit_zone_of(
                ngx_http_ratelimit_rule_of(&ctx->rq.checks[0]));
+    redis = zone->redis;
+
+    if (rl_refusals_find(redis->refusals, redis->refusals_size, &ctx->rq,
+                         ngx_http_ratelimit_monotonic_ms()))
+    {
+        (void) ngx_atomic_fetch_add(&redis->stats->cached, 1);
+        return ngx_http_ratelimit_redis_counted(r, ctx, zone,
+                                           NGX_HTTP_RATELIMIT_BY_REDIS_CACHED);
+    }
 
     if (ngx_http_ratelimit_keep_checks(ctx) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -442,7 +457,11 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     w->handler = ngx_http_ratelimit_redis_done;
     w->rq = &ctx->rq;
 
-    if (ngx_http_ratelimit_redis_send(zone->redis, w) != NGX_OK) {
+    /* what a refusal in the reply may be remembered from: before sending */
+    ctx->redis_epoch = rl_refusals_epoch(redis->refusals);
+    ctx->redis_sent = ngx_http_ratelimit_monotonic_ms();
+
+    if (ngx_http_ratelimit_redis_send(redis, w) != NGX_OK) {
         /* Redis unreachable now: no waiting at all */
         return ngx_http_ratelimit_redis_fallback(r, ctx);
     }
@@ -490,20 +509,44 @@ ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
 
     } else {
         (void) ngx_atomic_fetch_add(&zone->redis->stats->decisions, 1);
-        ctx->decided_by = NGX_HTTP_RATELIMIT_BY_REDIS;
-
-        /* counted in this server's zone (its rules' counters, a refusal
-           among the top keys), under its lock: the only one a Redis zone's
-           request takes */
-
-        ngx_shmtx_lock(&zone->shpool->mutex);
-        rl_request_count(&ctx->rq, ngx_http_ratelimit_now());
-        ngx_shmtx_unlock(&zone->shpool->mutex);
-
-        rc = ngx_http_ratelimit_decided(r, ctx);
+        rc = ngx_http_ratelimit_redis_counted(r, ctx, zone,
+                                              NGX_HTTP_RATELIMIT_BY_REDIS);
     }
 
     ngx_http_ratelimit_resume(r, ctx, rc);
+}
+
+
+/*
+ * A request Redis decided (by: in Redis, or from a refusal remembered),
+ * counted in this server's zone (its rules' counters, a refusal among the
+ * top keys) under its lock, the only one a Redis zone's request takes; and
+ * Redis's answer noted among the refusals remembered (rl_refusals_store:
+ * the core says whether it is one to remember), then applied.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_redis_counted(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, ngx_http_ratelimit_zone_t *zone,
+    ngx_uint_t by)
+{
+    ngx_http_ratelimit_redis_t  *redis = zone->redis;
+
+    ctx->decided_by = by;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    rl_request_count(&ctx->rq, ngx_http_ratelimit_now());
+
+    if (by == NGX_HTTP_RATELIMIT_BY_REDIS) {
+        (void) rl_refusals_store(redis->refusals, redis->refusals_size,
+                                 &ctx->rq, ctx->redis_epoch, ctx->redis_sent,
+                                 ngx_http_ratelimit_monotonic_ms());
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return ngx_http_ratelimit_decided(r, ctx);
 }
 
 

@@ -86,7 +86,8 @@ static ngx_str_t  ngx_http_ratelimit_decided_by_names[] = {
     ngx_string("redis"),
     ngx_string("fallback_local"),
     ngx_string("fallback_allow"),
-    ngx_string("fallback_deny")
+    ngx_string("fallback_deny"),
+    ngx_string("redis_cached")
 };
 
 

@@ -28,6 +28,7 @@
 #define NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL 3
 #define NGX_HTTP_RATELIMIT_BY_FALLBACK_ALLOW 4
 #define NGX_HTTP_RATELIMIT_BY_FALLBACK_DENY  5
+#define NGX_HTTP_RATELIMIT_BY_REDIS_CACHED   6
 
 /* ratelimit_headers */
 #define NGX_HTTP_RATELIMIT_HEADERS_LEGACY    0x01
@@ -165,6 +166,8 @@ struct ngx_http_ratelimit_ctx_s {
                                                X-RateLimit-* headers */
 
     ngx_http_ratelimit_redis_wait_t  *redis; /* while Redis decides */
+    int64_t                      redis_sent; /* when it was sent, and the */
+    uint32_t                     redis_epoch; /* refusals' epoch then */
     ngx_int_t                    rc;        /* the handler's, once decided */
 
     unsigned                     headers_done:1;
@@ -304,6 +307,23 @@ ngx_http_ratelimit_now(void)
     tp = ngx_timeofday();
 
     return (int64_t) tp->sec * 1000 + tp->msec;
+}
+
+
+/*
+ * The clock of the refusals a Redis zone remembers (rl_refusals_*): the
+ * system's monotonic clock, the same in every worker, read now (nginx's
+ * cached time may be behind: a refusal would be served past its end).
+ */
+
+static ngx_inline int64_t
+ngx_http_ratelimit_monotonic_ms(void)
+{
+    struct timespec  ts;
+
+    (void) clock_gettime(CLOCK_MONOTONIC, &ts);
+
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 

@@ -32,6 +32,7 @@ typedef struct {
     ngx_atomic_t   reconnects;    /* connections opened */
     ngx_atomic_t   charges;       /* requests' charges settled in Redis */
     ngx_atomic_t   undelivered;   /*   and not: no reply, or one refused */
+    ngx_atomic_t   cached;        /* refused from the refusals remembered */
     ngx_atomic_t   latency[NGX_HTTP_RATELIMIT_REDIS_BUCKETS + 1];
     ngx_atomic_t   latency_us;    /* sum */
 } ngx_http_ratelimit_redis_stats_t;
@@ -87,6 +88,9 @@ struct ngx_http_ratelimit_redis_s {
     ngx_uint_t                         given;    /* parameters, by index */
     u_char                             sha[40];  /* the script's SHA-1 */
     ngx_http_ratelimit_redis_stats_t  *stats;    /* in the zone */
+    void                              *refusals; /* in the zone, after the
+                                                    stats (rl_refusals_*) */
+    size_t                             refusals_size;
 
     /* this worker's: the servers it knows (the first is redis=), and,
        with Redis Cluster, which serves each slot */

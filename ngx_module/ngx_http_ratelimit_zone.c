@@ -23,7 +23,10 @@ static void ngx_http_ratelimit_bad_size(ngx_conf_t *cf, ngx_str_t *value,
     ngx_str_t *name);
 static void ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone,
     ngx_uint_t reused);
-static size_t ngx_http_ratelimit_table_size(size_t zone_size);
+static size_t ngx_http_ratelimit_refusals_size(ngx_http_ratelimit_zone_t *zone,
+    size_t zone_size);
+static size_t ngx_http_ratelimit_table_size(ngx_http_ratelimit_zone_t *zone,
+    size_t zone_size);
 static ngx_int_t ngx_http_ratelimit_check_layout(ngx_conf_t *cf,
     ngx_shm_zone_t *shm_zone);
 static ngx_int_t ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
@@ -240,8 +243,9 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 /*
  * A zone is the slab pool header (its mutex is the zone lock, which the
- * master releases if a worker dies holding it) followed by the core's table.
- * Reloaded with the same name and size, the table is kept as it is.
+ * master releases if a worker dies holding it) followed by the core's table
+ * (a Redis zone's: by its counters and the refusals it remembers first).
+ * Reloaded with the same name, size and layout, the table is kept as it is.
  */
 
 static ngx_int_t
@@ -250,6 +254,7 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     ngx_http_ratelimit_zone_t  *ozone = data;
 
     size_t                             size;
+    u_char                            *table;
     ngx_shm_zone_t                    *old;
     ngx_http_ratelimit_zone_t         *zone;
     ngx_http_ratelimit_redis_stats_t  *rs;
@@ -258,15 +263,23 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     zone = shm_zone->data;
     zone->shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
     zone->size = shm_zone->shm.size;
-    size = ngx_http_ratelimit_table_size(shm_zone->shm.size);
+    size = ngx_http_ratelimit_table_size(zone, shm_zone->shm.size);
     rs = (ngx_http_ratelimit_redis_stats_t *)
          ((u_char *) zone->shpool + ngx_align(sizeof(ngx_slab_pool_t), 64));
+    table = (u_char *) rs
+            + ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64)
+            + ngx_http_ratelimit_refusals_size(zone, shm_zone->shm.size);
 
     if (zone->redis) {
         zone->redis->stats = rs;
+        zone->redis->refusals = (u_char *) rs
+                      + ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64);
+        zone->redis->refusals_size = ngx_http_ratelimit_refusals_size(zone,
+                                                           shm_zone->shm.size);
     }
 
     if (ozone != NULL
+        && (u_char *) ozone->table == table
         && rl_table_valid(ozone->table, size, zone->blobs.elts,
                           zone->blobs.nelts))
     {
@@ -279,8 +292,7 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         return NGX_OK;
     }
 
-    zone->table = (u_char *) rs
-                  + ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64);
+    zone->table = table;
 
     ngx_http_ratelimit_zero_zone(shm_zone, ozone != NULL);
 
@@ -355,23 +367,36 @@ ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone, ngx_uint_t reused)
 
 /*
  * The slab pool header (whose mutex is the lock), then the Redis counters,
- * then the table, each at a 64-byte boundary: shared memory is
- * page-aligned, so this is the same for every zone of a size.
+ * a Redis zone's refusals remembered (about a sixteenth of the zone, at
+ * most 512 KB: rl_refusals_size), then the table, each at a 64-byte
+ * boundary: shared memory is page-aligned, so this is the same for every
+ * zone of a size and kind.
  */
 
 static size_t
-ngx_http_ratelimit_table_size(size_t zone_size)
+ngx_http_ratelimit_refusals_size(ngx_http_ratelimit_zone_t *zone,
+    size_t zone_size)
+{
+    return zone->redis ? ngx_align(rl_refusals_size(zone_size), 64) : 0;
+}
+
+
+static size_t
+ngx_http_ratelimit_table_size(ngx_http_ratelimit_zone_t *zone,
+    size_t zone_size)
 {
     return (zone_size - ngx_align(sizeof(ngx_slab_pool_t), 64)
-            - ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64))
+            - ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64)
+            - ngx_http_ratelimit_refusals_size(zone, zone_size))
            & ~(size_t) 63;
 }
 
 
 /*
- * A zone's layout (how much of it holds blocks, of which sizes) follows its
- * rules.  Too small a zone for them fails the configuration.  The layout is
- * part of the shared memory zone's name, so a reload that changes it gets a
+ * A zone's layout (how much of it holds blocks, of which sizes, and
+ * whether it remembers Redis's refusals) follows its rules and redis=.
+ * Too small a zone for them fails the configuration.  The layout is part
+ * of the shared memory zone's name, so a reload that changes it gets a
  * fresh zone from nginx (old workers keep the old one until they exit, and
  * nginx frees it then), while a reload that keeps it keeps the zone.
  */
@@ -387,7 +412,7 @@ ngx_http_ratelimit_check_layout(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone)
     char                        err[RL_ERR_MAX];
 
     zone = shm_zone->data;
-    size = ngx_http_ratelimit_table_size(shm_zone->shm.size);
+    size = ngx_http_ratelimit_table_size(zone, shm_zone->shm.size);
 
     if (rl_table_plan(size, zone->blobs.elts, zone->blobs.nelts, err,
                       sizeof(err))
@@ -400,8 +425,10 @@ ngx_http_ratelimit_check_layout(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone)
         return NGX_ERROR;
     }
 
-    if (zone->blobs.nelts == 0 || shm_zone->shm.name.len != zone->name.len) {
-        return NGX_OK;   /* no blocks, or named already */
+    if ((zone->blobs.nelts == 0 && zone->redis == NULL)
+        || shm_zone->shm.name.len != zone->name.len)
+    {
+        return NGX_OK;   /* no blocks nor refusals, or named already */
     }
 
     /* the block sizes, in any order: the layout depends on the set */
@@ -412,14 +439,16 @@ ngx_http_ratelimit_check_layout(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone)
                                sizeof(uint32_t));
     }
 
-    p = ngx_pnalloc(cf->pool, zone->name.len + sizeof(" layout=") + 8);
+    p = ngx_pnalloc(cf->pool, zone->name.len + sizeof(" layout=") + 8
+                              + sizeof(" redis"));
     if (p == NULL) {
         return NGX_ERROR;
     }
 
     shm_zone->shm.name.data = p;
-    shm_zone->shm.name.len = ngx_sprintf(p, "%V layout=%08xD", &zone->name,
-                                         crc) - p;
+    shm_zone->shm.name.len = ngx_sprintf(p, "%V layout=%08xD%s", &zone->name,
+                                         crc, zone->redis ? " redis" : "")
+                             - p;
 
     return NGX_OK;
 }

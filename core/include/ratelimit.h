@@ -937,6 +937,43 @@ typedef struct {
 RL_API int rl_redis_answer(rl_request_t *rq, int call, const rl_resp_t *r,
     rl_redis_answer_t *out);
 
+/*
+ * Refusals remembered (core/src/redis/refusals.cpp): a zone with redis=
+ * keeps, in its shared memory, what Redis refused until when, so that a
+ * spent key's requests are refused at once, with the same headers, without
+ * a round trip, and never one Redis would have admitted.  A fixed array
+ * (rl_refusals_size() bytes, zeroed: empty), entries named by a keyed hash
+ * of the request's checks (their keys' tags, rules and parameters as
+ * applied), written under the zone's lock and read without it.  Times are
+ * the caller's monotonic clock in ms, the same in every process.
+ *
+ * Before sending a request to Redis, the caller reads the epoch and its
+ * clock; when Redis refused it, rl_refusals_store() with both and the clock
+ * as the reply came; the next request: rl_refusals_find() first.  A key
+ * reset (the key API) calls rl_refusals_forget(): every entry of the zone,
+ * and every reply still on its way, is forgotten.
+ */
+#define RL_REFUSALS_REFRESH_MS  1000   /* an entry is served so long at
+                                          most after Redis's answer: what a
+                                          reset on another server may wait */
+RL_API size_t rl_refusals_size(size_t zone_size);
+RL_API uint32_t rl_refusals_epoch(const void *cache);
+
+/* 1: rq (hashed: rl_request_hash) is refused from the cache, concluded as
+   rl_redis_answer() concludes a refusal; 0: ask Redis. */
+RL_API int rl_refusals_find(const void *cache, size_t size, rl_request_t *rq,
+    int64_t now_ms);
+
+/* Remembers rq's refusal, as Redis answered it, if it is sound for every
+   request of the same checks with costs no smaller until some instant
+   after now_ms, and returns 1; any other answer of Redis for the same
+   checks forgets their entry (it spent more than the entry knows).  The
+   caller holds the zone's lock. */
+RL_API int rl_refusals_store(void *cache, size_t size, const rl_request_t *rq,
+    uint32_t epoch, int64_t sent_ms, int64_t now_ms);
+
+RL_API void rl_refusals_forget(void *cache);
+
 #ifdef __cplusplus
 }
 #endif

@@ -81,6 +81,9 @@ const Figure kRedisFigures[] = {
     {"undelivered", "redis_undelivered_total", "counter",
      "Requests' charges Redis did not take (not reachable, no reply, a reply refused): lost.",
      offsetof(rl_redis_figures_t, undelivered)},
+    {"cached", "redis_cached_total", "counter",
+     "Requests refused from a refusal Redis gave and this server remembers, without a round trip.",
+     offsetof(rl_redis_figures_t, cached)},
 };
 
 rl_str_t name_of(const rl_rule_stats_t &r)
