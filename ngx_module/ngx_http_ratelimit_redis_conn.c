@@ -21,6 +21,7 @@ static ngx_int_t ngx_http_ratelimit_redis_connect(
     ngx_http_ratelimit_redis_conn_t *conn);
 static void ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev);
 static void ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev);
+static void ngx_http_ratelimit_redis_drop(ngx_connection_t *c);
 static void ngx_http_ratelimit_redis_refuse(
     ngx_http_ratelimit_redis_conn_t *conn, long used, u_char *data,
     size_t len);
@@ -150,13 +151,34 @@ ngx_http_ratelimit_redis_close(ngx_http_ratelimit_redis_t *redis)
 
         for (j = 0; j < redis->pool; j++) {
             if (node->conns[j].peer.connection) {
-                ngx_close_connection(node->conns[j].peer.connection);
+                ngx_http_ratelimit_redis_drop(node->conns[j].peer.connection);
                 node->conns[j].peer.connection = NULL;
             }
 
             node->conns[j].state = NGX_HTTP_RATELIMIT_REDIS_DOWN;
         }
+
+#if (NGX_SSL)
+        ngx_http_ratelimit_redis_tls_forget(node);
+#endif
     }
+}
+
+
+/* A connection closed, its TLS freed without waiting for the server. */
+
+static void
+ngx_http_ratelimit_redis_drop(ngx_connection_t *c)
+{
+#if (NGX_SSL)
+    if (c->ssl) {
+        c->ssl->no_wait_shutdown = 1;
+        c->ssl->no_send_shutdown = 1;
+        (void) ngx_ssl_shutdown(c);
+    }
+#endif
+
+    ngx_close_connection(c);
 }
 
 
@@ -228,14 +250,39 @@ ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
         return NGX_ERROR;
     }
 
-    if (rc == NGX_AGAIN) {
+    if (rc == NGX_AGAIN || redis->ssl) {
         c->write->cancelable = 1;
         ngx_add_timer(c->write, redis->timeout);
+
+        if (rc != NGX_AGAIN) {
+            /* connected at once: the TLS handshake starts from an event */
+            ngx_post_event(c->write, &ngx_posted_events);
+        }
+
         return NGX_OK;
     }
 
     conn->state = NGX_HTTP_RATELIMIT_REDIS_READY;
     return NGX_OK;
+}
+
+
+/* Connected (and TLS established): the commands queued meanwhile go. */
+
+void
+ngx_http_ratelimit_redis_ready(ngx_http_ratelimit_redis_conn_t *conn)
+{
+    ngx_connection_t  *c = conn->peer.connection;
+
+    c->read->handler = ngx_http_ratelimit_redis_read_handler;
+    c->write->handler = ngx_http_ratelimit_redis_write_handler;
+    conn->state = NGX_HTTP_RATELIMIT_REDIS_READY;
+
+    if (c->read->ready) {
+        ngx_post_event(c->read, &ngx_posted_events);
+    }
+
+    ngx_http_ratelimit_redis_write_handler(c->write);
 }
 
 
@@ -372,6 +419,13 @@ ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev)
             return;
         }
 
+#if (NGX_SSL)
+        if (conn->redis->ssl) {
+            ngx_http_ratelimit_redis_tls_start(conn);
+            return;
+        }
+#endif
+
         if (wev->timer_set) {
             ngx_del_timer(wev);
         }
@@ -408,6 +462,7 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
     size_t                            off;
     ssize_t                           n;
     ngx_str_t                         raw;
+    const char                       *why;
     rl_resp_t                         reply;
     ngx_connection_t                 *c;
     ngx_http_ratelimit_redis_conn_t  *conn;
@@ -424,8 +479,17 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
         }
 
         if (n == 0 || n == NGX_ERROR) {
-            ngx_http_ratelimit_redis_fail(conn, n == 0 ? "connection closed"
-                                                       : "recv failed", 0);
+            why = n == 0 ? "connection closed" : "recv failed";
+
+            if (conn->tls_alert && conn->tls_alert_read) {
+                /* e.g. the server wants a client certificate (TLS 1.3
+                   says so after the handshake) */
+                ngx_http_ratelimit_redis_tls_failed(conn, why);
+
+            } else {
+                ngx_http_ratelimit_redis_fail(conn, why, 0);
+            }
+
             return;
         }
 
@@ -442,6 +506,8 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
             raw.data = conn->in + off;
             raw.len = used;
             off += used;
+
+            conn->node->tls_error[0] = '\0';   /* TLS works: log the next */
 
             if (conn->count == 0) {
                 ngx_http_ratelimit_redis_fail(conn, "unexpected reply", 0);
@@ -518,13 +584,18 @@ ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
     ngx_http_ratelimit_redis_t       *redis = conn->redis;
     ngx_http_ratelimit_redis_wait_t  *w, *failed[NGX_HTTP_RATELIMIT_REDIS_RING];
 
-    ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                  "ratelimit: redis %V: %s, %ui requests decided by "
-                  "on_redis_error, reconnecting in %M ms", &conn->node->name,
-                  why, conn->count, conn->backoff);
+    if (!conn->quiet) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "ratelimit: redis %V: %s, %ui requests decided by "
+                      "on_redis_error, reconnecting in %M ms",
+                      &conn->node->name, why, conn->count, conn->backoff);
+    }
+
+    conn->quiet = 0;
+    conn->tls_alert = NULL;
 
     if (conn->peer.connection) {
-        ngx_close_connection(conn->peer.connection);
+        ngx_http_ratelimit_redis_drop(conn->peer.connection);
         conn->peer.connection = NULL;
     }
 

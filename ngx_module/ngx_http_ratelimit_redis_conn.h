@@ -22,6 +22,7 @@
 #define NGX_HTTP_RATELIMIT_REDIS_BACKOFF_MAX  5000
 #define NGX_HTTP_RATELIMIT_REDIS_NODES     32       /* cluster servers known */
 #define NGX_HTTP_RATELIMIT_REDIS_SLOTS     16384
+#define NGX_HTTP_RATELIMIT_REDIS_TLS_WHY   320      /* a TLS failure's line */
 
 #define NGX_HTTP_RATELIMIT_REDIS_DOWN        0
 #define NGX_HTTP_RATELIMIT_REDIS_CONNECTING  1
@@ -55,6 +56,11 @@ typedef struct {
     ngx_uint_t                         head;
     ngx_uint_t                         count;
     ngx_http_ratelimit_redis_wait_t   *ring[NGX_HTTP_RATELIMIT_REDIS_RING];
+
+    const char                        *tls_alert;   /* the last TLS alert */
+    unsigned                           tls_alert_read:1;
+    unsigned                           quiet:1;      /* a failure logged
+                                                        already */
 } ngx_http_ratelimit_redis_conn_t;
 
 
@@ -64,6 +70,12 @@ struct ngx_http_ratelimit_redis_node_s {
     ngx_addr_t                        *addrs;
     ngx_uint_t                         naddrs;
     ngx_uint_t                         next;
+#if (NGX_SSL)
+    ngx_ssl_session_t                 *session;  /* TLS, to resume */
+#endif
+    u_char                             tls_error[NGX_HTTP_RATELIMIT_REDIS_TLS_WHY];
+                                                 /* the TLS failure logged,
+                                                    until a reply is read */
     ngx_http_ratelimit_redis_conn_t    conns[1]; /* [pool] */
 };
 
@@ -81,6 +93,15 @@ void ngx_http_ratelimit_redis_push(ngx_http_ratelimit_redis_conn_t *conn,
     ngx_http_ratelimit_redis_wait_t *w);
 void ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
     const char *why, ngx_uint_t timeout);
+void ngx_http_ratelimit_redis_ready(ngx_http_ratelimit_redis_conn_t *conn);
+
+/* ngx_http_ratelimit_redis_tls.c */
+#if (NGX_SSL)
+void ngx_http_ratelimit_redis_tls_start(ngx_http_ratelimit_redis_conn_t *conn);
+void ngx_http_ratelimit_redis_tls_forget(ngx_http_ratelimit_redis_node_t *node);
+#endif
+void ngx_http_ratelimit_redis_tls_failed(ngx_http_ratelimit_redis_conn_t *conn,
+    const char *why);
 
 /* ngx_http_ratelimit_redis.c */
 ngx_int_t ngx_http_ratelimit_redis_append(

@@ -458,6 +458,8 @@ ngx_http_ratelimit_snapshot_redis(ngx_http_request_t *r,
     f->reconnects = rs->reconnects;
     f->charges = rs->charges;
     f->undelivered = rs->undelivered;
+    f->tls_failures = rs->tls_failures;
+    f->tls_resumed = rs->tls_resumed;
     f->latency_us = rs->latency_us;
 
     for (k = 0; k < RL_REDIS_LATENCY_BUCKETS; k++) {
