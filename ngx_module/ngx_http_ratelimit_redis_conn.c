@@ -170,6 +170,8 @@ ngx_http_ratelimit_redis_close(ngx_http_ratelimit_redis_t *redis)
 static void
 ngx_http_ratelimit_redis_drop(ngx_connection_t *c)
 {
+    ngx_pool_t  *pool;
+
 #if (NGX_SSL)
     if (c->ssl) {
         c->ssl->no_wait_shutdown = 1;
@@ -178,7 +180,13 @@ ngx_http_ratelimit_redis_drop(ngx_connection_t *c)
     }
 #endif
 
+    pool = c->pool;
+
     ngx_close_connection(c);
+
+    if (pool) {
+        ngx_destroy_pool(pool);
+    }
 }
 
 
@@ -187,7 +195,8 @@ ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
 {
     u_char                       dbs[NGX_INT_T_LEN];
     ngx_int_t                    rc;
-    ngx_str_t                    db;
+    ngx_str_t                    db, auth[2];
+    ngx_uint_t                   first;
     ngx_addr_t                  *addr;
     ngx_connection_t            *c;
     ngx_peer_connection_t       *pc;
@@ -224,6 +233,18 @@ ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
 
     c = pc->connection;
     c->data = conn;
+
+    if (redis->ssl) {
+        /* what OpenSSL says of a failure is in the module's own line,
+           written once while it repeats, not at each reconnection */
+        if (redis->tls_log.file == NULL) {
+            redis->tls_log = *ngx_cycle->log;
+            redis->tls_log.log_level = NGX_LOG_ALERT;
+        }
+
+        c->log = &redis->tls_log;
+    }
+
     c->read->handler = ngx_http_ratelimit_redis_read_handler;
     c->write->handler = ngx_http_ratelimit_redis_write_handler;
     c->read->log = c->log;
@@ -239,11 +260,17 @@ ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
     db.data = dbs;
     db.len = ngx_sprintf(dbs, "%ui", redis->db) - dbs;
 
+    /* AUTH [user] password: an ACL user, or the default user */
+    auth[0] = redis->user;
+    auth[1] = redis->password;
+    first = redis->user.len ? 0 : 1;
+
     if ((redis->password.len
-         && ngx_http_ratelimit_redis_own_command(conn, "AUTH", &redis->password)
+         && ngx_http_ratelimit_redis_own_command(conn, "AUTH", &auth[first],
+                                                 2 - first)
             != NGX_OK)
         || (redis->db
-            && ngx_http_ratelimit_redis_own_command(conn, "SELECT", &db)
+            && ngx_http_ratelimit_redis_own_command(conn, "SELECT", &db, 1)
                != NGX_OK))
     {
         ngx_http_ratelimit_redis_fail(conn, "out of memory", 0);
@@ -324,29 +351,31 @@ ngx_http_ratelimit_redis_reserve(ngx_http_ratelimit_redis_conn_t *conn,
 }
 
 
-/* A command of the connection's own (AUTH, SELECT, ASKING): arg may be NULL. */
+/* A command of the connection's own (AUTH, SELECT, ASKING), with n args. */
 
 ngx_int_t
 ngx_http_ratelimit_redis_own_command(ngx_http_ratelimit_redis_conn_t *conn,
-    const char *cmd, ngx_str_t *arg)
+    const char *cmd, ngx_str_t *args, ngx_uint_t n)
 {
-    u_char  *p;
-    size_t   len;
+    u_char      *p;
+    size_t       len;
+    ngx_uint_t   i;
 
-    len = ngx_strlen(cmd);
+    len = 64 + ngx_strlen(cmd);
 
-    if (ngx_http_ratelimit_redis_reserve(conn,
-                                         64 + len + (arg ? arg->len : 0))
-        != NGX_OK)
-    {
+    for (i = 0; i < n; i++) {
+        len += 32 + args[i].len;
+    }
+
+    if (ngx_http_ratelimit_redis_reserve(conn, len) != NGX_OK) {
         return NGX_ERROR;
     }
 
     p = conn->out + conn->out_len;
-    p = ngx_sprintf(p, "*%d\r\n$%uz\r\n%s\r\n", arg ? 2 : 1, len, cmd);
+    p = ngx_sprintf(p, "*%ui\r\n$%uz\r\n%s\r\n", n + 1, ngx_strlen(cmd), cmd);
 
-    if (arg) {
-        p = ngx_sprintf(p, "$%uz\r\n%V\r\n", arg->len, arg);
+    for (i = 0; i < n; i++) {
+        p = ngx_sprintf(p, "$%uz\r\n%V\r\n", args[i].len, &args[i]);
     }
 
     conn->out_len = p - conn->out;
@@ -442,7 +471,7 @@ ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev)
         }
 
         if (n == NGX_ERROR) {
-            ngx_http_ratelimit_redis_fail(conn, "send failed", 0);
+            ngx_http_ratelimit_redis_lost(conn, "send failed");
             return;
         }
 
@@ -462,7 +491,6 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
     size_t                            off;
     ssize_t                           n;
     ngx_str_t                         raw;
-    const char                       *why;
     rl_resp_t                         reply;
     ngx_connection_t                 *c;
     ngx_http_ratelimit_redis_conn_t  *conn;
@@ -479,17 +507,8 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
         }
 
         if (n == 0 || n == NGX_ERROR) {
-            why = n == 0 ? "connection closed" : "recv failed";
-
-            if (conn->tls_alert && conn->tls_alert_read) {
-                /* e.g. the server wants a client certificate (TLS 1.3
-                   says so after the handshake) */
-                ngx_http_ratelimit_redis_tls_failed(conn, why);
-
-            } else {
-                ngx_http_ratelimit_redis_fail(conn, why, 0);
-            }
-
+            ngx_http_ratelimit_redis_lost(conn, n == 0 ? "connection closed"
+                                                       : "recv failed");
             return;
         }
 
@@ -507,6 +526,7 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
             raw.len = used;
             off += used;
 
+            conn->replied = 1;
             conn->node->tls_error[0] = '\0';   /* TLS works: log the next */
 
             if (conn->count == 0) {
@@ -572,6 +592,30 @@ ngx_http_ratelimit_redis_refuse(ngx_http_ratelimit_redis_conn_t *conn,
 
 
 /*
+ * A connection reset or closed.  Over TLS, before any reply, or with an
+ * alert from the server, it is taken as TLS's failure (TLS 1.3 tells a
+ * client that its certificate is missing or refused only after the
+ * handshake): said once while it repeats.
+ */
+
+void
+ngx_http_ratelimit_redis_lost(ngx_http_ratelimit_redis_conn_t *conn,
+    const char *why)
+{
+#if (NGX_SSL)
+    if (conn->peer.connection->ssl
+        && (!conn->replied || conn->tls_alert > 0))   /* not close_notify */
+    {
+        ngx_http_ratelimit_redis_tls_failed(conn, why, 0);
+        return;
+    }
+#endif
+
+    ngx_http_ratelimit_redis_fail(conn, why, 0);
+}
+
+
+/*
  * Closes a connection, to be opened again after the backoff, and hands
  * every request queued on it to its handler with no reply.
  */
@@ -592,7 +636,8 @@ ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
     }
 
     conn->quiet = 0;
-    conn->tls_alert = NULL;
+    conn->replied = 0;
+    conn->tls_alert = -1;
 
     if (conn->peer.connection) {
         ngx_http_ratelimit_redis_drop(conn->peer.connection);

@@ -57,8 +57,9 @@ typedef struct {
     ngx_uint_t                         count;
     ngx_http_ratelimit_redis_wait_t   *ring[NGX_HTTP_RATELIMIT_REDIS_RING];
 
-    const char                        *tls_alert;   /* the last TLS alert */
-    unsigned                           tls_alert_read:1;
+    ngx_int_t                          tls_alert;   /* the last TLS alert
+                                                        received, or -1 */
+    unsigned                           replied:1;    /* since connected */
     unsigned                           quiet:1;      /* a failure logged
                                                         already */
 } ngx_http_ratelimit_redis_conn_t;
@@ -88,7 +89,8 @@ ngx_http_ratelimit_redis_conn_t *ngx_http_ratelimit_redis_pick(
 ngx_int_t ngx_http_ratelimit_redis_reserve(
     ngx_http_ratelimit_redis_conn_t *conn, size_t len);
 ngx_int_t ngx_http_ratelimit_redis_own_command(
-    ngx_http_ratelimit_redis_conn_t *conn, const char *cmd, ngx_str_t *arg);
+    ngx_http_ratelimit_redis_conn_t *conn, const char *cmd, ngx_str_t *args,
+    ngx_uint_t n);
 void ngx_http_ratelimit_redis_push(ngx_http_ratelimit_redis_conn_t *conn,
     ngx_http_ratelimit_redis_wait_t *w);
 void ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
@@ -101,6 +103,8 @@ void ngx_http_ratelimit_redis_tls_start(ngx_http_ratelimit_redis_conn_t *conn);
 void ngx_http_ratelimit_redis_tls_forget(ngx_http_ratelimit_redis_node_t *node);
 #endif
 void ngx_http_ratelimit_redis_tls_failed(ngx_http_ratelimit_redis_conn_t *conn,
+    const char *why, ngx_uint_t precise);
+void ngx_http_ratelimit_redis_lost(ngx_http_ratelimit_redis_conn_t *conn,
     const char *why);
 
 /* ngx_http_ratelimit_redis.c */

@@ -35,6 +35,7 @@ static ngx_uint_t ngx_http_ratelimit_redis_tls_is_addr(ngx_str_t *name);
 static void ngx_http_ratelimit_redis_tls_save(ngx_connection_t *c);
 static void ngx_http_ratelimit_redis_tls_info(const ngx_ssl_conn_t *ssl,
     int where, int ret);
+static const char *ngx_http_ratelimit_redis_tls_alert(ngx_int_t alert);
 
 
 static char *
@@ -166,9 +167,14 @@ ngx_http_ratelimit_redis_tls_start(ngx_http_ratelimit_redis_conn_t *conn)
     ngx_connection_t            *c = conn->peer.connection;
     ngx_http_ratelimit_redis_t  *redis = conn->redis;
 
-    conn->tls_alert = NULL;
+    conn->tls_alert = -1;
 
-    if (ngx_ssl_create_connection(redis->ssl, c, NGX_SSL_CLIENT) != NGX_OK) {
+    /* for the TLS state: destroyed when the connection is dropped */
+    c->pool = ngx_create_pool(256, c->log);
+
+    if (c->pool == NULL
+        || ngx_ssl_create_connection(redis->ssl, c, NGX_SSL_CLIENT) != NGX_OK)
+    {
         ngx_http_ratelimit_redis_fail(conn, "cannot start TLS", 0);
         return;
     }
@@ -225,7 +231,7 @@ ngx_http_ratelimit_redis_tls_handshaked(ngx_connection_t *c)
         ngx_http_ratelimit_redis_tls_failed(conn, c->write->timedout
                                                   || c->read->timedout
                                                   ? "TLS handshake timed out"
-                                                  : "TLS handshake failed");
+                                                  : "TLS handshake failed", 0);
         return;
     }
 
@@ -239,7 +245,7 @@ ngx_http_ratelimit_redis_tls_handshaked(ngx_connection_t *c)
                              redis->tls_ca.len ? "redis_tls_ca=" : "the "
                              "system's CAs", &redis->tls_ca);
             *p = '\0';
-            ngx_http_ratelimit_redis_tls_failed(conn, (char *) why);
+            ngx_http_ratelimit_redis_tls_failed(conn, (char *) why, 1);
             return;
         }
 
@@ -250,7 +256,7 @@ ngx_http_ratelimit_redis_tls_handshaked(ngx_connection_t *c)
                              "TLS: the server's certificate does not name "
                              "\"%V\" (redis_tls_name)", &redis->tls_name);
             *p = '\0';
-            ngx_http_ratelimit_redis_tls_failed(conn, (char *) why);
+            ngx_http_ratelimit_redis_tls_failed(conn, (char *) why, 1);
             return;
         }
     }
@@ -324,7 +330,8 @@ ngx_http_ratelimit_redis_tls_save(ngx_connection_t *c)
 }
 
 
-/* The last alert, which says why a handshake or a read failed. */
+/* The last alert from the server, which says why a handshake or a read
+   failed. */
 
 static void
 ngx_http_ratelimit_redis_tls_info(const ngx_ssl_conn_t *ssl, int where,
@@ -340,8 +347,27 @@ ngx_http_ratelimit_redis_tls_info(const ngx_ssl_conn_t *ssl, int where,
     c = ngx_ssl_get_connection((ngx_ssl_conn_t *) ssl);
     conn = c->data;
 
-    conn->tls_alert = SSL_alert_desc_string_long(ret);
-    conn->tls_alert_read = (where & SSL_CB_READ) ? 1 : 0;
+    if (where & SSL_CB_READ) {
+        conn->tls_alert = ret & 0xff;
+    }
+}
+
+
+/* An alert's description; OpenSSL's table lacks TLS 1.3's (RFC 8446). */
+
+static const char *
+ngx_http_ratelimit_redis_tls_alert(ngx_int_t alert)
+{
+    switch (alert) {
+    case 109:
+        return "missing extension";
+    case 116:
+        return "certificate required (redis_tls_cert=, redis_tls_key=)";
+    case 120:
+        return "no application protocol";
+    default:
+        return SSL_alert_desc_string_long((int) alert);
+    }
 }
 
 
@@ -375,13 +401,15 @@ ngx_http_ratelimit_redis_tls_conf(ngx_conf_t *cf,
 
 
 /*
- * A TLS failure (or a connection closed with a TLS alert): the line says
- * why, once while the same failure repeats on this server.
+ * A TLS failure (or a connection lost before its first reply over TLS):
+ * the line says why, once while the same failure repeats on this server.
+ * Once one is logged, a failure that says nothing more precise (a send or
+ * a read failed, no alert known) is counted but not logged either.
  */
 
 void
 ngx_http_ratelimit_redis_tls_failed(ngx_http_ratelimit_redis_conn_t *conn,
-    const char *why)
+    const char *why, ngx_uint_t precise)
 {
     u_char                            *p;
     u_char                             line[NGX_HTTP_RATELIMIT_REDIS_TLS_WHY];
@@ -389,18 +417,23 @@ ngx_http_ratelimit_redis_tls_failed(ngx_http_ratelimit_redis_conn_t *conn,
 
     p = ngx_slprintf(line, line + sizeof(line) - 1, "%s", why);
 
-    if (conn->tls_alert) {
-        p = ngx_slprintf(p, line + sizeof(line) - 1, " (TLS alert \"%s\" %s)",
+#if (NGX_SSL)
+    if (conn->tls_alert > 0) {
+        p = ngx_slprintf(p, line + sizeof(line) - 1,
+                         " (the server sent TLS alert %i, \"%s\")",
                          conn->tls_alert,
-                         conn->tls_alert_read ? "from the server"
-                                              : "sent to the server");
+                         ngx_http_ratelimit_redis_tls_alert(conn->tls_alert));
+        precise = 1;
     }
+#endif
 
     *p = '\0';
 
     (void) ngx_atomic_fetch_add(&conn->redis->stats->tls_failures, 1);
 
-    if (ngx_strcmp(node->tls_error, line) == 0) {
+    if (ngx_strcmp(node->tls_error, line) == 0
+        || (node->tls_error[0] && !precise))
+    {
         conn->quiet = 1;
 
     } else {

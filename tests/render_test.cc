@@ -386,7 +386,7 @@ TEST(Stats, Prometheus)
             << line;
         at = nl + 1;
     }
-    EXPECT_EQ(lines, 8 * (2 + 2) + 10 * (2 + 2) + 7 * (2 + 1) + 2 + 11 + 2 + 3);
+    EXPECT_EQ(lines, 8 * (2 + 2) + 10 * (2 + 2) + 9 * (2 + 1) + 2 + 11 + 2 + 3);
 }
 
 TEST(Stats, LogKeyOffShowsNoKey)

@@ -1,0 +1,174 @@
+#!/usr/bin/perl
+# Redis over TLS and with ACL users: Debian's redis-server on a tls-port
+# with a CA and certificates this test makes.  The limit holds exactly over
+# TLS; a certificate not trusted, a name not matching, a client certificate
+# missing, a wrong password or an ACL user without the script's commands
+# each leave the requests to on_redis_error and say why in one line (not
+# one a reconnection); a reconnection resumes the TLS session; the docs'
+# example runs as written.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use RLTest;
+use RLRedis;
+use RLCerts;
+
+my $missing = RLRedis::tls_missing();
+plan(skip_all => $missing) if $missing;
+my $certs = RLCerts::make() or plan(skip_all => 'no openssl command to make certificates');
+
+my $redis = RLRedis->new(tls => $certs, auth_clients => 'optional')->start;
+my $strict = RLRedis->new(tls => $certs, auth_clients => 'yes')->start;
+my ($tport, $sport) = ($redis->tls_port, $strict->tls_port);
+
+# ACL users: one with the script's commands and its keys only (as
+# docs/redis.md advises), one without EVALSHA and EVAL
+is($redis->cmd(qw(ACL SETUSER limiter on >lim1ter resetkeys ~ratelimit:* -@all
+                  +evalsha +eval +get +set +del +pexpire +lrange +ltrim +rpush +time)), 'OK', 'ACL user limiter');
+is($redis->cmd(qw(ACL SETUSER noscript on >n0script ~* +@all -evalsha -eval)), 'OK', 'ACL user noscript');
+
+my $pwfile = "$certs->{dir}/password";
+RLTest::write_file($pwfile, "lim1ter\n");
+
+my %zone = (
+    tls      => "redis_tls=on redis_tls_ca=$certs->{ca}",
+    named    => "redis_tls=on redis_tls_ca=$certs->{ca} redis_tls_name=redis.test",
+    wrongca  => "redis_tls=on redis_tls_ca=$certs->{other_ca}",
+    noverify => "redis_tls=on redis_tls_verify=off",
+    badname  => "redis_tls=on redis_tls_ca=$certs->{ca} redis_tls_name=other.test",
+    acl      => "redis_tls=on redis_tls_ca=$certs->{ca} redis_user=limiter redis_password=lim1ter redis_prefix=ratelimit:acl:",
+    aclfile  => "redis_tls=on redis_tls_ca=$certs->{ca} redis_user=limiter redis_password_file=$pwfile redis_prefix=ratelimit:f:",
+    noperm   => "redis_tls=on redis_tls_ca=$certs->{ca} redis_user=noscript redis_password=n0script on_redis_error=deny",
+    wrongpw  => "redis_tls=on redis_tls_ca=$certs->{ca} redis_user=limiter redis_password=wrong on_redis_error=deny",
+    plain    => "",   # plain TCP to a TLS port
+);
+my %strict_zone = (
+    cert     => "redis_tls=on redis_tls_ca=$certs->{ca} redis_tls_cert=$certs->{client_crt} redis_tls_key=$certs->{client_key}",
+    nocert   => "redis_tls=on redis_tls_ca=$certs->{ca}",
+);
+
+my $conf = "log_format rl '\$uri \$status \$ratelimit_decided_by';\naccess_log %%PREFIX%%/rl.log rl;\n";
+my $locations = '';
+for my $z (sort keys %zone, sort keys %strict_zone) {
+    my $port = $strict_zone{$z} ? $sport : $tport;
+    my $deny = ($zone{$z} // $strict_zone{$z}) =~ /on_redis_error/ ? '' : ' on_redis_error=deny';
+    $conf .= "ratelimit_zone $z 1m redis=127.0.0.1:$port redis_timeout=1s " . ($zone{$z} // $strict_zone{$z}) . "$deny;\n";
+    $locations .= "    location /$z/ { ratelimit zone=$z key=\$http_x_key limit=3 period=1h; alias %%PREFIX%%/html/; }\n";
+}
+$conf .= "server {\n    listen 127.0.0.1:%%PORT%%;\n$locations    location /stats { ratelimit_stats; }\n}\n";
+
+my $t = RLTest->new->start($conf);
+
+sub stats { $t->zone_stats($_[0])->{redis} }
+
+# --- a TLS zone: exact, decided in Redis
+{
+    my @r = map { $t->get('/tls/index.html', { 'X-Key' => 'exact' }) } 1 .. 4;
+    is(RLTest::statuses_of(@r), '200 200 200 429', 'over TLS: 3 admitted, the 4th refused');
+    is($r[3]{headers}{'retry-after'}, 1200, 'Retry-After exact: a third of an hour');
+    is($r[2]{headers}{'x-ratelimit-remaining'} // $r[2]{headers}{'ratelimit-remaining'}, 0, 'the 3rd leaves 0')
+        if exists $r[2]{headers}{'x-ratelimit-remaining'} || exists $r[2]{headers}{'ratelimit-remaining'};
+    $t->log_like(qr{^/tls/index.html 429 redis$}m, 'decided in Redis', file => 'rl.log');
+    my $keys = $redis->cmd('KEYS', 'ratelimit:*');
+    is(scalar(@$keys), 1, 'its key is in Redis');
+    is(stats('tls')->{tls_failures}, 0, 'no TLS failure');
+    is($t->get('/named/index.html', { 'X-Key' => 'n' })->{status}, 200, 'redis_tls_name=redis.test matches the certificate');
+    $t->log_like(qr{^/named/index.html 200 redis$}m, 'and Redis decides', file => 'rl.log');
+}
+
+# --- a certificate not trusted: on_redis_error, one clear line however many
+# reconnections
+{
+    my @s = map { $t->get('/wrongca/index.html', { 'X-Key' => "w$_" })->{status} } 1 .. 3;
+    is("@s", '429 429 429', 'a CA that did not sign it: decided by on_redis_error=deny');
+    $t->log_like(qr{^/wrongca/index.html 429 fallback_deny$}m, 'fallback_deny', file => 'rl.log');
+    # several reconnections (backoff from 100 ms)
+    ok(RLTest::wait_until(sub { $t->get('/wrongca/index.html', { 'X-Key' => 'again' }); stats('wrongca')->{tls_failures} >= 3 }, 10),
+       'it tries again, and fails each time (tls_failures ' . stats('wrongca')->{tls_failures} . ')');
+    my @lines = $t->error_log =~ /^.*redis 127\.0\.0\.1:$tport: TLS: the server's certificate is not trusted.*$/mg;
+    is(scalar(@lines), 1, 'one line for all of them') or diag(join "\n", @lines);
+    like($lines[0] // '', qr/\[error\].*not trusted \((unable to get local issuer certificate|self[- ]signed certificate in certificate chain)\) by redis_tls_ca=\Q$certs->{other_ca}\E, \d+ requests decided by on_redis_error/,
+         'it says why, and which CA file');
+}
+
+# --- no verification: the same server accepted
+is($t->statuses('/noverify/index.html', 4, { 'X-Key' => 'nv' }), '200 200 200 429', 'redis_tls_verify=off: decided in Redis');
+$t->log_like(qr{^/noverify/index.html 429 redis$}m, 'by Redis', file => 'rl.log');
+
+# --- a name the certificate does not hold
+is($t->get('/badname/index.html', { 'X-Key' => 'b' })->{status}, 429, 'redis_tls_name=other.test: refused, on_redis_error=deny');
+$t->log_like(qr/redis 127\.0\.0\.1:$tport: TLS: the server's certificate does not name "other\.test" \(redis_tls_name\)/,
+             'the log names the name');
+
+# --- client certificates (tls-auth-clients yes)
+is($t->statuses('/cert/index.html', 4, { 'X-Key' => 'c' }), '200 200 200 429', 'with a client certificate: decided in Redis');
+$t->log_like(qr{^/cert/index.html 429 redis$}m, 'by Redis', file => 'rl.log');
+{
+    my @s = map { $t->get('/nocert/index.html', { 'X-Key' => "nc$_" })->{status} } 1 .. 3;
+    like("@s", qr/^429 429 429$/, 'without one: refused by the server, on_redis_error=deny');
+    my $re = qr/^.*redis 127\.0\.0\.1:$sport: .*the server sent TLS alert 116, "certificate required.*$/m;
+    $t->log_like($re, 'the log shows the server\'s TLS alert');
+    ok(RLTest::wait_until(sub { $t->get('/nocert/index.html', { 'X-Key' => 'again' }); stats('nocert')->{tls_failures} >= 3 }, 10),
+       'tried again: tls_failures ' . stats('nocert')->{tls_failures});
+    my @lines = $t->error_log =~ /$re/g;
+    is(scalar(@lines), 1, 'one line with the alert for all of them') or diag(join "\n", @lines);
+    # a send may fail on the server's reset before its alert is read: at
+    # most one line more, saying only that
+    my @all = $t->error_log =~ /^.*redis 127\.0\.0\.1:$sport: .*requests decided.*$/mg;
+    cmp_ok(scalar(@all), '<=', 2, 'at most one line more') or diag(join "\n", @all);
+}
+
+# --- ACL users
+is($t->statuses('/acl/index.html', 4, { 'X-Key' => 'a' }), '200 200 200 429', 'an ACL user with the script\'s commands: exact');
+$t->log_like(qr{^/acl/index.html 429 redis$}m, 'decided in Redis', file => 'rl.log');
+is(scalar(@{ $redis->cmd('KEYS', 'ratelimit:acl:*') }), 1, 'its key in Redis');
+is($t->statuses('/aclfile/index.html', 4, { 'X-Key' => 'a' }), '200 200 200 429', 'redis_password_file: the same');
+$t->log_like(qr{^/aclfile/index.html 429 redis$}m, 'decided in Redis', file => 'rl.log');
+
+is($t->get('/noperm/index.html', { 'X-Key' => 'p' })->{status}, 429, 'an ACL user without EVALSHA: on_redis_error=deny');
+$t->log_like(qr{^/noperm/index.html 429 fallback_deny$}m, 'fallback_deny', file => 'rl.log');
+$t->log_like(qr/\[error\].*redis 127\.0\.0\.1:$tport: .*"NOPERM[^"]*evalsha/i, 'the log shows Redis\'s NOPERM for evalsha');
+
+is($t->get('/wrongpw/index.html', { 'X-Key' => 'p' })->{status}, 429, 'a wrong password: on_redis_error=deny');
+$t->log_like(qr/redis 127\.0\.0\.1:$tport: refused AUTH, SELECT or ASKING: "WRONGPASS/, 'the log says WRONGPASS');
+
+# --- plain TCP to a TLS port: no reply within redis_timeout, on_redis_error
+is($t->get('/plain/index.html', { 'X-Key' => 'p' })->{status}, 429, 'plain TCP to the tls-port: on_redis_error=deny');
+
+# --- the TLS session is resumed on a reconnection
+{
+    my $before = stats('tls');
+    $redis->cmd('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+    my $ok = RLTest::wait_until(sub {
+        $t->get('/tls/index.html', { 'X-Key' => 'resume' });
+        stats('tls')->{reconnects} > $before->{reconnects} && stats('tls')->{tls_resumed} > $before->{tls_resumed};
+    }, 10);
+    ok($ok, 'a connection Redis closed is opened again and resumes the session (tls_resumed '
+       . stats('tls')->{tls_resumed} . ', reconnects ' . stats('tls')->{reconnects} . ')');
+    is($t->statuses('/tls/index.html', 4, { 'X-Key' => 'resumed' }), '200 200 200 429', 'and the limit is exact after it');
+}
+
+$t->stop();
+
+# --- the example of docs/redis.md, as written but for its address and files
+{
+    my %blocks = RLTest::doc_blocks('docs/redis.md', '###');
+    my ($example) = @{ $blocks{'TLS and ACL users'} // [] };
+    ok($example, 'docs/redis.md has the TLS example') or last;
+    $example =~ s{/etc/nginx/redis/}{$certs->{dir}/}g;
+    $example =~ s{redis=10\.0\.0\.5:6380}{redis=127.0.0.1:$tport};
+    $example =~ s{redis_tls_name=redis\.example\.com}{redis_tls_name=redis.test};
+    $example =~ s{listen 8080;}{listen 127.0.0.1:%%PORT%%;};
+    $example =~ s{(location /api/ \{)}{$1 alias %%PREFIX%%/html/;};
+    RLTest::write_file("$certs->{dir}/ca.crt.pem", RLTest::read_file($certs->{ca}));
+    RLTest::write_file("$certs->{dir}/redis-password", "lim1ter\n");
+    my $d = RLTest->new->start($example);
+    is($d->statuses('/api/index.html', 6, { 'X-Api-Key' => 'doc' }), '200 200 200 200 200 429',
+       'the docs\' zone: decided over TLS by the ACL user');
+    ok(scalar(grep { /^ratelimit:/ } @{ $redis->cmd('KEYS', 'ratelimit:*') }) >= 2, 'its key in Redis');
+    $d->stop();
+}
+
+done_testing();
