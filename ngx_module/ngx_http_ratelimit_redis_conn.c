@@ -606,7 +606,8 @@ ngx_http_ratelimit_redis_lost(ngx_http_ratelimit_redis_conn_t *conn,
     if (conn->peer.connection->ssl
         && (!conn->replied || conn->tls_alert > 0))   /* not close_notify */
     {
-        ngx_http_ratelimit_redis_tls_failed(conn, why, 0);
+        ngx_http_ratelimit_redis_tls_failed(conn, conn->replied
+            ? why : "TLS: the connection was lost before the first reply", 0);
         return;
     }
 #endif

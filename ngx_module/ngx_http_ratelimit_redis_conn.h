@@ -60,6 +60,7 @@ typedef struct {
     ngx_int_t                          tls_alert;   /* the last TLS alert
                                                         received, or -1 */
     unsigned                           replied:1;    /* since connected */
+    unsigned                           tls_cert_asked:1;  /* and none */
     unsigned                           quiet:1;      /* a failure logged
                                                         already */
 } ngx_http_ratelimit_redis_conn_t;

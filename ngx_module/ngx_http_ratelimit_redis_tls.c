@@ -36,6 +36,8 @@ static void ngx_http_ratelimit_redis_tls_save(ngx_connection_t *c);
 static void ngx_http_ratelimit_redis_tls_info(const ngx_ssl_conn_t *ssl,
     int where, int ret);
 static const char *ngx_http_ratelimit_redis_tls_alert(ngx_int_t alert);
+static int ngx_http_ratelimit_redis_tls_no_cert(ngx_ssl_conn_t *ssl,
+    X509 **x509, EVP_PKEY **pkey);
 
 
 static char *
@@ -124,6 +126,11 @@ ngx_http_ratelimit_redis_tls_conf(ngx_conf_t *cf,
         }
     }
 
+    if (redis->tls_cert.len == 0) {
+        SSL_CTX_set_client_cert_cb(ssl->ctx,
+                                   ngx_http_ratelimit_redis_tls_no_cert);
+    }
+
     /* the verification's result is read after the handshake (a certificate
        not trusted does not end the handshake), so the log can say why */
 
@@ -168,6 +175,7 @@ ngx_http_ratelimit_redis_tls_start(ngx_http_ratelimit_redis_conn_t *conn)
     ngx_http_ratelimit_redis_t  *redis = conn->redis;
 
     conn->tls_alert = -1;
+    conn->tls_cert_asked = 0;
 
     /* for the TLS state: destroyed when the connection is dropped */
     c->pool = ngx_create_pool(256, c->log);
@@ -353,6 +361,27 @@ ngx_http_ratelimit_redis_tls_info(const ngx_ssl_conn_t *ssl, int where,
 }
 
 
+/*
+ * The server asks for a client certificate and none is configured: sent
+ * without one (a server that wants one says so after a TLS 1.3 handshake,
+ * by an alert that a reset may lose), and remembered for the log.
+ */
+
+static int
+ngx_http_ratelimit_redis_tls_no_cert(ngx_ssl_conn_t *ssl, X509 **x509,
+    EVP_PKEY **pkey)
+{
+    ngx_connection_t                 *c;
+    ngx_http_ratelimit_redis_conn_t  *conn;
+
+    c = ngx_ssl_get_connection(ssl);
+    conn = c->data;
+    conn->tls_cert_asked = 1;
+
+    return 0;
+}
+
+
 /* An alert's description; OpenSSL's table lacks TLS 1.3's (RFC 8446). */
 
 static const char *
@@ -418,7 +447,17 @@ ngx_http_ratelimit_redis_tls_failed(ngx_http_ratelimit_redis_conn_t *conn,
     p = ngx_slprintf(line, line + sizeof(line) - 1, "%s", why);
 
 #if (NGX_SSL)
-    if (conn->tls_alert > 0) {
+    if (precise) {
+        /* the certificate's check: nothing to add */
+
+    } else if (conn->tls_cert_asked) {
+        p = ngx_slprintf(p, line + sizeof(line) - 1,
+                         " (the server asked for a client certificate, and "
+                         "none is configured: redis_tls_cert=, "
+                         "redis_tls_key=)");
+        precise = 1;
+
+    } else if (conn->tls_alert > 0) {
         p = ngx_slprintf(p, line + sizeof(line) - 1,
                          " (the server sent TLS alert %i, \"%s\")",
                          conn->tls_alert,
