@@ -201,6 +201,39 @@ is($t->get('/plain/index.html', { 'X-Key' => 'p' })->{status}, 429, 'plain TCP t
 
 $t->stop();
 
+# --- Redis Cluster over TLS (tls-cluster yes: MOVED names the TLS ports);
+# every node's certificate checked against the host of redis=, an address
+{
+    my @nodes = map { RLRedis->new(cluster => 1, tls => $certs, args => [ '--tls-cluster', 'yes' ])->start } 1 .. 3;
+    my $create = `redis-cli --cluster create @{[ join ' ', map { '127.0.0.1:' . $_->port } @nodes ]} --cluster-replicas 0 --cluster-yes 2>&1`;
+    ok(RLTest::wait_until(sub { !grep { ($_->cmd('CLUSTER', 'INFO') // '') !~ /cluster_state:ok/ } @nodes }, 20),
+       'a cluster of three masters over TLS') or diag($create);
+    my $seed = $nodes[0]->tls_port;
+    my $c = RLTest->new->start(<<"EOF2");
+log_format rl '\$uri \$status \$ratelimit_decided_by';
+access_log %%PREFIX%%/rl.log rl;
+ratelimit_zone cl 1m redis=127.0.0.1:$seed redis_cluster=on redis_tls=on redis_tls_ca=$certs->{ca} redis_timeout=5s on_redis_error=deny;
+server {
+    listen 127.0.0.1:%%PORT%%;
+    location /one/ { ratelimit zone=cl key=\$http_x_key limit=3 period=1h; alias %%PREFIX%%/html/; }
+    location = /stats { ratelimit_stats; }
+}
+EOF2
+    my $exact = 1;
+    for my $k (1 .. 30) {
+        my @s = map { $c->get('/one/index.html', { 'X-Key' => "key-$k" })->{status} } 1 .. 5;
+        $exact &&= "@s" eq '200 200 200 429 429';
+    }
+    ok($exact, '30 keys: exactly 3 of 5 pass for each');
+    my @sizes = map { $_->cmd('DBSIZE') } @nodes;
+    is(scalar(grep { $_ > 0 } @sizes), 3, "the keys are spread over the three masters, reached over TLS (@sizes)");
+    my $s = $c->zone_stats('cl')->{redis};
+    is($s->{tls_failures}, 0, 'no TLS failure');
+    is($s->{fallbacks}, 0, 'nothing decided by on_redis_error');
+    $c->stop();
+    $_->stop for @nodes;
+}
+
 # --- the example of docs/redis.md, as written but for its address and files
 {
     my %blocks = RLTest::doc_blocks('docs/redis.md', '##');

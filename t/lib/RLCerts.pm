@@ -36,7 +36,7 @@ sub make {
                     . " -keyout $ca.key -out $ca.crt -subj /CN=ratelimit-test-$ca");
     }
     signed($dir, 'server', 'redis.test',
-           "subjectAltName=DNS:redis.test,DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth");
+           "subjectAltName=DNS:redis.test,DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth");
     signed($dir, 'client', 'nginx-client', 'extendedKeyUsage=clientAuth');
     chmod 0644, glob "$dir/*.key";
     return { dir => $dir, ca => "$dir/ca.crt", other_ca => "$dir/other_ca.crt",

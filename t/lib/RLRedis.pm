@@ -36,7 +36,8 @@ sub new {
         if $opt{cluster};
     my $tls_port;
     if (my $c = $opt{tls}) {
-        $tls_port = RLTest::free_port();
+        # with tls-cluster yes, a node's cluster bus is its TLS port + 10000
+        $tls_port = $opt{cluster} ? cluster_port() : RLTest::free_port();
         push @args, '--tls-port', $tls_port, '--tls-cert-file', $c->{server_crt}, '--tls-key-file', $c->{server_key},
             '--tls-ca-cert-file', $c->{ca}, '--tls-auth-clients', $opt{auth_clients} // 'optional';
     }
