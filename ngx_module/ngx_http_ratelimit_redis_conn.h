@@ -75,9 +75,9 @@ struct ngx_http_ratelimit_redis_node_s {
 #if (NGX_SSL)
     ngx_ssl_session_t                 *session;  /* TLS, to resume */
 #endif
-    u_char                             tls_error[NGX_HTTP_RATELIMIT_REDIS_TLS_WHY];
-                                                 /* the TLS failure logged,
-                                                    until a reply is read */
+    /* the TLS failure logged, until a reply is read */
+    u_char                             tls_error[
+                                           NGX_HTTP_RATELIMIT_REDIS_TLS_WHY];
     ngx_http_ratelimit_redis_conn_t    conns[1]; /* [pool] */
 };
 

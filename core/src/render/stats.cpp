@@ -85,8 +85,7 @@ const Figure kRedisFigures[] = {
      "TLS connections to Redis that failed: handshake, certificate, or a TLS alert.",
      offsetof(rl_redis_figures_t, tls_failures)},
     {"tls_resumed", "redis_tls_resumed_total", "counter",
-     "TLS connections to Redis that resumed the server's last session.",
-     offsetof(rl_redis_figures_t, tls_resumed)},
+     "TLS connections to Redis that resumed the server's last session.", offsetof(rl_redis_figures_t, tls_resumed)},
 };
 
 rl_str_t name_of(const rl_rule_stats_t &r)
