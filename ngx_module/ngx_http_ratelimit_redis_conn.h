@@ -59,6 +59,7 @@ typedef struct {
 
     ngx_int_t                          tls_alert;   /* the last TLS alert
                                                         received, or -1 */
+    ngx_int_t                          tls_alert_sent;
     unsigned                           replied:1;    /* since connected */
     unsigned                           tls_cert_asked:1;  /* and none */
     unsigned                           quiet:1;      /* a failure logged

@@ -175,6 +175,7 @@ ngx_http_ratelimit_redis_tls_start(ngx_http_ratelimit_redis_conn_t *conn)
     ngx_http_ratelimit_redis_t  *redis = conn->redis;
 
     conn->tls_alert = -1;
+    conn->tls_alert_sent = -1;
     conn->tls_cert_asked = 0;
 
     /* for the TLS state: destroyed when the connection is dropped */
@@ -238,7 +239,8 @@ ngx_http_ratelimit_redis_tls_handshaked(ngx_connection_t *c)
     if (!c->ssl->handshaked) {
         ngx_http_ratelimit_redis_tls_failed(conn, c->write->timedout
                                                   || c->read->timedout
-                                                  ? "TLS handshake timed out"
+                                                  ? "TLS handshake timed out "
+                                                    "(is it Redis's tls-port?)"
                                                   : "TLS handshake failed", 0);
         return;
     }
@@ -338,8 +340,8 @@ ngx_http_ratelimit_redis_tls_save(ngx_connection_t *c)
 }
 
 
-/* The last alert from the server, which says why a handshake or a read
-   failed. */
+/* The last alerts from the server and to it, which say why a handshake or
+   a read failed. */
 
 static void
 ngx_http_ratelimit_redis_tls_info(const ngx_ssl_conn_t *ssl, int where,
@@ -357,6 +359,9 @@ ngx_http_ratelimit_redis_tls_info(const ngx_ssl_conn_t *ssl, int where,
 
     if (where & SSL_CB_READ) {
         conn->tls_alert = ret & 0xff;
+
+    } else {
+        conn->tls_alert_sent = ret & 0xff;
     }
 }
 
@@ -462,6 +467,14 @@ ngx_http_ratelimit_redis_tls_failed(ngx_http_ratelimit_redis_conn_t *conn,
                          " (the server sent TLS alert %i, \"%s\")",
                          conn->tls_alert,
                          ngx_http_ratelimit_redis_tls_alert(conn->tls_alert));
+        precise = 1;
+
+    } else if (conn->tls_alert_sent > 0) {
+        p = ngx_slprintf(p, line + sizeof(line) - 1,
+                         " (nginx sent TLS alert %i, \"%s\": is it Redis's "
+                         "tls-port?)", conn->tls_alert_sent,
+                         ngx_http_ratelimit_redis_tls_alert(
+                             conn->tls_alert_sent));
         precise = 1;
     }
 #endif

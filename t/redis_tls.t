@@ -14,6 +14,8 @@ use Test::More;
 use RLTest;
 use RLRedis;
 use RLCerts;
+use IO::Socket::INET;
+use Time::HiRes qw(time);
 
 my $missing = RLRedis::tls_missing();
 plan(skip_all => $missing) if $missing;
@@ -96,6 +98,12 @@ my %zone = (
     wrongpw  => "redis_tls=on redis_tls_ca=$certs->{ca} redis_user=limiter redis_password=wrong on_redis_error=deny",
     plain    => "",   # plain TCP to a TLS port
 );
+# TLS to Redis's plain port; TLS to a port that accepts and never answers
+my $silent = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp', Listen => 16) or die;
+my %other_zone = (
+    toplain  => [ $redis->port, "redis_tls=on redis_tls_ca=$certs->{ca}" ],
+    silent   => [ $silent->sockport, "redis_tls=on redis_tls_ca=$certs->{ca} redis_timeout=300ms" ],
+);
 my %strict_zone = (
     cert     => "redis_tls=on redis_tls_ca=$certs->{ca} redis_tls_cert=$certs->{client_crt} redis_tls_key=$certs->{client_key}",
     nocert   => "redis_tls=on redis_tls_ca=$certs->{ca}",
@@ -103,10 +111,12 @@ my %strict_zone = (
 
 my $conf = "log_format rl '\$uri \$status \$ratelimit_decided_by';\naccess_log %%PREFIX%%/rl.log rl;\n";
 my $locations = '';
-for my $z (sort keys %zone, sort keys %strict_zone) {
-    my $port = $strict_zone{$z} ? $sport : $tport;
-    my $deny = ($zone{$z} // $strict_zone{$z}) =~ /on_redis_error/ ? '' : ' on_redis_error=deny';
-    $conf .= "ratelimit_zone $z 1m redis=127.0.0.1:$port redis_timeout=1s " . ($zone{$z} // $strict_zone{$z}) . "$deny;\n";
+for my $z (sort keys %zone, sort keys %strict_zone, sort keys %other_zone) {
+    my $port = $strict_zone{$z} ? $sport : $other_zone{$z} ? $other_zone{$z}[0] : $tport;
+    my $params = $zone{$z} // $strict_zone{$z} // $other_zone{$z}[1];
+    my $deny = $params =~ /on_redis_error/ ? '' : ' on_redis_error=deny';
+    my $timeout = $params =~ /redis_timeout/ ? '' : ' redis_timeout=1s';
+    $conf .= "ratelimit_zone $z 1m redis=127.0.0.1:$port$timeout $params$deny;\n";
     $locations .= "    location /$z/ { ratelimit zone=$z key=\$http_x_key limit=3 period=1h; alias %%PREFIX%%/html/; }\n";
 }
 $conf .= "server {\n    listen 127.0.0.1:%%PORT%%;\n$locations    location /stats { ratelimit_stats; }\n}\n";
@@ -185,6 +195,25 @@ $t->log_like(qr/redis 127\.0\.0\.1:$tport: refused AUTH, SELECT or ASKING: "WRON
 
 # --- plain TCP to a TLS port: no reply within redis_timeout, on_redis_error
 is($t->get('/plain/index.html', { 'X-Key' => 'p' })->{status}, 429, 'plain TCP to the tls-port: on_redis_error=deny');
+
+# --- TLS to a plain port; to a port that never answers
+is($t->get('/toplain/index.html', { 'X-Key' => 'p' })->{status}, 429, 'TLS to Redis\'s plain port: on_redis_error=deny');
+# (Redis waits for the end of a command line that a ClientHello never sends)
+$t->log_like(qr/redis 127\.0\.0\.1:${\ $redis->port}: TLS handshake timed out \(is it Redis's tls-port\?\)/,
+             'the log says the handshake timed out, and asks whether it is the tls-port');
+{
+    my $t0 = time;
+    is($t->get('/silent/index.html', { 'X-Key' => 's' })->{status}, 429, 'a server that never answers the handshake: on_redis_error=deny');
+    my $took = time - $t0;
+    cmp_ok($took, '>=', 0.25, 'after redis_timeout');
+    $t->log_like(qr{^/silent/index.html 429 fallback_deny$}m, 'fallback_deny', file => 'rl.log');
+    $t->log_like(qr/redis 127\.0\.0\.1:${\ $silent->sockport}: (TLS handshake )?timed out/, 'the log says it timed out');
+}
+
+# --- a reload keeps TLS working (the new configuration's context)
+$t->reload;
+is($t->statuses('/tls/index.html', 4, { 'X-Key' => 'reloaded' }), '200 200 200 429', 'after a reload: exact over TLS');
+$t->log_like(qr{^/tls/index.html 429 redis$}m, 'decided in Redis', file => 'rl.log');
 
 # --- the TLS session is resumed on a reconnection
 {
