@@ -407,7 +407,7 @@ ngx_http_ratelimit_redis_redirect(ngx_http_ratelimit_redis_wait_t *w,
 
     if (conn == NULL
         || (a->ask
-            && ngx_http_ratelimit_redis_own_command(conn, "ASKING", NULL)
+            && ngx_http_ratelimit_redis_own_command(conn, "ASKING", NULL, 0)
                != NGX_OK)
         || ngx_http_ratelimit_redis_append(conn, w, w->retried) != NGX_OK)
     {

@@ -33,6 +33,8 @@ typedef struct {
     ngx_atomic_t   charges;       /* requests' charges settled in Redis */
     ngx_atomic_t   undelivered;   /*   and not: no reply, or one refused */
     ngx_atomic_t   cached;        /* refused from the refusals remembered */
+    ngx_atomic_t   tls_failures;  /* TLS handshakes failed or refused */
+    ngx_atomic_t   tls_resumed;   /* TLS sessions resumed */
     ngx_atomic_t   latency[NGX_HTTP_RATELIMIT_REDIS_BUCKETS + 1];
     ngx_atomic_t   latency_us;    /* sum */
 } ngx_http_ratelimit_redis_stats_t;
@@ -80,11 +82,25 @@ struct ngx_http_ratelimit_redis_s {
     ngx_uint_t                         naddrs;
     ngx_msec_t                         timeout;
     ngx_uint_t                         pool;
+    ngx_str_t                          host;     /* of redis=, bare */
+    ngx_str_t                          user;     /* ACL: AUTH user pass */
     ngx_str_t                          password;
+    ngx_str_t                          password_file;
     ngx_uint_t                         db;
     ngx_str_t                          prefix;
     ngx_uint_t                         on_error;
     ngx_flag_t                         cluster;
+
+    ngx_flag_t                         tls;
+    ngx_uint_t                         tls_verify;
+    ngx_str_t                          tls_ca;
+    ngx_str_t                          tls_name;  /* NUL-terminated */
+    ngx_str_t                          tls_cert;
+    ngx_str_t                          tls_key;
+    void                              *ssl;       /* ngx_ssl_t, made with
+                                                     the configuration */
+    ngx_log_t                          tls_log;   /* the worker's, for its
+                                                     TLS connections */
     ngx_uint_t                         given;    /* parameters, by index */
     u_char                             sha[40];  /* the script's SHA-1 */
     ngx_http_ratelimit_redis_stats_t  *stats;    /* in the zone */
@@ -121,6 +137,11 @@ char *ngx_http_ratelimit_redis_finish(ngx_conf_t *cf,
  */
 ngx_int_t ngx_http_ratelimit_redis_send(ngx_http_ratelimit_redis_t *redis,
     ngx_http_ratelimit_redis_wait_t *w);
+
+/* The TLS context of a zone with redis_tls=on, made when the configuration
+   is read (ngx_http_ratelimit_redis_tls.c). */
+char *ngx_http_ratelimit_redis_tls_conf(ngx_conf_t *cf,
+    ngx_http_ratelimit_redis_t *redis);
 
 /* Closes this worker's connections (at exit). */
 void ngx_http_ratelimit_redis_close(ngx_http_ratelimit_redis_t *redis);

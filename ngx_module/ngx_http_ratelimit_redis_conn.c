@@ -21,6 +21,7 @@ static ngx_int_t ngx_http_ratelimit_redis_connect(
     ngx_http_ratelimit_redis_conn_t *conn);
 static void ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev);
 static void ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev);
+static void ngx_http_ratelimit_redis_drop(ngx_connection_t *c);
 static void ngx_http_ratelimit_redis_refuse(
     ngx_http_ratelimit_redis_conn_t *conn, long used, u_char *data,
     size_t len);
@@ -150,12 +151,41 @@ ngx_http_ratelimit_redis_close(ngx_http_ratelimit_redis_t *redis)
 
         for (j = 0; j < redis->pool; j++) {
             if (node->conns[j].peer.connection) {
-                ngx_close_connection(node->conns[j].peer.connection);
+                ngx_http_ratelimit_redis_drop(node->conns[j].peer.connection);
                 node->conns[j].peer.connection = NULL;
             }
 
             node->conns[j].state = NGX_HTTP_RATELIMIT_REDIS_DOWN;
         }
+
+#if (NGX_SSL)
+        ngx_http_ratelimit_redis_tls_forget(node);
+#endif
+    }
+}
+
+
+/* A connection closed, its TLS freed without waiting for the server. */
+
+static void
+ngx_http_ratelimit_redis_drop(ngx_connection_t *c)
+{
+    ngx_pool_t  *pool;
+
+#if (NGX_SSL)
+    if (c->ssl) {
+        c->ssl->no_wait_shutdown = 1;
+        c->ssl->no_send_shutdown = 1;
+        (void) ngx_ssl_shutdown(c);
+    }
+#endif
+
+    pool = c->pool;
+
+    ngx_close_connection(c);
+
+    if (pool) {
+        ngx_destroy_pool(pool);
     }
 }
 
@@ -165,7 +195,8 @@ ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
 {
     u_char                       dbs[NGX_INT_T_LEN];
     ngx_int_t                    rc;
-    ngx_str_t                    db;
+    ngx_str_t                    db, auth[2];
+    ngx_uint_t                   first;
     ngx_addr_t                  *addr;
     ngx_connection_t            *c;
     ngx_peer_connection_t       *pc;
@@ -202,6 +233,18 @@ ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
 
     c = pc->connection;
     c->data = conn;
+
+    if (redis->ssl) {
+        /* what OpenSSL says of a failure is in the module's own line,
+           written once while it repeats, not at each reconnection */
+        if (redis->tls_log.file == NULL) {
+            redis->tls_log = *ngx_cycle->log;
+            redis->tls_log.log_level = NGX_LOG_ALERT;
+        }
+
+        c->log = &redis->tls_log;
+    }
+
     c->read->handler = ngx_http_ratelimit_redis_read_handler;
     c->write->handler = ngx_http_ratelimit_redis_write_handler;
     c->read->log = c->log;
@@ -217,25 +260,56 @@ ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
     db.data = dbs;
     db.len = ngx_sprintf(dbs, "%ui", redis->db) - dbs;
 
+    /* AUTH [user] password: an ACL user, or the default user */
+    auth[0] = redis->user;
+    auth[1] = redis->password;
+    first = redis->user.len ? 0 : 1;
+
     if ((redis->password.len
-         && ngx_http_ratelimit_redis_own_command(conn, "AUTH", &redis->password)
+         && ngx_http_ratelimit_redis_own_command(conn, "AUTH", &auth[first],
+                                                 2 - first)
             != NGX_OK)
         || (redis->db
-            && ngx_http_ratelimit_redis_own_command(conn, "SELECT", &db)
+            && ngx_http_ratelimit_redis_own_command(conn, "SELECT", &db, 1)
                != NGX_OK))
     {
         ngx_http_ratelimit_redis_fail(conn, "out of memory", 0);
         return NGX_ERROR;
     }
 
-    if (rc == NGX_AGAIN) {
+    if (rc == NGX_AGAIN || redis->ssl) {
         c->write->cancelable = 1;
         ngx_add_timer(c->write, redis->timeout);
+
+        if (rc != NGX_AGAIN) {
+            /* connected at once: the TLS handshake starts from an event */
+            ngx_post_event(c->write, &ngx_posted_events);
+        }
+
         return NGX_OK;
     }
 
     conn->state = NGX_HTTP_RATELIMIT_REDIS_READY;
     return NGX_OK;
+}
+
+
+/* Connected (and TLS established): the commands queued meanwhile go. */
+
+void
+ngx_http_ratelimit_redis_ready(ngx_http_ratelimit_redis_conn_t *conn)
+{
+    ngx_connection_t  *c = conn->peer.connection;
+
+    c->read->handler = ngx_http_ratelimit_redis_read_handler;
+    c->write->handler = ngx_http_ratelimit_redis_write_handler;
+    conn->state = NGX_HTTP_RATELIMIT_REDIS_READY;
+
+    if (c->read->ready) {
+        ngx_post_event(c->read, &ngx_posted_events);
+    }
+
+    ngx_http_ratelimit_redis_write_handler(c->write);
 }
 
 
@@ -277,29 +351,31 @@ ngx_http_ratelimit_redis_reserve(ngx_http_ratelimit_redis_conn_t *conn,
 }
 
 
-/* A command of the connection's own (AUTH, SELECT, ASKING): arg may be NULL. */
+/* A command of the connection's own (AUTH, SELECT, ASKING), with n args. */
 
 ngx_int_t
 ngx_http_ratelimit_redis_own_command(ngx_http_ratelimit_redis_conn_t *conn,
-    const char *cmd, ngx_str_t *arg)
+    const char *cmd, ngx_str_t *args, ngx_uint_t n)
 {
-    u_char  *p;
-    size_t   len;
+    u_char      *p;
+    size_t       len;
+    ngx_uint_t   i;
 
-    len = ngx_strlen(cmd);
+    len = 64 + ngx_strlen(cmd);
 
-    if (ngx_http_ratelimit_redis_reserve(conn,
-                                         64 + len + (arg ? arg->len : 0))
-        != NGX_OK)
-    {
+    for (i = 0; i < n; i++) {
+        len += 32 + args[i].len;
+    }
+
+    if (ngx_http_ratelimit_redis_reserve(conn, len) != NGX_OK) {
         return NGX_ERROR;
     }
 
     p = conn->out + conn->out_len;
-    p = ngx_sprintf(p, "*%d\r\n$%uz\r\n%s\r\n", arg ? 2 : 1, len, cmd);
+    p = ngx_sprintf(p, "*%ui\r\n$%uz\r\n%s\r\n", n + 1, ngx_strlen(cmd), cmd);
 
-    if (arg) {
-        p = ngx_sprintf(p, "$%uz\r\n%V\r\n", arg->len, arg);
+    for (i = 0; i < n; i++) {
+        p = ngx_sprintf(p, "$%uz\r\n%V\r\n", args[i].len, &args[i]);
     }
 
     conn->out_len = p - conn->out;
@@ -372,6 +448,13 @@ ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev)
             return;
         }
 
+#if (NGX_SSL)
+        if (conn->redis->ssl) {
+            ngx_http_ratelimit_redis_tls_start(conn);
+            return;
+        }
+#endif
+
         if (wev->timer_set) {
             ngx_del_timer(wev);
         }
@@ -388,7 +471,7 @@ ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev)
         }
 
         if (n == NGX_ERROR) {
-            ngx_http_ratelimit_redis_fail(conn, "send failed", 0);
+            ngx_http_ratelimit_redis_lost(conn, "send failed");
             return;
         }
 
@@ -424,8 +507,8 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
         }
 
         if (n == 0 || n == NGX_ERROR) {
-            ngx_http_ratelimit_redis_fail(conn, n == 0 ? "connection closed"
-                                                       : "recv failed", 0);
+            ngx_http_ratelimit_redis_lost(conn, n == 0 ? "connection closed"
+                                                       : "recv failed");
             return;
         }
 
@@ -442,6 +525,9 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
             raw.data = conn->in + off;
             raw.len = used;
             off += used;
+
+            conn->replied = 1;
+            conn->node->tls_error[0] = '\0';   /* TLS works: log the next */
 
             if (conn->count == 0) {
                 ngx_http_ratelimit_redis_fail(conn, "unexpected reply", 0);
@@ -506,6 +592,31 @@ ngx_http_ratelimit_redis_refuse(ngx_http_ratelimit_redis_conn_t *conn,
 
 
 /*
+ * A connection reset or closed.  Over TLS, before any reply, or with an
+ * alert from the server, it is taken as TLS's failure (TLS 1.3 tells a
+ * client that its certificate is missing or refused only after the
+ * handshake): said once while it repeats.
+ */
+
+void
+ngx_http_ratelimit_redis_lost(ngx_http_ratelimit_redis_conn_t *conn,
+    const char *why)
+{
+#if (NGX_SSL)
+    if (conn->peer.connection->ssl
+        && (!conn->replied || conn->tls_alert > 0))   /* not close_notify */
+    {
+        ngx_http_ratelimit_redis_tls_failed(conn, conn->replied
+            ? why : "TLS: the connection was lost before the first reply", 0);
+        return;
+    }
+#endif
+
+    ngx_http_ratelimit_redis_fail(conn, why, 0);
+}
+
+
+/*
  * Closes a connection, to be opened again after the backoff, and hands
  * every request queued on it to its handler with no reply.
  */
@@ -518,13 +629,19 @@ ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
     ngx_http_ratelimit_redis_t       *redis = conn->redis;
     ngx_http_ratelimit_redis_wait_t  *w, *failed[NGX_HTTP_RATELIMIT_REDIS_RING];
 
-    ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                  "ratelimit: redis %V: %s, %ui requests decided by "
-                  "on_redis_error, reconnecting in %M ms", &conn->node->name,
-                  why, conn->count, conn->backoff);
+    if (!conn->quiet) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "ratelimit: redis %V: %s, %ui requests decided by "
+                      "on_redis_error, reconnecting in %M ms",
+                      &conn->node->name, why, conn->count, conn->backoff);
+    }
+
+    conn->quiet = 0;
+    conn->replied = 0;
+    conn->tls_alert = -1;
 
     if (conn->peer.connection) {
-        ngx_close_connection(conn->peer.connection);
+        ngx_http_ratelimit_redis_drop(conn->peer.connection);
         conn->peer.connection = NULL;
     }
 

@@ -22,6 +22,7 @@
 #define NGX_HTTP_RATELIMIT_REDIS_BACKOFF_MAX  5000
 #define NGX_HTTP_RATELIMIT_REDIS_NODES     32       /* cluster servers known */
 #define NGX_HTTP_RATELIMIT_REDIS_SLOTS     16384
+#define NGX_HTTP_RATELIMIT_REDIS_TLS_WHY   320      /* a TLS failure's line */
 
 #define NGX_HTTP_RATELIMIT_REDIS_DOWN        0
 #define NGX_HTTP_RATELIMIT_REDIS_CONNECTING  1
@@ -55,6 +56,14 @@ typedef struct {
     ngx_uint_t                         head;
     ngx_uint_t                         count;
     ngx_http_ratelimit_redis_wait_t   *ring[NGX_HTTP_RATELIMIT_REDIS_RING];
+
+    ngx_int_t                          tls_alert;   /* the last TLS alert
+                                                        received, or -1 */
+    ngx_int_t                          tls_alert_sent;
+    unsigned                           replied:1;    /* since connected */
+    unsigned                           tls_cert_asked:1;  /* and none */
+    unsigned                           quiet:1;      /* a failure logged
+                                                        already */
 } ngx_http_ratelimit_redis_conn_t;
 
 
@@ -64,6 +73,12 @@ struct ngx_http_ratelimit_redis_node_s {
     ngx_addr_t                        *addrs;
     ngx_uint_t                         naddrs;
     ngx_uint_t                         next;
+#if (NGX_SSL)
+    ngx_ssl_session_t                 *session;  /* TLS, to resume */
+#endif
+    /* the TLS failure logged, until a reply is read */
+    u_char                             tls_error[
+                                           NGX_HTTP_RATELIMIT_REDIS_TLS_WHY];
     ngx_http_ratelimit_redis_conn_t    conns[1]; /* [pool] */
 };
 
@@ -76,11 +91,23 @@ ngx_http_ratelimit_redis_conn_t *ngx_http_ratelimit_redis_pick(
 ngx_int_t ngx_http_ratelimit_redis_reserve(
     ngx_http_ratelimit_redis_conn_t *conn, size_t len);
 ngx_int_t ngx_http_ratelimit_redis_own_command(
-    ngx_http_ratelimit_redis_conn_t *conn, const char *cmd, ngx_str_t *arg);
+    ngx_http_ratelimit_redis_conn_t *conn, const char *cmd, ngx_str_t *args,
+    ngx_uint_t n);
 void ngx_http_ratelimit_redis_push(ngx_http_ratelimit_redis_conn_t *conn,
     ngx_http_ratelimit_redis_wait_t *w);
 void ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
     const char *why, ngx_uint_t timeout);
+void ngx_http_ratelimit_redis_ready(ngx_http_ratelimit_redis_conn_t *conn);
+
+/* ngx_http_ratelimit_redis_tls.c */
+#if (NGX_SSL)
+void ngx_http_ratelimit_redis_tls_start(ngx_http_ratelimit_redis_conn_t *conn);
+void ngx_http_ratelimit_redis_tls_forget(ngx_http_ratelimit_redis_node_t *node);
+#endif
+void ngx_http_ratelimit_redis_tls_failed(ngx_http_ratelimit_redis_conn_t *conn,
+    const char *why, ngx_uint_t precise);
+void ngx_http_ratelimit_redis_lost(ngx_http_ratelimit_redis_conn_t *conn,
+    const char *why);
 
 /* ngx_http_ratelimit_redis.c */
 ngx_int_t ngx_http_ratelimit_redis_append(

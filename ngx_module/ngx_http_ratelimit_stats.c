@@ -459,6 +459,8 @@ ngx_http_ratelimit_snapshot_redis(ngx_http_request_t *r,
     f->charges = rs->charges;
     f->undelivered = rs->undelivered;
     f->cached = rs->cached;
+    f->tls_failures = rs->tls_failures;
+    f->tls_resumed = rs->tls_resumed;
     f->latency_us = rs->latency_us;
 
     for (k = 0; k < RL_REDIS_LATENCY_BUCKETS; k++) {

@@ -15,6 +15,7 @@ use File::Basename qw(dirname);
 use File::Spec;
 use Test::More;
 use RLTest;
+use RLCerts;
 
 my $root = File::Spec->rel2abs("$FindBin::Bin/..");
 my @files = ('README.md', map { File::Spec->abs2rel($_, $root) } sort glob "$root/docs/*.md");
@@ -69,14 +70,25 @@ sub headings {
     } };
 }
 
-# --- every nginx block passes nginx -t
+# --- every nginx block passes nginx -t; the files an example names under
+# /etc/nginx/redis/ (a CA, a password file) are made by the test
 {
     my $t = RLTest->new();
+    my $certs;
     for my $file (@files) {
         for my $b (grep { $_->{lang} eq 'nginx' } RLTest::doc_code($file)) {
             my $title = (grep { defined } @{ $b->{headings} })[-1] // 'the top';
             my $name = "$file:$b->{line} (\"$title\")";
-            my $conf = $t->doc_conf($b->{text});
+            my $text = $b->{text};
+            if ($text =~ m{/etc/nginx/redis/}) {
+                $certs //= RLCerts::make() // do { diag("$name: no openssl to make its files"); next };
+                for my $f ($text =~ m{/etc/nginx/redis/([\w.-]+)}g) {
+                    RLTest::write_file("$certs->{dir}/$f", $f =~ /\.pem$|\.crt$/
+                        ? RLTest::read_file($certs->{ca}) : "secret\n");
+                }
+                $text =~ s{/etc/nginx/redis/}{$certs->{dir}/}g;
+            }
+            my $conf = $t->doc_conf($text);
             my ($rc, $out) = $t->nginx_t($conf);
             is($rc, 0, "$name: nginx -t") or diag("$out\n$conf");
             # h2c is written "listen ... http2", as Debian's nginx (1.22)

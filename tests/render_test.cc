@@ -238,7 +238,7 @@ struct Stats {
         tops[1] = rl_top_view_t{str("gone"), 0, RL_TOP_NONE, 0, 0, nullptr};
 
         const uint64_t le[RL_REDIS_LATENCY_BUCKETS] = {250, 500, 1000, 2500, 5000, 10000, 25000, 50000};
-        redis = rl_redis_figures_t{1, 2, 3, 4, 5, 6, 7, 8, {1, 0, 2, 0, 0, 0, 0, 0, 3}, {}, 1234567};
+        redis = rl_redis_figures_t{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, {1, 0, 2, 0, 0, 0, 0, 0, 3}, {}, 1234567};
         std::memcpy(redis.latency_le_us, le, sizeof(le));
 
         zones[0].name = str("a");
@@ -274,7 +274,7 @@ TEST(Stats, Json)
               "\"peak\":0,\"waited\":0}}},\"b-2.z\":{\"size\":64,\"bytes_used\":0,\"keys\":0,\"capacity\":0,"
               "\"evictions\":0,\"live_evictions\":0,\"summary_bytes\":0,\"summary_refusals\":0,\"rules\":{},"
               "\"redis\":{\"server\":\"127.0.0.1:6379\",\"decisions\":1,\"errors\":2,\"timeouts\":3,\"fallbacks\":4,"
-              "\"reconnects\":5,\"charges\":6,\"undelivered\":7,\"cached\":8,"
+              "\"reconnects\":5,\"charges\":6,\"undelivered\":7,\"cached\":8,\"tls_failures\":9,\"tls_resumed\":10,"
               "\"latency_us\":{\"le_250\":1,\"le_500\":0,\"le_1000\":"
               "2,\"le_2500\":0,\"le_5000\":0,"
               "\"le_10000\":0,\"le_25000\":0,\"le_50000\":0,\"inf\":3},\"latency_us_sum\":1234567}}}}\n");
@@ -349,6 +349,14 @@ TEST(Stats, Prometheus)
         "remembers, without a round trip.\n"
         "# TYPE nginx_ratelimit_redis_cached_total counter\n"
         "nginx_ratelimit_redis_cached_total{zone=\"b-2.z\"} 8\n"
+        "# HELP nginx_ratelimit_redis_tls_failures_total TLS connections to Redis that failed: handshake, "
+        "certificate, or a TLS alert.\n"
+        "# TYPE nginx_ratelimit_redis_tls_failures_total counter\n"
+        "nginx_ratelimit_redis_tls_failures_total{zone=\"b-2.z\"} 9\n"
+        "# HELP nginx_ratelimit_redis_tls_resumed_total TLS connections to Redis that resumed the server's last "
+        "session.\n"
+        "# TYPE nginx_ratelimit_redis_tls_resumed_total counter\n"
+        "nginx_ratelimit_redis_tls_resumed_total{zone=\"b-2.z\"} 10\n"
         "# HELP nginx_ratelimit_redis_latency_seconds Time from sending a request's script call to its reply.\n"
         "# TYPE nginx_ratelimit_redis_latency_seconds histogram\n"
         "nginx_ratelimit_redis_latency_seconds_bucket{zone=\"b-2.z\",le=\"0.000250\"} 1\n"
@@ -382,7 +390,7 @@ TEST(Stats, Prometheus)
             << line;
         at = nl + 1;
     }
-    EXPECT_EQ(lines, 8 * (2 + 2) + 10 * (2 + 2) + 8 * (2 + 1) + 2 + 11 + 2 + 3);
+    EXPECT_EQ(lines, 8 * (2 + 2) + 10 * (2 + 2) + 10 * (2 + 1) + 2 + 11 + 2 + 3);
 }
 
 TEST(Stats, LogKeyOffShowsNoKey)

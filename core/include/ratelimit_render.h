@@ -51,6 +51,8 @@ typedef struct {
     uint64_t  undelivered;      /*   and not: no reply, or one refused */
     uint64_t  cached;           /* requests refused from the refusals
                                    remembered, without a round trip */
+    uint64_t  tls_failures;     /* TLS handshakes failed or refused */
+    uint64_t  tls_resumed;      /* TLS sessions resumed */
     uint64_t  latency[RL_REDIS_LATENCY_BUCKETS + 1];  /* replies a bucket,
                                    the last slower than every bound */
     uint64_t  latency_le_us[RL_REDIS_LATENCY_BUCKETS];  /* the bounds */

@@ -5,6 +5,9 @@ package RLRedis;
 #   my $redis = RLRedis->new->start;
 #   $redis->cmd('SET', 'k', 'v');       # one command, its reply (arrays as refs)
 #   $redis->stop; $redis->start;        # the same port again
+#
+#   my $tls = RLRedis->new(tls => RLCerts::make(), auth_clients => 'yes')->start;
+#   $tls->tls_port;                     # TLS there (cmd still uses port)
 use strict;
 use warnings;
 use File::Temp qw(tempdir);
@@ -31,11 +34,28 @@ sub new {
     my @args = @{ $opt{args} // [] };
     push @args, '--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '5000'
         if $opt{cluster};
-    return bless { dir => $dir, port => $port, args => \@args,
+    my $tls_port;
+    if (my $c = $opt{tls}) {
+        # with tls-cluster yes, a node's cluster bus is its TLS port + 10000
+        $tls_port = $opt{cluster} ? cluster_port() : RLTest::free_port();
+        push @args, '--tls-port', $tls_port, '--tls-cert-file', $c->{server_crt}, '--tls-key-file', $c->{server_key},
+            '--tls-ca-cert-file', $c->{ca}, '--tls-auth-clients', $opt{auth_clients} // 'optional';
+    }
+    return bless { dir => $dir, port => $port, tls_port => $tls_port, args => \@args,
                    server => $ENV{RL_REDIS_SERVER} // '/usr/bin/redis-server' }, $class;
 }
 
 sub port { $_[0]{port} }
+sub tls_port { $_[0]{tls_port} }
+sub log_text { RLTest::read_file("$_[0]{dir}/redis.log") }
+
+# Whether this redis-server speaks TLS (Debian's does): '' if so, else why.
+sub tls_missing {
+    my $server = $ENV{RL_REDIS_SERVER} // '/usr/bin/redis-server';
+    # the second directive is refused anyway: the first only without TLS
+    my $out = `'$server' --port 0 --tls-port 0 --ratelimit-probe 1 2>&1`;
+    return $out =~ />>> 'tls-port/ ? "$server is built without TLS" : '';
+}
 
 # A cluster node also listens on its port + 10000 (the cluster bus): a free
 # pair below 55536.

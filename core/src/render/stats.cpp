@@ -84,6 +84,11 @@ const Figure kRedisFigures[] = {
     {"cached", "redis_cached_total", "counter",
      "Requests refused from a refusal Redis gave and this server remembers, without a round trip.",
      offsetof(rl_redis_figures_t, cached)},
+    {"tls_failures", "redis_tls_failures_total", "counter",
+     "TLS connections to Redis that failed: handshake, certificate, or a TLS alert.",
+     offsetof(rl_redis_figures_t, tls_failures)},
+    {"tls_resumed", "redis_tls_resumed_total", "counter",
+     "TLS connections to Redis that resumed the server's last session.", offsetof(rl_redis_figures_t, tls_resumed)},
 };
 
 rl_str_t name_of(const rl_rule_stats_t &r)
