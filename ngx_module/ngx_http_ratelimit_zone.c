@@ -23,7 +23,8 @@ static void ngx_http_ratelimit_bad_size(ngx_conf_t *cf, ngx_str_t *value,
     ngx_str_t *name);
 static void ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone,
     ngx_uint_t reused);
-static size_t ngx_http_ratelimit_table_size(size_t zone_size);
+static size_t ngx_http_ratelimit_table_size(size_t zone_size,
+    ngx_http_ratelimit_zone_t *zone);
 static ngx_int_t ngx_http_ratelimit_check_layout(ngx_conf_t *cf,
     ngx_shm_zone_t *shm_zone);
 static ngx_int_t ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
@@ -144,6 +145,7 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_int_t                   rc;
     ngx_uint_t                  i;
     ngx_http_ratelimit_redis_t *redis;
+    ngx_http_ratelimit_sync_t  *sync;
     ngx_str_t                  *value, name;
     ngx_shm_zone_t             *shm_zone;
     ngx_http_ratelimit_zone_t  *zone;
@@ -171,9 +173,14 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     redis = NULL;
+    sync = NULL;
 
     for (i = 3; i < cf->args->nelts; i++) {
-        rc = ngx_http_ratelimit_redis_param(cf, &redis, &value[i], &name);
+        rc = ngx_http_ratelimit_sync_param(cf, &sync, &value[i], &name);
+
+        if (rc == NGX_DECLINED) {
+            rc = ngx_http_ratelimit_redis_param(cf, &redis, &value[i], &name);
+        }
 
         if (rc == NGX_ERROR) {
             return NGX_CONF_ERROR;
@@ -191,6 +198,13 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     if (redis != NULL
         && ngx_http_ratelimit_redis_finish(cf, redis, &name) != NGX_CONF_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    if (sync != NULL
+        && ngx_http_ratelimit_sync_finish(cf, sync, redis, &name, size)
+           != NGX_OK)
     {
         return NGX_CONF_ERROR;
     }
@@ -227,7 +241,8 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     zone->name = name;
-    zone->redis = redis;
+    zone->redis = sync ? NULL : redis;   /* redis_sync: decided here */
+    zone->sync = sync;
     zone->file = cf->conf_file->file.name.data;
     zone->line = cf->conf_file->line;
 
@@ -252,15 +267,18 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     size_t                             size;
     ngx_shm_zone_t                    *old;
     ngx_http_ratelimit_zone_t         *zone;
+    u_char                            *journal;
     ngx_http_ratelimit_redis_stats_t  *rs;
     char                               err[RL_ERR_MAX];
 
     zone = shm_zone->data;
     zone->shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
     zone->size = shm_zone->shm.size;
-    size = ngx_http_ratelimit_table_size(shm_zone->shm.size);
+    size = ngx_http_ratelimit_table_size(shm_zone->shm.size, zone);
     rs = (ngx_http_ratelimit_redis_stats_t *)
          ((u_char *) zone->shpool + ngx_align(sizeof(ngx_slab_pool_t), 64));
+    journal = (u_char *) rs
+              + ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64);
 
     if (zone->redis) {
         zone->redis->stats = rs;
@@ -271,18 +289,23 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
                           zone->blobs.nelts))
     {
         zone->table = ozone->table;
+        ngx_http_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
+                                          zone->table);
         return NGX_OK;
     }
 
     if (shm_zone->shm.exists) {
         zone->table = zone->shpool->data;
+        ngx_http_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
+                                          zone->table);
         return NGX_OK;
     }
 
-    zone->table = (u_char *) rs
-                  + ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64);
+    zone->table = journal + ngx_http_ratelimit_sync_bytes(zone->sync);
 
     ngx_http_ratelimit_zero_zone(shm_zone, ozone != NULL);
+    ngx_http_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
+                                      zone->table);
 
     if (rl_table_init(zone->table, size, zone->blobs.elts, zone->blobs.nelts,
                       NULL, err, sizeof(err))
@@ -355,15 +378,18 @@ ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone, ngx_uint_t reused)
 
 /*
  * The slab pool header (whose mutex is the lock), then the Redis counters,
- * then the table, each at a 64-byte boundary: shared memory is
- * page-aligned, so this is the same for every zone of a size.
+ * then redis_sync's journal if any, then the table, each at a 64-byte
+ * boundary: shared memory is page-aligned, so this is the same for every
+ * zone of a size.
  */
 
 static size_t
-ngx_http_ratelimit_table_size(size_t zone_size)
+ngx_http_ratelimit_table_size(size_t zone_size,
+    ngx_http_ratelimit_zone_t *zone)
 {
     return (zone_size - ngx_align(sizeof(ngx_slab_pool_t), 64)
-            - ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64))
+            - ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64)
+            - ngx_http_ratelimit_sync_bytes(zone->sync))
            & ~(size_t) 63;
 }
 
@@ -387,7 +413,7 @@ ngx_http_ratelimit_check_layout(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone)
     char                        err[RL_ERR_MAX];
 
     zone = shm_zone->data;
-    size = ngx_http_ratelimit_table_size(shm_zone->shm.size);
+    size = ngx_http_ratelimit_table_size(shm_zone->shm.size, zone);
 
     if (rl_table_plan(size, zone->blobs.elts, zone->blobs.nelts, err,
                       sizeof(err))
@@ -480,6 +506,14 @@ ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
                           ref->file, ref->line);
             return NGX_ERROR;
         }
+    }
+
+    if (ngx_http_ratelimit_sync_check_rule(cf, zone->sync, &rule->rule,
+                                           &rule->name, &zone->name, ref->file,
+                                           ref->line)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     if (zone->redis != NULL
