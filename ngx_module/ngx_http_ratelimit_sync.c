@@ -225,6 +225,23 @@ ngx_http_ratelimit_sync_stop(ngx_http_ratelimit_sync_t *sync)
 }
 
 
+rl_sync_figures_t *
+ngx_http_ratelimit_sync_figures(ngx_pool_t *pool,
+    ngx_http_ratelimit_sync_t *sync)
+{
+    rl_sync_figures_t  *f;
+
+    f = ngx_palloc(pool, sizeof(rl_sync_figures_t));
+    if (f == NULL) {
+        return NULL;
+    }
+
+    rl_sync_get_figures(sync->journal, f);
+
+    return f;
+}
+
+
 /*
  * The timer: the exchange, when this worker finds it due and has none of
  * its own still waiting for replies.  Calls Redis cannot take now (down,

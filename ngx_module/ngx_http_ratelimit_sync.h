@@ -73,6 +73,10 @@ void ngx_http_ratelimit_sync_note(rl_request_t *rq, int64_t now);
 void ngx_http_ratelimit_sync_start(ngx_http_ratelimit_sync_t *sync);
 void ngx_http_ratelimit_sync_stop(ngx_http_ratelimit_sync_t *sync);
 
+/* The zone's exchange figures, copied into pool. */
+rl_sync_figures_t *ngx_http_ratelimit_sync_figures(ngx_pool_t *pool,
+    ngx_http_ratelimit_sync_t *sync);
+
 /* The connection layer's hooks for an exchange's calls. */
 ngx_int_t ngx_http_ratelimit_sync_command(void *conn,
     ngx_http_ratelimit_redis_wait_t *w, ngx_uint_t eval);
