@@ -225,7 +225,7 @@ ngx_http_ratelimit_sync_stop(ngx_http_ratelimit_sync_t *sync)
 }
 
 
-rl_sync_figures_t *
+const rl_sync_figures_t *
 ngx_http_ratelimit_sync_figures(ngx_pool_t *pool,
     ngx_http_ratelimit_sync_t *sync)
 {

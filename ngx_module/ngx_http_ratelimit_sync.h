@@ -74,7 +74,7 @@ void ngx_http_ratelimit_sync_start(ngx_http_ratelimit_sync_t *sync);
 void ngx_http_ratelimit_sync_stop(ngx_http_ratelimit_sync_t *sync);
 
 /* The zone's exchange figures, copied into pool. */
-rl_sync_figures_t *ngx_http_ratelimit_sync_figures(ngx_pool_t *pool,
+const rl_sync_figures_t *ngx_http_ratelimit_sync_figures(ngx_pool_t *pool,
     ngx_http_ratelimit_sync_t *sync);
 
 /* The connection layer's hooks for an exchange's calls. */

@@ -241,8 +241,7 @@ void rl_sync_requeue(void *sync, const rl_sync_item_t *items, size_t n)
     SyncHeader *h = header(sync);
     for (size_t i = 0; i < n; i++) {
         const rl_sync_item_t &it = items[i];
-        if (!add(h, it.tag, it.end, it.units,
-                 [&it](char *name) { std::memcpy(name, it.name, RL_REDIS_HASH_LEN); })) {
+        if (!add(h, it.tag, it.end, it.units, [&it](char *name) { std::memcpy(name, it.name, RL_REDIS_HASH_LEN); })) {
             bump(h->figures.dropped, it.units);
         }
     }
@@ -314,8 +313,7 @@ size_t rl_sync_command(char *buf, const char *script, size_t script_len, int eva
     return (size_t) (w.p - buf);
 }
 
-int rl_sync_answer(const rl_resp_t *r, size_t n, int64_t now_ms, rl_sync_total_t *totals, char *why,
-                   size_t whylen)
+int rl_sync_answer(const rl_resp_t *r, size_t n, int64_t now_ms, rl_sync_total_t *totals, char *why, size_t whylen)
 {
     if (r->type == RL_RESP_ERROR) {
         if (r->str_len >= 8 && std::memcmp(r->str, "NOSCRIPT", 8) == 0) {
