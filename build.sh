@@ -399,7 +399,7 @@ run_bench() {
         log "eviction summary"
         "$BUILD/cmake/summary_bench"
     fi
-    for b in throughput density shaping redis; do
+    for b in throughput density shaping redis sync; do
         if [ "$which" = all ] || [ "$which" = "$b" ]; then
             log "$b"
             perl "$ROOT/bench/$b.pl"
@@ -465,6 +465,6 @@ case "${1:-build}" in
     instructions) shift; instructions "$@" ;;
     stress) build; stress "${2:-100}" ;;
     check-format) check_format ;;
-    *) echo "usage: $0 [build|test|test-asan|matrix [ENTRY...]|deb|test-deb|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|throughput|density|shaping|redis]|instructions [--check]]" >&2
+    *) echo "usage: $0 [build|test|test-asan|matrix [ENTRY...]|deb|test-deb|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|throughput|density|shaping|redis|sync]|instructions [--check]]" >&2
        exit 2 ;;
 esac

@@ -718,6 +718,10 @@ ngx_http_ratelimit_init_process(ngx_cycle_t *cycle)
 
     while ((zone = ngx_http_ratelimit_next_zone(cycle, &part, &i)) != NULL) {
         ngx_http_ratelimit_claim_stats(zone, 1);
+
+        if (zone->sync != NULL) {
+            ngx_http_ratelimit_sync_start(zone->sync);
+        }
     }
 
     return NGX_OK;
@@ -739,6 +743,10 @@ ngx_http_ratelimit_exit_process(ngx_cycle_t *cycle)
     while ((zone = ngx_http_ratelimit_next_zone(cycle, &part, &i)) != NULL) {
         if (zone->redis != NULL) {
             ngx_http_ratelimit_redis_close(zone->redis);
+        }
+
+        if (zone->sync != NULL) {
+            ngx_http_ratelimit_sync_stop(zone->sync);
         }
     }
 }

@@ -20,6 +20,7 @@
 #include "ratelimit.h"
 #include "ratelimit_render.h"
 #include "ngx_http_ratelimit_redis.h"
+#include "ngx_http_ratelimit_sync.h"
 
 
 /* $ratelimit_decided_by: where the decision was taken */
@@ -63,6 +64,8 @@ typedef struct {
     u_char                      *file;      /* where it is declared */
     ngx_uint_t                   line;
     ngx_http_ratelimit_redis_t  *redis;     /* NULL: decided in the zone */
+    ngx_http_ratelimit_sync_t   *sync;      /* redis_sync: decided in the
+                                               zone, exchanged with Redis */
     ngx_flag_t                   stats_full_logged; /* in this worker */
 } ngx_http_ratelimit_zone_t;
 

@@ -20,6 +20,7 @@
 
 #include "ngx_http_ratelimit_module.h"
 #include "ngx_http_ratelimit_redis_conn.h"
+#include "ngx_http_ratelimit_sync.h"
 
 
 static ngx_int_t ngx_http_ratelimit_redis_redirect(
@@ -122,6 +123,10 @@ ngx_http_ratelimit_redis_append(ngx_http_ratelimit_redis_conn_t *conn,
     const char                  *script;
     ngx_http_ratelimit_redis_t  *redis = conn->redis;
 
+    if (w->call == NGX_HTTP_RATELIMIT_REDIS_SYNC) {
+        return ngx_http_ratelimit_sync_command(conn, w, eval);
+    }
+
     if (eval) {
         script = rl_redis_script(&slen);
 
@@ -183,7 +188,9 @@ ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
 
     w->conn = NULL;
 
-    kind = rl_redis_answer(w->rq, (int) w->call, reply, &a);
+    kind = (w->call == NGX_HTTP_RATELIMIT_REDIS_SYNC)
+           ? ngx_http_ratelimit_sync_answer(w, reply, &a)
+           : rl_redis_answer(w->rq, (int) w->call, reply, &a);
     why = a.why;
 
     ngx_log_debug4(NGX_LOG_DEBUG_HTTP, w->timer.log, 0,

@@ -311,6 +311,15 @@ ngx_http_ratelimit_zone_snapshot(ngx_http_request_t *r,
         z->server = ngx_http_ratelimit_rl_str(&zone->redis->server);
     }
 
+    if (zone->sync) {
+        z->sync = ngx_http_ratelimit_sync_figures(r->pool, zone->sync);
+        if (z->sync == NULL) {
+            return NGX_ERROR;
+        }
+
+        z->sync_interval_ms = zone->sync->interval;
+    }
+
     if ((what & NGX_HTTP_RATELIMIT_SNAPSHOT_RULES)
         && ngx_http_ratelimit_snapshot_rules(r, zone, z) != NGX_OK)
     {

@@ -147,6 +147,7 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_int_t                   rc;
     ngx_uint_t                  i;
     ngx_http_ratelimit_redis_t *redis;
+    ngx_http_ratelimit_sync_t  *sync;
     ngx_str_t                  *value, name;
     ngx_shm_zone_t             *shm_zone;
     ngx_http_ratelimit_zone_t  *zone;
@@ -174,9 +175,14 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     redis = NULL;
+    sync = NULL;
 
     for (i = 3; i < cf->args->nelts; i++) {
-        rc = ngx_http_ratelimit_redis_param(cf, &redis, &value[i], &name);
+        rc = ngx_http_ratelimit_sync_param(cf, &sync, &value[i], &name);
+
+        if (rc == NGX_DECLINED) {
+            rc = ngx_http_ratelimit_redis_param(cf, &redis, &value[i], &name);
+        }
 
         if (rc == NGX_ERROR) {
             return NGX_CONF_ERROR;
@@ -194,6 +200,13 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     if (redis != NULL
         && ngx_http_ratelimit_redis_finish(cf, redis, &name) != NGX_CONF_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    if (sync != NULL
+        && ngx_http_ratelimit_sync_finish(cf, sync, redis, &name, size)
+           != NGX_OK)
     {
         return NGX_CONF_ERROR;
     }
@@ -230,7 +243,8 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     zone->name = name;
-    zone->redis = redis;
+    zone->redis = sync ? NULL : redis;   /* redis_sync: decided here */
+    zone->sync = sync;
     zone->file = cf->conf_file->file.name.data;
     zone->line = cf->conf_file->line;
 
@@ -257,6 +271,7 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     u_char                            *table;
     ngx_shm_zone_t                    *old;
     ngx_http_ratelimit_zone_t         *zone;
+    u_char                            *journal;
     ngx_http_ratelimit_redis_stats_t  *rs;
     char                               err[RL_ERR_MAX];
 
@@ -266,9 +281,10 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     size = ngx_http_ratelimit_table_size(zone, shm_zone->shm.size);
     rs = (ngx_http_ratelimit_redis_stats_t *)
          ((u_char *) zone->shpool + ngx_align(sizeof(ngx_slab_pool_t), 64));
-    table = (u_char *) rs
-            + ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64)
-            + ngx_http_ratelimit_refusals_size(zone, shm_zone->shm.size);
+    journal = (u_char *) rs
+              + ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64)
+              + ngx_http_ratelimit_refusals_size(zone, shm_zone->shm.size);
+    table = journal + ngx_http_ratelimit_sync_bytes(zone->sync);
 
     if (zone->redis) {
         zone->redis->stats = rs;
@@ -284,17 +300,23 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
                           zone->blobs.nelts))
     {
         zone->table = ozone->table;
+        ngx_http_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
+                                          zone->table);
         return NGX_OK;
     }
 
     if (shm_zone->shm.exists) {
         zone->table = zone->shpool->data;
+        ngx_http_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
+                                          zone->table);
         return NGX_OK;
     }
 
     zone->table = table;
 
     ngx_http_ratelimit_zero_zone(shm_zone, ozone != NULL);
+    ngx_http_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
+                                      zone->table);
 
     if (rl_table_init(zone->table, size, zone->blobs.elts, zone->blobs.nelts,
                       NULL, err, sizeof(err))
@@ -368,9 +390,10 @@ ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone, ngx_uint_t reused)
 /*
  * The slab pool header (whose mutex is the lock), then the Redis counters,
  * a Redis zone's refusals remembered (about a sixteenth of the zone, at
- * most 512 KB: rl_refusals_size), then the table, each at a 64-byte
- * boundary: shared memory is page-aligned, so this is the same for every
- * zone of a size and kind.
+ * most 512 KB: rl_refusals_size; a redis_sync zone decides locally and
+ * has none), then redis_sync's journal if any, then the table, each at a
+ * 64-byte boundary: shared memory is page-aligned, so this is the same for
+ * every zone of a size and kind.
  */
 
 static size_t
@@ -387,7 +410,8 @@ ngx_http_ratelimit_table_size(ngx_http_ratelimit_zone_t *zone,
 {
     return (zone_size - ngx_align(sizeof(ngx_slab_pool_t), 64)
             - ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64)
-            - ngx_http_ratelimit_refusals_size(zone, zone_size))
+            - ngx_http_ratelimit_refusals_size(zone, zone_size)
+            - ngx_http_ratelimit_sync_bytes(zone->sync))
            & ~(size_t) 63;
 }
 
@@ -509,6 +533,14 @@ ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
                           ref->file, ref->line);
             return NGX_ERROR;
         }
+    }
+
+    if (ngx_http_ratelimit_sync_check_rule(cf, zone->sync, &rule->rule,
+                                           &rule->name, &zone->name, ref->file,
+                                           ref->line)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     if (zone->redis != NULL

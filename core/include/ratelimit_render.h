@@ -18,6 +18,7 @@
 #define RATELIMIT_RENDER_H
 
 #include "ratelimit.h"
+#include "ratelimit_sync.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -91,6 +92,9 @@ typedef struct {
     const rl_rule_view_t      *rules;
     const rl_redis_figures_t  *redis;     /* NULL: a local zone */
     rl_str_t                   server;    /* redis= */
+    const rl_sync_figures_t   *sync;      /* redis_sync: its exchanges;
+                                             NULL: none */
+    uint64_t                   sync_interval_ms;
 } rl_zone_snapshot_t;
 
 typedef struct {

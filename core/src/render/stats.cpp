@@ -91,6 +91,26 @@ const Figure kRedisFigures[] = {
      "TLS connections to Redis that resumed the server's last session.", offsetof(rl_redis_figures_t, tls_resumed)},
 };
 
+// a redis_sync zone's exchanges, in rl_sync_figures_t
+const Figure kSyncFigures[] = {
+    {"exchanges", "sync_exchanges_total", "counter", "redis_sync exchanges done, every call answered.",
+     offsetof(rl_sync_figures_t, exchanges)},
+    {"keys", "sync_keys_total", "counter", "Keys sent to Redis by redis_sync exchanges.",
+     offsetof(rl_sync_figures_t, keys)},
+    {"units", "sync_units_total", "counter", "Units sent to Redis by redis_sync exchanges.",
+     offsetof(rl_sync_figures_t, units)},
+    {"failures", "sync_failures_total", "counter",
+     "redis_sync calls Redis did not take (down, no reply, a reply refused): their units kept for the next.",
+     offsetof(rl_sync_figures_t, failures)},
+    {"dropped", "sync_dropped_units_total", "counter",
+     "Units spent locally and never sent: the zone's journal of changed keys was full.",
+     offsetof(rl_sync_figures_t, dropped)},
+    {"pending", "sync_pending_keys", "gauge", "Keys waiting for the next redis_sync exchange.",
+     offsetof(rl_sync_figures_t, pending)},
+    {"lag_ms", "sync_lag_milliseconds", "gauge",
+     "The last redis_sync exchange: from taking the journal to its last reply.", offsetof(rl_sync_figures_t, lag_ms)},
+};
+
 rl_str_t name_of(const rl_rule_stats_t &r)
 {
     return rl_str_t{r.name, strnlen(r.name, sizeof(r.name))};
@@ -119,6 +139,19 @@ void json_redis(Out &o, const rl_zone_snapshot_t &z)
     o.num(rs.latency[RL_REDIS_LATENCY_BUCKETS]);
     o.put("},\"latency_us_sum\":");
     o.num(rs.latency_us);
+    o.put("}");
+}
+
+void json_sync(Out &o, const rl_zone_snapshot_t &z)
+{
+    o.put(",\"sync\":{\"interval_ms\":");
+    o.num(z.sync_interval_ms);
+    for (const Figure &f : kSyncFigures) {
+        o.put(",\"");
+        o.put(f.name);
+        o.put("\":");
+        o.num(figure_of(*z.sync, f));
+    }
     o.put("}");
 }
 
@@ -196,6 +229,24 @@ void prometheus_redis(Out &o, const rl_stats_snapshot_t &s)
         o.put("\n");
         series(o, "redis_latency_seconds_count", z);
         sample(o, sum);
+    }
+}
+
+void prometheus_sync(Out &o, const rl_stats_snapshot_t &s)
+{
+    bool any = false;
+    for (size_t i = 0; i < s.n; i++) {
+        any |= s.zones[i].sync != nullptr;
+    }
+    for (size_t k = 0; any && k < sizeof(kSyncFigures) / sizeof(kSyncFigures[0]); k++) {
+        const Figure &f = kSyncFigures[k];
+        describe(o, f);
+        for (size_t i = 0; i < s.n; i++) {
+            if (s.zones[i].sync != nullptr) {
+                series(o, f.metric, s.zones[i]);
+                sample(o, figure_of(*s.zones[i].sync, f));
+            }
+        }
     }
 }
 
@@ -279,6 +330,9 @@ size_t rl_render_stats_json(const rl_stats_snapshot_t *s, char *buf, size_t cap)
         if (z.redis != nullptr) {
             rl::json_redis(o, z);
         }
+        if (z.sync != nullptr) {
+            rl::json_sync(o, z);
+        }
         o.put("}");
     }
     o.put("}}\n");
@@ -308,6 +362,7 @@ size_t rl_render_stats_prometheus(const rl_stats_snapshot_t *s, char *buf, size_
         }
     }
     rl::prometheus_redis(o, *s);
+    rl::prometheus_sync(o, *s);
     rl::prometheus_top(o, *s);
     return o.len();
 }

@@ -1,0 +1,375 @@
+// redis_sync: the journal of units spent since the last exchange, the
+// exchange's script call and reply, and folding the fleet's totals into the
+// table (ratelimit_sync.h says how the pieces fit).
+//
+// The journal: a header, `keys` items, then an index of 2 x keys (a power
+// of two) chain heads, each an item's number plus 1 (0: none), by the
+// key's tag.  Items are appended and never removed until the exchange takes
+// them all, so the chains need no deletion.
+#include <cstring>
+
+#include "algorithms/algorithms.h"
+#include "ratelimit_sync.h"
+#include "redis/resp.h"
+#include "table/table.h"
+#include "util/error.h"
+
+namespace {
+
+constexpr uint32_t kMagic = 0x636e7973;  // "sync"
+
+struct alignas(64) SyncHeader {
+    uint32_t magic;
+    uint32_t keys;
+    uint32_t nindex;
+    uint32_t used;
+    int64_t next_ms;  // the next exchange is due then
+    rl_sync_figures_t figures;
+};
+
+// The script: each key is "END TOTAL", the fleet's window and its units.
+// A sender's units go to the stored window while it is not over (at the
+// sender's clock), whichever window the sender counted them in (with
+// align=first servers may start a key's window at different instants: the
+// first one stored is the fleet's, and the servers take it); a stored
+// window that is over (or none) is replaced by the sender's.  The key
+// expires a second after its window.
+const char kScript[] =
+    "local now = tonumber(ARGV[1])\n"
+    "local out = {}\n"
+    "for i = 1, #KEYS do\n"
+    "  local units, wend = tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])\n"
+    "  local e, t = 0, 0\n"
+    "  local v = redis.call('GET', KEYS[i])\n"
+    "  if v then\n"
+    "    local s = string.find(v, ' ', 1, true)\n"
+    "    if s then e, t = tonumber(string.sub(v, 1, s - 1)) or 0, tonumber(string.sub(v, s + 1)) or 0 end\n"
+    "  end\n"
+    "  if e <= now then e, t = wend, 0 end\n"
+    "  t = t + units\n"
+    "  redis.call('SET', KEYS[i], string.format('%.0f %.0f', e, t), 'PX', string.format('%.0f', e - now + 1000))\n"
+    "  out[2 * i - 1] = e\n"
+    "  out[2 * i] = t\n"
+    "end\n"
+    "return out\n";
+
+SyncHeader *header(void *mem)
+{
+    return static_cast<SyncHeader *>(mem);
+}
+
+rl_sync_item_t *items_of(SyncHeader *h)
+{
+    return reinterpret_cast<rl_sync_item_t *>(h + 1);
+}
+
+uint32_t *index_of(SyncHeader *h)
+{
+    return reinterpret_cast<uint32_t *>(items_of(h) + h->keys);
+}
+
+uint32_t index_size(uint32_t keys)
+{
+    uint32_t n = 1;
+    while (n < 2 * keys) {
+        n <<= 1;
+    }
+    return n;
+}
+
+uint32_t bucket(const SyncHeader *h, uint64_t tag)
+{
+    return (uint32_t) ((tag ^ tag >> 29) & (h->nindex - 1));
+}
+
+rl_sync_item_t *find(SyncHeader *h, uint64_t tag)
+{
+    rl_sync_item_t *items = items_of(h);
+    for (uint32_t i = index_of(h)[bucket(h, tag)]; i != 0; i = items[i - 1].next) {
+        if (items[i - 1].tag == tag) {
+            return &items[i - 1];
+        }
+    }
+    return nullptr;
+}
+
+// Adds units to a key's item, made if need be (name: its Redis key, made
+// by the caller only then); false if the journal is full.
+template <typename Name> bool add(SyncHeader *h, uint64_t tag, int64_t end, uint64_t units, Name name)
+{
+    rl_sync_item_t *it = find(h, tag);
+    if (it == nullptr) {
+        if (h->used == h->keys) {
+            return false;
+        }
+        it = &items_of(h)[h->used++];
+        uint32_t &head = index_of(h)[bucket(h, tag)];
+        it->tag = tag;
+        it->units = 0;
+        it->next = head;
+        name(it->name);
+        head = h->used;
+    }
+    it->end = end;  // the latest window the key spent in
+    const uint64_t sum = (uint64_t) it->units + units;
+    it->units = sum < UINT32_MAX ? (uint32_t) sum : UINT32_MAX;
+    return true;
+}
+
+void bump(uint64_t &counter, uint64_t by)
+{
+    __atomic_store_n(&counter, __atomic_load_n(&counter, __ATOMIC_RELAXED) + by, __ATOMIC_RELAXED);
+}
+
+// The units a committed check spent: its count grew in its window, or a
+// new window began with them.
+uint64_t spent(const rl_check_t &c)
+{
+    const uint32_t before = c.before.n & ~rl::kCarried, after = c.after.n & ~rl::kCarried;
+    if (c.after.t == c.before.t) {
+        return after > before ? after - before : 0;
+    }
+    return c.after.t > c.before.t ? after : 0;
+}
+
+}  // namespace
+
+size_t rl_sync_size(uint32_t keys)
+{
+    return sizeof(SyncHeader) + (size_t) keys * sizeof(rl_sync_item_t) + (size_t) index_size(keys) * 4;
+}
+
+int rl_sync_init(void *mem, size_t size, uint32_t keys)
+{
+    SyncHeader *h = header(mem);
+    if (h->magic == kMagic && h->keys == keys && size >= rl_sync_size(keys)) {
+        return 1;
+    }
+    std::memset(mem, 0, rl_sync_size(keys));
+    h->magic = kMagic;
+    h->keys = keys;
+    h->nindex = index_size(keys);
+    return 0;
+}
+
+int rl_sync_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
+{
+    const char *why = nullptr;
+    switch (rule->algorithm) {
+    case RL_FIXED_WINDOW:
+    case RL_QUOTA:
+        break;
+    case RL_GCRA:
+    case RL_TOKEN_BUCKET:
+    case RL_LEAKY_BUCKET:
+        why = "keeps a time, not a count";
+        break;
+    case RL_SLIDING_WINDOW:
+        why = "keeps a ring of counts this version does not merge";
+        break;
+    case RL_SLIDING_LOG:
+        why = "keeps the time of every unit, not a count";
+        break;
+    default:
+        why = "counts requests in flight on this server, not units spent";
+        break;
+    }
+    if (why != nullptr) {
+        rl::fail(err, errlen,
+                 "redis_sync merges counts: algorithm=%s %s; use fixed_window or quota, "
+                 "or exact Redis mode (no redis_sync)",
+                 rl_algorithm_name(rule->algorithm), why);
+        return RL_ERROR;
+    }
+    if (rule->charge) {
+        rl::fail(err, errlen, "redis_sync merges counts spent as requests are decided: charge= is not supported");
+        return RL_ERROR;
+    }
+    return RL_OK;
+}
+
+void rl_sync_note(void *sync, const void *table, const rl_request_t *rq, int64_t now_ms)
+{
+    (void) now_ms;
+    SyncHeader *h = header(sync);
+    for (size_t i = 0; i < rq->n; i++) {
+        const rl_check_t &c = rq->checks[i];
+        if (c.table != table || c.outcome != RL_OUTCOME_ALLOWED) {
+            continue;
+        }
+        const uint64_t units = spent(c);
+        if (units == 0) {
+            continue;
+        }
+        const bool kept = add(h, c.tag, c.after.t, units, [&c](char *name) {
+            char key[RL_REDIS_HASH_LEN];
+            rl_redis_key(key, "", 0, 0, c.identity, c.key, c.key_len);
+            std::memcpy(name, key, RL_REDIS_HASH_LEN);
+        });
+        if (!kept) {
+            bump(h->figures.dropped, units);
+        }
+    }
+    __atomic_store_n(&h->figures.pending, (uint64_t) h->used, __ATOMIC_RELAXED);
+}
+
+size_t rl_sync_take(void *sync, int64_t now_ms, int64_t interval_ms, rl_sync_item_t *out, int *due)
+{
+    SyncHeader *h = header(sync);
+    *due = 0;
+    // a clock that stepped back more than an interval: due now
+    if (now_ms < h->next_ms && h->next_ms - now_ms <= interval_ms) {
+        return 0;
+    }
+    *due = 1;
+    h->next_ms = now_ms + interval_ms;
+    size_t n = 0;
+    const rl_sync_item_t *items = items_of(h);
+    for (uint32_t i = 0; i < h->used; i++) {
+        if (items[i].end > now_ms && items[i].units > 0) {  // a window over counts for nothing
+            out[n++] = items[i];
+        }
+    }
+    h->used = 0;
+    std::memset(index_of(h), 0, (size_t) h->nindex * 4);
+    __atomic_store_n(&h->figures.pending, (uint64_t) 0, __ATOMIC_RELAXED);
+    return n;
+}
+
+void rl_sync_requeue(void *sync, const rl_sync_item_t *items, size_t n)
+{
+    SyncHeader *h = header(sync);
+    for (size_t i = 0; i < n; i++) {
+        const rl_sync_item_t &it = items[i];
+        if (!add(h, it.tag, it.end, it.units, [&it](char *name) { std::memcpy(name, it.name, RL_REDIS_HASH_LEN); })) {
+            bump(h->figures.dropped, it.units);
+        }
+    }
+    __atomic_store_n(&h->figures.pending, (uint64_t) h->used, __ATOMIC_RELAXED);
+}
+
+void rl_sync_record(void *sync, size_t keys, uint64_t units, uint64_t failures, int64_t lag_ms, int64_t now_ms)
+{
+    rl_sync_figures_t &f = header(sync)->figures;
+    bump(f.keys, keys);
+    bump(f.units, units);
+    bump(f.failures, failures);
+    if (lag_ms >= 0) {
+        bump(f.exchanges, 1);
+        __atomic_store_n(&f.lag_ms, lag_ms, __ATOMIC_RELAXED);
+        __atomic_store_n(&f.last_ms, now_ms, __ATOMIC_RELAXED);
+    }
+}
+
+void rl_sync_get_figures(const void *sync, rl_sync_figures_t *out)
+{
+    const rl_sync_figures_t &f = static_cast<const SyncHeader *>(sync)->figures;
+    out->exchanges = __atomic_load_n(&f.exchanges, __ATOMIC_RELAXED);
+    out->keys = __atomic_load_n(&f.keys, __ATOMIC_RELAXED);
+    out->units = __atomic_load_n(&f.units, __ATOMIC_RELAXED);
+    out->failures = __atomic_load_n(&f.failures, __ATOMIC_RELAXED);
+    out->dropped = __atomic_load_n(&f.dropped, __ATOMIC_RELAXED);
+    out->pending = __atomic_load_n(&f.pending, __ATOMIC_RELAXED);
+    out->lag_ms = __atomic_load_n(&f.lag_ms, __ATOMIC_RELAXED);
+    out->last_ms = __atomic_load_n(&f.last_ms, __ATOMIC_RELAXED);
+}
+
+const char *rl_sync_script(size_t *len)
+{
+    *len = sizeof(kScript) - 1;
+    return kScript;
+}
+
+size_t rl_sync_command_size(size_t n, size_t prefix_len, size_t script_len)
+{
+    // per part: '$', up to 20 digits, 2 CRLFs, the bytes
+    return 64 + script_len + n * (3 * 24 + prefix_len + 2 + RL_REDIS_HASH_LEN + 2 * 20) + 24 * 3;
+}
+
+size_t rl_sync_command(char *buf, const char *script, size_t script_len, int eval, const char *prefix,
+                       size_t prefix_len, const rl_sync_item_t *items, size_t n, int64_t now_ms)
+{
+    rl::Writer w{buf};
+    w.header('*', 3 + n + 1 + 2 * n);
+    if (eval) {
+        w.arg("EVAL", 4);
+    } else {
+        w.arg("EVALSHA", 7);
+    }
+    w.arg(script, script_len);
+    w.arg((int64_t) n);
+    for (size_t i = 0; i < n; i++) {
+        w.header('$', prefix_len + 2 + RL_REDIS_HASH_LEN);
+        w.raw(prefix, prefix_len);
+        w.raw("s:", 2);
+        w.raw(items[i].name, RL_REDIS_HASH_LEN);
+        w.raw("\r\n", 2);
+    }
+    w.arg(now_ms);
+    for (size_t i = 0; i < n; i++) {
+        w.arg((int64_t) items[i].units);
+        w.arg(items[i].end);
+    }
+    return (size_t) (w.p - buf);
+}
+
+int rl_sync_answer(const rl_resp_t *r, size_t n, int64_t now_ms, rl_sync_total_t *totals, char *why, size_t whylen)
+{
+    if (r->type == RL_RESP_ERROR) {
+        if (r->str_len >= 8 && std::memcmp(r->str, "NOSCRIPT", 8) == 0) {
+            return RL_REDIS_NOSCRIPT;
+        }
+        rl::fail(why, whylen, "an error reply to the exchange");
+        return RL_REDIS_FAILED;
+    }
+    if (r->type != RL_RESP_ARRAY || !r->integers || r->integer != (int64_t) (2 * n) || r->nitems != 2 * n) {
+        rl::fail(why, whylen, "not an array of %zu integers", 2 * n);
+        return RL_REDIS_FAILED;
+    }
+    const uint64_t most = 4ull * RL_LIMIT_MAX;
+    for (size_t i = 0; i < n; i++) {
+        const int64_t end = r->items[2 * i], total = r->items[2 * i + 1];
+        if (end < now_ms - RL_PERIOD_MAX_MS || end > now_ms + RL_PERIOD_MAX_MS + RL_REDIS_CLOCK_SLACK_MS) {
+            rl::fail(why, whylen, "key %zu: a window's end %lld ms from now", i, (long long) (end - now_ms));
+            return RL_REDIS_FAILED;
+        }
+        if (total < 0 || (uint64_t) total > most) {
+            rl::fail(why, whylen, "key %zu: a total of %lld units", i, (long long) total);
+            return RL_REDIS_FAILED;
+        }
+        totals[i] = rl_sync_total_t{end, (uint64_t) total};
+    }
+    return RL_REDIS_DECIDED;
+}
+
+void rl_sync_apply(void *sync, void *table, const rl_sync_item_t *items, const rl_sync_total_t *totals, size_t n,
+                   int64_t now_ms)
+{
+    SyncHeader *h = header(sync);
+    rl::Table *t = rl::Table::at(table);
+    t->recover();
+    for (size_t i = 0; i < n; i++) {
+        const rl_sync_total_t &fleet = totals[i];
+        if (fleet.end <= now_ms) {
+            continue;  // that window is over here
+        }
+        const rl_sync_item_t *since = find(h, items[i].tag);
+        uint64_t count = fleet.total + (since != nullptr ? since->units : 0);
+        const uint64_t most = ~rl::kCarried - 1;
+        count = count < most ? count : most;
+
+        rl::State s{};
+        rl::Table::Ref ref{};
+        const bool found = t->find(items[i].tag, &s, &ref);
+        if (found && s.head.t == fleet.end && (s.head.n & ~rl::kCarried) >= count) {
+            continue;  // this server counts as much already
+        }
+        // the fleet's window holds this server's units too: it is the key's
+        const rl_state_t head{fleet.end, (uint32_t) count};
+        if (found) {
+            rl::Table::update(ref, head, rl::Table::debt(ref));
+        } else {
+            t->store(items[i].tag, head, rl::Debt{0, false}, now_ms);
+        }
+    }
+}

@@ -1,0 +1,449 @@
+
+/*
+ * ngx-ratelimit: redis_sync.  A zone with redis_sync=TIME decides every
+ * request in its own shared memory, as a local zone does, and notes what
+ * each key spent in the zone's journal (the core's, beside the table).
+ * Every worker has a timer of the interval; the first to find the exchange
+ * due takes the journal (under the zone's lock, so one worker a server an
+ * interval), sends it in script calls of RL_SYNC_BATCH keys on its Redis
+ * connections (pipelined, nothing waits for them), and folds each reply's
+ * fleet totals into the table.  A call Redis does not answer gives its
+ * units back to the journal, for the next exchange.  No request waits for
+ * Redis, whatever Redis does.
+ */
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_sha1.h>
+
+#include "ngx_http_ratelimit_module.h"
+#include "ngx_http_ratelimit_redis_conn.h"
+#include "ngx_http_ratelimit_sync.h"
+
+
+struct ngx_http_ratelimit_sync_call_s {
+    ngx_http_ratelimit_redis_wait_t   w;        /* first: the wait is the
+                                                   call */
+    ngx_http_ratelimit_sync_t        *sync;
+    rl_sync_item_t                   *items;
+    size_t                            n;
+    int64_t                           now;
+    rl_sync_total_t                   totals[RL_SYNC_BATCH];
+};
+
+
+static void ngx_http_ratelimit_sync_exchange(ngx_event_t *ev);
+static void ngx_http_ratelimit_sync_done(ngx_http_ratelimit_redis_wait_t *w,
+    rl_redis_answer_t *answer);
+static void ngx_http_ratelimit_sync_ended(ngx_http_ratelimit_sync_t *sync);
+
+
+ngx_int_t
+ngx_http_ratelimit_sync_param(ngx_conf_t *cf, ngx_http_ratelimit_sync_t **sync,
+    ngx_str_t *param, ngx_str_t *zone)
+{
+    ngx_str_t                   value;
+    ngx_msec_t                  ms;
+    ngx_http_ratelimit_sync_t  *s;
+
+    if (param->len < sizeof("redis_sync=") - 1
+        || ngx_strncmp(param->data, "redis_sync=", sizeof("redis_sync=") - 1)
+           != 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    value.data = param->data + sizeof("redis_sync=") - 1;
+    value.len = param->len - (sizeof("redis_sync=") - 1);
+
+    if (*sync != NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: \"redis_sync\" of "
+                           "zone \"%V\" is given twice", zone);
+        return NGX_ERROR;
+    }
+
+    ms = ngx_parse_time(&value, 0);
+
+    if (ms == (ngx_msec_t) NGX_ERROR || ms < 10 || ms > 60000) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: invalid "
+                           "\"redis_sync=%V\" of zone \"%V\": expected "
+                           "redis_sync=10ms..60s", &value, zone);
+        return NGX_ERROR;
+    }
+
+    s = ngx_pcalloc(cf->pool, sizeof(ngx_http_ratelimit_sync_t));
+    if (s == NULL) {
+        return NGX_ERROR;
+    }
+
+    s->interval = ms;
+    *sync = s;
+
+    return NGX_OK;
+}
+
+
+/*
+ * The journal has room for a key a KB of the zone (64 to 65,536 keys, 72
+ * bytes each): keys changed in one interval beyond that spend locally and
+ * are counted as dropped.
+ */
+
+ngx_int_t
+ngx_http_ratelimit_sync_finish(ngx_conf_t *cf, ngx_http_ratelimit_sync_t *sync,
+    ngx_http_ratelimit_redis_t *redis, ngx_str_t *zone, size_t size)
+{
+    size_t       len;
+    u_char       digest[20];
+    const char  *script;
+    ngx_sha1_t   sha1;
+
+    if (redis == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: \"redis_sync\" of "
+                           "zone \"%V\" needs redis=HOST:PORT", zone);
+        return NGX_ERROR;
+    }
+
+    if (redis->cluster) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: \"redis_sync\" of "
+                           "zone \"%V\" with redis_cluster=on: an exchange "
+                           "sends many keys in one script call, which Redis "
+                           "Cluster refuses across slots; use one Redis", zone);
+        return NGX_ERROR;
+    }
+
+    sync->redis = redis;
+    sync->keys = (uint32_t) ngx_max(RL_SYNC_KEYS_MIN,
+                                    ngx_min(RL_SYNC_KEYS_MAX, size / 1024));
+
+    script = rl_sync_script(&len);
+    ngx_sha1_init(&sha1);
+    ngx_sha1_update(&sha1, script, len);
+    ngx_sha1_final(digest, &sha1);
+    ngx_hex_dump(sync->sha, digest, sizeof(digest));
+
+    return NGX_OK;
+}
+
+
+size_t
+ngx_http_ratelimit_sync_bytes(ngx_http_ratelimit_sync_t *sync)
+{
+    return sync ? ngx_align(rl_sync_size(sync->keys), 64) : 0;
+}
+
+
+void
+ngx_http_ratelimit_sync_init_zone(ngx_http_ratelimit_sync_t *sync,
+    ngx_slab_pool_t *shpool, void *stats, u_char *p, void *table)
+{
+    if (sync == NULL) {
+        return;
+    }
+
+    sync->journal = p;
+    sync->table = table;
+    sync->shpool = shpool;
+    sync->redis->stats = stats;
+
+    (void) rl_sync_init(p, ngx_http_ratelimit_sync_bytes(sync), sync->keys);
+}
+
+
+ngx_int_t
+ngx_http_ratelimit_sync_check_rule(ngx_conf_t *cf,
+    ngx_http_ratelimit_sync_t *sync, rl_rule_t *rule, ngx_str_t *name,
+    ngx_str_t *zone, u_char *file, ngx_uint_t line)
+{
+    char  err[RL_ERR_MAX];
+
+    if (sync == NULL || rl_sync_rule_ok(rule, err, sizeof(err)) == RL_OK) {
+        return NGX_OK;
+    }
+
+    ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                  "\"ratelimit\" directive: rule \"%V\" in zone=%V: %s, in "
+                  "%s:%ui", name, zone, err, file, line);
+
+    return NGX_ERROR;
+}
+
+
+/* Each redis_sync zone of the request notes its checks (the locks held). */
+
+void
+ngx_http_ratelimit_sync_note(rl_request_t *rq, int64_t now)
+{
+    size_t                      i, j;
+    ngx_http_ratelimit_zone_t  *zone;
+
+    for (i = 0; i < rq->n; i++) {
+        zone = ngx_http_ratelimit_zone_of(
+                   ngx_http_ratelimit_rule_of(&rq->checks[i]));
+
+        if (zone->sync == NULL) {
+            continue;
+        }
+
+        for (j = 0; j < i; j++) {
+            if (rq->checks[j].table == rq->checks[i].table) {
+                break;
+            }
+        }
+
+        if (j == i) {   /* the zone's first check */
+            rl_sync_note(zone->sync->journal, zone->table, rq, now);
+        }
+    }
+}
+
+
+void
+ngx_http_ratelimit_sync_start(ngx_http_ratelimit_sync_t *sync)
+{
+    sync->timer.handler = ngx_http_ratelimit_sync_exchange;
+    sync->timer.data = sync;
+    sync->timer.log = ngx_cycle->log;
+    sync->timer.cancelable = 1;
+
+    ngx_add_timer(&sync->timer, sync->interval);
+}
+
+
+void
+ngx_http_ratelimit_sync_stop(ngx_http_ratelimit_sync_t *sync)
+{
+    if (sync->timer.timer_set) {
+        ngx_del_timer(&sync->timer);
+    }
+
+    ngx_http_ratelimit_redis_close(sync->redis);
+}
+
+
+const rl_sync_figures_t *
+ngx_http_ratelimit_sync_figures(ngx_pool_t *pool,
+    ngx_http_ratelimit_sync_t *sync)
+{
+    rl_sync_figures_t  *f;
+
+    f = ngx_palloc(pool, sizeof(rl_sync_figures_t));
+    if (f == NULL) {
+        return NULL;
+    }
+
+    rl_sync_get_figures(sync->journal, f);
+
+    return f;
+}
+
+
+/*
+ * The timer: the exchange, when this worker finds it due and has none of
+ * its own still waiting for replies.  Calls Redis cannot take now (down,
+ * backing off) give their units back at once.
+ */
+
+static void
+ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
+{
+    int                              due;
+    size_t                           n, k;
+    ngx_http_ratelimit_sync_t       *sync = ev->data;
+    ngx_http_ratelimit_sync_call_t  *call;
+
+    if (ngx_exiting || ngx_terminate || ngx_quit) {
+        return;
+    }
+
+    ngx_add_timer(&sync->timer, sync->interval);
+
+    if (sync->waiting) {
+        return;
+    }
+
+    if (sync->items == NULL) {
+        sync->items = ngx_alloc(sync->keys * sizeof(rl_sync_item_t), ev->log);
+        sync->calls = ngx_alloc((sync->keys + RL_SYNC_BATCH - 1)
+                                / RL_SYNC_BATCH
+                                * sizeof(ngx_http_ratelimit_sync_call_t),
+                                ev->log);
+
+        if (sync->items == NULL || sync->calls == NULL) {
+            ngx_free(sync->items);
+            ngx_free(sync->calls);
+            sync->items = NULL;
+            sync->calls = NULL;
+            return;
+        }
+    }
+
+    sync->taken_at = ngx_http_ratelimit_now();
+
+    ngx_shmtx_lock(&sync->shpool->mutex);
+    n = rl_sync_take(sync->journal, sync->taken_at, sync->interval,
+                     sync->items, &due);
+    ngx_shmtx_unlock(&sync->shpool->mutex);
+
+    if (n == 0) {
+        if (due) {
+            rl_sync_record(sync->journal, 0, 0, 0, 0, sync->taken_at);
+        }
+
+        return;
+    }
+
+    sync->failed = 0;
+    sync->sent_keys = 0;
+    sync->sent_units = 0;
+    sync->waiting = 0;
+
+    for (k = 0; k * RL_SYNC_BATCH < n; k++) {
+        call = &sync->calls[k];
+        ngx_memzero(&call->w, sizeof(ngx_http_ratelimit_redis_wait_t));
+
+        call->sync = sync;
+        call->items = &sync->items[k * RL_SYNC_BATCH];
+        call->n = ngx_min(RL_SYNC_BATCH, n - k * RL_SYNC_BATCH);
+        call->now = sync->taken_at;
+        call->w.handler = ngx_http_ratelimit_sync_done;
+        call->w.call = NGX_HTTP_RATELIMIT_REDIS_SYNC;
+
+        sync->waiting++;
+
+        if (ngx_http_ratelimit_redis_send(sync->redis, &call->w) == NGX_OK) {
+            continue;
+        }
+
+        /* not sent: kept for the next exchange */
+
+        sync->waiting--;
+        sync->failed++;
+
+        ngx_shmtx_lock(&sync->shpool->mutex);
+        rl_sync_requeue(sync->journal, call->items, call->n);
+        ngx_shmtx_unlock(&sync->shpool->mutex);
+    }
+
+    if (sync->waiting == 0) {
+        ngx_http_ratelimit_sync_ended(sync);
+    }
+}
+
+
+ngx_int_t
+ngx_http_ratelimit_sync_command(void *c, ngx_http_ratelimit_redis_wait_t *w,
+    ngx_uint_t eval)
+{
+    size_t                            slen;
+    const char                       *script;
+    ngx_http_ratelimit_redis_t       *redis;
+    ngx_http_ratelimit_sync_call_t   *call;
+    ngx_http_ratelimit_redis_conn_t  *conn = c;
+
+    call = (ngx_http_ratelimit_sync_call_t *) w;
+    redis = conn->redis;
+
+    if (eval) {
+        script = rl_sync_script(&slen);
+
+    } else {
+        script = (const char *) call->sync->sha;
+        slen = sizeof(call->sync->sha);
+    }
+
+    if (ngx_http_ratelimit_redis_reserve(conn,
+            rl_sync_command_size(call->n, redis->prefix.len, slen))
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    conn->out_len += rl_sync_command((char *) conn->out + conn->out_len,
+                                     script, slen, eval,
+                                     (const char *) redis->prefix.data,
+                                     redis->prefix.len, call->items, call->n,
+                                     call->now);
+
+    ngx_http_ratelimit_redis_push(conn, w);
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_ratelimit_sync_answer(ngx_http_ratelimit_redis_wait_t *w,
+    rl_resp_t *reply, rl_redis_answer_t *a)
+{
+    ngx_http_ratelimit_sync_call_t  *call;
+
+    call = (ngx_http_ratelimit_sync_call_t *) w;
+
+    ngx_memzero(a, sizeof(rl_redis_answer_t));
+
+    a->kind = rl_sync_answer(reply, call->n, call->now, call->totals, a->why,
+                             sizeof(a->why));
+
+    return a->kind;
+}
+
+
+/* A call's reply: the fleet's totals folded in, or its units kept. */
+
+static void
+ngx_http_ratelimit_sync_done(ngx_http_ratelimit_redis_wait_t *w,
+    rl_redis_answer_t *answer)
+{
+    size_t                           i;
+    uint64_t                         units;
+    ngx_http_ratelimit_sync_t       *sync;
+    ngx_http_ratelimit_sync_call_t  *call;
+
+    call = (ngx_http_ratelimit_sync_call_t *) w;
+    sync = call->sync;
+
+    ngx_shmtx_lock(&sync->shpool->mutex);
+
+    if (answer != NULL) {
+        rl_sync_apply(sync->journal, sync->table, call->items, call->totals,
+                      call->n, ngx_http_ratelimit_now());
+
+    } else {
+        rl_sync_requeue(sync->journal, call->items, call->n);
+    }
+
+    ngx_shmtx_unlock(&sync->shpool->mutex);
+
+    if (answer != NULL) {
+        for (units = 0, i = 0; i < call->n; i++) {
+            units += call->items[i].units;
+        }
+
+        sync->sent_keys += call->n;
+        sync->sent_units += units;
+
+    } else {
+        sync->failed++;
+    }
+
+    if (--sync->waiting == 0) {
+        ngx_http_ratelimit_sync_ended(sync);
+    }
+}
+
+
+static void
+ngx_http_ratelimit_sync_ended(ngx_http_ratelimit_sync_t *sync)
+{
+    int64_t  now;
+
+    now = ngx_http_ratelimit_now();
+
+    rl_sync_record(sync->journal, sync->sent_keys, sync->sent_units,
+                   sync->failed, sync->failed ? -1 : now - sync->taken_at,
+                   now);
+}

@@ -1,0 +1,86 @@
+
+/*
+ * ngx-ratelimit: redis_sync, a zone deciding locally and exchanging what
+ * its keys spent with Redis every interval (ngx_http_ratelimit_sync.c; the
+ * journal, the calls and the merge are the core's: ratelimit_sync.h).
+ */
+
+#ifndef NGX_HTTP_RATELIMIT_SYNC_H
+#define NGX_HTTP_RATELIMIT_SYNC_H
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ratelimit_sync.h"
+#include "ngx_http_ratelimit_redis.h"
+
+
+/* a wait's call: an exchange's script call (enum rl_redis_call's after) */
+#define NGX_HTTP_RATELIMIT_REDIS_SYNC  64
+
+
+typedef struct ngx_http_ratelimit_sync_call_s  ngx_http_ratelimit_sync_call_t;
+
+struct ngx_http_ratelimit_sync_s {
+    ngx_msec_t                        interval;
+    uint32_t                          keys;     /* the journal's room */
+    void                             *journal;  /* in the zone */
+    void                             *table;
+    ngx_slab_pool_t                  *shpool;
+    ngx_http_ratelimit_redis_t       *redis;    /* where, and how */
+    u_char                            sha[40];  /* the exchange script's */
+
+    /* this worker's */
+    ngx_event_t                       timer;
+    rl_sync_item_t                   *items;    /* taken, being sent */
+    ngx_http_ratelimit_sync_call_t   *calls;
+    ngx_uint_t                        waiting;  /* calls not answered */
+    ngx_uint_t                        failed;
+    size_t                            sent_keys;
+    uint64_t                          sent_units;
+    int64_t                           taken_at;
+};
+
+typedef struct ngx_http_ratelimit_sync_s  ngx_http_ratelimit_sync_t;
+
+
+/* ratelimit_zone's redis_sync=TIME: NGX_DECLINED if param is not it. */
+ngx_int_t ngx_http_ratelimit_sync_param(ngx_conf_t *cf,
+    ngx_http_ratelimit_sync_t **sync, ngx_str_t *param, ngx_str_t *zone);
+
+/* With the zone's Redis parameters read: NGX_OK, or an error logged. */
+ngx_int_t ngx_http_ratelimit_sync_finish(ngx_conf_t *cf,
+    ngx_http_ratelimit_sync_t *sync, ngx_http_ratelimit_redis_t *redis,
+    ngx_str_t *zone, size_t size);
+
+/* Bytes of the zone the journal takes (0: none). */
+size_t ngx_http_ratelimit_sync_bytes(ngx_http_ratelimit_sync_t *sync);
+
+/* Places the journal at p in the zone, kept if it is there already. */
+void ngx_http_ratelimit_sync_init_zone(ngx_http_ratelimit_sync_t *sync,
+    ngx_slab_pool_t *shpool, void *stats, u_char *p, void *table);
+
+/* A rule of a redis_sync zone: NGX_OK, or an error naming why not. */
+ngx_int_t ngx_http_ratelimit_sync_check_rule(ngx_conf_t *cf,
+    ngx_http_ratelimit_sync_t *sync, rl_rule_t *rule, ngx_str_t *name,
+    ngx_str_t *zone, u_char *file, ngx_uint_t line);
+
+/* What a request decided locally spent, noted (the locks held). */
+void ngx_http_ratelimit_sync_note(rl_request_t *rq, int64_t now);
+
+/* A worker starts its exchange timer; stops it, and its connections. */
+void ngx_http_ratelimit_sync_start(ngx_http_ratelimit_sync_t *sync);
+void ngx_http_ratelimit_sync_stop(ngx_http_ratelimit_sync_t *sync);
+
+/* The zone's exchange figures, copied into pool. */
+const rl_sync_figures_t *ngx_http_ratelimit_sync_figures(ngx_pool_t *pool,
+    ngx_http_ratelimit_sync_t *sync);
+
+/* The connection layer's hooks for an exchange's calls. */
+ngx_int_t ngx_http_ratelimit_sync_command(void *conn,
+    ngx_http_ratelimit_redis_wait_t *w, ngx_uint_t eval);
+ngx_int_t ngx_http_ratelimit_sync_answer(ngx_http_ratelimit_redis_wait_t *w,
+    rl_resp_t *reply, rl_redis_answer_t *a);
+
+#endif /* NGX_HTTP_RATELIMIT_SYNC_H */
