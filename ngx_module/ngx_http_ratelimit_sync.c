@@ -28,7 +28,7 @@ struct ngx_http_ratelimit_sync_call_s {
     rl_sync_item_t                   *items;
     size_t                            n;
     int64_t                           now;
-    rl_sync_total_t                   totals[RL_SYNC_BATCH];
+    rl_sync_total_t                  *totals;
 };
 
 
@@ -252,7 +252,7 @@ static void
 ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
 {
     int                              due;
-    size_t                           n, k;
+    size_t                           n, k, m;
     ngx_http_ratelimit_sync_t       *sync = ev->data;
     ngx_http_ratelimit_sync_call_t  *call;
 
@@ -297,18 +297,39 @@ ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
         return;
     }
 
+    /* room for the answers: a sliding_window key's are its ticks' */
+
+    m = rl_sync_totals(sync->items, n);
+
+    if (m > sync->ntotals) {
+        ngx_free(sync->totals);
+        sync->ntotals = 0;
+        sync->totals = ngx_alloc(m * sizeof(rl_sync_total_t), ev->log);
+
+        if (sync->totals == NULL) {
+            ngx_shmtx_lock(&sync->shpool->mutex);
+            rl_sync_requeue(sync->journal, sync->items, n);
+            ngx_shmtx_unlock(&sync->shpool->mutex);
+            return;
+        }
+
+        sync->ntotals = m;
+    }
+
     sync->failed = 0;
     sync->sent_keys = 0;
     sync->sent_units = 0;
     sync->waiting = 0;
 
-    for (k = 0; k * RL_SYNC_BATCH < n; k++) {
+    for (k = 0, m = 0; k * RL_SYNC_BATCH < n; k++) {
         call = &sync->calls[k];
         ngx_memzero(&call->w, sizeof(ngx_http_ratelimit_redis_wait_t));
 
         call->sync = sync;
         call->items = &sync->items[k * RL_SYNC_BATCH];
         call->n = ngx_min(RL_SYNC_BATCH, n - k * RL_SYNC_BATCH);
+        call->totals = &sync->totals[m];
+        m += rl_sync_totals(call->items, call->n);
         call->now = sync->taken_at;
         call->w.handler = ngx_http_ratelimit_sync_done;
         call->w.call = NGX_HTTP_RATELIMIT_REDIS_SYNC;
@@ -385,8 +406,8 @@ ngx_http_ratelimit_sync_answer(ngx_http_ratelimit_redis_wait_t *w,
 
     ngx_memzero(a, sizeof(rl_redis_answer_t));
 
-    a->kind = rl_sync_answer(reply, call->n, call->now, call->totals, a->why,
-                             sizeof(a->why));
+    a->kind = rl_sync_answer(reply, call->items, call->n, call->now,
+                             call->totals, a->why, sizeof(a->why));
 
     return a->kind;
 }

@@ -4,7 +4,9 @@
 # admits exactly 1,000 a window of fixed_window limit=1000 period=10s; the
 # redis_sync=100ms zone at least 1,000 and at most 1,000 plus what the
 # fleet admits in an interval and an exchange's lag (README's bound, from
-# the rate this test measured, its own clock).  A Redis restart gives back
+# the rate this test measured, its own clock).  The same of a
+# sliding_window limit=1000 period=10s, whose ring is merged tick by tick,
+# and Redis holds every unit admitted.  A Redis restart gives back
 # no more than what Redis held; Redis down: requests answered at once,
 # locally, and their units sent when it is back; nginx -t refuses the
 # algorithms whose state is not a count, naming why.
@@ -28,6 +30,7 @@ for my $t (@fleet) {
     $t->write_conf(<<"EOF", workers => 2);
 ratelimit_zone exact 4m redis=127.0.0.1:$rport redis_prefix=x: redis_timeout=2s;
 ratelimit_zone flood 4m redis=127.0.0.1:$rport redis_prefix=f: redis_sync=100ms redis_timeout=2s;
+ratelimit_zone slide 4m redis=127.0.0.1:$rport redis_prefix=w: redis_sync=100ms redis_timeout=2s;
 ratelimit_zone down 1m redis=127.0.0.1:$rport redis_prefix=d: redis_sync=100ms redis_timeout=2s;
 ratelimit_zone restart 1m redis=127.0.0.1:$rport redis_prefix=r: redis_sync=100ms redis_timeout=2s;
 log_format sync '\$msec \$status \$uri';
@@ -43,6 +46,10 @@ server {
     }
     location /flood {
         ratelimit zone=flood key=\$http_x_key algorithm=fixed_window limit=1000 period=10s name=w;
+        alias %%PREFIX%%/html/index.html;
+    }
+    location /slide {
+        ratelimit zone=slide key=\$http_x_key algorithm=sliding_window limit=1000 period=10s buckets=10 name=w;
         alias %%PREFIX%%/html/index.html;
     }
     location /down {
@@ -178,6 +185,31 @@ for my $t (@fleet) {
     $keys += $f->{keys};
 }
 
+# ---- sliding_window, redis_sync=100ms: the ring merged tick by tick ----
+
+# A flood of 7 s spans at most 8 ticks of 1 s: every unit it admits is in
+# the window's 10 newest ticks until it ends, so the fleet admits at least
+# 1,000 and at most 1,000 plus the busiest span's requests (the same bound).
+flood('/slide', 's', 20_000, 7);
+my @slide = logged('/slide');
+my $slid = grep { $_->[1] } @slide;
+my $sbusiest = busiest($span, @slide);
+ok($slide[-1][0] - $slide[0][0] < 8, sprintf('sliding: the flood lasted %.1f s, within 8 ticks',
+                                               $slide[-1][0] - $slide[0][0]));
+ok($slid >= 1000, "sliding: $slid admitted of " . scalar(@slide) . ', at least 1,000');
+ok($slid <= 1000 + $sbusiest, sprintf('sliding: %d admitted, at most the bound %d (1,000 + the %d requests '
+                                      . 'of the busiest %.3f s)', $slid, 1000 + $sbusiest, $sbusiest, $span));
+my $ticks;
+RLTest::wait_until(sub {
+    $ticks = 0;
+    for my $k (@{ $redis->cmd('KEYS', 'w:*') }) {
+        my %h = @{ $redis->cmd('HGETALL', $k) };
+        $ticks += $_ for values %h;
+    }
+    return $ticks == $slid;
+}, 10);
+is($ticks, $slid, "sliding: Redis's ticks hold every unit the fleet admitted ($slid)");
+
 # ---- Redis down: requests answered at once, units sent when it is back ----
 
 $redis->stop;
@@ -227,8 +259,8 @@ ok($admitted <= 400 + 600 + $busiest,
 # ---- nginx -t: algorithms that keep no count are refused, saying why ----
 
 my $t = $fleet[0];
-for my $alg (qw(gcra token_bucket leaky_bucket sliding_log sliding_window concurrency)) {
-    $t->conf_refused(<<"EOF", qr/rule "w" in zone=s: redis_sync merges counts: algorithm=$alg .*use fixed_window or quota, or exact Redis mode/, "algorithm=$alg");
+for my $alg (qw(gcra token_bucket leaky_bucket sliding_log concurrency)) {
+    $t->conf_refused(<<"EOF", qr/rule "w" in zone=s: redis_sync merges counts: algorithm=$alg .*use fixed_window, sliding_window or quota, or exact Redis mode/, "algorithm=$alg");
 ratelimit_zone s 1m redis=127.0.0.1:$rport redis_sync=100ms;
 server { listen 127.0.0.1:%%PORT%%; location / { ratelimit zone=s key=\$remote_addr algorithm=$alg limit=10 name=w; } }
 EOF

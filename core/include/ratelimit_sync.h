@@ -10,8 +10,11 @@
  * carry back into the table (rl_sync_answer judges a reply, rl_sync_apply
  * folds it): a key's count becomes the largest of what the server counted
  * and the fleet's total plus what the server spent since it sent.  Only
- * algorithms whose state is a count in a window merge so: fixed_window and
- * quota (rl_sync_rule_ok says why another is refused).
+ * algorithms whose state is a count in a window merge so: fixed_window,
+ * quota, and sliding_window, a count a tick (its units are journaled by
+ * tick, Redis keeps the fleet's count of each tick of a key in a hash,
+ * and answers the ticks of the window); rl_sync_rule_ok says why another
+ * is refused.
  *
  * The journal has room for a fixed number of keys an interval; a key that
  * finds it full spends locally and its units are counted as dropped (never
@@ -41,13 +44,22 @@ extern "C" {
 /* One key's units to send, as taken from the journal. */
 typedef struct {
     uint64_t  tag;              /* the key's fingerprint in the table */
-    int64_t   end;              /* the window the units were spent in */
+    int64_t   end;              /* the window the units were spent in (a
+                                   tick's: the last window holding it) */
+    int64_t   tick;             /* sliding_window: the tick they were
+                                   spent in (-1: a count rule's window) */
+    int64_t   period_ms;        /* sliding_window: the rule's period, */
+    uint32_t  buckets;          /*   its ticks a window (0: a count rule) */
+    uint32_t  block;            /*   and its block's bytes */
     uint32_t  units;
     uint32_t  next;             /* internal: the journal's chain */
     char      name[RL_REDIS_HASH_LEN]; /* its Redis key, after the prefix */
 } rl_sync_item_t;
 
-/* What Redis answered for an item: the fleet's window and its total. */
+/* What Redis answered for an item: the fleet's window and its total (a
+   sliding_window item: buckets + 1 of them, one a tick of the window
+   ending with the item's, oldest first, end the tick and total its
+   count). */
 typedef struct {
     int64_t   end;
     uint64_t  total;
@@ -112,24 +124,33 @@ RL_API size_t rl_sync_command_size(size_t n, size_t prefix_len,
 /*
  * One script call for n items (at most RL_SYNC_BATCH): EVALSHA (eval: EVAL
  * with the text), the items' Redis keys (prefix, "s:", the name), now,
- * then each item's units and window end.  Returns the bytes written.
+ * then each item's units, window end, tick and buckets.  Returns the
+ * bytes written.
  */
 RL_API size_t rl_sync_command(char *buf, const char *script,
     size_t script_len, int eval, const char *prefix, size_t prefix_len,
     const rl_sync_item_t *items, size_t n, int64_t now_ms);
 
+/* The totals a reply to a call for n items carries (room for totals). */
+RL_API size_t rl_sync_totals(const rl_sync_item_t *items, size_t n);
+
 /*
- * Judges a reply to a call for n items: exactly 2n integers, each window's
- * end within a year of now and each total at most RL_LIMIT_MAX times 4
- * (RL_REDIS_DECIDED, totals set), NOSCRIPT, or failed (why says so).
+ * Judges a reply to a call for n items: exactly 2 integers a count item
+ * (the window's end within a year of now, the total) and buckets + 1 a
+ * sliding_window item (its ticks' counts), each total at most
+ * RL_LIMIT_MAX times 4 (RL_REDIS_DECIDED, totals set), NOSCRIPT, or
+ * failed (why says so).
  */
-RL_API int rl_sync_answer(const rl_resp_t *r, size_t n, int64_t now_ms,
-    rl_sync_total_t *totals, char *why, size_t whylen);
+RL_API int rl_sync_answer(const rl_resp_t *r, const rl_sync_item_t *items,
+    size_t n, int64_t now_ms, rl_sync_total_t *totals, char *why,
+    size_t whylen);
 
 /*
  * Folds the fleet's totals into the table: a key whose count is below the
  * fleet's total plus what it spent here since (the journal's units for it)
- * counts that much; a fleet window that is over changes nothing.
+ * counts that much; a fleet window that is over changes nothing.  A
+ * sliding_window key's ring is folded tick by tick so (its cached sum
+ * made again from the counters).
  */
 RL_API void rl_sync_apply(void *sync, void *table,
     const rl_sync_item_t *items, const rl_sync_total_t *totals, size_t n,

@@ -177,6 +177,7 @@ void restore_block(const rl_rule_t &rule, State &s, int64_t now);
 int64_t quota_end(const rl_rule_t &rule, int64_t now);
 int64_t sliding_window_full_at(const rl_rule_t &rule, int64_t now);
 void sliding_window_restore(const rl_rule_t &rule, State &s, int64_t now);
+void sliding_window_merge(const rl_rule_t &rule, State &s, int64_t k, const uint64_t *at);
 void sliding_log_restore(const rl_rule_t &rule, State &s, int64_t now);
 
 // ---- refunds (refund.cpp) -------------------------------------------------

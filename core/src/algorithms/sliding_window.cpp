@@ -465,4 +465,35 @@ void sliding_window_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64
     b->total -= back < b->total ? back : b->total;
 }
 
+// redis_sync: the fleet's counts of ticks k - S .. k (at[0] the oldest)
+// folded into the ring, each tick counting the largest of its own count
+// and the fleet's.  A tick that has left the ring is not brought back; a
+// newer tick moves the ring on.  The sum is made again from the counters,
+// and head.t is when the newest tick leaves the window.
+void sliding_window_merge(const rl_rule_t &rule, State &s, int64_t k, const uint64_t *at)
+{
+    Block *b = reinterpret_cast<Block *>(s.blob);
+    const int64_t S = rule.buckets, W = rule.period_ms, ring = S + 1;
+    if (b->tick > k + RL_PERIOD_MAX_MS * S / W + ring) {
+        return;  // a block a process left half written: the next request's
+    }
+    if (b->tick < k) {
+        advance(b, S, k, 0);
+    }
+    for (int64_t j = k - S; j <= k; j++) {
+        const uint64_t fleet = at[j - (k - S)];
+        uint32_t &c = b->count[slot_of(j, ring)];
+        if (j > b->tick - ring && fleet > c) {
+            c = fleet < UINT32_MAX ? (uint32_t) fleet : UINT32_MAX;
+        }
+    }
+    uint64_t total = 0;
+    for (int64_t i = 0; i < ring; i++) {
+        total += b->count[i];
+    }
+    b->total = total < UINT32_MAX ? (uint32_t) total : UINT32_MAX;
+    const int64_t full = ceil_div((uint64_t) ((b->tick + 1 + S) * W), (uint64_t) S);
+    s.head.t = s.head.t > full ? s.head.t : full;
+}
+
 }  // namespace rl

@@ -27,18 +27,38 @@ struct alignas(64) SyncHeader {
     rl_sync_figures_t figures;
 };
 
-// The script: each key is "END TOTAL", the fleet's window and its units.
+// The script: a count rule's key is "END TOTAL", the fleet's window and
+// its units.
 // A sender's units go to the stored window while it is not over (at the
 // sender's clock), whichever window the sender counted them in (with
 // align=first servers may start a key's window at different instants: the
 // first one stored is the fleet's, and the servers take it); a stored
 // window that is over (or none) is replaced by the sender's.  The key
-// expires a second after its window.
+// expires a second after its window.  A sliding_window key is a hash of
+// tick -> the fleet's units in it: the sender's units go to their tick,
+// the answer is the counts of the S + 1 ticks of the window ending with
+// it, the ticks that have left are deleted once the hash holds twice the
+// window's, and the key expires a second after the tick leaves the window.
 const char kScript[] =
     "local now = tonumber(ARGV[1])\n"
     "local out = {}\n"
     "for i = 1, #KEYS do\n"
-    "  local units, wend = tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])\n"
+    "  local units, wend = tonumber(ARGV[4 * i - 2]), tonumber(ARGV[4 * i - 1])\n"
+    "  local s = tonumber(ARGV[4 * i + 1])\n"
+    "  if s > 0 then\n"
+    "    local k = tonumber(ARGV[4 * i])\n"
+    "    redis.call('HINCRBY', KEYS[i], ARGV[4 * i], units)\n"
+    "    redis.call('PEXPIREAT', KEYS[i], string.format('%.0f', wend + 1000))\n"
+    "    local f = {}\n"
+    "    for j = k - s, k do f[#f + 1] = string.format('%.0f', j) end\n"
+    "    local v = redis.call('HMGET', KEYS[i], unpack(f))\n"
+    "    for j = 1, #v do out[#out + 1] = tonumber(v[j]) or 0 end\n"
+    "    if redis.call('HLEN', KEYS[i]) > 2 * (s + 1) then\n"
+    "      for _, j in ipairs(redis.call('HKEYS', KEYS[i])) do\n"
+    "        if (tonumber(j) or 0) < k - s then redis.call('HDEL', KEYS[i], j) end\n"
+    "      end\n"
+    "    end\n"
+    "  else\n"
     "  local e, t = 0, 0\n"
     "  local v = redis.call('GET', KEYS[i])\n"
     "  if v then\n"
@@ -48,8 +68,9 @@ const char kScript[] =
     "  if e <= now then e, t = wend, 0 end\n"
     "  t = t + units\n"
     "  redis.call('SET', KEYS[i], string.format('%.0f %.0f', e, t), 'PX', string.format('%.0f', e - now + 1000))\n"
-    "  out[2 * i - 1] = e\n"
-    "  out[2 * i] = t\n"
+    "  out[#out + 1] = e\n"
+    "  out[#out + 1] = t\n"
+    "  end\n"
     "end\n"
     "return out\n";
 
@@ -77,34 +98,39 @@ uint32_t index_size(uint32_t keys)
     return n;
 }
 
-uint32_t bucket(const SyncHeader *h, uint64_t tag)
+// A journal's item is a key's, or a key's tick's (sliding_window).
+uint32_t bucket(const SyncHeader *h, uint64_t tag, int64_t tick)
 {
+    tag ^= (uint64_t) tick * 0x9e3779b97f4a7c15ull;
     return (uint32_t) ((tag ^ tag >> 29) & (h->nindex - 1));
 }
 
-rl_sync_item_t *find(SyncHeader *h, uint64_t tag)
+rl_sync_item_t *find(SyncHeader *h, uint64_t tag, int64_t tick)
 {
     rl_sync_item_t *items = items_of(h);
-    for (uint32_t i = index_of(h)[bucket(h, tag)]; i != 0; i = items[i - 1].next) {
-        if (items[i - 1].tag == tag) {
+    for (uint32_t i = index_of(h)[bucket(h, tag, tick)]; i != 0; i = items[i - 1].next) {
+        if (items[i - 1].tag == tag && items[i - 1].tick == tick) {
             return &items[i - 1];
         }
     }
     return nullptr;
 }
 
-// Adds units to a key's item, made if need be (name: its Redis key, made
-// by the caller only then); false if the journal is full.
-template <typename Name> bool add(SyncHeader *h, uint64_t tag, int64_t end, uint64_t units, Name name)
+// Adds like's units to its key's (and tick's) item, made if need be
+// (name: its Redis key, made by the caller only then); false if the
+// journal is full.
+template <typename Name> bool add(SyncHeader *h, const rl_sync_item_t &like, Name name)
 {
-    rl_sync_item_t *it = find(h, tag);
+    const uint64_t tag = like.tag, units = like.units;
+    const int64_t end = like.end;
+    rl_sync_item_t *it = find(h, tag, like.tick);
     if (it == nullptr) {
         if (h->used == h->keys) {
             return false;
         }
         it = &items_of(h)[h->used++];
-        uint32_t &head = index_of(h)[bucket(h, tag)];
-        it->tag = tag;
+        uint32_t &head = index_of(h)[bucket(h, tag, like.tick)];
+        *it = like;
         it->units = 0;
         it->next = head;
         name(it->name);
@@ -158,14 +184,12 @@ int rl_sync_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
     switch (rule->algorithm) {
     case RL_FIXED_WINDOW:
     case RL_QUOTA:
+    case RL_SLIDING_WINDOW:
         break;
     case RL_GCRA:
     case RL_TOKEN_BUCKET:
     case RL_LEAKY_BUCKET:
         why = "keeps a time, not a count";
-        break;
-    case RL_SLIDING_WINDOW:
-        why = "keeps a ring of counts this version does not merge";
         break;
     case RL_SLIDING_LOG:
         why = "keeps the time of every unit, not a count";
@@ -176,7 +200,7 @@ int rl_sync_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
     }
     if (why != nullptr) {
         rl::fail(err, errlen,
-                 "redis_sync merges counts: algorithm=%s %s; use fixed_window or quota, "
+                 "redis_sync merges counts: algorithm=%s %s; use fixed_window, sliding_window or quota, "
                  "or exact Redis mode (no redis_sync)",
                  rl_algorithm_name(rule->algorithm), why);
         return RL_ERROR;
@@ -197,11 +221,28 @@ void rl_sync_note(void *sync, const void *table, const rl_request_t *rq, int64_t
         if (c.table != table || c.outcome != RL_OUTCOME_ALLOWED) {
             continue;
         }
-        const uint64_t units = spent(c);
+        rl_sync_item_t like{};
+        like.tag = c.tag;
+        like.tick = -1;
+        if (c.rule->algorithm == RL_SLIDING_WINDOW) {
+            // the units of the tick it was decided in
+            const int64_t S = c.rule->buckets, W = c.rule->period_ms;
+            like.tick = rl::floor_div(c.at * S, W);
+            like.end = rl::ceil_div((uint64_t) ((like.tick + 1 + S) * W), (uint64_t) S);
+            like.period_ms = W;
+            like.buckets = (uint32_t) S;
+            like.block = c.rule->block;
+            like.units = (uint32_t) (c.cost < UINT32_MAX ? c.cost : UINT32_MAX);
+        } else {
+            const uint64_t units = spent(c);
+            like.end = c.after.t;
+            like.units = (uint32_t) (units < UINT32_MAX ? units : UINT32_MAX);
+        }
+        const uint64_t units = like.units;
         if (units == 0) {
             continue;
         }
-        const bool kept = add(h, c.tag, c.after.t, units, [&c](char *name) {
+        const bool kept = add(h, like, [&c](char *name) {
             char key[RL_REDIS_HASH_LEN];
             rl_redis_key(key, "", 0, 0, c.identity, c.key, c.key_len);
             std::memcpy(name, key, RL_REDIS_HASH_LEN);
@@ -241,7 +282,7 @@ void rl_sync_requeue(void *sync, const rl_sync_item_t *items, size_t n)
     SyncHeader *h = header(sync);
     for (size_t i = 0; i < n; i++) {
         const rl_sync_item_t &it = items[i];
-        if (!add(h, it.tag, it.end, it.units, [&it](char *name) { std::memcpy(name, it.name, RL_REDIS_HASH_LEN); })) {
+        if (!add(h, it, [&it](char *name) { std::memcpy(name, it.name, RL_REDIS_HASH_LEN); })) {
             bump(h->figures.dropped, it.units);
         }
     }
@@ -283,14 +324,14 @@ const char *rl_sync_script(size_t *len)
 size_t rl_sync_command_size(size_t n, size_t prefix_len, size_t script_len)
 {
     // per part: '$', up to 20 digits, 2 CRLFs, the bytes
-    return 64 + script_len + n * (3 * 24 + prefix_len + 2 + RL_REDIS_HASH_LEN + 2 * 20) + 24 * 3;
+    return 64 + script_len + n * (5 * 24 + prefix_len + 2 + RL_REDIS_HASH_LEN + 4 * 20) + 24 * 3;
 }
 
 size_t rl_sync_command(char *buf, const char *script, size_t script_len, int eval, const char *prefix,
                        size_t prefix_len, const rl_sync_item_t *items, size_t n, int64_t now_ms)
 {
     rl::Writer w{buf};
-    w.header('*', 3 + n + 1 + 2 * n);
+    w.header('*', 3 + n + 1 + 4 * n);
     if (eval) {
         w.arg("EVAL", 4);
     } else {
@@ -309,11 +350,23 @@ size_t rl_sync_command(char *buf, const char *script, size_t script_len, int eva
     for (size_t i = 0; i < n; i++) {
         w.arg((int64_t) items[i].units);
         w.arg(items[i].end);
+        w.arg(items[i].buckets > 0 ? items[i].tick : (int64_t) 0);
+        w.arg((int64_t) items[i].buckets);
     }
     return (size_t) (w.p - buf);
 }
 
-int rl_sync_answer(const rl_resp_t *r, size_t n, int64_t now_ms, rl_sync_total_t *totals, char *why, size_t whylen)
+size_t rl_sync_totals(const rl_sync_item_t *items, size_t n)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        m += items[i].buckets > 0 ? items[i].buckets + 1 : 1;
+    }
+    return m;
+}
+
+int rl_sync_answer(const rl_resp_t *r, const rl_sync_item_t *items, size_t n, int64_t now_ms, rl_sync_total_t *totals,
+                   char *why, size_t whylen)
 {
     if (r->type == RL_RESP_ERROR) {
         if (r->str_len >= 8 && std::memcmp(r->str, "NOSCRIPT", 8) == 0) {
@@ -322,25 +375,71 @@ int rl_sync_answer(const rl_resp_t *r, size_t n, int64_t now_ms, rl_sync_total_t
         rl::fail(why, whylen, "an error reply to the exchange");
         return RL_REDIS_FAILED;
     }
-    if (r->type != RL_RESP_ARRAY || !r->integers || r->integer != (int64_t) (2 * n) || r->nitems != 2 * n) {
-        rl::fail(why, whylen, "not an array of %zu integers", 2 * n);
+    // a count item answers its window's end and total, a tick item its
+    // window's counts
+    size_t want = 0;
+    for (size_t i = 0; i < n; i++) {
+        want += items[i].buckets > 0 ? items[i].buckets + 1 : 2;
+    }
+    if (r->type != RL_RESP_ARRAY || !r->integers || r->integer != (int64_t) want || r->nitems != want) {
+        rl::fail(why, whylen, "not an array of %zu integers", want);
         return RL_REDIS_FAILED;
     }
-    const uint64_t most = 4ull * RL_LIMIT_MAX;
+    const int64_t most = 4ll * RL_LIMIT_MAX;
+    const int64_t *v = r->items;
     for (size_t i = 0; i < n; i++) {
-        const int64_t end = r->items[2 * i], total = r->items[2 * i + 1];
+        if (items[i].buckets > 0) {
+            for (int64_t j = items[i].tick - items[i].buckets; j <= items[i].tick; j++, v++) {
+                if (*v < 0 || *v > most) {
+                    rl::fail(why, whylen, "key %zu: a tick's count of %lld units", i, (long long) *v);
+                    return RL_REDIS_FAILED;
+                }
+                *totals++ = rl_sync_total_t{j, (uint64_t) *v};
+            }
+            continue;
+        }
+        const int64_t end = v[0], total = v[1];
+        v += 2;
         if (end < now_ms - RL_PERIOD_MAX_MS || end > now_ms + RL_PERIOD_MAX_MS + RL_REDIS_CLOCK_SLACK_MS) {
             rl::fail(why, whylen, "key %zu: a window's end %lld ms from now", i, (long long) (end - now_ms));
             return RL_REDIS_FAILED;
         }
-        if (total < 0 || (uint64_t) total > most) {
+        if (total < 0 || total > most) {
             rl::fail(why, whylen, "key %zu: a total of %lld units", i, (long long) total);
             return RL_REDIS_FAILED;
         }
-        totals[i] = rl_sync_total_t{end, (uint64_t) total};
+        *totals++ = rl_sync_total_t{end, (uint64_t) total};
     }
     return RL_REDIS_DECIDED;
 }
+
+namespace {
+
+// A sliding_window item's ticks folded into its key's ring: each tick
+// counts the fleet's units plus what this server spent in it since.
+void apply_ticks(SyncHeader *h, rl::Table *t, const rl_sync_item_t &it, const rl_sync_total_t *ticks, int64_t now_ms)
+{
+    uint64_t at[RL_BUCKETS_MAX + 1];
+    const uint64_t most = UINT32_MAX;
+    for (uint32_t j = 0; j <= it.buckets; j++) {
+        const rl_sync_item_t *since = find(h, it.tag, ticks[j].end);
+        const uint64_t c = ticks[j].total + (since != nullptr ? since->units : 0);
+        at[j] = c < most ? c : most;
+    }
+    const int pool = t->pool_for(it.block);
+    if (pool < 0) {
+        return;  // no pool for the rule's blocks: its keys are decided as cold
+    }
+    rl_rule_t rule{};
+    rule.algorithm = RL_SLIDING_WINDOW;
+    rule.buckets = it.buckets;
+    rule.period_ms = it.period_ms;
+    rl::State s = t->acquire(it.tag, pool, now_ms);
+    rl::sliding_window_merge(rule, s, it.tick, at);
+    t->set_t(it.tag, s.head.t, rl::Debt{0, false});
+}
+
+}  // namespace
 
 void rl_sync_apply(void *sync, void *table, const rl_sync_item_t *items, const rl_sync_total_t *totals, size_t n,
                    int64_t now_ms)
@@ -349,11 +448,18 @@ void rl_sync_apply(void *sync, void *table, const rl_sync_item_t *items, const r
     rl::Table *t = rl::Table::at(table);
     t->recover();
     for (size_t i = 0; i < n; i++) {
-        const rl_sync_total_t &fleet = totals[i];
+        if (items[i].buckets > 0) {
+            if (items[i].end > now_ms) {
+                apply_ticks(h, t, items[i], totals, now_ms);
+            }
+            totals += items[i].buckets + 1;
+            continue;
+        }
+        const rl_sync_total_t &fleet = *totals++;
         if (fleet.end <= now_ms) {
             continue;  // that window is over here
         }
-        const rl_sync_item_t *since = find(h, items[i].tag);
+        const rl_sync_item_t *since = find(h, items[i].tag, -1);
         uint64_t count = fleet.total + (since != nullptr ? since->units : 0);
         const uint64_t most = ~rl::kCarried - 1;
         count = count < most ? count : most;
