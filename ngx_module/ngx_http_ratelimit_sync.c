@@ -5,7 +5,8 @@
  * each key spent in the zone's journal (the core's, beside the table).
  * Every worker has a timer of the interval; the first to find the exchange
  * due takes the journal (under the zone's lock, so one worker a server an
- * interval), sends it in script calls of RL_SYNC_BATCH keys on its Redis
+ * interval), sends it in script calls of up to RL_SYNC_BATCH keys (fewer
+ * sliding_window keys: rl_sync_batch) on its Redis
  * connections (pipelined, nothing waits for them), and folds each reply's
  * fleet totals into the table.  A call Redis does not answer gives its
  * units back to the journal, for the next exchange.  No request waits for
@@ -33,6 +34,8 @@ struct ngx_http_ratelimit_sync_call_s {
 
 
 static void ngx_http_ratelimit_sync_exchange(ngx_event_t *ev);
+static ngx_int_t ngx_http_ratelimit_sync_room(ngx_http_ratelimit_sync_t *sync,
+    size_t n, ngx_log_t *log);
 static void ngx_http_ratelimit_sync_done(ngx_http_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer);
 static void ngx_http_ratelimit_sync_ended(ngx_http_ratelimit_sync_t *sync);
@@ -252,7 +255,7 @@ static void
 ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
 {
     int                              due;
-    size_t                           n, k, m;
+    size_t                           n, i, k, m;
     ngx_http_ratelimit_sync_t       *sync = ev->data;
     ngx_http_ratelimit_sync_call_t  *call;
 
@@ -268,16 +271,8 @@ ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
 
     if (sync->items == NULL) {
         sync->items = ngx_alloc(sync->keys * sizeof(rl_sync_item_t), ev->log);
-        sync->calls = ngx_alloc((sync->keys + RL_SYNC_BATCH - 1)
-                                / RL_SYNC_BATCH
-                                * sizeof(ngx_http_ratelimit_sync_call_t),
-                                ev->log);
 
-        if (sync->items == NULL || sync->calls == NULL) {
-            ngx_free(sync->items);
-            ngx_free(sync->calls);
-            sync->items = NULL;
-            sync->calls = NULL;
+        if (sync->items == NULL) {
             return;
         }
     }
@@ -297,23 +292,11 @@ ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
         return;
     }
 
-    /* room for the answers: a sliding_window key's are its ticks' */
-
-    m = rl_sync_totals(sync->items, n);
-
-    if (m > sync->ntotals) {
-        ngx_free(sync->totals);
-        sync->ntotals = 0;
-        sync->totals = ngx_alloc(m * sizeof(rl_sync_total_t), ev->log);
-
-        if (sync->totals == NULL) {
-            ngx_shmtx_lock(&sync->shpool->mutex);
-            rl_sync_requeue(sync->journal, sync->items, n);
-            ngx_shmtx_unlock(&sync->shpool->mutex);
-            return;
-        }
-
-        sync->ntotals = m;
+    if (ngx_http_ratelimit_sync_room(sync, n, ev->log) != NGX_OK) {
+        ngx_shmtx_lock(&sync->shpool->mutex);
+        rl_sync_requeue(sync->journal, sync->items, n);
+        ngx_shmtx_unlock(&sync->shpool->mutex);
+        return;
     }
 
     sync->failed = 0;
@@ -321,14 +304,15 @@ ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
     sync->sent_units = 0;
     sync->waiting = 0;
 
-    for (k = 0, m = 0; k * RL_SYNC_BATCH < n; k++) {
+    for (k = 0, i = 0, m = 0; i < n; k++) {
         call = &sync->calls[k];
         ngx_memzero(&call->w, sizeof(ngx_http_ratelimit_redis_wait_t));
 
         call->sync = sync;
-        call->items = &sync->items[k * RL_SYNC_BATCH];
-        call->n = ngx_min(RL_SYNC_BATCH, n - k * RL_SYNC_BATCH);
+        call->items = &sync->items[i];
+        call->n = rl_sync_batch(call->items, n - i);
         call->totals = &sync->totals[m];
+        i += call->n;
         m += rl_sync_totals(call->items, call->n);
         call->now = sync->taken_at;
         call->w.handler = ngx_http_ratelimit_sync_done;
@@ -353,6 +337,50 @@ ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
     if (sync->waiting == 0) {
         ngx_http_ratelimit_sync_ended(sync);
     }
+}
+
+
+/*
+ * Room for an exchange of n items: its calls (a sliding_window key's
+ * answer is its ticks', so fewer keys go in a call) and their answers.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_sync_room(ngx_http_ratelimit_sync_t *sync, size_t n,
+    ngx_log_t *log)
+{
+    size_t  i, calls, totals;
+
+    for (i = 0, calls = 0; i < n; calls++) {
+        i += rl_sync_batch(&sync->items[i], n - i);
+    }
+
+    totals = rl_sync_totals(sync->items, n);
+
+    if (calls > sync->ncalls) {
+        ngx_free(sync->calls);
+        sync->ncalls = 0;
+        sync->calls = ngx_alloc(calls * sizeof(ngx_http_ratelimit_sync_call_t),
+                                log);
+        if (sync->calls == NULL) {
+            return NGX_ERROR;
+        }
+
+        sync->ncalls = calls;
+    }
+
+    if (totals > sync->ntotals) {
+        ngx_free(sync->totals);
+        sync->ntotals = 0;
+        sync->totals = ngx_alloc(totals * sizeof(rl_sync_total_t), log);
+        if (sync->totals == NULL) {
+            return NGX_ERROR;
+        }
+
+        sync->ntotals = totals;
+    }
+
+    return NGX_OK;
 }
 
 

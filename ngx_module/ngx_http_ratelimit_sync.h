@@ -35,6 +35,7 @@ struct ngx_http_ratelimit_sync_s {
     ngx_event_t                       timer;
     rl_sync_item_t                   *items;    /* taken, being sent */
     ngx_http_ratelimit_sync_call_t   *calls;
+    size_t                            ncalls;
     rl_sync_total_t                  *totals;   /* the calls' answers */
     size_t                            ntotals;
     ngx_uint_t                        waiting;  /* calls not answered */

@@ -210,6 +210,14 @@ RLTest::wait_until(sub {
 }, 10);
 is($ticks, $slid, "sliding: Redis's ticks hold every unit the fleet admitted ($slid)");
 
+# 100 keys in one exchange: calls of fewer keys (a key's answer is its 11
+# ticks), every one answered and folded
+$fleet[1]->get('/slide', { 'X-Key' => "many$_" }) for 1 .. 100;
+my $many;
+RLTest::wait_until(sub { $many = @{ $redis->cmd('KEYS', 'w:*') }; $many == 101 }, 10);
+is($many, 101, 'sliding: 100 more keys sent in one exchange, each a hash in Redis');
+is(figures($fleet[1], 'slide')->{failures}, 0, 'sliding: and every call answered and judged good');
+
 # ---- Redis down: requests answered at once, units sent when it is back ----
 
 $redis->stop;

@@ -36,8 +36,10 @@
 extern "C" {
 #endif
 
-/* Keys a script call carries (its reply: two integers a key). */
+/* Keys a script call carries at most (its reply: two integers a key, a
+   sliding_window key's buckets + 1), and the integers of its reply. */
 #define RL_SYNC_BATCH      128
+#define RL_SYNC_REPLY_MAX  (2 * RL_SYNC_BATCH)
 #define RL_SYNC_KEYS_MIN   64
 #define RL_SYNC_KEYS_MAX   65536
 
@@ -130,6 +132,10 @@ RL_API size_t rl_sync_command_size(size_t n, size_t prefix_len,
 RL_API size_t rl_sync_command(char *buf, const char *script,
     size_t script_len, int eval, const char *prefix, size_t prefix_len,
     const rl_sync_item_t *items, size_t n, int64_t now_ms);
+
+/* How many of the n items go in one call: at most RL_SYNC_BATCH, their
+   reply at most RL_SYNC_REPLY_MAX integers (at least one item). */
+RL_API size_t rl_sync_batch(const rl_sync_item_t *items, size_t n);
 
 /* The totals a reply to a call for n items carries (room for totals). */
 RL_API size_t rl_sync_totals(const rl_sync_item_t *items, size_t n);

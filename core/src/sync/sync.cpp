@@ -18,6 +18,10 @@ namespace {
 
 constexpr uint32_t kMagic = 0x636e7973;  // "sync"
 
+// a call's reply is parsed whole, and one item always fits in a call
+static_assert(RL_SYNC_REPLY_MAX <= RL_RESP_ITEMS_MAX && RL_BUCKETS_MAX + 1 <= RL_SYNC_REPLY_MAX,
+              "a sync call's reply fits rl_resp_t");
+
 struct alignas(64) SyncHeader {
     uint32_t magic;
     uint32_t keys;
@@ -354,6 +358,18 @@ size_t rl_sync_command(char *buf, const char *script, size_t script_len, int eva
         w.arg((int64_t) items[i].buckets);
     }
     return (size_t) (w.p - buf);
+}
+
+size_t rl_sync_batch(const rl_sync_item_t *items, size_t n)
+{
+    size_t i = 0, ints = 0;
+    for (; i < n && i < RL_SYNC_BATCH; i++) {
+        ints += items[i].buckets > 0 ? items[i].buckets + 1 : 2;
+        if (ints > RL_SYNC_REPLY_MAX && i > 0) {
+            break;
+        }
+    }
+    return i;
 }
 
 size_t rl_sync_totals(const rl_sync_item_t *items, size_t n)
