@@ -237,10 +237,16 @@ $redis->start;
 my $held;
 RLTest::wait_until(sub {
     my @k = @{ $redis->cmd('KEYS', 'd:*') };
-    $held = join ' ', sort map { (split / /, $redis->cmd('GET', $_))[1] } @k;
+    $held = join ' ', sort map { (split / /, $redis->cmd('GET', $_))[-1] } @k;
     return $held eq '1 300';
 }, 10);
 is($held, '1 300', 'Redis back: it holds the 300 units spent while it was down, and the other key\'s 1: none lost');
+# a window the same on every server (align=epoch) is a counter named by its
+# end, the fleet's total a plain integer INCRBY adds to, expiring after it
+my @named = grep { /^d:s:[0-9a-f]{32}:(\d+)$/ && $1 % 3_600_000 == 0 } @{ $redis->cmd('KEYS', 'd:*') };
+is(scalar(@named), 2, 'Redis: each key\'s counter named by its 1 h window\'s end');
+my $pttl = $redis->cmd('PTTL', $named[0]);
+ok($pttl > 0 && $pttl <= 3_601_000, "and it expires a second after its window ($pttl ms)");
 
 # ---- a Redis restart: what Redis held given back, no more ----
 
@@ -250,7 +256,7 @@ for my $t (@fleet[0, 1]) {
 }
 is($first, 600, 'restart: 600 of a quota of 1,000 spent over two servers');
 RLTest::wait_until(sub { my $k = $redis->cmd('KEYS', 'r:*')->[0];
-                         $k && (split / /, $redis->cmd('GET', $k))[1] == 600 }, 10);
+                         $k && (split / /, $redis->cmd('GET', $k))[-1] == 600 }, 10);
 sleep 3 * $interval;   # every server has folded the total in
 $redis->stop;
 $redis->start;

@@ -350,3 +350,46 @@ TEST(Sync, CommandCarriesEachItemsTickAndBuckets)
     EXPECT_NE(cmd.find("$1\r\n2\r\n$13\r\n1767225611000\r\n$10\r\n1767225600\r\n$2\r\n10\r\n"), std::string::npos)
         << cmd;
 }
+
+// A window the same on every server: a counter named by its end, answered
+// by its total alone; align=first keeps the script's "END TOTAL".
+TEST(Sync, AlignedWindowsAreCountersNamedByTheirEnd)
+{
+    SyncZone epoch(kFixed), first("algorithm=fixed_window limit=10 period=10s align=first name=f"), quota(kQuota);
+    epoch.spend("a", 1, kT0 + 5);
+    first.spend("a", 1, kT0 + 5);
+    quota.spend("a", 1, kT0 + 5);
+    rl_sync_item_t items[3] = {epoch.take(kT0 + 5)[0], first.take(kT0 + 5)[0], quota.take(kT0 + 5)[0]};
+    EXPECT_EQ(items[0].aligned, 1);
+    EXPECT_EQ(items[1].aligned, 0);
+    EXPECT_EQ(items[2].aligned, 1);
+    EXPECT_EQ(rl_sync_batch(items, 3), 3u);
+
+    std::vector<char> buf(rl_sync_command_size(3, 2, 40));
+    const std::string cmd(buf.data(), rl_sync_command(buf.data(), "0123456789012345678901234567890123456789", 40, 0,
+                                                      "p:", 2, items, 3, kT0 + 5));
+    EXPECT_NE(cmd.find("p:s:" + std::string(items[0].name, RL_REDIS_HASH_LEN) + ":1767225610000\r\n"),
+              std::string::npos)
+        << cmd;
+    EXPECT_NE(cmd.find("p:s:" + std::string(items[1].name, RL_REDIS_HASH_LEN) + "\r\n"), std::string::npos) << cmd;
+    EXPECT_NE(cmd.find("$13\r\n1767225610000\r\n$1\r\n0\r\n$2\r\n-1\r\n"), std::string::npos) << cmd;
+
+    char why[128];
+    rl_sync_total_t totals[3];
+    rl_resp_t good = reply_of({7, kT0 + 10005, 2, 9});
+    ASSERT_EQ(rl_sync_answer(&good, items, 3, kT0 + 5, totals, why, sizeof(why)), RL_REDIS_DECIDED) << why;
+    EXPECT_EQ(totals[0].end, items[0].end);
+    EXPECT_EQ(totals[0].total, 7u);
+    EXPECT_EQ(totals[1].end, kT0 + 10005);
+    EXPECT_EQ(totals[1].total, 2u);
+    EXPECT_EQ(totals[2].end, items[2].end);
+    EXPECT_EQ(totals[2].total, 9u);
+    for (const auto &v : std::vector<std::vector<int64_t>>{
+             {7, kT0 + 10005, 2}, {7, kT0 + 10005, 2, 9, 1}, {-7, kT0 + 10005, 2, 9}, {7, kT0 + 10005, 2, -1}}) {
+        rl_resp_t r = reply_of(v);
+        EXPECT_EQ(rl_sync_answer(&r, items, 3, kT0 + 5, totals, why, sizeof(why)), RL_REDIS_FAILED) << v.size();
+    }
+    // folded as any count
+    epoch.apply({items[0]}, {totals[0]}, kT0 + 6);
+    EXPECT_EQ(epoch.remaining("a", kT0 + 6), 3u);
+}

@@ -51,10 +51,14 @@ typedef struct {
     int64_t   tick;             /* sliding_window: the tick they were
                                    spent in (-1: a count rule's window) */
     int64_t   period_ms;        /* sliding_window: the rule's period, */
-    uint32_t  buckets;          /*   its ticks a window (0: a count rule) */
-    uint32_t  block;            /*   and its block's bytes */
     uint32_t  units;
     uint32_t  next;             /* internal: the journal's chain */
+    uint8_t   buckets;          /* sliding_window: its ticks a window (0: a
+                                   count rule) */
+    uint8_t   aligned;          /* a count rule's window is the same on
+                                   every server (align=epoch, quota): its
+                                   Redis key is named by its end */
+    uint16_t  block;            /* sliding_window: its block's bytes */
     char      name[RL_REDIS_HASH_LEN]; /* its Redis key, after the prefix */
 } rl_sync_item_t;
 
@@ -125,9 +129,10 @@ RL_API size_t rl_sync_command_size(size_t n, size_t prefix_len,
 
 /*
  * One script call for n items (at most RL_SYNC_BATCH): EVALSHA (eval: EVAL
- * with the text), the items' Redis keys (prefix, "s:", the name), now,
- * then each item's units, window end, tick and buckets.  Returns the
- * bytes written.
+ * with the text), the items' Redis keys (prefix, "s:", the name, and for
+ * an aligned item ":" and its window's end), now, then each item's units,
+ * window end, tick and kind (sliding_window: its buckets; -1 aligned, 0
+ * not).  Returns the bytes written.
  */
 RL_API size_t rl_sync_command(char *buf, const char *script,
     size_t script_len, int eval, const char *prefix, size_t prefix_len,
@@ -141,9 +146,10 @@ RL_API size_t rl_sync_batch(const rl_sync_item_t *items, size_t n);
 RL_API size_t rl_sync_totals(const rl_sync_item_t *items, size_t n);
 
 /*
- * Judges a reply to a call for n items: exactly 2 integers a count item
- * (the window's end within a year of now, the total) and buckets + 1 a
- * sliding_window item (its ticks' counts), each total at most
+ * Judges a reply to a call for n items: exactly 1 integer an aligned item
+ * (the total of its window), 2 another count item (the window's end within
+ * a year of now, the total) and buckets + 1 a sliding_window item (its
+ * ticks' counts), each total at most
  * RL_LIMIT_MAX times 4 (RL_REDIS_DECIDED, totals set), NOSCRIPT, or
  * failed (why says so).
  */

@@ -16,11 +16,19 @@
 
 namespace {
 
+// The integers a reply carries for an item: a tick's count each, the
+// total of a window named by its end, or a window's end and total.
+size_t reply_ints(const rl_sync_item_t &it)
+{
+    return it.buckets > 0 ? it.buckets + 1u : it.aligned ? 1 : 2;
+}
+
 constexpr uint32_t kMagic = 0x636e7973;  // "sync"
 
 // a call's reply is parsed whole, and one item always fits in a call
 static_assert(RL_SYNC_REPLY_MAX <= RL_RESP_ITEMS_MAX && RL_BUCKETS_MAX + 1 <= RL_SYNC_REPLY_MAX,
               "a sync call's reply fits rl_resp_t");
+static_assert(RL_BUCKETS_MAX <= UINT8_MAX, "an item's buckets fit a byte");
 
 struct alignas(64) SyncHeader {
     uint32_t magic;
@@ -31,14 +39,20 @@ struct alignas(64) SyncHeader {
     rl_sync_figures_t figures;
 };
 
-// The script: a count rule's key is "END TOTAL", the fleet's window and
-// its units.
+// The script, a key at a time by its kind (the last of its four
+// arguments: units, window end, tick, kind).  A window the same on every
+// server (kind -1: fixed_window align=epoch, quota) has a Redis key of its
+// own, named by its end: the units are added with INCRBY, which answers the
+// fleet's total, and the key expires a second after the window (set when
+// the INCRBY made it).  A window chosen by a key's first request (kind 0:
+// align=first) is a key "END TOTAL", the fleet's window and its units.
 // A sender's units go to the stored window while it is not over (at the
 // sender's clock), whichever window the sender counted them in (with
 // align=first servers may start a key's window at different instants: the
 // first one stored is the fleet's, and the servers take it); a stored
 // window that is over (or none) is replaced by the sender's.  The key
-// expires a second after its window.  A sliding_window key is a hash of
+// expires a second after its window.  A sliding_window key (kind: its
+// buckets) is a hash of
 // tick -> the fleet's units in it: the sender's units go to their tick,
 // the answer is the counts of the S + 1 ticks of the window ending with
 // it, the ticks that have left are deleted once the hash holds twice the
@@ -49,7 +63,11 @@ const char kScript[] =
     "for i = 1, #KEYS do\n"
     "  local units, wend = tonumber(ARGV[4 * i - 2]), tonumber(ARGV[4 * i - 1])\n"
     "  local s = tonumber(ARGV[4 * i + 1])\n"
-    "  if s > 0 then\n"
+    "  if s < 0 then\n"
+    "    local t = redis.call('INCRBY', KEYS[i], units)\n"
+    "    if t == units then redis.call('PEXPIREAT', KEYS[i], string.format('%.0f', wend + 1000)) end\n"
+    "    out[#out + 1] = t\n"
+    "  elseif s > 0 then\n"
     "    local k = tonumber(ARGV[4 * i])\n"
     "    redis.call('HINCRBY', KEYS[i], ARGV[4 * i], units)\n"
     "    redis.call('PEXPIREAT', KEYS[i], string.format('%.0f', wend + 1000))\n"
@@ -234,12 +252,13 @@ void rl_sync_note(void *sync, const void *table, const rl_request_t *rq, int64_t
             like.tick = rl::floor_div(c.at * S, W);
             like.end = rl::ceil_div((uint64_t) ((like.tick + 1 + S) * W), (uint64_t) S);
             like.period_ms = W;
-            like.buckets = (uint32_t) S;
-            like.block = c.rule->block;
+            like.buckets = (uint8_t) S;
+            like.block = (uint16_t) c.rule->block;
             like.units = (uint32_t) (c.cost < UINT32_MAX ? c.cost : UINT32_MAX);
         } else {
             const uint64_t units = spent(c);
             like.end = c.after.t;
+            like.aligned = c.rule->algorithm == RL_QUOTA || c.rule->align == RL_ALIGN_EPOCH;
             like.units = (uint32_t) (units < UINT32_MAX ? units : UINT32_MAX);
         }
         const uint64_t units = like.units;
@@ -328,7 +347,7 @@ const char *rl_sync_script(size_t *len)
 size_t rl_sync_command_size(size_t n, size_t prefix_len, size_t script_len)
 {
     // per part: '$', up to 20 digits, 2 CRLFs, the bytes
-    return 64 + script_len + n * (5 * 24 + prefix_len + 2 + RL_REDIS_HASH_LEN + 4 * 20) + 24 * 3;
+    return 64 + script_len + n * (5 * 24 + prefix_len + 2 + RL_REDIS_HASH_LEN + 24 + 4 * 20) + 24 * 3;
 }
 
 size_t rl_sync_command(char *buf, const char *script, size_t script_len, int eval, const char *prefix,
@@ -344,10 +363,18 @@ size_t rl_sync_command(char *buf, const char *script, size_t script_len, int eva
     w.arg(script, script_len);
     w.arg((int64_t) n);
     for (size_t i = 0; i < n; i++) {
-        w.header('$', prefix_len + 2 + RL_REDIS_HASH_LEN);
+        // a window the same everywhere: its key's, named by its end
+        char end[24];
+        rl::Writer e{end};
+        if (items[i].aligned) {
+            *e.p++ = ':';
+            e.number(items[i].end);
+        }
+        w.header('$', prefix_len + 2 + RL_REDIS_HASH_LEN + (size_t) (e.p - end));
         w.raw(prefix, prefix_len);
         w.raw("s:", 2);
         w.raw(items[i].name, RL_REDIS_HASH_LEN);
+        w.raw(end, (size_t) (e.p - end));
         w.raw("\r\n", 2);
     }
     w.arg(now_ms);
@@ -355,7 +382,7 @@ size_t rl_sync_command(char *buf, const char *script, size_t script_len, int eva
         w.arg((int64_t) items[i].units);
         w.arg(items[i].end);
         w.arg(items[i].buckets > 0 ? items[i].tick : (int64_t) 0);
-        w.arg((int64_t) items[i].buckets);
+        w.arg(items[i].buckets > 0 ? (int64_t) items[i].buckets : items[i].aligned ? -1 : 0);
     }
     return (size_t) (w.p - buf);
 }
@@ -364,7 +391,7 @@ size_t rl_sync_batch(const rl_sync_item_t *items, size_t n)
 {
     size_t i = 0, ints = 0;
     for (; i < n && i < RL_SYNC_BATCH; i++) {
-        ints += items[i].buckets > 0 ? items[i].buckets + 1 : 2;
+        ints += reply_ints(items[i]);
         if (ints > RL_SYNC_REPLY_MAX && i > 0) {
             break;
         }
@@ -395,7 +422,7 @@ int rl_sync_answer(const rl_resp_t *r, const rl_sync_item_t *items, size_t n, in
     // window's counts
     size_t want = 0;
     for (size_t i = 0; i < n; i++) {
-        want += items[i].buckets > 0 ? items[i].buckets + 1 : 2;
+        want += reply_ints(items[i]);
     }
     if (r->type != RL_RESP_ARRAY || !r->integers || r->integer != (int64_t) want || r->nitems != want) {
         rl::fail(why, whylen, "not an array of %zu integers", want);
@@ -414,8 +441,8 @@ int rl_sync_answer(const rl_resp_t *r, const rl_sync_item_t *items, size_t n, in
             }
             continue;
         }
-        const int64_t end = v[0], total = v[1];
-        v += 2;
+        const int64_t end = items[i].aligned ? items[i].end : v[0], total = items[i].aligned ? v[0] : v[1];
+        v += reply_ints(items[i]);
         if (end < now_ms - RL_PERIOD_MAX_MS || end > now_ms + RL_PERIOD_MAX_MS + RL_REDIS_CLOCK_SLACK_MS) {
             rl::fail(why, whylen, "key %zu: a window's end %lld ms from now", i, (long long) (end - now_ms));
             return RL_REDIS_FAILED;
