@@ -23,7 +23,7 @@ size_t reply_ints(const rl_sync_item_t &it)
     return it.buckets > 0 ? it.buckets + 1u : it.aligned ? 1 : 2;
 }
 
-constexpr uint32_t kMagic = 0x636e7973;  // "sync"
+constexpr uint32_t kMagic = 0x326e7973;  // "syn2": items with their ticks
 
 // a call's reply is parsed whole, and one item always fits in a call
 static_assert(RL_SYNC_REPLY_MAX <= RL_RESP_ITEMS_MAX && RL_BUCKETS_MAX + 1 <= RL_SYNC_REPLY_MAX,
@@ -477,9 +477,12 @@ void apply_ticks(SyncHeader *h, rl::Table *t, const rl_sync_item_t &it, const rl
     rule.algorithm = RL_SLIDING_WINDOW;
     rule.buckets = it.buckets;
     rule.period_ms = it.period_ms;
+    rl::State found{};
+    rl::Table::Ref ref{};
+    const rl::Debt debt = t->find(it.tag, &found, &ref) ? rl::Table::debt(ref) : rl::Debt{0, false};
     rl::State s = t->acquire(it.tag, pool, now_ms);
     rl::sliding_window_merge(rule, s, it.tick, at);
-    t->set_t(it.tag, s.head.t, rl::Debt{0, false});
+    t->set_t(it.tag, s.head.t, debt);
 }
 
 }  // namespace
