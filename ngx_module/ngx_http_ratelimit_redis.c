@@ -20,9 +20,12 @@
 
 #include "ngx_http_ratelimit_module.h"
 #include "ngx_http_ratelimit_redis_conn.h"
-#include "ngx_http_ratelimit_sync.h"
 
 
+static void ngx_http_ratelimit_redis_reply(void *c, rl_resp_t *reply,
+    ngx_str_t *raw);
+static void ngx_http_ratelimit_redis_answered(
+    ngx_http_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
 static ngx_int_t ngx_http_ratelimit_redis_redirect(
     ngx_http_ratelimit_redis_wait_t *w, rl_redis_answer_t *a);
 static void ngx_http_ratelimit_redis_log_folded(ngx_event_t *ev);
@@ -47,6 +50,9 @@ ngx_http_ratelimit_redis_send(ngx_http_ratelimit_redis_t *redis,
     w->redis = redis;
 
     if (redis->nnodes == 0) {
+        redis->reply = ngx_http_ratelimit_redis_reply;
+        redis->unanswered = ngx_http_ratelimit_redis_answered;
+
         /* this worker's servers, for its lifetime: the first is redis= */
         if (redis->nodes == NULL) {
             redis->nodes = ngx_calloc(NGX_HTTP_RATELIMIT_REDIS_NODES
@@ -123,8 +129,8 @@ ngx_http_ratelimit_redis_append(ngx_http_ratelimit_redis_conn_t *conn,
     const char                  *script;
     ngx_http_ratelimit_redis_t  *redis = conn->redis;
 
-    if (w->call == NGX_HTTP_RATELIMIT_REDIS_SYNC) {
-        return ngx_http_ratelimit_sync_command(conn, w, eval);
+    if (w->command != NULL) {
+        return w->command(conn, w, eval);
     }
 
     if (eval) {
@@ -154,13 +160,13 @@ ngx_http_ratelimit_redis_append(ngx_http_ratelimit_redis_conn_t *conn,
 }
 
 
-void
-ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
-    rl_resp_t *reply, ngx_str_t *raw)
+static void
+ngx_http_ratelimit_redis_reply(void *c, rl_resp_t *reply, ngx_str_t *raw)
 {
     ngx_int_t                         kind;
     const char                       *why;
     rl_redis_answer_t                 a;
+    ngx_http_ratelimit_redis_conn_t  *conn = c;
     ngx_http_ratelimit_redis_t       *redis = conn->redis;
     ngx_http_ratelimit_redis_wait_t  *w;
 
@@ -188,8 +194,8 @@ ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
 
     w->conn = NULL;
 
-    kind = (w->call == NGX_HTTP_RATELIMIT_REDIS_SYNC)
-           ? ngx_http_ratelimit_sync_answer(w, reply, &a)
+    kind = w->answer != NULL
+           ? w->answer(w, reply, &a)
            : rl_redis_answer(w->rq, (int) w->call, reply, &a);
     why = a.why;
 
@@ -259,7 +265,7 @@ ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
 /* A wait gets its answer (NULL: Redis failed the call), and the requests
    posted meanwhile run. */
 
-void
+static void
 ngx_http_ratelimit_redis_answered(ngx_http_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer)
 {

@@ -48,6 +48,14 @@ typedef struct ngx_http_ratelimit_redis_wait_s  ngx_http_ratelimit_redis_wait_t;
 typedef void (*ngx_http_ratelimit_redis_done_pt)(
     ngx_http_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
 
+/* A call of another kind than the decision script's (redis_sync's
+   exchange): how its command is written, and its reply read. */
+typedef ngx_int_t (*ngx_http_ratelimit_redis_command_pt)(void *conn,
+    ngx_http_ratelimit_redis_wait_t *w, ngx_uint_t eval);
+typedef ngx_int_t (*ngx_http_ratelimit_redis_answer_pt)(
+    ngx_http_ratelimit_redis_wait_t *w, rl_resp_t *reply,
+    rl_redis_answer_t *a);
+
 /* a request waiting for Redis, in the request's pool; or a request's
    charges being settled after it ended (request NULL: the handler frees it) */
 struct ngx_http_ratelimit_redis_wait_s {
@@ -56,6 +64,8 @@ struct ngx_http_ratelimit_redis_wait_s {
     ngx_http_ratelimit_redis_t        *redis;
     rl_request_t                      *rq;       /* its rules, keys, costs */
     ngx_uint_t                         call;     /* enum rl_redis_call */
+    ngx_http_ratelimit_redis_command_pt  command;  /* NULL: the script's */
+    ngx_http_ratelimit_redis_answer_pt   answer;   /* NULL: the script's */
     void                              *conn;     /* while queued */
     ngx_uint_t                         slot;
     ngx_msec_t                         start;
@@ -64,6 +74,12 @@ struct ngx_http_ratelimit_redis_wait_s {
     unsigned                           timed_out:1;
     unsigned                           redirects:3;  /* MOVED, ASK */
 };
+
+
+/* A reply a connection read, handed up to whoever sent its call
+   (ngx_http_ratelimit_redis.c: connections lie below the calls). */
+typedef void (*ngx_http_ratelimit_redis_reply_pt)(void *conn,
+    rl_resp_t *reply, ngx_str_t *raw);
 
 
 /* lines of a kind, folded: one a second, the rest counted in a line a
@@ -107,6 +123,11 @@ struct ngx_http_ratelimit_redis_s {
     void                              *refusals; /* in the zone, after the
                                                     stats (rl_refusals_*) */
     size_t                             refusals_size;
+
+    /* set before the first connection (ngx_http_ratelimit_redis_send):
+       each reply read, and each call a lost connection will not answer */
+    ngx_http_ratelimit_redis_reply_pt  reply;
+    ngx_http_ratelimit_redis_done_pt   unanswered;
 
     /* this worker's: the servers it knows (the first is redis=), and,
        with Redis Cluster, which serves each slot */

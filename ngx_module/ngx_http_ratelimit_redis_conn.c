@@ -22,6 +22,12 @@ static ngx_int_t ngx_http_ratelimit_redis_connect(
 static void ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev);
 static void ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev);
 static void ngx_http_ratelimit_redis_drop(ngx_connection_t *c);
+#if (NGX_SSL)
+static void ngx_http_ratelimit_redis_tls_done(
+    ngx_http_ratelimit_redis_conn_t *conn, const char *why);
+#endif
+static void ngx_http_ratelimit_redis_ready(
+    ngx_http_ratelimit_redis_conn_t *conn);
 static void ngx_http_ratelimit_redis_refuse(
     ngx_http_ratelimit_redis_conn_t *conn, long used, u_char *data,
     size_t len);
@@ -294,9 +300,28 @@ ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
 }
 
 
+#if (NGX_SSL)
+
+/* The TLS handshake is over: failed (why), or the connection is ready. */
+
+static void
+ngx_http_ratelimit_redis_tls_done(ngx_http_ratelimit_redis_conn_t *conn,
+    const char *why)
+{
+    if (why != NULL) {
+        ngx_http_ratelimit_redis_fail(conn, why, 0);
+        return;
+    }
+
+    ngx_http_ratelimit_redis_ready(conn);
+}
+
+#endif
+
+
 /* Connected (and TLS established): the commands queued meanwhile go. */
 
-void
+static void
 ngx_http_ratelimit_redis_ready(ngx_http_ratelimit_redis_conn_t *conn)
 {
     ngx_connection_t  *c = conn->peer.connection;
@@ -450,7 +475,8 @@ ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev)
 
 #if (NGX_SSL)
         if (conn->redis->ssl) {
-            ngx_http_ratelimit_redis_tls_start(conn);
+            ngx_http_ratelimit_redis_tls_start(conn,
+                                            ngx_http_ratelimit_redis_tls_done);
             return;
         }
 #endif
@@ -534,7 +560,7 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
                 return;
             }
 
-            ngx_http_ratelimit_redis_reply(conn, &reply, &raw);
+            conn->redis->reply(conn, &reply, &raw);
 
             if (conn->state == NGX_HTTP_RATELIMIT_REDIS_DOWN) {
                 return;
@@ -677,6 +703,6 @@ ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
         (void) ngx_atomic_fetch_add(timeout ? &redis->stats->timeouts
                                             : &redis->stats->errors, 1);
 
-        ngx_http_ratelimit_redis_answered(w, NULL);
+        redis->unanswered(w, NULL);
     }
 }

@@ -36,8 +36,15 @@ extern ngx_uint_t  ngx_http_ratelimit_redis_own;
 
 
 typedef struct ngx_http_ratelimit_redis_node_s  ngx_http_ratelimit_redis_node_t;
+typedef struct ngx_http_ratelimit_redis_conn_s  ngx_http_ratelimit_redis_conn_t;
 
-typedef struct {
+/* The end of a connection's TLS handshake: why it failed, or NULL (the
+   connection is ready).  TLS (ngx_http_ratelimit_redis_tls.c) lies below
+   the connections and tells them through it. */
+typedef void (*ngx_http_ratelimit_redis_tls_done_pt)(
+    ngx_http_ratelimit_redis_conn_t *conn, const char *why);
+
+struct ngx_http_ratelimit_redis_conn_s {
     ngx_http_ratelimit_redis_t        *redis;
     ngx_http_ratelimit_redis_node_t   *node;
     ngx_peer_connection_t              peer;
@@ -64,7 +71,8 @@ typedef struct {
     unsigned                           tls_cert_asked:1;  /* and none */
     unsigned                           quiet:1;      /* a failure logged
                                                         already */
-} ngx_http_ratelimit_redis_conn_t;
+    ngx_http_ratelimit_redis_tls_done_pt  tls_done;
+};
 
 
 /* a Redis server and this worker's redis_pool connections to it */
@@ -97,27 +105,23 @@ void ngx_http_ratelimit_redis_push(ngx_http_ratelimit_redis_conn_t *conn,
     ngx_http_ratelimit_redis_wait_t *w);
 void ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
     const char *why, ngx_uint_t timeout);
-void ngx_http_ratelimit_redis_ready(ngx_http_ratelimit_redis_conn_t *conn);
+void ngx_http_ratelimit_redis_lost(ngx_http_ratelimit_redis_conn_t *conn,
+    const char *why);
 
 /* ngx_http_ratelimit_redis_tls.c */
 #if (NGX_SSL)
-void ngx_http_ratelimit_redis_tls_start(ngx_http_ratelimit_redis_conn_t *conn);
+void ngx_http_ratelimit_redis_tls_start(ngx_http_ratelimit_redis_conn_t *conn,
+    ngx_http_ratelimit_redis_tls_done_pt done);
 void ngx_http_ratelimit_redis_tls_forget(ngx_http_ratelimit_redis_node_t *node);
 #endif
 void ngx_http_ratelimit_redis_tls_failed(ngx_http_ratelimit_redis_conn_t *conn,
     const char *why, ngx_uint_t precise);
-void ngx_http_ratelimit_redis_lost(ngx_http_ratelimit_redis_conn_t *conn,
-    const char *why);
 
 /* ngx_http_ratelimit_redis.c */
 ngx_int_t ngx_http_ratelimit_redis_append(
     ngx_http_ratelimit_redis_conn_t *conn, ngx_http_ratelimit_redis_wait_t *w,
     ngx_uint_t eval);
-void ngx_http_ratelimit_redis_reply(ngx_http_ratelimit_redis_conn_t *conn,
-    rl_resp_t *reply, ngx_str_t *raw);
 void ngx_http_ratelimit_redis_log_reply(ngx_http_ratelimit_redis_conn_t *conn,
     ngx_uint_t level, const char *why, rl_resp_t *reply, ngx_str_t *raw);
-void ngx_http_ratelimit_redis_answered(ngx_http_ratelimit_redis_wait_t *w,
-    rl_redis_answer_t *answer);
 
 #endif /* NGX_HTTP_RATELIMIT_REDIS_CONN_H */

@@ -168,12 +168,14 @@ ngx_http_ratelimit_redis_tls_conf(ngx_conf_t *cf,
  */
 
 void
-ngx_http_ratelimit_redis_tls_start(ngx_http_ratelimit_redis_conn_t *conn)
+ngx_http_ratelimit_redis_tls_start(ngx_http_ratelimit_redis_conn_t *conn,
+    ngx_http_ratelimit_redis_tls_done_pt done)
 {
     ngx_int_t                    rc;
     ngx_connection_t            *c = conn->peer.connection;
     ngx_http_ratelimit_redis_t  *redis = conn->redis;
 
+    conn->tls_done = done;
     conn->tls_alert = -1;
     conn->tls_alert_sent = -1;
     conn->tls_cert_asked = 0;
@@ -184,7 +186,7 @@ ngx_http_ratelimit_redis_tls_start(ngx_http_ratelimit_redis_conn_t *conn)
     if (c->pool == NULL
         || ngx_ssl_create_connection(redis->ssl, c, NGX_SSL_CLIENT) != NGX_OK)
     {
-        ngx_http_ratelimit_redis_fail(conn, "cannot start TLS", 0);
+        done(conn, "cannot start TLS");
         return;
     }
 
@@ -196,7 +198,7 @@ ngx_http_ratelimit_redis_tls_start(ngx_http_ratelimit_redis_conn_t *conn)
                                     (char *) redis->tls_name.data)
            == 0)
     {
-        ngx_http_ratelimit_redis_fail(conn, "cannot set TLS SNI", 0);
+        done(conn, "cannot set TLS SNI");
         return;
     }
 
@@ -205,7 +207,7 @@ ngx_http_ratelimit_redis_tls_start(ngx_http_ratelimit_redis_conn_t *conn)
     if (conn->node->session
         && ngx_ssl_set_session(c, conn->node->session) != NGX_OK)
     {
-        ngx_http_ratelimit_redis_fail(conn, "cannot set TLS session", 0);
+        done(conn, "cannot set TLS session");
         return;
     }
 
@@ -279,7 +281,7 @@ ngx_http_ratelimit_redis_tls_handshaked(ngx_connection_t *c)
         ngx_del_timer(c->write);
     }
 
-    ngx_http_ratelimit_redis_ready(conn);
+    conn->tls_done(conn, NULL);
 }
 
 
@@ -492,5 +494,5 @@ ngx_http_ratelimit_redis_tls_failed(ngx_http_ratelimit_redis_conn_t *conn,
         ngx_memcpy(node->tls_error, line, p - line + 1);
     }
 
-    ngx_http_ratelimit_redis_fail(conn, (char *) line, 0);
+    conn->tls_done(conn, (char *) line);
 }

@@ -317,6 +317,8 @@ ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
         call->now = sync->taken_at;
         call->w.handler = ngx_http_ratelimit_sync_done;
         call->w.call = NGX_HTTP_RATELIMIT_REDIS_SYNC;
+        call->w.command = ngx_http_ratelimit_sync_command;
+        call->w.answer = ngx_http_ratelimit_sync_answer;
 
         sync->waiting++;
 

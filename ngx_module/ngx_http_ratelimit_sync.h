@@ -80,7 +80,8 @@ void ngx_http_ratelimit_sync_stop(ngx_http_ratelimit_sync_t *sync);
 const rl_sync_figures_t *ngx_http_ratelimit_sync_figures(ngx_pool_t *pool,
     ngx_http_ratelimit_sync_t *sync);
 
-/* The connection layer's hooks for an exchange's calls. */
+/* An exchange's call: its command written, its reply read (the waits'
+   command and answer). */
 ngx_int_t ngx_http_ratelimit_sync_command(void *conn,
     ngx_http_ratelimit_redis_wait_t *w, ngx_uint_t eval);
 ngx_int_t ngx_http_ratelimit_sync_answer(ngx_http_ratelimit_redis_wait_t *w,

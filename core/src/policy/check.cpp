@@ -317,6 +317,8 @@ template <bool kOne> int decide_as(rl_request_t &rq, int64_t now)
             i = later[k - n];
             final = k + 1 == n + nlater && tally.allowing == tally.applying;
         } else if (!rl::applies(c[i])) {
+            items[i].committed = items[i].banned = false;  // read by the passes below
+            items[i].pool = -1;
             continue;
         } else if (!kOne && !any && rl::blob_size(*c[i].rule) > 0 && c[i].rule->algorithm != RL_CONCURRENCY) {
             later[nlater++] = (uint8_t) i;
