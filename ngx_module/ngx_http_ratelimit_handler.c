@@ -302,7 +302,9 @@ ngx_http_ratelimit_decide_local(ngx_http_request_t *r,
 
     ngx_http_ratelimit_lock(&ctx->rq, 1);
     (void) rl_decide(&ctx->rq, now);
-    ngx_http_ratelimit_sync_note(&ctx->rq, now);
+    if (ngx_http_ratelimit_sync_zones) {
+        ngx_http_ratelimit_sync_note(&ctx->rq, now);
+    }
     ngx_http_ratelimit_lock(&ctx->rq, 0);
 
     return ngx_http_ratelimit_decided(r, ctx);

@@ -22,6 +22,11 @@
 #include "ngx_http_ratelimit_sync.h"
 
 
+/* The redis_sync zones this worker exchanges for: none, and a request
+   notes nothing. */
+ngx_uint_t  ngx_http_ratelimit_sync_zones;
+
+
 struct ngx_http_ratelimit_sync_call_s {
     ngx_http_ratelimit_redis_wait_t   w;        /* first: the wait is the
                                                    call */
@@ -208,6 +213,8 @@ ngx_http_ratelimit_sync_note(rl_request_t *rq, int64_t now)
 void
 ngx_http_ratelimit_sync_start(ngx_http_ratelimit_sync_t *sync)
 {
+    ngx_http_ratelimit_sync_zones++;
+
     sync->timer.handler = ngx_http_ratelimit_sync_exchange;
     sync->timer.data = sync;
     sync->timer.log = ngx_cycle->log;

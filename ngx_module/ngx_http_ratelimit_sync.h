@@ -71,6 +71,7 @@ ngx_int_t ngx_http_ratelimit_sync_check_rule(ngx_conf_t *cf,
 
 /* What a request decided locally spent, noted (the locks held). */
 void ngx_http_ratelimit_sync_note(rl_request_t *rq, int64_t now);
+extern ngx_uint_t  ngx_http_ratelimit_sync_zones;
 
 /* A worker starts its exchange timer; stops it, and its connections. */
 void ngx_http_ratelimit_sync_start(ngx_http_ratelimit_sync_t *sync);

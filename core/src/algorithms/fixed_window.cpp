@@ -52,6 +52,7 @@ rl_decision_t windowed_count(const rl_rule_t &rule, State &s, int64_t now, uint6
             d.allowed = 1;  // looking is always allowed
         } else {
             d.retry_after_ms = owed + cost <= rule.limit ? end - now : back;
+            d.available_ms = d.retry_after_ms;  // a refusal's, as every rule's
         }
         return d;
     }

@@ -68,16 +68,30 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
     // than 2^40 ms (35 years) from now, reads as an empty log, and an
     // admitted request starts it afresh.
     const int64_t sane = 1ll << 40;
-    const uint32_t count =
-        b != nullptr && b->count <= size && b->base > now - sane && b->base < now + sane ? b->count : 0;
+    uint32_t count = b != nullptr && b->count <= size && b->base > now - sane && b->base < now + sane ? b->count : 0;
     auto time_of = [&](uint32_t i) { return b->base + (int64_t) b->at[(b->head + i) % size]; };
 
-    const int64_t newest = count ? time_of(count - 1) : INT64_MIN;
-    const int64_t t = now > newest ? now : newest;  // the time a unit is logged at
-
-    uint32_t expired = 0;  // the oldest times out of (t - W, t]
-    while (expired < count && time_of(expired) <= t - W) {
-        expired++;
+    int64_t newest, t;
+    uint32_t expired;  // the oldest times out of (t - W, t]
+    for (;;) {
+        newest = count ? time_of(count - 1) : INT64_MIN;
+        t = now > newest ? now : newest;  // the time a unit is logged at
+        expired = 0;
+        while (expired < count && time_of(expired) <= t - W) {
+            expired++;
+        }
+        // the times read must be in order (the oldest live one, and the one
+        // a refusal waits for, between it and the newest): a ring out of
+        // order is one a process died writing, and reads as empty
+        bool ordered = expired == count || time_of(expired) <= newest;
+        if (ordered && expired < count && cost <= rule.limit && count - expired + cost > rule.limit) {
+            const int64_t leaves = time_of(expired + (uint32_t) (count - expired + cost - rule.limit) - 1);
+            ordered = leaves >= time_of(expired) && leaves <= newest;
+        }
+        if (ordered) {
+            break;
+        }
+        count = 0;
     }
     const uint64_t live = count - expired;
     const int64_t reset = live ? newest + W - now : 0;

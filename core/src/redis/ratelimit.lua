@@ -133,6 +133,7 @@ local function windowed_count(r, h, now, cost, wend, window)
       d.allowed = 1
     else
       d.retry = owed + cost <= r.limit and wend - now or back
+      d.available = d.retry
     end
     return d
   end
