@@ -71,22 +71,23 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
     uint32_t count = b != nullptr && b->count <= size && b->base > now - sane && b->base < now + sane ? b->count : 0;
     auto time_of = [&](uint32_t i) { return b->base + (int64_t) b->at[(b->head + i) % size]; };
 
-    int64_t newest, t;
-    uint32_t expired;  // the oldest times out of (t - W, t]
+    int64_t newest, t, first;  // first: the oldest live time, if any
+    uint32_t expired;          // the oldest times out of (t - W, t]
     for (;;) {
         newest = count ? time_of(count - 1) : INT64_MIN;
         t = now > newest ? now : newest;  // the time a unit is logged at
         expired = 0;
-        while (expired < count && time_of(expired) <= t - W) {
+        first = INT64_MIN;
+        while (expired < count && (first = time_of(expired)) <= t - W) {
             expired++;
         }
         // the times read must be in order (the oldest live one, and the one
         // a refusal waits for, between it and the newest): a ring out of
         // order is one a process died writing, and reads as empty
-        bool ordered = expired == count || time_of(expired) <= newest;
+        bool ordered = expired == count || first <= newest;
         if (ordered && expired < count && cost <= rule.limit && count - expired + cost > rule.limit) {
             const int64_t leaves = time_of(expired + (uint32_t) (count - expired + cost - rule.limit) - 1);
-            ordered = leaves >= time_of(expired) && leaves <= newest;
+            ordered = leaves >= first && leaves <= newest;
         }
         if (ordered) {
             break;
@@ -109,7 +110,7 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
         d.reset_ms = cost > 0 ? t + W - now : reset;
         // one more unit when the oldest (this request's, if none) leaves;
         // never after the reset (nothing to come back to an empty log)
-        const int64_t oldest = (live > 0 ? time_of(expired) : t) + W - now;
+        const int64_t oldest = (live > 0 ? first : t) + W - now;
         d.available_ms = oldest < d.reset_ms ? oldest : d.reset_ms;
         if (apply && cost > 0) {
             b->head = count ? (b->head + expired) % size : 0;
