@@ -66,33 +66,35 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
     // A block a process died writing may hold anything (the table does not
     // save blocks, table.h): more times than it has room for, or a base more
     // than 2^40 ms (35 years) from now, reads as an empty log, and an
-    // admitted request starts it afresh.
+    // admitted request starts it afresh; times out of order, below.
     const int64_t sane = 1ll << 40;
     uint32_t count = b != nullptr && b->count <= size && b->base > now - sane && b->base < now + sane ? b->count : 0;
     auto time_of = [&](uint32_t i) { return b->base + (int64_t) b->at[(b->head + i) % size]; };
 
-    int64_t newest, t, first;  // first: the oldest live time, if any
-    uint32_t expired;          // the oldest times out of (t - W, t]
-    for (;;) {
-        newest = count ? time_of(count - 1) : INT64_MIN;
-        t = now > newest ? now : newest;  // the time a unit is logged at
-        expired = 0;
-        first = INT64_MIN;
-        while (expired < count && (first = time_of(expired)) <= t - W) {
-            expired++;
+    int64_t newest = count ? time_of(count - 1) : INT64_MIN;
+    int64_t t = now > newest ? now : newest;  // the time a unit is logged at
+    int64_t first = INT64_MIN;                // the oldest live time, if any
+    uint32_t expired = 0;                     // the oldest times out of (t - W, t]
+    while (expired < count && (first = time_of(expired)) <= t - W) {
+        expired++;
+    }
+    // The times read must be in order (the oldest live one, and the one a
+    // refusal waits for, between it and the newest).  A ring out of order is
+    // one a process died writing: its units are all taken as logged at its
+    // latest time (flat), which frees none of them early, and an admitted
+    // request writes them so.
+    bool flat = expired < count && first > newest;
+    if (!flat && expired < count && cost <= rule.limit && count - expired + cost > rule.limit) {
+        const int64_t leaves = time_of(expired + (uint32_t) (count - expired + cost - rule.limit) - 1);
+        flat = leaves < first || leaves > newest;
+    }
+    if (flat) {
+        for (uint32_t i = 0; i < count; i++) {
+            newest = time_of(i) > newest ? time_of(i) : newest;
         }
-        // the times read must be in order (the oldest live one, and the one
-        // a refusal waits for, between it and the newest): a ring out of
-        // order is one a process died writing, and reads as empty
-        bool ordered = expired == count || first <= newest;
-        if (ordered && expired < count && cost <= rule.limit && count - expired + cost > rule.limit) {
-            const int64_t leaves = time_of(expired + (uint32_t) (count - expired + cost - rule.limit) - 1);
-            ordered = leaves >= first && leaves <= newest;
-        }
-        if (ordered) {
-            break;
-        }
-        count = 0;
+        t = now > newest ? now : newest;
+        first = newest;
+        expired = newest <= t - W ? count : 0;
     }
     const uint64_t live = count - expired;
     const int64_t reset = live ? newest + W - now : 0;
@@ -115,6 +117,13 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
         if (apply && cost > 0) {
             b->head = count ? (b->head + expired) % size : 0;
             b->count = (uint32_t) live;
+            if (flat && live > 0) {
+                b->head = 0;
+                b->base = newest;
+                for (uint32_t i = 0; i < live; i++) {
+                    b->at[i] = 0;
+                }
+            }
             if (b->count == 0 || t - b->base > INT32_MAX) {
                 // rebase on the oldest live time: every live time is within
                 // W <= 2^31 ms of t, so offsets stay in 32 bits
@@ -134,7 +143,7 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
         // the (live + cost - limit)-th oldest live unit must leave first
         d.remaining = live < rule.limit ? rule.limit - live : 0;  // a lowered limit
         d.reset_ms = reset;
-        d.retry_after_ms = time_of(expired + (uint32_t) (live + cost - rule.limit) - 1) + W - now;
+        d.retry_after_ms = (flat ? newest : time_of(expired + (uint32_t) (live + cost - rule.limit) - 1)) + W - now;
         d.available_ms = d.retry_after_ms;
     }
     return d;
