@@ -25,9 +25,9 @@ static void ngx_http_ratelimit_redis_drop(ngx_connection_t *c);
 #if (NGX_SSL)
 static void ngx_http_ratelimit_redis_tls_done(
     ngx_http_ratelimit_redis_conn_t *conn, const char *why);
-#endif
 static void ngx_http_ratelimit_redis_ready(
     ngx_http_ratelimit_redis_conn_t *conn);
+#endif
 static void ngx_http_ratelimit_redis_refuse(
     ngx_http_ratelimit_redis_conn_t *conn, long used, u_char *data,
     size_t len);
@@ -316,10 +316,8 @@ ngx_http_ratelimit_redis_tls_done(ngx_http_ratelimit_redis_conn_t *conn,
     ngx_http_ratelimit_redis_ready(conn);
 }
 
-#endif
 
-
-/* Connected (and TLS established): the commands queued meanwhile go. */
+/* TLS established: the commands queued meanwhile go. */
 
 static void
 ngx_http_ratelimit_redis_ready(ngx_http_ratelimit_redis_conn_t *conn)
@@ -336,6 +334,8 @@ ngx_http_ratelimit_redis_ready(ngx_http_ratelimit_redis_conn_t *conn)
 
     ngx_http_ratelimit_redis_write_handler(c->write);
 }
+
+#endif
 
 
 /* Makes room for len more bytes of output. */
