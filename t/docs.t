@@ -80,6 +80,10 @@ sub headings {
             my $title = (grep { defined } @{ $b->{headings} })[-1] // 'the top';
             my $name = "$file:$b->{line} (\"$title\")";
             my $text = $b->{text};
+            if ($text =~ /redis_tls=on/ && (my $why = RLTest::ssl_missing())) {
+                diag("$name: not tried: $why");
+                next;
+            }
             if ($text =~ m{/etc/nginx/redis/}) {
                 $certs //= RLCerts::make() // do { diag("$name: no openssl to make its files"); next };
                 for my $f ($text =~ m{/etc/nginx/redis/([\w.-]+)}g) {

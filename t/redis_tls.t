@@ -17,7 +17,7 @@ use RLCerts;
 use IO::Socket::INET;
 use Time::HiRes qw(time);
 
-my $missing = RLRedis::tls_missing();
+my $missing = RLTest::ssl_missing() || RLRedis::tls_missing();
 plan(skip_all => $missing) if $missing;
 my $certs = RLCerts::make() or plan(skip_all => 'no openssl command to make certificates');
 

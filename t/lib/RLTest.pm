@@ -274,6 +274,14 @@ sub forget_kills {
 
 # ---- HTTP --------------------------------------------------------------------
 
+# Whether the nginx under test is built with SSL (redis_tls=on needs it):
+# '' if it is, else why not.
+sub ssl_missing {
+    my $nginx = $ENV{RL_NGINX} // '/usr/sbin/nginx';
+    my $v = `$nginx -V 2>&1`;
+    return $v =~ /--with-http_ssl_module|built with OpenSSL/ ? '' : "$nginx is built without SSL";
+}
+
 sub url { "http://127.0.0.1:$_[0]{port}$_[1]" }
 
 # One request on a new connection (HTTP::Tiny's response, redirects not
