@@ -25,6 +25,8 @@
 #define NGX_HTTP_RATELIMIT_WAIT_POLL  20
 
 
+static ngx_int_t ngx_http_ratelimit_held_over(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t **ctx);
 static void ngx_http_ratelimit_delayed(ngx_http_request_t *r);
 static void ngx_http_ratelimit_wait_timer(ngx_http_request_t *r);
 static void ngx_http_ratelimit_wait_poll(ngx_event_t *ev);
@@ -55,24 +57,41 @@ ngx_http_ratelimit_delay(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx)
 }
 
 
-static void
-ngx_http_ratelimit_delayed(ngx_http_request_t *r)
-{
-    ngx_event_t               *wev;
-    ngx_http_ratelimit_ctx_t  *ctx;
+/*
+ * A held request's timer fired: NGX_AGAIN while its write event is still
+ * delayed (the event is rearmed), else NGX_OK and its context (held, the
+ * request was not redirected: the context is in place), or NULL.
+ */
 
-    wev = r->connection->write;
+static ngx_int_t
+ngx_http_ratelimit_held_over(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t **ctx)
+{
+    ngx_event_t  *wev = r->connection->write;
 
     if (wev->delayed) {
         if (ngx_handle_write_event(wev, 0) != NGX_OK) {
             ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
         }
 
+        return NGX_AGAIN;
+    }
+
+    *ctx = ngx_http_get_module_ctx(r->main, ngx_http_ratelimit_module);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_ratelimit_delayed(ngx_http_request_t *r)
+{
+    ngx_http_ratelimit_ctx_t  *ctx;
+
+    if (ngx_http_ratelimit_held_over(r, &ctx) != NGX_OK) {
         return;
     }
 
-    /* held, the request was not redirected: its context is in place */
-    ctx = ngx_http_get_module_ctx(r->main, ngx_http_ratelimit_module);
     if (ctx != NULL) {
         ctx->delayed = 0;
     }
@@ -171,20 +190,12 @@ ngx_http_ratelimit_wait_leave(ngx_http_ratelimit_ctx_t *ctx)
 static void
 ngx_http_ratelimit_wait_timer(ngx_http_request_t *r)
 {
-    ngx_event_t               *wev;
     ngx_http_ratelimit_ctx_t  *ctx;
 
-    wev = r->connection->write;
-
-    if (wev->delayed) {
-        if (ngx_handle_write_event(wev, 0) != NGX_OK) {
-            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        }
-
+    if (ngx_http_ratelimit_held_over(r, &ctx) != NGX_OK) {
         return;
     }
 
-    ctx = ngx_http_get_module_ctx(r->main, ngx_http_ratelimit_module);
     if (ctx != NULL && ctx->in_wait) {
         ngx_http_ratelimit_wait_retry(ctx, 1);
     }

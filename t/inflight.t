@@ -99,7 +99,7 @@ is($t->rule_stats('c', 'wait')->{waited}, 3, 'stats: 3 waited');
 # (they hold 20 s: sent on their own connections, read later)
 {
     my @bg = map { $t->open_request('/long/', { 'X-Key' => 'L' }) } 1 .. 2;
-    RLTest::wait_until(sub { $up->in_flight >= 2 }, 10);
+    RLTest::wait_until(sub { ($up->in_flight // 0) >= 2 }, 10);
     my $w0 = time;
     my $s = $t->open_request('/long/', { 'X-Key' => 'L' });
     # a waiter that goes away leaves the queue: the next one would be first
