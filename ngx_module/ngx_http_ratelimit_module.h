@@ -212,7 +212,7 @@ ngx_int_t ngx_http_ratelimit_handler(ngx_http_request_t *r);
 
 /* ngx_http_ratelimit_request.c */
 ngx_http_ratelimit_ctx_t *ngx_http_ratelimit_new_ctx(ngx_http_request_t *r);
-ngx_http_ratelimit_ctx_t *ngx_http_ratelimit_get_ctx(ngx_http_request_t *r);
+ngx_http_ratelimit_ctx_t *ngx_http_ratelimit_find_ctx(ngx_http_request_t *r);
 ngx_int_t ngx_http_ratelimit_keep_checks(ngx_http_ratelimit_ctx_t *ctx);
 ngx_int_t ngx_http_ratelimit_end_handler(ngx_http_request_t *r);
 void ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx,
@@ -271,7 +271,7 @@ void ngx_http_ratelimit_top(ngx_http_ratelimit_zone_t *zone, int slot,
     rl_top_t *top);
 ngx_http_ratelimit_zone_t *ngx_http_ratelimit_next_zone(ngx_cycle_t *cycle,
     ngx_list_part_t **part, ngx_uint_t *i);
-void ngx_http_ratelimit_lock(rl_request_t *rq, ngx_uint_t lock);
+void ngx_http_ratelimit_lock_all(rl_request_t *rq, ngx_uint_t lock);
 
 /* ngx_http_ratelimit_headers.c */
 ngx_int_t ngx_http_ratelimit_headers_init(ngx_conf_t *cf);
@@ -354,6 +354,53 @@ char *ngx_http_ratelimit_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 /* The zone a rule names. */
 #define ngx_http_ratelimit_zone_of(rule)                                      \
     ((ngx_http_ratelimit_zone_t *) (rule)->shm_zone->data)
+
+
+/*
+ * Locks (lock = 1) or unlocks the zones a request uses: most requests use
+ * one, locked here without a call; several, by ngx_http_ratelimit_lock_all.
+ */
+
+static ngx_inline void
+ngx_http_ratelimit_lock(rl_request_t *rq, ngx_uint_t lock)
+{
+    ngx_shmtx_t  *mutex;
+
+    if (rq->locks != 1) {
+        ngx_http_ratelimit_lock_all(rq, lock);
+        return;
+    }
+
+    mutex = &ngx_http_ratelimit_zone_of(ngx_http_ratelimit_rule_of(
+                &rq->checks[rq->order[0]]))->shpool->mutex;
+
+    if (lock) {
+        ngx_shmtx_lock(mutex);
+
+    } else {
+        ngx_shmtx_unlock(mutex);
+    }
+}
+
+
+/*
+ * A request's context, on its main request: after an internal redirect or
+ * a finalizing filter, which clear module contexts, it is found again.
+ */
+
+static ngx_inline ngx_http_ratelimit_ctx_t *
+ngx_http_ratelimit_get_ctx(ngx_http_request_t *r)
+{
+    ngx_http_ratelimit_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r->main, ngx_http_ratelimit_module);
+
+    if (ctx != NULL || !(r->main->internal || r->main->filter_finalize)) {
+        return ctx;
+    }
+
+    return ngx_http_ratelimit_find_ctx(r);
+}
 
 
 #endif /* NGX_HTTP_RATELIMIT_MODULE_H */

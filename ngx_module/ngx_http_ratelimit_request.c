@@ -58,17 +58,17 @@ ngx_http_ratelimit_new_ctx(ngx_http_request_t *r)
 }
 
 
+/*
+ * The context of a request whose module contexts an internal redirect or a
+ * finalizing filter cleared (ngx_http_ratelimit_get_ctx, module.h): found
+ * again as its pool's cleanup.
+ */
+
 ngx_http_ratelimit_ctx_t *
-ngx_http_ratelimit_get_ctx(ngx_http_request_t *r)
+ngx_http_ratelimit_find_ctx(ngx_http_request_t *r)
 {
     ngx_pool_cleanup_t        *cln;
     ngx_http_ratelimit_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(r->main, ngx_http_ratelimit_module);
-
-    if (ctx != NULL || !(r->main->internal || r->main->filter_finalize)) {
-        return ctx;
-    }
 
     for (cln = r->main->pool->cleanup; cln; cln = cln->next) {
         if (cln->handler == ngx_http_ratelimit_ctx_cleanup) {
@@ -142,6 +142,10 @@ static void
 ngx_http_ratelimit_ctx_cleanup(void *data)
 {
     ngx_http_ratelimit_ctx_t  *ctx = data;
+
+    if (!(ctx->redis_waiting || ctx->delayed || ctx->in_wait || ctx->ends)) {
+        return;   /* most requests: nothing held */
+    }
 
     if (ctx->redis_waiting) {
         ngx_http_ratelimit_redis_cancel(ctx->redis);

@@ -836,32 +836,19 @@ ngx_http_ratelimit_top(ngx_http_ratelimit_zone_t *zone, int slot,
 
 
 /*
- * Locks (lock = 1) or unlocks the zones the request uses, each once, in
- * the order the core gives (rq->order: by address, so that two requests
- * never wait for each other).
+ * Locks (lock = 1) or unlocks the zones of a request of several zones, each
+ * once, in the order the core gives (rq->order: by address, so that two
+ * requests never wait for each other).  A request of one zone locks it in
+ * ngx_http_ratelimit_lock() (module.h).
  */
 
 void
-ngx_http_ratelimit_lock(rl_request_t *rq, ngx_uint_t lock)
+ngx_http_ratelimit_lock_all(rl_request_t *rq, ngx_uint_t lock)
 {
     uint32_t                    i, m;
     ngx_http_ratelimit_zone_t  *zone;
 
     m = rq->locks;
-
-    if (m == 1) {   /* most requests: one zone */
-        zone = ngx_http_ratelimit_zone_of(ngx_http_ratelimit_rule_of(
-                   &rq->checks[rq->order[0]]));
-
-        if (lock) {
-            ngx_shmtx_lock(&zone->shpool->mutex);
-
-        } else {
-            ngx_shmtx_unlock(&zone->shpool->mutex);
-        }
-
-        return;
-    }
 
     for (i = 0; i < m; i++) {
         zone = ngx_http_ratelimit_zone_of(ngx_http_ratelimit_rule_of(
