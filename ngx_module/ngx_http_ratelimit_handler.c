@@ -125,7 +125,13 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
     rules = rlcf->rules.elts;
 
     for (i = 0; i < rlcf->rules.nelts; i++) {
-        if (ngx_http_ratelimit_key(r, &rules[i], &key) != NGX_OK) {
+
+        /* (a key that is the previous rule's variable is its key) */
+
+        if ((i == 0 || rules[i].key_index != rules[i - 1].key_index
+             || rules[i].key_index == NGX_ERROR)
+            && ngx_http_ratelimit_key(r, &rules[i], &key) != NGX_OK)
+        {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
@@ -146,8 +152,10 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
         c->key_len = key.len;
         c->cost = key.len ? ngx_http_ratelimit_cost(r, &rules[i]) : 0;
         c->data = &rules[i];
-        c->counters = ngx_http_ratelimit_counters(r->connection->log,
-                                                  &rules[i]);
+        c->counters = rules[i].stats >= 0
+                      ? rules[i].stats + 1
+                      : ngx_http_ratelimit_counters(r->connection->log,
+                                                    &rules[i]);
     }
 
     ctx->rq.checks = checks;
