@@ -67,8 +67,12 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
     // save blocks, table.h): more times than it has room for, or a base more
     // than 2^40 ms (35 years) from now, reads as an empty log, and an
     // admitted request starts it afresh; times out of order, below.
-    const int64_t sane = 1ll << 40;
-    uint32_t count = b != nullptr && b->count <= size && b->base > now - sane && b->base < now + sane ? b->count : 0;
+    // (base within (now - sane, now + sane): one unsigned comparison)
+    const uint64_t sane = 1ull << 40;
+    uint32_t count =
+        b != nullptr && b->count <= size && (uint64_t) b->base - (uint64_t) now + (sane - 1) < 2 * sane - 1
+            ? b->count
+            : 0;
     auto time_of = [&](uint32_t i) { return b->base + (int64_t) b->at[(b->head + i) % size]; };
 
     int64_t newest = count ? time_of(count - 1) : INT64_MIN;
@@ -84,7 +88,7 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
     // latest time (flat), which frees none of them early, and an admitted
     // request writes them so.
     bool flat = expired < count && first > newest;
-    if (!flat && expired < count && cost <= rule.limit && count - expired + cost > rule.limit) {
+    if ((uint64_t) (count - expired) + cost > rule.limit && !flat && expired < count && cost <= rule.limit) {
         const int64_t leaves = time_of(expired + (uint32_t) (count - expired + cost - rule.limit) - 1);
         flat = leaves < first || leaves > newest;
     }
