@@ -150,8 +150,10 @@ typedef struct ngx_http_ratelimit_ctx_s  ngx_http_ratelimit_ctx_t;
 typedef void (*ngx_http_ratelimit_retry_pt)(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t last);
 
-/* Per request, on r->main; found again after internal redirects. */
+/* Per request, on r->main; found again after internal redirects (its
+   pool's cleanup).  The worker's: ngx_http_ratelimit_request.c. */
 struct ngx_http_ratelimit_ctx_s {
+    ngx_pool_cleanup_t           cleanup;   /* in r->main's pool */
     ngx_uint_t                   status;    /* enum rl_status */
     ngx_uint_t                   headers;   /* mode of the checking location */
     ngx_uint_t                   decided_by; /* NGX_HTTP_RATELIMIT_BY_* */
@@ -195,6 +197,7 @@ struct ngx_http_ratelimit_ctx_s {
                                                requests */
     ngx_msec_t                   wait_until; /* its max_wait is over */
     ngx_http_ratelimit_retry_pt  retry;     /* decides it again */
+    ngx_http_ratelimit_ctx_t    *next_free; /* a spare context's */
 };
 
 

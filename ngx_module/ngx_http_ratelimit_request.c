@@ -24,37 +24,76 @@
 
 
 static void ngx_http_ratelimit_ctx_cleanup(void *data);
+static void ngx_http_ratelimit_free(ngx_http_ratelimit_ctx_t *ctx);
 static void ngx_http_ratelimit_charged(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static uint64_t ngx_http_ratelimit_charge_value(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, rl_check_t *check);
 
 
-/* A new context, with its pool cleanup in the same allocation. */
+/*
+ * Contexts are the worker's, not the request pool's: a request ending gives
+ * its context back (its pool's cleanup, the last use of it) and the next
+ * takes it, so that a request pays no allocation for it, nor moves where
+ * nginx's own allocations from its pool land.  The worker keeps at most
+ * NGX_HTTP_RATELIMIT_FREE_CTX of them spare.
+ */
+
+#define NGX_HTTP_RATELIMIT_FREE_CTX  1024
+
+static ngx_http_ratelimit_ctx_t  *ngx_http_ratelimit_free_ctx;
+static ngx_uint_t                 ngx_http_ratelimit_nfree_ctx;
+
+
+/* A new context, its pool's cleanup in it. */
 
 ngx_http_ratelimit_ctx_t *
 ngx_http_ratelimit_new_ctx(ngx_http_request_t *r)
 {
-    ngx_pool_cleanup_t        *cln;
+    ngx_pool_t                *pool;
     ngx_http_ratelimit_ctx_t  *ctx;
 
-    cln = ngx_pcalloc(r->main->pool,
-                      sizeof(ngx_pool_cleanup_t)
-                      + sizeof(ngx_http_ratelimit_ctx_t));
-    if (cln == NULL) {
-        return NULL;
+    ctx = ngx_http_ratelimit_free_ctx;
+
+    if (ctx != NULL) {
+        ngx_http_ratelimit_free_ctx = ctx->next_free;
+        ngx_http_ratelimit_nfree_ctx--;
+
+    } else {
+        ctx = ngx_alloc(sizeof(ngx_http_ratelimit_ctx_t), r->connection->log);
+        if (ctx == NULL) {
+            return NULL;
+        }
     }
 
-    ctx = (ngx_http_ratelimit_ctx_t *) (cln + 1);
-    cln->handler = ngx_http_ratelimit_ctx_cleanup;
-    cln->data = ctx;
-    cln->next = r->main->pool->cleanup;
-    r->main->pool->cleanup = cln;
+    ngx_memzero(ctx, sizeof(ngx_http_ratelimit_ctx_t));
+
+    pool = r->main->pool;
+    ctx->cleanup.handler = ngx_http_ratelimit_ctx_cleanup;
+    ctx->cleanup.data = ctx;
+    ctx->cleanup.next = pool->cleanup;
+    pool->cleanup = &ctx->cleanup;
     ngx_http_set_ctx(r->main, ctx, ngx_http_ratelimit_module);
 
     ctx->request = r->main;
 
     return ctx;
+}
+
+
+/* A context whose request ended: spare, or freed. */
+
+static void
+ngx_http_ratelimit_free(ngx_http_ratelimit_ctx_t *ctx)
+{
+    if (ngx_http_ratelimit_nfree_ctx == NGX_HTTP_RATELIMIT_FREE_CTX) {
+        ngx_free(ctx);
+        return;
+    }
+
+    ctx->next_free = ngx_http_ratelimit_free_ctx;
+    ngx_http_ratelimit_free_ctx = ctx;
+    ngx_http_ratelimit_nfree_ctx++;
 }
 
 
@@ -144,7 +183,8 @@ ngx_http_ratelimit_ctx_cleanup(void *data)
     ngx_http_ratelimit_ctx_t  *ctx = data;
 
     if (!(ctx->redis_waiting || ctx->delayed || ctx->in_wait || ctx->ends)) {
-        return;   /* most requests: nothing held */
+        ngx_http_ratelimit_free(ctx);   /* most requests: nothing held */
+        return;
     }
 
     if (ctx->redis_waiting) {
@@ -160,6 +200,7 @@ ngx_http_ratelimit_ctx_cleanup(void *data)
 
     ngx_http_ratelimit_wait_leave(ctx);
     ngx_http_ratelimit_end(ctx, 0);
+    ngx_http_ratelimit_free(ctx);
 }
 
 
