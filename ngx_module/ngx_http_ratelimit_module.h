@@ -150,8 +150,12 @@ typedef struct ngx_http_ratelimit_ctx_s  ngx_http_ratelimit_ctx_t;
 typedef void (*ngx_http_ratelimit_retry_pt)(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t last);
 
-/* Per request, on r->main; found again after internal redirects (its
-   pool's cleanup).  The worker's: ngx_http_ratelimit_request.c. */
+/*
+ * Per request, on r->main; found again after internal redirects (its
+ * pool's cleanup).  The worker's, reused (ngx_http_ratelimit_request.c):
+ * a new context is zeroed up to `decision`; the fields from there on are
+ * written before they are read (with the binding rule; when it waits).
+ */
 struct ngx_http_ratelimit_ctx_s {
     ngx_pool_cleanup_t           cleanup;   /* in r->main's pool */
     ngx_uint_t                   status;    /* enum rl_status */
@@ -165,10 +169,6 @@ struct ngx_http_ratelimit_ctx_s {
     ngx_http_ratelimit_rule_t   *rule;      /* binding rule, or NULL */
     const rl_rule_t             *applied;   /* its parameters as applied to
                                                the request (limit=$var) */
-    rl_decision_t                decision;  /* binding rule's decision */
-    uint64_t                     tag;       /* binding rule's key, hashed */
-    u_char                       values[3 * NGX_INT64_LEN]; /* of the
-                                               X-RateLimit-* headers */
 
     ngx_http_ratelimit_redis_wait_t  *redis; /* while Redis decides */
     int64_t                      redis_sent; /* when it was sent, and the */
@@ -191,13 +191,22 @@ struct ngx_http_ratelimit_ctx_s {
     unsigned                     grpc:2;    /* refused, and answered as a
                                                gRPC call: rl_grpc_kind */
     uint64_t                     charged;   /* $ratelimit_charged */
-    ngx_str_t                    policy;    /* RateLimit-Policy */
     ngx_http_request_t          *request;   /* the main request */
+
+    /* with rule */
+    rl_decision_t                decision;  /* binding rule's decision */
+    uint64_t                     tag;       /* binding rule's key, hashed */
+    ngx_str_t                    policy;    /* RateLimit-Policy */
+    /* the header filter's */
+    u_char                       values[3 * NGX_INT64_LEN]; /* of the
+                                               X-RateLimit-* headers */
+    /* with in_wait */
     ngx_queue_t                  wait_link; /* in this worker's waiting
                                                requests */
     ngx_msec_t                   wait_until; /* its max_wait is over */
     ngx_http_ratelimit_retry_pt  retry;     /* decides it again */
-    ngx_http_ratelimit_ctx_t    *next_free; /* a spare context's */
+    /* spare */
+    ngx_http_ratelimit_ctx_t    *next_free;
 };
 
 

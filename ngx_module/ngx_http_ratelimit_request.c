@@ -66,7 +66,7 @@ ngx_http_ratelimit_new_ctx(ngx_http_request_t *r)
         }
     }
 
-    ngx_memzero(ctx, sizeof(ngx_http_ratelimit_ctx_t));
+    ngx_memzero(ctx, offsetof(ngx_http_ratelimit_ctx_t, decision));
 
     pool = r->main->pool;
     ctx->cleanup.handler = ngx_http_ratelimit_ctx_cleanup;
