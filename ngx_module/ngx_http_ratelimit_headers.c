@@ -9,8 +9,8 @@
 
 
 static ngx_int_t ngx_http_ratelimit_header_filter(ngx_http_request_t *r);
-static ngx_int_t ngx_http_ratelimit_header_fields(ngx_http_request_t *r)
-    NGX_HTTP_RATELIMIT_NOINLINE;
+static ngx_int_t ngx_http_ratelimit_header_fields(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx) NGX_HTTP_RATELIMIT_NOINLINE;
 static ngx_int_t ngx_http_ratelimit_add_header(ngx_http_request_t *r,
     ngx_str_t *name, u_char *value, size_t len);
 static ngx_int_t ngx_http_ratelimit_variable(ngx_http_request_t *r,
@@ -108,23 +108,34 @@ static ngx_str_t  ngx_http_ratelimit_retry_after_header =
 static ngx_int_t
 ngx_http_ratelimit_header_filter(ngx_http_request_t *r)
 {
-    /* most responses: no rule decided the request (a context is found
-       again after an internal redirect or a finalizing filter); the fields
-       are written apart, so that these pay for nothing more */
+    ngx_http_ratelimit_ctx_t  *ctx;
 
-    if (r != r->main
-        || (ngx_http_get_module_ctx(r, ngx_http_ratelimit_module) == NULL
-            && !r->internal && !r->filter_finalize))
-    {
+    /* most responses: no rule decided the request (a context is found
+       again after an internal redirect or a finalizing filter), or its
+       location writes no fields; the fields are written apart, so that
+       these pay for nothing more */
+
+    if (r != r->main) {
         return ngx_http_next_header_filter(r);
     }
 
-    return ngx_http_ratelimit_header_fields(r);
+    ctx = ngx_http_get_module_ctx(r, ngx_http_ratelimit_module);
+
+    if (ctx == NULL && (r->internal || r->filter_finalize)) {
+        ctx = ngx_http_ratelimit_find_ctx(r);
+    }
+
+    if (ctx == NULL || ctx->headers == 0) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    return ngx_http_ratelimit_header_fields(r, ctx);
 }
 
 
 static ngx_int_t
-ngx_http_ratelimit_header_fields(ngx_http_request_t *r)
+ngx_http_ratelimit_header_fields(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx)
 {
     u_char                     *p, *v;
     size_t                      len;
@@ -132,15 +143,12 @@ ngx_http_ratelimit_header_fields(ngx_http_request_t *r)
     uint64_t                    retry_after;
     ngx_uint_t                  status;
     const rl_rule_t            *applied;
-    ngx_http_ratelimit_ctx_t   *ctx;
     ngx_http_ratelimit_rule_t  *rule;
-
-    ctx = ngx_http_ratelimit_get_ctx(r);
 
     /* once a response; again for the response of a filter finalizing the
        request, which cleared the headers already sent down the chain */
 
-    if (ctx == NULL || ctx->rule == NULL || ctx->headers == 0
+    if (ctx->rule == NULL
         || (ctx->headers_done && !(r->filter_finalize && !ctx->finalized)))
     {
         return ngx_http_next_header_filter(r);
