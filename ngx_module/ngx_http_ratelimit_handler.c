@@ -135,8 +135,10 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
+        /* its inputs written below, the rest zeroed */
+
         c = &checks[i];
-        ngx_memzero(c, sizeof(rl_check_t));
+        ngx_memzero(&c->tag, sizeof(rl_check_t) - offsetof(rl_check_t, tag));
         c->table = ngx_http_ratelimit_zone_of(&rules[i])->table;
         c->rule = &rules[i].rule;
 
@@ -164,6 +166,7 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
     ctx->rq.dry_run = rlcf->dry_run;
     ctx->rq.holder = (uint32_t) ngx_pid;
     ctx->rq.alive = ngx_http_ratelimit_alive;
+    ctx->rq.last = 0;
 
     rl_request_hash(&ctx->rq);   /* outside the locks */
 

@@ -153,18 +153,15 @@ typedef void (*ngx_http_ratelimit_retry_pt)(ngx_http_request_t *r,
 /*
  * Per request, on r->main; found again after internal redirects (its
  * pool's cleanup).  The worker's, reused (ngx_http_ratelimit_request.c):
- * a new context is zeroed up to `decision`; the fields from there on are
- * written before they are read (with the binding rule; when it waits).
+ * a new context is zeroed up to `rq`; the fields from there on are written
+ * before they are read (when decided; with the binding rule; when it
+ * waits).
  */
 struct ngx_http_ratelimit_ctx_s {
     ngx_pool_cleanup_t           cleanup;   /* in r->main's pool */
     ngx_uint_t                   status;    /* enum rl_status */
     ngx_uint_t                   headers;   /* mode of the checking location */
     ngx_uint_t                   decided_by; /* NGX_HTTP_RATELIMIT_BY_* */
-
-    /* the request as the core decides it; its checks are in the request's
-       pool while it waits (for Redis, or delayed) */
-    rl_request_t                 rq;
 
     ngx_http_ratelimit_rule_t   *rule;      /* binding rule, or NULL */
     const rl_rule_t             *applied;   /* its parameters as applied to
@@ -193,6 +190,10 @@ struct ngx_http_ratelimit_ctx_s {
     uint64_t                     charged;   /* $ratelimit_charged */
     ngx_http_request_t          *request;   /* the main request */
 
+    /* the request as the core decides it (its inputs written, its
+       outputs the core's); its checks are in the request's pool while it
+       waits (for Redis, or delayed) */
+    rl_request_t                 rq;
     /* with rule */
     rl_decision_t                decision;  /* binding rule's decision */
     uint64_t                     tag;       /* binding rule's key, hashed */

@@ -66,7 +66,7 @@ ngx_http_ratelimit_new_ctx(ngx_http_request_t *r)
         }
     }
 
-    ngx_memzero(ctx, offsetof(ngx_http_ratelimit_ctx_t, decision));
+    ngx_memzero(ctx, offsetof(ngx_http_ratelimit_ctx_t, rq));
 
     pool = r->main->pool;
     ctx->cleanup.handler = ngx_http_ratelimit_ctx_cleanup;

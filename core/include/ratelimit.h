@@ -436,6 +436,7 @@ typedef struct {
                                        its outcome counts, and its
                                        refusals among the top keys; 0:
                                        not counted */
+    /* (the inputs above; a caller may zero the fields from here on) */
     uint64_t             tag;       /* out of rl_request_hash() */
     rl_decision_t        decision;  /* out of rl_decide(): this rule's */
     int                  outcome;   /* out: enum rl_outcome to count for
