@@ -307,16 +307,17 @@ static ngx_int_t
 ngx_http_ratelimit_decide_local(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
-    int64_t  now;
+    int64_t       now;
+    ngx_shmtx_t  *mutex;
 
     now = ngx_http_ratelimit_now();
 
-    ngx_http_ratelimit_lock(&ctx->rq, 1);
+    mutex = ngx_http_ratelimit_lock(&ctx->rq);
     (void) rl_decide(&ctx->rq, now);
     if (ngx_http_ratelimit_sync_zones) {
         ngx_http_ratelimit_sync_note(&ctx->rq, now);
     }
-    ngx_http_ratelimit_lock(&ctx->rq, 0);
+    ngx_http_ratelimit_unlock(&ctx->rq, mutex);
 
     return ngx_http_ratelimit_decided(r, ctx);
 }

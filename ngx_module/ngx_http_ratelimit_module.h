@@ -370,28 +370,38 @@ char *ngx_http_ratelimit_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 
 
 /*
- * Locks (lock = 1) or unlocks the zones a request uses: most requests use
- * one, locked here without a call; several, by ngx_http_ratelimit_lock_all.
+ * Locks the zones a request uses: most requests use one, locked here
+ * without a call, its mutex returned for ngx_http_ratelimit_unlock();
+ * several, by ngx_http_ratelimit_lock_all (NULL returned).
  */
 
-static ngx_inline void
-ngx_http_ratelimit_lock(rl_request_t *rq, ngx_uint_t lock)
+static ngx_inline ngx_shmtx_t *
+ngx_http_ratelimit_lock(rl_request_t *rq)
 {
     ngx_shmtx_t  *mutex;
 
     if (rq->locks != 1) {
-        ngx_http_ratelimit_lock_all(rq, lock);
-        return;
+        ngx_http_ratelimit_lock_all(rq, 1);
+        return NULL;
     }
 
     mutex = &ngx_http_ratelimit_zone_of(ngx_http_ratelimit_rule_of(
                 &rq->checks[rq->order[0]]))->shpool->mutex;
 
-    if (lock) {
-        ngx_shmtx_lock(mutex);
+    ngx_shmtx_lock(mutex);
+
+    return mutex;
+}
+
+
+static ngx_inline void
+ngx_http_ratelimit_unlock(rl_request_t *rq, ngx_shmtx_t *mutex)
+{
+    if (mutex != NULL) {
+        ngx_shmtx_unlock(mutex);
 
     } else {
-        ngx_shmtx_unlock(mutex);
+        ngx_http_ratelimit_lock_all(rq, 0);
     }
 }
 

@@ -180,6 +180,7 @@ ngx_http_ratelimit_end_handler(ngx_http_request_t *r)
 static void
 ngx_http_ratelimit_ctx_cleanup(void *data)
 {
+    ngx_shmtx_t               *mutex;
     ngx_http_ratelimit_ctx_t  *ctx = data;
 
     if (!(ctx->redis_waiting || ctx->delayed || ctx->in_wait || ctx->ends)) {
@@ -193,9 +194,9 @@ ngx_http_ratelimit_ctx_cleanup(void *data)
 
     if (ctx->delayed && ctx->refund) {
         ctx->refund = 0;
-        ngx_http_ratelimit_lock(&ctx->rq, 1);
+        mutex = ngx_http_ratelimit_lock(&ctx->rq);
         rl_request_refund(&ctx->rq, ngx_http_ratelimit_now());
-        ngx_http_ratelimit_lock(&ctx->rq, 0);
+        ngx_http_ratelimit_unlock(&ctx->rq, mutex);
     }
 
     ngx_http_ratelimit_wait_leave(ctx);
@@ -219,6 +220,7 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
     int                         freed;
     size_t                      i;
     rl_check_t                 *c;
+    ngx_shmtx_t                *mutex;
     ngx_http_request_t         *r;
     ngx_http_ratelimit_rule_t  *rule;
 
@@ -253,9 +255,9 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
         return;
     }
 
-    ngx_http_ratelimit_lock(&ctx->rq, 1);
+    mutex = ngx_http_ratelimit_lock(&ctx->rq);
     freed = rl_request_end(&ctx->rq, ngx_http_ratelimit_now());
-    ngx_http_ratelimit_lock(&ctx->rq, 0);
+    ngx_http_ratelimit_unlock(&ctx->rq, mutex);
 
 #if (NGX_DEBUG)
     if (r->connection->log->log_level & NGX_LOG_DEBUG_HTTP) {
