@@ -68,6 +68,17 @@ inline void act(rl_request_t &rq)
 RL_HOT int conclude_one(rl_request_t &rq, bool allowed)
 {
     rl_check_t &only = rq.checks[0];
+    if (allowed && applies(only) && only.decision.delay_ms == 0 && only.decision.allowed) {
+        // most requests: admitted at once, dry run or not
+        policy(*only.rule, only.decision);
+        rq.binding = 0;
+        rq.delay_ms = 0;
+        rq.verdict = RL_VERDICT_PASSED;
+        rq.action = RL_ACTION_PASS;
+        rq.status = RL_STATUS_PASSED;
+        only.outcome = RL_OUTCOME_ALLOWED;
+        return RL_VERDICT_PASSED;
+    }
     if (!applies(only)) {
         rq.binding = 1;  // exempt: no rule to describe
         rq.delay_ms = 0;
