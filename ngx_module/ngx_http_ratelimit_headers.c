@@ -463,8 +463,10 @@ ngx_http_ratelimit_add_variables(ngx_conf_t *cf)
 }
 
 
+/* The digits' tables; and the header filter, when a rule may use it. */
+
 ngx_int_t
-ngx_http_ratelimit_headers_init(ngx_conf_t *cf)
+ngx_http_ratelimit_headers_init(ngx_conf_t *cf, ngx_uint_t filter)
 {
     ngx_uint_t  i;
 
@@ -479,8 +481,10 @@ ngx_http_ratelimit_headers_init(ngx_conf_t *cf)
         ngx_http_ratelimit_pow10[i] = ngx_http_ratelimit_pow10[i - 1] * 10;
     }
 
-    ngx_http_next_header_filter = ngx_http_top_header_filter;
-    ngx_http_top_header_filter = ngx_http_ratelimit_header_filter;
+    if (filter) {
+        ngx_http_next_header_filter = ngx_http_top_header_filter;
+        ngx_http_top_header_filter = ngx_http_ratelimit_header_filter;
+    }
 
     return NGX_OK;
 }

@@ -661,6 +661,16 @@ ngx_http_ratelimit_init(ngx_conf_t *cf)
     }
 
     /*
+     * A configuration without rules (the module loaded, as a package does,
+     * and not used) registers neither the handler nor the header filter:
+     * its requests pay nothing for the module.
+     */
+
+    if (rmcf->zone_refs.nelts == 0) {
+        return ngx_http_ratelimit_headers_init(cf, 0);
+    }
+
+    /*
      * The handler goes first in the preaccess phase's handlers, which nginx
      * runs last to first: after realip (a location's real_ip_header),
      * limit_conn and limit_req, whatever the order modules were loaded in.
@@ -700,7 +710,7 @@ ngx_http_ratelimit_init(ngx_conf_t *cf)
         h[0] = ngx_http_ratelimit_end_handler;
     }
 
-    return ngx_http_ratelimit_headers_init(cf);
+    return ngx_http_ratelimit_headers_init(cf, 1);
 }
 
 

@@ -287,7 +287,7 @@ ngx_http_ratelimit_zone_t *ngx_http_ratelimit_next_zone(ngx_cycle_t *cycle,
 void ngx_http_ratelimit_lock_all(rl_request_t *rq, ngx_uint_t lock);
 
 /* ngx_http_ratelimit_headers.c */
-ngx_int_t ngx_http_ratelimit_headers_init(ngx_conf_t *cf);
+ngx_int_t ngx_http_ratelimit_headers_init(ngx_conf_t *cf, ngx_uint_t filter);
 ngx_int_t ngx_http_ratelimit_add_variables(ngx_conf_t *cf);
 u_char *ngx_http_ratelimit_number(u_char *p, uint64_t n);
 
