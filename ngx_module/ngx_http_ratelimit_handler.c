@@ -34,6 +34,9 @@ static ngx_int_t ngx_http_ratelimit_decide_local(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static ngx_int_t ngx_http_ratelimit_decided(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
+static ngx_int_t ngx_http_ratelimit_act(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, ngx_http_ratelimit_loc_conf_t *rlcf)
+    NGX_HTTP_RATELIMIT_NOINLINE;
 static ngx_int_t ngx_http_ratelimit_policy(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static ngx_int_t ngx_http_ratelimit_result(ngx_http_request_t *r,
@@ -328,26 +331,20 @@ ngx_http_ratelimit_decide_local(ngx_http_request_t *r,
  * binding rule and its decision kept for the headers and variables, the
  * log line, and the handler's result: NGX_DECLINED to go on, the status of
  * a refusal, or NGX_AGAIN while a shaping rule holds it or it waits for a
- * slot.
+ * slot.  Most requests pass with nothing more to do: the rest is
+ * ngx_http_ratelimit_act()'s.
  */
 
 static ngx_int_t
 ngx_http_ratelimit_decided(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
-    size_t                          len;
     rl_check_t                     *binding;
     rl_request_t                   *rq;
     ngx_http_ratelimit_loc_conf_t  *rlcf;
 
     rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
     rq = &ctx->rq;
-
-    /* rules with charge= or concurrency settle when the request ends */
-
-    if (ctx->ends && ngx_http_ratelimit_keep_checks(ctx) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
 
     ctx->status = rq->status;
 
@@ -358,7 +355,40 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
         ctx->decision = binding->decision;
         ctx->tag = binding->tag;
         ctx->policy = rlcf->policy;
+    }
 
+    if (rq->action == RL_ACTION_PASS && rq->verdict == RL_VERDICT_PASSED
+        && !ctx->ends
+        && (rlcf->policy.len
+            || !(ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF))
+#if (NGX_DEBUG)
+        && !(r->connection->log->log_level & NGX_LOG_DEBUG_HTTP)
+#endif
+       )
+    {
+        return NGX_DECLINED;
+    }
+
+    return ngx_http_ratelimit_act(r, ctx, rlcf);
+}
+
+
+static ngx_int_t
+ngx_http_ratelimit_act(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx,
+    ngx_http_ratelimit_loc_conf_t *rlcf)
+{
+    size_t         len;
+    rl_request_t  *rq;
+
+    rq = &ctx->rq;
+
+    /* rules with charge= or concurrency settle when the request ends */
+
+    if (ctx->ends && ngx_http_ratelimit_keep_checks(ctx) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rq->binding < rq->n) {
         if (ctx->policy.len == 0
             && (ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF)
             && ngx_http_ratelimit_policy(r, ctx) != NGX_OK)

@@ -69,10 +69,9 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
     // admitted request starts it afresh; times out of order, below.
     // (base within (now - sane, now + sane): one unsigned comparison)
     const uint64_t sane = 1ull << 40;
-    uint32_t count =
-        b != nullptr && b->count <= size && (uint64_t) b->base - (uint64_t) now + (sane - 1) < 2 * sane - 1
-            ? b->count
-            : 0;
+    uint32_t count = b != nullptr && b->count <= size && (uint64_t) b->base - (uint64_t) now + (sane - 1) < 2 * sane - 1
+                         ? b->count
+                         : 0;
     auto time_of = [&](uint32_t i) { return b->base + (int64_t) b->at[(b->head + i) % size]; };
 
     int64_t newest = count ? time_of(count - 1) : INT64_MIN;
