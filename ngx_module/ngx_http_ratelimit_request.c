@@ -81,13 +81,23 @@ ngx_http_ratelimit_new_ctx(ngx_http_request_t *r)
 }
 
 
-/* A context whose request ended: spare, or freed. */
+/*
+ * A context whose request ended: spare, or freed.  Freed one call later:
+ * the pool being destroyed reads the next cleanup from this one (in the
+ * context) once this returns.
+ */
 
 static void
 ngx_http_ratelimit_free(ngx_http_ratelimit_ctx_t *ctx)
 {
+    static ngx_http_ratelimit_ctx_t  *doomed;
+
     if (ngx_http_ratelimit_nfree_ctx == NGX_HTTP_RATELIMIT_FREE_CTX) {
-        ngx_free(ctx);
+        if (doomed != NULL) {
+            ngx_free(doomed);
+        }
+
+        doomed = ctx;
         return;
     }
 

@@ -2,7 +2,8 @@
 # A worker reuses the contexts of its ended requests: nothing of one
 # request's decision reaches the next one's headers or variables (an
 # exempt request, a location without rules, one with headers off, after an
-# admission and after a refusal), whatever the order.
+# admission and after a refusal), whatever the order; more requests at once
+# than it keeps spare.
 use strict;
 use warnings;
 use FindBin;
@@ -37,6 +38,15 @@ server {
     }
     location /plain/ {
         alias %%PREFIX%%/html/;
+    }
+    location /held/ {
+        ratelimit zone=z key=$http_x_user limit=100000 period=1s name=held;
+        ratelimit_headers off;
+        limit_rate 1;   # each response sent for minutes: held until its client leaves
+        alias %%PREFIX%%/html/;
+    }
+    location = /stats {
+        ratelimit_stats;
     }
 }
 EOF2
@@ -91,6 +101,23 @@ for my $line (@lines) {
 my ($alice) = $lines[0] =~ /\[([0-9a-f]{16})\]$/;
 my ($carol) = $lines[7] =~ /\[([0-9a-f]{16})\]$/;
 isnt($carol, $alice, 'a later request has its own key fingerprint');
+
+# More requests at once than the worker keeps spare contexts (1,024), each
+# holding its context until its client leaves: the contexts past the spare
+# ones are freed as their requests end, and requests go on as before.
+my $held = 1100;
+my @socks = map { $t->open_request('/held/f', { 'X-User' => "h$_" }) } 1 .. $held;
+ok(RLTest::wait_until(sub { ($t->zone_stats('z')->{rules}{held}{allowed} // 0) == $held }, 60),
+   "$held requests decided and held at once");
+close $_ for @socks;
+ok(RLTest::wait_until(sub { (() = RLTest::read_file($t->prefix . '/reuse.log') =~ m{^/held/f \d+ }mg) == $held }, 60),
+   "the $held requests ended when their clients left");
+for my $s (@sequence[ 7 .. 9 ]) {
+    my ($path, $user, $status, $want) = @$s;
+    my $r = $t->get_as($path, user => "$user-again");
+    is($r->{status}, $status, "after them, $path: $status");
+    like(fields($r), $want, "after them, $path: its own rate-limit fields");
+}
 
 $t->stop;
 done_testing();
