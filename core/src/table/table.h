@@ -70,9 +70,11 @@ inline uint32_t slot_bits(int i)
 }
 inline uint32_t with_debt(uint32_t meta, int i, Debt d)
 {
+    // slot i's debt bits, by slot (a load, not two shifts)
+    static constexpr uint32_t kDebtBits[3] = {1u << 3 | kFracFull << 6, 1u << 4 | kFracFull << 14,
+                                              1u << 5 | kFracFull << 22};
     const uint32_t frac = d.frac < kFracFull ? d.frac : kFracFull;
-    return (meta & ~(1u << (3 + i) | kFracFull << (6 + 8 * i))) | (uint32_t) d.inherited << (3 + i) |
-           frac << (6 + 8 * i);
+    return (meta & ~kDebtBits[i]) | (uint32_t) d.inherited << (3 + i) | frac << (6 + 8 * i);
 }
 
 // The fewest buckets a zone has.
@@ -426,11 +428,15 @@ private:
     {
         Bucket *b = const_cast<Table *>(this)->buckets();
         Bucket *at = &b[first(tag)];
-        for (int k = 0; k < 2; k++, at = &b[second(tag)]) {
-            for (int s = 0; s < 3; s++) {
-                if (at->tag[s] == tag) {
-                    return Slot{at, s};
-                }
+        for (int s = 0; s < 3; s++) {
+            if (at->tag[s] == tag) {
+                return Slot{at, s};  // most keys: in their first bucket
+            }
+        }
+        at = &b[second(tag)];
+        for (int s = 0; s < 3; s++) {
+            if (at->tag[s] == tag) {
+                return Slot{at, s};
             }
         }
         return Slot{nullptr, 0};
