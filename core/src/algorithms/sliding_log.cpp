@@ -137,9 +137,12 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
                 }
                 b->base = base;
             }
+            const uint64_t next = (uint64_t) b->head + b->count;  // the ring's index of the next time
+            const uint32_t at = (uint32_t) (t - b->base);
             for (uint64_t i = 0; i < cost; i++) {
-                b->at[(b->head + b->count++) % size] = (uint32_t) (t - b->base);
+                b->at[(next + i) % size] = at;
             }
+            b->count += (uint32_t) cost;
             s.head.t = t + W;
         }
     } else {
