@@ -23,6 +23,11 @@ struct Block {
     uint32_t at[1];  // [ring_size]
 };
 
+// How far ahead of the clock a logged time may be: more than a clock ever
+// steps back, and half the distance at which a log reads as empty (2^39
+// ms, 17 years), so that no log an admission writes ever reads as empty.
+constexpr int64_t kAhead = 1ll << 39;
+
 // The ring's size: the largest limit the rule may apply (limit_max, when
 // the limit is a variable).
 uint32_t ring_size(const rl_rule_t &rule)
@@ -99,6 +104,15 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
         first = newest;
         expired = newest <= t - W ? count : 0;
     }
+    // A time further ahead of the clock than it ever steps back is one a
+    // process died writing: the log's units are taken as logged at now +
+    // kAhead (none was admitted later than that), and an admission writes
+    // them so, keeping every time the log holds within kAhead of the clock.
+    if (count > 0 && newest - now > kAhead) {
+        flat = true;
+        newest = first = t = now + kAhead;
+        expired = 0;
+    }
     const uint64_t live = count - expired;
     const int64_t reset = live ? newest + W - now : 0;
 
@@ -169,7 +183,7 @@ uint64_t sliding_log_charge(const rl_rule_t &rule, State &s, int64_t now, uint64
     const int64_t sane = 1ll << 40;  // as in sliding_log()
     const uint32_t count = b->count <= size && b->base > now - sane && b->base < now + sane ? b->count : 0;
     auto time_of = [&](uint32_t i) { return b->base + (int64_t) b->at[(b->head + i) % size]; };
-    const int64_t newest = count ? time_of(count - 1) : INT64_MIN;
+    const int64_t newest = count ? std::min(time_of(count - 1), now + kAhead) : INT64_MIN;  // as sliding_log()
     const int64_t t = now > newest ? now : newest;
     uint32_t expired = 0;
     while (expired < count && time_of(expired) <= t - W) {
