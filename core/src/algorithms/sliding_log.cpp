@@ -132,7 +132,7 @@ rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t
         const int64_t oldest = (live > 0 ? first : t) + W - now;
         d.available_ms = oldest < d.reset_ms ? oldest : d.reset_ms;
         if (apply && cost > 0) {
-            b->head = count ? (b->head + expired) % size : 0;
+            b->head = (b->head + expired) % size;  // (an empty log: any index)
             b->count = (uint32_t) live;
             if (flat && live > 0) {
                 b->head = 0;
