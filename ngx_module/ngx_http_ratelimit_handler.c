@@ -129,10 +129,7 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
 
     for (i = 0; i < rlcf->rules.nelts; i++) {
 
-        /* (a key that is the previous rule's variable is its key) */
-
-        if ((i == 0 || rules[i].key_index != rules[i - 1].key_index
-             || rules[i].key_index == NGX_ERROR)
+        if (!rules[i].key_shared
             && ngx_http_ratelimit_key(r, &rules[i], &key) != NGX_OK)
         {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -359,8 +356,7 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
 
     if (rq->action == RL_ACTION_PASS && rq->verdict == RL_VERDICT_PASSED
         && !ctx->ends
-        && (rlcf->policy.len
-            || !(ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF))
+        && !rlcf->policy_each
 #if (NGX_DEBUG)
         && !(r->connection->log->log_level & NGX_LOG_DEBUG_HTTP)
 #endif
@@ -389,9 +385,7 @@ ngx_http_ratelimit_act(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx,
     }
 
     if (rq->binding < rq->n) {
-        if (ctx->policy.len == 0
-            && (ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF)
-            && ngx_http_ratelimit_policy(r, ctx) != NGX_OK)
+        if (rlcf->policy_each && ngx_http_ratelimit_policy(r, ctx) != NGX_OK)
         {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }

@@ -257,6 +257,9 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
     ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
 
+    conf->policy_each = conf->rules.nelts && conf->policy.len == 0
+                        && (conf->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF);
+
     return NGX_CONF_OK;
 }
 
@@ -264,7 +267,7 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 /*
  * The location's RateLimit-Policy field, written once when every rule's
  * policy is the same for every request (rl_rule_policy_fixed); else each
- * request writes its own (ngx_http_ratelimit_decided).
+ * request writes its own (policy_each: ngx_http_ratelimit_act).
  */
 
 static ngx_int_t
@@ -545,6 +548,10 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             }
         }
     }
+
+    rule->key_shared = rlcf->rules.nelts > 1
+                       && rule->key_index != NGX_ERROR
+                       && rule->key_index == rule[-1].key_index;
 
     /* a zone may be declared after its use; checked in postconfiguration */
 

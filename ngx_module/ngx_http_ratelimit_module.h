@@ -78,6 +78,8 @@ typedef struct {
     ngx_str_t                    limit_text; /* rule.limit, in decimal */
     ngx_http_complex_value_t     key;
     ngx_int_t                    key_index; /* a key that is one variable */
+    ngx_flag_t                   key_shared; /* and the rule before's: its
+                                               value is taken from it */
     ngx_http_complex_value_t    *cost;      /* NULL: rule.cost */
     ngx_http_complex_value_t    *limit;     /* limit=$var; NULL: rule.limit */
     ngx_http_complex_value_t    *burst;     /* burst=$var; NULL: rule.burst */
@@ -111,6 +113,9 @@ typedef struct {
     ngx_flag_t                   ends;      /* a rule here settles when a
                                                request ends: charge=, or
                                                concurrency */
+    ngx_flag_t                   policy_each; /* each request writes its
+                                               RateLimit-Policy (a rule's
+                                               policy depends on it) */
     ngx_str_t                    policy;    /* RateLimit-Policy, when the
                                                same for every request */
 } ngx_http_ratelimit_loc_conf_t;
