@@ -64,15 +64,18 @@ inline Debt debt_of(uint32_t meta, int i)
 {
     return Debt{(meta >> (6 + 8 * i)) & kFracFull, ((meta >> (3 + i)) & 1u) != 0};
 }
+constexpr uint32_t debt_bits(int i)
+{
+    return 1u << (3 + i) | kFracFull << (6 + 8 * i);
+}
 inline uint32_t slot_bits(int i)
 {
-    return 1u << i | 1u << (3 + i) | kFracFull << (6 + 8 * i);
+    return 1u << i | debt_bits(i);
 }
 inline uint32_t with_debt(uint32_t meta, int i, Debt d)
 {
-    // slot i's debt bits, by slot (a load, not two shifts)
-    static constexpr uint32_t kDebtBits[3] = {1u << 3 | kFracFull << 6, 1u << 4 | kFracFull << 14,
-                                              1u << 5 | kFracFull << 22};
+    // slot i's debt bits from a table: a load, not two shifts
+    static constexpr uint32_t kDebtBits[3] = {debt_bits(0), debt_bits(1), debt_bits(2)};
     const uint32_t frac = d.frac < kFracFull ? d.frac : kFracFull;
     return (meta & ~kDebtBits[i]) | (uint32_t) d.inherited << (3 + i) | frac << (6 + 8 * i);
 }
@@ -427,16 +430,14 @@ private:
     Slot locate(uint64_t tag) const
     {
         Bucket *b = const_cast<Table *>(this)->buckets();
-        Bucket *at = &b[first(tag)];
-        for (int s = 0; s < 3; s++) {
-            if (at->tag[s] == tag) {
-                return Slot{at, s};  // most keys: in their first bucket
-            }
-        }
-        at = &b[second(tag)];
-        for (int s = 0; s < 3; s++) {
-            if (at->tag[s] == tag) {
-                return Slot{at, s};
+        // (the second bucket's index is worked out only for a key not in
+        // its first: most keys are)
+        for (int k = 0; k < 2; k++) {
+            Bucket *at = &b[k == 0 ? first(tag) : second(tag)];
+            for (int s = 0; s < 3; s++) {
+                if (at->tag[s] == tag) {
+                    return Slot{at, s};
+                }
             }
         }
         return Slot{nullptr, 0};
