@@ -81,8 +81,12 @@ for my $s (@sequence) {
 }
 
 # the variables of each request, in the access log: only a decided
-# request's own
-my @lines = grep { length } split /\n/, RLTest::read_file($t->prefix . '/reuse.log');
+# request's own (a request's line is written after its response is sent)
+my @lines;
+RLTest::wait_until(sub {
+    @lines = grep { length } split /\n/, RLTest::read_file($t->prefix . '/reuse.log');
+    @lines >= @sequence;
+}, 10);
 is(scalar @lines, scalar @sequence, 'a log line a request');
 my %want = (
     '/exempt/f 200' => qr/^\[EXEMPT\] \[-\] \[-\] \[-\] \[-\] \[-\]$/,

@@ -133,7 +133,12 @@ is(fleet_sum('ai', 'tokens', 'debts'), 1, 'stats: one request ended in debt');
 my $k = decode_json(req('/rl/zones/ai/keys?key=k1&rule=tokens')->{content})->{rules}[0];
 is($k->{remaining}, 0, 'the key API reads the debt in Redis: nothing left');
 ok($k->{retry_after} >= 200 && $k->{retry_after} <= 201, "and when the key may spend again ($k->{retry_after} s)");
-my $log = join '', map { RLTest::read_file($_->prefix . '/charged.log') } @fleet;
+# a request's log line is written after its response went out
+my $log;
+RLTest::wait_until(sub {
+    $log = join '', map { RLTest::read_file($_->prefix . '/charged.log') } @fleet;
+    $log =~ m{^/ai 200 400 redis$}m && $log =~ m{^/ai 429 - redis$}m;
+}, 10);
 like($log, qr{^/ai 200 400 redis$}m, '$ratelimit_charged: the units sent to Redis');
 like($log, qr{^/ai 429 - redis$}m, 'a refused request is charged nothing');
 
