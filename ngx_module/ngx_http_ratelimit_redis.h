@@ -106,11 +106,17 @@ struct ngx_http_ratelimit_redis_s {
     ngx_str_t                          prefix;
     ngx_uint_t                         on_error;
     ngx_flag_t                         cluster;
+    ngx_http_core_loc_conf_t          *core;     /* the http block's: its
+                                                    resolver names a
+                                                    cluster's servers */
 
     ngx_flag_t                         tls;
     ngx_uint_t                         tls_verify;
     ngx_str_t                          tls_ca;
     ngx_str_t                          tls_name;  /* NUL-terminated */
+    ngx_flag_t                         tls_name_host; /* not given: a server
+                                                     reached by host name is
+                                                     checked against that */
     ngx_str_t                          tls_cert;
     ngx_str_t                          tls_key;
     void                              *ssl;       /* ngx_ssl_t, made with

@@ -391,6 +391,7 @@ ngx_http_ratelimit_redis_finish(ngx_conf_t *cf,
     }
 
     redis->zone = *zone;
+    redis->core = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
 
     ngx_conf_init_msec_value(redis->timeout, 50);
     ngx_conf_init_uint_value(redis->pool, 2);
@@ -509,6 +510,7 @@ ngx_http_ratelimit_redis_together(ngx_conf_t *cf,
     ngx_conf_init_uint_value(redis->tls_verify, 1);
 
     if (redis->tls_name.len == 0) {
+        redis->tls_name_host = 1;
         redis->tls_name.data = ngx_pnalloc(cf->pool, redis->host.len + 1);
         if (redis->tls_name.data == NULL) {
             return NGX_CONF_ERROR;

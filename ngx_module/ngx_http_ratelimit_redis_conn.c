@@ -3,8 +3,9 @@
  * redis=.
  *
  * Each worker keeps redis_pool connections per server, opened on first use
- * with nginx's event API (ngx_event_connect_peer: no blocking call, the
- * address resolved when the configuration is read).  Requests are
+ * with nginx's event API (ngx_event_connect_peer: no blocking call; the
+ * address of redis= resolved when the configuration is read, a cluster's
+ * server named by host name with nginx's resolver).  Requests are
  * pipelined: a command is appended to a connection's output and a ring
  * remembers whose reply comes next.  A closed connection is opened again on
  * a later request, after a backoff that doubles from 100 ms to 5 s;
@@ -19,6 +20,11 @@
 
 static ngx_int_t ngx_http_ratelimit_redis_connect(
     ngx_http_ratelimit_redis_conn_t *conn);
+static ngx_int_t ngx_http_ratelimit_redis_open(
+    ngx_http_ratelimit_redis_conn_t *conn);
+static ngx_int_t ngx_http_ratelimit_redis_resolve(
+    ngx_http_ratelimit_redis_conn_t *conn);
+static void ngx_http_ratelimit_redis_resolved(ngx_resolver_ctx_t *ctx);
 static void ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev);
 static void ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev);
 static void ngx_http_ratelimit_redis_drop(ngx_connection_t *c);
@@ -38,15 +44,19 @@ ngx_uint_t  ngx_http_ratelimit_redis_own;
 
 /*
  * The server named HOST:PORT, known already or added: redis= when the
- * worker starts; IP:PORT from a cluster's MOVED or ASK (no DNS then).
+ * worker starts (its addresses resolved with the configuration); from a
+ * cluster's MOVED or ASK, an address, or a host name resolved with the
+ * http block's resolver before each connection.
  */
 
 ngx_http_ratelimit_redis_node_t *
 ngx_http_ratelimit_redis_node(ngx_http_ratelimit_redis_t *redis,
     ngx_str_t *name)
 {
+    u_char                           *colon, *p;
+    ngx_int_t                         port;
     ngx_uint_t                        i;
-    ngx_addr_t                       *addr;
+    ngx_addr_t                        addr;
     ngx_http_ratelimit_redis_node_t  *node;
 
     for (i = 0; i < redis->nnodes; i++) {
@@ -63,11 +73,11 @@ ngx_http_ratelimit_redis_node(ngx_http_ratelimit_redis_t *redis,
         return NULL;
     }
 
+    /* the name, then the host name NUL-terminated */
     node = ngx_calloc(sizeof(ngx_http_ratelimit_redis_node_t)
                       + (redis->pool - 1)
                         * sizeof(ngx_http_ratelimit_redis_conn_t)
-                      + name->len + sizeof(void *) + sizeof(ngx_addr_t)
-                      + NGX_SOCKADDRLEN,
+                      + 2 * name->len + 1,
                       ngx_cycle->log);
     if (node == NULL) {
         return NULL;
@@ -76,29 +86,43 @@ ngx_http_ratelimit_redis_node(ngx_http_ratelimit_redis_t *redis,
     node->name.data = (u_char *) &node->conns[redis->pool];
     node->name.len = name->len;
     ngx_memcpy(node->name.data, name->data, name->len);
+    node->tls_name = redis->tls_name;
 
     if (redis->nnodes == 0) {
         node->addrs = redis->addrs;
         node->naddrs = redis->naddrs;
 
-    } else {
-        addr = (ngx_addr_t *) ngx_align_ptr(node->name.data + name->len,
-                                            sizeof(void *));
-        addr->sockaddr = (struct sockaddr *) (addr + 1);
+    } else if (ngx_parse_addr_port(ngx_cycle->pool, &addr, name->data,
+                                   name->len)
+               == NGX_OK)
+    {
+        /* the parsed address, in this node's own memory */
+        ngx_memcpy(&node->sockaddr[0], addr.sockaddr, addr.socklen);
+        node->addr[0].sockaddr = &node->sockaddr[0].sockaddr;
+        node->addr[0].socklen = addr.socklen;
+        node->addrs = node->addr;
+        node->naddrs = 1;
 
-        if (ngx_parse_addr_port(ngx_cycle->pool, addr, name->data,
-                                name->len)
-            != NGX_OK)
-        {
+    } else {
+        colon = ngx_strlchr(name->data, name->data + name->len, ':');
+        port = colon ? ngx_atoi(colon + 1, name->data + name->len - colon - 1)
+                     : NGX_ERROR;
+
+        if (port < 1 || port > 65535 || colon == name->data) {
             ngx_free(node);
             return NULL;
         }
 
-        /* the parsed address, in this node's own memory */
-        ngx_memcpy(addr + 1, addr->sockaddr, addr->socklen);
-        addr->sockaddr = (struct sockaddr *) (addr + 1);
-        node->addrs = addr;
-        node->naddrs = 1;
+        p = node->name.data + name->len;
+        node->host.data = p;
+        node->host.len = colon - name->data;
+        *ngx_cpymem(p, name->data, node->host.len) = '\0';
+        node->port = (in_port_t) port;
+        node->addrs = node->addr;
+
+        if (redis->tls_name_host) {
+            node->tls_name = node->host;
+        }
     }
 
     for (i = 0; i < redis->pool; i++) {
@@ -196,30 +220,18 @@ ngx_http_ratelimit_redis_drop(ngx_connection_t *c)
 }
 
 
+/*
+ * A connection opened: its AUTH and SELECT queued, then its server's host
+ * name resolved (a cluster's server so named) or its socket connected.
+ */
+
 static ngx_int_t
 ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
 {
     u_char                       dbs[NGX_INT_T_LEN];
-    ngx_int_t                    rc;
     ngx_str_t                    db, auth[2];
     ngx_uint_t                   first;
-    ngx_addr_t                  *addr;
-    ngx_connection_t            *c;
-    ngx_peer_connection_t       *pc;
     ngx_http_ratelimit_redis_t  *redis = conn->redis;
-
-    /* a name with several addresses: the connections spread over them */
-    addr = &conn->node->addrs[(conn - conn->node->conns)
-                              % conn->node->naddrs];
-
-    pc = &conn->peer;
-    ngx_memzero(pc, sizeof(ngx_peer_connection_t));
-    pc->sockaddr = addr->sockaddr;
-    pc->socklen = addr->socklen;
-    pc->name = &conn->node->name;
-    pc->get = ngx_event_get_peer;
-    pc->log = ngx_cycle->log;
-    pc->log_error = NGX_ERROR_ERR;
 
     if (conn->in == NULL) {
         conn->in = ngx_alloc(NGX_HTTP_RATELIMIT_REDIS_IN, ngx_cycle->log);
@@ -229,32 +241,6 @@ ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
     }
 
     (void) ngx_atomic_fetch_add(&redis->stats->reconnects, 1);
-
-    rc = ngx_event_connect_peer(pc);
-
-    if (rc == NGX_ERROR || rc == NGX_BUSY || rc == NGX_DECLINED) {
-        ngx_http_ratelimit_redis_fail(conn, "cannot connect", 0);
-        return NGX_ERROR;
-    }
-
-    c = pc->connection;
-    c->data = conn;
-
-    if (redis->ssl) {
-        /* what OpenSSL says of a failure is in the module's own line,
-           written once while it repeats, not at each reconnection */
-        if (redis->tls_log.file == NULL) {
-            redis->tls_log = *ngx_cycle->log;
-            redis->tls_log.log_level = NGX_LOG_ALERT;
-        }
-
-        c->log = &redis->tls_log;
-    }
-
-    c->read->handler = ngx_http_ratelimit_redis_read_handler;
-    c->write->handler = ngx_http_ratelimit_redis_write_handler;
-    c->read->log = c->log;
-    c->write->log = c->log;
 
     conn->state = NGX_HTTP_RATELIMIT_REDIS_CONNECTING;
     conn->out_len = 0;
@@ -283,6 +269,66 @@ ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
         return NGX_ERROR;
     }
 
+    if (conn->node->host.len) {
+        return ngx_http_ratelimit_redis_resolve(conn);
+    }
+
+    return ngx_http_ratelimit_redis_open(conn);
+}
+
+
+/* The socket connected (or connecting) to one of its server's addresses. */
+
+static ngx_int_t
+ngx_http_ratelimit_redis_open(ngx_http_ratelimit_redis_conn_t *conn)
+{
+    ngx_int_t                    rc;
+    ngx_addr_t                  *addr;
+    ngx_connection_t            *c;
+    ngx_peer_connection_t       *pc;
+    ngx_http_ratelimit_redis_t  *redis = conn->redis;
+
+    /* a name with several addresses: the connections spread over them */
+    addr = &conn->node->addrs[(conn - conn->node->conns)
+                              % conn->node->naddrs];
+
+    pc = &conn->peer;
+    ngx_memzero(pc, sizeof(ngx_peer_connection_t));
+    pc->sockaddr = addr->sockaddr;
+    pc->socklen = addr->socklen;
+    pc->name = &conn->node->name;
+    pc->get = ngx_event_get_peer;
+    pc->log = ngx_cycle->log;
+    pc->log_error = NGX_ERROR_ERR;
+
+    rc = ngx_event_connect_peer(pc);
+
+    if (rc == NGX_ERROR || rc == NGX_BUSY || rc == NGX_DECLINED) {
+        ngx_http_ratelimit_redis_fail(conn, "cannot connect", 0);
+        return NGX_ERROR;
+    }
+
+    c = pc->connection;
+    c->data = conn;
+
+    if (redis->ssl) {
+        /* what OpenSSL says of a failure is in the module's own line,
+           written once while it repeats, not at each reconnection */
+        if (redis->tls_log.file == NULL) {
+            redis->tls_log = *ngx_cycle->log;
+            redis->tls_log.log_level = NGX_LOG_ALERT;
+        }
+
+        c->log = &redis->tls_log;
+    }
+
+    c->read->handler = ngx_http_ratelimit_redis_read_handler;
+    c->write->handler = ngx_http_ratelimit_redis_write_handler;
+    c->read->log = c->log;
+    c->write->log = c->log;
+
+    conn->state = NGX_HTTP_RATELIMIT_REDIS_CONNECTING;
+
     if (rc == NGX_AGAIN || redis->ssl) {
         c->write->cancelable = 1;
         ngx_add_timer(c->write, redis->timeout);
@@ -296,7 +342,116 @@ ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
     }
 
     conn->state = NGX_HTTP_RATELIMIT_REDIS_READY;
+
+    if (conn->out_len) {
+        /* what was queued while its host name resolved */
+        ngx_post_event(c->write, &ngx_posted_events);
+    }
+
     return NGX_OK;
+}
+
+
+/*
+ * A connection to a server named by host name waits for the name's
+ * addresses: one resolution a server at a time, which every connection of
+ * that server opened meanwhile joins (nginx's resolver answers from its
+ * cache, for valid= or the answer's TTL, without a query).
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_redis_resolve(ngx_http_ratelimit_redis_conn_t *conn)
+{
+    ngx_resolver_ctx_t               *ctx;
+    ngx_http_core_loc_conf_t         *core = conn->redis->core;
+    ngx_http_ratelimit_redis_node_t  *node = conn->node;
+
+    conn->state = NGX_HTTP_RATELIMIT_REDIS_RESOLVING;
+
+    if (node->resolving) {
+        return NGX_OK;
+    }
+
+    ctx = core->resolver ? ngx_resolve_start(core->resolver, NULL)
+                         : NGX_NO_RESOLVER;
+
+    if (ctx == NGX_NO_RESOLVER) {
+        ngx_http_ratelimit_redis_fail(conn, "a host name, and no resolver "
+                                      "in the http block to resolve it", 0);
+        return NGX_ERROR;
+    }
+
+    if (ctx == NULL) {
+        ngx_http_ratelimit_redis_fail(conn, "out of memory", 0);
+        return NGX_ERROR;
+    }
+
+    ctx->name = node->host;
+    ctx->handler = ngx_http_ratelimit_redis_resolved;
+    ctx->data = node;
+    ctx->timeout = core->resolver_timeout != NGX_CONF_UNSET_MSEC
+                   ? core->resolver_timeout : 30000;
+    ctx->cancelable = 1;
+
+    node->resolving = 1;
+
+    /* answered from the cache: the handler runs before this returns */
+
+    if (ngx_resolve_name(ctx) != NGX_OK) {
+        node->resolving = 0;
+        ngx_http_ratelimit_redis_fail(conn, "cannot resolve its host name",
+                                      0);
+        return NGX_ERROR;
+    }
+
+    return conn->state == NGX_HTTP_RATELIMIT_REDIS_DOWN ? NGX_ERROR : NGX_OK;
+}
+
+
+/* A server's host name resolved, or not: its connections waiting go on. */
+
+static void
+ngx_http_ratelimit_redis_resolved(ngx_resolver_ctx_t *ctx)
+{
+    u_char                            why[NGX_MAXHOSTNAMELEN + 64];
+    ngx_uint_t                        i, n;
+    ngx_http_ratelimit_redis_conn_t  *conn;
+    ngx_http_ratelimit_redis_node_t  *node = ctx->data;
+
+    node->resolving = 0;
+    n = ctx->state == NGX_OK
+        ? ngx_min(ctx->naddrs, NGX_HTTP_RATELIMIT_REDIS_ADDRS) : 0;
+
+    for (i = 0; i < n; i++) {
+        ngx_memcpy(&node->sockaddr[i], ctx->addrs[i].sockaddr,
+                   ctx->addrs[i].socklen);
+        ngx_inet_set_port(&node->sockaddr[i].sockaddr, node->port);
+        node->addr[i].sockaddr = &node->sockaddr[i].sockaddr;
+        node->addr[i].socklen = ctx->addrs[i].socklen;
+    }
+
+    node->naddrs = n;
+
+    *ngx_slprintf(why, why + sizeof(why) - 1, "cannot resolve \"%V\": %s",
+                  &node->host, ctx->state ? ngx_resolver_strerror(ctx->state)
+                                          : "no address") = '\0';
+
+    ngx_resolve_name_done(ctx);
+
+    for (i = 0; i < node->conns[0].redis->pool; i++) {
+        conn = &node->conns[i];
+
+        if (conn->state != NGX_HTTP_RATELIMIT_REDIS_RESOLVING) {
+            continue;
+        }
+
+        if (n == 0) {
+            ngx_http_ratelimit_redis_fail(conn, (char *) why, 0);
+
+        } else {
+            (void) ngx_http_ratelimit_redis_open(conn);
+        }
+    }
 }
 
 

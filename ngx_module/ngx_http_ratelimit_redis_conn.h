@@ -21,12 +21,16 @@
 #define NGX_HTTP_RATELIMIT_REDIS_BACKOFF   100
 #define NGX_HTTP_RATELIMIT_REDIS_BACKOFF_MAX  5000
 #define NGX_HTTP_RATELIMIT_REDIS_NODES     32       /* cluster servers known */
+#define NGX_HTTP_RATELIMIT_REDIS_ADDRS     8        /* addresses kept of a
+                                                       server's host name */
 #define NGX_HTTP_RATELIMIT_REDIS_SLOTS     16384
 #define NGX_HTTP_RATELIMIT_REDIS_TLS_WHY   320      /* a TLS failure's line */
 
 #define NGX_HTTP_RATELIMIT_REDIS_DOWN        0
 #define NGX_HTTP_RATELIMIT_REDIS_CONNECTING  1
 #define NGX_HTTP_RATELIMIT_REDIS_READY       2
+#define NGX_HTTP_RATELIMIT_REDIS_RESOLVING   3    /* its server's host name:
+                                                     no socket yet */
 
 /* the ring entry of a command sent for the connection itself (AUTH, SELECT) */
 #define NGX_HTTP_RATELIMIT_REDIS_OWN                                          \
@@ -81,6 +85,15 @@ struct ngx_http_ratelimit_redis_node_s {
     ngx_addr_t                        *addrs;
     ngx_uint_t                         naddrs;
     ngx_uint_t                         next;
+    /* a cluster's server named by host name (cluster-preferred-endpoint-type
+       hostname): resolved with the http block's resolver before each
+       connection; empty for an address */
+    ngx_str_t                          host;     /* NUL-terminated */
+    in_port_t                          port;
+    unsigned                           resolving:1;
+    ngx_str_t                          tls_name; /* NUL-terminated */
+    ngx_addr_t                         addr[NGX_HTTP_RATELIMIT_REDIS_ADDRS];
+    ngx_sockaddr_t                     sockaddr[NGX_HTTP_RATELIMIT_REDIS_ADDRS];
 #if (NGX_SSL)
     ngx_ssl_session_t                 *session;  /* TLS, to resume */
 #endif

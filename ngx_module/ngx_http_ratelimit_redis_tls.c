@@ -10,8 +10,10 @@
  * the handshake is over: trusted (redis_tls_ca, or the system's CAs), and
  * holding redis_tls_name (default the host of redis=; an address is
  * checked as an address, and not sent as SNI).  Every server of a Redis
- * Cluster is checked against that same name: a cluster's certificate names
- * the cluster.  The session of each server's last handshake is offered on
+ * Cluster is checked against that same name (a cluster's certificate
+ * names the cluster), except one a redirection named by host name when
+ * redis_tls_name is not given: that one is checked against its own name.
+ * The session of each server's last handshake is offered on
  * the next, so a reconnection resumes it.
  *
  * A TLS failure closes the connection like any other (on_redis_error
@@ -193,9 +195,9 @@ ngx_http_ratelimit_redis_tls_start(ngx_http_ratelimit_redis_conn_t *conn,
     SSL_set_info_callback(c->ssl->connection,
                           ngx_http_ratelimit_redis_tls_info);
 
-    if (!ngx_http_ratelimit_redis_tls_is_addr(&redis->tls_name)
+    if (!ngx_http_ratelimit_redis_tls_is_addr(&conn->node->tls_name)
         && SSL_set_tlsext_host_name(c->ssl->connection,
-                                    (char *) redis->tls_name.data)
+                                    (char *) conn->node->tls_name.data)
            == 0)
     {
         done(conn, "cannot set TLS SNI");
@@ -261,12 +263,14 @@ ngx_http_ratelimit_redis_tls_handshaked(ngx_connection_t *c)
             return;
         }
 
-        if (ngx_http_ratelimit_redis_tls_name_ok(c, &redis->tls_name)
+        if (ngx_http_ratelimit_redis_tls_name_ok(c, &conn->node->tls_name)
             != NGX_OK)
         {
             p = ngx_slprintf(why, why + sizeof(why) - 1,
                              "TLS: the server's certificate does not name "
-                             "\"%V\" (redis_tls_name)", &redis->tls_name);
+                             "\"%V\" (%s)", &conn->node->tls_name,
+                             conn->node->tls_name.data == redis->tls_name.data
+                             ? "redis_tls_name" : "its host name");
             *p = '\0';
             ngx_http_ratelimit_redis_tls_failed(conn, (char *) why, 1);
             return;

@@ -28,6 +28,15 @@ sub signed {
                 . " -out $name.crt -extfile $name.ext");
 }
 
+# Another server certificate of the CA in $c, for $san ("DNS:a,IP:b"): the
+# tls hash of RLRedis, with this certificate.
+sub server {
+    my ($c, $name, $san) = @_;
+    signed($c->{dir}, $name, $name, "subjectAltName=$san\nextendedKeyUsage=serverAuth,clientAuth");
+    chmod 0644, "$c->{dir}/$name.key";
+    return { %$c, server_crt => "$c->{dir}/$name.crt", server_key => "$c->{dir}/$name.key" };
+}
+
 sub make {
     return undef if system('openssl version >/dev/null 2>&1') != 0;
     my $dir = tempdir('ngx-ratelimit-certs-XXXXXX', TMPDIR => 1, CLEANUP => 1);

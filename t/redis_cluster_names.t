@@ -1,0 +1,155 @@
+#!/usr/bin/perl
+# Redis Cluster whose masters name themselves by host name
+# (cluster-preferred-endpoint-type hostname, as managed services with TLS
+# do): MOVED and ASK give a name, which each worker resolves with the http
+# block's resolver (a DNS server of the test's) and follows.  Limits are
+# exact across the masters; nginx's resolver asks once a name while its
+# answer is valid; without a resolver, or for a name that does not
+# resolve, that master's keys are decided by on_redis_error and the error
+# log says why.  Over TLS, a server reached by name is checked against its
+# own name, or against redis_tls_name when that is given.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use RLTest;
+use RLRedis;
+use RLDNS;
+use RLCerts;
+
+my @names = map { "node$_.rl.test" } 1 .. 3;
+my $dns = RLDNS->new(map { $_ => '127.0.0.1' } @names)->start;
+my $partial = RLDNS->new(map { $_ => '127.0.0.1' } @names[0, 1])->start;   # knows no node3
+
+# three masters, each announcing its name; the test's own commands go to
+# their ports
+sub cluster {
+    my (%opt) = @_;
+    my @nodes = map {
+        RLRedis->new(cluster => 1, ($opt{tls} ? (tls => $opt{tls}->($_)) : ()),
+                     args => [ '--cluster-announce-hostname', $names[ $_ - 1 ],
+                               '--cluster-preferred-endpoint-type', 'hostname',
+                               ($opt{tls} ? ('--tls-cluster', 'yes') : ()) ])->start
+    } 1 .. 3;
+    my $create = `redis-cli --cluster create @{[ join ' ', map { '127.0.0.1:' . $_->port } @nodes ]} --cluster-replicas 0 --cluster-yes 2>&1`;
+    RLTest::wait_until(sub { !grep { ($_->cmd('CLUSTER', 'INFO') // '') !~ /cluster_state:ok/ } @nodes }, 20)
+        or diag($create);
+    return @nodes;
+}
+
+my @nodes = cluster();
+my $seed = $nodes[0]->port;
+like($nodes[0]->cmd('GET', 'k') // '', qr/MOVED \d+ node2\.rl\.test:\d+/,
+     'the cluster redirects by host name');
+
+sub nginx {
+    my ($resolver, %opt) = @_;
+    my $t = RLTest->new();
+    $t->start(<<"EOF2", workers => 2);
+$resolver
+log_format rl '\$uri \$status \$http_x_key \$ratelimit_decided_by';
+access_log %%PREFIX%%/rl.log rl;
+ratelimit_zone cl 1m redis=127.0.0.1:$opt{seed} redis_cluster=on redis_timeout=5s $opt{zone};
+server {
+    listen 127.0.0.1:%%PORT%% reuseport;
+    location /one/ {
+        ratelimit zone=cl key=\$http_x_key limit=3 period=1h;
+        alias %%PREFIX%%/html/;
+    }
+    location = /stats { ratelimit_stats; }
+}
+EOF2
+    return $t;
+}
+
+# --- two servers, resolving with valid=60s ---
+{
+    my @fleet = map { nginx("resolver 127.0.0.1:${\ $dns->port} valid=60s ipv6=off;", seed => $seed, zone => '') } 1 .. 2;
+    my $exact = 1;
+    for my $k (1 .. 60) {
+        my @s = map { $fleet[ $_ % 2 ]->get('/one/index.html', { 'X-Key' => "key-$k" })->{status} } 1 .. 5;
+        $exact &&= "@s" eq '200 200 200 429 429';
+    }
+    ok($exact, '60 keys over two servers: exactly 3 of 5 pass for each');
+    my @sizes = map { $_->cmd('DBSIZE') } @nodes;
+    is(scalar(grep { $_ > 5 } @sizes), 3, "the keys are spread over the three masters, reached by name (@sizes)");
+    my $fallback = 0;
+    $fallback += () = $_->file('rl.log') =~ / fallback\S*$/mg for @fleet;
+    is($fallback, 0, 'every request decided in Redis');
+    my $errors = 0;
+    $errors += $_->zone_stats('cl')->{redis}{errors} for @fleet;
+    is($errors, 0, 'no Redis error');
+    my @asked = map { $dns->asked($_) } @names;
+    ok($asked[1] >= 1 && $asked[2] >= 1, "the names were resolved (@asked queries for node1..3)");
+    # a worker asks for a name when it first connects there; its other
+    # connections there are answered from its resolver's cache (valid=60s):
+    # at most a query a name a worker
+    ok($asked[1] <= 4 && $asked[2] <= 4, "at most one query a name a worker (@asked for 2 servers of 2 workers)");
+    is(join('', map { $_->error_log =~ /ratelimit: redis/ ? $_->error_log : '' } @fleet), '',
+       'nothing logged about Redis');
+    $_->stop for @fleet;
+}
+
+# --- without a resolver: keys on the other masters fall back, said ---
+{
+    my $t = nginx('', seed => $seed, zone => 'on_redis_error=deny');
+    my (%by, %status);
+    for my $k (1 .. 30) {
+        my $r = $t->get('/one/index.html', { 'X-Key' => "nores-$k" });
+        $status{ $r->{status} }++;
+    }
+    my @by = map { (split)[3] } split /\n/, $t->file('rl.log');
+    $by{$_}++ for @by;
+    ok($by{redis} && $by{fallback_deny}, "the seed's keys in Redis ($by{redis}), the others denied by on_redis_error=deny ("
+       . ($by{fallback_deny} // 0) . ')');
+    $t->log_like(qr/ratelimit: redis node[23]\.rl\.test:\d+: a host name, and no resolver in the http block to resolve it/,
+                 'the error log says there is no resolver');
+    $t->stop;
+}
+
+# --- a name the resolver does not know ---
+{
+    my $t = nginx("resolver 127.0.0.1:${\ $partial->port} ipv6=off;", seed => $seed, zone => 'on_redis_error=deny');
+    my %by;
+    for my $k (1 .. 30) {
+        $t->get('/one/index.html', { 'X-Key' => "partial-$k" });
+    }
+    $by{ (split)[3] }++ for split /\n/, $t->file('rl.log');
+    ok($by{redis} && $by{fallback_deny}, "node1 and node2's keys in Redis ($by{redis}), node3's denied ("
+       . ($by{fallback_deny} // 0) . ')');
+    $t->log_like(qr/ratelimit: redis node3\.rl\.test:\d+: cannot resolve "node3\.rl\.test": Host not found/,
+                 'the error log names the name and what the resolver said');
+    unlike($t->error_log, qr/redis node[12]\.rl\.test/, 'nothing of the names that resolve');
+    $t->stop;
+}
+$_->stop for @nodes;
+
+# --- over TLS: each master's certificate names only itself (the first
+# also 127.0.0.1, the address of redis=) ---
+SKIP: {
+    my $certs = RLCerts::make();
+    skip 'no openssl', 4 unless $certs;
+    skip RLRedis::tls_missing(), 4 if RLRedis::tls_missing();
+    my @own = map { RLCerts::server($certs, "node$_", "DNS:$names[$_ - 1]" . ($_ == 1 ? ',IP:127.0.0.1' : '')) } 1 .. 3;
+    my @tls = cluster(tls => sub { $own[ $_[0] - 1 ] });
+    my $tseed = $tls[0]->tls_port;
+    my $ca = "redis_tls=on redis_tls_ca=$certs->{ca}";
+
+    my $t = nginx("resolver 127.0.0.1:${\ $dns->port} ipv6=off;", seed => $tseed, zone => "$ca on_redis_error=deny");
+    my @s = map { $t->get('/one/index.html', { 'X-Key' => "tls-$_" })->{status} } 1 .. 30;
+    is(scalar(grep { $_ != 200 } @s), 0, 'TLS: 30 keys over the three masters, each checked against its own name');
+    is($t->zone_stats('cl')->{redis}{errors}, 0, 'TLS: no Redis error');
+    $t->stop;
+
+    $t = nginx("resolver 127.0.0.1:${\ $dns->port} ipv6=off;", seed => $tseed,
+               zone => "$ca redis_tls_name=node1.rl.test on_redis_error=deny");
+    @s = map { $t->get('/one/index.html', { 'X-Key' => "tls-$_" })->{status} } 1 .. 30;
+    ok((grep { $_ == 200 } @s) && (grep { $_ == 429 } @s), 'TLS, redis_tls_name given: node1 serves, the others fail the check');
+    $t->log_like(qr/redis node[23]\.rl\.test:\d+: TLS: the server's certificate does not name "node1\.rl\.test" \(redis_tls_name\)/,
+                 'TLS: the log names the name the certificate lacks');
+    $t->stop;
+    $_->stop for @tls;
+}
+
+done_testing();
