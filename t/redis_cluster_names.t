@@ -4,7 +4,8 @@
 # do): MOVED and ASK give a name, which each worker resolves with the http
 # block's resolver (a DNS server of the test's) and follows.  Limits are
 # exact across the masters; nginx's resolver asks once a name while its
-# answer is valid; without a resolver, or for a name that does not
+# answer is valid; a name that moves is followed at the next connection
+# there; without a resolver, or for a name that does not
 # resolve, that master's keys are decided by on_redis_error and the error
 # log says why.  Over TLS, a server reached by name is checked against its
 # own name, or against redis_tls_name when that is given.
@@ -89,6 +90,40 @@ EOF2
     is(join('', map { $_->error_log =~ /ratelimit: redis/ ? $_->error_log : '' } @fleet), '',
        'nothing logged about Redis');
     $_->stop for @fleet;
+}
+
+# --- a master's address changes: found at the next connection there ---
+{
+    my $t = nginx("resolver 127.0.0.1:${\ $dns->port} valid=1s ipv6=off;", seed => $seed, zone => 'on_redis_error=deny');
+    my $get = sub { my $k = shift; $t->get('/one/index.html', { 'X-Key' => $k })->{status} };
+    $get->("move-$_") for 1 .. 30;
+    my $before = $dns->asked('node2.rl.test');
+    ok($before >= 1, "node2's name resolved ($before queries)");
+    $dns->set('node2.rl.test' => '127.0.0.3');   # nothing listens there
+    $nodes[1]->cmd('CLIENT', 'KILL', 'TYPE', 'normal');
+    sleep 2.2;                                   # past valid=1s, in whole seconds
+    my ($round, %by) = (0);
+    RLTest::wait_until(sub {
+        $round++;
+        $get->("after-$round-$_") for 1 .. 10;
+        %by = ();
+        $by{ (split)[3] }++ for grep { / after-/ } split /\n/, $t->file('rl.log');
+        $by{fallback_deny};
+    }, 10);
+    ok($by{fallback_deny}, 'the name moved to an address with no Redis: its keys fall back (' . ($by{fallback_deny} // 0) . ')');
+    # (the port is Redis's at 127.0.0.1: refused only at the new address)
+    $t->log_like(qr/\(111: Connection refused\)/, 'nginx connected to the new address, where nothing listens');
+    $t->log_like(qr/ratelimit: redis node2\.rl\.test:\d+: \w+ failed, \d+ requests decided by on_redis_error/,
+                 'the error log names the server by its name');
+    $dns->set('node2.rl.test' => '127.0.0.1');
+    ok(RLTest::wait_until(sub {
+        $round++;
+        $get->("back-$round-$_") for 1 .. 10;
+        grep { / back-\S+ redis$/ } split /\n/, $t->file('rl.log')
+            and !grep { / back-\S+ fallback/ } (split /\n/, $t->file('rl.log'))[-10 .. -1];
+    }, 15), 'moved back: its keys are decided in Redis again');
+    ok($dns->asked('node2.rl.test') >= $before + 2, 'each move found by a new query');
+    $t->stop;
 }
 
 # --- without a resolver: keys on the other masters fall back, said ---

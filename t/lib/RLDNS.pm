@@ -7,6 +7,7 @@ package RLDNS;
 #   my $dns = RLDNS->new('node1.rl.test' => '127.0.0.1')->start;
 #   "resolver 127.0.0.1:" . $dns->port . ";"      # in nginx.conf
 #   $dns->asked('node1.rl.test');                 # A queries for that name
+#   $dns->set('node1.rl.test' => '127.0.0.3');    # answered from now on
 use strict;
 use warnings;
 use File::Temp qw(tempdir);
@@ -17,7 +18,20 @@ use RLTest;
 sub new {
     my ($class, %names) = @_;
     my $dir = tempdir('ngx-ratelimit-dns-XXXXXX', TMPDIR => 1, CLEANUP => 1);
-    return bless { names => \%names, dir => $dir, ttl => 300 }, $class;
+    my $self = bless { names => {}, dir => $dir, ttl => 300 }, $class;
+    $self->set(%names);
+    return $self;
+}
+
+# The names' addresses, in a file the server reads at each question.
+sub set {
+    my ($self, %names) = @_;
+    $self->{names} = { %{ $self->{names} }, %names };
+    open(my $fh, '>', "$self->{dir}/names.new") or die "RLDNS: $self->{dir}: $!\n";
+    print $fh map { "$_ $self->{names}{$_}\n" } sort keys %{ $self->{names} };
+    close $fh;
+    rename("$self->{dir}/names.new", "$self->{dir}/names") or die "RLDNS: rename: $!\n";
+    return $self;
 }
 
 sub port { $_[0]{port} }
@@ -60,7 +74,8 @@ sub answer {
     my $question = substr($query, 12, $pos + 4 - 12);
     my ($type) = unpack('n', substr($query, $pos, 2));
     my $name = join '.', @labels;
-    my $addr = $self->{names}{$name};
+    my %names = map { split ' ' } split /\n/, RLTest::read_file("$self->{dir}/names");
+    my $addr = $names{$name};
     my @an = defined $addr && $type == 1
            ? (pack('n n n N n', 0xc00c, 1, 1, $self->{ttl}, 4) . pack('C4', split /\./, $addr))
            : ();
