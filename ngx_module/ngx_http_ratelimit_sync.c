@@ -5,7 +5,8 @@
  * each key spent in the zone's journal (the core's, beside the table).
  * Every worker has a timer of the interval; the first to find the exchange
  * due takes the journal (under the zone's lock, so one worker a server an
- * interval), sends it in script calls of up to RL_SYNC_BATCH keys (fewer
+ * interval; before the interval, a worker whose request found the journal
+ * half full), sends it in script calls of up to RL_SYNC_BATCH keys (fewer
  * sliding_window keys: rl_sync_batch) on its Redis
  * connections (pipelined, nothing waits for them), and folds each reply's
  * fleet totals into the table.  A call Redis does not answer gives its
@@ -203,8 +204,12 @@ ngx_http_ratelimit_sync_note(rl_request_t *rq, int64_t now)
             }
         }
 
-        if (j == i) {   /* the zone's first check */
-            rl_sync_note(zone->sync->journal, zone->table, rq, now);
+        if (j == i   /* the zone's first check */
+            && rl_sync_note(zone->sync->journal, zone->table, rq, now)
+            && !zone->sync->timer.posted)
+        {
+            /* half full: taken once this event cycle is over */
+            ngx_post_event(&zone->sync->timer, &ngx_posted_events);
         }
     }
 }
@@ -231,6 +236,10 @@ ngx_http_ratelimit_sync_stop(ngx_http_ratelimit_sync_t *sync)
         ngx_del_timer(&sync->timer);
     }
 
+    if (sync->timer.posted) {
+        ngx_delete_posted_event(&sync->timer);
+    }
+
     ngx_http_ratelimit_redis_close(sync->redis);
 }
 
@@ -253,9 +262,10 @@ ngx_http_ratelimit_sync_figures(ngx_pool_t *pool,
 
 
 /*
- * The timer: the exchange, when this worker finds it due and has none of
- * its own still waiting for replies.  Calls Redis cannot take now (down,
- * backing off) give their units back at once.
+ * The timer (or a request that found the journal half full): the
+ * exchange, when this worker finds it due and has none of its own still
+ * waiting for replies.  Calls Redis cannot take now (down, backing off)
+ * give their units back at once.
  */
 
 static void
@@ -504,4 +514,10 @@ ngx_http_ratelimit_sync_ended(ngx_http_ratelimit_sync_t *sync)
     rl_sync_record(sync->journal, sync->sent_keys, sync->sent_units,
                    sync->failed, sync->failed ? -1 : now - sync->taken_at,
                    now);
+
+    /* filled half again while this exchange waited: the next one now */
+
+    if (rl_sync_urgent(sync->journal) && !sync->timer.posted) {
+        ngx_post_event(&sync->timer, &ngx_posted_events);
+    }
 }

@@ -110,6 +110,52 @@ TEST(Sync, RulesThatMergeAreTaken)
     }
 }
 
+TEST(Sync, AJournalHalfFullIsTakenBeforeItsIntervalWhileRedisTakesIt)
+{
+    SyncZone z(kFixed);
+    const int half = RL_SYNC_KEYS_MIN / 2;
+    std::vector<rl_sync_item_t> out(RL_SYNC_KEYS_MIN);
+    int due = 0;
+    // an exchange at kT0: the next is due at kT0 + 100
+    EXPECT_EQ(rl_sync_take(z.journal, kT0, kInterval, out.data(), &due), 0u);
+    EXPECT_EQ(due, 1);
+    for (int k = 0; k < half - 1; k++) {
+        z.spend("k" + std::to_string(k), 1, kT0 + 1);
+    }
+    EXPECT_EQ(rl_sync_urgent(z.journal), 0);
+    EXPECT_EQ(rl_sync_take(z.journal, kT0 + 2, kInterval, out.data(), &due), 0u) << "not due, not half full";
+    // the key that fills half: the note says so, and the take is due
+    const std::string last = "last";
+    rl_check_t c = check_of(z.zone.mem, &z.rule, z.identity, last);
+    rl_request_t rq = hashed(request_of(&c, 1));
+    rl_decide(&rq, kT0 + 3);
+    EXPECT_EQ(rl_sync_note(z.journal, z.zone.mem, &rq, kT0 + 3), 1);
+    EXPECT_EQ(rl_sync_urgent(z.journal), 1);
+    // a key already noted adds no item: still half full
+    EXPECT_EQ(rl_sync_note(z.journal, z.zone.mem, &rq, kT0 + 3), 1);
+    std::vector<rl_sync_item_t> sent(RL_SYNC_KEYS_MIN);
+    sent.resize(rl_sync_take(z.journal, kT0 + 4, kInterval, sent.data(), &due));
+    EXPECT_EQ(due, 1);
+    EXPECT_EQ(sent.size(), (size_t) half) << "taken 96 ms before its interval";
+    EXPECT_EQ(rl_sync_urgent(z.journal), 0);
+    // Redis did not take them: back in the journal, half full, and not
+    // taken again before the interval (a request would not take it each)
+    rl_sync_requeue(z.journal, sent.data(), sent.size());
+    EXPECT_EQ(rl_sync_urgent(z.journal), 0);
+    EXPECT_EQ(rl_sync_take(z.journal, kT0 + 5, kInterval, out.data(), &due), 0u);
+    EXPECT_EQ(due, 0);
+    // the interval's exchange takes them; Redis takes it: early takes again
+    out.resize(rl_sync_take(z.journal, kT0 + 104, kInterval, out.data(), &due));
+    EXPECT_EQ(out.size(), (size_t) half);
+    rl_sync_record(z.journal, out.size(), out.size(), 0, 1, kT0 + 105);
+    for (int k = 0; k < half; k++) {
+        z.spend("again" + std::to_string(k), 1, kT0 + 106);
+    }
+    EXPECT_EQ(rl_sync_urgent(z.journal), 1);
+    out.resize(RL_SYNC_KEYS_MIN);
+    EXPECT_EQ(rl_sync_take(z.journal, kT0 + 107, kInterval, out.data(), &due), (size_t) half);
+}
+
 TEST(Sync, JournalAddsTakesAndGetsBackWhatRedisDidNotTake)
 {
     SyncZone z(kFixed);

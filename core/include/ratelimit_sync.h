@@ -16,9 +16,9 @@
  * and answers the ticks of the window); rl_sync_rule_ok says why another
  * is refused.
  *
- * The journal has room for a fixed number of keys an interval; a key that
- * finds it full spends locally and its units are counted as dropped (never
- * sent).  A call Redis does not answer gives its units back to the journal
+ * The journal has room for a fixed number of keys; half full, it is taken
+ * before its interval (rl_sync_urgent).  A key that finds it full spends
+ * locally and its units are counted as dropped (never sent).  A call Redis does not answer gives its units back to the journal
  * (rl_sync_requeue), sent with the next exchange.  Every function but
  * rl_sync_size, rl_sync_command, rl_sync_answer and rl_sync_rule_ok wants
  * the zone's lock.
@@ -96,14 +96,24 @@ RL_API int rl_sync_rule_ok(const rl_rule_t *rule, char *err, size_t errlen);
 
 /*
  * Notes what a decided request spent in table (checks of that table only,
- * admitted and spending: RL_OUTCOME_ALLOWED) in the journal.
+ * admitted and spending: RL_OUTCOME_ALLOWED) in the journal.  Returns 1 if
+ * the journal is to be taken now (rl_sync_urgent).
  */
-RL_API void rl_sync_note(void *sync, const void *table, const rl_request_t *rq,
+RL_API int rl_sync_note(void *sync, const void *table, const rl_request_t *rq,
     int64_t now_ms);
 
 /*
+ * 1 if the journal is half full and Redis took the last exchange's calls:
+ * an exchange is due before its interval, so that keys still to come find
+ * room (a flood of distinct keys drops only what comes faster than
+ * exchanges take it).  Read without the lock.
+ */
+RL_API int rl_sync_urgent(const void *sync);
+
+/*
  * Takes the exchange of this interval if it is due (now_ms past the last
- * one's interval_ms; the caller's process is then the one exchanging):
+ * one's interval_ms, or rl_sync_urgent; the caller's process is then the
+ * one exchanging):
  * copies the journal's keys whose windows are not over into out (room for
  * the journal's keys), empties it, and returns how many (0: nothing, or
  * not due, then *due is 0).

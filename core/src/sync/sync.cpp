@@ -23,7 +23,7 @@ size_t reply_ints(const rl_sync_item_t &it)
     return it.buckets > 0 ? it.buckets + 1u : it.aligned ? 1 : 2;
 }
 
-constexpr uint32_t kMagic = 0x326e7973;  // "syn2": items with their ticks
+constexpr uint32_t kMagic = 0x336e7973;  // "syn3": items with their ticks, taken early
 
 // a call's reply is parsed whole, and one item always fits in a call
 static_assert(RL_SYNC_REPLY_MAX <= RL_RESP_ITEMS_MAX && RL_BUCKETS_MAX + 1 <= RL_SYNC_REPLY_MAX,
@@ -35,7 +35,8 @@ struct alignas(64) SyncHeader {
     uint32_t keys;
     uint32_t nindex;
     uint32_t used;
-    int64_t next_ms;  // the next exchange is due then
+    uint32_t failing;  // a call's units came back: Redis is away
+    int64_t next_ms;   // the next exchange is due then
     rl_sync_figures_t figures;
 };
 
@@ -99,6 +100,16 @@ const char kScript[] =
 SyncHeader *header(void *mem)
 {
     return static_cast<SyncHeader *>(mem);
+}
+
+// A journal half full (a flood of distinct keys) is taken before its
+// interval, so that it has room for the keys still to come; not while
+// Redis is away (a call's units came back and no exchange ended since:
+// they wait for the exchange of the interval, not a take a request).
+bool urgent(const SyncHeader *h)
+{
+    return __atomic_load_n(&h->used, __ATOMIC_RELAXED) * 2 >= h->keys &&
+           __atomic_load_n(&h->failing, __ATOMIC_RELAXED) == 0;
 }
 
 rl_sync_item_t *items_of(SyncHeader *h)
@@ -234,7 +245,7 @@ int rl_sync_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
     return RL_OK;
 }
 
-void rl_sync_note(void *sync, const void *table, const rl_request_t *rq, int64_t now_ms)
+int rl_sync_note(void *sync, const void *table, const rl_request_t *rq, int64_t now_ms)
 {
     (void) now_ms;
     SyncHeader *h = header(sync);
@@ -275,6 +286,12 @@ void rl_sync_note(void *sync, const void *table, const rl_request_t *rq, int64_t
         }
     }
     __atomic_store_n(&h->figures.pending, (uint64_t) h->used, __ATOMIC_RELAXED);
+    return urgent(h);
+}
+
+int rl_sync_urgent(const void *sync)
+{
+    return urgent(static_cast<const SyncHeader *>(sync));
 }
 
 size_t rl_sync_take(void *sync, int64_t now_ms, int64_t interval_ms, rl_sync_item_t *out, int *due)
@@ -282,7 +299,7 @@ size_t rl_sync_take(void *sync, int64_t now_ms, int64_t interval_ms, rl_sync_ite
     SyncHeader *h = header(sync);
     *due = 0;
     // a clock that stepped back more than an interval: due now
-    if (now_ms < h->next_ms && h->next_ms - now_ms <= interval_ms) {
+    if (!urgent(h) && now_ms < h->next_ms && h->next_ms - now_ms <= interval_ms) {
         return 0;
     }
     *due = 1;
@@ -303,6 +320,7 @@ size_t rl_sync_take(void *sync, int64_t now_ms, int64_t interval_ms, rl_sync_ite
 void rl_sync_requeue(void *sync, const rl_sync_item_t *items, size_t n)
 {
     SyncHeader *h = header(sync);
+    __atomic_store_n(&h->failing, 1u, __ATOMIC_RELAXED);
     for (size_t i = 0; i < n; i++) {
         const rl_sync_item_t &it = items[i];
         if (!add(h, it, [&it](char *name) { std::memcpy(name, it.name, RL_REDIS_HASH_LEN); })) {
@@ -314,6 +332,9 @@ void rl_sync_requeue(void *sync, const rl_sync_item_t *items, size_t n)
 
 void rl_sync_record(void *sync, size_t keys, uint64_t units, uint64_t failures, int64_t lag_ms, int64_t now_ms)
 {
+    if (failures == 0 && lag_ms >= 0) {
+        __atomic_store_n(&header(sync)->failing, 0u, __ATOMIC_RELAXED);
+    }
     rl_sync_figures_t &f = header(sync)->figures;
     bump(f.keys, keys);
     bump(f.units, units);
