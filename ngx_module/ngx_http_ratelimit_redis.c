@@ -7,7 +7,9 @@
  * range, NOSCRIPT, a redirection, or a failure), and this file acts on
  * that: the request gets its decisions, the script is sent with EVAL,
  * Redis Cluster's MOVED and ASK are followed, or the request is decided by
- * on_redis_error, with a line in the log (folded).  A request waits on its
+ * on_redis_error, with a line in the log (folded); a replica's READONLY
+ * (its primary failed over) also closes the connection, so that the next
+ * one reaches the primary (redis= resolved again).  A request waits on its
  * own timer (redis_timeout); when it fires, the connection is taken as
  * stuck and closed, and every request queued on it is decided by
  * on_redis_error.  The key API's calls (a peek, a reset) go the same way,
@@ -259,6 +261,15 @@ ngx_http_ratelimit_redis_reply(void *c, rl_resp_t *reply, ngx_str_t *raw)
     }
 
     ngx_http_ratelimit_redis_answered(w, kind == RL_REDIS_DECIDED ? &a : NULL);
+
+    if (kind == RL_REDIS_READONLY
+        && conn->state != NGX_HTTP_RATELIMIT_REDIS_DOWN)
+    {
+        /* a replica now: the next connection finds the primary (a host
+           name resolved again) */
+        ngx_http_ratelimit_redis_fail(conn, "a replica (READONLY): the "
+                                      "primary failed over", 0);
+    }
 }
 
 

@@ -25,6 +25,8 @@ static ngx_int_t ngx_http_ratelimit_redis_open(
 static ngx_int_t ngx_http_ratelimit_redis_resolve(
     ngx_http_ratelimit_redis_conn_t *conn);
 static void ngx_http_ratelimit_redis_resolved(ngx_resolver_ctx_t *ctx);
+static ngx_uint_t ngx_http_ratelimit_redis_named(
+    ngx_http_ratelimit_redis_t *redis);
 static void ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev);
 static void ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev);
 static void ngx_http_ratelimit_redis_drop(ngx_connection_t *c);
@@ -92,6 +94,16 @@ ngx_http_ratelimit_redis_node(ngx_http_ratelimit_redis_t *redis,
         node->addrs = redis->addrs;
         node->naddrs = redis->naddrs;
 
+        if (ngx_http_ratelimit_redis_named(redis)) {
+            /* resolved again before each connection: a failover that
+               moves the name (a managed primary endpoint) is followed */
+            p = node->name.data + name->len;
+            node->host.data = p;
+            node->host.len = redis->host.len;
+            *ngx_cpymem(p, redis->host.data, redis->host.len) = '\0';
+            node->port = ngx_inet_get_port(redis->addrs[0].sockaddr);
+        }
+
     } else if (ngx_parse_addr_port(ngx_cycle->pool, &addr, name->data,
                                    name->len)
                == NGX_OK)
@@ -134,6 +146,27 @@ ngx_http_ratelimit_redis_node(ngx_http_ratelimit_redis_t *redis,
     redis->nodes[redis->nnodes++] = node;
 
     return node;
+}
+
+
+/*
+ * redis= is a host name (not an address, not a unix socket), and the http
+ * block has a resolver: nginx's own, not the one the configuration was
+ * read with.
+ */
+
+static ngx_uint_t
+ngx_http_ratelimit_redis_named(ngx_http_ratelimit_redis_t *redis)
+{
+    ngx_resolver_t  *r = redis->core->resolver;
+
+    return redis->naddrs > 0
+           && redis->addrs[0].sockaddr->sa_family != AF_UNIX
+           && redis->host.len > 0
+           && ngx_inet_addr(redis->host.data, redis->host.len) == INADDR_NONE
+           && ngx_strlchr(redis->host.data,
+                          redis->host.data + redis->host.len, ':') == NULL
+           && r != NULL && r->connections.nelts > 0;
 }
 
 
@@ -430,13 +463,24 @@ ngx_http_ratelimit_redis_resolved(ngx_resolver_ctx_t *ctx)
         node->addr[i].socklen = ctx->addrs[i].socklen;
     }
 
-    node->naddrs = n;
+    if (n) {
+        node->addrs = node->addr;
+        node->naddrs = n;
+    }
 
     *ngx_slprintf(why, why + sizeof(why) - 1, "cannot resolve \"%V\": %s",
                   &node->host, ctx->state ? ngx_resolver_strerror(ctx->state)
                                           : "no address") = '\0';
 
     ngx_resolve_name_done(ctx);
+
+    if (n == 0 && node->naddrs) {
+        /* the resolver fails: the name's last addresses are the best
+           guess (for redis=, those the configuration was read with) */
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                      "ratelimit: redis %V: %s, connecting to its last "
+                      "address", &node->name, why);
+    }
 
     for (i = 0; i < node->conns[0].redis->pool; i++) {
         conn = &node->conns[i];
@@ -445,7 +489,7 @@ ngx_http_ratelimit_redis_resolved(ngx_resolver_ctx_t *ctx)
             continue;
         }
 
-        if (n == 0) {
+        if (node->naddrs == 0) {
             ngx_http_ratelimit_redis_fail(conn, (char *) why, 0);
 
         } else {

@@ -342,6 +342,13 @@ TEST(RedisAnswer, ErrorRepliesNoscriptAndRedirections)
     EXPECT_EQ(kind_of("NOSCRIPTS"), RL_REDIS_FAILED);
     EXPECT_EQ(kind_of("ERR Error running script\nforged line"), RL_REDIS_FAILED);
     EXPECT_EQ(std::string(a.why), "an error reply");  // the text is the glue's to show, escaped
+    // a replica (a failover): failed, and the connection is to be opened again
+    EXPECT_EQ(kind_of("READONLY You can't write against a read only replica. script: 5e15, on @user_script:1."),
+              RL_REDIS_READONLY);
+    EXPECT_EQ(std::string(a.why), "an error reply of a replica");
+    EXPECT_EQ(kind_of("READONLY"), RL_REDIS_READONLY);
+    EXPECT_EQ(kind_of("READONLYX"), RL_REDIS_FAILED);
+    EXPECT_EQ(kind_of("ERR READONLY"), RL_REDIS_FAILED);
 
     ASSERT_EQ(kind_of("MOVED 3999 127.0.0.1:6381"), RL_REDIS_REDIRECT) << a.why;
     EXPECT_EQ(a.slot, 3999u);

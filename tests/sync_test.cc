@@ -370,6 +370,9 @@ TEST(Sync, ReplyJudged)
     err.str = "ERR out of memory";
     err.str_len = std::strlen(err.str);
     EXPECT_EQ(rl_sync_answer(&err, items, 2, now, totals, why, sizeof(why)), RL_REDIS_FAILED);
+    err.str = "READONLY You can't write against a read only replica.";
+    err.str_len = std::strlen(err.str);
+    EXPECT_EQ(rl_sync_answer(&err, items, 2, now, totals, why, sizeof(why)), RL_REDIS_READONLY);
 }
 
 TEST(Sync, CommandCarriesEachItemsTickAndBuckets)

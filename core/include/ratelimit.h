@@ -881,7 +881,11 @@ enum rl_redis_kind {
     RL_REDIS_REDIRECT,          /* Redis Cluster's MOVED or ASK */
     RL_REDIS_NOSCRIPT,          /* the script is not loaded: call it again
                                    with EVAL */
-    RL_REDIS_FAILED             /* anything else: why says what */
+    RL_REDIS_FAILED,            /* anything else: why says what */
+    RL_REDIS_READONLY           /* failed, by a replica (READONLY): the
+                                   primary failed over, the connection is to
+                                   be opened again (to the host name's new
+                                   address) */
 };
 
 /*

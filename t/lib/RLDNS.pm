@@ -8,6 +8,7 @@ package RLDNS;
 #   "resolver 127.0.0.1:" . $dns->port . ";"      # in nginx.conf
 #   $dns->asked('node1.rl.test');                 # A queries for that name
 #   $dns->set('node1.rl.test' => '127.0.0.3');    # answered from now on
+#   $dns->set('node1.rl.test' => undef);          # NXDOMAIN from now on
 use strict;
 use warnings;
 use File::Temp qw(tempdir);
@@ -27,6 +28,7 @@ sub new {
 sub set {
     my ($self, %names) = @_;
     $self->{names} = { %{ $self->{names} }, %names };
+    delete $self->{names}{$_} for grep { !defined $names{$_} } keys %names;   # undef: NXDOMAIN
     open(my $fh, '>', "$self->{dir}/names.new") or die "RLDNS: $self->{dir}: $!\n";
     print $fh map { "$_ $self->{names}{$_}\n" } sort keys %{ $self->{names} };
     close $fh;

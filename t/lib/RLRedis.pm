@@ -3,6 +3,7 @@ package RLRedis;
 # persistence, in its own temporary directory; stopped at exit.
 #
 #   my $redis = RLRedis->new->start;
+#   RLRedis->new(host => '127.0.0.2', port => $redis->port)   # another server, same port
 #   $redis->cmd('SET', 'k', 'v');       # one command, its reply (arrays as refs)
 #   $redis->stop; $redis->start;        # the same port again
 #
@@ -41,11 +42,12 @@ sub new {
         push @args, '--tls-port', $tls_port, '--tls-cert-file', $c->{server_crt}, '--tls-key-file', $c->{server_key},
             '--tls-ca-cert-file', $c->{ca}, '--tls-auth-clients', $opt{auth_clients} // 'optional';
     }
-    return bless { dir => $dir, port => $port, tls_port => $tls_port, args => \@args,
+    return bless { dir => $dir, port => $port, tls_port => $tls_port, args => \@args, host => $opt{host} // '127.0.0.1',
                    server => $ENV{RL_REDIS_SERVER} // '/usr/bin/redis-server' }, $class;
 }
 
 sub port { $_[0]{port} }
+sub host { $_[0]{host} }   # its loopback address: 127.0.0.1, or another of 127/8
 sub tls_port { $_[0]{tls_port} }
 sub log_text { RLTest::read_file("$_[0]{dir}/redis.log") }
 
@@ -77,7 +79,7 @@ sub start {
     if ($pid == 0) {
         open(STDOUT, '>>', "$self->{dir}/redis.log");
         open(STDERR, '>&', \*STDOUT);
-        exec($self->{server}, '--port', $self->{port}, '--bind', '127.0.0.1', '--save', '',
+        exec($self->{server}, '--port', $self->{port}, '--bind', $self->{host}, '--save', '',
              '--appendonly', 'no', '--dir', $self->{dir}, '--daemonize', 'no', '--loglevel', 'warning',
              '--enable-debug-command', 'local', @{ $self->{args} })
             or POSIX::_exit(127);
@@ -103,7 +105,7 @@ sub resume { kill 'CONT', $_[0]{pid} }
 
 sub connect {
     my ($self) = @_;
-    $self->{sock} = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $self->{port}, Proto => 'tcp');
+    $self->{sock} = IO::Socket::INET->new(PeerAddr => $self->{host}, PeerPort => $self->{port}, Proto => 'tcp');
     return $self->{sock};
 }
 

@@ -4,13 +4,16 @@
 // The script's answer is taken only in the shape its call gives (so many
 // integers) and with every value within what its check's rule can produce;
 // an error reply is the script not being loaded (NOSCRIPT), a Redis Cluster
-// redirection (MOVED, ASK), or a failure.  A failure is described in words
+// redirection (MOVED, ASK), a replica's refusal to write (READONLY: a
+// failure after which the connection is opened again), or a failure.  A
+// failure is described in words
 // and numbers, never with the reply's bytes: the glue shows those escaped.
 #include <algorithm>
 #include <cstring>
 
 #include "algorithms/algorithms.h"
 #include "policy/request.h"
+#include "redis/resp.h"
 #include "util/error.h"
 
 namespace {
@@ -311,6 +314,11 @@ int answer(rl_request_t *rq, int call, const rl_resp_t &r, rl_redis_answer_t &ou
         }
         if (rq != nullptr && (starts(r, "MOVED ") || starts(r, "ASK "))) {
             return redirect(r, r.str[0] == 'A', out);
+        }
+        if (rl::is_readonly(r)) {
+            failed(out, "an error reply of a replica");
+            out.kind = RL_REDIS_READONLY;
+            return out.kind;
         }
         return failed(out, "an error reply");
     }

@@ -60,4 +60,12 @@ struct Writer {
     }
 };
 
+// An error reply of a replica to a write (READONLY ...): the server the
+// connection reaches is no longer the primary (a failover).
+inline bool is_readonly(const rl_resp_t &r)
+{
+    return r.type == RL_RESP_ERROR && r.str_len >= 8 && std::memcmp(r.str, "READONLY", 8) == 0 &&
+           (r.str_len == 8 || r.str[8] == ' ');
+}
+
 }  // namespace rl

@@ -437,7 +437,7 @@ int rl_sync_answer(const rl_resp_t *r, const rl_sync_item_t *items, size_t n, in
             return RL_REDIS_NOSCRIPT;
         }
         rl::fail(why, whylen, "an error reply to the exchange");
-        return RL_REDIS_FAILED;
+        return rl::is_readonly(*r) ? RL_REDIS_READONLY : RL_REDIS_FAILED;
     }
     // a count item answers its window's end and total, a tick item its
     // window's counts
