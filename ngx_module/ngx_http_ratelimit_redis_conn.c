@@ -4,8 +4,9 @@
  *
  * Each worker keeps redis_pool connections per server, opened on first use
  * with nginx's event API (ngx_event_connect_peer: no blocking call; the
- * address of redis= resolved when the configuration is read, a cluster's
- * server named by host name with nginx's resolver).  Requests are
+ * address of redis= resolved when the configuration is read, a host name
+ * again at each connection with nginx's resolver, if the http block has
+ * one).  Requests are
  * pipelined: a command is appended to a connection's output and a ring
  * remembers whose reply comes next.  A closed connection is opened again on
  * a later request, after a backoff that doubles from 100 ms to 5 s;
@@ -46,9 +47,10 @@ ngx_uint_t  ngx_http_ratelimit_redis_own;
 
 /*
  * The server named HOST:PORT, known already or added: redis= when the
- * worker starts (its addresses resolved with the configuration); from a
- * cluster's MOVED or ASK, an address, or a host name resolved with the
- * http block's resolver before each connection.
+ * worker starts (its addresses resolved with the configuration, and again
+ * at each connection if it is a host name and the http block has a
+ * resolver); from a cluster's MOVED or ASK, an address, or a host name
+ * resolved with that resolver at each connection.
  */
 
 ngx_http_ratelimit_redis_node_t *
@@ -95,8 +97,8 @@ ngx_http_ratelimit_redis_node(ngx_http_ratelimit_redis_t *redis,
         node->naddrs = redis->naddrs;
 
         if (ngx_http_ratelimit_redis_named(redis)) {
-            /* resolved again before each connection: a failover that
-               moves the name (a managed primary endpoint) is followed */
+            /* resolved again at each connection: a failover that moves
+               the name (a managed primary endpoint) is followed */
             p = node->name.data + name->len;
             node->host.data = p;
             node->host.len = redis->host.len;
@@ -386,62 +388,77 @@ ngx_http_ratelimit_redis_open(ngx_http_ratelimit_redis_conn_t *conn)
 
 
 /*
- * A connection to a server named by host name waits for the name's
- * addresses: one resolution a server at a time, which every connection of
- * that server opened meanwhile joins (nginx's resolver answers from its
- * cache, for valid= or the answer's TTL, without a query).
+ * A connection to a server named by host name: the name resolved, one
+ * resolution a server at a time, which every connection of that server
+ * opened meanwhile joins (nginx's resolver answers from its cache, for
+ * valid= or the answer's TTL, at once).  A connection waits for the answer
+ * only if the name has no address yet; else it is opened to the last
+ * addresses meanwhile, and the answer serves the next connection (a
+ * resolver that is slow or away delays no connection, as nginx's upstreams
+ * with resolve).
  */
 
 static ngx_int_t
 ngx_http_ratelimit_redis_resolve(ngx_http_ratelimit_redis_conn_t *conn)
 {
+    const char                       *why;
     ngx_resolver_ctx_t               *ctx;
     ngx_http_core_loc_conf_t         *core = conn->redis->core;
     ngx_http_ratelimit_redis_node_t  *node = conn->node;
 
     conn->state = NGX_HTTP_RATELIMIT_REDIS_RESOLVING;
+    why = NULL;
 
-    if (node->resolving) {
-        return NGX_OK;
+    if (!node->resolving) {
+        ctx = core->resolver ? ngx_resolve_start(core->resolver, NULL)
+                             : NGX_NO_RESOLVER;
+
+        if (ctx == NGX_NO_RESOLVER) {
+            why = "a host name, and no resolver in the http block to "
+                  "resolve it";
+
+        } else if (ctx == NULL) {
+            why = "out of memory";
+
+        } else {
+            ctx->name = node->host;
+            ctx->handler = ngx_http_ratelimit_redis_resolved;
+            ctx->data = node;
+            ctx->timeout = core->resolver_timeout != NGX_CONF_UNSET_MSEC
+                           ? core->resolver_timeout : 30000;
+            ctx->cancelable = 1;
+
+            node->resolving = 1;
+
+            /* answered from the cache: the handler runs before this
+               returns, and this connection is open or failed then */
+
+            if (ngx_resolve_name(ctx) != NGX_OK) {
+                node->resolving = 0;
+                why = "cannot resolve its host name";
+            }
+        }
     }
 
-    ctx = core->resolver ? ngx_resolve_start(core->resolver, NULL)
-                         : NGX_NO_RESOLVER;
+    if (conn->state != NGX_HTTP_RATELIMIT_REDIS_RESOLVING) {
+        return conn->state == NGX_HTTP_RATELIMIT_REDIS_DOWN ? NGX_ERROR
+                                                            : NGX_OK;
+    }
 
-    if (ctx == NGX_NO_RESOLVER) {
-        ngx_http_ratelimit_redis_fail(conn, "a host name, and no resolver "
-                                      "in the http block to resolve it", 0);
+    if (node->naddrs) {
+        return ngx_http_ratelimit_redis_open(conn);
+    }
+
+    if (why) {
+        ngx_http_ratelimit_redis_fail(conn, why, 0);
         return NGX_ERROR;
     }
 
-    if (ctx == NULL) {
-        ngx_http_ratelimit_redis_fail(conn, "out of memory", 0);
-        return NGX_ERROR;
-    }
-
-    ctx->name = node->host;
-    ctx->handler = ngx_http_ratelimit_redis_resolved;
-    ctx->data = node;
-    ctx->timeout = core->resolver_timeout != NGX_CONF_UNSET_MSEC
-                   ? core->resolver_timeout : 30000;
-    ctx->cancelable = 1;
-
-    node->resolving = 1;
-
-    /* answered from the cache: the handler runs before this returns */
-
-    if (ngx_resolve_name(ctx) != NGX_OK) {
-        node->resolving = 0;
-        ngx_http_ratelimit_redis_fail(conn, "cannot resolve its host name",
-                                      0);
-        return NGX_ERROR;
-    }
-
-    return conn->state == NGX_HTTP_RATELIMIT_REDIS_DOWN ? NGX_ERROR : NGX_OK;
+    return NGX_OK;
 }
 
 
-/* A server's host name resolved, or not: its connections waiting go on. */
+/* A server's host name resolved, or not: the connections waiting go on. */
 
 static void
 ngx_http_ratelimit_redis_resolved(ngx_resolver_ctx_t *ctx)

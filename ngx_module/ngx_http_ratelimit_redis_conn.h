@@ -85,9 +85,9 @@ struct ngx_http_ratelimit_redis_node_s {
     ngx_addr_t                        *addrs;
     ngx_uint_t                         naddrs;
     ngx_uint_t                         next;
-    /* a cluster's server named by host name (cluster-preferred-endpoint-type
-       hostname): resolved with the http block's resolver before each
-       connection; empty for an address */
+    /* a server named by host name (redis=, with a resolver in the http
+       block; a cluster's, cluster-preferred-endpoint-type hostname):
+       resolved again at each connection; empty for an address */
     ngx_str_t                          host;     /* NUL-terminated */
     in_port_t                          port;
     unsigned                           resolving:1;

@@ -39,7 +39,16 @@ server {
 }
 EOF
 
-sub get { $t->get('/index.html', { 'X-Key' => 'k' }) }
+# a request, and who decided it: its access-log line, written after its
+# response went out
+my $sent = 0;
+sub get {
+    my ($key) = @_;
+    my $r = $t->get('/index.html', { 'X-Key' => $key // 'k' });
+    $sent++;
+    RLTest::wait_until(sub { (() = $t->file('rl.log') =~ /\n/g) >= $sent }, 5);
+    return $r;
+}
 sub last_by { (split ' ', (split /\n/, $t->file('rl.log'))[-1] // '')[1] // '' }
 
 my $admitted = 0;
@@ -87,7 +96,7 @@ my $asked = $dns->asked('localhost');
 $replica->cmd('CLIENT', 'KILL', 'TYPE', 'normal');
 my @by;
 RLTest::wait_until(sub {
-    $t->get('/index.html', { 'X-Key' => 'later' });
+    get('later');
     push @by, last_by();
     $by[-1] eq 'redis' && $dns->asked('localhost') > $asked;
 }, 10);
