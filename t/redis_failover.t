@@ -7,7 +7,7 @@
 # answered READONLY, closed, and opened again to the name's new address.
 # The key's state reached the new primary by replication: its limit holds
 # across the failover, exactly.  Then the name stops resolving: the last
-# address serves.
+# address serves.  A DNS server that never answers delays no connection.
 use strict;
 use warnings;
 use FindBin;
@@ -16,6 +16,7 @@ use Test::More;
 use RLTest;
 use RLRedis;
 use RLDNS;
+use IO::Socket::INET;
 
 my $primary = RLRedis->new->start;
 my $port = $primary->port;
@@ -23,6 +24,31 @@ my $replica = RLRedis->new(host => '127.0.0.2', port => $port, args => [ '--repl
 ok(RLTest::wait_until(sub { ($replica->cmd('INFO', 'replication') // '') =~ /master_link_status:up/ }, 10),
    'a primary at 127.0.0.1 and its replica at 127.0.0.2, on one port');
 my $dns = RLDNS->new(localhost => '127.0.0.1')->start;
+
+# a DNS server that never answers: the first connection goes to the
+# addresses the configuration was read with, at once (a wait for the
+# answer would outlast redis_timeout and fall back)
+{
+    my $mute = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'udp') or die "udp: $!\n";
+    my $m = RLTest->new();
+    $m->start(<<"EOF");
+resolver 127.0.0.1:${\ $mute->sockport} ipv6=off;
+log_format rl '\$status \$ratelimit_decided_by';
+access_log %%PREFIX%%/rl.log rl;
+ratelimit_zone z 1m redis=localhost:$port redis_timeout=2s on_redis_error=deny;
+server {
+    listen 127.0.0.1:%%PORT%%;
+    location / {
+        ratelimit zone=z key=\$http_x_key limit=10 period=1h;
+        alias %%PREFIX%%/html/;
+    }
+}
+EOF
+    is($m->get('/index.html', { 'X-Key' => 'mute' })->{status}, 200, 'a resolver that never answers: admitted');
+    ok(RLTest::wait_until(sub { $m->file('rl.log') =~ /^200 redis$/m }, 5), 'decided in Redis, not held for the name');
+    $m->stop;
+    $primary->cmd('FLUSHALL');
+}
 
 my $t = RLTest->new();
 $t->start(<<"EOF");
