@@ -166,6 +166,7 @@ SKIP: {
     my $certs = RLCerts::make();
     skip 'no openssl', 4 unless $certs;
     skip RLRedis::tls_missing(), 4 if RLRedis::tls_missing();
+    skip RLTest::ssl_missing(), 4 if RLTest::ssl_missing();
     my @own = map { RLCerts::server($certs, "node$_", "DNS:$names[$_ - 1]" . ($_ == 1 ? ',IP:127.0.0.1' : '')) } 1 .. 3;
     my @tls = cluster(tls => sub { $own[ $_[0] - 1 ] });
     my $tseed = $tls[0]->tls_port;
