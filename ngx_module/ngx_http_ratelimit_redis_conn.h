@@ -45,6 +45,10 @@ typedef struct ngx_http_ratelimit_redis_conn_s  ngx_http_ratelimit_redis_conn_t;
 /* The end of a connection's TLS handshake: why it failed, or NULL (the
    connection is ready).  TLS (ngx_http_ratelimit_redis_tls.c) lies below
    the connections and tells them through it. */
+/* a server's host name resolved (why NULL), or not */
+typedef void (*ngx_http_ratelimit_redis_resolved_pt)(
+    ngx_http_ratelimit_redis_node_t *node, const char *why);
+
 typedef void (*ngx_http_ratelimit_redis_tls_done_pt)(
     ngx_http_ratelimit_redis_conn_t *conn, const char *why);
 
@@ -91,6 +95,7 @@ struct ngx_http_ratelimit_redis_node_s {
     ngx_str_t                          host;     /* NUL-terminated */
     in_port_t                          port;
     unsigned                           resolving:1;
+    ngx_http_ratelimit_redis_resolved_pt  done;  /* at the end of it */
     ngx_str_t                          tls_name; /* NUL-terminated */
     ngx_addr_t                         addr[NGX_HTTP_RATELIMIT_REDIS_ADDRS];
     ngx_sockaddr_t                     sockaddr[NGX_HTTP_RATELIMIT_REDIS_ADDRS];
@@ -104,9 +109,14 @@ struct ngx_http_ratelimit_redis_node_s {
 };
 
 
-/* ngx_http_ratelimit_redis_conn.c */
+/* ngx_http_ratelimit_redis_node.c */
 ngx_http_ratelimit_redis_node_t *ngx_http_ratelimit_redis_node(
     ngx_http_ratelimit_redis_t *redis, ngx_str_t *name);
+ngx_int_t ngx_http_ratelimit_redis_resolve(
+    ngx_http_ratelimit_redis_node_t *node,
+    ngx_http_ratelimit_redis_resolved_pt done, const char **why);
+
+/* ngx_http_ratelimit_redis_conn.c */
 ngx_http_ratelimit_redis_conn_t *ngx_http_ratelimit_redis_pick(
     ngx_http_ratelimit_redis_node_t *node);
 ngx_int_t ngx_http_ratelimit_redis_reserve(
