@@ -14,10 +14,7 @@ use Test::More;
 use RLTest;
 use RLRedis;
 
-my @nodes = map { RLRedis->new(cluster => 1)->start } 1 .. 3;
-my $create = `redis-cli --cluster create @{[ join ' ', map { '127.0.0.1:' . $_->port } @nodes ]} --cluster-replicas 0 --cluster-yes 2>&1`;
-ok(RLTest::wait_until(sub { !grep { ($_->cmd('CLUSTER', 'INFO') // '') !~ /cluster_state:ok/ } @nodes }, 20),
-   'a cluster of three masters') or diag($create);
+my @nodes = RLRedis->cluster;
 my $seed = $nodes[0]->port;
 
 my @fleet = map { RLTest->new() } 1 .. 2;
@@ -47,13 +44,8 @@ EOF2
 }
 
 # 60 keys, 5 requests each, alternating servers: exactly 3 pass for each
-my $exact = 1;
-for my $k (1 .. 60) {
-    my @s = map { $fleet[ $_ % 2 ]->get('/one/index.html', { 'X-Key' => "key-$k" })->{status} } 1 .. 5;
-    $exact &&= "@s" eq '200 200 200 429 429';
-}
+my ($exact, @sizes) = RLRedis::three_of_five(\@fleet, \@nodes, '/one/index.html', 'key');
 ok($exact, '60 keys over two servers: exactly 3 of 5 pass for each');
-my @sizes = map { $_->cmd('DBSIZE') } @nodes;
 is(scalar(grep { $_ > 5 } @sizes), 3, "the keys are spread over the three masters (@sizes)");
 
 # one key hammered through both servers, two stacked rules

@@ -25,14 +25,12 @@ ok(RLTest::wait_until(sub { ($replica->cmd('INFO', 'replication') // '') =~ /mas
    'a primary at 127.0.0.1 and its replica at 127.0.0.2, on one port');
 my $dns = RLDNS->new(localhost => '127.0.0.1')->start;
 
-# a DNS server that never answers: the first connection goes to the
-# addresses the configuration was read with, at once (a wait for the
-# answer would outlast redis_timeout and fall back)
-{
-    my $mute = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'udp') or die "udp: $!\n";
-    my $m = RLTest->new();
-    $m->start(<<"EOF");
-resolver 127.0.0.1:${\ $mute->sockport} ipv6=off;
+# nginx with $resolver, its zone's Redis redis=localhost, falling back
+# with deny; the access log says who decided each request
+sub nginx {
+    my ($resolver) = @_;
+    return RLTest->new->start(<<"EOF");
+$resolver
 log_format rl '\$status \$ratelimit_decided_by';
 access_log %%PREFIX%%/rl.log rl;
 ratelimit_zone z 1m redis=localhost:$port redis_timeout=2s on_redis_error=deny;
@@ -44,26 +42,21 @@ server {
     }
 }
 EOF
+}
+
+# a DNS server that never answers: the first connection goes to the
+# addresses the configuration was read with, at once (a wait for the
+# answer would outlast redis_timeout and fall back)
+{
+    my $mute = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'udp') or die "udp: $!\n";
+    my $m = nginx("resolver 127.0.0.1:${\ $mute->sockport} ipv6=off;");
     is($m->get('/index.html', { 'X-Key' => 'mute' })->{status}, 200, 'a resolver that never answers: admitted');
     ok(RLTest::wait_until(sub { $m->file('rl.log') =~ /^200 redis$/m }, 5), 'decided in Redis, not held for the name');
     $m->stop;
     $primary->cmd('FLUSHALL');
 }
 
-my $t = RLTest->new();
-$t->start(<<"EOF");
-resolver 127.0.0.1:${\ $dns->port} valid=1s ipv6=off;
-log_format rl '\$status \$ratelimit_decided_by';
-access_log %%PREFIX%%/rl.log rl;
-ratelimit_zone z 1m redis=localhost:$port redis_timeout=2s on_redis_error=deny;
-server {
-    listen 127.0.0.1:%%PORT%%;
-    location / {
-        ratelimit zone=z key=\$http_x_key limit=10 period=1h;
-        alias %%PREFIX%%/html/;
-    }
-}
-EOF
+my $t = nginx("resolver 127.0.0.1:${\ $dns->port} valid=1s ipv6=off;");
 
 # a request, and who decided it: its access-log line, written after its
 # response went out

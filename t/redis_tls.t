@@ -233,10 +233,7 @@ $t->stop();
 # --- Redis Cluster over TLS (tls-cluster yes: MOVED names the TLS ports);
 # every node's certificate checked against the host of redis=, an address
 {
-    my @nodes = map { RLRedis->new(cluster => 1, tls => $certs, args => [ '--tls-cluster', 'yes' ])->start } 1 .. 3;
-    my $create = `redis-cli --cluster create @{[ join ' ', map { '127.0.0.1:' . $_->port } @nodes ]} --cluster-replicas 0 --cluster-yes 2>&1`;
-    ok(RLTest::wait_until(sub { !grep { ($_->cmd('CLUSTER', 'INFO') // '') !~ /cluster_state:ok/ } @nodes }, 20),
-       'a cluster of three masters over TLS') or diag($create);
+    my @nodes = RLRedis->cluster(sub { +{ tls => $certs, args => [ '--tls-cluster', 'yes' ] } });
     my $seed = $nodes[0]->tls_port;
     my $c = RLTest->new->start(<<"EOF2");
 log_format rl '\$uri \$status \$ratelimit_decided_by';

@@ -70,6 +70,31 @@ sub cluster_port {
     }
     die "RLRedis: no free port pair for a cluster node\n";
 }
+# Three masters of a Redis Cluster (no replicas), joined by redis-cli,
+# each with the options of new() that $opt->($i) gives for node $i (1 to
+# 3), cluster on; dies unless the cluster is up.
+sub cluster {
+    my ($class, $opt) = @_;
+    my @nodes = map { $class->new(cluster => 1, %{ $opt ? $opt->($_) : {} })->start } 1 .. 3;
+    my $create = `redis-cli --cluster create @{[ join ' ', map { '127.0.0.1:' . $_->port } @nodes ]} --cluster-replicas 0 --cluster-yes 2>&1`;
+    RLTest::wait_until(sub { !grep { ($_->cmd('CLUSTER', 'INFO') // '') !~ /cluster_state:ok/ } @nodes }, 20)
+        or die "RLRedis: the cluster is not up:\n$create";
+    return @nodes;
+}
+
+# 60 keys ($prefix-1 ...) of a location limited to 3 (GET $path), 5 requests
+# each through the nginx servers of @$fleet in turn: whether exactly 3
+# passed for each, and how many keys each node of @$nodes holds.
+sub three_of_five {
+    my ($fleet, $nodes, $path, $prefix) = @_;
+    my $exact = 1;
+    for my $k (1 .. 60) {
+        my @s = map { $fleet->[ $_ % @$fleet ]->get($path, { 'X-Key' => "$prefix-$k" })->{status} } 1 .. 5;
+        $exact &&= "@s" eq '200 200 200 429 429';
+    }
+    return ($exact, map { $_->cmd('DBSIZE') } @$nodes);
+}
+
 sub auth { $_[0]{auth} = $_[1]; $_[0] }
 sub db   { $_[0]{db} = $_[1]; $_[0] }
 
