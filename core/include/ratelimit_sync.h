@@ -18,8 +18,9 @@
  *
  * The journal has room for a fixed number of keys; half full, it is taken
  * before its interval (rl_sync_urgent).  A key that finds it full spends
- * locally and its units are counted as dropped (never sent).  A call Redis does not answer gives its units back to the journal
- * (rl_sync_requeue), sent with the next exchange.  Every function but
+ * locally and its units are counted as dropped (never sent).  A call Redis
+ * does not answer gives its units back to the journal (rl_sync_requeue),
+ * sent with the next exchange.  Every function but
  * rl_sync_size, rl_sync_command, rl_sync_answer and rl_sync_rule_ok wants
  * the zone's lock.
  */
