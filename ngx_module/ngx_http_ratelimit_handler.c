@@ -59,7 +59,12 @@ static int ngx_http_ratelimit_alive(uint32_t pid);
 
 /*
  * Every request of the server passes here: one without rules returns at
- * once, before the frame of the decision (its checks) is set up.
+ * once, before the frame of the decision (its checks) is set up.  Rules
+ * limit the client's request, in the location that receives it: a
+ * subrequest (auth_request, SSI, mirror, add_before_body) passes its
+ * location's rules uncounted.  Its refusal would reach the client as
+ * something else (auth_request answers 500 for a 429), and a slot it took
+ * would be held until the main request ends.
  */
 
 ngx_int_t
@@ -69,7 +74,7 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
 
     rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
 
-    if (rlcf->rules.nelts == 0) {
+    if (rlcf->rules.nelts == 0 || r != r->main) {
         return NGX_DECLINED;
     }
 
@@ -96,8 +101,7 @@ ngx_http_ratelimit_ruled(ngx_http_request_t *r,
         return ngx_http_ratelimit_result(r, ctx, ctx->rc);
     }
 
-    /* waiting for Redis; or decided already: an internal redirect or a
-       subrequest */
+    /* waiting for Redis; or decided already: an internal redirect */
     return ctx->redis_waiting ? NGX_AGAIN : NGX_DECLINED;
 }
 

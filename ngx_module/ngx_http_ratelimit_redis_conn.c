@@ -37,6 +37,10 @@ static void ngx_http_ratelimit_redis_ready(
 static void ngx_http_ratelimit_redis_refuse(
     ngx_http_ratelimit_redis_conn_t *conn, long used, u_char *data,
     size_t len);
+static ngx_uint_t ngx_http_ratelimit_redis_kind(
+    ngx_http_ratelimit_redis_wait_t *w);
+static void ngx_http_ratelimit_redis_fail_log(
+    ngx_http_ratelimit_redis_conn_t *conn, const char *why);
 
 
 ngx_uint_t  ngx_http_ratelimit_redis_own;
@@ -666,6 +670,62 @@ ngx_http_ratelimit_redis_lost(ngx_http_ratelimit_redis_conn_t *conn,
 
 
 /*
+ * The line of a connection lost: why, and what becomes of the calls it
+ * leaves unanswered, by kind (a request's decision, a call of the key API
+ * or a charge, an exchange of redis_sync: ngx_http_ratelimit_redis_kind).
+ */
+
+static ngx_uint_t
+ngx_http_ratelimit_redis_kind(ngx_http_ratelimit_redis_wait_t *w)
+{
+    if (w->command != NULL) {
+        return 2;   /* a call of another kind: redis_sync's exchange */
+    }
+
+    return w->call == RL_REDIS_DECIDE && w->request != NULL ? 0 : 1;
+}
+
+
+static void
+ngx_http_ratelimit_redis_fail_log(ngx_http_ratelimit_redis_conn_t *conn,
+    const char *why)
+{
+    u_char                           *p, *last, line[256];
+    ngx_uint_t                        i, k, count[3];
+    ngx_http_ratelimit_redis_wait_t  *w;
+
+    static const char  *fate[3] = {
+        "requests decided by on_redis_error",
+        "key API calls or charges failed",
+        "exchange calls kept for the next exchange"
+    };
+
+    ngx_memzero(count, sizeof(count));
+
+    for (i = 0; i < conn->count; i++) {
+        w = conn->ring[(conn->head + i) % NGX_HTTP_RATELIMIT_REDIS_RING];
+
+        if (w != NULL && w != NGX_HTTP_RATELIMIT_REDIS_OWN) {
+            count[ngx_http_ratelimit_redis_kind(w)]++;
+        }
+    }
+
+    p = line;
+    last = line + sizeof(line);
+
+    for (k = 0; k < 3; k++) {
+        if (count[k]) {
+            p = ngx_slprintf(p, last, ", %ui %s", count[k], fate[k]);
+        }
+    }
+
+    ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                  "ratelimit: redis %V: %s%*s, reconnecting in %M ms",
+                  &conn->node->name, why, p - line, line, conn->backoff);
+}
+
+
+/*
  * Closes a connection, to be opened again after the backoff, and hands
  * every request queued on it to its handler with no reply.
  */
@@ -679,10 +739,7 @@ ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
     ngx_http_ratelimit_redis_wait_t  *w, *failed[NGX_HTTP_RATELIMIT_REDIS_RING];
 
     if (!conn->quiet) {
-        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                      "ratelimit: redis %V: %s, %ui requests decided by "
-                      "on_redis_error, reconnecting in %M ms",
-                      &conn->node->name, why, conn->count, conn->backoff);
+        ngx_http_ratelimit_redis_fail_log(conn, why);
     }
 
     conn->quiet = 0;

@@ -10,7 +10,9 @@
  *
  * What a request holds is settled once, when it ends (the log phase: after
  * the response went out, or when the client went away early): a rule with
- * charge= spends what its value says, evaluated once; a concurrency rule's
+ * charge= spends what its value says, evaluated once (a request its client
+ * abandoned keeps what it reserved, unless its rule says abandoned=charge:
+ * rl_check_charge_wanted); a concurrency rule's
  * slot and place in a queue are given back, and a request waiting in this
  * worker for a slot is woken.  The core settles every rule under the
  * zones' locks, taken once (rl_request_end); a request decided in Redis
@@ -227,8 +229,9 @@ ngx_http_ratelimit_ctx_cleanup(void *data)
 void
 ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
 {
-    int                         freed;
+    int                         freed, abandoned;
     size_t                      i;
+    ngx_uint_t                  status;
     rl_check_t                 *c;
     ngx_shmtx_t                *mutex;
     ngx_http_request_t         *r;
@@ -245,10 +248,14 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
     ctx->ended = 1;
     r = ctx->request;
 
+    /* the client gone before the response: the status $status shows */
+    status = r->err_status ? r->err_status : r->headers_out.status;
+    abandoned = (status == NGX_HTTP_CLIENT_CLOSED_REQUEST);
+
     for (i = 0; i < ctx->rq.n; i++) {
         c = &ctx->rq.checks[i];
         rule = ngx_http_ratelimit_rule_of(c);
-        c->charge = charges && rl_check_charges(c)
+        c->charge = charges && rl_check_charge_wanted(c, abandoned)
                     ? ngx_http_ratelimit_charge_value(r, rule, c)
                     : RL_NO_CHARGE;
     }

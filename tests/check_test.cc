@@ -343,7 +343,7 @@ TEST(Check, RequestsOfFoundKeysDecideAsEveryRequestDoesOnRandomTraces)
         rules.push_back(rule_of(t));
     }
     const uint8_t secret[16] = {7};
-    for (size_t size : {size_t{24} * 1024, size_t{256} * 1024}) {  // a zone that evicts, one that does not
+    for (size_t size : {size_t{32} * 1024, size_t{256} * 1024}) {  // a zone that evicts, one that does not
         TestZone a1(size, rules, secret), a2(size, rules, secret);
         std::vector<int> slots;
         for (const std::string &t : texts) {

@@ -14,7 +14,7 @@ namespace {
 // The script's clock in the answers here.
 const int64_t kNow = kT0;
 
-// An answer of the script: {request, clock, then each check's 10}.
+// An answer of the script: {request, clock, then each check's 12}.
 struct Reply {
     rl_resp_t r{};
 
@@ -47,14 +47,17 @@ struct One {
     }
 
     // The script's whole answer from {request, the check's first 8}: its
-    // clock (kNow), no ban, and the head's t after a commit as the script
-    // gives it (a millisecond after its clock) when the check commits.
+    // clock (kNow), no ban, the head's t after a commit as the script
+    // gives it (a millisecond after its clock) when the check commits, the
+    // cost reserved, no ban started.
     std::vector<int64_t> of(std::vector<int64_t> items, int call = RL_REDIS_DECIDE) const
     {
         const bool committed = call == RL_REDIS_DECIDE && items[0] == 1 && items[1] == 1 && c.cost > 0;
         items.insert(items.begin() + 1, kNow);
         items.push_back(0);
         items.push_back(committed ? kNow + 1 : 0);
+        items.push_back((int64_t) std::min<uint64_t>(c.cost, RL_REDIS_UNITS_MAX));  // as sent
+        items.push_back(0);
         return items;
     }
 
@@ -252,11 +255,12 @@ TEST(RedisAnswer, TheRequestsAnswerFollowsItsRulesAndCombine)
     rq.n = 3;
     const std::vector<int64_t> yes = {1, 0, 4, 60000, 0, 0, 60000, 60000, 0};
     const std::vector<int64_t> no = {0, 0, 0, 60000, 60000, 0, 60000, 60000, 0};
-    // each check's 9, then after: the head's t once committed, else 0
+    // each check's 9, then after (the head's t once committed, else 0),
+    // the cost reserved and no ban started
     auto reply = [&](int64_t all, std::vector<int64_t> x, int64_t xa, std::vector<int64_t> y, int64_t ya) {
         std::vector<int64_t> v = {all, kNow};
-        x.push_back(xa);
-        y.push_back(ya);
+        x.insert(x.end(), {xa, 1, 0});
+        y.insert(y.end(), {ya, 1, 0});
         v.insert(v.end(), x.begin(), x.end());
         v.insert(v.end(), y.begin(), y.end());
         return Reply(v);
@@ -284,10 +288,10 @@ TEST(RedisAnswer, TheRequestsAnswerFollowsItsRulesAndCombine)
     EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_PEEK, &r.r, &out), RL_REDIS_DECIDED) << out.why;
     EXPECT_EQ(c[0].decision.remaining, 4u);
     EXPECT_EQ(c[2].decision.retry_after_ms, 60000);
-    // the exempt check's place is not in the reply: 22 items
-    Reply three = Reply(std::vector<int64_t>(2 + 10 * 3, 0));
+    // the exempt check's place is not in the reply: 26 items
+    Reply three = Reply(std::vector<int64_t>(2 + 12 * 3, 0));
     EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_DECIDE, &three.r, &out), RL_REDIS_FAILED);
-    EXPECT_EQ(std::string(out.why), "an array of 32 items, expected 22 integers");
+    EXPECT_EQ(std::string(out.why), "an array of 38 items, expected 26 integers");
 }
 
 TEST(RedisAnswer, RepliesOfTheWrongShape)
@@ -301,24 +305,24 @@ TEST(RedisAnswer, RepliesOfTheWrongShape)
         return rl_redis_answer(&one.rq, RL_REDIS_DECIDE, &r, &a);
     };
     EXPECT_EQ(kind_of("+OK\r\n"), RL_REDIS_FAILED);
-    EXPECT_EQ(std::string(a.why), "a status reply, expected an array of 12 integers");
+    EXPECT_EQ(std::string(a.why), "a status reply, expected an array of 14 integers");
     EXPECT_EQ(kind_of(":1\r\n"), RL_REDIS_FAILED);
     EXPECT_EQ(kind_of("$-1\r\n"), RL_REDIS_FAILED);
-    EXPECT_EQ(std::string(a.why), "a nil, expected an array of 12 integers");
+    EXPECT_EQ(std::string(a.why), "a nil, expected an array of 14 integers");
     EXPECT_EQ(kind_of("$5\r\nhello\r\n"), RL_REDIS_FAILED);
     EXPECT_EQ(kind_of("*-1\r\n"), RL_REDIS_FAILED);
     EXPECT_EQ(kind_of("*0\r\n"), RL_REDIS_FAILED);
     EXPECT_EQ(kind_of("*2\r\n:1\r\n:1\r\n"), RL_REDIS_FAILED);
-    EXPECT_EQ(std::string(a.why), "an array of 2 items, expected 12 integers");
-    // twelve items, one of them nested, or a string
-    std::string nested = "*12\r\n:1\r\n*1\r\n:0\r\n";
-    std::string text = "*12\r\n:1\r\n$1\r\n0\r\n";
-    for (int i = 0; i < 10; i++) {
+    EXPECT_EQ(std::string(a.why), "an array of 2 items, expected 14 integers");
+    // fourteen items, one of them nested, or a string
+    std::string nested = "*14\r\n:1\r\n*1\r\n:0\r\n";
+    std::string text = "*14\r\n:1\r\n$1\r\n0\r\n";
+    for (int i = 0; i < 12; i++) {
         nested += ":0\r\n";
         text += ":0\r\n";
     }
     EXPECT_EQ(kind_of(nested), RL_REDIS_FAILED);
-    EXPECT_EQ(std::string(a.why), "an array of 12 items not all integers, expected 12 integers");
+    EXPECT_EQ(std::string(a.why), "an array of 14 items not all integers, expected 14 integers");
     EXPECT_EQ(kind_of(text), RL_REDIS_FAILED);
     // the script's clock: a time from 1970 that Lua's numbers hold exactly
     for (int64_t now : {(int64_t) 0, (int64_t) -1, (int64_t) RL_REDIS_UNITS_MAX + 1}) {
@@ -498,26 +502,26 @@ TEST(RedisAnswer, AfterIsTheHeadsTimeExactlyWhenTheCheckCommits)
     std::string why;
     std::vector<int64_t> v = one.of(request(1, {1, 0, 4, 60000, 0, 0, 60000, 60000}));
     for (int64_t after : {kNow, kNow + 60000, most}) {
-        v.back() = after;
+        v[v.size() - 3] = after;
         EXPECT_EQ(one.answer(v, &why), RL_REDIS_DECIDED) << after << ": " << why;
         EXPECT_EQ(one.c.after.t, after);
         EXPECT_EQ(one.c.at, kNow);
     }
     for (int64_t after : {(int64_t) 0, kNow - 1, most + 1, INT64_MIN}) {
-        v.back() = after;
+        v[v.size() - 3] = after;
         EXPECT_EQ(one.answer(v, &why), RL_REDIS_FAILED) << after;
         EXPECT_EQ(why.find("after of rule \"fixed_window_5_1m\" is "), 0u) << why;
     }
     // refused, or a look (cost 0): nothing committed
     v = one.of(request(0, {0, 0, 0, 60000, 60000, 0, 60000, 60000}));
-    v.back() = kNow + 1;
+    v[v.size() - 3] = kNow + 1;
     EXPECT_EQ(one.answer(v, &why), RL_REDIS_FAILED);
     EXPECT_EQ(why, "after of rule \"fixed_window_5_1m\" is 1767225600001: it can only be 0 (nothing committed)");
     One look("algorithm=fixed_window limit=5 period=1m", 0);
     v = look.of(request(1, {1, 0, 5, 0, 0, 0, 60000, 0}));
-    EXPECT_EQ(v.back(), 0);
+    EXPECT_EQ(v[v.size() - 3], 0);
     EXPECT_EQ(look.answer(v, &why), RL_REDIS_DECIDED) << why;
-    v.back() = kNow + 1;
+    v[v.size() - 3] = kNow + 1;
     EXPECT_EQ(look.answer(v, &why), RL_REDIS_FAILED);
 }
 
@@ -674,7 +678,7 @@ TEST(RedisAnswer, EveryDecisionOfTheCoreOnASteadyClockIsTaken)
                 const bool committed = d.allowed && cost > 0;
                 Reply r({d.allowed, now, d.allowed, d.never, (int64_t) d.remaining, d.reset_ms + kSlack,
                          d.retry_after_ms ? d.retry_after_ms + kSlack : 0, d.delay_ms, window, d.available_ms + kSlack,
-                         0, committed ? head.t + kSlack : 0});
+                         0, committed ? head.t + kSlack : 0, (int64_t) cost, 0});
                 rl_redis_answer_t a;
                 ASSERT_EQ(rl_redis_answer(&rq, RL_REDIS_DECIDE, &r.r, &a), RL_REDIS_DECIDED)
                     << text << " (limit " << rule.limit << ", burst " << rule.burst << ") cost " << cost << " at op "

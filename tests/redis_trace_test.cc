@@ -25,11 +25,11 @@ using rltest::script_sha;
 // stepped back further than RL_REDIS_CLOCK_SLACK_MS).
 int decode(rl_request_t &rq, const rl_resp_t &r)
 {
-    if (r.type != RL_RESP_ARRAY || !r.integers || r.nitems != 2 + 10 * rq.n) {
+    if (r.type != RL_RESP_ARRAY || !r.integers || r.nitems != 2 + 12 * rq.n) {
         return -1;
     }
     for (size_t i = 0; i < rq.n; i++) {
-        const int64_t *v = r.items + 2 + 10 * i;
+        const int64_t *v = r.items + 2 + 12 * i;
         rl_decision_t &d = rq.checks[i].decision;
         d = rl_decision_t{};
         d.allowed = (int32_t) v[0];
@@ -42,6 +42,8 @@ int decode(rl_request_t &rq, const rl_resp_t &r)
         d.available_ms = v[7];
         d.banned_ms = v[8];
         rq.checks[i].after.t = v[9];
+        rq.checks[i].reserved = (uint64_t) v[10];
+        rq.checks[i].banning = (int32_t) v[11];
         rq.checks[i].at = r.items[1];
     }
     return rl::conclude(rq, r.items[0] != 0);

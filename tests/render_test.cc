@@ -221,6 +221,9 @@ struct Stats {
         counters[0].in_flight = 8;
         counters[0].peak = 9;
         counters[0].waited = 10;
+        counters[0].bans = 11;
+        counters[0].dry_run_bans = 12;
+        counters[0].estimate = 13;
         std::strcpy(counters[1].name, "gone");  // no rule of this configuration
 
         keys[0].tag = 0x0123456789abcdef;
@@ -269,9 +272,9 @@ TEST(Stats, Json)
               "{\"version\":\"1.2.3\",\"zones\":{\"a\":{\"size\":100,\"bytes_used\":50,\"keys\":2,\"capacity\":10,"
               "\"evictions\":3,\"live_evictions\":1,\"summary_bytes\":8,\"summary_refusals\":4,\"rules\":{\"r1\":{"
               "\"allowed\":1,\"rejected\":2,\"delayed\":3,\"dry_run_rejected\":4,\"exempt\":5,\"charged\":6,"
-              "\"debts\":7,\"in_flight\":8,\"peak\":9,\"waited\":10},\"gone\":{\"allowed\":0,\"rejected\":0,"
+              "\"debts\":7,\"in_flight\":8,\"peak\":9,\"waited\":10,\"bans\":11,\"dry_run_bans\":12,\"charge_estimate\":13},\"gone\":{\"allowed\":0,\"rejected\":0,"
               "\"delayed\":0,\"dry_run_rejected\":0,\"exempt\":0,\"charged\":0,\"debts\":0,\"in_flight\":0,"
-              "\"peak\":0,\"waited\":0}}},\"b-2.z\":{\"size\":64,\"bytes_used\":0,\"keys\":0,\"capacity\":0,"
+              "\"peak\":0,\"waited\":0,\"bans\":0,\"dry_run_bans\":0,\"charge_estimate\":0}}},\"b-2.z\":{\"size\":64,\"bytes_used\":0,\"keys\":0,\"capacity\":0,"
               "\"evictions\":0,\"live_evictions\":0,\"summary_bytes\":0,\"summary_refusals\":0,\"rules\":{},"
               "\"redis\":{\"server\":\"127.0.0.1:6379\",\"decisions\":1,\"errors\":2,\"timeouts\":3,\"fallbacks\":4,"
               "\"reconnects\":5,\"charges\":6,\"undelivered\":7,\"cached\":8,\"tls_failures\":9,\"tls_resumed\":10,"
@@ -323,6 +326,20 @@ TEST(Stats, Prometheus)
         "# TYPE nginx_ratelimit_waited_total counter\n"
         "nginx_ratelimit_waited_total{zone=\"a\",rule=\"r1\"} 10\n"
         "nginx_ratelimit_waited_total{zone=\"a\",rule=\"gone\"} 0\n"
+        "# HELP nginx_ratelimit_bans_total Bans the rule started (ban=).\n"
+        "# TYPE nginx_ratelimit_bans_total counter\n"
+        "nginx_ratelimit_bans_total{zone=\"a\",rule=\"r1\"} 11\n"
+        "nginx_ratelimit_bans_total{zone=\"a\",rule=\"gone\"} 0\n"
+        "# HELP nginx_ratelimit_dry_run_bans_total Refusals of a dry run that would have started a ban (ban=); none "
+        "is stored.\n"
+        "# TYPE nginx_ratelimit_dry_run_bans_total counter\n"
+        "nginx_ratelimit_dry_run_bans_total{zone=\"a\",rule=\"r1\"} 12\n"
+        "nginx_ratelimit_dry_run_bans_total{zone=\"a\",rule=\"gone\"} 0\n"
+        "# HELP nginx_ratelimit_charge_estimate_units What an admission reserves at most (charge=): the largest of "
+        "the rule's last 16 charges.\n"
+        "# TYPE nginx_ratelimit_charge_estimate_units gauge\n"
+        "nginx_ratelimit_charge_estimate_units{zone=\"a\",rule=\"r1\"} 13\n"
+        "nginx_ratelimit_charge_estimate_units{zone=\"a\",rule=\"gone\"} 0\n"
         "# HELP nginx_ratelimit_redis_decisions_total Requests decided in Redis.\n"
         "# TYPE nginx_ratelimit_redis_decisions_total counter\n"
         "nginx_ratelimit_redis_decisions_total{zone=\"b-2.z\"} 1\n"
@@ -390,7 +407,7 @@ TEST(Stats, Prometheus)
             << line;
         at = nl + 1;
     }
-    EXPECT_EQ(lines, 8 * (2 + 2) + 10 * (2 + 2) + 10 * (2 + 1) + 2 + 11 + 2 + 3);
+    EXPECT_EQ(lines, 8 * (2 + 2) + 13 * (2 + 2) + 10 * (2 + 1) + 2 + 11 + 2 + 3);
 }
 
 TEST(Stats, LogKeyOffShowsNoKey)

@@ -48,6 +48,11 @@ enum rl_align {
     RL_ALIGN_FIRST          /* a key's window starts at its first request */
 };
 
+enum rl_abandoned {
+    RL_ABANDONED_KEEP = 0,  /* abandoned=keep: the reservation stands */
+    RL_ABANDONED_CHARGE     /* abandoned=charge: spends what charge= says */
+};
+
 enum rl_reset {
     RL_RESET_DAILY = 0,     /* quota: calendar days, weeks (from Monday),
                                months */
@@ -98,6 +103,10 @@ typedef struct {
                                    requests reserve cost, and what the
                                    value says is spent when they end
                                    (rl_request_end) */
+    uint32_t  abandoned;        /* charge=: what a request its client
+                                   abandoned (ended with 499) spends:
+                                   RL_ABANDONED_KEEP what it reserved, or
+                                   RL_ABANDONED_CHARGE its charge */
     int64_t   ban_ms;           /* ban=: a key this rule refuses is
                                    refused for so long (0: no ban) */
     int64_t   max_wait_ms;      /* concurrency: how long a request may
@@ -352,7 +361,17 @@ typedef struct {
     uint64_t  in_flight;        /* concurrency: slots held now, */
     uint64_t  peak;             /*   the most held at once, */
     uint64_t  waited;           /*   requests that waited for a slot */
+    uint64_t  bans;             /* ban=: bans started, */
+    uint64_t  dry_run_bans;     /*   and refusals of a dry run that would
+                                     have started one (none is stored) */
+    uint64_t  estimate;         /* charge=: what an admission reserves at
+                                   most (rl_check_t.reserved): the largest
+                                   of the rule's last RL_CHARGES_KEPT
+                                   charges */
 } rl_rule_stats_t;
+
+/* charge=: the charges a rule remembers for its estimate. */
+#define RL_CHARGES_KEPT  16
 
 /* The counters of rule `name`, claimed on first use; -1 when all are taken.
    The caller holds the table's lock. */
@@ -444,6 +463,16 @@ typedef struct {
     rl_state_t           before;    /* out: the head before */
     rl_state_t           after;     /*   and after a commit (for a refund) */
     int64_t              at;        /*   and the time it decided at */
+    uint64_t             reserved;  /* out: what an admission spends when
+                                       it is decided: the cost; for a rule
+                                       with charge=, the larger of the cost
+                                       and the rule's estimate of a charge,
+                                       at most what the key has left (the
+                                       request's end gives it back and
+                                       spends the charge) */
+    int32_t              banning;   /* out: this refusal starts a ban
+                                       (ban=; a dry run's would, and
+                                       stores none) */
     uint64_t             charge;    /* in, for rl_request_end(): the units
                                        a charge= rule spends (RL_NO_CHARGE:
                                        none, the reservation stands) */
@@ -570,8 +599,18 @@ RL_API void rl_request_refund(rl_request_t *rq, int64_t now_ms);
 RL_API int rl_request_end(rl_request_t *rq, int64_t now_ms);
 
 /* 1 if rl_request_end() spends a charge for this check (its rule has
-   charge= and admitted the request): only then is its value wanted. */
+   charge= and admitted the request) when its charge is given. */
 RL_API int rl_check_charges(const rl_check_t *check);
+
+/*
+ * 1 if a request that ended so spends its charge= value for this check
+ * (evaluate it then); 0 if what it reserved stands (RL_NO_CHARGE): a check
+ * that charges nothing, or a request its client abandoned (abandoned: it
+ * ended with 499, the client gone before the response) of a rule with
+ * abandoned=keep, the default, so that a client cannot make its attempts
+ * free by leaving before their answer.
+ */
+RL_API int rl_check_charge_wanted(const rl_check_t *check, int abandoned);
 
 /* Bytes of the block a rule's state needs beyond the table's slot (0 for
    most algorithms): what a table's layout is planned from. */
@@ -846,7 +885,7 @@ enum rl_resp_type {
     RL_RESP_ARRAY = '*'
 };
 
-#define RL_RESP_ITEMS_MAX  (2 + 10 * RL_RULES_MAX)
+#define RL_RESP_ITEMS_MAX  (2 + 12 * RL_RULES_MAX)
 
 /* The longest reply taken: the script's longest answer (RL_RULES_MAX
    rules) is under 8 KB. */

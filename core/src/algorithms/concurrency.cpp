@@ -94,15 +94,16 @@ size_t concurrency_blob_size(const rl_rule_t &rule)
     return offsetof(Block, holder) + sizeof(uint32_t) * slots_of(rule) + sizeof(Waiter) * queue_capacity(rule);
 }
 
-rl_decision_t concurrency(const rl_rule_t &rule, State &s, int64_t, uint64_t, bool)
+rl_decision_t concurrency(const rl_rule_t &rule, State &s, int64_t, uint64_t cost, bool)
 {
-    // a look: the slots left, none if others wait (rl_transition, peeks)
+    // a look: the slots left, none if others wait (rl_transition, peeks);
+    // a request (cost 1) would take one of them
     const uint32_t held = held_count(rule, s);
     const Block *b = block_of(s);
     rl_decision_t d{};
     d.remaining = held < rule.limit ? rule.limit - held : 0;
-    d.allowed = d.remaining > 0 && (b == nullptr || b->queued == 0);
-    if (d.allowed) {
+    d.allowed = cost == 0 || (d.remaining > 0 && (b == nullptr || b->queued == 0));
+    if (d.allowed && cost > 0) {
         d.remaining--;
     }
     return d;

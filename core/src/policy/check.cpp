@@ -50,18 +50,48 @@ void refuse_until(rl_decision_t &d, int64_t until, int64_t now)
 
 // The bans a refused request starts: each rule with ban= that refused it
 // (not for a cost the rule can never admit), and is not banning it already.
-void ban(rl_check_t *c, Item *items, size_t n, int64_t now)
+// A dry run stores none: its refusal says what the ban would be, and is
+// counted as one a dry run would start.
+void ban(rl_check_t *c, Item *items, size_t n, bool dry, int64_t now)
 {
     for (size_t i = 0; i < n; i++) {
         const rl_rule_t &rule = *c[i].rule;
         if (!rl::applies(c[i]) || rule.ban_ms == 0 || items[i].banned || c[i].decision.allowed || c[i].decision.never) {
             continue;
         }
-        rl::Table *table = rl::Table::at(c[i].table);
         const int64_t until = now + rule.ban_ms;
-        table->store(rl::Table::ban_tag(c[i].tag), rl_state_t{until, 0}, rl::Debt{rl::kFracFull, false}, now);
+        if (!dry) {
+            rl::Table *table = rl::Table::at(c[i].table);
+            table->store(rl::Table::ban_tag(c[i].tag), rl_state_t{until, 0}, rl::Debt{rl::kFracFull, false}, now);
+        }
         refuse_until(c[i].decision, until, now);
+        c[i].banning = 1;
     }
+}
+
+// What an admission of check c spends when it is decided on state s: its
+// cost; for a rule with charge=, the larger of its cost and the rule's
+// estimate of a charge (the largest of its last charges), at most what the
+// key has left.  A key's requests in flight together then never reserve
+// more than it had: the first reserve what a request is likely to be
+// charged, and once the key has nothing left the next are refused, where
+// reserving only the cost would let any number through while their charges
+// are unknown.  Admission itself is unchanged (the cost fits in what is
+// left exactly when the reservation does); the request's end gives the
+// reservation back and spends the charge (settle.cpp).
+uint64_t reserve(const rl_check_t &c, const rl::State &s, int64_t now)
+{
+    const rl_rule_t &rule = *c.rule;
+    if (!rule.charge || c.counters <= 0) {
+        return c.cost;
+    }
+    const uint64_t guess = rl::Table::at(c.table)->estimate(c.counters - 1);
+    if (guess <= c.cost) {
+        return c.cost;
+    }
+    rl::State look = s;  // a look writes nothing
+    const uint64_t left = rl::transition(rule, look, now, 0, false).remaining;
+    return guess < left ? guess : left > c.cost ? left : c.cost;
 }
 
 // Another check of the request on the same key's state: rules with the
@@ -204,6 +234,8 @@ template <bool kOne> void decide(rl_request_t &rq, Item *items, size_t i, bool f
     }
     c.before = it.state.head;
     c.at = now;
+    c.reserved = rule.charge ? reserve(c, it.state, now) : c.cost;
+    c.banning = 0;
     it.banned = false;
     it.committed = false;
     if (rule.algorithm == RL_CONCURRENCY) {
@@ -219,18 +251,18 @@ template <bool kOne> void decide(rl_request_t &rq, Item *items, size_t i, bool f
         tally.applying++;
         return;
     }
-    const int64_t until = rule.ban_ms > 0 && c.cost > 0 ? banned_until(table, c.tag, now) : 0;
+    const int64_t until = rule.ban_ms > 0 && c.reserved > 0 ? banned_until(table, c.tag, now) : 0;
     const bool in_place = final && until == 0 && it.ref.found() &&
                           (!blob || (it.state.blob != nullptr && (it.state.head.n >> 24) == (uint32_t) it.pool)) &&
                           (kOne || !shares(rq.checks, rq.n, i));
     // a head-only state is updated on the copy: that is the new head
-    rl::transition_into(c.decision, rule, it.state, now, c.cost, !blob || in_place);
+    rl::transition_into(c.decision, rule, it.state, now, c.reserved, !blob || in_place);
     c.after = it.state.head;
     if (until != 0) {
         it.banned = true;
         it.state.head = c.after = c.before;  // nothing spent
         refuse_until(c.decision, until, now);
-    } else if (in_place && c.decision.allowed && c.cost > 0) {
+    } else if (in_place && c.decision.allowed && c.reserved > 0) {
         const rl::Debt debt{rl::owed_frac(rule, it.state, c.decision, now), it.inherited};
         if (blob) {
             rl::Table::update_t(it.ref, it.state.head.t, debt);
@@ -269,7 +301,7 @@ void commit_block(rl_request_t &rq, Item *items, size_t i, bool &moved, int64_t 
             s.head = it.restored ? c.before : rl::restore(rule, table->owed(c.tag, now), now).head;
             rl::restore_block(rule, s, now);
         }
-        const rl_decision_t d = rl::transition(rule, s, now, c.cost, true);
+        const rl_decision_t d = rl::transition(rule, s, now, c.reserved, true);
         table->set_t(c.tag, s.head.t, rl::Debt{rl::owed_frac(rule, s, d, now), it.inherited});
         if (it.restored && d.allowed) {
             c.decision = d;  // the restored units, as the block holds them now
@@ -347,7 +379,7 @@ template <bool kOne> int decide_as(rl_request_t &rq, int64_t now)
     // allows whenever the request is allowed.
     bool moved = false;
     for (size_t i = 0; allowed && i < n; i++) {
-        if (!items[i].committed && rl::applies(c[i]) && c[i].decision.allowed && c[i].cost > 0) {
+        if (!items[i].committed && rl::applies(c[i]) && c[i].decision.allowed && c[i].reserved > 0) {
             commit(rq, items, i, moved, now);
         }
     }
@@ -357,7 +389,7 @@ template <bool kOne> int decide_as(rl_request_t &rq, int64_t now)
     }
     if (!allowed && !queued) {
         count_summary_refusals(c, items, n);
-        ban(c, items, n, now);
+        ban(c, items, n, rq.dry_run != 0, now);
     }
     const int verdict = kOne && !queued ? rl::conclude_one(rq, allowed) : rl::conclude(rq, allowed, queued);
     rl::count(rq, now);
@@ -409,6 +441,7 @@ bool decide_found(rl_request_t &rq, int64_t now, int *verdict)
         fi.inherited = rl::Table::debt(fi.ref).inherited && fi.s.head.t > now;
         ci.before = fi.s.head;
         ci.at = now;
+        ci.reserved = rule.charge ? reserve(ci, fi.s, now) : ci.cost;
         applying++;
         const size_t blob = rl::blob_size(rule);
         if (blob != 0) {
@@ -419,7 +452,7 @@ bool decide_found(rl_request_t &rq, int64_t now, int *verdict)
             continue;
         }
         rl::State s = fi.s;  // a head is decided on a copy: that is the new head
-        rl::transition_into(ci.decision, rule, s, now, ci.cost, true);
+        rl::transition_into(ci.decision, rule, s, now, ci.reserved, true);
         ci.after = s.head;
         allowing += ci.decision.allowed;
         delays |= ci.decision.delay_ms > 0;  // (the request is delayed only if admitted by all)
@@ -433,11 +466,11 @@ bool decide_found(rl_request_t &rq, int64_t now, int *verdict)
         Found &fi = f[blocks[k]];
         const bool in_place = k + 1 == nblocks && allowing + 1 == applying;
         rl::State s = fi.s;
-        rl::transition_into(ci.decision, *ci.rule, s, now, ci.cost, in_place);
+        rl::transition_into(ci.decision, *ci.rule, s, now, ci.reserved, in_place);
         ci.after = s.head;
         allowing += ci.decision.allowed;
         delays |= ci.decision.delay_ms > 0;
-        if (in_place && ci.decision.allowed && ci.cost > 0) {
+        if (in_place && ci.decision.allowed && ci.reserved > 0) {
             const rl::Debt debt{rl::owed_frac(*ci.rule, s, ci.decision, now), fi.inherited};
             rl::Table::update_t(fi.ref, s.head.t, debt);
             committed = true;
@@ -458,13 +491,13 @@ bool decide_found(rl_request_t &rq, int64_t now, int *verdict)
             b = !d.allowed && (b == n || d.retry_after_ms > c[b].decision.retry_after_ms) ? i : b;
         } else {
             const rl_rule_t &rule = *ci.rule;
-            if (ci.cost > 0 && rl::blob_size(rule) == 0) {
+            if (ci.reserved > 0 && rl::blob_size(rule) == 0) {
                 const rl::Debt debt{rl::owed_frac(rule, rl::State{ci.after, nullptr}, d, now), f[i].inherited};
                 rl::Table::update(f[i].ref, ci.after, debt);
-            } else if (ci.cost > 0 && !(committed && i == blocks[nblocks - 1])) {
+            } else if (ci.reserved > 0 && !(committed && i == blocks[nblocks - 1])) {
                 // decided on the block as read: decided again, written
                 rl::State s = f[i].s;
-                const rl_decision_t again = rl::transition(rule, s, now, ci.cost, true);
+                const rl_decision_t again = rl::transition(rule, s, now, ci.reserved, true);
                 rl::Table::update_t(f[i].ref, s.head.t, rl::Debt{rl::owed_frac(rule, s, again, now), f[i].inherited});
                 ci.after = s.head;
             }

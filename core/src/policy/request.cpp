@@ -204,7 +204,7 @@ void rl_request_refund(rl_request_t *rq, int64_t now_ms)
     try {
         for (size_t i = 0; i < rq->n; i++) {
             rl_check_t &c = rq->checks[i];
-            if (!rl::applies(c) || !c.decision.allowed || c.cost == 0) {
+            if (!rl::applies(c) || !c.decision.allowed || c.reserved == 0) {
                 continue;
             }
             rl::Table *table = rl::Table::at(c.table);
@@ -214,7 +214,7 @@ void rl_request_refund(rl_request_t *rq, int64_t now_ms)
             if (!table->find(c.tag, &s, &ref)) {
                 continue;  // evicted since: the summary holds what it owed
             }
-            rl::refund(*c.rule, s, c.cost, c.after, c.at, now_ms);
+            rl::refund(*c.rule, s, c.reserved, c.after, c.at, now_ms);
             if (s.blob == nullptr) {
                 rl::Table::update(ref, s.head, rl::Table::debt(ref));
             } else {
@@ -255,6 +255,11 @@ bool release(rl_check_t &c, uint32_t holder, int64_t now)
 int rl_check_charges(const rl_check_t *c)
 {
     return rl::charges(*c);
+}
+
+int rl_check_charge_wanted(const rl_check_t *c, int abandoned)
+{
+    return rl::charges(*c) && !(abandoned && c->rule->abandoned == RL_ABANDONED_KEEP);
 }
 
 int rl_request_end(rl_request_t *rq, int64_t now_ms)

@@ -103,14 +103,18 @@ RL_HOT int conclude_one(rl_request_t &rq, bool allowed)
 // (keys.cpp).  The caller holds the locks.
 void note_refused(const rl_request_t &rq, int64_t now);
 
-// Counts a concluded request: each rule's outcome, and its refusals among
-// the top keys.  The caller holds the locks.
+// Counts a concluded request: each rule's outcome, the bans it starts (or
+// would, in a dry run), and its refusals among the top keys.  The caller
+// holds the locks.
 inline void count(const rl_request_t &rq, int64_t now)
 {
     for (size_t i = 0; i < rq.n; i++) {
         const rl_check_t &c = rq.checks[i];
         if (c.counters > 0) {
             Table::at(c.table)->count(c.counters - 1, c.outcome);
+            if (c.banning) {
+                Table::at(c.table)->count_ban(c.counters - 1, rq.dry_run != 0);
+            }
         }
     }
     if (rq.verdict == RL_VERDICT_REJECTED) {

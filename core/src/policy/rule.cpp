@@ -35,6 +35,7 @@ enum Param : uint32_t {
     P_CHARGE = 1u << 16,
     P_BAN = 1u << 17,
     P_MAX_WAIT = 1u << 18,
+    P_ABANDONED = 1u << 19,
 };
 
 // Every parameter the core parses, by name.
@@ -61,6 +62,7 @@ const struct {
     {"charge", P_CHARGE},
     {"ban", P_BAN},
     {"max_wait", P_MAX_WAIT},
+    {"abandoned", P_ABANDONED},
 };
 
 // The parameters that may be a $variable, evaluated by the glue per request.
@@ -87,6 +89,7 @@ const char *const algorithm_list =
 const Name aligns[] = {{"epoch", RL_ALIGN_EPOCH}, {"first", RL_ALIGN_FIRST}};
 const Name switches[] = {{"off", 0}, {"on", 1}};
 const Name resets[] = {{"daily", RL_RESET_DAILY}, {"weekly", RL_RESET_WEEKLY}, {"monthly", RL_RESET_MONTHLY}};
+const Name abandons[] = {{"keep", RL_ABANDONED_KEEP}, {"charge", RL_ABANDONED_CHARGE}};
 
 // Parameters that belong to one algorithm only: [bit, name, algorithm].
 const struct {
@@ -365,6 +368,12 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
         return RL_OK;
     }
 
+    case P_ABANDONED:
+        if (!lookup(abandons, 2, v, &rule->abandoned)) {
+            return fail(err, errlen, "invalid \"%.*s\": expected abandoned=keep or abandoned=charge", w, whole.p);
+        }
+        return RL_OK;
+
     default: /* P_ALIGN */
         if (!lookup(aligns, 2, v, &rule->align)) {
             return fail(err, errlen, "invalid \"%.*s\": expected align=epoch or align=first", w, whole.p);
@@ -430,6 +439,12 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
             return fail(err, errlen,
                         "\"charge=\" does not apply to algorithm=leaky_bucket: a shaper sets each request's "
                         "delay before it is served, so what the request spends cannot change after it");
+        }
+
+        if ((rule->given & P_ABANDONED) && !rule->charge) {
+            return fail(err, errlen,
+                        "\"abandoned=\" applies to rules with charge= only: it says what a request its client "
+                        "abandoned spends, its reservation (keep) or its charge");
         }
 
         if ((rule->given & P_ZERO_COST) && !rule->cost_var) {

@@ -1,5 +1,6 @@
-// A request's charge (charge=), when it ends: the cost the request reserved
-// when it was admitted is given back, and its charge is spent instead,
+// A request's charge (charge=), when it ends: what the request reserved
+// when it was admitted (check.cpp's reserve) is given back, and its charge
+// is spent instead,
 // whatever the key's budget (algorithms/charge.cpp bounds the debt).  The
 // key's state is found as a request finds it: in the table, or, evicted
 // meanwhile, restored from what the eviction summary says it owes.
@@ -44,8 +45,8 @@ void settle(rl_check_t &c, int64_t now)
         const bool inherited = found && Table::debt(ref).inherited;
         if (!found) {
             s = restore(rule, table->owed(c.tag, now), now);
-        } else if (c.cost > 0) {
-            refund(rule, s, c.cost, c.after, c.at, now);
+        } else if (c.reserved > 0) {
+            refund(rule, s, c.reserved, c.after, c.at, now);
         }
         const uint64_t before = left(rule, s, now);
         c.charged = charge(rule, s, now, c.charge, &capped);
@@ -66,8 +67,8 @@ void settle(rl_check_t &c, int64_t now)
         if (fresh) {
             s.head = restore(rule, table->owed(c.tag, now), now).head;
             restore_block(rule, s, now);
-        } else if (c.cost > 0) {
-            refund(rule, s, c.cost, c.after, c.at, now);
+        } else if (c.reserved > 0) {
+            refund(rule, s, c.reserved, c.after, c.at, now);
         }
         const uint64_t before = left(rule, s, now);
         c.charged = charge(rule, s, now, c.charge, &capped);
@@ -81,7 +82,9 @@ void settle(rl_check_t &c, int64_t now)
 void count_charge(const rl_check_t &c)
 {
     if (c.counters > 0) {
-        Table::at(c.table)->count_charge(c.counters - 1, c.charged, c.in_debt != 0);
+        Table *table = Table::at(c.table);
+        table->count_charge(c.counters - 1, c.charged, c.in_debt != 0);
+        table->note_charge(c.counters - 1, c.charge, c.rule->policy_quota);
     }
 }
 

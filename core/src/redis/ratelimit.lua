@@ -8,19 +8,25 @@
 --
 -- ARGV: now ("" = Redis's TIME), the call, then per rule: algorithm, limit,
 -- burst, period_ms, align, buckets, max_delay_ms, reset, utc_offset_min,
--- cost, delay, ban_ms, charge (1: the rule has charge=); a settle adds the
--- units to spend, and the head's t after its admission and when it was
--- decided (what giving its cost back needs).  KEYS: each rule's state, then
--- the ban of each rule with ban= (not for a settle).
+-- cost (a settle: what the admission reserved), delay, ban_ms, charge (1:
+-- the rule has charge=), estimate (charge=: what an admission reserves at
+-- most); a settle adds the units to spend, and the head's t after its
+-- admission and when it was decided (what giving its reservation back
+-- needs).  KEYS: each rule's state, then the ban of each rule with ban=
+-- (not for a settle).
 --
 -- The calls:
 --   0, 1   decide the request (combine all, any): commit every consuming
---          rule or none, ban the key for each ban= rule that refused it.
+--          rule or none, ban the key for each ban= rule that refused it;
+--   2, 3   the same for a dry run, which bans nobody.
 --          Returns {allowed, now, then per rule: allowed, never, remaining,
 --          reset_ms, retry_after_ms, delay_ms, window_ms, available_ms,
---          banned_ms, after} (after: the head's t once committed, else 0; the
---          policy the headers advertise is the core's: rl_redis_answer
---          checks the reply against each rule and concludes with it).
+--          banned_ms, after, reserved, banning} (after: the head's t once
+--          committed, else 0; reserved: the units the decision was made
+--          for, its cost or a charge= rule's reservation; banning: 1 if
+--          the refusal starts a ban, or would in a dry run; the policy the
+--          headers advertise is the core's: rl_redis_answer checks the
+--          reply against each rule and concludes with it).
 --   peek   decides every rule on its state as it is and writes nothing (a
 --          ban shows in banned_ms, and refuses a cost above 0).
 --   reset  deletes each rule's state and ban: {1, then per rule: 1 if it
@@ -693,7 +699,7 @@ else
 end
 local call = ARGV[2]
 local settle = call == 'settle'
-local per = settle and 16 or 13
+local per = settle and 17 or 14
 local n = (#ARGV - 2) / per
 
 local rules = {}
@@ -704,9 +710,9 @@ for i = 1, n do
              period = tonumber(ARGV[a + 4]), align = tonumber(ARGV[a + 5]), buckets = tonumber(ARGV[a + 6]),
              max_delay = tonumber(ARGV[a + 7]), reset = tonumber(ARGV[a + 8]),
              utc_offset = tonumber(ARGV[a + 9]), cost = tonumber(ARGV[a + 10]), delay = tonumber(ARGV[a + 11]),
-             ban = tonumber(ARGV[a + 12]), charge = tonumber(ARGV[a + 13])}
+             ban = tonumber(ARGV[a + 12]), charge = tonumber(ARGV[a + 13]), estimate = tonumber(ARGV[a + 14])}
   if settle then
-    r.units, r.after, r.at = tonumber(ARGV[a + 14]), tonumber(ARGV[a + 15]), tonumber(ARGV[a + 16])
+    r.units, r.after, r.at = tonumber(ARGV[a + 15]), tonumber(ARGV[a + 16]), tonumber(ARGV[a + 17])
   elseif r.ban > 0 then
     bans = bans + 1
     r.bankey = KEYS[n + bans]
@@ -759,24 +765,39 @@ if settle then
   return out
 end
 
-local any = call == '1'
+local any = call == '1' or call == '3'
+local dry = call == '2' or call == '3'
 local peek = call == 'peek'
+
+-- charge=: what an admission reserves, from a look at the key (check.cpp's
+-- reserve): the larger of its cost and the rule's estimate, at most what
+-- the key has left
+local function reserve(r, look)
+  if r.estimate < look.remaining then return r.estimate end
+  return look.remaining > r.cost and look.remaining or r.cost
+end
 
 local decisions, heads, after, banned = {}, {}, {}, {}
 local allowing = 0
 for i = 1, n do
   local r = rules[i]
   local f = by_head[r.algorithm]
+  local learns = r.charge == 1 and r.estimate > r.cost
   local d, h, nh
   if f then
     -- a rule sharing its key with an earlier one decides on the head that
     -- one would leave (check.cpp's current())
     h = heads[KEYS[i]] or load_head(KEYS[i])
+    if learns then r.cost = reserve(r, f(r, h, now, 0)) end
     d, nh = f(r, h, now, r.cost)
   elseif r.algorithm == SLIDING_WINDOW then
-    d = sliding_window(r, load_block(KEYS[i], r), now, r.cost, false)
+    local b = load_block(KEYS[i], r)
+    if learns then r.cost = reserve(r, sliding_window(r, b, now, 0, false)) end
+    d = sliding_window(r, b, now, r.cost, false)
   else
-    d = sliding_log(r, load_block(KEYS[i], r), now, r.cost, false)
+    local b = load_block(KEYS[i], r)
+    if learns then r.cost = reserve(r, sliding_log(r, b, now, 0, false)) end
+    d = sliding_log(r, b, now, r.cost, false)
   end
   if r.bankey then
     local ends = banned_until(r.bankey, now)
@@ -822,14 +843,17 @@ for i = 1, n do
 end
 
 -- a refused request bans its key for each ban= rule that refused it (not
--- for a cost the rule can never admit), unless banned already
+-- for a cost the rule can never admit), unless banned already; a dry run's
+-- refusal says what the ban would be, and stores none
+local banning = {}
 if not allowed and not peek then
   for i = 1, n do
     local r, d = rules[i], decisions[i]
     if r.bankey and not banned[i] and d.allowed == 0 and d.never == 0 then
       local ends = now + r.ban
-      redis.call('SET', r.bankey, num(ends), 'PX', num(testing and r.ban + DAY or r.ban))
+      if not dry then redis.call('SET', r.bankey, num(ends), 'PX', num(testing and r.ban + DAY or r.ban)) end
       refuse_until(d, ends, now)
+      banning[i] = 1
     end
   end
 end
@@ -841,5 +865,6 @@ for i = 1, n do
   out[o + 1], out[o + 2], out[o + 3], out[o + 4] = d.allowed, d.never, d.remaining, d.reset
   out[o + 5], out[o + 6], out[o + 7] = d.retry, d.delay, d.window
   out[o + 8], out[o + 9], out[o + 10] = d.available, d.banned, committed[i] or 0
+  out[o + 11], out[o + 12] = rules[i].cost, banning[i] or 0
 end
 return out

@@ -7,6 +7,7 @@
 #include "algorithms/algorithms.h"
 #include "policy/request.h"
 #include "redis/resp.h"
+#include "table/table.h"
 #include "util/error.h"
 #include "util/sha256.h"
 
@@ -54,7 +55,7 @@ unsigned crc16(const char *p, size_t len)
 
 // Fields per rule in the script's ARGV, and a settle's three more: the
 // units to spend, the head's t after the admission and when it was decided.
-const size_t kArgsPerRule = 13;
+const size_t kArgsPerRule = 14;
 const size_t kSettleArgs = 3;
 
 // The identity of a key's ban (ban=), as the table's ban_tag: another name
@@ -221,7 +222,8 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
     if (call > RL_REDIS_DECIDE && call <= RL_REDIS_SETTLE) {
         w.arg(kCalls[call], std::strlen(kCalls[call]));
     } else {
-        w.arg(rq->combine == RL_COMBINE_ANY ? 1 : 0);
+        // a decision: 0 all, 1 any; 2 more for a dry run (it bans nobody)
+        w.arg((rq->combine == RL_COMBINE_ANY ? 1 : 0) + (rq->dry_run ? 2 : 0));
     }
 
     // a cost or a charge beyond what any rule admits is only ever compared
@@ -241,10 +243,15 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
         w.arg(r.max_delay_ms);
         w.arg(r.reset);
         w.arg(r.utc_offset_min);
-        w.arg(exact(c[i].cost));
+        // a settle gives back what the admission reserved
+        w.arg(exact(settle ? c[i].reserved : c[i].cost));
         w.arg(r.delay);
         w.arg(r.ban_ms);
         w.arg(r.charge ? 1 : 0);
+        // charge=: the rule's estimate of a charge, which a decision
+        // reserves within what the key has left (check.cpp's reserve)
+        const bool learns = call == RL_REDIS_DECIDE && r.charge && c[i].counters > 0;
+        w.arg(exact(learns ? rl::Table::at(c[i].table)->estimate(c[i].counters - 1) : 0));
         if (settle) {
             w.arg(exact(c[i].charge));
             w.arg(c[i].after.t);

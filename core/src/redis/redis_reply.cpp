@@ -20,10 +20,25 @@ namespace {
 
 // The script's answer for each rule, in this order, after the request's
 // answer and the script's clock.
-enum Item { kAllowed, kNever, kRemaining, kReset, kRetry, kDelay, kWindow, kAvailable, kBanned, kAfter, kReplyPerRule };
+enum Item {
+    kAllowed,
+    kNever,
+    kRemaining,
+    kReset,
+    kRetry,
+    kDelay,
+    kWindow,
+    kAvailable,
+    kBanned,
+    kAfter,
+    kReserved,
+    kBanning,
+    kReplyPerRule
+};
 
-const char *const kItemNames[kReplyPerRule] = {"allowed",  "never",     "remaining",    "reset_ms",  "retry_after_ms",
-                                               "delay_ms", "window_ms", "available_ms", "banned_ms", "after"};
+const char *const kItemNames[kReplyPerRule] = {"allowed",   "never",     "remaining",    "reset_ms",
+                                               "retry_after_ms", "delay_ms", "window_ms", "available_ms",
+                                               "banned_ms", "after",     "reserved",     "banning"};
 
 const size_t kReplyHead = 2;      // the request's answer, the script's clock
 const size_t kSettlePerRule = 3;  // charged, in debt, capped
@@ -232,6 +247,19 @@ bool in_range(const rl_check_t &c, const int64_t *v, bool peek, rl_redis_answer_
         // banned_ms: a ban= rule's, refusing (a peek's look shows it too)
         {0, refused || (peek && cost == 0) ? ban : 0},
     };
+    // reserved: the cost, or a charge= rule's reservation, at most what
+    // the key can hold; banning: a ban= rule's refusal, not a peek's
+    const uint64_t most = c.rule->charge && !peek && g.capacity > cost ? g.capacity : cost;
+    if (v[kReserved] < (int64_t) cost || (uint64_t) v[kReserved] > most) {
+        failed(out, "reserved of rule \"%s\" is %lld: it can only be %llu to %llu", c.rule->name,
+               (long long) v[kReserved], (unsigned long long) cost, (unsigned long long) most);
+        return false;
+    }
+    if (v[kBanning] < 0 || v[kBanning] > (refused && ban > 0 && !peek ? 1 : 0)) {
+        failed(out, "banning of rule \"%s\" is %lld: it can only be 0%s", c.rule->name, (long long) v[kBanning],
+               refused && ban > 0 && !peek ? " or 1" : " (no ban started)");
+        return false;
+    }
     for (size_t k = 0; k <= kBanned; k++) {
         if (v[k] < want[k][0] || v[k] > want[k][1]) {
             char expected[48];
@@ -405,7 +433,7 @@ int answer(rl_request_t *rq, int call, const rl_resp_t &r, rl_redis_answer_t &ou
     for (size_t i = 0; i < rq->n; i++) {
         const rl_check_t &c = rq->checks[i];
         if (rl::applies(c)) {
-            const bool committed = !peek && allowed && v[kAllowed] == 1 && c.cost > 0;
+            const bool committed = !peek && allowed && v[kAllowed] == 1 && v[kReserved] > 0;
             if (!after_in_range(c, v[kAfter], now, committed, out)) {
                 return out.kind;
             }
@@ -432,6 +460,8 @@ int answer(rl_request_t *rq, int call, const rl_resp_t &r, rl_redis_answer_t &ou
         d.banned_ms = v[kBanned];
         c.at = now;
         c.after = rl_state_t{v[kAfter], 0};
+        c.reserved = (uint64_t) v[kReserved];
+        c.banning = (int32_t) v[kBanning];
         v += kReplyPerRule;
     }
     out.kind = RL_REDIS_DECIDED;

@@ -61,6 +61,13 @@ const Figure kRuleFigures[] = {
      offsetof(rl_rule_stats_t, peak)},
     {"waited", "waited_total", "counter", "Requests that waited for a slot (concurrency, max_wait).",
      offsetof(rl_rule_stats_t, waited)},
+    {"bans", "bans_total", "counter", "Bans the rule started (ban=).", offsetof(rl_rule_stats_t, bans)},
+    {"dry_run_bans", "dry_run_bans_total", "counter",
+     "Refusals of a dry run that would have started a ban (ban=); none is stored.",
+     offsetof(rl_rule_stats_t, dry_run_bans)},
+    {"charge_estimate", "charge_estimate_units", "gauge",
+     "What an admission reserves at most (charge=): the largest of the rule's last 16 charges.",
+     offsetof(rl_rule_stats_t, estimate)},
 };
 
 // a Redis zone's counters, in rl_redis_figures_t (the latency histogram

@@ -104,6 +104,13 @@ struct RuleCounters {
     int64_t flight;    // concurrency: slots held now,
     int64_t peak;      //   the most held at once,
     uint64_t waited;   //   requests that waited for one
+    uint64_t bans;     // ban=: bans started,
+    uint64_t dry_run_bans;  // and dry-run refusals that would start one
+    // charge=: the last charges settled (a ring), and the largest of them,
+    // what an admission reserves at most (check.cpp)
+    uint32_t charges[RL_CHARGES_KEPT];
+    uint32_t charges_next;
+    uint32_t estimate;
 };
 
 // The keys a rule refuses most (top.cpp): a Space-Saving summary of
@@ -371,6 +378,45 @@ public:
             RuleCounters &r = h_.rules[slot];
             __atomic_store_n(&r.charged, __atomic_load_n(&r.charged, __ATOMIC_RELAXED) + units, __ATOMIC_RELAXED);
             __atomic_store_n(&r.debts, __atomic_load_n(&r.debts, __ATOMIC_RELAXED) + debt, __ATOMIC_RELAXED);
+        }
+    }
+
+    // A charge settled for the rule counted in `slot`, learned for its
+    // estimate: the largest of its last RL_CHARGES_KEPT charges (each at
+    // most `most`, what the key can hold: a reservation never exceeds what
+    // the key has left anyway).  The largest of n recent values exceeds
+    // all but about 1 in n + 1 of the next ones (a high quantile, not the
+    // mean), and follows a change of the charges within n of them.
+    void note_charge(int slot, uint64_t units, uint64_t most)
+    {
+        if (slot < 0 || (uint32_t) slot >= RL_RULE_STATS_MAX) {
+            return;
+        }
+        RuleCounters &r = h_.rules[slot];
+        const uint64_t v = units < most ? units : most;
+        r.charges[r.charges_next % RL_CHARGES_KEPT] = (uint32_t) (v < UINT32_MAX ? v : UINT32_MAX);
+        r.charges_next = (r.charges_next + 1) % RL_CHARGES_KEPT;
+        uint32_t largest = 0;
+        for (uint32_t c : r.charges) {
+            largest = c > largest ? c : largest;
+        }
+        __atomic_store_n(&r.estimate, largest, __ATOMIC_RELAXED);
+    }
+    // What an admission of the rule counted in `slot` reserves at most
+    // (0: nothing learned).
+    uint64_t estimate(int slot) const
+    {
+        if (slot < 0 || (uint32_t) slot >= RL_RULE_STATS_MAX) {
+            return 0;
+        }
+        return __atomic_load_n(&h_.rules[slot].estimate, __ATOMIC_RELAXED);
+    }
+    // A ban started (or, dry, one a dry run would have started).
+    void count_ban(int slot, bool dry)
+    {
+        if (slot >= 0 && (uint32_t) slot < RL_RULE_STATS_MAX) {
+            uint64_t &n = dry ? h_.rules[slot].dry_run_bans : h_.rules[slot].bans;
+            __atomic_store_n(&n, __atomic_load_n(&n, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
         }
     }
 
