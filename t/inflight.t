@@ -65,6 +65,12 @@ $t->start();
 my @r = $t->at_once({ gap => 0.05 }, map { [ '/two/', 'X-Key' => 'k1', 'X-Seq' => $_ ] } 1 .. 5);
 # (two workers may take the connections in another order than sent)
 is(join(' ', sort map { $_->{status} } @r), '200 200 429 429 429', 'limit=2, 5 at once: 2 served, 3 refused');
+# a key that holds nothing: every slot free, as a fresh rate key shows its
+# whole budget
+{
+    my $k = $t->key_rule('c', 'never-seen', 'two');
+    is("$k->{remaining} $k->{in_flight}", '2 0', 'key API: a fresh key has its 2 slots remaining');
+}
 my @served = sort { $b->{headers}{'x-ratelimit-remaining'} <=> $a->{headers}{'x-ratelimit-remaining'} }
              grep { $_->{status} == 200 } @r;
 my ($refused) = grep { $_->{status} == 429 } @r;

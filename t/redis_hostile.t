@@ -45,12 +45,12 @@ my ($worker) = $t->worker_pids;
 
 # RESP for the script's answer to the request of one rule, from {request,
 # then the rule's first 8}: the script's clock after the request's answer,
-# then the rule's ban (none) and the head's t after its commit (half an
-# hour on, when it commits)
+# then the rule's ban (none), the head's t after its commit (half an hour
+# on, when it commits), the cost reserved (1) and no ban started
 my $clock = 1767225600000;
 sub answer {
     my ($all, $allowed, @rest) = @_;
-    my @v = ($all, $clock, $allowed, @rest, 0, $all == 1 && $allowed == 1 ? $clock + 1800000 : 0);
+    my @v = ($all, $clock, $allowed, @rest, 0, $all == 1 && $allowed == 1 ? $clock + 1800000 : 0, 1, 0);
     return join '', '*', scalar(@v), "\r\n", map { ":$_\r\n" } @v;
 }
 
@@ -84,13 +84,13 @@ my @hostile = (
     [ 'a negative remaining', answer(1, 1, 0, -5, 1800000, 0, 0, 3600000, 1800000) ],
     [ 'a remaining above the limit', answer(1, 1, 0, 3, 1800000, 0, 0, 3600000, 1800000) ],
     [ 'allowed, and no rule allowing', answer(1, 0, 0, 0, 3600000, 1800000, 0, 3600000, 1800000) ],
-    [ 'a number past 64 bits', "*12\r\n:1\r\n:$clock\r\n:1\r\n:0\r\n:99999999999999999999\r\n" ],
+    [ 'a number past 64 bits', "*14\r\n:1\r\n:$clock\r\n:1\r\n:0\r\n:99999999999999999999\r\n" ],
     [ 'a status reply', "+OK\r\n" ],
     [ 'an integer', ":1\r\n" ],
     [ 'a bulk string', "\$5\r\nhello\r\n" ],
     [ 'nil', "\$-1\r\n" ],
     [ 'too few items', "*3\r\n:1\r\n:1\r\n:0\r\n" ],
-    [ 'a nested array', "*12\r\n*1\r\n:1\r\n" . (":0\r\n" x 11) ],
+    [ 'a nested array', "*14\r\n*1\r\n:1\r\n" . (":0\r\n" x 13) ],
     [ 'arrays nested 20 deep', ("*1\r\n" x 20) . ":1\r\n" ],
     [ 'a bulk string of 1 MB', "\$1048576\r\n" . ('x' x 1048576) . "\r\n" ],
     [ 'an error with a newline', "-ERR boom\nFORGED [notice] line\r\n" ],
@@ -115,7 +115,7 @@ for my $case (@hostile) {
     }
 }
 cmp_ok($slowest, '<', $timeout + 1, "no request waited past redis_timeout (slowest ${slowest}s)");
-like($t->error_log, qr/\[warn\] .*ratelimit: redis 127\.0\.0\.1:$fport: reset_ms of rule "gcra_2_1h" is 4611686018427387904: it can only be 0 to 3660000: "\*12\\x0d\\x0a:1/,
+like($t->error_log, qr/\[warn\] .*ratelimit: redis 127\.0\.0\.1:$fport: reset_ms of rule "gcra_2_1h" is 4611686018427387904: it can only be 0 to 3660000: "\*14\\x0d\\x0a:1/,
      'the first refused reply in a zone: why, and the reply escaped');
 
 # a reply one byte a write is read whole: decided in Redis

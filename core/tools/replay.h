@@ -123,6 +123,7 @@ struct Request {
     std::vector<std::string> keys;  // each rule's key (empty: exempt)
     uint64_t cost = 1;
     std::vector<uint64_t> charges;  // each rule's (RL_NO_CHARGE: none)
+    bool abandoned = false;         // its client left first ($status 499)
     uint32_t bad_charges = 0;       // bit i: rule i's value was not a count
     std::string charge_error;       //   and why (the first), with the line
 };

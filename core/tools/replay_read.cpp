@@ -150,6 +150,7 @@ bool Reader::read_trace(const std::string &line, Request *rq)
     rq->shown = t.key;
     rq->keys.assign(o_.rules.size(), t.key);
     rq->charges.assign(o_.rules.size(), RL_NO_CHARGE);
+    rq->abandoned = false;
     for (size_t i = 0; i < o_.rules.size(); i++) {
         if (o_.rules[i].rule.charge) {  // no charge column: the cost, as nginx does for an empty value
             rq->charges[i] = t.has_charge ? t.charge : cost_of(i, t.cost);
@@ -182,6 +183,7 @@ bool Reader::read_log(const std::string &line, Request *rq)
     rq->charges.assign(o_.rules.size(), RL_NO_CHARGE);
     rq->bad_charges = 0;
     rq->charge_error.clear();
+    rq->abandoned = format_.has("status") && fields_["status"] == "499";
     for (size_t i = 0; i < o_.rules.size() && !missing; i++) {
         if (o_.rules[i].rule.charge) {
             rq->charges[i] = charge_of(i, cost_of(i, rq->cost), rq, &missing);

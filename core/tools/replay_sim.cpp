@@ -173,7 +173,7 @@ void Simulator::end(Flight &f, int64_t at)
     std::vector<uint64_t> freed;  // the keys whose slots it held
     for (size_t i = 0; i < f.checks.size(); i++) {
         rl_check_t &c = f.checks[i];
-        c.charge = rl_check_charges(&c) ? f.r.charges[i] : RL_NO_CHARGE;
+        c.charge = rl_check_charge_wanted(&c, f.r.abandoned) ? f.r.charges[i] : RL_NO_CHARGE;
         if (c.charge != RL_NO_CHARGE && (f.r.bad_charges >> i & 1) && bad_charges_++ == 0) {
             first_bad_charge_ = f.r.charge_error;
         }

@@ -18,6 +18,7 @@ use File::Basename qw(dirname);
 use IO::Handle;
 use JSON::PP;
 use POSIX ();
+use RLH2;
 use RLTest;
 use Test::More ();
 
@@ -34,25 +35,11 @@ sub import {
 sub missing {
     return "$python has no grpc module: ./build.sh test installs python3-grpcio (or set RL_PYTHON)"
         if system("$python -c 'import grpc' >/dev/null 2>&1") != 0;
-    my $nginx = $ENV{RL_NGINX} // '/usr/sbin/nginx';
-    my $v = `$nginx -V 2>&1`;
-    return "$nginx has no HTTP/2 module (--with-http_v2_module)" unless $v =~ /--with-http_v2_module/;
-    return undef;
+    return RLH2::missing() || undef;
 }
 
-# The nginx under test's version as a number: 1.25.1 is 1025001.
-sub nginx_version {
-    my $nginx = $ENV{RL_NGINX} // '/usr/sbin/nginx';
-    my ($a, $b, $c) = `$nginx -v 2>&1` =~ m{nginx/(\d+)\.(\d+)\.(\d+)} or return 0;
-    return $a * 1000000 + $b * 1000 + $c;
-}
-
-# The server block lines of an h2c listener: "listen ... http2" before
-# nginx 1.25.1, "http2 on" from it (the listen parameter warns there).
-sub h2c_listen {
-    my ($addr) = @_;
-    return nginx_version() >= 1025001 ? "listen $addr;\n    http2 on;" : "listen $addr http2;";
-}
+# The server block lines of an h2c listener (RLH2's).
+sub h2c_listen { RLH2::listen_line(@_) }
 
 sub new {
     my ($class) = @_;

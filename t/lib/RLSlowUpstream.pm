@@ -1,6 +1,8 @@
 package RLSlowUpstream;
 # A slow HTTP upstream for the tests: each request is held for the time its
-# URI asks (/hold/MS) or its X-Hold header (MS), a process a connection, and the upstream counts the
+# URI asks (/hold/MS) or its X-Hold header (MS), then answered with the
+# status of its X-Answer-Status header (200) and the header line of its
+# X-Answer-Header, a process a connection, and the upstream counts the
 # requests in flight (the most at once too) and when each started and ended
 # (the request's X-Seq header names it), in files only it writes, under a
 # lock.  Stopped at exit.
@@ -50,10 +52,15 @@ sub serve {
     ($ms) = $head =~ /^X-Hold: *(\d+)/mi unless defined $ms;
     my ($seq) = $head =~ /^X-Seq: *(\S+)/mi;
     $seq //= '-';
+    # the answer a request asks for: its status, and a header line
+    my ($status) = $head =~ /^X-Answer-Status: *(\d{3})/mi;
+    my ($extra) = $head =~ /^X-Answer-Header: *([^\r\n]+)/mi;
     $self->change(+1, "$seq start");
     sleep(($ms // 0) / 1000);
     $self->change(-1, "$seq end");
-    print $c "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n";
+    $status //= 200;
+    $extra = defined $extra ? "$extra\r\n" : '';
+    print $c "HTTP/1.1 $status X\r\n${extra}Content-Length: 3\r\nConnection: close\r\n\r\nok\n";
     close $c;
 }
 
