@@ -375,3 +375,226 @@ TEST(Ban, LoginFailuresThenABan)
     EXPECT_FALSE(k.arrive(kT0 + 200 + 15 * 60000, &c));  // the window has room again
     EXPECT_TRUE(k.arrive(kT0 + 200 + 3600000, &c));
 }
+
+namespace {
+
+// A charge= rule counted in its zone, as nginx counts it: its requests
+// reserve the rule's estimate of a charge.
+struct Counted {
+    rl_rule_t rule;
+    TestZone zone;
+    int slot;
+    std::vector<std::string> keys;
+
+    explicit Counted(const std::string &text)
+        : rule(rule_of(text)), zone(1 << 20, {rule_of(text)}, kSecret), slot(rl_table_rule_slot(zone.mem, rule.name))
+    {
+        keys.reserve(4096);  // checks point at these keys
+    }
+
+    rl_check_t arrive(const std::string &key, int64_t now, uint64_t cost = 1)
+    {
+        keys.push_back(key);
+        rl_check_t c = check_of(zone.mem, &rule, 42, keys.back(), cost, slot + 1);
+        decide(&c, 1, RL_COMBINE_ALL, now);
+        return c;
+    }
+
+    void end(rl_check_t &c, int64_t now, uint64_t units)
+    {
+        c.charge = units;
+        end_request(&c, 1, now);
+    }
+
+    // What the key has left, looked at without spending.
+    uint64_t left(const std::string &key, int64_t now)
+    {
+        rl_check_t c = check_of(zone.mem, &rule, 42, key, 0, slot + 1);
+        hashed(request_of(&c, 1));
+        rl_peek_t p;
+        rl_table_peek(zone.mem, &rule, c.tag, 0, now, &p);
+        return p.look.remaining;
+    }
+
+    uint64_t estimate()
+    {
+        rl_rule_stats_t st[RL_RULE_STATS_MAX];
+        const size_t n = rl_table_rule_stats(zone.mem, st, RL_RULE_STATS_MAX);
+        return n > (size_t) slot ? st[slot].estimate : 0;
+    }
+};
+
+}  // namespace
+
+// 50 tokens a request, 100 an hour: requests of a new key in flight at
+// once reserve 50 each once the rule has seen charges of 50, so two run
+// and the third is refused; before any charge, each reserves its cost.
+TEST(Reserve, RequestsInFlightReserveTheRulesEstimateWithinWhatIsLeft)
+{
+    Counted r("algorithm=gcra limit=100 period=1h charge=$t name=tok");
+    rl_check_t first = r.arrive("fresh", kT0);
+    EXPECT_EQ(first.reserved, 1u) << "nothing learned: the cost";
+    r.end(first, kT0, 50);
+    EXPECT_EQ(r.estimate(), 50u);
+    for (int i = 0; i < 9; i++) {
+        rl_check_t c = r.arrive("warm" + std::to_string(i), kT0);
+        r.end(c, kT0, 50);
+    }
+    std::vector<rl_check_t> flight;
+    for (int i = 0; i < 5; i++) {
+        flight.push_back(r.arrive("new", kT0 + 1));
+    }
+    EXPECT_EQ(flight[0].reserved, 50u);
+    EXPECT_EQ(flight[0].decision.remaining, 50u);
+    EXPECT_EQ(flight[1].reserved, 50u);
+    EXPECT_EQ(flight[1].decision.remaining, 0u);
+    for (int i = 2; i < 5; i++) {
+        EXPECT_FALSE(flight[i].decision.allowed) << i;
+    }
+    // what is left bounds the reservation; the cost, when larger, wins
+    rl_check_t spent = r.arrive("partial", kT0 + 2);
+    r.end(spent, kT0 + 2, 70);
+    rl_check_t rest = r.arrive("partial", kT0 + 2);
+    EXPECT_TRUE(rest.decision.allowed);
+    EXPECT_EQ(rest.reserved, 30u);
+    rl_check_t big = r.arrive("big", kT0 + 2, 80);
+    EXPECT_EQ(big.reserved, 80u);
+    // the charge replaces the reservation: 30 reserved, 10 charged
+    r.end(rest, kT0 + 2, 10);
+    EXPECT_EQ(r.left("partial", kT0 + 2), 20u);
+    // a request of cost 0 is charged too when it ends: it reserves as well
+    EXPECT_EQ(r.arrive("partial", kT0 + 2, 0).reserved, 20u);
+    EXPECT_TABLE_VALID(r.zone.table());
+}
+
+// The estimate is the largest of the last 16 charges: one large charge
+// leaves after 16 smaller ones; a charge counts at most as the capacity.
+TEST(Reserve, TheEstimateIsTheLargestOfTheLast16Charges)
+{
+    Counted r("algorithm=fixed_window limit=1000 period=1h charge=$t name=w");
+    int64_t now = kT0;
+    auto charge = [&](uint64_t units) {
+        rl_check_t c = r.arrive("k" + std::to_string(now), now);
+        r.end(c, now, units);
+        now++;
+    };
+    charge(400);
+    for (int i = 0; i < 15; i++) {
+        charge(10);
+    }
+    EXPECT_EQ(r.estimate(), 400u);
+    charge(10);
+    EXPECT_EQ(r.estimate(), 10u);
+    charge(5000);  // beyond the limit: counts as the limit
+    EXPECT_EQ(r.estimate(), 1000u);
+}
+
+// Whatever the charges and the order requests end in, what a key's
+// requests in flight together spend beyond what it had left is at most the
+// last admitted one's charge plus what charges above the estimate exceed
+// it: random bursts of requests of fresh keys, every algorithm with charge=.
+TEST(Reserve, ParallelRequestsOverrunAtMostTheBound)
+{
+    std::mt19937_64 g(11);
+    for (const char *alg : kCharged) {
+        Counted r(std::string(alg) + " limit=100 period=1h charge=$t name=b");
+        const std::string name = alg;
+        int64_t now = kT0;
+        for (int round = 0; round < 200; round++) {
+            const uint64_t typical = 1 + g() % 60;
+            // the rule's recent charges
+            for (int i = 0; i < 16; i++) {
+                rl_check_t c = r.arrive("w" + std::to_string(round) + "_" + std::to_string(i), now);
+                r.end(c, now, typical);
+            }
+            const uint64_t estimate = r.estimate();
+            const std::string key = "burst" + std::to_string(round);
+            const uint64_t left = r.left(key, now);
+            std::vector<rl_check_t> in;
+            for (int i = 0; i < 30; i++) {
+                rl_check_t c = r.arrive(key, now);
+                if (c.decision.allowed) {
+                    in.push_back(c);
+                }
+            }
+            ASSERT_FALSE(in.empty()) << name;
+            uint64_t reserved = 0, spent = 0, above = 0;
+            std::shuffle(in.begin(), in.end(), g);
+            const uint64_t last = in.size();
+            for (rl_check_t &c : in) {
+                reserved += c.reserved;
+                const uint64_t units = g() % 8 == 0 ? typical + g() % 40 : g() % (typical + 1);
+                above += units > estimate ? units - estimate : 0;
+                spent += units;
+                r.end(c, now, units);
+            }
+            EXPECT_LE(reserved, left) << name << " round " << round;
+            EXPECT_LE(in.size(), left / std::max<uint64_t>(estimate, 1) + 1) << name << " round " << round;
+            const uint64_t most = typical + 40;  // any one charge
+            EXPECT_LE(spent, left + most + above) << name << " round " << round << ", " << last << " in flight";
+            now += 3600000;  // every key full again
+        }
+        EXPECT_TABLE_VALID(r.zone.table());
+    }
+}
+
+// A request its client abandoned keeps its reservation unless the rule
+// says abandoned=charge; a request of a rule without charge= has none to
+// evaluate.
+TEST(Reserve, AnAbandonedRequestKeepsWhatItReserved)
+{
+    Counted keep("algorithm=sliding_log limit=5 period=15m charge=$failed name=keep");
+    Counted give("algorithm=sliding_log limit=5 period=15m charge=$failed abandoned=charge name=give");
+    for (int i = 0; i < 5; i++) {
+        rl_check_t k = keep.arrive("guesser", kT0 + i);
+        rl_check_t g = give.arrive("guesser", kT0 + i);
+        EXPECT_EQ(rl_check_charge_wanted(&k, 1), 0);
+        EXPECT_EQ(rl_check_charge_wanted(&k, 0), 1);
+        EXPECT_EQ(rl_check_charge_wanted(&g, 1), 1);
+        k.charge = RL_NO_CHARGE;  // as the glue does for an abandoned request
+        end_request(&k, 1, kT0 + i);
+        give.end(g, kT0 + i, 0);  // $failed of a 499: 0
+    }
+    EXPECT_FALSE(keep.arrive("guesser", kT0 + 10).decision.allowed) << "five abandoned guesses spent the five";
+    EXPECT_TRUE(give.arrive("guesser", kT0 + 10).decision.allowed);
+    rl_rule_t plain = rule_of("limit=5");
+    rl_check_t c = check_of(keep.zone.mem, &plain, 7, keep.keys[0], 1);
+    decide(&c, 1, RL_COMBINE_ALL, kT0);
+    EXPECT_EQ(rl_check_charge_wanted(&c, 0), 0);
+}
+
+// A dry run stores no ban: its refusal says what the ban would be, and is
+// counted apart from the bans started.
+TEST(Ban, ADryRunStartsNone)
+{
+    rl_rule_t rule = rule_of("limit=1 period=1h ban=1h name=b");
+    TestZone zone(1 << 20, {rule}, kSecret);
+    const int slot = rl_table_rule_slot(zone.mem, "b");
+    const std::string key = "k";
+    auto request = [&](int dry, int64_t now) {
+        rl_check_t c = check_of(zone.mem, &rule, 9, key, 1, slot + 1);
+        rl_request_t rq = hashed(request_of(&c, 1));
+        rq.dry_run = dry;
+        rl_decide(&rq, now);
+        return c;
+    };
+    EXPECT_TRUE(request(1, kT0).decision.allowed);
+    rl_check_t refused = request(1, kT0 + 1);
+    EXPECT_FALSE(refused.decision.allowed);
+    EXPECT_EQ(refused.banning, 1);
+    EXPECT_EQ(refused.decision.banned_ms, 3600000) << "what the ban would be";
+    rl_peek_t p;
+    rl_table_peek(zone.mem, &rule, refused.tag, 1, kT0 + 2, &p);
+    EXPECT_EQ(p.banned_ms, 0) << "none stored";
+    rl_rule_stats_t st[RL_RULE_STATS_MAX];
+    rl_table_rule_stats(zone.mem, st, RL_RULE_STATS_MAX);
+    EXPECT_EQ(st[slot].dry_run_bans, 1u);
+    EXPECT_EQ(st[slot].bans, 0u);
+    rl_check_t real = request(0, kT0 + 2);
+    EXPECT_EQ(real.banning, 1);
+    rl_table_peek(zone.mem, &rule, real.tag, 1, kT0 + 3, &p);
+    EXPECT_EQ(p.banned_ms, 3600000 - 1);
+    rl_table_rule_stats(zone.mem, st, RL_RULE_STATS_MAX);
+    EXPECT_EQ(st[slot].bans, 1u);
+    EXPECT_EQ(request(0, kT0 + 4).banning, 0) << "refused while banned: no new ban";
+}

@@ -76,6 +76,11 @@ TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
     EXPECT_EQ(error_of("limit=5 zero_cost=maybe"),
               "invalid \"zero_cost=maybe\": expected zero_cost=on or zero_cost=off");
     EXPECT_EQ(error_of("limit=5 log_key=yes"), "invalid \"log_key=yes\": expected log_key=on or log_key=off");
+    EXPECT_EQ(error_of("limit=5 abandoned=charge"),
+              "\"abandoned=\" applies to rules with charge= only: it says what a request its client abandoned "
+              "spends, its reservation (keep) or its charge");
+    EXPECT_EQ(error_of("limit=5 abandoned=free"),
+              "invalid \"abandoned=free\": expected abandoned=keep or abandoned=charge");
     EXPECT_EQ(error_of("limit=5 fast"), "invalid parameter \"fast\": expected name=value");
     EXPECT_EQ(error_of("limit=5 limit=6"), "duplicate parameter \"limit=6\": each parameter may be given once");
     EXPECT_EQ(error_of("limit=5 cost=2 cost=$a"), "duplicate parameter \"cost=$a\": each parameter may be given once");

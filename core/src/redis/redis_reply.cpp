@@ -36,9 +36,9 @@ enum Item {
     kReplyPerRule
 };
 
-const char *const kItemNames[kReplyPerRule] = {"allowed",   "never",     "remaining",    "reset_ms",
+const char *const kItemNames[kReplyPerRule] = {"allowed",        "never",    "remaining", "reset_ms",
                                                "retry_after_ms", "delay_ms", "window_ms", "available_ms",
-                                               "banned_ms", "after",     "reserved",     "banning"};
+                                               "banned_ms",      "after",    "reserved",  "banning"};
 
 const size_t kReplyHead = 2;      // the request's answer, the script's clock
 const size_t kSettlePerRule = 3;  // charged, in debt, capped

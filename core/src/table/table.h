@@ -98,13 +98,13 @@ struct Pool {
 struct RuleCounters {
     char name[RL_NAME_MAX];  // "" = free
     uint64_t count[RL_OUTCOMES];
-    uint64_t top;      // its TopList, from the table's start; 0: none yet
-    uint64_t charged;  // charge=: units charged when requests ended
-    uint64_t debts;    // requests whose charge left the key in debt
-    int64_t flight;    // concurrency: slots held now,
-    int64_t peak;      //   the most held at once,
-    uint64_t waited;   //   requests that waited for one
-    uint64_t bans;     // ban=: bans started,
+    uint64_t top;           // its TopList, from the table's start; 0: none yet
+    uint64_t charged;       // charge=: units charged when requests ended
+    uint64_t debts;         // requests whose charge left the key in debt
+    int64_t flight;         // concurrency: slots held now,
+    int64_t peak;           //   the most held at once,
+    uint64_t waited;        //   requests that waited for one
+    uint64_t bans;          // ban=: bans started,
     uint64_t dry_run_bans;  // and dry-run refusals that would start one
     // charge=: the last charges settled (a ring), and the largest of them,
     // what an admission reserves at most (check.cpp)
