@@ -467,9 +467,10 @@ TEST(Reserve, RequestsInFlightReserveTheRulesEstimateWithinWhatIsLeft)
     EXPECT_TABLE_VALID(r.zone.table());
 }
 
-// The estimate is the largest of the last 16 charges: one large charge
-// leaves after 16 smaller ones; a charge counts at most as the capacity.
-TEST(Reserve, TheEstimateIsTheLargestOfTheLast16Charges)
+// The estimate is the largest charge of the last two epochs of 8: a large
+// charge counts until the epoch after its own is over (8 to 16 charges
+// later); a charge counts at most as the capacity.
+TEST(Reserve, TheEstimateIsTheLargestOfTheLast8To16Charges)
 {
     Counted r("algorithm=fixed_window limit=1000 period=1h charge=$t name=w");
     int64_t now = kT0;
@@ -478,11 +479,21 @@ TEST(Reserve, TheEstimateIsTheLargestOfTheLast16Charges)
         r.end(c, now, units);
         now++;
     };
-    charge(400);
+    charge(400);  // the first of its epoch: counts for 15 more
     for (int i = 0; i < 15; i++) {
         charge(10);
     }
     EXPECT_EQ(r.estimate(), 400u);
+    charge(10);
+    EXPECT_EQ(r.estimate(), 10u);
+    for (int i = 0; i < 6; i++) {
+        charge(10);
+    }
+    charge(300);  // the last of its epoch: counts for 8 more
+    for (int i = 0; i < 8; i++) {
+        charge(10);
+    }
+    EXPECT_EQ(r.estimate(), 300u);
     charge(10);
     EXPECT_EQ(r.estimate(), 10u);
     charge(5000);  // beyond the limit: counts as the limit
@@ -503,7 +514,7 @@ TEST(Reserve, ParallelRequestsOverrunAtMostTheBound)
         for (int round = 0; round < 200; round++) {
             const uint64_t typical = 1 + g() % 60;
             // the rule's recent charges
-            for (int i = 0; i < 16; i++) {
+            for (int i = 0; i < 2 * RL_CHARGES_EPOCH; i++) {
                 rl_check_t c = r.arrive("w" + std::to_string(round) + "_" + std::to_string(i), now);
                 r.end(c, now, typical);
             }

@@ -338,7 +338,7 @@ TEST(Stats, Prometheus)
         "nginx_ratelimit_dry_run_bans_total{zone=\"a\",rule=\"r1\"} 12\n"
         "nginx_ratelimit_dry_run_bans_total{zone=\"a\",rule=\"gone\"} 0\n"
         "# HELP nginx_ratelimit_charge_estimate_units What an admission reserves at most (charge=): the largest of "
-        "the rule's last 16 charges.\n"
+        "the rule's last 8 to 16 charges.\n"
         "# TYPE nginx_ratelimit_charge_estimate_units gauge\n"
         "nginx_ratelimit_charge_estimate_units{zone=\"a\",rule=\"r1\"} 13\n"
         "nginx_ratelimit_charge_estimate_units{zone=\"a\",rule=\"gone\"} 0\n"

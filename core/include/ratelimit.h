@@ -366,12 +366,13 @@ typedef struct {
                                      have started one (none is stored) */
     uint64_t  estimate;         /* charge=: what an admission reserves at
                                    most (rl_check_t.reserved): the largest
-                                   of the rule's last RL_CHARGES_KEPT
-                                   charges */
+                                   of the rule's last RL_CHARGES_EPOCH to
+                                   twice as many charges */
 } rl_rule_stats_t;
 
-/* charge=: the charges a rule remembers for its estimate. */
-#define RL_CHARGES_KEPT  16
+/* charge=: a rule's estimate is the largest charge of its last two epochs
+   of so many charges. */
+#define RL_CHARGES_EPOCH  8
 
 /* The counters of rule `name`, claimed on first use; -1 when all are taken.
    The caller holds the table's lock. */

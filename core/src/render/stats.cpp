@@ -66,7 +66,7 @@ const Figure kRuleFigures[] = {
      "Refusals of a dry run that would have started a ban (ban=); none is stored.",
      offsetof(rl_rule_stats_t, dry_run_bans)},
     {"charge_estimate", "charge_estimate_units", "gauge",
-     "What an admission reserves at most (charge=): the largest of the rule's last 16 charges.",
+     "What an admission reserves at most (charge=): the largest of the rule's last 8 to 16 charges.",
      offsetof(rl_rule_stats_t, estimate)},
 };
 

@@ -106,11 +106,11 @@ struct RuleCounters {
     uint64_t waited;        //   requests that waited for one
     uint64_t bans;          // ban=: bans started,
     uint64_t dry_run_bans;  // and dry-run refusals that would start one
-    // charge=: the last charges settled (a ring), and the largest of them,
-    // what an admission reserves at most (check.cpp)
-    uint32_t charges[RL_CHARGES_KEPT];
-    uint32_t charges_next;
-    uint32_t estimate;
+    // charge=: the largest charge of each of the last two epochs of
+    // RL_CHARGES_EPOCH charges (this one, by the parity of charges /
+    // RL_CHARGES_EPOCH, and the one before), and the charges settled
+    uint32_t charge_max[2];
+    uint32_t charges;
 };
 
 // The keys a rule refuses most (top.cpp): a Space-Saving summary of
@@ -382,25 +382,23 @@ public:
     }
 
     // A charge settled for the rule counted in `slot`, learned for its
-    // estimate: the largest of its last RL_CHARGES_KEPT charges (each at
-    // most `most`, what the key can hold: a reservation never exceeds what
-    // the key has left anyway).  The largest of n recent values exceeds
-    // all but about 1 in n + 1 of the next ones (a high quantile, not the
-    // mean), and follows a change of the charges within n of them.
+    // estimate: the largest of its last RL_CHARGES_EPOCH to twice as many
+    // charges (those of this epoch and the one before), each at most
+    // `most`, what the key can hold (a reservation never exceeds what the
+    // key has left anyway).  The largest of n recent values is above all
+    // but about 1 in n + 1 of the next ones (a high quantile, not the
+    // mean), and a change of the charges replaces it within 2n of them.
     void note_charge(int slot, uint64_t units, uint64_t most)
     {
         if (slot < 0 || (uint32_t) slot >= RL_RULE_STATS_MAX) {
             return;
         }
         RuleCounters &r = h_.rules[slot];
-        const uint64_t v = units < most ? units : most;
-        r.charges[r.charges_next % RL_CHARGES_KEPT] = (uint32_t) (v < UINT32_MAX ? v : UINT32_MAX);
-        r.charges_next = (r.charges_next + 1) % RL_CHARGES_KEPT;
-        uint32_t largest = 0;
-        for (uint32_t c : r.charges) {
-            largest = c > largest ? c : largest;
-        }
-        __atomic_store_n(&r.estimate, largest, __ATOMIC_RELAXED);
+        const uint32_t v = (uint32_t) (units < most ? units : most);  // most: a limit, 32 bits
+        const uint32_t e = (r.charges / RL_CHARGES_EPOCH) & 1;
+        const uint32_t was = r.charges % RL_CHARGES_EPOCH == 0 ? 0 : r.charge_max[e];
+        __atomic_store_n(&r.charge_max[e], v > was ? v : was, __ATOMIC_RELAXED);
+        r.charges++;
     }
     // What an admission of the rule counted in `slot` reserves at most
     // (0: nothing learned).
@@ -409,7 +407,9 @@ public:
         if (slot < 0 || (uint32_t) slot >= RL_RULE_STATS_MAX) {
             return 0;
         }
-        return __atomic_load_n(&h_.rules[slot].estimate, __ATOMIC_RELAXED);
+        const uint32_t a = __atomic_load_n(&h_.rules[slot].charge_max[0], __ATOMIC_RELAXED);
+        const uint32_t b = __atomic_load_n(&h_.rules[slot].charge_max[1], __ATOMIC_RELAXED);
+        return a > b ? a : b;
     }
     // A ban started (or, dry, one a dry run would have started).
     void count_ban(int slot, bool dry)

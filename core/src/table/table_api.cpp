@@ -114,7 +114,7 @@ size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out, size_t max)
         out[n].waited = __atomic_load_n(&h.rules[i].waited, __ATOMIC_RELAXED);
         out[n].bans = __atomic_load_n(&h.rules[i].bans, __ATOMIC_RELAXED);
         out[n].dry_run_bans = __atomic_load_n(&h.rules[i].dry_run_bans, __ATOMIC_RELAXED);
-        out[n].estimate = __atomic_load_n(&h.rules[i].estimate, __ATOMIC_RELAXED);
+        out[n].estimate = rl::Table::at(mem)->estimate((int) i);
     }
     return n;
 }
