@@ -27,29 +27,23 @@ my $h2 = RLH2::missing() ? undef : RLTest::free_port();
 my $h2listen = $h2 ? RLH2::listen_line("127.0.0.1:$h2") : '';
 
 my $t = RLTest->new();
-my $locations = <<"EOF";
-    proxy_set_header X-Answer-Status 401;
-    location /login {
-        ratelimit zone=login key=\$http_x_client algorithm=sliding_log limit=5 period=15m
-                  charge=\$login_failed name=kept;
+# the login rule, locally and in Redis, keeping an abandoned attempt's unit
+# or charging what $login_failed says of it
+my $locations = "    proxy_set_header X-Answer-Status 401;\n";
+for my $where (['', 'login'], ['r', 'rlogin']) {
+    for my $kind (['login', ''], ['free', ' abandoned=charge']) {
+        my ($r, $zone) = @$where;
+        my ($path, $abandoned) = @$kind;
+        my $name = $abandoned ? 'free' : 'kept';
+        $locations .= <<"LOC";
+    location /$r$path {
+        ratelimit zone=$zone key=\$http_x_client algorithm=sliding_log limit=5 period=15m
+                  charge=\$login_failed$abandoned name=$name;
         proxy_pass http://127.0.0.1:$upport/hold/1000;
     }
-    location /free {
-        ratelimit zone=login key=\$http_x_client algorithm=sliding_log limit=5 period=15m
-                  charge=\$login_failed abandoned=charge name=free;
-        proxy_pass http://127.0.0.1:$upport/hold/1000;
+LOC
     }
-    location /rlogin {
-        ratelimit zone=rlogin key=\$http_x_client algorithm=sliding_log limit=5 period=15m
-                  charge=\$login_failed name=kept;
-        proxy_pass http://127.0.0.1:$upport/hold/1000;
-    }
-    location /rfree {
-        ratelimit zone=rlogin key=\$http_x_client algorithm=sliding_log limit=5 period=15m
-                  charge=\$login_failed abandoned=charge name=free;
-        proxy_pass http://127.0.0.1:$upport/hold/1000;
-    }
-EOF
+}
 $t->start(<<"EOF", workers => 2);
 ratelimit_zone login 1m;
 ratelimit_zone rlogin 1m redis=127.0.0.1:$rport redis_timeout=5s;

@@ -23,6 +23,22 @@ my $redis = RLRedis->new->start;
 my $rport = $redis->port;
 
 my $t = RLTest->new();
+# a location per zone (local, Redis) and per way to reserve: the rule's
+# estimate, or cost= from the request
+my $locations = '';
+for my $z (['', 'ai'], ['r', 'rai']) {
+    my ($r, $zone) = @$z;
+    for my $rule (['tok', ''], ['max', ' cost=$arg_max_tokens']) {
+        my ($name, $cost) = @$rule;
+        $locations .= <<"LOC";
+    location /$r$name {
+        ratelimit zone=$zone key=\$http_x_api_key limit=100 period=1h$cost charge=\$upstream_http_x_tokens name=$name;
+        proxy_pass http://127.0.0.1:$upport/hold/500;
+    }
+LOC
+    }
+}
+
 $t->start(<<"EOF", workers => 2);
 ratelimit_zone ai 1m;
 ratelimit_zone rai 1m redis=127.0.0.1:$rport redis_timeout=5s;
@@ -33,25 +49,7 @@ server {
     access_log %%PREFIX%%/charged.log charged;
     proxy_set_header X-Answer-Header "X-Tokens: 50";
 
-    location /tok {
-        ratelimit zone=ai key=\$http_x_api_key limit=100 period=1h charge=\$upstream_http_x_tokens name=tok;
-        proxy_pass http://127.0.0.1:$upport/hold/500;
-    }
-    location /max {
-        ratelimit zone=ai key=\$http_x_api_key limit=100 period=1h cost=\$arg_max_tokens
-                  charge=\$upstream_http_x_tokens name=max;
-        proxy_pass http://127.0.0.1:$upport/hold/500;
-    }
-    location /rtok {
-        ratelimit zone=rai key=\$http_x_api_key limit=100 period=1h charge=\$upstream_http_x_tokens name=tok;
-        proxy_pass http://127.0.0.1:$upport/hold/500;
-    }
-    location /rmax {
-        ratelimit zone=rai key=\$http_x_api_key limit=100 period=1h cost=\$arg_max_tokens
-                  charge=\$upstream_http_x_tokens name=max;
-        proxy_pass http://127.0.0.1:$upport/hold/500;
-    }
-    location /rl/ { ratelimit_api; }
+$locations    location /rl/ { ratelimit_api; }
     location = /stats { ratelimit_stats; }
 }
 EOF
