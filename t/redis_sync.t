@@ -286,6 +286,10 @@ EOF
 $t->conf_refused(<<"EOF", qr/"redis_sync" of zone "s" needs redis=HOST:PORT/, 'redis_sync without redis=');
 ratelimit_zone s 1m redis_sync=1s;
 EOF
+# an exchange's call holds keys of many slots, and its marker
+$t->conf_refused(<<"EOF", qr/"redis_sync" of zone "s" with redis_cluster=on: an exchange sends many keys in one script call/, 'redis_sync with redis_cluster=on');
+ratelimit_zone s 1m redis=127.0.0.1:$rport redis_cluster=on redis_sync=100ms;
+EOF
 $t->conf_refused(<<"EOF", qr/charge= is not supported/, 'charge= with redis_sync');
 ratelimit_zone s 1m redis=127.0.0.1:$rport redis_sync=100ms;
 server { listen 127.0.0.1:%%PORT%%; location / { ratelimit zone=s key=\$remote_addr algorithm=fixed_window limit=10 charge=1 name=w; } }
