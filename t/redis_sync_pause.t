@@ -122,9 +122,10 @@ sub under_pauses {
     return ($requests, %admitted);
 }
 
-# The zones' exchanges are over: on every server, for 1.5 s (longer than a
-# call can wait, redis_timeout, plus an interval), each zone's journal
-# empty at every look and no call failed: every call sent was answered.
+# The zones' exchanges are over: on every server, for redis_timeout and a
+# second (longer than a call can wait, plus an interval), each zone's
+# journal empty at every look and no call failed: every call sent was
+# answered.
 sub settled {
     my ($servers, @zones) = @_;
     my ($since, $last) = (time, '');
@@ -138,7 +139,7 @@ sub settled {
             }
         }
         ($since, $last) = (time, $failures) if $pending > 0 || $failures ne $last;
-        return time - $since >= 1.5;
+        return time - $since >= $timeout + 1;
     }, 30);
 }
 
