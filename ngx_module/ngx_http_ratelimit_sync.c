@@ -9,9 +9,10 @@
  * half full), sends it in script calls of up to RL_SYNC_BATCH keys (fewer
  * sliding_window keys: rl_sync_batch) on its Redis
  * connections (pipelined, nothing waits for them), and folds each reply's
- * fleet totals into the table.  A call Redis does not answer gives its
- * units back to the journal, for the next exchange.  No request waits for
- * Redis, whatever Redis does.
+ * fleet totals into the table.  A call Redis does not answer may still run
+ * there later: its items go back to the journal with the call's id, and
+ * the next exchange sends it again as it was, which Redis adds once.  No
+ * request waits for Redis, whatever Redis does.
  */
 
 #include <ngx_config.h>
@@ -36,6 +37,8 @@ struct ngx_http_ratelimit_sync_call_s {
     size_t                            n;
     int64_t                           now;
     rl_sync_total_t                  *totals;
+    int                               status;   /* what the call did in
+                                                   Redis: RL_SYNC_ADDED... */
 };
 
 
@@ -95,9 +98,9 @@ ngx_http_ratelimit_sync_param(ngx_conf_t *cf, ngx_http_ratelimit_sync_t **sync,
 
 
 /*
- * The journal has room for a key a KB of the zone (64 to 65,536 keys, 72
- * bytes each): keys changed in one interval beyond that spend locally and
- * are counted as dropped.
+ * The journal has room for a key a KB of the zone (64 to 65,536 keys, 104
+ * to 112 bytes each with the index): keys changed in one interval beyond
+ * that spend locally and are counted as dropped.
  */
 
 ngx_int_t
@@ -303,7 +306,7 @@ ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
 
     if (n == 0) {
         if (due) {
-            rl_sync_record(sync->journal, 0, 0, 0, 0, sync->taken_at);
+            rl_sync_record(sync->journal, 0, 0, 0, 0, 0, sync->taken_at);
         }
 
         return;
@@ -319,6 +322,7 @@ ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
     sync->failed = 0;
     sync->sent_keys = 0;
     sync->sent_units = 0;
+    sync->late_units = 0;
     sync->waiting = 0;
 
     for (k = 0, i = 0, m = 0; i < n; k++) {
@@ -343,7 +347,8 @@ ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
             continue;
         }
 
-        /* not sent: kept for the next exchange */
+        /* not sent: kept for the next exchange, as the same call (a copy
+           sent before may have reached Redis) */
 
         sync->waiting--;
         sync->failed++;
@@ -434,8 +439,9 @@ ngx_http_ratelimit_sync_command(void *c, ngx_http_ratelimit_redis_wait_t *w,
     conn->out_len += rl_sync_command((char *) conn->out + conn->out_len,
                                      script, slen, eval,
                                      (const char *) redis->prefix.data,
-                                     redis->prefix.len, call->items, call->n,
-                                     call->now);
+                                     redis->prefix.len,
+                                     rl_sync_nonce(call->sync->journal),
+                                     call->items, call->n, call->now);
 
     ngx_http_ratelimit_redis_push(conn, w);
 
@@ -454,13 +460,19 @@ ngx_http_ratelimit_sync_answer(ngx_http_ratelimit_redis_wait_t *w,
     ngx_memzero(a, sizeof(rl_redis_answer_t));
 
     a->kind = rl_sync_answer(reply, call->items, call->n, call->now,
-                             call->totals, a->why, sizeof(a->why));
+                             call->totals, &call->status, a->why,
+                             sizeof(a->why));
 
     return a->kind;
 }
 
 
-/* A call's reply: the fleet's totals folded in, or its units kept. */
+/*
+ * A call's reply: the fleet's totals folded in, or its items kept, with
+ * their call, to be sent again.  Its units count as sent once a copy of
+ * the call added them (this one, or one whose reply was lost), as dropped
+ * if Redis found it too late.
+ */
 
 static void
 ngx_http_ratelimit_sync_done(ngx_http_ratelimit_redis_wait_t *w,
@@ -491,8 +503,13 @@ ngx_http_ratelimit_sync_done(ngx_http_ratelimit_redis_wait_t *w,
             units += call->items[i].units;
         }
 
-        sync->sent_keys += call->n;
-        sync->sent_units += units;
+        if (call->status == RL_SYNC_LATE) {
+            sync->late_units += units;
+
+        } else {
+            sync->sent_keys += call->n;
+            sync->sent_units += units;
+        }
 
     } else {
         sync->failed++;
@@ -512,8 +529,8 @@ ngx_http_ratelimit_sync_ended(ngx_http_ratelimit_sync_t *sync)
     now = ngx_http_ratelimit_now();
 
     rl_sync_record(sync->journal, sync->sent_keys, sync->sent_units,
-                   sync->failed, sync->failed ? -1 : now - sync->taken_at,
-                   now);
+                   sync->failed, sync->late_units,
+                   sync->failed ? -1 : now - sync->taken_at, now);
 
     /* filled half again while this exchange waited: the next one now */
 

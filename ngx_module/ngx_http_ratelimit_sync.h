@@ -42,6 +42,8 @@ struct ngx_http_ratelimit_sync_s {
     ngx_uint_t                        failed;
     size_t                            sent_keys;
     uint64_t                          sent_units;
+    uint64_t                          late_units;  /* of calls Redis found
+                                                      too late */
     int64_t                           taken_at;
 };
 

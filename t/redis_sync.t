@@ -203,7 +203,7 @@ ok($slid <= 1000 + $sbusiest, sprintf('sliding: %d admitted, at most the bound %
 my $ticks;
 RLTest::wait_until(sub {
     $ticks = 0;
-    for my $k (@{ $redis->cmd('KEYS', 'w:*') }) {
+    for my $k (@{ $redis->cmd('KEYS', 'w:s:*') }) {
         my %h = @{ $redis->cmd('HGETALL', $k) };
         $ticks += $_ for values %h;
     }
@@ -215,7 +215,7 @@ is($ticks, $slid, "sliding: Redis's ticks hold every unit the fleet admitted ($s
 # ticks), every one answered and folded
 $fleet[1]->get('/slide', { 'X-Key' => "many$_" }) for 1 .. 100;
 my $many;
-RLTest::wait_until(sub { $many = @{ $redis->cmd('KEYS', 'w:*') }; $many == 101 }, 10);
+RLTest::wait_until(sub { $many = @{ $redis->cmd('KEYS', 'w:s:*') }; $many == 101 }, 10);
 is($many, 101, 'sliding: 100 more keys sent in one exchange, each a hash in Redis');
 is(figures($fleet[1], 'slide')->{failures}, 0, 'sliding: and every call answered and judged good');
 
@@ -237,14 +237,14 @@ ok(figures($fleet[0], 'down')->{failures} > 0, 'stats: the exchanges that failed
 $redis->start;
 my $held;
 RLTest::wait_until(sub {
-    my @k = @{ $redis->cmd('KEYS', 'd:*') };
+    my @k = @{ $redis->cmd('KEYS', 'd:s:*') };
     $held = join ' ', sort map { (split / /, $redis->cmd('GET', $_))[-1] } @k;
     return $held eq '1 300';
 }, 10);
 is($held, '1 300', 'Redis back: it holds the 300 units spent while it was down, and the other key\'s 1: none lost');
 # a window the same on every server (align=epoch) is a counter named by its
 # end, the fleet's total a plain integer INCRBY adds to, expiring after it
-my @named = grep { /^d:s:[0-9a-f]{32}:(\d+)$/ && $1 % 3_600_000 == 0 } @{ $redis->cmd('KEYS', 'd:*') };
+my @named = grep { /^d:s:[0-9a-f]{32}:(\d+)$/ && $1 % 3_600_000 == 0 } @{ $redis->cmd('KEYS', 'd:s:*') };
 is(scalar(@named), 2, 'Redis: each key\'s counter named by its 1 h window\'s end');
 my $pttl = $redis->cmd('PTTL', $named[0]);
 ok($pttl > 0 && $pttl <= 3_601_000, "and it expires a second after its window ($pttl ms)");
@@ -256,7 +256,7 @@ for my $t (@fleet[0, 1]) {
     $first += $t->get('/restart', { 'X-Key' => 'r' })->{status} == 200 for 1 .. 300;
 }
 is($first, 600, 'restart: 600 of a quota of 1,000 spent over two servers');
-RLTest::wait_until(sub { my $k = $redis->cmd('KEYS', 'r:*')->[0];
+RLTest::wait_until(sub { my $k = $redis->cmd('KEYS', 'r:s:*')->[0];
                          $k && (split / /, $redis->cmd('GET', $k))[-1] == 600 }, 10);
 sleep 3 * $interval;   # every server has folded the total in
 $redis->stop;
@@ -285,6 +285,10 @@ ratelimit_zone s 1m redis=127.0.0.1:$rport redis_sync=5ms;
 EOF
 $t->conf_refused(<<"EOF", qr/"redis_sync" of zone "s" needs redis=HOST:PORT/, 'redis_sync without redis=');
 ratelimit_zone s 1m redis_sync=1s;
+EOF
+# an exchange's call holds keys of many slots, and its marker
+$t->conf_refused(<<"EOF", qr/"redis_sync" of zone "s" with redis_cluster=on: an exchange sends many keys in one script call/, 'redis_sync with redis_cluster=on');
+ratelimit_zone s 1m redis=127.0.0.1:$rport redis_cluster=on redis_sync=100ms;
 EOF
 $t->conf_refused(<<"EOF", qr/charge= is not supported/, 'charge= with redis_sync');
 ratelimit_zone s 1m redis=127.0.0.1:$rport redis_sync=100ms;

@@ -33,7 +33,7 @@ server {
 EOF
 
 sub figures { $t->zone_stats('keys')->{sync} }
-sub in_redis { scalar @{ $redis->cmd('KEYS', 'k:*') } }
+sub in_redis { scalar @{ $redis->cmd('KEYS', 'k:s:*') } }
 
 # the exchange of the first interval (10 s after the workers started)
 # has not come when the flood ends: what reaches Redis was taken early

@@ -18,10 +18,17 @@
  *
  * The journal has room for a fixed number of keys; half full, it is taken
  * before its interval (rl_sync_urgent).  A key that finds it full spends
- * locally and its units are counted as dropped (never sent).  A call Redis
- * does not answer gives its units back to the journal (rl_sync_requeue),
- * sent with the next exchange.  Every function but
- * rl_sync_size, rl_sync_command, rl_sync_answer and rl_sync_rule_ok wants
+ * locally and its units are counted as dropped (never sent).
+ *
+ * Each call has an id, the journal's random nonce and a sequence number,
+ * given when its items are taken, and adds its units in Redis once: the
+ * script sets a marker key named by the id, and a copy that finds the
+ * marker there adds nothing (it answers the totals).  A call Redis does not
+ * answer may still have reached it (a reply lost, a paused Redis that runs
+ * it when it resumes), so its items go back to the journal with their id
+ * (rl_sync_requeue) and are sent again as the same call, before any other
+ * units, never merged with them.  Every function but rl_sync_size,
+ * rl_sync_nonce, rl_sync_command, rl_sync_answer and rl_sync_rule_ok wants
  * the zone's lock.
  */
 
@@ -38,15 +45,25 @@ extern "C" {
 #endif
 
 /* Keys a script call carries at most (its reply: two integers a key, a
-   sliding_window key's buckets + 1), and the integers of its reply. */
+   sliding_window key's buckets + 1), and the integers of its keys' totals
+   (the reply holds one more, first: what the call did). */
 #define RL_SYNC_BATCH      128
 #define RL_SYNC_REPLY_MAX  (2 * RL_SYNC_BATCH)
 #define RL_SYNC_KEYS_MIN   64
 #define RL_SYNC_KEYS_MAX   65536
 
+/* How long a call may stay unanswered and still count: Redis runs no copy
+   of it later than this after it was made (nor after its last window
+   ended, and a second), so its marker lives no longer. */
+#define RL_SYNC_DOUBT_MS   3600000
+
 /* One key's units to send, as taken from the journal. */
 typedef struct {
     uint64_t  tag;              /* the key's fingerprint in the table */
+    uint64_t  call;             /* the call it was sent in, its number in
+                                   the journal (0: units never sent) */
+    int64_t   deadline;         /* the call's: Redis runs no copy of it from
+                                   then on (ms since 1970, Redis's clock) */
     int64_t   end;              /* the window the units were spent in (a
                                    tick's: the last window holding it) */
     int64_t   tick;             /* sliding_window: the tick they were
@@ -75,11 +92,15 @@ typedef struct {
 /* A zone's exchange figures (ratelimit_stats's "sync"). */
 typedef struct {
     uint64_t  exchanges;        /* exchanges done (every call answered) */
-    uint64_t  keys;             /* keys sent */
-    uint64_t  units;            /* units sent */
+    uint64_t  keys;             /* keys sent, a call's once Redis took it
+                                   (added, or found added by a copy) */
+    uint64_t  units;            /* units sent, so */
     uint64_t  failures;         /* script calls Redis did not answer */
-    uint64_t  dropped;          /* units never sent: the journal was full */
-    uint64_t  pending;          /* keys waiting in the journal now */
+    uint64_t  dropped;          /* units that may be missing in Redis: the
+                                   journal was full, or their call was
+                                   given up or found too late */
+    uint64_t  pending;          /* items in the journal now: keys' units
+                                   not sent, and items of calls in doubt */
     int64_t   lag_ms;           /* the last exchange: from taking the
                                    journal to its last reply */
     int64_t   last_ms;          /* when it ended (ms since 1970); 0: never */
@@ -88,9 +109,14 @@ typedef struct {
 /* Bytes of a journal with room for keys (RL_SYNC_KEYS_MIN..MAX) keys. */
 RL_API size_t rl_sync_size(uint32_t keys);
 
-/* Lays a journal out over size bytes of zeroed memory; 1 if mem already
-   holds one of this size (kept across a reload). */
+/* Lays a journal out over size bytes of zeroed memory, with a random
+   nonce for its calls' ids; 1 if mem already holds one of this size (kept
+   across a reload, its nonce and calls too). */
 RL_API int rl_sync_init(void *mem, size_t size, uint32_t keys);
+
+/* The journal's nonce, the first half of its calls' ids (read without
+   the lock: it never changes). */
+RL_API uint64_t rl_sync_nonce(const void *sync);
 
 /* RL_OK if the rule's state merges as a count; else err says why not. */
 RL_API int rl_sync_rule_ok(const rl_rule_t *rule, char *err, size_t errlen);
@@ -114,21 +140,32 @@ RL_API int rl_sync_urgent(const void *sync);
 /*
  * Takes the exchange of this interval if it is due (now_ms past the last
  * one's interval_ms, or rl_sync_urgent; the caller's process is then the
- * one exchanging):
- * copies the journal's keys whose windows are not over into out (room for
- * the journal's keys), empties it, and returns how many (0: nothing, or
- * not due, then *due is 0).
+ * one exchanging), into out (room for the journal's keys), and returns how
+ * many items (0: nothing, or not due, then *due is 0).  Items whose window
+ * is over are left out (they count for nothing).
+ *
+ * If the journal holds calls in doubt (given back by rl_sync_requeue),
+ * only those are taken, by call in the order of their numbers, each with
+ * its items in their order: each is sent again as it was (an item whose
+ * window is over left out), and the units spent since wait in the journal
+ * for an exchange after them.  A call in doubt for RL_SYNC_DOUBT_MS is
+ * given up (Redis would not run it): its units are counted as dropped.
+ * Otherwise the units spent since the last exchange are taken, the
+ * journal emptied, and the items numbered by call, as rl_sync_batch cuts
+ * them.
  */
 RL_API size_t rl_sync_take(void *sync, int64_t now_ms, int64_t interval_ms,
     rl_sync_item_t *out, int *due);
 
-/* Gives the units of items Redis did not take back to the journal. */
+/* Gives items of calls Redis did not answer back to the journal, each
+   with its call: they are sent again as that call. */
 RL_API void rl_sync_requeue(void *sync, const rl_sync_item_t *items,
     size_t n);
 
-/* Records an exchange's end (lag) or a failed call, for the figures. */
+/* Records an exchange's end (lag) or a failed call, and units of calls
+   that Redis refused as too late (dropped), for the figures. */
 RL_API void rl_sync_record(void *sync, size_t keys, uint64_t units,
-    uint64_t failures, int64_t lag_ms, int64_t now_ms);
+    uint64_t failures, uint64_t dropped, int64_t lag_ms, int64_t now_ms);
 
 RL_API void rl_sync_get_figures(const void *sync, rl_sync_figures_t *out);
 
@@ -139,25 +176,34 @@ RL_API size_t rl_sync_command_size(size_t n, size_t prefix_len,
     size_t script_len);
 
 /*
- * One script call for n items (at most RL_SYNC_BATCH): EVALSHA (eval: EVAL
- * with the text), the items' Redis keys (prefix, "s:", the name, and for
- * an aligned item ":" and its window's end), now, then each item's units,
- * window end, tick and kind (sliding_window: its buckets; -1 aligned, 0
- * not).  Returns the bytes written.
+ * One script call for n items of one call (at most RL_SYNC_BATCH):
+ * EVALSHA (eval: EVAL with the text), the call's marker (prefix, "c:", and
+ * 32 hex digits of the nonce and the call's number), the items' Redis
+ * keys (prefix, "s:", the name, and for an aligned item ":" and its
+ * window's end), now, the call's deadline, then each item's units, window
+ * end, tick and kind (sliding_window: its buckets; -1 aligned, 0 not).
+ * Returns the bytes written.
  */
 RL_API size_t rl_sync_command(char *buf, const char *script,
     size_t script_len, int eval, const char *prefix, size_t prefix_len,
-    const rl_sync_item_t *items, size_t n, int64_t now_ms);
+    uint64_t nonce, const rl_sync_item_t *items, size_t n, int64_t now_ms);
 
-/* How many of the n items go in one call: at most RL_SYNC_BATCH, their
-   reply at most RL_SYNC_REPLY_MAX integers (at least one item). */
+/* How many of the n items go in one call: items of one call only, at most
+   RL_SYNC_BATCH, their reply at most RL_SYNC_REPLY_MAX integers (at least
+   one item). */
 RL_API size_t rl_sync_batch(const rl_sync_item_t *items, size_t n);
 
 /* The totals a reply to a call for n items carries (room for totals). */
 RL_API size_t rl_sync_totals(const rl_sync_item_t *items, size_t n);
 
+/* What a call's copy did in Redis (its reply's first integer). */
+#define RL_SYNC_ADDED    1      /* added its units */
+#define RL_SYNC_SEEN     0      /* found its marker: a copy added them */
+#define RL_SYNC_LATE    -1      /* past its deadline: added nothing */
+
 /*
- * Judges a reply to a call for n items: exactly 1 integer an aligned item
+ * Judges a reply to a call for n items: what the call did (RL_SYNC_ADDED,
+ * _SEEN or _LATE, into *status), then exactly 1 integer an aligned item
  * (the total of its window), 2 another count item (the window's end within
  * a year of now, the total) and buckets + 1 a sliding_window item (its
  * ticks' counts), each total at most
@@ -165,14 +211,17 @@ RL_API size_t rl_sync_totals(const rl_sync_item_t *items, size_t n);
  * failed (why says so).
  */
 RL_API int rl_sync_answer(const rl_resp_t *r, const rl_sync_item_t *items,
-    size_t n, int64_t now_ms, rl_sync_total_t *totals, char *why,
-    size_t whylen);
+    size_t n, int64_t now_ms, rl_sync_total_t *totals, int *status,
+    char *why, size_t whylen);
 
 /*
  * Folds the fleet's totals into the table: a key whose count is below the
- * fleet's total plus what it spent here since (the journal's units for it)
- * counts that much; a fleet window that is over changes nothing.  A
- * sliding_window key's ring is folded tick by tick so (its cached sum
+ * fleet's total plus what it spent here since (the journal's units for it
+ * not yet sent) counts that much; a fleet window that is over changes
+ * nothing.  A key (a tick) with units in a call in doubt is not folded:
+ * Redis may or may not hold them, and a count never goes down in its
+ * window, so the key keeps its own count until that call is answered.
+ * A sliding_window key's ring is folded tick by tick so (its cached sum
  * made again from the counters).
  */
 RL_API void rl_sync_apply(void *sync, void *table,

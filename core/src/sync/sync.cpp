@@ -4,8 +4,15 @@
 //
 // The journal: a header, `keys` items, then an index of 2 x keys (a power
 // of two) chain heads, each an item's number plus 1 (0: none), by the
-// key's tag.  Items are appended and never removed until the exchange takes
-// them all, so the chains need no deletion.
+// key's tag and tick.  An item is a key's (a tick's) units of one call, or
+// those not yet sent (call 0).  Items are appended and never removed until
+// an exchange takes them: all of them, or the calls in doubt, and then the
+// items left are moved up and the index made again.
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
 
 #include "algorithms/algorithms.h"
@@ -23,10 +30,15 @@ size_t reply_ints(const rl_sync_item_t &it)
     return it.buckets > 0 ? it.buckets + 1u : it.aligned ? 1 : 2;
 }
 
-constexpr uint32_t kMagic = 0x336e7973;  // "syn3": items with their ticks, taken early
+constexpr uint32_t kMagic = 0x346e7973;  // "syn4": items of numbered calls
 
-// a call's reply is parsed whole, and one item always fits in a call
-static_assert(RL_SYNC_REPLY_MAX <= RL_RESP_ITEMS_MAX && RL_BUCKETS_MAX + 1 <= RL_SYNC_REPLY_MAX,
+// A call's marker and its counters expire a second after its last window:
+// a copy Redis runs later adds nothing.
+constexpr int64_t kAfterMs = 1000;
+
+// a call's reply (what it did, then its totals) is parsed whole, and one
+// item always fits in a call
+static_assert(RL_SYNC_REPLY_MAX + 1 <= RL_RESP_ITEMS_MAX && RL_BUCKETS_MAX + 1 <= RL_SYNC_REPLY_MAX,
               "a sync call's reply fits rl_resp_t");
 static_assert(RL_BUCKETS_MAX <= UINT8_MAX, "an item's buckets fit a byte");
 
@@ -37,15 +49,24 @@ struct alignas(64) SyncHeader {
     uint32_t used;
     uint32_t failing;  // a call's units came back: Redis is away
     int64_t next_ms;   // the next exchange is due then
+    uint64_t nonce;    // random, made with the journal: the calls' ids
+    uint64_t calls;    // the last call's number
     rl_sync_figures_t figures;
 };
 
-// The script, a key at a time by its kind (the last of its four
-// arguments: units, window end, tick, kind).  A window the same on every
-// server (kind -1: fixed_window align=epoch, quota) has a Redis key of its
-// own, named by its end: the units are added with INCRBY, which answers the
-// fleet's total, and the key expires a second after the window (set when
-// the INCRBY made it).  A window chosen by a key's first request (kind 0:
+// The script: KEYS[1] the call's marker, then its items' keys; ARGV now
+// (the sender's clock), the call's deadline, then four an item (units,
+// window end, tick, kind).  The call adds its units once: the first copy
+// that runs before the deadline (Redis's clock) sets the marker, which
+// expires at the deadline; a copy that finds it, or runs later, adds
+// nothing and answers the totals (the reply's first integer says which:
+// 1 added, 0 the marker found, -1 too late).  Then a key at a time by its
+// kind.  A window the same on every server (kind -1: fixed_window
+// align=epoch, quota) has a Redis key of its own, named by its end: the
+// units are added with INCRBY, which answers the fleet's total, and the
+// key expires a second after the window (set when the INCRBY made it);
+// nothing to add, it is only read (GET), so that no key is made without
+// its expiry.  A window chosen by a key's first request (kind 0:
 // align=first) is a key "END TOTAL", the fleet's window and its units.
 // A sender's units go to the stored window while it is not over (at the
 // sender's clock), whichever window the sender counted them in (with
@@ -53,46 +74,71 @@ struct alignas(64) SyncHeader {
 // first one stored is the fleet's, and the servers take it); a stored
 // window that is over (or none) is replaced by the sender's.  The key
 // expires a second after its window.  A sliding_window key (kind: its
-// buckets) is a hash of
-// tick -> the fleet's units in it: the sender's units go to their tick,
-// the answer is the counts of the S + 1 ticks of the window ending with
-// it, the ticks that have left are deleted once the hash holds twice the
-// window's, and the key expires a second after the tick leaves the window.
+// buckets) is a hash of tick -> the fleet's units in it: the sender's
+// units go to their tick, the answer is the counts of the S + 1 ticks of
+// the window ending with it, the ticks that have left are deleted once the
+// hash holds twice the window's, and the key expires a second after its
+// newest tick leaves the window (an older tick's units, sent late, never
+// bring that sooner).
 const char kScript[] =
-    "local now = tonumber(ARGV[1])\n"
-    "local out = {}\n"
-    "for i = 1, #KEYS do\n"
-    "  local units, wend = tonumber(ARGV[4 * i - 2]), tonumber(ARGV[4 * i - 1])\n"
-    "  local s = tonumber(ARGV[4 * i + 1])\n"
+    "if redis.replicate_commands then redis.replicate_commands() end\n"
+    "local now, deadline = tonumber(ARGV[1]), tonumber(ARGV[2])\n"
+    "local tm = redis.call('TIME')\n"
+    "local clock = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)\n"
+    "local did = -1\n"
+    "if clock < deadline then\n"
+    "  did = 0\n"
+    "  if redis.call('SET', KEYS[1], '1', 'NX') then\n"
+    "    redis.call('PEXPIREAT', KEYS[1], ARGV[2])\n"
+    "    did = 1\n"
+    "  end\n"
+    "end\n"
+    "local out = {did}\n"
+    "for i = 2, #KEYS do\n"
+    "  local b = 4 * i - 6\n"
+    "  local units = did == 1 and tonumber(ARGV[b + 1]) or 0\n"
+    "  local wend, s = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 4])\n"
     "  if s < 0 then\n"
-    "    local t = redis.call('INCRBY', KEYS[i], units)\n"
-    "    if t == units then redis.call('PEXPIREAT', KEYS[i], string.format('%.0f', wend + 1000)) end\n"
+    "    local t\n"
+    "    if units > 0 then\n"
+    "      t = redis.call('INCRBY', KEYS[i], units)\n"
+    "      if t == units then redis.call('PEXPIREAT', KEYS[i], string.format('%.0f', wend + 1000)) end\n"
+    "    else\n"
+    "      t = tonumber(redis.call('GET', KEYS[i])) or 0\n"
+    "    end\n"
     "    out[#out + 1] = t\n"
     "  elseif s > 0 then\n"
-    "    local k = tonumber(ARGV[4 * i])\n"
-    "    redis.call('HINCRBY', KEYS[i], ARGV[4 * i], units)\n"
-    "    redis.call('PEXPIREAT', KEYS[i], string.format('%.0f', wend + 1000))\n"
+    "    local k = tonumber(ARGV[b + 3])\n"
+    "    if units > 0 then\n"
+    "      redis.call('HINCRBY', KEYS[i], ARGV[b + 3], units)\n"
+    "      local left = redis.call('PTTL', KEYS[i])\n"
+    "      if left < 0 or clock + left < wend + 1000 then\n"
+    "        redis.call('PEXPIREAT', KEYS[i], string.format('%.0f', wend + 1000))\n"
+    "      end\n"
+    "      if redis.call('HLEN', KEYS[i]) > 2 * (s + 1) then\n"
+    "        for _, j in ipairs(redis.call('HKEYS', KEYS[i])) do\n"
+    "          if (tonumber(j) or 0) < k - s then redis.call('HDEL', KEYS[i], j) end\n"
+    "        end\n"
+    "      end\n"
+    "    end\n"
     "    local f = {}\n"
     "    for j = k - s, k do f[#f + 1] = string.format('%.0f', j) end\n"
     "    local v = redis.call('HMGET', KEYS[i], unpack(f))\n"
     "    for j = 1, #v do out[#out + 1] = tonumber(v[j]) or 0 end\n"
-    "    if redis.call('HLEN', KEYS[i]) > 2 * (s + 1) then\n"
-    "      for _, j in ipairs(redis.call('HKEYS', KEYS[i])) do\n"
-    "        if (tonumber(j) or 0) < k - s then redis.call('HDEL', KEYS[i], j) end\n"
-    "      end\n"
-    "    end\n"
     "  else\n"
-    "  local e, t = 0, 0\n"
-    "  local v = redis.call('GET', KEYS[i])\n"
-    "  if v then\n"
-    "    local s = string.find(v, ' ', 1, true)\n"
-    "    if s then e, t = tonumber(string.sub(v, 1, s - 1)) or 0, tonumber(string.sub(v, s + 1)) or 0 end\n"
-    "  end\n"
-    "  if e <= now then e, t = wend, 0 end\n"
-    "  t = t + units\n"
-    "  redis.call('SET', KEYS[i], string.format('%.0f %.0f', e, t), 'PX', string.format('%.0f', e - now + 1000))\n"
-    "  out[#out + 1] = e\n"
-    "  out[#out + 1] = t\n"
+    "    local e, t = 0, 0\n"
+    "    local v = redis.call('GET', KEYS[i])\n"
+    "    if v then\n"
+    "      local sp = string.find(v, ' ', 1, true)\n"
+    "      if sp then e, t = tonumber(string.sub(v, 1, sp - 1)) or 0, tonumber(string.sub(v, sp + 1)) or 0 end\n"
+    "    end\n"
+    "    if e <= now then e, t = wend, 0 end\n"
+    "    if units > 0 then\n"
+    "      t = t + units\n"
+    "      redis.call('SET', KEYS[i], string.format('%.0f %.0f', e, t), 'PX', string.format('%.0f', e - now + 1000))\n"
+    "    end\n"
+    "    out[#out + 1] = e\n"
+    "    out[#out + 1] = t\n"
     "  end\n"
     "end\n"
     "return out\n";
@@ -138,25 +184,58 @@ uint32_t bucket(const SyncHeader *h, uint64_t tag, int64_t tick)
     return (uint32_t) ((tag ^ tag >> 29) & (h->nindex - 1));
 }
 
-rl_sync_item_t *find(SyncHeader *h, uint64_t tag, int64_t tick)
+rl_sync_item_t *find(SyncHeader *h, uint64_t tag, int64_t tick, uint64_t call)
 {
     rl_sync_item_t *items = items_of(h);
     for (uint32_t i = index_of(h)[bucket(h, tag, tick)]; i != 0; i = items[i - 1].next) {
-        if (items[i - 1].tag == tag && items[i - 1].tick == tick) {
+        if (items[i - 1].tag == tag && items[i - 1].tick == tick && items[i - 1].call == call) {
             return &items[i - 1];
         }
     }
     return nullptr;
 }
 
-// Adds like's units to its key's (and tick's) item, made if need be
-// (name: its Redis key, made by the caller only then); false if the
-// journal is full.
+// What this server spent in a key's window (or tick) and has not sent yet;
+// false if some of its units are in a call in doubt: Redis may hold them
+// or not.
+bool unsent(SyncHeader *h, uint64_t tag, int64_t tick, uint64_t *units)
+{
+    const rl_sync_item_t *items = items_of(h);
+    *units = 0;
+    for (uint32_t i = index_of(h)[bucket(h, tag, tick)]; i != 0; i = items[i - 1].next) {
+        const rl_sync_item_t &it = items[i - 1];
+        if (it.tag == tag && it.tick == tick) {
+            if (it.call != 0) {
+                return false;
+            }
+            *units += it.units;
+        }
+    }
+    return true;
+}
+
+// The index made again for the journal's items (after some were taken).
+void reindex(SyncHeader *h)
+{
+    rl_sync_item_t *items = items_of(h);
+    uint32_t *index = index_of(h);
+    std::memset(index, 0, (size_t) h->nindex * 4);
+    for (uint32_t i = 0; i < h->used; i++) {
+        uint32_t &head = index[bucket(h, items[i].tag, items[i].tick)];
+        items[i].next = head;
+        head = i + 1;
+    }
+}
+
+// Adds like's units to the item of its key (and tick) and call, made if
+// need be (name: its Redis key, made by the caller only then); false if
+// the journal is full.  Units not sent go to the key's item of call 0, so
+// that a call in doubt is sent again as it was.
 template <typename Name> bool add(SyncHeader *h, const rl_sync_item_t &like, Name name)
 {
     const uint64_t tag = like.tag, units = like.units;
     const int64_t end = like.end;
-    rl_sync_item_t *it = find(h, tag, like.tick);
+    rl_sync_item_t *it = find(h, tag, like.tick, like.call);
     if (it == nullptr) {
         if (h->used == h->keys) {
             return false;
@@ -208,7 +287,25 @@ int rl_sync_init(void *mem, size_t size, uint32_t keys)
     h->magic = kMagic;
     h->keys = keys;
     h->nindex = index_size(keys);
+    // ids unique across servers and restarts; without getrandom(), the
+    // clock's nanoseconds and the process, mixed (splitmix64)
+    uint64_t nonce = 0;
+    if (getrandom(&nonce, sizeof(nonce), 0) != (ssize_t) sizeof(nonce)) {
+        timespec ts{};
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t z = (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec + ((uint64_t) getpid() << 40) +
+                     0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        nonce = z ^ (z >> 31);
+    }
+    h->nonce = nonce;
     return 0;
+}
+
+uint64_t rl_sync_nonce(const void *sync)
+{
+    return static_cast<const SyncHeader *>(sync)->nonce;
 }
 
 int rl_sync_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
@@ -294,6 +391,78 @@ int rl_sync_urgent(const void *sync)
     return urgent(static_cast<const SyncHeader *>(sync));
 }
 
+namespace {
+
+// An item taken: its window not over, its call (if any) not given up.
+bool live(const rl_sync_item_t &it, int64_t now_ms)
+{
+    return it.end > now_ms && it.units > 0 && (it.call == 0 || now_ms < it.deadline - kAfterMs);
+}
+
+// The calls in doubt, each as it was sent (its items in their order, an
+// item whose window is over left out), by number, into out; the units not
+// sent stay in the journal.
+size_t take_doubt(SyncHeader *h, int64_t now_ms, rl_sync_item_t *out)
+{
+    rl_sync_item_t *items = items_of(h);
+    size_t n = 0;
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < h->used; i++) {
+        const rl_sync_item_t &it = items[i];
+        if (it.call == 0) {
+            if (it.end > now_ms && it.units > 0) {
+                items[kept++] = it;
+            }
+            continue;
+        }
+        if (live(it, now_ms)) {
+            out[n] = it;
+            out[n].next = i;  // its place, to keep the order within its call
+            n++;
+        } else if (it.end > now_ms) {
+            bump(h->figures.dropped, it.units);  // given up: in doubt too long
+        }
+    }
+    h->used = kept;
+    reindex(h);
+    std::sort(out, out + n, [](const rl_sync_item_t &a, const rl_sync_item_t &b) {
+        return a.call != b.call ? a.call < b.call : a.next < b.next;
+    });
+    return n;
+}
+
+// The units not sent, all of them, numbered by call as rl_sync_batch cuts
+// them; the journal emptied.
+size_t take_fresh(SyncHeader *h, int64_t now_ms, rl_sync_item_t *out)
+{
+    const rl_sync_item_t *items = items_of(h);
+    size_t n = 0;
+    for (uint32_t i = 0; i < h->used; i++) {
+        if (items[i].call == 0 && live(items[i], now_ms)) {  // a window over counts for nothing
+            out[n++] = items[i];
+        }
+    }
+    h->used = 0;
+    std::memset(index_of(h), 0, (size_t) h->nindex * 4);
+    for (size_t i = 0; i < n;) {
+        const size_t m = rl_sync_batch(out + i, n - i);
+        int64_t last = out[i].end;
+        for (size_t j = i; j < i + m; j++) {
+            last = out[j].end > last ? out[j].end : last;
+        }
+        const uint64_t call = ++h->calls;
+        const int64_t deadline = (last < now_ms + RL_SYNC_DOUBT_MS ? last : now_ms + RL_SYNC_DOUBT_MS) + kAfterMs;
+        for (size_t j = i; j < i + m; j++) {
+            out[j].call = call;
+            out[j].deadline = deadline;
+        }
+        i += m;
+    }
+    return n;
+}
+
+}  // namespace
+
 size_t rl_sync_take(void *sync, int64_t now_ms, int64_t interval_ms, rl_sync_item_t *out, int *due)
 {
     SyncHeader *h = header(sync);
@@ -304,16 +473,16 @@ size_t rl_sync_take(void *sync, int64_t now_ms, int64_t interval_ms, rl_sync_ite
     }
     *due = 1;
     h->next_ms = now_ms + interval_ms;
-    size_t n = 0;
     const rl_sync_item_t *items = items_of(h);
-    for (uint32_t i = 0; i < h->used; i++) {
-        if (items[i].end > now_ms && items[i].units > 0) {  // a window over counts for nothing
-            out[n++] = items[i];
-        }
+    bool doubt = false;
+    for (uint32_t i = 0; i < h->used && !doubt; i++) {
+        doubt = items[i].call != 0;
     }
-    h->used = 0;
-    std::memset(index_of(h), 0, (size_t) h->nindex * 4);
-    __atomic_store_n(&h->figures.pending, (uint64_t) 0, __ATOMIC_RELAXED);
+    size_t n = doubt ? take_doubt(h, now_ms, out) : 0;
+    if (n == 0) {
+        n = take_fresh(h, now_ms, out);
+    }
+    __atomic_store_n(&h->figures.pending, (uint64_t) h->used, __ATOMIC_RELAXED);
     return n;
 }
 
@@ -330,7 +499,8 @@ void rl_sync_requeue(void *sync, const rl_sync_item_t *items, size_t n)
     __atomic_store_n(&h->figures.pending, (uint64_t) h->used, __ATOMIC_RELAXED);
 }
 
-void rl_sync_record(void *sync, size_t keys, uint64_t units, uint64_t failures, int64_t lag_ms, int64_t now_ms)
+void rl_sync_record(void *sync, size_t keys, uint64_t units, uint64_t failures, uint64_t dropped, int64_t lag_ms,
+                    int64_t now_ms)
 {
     if (failures == 0 && lag_ms >= 0) {
         __atomic_store_n(&header(sync)->failing, 0u, __ATOMIC_RELAXED);
@@ -339,6 +509,7 @@ void rl_sync_record(void *sync, size_t keys, uint64_t units, uint64_t failures, 
     bump(f.keys, keys);
     bump(f.units, units);
     bump(f.failures, failures);
+    bump(f.dropped, dropped);
     if (lag_ms >= 0) {
         bump(f.exchanges, 1);
         __atomic_store_n(&f.lag_ms, lag_ms, __ATOMIC_RELAXED);
@@ -367,22 +538,35 @@ const char *rl_sync_script(size_t *len)
 
 size_t rl_sync_command_size(size_t n, size_t prefix_len, size_t script_len)
 {
-    // per part: '$', up to 20 digits, 2 CRLFs, the bytes
-    return 64 + script_len + n * (5 * 24 + prefix_len + 2 + RL_REDIS_HASH_LEN + 24 + 4 * 20) + 24 * 3;
+    // per part: '$', up to 20 digits, 2 CRLFs, the bytes; the marker, now
+    // and the deadline
+    return 64 + script_len + n * (5 * 24 + prefix_len + 2 + RL_REDIS_HASH_LEN + 24 + 4 * 20) +
+           (24 + prefix_len + 2 + 32) + 24 * 4;
 }
 
 size_t rl_sync_command(char *buf, const char *script, size_t script_len, int eval, const char *prefix,
-                       size_t prefix_len, const rl_sync_item_t *items, size_t n, int64_t now_ms)
+                       size_t prefix_len, uint64_t nonce, const rl_sync_item_t *items, size_t n, int64_t now_ms)
 {
     rl::Writer w{buf};
-    w.header('*', 3 + n + 1 + 4 * n);
+    w.header('*', 3 + 1 + n + 2 + 4 * n);
     if (eval) {
         w.arg("EVAL", 4);
     } else {
         w.arg("EVALSHA", 7);
     }
     w.arg(script, script_len);
-    w.arg((int64_t) n);
+    w.arg((int64_t) n + 1);
+    // the call's marker: its id, the nonce and the call's number in hex
+    char id[32];
+    for (int i = 0; i < 16; i++) {
+        id[i] = "0123456789abcdef"[(nonce >> (60 - 4 * i)) & 15];
+        id[16 + i] = "0123456789abcdef"[(items[0].call >> (60 - 4 * i)) & 15];
+    }
+    w.header('$', prefix_len + 2 + sizeof(id));
+    w.raw(prefix, prefix_len);
+    w.raw("c:", 2);
+    w.raw(id, sizeof(id));
+    w.raw("\r\n", 2);
     for (size_t i = 0; i < n; i++) {
         // a window the same everywhere: its key's, named by its end
         char end[24];
@@ -399,6 +583,7 @@ size_t rl_sync_command(char *buf, const char *script, size_t script_len, int eva
         w.raw("\r\n", 2);
     }
     w.arg(now_ms);
+    w.arg(items[0].deadline);
     for (size_t i = 0; i < n; i++) {
         w.arg((int64_t) items[i].units);
         w.arg(items[i].end);
@@ -412,6 +597,9 @@ size_t rl_sync_batch(const rl_sync_item_t *items, size_t n)
 {
     size_t i = 0, ints = 0;
     for (; i < n && i < RL_SYNC_BATCH; i++) {
+        if (items[i].call != items[0].call) {
+            break;  // a call is sent as it was made, alone
+        }
         ints += reply_ints(items[i]);
         if (ints > RL_SYNC_REPLY_MAX && i > 0) {
             break;
@@ -430,7 +618,7 @@ size_t rl_sync_totals(const rl_sync_item_t *items, size_t n)
 }
 
 int rl_sync_answer(const rl_resp_t *r, const rl_sync_item_t *items, size_t n, int64_t now_ms, rl_sync_total_t *totals,
-                   char *why, size_t whylen)
+                   int *status, char *why, size_t whylen)
 {
     if (r->type == RL_RESP_ERROR) {
         if (r->str_len >= 8 && std::memcmp(r->str, "NOSCRIPT", 8) == 0) {
@@ -439,9 +627,9 @@ int rl_sync_answer(const rl_resp_t *r, const rl_sync_item_t *items, size_t n, in
         rl::fail(why, whylen, "an error reply to the exchange");
         return rl::is_readonly(*r) ? RL_REDIS_READONLY : RL_REDIS_FAILED;
     }
-    // a count item answers its window's end and total, a tick item its
-    // window's counts
-    size_t want = 0;
+    // what the call did, then a count item's window's end and total, a
+    // tick item's window's counts
+    size_t want = 1;
     for (size_t i = 0; i < n; i++) {
         want += reply_ints(items[i]);
     }
@@ -449,8 +637,13 @@ int rl_sync_answer(const rl_resp_t *r, const rl_sync_item_t *items, size_t n, in
         rl::fail(why, whylen, "not an array of %zu integers", want);
         return RL_REDIS_FAILED;
     }
+    if (r->items[0] != RL_SYNC_ADDED && r->items[0] != RL_SYNC_SEEN && r->items[0] != RL_SYNC_LATE) {
+        rl::fail(why, whylen, "a call that did %lld", (long long) r->items[0]);
+        return RL_REDIS_FAILED;
+    }
+    *status = (int) r->items[0];
     const int64_t most = 4ll * RL_LIMIT_MAX;
-    const int64_t *v = r->items;
+    const int64_t *v = r->items + 1;
     for (size_t i = 0; i < n; i++) {
         if (items[i].buckets > 0) {
             for (int64_t j = items[i].tick - items[i].buckets; j <= items[i].tick; j++, v++) {
@@ -486,8 +679,9 @@ void apply_ticks(SyncHeader *h, rl::Table *t, const rl_sync_item_t &it, const rl
     uint64_t at[RL_BUCKETS_MAX + 1];
     const uint64_t most = UINT32_MAX;
     for (uint32_t j = 0; j <= it.buckets; j++) {
-        const rl_sync_item_t *since = find(h, it.tag, ticks[j].end);
-        const uint64_t c = ticks[j].total + (since != nullptr ? since->units : 0);
+        uint64_t since = 0;
+        // a tick in doubt keeps its own count (0: the largest is its own)
+        const uint64_t c = unsent(h, it.tag, ticks[j].end, &since) ? ticks[j].total + since : 0;
         at[j] = c < most ? c : most;
     }
     const int pool = t->pool_for(it.block);
@@ -526,8 +720,11 @@ void rl_sync_apply(void *sync, void *table, const rl_sync_item_t *items, const r
         if (fleet.end <= now_ms) {
             continue;  // that window is over here
         }
-        const rl_sync_item_t *since = find(h, items[i].tag, -1);
-        uint64_t count = fleet.total + (since != nullptr ? since->units : 0);
+        uint64_t since = 0;
+        if (!unsent(h, items[i].tag, -1, &since)) {
+            continue;  // its units in a call in doubt: folded once it is answered
+        }
+        uint64_t count = fleet.total + since;
         const uint64_t most = ~rl::kCarried - 1;
         count = count < most ? count : most;
 
