@@ -97,10 +97,12 @@ ngx_http_ratelimit_redis_send(ngx_http_ratelimit_redis_t *redis,
     w->timer.log = w->request ? w->request->connection->log : ngx_cycle->log;
     ngx_add_timer(&w->timer, redis->timeout);   /* a graceful exit waits */
 
+    /* (a call of another kind, redis_sync's exchange, has no request) */
     ngx_log_debug4(NGX_LOG_DEBUG_HTTP, w->timer.log, 0,
                    "ratelimit redis: call %ui for %uz rule(s) sent to %V, "
                    "%ui waiting on its connection",
-                   w->call, w->rq->n, &conn->node->name, conn->count);
+                   w->call, w->rq ? w->rq->n : 0, &conn->node->name,
+                   conn->count);
 
     return NGX_OK;
 }

@@ -48,16 +48,21 @@ ok(@ours >= 5, scalar(@ours) . ' lines of the module');
 is_deeply([ grep { /\Q$secret\E/ } @ours ], [], "no byte of the key in the module's debug lines (nginx's own show the headers)");
 
 SKIP: {
-    skip('redis-server is not installed', 3) unless -x ($ENV{RL_REDIS_SERVER} // '/usr/bin/redis-server');
+    skip('redis-server is not installed', 5) unless -x ($ENV{RL_REDIS_SERVER} // '/usr/bin/redis-server');
     require RLRedis;
     my $redis = RLRedis->new->start;
     my $rport = $redis->port;
     my $r = RLTest->new->start(<<"EOF", log_level => 'debug');
 ratelimit_zone fleet 1m redis=127.0.0.1:$rport;
+ratelimit_zone synced 1m redis=127.0.0.1:$rport redis_sync=50ms;
 server {
     listen 127.0.0.1:%%PORT%%;
     location / {
         ratelimit zone=fleet key=\$http_x_key limit=1 period=1h name=one;
+        alias %%PREFIX%%/html/;
+    }
+    location /synced/ {
+        ratelimit zone=synced key=\$http_x_key algorithm=fixed_window limit=5 period=1h name=five;
         alias %%PREFIX%%/html/;
     }
 }
@@ -68,6 +73,12 @@ EOF
     like($rlog, qr/ratelimit redis: call \d+ for 1 rule\(s\) sent to 127\.0\.0\.1:$rport/, 'the call sent, and where');
     like($rlog, qr/ratelimit redis: reply from 127\.0\.0\.1:$rport to call \d+: (decided|no script), after \d+ us/,
          'its reply, and after how long');
+    # an exchange of redis_sync is a call with no request: its line too
+    mkdir $r->prefix . '/html/synced';
+    RLTest::write_file($r->prefix . '/html/synced/index.html', "ok\n");
+    is($r->get('/synced/index.html', { 'X-Key' => 'k' })->{status}, 200, 'a redis_sync zone: the request served');
+    $rlog = $r->wait_log(qr/ratelimit redis: call 64 for 0 rule\(s\) sent/);
+    like($rlog, qr/ratelimit redis: call 64 for 0 rule\(s\) sent to 127\.0\.0\.1:$rport/, 'its exchange sent, logged');
     $r->stop();
 }
 
