@@ -568,7 +568,7 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    if (rule->charge != NULL || rule->rule.algorithm == RL_CONCURRENCY) {
+    if (rule->charge != NULL || rl_rule_holds_slots(&rule->rule)) {
         rlcf->ends = 1;
         rmcf->ends = 1;
     }

@@ -42,6 +42,9 @@ enum rl_algorithm {
     RL_ALGORITHM_COUNT
 };
 
+/* The algorithm of a rule without algorithm=. */
+#define RL_ALGORITHM_DEFAULT  RL_GCRA
+
 enum rl_align {
     RL_ALIGN_EPOCH = 0,     /* windows start at multiples of period, from
                                1970 */
@@ -117,6 +120,7 @@ typedef struct {
        rl_rule_apply(), so that no request works them out again: */
     uint32_t  block;            /* bytes of a key's block beyond the
                                    table's slot (rl_rule_block_size) */
+    uint32_t  traits;           /* what the core tests of its algorithm */
     uint64_t  policy_quota;     /* the policy the headers advertise
                                    (rl_decision_t's quota and window_ms); */
     int64_t   policy_window_ms; /*   -1: the decision's own window (a
@@ -612,6 +616,10 @@ RL_API int rl_check_charges(const rl_check_t *check);
  * free by leaving before their answer.
  */
 RL_API int rl_check_charge_wanted(const rl_check_t *check, int abandoned);
+
+/* 1 if the rule's requests hold slots while they run (requests in flight,
+   algorithm=concurrency): its request's end gives them back. */
+RL_API int rl_rule_holds_slots(const rl_rule_t *rule);
 
 /* Bytes of the block a rule's state needs beyond the table's slot (0 for
    most algorithms): what a table's layout is planned from. */

@@ -100,7 +100,7 @@ bool Reader::next(Request *rq)
 void Reader::notes() const
 {
     const bool slots =
-        std::any_of(o_.rules.begin(), o_.rules.end(), [](const Rule &r) { return r.rule.algorithm == RL_CONCURRENCY; });
+        std::any_of(o_.rules.begin(), o_.rules.end(), [](const Rule &r) { return rl_rule_holds_slots(&r.rule); });
     if (o_.log_mode && !timed_ && slots) {
         std::cerr << "ratelimit-replay: the log format has no $request_time: each request ended at once, and "
                      "a concurrency rule saw none of them in flight together\n";

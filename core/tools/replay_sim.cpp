@@ -26,7 +26,7 @@ enum { kEnd = 0, kDeadline = 1 };
 
 bool slots(const rl_check_t &c)
 {
-    return c.key_len > 0 && c.rule->algorithm == RL_CONCURRENCY && c.slot != 0;
+    return c.key_len > 0 && rl_rule_holds_slots(c.rule) && c.slot != 0;
 }
 
 }  // namespace
@@ -268,7 +268,7 @@ std::vector<RuleFigures> Simulator::figures() const
         g.name = rule.name;
         g.charges = rule.charge != 0;
         g.bans = rule.ban_ms > 0;
-        g.slots = rule.algorithm == RL_CONCURRENCY;
+        g.slots = rl_rule_holds_slots(&rule);
         if (!g.charges && !g.bans && !g.slots) {
             continue;
         }

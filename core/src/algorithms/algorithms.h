@@ -27,13 +27,8 @@ struct State {
 
 using Transition = rl_decision_t (*)(const rl_rule_t &, State &, int64_t now, uint64_t cost, bool apply);
 
-rl_decision_t fixed_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
-rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
-rl_decision_t sliding_log(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
-rl_decision_t leaky_bucket(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
-rl_decision_t quota(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
-// concurrency, as a look: the slots left (concurrency.cpp has the rest)
-rl_decision_t concurrency(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
+// Each algorithm's transition is its record's (algorithm.h), in its file;
+// gcra's is inline (gcra.h) as most rules are gcra.
 
 // What a key owes, as the eviction summary keeps it (table.h): until when
 // (ms; the key is back to full budget from then on), and at most which
@@ -44,7 +39,8 @@ struct Owed {
 };
 constexpr uint32_t kFracFull = 255;
 
-// Dispatches on rule.algorithm (transition.h, inline; gcra is gcra.h's).
+// Dispatched through the algorithms' records (algorithm.h; the transition
+// inline in transition.h, gcra's without a call).
 
 // Bytes of the rule's block (0: the head holds the whole state), as
 // derive() worked it out.
@@ -52,8 +48,6 @@ inline size_t blob_size(const rl_rule_t &rule)
 {
     return rule.block;
 }
-size_t sliding_window_blob_size(const rl_rule_t &rule);
-size_t sliding_log_blob_size(const rl_rule_t &rule);
 
 // A counter of units spent in a window ending at `end` (fixed_window,
 // quota): the head is {window end, units spent}.  With kCarried in n, a
@@ -72,6 +66,7 @@ struct Span {
 };
 Span fixed_window_span(const rl_rule_t &rule, const State &s, int64_t now);
 Span quota_span(const rl_rule_t &rule, int64_t now);
+int64_t quota_end(const rl_rule_t &rule, int64_t now);
 
 // ---- requests in flight (concurrency.cpp) ----------------------------------
 
@@ -90,19 +85,22 @@ void concurrency_enqueue(const rl_rule_t &rule, State &s, int64_t now, rl_check_
 void concurrency_leave_queue(const rl_rule_t &rule, State &s, rl_check_t &c);
 bool concurrency_release(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t holder);
 uint32_t concurrency_reclaim(const rl_rule_t &rule, State &s, int (*alive)(uint32_t));
-size_t concurrency_blob_size(const rl_rule_t &rule);
 // What a key holds and how many wait (the key API).
 void concurrency_counts(const rl_rule_t &rule, const State &s, uint32_t *held, uint32_t *queued);
 
-// ---- charges (charge.cpp) --------------------------------------------------
+// ---- charges ----------------------------------------------------------------
 
 // Spends `units` on a key whatever its budget (charge=, when a request
 // ends), the key owing at most a limit beyond an empty budget: returns the
-// units spent, and sets *capped when that bound cut the charge.
+// units spent, and sets *capped when that bound cut the charge.  One limit:
+// a request may then spend up to twice what a key can hold, enough for any
+// single request a rule means to admit, while a bad or hostile value (an
+// upstream's header) keeps the key out for at most two periods.  How each
+// algorithm owes: its charge function, in its file (algorithm.h).
 uint64_t charge(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped);
+// A count in a window (fixed_window, quota): what the window cannot hold is
+// counted in the next one, at most a limit (fixed_window.cpp).
 uint64_t windowed_charge(const rl_rule_t &rule, State &s, uint64_t units, const Span &span, bool *capped);
-uint64_t sliding_window_charge(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped);
-uint64_t sliding_log_charge(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped);
 
 // A denial for a cost no state of the rule can ever admit.
 rl_decision_t never(int64_t window, uint64_t remaining, int64_t reset_ms);
@@ -122,10 +120,22 @@ inline void policy(const rl_rule_t &rule, rl_decision_t &d)
 // (rl_rule_finish, rl_rule_apply): its block's size, its policy.
 void derive(rl_rule_t &rule);
 
-// The algorithms that keep one instant per key (exact_time.h).
-inline bool paced(uint32_t algorithm)
+// What the concerns test of an algorithm (its record's, algorithm.h),
+// copied into each rule (rl_rule_t.traits, by derive()) so that a request
+// reads it with the rule.
+enum Trait : uint32_t {
+    kPaced = 1u << 0,   // one instant a key, in units of 1/limit ms (exact_time.h)
+    kBucket = 1u << 1,  // a capacity of burst= (the others': limit)
+    kShaper = 1u << 2,  // delays a request over the pace instead of refusing it
+    kSlots = 1u << 3,   // requests in flight, not a rate: no period, cost or charge
+    kCount = 1u << 4,   // a count in a window: its state merges across servers
+    kTicks = 1u << 5,   //   counted by tick of the window, not as one count
+};
+
+// Whether the rule's algorithm has one of these traits.
+inline bool has(const rl_rule_t &rule, uint32_t traits)
 {
-    return algorithm == RL_GCRA || algorithm == RL_TOKEN_BUCKET || algorithm == RL_LEAKY_BUCKET;
+    return (rule.traits & traits) != 0;
 }
 
 // ---- the eviction summary (summary.cpp) ----------------------------------
@@ -147,14 +157,14 @@ uint32_t owed_frac_of(const rl_rule_t &rule, const State &s, const rl_decision_t
 // owed_frac_of's; a limit is at most 2^30, the product fits).
 RL_HOT uint32_t owed_frac(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now)
 {
-    if (d.remaining + 1 >= rule.policy_quota && rule.policy_quota > 1 && rule.algorithm != RL_LEAKY_BUCKET) {
+    if (d.remaining + 1 >= rule.policy_quota && rule.policy_quota > 1 && !has(rule, kShaper)) {
         return 0;
     }
-    if (!paced(rule.algorithm) && rule.algorithm != RL_CONCURRENCY) {
+    if (!has(rule, kPaced | kSlots)) {
         const uint64_t units = rule.limit - (d.remaining < rule.limit ? d.remaining : rule.limit);
         return units <= 1 ? 0 : (uint32_t) ((units * kFracFull + rule.limit - 1) / rule.limit);
     }
-    if (rule.algorithm == RL_LEAKY_BUCKET && s.blob == nullptr) {
+    if (has(rule, kShaper) && s.blob == nullptr) {
         // a shaper's queue, (t - now) x limit - n units, at most T: nothing
         const int64_t ms = s.head.t - now;
         const uint32_t n = s.head.n < rule.limit ? s.head.n : rule.limit - 1;
@@ -173,20 +183,30 @@ RL_HOT uint32_t owed_frac(const rl_rule_t &rule, const State &s, const rl_decisi
 State restore(const rl_rule_t &rule, Owed o, int64_t now);
 void restore_block(const rl_rule_t &rule, State &s, int64_t now);
 
-// Helpers of restore, in the algorithms' files.
-int64_t quota_end(const rl_rule_t &rule, int64_t now);
-int64_t sliding_window_full_at(const rl_rule_t &rule, int64_t now);
-void sliding_window_restore(const rl_rule_t &rule, State &s, int64_t now);
-void sliding_window_merge(const rl_rule_t &rule, State &s, int64_t k, const uint64_t *at);
-void sliding_log_restore(const rl_rule_t &rule, State &s, int64_t now);
+// The parts of the summary the algorithms share (summary.cpp): a fraction
+// of a whole, rounded up, and back; what a count in a window owes (limit -
+// remaining units); the state of a count restored into the window ending
+// at `end` (aligned: a window the same for every key, so that what a cell
+// says was owed in an earlier window is not owed in this one).
+uint32_t fraction(uint64_t part, uint64_t whole);
+uint64_t part_of(uint32_t frac, uint64_t whole);
+uint32_t window_owed(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now);
+State restore_window(const rl_rule_t &rule, Owed o, int64_t now, int64_t end, bool aligned);
 
-// ---- refunds (refund.cpp) -------------------------------------------------
+// sliding_window's ticks folded in from the fleet (redis_sync).
+void sliding_window_merge(const rl_rule_t &rule, State &s, int64_t k, const uint64_t *at);
+
+// ---- refunds ---------------------------------------------------------------
 
 // Gives back what a request admitted at `at` spent (cost), leaving the head
-// `after`, now that it is abandoned before being served.
+// `after`, now that it is abandoned before being served, or its charge is
+// known: the key's state moves back by the cost, as if it had not come, but
+// never to before now, and only units still counted (each algorithm's
+// refund, in its file).
 void refund(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t after, int64_t at, int64_t now);
-void sliding_window_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64_t at);
-void sliding_log_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64_t at);
+// A count in a window (fixed_window, quota): uncounted if the head is still
+// that window's, or taken off what a charge carried past it.
+void window_refund(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t after, int64_t at, int64_t now);
 
 // ceil(a / b) for non-negative a and positive b.
 inline int64_t ceil_div(uint64_t a, uint64_t b)

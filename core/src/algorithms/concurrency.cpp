@@ -14,9 +14,12 @@
 // itself: whoever finds the key with no free slot, or waits behind a
 // place, asks whether each holder still exists (the caller's alive()) and
 // frees what dead ones held, at once.
+#include <cstdio>
 #include <cstring>
 
-#include "algorithms/algorithms.h"
+#include "algorithms/algorithm.h"
+#include "render/out.h"
+#include "util/error.h"
 
 namespace rl {
 
@@ -268,5 +271,97 @@ void concurrency_counts(const rl_rule_t &rule, const State &s, uint32_t *held, u
     *held = held_count(rule, copy);
     *queued = s.blob != nullptr ? block_of(s)->queued : 0;
 }
+
+namespace {
+
+// Not a rate: no period, no cost, no charge; its state keeps who holds
+// each slot, so a limit of at most 4,096, known before a request
+// (limit_max with a variable).
+int concurrency_finish(rl_rule_t &rule, char *err, size_t errlen)
+{
+    if (rule.limit_var && !(rule.given & P_LIMIT_MAX)) {
+        return fail(err, errlen,
+                    "missing \"limit_max=\" for algorithm=concurrency with limit=$variable: its state keeps who "
+                    "holds each slot, sized by the largest limit, e.g. limit_max=100 (at most %u)",
+                    RL_CONCURRENCY_MAX);
+    }
+    if (rule.given & P_PERIOD) {
+        return fail(err, errlen,
+                    "\"period=\" does not apply to algorithm=concurrency: it limits the requests of a key in "
+                    "flight at once, not a rate (add a rule of another algorithm for a rate)");
+    }
+    if ((rule.given & P_COST) || rule.charge) {
+        return fail(err, errlen,
+                    "\"%s=\" does not apply to algorithm=concurrency: each request holds one slot while it runs",
+                    rule.charge ? "charge" : "cost");
+    }
+    const uint32_t most = rule.limit_var ? rule.limit_max : rule.limit;
+    if (most > RL_CONCURRENCY_MAX) {
+        return fail(err, errlen,
+                    "\"%s=%u\" is too large for algorithm=concurrency: a key holds at most %u requests in flight "
+                    "(its state keeps who holds each)",
+                    rule.limit_var ? "limit_max" : "limit", most, RL_CONCURRENCY_MAX);
+    }
+    return RL_OK;
+}
+
+void concurrency_tail(const rl_rule_t &, char *out, size_t len)
+{
+    std::snprintf(out, len, "%s", "at_once");
+}
+
+// The policy: the limit, and no window (slots come back as requests end).
+void concurrency_policy(rl_rule_t &rule)
+{
+    rule.policy_quota = rule.limit;
+    rule.policy_window_ms = 0;
+}
+
+// A slot is given back when its request ends, whatever ends it.
+void concurrency_refund(const rl_rule_t &, State &, uint64_t, rl_state_t, int64_t, int64_t) {}
+
+// Slots are not a debt: kept in the table while held (check.cpp), and a
+// key absent from it holds none.
+uint32_t concurrency_owed(const rl_rule_t &, const State &, const rl_decision_t &, int64_t)
+{
+    return 0;
+}
+
+State concurrency_restore(const rl_rule_t &, Owed, int64_t)
+{
+    return State{rl_state_t{0, 0}, nullptr};
+}
+
+void concurrency_fields(Out &o, const rl_rule_t &rule)
+{
+    o.field("period_ms", (uint64_t) rule.period_ms);
+}
+
+}  // namespace
+
+extern const Algorithm kConcurrency = {
+    "concurrency",
+    kSlots,
+    P_MAX_WAIT,
+    concurrency_finish,
+    concurrency_tail,
+    concurrency_blob_size,
+    concurrency_policy,
+    nullptr,
+    nullptr,
+    concurrency,
+    nullptr,
+    "each request holds one slot while it runs",
+    concurrency_refund,
+    concurrency_owed,
+    concurrency_restore,
+    nullptr,
+    "a slot must be given back when its request ends or its nginx server dies, and Redis cannot see either; use "
+    "a zone without redis= for this rule",
+    nullptr,
+    period_bounds,
+    "counts requests in flight on this server, not units spent",
+    concurrency_fields,
+};
 
 }  // namespace rl

@@ -60,11 +60,6 @@ struct PacedBlock {
     uint32_t limit;  // it was written in; 0: none yet (n is 0 then)
 };
 
-inline size_t paced_block_size(const rl_rule_t &rule)
-{
-    return rule.limit_var && paced(rule.algorithm) ? sizeof(PacedBlock) : 0;
-}
-
 // Units (of 1/limit ms, any limit) from now until a paced key's instant.
 inline uint64_t paced_ahead(const rl_rule_t &rule, const State &s, int64_t now)
 {
@@ -88,5 +83,17 @@ inline void paced_store(const rl_rule_t &rule, State &s, int64_t now, uint64_t u
         std::memcpy(s.blob, &b, sizeof(b));
     }
 }
+
+// What the paced algorithms share, as their records use it (paced.cpp):
+// the block of a key under a variable limit; a charge, a refund; what a
+// key owes the eviction summary, and the state it is restored to; the
+// time the policy's quota takes to come back.
+size_t paced_block_size(const rl_rule_t &rule);
+uint64_t paced_charge(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped);
+void paced_refund(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t after, int64_t at, int64_t now);
+uint32_t paced_owed(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now);
+State paced_restore(const rl_rule_t &rule, Owed o, int64_t now);
+void paced_restore_block(const rl_rule_t &rule, State &s, int64_t now);
+int64_t paced_window(const rl_rule_t &rule);
 
 }  // namespace rl

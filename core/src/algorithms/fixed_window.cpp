@@ -11,7 +11,8 @@
 // Known trade-off (documented): up to 2 x limit can pass across one
 // boundary.  Jump-safe: a window whose end lies further ahead than the
 // current window's (the clock stepped back) is kept, count and all.
-#include "algorithms/algorithms.h"
+#include "algorithms/algorithm.h"
+#include "render/out.h"
 
 namespace rl {
 
@@ -140,5 +141,67 @@ rl_decision_t fixed_window(const rl_rule_t &rule, State &s, int64_t now, uint64_
     const Span span = fixed_window_span(rule, s, now);
     return windowed_count(rule, s, now, cost, apply, span.end, span.window);
 }
+
+// The head is {window end, units}: the cost is uncounted if the head is
+// still that window's; if its window is full and a charge's excess
+// carried into the next, the units freed there are taken off the carried
+// ones.
+void window_refund(const rl_rule_t &, State &s, uint64_t cost, rl_state_t after, int64_t, int64_t)
+{
+    if (s.head.t == after.t) {
+        s.head.n -= (uint32_t) (cost < s.head.n ? cost : s.head.n);
+    } else if ((s.head.n & kCarried) && s.head.t > after.t) {
+        const uint32_t carried = s.head.n & ~kCarried;
+        s.head.n = (carried - (uint32_t) (cost < carried ? cost : carried)) | kCarried;
+    }
+}
+
+namespace {
+
+uint64_t fixed_window_charge(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped)
+{
+    return windowed_charge(rule, s, units, fixed_window_span(rule, s, now), capped);
+}
+
+// Restored into the window a unit admitted now is counted in; aligned on
+// the epoch, the same window for every key.
+State fixed_window_restore(const rl_rule_t &rule, Owed o, int64_t now)
+{
+    const int64_t P = rule.period_ms;
+    const bool epoch = rule.align == RL_ALIGN_EPOCH;
+    return restore_window(rule, o, now, epoch ? floor_div(now, P) * P + P : now + P, epoch);
+}
+
+void fixed_window_fields(Out &o, const rl_rule_t &rule)
+{
+    o.field("period_ms", (uint64_t) rule.period_ms);
+    o.put(rule.align == RL_ALIGN_FIRST ? ",\"align\":\"first\"" : ",\"align\":\"epoch\"");
+}
+
+}  // namespace
+
+extern const Algorithm kFixedWindow = {
+    "fixed_window",
+    kCount,
+    P_ALIGN,
+    nullptr,
+    period_tail,
+    no_block,
+    limit_policy,
+    nullptr,
+    nullptr,
+    fixed_window,
+    fixed_window_charge,
+    nullptr,
+    window_refund,
+    window_owed,
+    fixed_window_restore,
+    nullptr,
+    nullptr,
+    nullptr,
+    period_bounds,
+    nullptr,
+    fixed_window_fields,
+};
 
 }  // namespace rl

@@ -17,8 +17,9 @@
 // passes at once, one whose excess is at most B waits (excess - D) * T:
 // delay=D max_delay=(B - D) * T.  delay=0 (the default) delays from the
 // first request over the pace.
-#include "algorithms/algorithms.h"
+#include "algorithms/algorithm.h"
 #include "algorithms/exact_time.h"
+#include "render/out.h"
 
 namespace rl {
 
@@ -33,8 +34,6 @@ void headroom(uint64_t queued, uint64_t most, uint64_t T, uint32_t limit, rl_dec
     const uint64_t more = queued + d.remaining * T - most;  // one more fits
     d.available_ms = ceil_div(more < queued ? more : queued, limit);
 }
-
-}  // namespace
 
 rl_decision_t leaky_bucket(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
 {
@@ -81,5 +80,64 @@ rl_decision_t leaky_bucket(const rl_rule_t &rule, State &s, int64_t now, uint64_
     }
     return d;
 }
+
+// The policy: what a rested key admits at once or delayed, restored at
+// limit per period.
+void shaper_policy(rl_rule_t &rule)
+{
+    rule.policy_quota = rule.delay + (uint64_t) rule.max_delay_ms * rule.limit / (uint64_t) rule.period_ms + 1;
+    rule.policy_window_ms = paced_window(rule);
+}
+
+// Its script computes in units of 1/limit ms: the longest queue, delay x
+// period served at once and a count's worth of period and max_delay.
+unsigned __int128 shaper_units(const rl_rule_t &rule, uint64_t count)
+{
+    return (unsigned __int128) count * (uint64_t) (rule.period_ms + rule.max_delay_ms) +
+           (unsigned __int128) rule.delay * (uint64_t) rule.period_ms;
+}
+
+// The longest queue: what is served at once, max_delay of waiting, and the
+// last request admitted (limit units at most).
+void shaper_bounds(const rl_rule_t &rule, bool, Bounds &b)
+{
+    const uint64_t T = rule.period_ms > 0 ? (uint64_t) rule.period_ms : 1;
+    const uint64_t limit = rule.limit > 0 ? rule.limit : 1;
+    const uint64_t count = rule.limit_var || rule.burst_var ? rule.limit_max : rule.limit;
+    b.longest = (shaper_units(rule, count) + limit - 1) / limit;
+    b.window_min = b.window_max = (int64_t) T;
+}
+
+void shaper_fields(Out &o, const rl_rule_t &rule)
+{
+    o.field("period_ms", (uint64_t) rule.period_ms);
+    o.field("max_delay_ms", (uint64_t) rule.max_delay_ms);
+}
+
+}  // namespace
+
+extern const Algorithm kLeakyBucket = {
+    "leaky_bucket",
+    kPaced | kShaper,
+    P_MAX_DELAY | P_DELAY,
+    nullptr,
+    period_tail,
+    paced_block_size,
+    shaper_policy,
+    nullptr,
+    nullptr,
+    leaky_bucket,
+    nullptr,
+    "a shaper sets each request's delay before it is served, so what the request spends cannot change after it",
+    paced_refund,
+    paced_owed,
+    paced_restore,
+    paced_restore_block,
+    nullptr,
+    shaper_units,
+    shaper_bounds,
+    "keeps a time, not a count",
+    shaper_fields,
+};
 
 }  // namespace rl

@@ -10,7 +10,9 @@
 // sorted and a step back never frees a unit early.
 #include <algorithm>
 
-#include "algorithms/algorithms.h"
+#include "algorithms/algorithm.h"
+#include "render/out.h"
+#include "util/error.h"
 
 namespace rl {
 
@@ -46,6 +48,9 @@ size_t sliding_log_blob_size(const rl_rule_t &rule)
 // latest from which they leave the window at head.t.
 void sliding_log_restore(const rl_rule_t &rule, State &s, int64_t now)
 {
+    if (s.head.n == 0 || s.head.t <= now) {
+        return;
+    }
     Block *b = reinterpret_cast<Block *>(s.blob);
     const int64_t at = s.head.t - rule.period_ms;
     b->base = at < now ? at : now;
@@ -218,8 +223,9 @@ uint64_t sliding_log_charge(const rl_rule_t &rule, State &s, int64_t now, uint64
 
 // Removes a refunded request's units: `cost` of the times logged at `at`
 // (the time it was logged at), the later ones closing the gap.
-void sliding_log_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64_t at)
+void sliding_log_refund(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t after, int64_t, int64_t)
 {
+    const int64_t at = after.t - rule.period_ms;  // the time it was logged at
     Block *b = reinterpret_cast<Block *>(s.blob);
     const uint32_t size = ring_size(rule);
     if (b == nullptr || b->count > size) {
@@ -241,5 +247,69 @@ void sliding_log_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64_t 
     b->count -= gone;
     s.head.t = b->count ? b->base + (int64_t) slot(b->count - 1) + rule.period_ms : s.head.t;
 }
+
+namespace {
+
+// Its state keeps one time a unit: a limit of at most 10,000, known before
+// a request (limit_max with a variable), over at most 2^31 ms.
+int sliding_log_finish(rl_rule_t &rule, char *err, size_t errlen)
+{
+    if (rule.limit_var && !(rule.given & P_LIMIT_MAX)) {
+        return fail(err, errlen,
+                    "missing \"limit_max=\" for algorithm=sliding_log with limit=$variable: its state keeps one "
+                    "time a unit, sized by the largest limit, e.g. limit_max=1000 (at most %u)",
+                    RL_LOG_LIMIT_MAX);
+    }
+    const uint32_t most = rule.limit_var ? rule.limit_max : rule.limit;
+    if (most > RL_LOG_LIMIT_MAX) {
+        return fail(err, errlen,
+                    "\"%s=%u\" is too large for algorithm=sliding_log: it keeps one time a unit, at most %u; use "
+                    "sliding_window for larger limits",
+                    rule.limit_var ? "limit_max" : "limit", most, RL_LOG_LIMIT_MAX);
+    }
+    if (rule.period_ms > RL_LOG_PERIOD_MAX_MS) {
+        return fail(err, errlen,
+                    "\"period=\" is too long for algorithm=sliding_log: at most 24d (2^31 ms); use sliding_window "
+                    "or quota for longer periods");
+    }
+    return RL_OK;
+}
+
+// Restored into the period from now.
+State sliding_log_owed_state(const rl_rule_t &rule, Owed o, int64_t now)
+{
+    return restore_window(rule, o, now, now + rule.period_ms, false);
+}
+
+void sliding_log_fields(Out &o, const rl_rule_t &rule)
+{
+    o.field("period_ms", (uint64_t) rule.period_ms);
+}
+
+}  // namespace
+
+extern const Algorithm kSlidingLog = {
+    "sliding_log",
+    0,
+    0,
+    sliding_log_finish,
+    period_tail,
+    sliding_log_blob_size,
+    limit_policy,
+    nullptr,
+    nullptr,
+    sliding_log,
+    sliding_log_charge,
+    nullptr,
+    sliding_log_refund,
+    window_owed,
+    sliding_log_owed_state,
+    sliding_log_restore,
+    nullptr,
+    nullptr,
+    period_bounds,
+    "keeps the time of every unit, not a count",
+    sliding_log_fields,
+};
 
 }  // namespace rl

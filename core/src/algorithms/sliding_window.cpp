@@ -21,7 +21,8 @@
 // (so that a block a process died writing is right again a tick later).
 #include <cstring>
 
-#include "algorithms/algorithms.h"
+#include "algorithms/algorithm.h"
+#include "render/out.h"
 
 namespace rl {
 
@@ -170,14 +171,10 @@ struct Window {
     }
 };
 
-}  // namespace
-
 size_t sliding_window_blob_size(const rl_rule_t &rule)
 {
     return offsetof(Block, count) + sizeof(uint32_t) * (rule.buckets + 1) + (rule.charge ? sizeof(int64_t) : 0);
 }
-
-namespace {
 
 // charge=: the instant until which a key owes units beyond the limit, after
 // the ring (unaligned: the ring's size is any multiple of 4).
@@ -195,8 +192,6 @@ void set_owed_until(const rl_rule_t &rule, Block *b, int64_t t)
     std::memcpy(&b->count[rule.buckets + 1], &t, sizeof(t));
 }
 
-}  // namespace
-
 // When a unit admitted now has left the window entirely.
 int64_t sliding_window_full_at(const rl_rule_t &rule, int64_t now)
 {
@@ -208,6 +203,9 @@ int64_t sliding_window_full_at(const rl_rule_t &rule, int64_t now)
 // that has left the window by head.t, and not after the current tick.
 void sliding_window_restore(const rl_rule_t &rule, State &s, int64_t now)
 {
+    if (s.head.n == 0 || s.head.t <= now) {
+        return;
+    }
     Block *b = reinterpret_cast<Block *>(s.blob);
     const int64_t S = rule.buckets, W = rule.period_ms;
     const int64_t k = floor_div(now * S, W);
@@ -220,8 +218,6 @@ void sliding_window_restore(const rl_rule_t &rule, State &s, int64_t now)
     b->total = b->count[slot_of(j, S + 1)] = s.head.n < rule.limit ? s.head.n : rule.limit;
     s.head.t = ceil_div((uint64_t) ((j + 1 + S) * W), (uint64_t) S);
 }
-
-namespace {
 
 // Moves the ring on to tick k (after its newest), zeroing the ticks it
 // skips; total is the ring's sum then (at(k)'s sum and old: the counters'
@@ -377,8 +373,6 @@ void unusual(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool a
     }
 }
 
-}  // namespace
-
 // A key that owes what a charge put beyond the limit is refused until it
 // has paid (owed_until), then decided on its window as it is then.
 rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
@@ -451,7 +445,7 @@ uint64_t sliding_window_charge(const rl_rule_t &rule, State &s, int64_t now, uin
 
 // Uncounts a refunded request from the tick it was counted in, if the ring
 // still holds that tick.
-void sliding_window_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64_t at)
+void sliding_window_refund(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t, int64_t at, int64_t)
 {
     Block *b = reinterpret_cast<Block *>(s.blob);
     const int64_t S = rule.buckets, W = rule.period_ms;
@@ -464,6 +458,62 @@ void sliding_window_refund(const rl_rule_t &rule, State &s, uint64_t cost, int64
     n -= back;
     b->total -= back < b->total ? back : b->total;
 }
+
+// Restored into the ticks a unit admitted now is counted in.
+State sliding_window_owed_state(const rl_rule_t &rule, Owed o, int64_t now)
+{
+    return restore_window(rule, o, now, sliding_window_full_at(rule, now), false);
+}
+
+// Its script computes in units of 1/buckets of a period: a count's worth.
+unsigned __int128 sliding_window_units(const rl_rule_t &rule, uint64_t count)
+{
+    return (unsigned __int128) count * (uint64_t) rule.period_ms;
+}
+
+// Until the tick after the newest spent has left the window; a debt is
+// owed for up to two windows and a tick more, then waits for the window
+// as it is then.
+void sliding_window_bounds(const rl_rule_t &rule, bool debt, Bounds &b)
+{
+    const uint64_t T = rule.period_ms > 0 ? (uint64_t) rule.period_ms : 1;
+    const uint64_t S = rule.buckets > 0 ? rule.buckets : 1;
+    const uint64_t tick = (T + S - 1) / S;
+    b.longest = debt ? 3 * (unsigned __int128) T + 2 * tick + 2 : T + tick;
+    b.window_min = b.window_max = (int64_t) T;
+}
+
+void sliding_window_fields(Out &o, const rl_rule_t &rule)
+{
+    o.field("period_ms", (uint64_t) rule.period_ms);
+    o.field("buckets", rule.buckets);
+}
+
+}  // namespace
+
+extern const Algorithm kSlidingWindow = {
+    "sliding_window",
+    kCount | kTicks,
+    P_BUCKETS,
+    nullptr,
+    period_tail,
+    sliding_window_blob_size,
+    limit_policy,
+    nullptr,
+    nullptr,
+    sliding_window,
+    sliding_window_charge,
+    nullptr,
+    sliding_window_refund,
+    window_owed,
+    sliding_window_owed_state,
+    sliding_window_restore,
+    nullptr,
+    sliding_window_units,
+    sliding_window_bounds,
+    nullptr,
+    sliding_window_fields,
+};
 
 // redis_sync: the fleet's counts of ticks k - S .. k (at[0] the oldest)
 // folded into the ring, each tick counting the largest of its own count

@@ -2,8 +2,7 @@
 // C entry points of the transitions (the dispatch is transition.h).
 #include <cstring>
 
-#include "algorithms/algorithms.h"
-#include "algorithms/exact_time.h"
+#include "algorithms/algorithm.h"
 #include "algorithms/transition.h"
 
 namespace rl {
@@ -22,47 +21,16 @@ rl_decision_t never(int64_t window, uint64_t remaining, int64_t reset_ms)
     return d;
 }
 
-// The policy the headers advertise (policy()): a quota that bounds what
-// remaining can show, over the time it takes to come back.  A bucket holds
-// burst; a shaper admits, when rested, delay + max_delay / T + 1 requests
-// (at once or delayed); both restore them at limit per period.  Windows hold
-// limit, over the window the decision names.
+// What the rule's requests read and none changes, from its algorithm's
+// record: its traits, its block's size, and the policy the headers
+// advertise (policy()): a quota that bounds what remaining can show, over
+// the time it takes to come back (-1: the decision's own window).
 void derive(rl_rule_t &rule)
 {
-    switch (rule.algorithm) {
-    case RL_SLIDING_WINDOW:
-        rule.block = (uint32_t) sliding_window_blob_size(rule);
-        break;
-    case RL_SLIDING_LOG:
-        rule.block = (uint32_t) sliding_log_blob_size(rule);
-        break;
-    case RL_CONCURRENCY:
-        rule.block = (uint32_t) concurrency_blob_size(rule);
-        break;
-    default:
-        rule.block = (uint32_t) paced_block_size(rule);
-        break;
-    }
-
-    const uint64_t T = (uint64_t) rule.period_ms;  // units of 1/limit ms
-    rule.policy_window_ms = -1;
-    switch (rule.algorithm) {
-    case RL_GCRA:
-    case RL_TOKEN_BUCKET:
-        rule.policy_quota = rule.burst;
-        break;
-    case RL_LEAKY_BUCKET:
-        rule.policy_quota = rule.delay + (uint64_t) rule.max_delay_ms * rule.limit / T + 1;
-        break;
-    case RL_CONCURRENCY:
-        rule.policy_quota = rule.limit;
-        rule.policy_window_ms = 0;  // no window: slots come back as requests end
-        return;
-    default:
-        rule.policy_quota = rule.limit;
-        return;
-    }
-    rule.policy_window_ms = rule.limit ? ceil_div(rule.policy_quota * T, rule.limit) : 0;
+    const Algorithm &a = algorithm_of(rule);
+    rule.traits = a.traits;
+    rule.block = (uint32_t) a.block_size(rule);
+    a.policy(rule);
 }
 
 }  // namespace rl

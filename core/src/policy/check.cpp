@@ -185,7 +185,7 @@ void queue(rl_request_t &rq, Item *items, bool queued, int64_t now)
 {
     for (size_t i = 0; i < rq.n; i++) {
         rl_check_t &c = rq.checks[i];
-        if (!rl::applies(c) || c.rule->algorithm != RL_CONCURRENCY || items[i].pool < 0) {
+        if (!rl::applies(c) || !rl::has(*c.rule, rl::kSlots) || items[i].pool < 0) {
             continue;
         }
         rl::Table *table = rl::Table::at(c.table);
@@ -238,7 +238,7 @@ template <bool kOne> void decide(rl_request_t &rq, Item *items, size_t i, bool f
     c.banning = 0;
     it.banned = false;
     it.committed = false;
-    if (rule.algorithm == RL_CONCURRENCY) {
+    if (rl::has(rule, rl::kSlots)) {
         decide_slots(rq, i, it.state, now);
         const int64_t until = rule.ban_ms > 0 && c.cost > 0 ? banned_until(table, c.tag, now) : 0;
         if (until != 0) {
@@ -284,7 +284,7 @@ void commit_block(rl_request_t &rq, Item *items, size_t i, bool &moved, int64_t 
     const rl_rule_t &rule = *c.rule;
     rl::Table *table = rl::Table::at(c.table);
     Item &it = items[i];
-    if (rule.algorithm == RL_CONCURRENCY) {
+    if (rl::has(rule, rl::kSlots)) {
         if (it.pool >= 0) {
             rl::State s = table->acquire(c.tag, it.pool, now);
             rl::concurrency_take(rule, s, now, c, rq.holder);
@@ -352,7 +352,7 @@ template <bool kOne> int decide_as(rl_request_t &rq, int64_t now)
             items[i].committed = items[i].banned = false;  // read by the passes below
             items[i].pool = -1;
             continue;
-        } else if (!kOne && !any && rl::blob_size(*c[i].rule) > 0 && c[i].rule->algorithm != RL_CONCURRENCY) {
+        } else if (!kOne && !any && rl::blob_size(*c[i].rule) > 0 && !rl::has(*c[i].rule, rl::kSlots)) {
             later[nlater++] = (uint8_t) i;
             items[i].pool = 0;  // decided below: not a head to share
             continue;
@@ -424,7 +424,7 @@ bool decide_found(rl_request_t &rq, int64_t now, int *verdict)
             continue;
         }
         const rl_rule_t &rule = *ci.rule;
-        if (rule.algorithm == RL_CONCURRENCY || rule.ban_ms > 0) {
+        if (rl::has(rule, rl::kSlots) || rule.ban_ms > 0) {
             return false;
         }
         for (size_t j = 0; j < i; j++) {

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "algorithms/algorithms.h"
+#include "algorithms/algorithm.h"
 #include "ratelimit.h"
 
 namespace {
@@ -16,7 +16,8 @@ namespace {
 void policy_of(const rl_rule_t &rule, int64_t now, uint64_t *quota, int64_t *window)
 {
     rl_decision_t d{};
-    d.window_ms = rule.algorithm == RL_QUOTA ? rl::quota_span(rule, now).window : rule.period_ms;
+    int64_t (*calendar)(const rl_rule_t &, int64_t) = rl::algorithm_of(rule).policy_window;
+    d.window_ms = calendar != nullptr ? calendar(rule, now) : rule.period_ms;
     rl::policy(rule, d);
     *quota = d.quota;
     *window = d.window_ms;
@@ -28,8 +29,10 @@ extern "C" {
 
 int rl_rule_policy_fixed(const rl_rule_t *rule)
 {
-    // a variable limit or burst is the request's; a month is 28 to 31 days
-    return !rule->limit_var && !rule->burst_var && !(rule->algorithm == RL_QUOTA && rule->reset == RL_RESET_MONTHLY);
+    // a variable limit or burst is the request's; its algorithm's may be
+    // (a month is 28 to 31 days)
+    int (*fixed)(const rl_rule_t &) = rl::algorithm_of(*rule).policy_fixed;
+    return !rule->limit_var && !rule->burst_var && (fixed == nullptr || fixed(*rule));
 }
 
 size_t rl_policy_field(const rl_rule_t *const *rules, size_t n, int64_t now_ms, char *out, size_t cap)

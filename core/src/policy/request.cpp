@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "algorithms/algorithms.h"
+#include "algorithms/algorithm.h"
 #include "table/table.h"
 #include "util/fault.h"
 
@@ -274,7 +274,7 @@ int rl_request_end(rl_request_t *rq, int64_t now_ms)
             if (rl::settles(c)) {
                 rl::settle(c, now_ms);
             }
-            if (rl::applies(c) && c.rule->algorithm == RL_CONCURRENCY) {
+            if (rl::applies(c) && rl::has(*c.rule, rl::kSlots)) {
                 freed += release(c, rq->holder, now_ms);
             }
         }
@@ -298,6 +298,11 @@ void rl_request_count_charges(const rl_request_t *rq)
             rl::count_charge(rq->checks[i]);
         }
     }
+}
+
+int rl_rule_holds_slots(const rl_rule_t *rule)
+{
+    return (rl::algorithm_of(*rule).traits & rl::kSlots) != 0;
 }
 
 uint32_t rl_rule_block_size(const rl_rule_t *rule)

@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
+#include <string>
 
+#include "algorithms/algorithm.h"
 #include "algorithms/exact_time.h"
 #include "ratelimit.h"
 #include "util/error.h"
@@ -13,30 +15,7 @@
 
 namespace {
 
-using rl::fail;
-
-enum Param : uint32_t {
-    P_ALGORITHM = 1u << 0,
-    P_LIMIT = 1u << 1,
-    P_PERIOD = 1u << 2,
-    P_BURST = 1u << 3,
-    P_COST = 1u << 4,
-    P_NAME = 1u << 5,
-    P_ALIGN = 1u << 6,
-    P_BUCKETS = 1u << 7,
-    P_MAX_DELAY = 1u << 8,
-    P_RESET = 1u << 9,
-    P_UTC_OFFSET = 1u << 10,
-    P_ZERO_COST = 1u << 11,
-    P_LOG_KEY = 1u << 12,
-    P_LIMIT_DEFAULT = 1u << 13,
-    P_LIMIT_MAX = 1u << 14,
-    P_DELAY = 1u << 15,
-    P_CHARGE = 1u << 16,
-    P_BAN = 1u << 17,
-    P_MAX_WAIT = 1u << 18,
-    P_ABANDONED = 1u << 19,
-};
+using namespace rl;
 
 // Every parameter the core parses, by name.
 const struct {
@@ -73,38 +52,10 @@ struct Name {
     uint32_t value;
 };
 
-const Name algorithms[] = {
-    {"gcra", RL_GCRA},
-    {"token_bucket", RL_TOKEN_BUCKET},
-    {"fixed_window", RL_FIXED_WINDOW},
-    {"sliding_window", RL_SLIDING_WINDOW},
-    {"sliding_log", RL_SLIDING_LOG},
-    {"leaky_bucket", RL_LEAKY_BUCKET},
-    {"quota", RL_QUOTA},
-    {"concurrency", RL_CONCURRENCY},
-};
-const char *const algorithm_list =
-    "gcra, token_bucket, fixed_window, sliding_window, sliding_log, leaky_bucket, quota or concurrency";
-
 const Name aligns[] = {{"epoch", RL_ALIGN_EPOCH}, {"first", RL_ALIGN_FIRST}};
-const Name switches[] = {{"off", 0}, {"on", 1}};
+const Name switches[] = {{"on", 1}, {"off", 0}};
 const Name resets[] = {{"daily", RL_RESET_DAILY}, {"weekly", RL_RESET_WEEKLY}, {"monthly", RL_RESET_MONTHLY}};
 const Name abandons[] = {{"keep", RL_ABANDONED_KEEP}, {"charge", RL_ABANDONED_CHARGE}};
-
-// Parameters that belong to one algorithm only: [bit, name, algorithm].
-const struct {
-    uint32_t bit;
-    const char *name;
-    uint32_t algorithm;
-} specific[] = {
-    {P_ALIGN, "align", RL_FIXED_WINDOW},
-    {P_BUCKETS, "buckets", RL_SLIDING_WINDOW},
-    {P_MAX_DELAY, "max_delay", RL_LEAKY_BUCKET},
-    {P_DELAY, "delay", RL_LEAKY_BUCKET},
-    {P_RESET, "reset", RL_QUOTA},
-    {P_UTC_OFFSET, "utc_offset", RL_QUOTA},
-    {P_MAX_WAIT, "max_wait", RL_CONCURRENCY},
-};
 
 // "+HH:MM" or "-HH:MM", at most 14:00 either way.
 bool parse_offset(const char *p, size_t len, int32_t *minutes)
@@ -174,22 +125,64 @@ const char *name_of(const Name *names, size_t n, uint32_t value)
 
 const char *algorithm_name(uint32_t a)
 {
-    return name_of(algorithms, sizeof(algorithms) / sizeof(algorithms[0]), a);
+    return a < RL_ALGORITHM_COUNT ? algorithm_of(a).name : "?";
+}
+
+// The algorithm of a name, by its record: false if none has it.
+bool algorithm_named(Text v, uint32_t *out)
+{
+    for (uint32_t a = 0; a < RL_ALGORITHM_COUNT; a++) {
+        if (v.is(algorithm_of(a).name)) {
+            *out = a;
+            return true;
+        }
+    }
+    return false;
+}
+
+// "gcra, token_bucket, ... or concurrency", from the records.
+void algorithm_list(char *out, size_t len)
+{
+    size_t at = 0;
+    for (uint32_t a = 0; a < RL_ALGORITHM_COUNT && at < len; a++) {
+        at += (size_t) std::snprintf(out + at, len - at, "%s%s",
+                                     a == 0                       ? ""
+                                     : a + 1 < RL_ALGORITHM_COUNT ? ", "
+                                                                  : " or ",
+                                     algorithm_of(a).name);
+    }
+}
+
+// The algorithms with any of these traits, or taking any of these
+// parameters of their own: "gcra and token_bucket".
+std::string whose(uint32_t traits, uint32_t param)
+{
+    std::string names;
+    for (uint32_t a = 0; a < RL_ALGORITHM_COUNT; a++) {
+        const Algorithm &r = algorithm_of(a);
+        if ((r.traits & traits) || (r.params & param)) {
+            names += (names.empty() ? "" : " and ") + std::string(r.name);
+        }
+    }
+    return names;
+}
+
+// The parameters some algorithm takes as its own.
+uint32_t whose_params()
+{
+    uint32_t own = 0;
+    for (uint32_t a = 0; a < RL_ALGORITHM_COUNT; a++) {
+        own |= algorithm_of(a).params;
+    }
+    return own;
 }
 
 // The shortest exact spelling of a period: 60000 -> "1m", 1500 -> "1500ms".
 void format_period(int64_t ms, char *buf, size_t len)
 {
-    static const struct {
-        int64_t ms;
-        const char *unit;
-    } units[] = {{86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"}, {1, "ms"}};
-    for (const auto &u : units) {
-        if (ms % u.ms == 0) {
-            std::snprintf(buf, len, "%lld%s", (long long) (ms / u.ms), u.unit);
-            return;
-        }
-    }
+    rl_rule_t r{};
+    r.period_ms = ms;
+    period_tail(r, buf, len);
 }
 
 // The exact arithmetic (exact_time.h) works in units of 1/limit ms: a
@@ -199,8 +192,8 @@ constexpr uint64_t kUnitsBound = 1ull << 61;
 
 bool too_large(const rl_rule_t &rule)
 {
-    const bool bucket = rule.algorithm == RL_GCRA || rule.algorithm == RL_TOKEN_BUCKET;
-    const bool leaky = rule.algorithm == RL_LEAKY_BUCKET;
+    const uint32_t traits = algorithm_of(rule).traits;
+    const bool bucket = traits & kBucket, leaky = traits & kShaper;
     // with charge=, a bucket may owe a limit beyond its burst (RL_DEBT)
     const uint64_t count = bucket ? (uint64_t) rule.burst + (rule.charge ? rule.limit : 0) : rule.limit;
     const uint64_t span = (uint64_t) rule.period_ms + (leaky ? (uint64_t) rule.max_delay_ms : 0);
@@ -224,89 +217,97 @@ bool name_char(char c)
            c == '.';
 }
 
-int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t errlen)
+// The parameters that are numbers, times or words: each its field, its
+// bounds or its words, and what a bad value is told to be instead.
+struct NumberParam {
+    uint32_t bit;
+    uint32_t rl_rule_t::*field;
+    uint64_t min, max;
+};
+const NumberParam number_params[] = {
+    {P_LIMIT, &rl_rule_t::limit, 1, RL_LIMIT_MAX},
+    {P_LIMIT_DEFAULT, &rl_rule_t::limit, 1, RL_LIMIT_MAX},  // the limit until a request's variable says
+    {P_BURST, &rl_rule_t::burst, 1, RL_LIMIT_MAX},
+    {P_COST, &rl_rule_t::cost, 0, RL_LIMIT_MAX},
+    {P_DELAY, &rl_rule_t::delay, 0, RL_LIMIT_MAX},
+    {P_LIMIT_MAX, &rl_rule_t::limit_max, 1, RL_LIMIT_MAX},
+    {P_BUCKETS, &rl_rule_t::buckets, 1, RL_BUCKETS_MAX},
+};
+
+struct TimeParam {
+    uint32_t bit;
+    int64_t rl_rule_t::*field;
+    int64_t min, max;
+    const char *expected;
+};
+const TimeParam time_params[] = {
+    {P_PERIOD, &rl_rule_t::period_ms, 1, RL_PERIOD_MAX_MS, "a time from 1ms to 366d, like 500ms, 1s, 1m, 1h, 7d"},
+    {P_BAN, &rl_rule_t::ban_ms, 1, RL_BAN_MAX_MS, "a time from 1ms to 366d, like 30s, 15m, 1h"},
+    {P_MAX_WAIT, &rl_rule_t::max_wait_ms, 0, 3600000, "a time from 0ms to 1h, like 500ms, 10s, 1m"},
+    {P_MAX_DELAY, &rl_rule_t::max_delay_ms, 0, RL_PERIOD_MAX_MS, "a time from 0ms to 366d, like 500ms, 5s, 1m"},
+};
+
+struct WordParam {
+    uint32_t bit;
+    uint32_t rl_rule_t::*field;
+    const Name *words;
+    size_t n;
+};
+const WordParam word_params[] = {
+    {P_RESET, &rl_rule_t::reset, resets, 3},         {P_ALIGN, &rl_rule_t::align, aligns, 2},
+    {P_ABANDONED, &rl_rule_t::abandoned, abandons, 2}, {P_ZERO_COST, &rl_rule_t::zero_cost, switches, 2},
+    {P_LOG_KEY, &rl_rule_t::log_key, switches, 2},
+};
+
+int set_number(rl_rule_t *rule, const NumberParam &p, Text v, Text whole, char *err, size_t errlen)
+{
+    uint64_t n;
+    if (!parse_uint(v, p.max, &n) || n < p.min) {
+        return fail(err, errlen, "invalid \"%.*s\": expected an integer from %llu to %llu%s", (int) whole.len, whole.p,
+                    (unsigned long long) p.min, (unsigned long long) p.max,
+                    (p.bit & variable_params) ? ", or a $variable" : "");
+    }
+    rule->*p.field = (uint32_t) n;
+    return RL_OK;
+}
+
+int set_time(rl_rule_t *rule, const TimeParam &p, Text v, Text whole, char *err, size_t errlen)
+{
+    int64_t ms;
+    if (rl_parse_time_ms(v.p, v.len, &ms) != RL_OK || ms < p.min || ms > p.max) {
+        return fail(err, errlen, "invalid \"%.*s\": expected %s", (int) whole.len, whole.p, p.expected);
+    }
+    rule->*p.field = ms;
+    return RL_OK;
+}
+
+// "expected reset=daily, reset=weekly or reset=monthly"
+int set_word(rl_rule_t *rule, const WordParam &p, Text name, Text v, Text whole, char *err, size_t errlen)
+{
+    if (lookup(p.words, p.n, v, &(rule->*p.field))) {
+        return RL_OK;
+    }
+    char expected[RL_ERR_MAX / 2] = "";
+    size_t at = 0;
+    for (size_t i = 0; i < p.n && at < sizeof(expected); i++) {
+        at += (size_t) std::snprintf(expected + at, sizeof(expected) - at, "%s%.*s=%s",
+                                     i == 0 ? "" : i + 1 < p.n ? ", " : " or ", (int) name.len, name.p, p.words[i].text);
+    }
+    return fail(err, errlen, "invalid \"%.*s\": expected %s", (int) whole.len, whole.p, expected);
+}
+
+// The parameters of their own kind: algorithm=, name=, utc_offset=.
+int set_other(rl_rule_t *rule, uint32_t bit, Text v, Text whole, char *err, size_t errlen)
 {
     const int w = (int) whole.len;
-    uint32_t bit;
-    uint64_t n;
-
-    if (name.is("zone") || name.is("key")) {
-        return RL_DECLINED;
-    }
-
-    bit = 0;
-    for (const auto &p : params) {
-        if (name.is(p.name)) {
-            bit = p.bit;
-        }
-    }
-    if (bit == 0) {
-        char expected[RL_ERR_MAX] = "zone=, key=";
-        const size_t n = sizeof(params) / sizeof(params[0]);
-        for (size_t i = 0; i < n; i++) {
-            const size_t at = std::strlen(expected);
-            std::snprintf(expected + at, sizeof(expected) - at, "%s%s=", i + 1 < n ? ", " : " or ", params[i].name);
-        }
-        return fail(err, errlen, "unknown parameter \"%.*s\": expected %s", w, whole.p, expected);
-    }
-
-    if (rule->given & bit) {
-        return fail(err, errlen, "duplicate parameter \"%.*s\": each parameter may be given once", w, whole.p);
-    }
-    rule->given |= bit;
-
-    if (bit == P_CHARGE) {
-        if (v.len == 0) {
-            return fail(err, errlen, "invalid \"%.*s\": expected a value, like charge=$upstream_http_x_tokens", w,
-                        whole.p);
-        }
-        rule->charge = 1;
-        return RL_DECLINED;  // the glue evaluates it when the request ends
-    }
-
-    if ((bit & variable_params) && v.len > 0 && v.p[0] == '$') {
-        (bit == P_COST ? rule->cost_var : bit == P_LIMIT ? rule->limit_var : rule->burst_var) = 1;
-        return RL_DECLINED;  // the glue evaluates it per request
-    }
-
     switch (bit) {
     case P_ALGORITHM:
-        if (!lookup(algorithms, sizeof(algorithms) / sizeof(algorithms[0]), v, &rule->algorithm)) {
-            return fail(err, errlen, "invalid \"%.*s\": expected algorithm=%s", w, whole.p, algorithm_list);
+        if (!algorithm_named(v, &rule->algorithm)) {
+            char list[RL_ERR_MAX / 2];
+            algorithm_list(list, sizeof(list));
+            return fail(err, errlen, "invalid \"%.*s\": expected algorithm=%s", w, whole.p, list);
         }
         return RL_OK;
-
-    case P_LIMIT:
-    case P_BURST:
-    case P_COST:
-    case P_DELAY:
-    case P_LIMIT_DEFAULT:
-    case P_LIMIT_MAX: {
-        const uint64_t min = bit == P_COST || bit == P_DELAY ? 0 : 1;
-        if (!parse_uint(v, RL_LIMIT_MAX, &n) || n < min) {
-            return fail(err, errlen, "invalid \"%.*s\": expected an integer from %llu to %u%s", w, whole.p,
-                        (unsigned long long) min, RL_LIMIT_MAX, (bit & variable_params) ? ", or a $variable" : "");
-        }
-        // limit_default= is the limit until a request's variable says otherwise
-        uint32_t *field = bit == P_LIMIT || bit == P_LIMIT_DEFAULT ? &rule->limit
-                          : bit == P_BURST                         ? &rule->burst
-                          : bit == P_COST                          ? &rule->cost
-                          : bit == P_DELAY                         ? &rule->delay
-                                                                   : &rule->limit_max;
-        *field = (uint32_t) n;
-        return RL_OK;
-    }
-
-    case P_PERIOD: {
-        int64_t ms;
-        if (rl_parse_time_ms(v.p, v.len, &ms) != RL_OK || ms < 1 || ms > RL_PERIOD_MAX_MS) {
-            return fail(err, errlen, "invalid \"%.*s\": expected a time from 1ms to 366d, like 500ms, 1s, 1m, 1h, 7d",
-                        w, whole.p);
-        }
-        rule->period_ms = ms;
-        return RL_OK;
-    }
-
     case P_NAME:
         if (!rl_name_valid(v.p, v.len)) {
             return fail(err, errlen, "invalid \"%.*s\": expected " RL_NAME_EXPECTED, w, whole.p);
@@ -314,72 +315,220 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
         std::memcpy(rule->name, v.p, v.len);
         rule->name[v.len] = '\0';
         return RL_OK;
-
-    case P_BUCKETS:
-        if (!parse_uint(v, RL_BUCKETS_MAX, &n) || n < 1) {
-            return fail(err, errlen, "invalid \"%.*s\": expected an integer from 1 to %u", w, whole.p, RL_BUCKETS_MAX);
-        }
-        rule->buckets = (uint32_t) n;
-        return RL_OK;
-
-    case P_BAN:
-        if (rl_parse_time_ms(v.p, v.len, &rule->ban_ms) != RL_OK || rule->ban_ms < 1 || rule->ban_ms > RL_BAN_MAX_MS) {
-            return fail(err, errlen, "invalid \"%.*s\": expected a time from 1ms to 366d, like 30s, 15m, 1h", w,
-                        whole.p);
-        }
-        return RL_OK;
-
-    case P_MAX_WAIT:
-        if (rl_parse_time_ms(v.p, v.len, &rule->max_wait_ms) != RL_OK || rule->max_wait_ms > 3600000) {
-            return fail(err, errlen, "invalid \"%.*s\": expected a time from 0ms to 1h, like 500ms, 10s, 1m", w,
-                        whole.p);
-        }
-        return RL_OK;
-
-    case P_MAX_DELAY:
-        if (rl_parse_time_ms(v.p, v.len, &rule->max_delay_ms) != RL_OK || rule->max_delay_ms > RL_PERIOD_MAX_MS) {
-            return fail(err, errlen, "invalid \"%.*s\": expected a time from 0ms to 366d, like 500ms, 5s, 1m", w,
-                        whole.p);
-        }
-        return RL_OK;
-
-    case P_RESET:
-        if (!lookup(resets, 3, v, &rule->reset)) {
-            return fail(err, errlen, "invalid \"%.*s\": expected reset=daily, reset=weekly or reset=monthly", w,
-                        whole.p);
-        }
-        return RL_OK;
-
-    case P_UTC_OFFSET:
+    default: /* P_UTC_OFFSET */
         if (!parse_offset(v.p, v.len, &rule->utc_offset_min)) {
             return fail(err, errlen, "invalid \"%.*s\": expected +HH:MM or -HH:MM, at most 14:00, like +05:30", w,
                         whole.p);
         }
         return RL_OK;
-
-    case P_ZERO_COST:
-    case P_LOG_KEY: {
-        uint32_t on;
-        if (!lookup(switches, 2, v, &on)) {
-            return fail(err, errlen, "invalid \"%.*s\": expected %.*s=on or %.*s=off", w, whole.p, (int) name.len,
-                        name.p, (int) name.len, name.p);
-        }
-        (bit == P_ZERO_COST ? rule->zero_cost : rule->log_key) = on;
-        return RL_OK;
     }
+}
 
-    case P_ABANDONED:
-        if (!lookup(abandons, 2, v, &rule->abandoned)) {
-            return fail(err, errlen, "invalid \"%.*s\": expected abandoned=keep or abandoned=charge", w, whole.p);
+// The parameter's bit in the table of parameters (0: none), and the list
+// of them for a message.
+uint32_t param_bit(Text name)
+{
+    for (const auto &p : params) {
+        if (name.is(p.name)) {
+            return p.bit;
         }
-        return RL_OK;
-
-    default: /* P_ALIGN */
-        if (!lookup(aligns, 2, v, &rule->align)) {
-            return fail(err, errlen, "invalid \"%.*s\": expected align=epoch or align=first", w, whole.p);
-        }
-        return RL_OK;
     }
+    return 0;
+}
+
+int unknown_param(Text whole, char *err, size_t errlen)
+{
+    char expected[RL_ERR_MAX] = "zone=, key=";
+    const size_t n = sizeof(params) / sizeof(params[0]);
+    for (size_t i = 0; i < n; i++) {
+        const size_t at = std::strlen(expected);
+        std::snprintf(expected + at, sizeof(expected) - at, "%s%s=", i + 1 < n ? ", " : " or ", params[i].name);
+    }
+    return fail(err, errlen, "unknown parameter \"%.*s\": expected %s", (int) whole.len, whole.p, expected);
+}
+
+int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t errlen)
+{
+    if (name.is("zone") || name.is("key")) {
+        return RL_DECLINED;
+    }
+    const uint32_t bit = param_bit(name);
+    if (bit == 0) {
+        return unknown_param(whole, err, errlen);
+    }
+    if (rule->given & bit) {
+        return fail(err, errlen, "duplicate parameter \"%.*s\": each parameter may be given once", (int) whole.len,
+                    whole.p);
+    }
+    rule->given |= bit;
+
+    if (bit == P_CHARGE) {
+        if (v.len == 0) {
+            return fail(err, errlen, "invalid \"%.*s\": expected a value, like charge=$upstream_http_x_tokens",
+                        (int) whole.len, whole.p);
+        }
+        rule->charge = 1;
+        return RL_DECLINED;  // the glue evaluates it when the request ends
+    }
+    if ((bit & variable_params) && v.len > 0 && v.p[0] == '$') {
+        (bit == P_COST ? rule->cost_var : bit == P_LIMIT ? rule->limit_var : rule->burst_var) = 1;
+        return RL_DECLINED;  // the glue evaluates it per request
+    }
+    for (const auto &p : number_params) {
+        if (p.bit == bit) {
+            return set_number(rule, p, v, whole, err, errlen);
+        }
+    }
+    for (const auto &p : time_params) {
+        if (p.bit == bit) {
+            return set_time(rule, p, v, whole, err, errlen);
+        }
+    }
+    for (const auto &p : word_params) {
+        if (p.bit == bit) {
+            return set_word(rule, p, name, v, whole, err, errlen);
+        }
+    }
+    return set_other(rule, bit, v, whole, err, errlen);
+}
+
+// The parameters given that the rule's algorithm does not take: burst=
+// but for a bucket, another algorithm's own, charge= where it cannot
+// spend.  Every rule needs a limit.
+int check_given(const rl_rule_t &rule, const Algorithm &a, char *err, size_t errlen)
+{
+    if (!(rule.given & P_LIMIT)) {
+        return fail(err, errlen, "missing \"limit=\": every rule needs one, e.g. limit=100");
+    }
+    if ((rule.given & P_BURST) && !(a.traits & kBucket)) {
+        char burst[16] = "";
+        if (!rule.burst_var) {
+            std::snprintf(burst, sizeof(burst), "%u", rule.burst);
+        }
+        return fail(err, errlen, "\"burst=%s\" does not apply to algorithm=%s: burst is for %s", burst, a.name,
+                    whose(kBucket, 0).c_str());
+    }
+    for (const auto &p : params) {
+        const uint32_t own = whose_params();
+        if ((rule.given & p.bit & own) && !(a.params & p.bit)) {
+            return fail(err, errlen, "\"%s=\" does not apply to algorithm=%s: %s is for %s", p.name, a.name, p.name,
+                        whose(0, p.bit).c_str());
+        }
+    }
+    if (rule.charge && a.charge == nullptr) {
+        return fail(err, errlen, "\"charge=\" does not apply to algorithm=%s: %s", a.name, a.no_charge);
+    }
+    if ((rule.given & P_ABANDONED) && !rule.charge) {
+        return fail(err, errlen,
+                    "\"abandoned=\" applies to rules with charge= only: it says what a request its client "
+                    "abandoned spends, its reservation (keep) or its charge");
+    }
+    if ((rule.given & P_ZERO_COST) && !rule.cost_var) {
+        return fail(err, errlen,
+                    "\"zero_cost=\" applies to cost=$variable only: a constant cost=0 always looks without "
+                    "spending");
+    }
+    return RL_OK;
+}
+
+// A variable limit or burst: the limit a bad value falls back to, and the
+// largest it may give.
+int check_variables(const rl_rule_t &rule, char *err, size_t errlen)
+{
+    if (rule.limit_var && !(rule.given & P_LIMIT_DEFAULT)) {
+        return fail(err, errlen,
+                    "missing \"limit_default=\" for limit=$variable: the limit a request gets when the variable's "
+                    "value is not a valid limit, e.g. limit_default=100");
+    }
+    if (!rule.limit_var && (rule.given & P_LIMIT_DEFAULT)) {
+        return fail(err, errlen, "\"limit_default=\" applies to limit=$variable only");
+    }
+    if (!(rule.limit_var || rule.burst_var) && (rule.given & P_LIMIT_MAX)) {
+        return fail(err, errlen, "\"limit_max=\" applies to limit=$variable or burst=$variable only");
+    }
+    return RL_OK;
+}
+
+// The 2^61 bound (too_large): the message names the largest time for this
+// count, and the largest count for this time.
+int too_large_error(const rl_rule_t &rule, const Algorithm &a, char *err, size_t errlen)
+{
+    const uint64_t max_units = kUnitsBound;
+    const bool bucket = a.traits & kBucket, leaky = a.traits & kShaper;
+    const uint64_t count = bucket ? rule.burst : rule.limit;
+    const uint64_t span = (uint64_t) rule.period_ms + (leaky ? (uint64_t) rule.max_delay_ms : 0);
+    char period[32];
+    format_period(rule.period_ms, period, sizeof(period));
+    if (leaky && rule.delay > 0) {
+        return fail(err, errlen,
+                    "limit=%u and delay=%u with \"period=%s\" and max_delay are too large: (limit + delay) x period "
+                    "+ limit x max_delay in ms may be at most 2^61",
+                    rule.limit, rule.delay, period);
+    }
+    if (bucket && rule.charge) {
+        return fail(err, errlen,
+                    "burst=%u and limit=%u with \"period=%s\" are too large for charge=: a key may owe a limit "
+                    "beyond its burst, and (burst + limit) x period in ms may be at most 2^61",
+                    rule.burst, rule.limit, period);
+    }
+    const uint64_t most_ms = max_units / count;
+    return fail(err, errlen,
+                "%s=%u with \"period=%s\"%s is too large: %s in ms may be at most 2^61: with %s=%u, %s may be at "
+                "most %llums (%llu.%llu days); with %s, %s=%llu at most",
+                bucket ? "burst" : "limit", (unsigned) count, period, leaky ? " and max_delay" : "",
+                bucket ? "burst x period" : "limit x (period + max_delay)", bucket ? "burst" : "limit",
+                (unsigned) count, bucket ? "period" : "period + max_delay", (unsigned long long) most_ms,
+                (unsigned long long) (most_ms / 86400000), (unsigned long long) (most_ms / 8640000 % 10),
+                bucket ? "this period" : "these times", bucket ? "burst" : "limit",
+                (unsigned long long) (max_units / span));
+}
+
+// The defaults, then the bounds every rule keeps: a variable within
+// limit_max, a cost the rule can admit, the exact arithmetic's 2^61.
+int check_bounds(rl_rule_t &rule, const Algorithm &a, char *err, size_t errlen)
+{
+    const bool var = rule.limit_var || rule.burst_var;
+    if (var && !(rule.given & P_LIMIT_MAX)) {
+        rule.limit_max = RL_LIMIT_MAX;
+    }
+    if (var && rule.limit > rule.limit_max) {
+        return fail(err, errlen, "\"%s=%u\" exceeds limit_max=%u", rule.limit_var ? "limit_default" : "limit",
+                    rule.limit, rule.limit_max);
+    }
+    if (!(rule.given & P_BURST) || rule.burst_var) {
+        rule.burst = rule.limit;
+    }
+    if (!(rule.given & P_BUCKETS)) {
+        rule.buckets = 10;
+    }
+    if (!(rule.given & P_MAX_DELAY)) {
+        rule.max_delay_ms = rule.period_ms;
+    }
+    const bool bucket = a.traits & kBucket;
+    const uint32_t capacity = bucket ? rule.burst : rule.limit;
+    if (rule.cost > capacity) {
+        return fail(err, errlen, "\"cost=%u\" can never be admitted: it exceeds %s=%u", rule.cost,
+                    bucket ? "burst" : "limit", capacity);
+    }
+    return too_large(rule) ? too_large_error(rule, a, err, errlen) : RL_OK;
+}
+
+// A rule without name=: its algorithm, limit, its record's last word (a
+// period, a calendar) and what sets it apart: gcra_100_1m, gcra_var_1h,
+// gcra_100_1m_b20, leaky_bucket_10_1s_d5.
+void default_name(rl_rule_t &rule, const Algorithm &a)
+{
+    char tail[32], limit[16], extra[16] = "";
+    a.name_tail(rule, tail, sizeof(tail));
+    std::snprintf(limit, sizeof(limit), rule.limit_var ? "var" : "%u", rule.limit);
+    if (rule.burst_var) {
+        std::snprintf(extra, sizeof(extra), "_bvar");
+    } else if ((a.traits & kBucket) && rule.burst != rule.limit) {
+        std::snprintf(extra, sizeof(extra), "_b%u", rule.burst);
+    } else if (rule.delay > 0) {
+        std::snprintf(extra, sizeof(extra), "_d%u", rule.delay);
+    }
+    std::snprintf(rule.name, RL_NAME_MAX, "%s_%s_%s%s", a.name, limit, tail, extra);
 }
 
 }  // namespace
@@ -389,7 +538,7 @@ extern "C" {
 void rl_rule_init(rl_rule_t *rule)
 {
     std::memset(rule, 0, sizeof(*rule));
-    rule->algorithm = RL_GCRA;
+    rule->algorithm = RL_ALGORITHM_DEFAULT;
     rule->period_ms = 1000;
     rule->cost = 1;
     rule->align = RL_ALIGN_EPOCH;
@@ -413,200 +562,16 @@ int rl_rule_param(rl_rule_t *rule, const char *param, size_t len, char *err, siz
 int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
 {
     try {
-        const uint32_t a = rule->algorithm;
-        const char *alg = algorithm_name(a);
-        const bool bucket = a == RL_GCRA || a == RL_TOKEN_BUCKET;
-
-        if (!(rule->given & P_LIMIT)) {
-            return fail(err, errlen, "missing \"limit=\": every rule needs one, e.g. limit=100");
+        const Algorithm &a = algorithm_of(*rule);
+        if (check_given(*rule, a, err, errlen) != RL_OK || check_variables(*rule, err, errlen) != RL_OK ||
+            (a.finish != nullptr && a.finish(*rule, err, errlen) != RL_OK) ||
+            check_bounds(*rule, a, err, errlen) != RL_OK) {
+            return RL_ERROR;
         }
-        if ((rule->given & P_BURST) && !bucket) {
-            char burst[16] = "";
-            if (!rule->burst_var) {
-                std::snprintf(burst, sizeof(burst), "%u", rule->burst);
-            }
-            return fail(err, errlen, "\"burst=%s\" does not apply to algorithm=%s: burst is for gcra and token_bucket",
-                        burst, alg);
-        }
-        for (const auto &p : specific) {
-            if ((rule->given & p.bit) && a != p.algorithm) {
-                return fail(err, errlen, "\"%s=\" does not apply to algorithm=%s: %s is for %s", p.name, alg, p.name,
-                            algorithm_name(p.algorithm));
-            }
-        }
-
-        if (rule->charge && a == RL_LEAKY_BUCKET) {
-            return fail(err, errlen,
-                        "\"charge=\" does not apply to algorithm=leaky_bucket: a shaper sets each request's "
-                        "delay before it is served, so what the request spends cannot change after it");
-        }
-
-        if ((rule->given & P_ABANDONED) && !rule->charge) {
-            return fail(err, errlen,
-                        "\"abandoned=\" applies to rules with charge= only: it says what a request its client "
-                        "abandoned spends, its reservation (keep) or its charge");
-        }
-
-        if ((rule->given & P_ZERO_COST) && !rule->cost_var) {
-            return fail(err, errlen,
-                        "\"zero_cost=\" applies to cost=$variable only: a constant cost=0 always looks without "
-                        "spending");
-        }
-
-        if (rule->limit_var && !(rule->given & P_LIMIT_DEFAULT)) {
-            return fail(err, errlen,
-                        "missing \"limit_default=\" for limit=$variable: the limit a request gets when the "
-                        "variable's value is not a valid limit, e.g. limit_default=100");
-        }
-        if (!rule->limit_var && (rule->given & P_LIMIT_DEFAULT)) {
-            return fail(err, errlen, "\"limit_default=\" applies to limit=$variable only");
-        }
-        const bool var = rule->limit_var || rule->burst_var;
-        if (!var && (rule->given & P_LIMIT_MAX)) {
-            return fail(err, errlen, "\"limit_max=\" applies to limit=$variable or burst=$variable only");
-        }
-        if (var && !(rule->given & P_LIMIT_MAX)) {
-            if (a == RL_CONCURRENCY) {
-                return fail(err, errlen,
-                            "missing \"limit_max=\" for algorithm=concurrency with limit=$variable: its state "
-                            "keeps who holds each slot, sized by the largest limit, e.g. limit_max=100 (at most %u)",
-                            RL_CONCURRENCY_MAX);
-            }
-            if (a == RL_SLIDING_LOG) {
-                return fail(err, errlen,
-                            "missing \"limit_max=\" for algorithm=sliding_log with limit=$variable: its state "
-                            "keeps one time a unit, sized by the largest limit, e.g. limit_max=1000 (at most %u)",
-                            RL_LOG_LIMIT_MAX);
-            }
-            rule->limit_max = RL_LIMIT_MAX;
-        }
-        if (var && rule->limit > rule->limit_max) {
-            return fail(err, errlen, "\"%s=%u\" exceeds limit_max=%u", rule->limit_var ? "limit_default" : "limit",
-                        rule->limit, rule->limit_max);
-        }
-
-        if (a == RL_CONCURRENCY) {
-            if (rule->given & P_PERIOD) {
-                return fail(err, errlen,
-                            "\"period=\" does not apply to algorithm=concurrency: it limits the requests of a "
-                            "key in flight at once, not a rate (add a rule of another algorithm for a rate)");
-            }
-            if ((rule->given & P_COST) || rule->charge) {
-                return fail(err, errlen,
-                            "\"%s=\" does not apply to algorithm=concurrency: each request holds one slot while "
-                            "it runs",
-                            rule->charge ? "charge" : "cost");
-            }
-            const uint32_t most = rule->limit_var ? rule->limit_max : rule->limit;
-            if (most > RL_CONCURRENCY_MAX) {
-                return fail(err, errlen,
-                            "\"%s=%u\" is too large for algorithm=concurrency: a key holds at most %u requests in "
-                            "flight (its state keeps who holds each)",
-                            rule->limit_var ? "limit_max" : "limit", most, RL_CONCURRENCY_MAX);
-            }
-        }
-        if (a == RL_QUOTA) {
-            if (rule->given & P_PERIOD) {
-                return fail(err, errlen,
-                            "\"period=\" does not apply to algorithm=quota: its period is the calendar's, "
-                            "set by reset=daily, weekly or monthly");
-            }
-            if (!(rule->given & P_RESET)) {
-                return fail(err, errlen,
-                            "missing \"reset=\" for algorithm=quota: expected reset=daily, weekly or monthly");
-            }
-            static const int64_t lengths[] = {86400000, 7 * 86400000LL, 30 * 86400000LL};
-            rule->period_ms = lengths[rule->reset];  // nominal: names and docs; decisions use the calendar
-        }
-        if (a == RL_SLIDING_LOG) {
-            const uint32_t most = rule->limit_var ? rule->limit_max : rule->limit;
-            if (most > RL_LOG_LIMIT_MAX) {
-                return fail(err, errlen,
-                            "\"%s=%u\" is too large for algorithm=sliding_log: it keeps one time a unit, at most "
-                            "%u; use sliding_window for larger limits",
-                            rule->limit_var ? "limit_max" : "limit", most, RL_LOG_LIMIT_MAX);
-            }
-            if (rule->period_ms > RL_LOG_PERIOD_MAX_MS) {
-                return fail(err, errlen,
-                            "\"period=\" is too long for algorithm=sliding_log: at most 24d (2^31 ms); use "
-                            "sliding_window or quota for longer periods");
-            }
-        }
-        if (!(rule->given & P_BURST) || rule->burst_var) {
-            rule->burst = rule->limit;
-        }
-        if (!(rule->given & P_BUCKETS)) {
-            rule->buckets = 10;
-        }
-        if (!(rule->given & P_MAX_DELAY)) {
-            rule->max_delay_ms = rule->period_ms;
-        }
-
-        const uint32_t capacity = bucket ? rule->burst : rule->limit;
-        if (rule->cost > capacity) {
-            return fail(err, errlen, "\"cost=%u\" can never be admitted: it exceeds %s=%u", rule->cost,
-                        bucket ? "burst" : "limit", capacity);
-        }
-
-        // The 2^61 bound (too_large): the message names the largest time for
-        // this count, and the largest count for this time.
-        const uint64_t max_units = kUnitsBound;
-        const bool leaky = a == RL_LEAKY_BUCKET;
-        const uint64_t count = bucket ? rule->burst : rule->limit;
-        const uint64_t span = (uint64_t) rule->period_ms + (leaky ? (uint64_t) rule->max_delay_ms : 0);
-        if (too_large(*rule) && leaky && rule->delay > 0) {
-            char period[32];
-            format_period(rule->period_ms, period, sizeof(period));
-            return fail(err, errlen,
-                        "limit=%u and delay=%u with \"period=%s\" and max_delay are too large: "
-                        "(limit + delay) x period + limit x max_delay in ms may be at most 2^61",
-                        rule->limit, rule->delay, period);
-        }
-        if (too_large(*rule) && bucket && rule->charge) {
-            char period[32];
-            format_period(rule->period_ms, period, sizeof(period));
-            return fail(err, errlen,
-                        "burst=%u and limit=%u with \"period=%s\" are too large for charge=: a key may owe a "
-                        "limit beyond its burst, and (burst + limit) x period in ms may be at most 2^61",
-                        rule->burst, rule->limit, period);
-        }
-        if (too_large(*rule)) {
-            char period[32];
-            format_period(rule->period_ms, period, sizeof(period));
-            const uint64_t most_ms = max_units / count;
-            return fail(err, errlen,
-                        "%s=%u with \"period=%s\"%s is too large: %s in ms may be at most 2^61: with %s=%u, "
-                        "%s may be at most %llums (%llu.%llu days); with %s, %s=%llu at most",
-                        bucket ? "burst" : "limit", (unsigned) count, period, leaky ? " and max_delay" : "",
-                        bucket ? "burst x period" : "limit x (period + max_delay)", bucket ? "burst" : "limit",
-                        (unsigned) count, bucket ? "period" : "period + max_delay", (unsigned long long) most_ms,
-                        (unsigned long long) (most_ms / 86400000), (unsigned long long) (most_ms / 8640000 % 10),
-                        bucket ? "this period" : "these times", bucket ? "burst" : "limit",
-                        (unsigned long long) (max_units / span));
-        }
-
         if (!(rule->given & P_NAME)) {
-            char period[32];
-            if (a == RL_QUOTA) {
-                std::snprintf(period, sizeof(period), "%s", name_of(resets, 3, rule->reset));
-            } else if (a == RL_CONCURRENCY) {
-                std::snprintf(period, sizeof(period), "%s", "at_once");
-            } else {
-                format_period(rule->period_ms, period, sizeof(period));
-            }
-            // a variable limit or burst is "var": gcra_var_1h, gcra_100_1m_bvar
-            char limit[16], burst[16] = "";
-            std::snprintf(limit, sizeof(limit), rule->limit_var ? "var" : "%u", rule->limit);
-            if (rule->burst_var) {
-                std::snprintf(burst, sizeof(burst), "_bvar");
-            } else if (bucket && rule->burst != rule->limit) {
-                std::snprintf(burst, sizeof(burst), "_b%u", rule->burst);
-            } else if (rule->delay > 0) {
-                std::snprintf(burst, sizeof(burst), "_d%u", rule->delay);
-            }
-            std::snprintf(rule->name, RL_NAME_MAX, "%s_%s_%s%s", alg, limit, period, burst);
+            default_name(*rule, a);
         }
-        rl::derive(*rule);
+        derive(*rule);
         return RL_OK;
     } catch (...) {
         return fail(err, errlen, "internal error");
@@ -746,7 +711,8 @@ uint64_t rl_rule_identity(const rl_rule_t *rule, const char *key_expr, size_t ke
     // A paced rule with a variable limit keeps a block with each key (see
     // exact_time.h): its keys are not those of the same rule with a
     // constant limit.
-    buf[len++] = (uint8_t) (rule->algorithm | (rl::paced_block_size(*rule) ? 0x80 : 0));
+    const bool paced_block = (rl::algorithm_of(*rule).traits & rl::kPaced) && rule->limit_var;
+    buf[len++] = (uint8_t) (rule->algorithm | (paced_block ? 0x80 : 0));
     size_t nlen = std::strlen(rule->name);
     std::memcpy(buf + len, rule->name, nlen + 1);
     len += nlen + 1;

@@ -4,7 +4,7 @@
 // blocking socket.
 #include <cstring>
 
-#include "algorithms/algorithms.h"
+#include "algorithms/algorithm.h"
 #include "policy/request.h"
 #include "redis/resp.h"
 #include "table/table.h"
@@ -85,34 +85,21 @@ const char *rl_redis_script(size_t *len)
 
 int rl_redis_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
 {
-    if (rule->algorithm == RL_CONCURRENCY) {
-        return rl::fail(err, errlen,
-                        "algorithm=concurrency is not decided in Redis: a slot must be given back when its request "
-                        "ends or its nginx server dies, and Redis cannot see either; use a zone without redis= for "
-                        "this rule");
+    const rl::Algorithm &a = rl::algorithm_of(*rule);
+    if (a.no_redis != nullptr) {
+        return rl::fail(err, errlen, "algorithm=%s is not decided in Redis: %s", a.name, a.no_redis);
+    }
+    if (a.redis_units == nullptr) {
+        return RL_OK;  // counters and times only
     }
     // the largest count the rule may apply: limit_max when a variable sets it
     const bool var = rule->limit_var || rule->burst_var;
-    const bool bucket = rule->algorithm == RL_GCRA || rule->algorithm == RL_TOKEN_BUCKET;
+    const bool bucket = a.traits & rl::kBucket;
     uint64_t count = var ? rule->limit_max : bucket && rule->burst > rule->limit ? rule->burst : rule->limit;
     if (bucket && rule->charge) {
         count = var ? 2 * (uint64_t) rule->limit_max : (uint64_t) rule->burst + rule->limit;  // a limit of debt
     }
-    unsigned __int128 units = 0;
-    switch (rule->algorithm) {
-    case RL_GCRA:
-    case RL_TOKEN_BUCKET:
-    case RL_SLIDING_WINDOW:
-        units = (unsigned __int128) count * (uint64_t) rule->period_ms;
-        break;
-    case RL_LEAKY_BUCKET:
-        units = (unsigned __int128) count * (uint64_t) (rule->period_ms + rule->max_delay_ms) +
-                (unsigned __int128) rule->delay * (uint64_t) rule->period_ms;
-        break;
-    default:
-        return RL_OK;  // counters and times only
-    }
-    if (units > RL_REDIS_UNITS_MAX) {
+    if (a.redis_units(*rule, count) > RL_REDIS_UNITS_MAX) {
         return rl::fail(err, errlen,
                         "%s x period of %llu per %lld ms is too fine for a Redis zone: at most 2^50 (its script "
                         "computes in units of 1/limit ms, exactly only below 2^53)%s",

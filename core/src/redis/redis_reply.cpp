@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "algorithms/algorithms.h"
+#include "algorithms/algorithm.h"
 #include "policy/request.h"
 #include "redis/resp.h"
 #include "util/error.h"
@@ -43,8 +43,6 @@ const char *const kItemNames[kReplyPerRule] = {"allowed",        "never",    "re
 const size_t kReplyHead = 2;      // the request's answer, the script's clock
 const size_t kSettlePerRule = 3;  // charged, in debt, capped
 
-const int64_t kDay = 86400000;
-
 // What the decisions of a rule can be, on Redis's clock running steadily,
 // whatever state the rule (under any value of a variable limit or burst)
 // left in Redis.
@@ -64,70 +62,24 @@ int64_t capped(unsigned __int128 v)
     return v > (unsigned __int128) (INT64_MAX / 2) ? INT64_MAX / 2 : (int64_t) v;
 }
 
-unsigned __int128 ceil_div(unsigned __int128 a, uint64_t b)
-{
-    return (a + b - 1) / b;
-}
-
 Range range_of(const rl_rule_t &rule)
 {
+    const rl::Algorithm &a = rl::algorithm_of(rule);
     Range g{};
-    const bool bucket = rule.algorithm == RL_GCRA || rule.algorithm == RL_TOKEN_BUCKET;
-    const uint64_t T = rule.period_ms > 0 ? (uint64_t) rule.period_ms : 1;
-    const uint64_t limit = rule.limit > 0 ? rule.limit : 1;
-    // the most a key may owe for: a variable limit or burst may have been
-    // up to limit_max when its state was written (exact_time.h)
-    const bool var = rule.limit_var || rule.burst_var;
-    g.capacity = bucket ? rule.burst : rule.limit;
+    g.capacity = (a.traits & rl::kBucket) ? rule.burst : rule.limit;
     rl_decision_t policy{};
     rl::policy(rule, policy);
     g.quota = capped(policy.quota);
-    g.window_min = g.window_max = (int64_t) T;
-    unsigned __int128 longest = T;  // fixed_window, sliding_log: the window
-
-    // with charge=, a key may owe a limit beyond an empty budget
-    // (charge.cpp): a bucket's debt, a window carried into the next, a log
-    // moved a period later, a sliding window owing up to a period after it
-    const bool debt = rule.charge != 0;
-    g.most_charged = (uint64_t) (bucket ? rule.burst : rule.limit) + rule.limit;
-    switch (rule.algorithm) {
-    case RL_GCRA:
-    case RL_TOKEN_BUCKET: {
-        // a full bucket's debt, burst x period units of 1/limit ms
-        const uint64_t count = var ? rule.limit_max : rule.burst;
-        longest = ceil_div((unsigned __int128) (count + (debt ? (var ? rule.limit_max : rule.limit) : 0)) * T, limit);
-        break;
-    }
-    case RL_LEAKY_BUCKET: {
-        // the longest queue: delay x period served at once, max_delay of
-        // waiting, and the last request admitted (limit units at most)
-        const uint64_t count = var ? rule.limit_max : rule.limit;
-        g.max_delay = rule.max_delay_ms;
-        longest =
-            ceil_div((unsigned __int128) rule.delay * T + ((unsigned __int128) rule.max_delay_ms + T) * count, limit);
-        break;
-    }
-    case RL_SLIDING_WINDOW: {
-        // until the tick after the newest spent has left the window; a
-        // debt is owed for up to two windows and a tick more, then waits
-        // for the window as it is then
-        const uint64_t S = rule.buckets > 0 ? rule.buckets : 1;
-        longest = debt ? 3 * (unsigned __int128) T + 2 * ceil_div(T, S) + 2 : T + ceil_div(T, S);
-        break;
-    }
-    case RL_QUOTA: {
-        // a fixed offset from UTC: calendar days of 24 hours
-        static const int64_t days[3][2] = {{1, 1}, {7, 7}, {28, 31}};
-        const uint32_t r = rule.reset < 3 ? rule.reset : 0;
-        g.window_min = days[r][0] * kDay;
-        g.window_max = days[r][1] * kDay;
-        longest = (uint64_t) g.window_max * (debt ? 2 : 1);
-        break;
-    }
-    default:  // fixed_window, sliding_log: the window, or two with a debt
-        longest = (unsigned __int128) T * (debt ? 2 : 1);
-        break;
-    }
+    g.max_delay = (a.traits & rl::kShaper) ? rule.max_delay_ms : 0;
+    // with charge=, a key may owe a limit beyond an empty budget: a
+    // bucket's debt, a window carried into the next, a log moved a period
+    // later, a sliding window owing up to a period after it
+    g.most_charged = (uint64_t) g.capacity + rule.limit;
+    rl::Bounds b{};
+    a.bounds(rule, rule.charge != 0, b);
+    g.window_min = b.window_min;
+    g.window_max = b.window_max;
+    unsigned __int128 longest = b.longest;
     if ((unsigned __int128) rule.ban_ms > longest) {
         longest = (uint64_t) rule.ban_ms;  // a ban's refusals wait for its end
     }
@@ -333,22 +285,125 @@ int settled(rl_request_t *rq, const rl_resp_t &r, rl_redis_answer_t &out)
     return out.kind;
 }
 
+// A check's decision, and what settling a charge needs, from its values.
+void take(rl_check_t &c, const int64_t *v, int64_t now)
+{
+    rl_decision_t &d = c.decision;
+    d = rl_decision_t{};
+    d.allowed = (int32_t) v[kAllowed];
+    d.never = (int32_t) v[kNever];
+    d.remaining = (uint64_t) v[kRemaining];
+    d.reset_ms = v[kReset];
+    d.retry_after_ms = v[kRetry];
+    d.delay_ms = v[kDelay];
+    d.window_ms = v[kWindow];
+    d.available_ms = v[kAvailable];
+    d.banned_ms = v[kBanned];
+    c.at = now;
+    c.after = rl_state_t{v[kAfter], 0};
+    c.reserved = (uint64_t) v[kReserved];
+    c.banning = (int32_t) v[kBanning];
+}
+
+// An error reply: NOSCRIPT, a redirection, a replica's refusal, or a
+// failure.
+int error_answer(const rl_request_t *rq, const rl_resp_t &r, rl_redis_answer_t &out)
+{
+    if (rq != nullptr && starts(r, "NOSCRIPT") && (r.str_len == 8 || r.str[8] == ' ')) {
+        out.kind = RL_REDIS_NOSCRIPT;
+        return out.kind;
+    }
+    if (rq != nullptr && (starts(r, "MOVED ") || starts(r, "ASK "))) {
+        return redirect(r, r.str[0] == 'A', out);
+    }
+    if (rl::is_readonly(r)) {
+        failed(out, "an error reply of a replica");
+        out.kind = RL_REDIS_READONLY;
+        return out.kind;
+    }
+    return failed(out, "an error reply");
+}
+
+// A reset's answer: each check, whether it had a state and a ban.
+int reset_answer(const rl_request_t *rq, const int64_t *v, rl_redis_answer_t &out)
+{
+    out.found = 0;
+    for (size_t i = 0; i < rq->n; i++) {
+        if (!rl::applies(rq->checks[i])) {
+            continue;
+        }
+        if (*v < 0 || *v > 3) {
+            return failed(out,
+                          "the reset of rule \"%s\" says %lld, expected 0 to 3 (1: a state deleted, 2: a ban lifted)",
+                          rq->checks[i].rule->name, (long long) *v);
+        }
+        out.found |= (uint32_t) (*v & 1) << i;
+        out.unbanned |= (uint32_t) (*v >> 1) << i;
+        v++;
+    }
+    out.kind = RL_REDIS_DECIDED;
+    return out.kind;
+}
+
+// A decision's answer (or a peek's) of n checks: each check's values in
+// range, the request's answer as its combine makes it of theirs, each
+// head's t after a commit; then the checks' decisions set and the request
+// concluded.
+int decision_answer(rl_request_t *rq, int call, const rl_resp_t &r, size_t n, rl_redis_answer_t &out)
+{
+    const int64_t now = r.items[1];
+    if (now < 1 || now > (int64_t) RL_REDIS_UNITS_MAX) {
+        return failed(out, "the script's clock is %lld: it can only be 1 to %llu (ms from 1970)", (long long) now,
+                      (unsigned long long) RL_REDIS_UNITS_MAX);
+    }
+    const bool peek = call == RL_REDIS_PEEK;
+    size_t allowing = 0;
+    const int64_t *v = r.items + kReplyHead;
+    for (size_t i = 0; i < rq->n; i++) {
+        if (rl::applies(rq->checks[i])) {
+            if (!in_range(rq->checks[i], v, peek, out)) {
+                return out.kind;
+            }
+            allowing += (size_t) v[kAllowed];
+            v += kReplyPerRule;
+        }
+    }
+    // a peek combines with all (the script's default)
+    const bool any = call == RL_REDIS_DECIDE && rq->combine == RL_COMBINE_ANY;
+    const bool allowed = any ? allowing > 0 || n == 0 : allowing == n;
+    if (r.items[0] != (int64_t) allowed) {
+        return failed(out, "the request's answer is %lld where its rules' answers make it %d (%zu of %zu allowing)",
+                      (long long) r.items[0], (int) allowed, allowing, n);
+    }
+    v = r.items + kReplyHead;
+    for (size_t i = 0; i < rq->n; i++) {
+        const rl_check_t &c = rq->checks[i];
+        if (rl::applies(c)) {
+            const bool committed = !peek && allowed && v[kAllowed] == 1 && v[kReserved] > 0;
+            if (!after_in_range(c, v[kAfter], now, committed, out)) {
+                return out.kind;
+            }
+            v += kReplyPerRule;
+        }
+    }
+    v = r.items + kReplyHead;
+    for (size_t i = 0; i < rq->n; i++) {
+        if (rl::applies(rq->checks[i])) {
+            take(rq->checks[i], v, now);
+            v += kReplyPerRule;
+        }
+    }
+    out.kind = RL_REDIS_DECIDED;
+    if (call == RL_REDIS_DECIDE) {
+        out.verdict = rl::conclude(*rq, allowed);
+    }
+    return out.kind;
+}
+
 int answer(rl_request_t *rq, int call, const rl_resp_t &r, rl_redis_answer_t &out)
 {
     if (r.type == RL_RESP_ERROR) {
-        if (rq != nullptr && starts(r, "NOSCRIPT") && (r.str_len == 8 || r.str[8] == ' ')) {
-            out.kind = RL_REDIS_NOSCRIPT;
-            return out.kind;
-        }
-        if (rq != nullptr && (starts(r, "MOVED ") || starts(r, "ASK "))) {
-            return redirect(r, r.str[0] == 'A', out);
-        }
-        if (rl::is_readonly(r)) {
-            failed(out, "an error reply of a replica");
-            out.kind = RL_REDIS_READONLY;
-            return out.kind;
-        }
-        return failed(out, "an error reply");
+        return error_answer(rq, r, out);
     }
     if (rq == nullptr) {
         if (r.type == RL_RESP_STATUS && r.str_len == 2 && std::memcmp(r.str, "OK", 2) == 0) {
@@ -380,95 +435,9 @@ int answer(rl_request_t *rq, int call, const rl_resp_t &r, rl_redis_answer_t &ou
         return failed(out, "a %s's first item is %lld, expected 1", settle ? "settle" : "reset",
                       (long long) r.items[0]);
     }
-    if (settle) {
-        return settled(rq, r, out);
-    }
-
-    const int64_t *v = r.items + 1;
-    if (call == RL_REDIS_RESET) {
-        out.found = 0;
-        for (size_t i = 0; i < rq->n; i++) {
-            if (!rl::applies(rq->checks[i])) {
-                continue;
-            }
-            if (*v < 0 || *v > 3) {
-                return failed(out,
-                              "the reset of rule \"%s\" says %lld, expected 0 to 3 (1: a state deleted, 2: a ban "
-                              "lifted)",
-                              rq->checks[i].rule->name, (long long) *v);
-            }
-            out.found |= (uint32_t) (*v & 1) << i;
-            out.unbanned |= (uint32_t) (*v >> 1) << i;
-            v++;
-        }
-        out.kind = RL_REDIS_DECIDED;
-        return out.kind;
-    }
-
-    const int64_t now = r.items[1];
-    if (now < 1 || now > (int64_t) RL_REDIS_UNITS_MAX) {
-        return failed(out, "the script's clock is %lld: it can only be 1 to %llu (ms from 1970)", (long long) now,
-                      (unsigned long long) RL_REDIS_UNITS_MAX);
-    }
-    const bool peek = call == RL_REDIS_PEEK;
-    size_t allowing = 0;
-    v = r.items + kReplyHead;
-    for (size_t i = 0; i < rq->n; i++) {
-        if (rl::applies(rq->checks[i])) {
-            if (!in_range(rq->checks[i], v, peek, out)) {
-                return out.kind;
-            }
-            allowing += (size_t) v[kAllowed];
-            v += kReplyPerRule;
-        }
-    }
-    // a peek combines with all (the script's default)
-    const bool any = call == RL_REDIS_DECIDE && rq->combine == RL_COMBINE_ANY;
-    const bool allowed = any ? allowing > 0 || n == 0 : allowing == n;
-    if (r.items[0] != (int64_t) allowed) {
-        return failed(out, "the request's answer is %lld where its rules' answers make it %d (%zu of %zu allowing)",
-                      (long long) r.items[0], (int) allowed, allowing, n);
-    }
-    v = r.items + kReplyHead;
-    for (size_t i = 0; i < rq->n; i++) {
-        const rl_check_t &c = rq->checks[i];
-        if (rl::applies(c)) {
-            const bool committed = !peek && allowed && v[kAllowed] == 1 && v[kReserved] > 0;
-            if (!after_in_range(c, v[kAfter], now, committed, out)) {
-                return out.kind;
-            }
-            v += kReplyPerRule;
-        }
-    }
-
-    v = r.items + kReplyHead;
-    for (size_t i = 0; i < rq->n; i++) {
-        rl_check_t &c = rq->checks[i];
-        if (!rl::applies(c)) {
-            continue;
-        }
-        rl_decision_t &d = c.decision;
-        d = rl_decision_t{};
-        d.allowed = (int32_t) v[kAllowed];
-        d.never = (int32_t) v[kNever];
-        d.remaining = (uint64_t) v[kRemaining];
-        d.reset_ms = v[kReset];
-        d.retry_after_ms = v[kRetry];
-        d.delay_ms = v[kDelay];
-        d.window_ms = v[kWindow];
-        d.available_ms = v[kAvailable];
-        d.banned_ms = v[kBanned];
-        c.at = now;
-        c.after = rl_state_t{v[kAfter], 0};
-        c.reserved = (uint64_t) v[kReserved];
-        c.banning = (int32_t) v[kBanning];
-        v += kReplyPerRule;
-    }
-    out.kind = RL_REDIS_DECIDED;
-    if (call == RL_REDIS_DECIDE) {
-        out.verdict = rl::conclude(*rq, allowed);
-    }
-    return out.kind;
+    return settle                   ? settled(rq, r, out)
+           : call == RL_REDIS_RESET ? reset_answer(rq, r.items + 1, out)
+                                    : decision_answer(rq, call, r, n, out);
 }
 
 }  // namespace

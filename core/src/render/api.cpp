@@ -1,19 +1,12 @@
 // What the key API (ratelimit_api) answers, as JSON: the zones and their
 // rules as configured, a key's state in each rule (or what its reset found),
 // and the keys each rule refuses most.
+#include "algorithms/algorithm.h"
 #include "render/out.h"
 
 namespace rl {
 
 namespace {
-
-void field(Out &o, const char *name, uint64_t n)
-{
-    o.put(",\"");
-    o.put(name);
-    o.put("\":");
-    o.num(n);
-}
 
 void fingerprint(Out &o, uint64_t tag)
 {
@@ -31,32 +24,11 @@ void rule_json(Out &o, const rl_rule_view_t &v)
     o.json(rl_algorithm_name(r.algorithm), std::strlen(rl_algorithm_name(r.algorithm)));
     o.put(",\"key\":");
     o.json(v.key);
-    field(o, "limit", r.limit);
+    o.field("limit", r.limit);
     if (r.limit_var) {
         o.put(",\"limit_variable\":true");
     }
-    if (r.algorithm == RL_QUOTA) {
-        o.put(",\"reset\":\"");
-        o.put(rl_reset_name(r.reset));
-        o.put("\"");
-    } else {
-        field(o, "period_ms", (uint64_t) r.period_ms);
-    }
-    switch (r.algorithm) {
-    case RL_GCRA:
-    case RL_TOKEN_BUCKET:
-        field(o, "burst", r.burst);
-        break;
-    case RL_LEAKY_BUCKET:
-        field(o, "max_delay_ms", (uint64_t) r.max_delay_ms);
-        break;
-    case RL_SLIDING_WINDOW:
-        field(o, "buckets", r.buckets);
-        break;
-    case RL_FIXED_WINDOW:
-        o.put(r.align == RL_ALIGN_FIRST ? ",\"align\":\"first\"" : ",\"align\":\"epoch\"");
-        break;
-    }
+    algorithm_of(r).api_fields(o, r);  // its period (or calendar) and its own parameters
     o.put(",\"log_key\":");
     o.boolean(r.log_key != 0);
     o.put("}");
@@ -107,23 +79,23 @@ void state_json(Out &o, const rl_key_state_t &st, bool reset)
     o.put(pk.held ? "held" : pk.owed ? "summary" : "none");
     o.put("\",\"refused\":");
     o.boolean(!allowed);
-    field(o, "remaining", pk.look.remaining);
-    field(o, "reset", rl_seconds(pk.look.reset_ms));
+    o.field("remaining", pk.look.remaining);
+    o.field("reset", rl_seconds(pk.look.reset_ms));
     o.put(",\"reset_ms\":");
     o.num0(pk.look.reset_ms);
-    field(o, "retry_after", rl_retry_after_seconds(&pk.next));
+    o.field("retry_after", rl_retry_after_seconds(&pk.next));
     o.put(",\"retry_after_ms\":");
     o.num0(allowed ? 0 : pk.next.retry_after_ms);
     o.put(",\"delay_ms\":");
     o.num0(allowed ? pk.next.delay_ms : 0);
     o.put(",\"banned_ms\":");
     o.num0(pk.banned_ms);
-    if (st.config->algorithm == RL_CONCURRENCY) {
-        field(o, "in_flight", pk.in_flight);
-        field(o, "waiting", pk.waiting);
+    if (has(*st.config, kSlots)) {
+        o.field("in_flight", pk.in_flight);
+        o.field("waiting", pk.waiting);
     }
-    field(o, "limit", st.config->limit);
-    field(o, "cost", st.cost);
+    o.field("limit", st.config->limit);
+    o.field("cost", st.cost);
     o.put("}");
 }
 
@@ -137,8 +109,8 @@ void top_json(Out &o, const rl_top_view_t &t)
     o.put(":{\"state\":\"");
     o.put(t.state >= RL_TOP_NONE && t.state <= RL_TOP_NO_ROOM ? states[t.state] : "none");
     o.put("\"");
-    field(o, "refusals", t.refusals);
-    field(o, "entries", RL_TOP_ENTRIES);
+    o.field("refusals", t.refusals);
+    o.field("entries", RL_TOP_ENTRIES);
     o.put(",\"keys\":[");
     for (size_t j = 0; j < t.n; j++) {
         const rl_top_key_t &k = t.keys[j];
@@ -148,10 +120,10 @@ void top_json(Out &o, const rl_top_view_t &t)
             o.put(",\"key\":");
             o.json_shown(k.key, k.key_len, k.key_cut != 0);
         }
-        field(o, "refused", k.refused);
-        field(o, "error", k.error);
+        o.field("refused", k.refused);
+        o.field("error", k.error);
         if (k.banned_ms > 0) {
-            field(o, "banned_ms", (uint64_t) k.banned_ms);
+            o.field("banned_ms", (uint64_t) k.banned_ms);
         }
         o.put("}");
     }
@@ -172,7 +144,7 @@ size_t rl_render_api_zones(const rl_stats_snapshot_t *s, int write, char *buf, s
     o.json(s->version);
     o.put(",\"write\":");
     o.boolean(write != 0);
-    rl::field(o, "top_epoch_ms", RL_TOP_EPOCH_MS);
+    o.field("top_epoch_ms", RL_TOP_EPOCH_MS);
     o.put(",\"zones\":{");
     for (size_t i = 0; i < s->n; i++) {
         o.put(i ? "," : "");

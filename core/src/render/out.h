@@ -50,6 +50,14 @@ public:
     void num(uint64_t n);
     // a negative figure (a time already past) as 0
     void num0(int64_t n) { num(n > 0 ? (uint64_t) n : 0); }
+    // ,"name":N: a field of an object after its first
+    void field(const char *name, uint64_t n)
+    {
+        put(",\"");
+        put(name);
+        put("\":");
+        num(n);
+    }
     void boolean(bool b) { put(b ? "true" : "false"); }
     void hex16(uint64_t n);
     // microseconds as seconds: 0.000250

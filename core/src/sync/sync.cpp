@@ -15,7 +15,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "algorithms/algorithms.h"
+#include <cstdio>
+
+#include "algorithms/algorithm.h"
 #include "ratelimit_sync.h"
 #include "redis/resp.h"
 #include "table/table.h"
@@ -310,29 +312,26 @@ uint64_t rl_sync_nonce(const void *sync)
 
 int rl_sync_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
 {
-    const char *why = nullptr;
-    switch (rule->algorithm) {
-    case RL_FIXED_WINDOW:
-    case RL_QUOTA:
-    case RL_SLIDING_WINDOW:
-        break;
-    case RL_GCRA:
-    case RL_TOKEN_BUCKET:
-    case RL_LEAKY_BUCKET:
-        why = "keeps a time, not a count";
-        break;
-    case RL_SLIDING_LOG:
-        why = "keeps the time of every unit, not a count";
-        break;
-    default:
-        why = "counts requests in flight on this server, not units spent";
-        break;
-    }
-    if (why != nullptr) {
-        rl::fail(err, errlen,
-                 "redis_sync merges counts: algorithm=%s %s; use fixed_window, sliding_window or quota, "
-                 "or exact Redis mode (no redis_sync)",
-                 rl_algorithm_name(rule->algorithm), why);
+    const rl::Algorithm &a = rl::algorithm_of(*rule);
+    if (a.no_sync != nullptr) {
+        // the algorithms whose state merges: "fixed_window, sliding_window or quota"
+        char merging[128] = "";
+        size_t len = 0, n = 0, total = 0;
+        for (uint32_t i = 0; i < RL_ALGORITHM_COUNT; i++) {
+            total += rl::algorithm_of(i).no_sync == nullptr;
+        }
+        for (uint32_t i = 0; i < RL_ALGORITHM_COUNT && len < sizeof(merging); i++) {
+            if (rl::algorithm_of(i).no_sync == nullptr) {
+                n++;
+                len += (size_t) std::snprintf(merging + len, sizeof(merging) - len, "%s%s",
+                                              n == 1       ? ""
+                                              : n == total ? " or "
+                                                           : ", ",
+                                              rl::algorithm_of(i).name);
+            }
+        }
+        rl::fail(err, errlen, "redis_sync merges counts: algorithm=%s %s; use %s, or exact Redis mode (no redis_sync)",
+                 a.name, a.no_sync, merging);
         return RL_ERROR;
     }
     if (rule->charge) {
@@ -354,7 +353,7 @@ int rl_sync_note(void *sync, const void *table, const rl_request_t *rq, int64_t 
         rl_sync_item_t like{};
         like.tag = c.tag;
         like.tick = -1;
-        if (c.rule->algorithm == RL_SLIDING_WINDOW) {
+        if (rl::has(*c.rule, rl::kTicks)) {
             // the units of the tick it was decided in
             const int64_t S = c.rule->buckets, W = c.rule->period_ms;
             like.tick = rl::floor_div(c.at * S, W);
@@ -366,7 +365,7 @@ int rl_sync_note(void *sync, const void *table, const rl_request_t *rq, int64_t 
         } else {
             const uint64_t units = spent(c);
             like.end = c.after.t;
-            like.aligned = c.rule->algorithm == RL_QUOTA || c.rule->align == RL_ALIGN_EPOCH;
+            like.aligned = c.rule->align == RL_ALIGN_EPOCH;  // (a quota's calendar too)
             like.units = (uint32_t) (units < UINT32_MAX ? units : UINT32_MAX);
         }
         const uint64_t units = like.units;
@@ -688,8 +687,7 @@ void apply_ticks(SyncHeader *h, rl::Table *t, const rl_sync_item_t &it, const rl
     if (pool < 0) {
         return;  // no pool for the rule's blocks: its keys are decided as cold
     }
-    rl_rule_t rule{};
-    rule.algorithm = RL_SLIDING_WINDOW;
+    rl_rule_t rule{};  // the ticks of the rule, as the merge reads them
     rule.buckets = it.buckets;
     rule.period_ms = it.period_ms;
     rl::State found{};

@@ -61,7 +61,7 @@ void rl_table_peek(void *mem, const rl_rule_t *rule, uint64_t tag, uint64_t cost
         if (blob && table->pool_for(blob) < 0) {
             s.blob = nullptr;  // as rl_decide: decided as cold
         }
-        if (rule->algorithm == RL_CONCURRENCY) {
+        if (rl::has(*rule, rl::kSlots)) {
             rl::concurrency_counts(*rule, s, &out->in_flight, &out->waiting);
         }
         rl::State look = s, next = s;

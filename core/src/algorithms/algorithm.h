@@ -1,0 +1,135 @@
+// What differs by algorithm, in one record each: its parameters and their
+// checks, its state and transition, its charge and refund, what it owes
+// the eviction summary, what Redis and redis_sync do with it, what the key
+// API shows of it.  Each algorithm's file defines its record; the concerns
+// (the rule parser, the decision, settling, the summary, Redis, the key
+// API) reach it through algorithm_of(rule) (registry.cpp's table), never by
+// naming an algorithm.  Adding one: its file with its record, its row in
+// registry.cpp, its function in core/src/redis/ratelimit.lua, its tests
+// (docs/architecture.md, "Where to add").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "algorithms/algorithms.h"
+#include "ratelimit.h"
+
+namespace rl {
+
+class Out;
+
+// The parameters a rule may give, as bits (rule.cpp parses them).  Those
+// of one algorithm's own are its record's `params`: any other algorithm
+// refuses them, naming whose they are.
+enum Param : uint32_t {
+    P_ALGORITHM = 1u << 0,
+    P_LIMIT = 1u << 1,
+    P_PERIOD = 1u << 2,
+    P_BURST = 1u << 3,
+    P_COST = 1u << 4,
+    P_NAME = 1u << 5,
+    P_ALIGN = 1u << 6,
+    P_BUCKETS = 1u << 7,
+    P_MAX_DELAY = 1u << 8,
+    P_RESET = 1u << 9,
+    P_UTC_OFFSET = 1u << 10,
+    P_ZERO_COST = 1u << 11,
+    P_LOG_KEY = 1u << 12,
+    P_LIMIT_DEFAULT = 1u << 13,
+    P_LIMIT_MAX = 1u << 14,
+    P_DELAY = 1u << 15,
+    P_CHARGE = 1u << 16,
+    P_BAN = 1u << 17,
+    P_MAX_WAIT = 1u << 18,
+    P_ABANDONED = 1u << 19,
+};
+
+// What a rule's decisions can be on Redis's clock running steadily
+// (redis_reply.cpp judges every reply of the script against it): the
+// longest reset, Retry-After or t without the clock's slack, and the
+// window a decision names.
+struct Bounds {
+    unsigned __int128 longest;
+    int64_t window_min, window_max;
+};
+
+struct Algorithm {
+    const char *name;  // algorithm=NAME
+    uint32_t traits;   // enum Trait (algorithms.h)
+    uint32_t params;   // the parameters of its own (enum Param)
+
+    // rl_rule_finish, after the checks every rule has: its own checks and
+    // defaults (nullptr: none); RL_OK, or RL_ERROR with err naming the
+    // parameter.  Then the default name's last word ("1m", "daily").
+    int (*finish)(rl_rule_t &rule, char *err, size_t errlen);
+    void (*name_tail)(const rl_rule_t &rule, char *out, size_t len);
+
+    // derive(): the bytes of a key's block beyond the slot, and the policy
+    // the headers advertise (quota, window; -1: the decision's own window).
+    // policy_window: the window of RateLimit-Policy at now.
+    // policy_fixed: 0 if the policy changes from one request to the next
+    // whatever the limit (nullptr: it does not).
+    size_t (*block_size)(const rl_rule_t &rule);
+    void (*policy)(rl_rule_t &rule);
+    int64_t (*policy_window)(const rl_rule_t &rule, int64_t now);
+    int (*policy_fixed)(const rl_rule_t &rule);
+
+    // check(state, now, cost) -> decision (algorithms.h, Transition)
+    Transition transition;
+
+    // charge=: spends units when a request ends, into debt (nullptr: the
+    // algorithm takes no charge=, no_charge says why); refund: gives back
+    // what an admission reserved (a delayed request abandoned, a charge
+    // settled).
+    uint64_t (*charge)(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped);
+    const char *no_charge;
+    void (*refund)(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t after, int64_t at, int64_t now);
+
+    // The eviction summary (summary.cpp): the fraction a key owes right
+    // after decision d, the state a key absent from the table starts from,
+    // and that state written into a fresh block.
+    uint32_t (*owed)(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now);
+    State (*restore)(const rl_rule_t &rule, Owed o, int64_t now);
+    void (*restore_block)(const rl_rule_t &rule, State &s, int64_t now);
+
+    // Redis: why the algorithm is not decided there (nullptr: it is); the
+    // largest quantity its script computes for a count of units (0: none
+    // beyond the counts themselves), exact in Lua's doubles below 2^50;
+    // what its decisions can be (debt: with charge=).
+    const char *no_redis;
+    unsigned __int128 (*redis_units)(const rl_rule_t &rule, uint64_t count);
+    void (*bounds)(const rl_rule_t &rule, bool debt, Bounds &b);
+
+    // redis_sync: why the state does not merge as a count (nullptr: it
+    // does, by the traits kCount and kTicks).
+    const char *no_sync;
+
+    // The key API's fields of the rule's own parameters.
+    void (*api_fields)(Out &o, const rl_rule_t &rule);
+};
+
+// Every algorithm's record, by enum rl_algorithm (registry.cpp).
+extern const Algorithm *const kAlgorithms[RL_ALGORITHM_COUNT];
+
+inline const Algorithm &algorithm_of(uint32_t algorithm)
+{
+    return *kAlgorithms[algorithm < RL_ALGORITHM_COUNT ? algorithm : 0];
+}
+
+inline const Algorithm &algorithm_of(const rl_rule_t &rule)
+{
+    return algorithm_of(rule.algorithm);
+}
+
+// The default name's last word of an algorithm with a period: the period
+// in its shortest exact spelling ("1m", "1500ms").
+void period_tail(const rl_rule_t &rule, char *out, size_t len);
+
+// The records' shared parts: a policy of limit units over the decision's
+// own window, a period's Bounds, no block.
+void limit_policy(rl_rule_t &rule);
+void period_bounds(const rl_rule_t &rule, bool debt, Bounds &b);
+size_t no_block(const rl_rule_t &rule);
+
+}  // namespace rl

@@ -1,0 +1,70 @@
+// The table of the algorithms' records, by enum rl_algorithm, and what the
+// concerns reach through it: a charge, a refund.  The records' shared
+// parts (a period's name, policy and bounds) are here too.
+#include <cstdio>
+
+#include "algorithms/algorithm.h"
+
+namespace rl {
+
+extern const Algorithm kGcra, kTokenBucket, kFixedWindow, kSlidingWindow, kSlidingLog, kLeakyBucket, kQuota,
+    kConcurrency;
+
+const Algorithm *const kAlgorithms[RL_ALGORITHM_COUNT] = {
+    &kGcra,         // RL_GCRA
+    &kTokenBucket,  // RL_TOKEN_BUCKET
+    &kFixedWindow,  // RL_FIXED_WINDOW
+    &kSlidingWindow, &kSlidingLog, &kLeakyBucket, &kQuota, &kConcurrency,
+};
+static_assert(RL_GCRA == 0 && RL_TOKEN_BUCKET == 1 && RL_FIXED_WINDOW == 2 && RL_SLIDING_WINDOW == 3 &&
+                  RL_SLIDING_LOG == 4 && RL_LEAKY_BUCKET == 5 && RL_QUOTA == 6 && RL_CONCURRENCY == 7 &&
+                  RL_ALGORITHM_COUNT == 8,
+              "kAlgorithms is in the order of enum rl_algorithm");
+
+uint64_t charge(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped)
+{
+    *capped = false;
+    const Algorithm &a = algorithm_of(rule);
+    return units == 0 || a.charge == nullptr ? 0 : a.charge(rule, s, now, units, capped);
+}
+
+void refund(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t after, int64_t at, int64_t now)
+{
+    algorithm_of(rule).refund(rule, s, cost, after, at, now);
+}
+
+void period_tail(const rl_rule_t &rule, char *out, size_t len)
+{
+    static const struct {
+        int64_t ms;
+        const char *unit;
+    } units[] = {{86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"}, {1, "ms"}};
+    for (const auto &u : units) {
+        if (rule.period_ms % u.ms == 0) {
+            std::snprintf(out, len, "%lld%s", (long long) (rule.period_ms / u.ms), u.unit);
+            return;
+        }
+    }
+}
+
+// limit units, over the window the decision names
+void limit_policy(rl_rule_t &rule)
+{
+    rule.policy_quota = rule.limit;
+    rule.policy_window_ms = -1;
+}
+
+// the window, or two with a debt
+void period_bounds(const rl_rule_t &rule, bool debt, Bounds &b)
+{
+    const uint64_t T = rule.period_ms > 0 ? (uint64_t) rule.period_ms : 1;
+    b.longest = (unsigned __int128) T * (debt ? 2 : 1);
+    b.window_min = b.window_max = (int64_t) T;
+}
+
+size_t no_block(const rl_rule_t &)
+{
+    return 0;
+}
+
+}  // namespace rl
