@@ -20,7 +20,8 @@
 #   ./build.sh fuzz [SECONDS]  the libFuzzer targets, each for SECONDS (60)
 #   ./build.sh stress [ROUNDS] reloads and worker kills under load (100)
 #   ./build.sh check-format  the C++ core as clang-format says, the C glue
-#                       in nginx's style (tools/nginx-style)
+#                       in nginx's style (tools/nginx-style), and the tree's
+#                       shape (tools/check-structure)
 #   ./build.sh demo     build, then run nginx with examples/nginx.conf on
 #                       127.0.0.1:8080 (PORT=8081 for another port) in the
 #                       foreground; Ctrl-C stops it
@@ -441,7 +442,8 @@ check_format() {
     log "formatting (clang-format, tools/nginx-style)"
     (cd "$ROOT" && clang-format --dry-run --Werror core/src/*/*.cpp core/src/*/*.h core/tools/*.cpp core/tools/*.h \
         tests/*.cc tests/*.h tests/fuzz/*.cc bench/*.cc \
-        && tools/nginx-style ngx_module/*.c ngx_module/*.h core/include/ratelimit.h bench/clock.c) \
+        && tools/nginx-style ngx_module/*.c ngx_module/*.h core/include/ratelimit.h bench/clock.c \
+        && tools/check-structure) \
         || { echo "formatting: see above (clang-format -i FILE for C++)" >&2; exit 1; }
 }
 

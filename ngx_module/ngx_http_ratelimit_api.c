@@ -24,8 +24,11 @@
  */
 
 
-#include "ngx_http_ratelimit_module.h"
 #include "ngx_http_ratelimit_api.h"
+#include "ngx_http_ratelimit_api_keys.h"
+#include "ngx_http_ratelimit_api_redis.h"
+#include "ngx_http_ratelimit_stats.h"
+#include "ngx_http_ratelimit_zone.h"
 
 
 static ngx_int_t ngx_http_ratelimit_api_handler(ngx_http_request_t *r);

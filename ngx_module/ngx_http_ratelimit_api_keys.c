@@ -8,8 +8,9 @@
  */
 
 
-#include "ngx_http_ratelimit_module.h"
-#include "ngx_http_ratelimit_api.h"
+#include "ngx_http_ratelimit_api_keys.h"
+#include "ngx_http_ratelimit_log.h"
+#include "ngx_http_ratelimit_stats.h"
 
 
 static ngx_uint_t ngx_http_ratelimit_api_user_verified(

@@ -15,8 +15,9 @@
  */
 
 
-#include "ngx_http_ratelimit_module.h"
-#include "ngx_http_ratelimit_api.h"
+#include "ngx_http_ratelimit_api_redis.h"
+#include "ngx_http_ratelimit_api_keys.h"
+#include "ngx_http_ratelimit_redis.h"
 
 
 typedef struct {

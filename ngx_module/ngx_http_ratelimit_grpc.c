@@ -24,47 +24,13 @@
  */
 
 
-#include "ngx_http_ratelimit_module.h"
+#include "ngx_http_ratelimit_grpc.h"
+#include "ngx_http_ratelimit_headers.h"
+#include "ngx_http_ratelimit_stats.h"
 
 
 static ngx_int_t ngx_http_ratelimit_grpc_trailers_only(ngx_http_request_t *r,
     ngx_uint_t status, rl_grpc_answer_t *a);
-
-
-char *
-ngx_http_ratelimit_grpc_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_http_ratelimit_loc_conf_t *rlcf = conf;
-
-    ngx_int_t   status;
-    ngx_str_t  *value;
-
-    if (rlcf->grpc_status != NGX_CONF_UNSET_UINT) {
-        return "is duplicate";
-    }
-
-    value = cf->args->elts;
-
-    if (ngx_strcmp(value[1].data, "off") == 0) {
-        rlcf->grpc_status = 0;
-        return NGX_CONF_OK;
-    }
-
-    status = ngx_atoi(value[1].data, value[1].len);
-
-    if (status < RL_GRPC_STATUS_MIN || status > RL_GRPC_STATUS_MAX) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid value \"%V\" in \"ratelimit_grpc_status\" "
-                           "directive: expected a gRPC status code from %d "
-                           "to %d, or \"off\"", &value[1], RL_GRPC_STATUS_MIN,
-                           RL_GRPC_STATUS_MAX);
-        return NGX_CONF_ERROR;
-    }
-
-    rlcf->grpc_status = status;
-
-    return NGX_CONF_OK;
-}
 
 
 /*

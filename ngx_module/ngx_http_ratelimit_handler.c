@@ -17,7 +17,14 @@
  */
 
 
-#include "ngx_http_ratelimit_module.h"
+#include "ngx_http_ratelimit_handler.h"
+#include "ngx_http_ratelimit_grpc.h"
+#include "ngx_http_ratelimit_log.h"
+#include "ngx_http_ratelimit_redis.h"
+#include "ngx_http_ratelimit_request.h"
+#include "ngx_http_ratelimit_sync.h"
+#include "ngx_http_ratelimit_wait.h"
+#include "ngx_http_ratelimit_zone.h"
 
 
 static ngx_int_t ngx_http_ratelimit_ruled(ngx_http_request_t *r,

@@ -5,12 +5,15 @@
  */
 
 
-#include "ngx_http_ratelimit_module.h"
+#include "ngx_http_ratelimit_headers.h"
+#include "ngx_http_ratelimit_request.h"
 
 
 static ngx_int_t ngx_http_ratelimit_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_ratelimit_header_fields(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx) NGX_HTTP_RATELIMIT_NOINLINE;
+static ngx_int_t ngx_http_ratelimit_legacy_headers(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx);
 static ngx_int_t ngx_http_ratelimit_add_header(ngx_http_request_t *r,
     ngx_str_t *name, u_char *value, size_t len);
 static ngx_int_t ngx_http_ratelimit_variable(ngx_http_request_t *r,
@@ -138,11 +141,9 @@ ngx_http_ratelimit_header_fields(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
     u_char                     *p, *v;
-    size_t                      len;
     ngx_str_t                  *name;
     uint64_t                    retry_after;
     ngx_uint_t                  status;
-    const rl_rule_t            *applied;
     ngx_http_ratelimit_rule_t  *rule;
 
     /* once a response; again for the response of a filter finalizing the
@@ -157,55 +158,11 @@ ngx_http_ratelimit_header_fields(ngx_http_request_t *r,
     ctx->finalized = r->filter_finalize;
     ctx->headers_done = 1;
     rule = ctx->rule;
-    applied = ctx->applied;
 
-    if (ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_LEGACY) {
-
-        /* the numbers in the context, the limit in the rule when it is
-           constant (the rule applies as configured) */
-
-        p = ctx->values;
-
-        if (applied == &rule->rule) {
-            v = rule->limit_text.data;
-            len = rule->limit_text.len;
-
-        } else {
-            v = p;
-            p = ngx_http_ratelimit_number(p, applied->limit);
-            len = p - v;
-        }
-
-        if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_limit_header,
-                                          v, len)
-            != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
-
-        v = p;
-        p = ngx_http_ratelimit_number(p, ctx->decision.remaining);
-        if (ngx_http_ratelimit_add_header(r,
-                                          &ngx_http_ratelimit_remaining_header,
-                                          v, p - v)
-            != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
-
-        /* a policy with no window (concurrency) has no time to tell */
-
-        v = p;
-        p = ngx_http_ratelimit_number(p, rl_seconds(
-                                             ctx->decision.reset_ms));
-        if (ctx->decision.window_ms > 0
-            && ngx_http_ratelimit_add_header(r,
-                                             &ngx_http_ratelimit_reset_header,
-                                             v, p - v)
-               != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
+    if ((ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_LEGACY)
+        && ngx_http_ratelimit_legacy_headers(r, ctx) != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     if (!(ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF)
@@ -279,6 +236,65 @@ ngx_http_ratelimit_header_fields(ngx_http_request_t *r,
     }
 
     return ngx_http_next_header_filter(r);
+}
+
+
+/*
+ * X-RateLimit-Limit, -Remaining and -Reset: the numbers in the context,
+ * the limit in the rule when it is constant (the rule applies as
+ * configured).
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_legacy_headers(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx)
+{
+    u_char                     *p, *v;
+    size_t                      len;
+    const rl_rule_t            *applied;
+    ngx_http_ratelimit_rule_t  *rule;
+
+    rule = ctx->rule;
+    applied = ctx->applied;
+    p = ctx->values;
+
+    if (applied == &rule->rule) {
+        v = rule->limit_text.data;
+        len = rule->limit_text.len;
+
+    } else {
+        v = p;
+        p = ngx_http_ratelimit_number(p, applied->limit);
+        len = p - v;
+    }
+
+    if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_limit_header,
+                                      v, len)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    v = p;
+    p = ngx_http_ratelimit_number(p, ctx->decision.remaining);
+    if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_remaining_header,
+                                      v, p - v)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    /* a policy with no window (concurrency) has no time to tell */
+
+    if (ctx->decision.window_ms == 0) {
+        return NGX_OK;
+    }
+
+    v = p;
+    p = ngx_http_ratelimit_number(p, rl_seconds(ctx->decision.reset_ms));
+
+    return ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_reset_header,
+                                         v, p - v);
 }
 
 

@@ -10,7 +10,7 @@
  */
 
 
-#include "ngx_http_ratelimit_module.h"
+#include "ngx_http_ratelimit_log.h"
 
 
 static void ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,

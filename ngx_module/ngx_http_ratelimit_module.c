@@ -1,11 +1,20 @@
 
 /*
- * ngx-ratelimit: the module, its directives and configuration.
- * (ngx_http_ratelimit_module.h says where the rest is.)
+ * ngx-ratelimit: the module, its directives and configuration, and the
+ * phases' set-up: the top of the glue (tools/glue-layers).
  */
 
 
-#include "ngx_http_ratelimit_module.h"
+#include "ngx_http_ratelimit_api.h"
+#include "ngx_http_ratelimit_grpc.h"
+#include "ngx_http_ratelimit_handler.h"
+#include "ngx_http_ratelimit_headers.h"
+#include "ngx_http_ratelimit_log.h"
+#include "ngx_http_ratelimit_redis_conn.h"
+#include "ngx_http_ratelimit_request.h"
+#include "ngx_http_ratelimit_stats.h"
+#include "ngx_http_ratelimit_sync.h"
+#include "ngx_http_ratelimit_zone.h"
 
 
 static void *ngx_http_ratelimit_create_main_conf(ngx_conf_t *cf);
@@ -16,13 +25,47 @@ static char *ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static char *ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_ratelimit_off(ngx_conf_t *cf,
+    ngx_http_ratelimit_loc_conf_t *rlcf);
+static ngx_http_ratelimit_rule_t *ngx_http_ratelimit_new_rule(ngx_conf_t *cf,
+    ngx_http_ratelimit_loc_conf_t *rlcf);
+static ngx_int_t ngx_http_ratelimit_glue_param(ngx_conf_t *cf,
+    ngx_http_ratelimit_rule_t *rule, ngx_str_t *value, ngx_str_t *zone,
+    ngx_str_t *key);
+static ngx_int_t ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
+    ngx_http_ratelimit_loc_conf_t *rlcf, ngx_http_ratelimit_rule_t *rule,
+    ngx_str_t *key);
+static ngx_int_t ngx_http_ratelimit_rule_zone(ngx_conf_t *cf,
+    ngx_http_ratelimit_loc_conf_t *rlcf, ngx_http_ratelimit_rule_t *rule,
+    ngx_str_t *zone);
 static char *ngx_http_ratelimit_set_enum(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
-static char *ngx_http_ratelimit_set_status(ngx_conf_t *cf,
-    ngx_command_t *cmd, void *conf);
+static char *ngx_http_ratelimit_set_code(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static ngx_int_t ngx_http_ratelimit_init(ngx_conf_t *cf);
+static ngx_int_t ngx_http_ratelimit_first_handler(ngx_conf_t *cf,
+    ngx_uint_t phase, ngx_http_handler_pt handler);
 static ngx_int_t ngx_http_ratelimit_init_process(ngx_cycle_t *cycle);
 static void ngx_http_ratelimit_exit_process(ngx_cycle_t *cycle);
+
+
+/* The codes a directive takes: from min to max, or "off" (0) where off is
+   set; what they are, for its error message. */
+typedef struct {
+    ngx_int_t                    min;
+    ngx_int_t                    max;
+    ngx_flag_t                   off;
+    char                        *what;
+} ngx_http_ratelimit_code_t;
+
+
+static ngx_http_ratelimit_code_t  ngx_http_ratelimit_status_codes = {
+    400, 599, 0, "a status code"
+};
+
+static ngx_http_ratelimit_code_t  ngx_http_ratelimit_grpc_codes = {
+    RL_GRPC_STATUS_MIN, RL_GRPC_STATUS_MAX, 1, "a gRPC status code"
+};
 
 
 /* Values of an enum directive, and how its error message lists them. */
@@ -98,17 +141,17 @@ static ngx_command_t  ngx_http_ratelimit_commands[] = {
 
     { ngx_string("ratelimit_status"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_ratelimit_set_status,
+      ngx_http_ratelimit_set_code,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_ratelimit_loc_conf_t, status_code),
-      NULL },
+      &ngx_http_ratelimit_status_codes },
 
     { ngx_string("ratelimit_grpc_status"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_ratelimit_grpc_status,
+      ngx_http_ratelimit_set_code,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_ratelimit_loc_conf_t, grpc_status),
-      NULL },
+      &ngx_http_ratelimit_grpc_codes },
 
     { ngx_string("ratelimit_headers"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -320,75 +363,24 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_ratelimit_loc_conf_t *rlcf = conf;
 
-    int                                 rc;
-    u_char                              c;
-    ngx_str_t                          *value, zone, key, s;
-    ngx_uint_t                          i;
-    ngx_http_ratelimit_rule_t          *rule;
-    ngx_http_ratelimit_zone_ref_t      *ref;
-    ngx_http_ratelimit_main_conf_t     *rmcf;
-    ngx_http_compile_complex_value_t    ccv;
-    ngx_http_complex_value_t          **cv;
-    char                                err[RL_ERR_MAX];
+    int                         rc;
+    ngx_str_t                  *value, zone, key;
+    ngx_uint_t                  i;
+    ngx_http_ratelimit_rule_t  *rule;
+    char                        err[RL_ERR_MAX];
 
     static ngx_str_t  default_key = ngx_string("$binary_remote_addr");
 
     value = cf->args->elts;
 
     if (cf->args->nelts == 2 && ngx_strcmp(value[1].data, "off") == 0) {
-        if (rlcf->rules.elts != NULL) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"ratelimit off\" with rules at the same "
-                               "level: \"off\" removes the inherited rules, "
-                               "write it alone or not at all");
-            return NGX_CONF_ERROR;
-        }
-
-        /* no rules here, none inherited: an empty list */
-
-        if (ngx_array_init(&rlcf->rules, cf->pool, 1,
-                           sizeof(ngx_http_ratelimit_rule_t))
-            != NGX_OK)
-        {
-            return NGX_CONF_ERROR;
-        }
-
-        rlcf->off = 1;
-        return NGX_CONF_OK;
+        return ngx_http_ratelimit_off(cf, rlcf);
     }
 
-    if (rlcf->off) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"ratelimit\" directive: rules after "
-                           "\"ratelimit off\" at the same level: \"off\" "
-                           "removes the inherited rules, write it alone or "
-                           "not at all");
-        return NGX_CONF_ERROR;
-    }
-
-    if (rlcf->rules.elts == NULL) {
-        if (ngx_array_init(&rlcf->rules, cf->pool, 2,
-                           sizeof(ngx_http_ratelimit_rule_t))
-            != NGX_OK)
-        {
-            return NGX_CONF_ERROR;
-        }
-    }
-
-    if (rlcf->rules.nelts == RL_RULES_MAX) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"ratelimit\" directive: too many rules: at most "
-                           "%d apply to one request", RL_RULES_MAX);
-        return NGX_CONF_ERROR;
-    }
-
-    rule = ngx_array_push(&rlcf->rules);
+    rule = ngx_http_ratelimit_new_rule(cf, rlcf);
     if (rule == NULL) {
         return NGX_CONF_ERROR;
     }
-
-    ngx_memzero(rule, sizeof(ngx_http_ratelimit_rule_t));
-    rl_rule_init(&rule->rule);
 
     ngx_str_null(&zone);
     ngx_str_null(&key);
@@ -404,69 +396,13 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             return NGX_CONF_ERROR;
         }
 
-        if (rc == RL_OK) {
-            continue;
-        }
-
         /* RL_DECLINED: zone=, key=, charge=, or cost=, limit= or burst=
            with a $variable */
 
-        if (ngx_strncmp(value[i].data, "zone=", 5) == 0) {
-            s.data = value[i].data + 5;
-            s.len = value[i].len - 5;
-
-            if (zone.data != NULL || s.len == 0) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "\"ratelimit\" directive: %s \"%V\": "
-                                   "expected one zone=NAME",
-                                   zone.data ? "duplicate parameter"
-                                             : "invalid", &value[i]);
-                return NGX_CONF_ERROR;
-            }
-
-            if (ngx_http_ratelimit_zone_name(cf, "ratelimit", &s) != NGX_OK) {
-                return NGX_CONF_ERROR;
-            }
-
-            zone = s;
-            continue;
-        }
-
-        if (ngx_strncmp(value[i].data, "key=", 4) == 0) {
-            if (key.data != NULL) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "\"ratelimit\" directive: duplicate "
-                                   "parameter \"%V\": each parameter may be "
-                                   "given once", &value[i]);
-                return NGX_CONF_ERROR;
-            }
-
-            key.data = value[i].data + 4;
-            key.len = value[i].len - 4;
-            continue;
-        }
-
-        /* charge=, or cost=, limit= or burst= with a $variable */
-
-        s.data = ngx_strlchr(value[i].data, value[i].data + value[i].len, '=')
-                 + 1;
-        s.len = value[i].data + value[i].len - s.data;
-
-        cv = ngx_strncmp(value[i].data, "charge=", 7) == 0 ? &rule->charge
-             : value[i].data[0] == 'c' ? &rule->cost
-             : value[i].data[0] == 'l' ? &rule->limit : &rule->burst;
-
-        *cv = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
-        if (*cv == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
-        ccv.cf = cf;
-        ccv.value = &s;
-        ccv.complex_value = *cv;
-
-        if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+        if (rc == RL_DECLINED
+            && ngx_http_ratelimit_glue_param(cf, rule, &value[i], &zone, &key)
+               != NGX_OK)
+        {
             return NGX_CONF_ERROR;
         }
     }
@@ -488,23 +424,190 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         key = default_key;
     }
 
-    if (ngx_http_script_variables_count(&key) == 0) {
-        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
-                           "\"ratelimit\" directive: rule \"%s\": key=\"%V\" "
-                           "has no variable, %s", rule->rule.name, &key,
-                           key.len ? "so every request shares one budget (a "
-                                     "global limit); write key=$NAME for one "
-                                     "budget per value of a variable"
-                                   : "and an empty key exempts every request");
+    if (ngx_http_ratelimit_rule_key(cf, rlcf, rule, &key) != NGX_OK
+        || ngx_http_ratelimit_rule_zone(cf, rlcf, rule, &zone) != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/* "ratelimit off": the inherited rules removed, none at its level. */
+
+static char *
+ngx_http_ratelimit_off(ngx_conf_t *cf, ngx_http_ratelimit_loc_conf_t *rlcf)
+{
+    if (rlcf->rules.elts != NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit off\" with rules at the same "
+                           "level: \"off\" removes the inherited rules, "
+                           "write it alone or not at all");
+        return NGX_CONF_ERROR;
+    }
+
+    /* no rules here, none inherited: an empty list */
+
+    if (ngx_array_init(&rlcf->rules, cf->pool, 1,
+                       sizeof(ngx_http_ratelimit_rule_t))
+        != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    rlcf->off = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+/* A new rule at its level, its core part initialized. */
+
+static ngx_http_ratelimit_rule_t *
+ngx_http_ratelimit_new_rule(ngx_conf_t *cf,
+    ngx_http_ratelimit_loc_conf_t *rlcf)
+{
+    ngx_http_ratelimit_rule_t  *rule;
+
+    if (rlcf->off) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit\" directive: rules after "
+                           "\"ratelimit off\" at the same level: \"off\" "
+                           "removes the inherited rules, write it alone or "
+                           "not at all");
+        return NULL;
+    }
+
+    if (rlcf->rules.elts == NULL
+        && ngx_array_init(&rlcf->rules, cf->pool, 2,
+                          sizeof(ngx_http_ratelimit_rule_t))
+           != NGX_OK)
+    {
+        return NULL;
+    }
+
+    if (rlcf->rules.nelts == RL_RULES_MAX) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit\" directive: too many rules: at most "
+                           "%d apply to one request", RL_RULES_MAX);
+        return NULL;
+    }
+
+    rule = ngx_array_push(&rlcf->rules);
+    if (rule == NULL) {
+        return NULL;
+    }
+
+    ngx_memzero(rule, sizeof(ngx_http_ratelimit_rule_t));
+    rl_rule_init(&rule->rule);
+
+    return rule;
+}
+
+
+/*
+ * A parameter the core declined, the glue's: zone=, key=, or one whose
+ * value nginx evaluates (charge=, cost=, limit= or burst= with a
+ * $variable), compiled.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_glue_param(ngx_conf_t *cf, ngx_http_ratelimit_rule_t *rule,
+    ngx_str_t *value, ngx_str_t *zone, ngx_str_t *key)
+{
+    ngx_str_t                          s;
+    ngx_http_complex_value_t         **cv;
+    ngx_http_compile_complex_value_t   ccv;
+
+    if (ngx_strncmp(value->data, "zone=", 5) == 0) {
+        s.data = value->data + 5;
+        s.len = value->len - 5;
+
+        if (zone->data != NULL || s.len == 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"ratelimit\" directive: %s \"%V\": "
+                               "expected one zone=NAME",
+                               zone->data ? "duplicate parameter"
+                                          : "invalid", value);
+            return NGX_ERROR;
+        }
+
+        *zone = s;
+
+        return ngx_http_ratelimit_zone_name(cf, "ratelimit", zone);
+    }
+
+    if (ngx_strncmp(value->data, "key=", 4) == 0) {
+        if (key->data != NULL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"ratelimit\" directive: duplicate "
+                               "parameter \"%V\": each parameter may be "
+                               "given once", value);
+            return NGX_ERROR;
+        }
+
+        key->data = value->data + 4;
+        key->len = value->len - 4;
+        return NGX_OK;
+    }
+
+    s.data = ngx_strlchr(value->data, value->data + value->len, '=') + 1;
+    s.len = value->data + value->len - s.data;
+
+    cv = ngx_strncmp(value->data, "charge=", 7) == 0 ? &rule->charge
+         : value->data[0] == 'c' ? &rule->cost
+         : value->data[0] == 'l' ? &rule->limit : &rule->burst;
+
+    *cv = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
+    if (*cv == NULL) {
+        return NGX_ERROR;
     }
 
     ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
     ccv.cf = cf;
-    ccv.value = &key;
+    ccv.value = &s;
+    ccv.complex_value = *cv;
+
+    return ngx_http_compile_complex_value(&ccv);
+}
+
+
+/*
+ * A rule's key compiled (a key without a variable is one budget for every
+ * request: said), and what its requests read of it: a key that is exactly
+ * one variable is read without copying it, and shared with the rule
+ * before when it is the same.  Its name, limit and identity too.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
+    ngx_http_ratelimit_loc_conf_t *rlcf, ngx_http_ratelimit_rule_t *rule,
+    ngx_str_t *key)
+{
+    u_char                             c;
+    ngx_str_t                          s;
+    ngx_uint_t                         i;
+    ngx_http_compile_complex_value_t   ccv;
+
+    if (ngx_http_script_variables_count(key) == 0) {
+        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                           "\"ratelimit\" directive: rule \"%s\": key=\"%V\" "
+                           "has no variable, %s", rule->rule.name, key,
+                           key->len ? "so every request shares one budget (a "
+                                      "global limit); write key=$NAME for one "
+                                      "budget per value of a variable"
+                                    : "and an empty key exempts every "
+                                      "request");
+    }
+
+    ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+    ccv.cf = cf;
+    ccv.value = key;
     ccv.complex_value = &rule->key;
 
     if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
-        return NGX_CONF_ERROR;
+        return NGX_ERROR;
     }
 
     rule->name.data = (u_char *) rule->rule.name;
@@ -514,23 +617,22 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     rule->limit_text.data = ngx_pnalloc(cf->pool, NGX_INT64_LEN);
     if (rule->limit_text.data == NULL) {
-        return NGX_CONF_ERROR;
+        return NGX_ERROR;
     }
 
     rule->limit_text.len = ngx_sprintf(rule->limit_text.data, "%uD",
                                        rule->rule.limit)
                            - rule->limit_text.data;
-    rule->identity = rl_rule_identity(&rule->rule, (char *) key.data, key.len);
-
-    /* a key that is exactly one variable is read without copying it */
+    rule->identity = rl_rule_identity(&rule->rule, (char *) key->data,
+                                      key->len);
 
     rule->key_index = NGX_ERROR;
 
-    if (key.len > 1 && key.data[0] == '$'
-        && ngx_http_script_variables_count(&key) == 1)
+    if (key->len > 1 && key->data[0] == '$'
+        && ngx_http_script_variables_count(key) == 1)
     {
-        s.data = key.data + 1;
-        s.len = key.len - 1;
+        s.data = key->data + 1;
+        s.len = key->len - 1;
 
         for (i = 0; i < s.len; i++) {
             c = s.data[i];
@@ -544,7 +646,7 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         if (i == s.len) {
             rule->key_index = ngx_http_get_variable_index(cf, &s);
             if (rule->key_index == NGX_ERROR) {
-                return NGX_CONF_ERROR;
+                return NGX_ERROR;
             }
         }
     }
@@ -553,19 +655,34 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                        && rule->key_index != NGX_ERROR
                        && rule->key_index == rule[-1].key_index;
 
-    /* a zone may be declared after its use; checked in postconfiguration */
+    return NGX_OK;
+}
 
-    rule->shm_zone = ngx_shared_memory_add(cf, &zone, 0,
+
+/*
+ * The zone a rule names: its shared memory (a zone may be declared after
+ * its use: checked in postconfiguration, from the reference kept here).
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_rule_zone(ngx_conf_t *cf,
+    ngx_http_ratelimit_loc_conf_t *rlcf, ngx_http_ratelimit_rule_t *rule,
+    ngx_str_t *zone)
+{
+    ngx_http_ratelimit_zone_ref_t   *ref;
+    ngx_http_ratelimit_main_conf_t  *rmcf;
+
+    rule->shm_zone = ngx_shared_memory_add(cf, zone, 0,
                                            &ngx_http_ratelimit_module);
     if (rule->shm_zone == NULL) {
-        return NGX_CONF_ERROR;
+        return NGX_ERROR;
     }
 
     rmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_ratelimit_module);
 
     ref = ngx_array_push(&rmcf->zone_refs);
     if (ref == NULL) {
-        return NGX_CONF_ERROR;
+        return NGX_ERROR;
     }
 
     if (rule->charge != NULL || rl_rule_holds_slots(&rule->rule)) {
@@ -580,7 +697,7 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ref->index = rlcf->rules.nelts - 1;
     rule->stats = NGX_HTTP_RATELIMIT_STATS_UNKNOWN;
 
-    return NGX_CONF_OK;
+    return NGX_OK;
 }
 
 
@@ -622,30 +739,44 @@ ngx_http_ratelimit_set_enum(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/* A directive's code: ratelimit_status, ratelimit_grpc_status. */
+
 static char *
-ngx_http_ratelimit_set_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+ngx_http_ratelimit_set_code(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_http_ratelimit_loc_conf_t *rlcf = conf;
+    char  *p = conf;
 
-    ngx_int_t   status;
-    ngx_str_t  *value;
+    ngx_int_t                   code;
+    ngx_str_t                  *value;
+    ngx_uint_t                 *np;
+    ngx_http_ratelimit_code_t  *codes;
 
-    if (rlcf->status_code != NGX_CONF_UNSET_UINT) {
+    np = (ngx_uint_t *) (p + cmd->offset);
+
+    if (*np != NGX_CONF_UNSET_UINT) {
         return "is duplicate";
     }
 
     value = cf->args->elts;
-    status = ngx_atoi(value[1].data, value[1].len);
+    codes = cmd->post;
 
-    if (status < 400 || status > 599) {
+    if (codes->off && ngx_strcmp(value[1].data, "off") == 0) {
+        *np = 0;
+        return NGX_CONF_OK;
+    }
+
+    code = ngx_atoi(value[1].data, value[1].len);
+
+    if (code < codes->min || code > codes->max) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid value \"%V\" in \"ratelimit_status\" "
-                           "directive: expected a status code from 400 to "
-                           "599", &value[1]);
+                           "invalid value \"%V\" in \"%V\" directive: "
+                           "expected %s from %i to %i%s", &value[1],
+                           &cmd->name, codes->what, codes->min, codes->max,
+                           codes->off ? ", or \"off\"" : "");
         return NGX_CONF_ERROR;
     }
 
-    rlcf->status_code = status;
+    *np = code;
 
     return NGX_CONF_OK;
 }
@@ -654,9 +785,6 @@ ngx_http_ratelimit_set_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static ngx_int_t
 ngx_http_ratelimit_init(ngx_conf_t *cf)
 {
-    ngx_array_t                     *handlers;
-    ngx_http_handler_pt             *h;
-    ngx_http_core_main_conf_t       *cmcf;
     ngx_http_ratelimit_main_conf_t  *rmcf;
 
     rmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_ratelimit_module);
@@ -685,17 +813,12 @@ ngx_http_ratelimit_init(ngx_conf_t *cf)
      * address, not the proxy's.
      */
 
-    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
-    handlers = &cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers;
-
-    h = ngx_array_push(handlers);
-    if (h == NULL) {
+    if (ngx_http_ratelimit_first_handler(cf, NGX_HTTP_PREACCESS_PHASE,
+                                         ngx_http_ratelimit_handler)
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
-
-    h = handlers->elts;
-    ngx_memmove(&h[1], &h[0], (handlers->nelts - 1) * sizeof(*h));
-    h[0] = ngx_http_ratelimit_handler;
 
     /*
      * Rules with charge= and concurrency rules settle in the log phase (no
@@ -704,20 +827,42 @@ ngx_http_ratelimit_init(ngx_conf_t *cf)
      * and may write $ratelimit_charged.
      */
 
-    if (rmcf->ends) {
-        handlers = &cmcf->phases[NGX_HTTP_LOG_PHASE].handlers;
-
-        h = ngx_array_push(handlers);
-        if (h == NULL) {
-            return NGX_ERROR;
-        }
-
-        h = handlers->elts;
-        ngx_memmove(&h[1], &h[0], (handlers->nelts - 1) * sizeof(*h));
-        h[0] = ngx_http_ratelimit_end_handler;
+    if (rmcf->ends
+        && ngx_http_ratelimit_first_handler(cf, NGX_HTTP_LOG_PHASE,
+                                            ngx_http_ratelimit_end_handler)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     return ngx_http_ratelimit_headers_init(cf, 1);
+}
+
+
+/* A handler put first in a phase's handlers, which nginx runs last to
+   first: it runs after the others. */
+
+static ngx_int_t
+ngx_http_ratelimit_first_handler(ngx_conf_t *cf, ngx_uint_t phase,
+    ngx_http_handler_pt handler)
+{
+    ngx_array_t                *handlers;
+    ngx_http_handler_pt        *h;
+    ngx_http_core_main_conf_t  *cmcf;
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+    handlers = &cmcf->phases[phase].handlers;
+
+    h = ngx_array_push(handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h = handlers->elts;
+    ngx_memmove(&h[1], &h[0], (handlers->nelts - 1) * sizeof(*h));
+    h[0] = handler;
+
+    return NGX_OK;
 }
 
 

@@ -20,10 +20,17 @@
 #include <ngx_config.h>
 #include <ngx_core.h>
 
-#include "ngx_http_ratelimit_module.h"
+#include "ngx_http_ratelimit_redis.h"
 #include "ngx_http_ratelimit_redis_conn.h"
+#include "ngx_http_ratelimit_redis_node.h"
 
 
+static ngx_int_t ngx_http_ratelimit_redis_append(
+    ngx_http_ratelimit_redis_conn_t *conn, ngx_http_ratelimit_redis_wait_t *w,
+    ngx_uint_t eval);
+static void ngx_http_ratelimit_redis_log_reply(
+    ngx_http_ratelimit_redis_conn_t *conn, ngx_uint_t level, const char *why,
+    rl_resp_t *reply, ngx_str_t *raw);
 static void ngx_http_ratelimit_redis_reply(void *c, rl_resp_t *reply,
     ngx_str_t *raw);
 static void ngx_http_ratelimit_redis_answered(
@@ -125,7 +132,7 @@ ngx_http_ratelimit_redis_cancel(ngx_http_ratelimit_redis_wait_t *w)
 }
 
 
-ngx_int_t
+static ngx_int_t
 ngx_http_ratelimit_redis_append(ngx_http_ratelimit_redis_conn_t *conn,
     ngx_http_ratelimit_redis_wait_t *w, ngx_uint_t eval)
 {
@@ -302,7 +309,7 @@ ngx_http_ratelimit_redis_answered(ngx_http_ratelimit_redis_wait_t *w,
  * whose request line may hold a key.
  */
 
-void
+static void
 ngx_http_ratelimit_redis_log_reply(ngx_http_ratelimit_redis_conn_t *conn,
     ngx_uint_t level, const char *why, rl_resp_t *reply, ngx_str_t *raw)
 {

@@ -1,17 +1,14 @@
 /*
- * ngx-ratelimit: per-worker Redis connections on nginx's event loop, for
- * zones declared with redis=.  The core writes the command and reads the
- * reply; this file connects, pipelines, times out and reconnects.
+ * ngx-ratelimit: zones declared with redis=: their types, and a call sent
+ * and its reply read (ngx_http_ratelimit_redis.c).  The core writes the
+ * command and reads the reply; the connections are
+ * ngx_http_ratelimit_redis_conn.c's.
  */
 
 #ifndef NGX_HTTP_RATELIMIT_REDIS_H
 #define NGX_HTTP_RATELIMIT_REDIS_H
 
-#include <ngx_config.h>
-#include <ngx_core.h>
-#include <ngx_http.h>
-
-#include "ratelimit.h"
+#include "ngx_http_ratelimit_types.h"
 
 
 /* on_redis_error= */
@@ -39,9 +36,6 @@ typedef struct {
     ngx_atomic_t   latency_us;    /* sum */
 } ngx_http_ratelimit_redis_stats_t;
 
-
-typedef struct ngx_http_ratelimit_redis_s       ngx_http_ratelimit_redis_t;
-typedef struct ngx_http_ratelimit_redis_wait_s  ngx_http_ratelimit_redis_wait_t;
 
 /* answer: the core's reading of the script's answer (rl_redis_answer: the
    checks' decisions set), or NULL when Redis failed the call */
@@ -148,15 +142,6 @@ struct ngx_http_ratelimit_redis_s {
 };
 
 
-/* Parses one redis parameter of ratelimit_zone into *redis (created on the
-   first); NGX_DECLINED if param is not one. */
-ngx_int_t ngx_http_ratelimit_redis_param(ngx_conf_t *cf,
-    ngx_http_ratelimit_redis_t **redis, ngx_str_t *param, ngx_str_t *zone);
-
-/* Checks the parameters together once the directive is read. */
-char *ngx_http_ratelimit_redis_finish(ngx_conf_t *cf,
-    ngx_http_ratelimit_redis_t *redis, ngx_str_t *zone);
-
 /*
  * Sends w's request to Redis.  NGX_OK: queued, w->handler will be called
  * from an event (never from here).  NGX_DECLINED: Redis is not reachable
@@ -164,11 +149,6 @@ char *ngx_http_ratelimit_redis_finish(ngx_conf_t *cf,
  */
 ngx_int_t ngx_http_ratelimit_redis_send(ngx_http_ratelimit_redis_t *redis,
     ngx_http_ratelimit_redis_wait_t *w);
-
-/* The TLS context of a zone with redis_tls=on, made when the configuration
-   is read (ngx_http_ratelimit_redis_tls.c). */
-char *ngx_http_ratelimit_redis_tls_conf(ngx_conf_t *cf,
-    ngx_http_ratelimit_redis_t *redis);
 
 /* Closes this worker's connections (at exit). */
 void ngx_http_ratelimit_redis_close(ngx_http_ratelimit_redis_t *redis);
@@ -183,14 +163,5 @@ void ngx_http_ratelimit_redis_cancel(ngx_http_ratelimit_redis_wait_t *w);
    written as a count within a second (what: "replies refused", ...). */
 ngx_uint_t ngx_http_ratelimit_redis_log_now(ngx_http_ratelimit_redis_t *redis,
     ngx_http_ratelimit_redis_fold_t *fold);
-
-/*
- * Sends the charges of a request that ended, decided in Redis: the checks
- * that settle one (rl_check_charges, a charge known), copied, in one script
- * call on the worker's connections, without waiting for the reply
- * (ngx_http_ratelimit_redis_settle.c).
- */
-void ngx_http_ratelimit_redis_settle(ngx_http_ratelimit_redis_t *redis,
-    rl_request_t *rq);
 
 #endif /* NGX_HTTP_RATELIMIT_REDIS_H */

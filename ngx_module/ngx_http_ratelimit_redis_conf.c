@@ -10,7 +10,8 @@
 #include <ngx_core.h>
 #include <ngx_sha1.h>
 
-#include "ngx_http_ratelimit_redis.h"
+#include "ngx_http_ratelimit_redis_conf.h"
+#include "ngx_http_ratelimit_redis_tls.h"
 
 
 typedef struct ngx_http_ratelimit_redis_param_s

@@ -15,6 +15,9 @@
 #include <ngx_core.h>
 
 #include "ngx_http_ratelimit_redis_conn.h"
+#include "ngx_http_ratelimit_redis.h"
+#include "ngx_http_ratelimit_redis_node.h"
+#include "ngx_http_ratelimit_redis_tls.h"
 
 
 static ngx_int_t ngx_http_ratelimit_redis_connect(

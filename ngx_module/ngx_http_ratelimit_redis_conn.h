@@ -109,14 +109,6 @@ struct ngx_http_ratelimit_redis_node_s {
 };
 
 
-/* ngx_http_ratelimit_redis_node.c */
-ngx_http_ratelimit_redis_node_t *ngx_http_ratelimit_redis_node(
-    ngx_http_ratelimit_redis_t *redis, ngx_str_t *name);
-ngx_int_t ngx_http_ratelimit_redis_resolve(
-    ngx_http_ratelimit_redis_node_t *node,
-    ngx_http_ratelimit_redis_resolved_pt done, const char **why);
-
-/* ngx_http_ratelimit_redis_conn.c */
 ngx_http_ratelimit_redis_conn_t *ngx_http_ratelimit_redis_pick(
     ngx_http_ratelimit_redis_node_t *node);
 ngx_int_t ngx_http_ratelimit_redis_reserve(
@@ -130,21 +122,5 @@ void ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
     const char *why, ngx_uint_t timeout);
 void ngx_http_ratelimit_redis_lost(ngx_http_ratelimit_redis_conn_t *conn,
     const char *why);
-
-/* ngx_http_ratelimit_redis_tls.c */
-#if (NGX_SSL)
-void ngx_http_ratelimit_redis_tls_start(ngx_http_ratelimit_redis_conn_t *conn,
-    ngx_http_ratelimit_redis_tls_done_pt done);
-void ngx_http_ratelimit_redis_tls_forget(ngx_http_ratelimit_redis_node_t *node);
-#endif
-void ngx_http_ratelimit_redis_tls_failed(ngx_http_ratelimit_redis_conn_t *conn,
-    const char *why, ngx_uint_t precise);
-
-/* ngx_http_ratelimit_redis.c */
-ngx_int_t ngx_http_ratelimit_redis_append(
-    ngx_http_ratelimit_redis_conn_t *conn, ngx_http_ratelimit_redis_wait_t *w,
-    ngx_uint_t eval);
-void ngx_http_ratelimit_redis_log_reply(ngx_http_ratelimit_redis_conn_t *conn,
-    ngx_uint_t level, const char *why, rl_resp_t *reply, ngx_str_t *raw);
 
 #endif /* NGX_HTTP_RATELIMIT_REDIS_CONN_H */

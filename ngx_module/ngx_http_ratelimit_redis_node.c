@@ -12,7 +12,7 @@
 #include <ngx_config.h>
 #include <ngx_core.h>
 
-#include "ngx_http_ratelimit_redis_conn.h"
+#include "ngx_http_ratelimit_redis_node.h"
 
 
 static ngx_uint_t ngx_http_ratelimit_redis_named(

@@ -18,7 +18,9 @@
  */
 
 
-#include "ngx_http_ratelimit_module.h"
+#include "ngx_http_ratelimit_redis_settle.h"
+#include "ngx_http_ratelimit_log.h"
+#include "ngx_http_ratelimit_redis.h"
 
 
 typedef struct ngx_http_ratelimit_settle_s  ngx_http_ratelimit_settle_t;

@@ -25,7 +25,7 @@
 #include <ngx_config.h>
 #include <ngx_core.h>
 
-#include "ngx_http_ratelimit_redis_conn.h"
+#include "ngx_http_ratelimit_redis_tls.h"
 
 
 #if (NGX_SSL)

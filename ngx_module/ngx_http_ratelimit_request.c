@@ -22,7 +22,12 @@
  */
 
 
-#include "ngx_http_ratelimit_module.h"
+#include "ngx_http_ratelimit_request.h"
+#include "ngx_http_ratelimit_log.h"
+#include "ngx_http_ratelimit_redis.h"
+#include "ngx_http_ratelimit_redis_settle.h"
+#include "ngx_http_ratelimit_wait.h"
+#include "ngx_http_ratelimit_zone.h"
 
 
 static void ngx_http_ratelimit_ctx_cleanup(void *data);

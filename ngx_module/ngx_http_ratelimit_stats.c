@@ -8,7 +8,9 @@
  */
 
 
-#include "ngx_http_ratelimit_module.h"
+#include "ngx_http_ratelimit_stats.h"
+#include "ngx_http_ratelimit_sync.h"
+#include "ngx_http_ratelimit_zone.h"
 
 
 #if (NGX_HTTP_RATELIMIT_REDIS_BUCKETS != RL_REDIS_LATENCY_BUCKETS)

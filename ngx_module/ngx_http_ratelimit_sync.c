@@ -19,9 +19,9 @@
 #include <ngx_core.h>
 #include <ngx_sha1.h>
 
-#include "ngx_http_ratelimit_module.h"
-#include "ngx_http_ratelimit_redis_conn.h"
 #include "ngx_http_ratelimit_sync.h"
+#include "ngx_http_ratelimit_redis.h"
+#include "ngx_http_ratelimit_redis_conn.h"
 
 
 /* The redis_sync zones this worker exchanges for: none, and a request

@@ -8,11 +8,6 @@
 #ifndef NGX_HTTP_RATELIMIT_SYNC_H
 #define NGX_HTTP_RATELIMIT_SYNC_H
 
-#include <ngx_config.h>
-#include <ngx_core.h>
-#include <ngx_http.h>
-
-#include "ratelimit_sync.h"
 #include "ngx_http_ratelimit_redis.h"
 
 
@@ -46,8 +41,6 @@ struct ngx_http_ratelimit_sync_s {
                                                       too late */
     int64_t                           taken_at;
 };
-
-typedef struct ngx_http_ratelimit_sync_s  ngx_http_ratelimit_sync_t;
 
 
 /* ratelimit_zone's redis_sync=TIME: NGX_DECLINED if param is not it. */

@@ -19,7 +19,7 @@
  */
 
 
-#include "ngx_http_ratelimit_module.h"
+#include "ngx_http_ratelimit_wait.h"
 
 
 #define NGX_HTTP_RATELIMIT_WAIT_POLL  20

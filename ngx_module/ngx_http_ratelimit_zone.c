@@ -10,7 +10,10 @@
  */
 
 
-#include "ngx_http_ratelimit_module.h"
+#include "ngx_http_ratelimit_zone.h"
+#include "ngx_http_ratelimit_log.h"
+#include "ngx_http_ratelimit_redis_conf.h"
+#include "ngx_http_ratelimit_sync.h"
 
 
 /* The documented minimum: room for the slab pool header and the table. */

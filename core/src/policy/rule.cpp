@@ -254,7 +254,7 @@ struct WordParam {
     size_t n;
 };
 const WordParam word_params[] = {
-    {P_RESET, &rl_rule_t::reset, resets, 3},         {P_ALIGN, &rl_rule_t::align, aligns, 2},
+    {P_RESET, &rl_rule_t::reset, resets, 3},           {P_ALIGN, &rl_rule_t::align, aligns, 2},
     {P_ABANDONED, &rl_rule_t::abandoned, abandons, 2}, {P_ZERO_COST, &rl_rule_t::zero_cost, switches, 2},
     {P_LOG_KEY, &rl_rule_t::log_key, switches, 2},
 };
@@ -291,7 +291,10 @@ int set_word(rl_rule_t *rule, const WordParam &p, Text name, Text v, Text whole,
     size_t at = 0;
     for (size_t i = 0; i < p.n && at < sizeof(expected); i++) {
         at += (size_t) std::snprintf(expected + at, sizeof(expected) - at, "%s%.*s=%s",
-                                     i == 0 ? "" : i + 1 < p.n ? ", " : " or ", (int) name.len, name.p, p.words[i].text);
+                                     i == 0        ? ""
+                                     : i + 1 < p.n ? ", "
+                                                   : " or ",
+                                     (int) name.len, name.p, p.words[i].text);
     }
     return fail(err, errlen, "invalid \"%.*s\": expected %s", (int) whole.len, whole.p, expected);
 }

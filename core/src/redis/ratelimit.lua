@@ -1,6 +1,7 @@
 -- ngx-ratelimit: one request checked against all its rules in Redis,
 -- atomically (a script runs alone).  The transitions are the C++ core's
--- (core/src/*.cpp), line for line, with the same integer arithmetic: Lua 5.1
+-- (core/src/algorithms/), line for line, each algorithm's functions
+-- together below its file's name, with the same integer arithmetic: Lua 5.1
 -- numbers are doubles, exact for integers below 2^53, and a Redis zone's
 -- rules are bounded at configuration time (limit x period <= 2^50 units, see
 -- rl_redis_rule_ok) so every quantity here stays exact.  Divisions go
@@ -33,8 +34,8 @@
 --          had a state, plus 2 if a ban was lifted}.
 --   settle a request ends (charge=): each rule gives back the cost its
 --          admission reserved and spends the charge instead, even into debt
---          (settle.cpp, charge.cpp): {1, then per rule: units charged, 1 if
---          the key is in debt after it, 1 if the debt's bound capped it}.
+--          (settle.cpp): {1, then per rule: units charged, 1 if the key is
+--          in debt after it, 1 if the debt's bound capped it}.
 --
 -- State: gcra, token_bucket, leaky_bucket keep a string "t n l" (the
 -- instant t + n/l ms, l the limit it was written in: a request under another
@@ -46,10 +47,12 @@
 -- ends.  Every write sets the key to expire 1 ms after the state is back to
 -- full budget (a ban when it ends), so Redis holds active keys only.
 
+
 local floor = math.floor
 local KMAX = 4611686018427387904   -- 2^62, exact_time.h's kUnitsMax
 local DAY = 86400000
 local CARRIED = 2147483648         -- 2^31, algorithms.h's kCarried
+
 
 local function fdiv(a, b)   -- floor(a / b), exact; b > 0
   local q = floor(a / b)
@@ -82,8 +85,52 @@ local function never(window, remaining, reset)
   return d
 end
 
+-- ---- storing: a state expires 1 ms after it is back to full budget ----------
 
--- exact_time.h: an instant t + n/limit ms, in units of 1/limit ms
+local function expire_in(at, now, testing)
+  local ttl = at + 1 - now
+  if ttl < 1 then ttl = 1 end
+  -- a test's clock runs apart from Redis's: keep its keys a day longer so
+  -- that none expires early on the trace's clock
+  if testing then ttl = ttl + DAY end
+  return num(ttl)
+end
+
+local function load_head(key)
+  local v = redis.call('GET', key)
+  if not v then return {t = 0, n = 0} end
+  local t, n, l = string.match(v, '^(%-?%d+) (%d+) ?(%d*)$')
+  if not t then return {t = 0, n = 0} end
+  l = tonumber(l)
+  if l == 0 then l = nil end
+  return {t = tonumber(t), n = tonumber(n), l = l}
+end
+
+local function store_head(key, h, now, testing)
+  local v = num(h.t) .. ' ' .. num(h.n)
+  if h.l then v = v .. ' ' .. num(h.l) end
+  redis.call('SET', key, v, 'PX', expire_in(h.t, now, testing))
+end
+
+local function push_times(key, v, n)
+  while n > 0 do   -- unpack has a stack limit: push in chunks
+    local chunk = {}
+    for i = 1, (n < 1000 and n or 1000) do chunk[i] = v end
+    redis.call('RPUSH', key, unpack(chunk))
+    n = n - #chunk
+  end
+end
+
+-- ---- the algorithms: r is the rule, h a head {t, n, l} ------------------------
+--
+-- A head's transition returns the decision, and the head to store if the
+-- request is admitted; its charge the units charged, capped, and the head;
+-- its refund the head.  A block's (sliding_window's ring, sliding_log's
+-- list) are given the block, and change it in place.
+
+-- exact_time.h, paced.cpp: an instant t + n/limit ms, in units of 1/limit
+-- ms (gcra, token_bucket, leaky_bucket)
+
 local function units_ahead(h, now, limit)
   if h.t < now then return 0 end
   local ms = h.t - now
@@ -96,11 +143,30 @@ local function instant_after(now, u, limit)
   return {t = now + q, n = u - q * limit, l = limit}
 end
 
--- the transitions: r is the rule, h the head {t, n}; they return the
--- decision and the head to store if the request is admitted
+-- the instant moves by the charge's time, at most to (burst + limit) x T
+-- ahead
+local function paced_charge(r, h, now, units)
+  local T = r.period
+  local most = (r.burst + r.limit) * T
+  local ahead = units_ahead(h, now, h.l or r.limit)
+  local room = ahead < most and fdiv(most - ahead, T) or 0
+  local add = units < room and units or room
+  if add > 0 then h = instant_after(now, ahead + add * T, r.limit) end
+  return add, add < units, h
+end
 
--- gcra, and token_bucket: a bucket of burst tokens refilled at limit per
--- period is GCRA with tau = burst * T, the same admissions (gcra.cpp)
+-- the cost an admission reserved, given back: the instant moves back, never
+-- to before now
+local function paced_refund(r, h, now, cost)
+  local ahead = units_ahead(h, now, h.l or r.limit)
+  local back = cost * r.period
+  return instant_after(now, ahead > back and ahead - back or 0, r.limit)
+end
+
+-- gcra.h, gcra.cpp: gcra, and token_bucket (a bucket of burst tokens
+-- refilled at limit per period is GCRA with tau = burst * T, the same
+-- admissions)
+
 local function gcra(r, h, now, cost)
   local T = r.period
   local tau = r.burst * T
@@ -124,7 +190,46 @@ local function gcra(r, h, now, cost)
   return d
 end
 
--- fixed_window.cpp: units spent in the window ending wend; a head whose n
+-- leaky_bucket.cpp: the shaper
+
+local function headroom(queued, most, T, limit, d)
+  d.remaining = queued <= most and fdiv(most - queued, T) + 1 or 0
+  local more = queued + d.remaining * T - most
+  d.available = cdiv(more < queued and more or queued, limit)
+end
+
+local function leaky_bucket(r, h, now, cost)
+  local T = r.period
+  local served = r.delay * T
+  local most = served + r.max_delay * r.limit
+  local wait = units_ahead(h, now, h.l or r.limit)
+  if cost > r.limit then return never(r.period, 0, cdiv(wait, r.limit)) end
+  local d = decision(r.period)
+  if cost == 0 then
+    d.allowed = 1
+    d.reset = cdiv(wait, r.limit)
+    headroom(wait, most, T, r.limit, d)
+    return d
+  end
+  if wait > most then
+    d.reset = cdiv(wait, r.limit)
+    d.retry = cdiv(wait - most, r.limit)
+    d.available = d.retry
+    return d
+  end
+  local drain = wait + cost * T
+  d.allowed = 1
+  d.delay = wait > served and cdiv(wait - served, r.limit) or 0
+  local released = d.delay * r.limit
+  local queued = drain > released and drain - released or 0
+  d.reset = cdiv(queued, r.limit)
+  headroom(queued, most, T, r.limit, d)
+  return d, instant_after(now, drain, r.limit)
+end
+
+-- fixed_window.cpp: a count in a window (fixed_window, quota)
+
+-- units spent in the window ending wend; a head whose n
 -- has CARRIED and whose window lies ahead counts a charge's excess there,
 -- and the window before it (this one) is full
 local function windowed_count(r, h, now, cost, wend, window)
@@ -164,6 +269,39 @@ local function windowed_count(r, h, now, cost, wend, window)
   return d
 end
 
+-- fixed_window, quota: what the window cannot hold is counted in the next,
+-- at most a limit
+local function windowed_charge(r, h, units, wend, nxt)
+  local limit = r.limit
+  if h.n >= CARRIED and h.t > wend then
+    local owed = h.n - CARRIED
+    local add = owed < limit and (units < limit - owed and units or limit - owed) or 0
+    return add, add < units, {t = h.t, n = owed + add + CARRIED}
+  end
+  if h.t > wend then   -- the clock stepped back: the later window
+    nxt = h.t + (nxt - wend)
+    wend = h.t
+  end
+  local spent = h.t == wend and (h.n >= CARRIED and h.n - CARRIED or h.n) or 0
+  local room = spent < limit and limit - spent or 0
+  if units <= room then return units, false, {t = wend, n = spent + units} end
+  local excess = units - room
+  local carry = excess < limit and excess or limit
+  return room + carry, excess > limit, {t = nxt, n = carry + CARRIED}
+end
+
+-- the cost an admission reserved, given back: uncounted if the head is
+-- still that window's, or taken off what a charge carried past it
+local function window_refund(r, h, now, cost, after)
+  if h.t == after then
+    return {t = h.t, n = h.n - (cost < h.n and cost or h.n)}
+  elseif h.n >= CARRIED and h.t > after then
+    local carried = h.n - CARRIED
+    return {t = h.t, n = carried - (cost < carried and cost or carried) + CARRIED}
+  end
+  return h
+end
+
 -- the window a unit spent now is counted in: its end, length, and the end
 -- of the window after it
 local function fixed_window_span(r, h, now)
@@ -182,42 +320,14 @@ local function fixed_window(r, h, now, cost)
   return windowed_count(r, h, now, cost, wend, window)
 end
 
-local function headroom(queued, most, T, limit, d)
-  d.remaining = queued <= most and fdiv(most - queued, T) + 1 or 0
-  local more = queued + d.remaining * T - most
-  d.available = cdiv(more < queued and more or queued, limit)
+local function fixed_window_charge(r, h, now, units)
+  local wend, _, nxt = fixed_window_span(r, h, now)
+  return windowed_charge(r, h, units, wend, nxt)
 end
 
-local function leaky_bucket(r, h, now, cost)
-  local T = r.period
-  local served = r.delay * T
-  local most = served + r.max_delay * r.limit
-  local wait = units_ahead(h, now, h.l or r.limit)
-  if cost > r.limit then return never(r.period, 0, cdiv(wait, r.limit)) end
-  local d = decision(r.period)
-  if cost == 0 then
-    d.allowed = 1
-    d.reset = cdiv(wait, r.limit)
-    headroom(wait, most, T, r.limit, d)
-    return d
-  end
-  if wait > most then
-    d.reset = cdiv(wait, r.limit)
-    d.retry = cdiv(wait - most, r.limit)
-    d.available = d.retry
-    return d
-  end
-  local drain = wait + cost * T
-  d.allowed = 1
-  d.delay = wait > served and cdiv(wait - served, r.limit) or 0
-  local released = d.delay * r.limit
-  local queued = drain > released and drain - released or 0
-  d.reset = cdiv(queued, r.limit)
-  headroom(queued, most, T, r.limit, d)
-  return d, instant_after(now, drain, r.limit)
-end
+-- quota.cpp, calendar.cpp (Howard Hinnant's algorithms): the calendar's
+-- periods
 
--- calendar.cpp (Howard Hinnant's algorithms)
 local function days_from_civil(y, m, d)
   if m <= 2 then y = y - 1 end
   local era = tdiv(y >= 0 and y or y - 399, 400)
@@ -267,6 +377,13 @@ local function quota(r, h, now, cost)
   local wend, window = quota_period(r, now)
   return windowed_count(r, h, now, cost, wend, window)
 end
+
+local function quota_charge(r, h, now, units)
+  local wend, _, nxt = quota_span(r, now)
+  return windowed_charge(r, h, units, wend, nxt)
+end
+
+-- sliding_window.cpp
 
 -- sliding_window: b = {tick, c = {[0..S]}, owed}, tick j counted at
 -- j % (S + 1); owed (charge=): until when the key owes what a charge put
@@ -374,7 +491,81 @@ local function sliding_window(r, b, now, cost, apply)
   return d
 end
 
--- sliding_log: b = {times, oldest first}
+-- sliding_window: the charge counts in the window (the ring at most twice
+-- the limit); what it counts beyond the limit is owed once the window has
+-- slid past it, at limit per period, at most a period
+local function sliding_window_charge(r, b, now, units)
+  local w = ring(r, b)
+  local S, W = w.S, w.W
+  local k = fdiv(now * S, W)
+  local e = now * S - k * W
+  if b.tick > k then k = b.tick; e = 0 end
+  w.advance(k)
+  local sum = w.newest(k)
+  local total = 0
+  for j = 0, S do total = total + b.c[j] end
+  local most = 2 * r.limit
+  local add = total < most and (units < most - total and units or most - total) or 0
+  b.c[k % (S + 1)] = b.c[k % (S + 1)] + add
+  local counted = fdiv(w.used(k, e, sum) + add * W + W - 1, W)
+  local full = w.full_at(k)
+  if counted > r.limit then
+    local owed = (b.owed > full and b.owed or full) + cdiv((counted - r.limit) * W, r.limit)
+    b.owed = owed < full + W and owed or full + W
+  end
+  return add, add < units or counted - r.limit > r.limit, b
+end
+
+local function sliding_window_refund(r, b, now, cost, after, at)
+  local S, W = r.buckets, r.period
+  local k = fdiv(at * S, W)
+  if k > b.tick or k <= b.tick - (S + 1) then return b end
+  local i = k % (S + 1)
+  b.c[i] = b.c[i] - (cost < b.c[i] and cost or b.c[i])
+  return b
+end
+
+local function load_ring(key, r)
+  local b = {tick = 0, c = {}, owed = 0}
+  local v = redis.call('GET', key)
+  local i = -1
+  if v then
+    for x in string.gmatch(v, '%-?%d+') do
+      if i < 0 then b.tick = tonumber(x) else b.c[i] = tonumber(x) end
+      i = i + 1
+    end
+  end
+  if r.charge == 1 then b.owed = b.c[r.buckets + 1] or 0 end
+  b.c[r.buckets + 1] = nil
+  for j = 0, r.buckets do b.c[j] = b.c[j] or 0 end
+  return b
+end
+
+local function store_ring(key, r, b)
+  local parts = {num(b.tick)}
+  for j = 0, r.buckets do parts[j + 2] = num(b.c[j]) end
+  if r.charge == 1 then parts[#parts + 1] = num(b.owed) end
+  redis.call('SET', key, table.concat(parts, ' '))
+end
+
+-- an admission: the ring counted, written with its expiry; the head's t
+local function sliding_window_commit(key, r, now, testing)
+  local b = load_ring(key, r)
+  sliding_window(r, b, now, r.cost, true)
+  store_ring(key, r, b)
+  redis.call('PEXPIRE', key, expire_in(b.expire, now, testing))
+  return b.expire
+end
+
+-- a settled ring, written whole
+local function sliding_window_settled(key, r, b, now, testing)
+  store_ring(key, r, b)
+  local full = ring(r, b).full_at(b.tick)
+  redis.call('PEXPIRE', key, expire_in(b.owed > full and b.owed or full, now, testing))
+end
+
+-- sliding_log.cpp: b = {times, oldest first}
+
 local function sliding_log(r, b, now, cost, apply)
   local W = r.period
   local count = #b.times
@@ -415,107 +606,6 @@ local function log_commit(b, n)
   b.times = times
 end
 
-local by_head = {[0] = gcra, [1] = gcra, [2] = fixed_window, [5] = leaky_bucket, [6] = quota}
-local FIXED_WINDOW, SLIDING_WINDOW, SLIDING_LOG, QUOTA = 2, 3, 4, 6
-
--- ---- charges (charge.cpp) and what an admission gives back (refund.cpp) ----
-
--- gcra, token_bucket: the instant moves by the charge's time, at most to
--- (burst + limit) x T ahead
-local function paced_charge(r, h, now, units)
-  local T = r.period
-  local most = (r.burst + r.limit) * T
-  local ahead = units_ahead(h, now, h.l or r.limit)
-  local room = ahead < most and fdiv(most - ahead, T) or 0
-  local add = units < room and units or room
-  if add > 0 then h = instant_after(now, ahead + add * T, r.limit) end
-  return add, add < units, h
-end
-
--- fixed_window, quota: what the window cannot hold is counted in the next,
--- at most a limit
-local function windowed_charge(r, h, units, wend, nxt)
-  local limit = r.limit
-  if h.n >= CARRIED and h.t > wend then
-    local owed = h.n - CARRIED
-    local add = owed < limit and (units < limit - owed and units or limit - owed) or 0
-    return add, add < units, {t = h.t, n = owed + add + CARRIED}
-  end
-  if h.t > wend then   -- the clock stepped back: the later window
-    nxt = h.t + (nxt - wend)
-    wend = h.t
-  end
-  local spent = h.t == wend and (h.n >= CARRIED and h.n - CARRIED or h.n) or 0
-  local room = spent < limit and limit - spent or 0
-  if units <= room then return units, false, {t = wend, n = spent + units} end
-  local excess = units - room
-  local carry = excess < limit and excess or limit
-  return room + carry, excess > limit, {t = nxt, n = carry + CARRIED}
-end
-
-local function charge_head(r, h, now, units)
-  if units == 0 then return 0, false, h end
-  if r.algorithm == FIXED_WINDOW then
-    local wend, _, nxt = fixed_window_span(r, h, now)
-    return windowed_charge(r, h, units, wend, nxt)
-  elseif r.algorithm == QUOTA then
-    local wend, _, nxt = quota_span(r, now)
-    return windowed_charge(r, h, units, wend, nxt)
-  end
-  return paced_charge(r, h, now, units)
-end
-
--- the cost an admission reserved, given back: a paced instant moves back,
--- a window uncounts it if its head is still that window's (or a charge
--- carried units past it)
-local function refund_head(r, h, now, cost, after)
-  if r.algorithm <= 1 or r.algorithm == 5 then   -- gcra, token_bucket, leaky_bucket
-    local ahead = units_ahead(h, now, h.l or r.limit)
-    local back = cost * r.period
-    return instant_after(now, ahead > back and ahead - back or 0, r.limit)
-  end
-  if h.t == after then
-    return {t = h.t, n = h.n - (cost < h.n and cost or h.n)}
-  elseif h.n >= CARRIED and h.t > after then
-    local carried = h.n - CARRIED
-    return {t = h.t, n = carried - (cost < carried and cost or carried) + CARRIED}
-  end
-  return h
-end
-
--- sliding_window: the charge counts in the window (the ring at most twice
--- the limit); what it counts beyond the limit is owed once the window has
--- slid past it, at limit per period, at most a period
-local function sliding_window_charge(r, b, now, units)
-  local w = ring(r, b)
-  local S, W = w.S, w.W
-  local k = fdiv(now * S, W)
-  local e = now * S - k * W
-  if b.tick > k then k = b.tick; e = 0 end
-  w.advance(k)
-  local sum = w.newest(k)
-  local total = 0
-  for j = 0, S do total = total + b.c[j] end
-  local most = 2 * r.limit
-  local add = total < most and (units < most - total and units or most - total) or 0
-  b.c[k % (S + 1)] = b.c[k % (S + 1)] + add
-  local counted = fdiv(w.used(k, e, sum) + add * W + W - 1, W)
-  local full = w.full_at(k)
-  if counted > r.limit then
-    local owed = (b.owed > full and b.owed or full) + cdiv((counted - r.limit) * W, r.limit)
-    b.owed = owed < full + W and owed or full + W
-  end
-  return add, add < units or counted - r.limit > r.limit
-end
-
-local function sliding_window_refund(r, b, cost, at)
-  local S, W = r.buckets, r.period
-  local k = fdiv(at * S, W)
-  if k > b.tick or k <= b.tick - (S + 1) then return end
-  local i = k % (S + 1)
-  b.c[i] = b.c[i] - (cost < b.c[i] and cost or b.c[i])
-end
-
 -- sliding_log: the log holds a limit of units; those beyond it move the
 -- whole log later by the time they take to come back, at most a period
 local function sliding_log_charge(r, b, now, units)
@@ -538,7 +628,7 @@ local function sliding_log_charge(r, b, now, units)
       sliding_log(r, b, now, add, true)
       log_commit(b, add)
     end
-    return add, add < units
+    return add, add < units, b
   end
   local debt = owed + (live + add - L) - (live > L and live - L or 0)
   if debt > L then debt = L end
@@ -547,11 +637,13 @@ local function sliding_log_charge(r, b, now, units)
   local times = {}
   for i = 1, L do times[i] = at end
   b.times = times
-  return add, add < units
+  return add, add < units, b
 end
 
--- removes `cost` of the times logged at `at`, the later ones closing the gap
-local function sliding_log_refund(b, cost, at)
+-- removes `cost` of the times logged when the admission was (a period
+-- before its head's t), the later ones closing the gap
+local function sliding_log_refund(r, b, now, cost, after)
+  local at = after - r.period
   local t = b.times
   local e = #t
   while e > 0 and t[e] > at do e = e - 1 end
@@ -563,106 +655,60 @@ local function sliding_log_refund(b, cost, at)
     for i = e + 1, n do t[i - gone] = t[i] end
     for i = n - gone + 1, n do t[i] = nil end
   end
-end
-
--- ---- loading and storing states -------------------------------------------
-
-local function load_head(key)
-  local v = redis.call('GET', key)
-  if not v then return {t = 0, n = 0} end
-  local t, n, l = string.match(v, '^(%-?%d+) (%d+) ?(%d*)$')
-  if not t then return {t = 0, n = 0} end
-  l = tonumber(l)
-  if l == 0 then l = nil end
-  return {t = tonumber(t), n = tonumber(n), l = l}
-end
-
-local function load_block(key, r)
-  if r.algorithm == SLIDING_LOG then
-    local times = redis.call('LRANGE', key, 0, -1)
-    for i = 1, #times do times[i] = tonumber(times[i]) end
-    return {times = times}
-  end
-  local b = {tick = 0, c = {}, owed = 0}
-  local v = redis.call('GET', key)
-  local i = -1
-  if v then
-    for x in string.gmatch(v, '%-?%d+') do
-      if i < 0 then b.tick = tonumber(x) else b.c[i] = tonumber(x) end
-      i = i + 1
-    end
-  end
-  if r.charge == 1 then b.owed = b.c[r.buckets + 1] or 0 end
-  b.c[r.buckets + 1] = nil
-  for j = 0, r.buckets do b.c[j] = b.c[j] or 0 end
   return b
 end
 
-local function expire_in(at, now, testing)
-  local ttl = at + 1 - now
-  if ttl < 1 then ttl = 1 end
-  -- a test's clock runs apart from Redis's: keep its keys a day longer so
-  -- that none expires early on the trace's clock
-  if testing then ttl = ttl + DAY end
-  return num(ttl)
+local function load_log(key)
+  local times = redis.call('LRANGE', key, 0, -1)
+  for i = 1, #times do times[i] = tonumber(times[i]) end
+  return {times = times}
 end
 
-local function store_head(key, h, now, testing)
-  local v = num(h.t) .. ' ' .. num(h.n)
-  if h.l then v = v .. ' ' .. num(h.l) end
-  redis.call('SET', key, v, 'PX', expire_in(h.t, now, testing))
-end
-
-local function push_times(key, v, n)
-  while n > 0 do   -- unpack has a stack limit: push in chunks
-    local chunk = {}
-    for i = 1, (n < 1000 and n or 1000) do chunk[i] = v end
-    redis.call('RPUSH', key, unpack(chunk))
-    n = n - #chunk
-  end
-end
-
-local function store_ring(key, r, b)
-  local parts = {num(b.tick)}
-  for j = 0, r.buckets do parts[j + 2] = num(b.c[j]) end
-  if r.charge == 1 then parts[#parts + 1] = num(b.owed) end
-  redis.call('SET', key, table.concat(parts, ' '))
-end
-
--- an admission's block: the log trimmed and appended to, the ring written
-local function store_block(key, r, b, now, testing)
-  if r.algorithm == SLIDING_LOG then
-    if b.expired == #b.times then
-      redis.call('DEL', key)
-    elseif b.expired > 0 then
-      redis.call('LTRIM', key, b.expired, -1)
-    end
-    push_times(key, num(b.logged), b.cost)
-  else
-    store_ring(key, r, b)
-  end
-  redis.call('PEXPIRE', key, expire_in(b.expire, now, testing))
-end
-
--- a settled block, written whole
-local function store_settled(key, r, b, now, testing)
-  if r.algorithm == SLIDING_LOG then
+-- an admission: the log trimmed and appended to; the head's t
+local function sliding_log_commit(key, r, now, testing)
+  local b = load_log(key)
+  sliding_log(r, b, now, r.cost, true)
+  if b.expired == #b.times then
     redis.call('DEL', key)
-    local n = #b.times
-    local i = 1
-    while i <= n do   -- runs of one time
-      local j = i
-      while j < n and b.times[j + 1] == b.times[i] do j = j + 1 end
-      push_times(key, num(b.times[i]), j - i + 1)
-      i = j + 1
-    end
-    if n > 0 then redis.call('PEXPIRE', key, expire_in(b.times[n] + r.period, now, testing)) end
-    return
+  elseif b.expired > 0 then
+    redis.call('LTRIM', key, b.expired, -1)
   end
-  store_ring(key, r, b)
-  local full = ring(r, b).full_at(b.tick)
-  redis.call('PEXPIRE', key, expire_in(b.owed > full and b.owed or full, now, testing))
+  push_times(key, num(b.logged), r.cost)
+  redis.call('PEXPIRE', key, expire_in(b.expire, now, testing))
+  return b.expire
 end
+
+-- a settled log, written whole
+local function sliding_log_settled(key, r, b, now, testing)
+  redis.call('DEL', key)
+  local n = #b.times
+  local i = 1
+  while i <= n do   -- runs of one time
+    local j = i
+    while j < n and b.times[j + 1] == b.times[i] do j = j + 1 end
+    push_times(key, num(b.times[i]), j - i + 1)
+    i = j + 1
+  end
+  if n > 0 then redis.call('PEXPIRE', key, expire_in(b.times[n] + r.period, now, testing)) end
+end
+
+-- ---- the table of the algorithms (registry.cpp), by enum rl_algorithm -----
+--
+-- head: the state is a head (load_head, store_head); else the algorithm
+-- loads its block, commits an admission (the head's t after it) and
+-- writes a settled block.
+
+local algorithms = {
+  [0] = {head = true, decide = gcra, charge = paced_charge, refund = paced_refund},   -- gcra
+  [1] = {head = true, decide = gcra, charge = paced_charge, refund = paced_refund},   -- token_bucket
+  [2] = {head = true, decide = fixed_window, charge = fixed_window_charge, refund = window_refund},
+  [3] = {load = load_ring, decide = sliding_window, charge = sliding_window_charge, refund = sliding_window_refund,
+         commit = sliding_window_commit, settled = sliding_window_settled},
+  [4] = {load = load_log, decide = sliding_log, charge = sliding_log_charge, refund = sliding_log_refund,
+         commit = sliding_log_commit, settled = sliding_log_settled},
+  [5] = {head = true, decide = leaky_bucket, refund = paced_refund},                  -- leaky_bucket
+  [6] = {head = true, decide = quota, charge = quota_charge, refund = window_refund},
+}
 
 -- ---- bans (check.cpp) ------------------------------------------------------
 
@@ -736,28 +782,13 @@ if settle then
   local out = {1}
   for i = 1, n do
     local r = rules[i]
-    local charged, capped, before
-    if by_head[r.algorithm] then
-      local h = load_head(KEYS[i])
-      if r.cost > 0 then h = refund_head(r, h, now, r.cost, r.after) end
-      before = by_head[r.algorithm](r, h, now, 0).remaining
-      charged, capped, h = charge_head(r, h, now, r.units)
-      store_head(KEYS[i], h, now, testing)
-    else
-      local b = load_block(KEYS[i], r)
-      if r.algorithm == SLIDING_WINDOW then
-        if r.cost > 0 then sliding_window_refund(r, b, r.cost, r.at) end
-        before = sliding_window(r, b, now, 0, false).remaining
-        charged, capped = 0, false
-        if r.units > 0 then charged, capped = sliding_window_charge(r, b, now, r.units) end
-      else
-        if r.cost > 0 then sliding_log_refund(b, r.cost, r.after - r.period) end
-        before = sliding_log(r, b, now, 0, false).remaining
-        charged, capped = 0, false
-        if r.units > 0 then charged, capped = sliding_log_charge(r, b, now, r.units) end
-      end
-      store_settled(KEYS[i], r, b, now, testing)
-    end
+    local a = algorithms[r.algorithm]
+    local s = a.head and load_head(KEYS[i]) or a.load(KEYS[i], r)
+    if r.cost > 0 then s = a.refund(r, s, now, r.cost, r.after, r.at) end
+    local before = a.decide(r, s, now, 0, false).remaining
+    local charged, capped = 0, false
+    if r.units > 0 then charged, capped, s = a.charge(r, s, now, r.units) end
+    if a.head then store_head(KEYS[i], s, now, testing) else a.settled(KEYS[i], r, s, now, testing) end
     out[#out + 1] = charged
     out[#out + 1] = charged > before and 1 or 0
     out[#out + 1] = capped and 1 or 0
@@ -781,24 +812,12 @@ local decisions, heads, after, banned = {}, {}, {}, {}
 local allowing = 0
 for i = 1, n do
   local r = rules[i]
-  local f = by_head[r.algorithm]
-  local learns = r.charge == 1 and r.estimate > r.cost
-  local d, h, nh
-  if f then
-    -- a rule sharing its key with an earlier one decides on the head that
-    -- one would leave (check.cpp's current())
-    h = heads[KEYS[i]] or load_head(KEYS[i])
-    if learns then r.cost = reserve(r, f(r, h, now, 0)) end
-    d, nh = f(r, h, now, r.cost)
-  elseif r.algorithm == SLIDING_WINDOW then
-    local b = load_block(KEYS[i], r)
-    if learns then r.cost = reserve(r, sliding_window(r, b, now, 0, false)) end
-    d = sliding_window(r, b, now, r.cost, false)
-  else
-    local b = load_block(KEYS[i], r)
-    if learns then r.cost = reserve(r, sliding_log(r, b, now, 0, false)) end
-    d = sliding_log(r, b, now, r.cost, false)
-  end
+  local a = algorithms[r.algorithm]
+  -- a rule sharing its key with an earlier one decides on the head that
+  -- one would leave (check.cpp's current())
+  local s = a.head and (heads[KEYS[i]] or load_head(KEYS[i])) or a.load(KEYS[i], r)
+  if r.charge == 1 and r.estimate > r.cost then r.cost = reserve(r, a.decide(r, s, now, 0, false)) end
+  local d, nh = a.decide(r, s, now, r.cost, false)
   if r.bankey then
     local ends = banned_until(r.bankey, now)
     if ends > 0 and r.cost > 0 then
@@ -809,8 +828,8 @@ for i = 1, n do
       d.banned = ends - now
     end
   end
-  if f then
-    after[i] = nh or h
+  if a.head then
+    after[i] = nh or s
     if not peek then heads[KEYS[i]] = after[i] end
   end
   decisions[i] = d
@@ -825,19 +844,12 @@ local committed = {}
 for i = 1, n do
   local r = rules[i]
   if allowed and not peek and decisions[i].allowed == 1 and r.cost > 0 then
-    if by_head[r.algorithm] then
+    local a = algorithms[r.algorithm]
+    if a.head then
       store_head(KEYS[i], after[i], now, testing)
       committed[i] = after[i].t
     else
-      local b = load_block(KEYS[i], r)
-      if r.algorithm == SLIDING_WINDOW then
-        sliding_window(r, b, now, r.cost, true)
-      else
-        sliding_log(r, b, now, r.cost, true)
-        b.cost = r.cost
-      end
-      store_block(KEYS[i], r, b, now, testing)
-      committed[i] = b.expire
+      committed[i] = a.commit(KEYS[i], r, now, testing)
     end
   end
 end

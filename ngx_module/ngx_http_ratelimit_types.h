@@ -1,16 +1,18 @@
 
 /*
- * ngx-ratelimit: the nginx glue's shared types.
+ * ngx-ratelimit: the nginx glue's shared types, and the clocks.  It calls
+ * nothing and includes none of the glue's headers: each file of the glue
+ * includes it, its own header, and the headers of the files below it that
+ * it calls (tools/glue-layers says which are below which).
  *
  * The glue evaluates nginx values (keys, costs, charges), takes the zones'
  * locks and applies what the core decides (core/include/ratelimit.h: every
  * algorithm, the rule parser, the key table, the decision of a whole
- * request).  Which file holds what, and how they depend on each other:
- * docs/architecture.md.
+ * request).  Which file holds what: docs/architecture.md.
  */
 
-#ifndef NGX_HTTP_RATELIMIT_MODULE_H
-#define NGX_HTTP_RATELIMIT_MODULE_H
+#ifndef NGX_HTTP_RATELIMIT_TYPES_H
+#define NGX_HTTP_RATELIMIT_TYPES_H
 
 
 #include <ngx_config.h>
@@ -19,8 +21,14 @@
 
 #include "ratelimit.h"
 #include "ratelimit_render.h"
-#include "ngx_http_ratelimit_redis.h"
-#include "ngx_http_ratelimit_sync.h"
+#include "ratelimit_sync.h"
+
+
+/* Redis zones' (ngx_http_ratelimit_redis.h), and redis_sync's
+   (ngx_http_ratelimit_sync.h) */
+typedef struct ngx_http_ratelimit_redis_s       ngx_http_ratelimit_redis_t;
+typedef struct ngx_http_ratelimit_redis_wait_s  ngx_http_ratelimit_redis_wait_t;
+typedef struct ngx_http_ratelimit_sync_s        ngx_http_ratelimit_sync_t;
 
 
 /* $ratelimit_decided_by: where the decision was taken */
@@ -225,96 +233,6 @@ struct ngx_http_ratelimit_ctx_s {
 extern ngx_module_t  ngx_http_ratelimit_module;
 
 
-/* ngx_http_ratelimit_handler.c */
-ngx_int_t ngx_http_ratelimit_handler(ngx_http_request_t *r);
-
-/* ngx_http_ratelimit_request.c */
-ngx_http_ratelimit_ctx_t *ngx_http_ratelimit_new_ctx(ngx_http_request_t *r);
-ngx_http_ratelimit_ctx_t *ngx_http_ratelimit_find_ctx(ngx_http_request_t *r);
-ngx_int_t ngx_http_ratelimit_keep_checks(ngx_http_ratelimit_ctx_t *ctx);
-ngx_int_t ngx_http_ratelimit_end_handler(ngx_http_request_t *r);
-void ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx,
-    ngx_uint_t charges);
-
-/* ngx_http_ratelimit_wait.c */
-ngx_int_t ngx_http_ratelimit_delay(ngx_http_request_t *r,
-    ngx_http_ratelimit_ctx_t *ctx);
-ngx_int_t ngx_http_ratelimit_wait(ngx_http_request_t *r,
-    ngx_http_ratelimit_ctx_t *ctx, ngx_http_ratelimit_retry_pt retry);
-void ngx_http_ratelimit_wait_wake(void);
-void ngx_http_ratelimit_wait_leave(ngx_http_ratelimit_ctx_t *ctx);
-
-/* ngx_http_ratelimit_grpc.c */
-char *ngx_http_ratelimit_grpc_status(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-ngx_uint_t ngx_http_ratelimit_grpc_kind(ngx_http_request_t *r,
-    ngx_http_ratelimit_loc_conf_t *rlcf, size_t *type_len);
-ngx_int_t ngx_http_ratelimit_grpc_answer(ngx_http_request_t *r,
-    ngx_http_ratelimit_ctx_t *ctx);
-
-/* ngx_http_ratelimit_log.c */
-void ngx_http_ratelimit_log_verdict(ngx_http_request_t *r, ngx_uint_t level,
-    rl_request_t *rq, ngx_uint_t waited);
-#if (NGX_DEBUG)
-void ngx_http_ratelimit_debug_decision(ngx_http_request_t *r,
-    rl_request_t *rq);
-void ngx_http_ratelimit_debug_end(ngx_http_request_t *r, rl_request_t *rq,
-    int freed, ngx_uint_t charges);
-#endif
-void ngx_http_ratelimit_log_bad(ngx_http_request_t *r,
-    ngx_http_ratelimit_rule_t *rule, const char *what);
-ngx_int_t ngx_http_ratelimit_log_init(ngx_conf_t *cf,
-    ngx_http_ratelimit_main_conf_t *rmcf);
-u_char *ngx_http_ratelimit_escape_key(u_char *p, const u_char *data,
-    size_t len);
-ngx_log_t *ngx_http_ratelimit_request_log(ngx_http_request_t *r,
-    ngx_log_t *log);
-
-/* ngx_http_ratelimit_zone.c */
-char *ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-ngx_int_t ngx_http_ratelimit_zone_name(ngx_conf_t *cf, const char *directive,
-    ngx_str_t *name);
-ngx_shm_zone_t *ngx_http_ratelimit_lookup_zone(ngx_list_t *shared_memory,
-    ngx_str_t *name);
-ngx_int_t ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
-    ngx_http_ratelimit_main_conf_t *rmcf);
-void ngx_http_ratelimit_claim_stats(ngx_http_ratelimit_zone_t *zone,
-    ngx_uint_t lock);
-int ngx_http_ratelimit_counters(ngx_log_t *log,
-    ngx_http_ratelimit_rule_t *rule);
-ngx_http_ratelimit_rule_t *ngx_http_ratelimit_zone_rule(
-    ngx_http_ratelimit_zone_t *zone, ngx_str_t *name);
-void ngx_http_ratelimit_top(ngx_http_ratelimit_zone_t *zone, int slot,
-    rl_top_t *top);
-ngx_http_ratelimit_zone_t *ngx_http_ratelimit_next_zone(ngx_cycle_t *cycle,
-    ngx_list_part_t **part, ngx_uint_t *i);
-void ngx_http_ratelimit_lock_all(rl_request_t *rq, ngx_uint_t lock);
-
-/* ngx_http_ratelimit_headers.c */
-ngx_int_t ngx_http_ratelimit_headers_init(ngx_conf_t *cf, ngx_uint_t filter);
-ngx_int_t ngx_http_ratelimit_add_variables(ngx_conf_t *cf);
-u_char *ngx_http_ratelimit_number(u_char *p, uint64_t n);
-
-/* ngx_http_ratelimit_stats.c */
-char *ngx_http_ratelimit_stats(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-ngx_int_t ngx_http_ratelimit_answer_headers(ngx_http_request_t *r,
-    ngx_str_t *cache);
-ngx_int_t ngx_http_ratelimit_add_headers(ngx_http_request_t *r,
-    ngx_keyval_t *headers, ngx_uint_t n);
-ngx_int_t ngx_http_ratelimit_send(ngx_http_request_t *r, ngx_uint_t status,
-    ngx_str_t *type, u_char *data, size_t len);
-ngx_int_t ngx_http_ratelimit_send_json(ngx_http_request_t *r,
-    ngx_uint_t status, u_char *data, size_t len);
-ngx_int_t ngx_http_ratelimit_snapshot(ngx_http_request_t *r, ngx_uint_t what,
-    rl_stats_snapshot_t *s);
-ngx_int_t ngx_http_ratelimit_zone_snapshot(ngx_http_request_t *r,
-    ngx_http_ratelimit_zone_t *zone, ngx_uint_t what, rl_zone_snapshot_t *z);
-ngx_int_t ngx_http_ratelimit_top_view(ngx_http_request_t *r,
-    ngx_http_ratelimit_zone_t *zone, ngx_http_ratelimit_rule_t *rule, int slot,
-    rl_top_t *top, rl_top_view_t *v);
-
 /*
  * The clock the core decides on: nginx's cached wall-clock time, in ms
  * (the handler's comment says why wall time).
@@ -352,10 +270,6 @@ ngx_http_ratelimit_monotonic_ms(void)
 #define ngx_http_ratelimit_rl_str(s)                                          \
     ((rl_str_t) { (const char *) (s)->data, (s)->len })
 
-/* ngx_http_ratelimit_api.c */
-char *ngx_http_ratelimit_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
-
-
 /* A function kept out of its caller, so that a caller's common path does
    not set up the frame of its rare one. */
 #if (defined __GNUC__)
@@ -374,61 +288,5 @@ char *ngx_http_ratelimit_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
     ((ngx_http_ratelimit_zone_t *) (rule)->shm_zone->data)
 
 
-/*
- * Locks the zones a request uses: most requests use one, locked here
- * without a call, its mutex returned for ngx_http_ratelimit_unlock();
- * several, by ngx_http_ratelimit_lock_all (NULL returned).
- */
 
-static ngx_inline ngx_shmtx_t *
-ngx_http_ratelimit_lock(rl_request_t *rq)
-{
-    ngx_shmtx_t  *mutex;
-
-    if (rq->locks != 1) {
-        ngx_http_ratelimit_lock_all(rq, 1);
-        return NULL;
-    }
-
-    mutex = &ngx_http_ratelimit_zone_of(ngx_http_ratelimit_rule_of(
-                &rq->checks[rq->order[0]]))->shpool->mutex;
-
-    ngx_shmtx_lock(mutex);
-
-    return mutex;
-}
-
-
-static ngx_inline void
-ngx_http_ratelimit_unlock(rl_request_t *rq, ngx_shmtx_t *mutex)
-{
-    if (mutex != NULL) {
-        ngx_shmtx_unlock(mutex);
-
-    } else {
-        ngx_http_ratelimit_lock_all(rq, 0);
-    }
-}
-
-
-/*
- * A request's context, on its main request: after an internal redirect or
- * a finalizing filter, which clear module contexts, it is found again.
- */
-
-static ngx_inline ngx_http_ratelimit_ctx_t *
-ngx_http_ratelimit_get_ctx(ngx_http_request_t *r)
-{
-    ngx_http_ratelimit_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(r->main, ngx_http_ratelimit_module);
-
-    if (ctx != NULL || !(r->main->internal || r->main->filter_finalize)) {
-        return ctx;
-    }
-
-    return ngx_http_ratelimit_find_ctx(r);
-}
-
-
-#endif /* NGX_HTTP_RATELIMIT_MODULE_H */
+#endif /* NGX_HTTP_RATELIMIT_TYPES_H */

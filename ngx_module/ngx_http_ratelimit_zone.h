@@ -1,0 +1,72 @@
+
+/*
+ * ngx-ratelimit: ratelimit_zone: zones, reloads, rules' counters, the zones'
+ * locks (ngx_http_ratelimit_zone.c).
+ */
+
+#ifndef NGX_HTTP_RATELIMIT_ZONE_H
+#define NGX_HTTP_RATELIMIT_ZONE_H
+
+
+#include "ngx_http_ratelimit_types.h"
+
+
+char *ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+ngx_int_t ngx_http_ratelimit_zone_name(ngx_conf_t *cf, const char *directive,
+    ngx_str_t *name);
+ngx_shm_zone_t *ngx_http_ratelimit_lookup_zone(ngx_list_t *shared_memory,
+    ngx_str_t *name);
+ngx_int_t ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
+    ngx_http_ratelimit_main_conf_t *rmcf);
+void ngx_http_ratelimit_claim_stats(ngx_http_ratelimit_zone_t *zone,
+    ngx_uint_t lock);
+int ngx_http_ratelimit_counters(ngx_log_t *log,
+    ngx_http_ratelimit_rule_t *rule);
+ngx_http_ratelimit_rule_t *ngx_http_ratelimit_zone_rule(
+    ngx_http_ratelimit_zone_t *zone, ngx_str_t *name);
+void ngx_http_ratelimit_top(ngx_http_ratelimit_zone_t *zone, int slot,
+    rl_top_t *top);
+ngx_http_ratelimit_zone_t *ngx_http_ratelimit_next_zone(ngx_cycle_t *cycle,
+    ngx_list_part_t **part, ngx_uint_t *i);
+void ngx_http_ratelimit_lock_all(rl_request_t *rq, ngx_uint_t lock);
+
+
+/*
+ * Locks the zones a request uses: most requests use one, locked here
+ * without a call, its mutex returned for ngx_http_ratelimit_unlock();
+ * several, by ngx_http_ratelimit_lock_all (NULL returned).
+ */
+
+static ngx_inline ngx_shmtx_t *
+ngx_http_ratelimit_lock(rl_request_t *rq)
+{
+    ngx_shmtx_t  *mutex;
+
+    if (rq->locks != 1) {
+        ngx_http_ratelimit_lock_all(rq, 1);
+        return NULL;
+    }
+
+    mutex = &ngx_http_ratelimit_zone_of(ngx_http_ratelimit_rule_of(
+                &rq->checks[rq->order[0]]))->shpool->mutex;
+
+    ngx_shmtx_lock(mutex);
+
+    return mutex;
+}
+
+
+static ngx_inline void
+ngx_http_ratelimit_unlock(rl_request_t *rq, ngx_shmtx_t *mutex)
+{
+    if (mutex != NULL) {
+        ngx_shmtx_unlock(mutex);
+
+    } else {
+        ngx_http_ratelimit_lock_all(rq, 0);
+    }
+}
+
+
+#endif /* NGX_HTTP_RATELIMIT_ZONE_H */
