@@ -32,7 +32,6 @@
 
 
 static ngx_int_t ngx_http_ratelimit_api_handler(ngx_http_request_t *r);
-static ngx_http_ratelimit_zone_t *ngx_http_ratelimit_api_zone(rl_str_t *name);
 static ngx_int_t ngx_http_ratelimit_api_zones(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q);
 static ngx_int_t ngx_http_ratelimit_api_top(ngx_http_request_t *r,
@@ -98,7 +97,7 @@ static ngx_int_t
 ngx_http_ratelimit_api_handler(ngx_http_request_t *r)
 {
     ngx_int_t                        rc;
-    ngx_str_t                        rule;
+    ngx_str_t                        rule, name;
     ngx_keyval_t                     allow;
     ngx_http_core_loc_conf_t        *clcf;
     ngx_http_ratelimit_api_req_t    *q;
@@ -143,7 +142,10 @@ ngx_http_ratelimit_api_handler(ngx_http_request_t *r)
     }
 
     if (q->in.resource != RL_API_ZONES) {
-        q->zone = ngx_http_ratelimit_api_zone(&q->in.zone);
+        name.data = (u_char *) q->in.zone.data;
+        name.len = q->in.zone.len;
+        q->zone = ngx_http_ratelimit_find_zone((ngx_cycle_t *) ngx_cycle,
+                                               &name);
 
         if (q->zone == NULL) {
             return ngx_http_ratelimit_api_fail(r, q, RL_API_NO_ZONE);
@@ -169,33 +171,6 @@ ngx_http_ratelimit_api_handler(ngx_http_request_t *r)
     default:
         return ngx_http_ratelimit_api_zones(r, q);
     }
-}
-
-
-/* A zone of the running configuration by its name. */
-
-static ngx_http_ratelimit_zone_t *
-ngx_http_ratelimit_api_zone(rl_str_t *name)
-{
-    ngx_uint_t                  i;
-    ngx_list_part_t            *part;
-    ngx_http_ratelimit_zone_t  *zone;
-
-    part = NULL;
-    i = 0;
-
-    while ((zone = ngx_http_ratelimit_next_zone((ngx_cycle_t *) ngx_cycle,
-                                                 &part, &i))
-           != NULL)
-    {
-        if (zone->name.len == name->len
-            && ngx_strncmp(zone->name.data, name->data, name->len) == 0)
-        {
-            return zone;
-        }
-    }
-
-    return NULL;
 }
 
 

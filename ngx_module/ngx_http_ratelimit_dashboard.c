@@ -381,18 +381,7 @@ ngx_http_ratelimit_dashboard_handler(ngx_http_request_t *r)
 
     dlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_dashboard_module);
 
-    if (ngx_http_ratelimit_answer_headers(r,
-                                          &ngx_http_ratelimit_dashboard_cache)
-        != NGX_OK)
-    {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        return NGX_HTTP_NOT_ALLOWED;
-    }
-
-    rc = ngx_http_discard_request_body(r);
+    rc = ngx_http_ratelimit_get_only(r, &ngx_http_ratelimit_dashboard_cache);
     if (rc != NGX_OK) {
         return rc;
     }

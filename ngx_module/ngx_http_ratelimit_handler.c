@@ -27,7 +27,7 @@
 #include "ngx_http_ratelimit_zone.h"
 
 
-static ngx_int_t ngx_http_ratelimit_ruled(ngx_http_request_t *r,
+static ngx_int_t ngx_http_ratelimit_check_once(ngx_http_request_t *r,
     ngx_http_ratelimit_loc_conf_t *rlcf) NGX_HTTP_RATELIMIT_NOINLINE;
 static ngx_int_t ngx_http_ratelimit_decide(ngx_http_request_t *r,
     ngx_http_ratelimit_loc_conf_t *rlcf);
@@ -35,24 +35,24 @@ static ngx_int_t ngx_http_ratelimit_key(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, ngx_str_t *key);
 static uint64_t ngx_http_ratelimit_cost(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule);
-static const rl_rule_t *ngx_http_ratelimit_applied(ngx_http_request_t *r,
-    ngx_http_ratelimit_rule_t *rule);
+static const rl_rule_t *ngx_http_ratelimit_rule_as_applied(
+    ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule);
 static ngx_int_t ngx_http_ratelimit_decide_local(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
-static ngx_int_t ngx_http_ratelimit_decided(ngx_http_request_t *r,
+static ngx_int_t ngx_http_ratelimit_apply_verdict(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
-static ngx_int_t ngx_http_ratelimit_act(ngx_http_request_t *r,
+static ngx_int_t ngx_http_ratelimit_act_on_verdict(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, ngx_http_ratelimit_loc_conf_t *rlcf)
     NGX_HTTP_RATELIMIT_NOINLINE;
 static ngx_int_t ngx_http_ratelimit_policy(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
-static ngx_int_t ngx_http_ratelimit_result(ngx_http_request_t *r,
+static ngx_int_t ngx_http_ratelimit_handler_rc(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, ngx_int_t rc);
 static ngx_int_t ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static void ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer);
-static ngx_int_t ngx_http_ratelimit_redis_counted(ngx_http_request_t *r,
+static ngx_int_t ngx_http_ratelimit_redis_verdict(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, ngx_http_ratelimit_zone_t *zone,
     ngx_uint_t by);
 static ngx_int_t ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
@@ -85,14 +85,14 @@ ngx_http_ratelimit_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
-    return ngx_http_ratelimit_ruled(r, rlcf);
+    return ngx_http_ratelimit_check_once(r, rlcf);
 }
 
 
 /* A request of a location with rules: decided once. */
 
 static ngx_int_t
-ngx_http_ratelimit_ruled(ngx_http_request_t *r,
+ngx_http_ratelimit_check_once(ngx_http_request_t *r,
     ngx_http_ratelimit_loc_conf_t *rlcf)
 {
     ngx_http_ratelimit_ctx_t  *ctx;
@@ -105,7 +105,7 @@ ngx_http_ratelimit_ruled(ngx_http_request_t *r,
 
     if (ctx->resume) {   /* decided meanwhile: Redis, or a slot */
         ctx->resume = 0;
-        return ngx_http_ratelimit_result(r, ctx, ctx->rc);
+        return ngx_http_ratelimit_handler_rc(r, ctx, ctx->rc);
     }
 
     /* waiting for Redis; or decided already: an internal redirect */
@@ -154,7 +154,7 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
         c->rule = &rules[i].rule;
 
         if ((rules[i].limit || rules[i].burst) && key.len) {
-            c->rule = ngx_http_ratelimit_applied(r, &rules[i]);
+            c->rule = ngx_http_ratelimit_rule_as_applied(r, &rules[i]);
             if (c->rule == NULL) {
                 return NGX_HTTP_INTERNAL_SERVER_ERROR;
             }
@@ -186,14 +186,14 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
     if (ngx_http_ratelimit_zone_of(&rules[0])->redis != NULL
         && ctx->rq.locks > 0)
     {
-        return ngx_http_ratelimit_result(r, ctx,
+        return ngx_http_ratelimit_handler_rc(r, ctx,
                                          ngx_http_ratelimit_decide_redis(r,
                                                                          ctx));
     }
 
     ctx->decided_by = NGX_HTTP_RATELIMIT_BY_LOCAL;
 
-    return ngx_http_ratelimit_result(r, ctx,
+    return ngx_http_ratelimit_handler_rc(r, ctx,
                                      ngx_http_ratelimit_decide_local(r, ctx));
 }
 
@@ -206,8 +206,8 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
  */
 
 static ngx_int_t
-ngx_http_ratelimit_result(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx,
-    ngx_int_t rc)
+ngx_http_ratelimit_handler_rc(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, ngx_int_t rc)
 {
     if (ctx->grpc) {
         return ngx_http_ratelimit_grpc_answer(r, ctx);
@@ -277,7 +277,7 @@ ngx_http_ratelimit_cost(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule)
  */
 
 static const rl_rule_t *
-ngx_http_ratelimit_applied(ngx_http_request_t *r,
+ngx_http_ratelimit_rule_as_applied(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule)
 {
     char        err[RL_ERR_MAX];
@@ -330,7 +330,7 @@ ngx_http_ratelimit_decide_local(ngx_http_request_t *r,
     }
     ngx_http_ratelimit_unlock(&ctx->rq, mutex);
 
-    return ngx_http_ratelimit_decided(r, ctx);
+    return ngx_http_ratelimit_apply_verdict(r, ctx);
 }
 
 
@@ -340,11 +340,11 @@ ngx_http_ratelimit_decide_local(ngx_http_request_t *r,
  * log line, and the handler's result: NGX_DECLINED to go on, the status of
  * a refusal, or NGX_AGAIN while a shaping rule holds it or it waits for a
  * slot.  Most requests pass with nothing more to do: the rest is
- * ngx_http_ratelimit_act()'s.
+ * ngx_http_ratelimit_act_on_verdict()'s.
  */
 
 static ngx_int_t
-ngx_http_ratelimit_decided(ngx_http_request_t *r,
+ngx_http_ratelimit_apply_verdict(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
     rl_check_t                     *binding;
@@ -376,13 +376,13 @@ ngx_http_ratelimit_decided(ngx_http_request_t *r,
         return NGX_DECLINED;
     }
 
-    return ngx_http_ratelimit_act(r, ctx, rlcf);
+    return ngx_http_ratelimit_act_on_verdict(r, ctx, rlcf);
 }
 
 
 static ngx_int_t
-ngx_http_ratelimit_act(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx,
-    ngx_http_ratelimit_loc_conf_t *rlcf)
+ngx_http_ratelimit_act_on_verdict(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx, ngx_http_ratelimit_loc_conf_t *rlcf)
 {
     size_t         len;
     rl_request_t  *rq;
@@ -489,7 +489,7 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
                          ngx_http_ratelimit_monotonic_ms()))
     {
         (void) ngx_atomic_fetch_add(&redis->stats->cached, 1);
-        return ngx_http_ratelimit_redis_counted(r, ctx, zone,
+        return ngx_http_ratelimit_redis_verdict(r, ctx, zone,
                                            NGX_HTTP_RATELIMIT_BY_REDIS_CACHED);
     }
 
@@ -559,7 +559,7 @@ ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
 
     } else {
         (void) ngx_atomic_fetch_add(&zone->redis->stats->decisions, 1);
-        rc = ngx_http_ratelimit_redis_counted(r, ctx, zone,
+        rc = ngx_http_ratelimit_redis_verdict(r, ctx, zone,
                                               NGX_HTTP_RATELIMIT_BY_REDIS);
     }
 
@@ -576,7 +576,7 @@ ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
  */
 
 static ngx_int_t
-ngx_http_ratelimit_redis_counted(ngx_http_request_t *r,
+ngx_http_ratelimit_redis_verdict(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, ngx_http_ratelimit_zone_t *zone,
     ngx_uint_t by)
 {
@@ -596,7 +596,7 @@ ngx_http_ratelimit_redis_counted(ngx_http_request_t *r,
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
-    return ngx_http_ratelimit_decided(r, ctx);
+    return ngx_http_ratelimit_apply_verdict(r, ctx);
 }
 
 
@@ -626,12 +626,12 @@ ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
     case NGX_HTTP_RATELIMIT_REDIS_DENY:
         ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_DENY;
         rl_request_fail(&ctx->rq, 1);
-        return ngx_http_ratelimit_decided(r, ctx);
+        return ngx_http_ratelimit_apply_verdict(r, ctx);
 
     default: /* NGX_HTTP_RATELIMIT_REDIS_ALLOW */
         ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_ALLOW;
         rl_request_fail(&ctx->rq, 0);
-        return ngx_http_ratelimit_decided(r, ctx);
+        return ngx_http_ratelimit_apply_verdict(r, ctx);
     }
 }
 

@@ -38,41 +38,50 @@ static ngx_int_t ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
 static ngx_int_t ngx_http_ratelimit_rule_zone(ngx_conf_t *cf,
     ngx_http_ratelimit_loc_conf_t *rlcf, ngx_http_ratelimit_rule_t *rule,
     ngx_str_t *zone);
-static char *ngx_http_ratelimit_set_enum(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-static char *ngx_http_ratelimit_set_code(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
+static char *ngx_http_ratelimit_set_choice(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
 static ngx_int_t ngx_http_ratelimit_init(ngx_conf_t *cf);
 static ngx_int_t ngx_http_ratelimit_first_handler(ngx_conf_t *cf,
     ngx_uint_t phase, ngx_http_handler_pt handler);
 static ngx_int_t ngx_http_ratelimit_init_process(ngx_cycle_t *cycle);
 static void ngx_http_ratelimit_exit_process(ngx_cycle_t *cycle);
+static ngx_int_t ngx_http_ratelimit_start_zone(ngx_http_ratelimit_zone_t *zone,
+    void *data);
+static ngx_int_t ngx_http_ratelimit_stop_zone(ngx_http_ratelimit_zone_t *zone,
+    void *data);
 
 
-/* The codes a directive takes: from min to max, or "off" (0) where off is
-   set; what they are, for its error message. */
-typedef struct {
-    ngx_int_t                    min;
-    ngx_int_t                    max;
-    ngx_flag_t                   off;
-    char                        *what;
-} ngx_http_ratelimit_code_t;
-
-
-static ngx_http_ratelimit_code_t  ngx_http_ratelimit_status_codes = {
-    400, 599, 0, "a status code"
-};
-
-static ngx_http_ratelimit_code_t  ngx_http_ratelimit_grpc_codes = {
-    RL_GRPC_STATUS_MIN, RL_GRPC_STATUS_MAX, 1, "a gRPC status code"
-};
-
-
-/* Values of an enum directive, and how its error message lists them. */
+/*
+ * What a directive of one value takes: words (values, NULL: none), or a
+ * number from min to max (max 0: none); allowed, for its error message.
+ */
 typedef struct {
     ngx_conf_enum_t             *values;
+    ngx_int_t                    min;
+    ngx_int_t                    max;
     char                        *allowed;
-} ngx_http_ratelimit_enum_t;
+} ngx_http_ratelimit_choice_t;
+
+
+#define ngx_http_ratelimit_stringify(n)    #n
+#define ngx_http_ratelimit_number_text(n)  ngx_http_ratelimit_stringify(n)
+
+static ngx_http_ratelimit_choice_t  ngx_http_ratelimit_status_choice = {
+    NULL, 400, 599, "a status code from 400 to 599"
+};
+
+
+static ngx_conf_enum_t  ngx_http_ratelimit_grpc_off[] = {
+    { ngx_string("off"), 0 },
+    { ngx_null_string, 0 }
+};
+
+static ngx_http_ratelimit_choice_t  ngx_http_ratelimit_grpc_choice = {
+    ngx_http_ratelimit_grpc_off, RL_GRPC_STATUS_MIN, RL_GRPC_STATUS_MAX,
+    "a gRPC status code from "
+    ngx_http_ratelimit_number_text(RL_GRPC_STATUS_MIN) " to "
+    ngx_http_ratelimit_number_text(RL_GRPC_STATUS_MAX) ", or \"off\""
+};
 
 
 static ngx_conf_enum_t  ngx_http_ratelimit_combine_values[] = {
@@ -81,8 +90,8 @@ static ngx_conf_enum_t  ngx_http_ratelimit_combine_values[] = {
     { ngx_null_string, 0 }
 };
 
-static ngx_http_ratelimit_enum_t  ngx_http_ratelimit_combine_enum = {
-    ngx_http_ratelimit_combine_values, "\"all\" or \"any\""
+static ngx_http_ratelimit_choice_t  ngx_http_ratelimit_combine_choice = {
+    ngx_http_ratelimit_combine_values, 0, 0, "\"all\" or \"any\""
 };
 
 
@@ -95,8 +104,8 @@ static ngx_conf_enum_t  ngx_http_ratelimit_headers_values[] = {
     { ngx_null_string, 0 }
 };
 
-static ngx_http_ratelimit_enum_t  ngx_http_ratelimit_headers_enum = {
-    ngx_http_ratelimit_headers_values,
+static ngx_http_ratelimit_choice_t  ngx_http_ratelimit_headers_choice = {
+    ngx_http_ratelimit_headers_values, 0, 0,
     "\"off\", \"legacy\", \"ietf\" or \"both\""
 };
 
@@ -110,8 +119,8 @@ static ngx_conf_enum_t  ngx_http_ratelimit_log_levels[] = {
     { ngx_null_string, 0 }
 };
 
-static ngx_http_ratelimit_enum_t  ngx_http_ratelimit_log_level_enum = {
-    ngx_http_ratelimit_log_levels,
+static ngx_http_ratelimit_choice_t  ngx_http_ratelimit_log_level_choice = {
+    ngx_http_ratelimit_log_levels, 0, 0,
     "\"off\", \"info\", \"notice\", \"warn\" or \"error\""
 };
 
@@ -134,31 +143,31 @@ static ngx_command_t  ngx_http_ratelimit_commands[] = {
 
     { ngx_string("ratelimit_combine"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_ratelimit_set_enum,
+      ngx_http_ratelimit_set_choice,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_ratelimit_loc_conf_t, combine),
-      &ngx_http_ratelimit_combine_enum },
+      &ngx_http_ratelimit_combine_choice },
 
     { ngx_string("ratelimit_status"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_ratelimit_set_code,
+      ngx_http_ratelimit_set_choice,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_ratelimit_loc_conf_t, status_code),
-      &ngx_http_ratelimit_status_codes },
+      &ngx_http_ratelimit_status_choice },
 
     { ngx_string("ratelimit_grpc_status"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_ratelimit_set_code,
+      ngx_http_ratelimit_set_choice,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_ratelimit_loc_conf_t, grpc_status),
-      &ngx_http_ratelimit_grpc_codes },
+      &ngx_http_ratelimit_grpc_choice },
 
     { ngx_string("ratelimit_headers"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_ratelimit_set_enum,
+      ngx_http_ratelimit_set_choice,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_ratelimit_loc_conf_t, headers),
-      &ngx_http_ratelimit_headers_enum },
+      &ngx_http_ratelimit_headers_choice },
 
     { ngx_string("ratelimit_dry_run"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
@@ -169,10 +178,10 @@ static ngx_command_t  ngx_http_ratelimit_commands[] = {
 
     { ngx_string("ratelimit_log_level"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_ratelimit_set_enum,
+      ngx_http_ratelimit_set_choice,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_ratelimit_loc_conf_t, log_level),
-      &ngx_http_ratelimit_log_level_enum },
+      &ngx_http_ratelimit_log_level_choice },
 
     { ngx_string("ratelimit_stats"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
@@ -310,7 +319,7 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 /*
  * The location's RateLimit-Policy field, written once when every rule's
  * policy is the same for every request (rl_rule_policy_fixed); else each
- * request writes its own (policy_each: ngx_http_ratelimit_act).
+ * request writes its own (policy_each: ngx_http_ratelimit_act_on_verdict).
  */
 
 static ngx_int_t
@@ -701,17 +710,21 @@ ngx_http_ratelimit_rule_zone(ngx_conf_t *cf,
 }
 
 
-/* An enum directive whose error names the directive, value and choices. */
+/*
+ * A directive of one value, a word or a number (cmd->post says which it
+ * takes), whose error names the directive, the value and what it takes.
+ */
 
 static char *
-ngx_http_ratelimit_set_enum(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+ngx_http_ratelimit_set_choice(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     char  *p = conf;
 
-    ngx_str_t                  *value;
-    ngx_uint_t                 *np, i;
-    ngx_conf_enum_t            *e;
-    ngx_http_ratelimit_enum_t  *choices;
+    ngx_int_t                     n;
+    ngx_str_t                    *value;
+    ngx_uint_t                   *np, i;
+    ngx_conf_enum_t              *e;
+    ngx_http_ratelimit_choice_t  *choice;
 
     np = (ngx_uint_t *) (p + cmd->offset);
 
@@ -720,9 +733,9 @@ ngx_http_ratelimit_set_enum(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     value = cf->args->elts;
-    choices = cmd->post;
+    choice = cmd->post;
 
-    for (e = choices->values, i = 0; e[i].name.len != 0; i++) {
+    for (e = choice->values, i = 0; e != NULL && e[i].name.len != 0; i++) {
         if (e[i].name.len == value[1].len
             && ngx_strcasecmp(e[i].name.data, value[1].data) == 0)
         {
@@ -731,54 +744,18 @@ ngx_http_ratelimit_set_enum(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         }
     }
 
-    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "invalid value \"%V\" in \"%V\" directive: expected %s",
-                       &value[1], &cmd->name, choices->allowed);
+    n = ngx_atoi(value[1].data, value[1].len);
 
-    return NGX_CONF_ERROR;
-}
-
-
-/* A directive's code: ratelimit_status, ratelimit_grpc_status. */
-
-static char *
-ngx_http_ratelimit_set_code(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    char  *p = conf;
-
-    ngx_int_t                   code;
-    ngx_str_t                  *value;
-    ngx_uint_t                 *np;
-    ngx_http_ratelimit_code_t  *codes;
-
-    np = (ngx_uint_t *) (p + cmd->offset);
-
-    if (*np != NGX_CONF_UNSET_UINT) {
-        return "is duplicate";
-    }
-
-    value = cf->args->elts;
-    codes = cmd->post;
-
-    if (codes->off && ngx_strcmp(value[1].data, "off") == 0) {
-        *np = 0;
+    if (choice->max > 0 && n >= choice->min && n <= choice->max) {
+        *np = n;
         return NGX_CONF_OK;
     }
 
-    code = ngx_atoi(value[1].data, value[1].len);
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid value \"%V\" in \"%V\" directive: expected %s",
+                       &value[1], &cmd->name, choice->allowed);
 
-    if (code < codes->min || code > codes->max) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid value \"%V\" in \"%V\" directive: "
-                           "expected %s from %i to %i%s", &value[1],
-                           &cmd->name, codes->what, codes->min, codes->max,
-                           codes->off ? ", or \"off\"" : "");
-        return NGX_CONF_ERROR;
-    }
-
-    *np = code;
-
-    return NGX_CONF_OK;
+    return NGX_CONF_ERROR;
 }
 
 
@@ -866,49 +843,50 @@ ngx_http_ratelimit_first_handler(ngx_conf_t *cf, ngx_uint_t phase,
 }
 
 
-/* A worker looks its rules' counters up in zones kept across a reload. */
+/*
+ * A worker looks its rules' counters up in zones kept across a reload, and
+ * starts their exchanges; as it exits, its Redis connections are closed.
+ */
 
 static ngx_int_t
 ngx_http_ratelimit_init_process(ngx_cycle_t *cycle)
 {
-    ngx_uint_t                  i;
-    ngx_list_part_t            *part;
-    ngx_http_ratelimit_zone_t  *zone;
+    return ngx_http_ratelimit_each_zone(cycle, ngx_http_ratelimit_start_zone,
+                                        NULL);
+}
 
-    part = NULL;
-    i = 0;
 
-    while ((zone = ngx_http_ratelimit_next_zone(cycle, &part, &i)) != NULL) {
-        ngx_http_ratelimit_claim_stats(zone, 1);
+static ngx_int_t
+ngx_http_ratelimit_start_zone(ngx_http_ratelimit_zone_t *zone, void *data)
+{
+    ngx_http_ratelimit_claim_stats(zone, 1);
 
-        if (zone->sync != NULL) {
-            ngx_http_ratelimit_sync_start(zone->sync);
-        }
+    if (zone->sync != NULL) {
+        ngx_http_ratelimit_sync_start(zone->sync);
     }
 
     return NGX_OK;
 }
 
 
-/* A worker's Redis connections are closed as it exits. */
-
 static void
 ngx_http_ratelimit_exit_process(ngx_cycle_t *cycle)
 {
-    ngx_uint_t                  i;
-    ngx_list_part_t            *part;
-    ngx_http_ratelimit_zone_t  *zone;
+    (void) ngx_http_ratelimit_each_zone(cycle, ngx_http_ratelimit_stop_zone,
+                                        NULL);
+}
 
-    part = NULL;
-    i = 0;
 
-    while ((zone = ngx_http_ratelimit_next_zone(cycle, &part, &i)) != NULL) {
-        if (zone->redis != NULL) {
-            ngx_http_ratelimit_redis_close(zone->redis);
-        }
-
-        if (zone->sync != NULL) {
-            ngx_http_ratelimit_sync_stop(zone->sync);
-        }
+static ngx_int_t
+ngx_http_ratelimit_stop_zone(ngx_http_ratelimit_zone_t *zone, void *data)
+{
+    if (zone->redis != NULL) {
+        ngx_http_ratelimit_redis_close(zone->redis);
     }
+
+    if (zone->sync != NULL) {
+        ngx_http_ratelimit_sync_stop(zone->sync);
+    }
+
+    return NGX_OK;
 }

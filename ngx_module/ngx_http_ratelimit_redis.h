@@ -20,18 +20,12 @@
 #define NGX_HTTP_RATELIMIT_REDIS_BUCKETS  8
 extern const ngx_uint_t  ngx_http_ratelimit_redis_bucket_us[];
 
-/* counters in the zone: every worker adds, a reload keeps them */
+/* counters in the zone: every worker adds, a reload keeps them (their
+   list: RL_REDIS_COUNTERS) */
 typedef struct {
-    ngx_atomic_t   decisions;     /* requests decided in Redis */
-    ngx_atomic_t   errors;        /* error replies, lost connections */
-    ngx_atomic_t   timeouts;      /* no reply within redis_timeout */
-    ngx_atomic_t   fallbacks;     /* requests decided by on_redis_error */
-    ngx_atomic_t   reconnects;    /* connections opened */
-    ngx_atomic_t   charges;       /* requests' charges settled in Redis */
-    ngx_atomic_t   undelivered;   /*   and not: no reply, or one refused */
-    ngx_atomic_t   cached;        /* refused from the refusals remembered */
-    ngx_atomic_t   tls_failures;  /* TLS handshakes failed or refused */
-    ngx_atomic_t   tls_resumed;   /* TLS sessions resumed */
+#define NGX_HTTP_RATELIMIT_REDIS_COUNTER(name, help)  ngx_atomic_t  name;
+    RL_REDIS_COUNTERS(NGX_HTTP_RATELIMIT_REDIS_COUNTER)
+#undef NGX_HTTP_RATELIMIT_REDIS_COUNTER
     ngx_atomic_t   latency[NGX_HTTP_RATELIMIT_REDIS_BUCKETS + 1];
     ngx_atomic_t   latency_us;    /* sum */
 } ngx_http_ratelimit_redis_stats_t;

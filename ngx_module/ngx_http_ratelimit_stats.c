@@ -23,6 +23,8 @@ static ngx_int_t ngx_http_ratelimit_snapshot_rules(ngx_http_request_t *r,
     ngx_http_ratelimit_zone_t *zone, rl_zone_snapshot_t *z);
 static ngx_int_t ngx_http_ratelimit_snapshot_tops(ngx_http_request_t *r,
     ngx_http_ratelimit_zone_t *zone, rl_zone_snapshot_t *z);
+static ngx_int_t ngx_http_ratelimit_snapshot_one(
+    ngx_http_ratelimit_zone_t *zone, void *data);
 static rl_redis_figures_t *ngx_http_ratelimit_snapshot_redis(
     ngx_http_request_t *r, ngx_http_ratelimit_redis_stats_t *rs);
 
@@ -53,15 +55,7 @@ ngx_http_ratelimit_stats_handler(ngx_http_request_t *r)
     ngx_uint_t            prometheus;
     rl_stats_snapshot_t   s;
 
-    if (ngx_http_ratelimit_answer_headers(r, NULL) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        return NGX_HTTP_NOT_ALLOWED;
-    }
-
-    rc = ngx_http_discard_request_body(r);
+    rc = ngx_http_ratelimit_get_only(r, NULL);
     if (rc != NGX_OK) {
         return rc;
     }
@@ -103,6 +97,27 @@ ngx_http_ratelimit_stats_handler(ngx_http_request_t *r)
     }
 
     return ngx_http_ratelimit_send(r, NGX_HTTP_OK, &type, (u_char *) p, len);
+}
+
+
+/*
+ * The start of a location's own answer that only reads (the stats, the
+ * dashboard's page): its headers (cache: Cache-Control, NULL: no-store),
+ * GET and HEAD only, any body discarded.  NGX_OK, or what to return.
+ */
+
+ngx_int_t
+ngx_http_ratelimit_get_only(ngx_http_request_t *r, ngx_str_t *cache)
+{
+    if (ngx_http_ratelimit_answer_headers(r, cache) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+
+    return ngx_http_discard_request_body(r);
 }
 
 
@@ -223,44 +238,53 @@ ngx_http_ratelimit_send_json(ngx_http_request_t *r, ngx_uint_t status,
 
 /* Every zone of this module in the running cycle, each as in a snapshot. */
 
+typedef struct {
+    ngx_http_request_t          *request;
+    ngx_uint_t                   what;
+    ngx_array_t                  zones;     /* rl_zone_snapshot_t */
+} ngx_http_ratelimit_snapshot_ctx_t;
+
+
 ngx_int_t
 ngx_http_ratelimit_snapshot(ngx_http_request_t *r, ngx_uint_t what,
     rl_stats_snapshot_t *s)
 {
-    ngx_uint_t                   i;
-    ngx_array_t                  zones;
-    ngx_list_part_t             *part;
-    rl_zone_snapshot_t          *z;
-    ngx_http_ratelimit_zone_t   *zone;
+    ngx_http_ratelimit_snapshot_ctx_t  sc;
 
     static ngx_str_t  version = ngx_string(NGX_HTTP_RATELIMIT_VERSION);
 
-    if (ngx_array_init(&zones, r->pool, 4, sizeof(rl_zone_snapshot_t))
-        != NGX_OK)
+    sc.request = r;
+    sc.what = what;
+
+    if (ngx_array_init(&sc.zones, r->pool, 4, sizeof(rl_zone_snapshot_t))
+        != NGX_OK
+        || ngx_http_ratelimit_each_zone((ngx_cycle_t *) ngx_cycle,
+                                        ngx_http_ratelimit_snapshot_one, &sc)
+           != NGX_OK)
     {
         return NGX_ERROR;
     }
 
-    part = NULL;
-    i = 0;
-
-    while ((zone = ngx_http_ratelimit_next_zone((ngx_cycle_t *) ngx_cycle,
-                                                 &part, &i))
-           != NULL)
-    {
-        z = ngx_array_push(&zones);
-        if (z == NULL
-            || ngx_http_ratelimit_zone_snapshot(r, zone, what, z) != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
-    }
-
     s->version = ngx_http_ratelimit_rl_str(&version);
-    s->n = zones.nelts;
-    s->zones = zones.elts;
+    s->n = sc.zones.nelts;
+    s->zones = sc.zones.elts;
 
     return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_ratelimit_snapshot_one(ngx_http_ratelimit_zone_t *zone, void *data)
+{
+    rl_zone_snapshot_t                 *z;
+    ngx_http_ratelimit_snapshot_ctx_t  *sc = data;
+
+    z = ngx_array_push(&sc->zones);
+    if (z == NULL) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_ratelimit_zone_snapshot(sc->request, zone, sc->what, z);
 }
 
 
@@ -462,16 +486,10 @@ ngx_http_ratelimit_snapshot_redis(ngx_http_request_t *r,
         return NULL;
     }
 
-    f->decisions = rs->decisions;
-    f->errors = rs->errors;
-    f->timeouts = rs->timeouts;
-    f->fallbacks = rs->fallbacks;
-    f->reconnects = rs->reconnects;
-    f->charges = rs->charges;
-    f->undelivered = rs->undelivered;
-    f->cached = rs->cached;
-    f->tls_failures = rs->tls_failures;
-    f->tls_resumed = rs->tls_resumed;
+#define NGX_HTTP_RATELIMIT_COPY(name, help)  f->name = rs->name;
+    RL_REDIS_COUNTERS(NGX_HTTP_RATELIMIT_COPY)
+#undef NGX_HTTP_RATELIMIT_COPY
+
     f->latency_us = rs->latency_us;
 
     for (k = 0; k < RL_REDIS_LATENCY_BUCKETS; k++) {

@@ -13,6 +13,7 @@
 
 char *ngx_http_ratelimit_stats(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+ngx_int_t ngx_http_ratelimit_get_only(ngx_http_request_t *r, ngx_str_t *cache);
 ngx_int_t ngx_http_ratelimit_answer_headers(ngx_http_request_t *r,
     ngx_str_t *cache);
 ngx_int_t ngx_http_ratelimit_add_headers(ngx_http_request_t *r,

@@ -20,6 +20,10 @@
 #define NGX_HTTP_RATELIMIT_ZONE_MIN          (32 * 1024)
 
 
+static ngx_http_ratelimit_zone_t *ngx_http_ratelimit_next_zone(
+    ngx_cycle_t *cycle, ngx_list_part_t **part, ngx_uint_t *i);
+static ngx_int_t ngx_http_ratelimit_named(ngx_http_ratelimit_zone_t *zone,
+    void *data);
 static ngx_int_t ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
 static void ngx_http_ratelimit_bad_size(ngx_conf_t *cf, ngx_str_t *value,
@@ -701,7 +705,7 @@ ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
  * NULL after the last.
  */
 
-ngx_http_ratelimit_zone_t *
+static ngx_http_ratelimit_zone_t *
 ngx_http_ratelimit_next_zone(ngx_cycle_t *cycle, ngx_list_part_t **part,
     ngx_uint_t *i)
 {
@@ -732,6 +736,71 @@ ngx_http_ratelimit_next_zone(ngx_cycle_t *cycle, ngx_list_part_t **part,
             return zone;
         }
     }
+}
+
+
+/*
+ * Calls each(zone, data) for every zone of this module in a cycle, until
+ * one does not return NGX_OK; returns what the last returned.
+ */
+
+ngx_int_t
+ngx_http_ratelimit_each_zone(ngx_cycle_t *cycle,
+    ngx_http_ratelimit_each_zone_pt each, void *data)
+{
+    ngx_int_t                   rc;
+    ngx_uint_t                  i;
+    ngx_list_part_t            *part;
+    ngx_http_ratelimit_zone_t  *zone;
+
+    part = NULL;
+    i = 0;
+    rc = NGX_OK;
+
+    while (rc == NGX_OK
+           && (zone = ngx_http_ratelimit_next_zone(cycle, &part, &i)) != NULL)
+    {
+        rc = each(zone, data);
+    }
+
+    return rc;
+}
+
+
+/* A zone of this module in a cycle by its name, or NULL. */
+
+static ngx_int_t
+ngx_http_ratelimit_named(ngx_http_ratelimit_zone_t *zone, void *data)
+{
+    ngx_http_ratelimit_zone_t  **found = data;
+
+    if (zone->name.len == (*found)->name.len
+        && ngx_strncmp(zone->name.data, (*found)->name.data, zone->name.len)
+           == 0)
+    {
+        *found = zone;
+        return NGX_DONE;
+    }
+
+    return NGX_OK;
+}
+
+
+ngx_http_ratelimit_zone_t *
+ngx_http_ratelimit_find_zone(ngx_cycle_t *cycle, ngx_str_t *name)
+{
+    ngx_http_ratelimit_zone_t   key, *found;
+
+    key.name = *name;
+    found = &key;
+
+    if (ngx_http_ratelimit_each_zone(cycle, ngx_http_ratelimit_named, &found)
+        != NGX_DONE)
+    {
+        return NULL;
+    }
+
+    return found;
 }
 
 

@@ -27,8 +27,12 @@ ngx_http_ratelimit_rule_t *ngx_http_ratelimit_zone_rule(
     ngx_http_ratelimit_zone_t *zone, ngx_str_t *name);
 void ngx_http_ratelimit_top(ngx_http_ratelimit_zone_t *zone, int slot,
     rl_top_t *top);
-ngx_http_ratelimit_zone_t *ngx_http_ratelimit_next_zone(ngx_cycle_t *cycle,
-    ngx_list_part_t **part, ngx_uint_t *i);
+typedef ngx_int_t (*ngx_http_ratelimit_each_zone_pt)(
+    ngx_http_ratelimit_zone_t *zone, void *data);
+ngx_int_t ngx_http_ratelimit_each_zone(ngx_cycle_t *cycle,
+    ngx_http_ratelimit_each_zone_pt each, void *data);
+ngx_http_ratelimit_zone_t *ngx_http_ratelimit_find_zone(ngx_cycle_t *cycle,
+    ngx_str_t *name);
 void ngx_http_ratelimit_lock_all(rl_request_t *rq, ngx_uint_t lock);
 
 

@@ -16,6 +16,16 @@ use RLSlowUpstream;
 my $up = RLSlowUpstream->new->start;
 my $uport = $up->port;
 
+# a concurrency rule a location: [name, its parameters, the upstream's hold
+# in ms]
+my $locations = join '', map {
+    my ($name, $params, $hold) = @$_;
+    "    location /$name/ {\n"
+    . "        ratelimit zone=c key=\$http_x_key algorithm=concurrency $params name=$name;\n"
+    . "        proxy_pass http://slow/hold/$hold;\n    }\n";
+} ['two', 'limit=2', 1000], ['wait', 'limit=2 max_wait=3500ms', 1000], ['fifty', 'limit=50', 300],
+  ['long', 'limit=2 max_wait=20s', 20000], ['kill', 'limit=2', 1500];
+
 my $t = RLTest->new();
 my $conf = <<"EOF";
 keepalive_requests 100000000;
@@ -28,27 +38,7 @@ server {
     listen 127.0.0.1:%%PORT%%;
     ratelimit_headers both;
 
-    location /two/ {
-        ratelimit zone=c key=\$http_x_key algorithm=concurrency limit=2 name=two;
-        proxy_pass http://slow/hold/1000;
-    }
-    location /wait/ {
-        ratelimit zone=c key=\$http_x_key algorithm=concurrency limit=2 max_wait=3500ms name=wait;
-        proxy_pass http://slow/hold/1000;
-    }
-    location /fifty/ {
-        ratelimit zone=c key=\$http_x_key algorithm=concurrency limit=50 name=fifty;
-        proxy_pass http://slow/hold/300;
-    }
-    location /long/ {
-        ratelimit zone=c key=\$http_x_key algorithm=concurrency limit=2 max_wait=20s name=long;
-        proxy_pass http://slow/hold/20000;
-    }
-    location /kill/ {
-        ratelimit zone=c key=\$http_x_key algorithm=concurrency limit=2 name=kill;
-        proxy_pass http://slow/hold/1500;
-    }
-    location /rated/ {
+$locations    location /rated/ {
         ratelimit zone=c key=\$http_x_key limit=60 period=1m name=rate;
         ratelimit zone=c key=\$http_x_key algorithm=concurrency limit=2 name=pair;
         proxy_pass http://slow/hold/1000;

@@ -14,6 +14,19 @@
 
 namespace {
 
+// A check of the rule for a key (a literal: it outlives the check), as the
+// glue fills one; no table (a Redis zone's command needs none).
+rl_check_t one_check(const rl_rule_t *rule, uint64_t identity, const char *key, uint64_t cost)
+{
+    rl_check_t c{};
+    c.rule = rule;
+    c.identity = identity;
+    c.key = key;
+    c.key_len = std::strlen(key);
+    c.cost = cost;
+    return c;
+}
+
 using rltest::Redis;
 using rltest::redis_server;
 using rltest::script_sha;
@@ -114,12 +127,7 @@ TEST(Redis, RulesTooFineForLuaNumbersAreRefused)
 TEST(Redis, CommandIsOneEvalshaWithKeysThenArguments)
 {
     rl_rule_t r = rule_of("algorithm=gcra limit=10 period=1m");
-    rl_check_t c{};
-    c.rule = &r;
-    c.identity = 7;
-    c.key = "bob";
-    c.key_len = 3;
-    c.cost = 2;
+    rl_check_t c = one_check(&r, 7, "bob", 2);
     const std::string sha(40, 'f');
     std::string cmd(rl_redis_command_size(1, 3, sha.size()), '\0');
     rl_request_t rq = request_of(&c, 1, RL_COMBINE_ANY);
@@ -277,12 +285,7 @@ TEST(RedisScript, ChargesGoIntoDebtAndTheRefusalSaysWhenItIsRepaid)
     rl_redis_answer_t a;
     int64_t now = kT0 + 5;
     for (int i = 0; i < 3; i++, now += 10) {
-        rl_check_t c{};
-        c.rule = &r;
-        c.identity = 5;
-        c.key = "key";
-        c.key_len = 3;
-        c.cost = 1;
+        rl_check_t c = one_check(&r, 5, "key", 1);
         rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
         ASSERT_EQ(call_script(sha, "tk:", rq, RL_REDIS_DECIDE, now, &a), RL_VERDICT_PASSED) << i;
         EXPECT_EQ(c.at, now);
@@ -292,12 +295,7 @@ TEST(RedisScript, ChargesGoIntoDebtAndTheRefusalSaysWhenItIsRepaid)
         EXPECT_EQ(c.in_debt, i == 2) << i;
         EXPECT_EQ(c.capped, 0);
     }
-    rl_check_t c{};
-    c.rule = &r;
-    c.identity = 5;
-    c.key = "key";
-    c.key_len = 3;
-    c.cost = 1;
+    rl_check_t c = one_check(&r, 5, "key", 1);
     rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
     ASSERT_EQ(call_script(sha, "tk:", rq, RL_REDIS_DECIDE, now, &a), RL_VERDICT_REJECTED);
     // 1,200 spent as of the first charge (kT0 + 10), at a unit a second:
@@ -316,12 +314,7 @@ TEST(RedisScript, ARefusalBansTheKeyAndAResetLiftsIt)
     const std::string sha = script_sha();
     rl_rule_t r = rule_of("algorithm=fixed_window limit=2 period=1s ban=1h name=login");
     auto check = [&](uint64_t cost) {
-        rl_check_t c{};
-        c.rule = &r;
-        c.identity = 77;
-        c.key = "mallory";
-        c.key_len = 7;
-        c.cost = cost;
+        rl_check_t c = one_check(&r, 77, "mallory", cost);
         return c;
     };
     rl_redis_answer_t a;
@@ -374,12 +367,7 @@ TEST(RedisScript, StateExpiresWhenBackToFullBudgetAndHoldsNoKeyBytes)
     NEED_REDIS();
     const std::string sha = script_sha();
     rl_rule_t r = rule_of("algorithm=gcra limit=10 period=1m");
-    rl_check_t c{};
-    c.rule = &r;
-    c.identity = 99;
-    c.key = "secret-api-key";
-    c.key_len = 14;
-    c.cost = 3;
+    rl_check_t c = one_check(&r, 99, "secret-api-key", 3);
     // Redis's own clock (now < 0): 3 of 10 per minute spent = 18 s to full
     const std::string prefix = "ttl:";
     rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
@@ -406,11 +394,7 @@ TEST(RedisScript, NoscriptIsAnErrorReplyAndEvalLoadsTheScript)
     NEED_REDIS();
     redis.command({"SCRIPT", "FLUSH"});
     rl_rule_t r = rule_of("algorithm=fixed_window limit=2 period=1m");
-    rl_check_t c{};
-    c.rule = &r;
-    c.key = "x";
-    c.key_len = 1;
-    c.cost = 1;
+    rl_check_t c = one_check(&r, 0, "x", 1);
     size_t len;
     const char *text = rl_redis_script(&len);
     const std::string sha = "0000000000000000000000000000000000000000";

@@ -390,23 +390,31 @@ TEST(RedisScript, EveryAlgorithmMatchesTheCoreOnRandomTraces)
     }
 }
 
-TEST(RedisScript, StackedRulesMatchTheCoreWithAllAndAny)
+// 10,000 operations of stacked rules (2 or 3, of random algorithms, made
+// by one of the random rules above), combined with all or any.
+void run_stacks(std::mt19937_64 &g, std::string (*rule)(std::mt19937_64 &, const std::string &),
+                const std::string &prefix)
 {
-    NEED_REDIS();
     const std::string sha = script_sha();
-    std::mt19937_64 g(7);
     size_t done = 0;
     int trace = 0;
-    while (done < 10000 && !HasFailure()) {
+    while (done < 10000 && !::testing::Test::HasFailure()) {
         std::vector<std::string> rules;
         const size_t n = 2 + g() % 2;
         for (size_t i = 0; i < n; i++) {
-            rules.push_back(random_rule(g, kAlgorithms[g() % 7]));
+            rules.push_back(rule(g, kAlgorithms[g() % 7]));
         }
-        Trace t(rules, g() % 2 ? RL_COMBINE_ANY : RL_COMBINE_ALL, "stack:" + std::to_string(trace++) + ":");
+        Trace t(rules, g() % 2 ? RL_COMBINE_ANY : RL_COMBINE_ALL, prefix + std::to_string(trace++) + ":");
         run_trace(sha, g, t, 200, &done);
     }
     EXPECT_GE(done, 10000u);
+}
+
+TEST(RedisScript, StackedRulesMatchTheCoreWithAllAndAny)
+{
+    NEED_REDIS();
+    std::mt19937_64 g(7);
+    run_stacks(g, random_rule, "stack:");
 }
 
 // charge= and ban=: requests in flight end in any order, charged from 0 to
@@ -444,20 +452,8 @@ TEST(RedisScript, ChargesAndBansMatchTheCoreOnRandomTraces)
 TEST(RedisScript, StackedRulesWithChargesAndBansMatchTheCore)
 {
     NEED_REDIS();
-    const std::string sha = script_sha();
     std::mt19937_64 g(2626);
-    size_t done = 0;
-    int trace = 0;
-    while (done < 10000 && !HasFailure()) {
-        std::vector<std::string> rules;
-        const size_t n = 2 + g() % 2;
-        for (size_t i = 0; i < n; i++) {
-            rules.push_back(random_charged_rule(g, kAlgorithms[g() % 7]));
-        }
-        Trace t(rules, g() % 2 ? RL_COMBINE_ANY : RL_COMBINE_ALL, "stackc:" + std::to_string(trace++) + ":");
-        run_trace(sha, g, t, 200, &done);
-    }
-    EXPECT_GE(done, 10000u);
+    run_stacks(g, random_charged_rule, "stackc:");
 }
 
 }  // namespace

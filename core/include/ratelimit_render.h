@@ -39,21 +39,31 @@ typedef struct {
 
 /*
  * A Redis zone's counters (ratelimit_stats's "redis", and the
- * nginx_ratelimit_redis_* series).  A new one: a field here, its row in the
- * figures table of core/src/render/stats.cpp, and its copy in the glue.
+ * nginx_ratelimit_redis_* series), written once: X(name, help) for each.
+ * The core's figures below, the glue's counters in the zone and their
+ * copy, and the figures table of core/src/render/stats.cpp (JSON "name",
+ * Prometheus nginx_ratelimit_redis_NAME_total) are all made from it.
  */
+#define RL_REDIS_COUNTERS(X)                                                  \
+    X(decisions, "Requests decided in Redis.")                                \
+    X(errors, "Redis error replies and lost connections.")                    \
+    X(timeouts, "Requests with no Redis reply within redis_timeout.")         \
+    X(fallbacks, "Requests decided by on_redis_error.")                       \
+    X(reconnects, "Connections opened to Redis.")                             \
+    X(charges, "Requests' charges (charge=) settled in Redis.")               \
+    X(undelivered, "Requests' charges Redis did not take (not reachable, "    \
+      "no reply, a reply refused): lost.")                                    \
+    X(cached, "Requests refused from a refusal Redis gave and this server "   \
+      "remembers, without a round trip.")                                     \
+    X(tls_failures, "TLS connections to Redis that failed: handshake, "       \
+      "certificate, or a TLS alert.")                                         \
+    X(tls_resumed, "TLS connections to Redis that resumed the server's last " \
+      "session.")
+
 typedef struct {
-    uint64_t  decisions;        /* requests decided in Redis */
-    uint64_t  errors;           /* error replies, lost connections */
-    uint64_t  timeouts;         /* no reply within redis_timeout */
-    uint64_t  fallbacks;        /* requests decided by on_redis_error */
-    uint64_t  reconnects;       /* connections opened */
-    uint64_t  charges;          /* requests' charges settled in Redis */
-    uint64_t  undelivered;      /*   and not: no reply, or one refused */
-    uint64_t  cached;           /* requests refused from the refusals
-                                   remembered, without a round trip */
-    uint64_t  tls_failures;     /* TLS handshakes failed or refused */
-    uint64_t  tls_resumed;      /* TLS sessions resumed */
+#define RL_REDIS_FIGURE(name, help)  uint64_t name;
+    RL_REDIS_COUNTERS(RL_REDIS_FIGURE)
+#undef RL_REDIS_FIGURE
     uint64_t  latency[RL_REDIS_LATENCY_BUCKETS + 1];  /* replies a bucket,
                                    the last slower than every bound */
     uint64_t  latency_le_us[RL_REDIS_LATENCY_BUCKETS];  /* the bounds */

@@ -758,6 +758,30 @@ sub optional_redis {
     return RLRedis->new->start;
 }
 
+# A ban a refused login starts (ban=6s, on a window of 1 s): the refusal
+# says Retry-After 6; once the window would admit again the key is still
+# refused, its Retry-After counting down (skipped, saying so, if the
+# machine stalled past the ban).  $login->() sends the right password;
+# $where names the server of the second try.  Returns when the ban started.
+sub check_ban {
+    my ($login, $where) = @_;
+    my $r = $login->();
+    my $banned_at = time;
+    Test::More::is($r->{status}, 429, 'after 5 failures, even the right password is refused');
+    Test::More::is($r->{headers}{'retry-after'}, 6, 'the refusal starts the ban: Retry-After 6');
+    sleep 1.5;   # the window (1 s) would admit again
+    $r = $login->();
+    my $elapsed = time - $banned_at;
+  SKIP: {
+        Test::More::skip("the machine stalled: ${elapsed}s past the ban", 2) if $elapsed >= 5;
+        Test::More::is($r->{status}, 429, "banned: still refused after the window would have admitted it$where");
+        my $wait = $r->{headers}{'retry-after'};
+        Test::More::ok($wait >= 6 - $elapsed - 1 && $wait <= 6 - $elapsed + 1,
+                       "Retry-After says when the ban ends ($wait s)");
+    }
+    return $banned_at;
+}
+
 sub wait_until {
     my ($cond, $timeout) = @_;
     my $end = time + $timeout;

@@ -566,14 +566,21 @@ end
 
 -- sliding_log.cpp: b = {times, oldest first}
 
-local function sliding_log(r, b, now, cost, apply)
-  local W = r.period
+-- the log as a request at now finds it: its newest time, the time a unit
+-- is logged at (never before the newest), the times that have left the
+-- window and those still in it
+local function log_window(r, b, now)
   local count = #b.times
   local newest = b.times[count]
   local t = (newest ~= nil and newest > now) and newest or now
   local expired = 0
-  while expired < count and b.times[expired + 1] <= t - W do expired = expired + 1 end
-  local live = count - expired
+  while expired < count and b.times[expired + 1] <= t - r.period do expired = expired + 1 end
+  return newest, t, expired, count - expired
+end
+
+local function sliding_log(r, b, now, cost, apply)
+  local W = r.period
+  local newest, t, expired, live = log_window(r, b, now)
   local reset = live > 0 and newest + W - now or 0
   local left = live < r.limit and r.limit - live or 0   -- a lowered limit
   if cost > r.limit then return never(W, left, reset) end
@@ -610,12 +617,7 @@ end
 -- whole log later by the time they take to come back, at most a period
 local function sliding_log_charge(r, b, now, units)
   local W, L = r.period, r.limit
-  local count = #b.times
-  local newest = b.times[count]
-  local t = (newest ~= nil and newest > now) and newest or now
-  local expired = 0
-  while expired < count and b.times[expired + 1] <= t - W do expired = expired + 1 end
-  local live = count - expired
+  local newest, t, _, live = log_window(r, b, now)
   local owed = 0
   if newest ~= nil and newest > now then   -- a log later than now owes already
     owed = cdiv((newest - now) * L, W)

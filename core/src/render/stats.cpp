@@ -73,29 +73,9 @@ const Figure kRuleFigures[] = {
 // a Redis zone's counters, in rl_redis_figures_t (the latency histogram
 // is written apart)
 const Figure kRedisFigures[] = {
-    {"decisions", "redis_decisions_total", "counter", "Requests decided in Redis.",
-     offsetof(rl_redis_figures_t, decisions)},
-    {"errors", "redis_errors_total", "counter", "Redis error replies and lost connections.",
-     offsetof(rl_redis_figures_t, errors)},
-    {"timeouts", "redis_timeouts_total", "counter", "Requests with no Redis reply within redis_timeout.",
-     offsetof(rl_redis_figures_t, timeouts)},
-    {"fallbacks", "redis_fallbacks_total", "counter", "Requests decided by on_redis_error.",
-     offsetof(rl_redis_figures_t, fallbacks)},
-    {"reconnects", "redis_reconnects_total", "counter", "Connections opened to Redis.",
-     offsetof(rl_redis_figures_t, reconnects)},
-    {"charges", "redis_charges_total", "counter", "Requests' charges (charge=) settled in Redis.",
-     offsetof(rl_redis_figures_t, charges)},
-    {"undelivered", "redis_undelivered_total", "counter",
-     "Requests' charges Redis did not take (not reachable, no reply, a reply refused): lost.",
-     offsetof(rl_redis_figures_t, undelivered)},
-    {"cached", "redis_cached_total", "counter",
-     "Requests refused from a refusal Redis gave and this server remembers, without a round trip.",
-     offsetof(rl_redis_figures_t, cached)},
-    {"tls_failures", "redis_tls_failures_total", "counter",
-     "TLS connections to Redis that failed: handshake, certificate, or a TLS alert.",
-     offsetof(rl_redis_figures_t, tls_failures)},
-    {"tls_resumed", "redis_tls_resumed_total", "counter",
-     "TLS connections to Redis that resumed the server's last session.", offsetof(rl_redis_figures_t, tls_resumed)},
+#define RL_FIGURE(name, help) {#name, "redis_" #name "_total", "counter", help, offsetof(rl_redis_figures_t, name)},
+    RL_REDIS_COUNTERS(RL_FIGURE)
+#undef RL_FIGURE
 };
 
 // a redis_sync zone's exchanges, in rl_sync_figures_t

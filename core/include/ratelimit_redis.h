@@ -1,0 +1,230 @@
+/*
+ * ngx-ratelimit core: zones decided in Redis: the script, its
+ * command, its reply read and judged, the refusals a zone remembers.
+ */
+
+#ifndef RATELIMIT_REDIS_H
+#define RATELIMIT_REDIS_H
+
+#include "ratelimit_request.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Redis: fleet-wide limits ------------------------------------------- */
+
+/*
+ * A zone with redis= decides its rules in Redis, with one script call per
+ * request (core/src/redis/ratelimit.lua, the transitions above in Lua).  The
+ * glue owns the connections; the core writes the command and reads the
+ * reply, so the fleet's servers all build the same keys and arguments.
+ */
+
+/* The script's text. */
+RL_API const char *rl_redis_script(size_t *len);
+
+/*
+ * RL_OK if the rule's arithmetic stays exact in Redis's Lua (doubles, exact
+ * below 2^53): limit (burst) x (period + max_delay) at most 2^50.  Else err.
+ */
+#define RL_REDIS_UNITS_MAX  (1ULL << 50)
+RL_API int rl_redis_rule_ok(const rl_rule_t *rule, char *err, size_t errlen);
+
+/*
+ * The key naming a rule's state for a key: prefix, then 32 hex characters
+ * of SHA-256(identity, key); no key bytes are stored in Redis.  For Redis
+ * Cluster (cluster set), a hash tag of 16 hex characters of SHA-256(key)
+ * comes between, "{...}", so that every rule's state for one key value is
+ * in one slot.  Returns the length written.
+ */
+#define RL_REDIS_HASH_LEN  32
+#define RL_REDIS_TAG_LEN   18
+RL_API size_t rl_redis_key(char *out, const char *prefix, size_t prefix_len,
+    int cluster, uint64_t identity, const void *key, size_t key_len);
+
+/* Redis Cluster's slot of a Redis key (CRC16 of its hash tag, or of all
+   of it), and the slot of the keys rl_redis_command writes for a key. */
+RL_API unsigned rl_redis_slot(const char *rkey, size_t len);
+RL_API unsigned rl_redis_key_slot(const void *key, size_t key_len);
+
+/* Bytes rl_redis_command writes at most. */
+RL_API size_t rl_redis_command_size(size_t n, size_t prefix_len,
+    size_t script_len);
+
+/*
+ * What a call of the script does: decide the request (an admission spends,
+ * a refusal may ban, as in a local zone); settle the charges of a request
+ * that ended (the checks rl_request_end() would settle: each gives back
+ * the cost it reserved, from its after.t and at, and spends its charge,
+ * even into debt); or, for the key API, decide each check on its state as
+ * it is without writing anything (peek: a ban shows, and refuses a cost),
+ * or delete each check's state and ban (reset).
+ */
+enum rl_redis_call {
+    RL_REDIS_DECIDE = 0,
+    RL_REDIS_PEEK,
+    RL_REDIS_RESET,
+    RL_REDIS_SETTLE
+};
+
+/*
+ * Writes one RESP command calling the script (enum rl_redis_call) for the
+ * request's checks that apply (a key; a settle's: those that settle a
+ * charge), with its combine: EVALSHA with script = the script's SHA-1 in
+ * hex, or (eval set) EVAL with the script's text.  The keys are each
+ * check's state, then the ban of each check whose rule has ban= (named as
+ * rl_redis_key() names a state, under another identity).  now_ms < 0 lets
+ * the script read Redis's TIME; tests pass their own clock.  Returns the
+ * bytes written.
+ */
+RL_API size_t rl_redis_command(char *buf, const char *script, size_t script_len,
+    int eval, int call, const char *prefix, size_t prefix_len, int cluster,
+    const rl_request_t *rq, int64_t now_ms);
+
+enum rl_resp_type {
+    RL_RESP_STATUS = '+',
+    RL_RESP_ERROR = '-',
+    RL_RESP_INTEGER = ':',
+    RL_RESP_BULK = '$',
+    RL_RESP_ARRAY = '*'
+};
+
+#define RL_RESP_ITEMS_MAX  (2 + 12 * RL_RULES_MAX)
+
+/* The longest reply taken: the script's longest answer (RL_RULES_MAX
+   rules) is under 8 KB. */
+#define RL_RESP_REPLY_MAX  16384
+#define RL_RESP_TOO_LONG   (-2)
+
+typedef struct {
+    int          type;          /* enum rl_resp_type */
+    int64_t      integer;       /* INTEGER; BULK, ARRAY: length (-1: nil) */
+    const char  *str;           /* STATUS, ERROR, BULK: into the buffer */
+    size_t       str_len;
+    size_t       nitems;        /* ARRAY: integer items kept in items */
+    int          integers;      /* ARRAY: 1 if every item is an integer */
+    int64_t      items[RL_RESP_ITEMS_MAX];
+} rl_resp_t;
+
+/*
+ * Parses the reply at p: returns the bytes it takes, 0 if more are needed,
+ * -1 if the bytes are not RESP (or nest deeper than 8), RL_RESP_TOO_LONG if
+ * the reply is longer than RL_RESP_REPLY_MAX bytes (or a bulk string or an
+ * array says it will be): the caller drops the connection.
+ */
+RL_API long rl_resp_parse(const char *p, size_t len, rl_resp_t *r);
+
+/* What a reply is (rl_redis_answer), for the glue to act on. */
+enum rl_redis_kind {
+    RL_REDIS_DECIDED = 0,       /* the script's answer, its shape and every
+                                   value within what the rules can produce:
+                                   the checks' decisions are set (a decided
+                                   request is concluded, verdict); or "+OK"
+                                   to a connection's own command */
+    RL_REDIS_REDIRECT,          /* Redis Cluster's MOVED or ASK */
+    RL_REDIS_NOSCRIPT,          /* the script is not loaded: call it again
+                                   with EVAL */
+    RL_REDIS_FAILED,            /* anything else: why says what */
+    RL_REDIS_READONLY           /* failed, by a replica (READONLY): the
+                                   primary failed over, the connection is to
+                                   be opened again (to the host name's new
+                                   address) */
+};
+
+/*
+ * A reply's reset_ms, retry_after_ms and available_ms may exceed what the
+ * rule produces on a steady clock by this much: Redis's clock may step back
+ * (a failover to a server whose clock is behind).
+ */
+#define RL_REDIS_CLOCK_SLACK_MS  60000
+
+/* The longest host name or address a redirection may give. */
+#define RL_REDIS_HOST_MAX  255
+
+typedef struct {
+    int          kind;          /* enum rl_redis_kind */
+    int          verdict;       /* DECIDED, RL_REDIS_DECIDE: enum
+                                   rl_verdict */
+    uint32_t     found;         /* DECIDED, RL_REDIS_RESET: bit i set if
+                                   check i had a state, */
+    uint32_t     unbanned;      /*   and if its ban (ban=) was lifted */
+    unsigned     slot;          /* REDIRECT: the slot, */
+    int          ask;           /*   ASK (this once) or MOVED (from now
+                                   on), */
+    const char  *host;          /*   and the server: an address or a name
+                                   of letters, digits, ".", "-", "_" and
+                                   ":", into the reply, */
+    size_t       host_len;
+    unsigned     port;
+    char         why[RL_ERR_MAX]; /* FAILED: what is wrong, in words and
+                                   numbers (never the reply's bytes) */
+} rl_redis_answer_t;
+
+/*
+ * Classifies a reply to a call of the script (enum rl_redis_call) for rq,
+ * or, with rq NULL, to a connection's own command (AUTH, SELECT, ASKING),
+ * which only "+OK" answers.  The script's answer must have exactly the
+ * items of the call, integers, each in range for its check's rule (the
+ * rule as applied to the request): remaining at most what the rule can show
+ * (its burst, limit, or what a shaper admits), reset, Retry-After and t
+ * within what the algorithm can produce (a debt's and a ban's included,
+ * plus RL_REDIS_CLOCK_SLACK_MS), Retry-After exactly when refused, a delay
+ * only from leaky_bucket and at most max_delay, the rule's window, flags 0
+ * or 1, never exactly when the cost exceeds what the rule admits, a ban
+ * only of a ban= rule, at most ban= and refusing, the script's clock a time
+ * (ms from 1970, at most RL_REDIS_UNITS_MAX) and the head's t after a
+ * commit exactly for the checks that commit, after that clock by at most
+ * what the algorithm waits, and the request's answer as its combine makes
+ * it of the rules'.  A decided request's checks get their decisions, and
+ * at and after.t (what settling a charge gives back).  A settle's answer:
+ * for each check it settles, the units charged (at most the charge sent,
+ * and a limit past the rule's capacity), the key in debt (only if
+ * charged), capped (whenever less than the charge was spent): in each
+ * check's charged, in_debt and capped.  Returns out->kind.
+ */
+RL_API int rl_redis_answer(rl_request_t *rq, int call, const rl_resp_t *r,
+    rl_redis_answer_t *out);
+
+/*
+ * Refusals remembered (core/src/redis/refusals.cpp): a zone with redis=
+ * keeps, in its shared memory, what Redis refused until when, so that a
+ * spent key's requests are refused at once, with the same headers, without
+ * a round trip, and never one Redis would have admitted.  A fixed array
+ * (rl_refusals_size() bytes, zeroed: empty), entries named by a keyed hash
+ * of the request's checks (their keys' tags, rules and parameters as
+ * applied), written under the zone's lock and read without it.  Times are
+ * the caller's monotonic clock in ms, the same in every process.
+ *
+ * Before sending a request to Redis, the caller reads the epoch and its
+ * clock; when Redis refused it, rl_refusals_store() with both and the clock
+ * as the reply came; the next request: rl_refusals_find() first.  A key
+ * reset (the key API) calls rl_refusals_forget(): every entry of the zone,
+ * and every reply still on its way, is forgotten.
+ */
+#define RL_REFUSALS_REFRESH_MS  1000   /* an entry is served so long at
+                                          most after Redis's answer: what a
+                                          reset on another server may wait */
+RL_API size_t rl_refusals_size(size_t zone_size);
+RL_API uint32_t rl_refusals_epoch(const void *cache);
+
+/* 1: rq (hashed: rl_request_hash) is refused from the cache, concluded as
+   rl_redis_answer() concludes a refusal; 0: ask Redis. */
+RL_API int rl_refusals_find(const void *cache, size_t size, rl_request_t *rq,
+    int64_t now_ms);
+
+/* Remembers rq's refusal, as Redis answered it, if it is sound for every
+   request of the same checks with costs no smaller until some instant
+   after now_ms, and returns 1; any other answer of Redis for the same
+   checks forgets their entry (it spent more than the entry knows).  The
+   caller holds the zone's lock. */
+RL_API int rl_refusals_store(void *cache, size_t size, const rl_request_t *rq,
+    uint32_t epoch, int64_t sent_ms, int64_t now_ms);
+
+RL_API void rl_refusals_forget(void *cache);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RATELIMIT_REDIS_H */
