@@ -13,6 +13,10 @@
  *          (&rule=R: in one), or ?fingerprint=F&rule=R
  *   DELETE zones/NAME/keys?...       resets it (write=on), logged at notice
  *   GET    zones/NAME/top[?rule=R]   the keys each rule refuses most
+ *   GET    zones/NAME/overrides[?rule=R&from=N&count=N]   a page of them
+ *   GET    zones/NAME/overrides?key=K|range=CIDR[&rule=R] one
+ *   PUT    zones/NAME/overrides?...  written from a JSON body (write=on)
+ *   DELETE zones/NAME/overrides?...  removed (write=on); each write logged
  *
  * Every answer is JSON, errors too (and carries nosniff and no-store,
  * ngx_http_ratelimit_answer_headers): {"error":"..."} with 400 (a bad
@@ -26,12 +30,16 @@
 
 #include "ngx_http_ratelimit_api.h"
 #include "ngx_http_ratelimit_api_keys.h"
+#include "ngx_http_ratelimit_api_overrides.h"
 #include "ngx_http_ratelimit_api_redis.h"
 #include "ngx_http_ratelimit_stats.h"
 #include "ngx_http_ratelimit_zone.h"
 
 
 static ngx_int_t ngx_http_ratelimit_api_handler(ngx_http_request_t *r);
+static void ngx_http_ratelimit_api_body_read(ngx_http_request_t *r);
+static ngx_int_t ngx_http_ratelimit_api_answer_request(ngx_http_request_t *r,
+    ngx_str_t *body);
 static ngx_int_t ngx_http_ratelimit_api_zones(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q);
 static ngx_int_t ngx_http_ratelimit_api_top(ngx_http_request_t *r,
@@ -93,24 +101,58 @@ ngx_http_ratelimit_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/* A PUT's body is read first (an override's JSON); any other is discarded. */
+
 static ngx_int_t
 ngx_http_ratelimit_api_handler(ngx_http_request_t *r)
 {
-    ngx_int_t                        rc;
-    ngx_str_t                        rule, name;
-    ngx_keyval_t                     allow;
-    ngx_http_core_loc_conf_t        *clcf;
-    ngx_http_ratelimit_api_req_t    *q;
-    ngx_http_ratelimit_loc_conf_t   *rlcf;
+    ngx_int_t  rc;
 
     if (ngx_http_ratelimit_answer_headers(r, NULL) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (r->method == NGX_HTTP_PUT) {
+        rc = ngx_http_read_client_request_body(r,
+                                            ngx_http_ratelimit_api_body_read);
+
+        return rc >= NGX_HTTP_SPECIAL_RESPONSE ? rc : NGX_DONE;
     }
 
     rc = ngx_http_discard_request_body(r);
     if (rc != NGX_OK) {
         return rc;
     }
+
+    return ngx_http_ratelimit_api_answer_request(r, NULL);
+}
+
+
+static void
+ngx_http_ratelimit_api_body_read(ngx_http_request_t *r)
+{
+    ngx_str_t  body;
+
+    if (ngx_http_ratelimit_api_body(r, &body) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    ngx_http_finalize_request(r,
+                              ngx_http_ratelimit_api_answer_request(r, &body));
+}
+
+
+/* The request read by the core, its zone and rule found, and answered. */
+
+static ngx_int_t
+ngx_http_ratelimit_api_answer_request(ngx_http_request_t *r, ngx_str_t *body)
+{
+    ngx_str_t                        rule, name;
+    ngx_keyval_t                     allow;
+    ngx_http_core_loc_conf_t        *clcf;
+    ngx_http_ratelimit_api_req_t    *q;
+    ngx_http_ratelimit_loc_conf_t   *rlcf;
 
     q = ngx_pcalloc(r->pool, sizeof(ngx_http_ratelimit_api_req_t));
     if (q == NULL) {
@@ -141,6 +183,19 @@ ngx_http_ratelimit_api_handler(ngx_http_request_t *r)
                                             q->in.error_len);
     }
 
+    if (q->in.put && (body == NULL || body->data == NULL)) {
+        (void) rl_api_message(&q->in, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                              "the body: an override's JSON is at most 4096 "
+                              "bytes, and must fit client_body_buffer_size");
+        return ngx_http_ratelimit_send_json(r, q->in.status,
+                                            (u_char *) q->in.error,
+                                            q->in.error_len);
+    }
+
+    if (body != NULL) {
+        q->body = *body;
+    }
+
     if (q->in.resource != RL_API_ZONES) {
         name.data = (u_char *) q->in.zone.data;
         name.len = q->in.zone.len;
@@ -167,6 +222,9 @@ ngx_http_ratelimit_api_handler(ngx_http_request_t *r)
 
     case RL_API_TOP:
         return ngx_http_ratelimit_api_top(r, q);
+
+    case RL_API_OVERRIDES:
+        return ngx_http_ratelimit_api_overrides(r, q);
 
     default:
         return ngx_http_ratelimit_api_zones(r, q);

@@ -11,6 +11,7 @@
 #include "ngx_http_ratelimit_api_keys.h"
 #include "ngx_http_ratelimit_log.h"
 #include "ngx_http_ratelimit_stats.h"
+#include "ngx_http_ratelimit_zone.h"
 
 
 static ngx_uint_t ngx_http_ratelimit_api_user_verified(
@@ -194,12 +195,10 @@ void
 ngx_http_ratelimit_api_log_reset(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q, rl_key_state_t *st)
 {
-    u_char                     *p, *u;
-    ngx_str_t                   user;
-    const char                 *verified;
+    u_char                     *p;
     ngx_http_ratelimit_rule_t  *rule;
     u_char                      key[NGX_HTTP_RATELIMIT_KEY_ESCAPED + 16];
-    u_char                      name[NGX_HTTP_RATELIMIT_KEY_ESCAPED];
+    u_char                      who[NGX_HTTP_RATELIMIT_WHO_MAX];
 
     rule = st->data;
 
@@ -211,6 +210,34 @@ ngx_http_ratelimit_api_log_reset(ngx_http_request_t *r,
     } else {
         p = ngx_sprintf(key, "fingerprint %016xL", st->tag);
     }
+
+    ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                  "ratelimit: key %*s reset in rule \"%V\" of zone \"%V\" "
+                  "by the key API (%s), %s",
+                  (size_t) (p - key), key, &rule->name, &q->zone->name,
+                  st->reset & RL_RESET_HELD
+                  ? (st->reset & RL_RESET_FORGIVEN
+                     ? "it was held, and owed in the eviction summary"
+                     : "it was held")
+                  : (st->reset & RL_RESET_FORGIVEN
+                     ? "it owed in the eviction summary"
+                     : "it had no state"),
+                  ngx_http_ratelimit_api_who(r, who));
+}
+
+
+/*
+ * Who asked, for a write's log line: "client ADDRESS[, user "NAME" (verified
+ * by auth_basic | unverified: ...)]", NUL-terminated in who.
+ */
+
+char *
+ngx_http_ratelimit_api_who(ngx_http_request_t *r, u_char *who)
+{
+    u_char      *u, *last;
+    ngx_str_t    user;
+    const char  *verified;
+    u_char       name[NGX_HTTP_RATELIMIT_KEY_ESCAPED];
 
     user = r->headers_in.user;
 
@@ -225,20 +252,13 @@ ngx_http_ratelimit_api_log_reset(ngx_http_request_t *r,
                ? "\" (verified by auth_basic)"
                : "\" (unverified: as the Authorization header says)";
 
-    ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
-                  "ratelimit: key %*s reset in rule \"%V\" of zone \"%V\" "
-                  "by the key API (%s), client %V%s%*s%s",
-                  (size_t) (p - key), key, &rule->name, &q->zone->name,
-                  st->reset & RL_RESET_HELD
-                  ? (st->reset & RL_RESET_FORGIVEN
-                     ? "it was held, and owed in the eviction summary"
-                     : "it was held")
-                  : (st->reset & RL_RESET_FORGIVEN
-                     ? "it owed in the eviction summary"
-                     : "it had no state"),
-                  &r->connection->addr_text,
-                  user.len ? ", user \"" : "", (size_t) (u - name), name,
-                  user.len ? verified : "");
+    last = ngx_snprintf(who, NGX_HTTP_RATELIMIT_WHO_MAX - 1, "client %V%s%*s%s",
+                        &r->connection->addr_text,
+                        user.len ? ", user \"" : "", (size_t) (u - name), name,
+                        user.len ? verified : "");
+    *last = '\0';
+
+    return (char *) who;
 }
 
 
@@ -288,4 +308,107 @@ ngx_http_ratelimit_api_user_verified(ngx_http_request_t *r)
     }
 
     return 0;
+}
+
+
+/* One override, as JSON. */
+
+ngx_int_t
+ngx_http_ratelimit_api_override_answer(ngx_http_request_t *r,
+    ngx_http_ratelimit_api_req_t *q)
+{
+    char                 *p;
+    size_t                len;
+    rl_overrides_view_t   v;
+
+    ngx_memzero(&v, sizeof(rl_overrides_view_t));
+    v.zone = ngx_http_ratelimit_rl_str(&q->zone->name);
+    v.now_ms = ngx_http_ratelimit_now();
+    v.one = 1;
+    v.removed = q->in.reset;
+    v.n = 1;
+    v.list = &q->ov;
+
+    len = rl_render_api_overrides(&v, NULL, 0);
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rl_render_api_overrides(&v, p, len);
+
+    return ngx_http_ratelimit_send_json(r, NGX_HTTP_OK, (u_char *) p, len);
+}
+
+
+/*
+ * A write, at notice: the override as the API shows it (a key as the rules'
+ * log lines show keys: in clear where its rule logs keys so, else by its
+ * rule's fingerprint), and who asked.
+ */
+
+void
+ngx_http_ratelimit_api_log_override(ngx_http_request_t *r,
+    ngx_http_ratelimit_api_req_t *q)
+{
+    u_char                     *p, *t;
+    ngx_str_t                   name;
+    ngx_http_ratelimit_rule_t  *rule;
+    u_char                      target[NGX_HTTP_RATELIMIT_KEY_ESCAPED + 64];
+    u_char                      who[NGX_HTTP_RATELIMIT_WHO_MAX];
+    char                        what[128];
+
+    name.data = (u_char *) q->ov.target.rule;
+    name.len = ngx_strlen(q->ov.target.rule);
+    rule = name.len ? ngx_http_ratelimit_zone_rule(q->zone, &name) : NULL;
+
+    if (q->ov.target.family) {
+        t = ngx_sprintf(target, "range %s", q->in.range);
+
+    } else if (rule != NULL && rule->rule.log_key) {
+        target[0] = '"';
+        t = ngx_http_ratelimit_escape_key(target + 1, q->ov.target.key,
+                                          q->ov.target.key_len);
+        *t++ = '"';
+
+    } else {
+        t = ngx_sprintf(target, "key fingerprint %016xL",
+                        rl_table_tag(q->zone->table,
+                                     rule ? rule->identity : 0,
+                                     q->ov.target.key,
+                                     q->ov.target.key_len));
+    }
+
+    if (q->in.reset) {
+        ngx_snprintf((u_char *) what, sizeof(what), "removed%Z");
+
+    } else if (q->ov.kind == RL_OVERRIDE_LIMIT) {
+        p = ngx_cpymem((u_char *) what, "set:", 4);
+
+        if (q->ov.given & RL_OVERRIDE_GIVE_LIMIT) {
+            p = ngx_sprintf(p, " limit %uD", q->ov.limit);
+        }
+
+        if (q->ov.given & RL_OVERRIDE_GIVE_BURST) {
+            p = ngx_sprintf(p, " burst %uD", q->ov.burst);
+        }
+
+        if (q->ov.given & RL_OVERRIDE_GIVE_PERIOD) {
+            p = ngx_sprintf(p, " period %Lms", q->ov.period_ms);
+        }
+
+        ngx_sprintf(p, "%s%Z", q->ov.expires_ms ? ", with an expiry" : "");
+
+    } else {
+        ngx_snprintf((u_char *) what, sizeof(what), "set: %s%s%Z",
+                     q->ov.kind == RL_OVERRIDE_DENY ? "deny" : "allow",
+                     q->ov.expires_ms ? ", with an expiry" : "");
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                  "ratelimit: override of %*s in %s%V%s of zone \"%V\" %s by "
+                  "the key API, %s", (size_t) (t - target), target,
+                  name.len ? "rule \"" : "every rule", &name,
+                  name.len ? "\"" : "", &q->zone->name, what,
+                  ngx_http_ratelimit_api_who(r, who));
 }

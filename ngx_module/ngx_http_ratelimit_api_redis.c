@@ -219,3 +219,13 @@ ngx_http_ratelimit_api_redis_cleanup(void *data)
         }
     }
 }
+
+
+/* A Redis zone's override written, removed or read in Redis. */
+
+ngx_int_t
+ngx_http_ratelimit_api_redis_override(ngx_http_request_t *r,
+    ngx_http_ratelimit_api_req_t *q, rl_override_rule_t *rule)
+{
+    return ngx_http_ratelimit_api_fail(r, q, RL_API_NO_OVERRIDES);
+}

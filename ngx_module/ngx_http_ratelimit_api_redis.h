@@ -11,6 +11,8 @@
 #include "ngx_http_ratelimit_api_keys.h"
 
 
+ngx_int_t ngx_http_ratelimit_api_redis_override(ngx_http_request_t *r,
+    ngx_http_ratelimit_api_req_t *q, rl_override_rule_t *rule);
 ngx_int_t ngx_http_ratelimit_api_redis(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q);
 

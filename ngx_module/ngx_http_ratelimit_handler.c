@@ -46,6 +46,7 @@ static ngx_int_t ngx_http_ratelimit_act_on_verdict(ngx_http_request_t *r,
     NGX_HTTP_RATELIMIT_NOINLINE;
 static ngx_int_t ngx_http_ratelimit_policy(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
+static void ngx_http_ratelimit_note_override(ngx_http_ratelimit_ctx_t *ctx);
 static ngx_int_t ngx_http_ratelimit_handler_rc(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, ngx_int_t rc);
 static ngx_int_t ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
@@ -62,6 +63,7 @@ static void ngx_http_ratelimit_retry(ngx_http_request_t *r,
 static void ngx_http_ratelimit_resume(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, ngx_int_t rc);
 static int ngx_http_ratelimit_alive(uint32_t pid);
+static rl_rule_t *ngx_http_ratelimit_rule_room(rl_request_t *rq);
 
 
 /*
@@ -177,6 +179,8 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
     ctx->rq.dry_run = rlcf->dry_run;
     ctx->rq.holder = (uint32_t) ngx_pid;
     ctx->rq.alive = ngx_http_ratelimit_alive;
+    ctx->rq.room = ngx_http_ratelimit_rule_room;
+    ctx->rq.overridden = 0;
     ctx->rq.last = 0;
 
     rl_request_hash(&ctx->rq);   /* outside the locks */
@@ -368,6 +372,7 @@ ngx_http_ratelimit_apply_verdict(ngx_http_request_t *r,
     if (rq->action == RL_ACTION_PASS && rq->verdict == RL_VERDICT_PASSED
         && !ctx->ends
         && !rlcf->policy_each
+        && rq->overridden == 0
 #if (NGX_DEBUG)
         && !(r->connection->log->log_level & NGX_LOG_DEBUG_HTTP)
 #endif
@@ -389,6 +394,10 @@ ngx_http_ratelimit_act_on_verdict(ngx_http_request_t *r,
 
     rq = &ctx->rq;
 
+    if (rq->overridden) {
+        ngx_http_ratelimit_note_override(ctx);
+    }
+
     /* rules with charge= or concurrency settle when the request ends */
 
     if (ctx->ends && ngx_http_ratelimit_keep_checks(ctx) != NGX_OK) {
@@ -396,7 +405,8 @@ ngx_http_ratelimit_act_on_verdict(ngx_http_request_t *r,
     }
 
     if (rq->binding < rq->n) {
-        if (rlcf->policy_each && ngx_http_ratelimit_policy(r, ctx) != NGX_OK)
+        if ((rlcf->policy_each || rq->overridden)
+            && ngx_http_ratelimit_policy(r, ctx) != NGX_OK)
         {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
@@ -436,8 +446,45 @@ ngx_http_ratelimit_act_on_verdict(ngx_http_request_t *r,
 
 
 /*
+ * The override $ratelimit_override names: the binding rule's, else the
+ * first rule's that met one.
+ */
+
+static void
+ngx_http_ratelimit_note_override(ngx_http_ratelimit_ctx_t *ctx)
+{
+    size_t       i;
+    rl_check_t  *c;
+
+    c = NULL;
+
+    if (ctx->rq.binding < ctx->rq.n
+        && ctx->rq.checks[ctx->rq.binding].override)
+    {
+        c = &ctx->rq.checks[ctx->rq.binding];
+    }
+
+    for (i = 0; c == NULL && i < ctx->rq.n; i++) {
+        c = ctx->rq.checks[i].override ? &ctx->rq.checks[i] : NULL;
+    }
+
+    if (c == NULL) {
+        ctx->override = 0;
+        return;
+    }
+
+    ctx->override = c->override;
+    ctx->override_rule = c->configured ? c->configured : c->rule;
+    ctx->override_key.data = (u_char *) c->key;
+    ctx->override_key.len = (c->override & 0xf) == RL_OVERRIDE_ALLOW
+                            ? c->key_held : c->key_len;
+}
+
+
+/*
  * The RateLimit-Policy field of a request whose rules' policies depend on
- * it (a variable limit, a monthly quota): each rule as it applied.
+ * it (a variable limit, a monthly quota, an override): each rule as it
+ * applied.
  */
 
 static ngx_int_t
@@ -676,6 +723,23 @@ ngx_http_ratelimit_resume(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx,
     r->read_event_handler = ngx_http_block_reading;
     r->write_event_handler = ngx_http_core_run_phases;
     ngx_http_core_run_phases(r);
+}
+
+
+/*
+ * Memory for a rule an override changes (the core applies it), living as
+ * long as the request: a delayed request and the headers read it later.
+ */
+
+static rl_rule_t *
+ngx_http_ratelimit_rule_room(rl_request_t *rq)
+{
+    ngx_http_ratelimit_ctx_t  *ctx;
+
+    ctx = (ngx_http_ratelimit_ctx_t *)
+          ((u_char *) rq - offsetof(ngx_http_ratelimit_ctx_t, rq));
+
+    return ngx_palloc(ctx->request->pool, sizeof(rl_rule_t));
 }
 
 

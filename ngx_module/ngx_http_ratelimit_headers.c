@@ -18,6 +18,8 @@ static ngx_int_t ngx_http_ratelimit_add_header(ngx_http_request_t *r,
     ngx_str_t *name, u_char *value, size_t len);
 static ngx_int_t ngx_http_ratelimit_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_ratelimit_override_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
@@ -35,7 +37,8 @@ enum {
     NGX_HTTP_RATELIMIT_VAR_RULE,
     NGX_HTTP_RATELIMIT_VAR_DECIDED_BY,
     NGX_HTTP_RATELIMIT_VAR_FINGERPRINT,
-    NGX_HTTP_RATELIMIT_VAR_CHARGED
+    NGX_HTTP_RATELIMIT_VAR_CHARGED,
+    NGX_HTTP_RATELIMIT_VAR_OVERRIDE
 };
 
 
@@ -67,6 +70,9 @@ static ngx_http_variable_t  ngx_http_ratelimit_vars[] = {
 
     { ngx_string("ratelimit_charged"), NULL, ngx_http_ratelimit_variable,
       NGX_HTTP_RATELIMIT_VAR_CHARGED, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ratelimit_override"), NULL,
+      ngx_http_ratelimit_override_variable, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
       ngx_http_null_variable
 };
@@ -369,6 +375,41 @@ ngx_http_ratelimit_number(u_char *p, uint64_t n)
     }
 
     return end;
+}
+
+
+/* $ratelimit_override: the override the request met, or empty. */
+
+static ngx_int_t
+ngx_http_ratelimit_override_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    u_char                    *p;
+    ngx_http_ratelimit_ctx_t  *ctx;
+
+    ctx = ngx_http_ratelimit_get_ctx(r);
+
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
+    v->len = 0;
+    v->data = (u_char *) "";
+
+    if (ctx == NULL || ctx->status == 0 || ctx->override == 0) {
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, RL_OVERRIDE_NAME_MAX);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    v->data = p;
+    v->len = rl_override_name(ctx->override, ctx->override_rule,
+                              ctx->override_key.data, ctx->override_key.len,
+                              (char *) p);
+
+    return NGX_OK;
 }
 
 

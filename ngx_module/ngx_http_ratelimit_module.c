@@ -10,6 +10,7 @@
 #include "ngx_http_ratelimit_handler.h"
 #include "ngx_http_ratelimit_headers.h"
 #include "ngx_http_ratelimit_log.h"
+#include "ngx_http_ratelimit_overrides.h"
 #include "ngx_http_ratelimit_redis_conn.h"
 #include "ngx_http_ratelimit_request.h"
 #include "ngx_http_ratelimit_stats.h"
@@ -635,6 +636,20 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
     rule->identity = rl_rule_identity(&rule->rule, (char *) key->data,
                                       key->len);
 
+    /* an override of an address range applies to a rule keyed on the
+       client's address */
+
+    if (key->len == sizeof("$binary_remote_addr") - 1
+        && ngx_strncmp(key->data, "$binary_remote_addr", key->len) == 0)
+    {
+        rule->rule.key_addr = RL_KEY_ADDR_BINARY;
+
+    } else if (key->len == sizeof("$remote_addr") - 1
+               && ngx_strncmp(key->data, "$remote_addr", key->len) == 0)
+    {
+        rule->rule.key_addr = RL_KEY_ADDR_TEXT;
+    }
+
     rule->key_index = NGX_ERROR;
 
     if (key->len > 1 && key->data[0] == '$'
@@ -865,7 +880,7 @@ ngx_http_ratelimit_start_zone(ngx_http_ratelimit_zone_t *zone, void *data)
         ngx_http_ratelimit_sync_start(zone->sync);
     }
 
-    return NGX_OK;
+    return ngx_http_ratelimit_overrides_start(zone, (ngx_cycle_t *) ngx_cycle);
 }
 
 

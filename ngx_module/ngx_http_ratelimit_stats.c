@@ -299,7 +299,8 @@ ngx_int_t
 ngx_http_ratelimit_zone_snapshot(ngx_http_request_t *r,
     ngx_http_ratelimit_zone_t *zone, ngx_uint_t what, rl_zone_snapshot_t *z)
 {
-    rl_rule_stats_t  *counters;
+    rl_rule_stats_t       *counters;
+    rl_overrides_stats_t   ov;
 
     ngx_memzero(z, sizeof(rl_zone_snapshot_t));
     z->name = ngx_http_ratelimit_rl_str(&zone->name);
@@ -317,6 +318,12 @@ ngx_http_ratelimit_zone_snapshot(ngx_http_request_t *r,
 
     rl_table_get_stats(zone->table, &z->table);
     z->used = rl_table_bytes_used(zone->table);
+
+    if (zone->store) {
+        rl_overrides_stats(zone->store, &ov);
+        z->overrides = ov.held;
+        z->overrides_capacity = ov.capacity;
+    }
 
     if (counters) {
         z->ncounters = rl_table_rule_stats(zone->table, counters,

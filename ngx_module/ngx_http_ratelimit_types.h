@@ -75,6 +75,17 @@ typedef struct {
     ngx_http_ratelimit_sync_t   *sync;      /* redis_sync: decided in the
                                                zone, exchanged with Redis */
     ngx_flag_t                   stats_full_logged; /* in this worker */
+    ngx_uint_t                   overrides; /* overrides=: room for so many */
+    ngx_str_t                    overrides_file; /* overrides_file=; empty:
+                                               none */
+    void                        *store;     /* the overrides' store, after
+                                               the table (NULL: none) */
+    ngx_event_t                  overrides_event; /* this worker's timer:
+                                               the file written, expired
+                                               overrides removed */
+    rl_override_rule_t          *override_rules; /* this worker's: its
+                                               rules, a name once */
+    ngx_uint_t                   override_nrules;
 } ngx_http_ratelimit_zone_t;
 
 
@@ -202,11 +213,17 @@ struct ngx_http_ratelimit_ctx_s {
                                                gRPC call: rl_grpc_kind */
     uint64_t                     charged;   /* $ratelimit_charged */
     ngx_http_request_t          *request;   /* the main request */
+    uint32_t                     override;  /* $ratelimit_override: the
+                                               override a check met
+                                               (rl_check_t's), 0: none */
 
     /* the request as the core decides it (its inputs written, its
        outputs the core's); its checks are in the request's pool while it
        waits (for Redis, or delayed) */
     rl_request_t                 rq;
+    /* with override */
+    const rl_rule_t             *override_rule; /* its check's rule */
+    ngx_str_t                    override_key;  /*   and key */
     /* with rule */
     rl_decision_t                decision;  /* binding rule's decision */
     uint64_t                     tag;       /* binding rule's key, hashed */

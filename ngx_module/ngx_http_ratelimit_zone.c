@@ -12,6 +12,7 @@
 
 #include "ngx_http_ratelimit_zone.h"
 #include "ngx_http_ratelimit_log.h"
+#include "ngx_http_ratelimit_overrides.h"
 #include "ngx_http_ratelimit_redis_conf.h"
 #include "ngx_http_ratelimit_sync.h"
 
@@ -145,14 +146,15 @@ ngx_http_ratelimit_bad_size(ngx_conf_t *cf, ngx_str_t *value, ngx_str_t *name)
 }
 
 
-/* ratelimit_zone NAME SIZE; */
+/* ratelimit_zone NAME SIZE [overrides=N] [overrides_file=PATH] [redis=...]; */
 
 char *
 ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ssize_t                     size;
     ngx_int_t                   rc;
-    ngx_uint_t                  i;
+    ngx_str_t                   overrides_file;
+    ngx_uint_t                  i, overrides;
     ngx_http_ratelimit_redis_t *redis;
     ngx_http_ratelimit_sync_t  *sync;
     ngx_str_t                  *value, name;
@@ -183,9 +185,16 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     redis = NULL;
     sync = NULL;
+    overrides = NGX_HTTP_RATELIMIT_OVERRIDES_DEFAULT;
+    ngx_str_null(&overrides_file);
 
     for (i = 3; i < cf->args->nelts; i++) {
-        rc = ngx_http_ratelimit_sync_param(cf, &sync, &value[i], &name);
+        rc = ngx_http_ratelimit_overrides_param(cf, &value[i], &name,
+                                                &overrides, &overrides_file);
+
+        if (rc == NGX_DECLINED) {
+            rc = ngx_http_ratelimit_sync_param(cf, &sync, &value[i], &name);
+        }
 
         if (rc == NGX_DECLINED) {
             rc = ngx_http_ratelimit_redis_param(cf, &redis, &value[i], &name);
@@ -199,7 +208,8 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "\"ratelimit_zone\" directive: unknown "
                                "parameter \"%V\" of zone \"%V\": expected "
-                               "NAME SIZE [redis=HOST:PORT ...]",
+                               "NAME SIZE [overrides=N] [overrides_file=PATH] "
+                               "[redis=HOST:PORT ...]",
                                &value[i], &name);
             return NGX_CONF_ERROR;
         }
@@ -218,6 +228,22 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    if (overrides_file.len && redis != NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: \"overrides_file=\" "
+                           "of zone \"%V\" is for a zone without redis=: a "
+                           "Redis zone keeps its overrides in Redis", &name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (overrides_file.len && overrides == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: \"overrides_file=\" "
+                           "of zone \"%V\" with overrides=0: a zone without "
+                           "room for overrides has none to keep", &name);
+        return NGX_CONF_ERROR;
+    }
+
     shm_zone = ngx_http_ratelimit_lookup_zone(&cf->cycle->shared_memory,
                                               &name);
 
@@ -229,7 +255,13 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    shm_zone = ngx_shared_memory_add(cf, &name, size,
+    /* the overrides' room comes on top of SIZE, which stays the keys' */
+
+    shm_zone = ngx_shared_memory_add(cf, &name,
+                                     size + (overrides
+                                             ? ngx_align(rl_overrides_size(
+                                                             overrides), 64)
+                                             : 0),
                                      &ngx_http_ratelimit_module);
     if (shm_zone == NULL) {
         return NGX_CONF_ERROR;
@@ -254,6 +286,8 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     zone->sync = sync;
     zone->file = cf->conf_file->file.name.data;
     zone->line = cf->conf_file->line;
+    zone->overrides = overrides;
+    zone->overrides_file = overrides_file;
 
     shm_zone->init = ngx_http_ratelimit_init_zone;
     shm_zone->data = zone;
@@ -309,6 +343,8 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         zone->table = ozone->table;
         ngx_http_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
                                           zone->table);
+        ngx_http_ratelimit_overrides_attach(zone, table + size,
+                                            shm_zone->shm.log);
         return NGX_OK;
     }
 
@@ -316,6 +352,8 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         zone->table = zone->shpool->data;
         ngx_http_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
                                           zone->table);
+        ngx_http_ratelimit_overrides_attach(zone, table + size,
+                                            shm_zone->shm.log);
         return NGX_OK;
     }
 
@@ -335,6 +373,8 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     }
 
     zone->shpool->data = zone->table;
+
+    ngx_http_ratelimit_overrides_attach(zone, table + size, shm_zone->shm.log);
 
     /* a new zone is nobody else's yet: its rules' counters are laid out now,
        without its lock (never taken in the master, see count_one) */
@@ -407,7 +447,11 @@ static size_t
 ngx_http_ratelimit_refusals_size(ngx_http_ratelimit_zone_t *zone,
     size_t zone_size)
 {
-    return zone->redis ? ngx_align(rl_refusals_size(zone_size), 64) : 0;
+    return zone->redis
+           ? ngx_align(rl_refusals_size(zone_size
+                                  - ngx_http_ratelimit_overrides_bytes(zone)),
+                       64)
+           : 0;
 }
 
 
@@ -418,7 +462,8 @@ ngx_http_ratelimit_table_size(ngx_http_ratelimit_zone_t *zone,
     return (zone_size - ngx_align(sizeof(ngx_slab_pool_t), 64)
             - ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64)
             - ngx_http_ratelimit_refusals_size(zone, zone_size)
-            - ngx_http_ratelimit_sync_bytes(zone->sync))
+            - ngx_http_ratelimit_sync_bytes(zone->sync)
+            - ngx_http_ratelimit_overrides_bytes(zone))
            & ~(size_t) 63;
 }
 
@@ -452,7 +497,9 @@ ngx_http_ratelimit_check_layout(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone)
         ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
                       "\"ratelimit_zone\" directive: zone \"%V\" of size %uz "
                       "is %s, declared in %s:%ui", &zone->name,
-                      shm_zone->shm.size, err, zone->file, zone->line);
+                      shm_zone->shm.size
+                      - ngx_http_ratelimit_overrides_bytes(zone),
+                      err, zone->file, zone->line);
         return NGX_ERROR;
     }
 

@@ -92,6 +92,10 @@ typedef struct {
     rl_str_t                   name;
     rl_table_stats_t           table;     /* its size: the zone's */
     uint64_t                   used;      /* rl_table_bytes_used() */
+    uint64_t                   overrides; /* overrides held (every rule's
+                                             and each rule's), */
+    uint64_t                   overrides_capacity; /* and room for so
+                                             many (0: none) */
     size_t                     ncounters; /* rl_table_rule_stats() */
     const rl_rule_stats_t     *counters;
     const rl_top_view_t       *tops;      /* ncounters of them, each
@@ -165,6 +169,27 @@ RL_API size_t rl_render_api_keys(const rl_key_snapshot_t *k, char *buf,
 RL_API size_t rl_render_api_top(const rl_top_snapshot_t *t, char *buf,
     size_t cap);
 
+/*
+ * zones/NAME/overrides: {"zone":..., "capacity":N, "total":N, "from":N,
+ * "overrides":[...]}, a page of them; or one override read, written or
+ * removed: {"zone":..., "override":{...}} (rl_override_json), with
+ * "removed":true for one removed.
+ */
+typedef struct {
+    rl_str_t               zone;
+    int64_t                now_ms;
+    int                    one;       /* one override: list[0] */
+    int                    removed;
+    uint64_t               capacity;
+    uint64_t               total;     /* of the list's filter */
+    uint64_t               from;
+    size_t                 n;
+    const rl_override_t   *list;
+} rl_overrides_view_t;
+
+RL_API size_t rl_render_api_overrides(const rl_overrides_view_t *v,
+    char *buf, size_t cap);
+
 
 /* ---- a key API request -------------------------------------------------- */
 
@@ -172,8 +197,14 @@ enum rl_api_resource {
     RL_API_ZONES = 0,           /* zones */
     RL_API_ZONE,                /* zones/NAME */
     RL_API_KEYS,                /* zones/NAME/keys */
-    RL_API_TOP                  /* zones/NAME/top */
+    RL_API_TOP,                 /* zones/NAME/top */
+    RL_API_OVERRIDES            /* zones/NAME/overrides */
 };
+
+/* zones/NAME/overrides lists so many at most a page (count=), and so many
+   unless it says */
+#define RL_API_PAGE_MAX   1000
+#define RL_API_PAGE       100
 
 /* The longest key, after %-decoding, that the API looks up. */
 #define RL_API_KEY_MAX    4096
@@ -190,6 +221,12 @@ typedef struct {
     char         rule[RL_NAME_MAX];    /* %-decoded, NUL-terminated */
     int          has_fingerprint;
     uint64_t     fingerprint;
+    int          put;           /* PUT (overrides) */
+    int          has_range;     /* range=: an address range, as given */
+    size_t       range_len;
+    char         range[64];
+    uint64_t     from;          /* a list's first (from=) */
+    uint64_t     count;         /*   and its most (count=) */
     int          status;        /* an error's HTTP status */
     const char  *allow;         /* 405: the methods allowed (Allow) */
     size_t       error_len;
@@ -212,11 +249,19 @@ enum rl_api_error {
     RL_API_NO_ZONE = 1,         /* 404: no zone q->zone */
     RL_API_NO_RULE,             /* 404: the zone has no rule q->rule */
     RL_API_REDIS_FINGERPRINT,   /* 400: a Redis zone's key by fingerprint */
-    RL_API_REDIS_FAILED         /* 409: Redis did not answer */
+    RL_API_REDIS_FAILED,        /* 409: Redis did not answer */
+    RL_API_NO_OVERRIDE,         /* 404: no override of that key or range */
+    RL_API_OVERRIDES_FULL,      /* 409: the zone's overrides are full */
+    RL_API_NO_OVERRIDES         /* 409: the zone has no room for any */
 };
 
 /* Writes the error's answer into q->error; returns its HTTP status. */
 RL_API int rl_api_error(rl_api_request_t *q, int error);
+
+/* The same for a message of the core's (an override's target or body):
+   {"error":MESSAGE} with status. */
+RL_API int rl_api_message(rl_api_request_t *q, int status,
+    const char *message);
 
 
 #ifdef __cplusplus

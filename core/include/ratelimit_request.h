@@ -82,7 +82,10 @@ typedef struct {
                                        refusals among the top keys; 0:
                                        not counted */
     /* (the inputs above; a caller may zero the fields from here on) */
-    uint64_t             tag;       /* out of rl_request_hash() */
+    uint64_t             tag;       /* out of rl_request_hash(), */
+    uint64_t             hash;      /*   and the key's hash in its table,
+                                       which tag is of, with the rule's
+                                       identity */
     rl_decision_t        decision;  /* out of rl_decide(): this rule's */
     int                  outcome;   /* out: enum rl_outcome to count for
                                        the rule, or -1 */
@@ -113,9 +116,29 @@ typedef struct {
                                        and to rl_request_end() */
     int32_t              capped;    /*   the charge exceeded the debt bound */
     int32_t              in_debt;   /*   the key owes more than its budget */
+    /* an override (ratelimit_override.h), out of rl_decide(): */
+    uint32_t             override;  /* the one that applied: enum
+                                       rl_override_kind, with
+                                       RL_OVERRIDE_EVERY_RULE for one of
+                                       every rule, and a range's prefix
+                                       length + 1 << 8; 0: none */
+    uint32_t             key_held;  /* allow: key_len, kept while the
+                                       check is exempt (key_len 0) */
+    int64_t              until;     /* deny: when it ends (0: never) */
+    int64_t              since;     /* a limit override's: when it was
+                                       written (what a Redis zone's key
+                                       carries its state over from) */
+    const rl_rule_t     *configured; /* a limit override's: the rule as
+                                       configured, `rule` being the rule
+                                       with the override's limits, in
+                                       memory from rq->room */
 } rl_check_t;
 
-typedef struct {
+#define RL_OVERRIDE_EVERY_RULE  0x10
+
+typedef struct rl_request_s  rl_request_t;
+
+struct rl_request_s {
     rl_check_t          *checks;    /* in: one for each rule, in order */
     size_t               n;         /* in: at most RL_RULES_MAX */
     int                  combine;   /* in: enum rl_combine */
@@ -146,6 +169,14 @@ typedef struct {
                                        decision that would queue it
                                        refuses it, and it leaves the
                                        queues */
+    uint32_t             overridden; /* out of rl_decide(): checks that
+                                       met an override (the caller zeroes
+                                       it first) */
+    rl_rule_t         *(*room)(rl_request_t *rq); /* in: memory for a
+                                       rule, living as long as the request:
+                                       a limit override's (NULL, or NULL
+                                       returned: limit overrides are not
+                                       applied) */
     uint8_t              order[RL_RULES_MAX]; /* out of rl_request_hash():
                                        one check of each table the request
                                        uses, in the order to lock them (by
@@ -153,7 +184,7 @@ typedef struct {
                                        wait for each other); */
     uint32_t             locks;     /*   how many (0: exempt from every
                                        rule) */
-} rl_request_t;
+};
 
 /* Hashes every key with its table's secret, and orders the tables to lock
    (order, locks); needs no lock. */

@@ -72,6 +72,8 @@ enum rl_reset {
 #define RL_PERIOD_MAX_MS  (366LL * 86400000)   /* one (leap) year */
 #define RL_LOG_PERIOD_MAX_MS 2147483647LL      /* sliding_log: 2^31 ms, 24.8d */
 #define RL_UTC_OFFSET_MAX_MIN (14 * 60)
+#define RL_KEY_ADDR_BINARY 1                  /* $binary_remote_addr */
+#define RL_KEY_ADDR_TEXT   2                  /* $remote_addr */
 #define RL_NAME_MAX       64                   /* including the NUL */
 #define RL_ERR_MAX        512                  /* enough for any message */
 #define RL_RULES_MAX      32                   /* rules of one request */
@@ -117,6 +119,11 @@ typedef struct {
                                    refused for so long (0: no ban) */
     int64_t   max_wait_ms;      /* concurrency: how long a request may
                                    wait for a slot (0: refused at once) */
+    uint32_t  key_addr;         /* the key is the client's address (the
+                                   glue's): RL_KEY_ADDR_BINARY or
+                                   RL_KEY_ADDR_TEXT; 0: another key.  An
+                                   override of an address range applies
+                                   to such a rule only */
     uint32_t  given;            /* internal: parameters set explicitly */
     char      name[RL_NAME_MAX];/* given by name=, or rl_rule_finish's */
     /* internal, derived from the above by rl_rule_finish() and

@@ -98,6 +98,9 @@ typedef struct {
                                    most (rl_check_t.reserved): the largest
                                    of the rule's last RL_CHARGES_EPOCH to
                                    twice as many charges */
+    uint64_t  overridden;       /* requests that met an override */
+    uint64_t  overrides;        /* overrides held naming the rule (the
+                                   caller's: rl_overrides_count) */
 } rl_rule_stats_t;
 
 /* charge=: a rule's estimate is the largest charge of its last two epochs

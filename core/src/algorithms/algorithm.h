@@ -107,6 +107,14 @@ struct Algorithm {
 
     // The key API's fields of the rule's own parameters.
     void (*api_fields)(Out &o, const rl_rule_t &rule);
+
+    // Overrides (ratelimit_override.h): the parameters a limit override
+    // may set (P_LIMIT, P_BURST, P_PERIOD); and a key's state under the
+    // parameters `from` rewritten under `to` as at `at`, owing the same
+    // units (nullptr: the state is a count of units, read the same under
+    // any parameters).
+    uint32_t overridable;
+    void (*carry)(const rl_rule_t &from, const rl_rule_t &to, State &s, int64_t at);
 };
 
 // Every algorithm's record, by enum rl_algorithm (registry.cpp).
@@ -129,6 +137,9 @@ void period_tail(const rl_rule_t &rule, char *out, size_t len);
 // The records' shared parts: a policy of limit units over the decision's
 // own window, a period's Bounds, no block.
 void limit_policy(rl_rule_t &rule);
+// Whether a rule's exact arithmetic would overflow its 2^61 units (a
+// bucket's burst x period, a shaper's queue): rule.cpp refuses it.
+bool too_large(const rl_rule_t &rule);
 void period_bounds(const rl_rule_t &rule, bool debt, Bounds &b);
 size_t no_block(const rl_rule_t &rule);
 

@@ -362,6 +362,8 @@ extern const Algorithm kConcurrency = {
     period_bounds,
     "counts requests in flight on this server, not units spent",
     concurrency_fields,
+    P_LIMIT,
+    nullptr,
 };
 
 }  // namespace rl

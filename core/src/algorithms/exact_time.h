@@ -95,5 +95,6 @@ uint32_t paced_owed(const rl_rule_t &rule, const State &s, const rl_decision_t &
 State paced_restore(const rl_rule_t &rule, Owed o, int64_t now);
 void paced_restore_block(const rl_rule_t &rule, State &s, int64_t now);
 int64_t paced_window(const rl_rule_t &rule);
+void paced_carry(const rl_rule_t &from, const rl_rule_t &to, State &s, int64_t at);
 
 }  // namespace rl

@@ -25,6 +25,14 @@ uint64_t spent_in(const State &s, int64_t end)
     return s.head.t == end ? s.head.n & ~kCarried : 0;
 }
 
+// The same at now, for a decision: a head whose window has not ended and
+// ends before `end` was counted under another period (an override changed
+// it): what it counts is owed in the current window.
+uint64_t spent_now(const State &s, int64_t end, int64_t now)
+{
+    return s.head.t == end || (s.head.t > now && s.head.t < end) ? s.head.n & ~kCarried : 0;
+}
+
 // A head with kCarried whose window lies ahead: the window before it (the
 // current one) is full, and the head's window already holds units.
 bool carried(const State &s, int64_t end)
@@ -60,7 +68,7 @@ rl_decision_t windowed_count(const rl_rule_t &rule, State &s, int64_t now, uint6
     if (s.head.t > end) {
         end = s.head.t;  // the clock stepped back: keep the later window
     }
-    const uint64_t spent = spent_in(s, end);
+    const uint64_t spent = spent_now(s, end, now);
     const uint64_t left = spent < rule.limit ? rule.limit - spent : 0;
     const int64_t to_end = end - now;
 
@@ -202,6 +210,8 @@ extern const Algorithm kFixedWindow = {
     period_bounds,
     nullptr,
     fixed_window_fields,
+    P_LIMIT | P_PERIOD,
+    nullptr,
 };
 
 }  // namespace rl

@@ -71,7 +71,9 @@ constexpr Algorithm bucket(const char *name)
                      bucket_units,
                      bucket_bounds,
                      "keeps a time, not a count",
-                     bucket_fields};
+                     bucket_fields,
+                     P_LIMIT | P_BURST | P_PERIOD,
+                     paced_carry};
 }
 
 }  // namespace

@@ -138,6 +138,8 @@ extern const Algorithm kLeakyBucket = {
     shaper_bounds,
     "keeps a time, not a count",
     shaper_fields,
+    P_LIMIT | P_PERIOD,
+    paced_carry,
 };
 
 }  // namespace rl

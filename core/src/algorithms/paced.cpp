@@ -73,6 +73,21 @@ void paced_restore_block(const rl_rule_t &rule, State &s, int64_t now)
     paced_store(rule, s, now, units_ahead(s.head, now, rule.limit));
 }
 
+// An override's carry-over: a key owing U units is U x period units of
+// 1/limit ms ahead (exact_time.h), whatever the limit: the units ahead at
+// `at` under `from` are written again under `to`, scaled by the periods
+// when they differ (rounded up: a change never forgives a fraction).
+void paced_carry(const rl_rule_t &from, const rl_rule_t &to, State &s, int64_t at)
+{
+    uint64_t u = paced_ahead(from, s, at);
+    if (from.period_ms != to.period_ms && u > 0) {
+        const unsigned __int128 scaled =
+            ((unsigned __int128) u * (uint64_t) to.period_ms + (uint64_t) from.period_ms - 1) / (uint64_t) from.period_ms;
+        u = scaled < kUnitsMax ? (uint64_t) scaled : kUnitsMax;
+    }
+    paced_store(to, s, at, u);
+}
+
 // The time the policy's quota takes to come back at limit per period.
 int64_t paced_window(const rl_rule_t &rule)
 {

@@ -310,6 +310,8 @@ extern const Algorithm kSlidingLog = {
     period_bounds,
     "keeps the time of every unit, not a count",
     sliding_log_fields,
+    P_LIMIT | P_PERIOD,
+    nullptr,
 };
 
 }  // namespace rl

@@ -513,6 +513,8 @@ extern const Algorithm kSlidingWindow = {
     sliding_window_bounds,
     nullptr,
     sliding_window_fields,
+    P_LIMIT,
+    nullptr,
 };
 
 // redis_sync: the fleet's counts of ticks k - S .. k (at[0] the oldest)

@@ -10,6 +10,7 @@
 // (decide_found), equal in every effect.
 #include "algorithms/algorithms.h"
 #include "algorithms/transition.h"
+#include "policy/override.h"
 #include "policy/request.h"
 #include "table/table.h"
 
@@ -67,6 +68,23 @@ void ban(rl_check_t *c, Item *items, size_t n, bool dry, int64_t now)
         refuse_until(c[i].decision, until, now);
         c[i].banning = 1;
     }
+}
+
+// A key an override denies (deny): refused until the override ends, or with
+// no time to wait for when it never does; its state as a look finds it.
+void refuse_denied(rl_check_t &c, rl::State s, int64_t now)
+{
+    c.decision = rl::transition(*c.rule, s, now, 0, false);
+    if (c.until != 0) {
+        refuse_until(c.decision, c.until, now);
+        c.decision.banned_ms = 0;
+        return;
+    }
+    c.decision.allowed = 0;
+    c.decision.remaining = 0;
+    c.decision.delay_ms = 0;
+    c.decision.retry_after_ms = 0;
+    c.decision.available_ms = 0;
 }
 
 // What an admission of check c spends when it is decided on state s: its
@@ -238,6 +256,12 @@ template <bool kOne> void decide(rl_request_t &rq, Item *items, size_t i, bool f
     c.banning = 0;
     it.banned = false;
     it.committed = false;
+    if ((c.override & 0xf) == RL_OVERRIDE_DENY) {
+        refuse_denied(c, it.state, now);
+        it.banned = true;  // nothing spent, no ban started
+        tally.applying++;
+        return;
+    }
     if (rl::has(rule, rl::kSlots)) {
         decide_slots(rq, i, it.state, now);
         const int64_t until = rule.ban_ms > 0 && c.cost > 0 ? banned_until(table, c.tag, now) : 0;
@@ -531,10 +555,11 @@ namespace rl {
 int decide(rl_request_t &rq, int64_t now_ms)
 {
     int verdict;
+    const bool denied = __builtin_expect(any_overrides(rq), 0) && resolve_overrides(rq, now_ms);
     if (rq.n == 1) {
         return decide_as<true>(rq, now_ms);
     }
-    if (rq.combine != RL_COMBINE_ANY && decide_found(rq, now_ms, &verdict)) {
+    if (!denied && rq.combine != RL_COMBINE_ANY && decide_found(rq, now_ms, &verdict)) {
         return verdict;
     }
     return decide_as<false>(rq, now_ms);
@@ -542,6 +567,9 @@ int decide(rl_request_t &rq, int64_t now_ms)
 
 int decide_each(rl_request_t &rq, int64_t now_ms)
 {
+    if (any_overrides(rq)) {
+        (void) resolve_overrides(rq, now_ms);
+    }
     return decide_as<false>(rq, now_ms);
 }
 

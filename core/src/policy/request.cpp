@@ -119,6 +119,7 @@ template <bool kOne> void hash_as(rl_request_t &rq)
             j++;
         }
         hashes[i] = j < i ? hashes[j] : t->hash(c.key, c.key_len);
+        c.hash = hashes[i];
         c.tag = Table::of_hash(hashes[i], c.identity);
         t->prefetch(c.tag);
         if (j < i) {

@@ -115,6 +115,9 @@ inline void count(const rl_request_t &rq, int64_t now)
             if (c.banning) {
                 Table::at(c.table)->count_ban(c.counters - 1, rq.dry_run != 0);
             }
+            if (c.override) {
+                Table::at(c.table)->count_override(c.counters - 1);
+            }
         }
     }
     if (rq.verdict == RL_VERDICT_REJECTED) {

@@ -185,21 +185,7 @@ void format_period(int64_t ms, char *buf, size_t len)
     period_tail(r, buf, len);
 }
 
-// The exact arithmetic (exact_time.h) works in units of 1/limit ms: a
-// bucket's capacity, burst x period, or a shaper's queue,
-// limit x (period + max_delay) + delay x period, must fit in 2^61 units.
 constexpr uint64_t kUnitsBound = 1ull << 61;
-
-bool too_large(const rl_rule_t &rule)
-{
-    const uint32_t traits = algorithm_of(rule).traits;
-    const bool bucket = traits & kBucket, leaky = traits & kShaper;
-    // with charge=, a bucket may owe a limit beyond its burst (RL_DEBT)
-    const uint64_t count = bucket ? (uint64_t) rule.burst + (rule.charge ? rule.limit : 0) : rule.limit;
-    const uint64_t span = (uint64_t) rule.period_ms + (leaky ? (uint64_t) rule.max_delay_ms : 0);
-    const unsigned __int128 served = leaky ? (unsigned __int128) rule.delay * (uint64_t) rule.period_ms : 0;
-    return (bucket || leaky) && (unsigned __int128) count * span + served > kUnitsBound;
-}
 
 // A request's value of a variable, for a message: at most 32 bytes,
 // escaped (rl_escape: the client may have chosen it).
@@ -535,6 +521,24 @@ void default_name(rl_rule_t &rule, const Algorithm &a)
 }
 
 }  // namespace
+
+namespace rl {
+
+// The exact arithmetic (exact_time.h) works in units of 1/limit ms: a
+// bucket's capacity, burst x period, or a shaper's queue,
+// limit x (period + max_delay) + delay x period, must fit in 2^61 units.
+bool too_large(const rl_rule_t &rule)
+{
+    const uint32_t traits = algorithm_of(rule).traits;
+    const bool bucket = traits & kBucket, leaky = traits & kShaper;
+    // with charge=, a bucket may owe a limit beyond its burst (RL_DEBT)
+    const uint64_t count = bucket ? (uint64_t) rule.burst + (rule.charge ? rule.limit : 0) : rule.limit;
+    const uint64_t span = (uint64_t) rule.period_ms + (leaky ? (uint64_t) rule.max_delay_ms : 0);
+    const unsigned __int128 served = leaky ? (unsigned __int128) rule.delay * (uint64_t) rule.period_ms : 0;
+    return (bucket || leaky) && (unsigned __int128) count * span + served > kUnitsBound;
+}
+
+}  // namespace rl
 
 extern "C" {
 

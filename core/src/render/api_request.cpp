@@ -9,6 +9,10 @@
 //          (&rule=R: in one), or ?fingerprint=F&rule=R
 //   DELETE zones/NAME/keys?...       resets it (where writes are enabled)
 //   GET    zones/NAME/top[?rule=R]   the keys each rule refuses most
+//   GET    zones/NAME/overrides[?rule=R&from=N&count=N]  its overrides, a page
+//   GET    zones/NAME/overrides?key=K|range=CIDR[&rule=R]  one of them
+//   PUT    zones/NAME/overrides?...  writes one from a JSON body (where
+//          writes are enabled); DELETE removes it
 #include <cstdarg>
 #include <cstdio>
 
@@ -18,12 +22,13 @@ namespace rl {
 
 namespace {
 
-const char *const kResources[] = {"zones", "zone", "keys", "top"};
+const char *const kResources[] = {"zones", "zone", "keys", "top", "overrides"};
 
 // what each resource takes, for a message naming an unknown parameter
-const char *const kExpected[] = {"none", "none", "key=, fingerprint= or rule=", "rule="};
+const char *const kExpected[] = {"none", "none", "key=, fingerprint= or rule=", "rule=",
+                                 "key=, range=, rule=, from= or count="};
 
-enum { kKey, kFingerprint, kRule, kParams };
+enum { kKey, kFingerprint, kRule, kRange, kFrom, kCount, kParams };
 
 struct Param {
     const char *name;
@@ -31,9 +36,12 @@ struct Param {
 };
 
 const Param kParam[kParams] = {
-    {"key", 1u << RL_API_KEYS},
+    {"key", 1u << RL_API_KEYS | 1u << RL_API_OVERRIDES},
     {"fingerprint", 1u << RL_API_KEYS},
-    {"rule", 1u << RL_API_KEYS | 1u << RL_API_TOP},
+    {"rule", 1u << RL_API_KEYS | 1u << RL_API_TOP | 1u << RL_API_OVERRIDES},
+    {"range", 1u << RL_API_OVERRIDES},
+    {"from", 1u << RL_API_OVERRIDES},
+    {"count", 1u << RL_API_OVERRIDES},
 };
 
 bool is(rl_str_t s, const char *word)
@@ -119,7 +127,33 @@ bool path(rl_api_request_t *q, rl_str_t prefix, rl_str_t uri)
         q->resource = RL_API_TOP;
         return true;
     }
+    if (is(rest, "overrides")) {
+        q->resource = RL_API_OVERRIDES;
+        return true;
+    }
     return false;
+}
+
+// from= and count=: a list's page, an integer (count: from 1 to
+// RL_API_PAGE_MAX).
+int page_arg(rl_api_request_t *q, int which, rl_str_t v)
+{
+    uint64_t n = 0;
+    bool digits = v.len > 0 && v.len <= 9;
+    for (size_t i = 0; digits && i < v.len; i++) {
+        digits = v.data[i] >= '0' && v.data[i] <= '9';
+        n = n * 10 + (uint64_t) (v.data[i] - '0');
+    }
+    if (which == kFrom && digits) {
+        q->from = n;
+        return 0;
+    }
+    if (which == kCount && digits && n >= 1 && n <= RL_API_PAGE_MAX) {
+        q->count = n;
+        return 0;
+    }
+    return which == kFrom ? fail(q, 400, "from=: expected an integer from 0 to 999999999")
+                          : fail(q, 400, "count=: expected an integer from 1 to %d", RL_API_PAGE_MAX);
 }
 
 // One parameter's value: every "%" starts an escape of two hex digits; at
@@ -141,8 +175,17 @@ int arg(rl_api_request_t *q, int which, rl_str_t v)
         return fail(q, 400, "parameter \"%s\" longer than %d bytes", kParam[which].name, RL_API_KEY_MAX);
     }
 
+    if (which == kFrom || which == kCount) {
+        return page_arg(q, which, v);
+    }
+    if (which == kRange && len >= sizeof(q->range)) {
+        return fail(q, 400, "range=: expected an address range as ADDRESS/LENGTH, e.g. 10.1.0.0/16");
+    }
     uint8_t fp[16];
-    uint8_t *out = which == kKey ? q->key : which == kRule ? (uint8_t *) q->rule : fp;
+    uint8_t *out = which == kKey     ? q->key
+                   : which == kRule  ? (uint8_t *) q->rule
+                   : which == kRange ? (uint8_t *) q->range
+                                     : fp;
     if (which == kKey && len == 0) {
         return fail(q, 400, "an empty key: a request whose key is empty is exempt from the rule, it has no state");
     }
@@ -170,6 +213,11 @@ int arg(rl_api_request_t *q, int which, rl_str_t v)
     case kRule:
         q->rule[len] = '\0';
         q->rule_len = len;
+        return 0;
+    case kRange:
+        q->range[len] = '\0';
+        q->range_len = len;
+        q->has_range = 1;
         return 0;
     default:
         for (size_t i = 0; i < sizeof(fp); i++) {
@@ -221,6 +269,18 @@ int args(rl_api_request_t *q, rl_str_t a)
         }
     }
 
+    if (q->resource == RL_API_OVERRIDES) {
+        if (q->has_key && q->has_range) {
+            return fail(q, 400, "key= and range= name an override's target: give one");
+        }
+        if ((q->put || q->reset) && !q->has_key && !q->has_range) {
+            return fail(q, 400, "which override? expected key=K (the key's value, %%-encoded) or range=ADDRESS/LENGTH");
+        }
+        if (q->count == 0) {
+            q->count = RL_API_PAGE;
+        }
+        return 0;
+    }
     if (q->resource != RL_API_KEYS) {
         return 0;
     }
@@ -247,22 +307,32 @@ int rl_api_request(rl_api_request_t *q, rl_str_t prefix, rl_str_t uri, rl_str_t 
     std::memset(q, 0, sizeof(*q));
 
     if (!rl::path(q, prefix, uri)) {
-        return rl::fail(q, 404, "no such resource: expected zones, zones/NAME, zones/NAME/keys or zones/NAME/top");
+        return rl::fail(q, 404,
+                        "no such resource: expected zones, zones/NAME, zones/NAME/keys, zones/NAME/top or "
+                        "zones/NAME/overrides");
     }
 
     const bool keys = q->resource == RL_API_KEYS;
+    const bool overrides = q->resource == RL_API_OVERRIDES;
     const bool del = rl::is(method, "DELETE");
-    if (!(rl::is(method, "GET") || rl::is(method, "HEAD") || (del && keys))) {
+    const bool put = rl::is(method, "PUT");
+    if (!(rl::is(method, "GET") || rl::is(method, "HEAD") || (del && (keys || overrides)) || (put && overrides))) {
         const rl::Shown m(method);
-        q->allow = keys ? "GET, HEAD, DELETE" : "GET, HEAD";
+        q->allow = overrides ? "GET, HEAD, PUT, DELETE" : keys ? "GET, HEAD, DELETE" : "GET, HEAD";
         return rl::fail(q, 405, "method %.*s not allowed on %s: %s", m.n, m.s, rl::kResources[q->resource], q->allow);
     }
-    if (del && !write) {
+    if ((del || put) && !write) {
         return rl::fail(q, 403, "writes are not enabled here (ratelimit_api write=on enables them)");
     }
     q->reset = del;
+    q->put = put;
 
     return rl::args(q, args);
+}
+
+int rl_api_message(rl_api_request_t *q, int status, const char *message)
+{
+    return rl::fail(q, status, "%s", message);
 }
 
 int rl_api_error(rl_api_request_t *q, int error)
@@ -283,8 +353,23 @@ int rl_api_error(rl_api_request_t *q, int error)
     case RL_API_REDIS_FAILED:
         return rl::fail(q, 409,
                         "zone \"%.*s\" is decided in Redis, which did not answer (not reachable, too slow, or an "
-                        "answer refused: see the error log): its keys cannot be %s now, try again",
-                        zone.n, zone.s, q->reset ? "reset" : "read");
+                        "answer refused: see the error log): its %s cannot be %s now, try again",
+                        zone.n, zone.s, q->resource == RL_API_OVERRIDES ? "overrides" : "keys",
+                        q->reset ? (q->resource == RL_API_OVERRIDES ? "removed" : "reset")
+                        : q->put ? "written"
+                                 : "read");
+    case RL_API_NO_OVERRIDE:
+        return rl::fail(q, 404, "zone \"%.*s\" has no override of that %s%s%.*s", zone.n, zone.s,
+                        q->has_range ? "range" : "key", q->rule_len ? " in rule " : " in every rule",
+                        rule.n, rule.s);
+    case RL_API_OVERRIDES_FULL:
+        return rl::fail(q, 409,
+                        "zone \"%.*s\" holds as many overrides as it has room for (ratelimit_zone overrides=): "
+                        "nothing was changed; remove one, or give the zone more room",
+                        zone.n, zone.s);
+    case RL_API_NO_OVERRIDES:
+        return rl::fail(q, 409, "zone \"%.*s\" has no room for overrides (ratelimit_zone overrides=0)", zone.n,
+                        zone.s);
     default:
         return rl::fail(q, 500, "an error of the key API");
     }

@@ -28,6 +28,10 @@ const Figure kZoneFigures[] = {
     {"bytes_used", "zone_used_bytes", "gauge", "Bytes of the zone holding keys.", offsetof(rl_zone_snapshot_t, used)},
     {"keys", "zone_keys", "gauge", "Keys held in the zone.", offsetof(rl_zone_snapshot_t, table.keys)},
     {"capacity", "zone_capacity_keys", "gauge", "Key slots of the zone.", offsetof(rl_zone_snapshot_t, table.capacity)},
+    {"overrides", "zone_overrides", "gauge", "Overrides the zone holds (the key API's overrides).",
+     offsetof(rl_zone_snapshot_t, overrides)},
+    {"overrides_capacity", "zone_overrides_capacity", "gauge", "Overrides the zone has room for (overrides=).",
+     offsetof(rl_zone_snapshot_t, overrides_capacity)},
     {"evictions", "zone_evictions_total", "counter", "Keys evicted to make room.",
      offsetof(rl_zone_snapshot_t, table.evictions)},
     {"live_evictions", "zone_live_evictions_total", "counter", "Keys evicted before they were back to full budget.",
@@ -68,6 +72,10 @@ const Figure kRuleFigures[] = {
     {"charge_estimate", "charge_estimate_units", "gauge",
      "What an admission reserves at most (charge=): the largest of the rule's last 8 to 16 charges.",
      offsetof(rl_rule_stats_t, estimate)},
+    {"overrides", "overrides", "gauge", "Overrides held naming the rule (the key API's overrides).",
+     offsetof(rl_rule_stats_t, overrides)},
+    {"overridden", "overridden_total", "counter", "Requests that met an override in the rule.",
+     offsetof(rl_rule_stats_t, overridden)},
 };
 
 // a Redis zone's counters, in rl_redis_figures_t (the latency histogram

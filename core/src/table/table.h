@@ -111,6 +111,7 @@ struct RuleCounters {
     // RL_CHARGES_EPOCH, and the one before), and the charges settled
     uint32_t charge_max[2];
     uint32_t charges;
+    uint64_t overridden;  // requests that met an override
 };
 
 // The keys a rule refuses most (top.cpp): a Space-Saving summary of
@@ -185,11 +186,16 @@ struct alignas(64) TableHeader {
     uint8_t secret[16];
     uint32_t npools;
     uint32_t nrules;
+    // the overrides' store (overrides/store.h), from the table's start,
+    // while it holds any: a request reads this line anyway, and a zone
+    // without overrides costs it nothing more
+    uint64_t overrides_live;
     uint64_t sketch_offset;  // the eviction summary's cells (uint64_t each)
     uint64_t ncells;
     uint64_t top_offset;  // the room for rules' top keys (TopList)
     uint64_t top_bytes;
     uint64_t top_used;  // claimed, from top_offset on
+    uint64_t overrides;  // the overrides' store, from the table's start (0: none)
     Counts counts;
     alignas(64) Pool pools[kPoolsMax];
     Journal journal;
@@ -416,6 +422,15 @@ public:
     {
         if (slot >= 0 && (uint32_t) slot < RL_RULE_STATS_MAX) {
             uint64_t &n = dry ? h_.rules[slot].dry_run_bans : h_.rules[slot].bans;
+            __atomic_store_n(&n, __atomic_load_n(&n, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+        }
+    }
+
+    // A request that met an override.
+    void count_override(int slot)
+    {
+        if (slot >= 0 && (uint32_t) slot < RL_RULE_STATS_MAX) {
+            uint64_t &n = h_.rules[slot].overridden;
             __atomic_store_n(&n, __atomic_load_n(&n, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
         }
     }

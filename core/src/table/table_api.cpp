@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "overrides/store.h"
 #include "table/table.h"
 
 extern "C" {
@@ -115,6 +116,20 @@ size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out, size_t max)
         out[n].bans = __atomic_load_n(&h.rules[i].bans, __ATOMIC_RELAXED);
         out[n].dry_run_bans = __atomic_load_n(&h.rules[i].dry_run_bans, __ATOMIC_RELAXED);
         out[n].estimate = rl::Table::at(mem)->estimate((int) i);
+        out[n].overridden = __atomic_load_n(&h.rules[i].overridden, __ATOMIC_RELAXED);
+        out[n].overrides = 0;
+    }
+    // the overrides naming each rule counted
+    if (const rl::Store *st = rl::Store::of(rl::Table::at(mem))) {
+        const rl::OverrideEntry *e = st->entries();
+        for (uint32_t i = 0; i < st->used_entries(); i++) {
+            for (size_t k = 0; e[i].tag != 0 && e[i].ov.target.rule[0] != '\0' && k < n; k++) {
+                if (std::strncmp(out[k].name, e[i].ov.target.rule, RL_NAME_MAX) == 0) {
+                    out[k].overrides++;
+                    break;
+                }
+            }
+        }
     }
     return n;
 }

@@ -1,0 +1,152 @@
+// A zone's overrides (ratelimit_override.h): a store of fixed capacity in
+// the zone's shared memory, beside its key table, which links to it.
+//
+// An entry is found by a 64-bit tag in an open-addressed index (linear
+// probing, at most a quarter full, so that a key with no override reads
+// one index slot, rarely two):
+//   - a key's override in one rule: the key's own tag in the table, the tag
+//     its request already has (Table::of_hash of the key's hash and the
+//     rule's identity);
+//   - a key's override in every rule: the same with kEveryRule for identity;
+//   - a range's: of_hash of the range's hash (range_hash: the family, the
+//     prefix length and the network's address under the table's secret)
+//     with the rule's identity or kEveryRule.  The entry's target is
+//     compared too: a range's hash is cheap, not a PRF, and ranges are
+//     written by operators, not clients.
+// A request of a rule keyed on the client's address tries the prefix
+// lengths the store holds, longest first (a mask by family, and by rule or
+// every rule): a few index slots, whatever the number of ranges.
+//
+// Not thread-safe: the caller holds the zone's lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ratelimit.h"
+#include "ratelimit_override.h"
+
+namespace rl {
+
+class Table;
+
+// The identity standing for "every rule of the zone" in a tag.
+constexpr uint64_t kEveryRule = 0x6f76657272696465ull;
+
+struct OverrideEntry {
+    uint64_t tag;       // 0: a free entry
+    uint64_t identity;  // its rule's (kEveryRule: every rule; 0: a rule not
+                        // configured since the last reload, which no
+                        // request meets)
+    rl_override_t ov;
+};
+
+struct IndexSlot {
+    uint64_t tag;
+    uint32_t entry;  // its entry + 1; 0: never used; kTomb: removed
+    uint32_t pad;
+};
+constexpr uint32_t kTomb = 0xffffffffu;
+
+// The prefix lengths ranges use: a family's masks (by rule, by every rule),
+// and how many ranges of each length, to clear a bit when the last goes.
+struct PrefixLengths {
+    uint64_t mask[2][3];    // [by rule, every rule][bits 0..191]
+    uint32_t count[2][129];
+};
+
+struct alignas(64) StoreHeader {
+    char magic[8];
+    uint32_t version;
+    uint32_t capacity;
+    uint32_t index_size;  // a power of two, at least 4 x capacity
+    uint32_t held;
+    uint32_t tombs;       // index slots marked removed
+    uint32_t free_head;   // a free entry + 1; 0: take `fresh`
+    uint32_t fresh;       // entries [fresh, capacity) never used
+    uint32_t pad;
+    uint64_t change;   // one more at each change
+    uint64_t written;  // the change the file holds
+    PrefixLengths lengths[2];  // IPv4, IPv6
+};
+
+class Store {
+public:
+    static size_t bytes(uint32_t capacity);
+    static Store *of(Table *table);
+    static const Store *of(const Table *table);
+
+    void init(uint32_t capacity);
+    bool valid(uint32_t capacity) const;
+
+    // The entry of a tag (expired or not), or nullptr.
+    const OverrideEntry *find(uint64_t tag) const
+    {
+        const IndexSlot *ix = index();
+        const uint32_t mask = h_.index_size - 1;
+        for (uint32_t i = (uint32_t) tag & mask;; i = (i + 1) & mask) {
+            const IndexSlot &s = ix[i];
+            if (s.entry == 0) {
+                return nullptr;
+            }
+            if (s.tag == tag && s.entry != kTomb) {
+                return &entries()[s.entry - 1];
+            }
+        }
+    }
+    // The longest unexpired range holding a client's address (4 or 16
+    // bytes), in the rule of `identity` or in every rule.
+    const OverrideEntry *find_range(const Table &table, int family, const uint8_t *addr, uint64_t identity,
+                                    int64_t now) const;
+    bool has_ranges(int family) const;
+
+    // The entry of a target in a rule of `identity`; writes; removal.
+    OverrideEntry *lookup(const Table &table, const rl_override_target_t &t, uint64_t identity);
+    // A new entry for the target (nullptr: full); its tag set, indexed.
+    OverrideEntry *add(const Table &table, const rl_override_target_t &t, uint64_t identity);
+    void remove(OverrideEntry *e);
+    // Every entry's tag worked out again (after a reload, the rules'
+    // identities by name): the index rebuilt.
+    void retag(const Table &table, const rl_override_rule_t *rules, size_t n);
+
+    uint32_t held() const { return h_.held; }
+    uint32_t capacity() const { return h_.capacity; }
+    uint32_t used_entries() const { return h_.fresh; }
+    uint64_t change() const { return h_.change; }
+    void changed() { h_.change++; }
+    StoreHeader &header() { return h_; }
+    const StoreHeader &header() const { return h_; }
+    OverrideEntry *entries()
+    {
+        return reinterpret_cast<OverrideEntry *>(reinterpret_cast<char *>(this) + entries_offset());
+    }
+    const OverrideEntry *entries() const { return const_cast<Store *>(this)->entries(); }
+
+    static uint64_t tag_of(const Table &table, const rl_override_target_t &t, uint64_t identity);
+    static uint64_t range_hash(const Table &table, int family, uint32_t prefix, const uint8_t *addr);
+
+private:
+    size_t entries_offset() const { return sizeof(StoreHeader) + (size_t) h_.index_size * sizeof(IndexSlot); }
+    IndexSlot *index() { return reinterpret_cast<IndexSlot *>(reinterpret_cast<char *>(this) + sizeof(StoreHeader)); }
+    const IndexSlot *index() const { return const_cast<Store *>(this)->index(); }
+    void index_put(uint64_t tag, uint32_t entry);
+    void index_drop(uint64_t tag, uint32_t entry);
+    void rebuild();
+    void note_length(const OverrideEntry &e, int delta);
+
+    StoreHeader h_;
+};
+
+// The rule as an override's limits apply to it (rl_override_apply).
+void apply_override(const rl_rule_t &rule, const rl_override_t &ov, rl_rule_t &out);
+
+// A key's state under a rule, rewritten from the parameters `from` to
+// `to` as at `at`, owing the same units (the algorithm's carry); nothing
+// if the table does not hold the key.
+void carry_key(Table &table, uint64_t tag, const rl_rule_t &from, const rl_rule_t &to, int64_t at);
+
+// An address as a rule keyed on it gives it: 4 or 16 bytes (the binary
+// $binary_remote_addr, or the text of $remote_addr); its family, or 0.
+int client_address(const rl_rule_t &rule, const void *key, size_t len, uint8_t out[16]);
+
+}  // namespace rl

@@ -1,0 +1,124 @@
+// The overrides a request meets (rl_decide, under the locks): for each check,
+// the override of its key in its rule, else of its key in every rule, else
+// the longest range holding its client's address (a rule keyed on it), its
+// rule's first at each length.  An expired override applies no more; a
+// limit override found expired carries its key back to the rule's
+// parameters as at its expiry, and is removed.
+#include "policy/override.h"
+
+#include "overrides/store.h"
+#include "policy/request.h"
+#include "table/table.h"
+
+namespace rl {
+
+namespace {
+
+bool live(const OverrideEntry *e, int64_t now)
+{
+    return e != nullptr && (e->ov.expires_ms == 0 || e->ov.expires_ms > now);
+}
+
+// The override of the check's key: an expired limit override of its rule
+// is carried back and removed on the way.
+const OverrideEntry *find_for(Table &table, Store &st, rl_check_t &c, int64_t now)
+{
+    const OverrideEntry *e = st.find(c.tag);
+    if (e != nullptr && !live(e, now)) {
+        if (e->ov.kind == RL_OVERRIDE_LIMIT) {
+            rl_rule_t applied;
+            apply_override(*c.rule, e->ov, applied);
+            carry_key(table, c.tag, applied, *c.rule, e->ov.expires_ms);
+        }
+        st.remove(const_cast<OverrideEntry *>(e));
+        st.changed();
+        table.header().overrides_live = st.held() ? table.header().overrides : 0;
+        e = nullptr;
+    }
+    if (e == nullptr) {
+        e = st.find(Table::of_hash(c.hash, kEveryRule));
+        e = live(e, now) ? e : nullptr;
+    }
+    uint8_t addr[16];
+    int family;
+    if (e == nullptr && c.rule->key_addr && (family = client_address(*c.rule, c.key, c.key_len, addr)) != 0 &&
+        st.has_ranges(family)) {
+        e = st.find_range(table, family, addr, c.identity, now);
+    }
+    return e;
+}
+
+// What the check does with the override it met.
+void meet(rl_request_t &rq, rl_check_t &c, const OverrideEntry &e)
+{
+    const rl_override_t &ov = e.ov;
+    c.override = (uint32_t) ov.kind | (e.identity == kEveryRule ? RL_OVERRIDE_EVERY_RULE : 0) |
+                 (ov.target.family ? (ov.target.prefix + 1) << 8 : 0);
+    switch (ov.kind) {
+    case RL_OVERRIDE_DENY:
+        c.until = ov.expires_ms;
+        break;
+    case RL_OVERRIDE_ALLOW:
+        c.key_held = (uint32_t) c.key_len;
+        c.key_len = 0;  // exempt, as an empty key is
+        break;
+    default: {
+        rl_rule_t *room = rq.room != nullptr ? rq.room(&rq) : nullptr;
+        if (room == nullptr) {
+            c.override = 0;
+            break;
+        }
+        apply_override(*c.rule, ov, *room);
+        c.configured = c.rule;
+        c.rule = room;
+        c.since = ov.created_ms;
+        break;
+    }
+    }
+}
+
+}  // namespace
+
+bool any_overrides(const rl_request_t &rq)
+{
+    for (size_t i = 0; i < rq.n; i++) {
+        if (Table::at(rq.checks[i].table)->header().overrides_live | rq.checks[i].override) {
+            return true;
+        }
+    }
+    return false;
+}
+
+bool resolve_overrides(rl_request_t &rq, int64_t now)
+{
+    bool deny = false;
+    rq.overridden = 0;
+    for (size_t i = 0; i < rq.n; i++) {
+        rl_check_t &c = rq.checks[i];
+        // decided again (a request waiting for a slot): as configured first
+        if (c.configured != nullptr) {
+            c.rule = c.configured;
+            c.configured = nullptr;
+        }
+        if ((c.override & 0xf) == RL_OVERRIDE_ALLOW) {
+            c.key_len = c.key_held;
+        }
+        c.override = 0;
+        c.until = c.since = 0;
+        Table &table = *Table::at(c.table);
+        if (!applies(c) || table.header().overrides_live == 0) {
+            continue;
+        }
+        table.recover();
+        Store &st = *Store::of(&table);
+        const OverrideEntry *e = find_for(table, st, c, now);
+        if (e != nullptr) {
+            meet(rq, c, *e);
+            deny |= e->ov.kind == RL_OVERRIDE_DENY;
+            rq.overridden += c.override != 0;
+        }
+    }
+    return deny;
+}
+
+}  // namespace rl

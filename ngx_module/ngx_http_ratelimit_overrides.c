@@ -1,0 +1,555 @@
+
+/*
+ * ngx-ratelimit: a zone's overrides (ratelimit_zone overrides=N
+ * overrides_file=PATH): the store beside the zone's table (the core's:
+ * ratelimit_override.h), the file that keeps it across restarts and binary
+ * upgrades, read when the zone is new, written after each change, and the
+ * removal of expired overrides.
+ *
+ * The file is written off the request path: by a worker's timer after a
+ * change (the worker that made it, at once; worker 0 every second for the
+ * rest, expiries included), to a temporary file renamed over the old one,
+ * under the zone's lock only for the rename, and only if no newer version
+ * was renamed meanwhile.  A missing, truncated or corrupt file is said in
+ * the error log, line by line, and the zone starts with what could be read.
+ */
+
+
+#include "ngx_http_ratelimit_overrides.h"
+#include "ngx_http_ratelimit_log.h"
+
+
+#define NGX_HTTP_RATELIMIT_OVERRIDES_TICK  1000
+
+
+static ngx_int_t ngx_http_ratelimit_overrides_line(ngx_log_t *log,
+    ngx_http_ratelimit_zone_t *zone, rl_override_rule_t *rules, ngx_uint_t n,
+    u_char *line, size_t len, ngx_uint_t number);
+static void ngx_http_ratelimit_overrides_tick(ngx_event_t *ev);
+static ngx_int_t ngx_http_ratelimit_overrides_write(
+    ngx_http_ratelimit_zone_t *zone, ngx_log_t *log);
+static u_char *ngx_http_ratelimit_overrides_text(
+    ngx_http_ratelimit_zone_t *zone, size_t *len, uint64_t *version);
+
+
+/* overrides=N, overrides_file=PATH of ratelimit_zone */
+
+ngx_int_t
+ngx_http_ratelimit_overrides_param(ngx_conf_t *cf, ngx_str_t *value,
+    ngx_str_t *zone, ngx_uint_t *n, ngx_str_t *file)
+{
+    ngx_int_t  v;
+
+    if (value->len > 10 && ngx_strncmp(value->data, "overrides=", 10) == 0) {
+        v = ngx_atoi(value->data + 10, value->len - 10);
+
+        if (v == NGX_ERROR || v > RL_OVERRIDES_MAX) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"ratelimit_zone\" directive: invalid \"%V\" "
+                               "of zone \"%V\": expected the number of "
+                               "overrides the zone has room for, from 0 (none) "
+                               "to %d", value, zone, RL_OVERRIDES_MAX);
+            return NGX_ERROR;
+        }
+
+        *n = v;
+        return NGX_OK;
+    }
+
+    if (value->len > 15
+        && ngx_strncmp(value->data, "overrides_file=", 15) == 0)
+    {
+        file->data = value->data + 15;
+        file->len = value->len - 15;
+
+        if (ngx_conf_full_name(cf->cycle, file, 0) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        return NGX_OK;
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/* The bytes of a zone's store, after its table. */
+
+size_t
+ngx_http_ratelimit_overrides_bytes(ngx_http_ratelimit_zone_t *zone)
+{
+    return zone->overrides ? ngx_align(rl_overrides_size(zone->overrides), 64)
+                           : 0;
+}
+
+
+/*
+ * A zone's rules as the core's carry-over needs them: a name once (the
+ * rules of a name share a state), in memory of the caller's.
+ */
+
+rl_override_rule_t *
+ngx_http_ratelimit_overrides_rules(ngx_http_ratelimit_zone_t *zone,
+    rl_override_rule_t *out, ngx_uint_t *n)
+{
+    ngx_uint_t                   i, j;
+    ngx_http_ratelimit_rule_t  **rules;
+
+    rules = zone->rules.elts;
+    *n = 0;
+
+    for (i = 0; i < zone->rules.nelts; i++) {
+        for (j = 0; j < *n; j++) {
+            if (ngx_strcmp(out[j].rule->name, rules[i]->rule.name) == 0) {
+                break;
+            }
+        }
+
+        if (j == *n) {
+            out[*n].rule = &rules[i]->rule;
+            out[*n].identity = rules[i]->identity;
+            (*n)++;
+        }
+    }
+
+    return out;
+}
+
+
+/* The configured rule of a name in a zone, or NULL. */
+
+rl_override_rule_t *
+ngx_http_ratelimit_overrides_rule(rl_override_rule_t *rules, ngx_uint_t n,
+    const char *name)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < n; i++) {
+        if (ngx_strcmp(rules[i].rule->name, name) == 0) {
+            return &rules[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+/*
+ * The store laid out after the zone's table, or kept (a reload); a new one
+ * filled from the zone's file.  In the master, as the zone is made: nobody
+ * else has it yet, and a kept one is left as it is (its rules' identities
+ * are worked out again by each worker, ngx_http_ratelimit_overrides_start).
+ */
+
+void
+ngx_http_ratelimit_overrides_attach(ngx_http_ratelimit_zone_t *zone,
+    u_char *mem, ngx_log_t *log)
+{
+    if (zone->overrides == 0) {
+        return;
+    }
+
+    zone->store = mem;
+
+    if (rl_overrides_attach(zone->table, mem, zone->overrides) == 0
+        && zone->overrides_file.len)
+    {
+        ngx_http_ratelimit_overrides_load(zone, log);
+    }
+}
+
+
+/*
+ * The zone's file read into its new store, a line at a time: a line that
+ * cannot be read, names a rule the zone no longer has, breaks the rules'
+ * bounds, or finds no room, is said (file and line) and skipped.
+ */
+
+void
+ngx_http_ratelimit_overrides_load(ngx_http_ratelimit_zone_t *zone,
+    ngx_log_t *log)
+{
+    u_char               *text, *p, *last, *nl;
+    ssize_t               n;
+    ngx_fd_t              fd;
+    ngx_err_t             err;
+    ngx_uint_t            line, nrules, loaded, level;
+    ngx_file_info_t       fi;
+    rl_override_rule_t   *rules;
+
+    fd = ngx_open_file(zone->overrides_file.data, NGX_FILE_RDONLY,
+                       NGX_FILE_OPEN, 0);
+
+    if (fd == NGX_INVALID_FILE) {
+        err = ngx_errno;
+        level = (err == NGX_ENOENT) ? NGX_LOG_NOTICE : NGX_LOG_ERR;
+        ngx_log_error(level, log, err,
+                      "ratelimit_zone \"%V\": overrides_file \"%V\" could not "
+                      "be opened: the zone starts with no overrides",
+                      &zone->name, &zone->overrides_file);
+        return;
+    }
+
+    text = NULL;
+    rules = NULL;
+
+    if (ngx_fd_info(fd, &fi) == NGX_FILE_ERROR) {
+        goto failed;
+    }
+
+    text = ngx_alloc(ngx_file_size(&fi) + 1, log);
+    rules = ngx_alloc((zone->rules.nelts + 1) * sizeof(rl_override_rule_t),
+                      log);
+    if (text == NULL || rules == NULL) {
+        goto failed;
+    }
+
+    n = ngx_read_fd(fd, text, ngx_file_size(&fi));
+    if (n < 0) {
+        goto failed;
+    }
+
+    (void) ngx_http_ratelimit_overrides_rules(zone, rules, &nrules);
+
+    loaded = 0;
+    last = text + n;
+
+    for (p = text, line = 1; p < last; p = nl + 1, line++) {
+        nl = ngx_strlchr(p, last, '\n');
+
+        if (nl == NULL) {
+            ngx_log_error(NGX_LOG_ERR, log, 0,
+                          "ratelimit_zone \"%V\": overrides_file \"%V\" line "
+                          "%ui: truncated (no end of line): skipped",
+                          &zone->name, &zone->overrides_file, line);
+            break;
+        }
+
+        loaded += ngx_http_ratelimit_overrides_line(log, zone, rules, nrules,
+                                                    p, nl - p, line)
+                  == NGX_OK;
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, log, 0,
+                  "ratelimit_zone \"%V\": %ui overrides read from \"%V\"",
+                  &zone->name, loaded, &zone->overrides_file);
+
+    ngx_free(text);
+    ngx_free(rules);
+    (void) ngx_close_file(fd);
+    return;
+
+failed:
+
+    ngx_log_error(NGX_LOG_ERR, log, ngx_errno,
+                  "ratelimit_zone \"%V\": overrides_file \"%V\" could not be "
+                  "read: the zone starts with no overrides",
+                  &zone->name, &zone->overrides_file);
+
+    if (text) {
+        ngx_free(text);
+    }
+
+    if (rules) {
+        ngx_free(rules);
+    }
+
+    (void) ngx_close_file(fd);
+}
+
+
+static ngx_int_t
+ngx_http_ratelimit_overrides_line(ngx_log_t *log,
+    ngx_http_ratelimit_zone_t *zone, rl_override_rule_t *rules, ngx_uint_t n,
+    u_char *line, size_t len, ngx_uint_t number)
+{
+    int                  rc;
+    int64_t              now;
+    rl_override_t        ov;
+    rl_override_rule_t  *rule;
+    char                 err[RL_ERR_MAX];
+
+    rc = rl_overrides_file_read((char *) line, len, &ov, err, sizeof(err));
+
+    if (rc == RL_DECLINED) {
+        return NGX_DECLINED;
+    }
+
+    rule = NULL;
+    now = ngx_http_ratelimit_now();
+
+    if (rc == RL_OK && ov.target.rule[0]) {
+        rule = ngx_http_ratelimit_overrides_rule(rules, n, ov.target.rule);
+
+        if (rule == NULL) {
+            ngx_snprintf((u_char *) err, sizeof(err), "the zone has no rule "
+                         "\"%s\"%Z", ov.target.rule);
+            rc = RL_ERROR;
+        }
+    }
+
+    if (rc == RL_OK) {
+        rc = rl_override_check(&ov, rule ? rule->rule : NULL, 0, err,
+                               sizeof(err));
+    }
+
+    if (rc != RL_OK) {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "ratelimit_zone \"%V\": overrides_file \"%V\" line %ui: "
+                      "%s: skipped", &zone->name, &zone->overrides_file,
+                      number, err);
+        return NGX_ERROR;
+    }
+
+    if (ov.expires_ms != 0 && ov.expires_ms <= now) {
+        return NGX_DECLINED;   /* expired while nginx was down */
+    }
+
+    if (rl_override_put(zone->table, &ov, rule, now) != RL_OVERRIDE_OK) {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "ratelimit_zone \"%V\": overrides_file \"%V\" line %ui: "
+                      "no room (overrides=%ui): skipped", &zone->name,
+                      &zone->overrides_file, number, zone->overrides);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * A worker's start: the store's tags worked out again for the rules this
+ * configuration has (a reload may have changed a rule's algorithm, which
+ * makes its identity), and the timer: worker 0 every second, the others
+ * when they change something.
+ */
+
+ngx_int_t
+ngx_http_ratelimit_overrides_start(ngx_http_ratelimit_zone_t *zone,
+    ngx_cycle_t *cycle)
+{
+    ngx_uint_t           n;
+    rl_override_rule_t  *rules;
+
+    if (zone->store == NULL) {
+        return NGX_OK;
+    }
+
+    rules = ngx_palloc(cycle->pool,
+                       (zone->rules.nelts + 1) * sizeof(rl_override_rule_t));
+    if (rules == NULL) {
+        return NGX_ERROR;
+    }
+
+    zone->override_rules = ngx_http_ratelimit_overrides_rules(zone, rules,
+                                                              &n);
+    zone->override_nrules = n;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    rl_overrides_retag(zone->table, rules, n);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    zone->overrides_event.handler = ngx_http_ratelimit_overrides_tick;
+    zone->overrides_event.data = zone;
+    zone->overrides_event.log = cycle->log;
+    zone->overrides_event.cancelable = 1;
+
+    if (ngx_worker == 0) {
+        ngx_add_timer(&zone->overrides_event,
+                      NGX_HTTP_RATELIMIT_OVERRIDES_TICK);
+    }
+
+    return NGX_OK;
+}
+
+
+/* A change made in this worker: the file written at once. */
+
+void
+ngx_http_ratelimit_overrides_changed(ngx_http_ratelimit_zone_t *zone)
+{
+    if (zone->overrides_file.len && zone->overrides_event.handler) {
+        if (zone->overrides_event.timer_set) {
+            ngx_del_timer(&zone->overrides_event);
+        }
+
+        ngx_add_timer(&zone->overrides_event, 1);
+    }
+}
+
+
+static void
+ngx_http_ratelimit_overrides_tick(ngx_event_t *ev)
+{
+    int64_t                     now;
+    rl_overrides_stats_t        st;
+    ngx_http_ratelimit_zone_t  *zone = ev->data;
+
+    now = ngx_http_ratelimit_now();
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (rl_overrides_next_expiry(zone->table) != 0
+        && rl_overrides_next_expiry(zone->table) <= now)
+    {
+        (void) rl_overrides_expire(zone->table, zone->override_rules,
+                                   zone->override_nrules, now);
+    }
+
+    rl_overrides_stats(zone->store, &st);
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (zone->overrides_file.len && st.written < st.version
+        && ngx_http_ratelimit_overrides_write(zone, ev->log) != NGX_OK)
+    {
+        /* said; tried again at the next tick */
+    }
+
+    if (ngx_worker == 0 && !ngx_exiting && !ngx_terminate && !ngx_quit) {
+        ngx_add_timer(ev, NGX_HTTP_RATELIMIT_OVERRIDES_TICK);
+    }
+}
+
+
+/*
+ * The file written: the overrides copied under the lock, written to a
+ * temporary file beside it, and renamed over it, unless a newer version
+ * was renamed meanwhile.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_overrides_write(ngx_http_ratelimit_zone_t *zone,
+    ngx_log_t *log)
+{
+    u_char                *text, *tmp;
+    size_t                 len;
+    ssize_t                n;
+    ngx_fd_t               fd;
+    uint64_t               version;
+    ngx_err_t              err;
+    rl_overrides_stats_t   st;
+
+    text = ngx_http_ratelimit_overrides_text(zone, &len, &version);
+    if (text == NULL) {
+        return NGX_ERROR;
+    }
+
+    tmp = ngx_alloc(zone->overrides_file.len + sizeof(".tmp.") + NGX_INT_T_LEN,
+                    log);
+    if (tmp == NULL) {
+        ngx_free(text);
+        return NGX_ERROR;
+    }
+
+    ngx_sprintf(tmp, "%V.tmp.%P%Z", &zone->overrides_file, ngx_pid);
+
+    fd = ngx_open_file(tmp, NGX_FILE_WRONLY, NGX_FILE_TRUNCATE,
+                       NGX_FILE_DEFAULT_ACCESS);
+    if (fd == NGX_INVALID_FILE) {
+        err = ngx_errno;
+        goto failed;
+    }
+
+    n = ngx_write_fd(fd, text, len);
+    err = ngx_errno;
+
+    if (n != (ssize_t) len || fsync(fd) == -1) {
+        err = n != (ssize_t) len ? err : ngx_errno;
+        (void) ngx_close_file(fd);
+        (void) ngx_delete_file(tmp);
+        goto failed;
+    }
+
+    (void) ngx_close_file(fd);
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    rl_overrides_stats(zone->store, &st);
+
+    if (version > st.written) {
+        if (ngx_rename_file(tmp, zone->overrides_file.data) == NGX_FILE_ERROR)
+        {
+            err = ngx_errno;
+            ngx_shmtx_unlock(&zone->shpool->mutex);
+            (void) ngx_delete_file(tmp);
+            goto failed;
+        }
+
+        rl_overrides_written(zone->store, version);
+
+    } else {
+        (void) ngx_delete_file(tmp);
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    ngx_free(tmp);
+    ngx_free(text);
+
+    return NGX_OK;
+
+failed:
+
+    ngx_log_error(NGX_LOG_ERR, log, err,
+                  "ratelimit_zone \"%V\": overrides_file \"%V\" could not be "
+                  "written (tried again in a second)",
+                  &zone->name, &zone->overrides_file);
+
+    ngx_free(tmp);
+    ngx_free(text);
+
+    return NGX_ERROR;
+}
+
+
+/* The file's text, of the store's overrides at one version, copied under
+   the lock. */
+
+static u_char *
+ngx_http_ratelimit_overrides_text(ngx_http_ratelimit_zone_t *zone,
+    size_t *len, uint64_t *version)
+{
+    u_char                *text, *p;
+    size_t                 i, n, total;
+    rl_override_t         *list;
+    rl_overrides_stats_t   st;
+
+    list = ngx_alloc(zone->overrides * sizeof(rl_override_t),
+                     ngx_cycle->log);
+    if (list == NULL) {
+        return NULL;
+    }
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    /* expired ones too: a limit override's key is carried back when it is
+       removed, which the next start does then */
+
+    n = rl_override_list(zone->table, NULL, 0, INT64_MIN, list,
+                         zone->overrides, &total);
+    rl_overrides_stats(zone->store, &st);
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    text = ngx_alloc(sizeof(RL_OVERRIDES_FILE_HEADER)
+                     + n * RL_OVERRIDE_LINE_MAX, ngx_cycle->log);
+    if (text == NULL) {
+        ngx_free(list);
+        return NULL;
+    }
+
+    p = ngx_cpymem(text, RL_OVERRIDES_FILE_HEADER,
+                   sizeof(RL_OVERRIDES_FILE_HEADER) - 1);
+
+    for (i = 0; i < n; i++) {
+        p += rl_overrides_file_line(&list[i], (char *) p);
+    }
+
+    ngx_free(list);
+
+    *len = p - text;
+    *version = st.version;
+
+    return text;
+}
