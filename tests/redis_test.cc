@@ -134,13 +134,13 @@ TEST(Redis, CommandIsOneEvalshaWithKeysThenArguments)
     cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_DECIDE, "rl:", 3, 0, &rq, -1));
     rl_resp_t parsed;
     EXPECT_EQ(rl_resp_parse(cmd.data(), cmd.size(), &parsed), (long) cmd.size());
-    EXPECT_EQ(parsed.integer, 3 + 1 + 2 + 14);
-    EXPECT_EQ(cmd.substr(0, 18), "*20\r\n$7\r\nEVALSHA\r\n");
+    EXPECT_EQ(parsed.integer, 3 + 1 + 2 + 15);
+    EXPECT_EQ(cmd.substr(0, 18), "*21\r\n$7\r\nEVALSHA\r\n");
     EXPECT_NE(cmd.find("\r\n$0\r\n\r\n$1\r\n1\r\n$1\r\n0\r\n$2\r\n10\r\n$2\r\n10\r\n$5\r\n60000\r\n"),
               std::string::npos)
         << cmd;
-    // cost 2, delay 0, no ban, no charge, no estimate
-    EXPECT_EQ(cmd.substr(cmd.size() - 35), "$1\r\n2\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n");
+    // cost 2, delay 0, no ban, no charge, no estimate, no override
+    EXPECT_EQ(cmd.substr(cmd.size() - 42), "$1\r\n2\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n");
 }
 
 // The arguments of a command, as strings (a command is an array of bulk
@@ -178,7 +178,7 @@ TEST(Redis, ABanHasAKeyOfItsOwnAfterTheStatesInTheSameSlot)
         cmd.resize(
             rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_DECIDE, "rl:", 3, cluster, &rq, -1));
         const std::vector<std::string> a = args_of(cmd);
-        ASSERT_EQ(a.size(), 3u + 3 + 2 + 2 * 14);
+        ASSERT_EQ(a.size(), 3u + 3 + 2 + 2 * 15);
         EXPECT_EQ(a[2], "3");  // two states, one ban
         char key[80];
         EXPECT_EQ(a[3], std::string(key, rl_redis_key(key, "rl:", 3, cluster, 7, "bob", 3)));
@@ -219,16 +219,16 @@ TEST(Redis, ASettleSendsTheChecksThatSettleWithWhatTheirAdmissionLeft)
     std::string cmd(rl_redis_command_size(3, 3, sha.size()), '\0');
     cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_SETTLE, "rl:", 3, 0, &rq, -1));
     const std::vector<std::string> a = args_of(cmd);
-    ASSERT_EQ(a.size(), 3u + 1 + 2 + 17);
+    ASSERT_EQ(a.size(), 3u + 1 + 2 + 18);
     EXPECT_EQ(a[2], "1");  // one key: the state (a settle touches no ban)
     char key[80];
     EXPECT_EQ(a[3], std::string(key, rl_redis_key(key, "rl:", 3, 0, 11, "k", 1)));
     EXPECT_EQ(a[4], "");  // Redis's clock
     EXPECT_EQ(a[5], "settle");
     // the reservation given back (2), delay 0, ban 60000, charge=, no
-    // estimate; the charge, the head after, when
-    const std::vector<std::string> tail(a.end() - 8, a.end());
-    EXPECT_EQ(tail, (std::vector<std::string>{"2", "0", "60000", "1", "0", "400", std::to_string(kT0 + 2000),
+    // estimate, no override; the charge, the head after, when
+    const std::vector<std::string> tail(a.end() - 9, a.end());
+    EXPECT_EQ(tail, (std::vector<std::string>{"2", "0", "60000", "1", "0", "0", "400", std::to_string(kT0 + 2000),
                                               std::to_string(kT0)}));
     // a charge too large for Lua's numbers: sent capped, the debt's bound
     // caps it anyway

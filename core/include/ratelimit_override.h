@@ -89,6 +89,8 @@ typedef struct {
     uint32_t  held;             /* overrides in the store */
     uint64_t  version;          /* one more at each change */
     uint64_t  written;          /* the version the file holds */
+    uint64_t  remote;           /* a Redis zone's: the version of Redis's
+                                   overrides it holds */
 } rl_overrides_stats_t;
 
 RL_API void rl_overrides_stats(const void *store, rl_overrides_stats_t *st);
@@ -110,6 +112,19 @@ RL_API void rl_overrides_retag(void *table, const rl_override_rule_t *rules,
 
 /* Marks the version the file holds (the caller wrote it). */
 RL_API void rl_overrides_written(void *store, uint64_t version);
+
+/*
+ * A Redis zone's store is a copy of Redis's overrides (remote): a request
+ * meeting an ended limit override is decided under its rule as configured,
+ * carried over in Redis (rl_check_t.since: the end), and nothing is removed
+ * here.  rl_overrides_replace puts what Redis holds (at `version`) in place
+ * of what the store held, as many as it has room for; returns how many.
+ * The caller holds the lock.
+ */
+RL_API void rl_overrides_remote(void *table);
+RL_API size_t rl_overrides_replace(void *table, const rl_override_t *list,
+    size_t n, const rl_override_rule_t *rules, size_t nrules,
+    uint64_t version);
 
 /* Results of the store's writes. */
 #define RL_OVERRIDE_OK        0

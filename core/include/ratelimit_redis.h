@@ -7,6 +7,7 @@
 #define RATELIMIT_REDIS_H
 
 #include "ratelimit_request.h"
+#include "ratelimit_override.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -222,6 +223,60 @@ RL_API int rl_refusals_store(void *cache, size_t size, const rl_request_t *rq,
     uint32_t epoch, int64_t sent_ms, int64_t now_ms);
 
 RL_API void rl_refusals_forget(void *cache);
+
+/* ---- a Redis zone's overrides ---------------------------------------- */
+
+/*
+ * A Redis zone keeps its overrides in Redis (core/src/overrides/redis.cpp):
+ * the key API writes them there (put, del), and each server takes them
+ * into its zone's store (rl_overrides_replace) when their version moves
+ * (poll, a page at a time), on the zone's connections; its own script.
+ */
+enum rl_overrides_op {
+    RL_OVERRIDES_PUT = 1,
+    RL_OVERRIDES_DEL,
+    RL_OVERRIDES_POLL
+};
+
+/* The bytes of lines a poll's page holds at most (its reply stays under
+   RL_RESP_REPLY_MAX). */
+#define RL_OVERRIDES_PAGE  12000
+
+typedef struct {
+    int            op;          /* enum rl_overrides_op */
+    rl_override_t  ov;          /* put: the override; del: its target */
+    int64_t        now_ms;      /* put, del: the writer's clock */
+    uint64_t       room;        /* put: the zone's overrides= */
+    uint64_t       version;     /* poll: the version the server holds */
+    char           cursor[24];  /*   and the page's place: "0" and 0 for */
+    uint64_t       skip;        /*   the first */
+    /* out of rl_overrides_redis_answer(): */
+    int            result;      /* put: 1, or -1 full; del: 1, or 0 none */
+    int            unchanged;   /* poll: Redis holds the version known */
+    uint64_t       page_version;
+    const char    *lines;       /*   the page's lines (the file's), into */
+    size_t         lines_len;   /*   the reply */
+    int            more;        /*   a page follows, at: */
+    char           next_cursor[24];
+    uint64_t       next_skip;
+} rl_overrides_call_t;
+
+RL_API const char *rl_overrides_redis_script(size_t *len);
+
+/* The key a zone's overrides' calls are sent by (a Cluster's slot). */
+RL_API void rl_overrides_redis_target(const void **key, size_t *len);
+
+RL_API size_t rl_overrides_redis_command_size(size_t prefix_len,
+    size_t script_len);
+RL_API size_t rl_overrides_redis_command(char *buf, const char *script,
+    size_t script_len, int eval, const char *prefix, size_t prefix_len,
+    int cluster, const rl_overrides_call_t *call);
+
+/* A reply judged: RL_REDIS_DECIDED (call's outs set), NOSCRIPT, READONLY
+   or FAILED (why). */
+RL_API int rl_overrides_redis_answer(const rl_resp_t *r,
+    rl_overrides_call_t *call, char *why, size_t whylen);
+
 
 #ifdef __cplusplus
 }

@@ -224,6 +224,16 @@ RL_API size_t rl_policy_field(const rl_rule_t *const *rules, size_t n,
    or burst, no monthly quota): the field can be written once. */
 RL_API int rl_rule_policy_fixed(const rl_rule_t *rule);
 
+/*
+ * A Redis zone's request, before it is sent: the overrides its checks meet
+ * (rl_decide finds them itself), under its zone's lock.  Returns 1 if a deny
+ * override refuses it (with combine any: every rule that applies): it is
+ * concluded, refused, and not sent; else 0, a limit override's rule in
+ * rq->room's memory, the checks an override exempts (allow; deny, with
+ * combine any) exempt for the call.
+ */
+RL_API int rl_request_overrides(rl_request_t *rq, int64_t now_ms);
+
 /* Decides and commits the request; returns its verdict (see above). */
 RL_API int rl_decide(rl_request_t *rq, int64_t now_ms);
 

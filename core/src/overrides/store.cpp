@@ -260,6 +260,14 @@ void Store::remove(OverrideEntry *e)
     h_.held--;
 }
 
+void Store::clear()
+{
+    std::memset(index(), 0, (size_t) h_.index_size * sizeof(IndexSlot));
+    std::memset(entries(), 0, (size_t) h_.fresh * sizeof(OverrideEntry));
+    std::memset(h_.lengths, 0, sizeof(h_.lengths));
+    h_.held = h_.tombs = h_.free_head = h_.fresh = 0;
+}
+
 void Store::retag(const Table &table, const rl_override_rule_t *rules, size_t n)
 {
     OverrideEntry *e = entries();

@@ -64,9 +64,10 @@ struct alignas(64) StoreHeader {
     uint32_t tombs;      // index slots marked removed
     uint32_t free_head;  // a free entry + 1; 0: take `fresh`
     uint32_t fresh;      // entries [fresh, capacity) never used
-    uint32_t pad;
-    uint64_t change;           // one more at each change
-    uint64_t written;          // the change the file holds
+    uint32_t remote;     // a copy of a Redis zone's (rl_overrides_remote)
+    uint64_t change;     // one more at each change
+    uint64_t written;    // the change the file holds
+    uint64_t source;     // remote: the version of Redis's it holds
     PrefixLengths lengths[2];  // IPv4, IPv6
 };
 
@@ -105,6 +106,8 @@ public:
     // A new entry for the target (nullptr: full); its tag set, indexed.
     OverrideEntry *add(const Table &table, const rl_override_target_t &t, uint64_t identity);
     void remove(OverrideEntry *e);
+    // Every entry removed.
+    void clear();
     // Every entry's tag worked out again (after a reload, the rules'
     // identities by name): the index rebuilt.
     void retag(const Table &table, const rl_override_rule_t *rules, size_t n);

@@ -86,6 +86,45 @@ void rl_overrides_stats(const void *store, rl_overrides_stats_t *st)
     st->held = s->held();
     st->version = s->change();
     st->written = s->header().written;
+    st->remote = s->header().source;
+}
+
+void rl_overrides_remote(void *table)
+{
+    if (rl::Store *st = store_of(table)) {
+        st->header().remote = 1;
+    }
+}
+
+size_t rl_overrides_replace(void *table, const rl_override_t *list, size_t n, const rl_override_rule_t *rules,
+                            size_t nrules, uint64_t version)
+{
+    rl::Table &t = *rl::Table::at(table);
+    rl::Store *st = store_of(table);
+    if (st == nullptr) {
+        return 0;
+    }
+    t.recover();
+    st->clear();
+    for (size_t i = 0; i < n; i++) {
+        const rl_override_t &ov = list[i];
+        const rl_override_rule_t *rule = nullptr;
+        for (size_t r = 0; r < nrules && rule == nullptr && ov.target.rule[0]; r++) {
+            rule = std::strcmp(rules[r].rule->name, ov.target.rule) == 0 ? &rules[r] : nullptr;
+        }
+        rl::OverrideEntry *e = st->lookup(t, ov.target, identity_of(ov.target, rule));
+        if (e == nullptr) {
+            e = st->add(t, ov.target, identity_of(ov.target, rule));
+        }
+        if (e == nullptr) {
+            break;  // no room for the rest
+        }
+        e->ov = ov;
+    }
+    st->header().source = version;
+    st->changed();
+    note_held(t, *st);
+    return st->held();
 }
 
 void rl_overrides_retag(void *table, const rl_override_rule_t *rules, size_t n)

@@ -75,16 +75,7 @@ void ban(rl_check_t *c, Item *items, size_t n, bool dry, int64_t now)
 void refuse_denied(rl_check_t &c, rl::State s, int64_t now)
 {
     c.decision = rl::transition(*c.rule, s, now, 0, false);
-    if (c.until != 0) {
-        refuse_until(c.decision, c.until, now);
-        c.decision.banned_ms = 0;
-        return;
-    }
-    c.decision.allowed = 0;
-    c.decision.remaining = 0;
-    c.decision.delay_ms = 0;
-    c.decision.retry_after_ms = 0;
-    c.decision.available_ms = 0;
+    rl::deny_decision(c.decision, c.until, now);
 }
 
 // What an admission of check c spends when it is decided on state s: its

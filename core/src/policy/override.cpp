@@ -24,7 +24,11 @@ bool live(const OverrideEntry *e, int64_t now)
 const OverrideEntry *find_for(Table &table, Store &st, rl_check_t &c, int64_t now)
 {
     const OverrideEntry *e = st.find(c.tag);
-    if (e != nullptr && !live(e, now)) {
+    if (e != nullptr && !live(e, now) && st.header().remote) {
+        // Redis carries the key back, as at the end
+        c.since = e->ov.kind == RL_OVERRIDE_LIMIT ? e->ov.expires_ms : 0;
+        e = nullptr;
+    } else if (e != nullptr && !live(e, now)) {
         if (e->ov.kind == RL_OVERRIDE_LIMIT) {
             rl_rule_t applied;
             apply_override(*c.rule, e->ov, applied);
@@ -79,6 +83,21 @@ void meet(rl_request_t &rq, rl_check_t &c, const OverrideEntry &e)
 
 }  // namespace
 
+void deny_decision(rl_decision_t &d, int64_t until, int64_t now)
+{
+    d.allowed = 0;
+    d.remaining = 0;
+    d.delay_ms = 0;
+    d.queued = 0;
+    if (until == 0) {
+        d.retry_after_ms = d.available_ms = 0;  // no time to wait for
+        return;
+    }
+    const int64_t wait = until - now;
+    d.retry_after_ms = d.available_ms = wait;
+    d.reset_ms = d.reset_ms > wait ? d.reset_ms : wait;
+}
+
 bool any_overrides(const rl_request_t &rq)
 {
     for (size_t i = 0; i < rq.n; i++) {
@@ -100,8 +119,9 @@ bool resolve_overrides(rl_request_t &rq, int64_t now)
             c.rule = c.configured;
             c.configured = nullptr;
         }
-        if ((c.override & 0xf) == RL_OVERRIDE_ALLOW) {
-            c.key_len = c.key_held;
+        if (c.key_held != 0) {
+            c.key_len = c.key_held;  // exempt by an override before
+            c.key_held = 0;
         }
         c.override = 0;
         c.until = c.since = 0;
@@ -122,3 +142,45 @@ bool resolve_overrides(rl_request_t &rq, int64_t now)
 }
 
 }  // namespace rl
+
+extern "C" {
+
+int rl_request_overrides(rl_request_t *rq, int64_t now_ms)
+{
+    if (!rl::any_overrides(*rq) || !rl::resolve_overrides(*rq, now_ms)) {
+        return 0;
+    }
+    size_t applying = 0, denied = 0;
+    for (size_t i = 0; i < rq->n; i++) {
+        rl_check_t &c = rq->checks[i];
+        if (!rl::applies(c)) {
+            continue;
+        }
+        applying++;
+        c.decision = rl_decision_t{};
+        c.decision.window_ms = c.rule->period_ms;
+        if ((c.override & 0xf) == RL_OVERRIDE_DENY) {
+            rl::deny_decision(c.decision, c.until, now_ms);
+            denied++;
+        } else {
+            c.decision.allowed = 1;  // not decided: not the refusal's
+            c.decision.remaining = c.rule->limit;
+        }
+    }
+    if (rq->combine == RL_COMBINE_ANY && denied < applying) {
+        // the others may admit it: the denied sit the call out, exempt
+        for (size_t i = 0; i < rq->n; i++) {
+            rl_check_t &c = rq->checks[i];
+            if (rl::applies(c) && (c.override & 0xf) == RL_OVERRIDE_DENY) {
+                c.key_held = (uint32_t) c.key_len;
+                c.key_len = 0;
+            }
+        }
+        return 0;
+    }
+    rl::conclude(*rq, false);
+    return 1;
+}
+
+}  // extern "C"
+

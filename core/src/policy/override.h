@@ -16,4 +16,8 @@ bool any_overrides(const rl_request_t &rq);
 // holds the locks.
 bool resolve_overrides(rl_request_t &rq, int64_t now);
 
+// A decision refused by a deny override that ends at until (0: never):
+// Retry-After its end, or none.
+void deny_decision(rl_decision_t &d, int64_t until, int64_t now);
+
 }  // namespace rl

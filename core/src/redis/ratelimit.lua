@@ -11,7 +11,8 @@
 -- burst, period_ms, align, buckets, max_delay_ms, reset, utc_offset_min,
 -- cost (a settle: what the admission reserved), delay, ban_ms, charge (1:
 -- the rule has charge=), estimate (charge=: what an admission reserves at
--- most); a settle adds the units to spend, and the head's t after its
+-- most), since (an override's: when the rule's limits as applied began, or
+-- 0); a settle adds the units to spend, and the head's t after its
 -- admission and when it was decided (what giving its reservation back
 -- needs).  KEYS: each rule's state, then the ban of each rule with ban=
 -- (not for a settle).
@@ -37,9 +38,9 @@
 --          (settle.cpp): {1, then per rule: units charged, 1 if the key is
 --          in debt after it, 1 if the debt's bound capped it}.
 --
--- State: gcra, token_bucket, leaky_bucket keep a string "t n l" (the
--- instant t + n/l ms, l the limit it was written in: a request under another
--- limit keeps the units the key owes, exact_time.h); fixed_window and quota
+-- State: gcra, token_bucket, leaky_bucket keep a string "t n l p" (the
+-- instant t + n/l ms, l and p the limit and period it was written in: a
+-- request under others keeps the units the key owes, exact_time.h); fixed_window and quota
 -- "t n" (the core's head, n with CARRIED when a charge's excess is counted
 -- in the window ending t); sliding_window a string "tick c0 ... cS" (its
 -- block), and with charge= the instant the key owes until; sliding_log a
@@ -99,16 +100,18 @@ end
 local function load_head(key)
   local v = redis.call('GET', key)
   if not v then return {t = 0, n = 0} end
-  local t, n, l = string.match(v, '^(%-?%d+) (%d+) ?(%d*)$')
+  local t, n, l, p = string.match(v, '^(%-?%d+) (%d+) ?(%d*) ?(%d*)$')
   if not t then return {t = 0, n = 0} end
-  l = tonumber(l)
+  l, p = tonumber(l), tonumber(p)
   if l == 0 then l = nil end
-  return {t = tonumber(t), n = tonumber(n), l = l}
+  if p == 0 then p = nil end
+  return {t = tonumber(t), n = tonumber(n), l = l, p = p}
 end
 
 local function store_head(key, h, now, testing)
   local v = num(h.t) .. ' ' .. num(h.n)
   if h.l then v = v .. ' ' .. num(h.l) end
+  if h.p then v = v .. ' ' .. num(h.p) end
   redis.call('SET', key, v, 'PX', expire_in(h.t, now, testing))
 end
 
@@ -143,6 +146,29 @@ local function instant_after(now, u, limit)
   return {t = now + q, n = u - q * limit, l = limit}
 end
 
+-- a paced head written under the rule's limit and period as applied
+local function paced_after(now, u, r)
+  local h = instant_after(now, u, r.limit)
+  h.p = r.period
+  return h
+end
+
+-- overrides (paced.cpp's paced_carry): a head written under another limit
+-- or period than the rule's as applied was written before they changed, at
+-- r.since (the override's writing, or its end; 0: not known, now): the units
+-- it owed then, U x period units of 1/limit ms, written again under the
+-- rule's (scaled by the periods, rounded up: a change forgives nothing)
+local function paced_carry(r, h, now)
+  local l, p = h.l or r.limit, h.p or r.period
+  if h.t == 0 or (l == r.limit and p == r.period) then return h end
+  local at = r.since > 0 and r.since or now
+  local u = units_ahead(h, at, l)
+  if p ~= r.period and u > 0 then
+    if u * r.period < 9007199254740992 then u = cdiv(u * r.period, p) else u = math.ceil(u / p * r.period) end
+  end
+  return paced_after(at, u, r)
+end
+
 -- the instant moves by the charge's time, at most to (burst + limit) x T
 -- ahead
 local function paced_charge(r, h, now, units)
@@ -151,7 +177,7 @@ local function paced_charge(r, h, now, units)
   local ahead = units_ahead(h, now, h.l or r.limit)
   local room = ahead < most and fdiv(most - ahead, T) or 0
   local add = units < room and units or room
-  if add > 0 then h = instant_after(now, ahead + add * T, r.limit) end
+  if add > 0 then h = paced_after(now, ahead + add * T, r) end
   return add, add < units, h
 end
 
@@ -160,7 +186,7 @@ end
 local function paced_refund(r, h, now, cost)
   local ahead = units_ahead(h, now, h.l or r.limit)
   local back = cost * r.period
-  return instant_after(now, ahead > back and ahead - back or 0, r.limit)
+  return paced_after(now, ahead > back and ahead - back or 0, r)
 end
 
 -- gcra.h, gcra.cpp: gcra, and token_bucket (a bucket of burst tokens
@@ -180,7 +206,7 @@ local function gcra(r, h, now, cost)
     d.remaining = fdiv(need <= tau and tau - need or 0, T)
     d.reset = cdiv(need, r.limit)
     d.available = need > 0 and cdiv(need + (d.remaining + 1) * T - tau, r.limit) or 0
-    if cost > 0 then return d, instant_after(now, need, r.limit) end
+    if cost > 0 then return d, paced_after(now, need, r) end
   else
     d.remaining = fdiv(room, T)
     d.reset = cdiv(ahead, r.limit)
@@ -224,7 +250,7 @@ local function leaky_bucket(r, h, now, cost)
   local queued = drain > released and drain - released or 0
   d.reset = cdiv(queued, r.limit)
   headroom(queued, most, T, r.limit, d)
-  return d, instant_after(now, drain, r.limit)
+  return d, paced_after(now, drain, r)
 end
 
 -- fixed_window.cpp: a count in a window (fixed_window, quota)
@@ -249,7 +275,10 @@ local function windowed_count(r, h, now, cost, wend, window)
     return d
   end
   if h.t > wend then wend = h.t end
-  local spent = h.t == wend and (h.n >= CARRIED and h.n - CARRIED or h.n) or 0
+  -- a head whose window has not ended and ends before this one's was
+  -- counted under another period (an override's): owed in this window
+  local counted = h.t == wend or (h.t > now and h.t < wend)
+  local spent = counted and (h.n >= CARRIED and h.n - CARRIED or h.n) or 0
   local left = spent < r.limit and r.limit - spent or 0
   local to_end = wend - now
   if cost > r.limit then return never(window, left, spent > 0 and to_end or 0) end
@@ -701,14 +730,14 @@ end
 -- writes a settled block.
 
 local algorithms = {
-  [0] = {head = true, decide = gcra, charge = paced_charge, refund = paced_refund},   -- gcra
-  [1] = {head = true, decide = gcra, charge = paced_charge, refund = paced_refund},   -- token_bucket
+  [0] = {head = true, decide = gcra, charge = paced_charge, refund = paced_refund, carry = paced_carry},   -- gcra
+  [1] = {head = true, decide = gcra, charge = paced_charge, refund = paced_refund, carry = paced_carry},   -- token_bucket
   [2] = {head = true, decide = fixed_window, charge = fixed_window_charge, refund = window_refund},
   [3] = {load = load_ring, decide = sliding_window, charge = sliding_window_charge, refund = sliding_window_refund,
          commit = sliding_window_commit, settled = sliding_window_settled},
   [4] = {load = load_log, decide = sliding_log, charge = sliding_log_charge, refund = sliding_log_refund,
          commit = sliding_log_commit, settled = sliding_log_settled},
-  [5] = {head = true, decide = leaky_bucket, refund = paced_refund},                  -- leaky_bucket
+  [5] = {head = true, decide = leaky_bucket, refund = paced_refund, carry = paced_carry},   -- leaky_bucket
   [6] = {head = true, decide = quota, charge = quota_charge, refund = window_refund},
 }
 
@@ -747,7 +776,7 @@ else
 end
 local call = ARGV[2]
 local settle = call == 'settle'
-local per = settle and 17 or 14
+local per = settle and 18 or 15
 local n = (#ARGV - 2) / per
 
 local rules = {}
@@ -758,9 +787,10 @@ for i = 1, n do
              period = tonumber(ARGV[a + 4]), align = tonumber(ARGV[a + 5]), buckets = tonumber(ARGV[a + 6]),
              max_delay = tonumber(ARGV[a + 7]), reset = tonumber(ARGV[a + 8]),
              utc_offset = tonumber(ARGV[a + 9]), cost = tonumber(ARGV[a + 10]), delay = tonumber(ARGV[a + 11]),
-             ban = tonumber(ARGV[a + 12]), charge = tonumber(ARGV[a + 13]), estimate = tonumber(ARGV[a + 14])}
+             ban = tonumber(ARGV[a + 12]), charge = tonumber(ARGV[a + 13]), estimate = tonumber(ARGV[a + 14]),
+             since = tonumber(ARGV[a + 15])}
   if settle then
-    r.units, r.after, r.at = tonumber(ARGV[a + 15]), tonumber(ARGV[a + 16]), tonumber(ARGV[a + 17])
+    r.units, r.after, r.at = tonumber(ARGV[a + 16]), tonumber(ARGV[a + 17]), tonumber(ARGV[a + 18])
   elseif r.ban > 0 then
     bans = bans + 1
     r.bankey = KEYS[n + bans]
@@ -786,6 +816,7 @@ if settle then
     local r = rules[i]
     local a = algorithms[r.algorithm]
     local s = a.head and load_head(KEYS[i]) or a.load(KEYS[i], r)
+    if a.carry then s = a.carry(r, s, now) end
     if r.cost > 0 then s = a.refund(r, s, now, r.cost, r.after, r.at) end
     local before = a.decide(r, s, now, 0, false).remaining
     local charged, capped = 0, false
@@ -818,6 +849,7 @@ for i = 1, n do
   -- a rule sharing its key with an earlier one decides on the head that
   -- one would leave (check.cpp's current())
   local s = a.head and (heads[KEYS[i]] or load_head(KEYS[i])) or a.load(KEYS[i], r)
+  if a.carry then s = a.carry(r, s, now) end
   if r.charge == 1 and r.estimate > r.cost then r.cost = reserve(r, a.decide(r, s, now, 0, false)) end
   local d, nh = a.decide(r, s, now, r.cost, false)
   if r.bankey then

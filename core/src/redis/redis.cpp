@@ -55,7 +55,7 @@ unsigned crc16(const char *p, size_t len)
 
 // Fields per rule in the script's ARGV, and a settle's three more: the
 // units to spend, the head's t after the admission and when it was decided.
-const size_t kArgsPerRule = 14;
+const size_t kArgsPerRule = 15;
 const size_t kSettleArgs = 3;
 
 // The identity of a key's ban (ban=), as the table's ban_tag: another name
@@ -239,6 +239,8 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
         // reserves within what the key has left (check.cpp's reserve)
         const bool learns = call == RL_REDIS_DECIDE && r.charge && c[i].counters > 0;
         w.arg(exact(learns ? rl::Table::at(c[i].table)->estimate(c[i].counters - 1) : 0));
+        // an override's: when the rule's limits as applied began
+        w.arg(c[i].since);
         if (settle) {
             w.arg(exact(c[i].charge));
             w.arg(c[i].after.t);
