@@ -29,6 +29,10 @@ static ngx_int_t ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
 static void ngx_http_ratelimit_bad_size(ngx_conf_t *cf, ngx_str_t *value,
     ngx_str_t *name);
+static ngx_int_t ngx_http_ratelimit_zone_params(ngx_conf_t *cf,
+    ngx_str_t *name, ssize_t size, ngx_http_ratelimit_redis_t **redis,
+    ngx_http_ratelimit_sync_t **sync, ngx_uint_t *overrides,
+    ngx_str_t *overrides_file);
 static void ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone,
     ngx_uint_t reused);
 static size_t ngx_http_ratelimit_refusals_size(ngx_http_ratelimit_zone_t *zone,
@@ -152,9 +156,8 @@ char *
 ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ssize_t                     size;
-    ngx_int_t                   rc;
     ngx_str_t                   overrides_file;
-    ngx_uint_t                  i, overrides;
+    ngx_uint_t                  overrides;
     ngx_http_ratelimit_redis_t *redis;
     ngx_http_ratelimit_sync_t  *sync;
     ngx_str_t                  *value, name;
@@ -188,59 +191,10 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     overrides = NGX_HTTP_RATELIMIT_OVERRIDES_DEFAULT;
     ngx_str_null(&overrides_file);
 
-    for (i = 3; i < cf->args->nelts; i++) {
-        rc = ngx_http_ratelimit_overrides_param(cf, &value[i], &name,
-                                                &overrides, &overrides_file);
-
-        if (rc == NGX_DECLINED) {
-            rc = ngx_http_ratelimit_sync_param(cf, &sync, &value[i], &name);
-        }
-
-        if (rc == NGX_DECLINED) {
-            rc = ngx_http_ratelimit_redis_param(cf, &redis, &value[i], &name);
-        }
-
-        if (rc == NGX_ERROR) {
-            return NGX_CONF_ERROR;
-        }
-
-        if (rc == NGX_DECLINED) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"ratelimit_zone\" directive: unknown "
-                               "parameter \"%V\" of zone \"%V\": expected "
-                               "NAME SIZE [overrides=N] [overrides_file=PATH] "
-                               "[redis=HOST:PORT ...]",
-                               &value[i], &name);
-            return NGX_CONF_ERROR;
-        }
-    }
-
-    if (redis != NULL
-        && ngx_http_ratelimit_redis_finish(cf, redis, &name) != NGX_CONF_OK)
+    if (ngx_http_ratelimit_zone_params(cf, &name, size, &redis, &sync,
+                                       &overrides, &overrides_file)
+        != NGX_OK)
     {
-        return NGX_CONF_ERROR;
-    }
-
-    if (sync != NULL
-        && ngx_http_ratelimit_sync_finish(cf, sync, redis, &name, size)
-           != NGX_OK)
-    {
-        return NGX_CONF_ERROR;
-    }
-
-    if (overrides_file.len && redis != NULL) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"ratelimit_zone\" directive: \"overrides_file=\" "
-                           "of zone \"%V\" is for a zone without redis=: a "
-                           "Redis zone keeps its overrides in Redis", &name);
-        return NGX_CONF_ERROR;
-    }
-
-    if (overrides_file.len && overrides == 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"ratelimit_zone\" directive: \"overrides_file=\" "
-                           "of zone \"%V\" with overrides=0: a zone without "
-                           "room for overrides has none to keep", &name);
         return NGX_CONF_ERROR;
     }
 
@@ -251,7 +205,9 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"ratelimit_zone\" directive: zone \"%V\" is "
                            "already declared (size %uz): each zone is "
-                           "declared once", &name, shm_zone->shm.size);
+                           "declared once", &name,
+                           shm_zone->shm.size
+                           - ngx_http_ratelimit_overrides_bytes(shm_zone->data));
         return NGX_CONF_ERROR;
     }
 
@@ -296,6 +252,79 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/* The parameters of ratelimit_zone after NAME and SIZE. */
+
+static ngx_int_t
+ngx_http_ratelimit_zone_params(ngx_conf_t *cf, ngx_str_t *name, ssize_t size,
+    ngx_http_ratelimit_redis_t **redis, ngx_http_ratelimit_sync_t **sync,
+    ngx_uint_t *overrides, ngx_str_t *overrides_file)
+{
+    ngx_int_t    rc;
+    ngx_uint_t   i;
+    ngx_str_t   *value;
+
+    value = cf->args->elts;
+
+    for (i = 3; i < cf->args->nelts; i++) {
+        rc = ngx_http_ratelimit_overrides_param(cf, &value[i], name,
+                                                overrides, overrides_file);
+
+        if (rc == NGX_DECLINED) {
+            rc = ngx_http_ratelimit_sync_param(cf, sync, &value[i], name);
+        }
+
+        if (rc == NGX_DECLINED) {
+            rc = ngx_http_ratelimit_redis_param(cf, redis, &value[i], name);
+        }
+
+        if (rc == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        if (rc == NGX_DECLINED) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"ratelimit_zone\" directive: unknown "
+                               "parameter \"%V\" of zone \"%V\": expected "
+                               "NAME SIZE [overrides=N] [overrides_file=PATH] "
+                               "[redis=HOST:PORT ...]",
+                               &value[i], name);
+            return NGX_ERROR;
+        }
+    }
+
+    if (*redis != NULL
+        && ngx_http_ratelimit_redis_finish(cf, *redis, name) != NGX_CONF_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (*sync != NULL
+        && ngx_http_ratelimit_sync_finish(cf, *sync, *redis, name, size)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (overrides_file->len && *redis != NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: \"overrides_file=\" "
+                           "of zone \"%V\" is for a zone without redis=: a "
+                           "Redis zone keeps its overrides in Redis", name);
+        return NGX_ERROR;
+    }
+
+    if (overrides_file->len && *overrides == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: \"overrides_file=\" "
+                           "of zone \"%V\" with overrides=0: a zone without "
+                           "room for overrides has none to keep", name);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
 /*
  * A zone is the slab pool header (its mutex is the zone lock, which the
  * master releases if a worker dies holding it) followed by the core's table
@@ -318,7 +347,7 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     zone = shm_zone->data;
     zone->shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
-    zone->size = shm_zone->shm.size;
+    zone->size = shm_zone->shm.size - ngx_http_ratelimit_overrides_bytes(zone);
     size = ngx_http_ratelimit_table_size(zone, shm_zone->shm.size);
     rs = (ngx_http_ratelimit_redis_stats_t *)
          ((u_char *) zone->shpool + ngx_align(sizeof(ngx_slab_pool_t), 64));

@@ -224,6 +224,8 @@ struct Stats {
         counters[0].bans = 11;
         counters[0].dry_run_bans = 12;
         counters[0].estimate = 13;
+        counters[0].overrides = 14;
+        counters[0].overridden = 15;
         std::strcpy(counters[1].name, "gone");  // no rule of this configuration
 
         keys[0].tag = 0x0123456789abcdef;
@@ -253,6 +255,8 @@ struct Stats {
         zones[0].table.summary_bytes = 8;
         zones[0].table.summary_refusals = 4;
         zones[0].used = 50;
+        zones[0].overrides = 16;
+        zones[0].overrides_capacity = 1000;
         zones[0].ncounters = 2;
         zones[0].counters = counters;
         zones[0].tops = tops;
@@ -270,13 +274,15 @@ TEST(Stats, Json)
     const std::string out = render([&](char *b, size_t c) { return rl_render_stats_json(&s.snap, b, c); });
     EXPECT_EQ(out,
               "{\"version\":\"1.2.3\",\"zones\":{\"a\":{\"size\":100,\"bytes_used\":50,\"keys\":2,\"capacity\":10,"
-              "\"evictions\":3,\"live_evictions\":1,\"summary_bytes\":8,\"summary_refusals\":4,\"rules\":{\"r1\":{"
+              "\"overrides\":16,\"overrides_capacity\":1000,\"evictions\":3,\"live_evictions\":1,\"summary_bytes\":8,"
+              "\"summary_refusals\":4,\"rules\":{\"r1\":{"
               "\"allowed\":1,\"rejected\":2,\"delayed\":3,\"dry_run_rejected\":4,\"exempt\":5,\"charged\":6,"
               "\"debts\":7,\"in_flight\":8,\"peak\":9,\"waited\":10,\"bans\":11,\"dry_run_bans\":12,\"charge_"
-              "estimate\":13},\"gone\":{\"allowed\":0,\"rejected\":0,"
+              "estimate\":13,\"overrides\":14,\"overridden\":15},\"gone\":{\"allowed\":0,\"rejected\":0,"
               "\"delayed\":0,\"dry_run_rejected\":0,\"exempt\":0,\"charged\":0,\"debts\":0,\"in_flight\":0,"
-              "\"peak\":0,\"waited\":0,\"bans\":0,\"dry_run_bans\":0,\"charge_estimate\":0}}},\"b-2.z\":{\"size\":64,"
-              "\"bytes_used\":0,\"keys\":0,\"capacity\":0,"
+              "\"peak\":0,\"waited\":0,\"bans\":0,\"dry_run_bans\":0,\"charge_estimate\":0,\"overrides\":0,"
+              "\"overridden\":0}}},\"b-2.z\":{"
+              "\"size\":64,\"bytes_used\":0,\"keys\":0,\"capacity\":0,\"overrides\":0,\"overrides_capacity\":0,"
               "\"evictions\":0,\"live_evictions\":0,\"summary_bytes\":0,\"summary_refusals\":0,\"rules\":{},"
               "\"redis\":{\"server\":\"127.0.0.1:6379\",\"decisions\":1,\"errors\":2,\"timeouts\":3,\"fallbacks\":4,"
               "\"reconnects\":5,\"charges\":6,\"undelivered\":7,\"cached\":8,\"tls_failures\":9,\"tls_resumed\":10,"
@@ -342,6 +348,14 @@ TEST(Stats, Prometheus)
         "# TYPE nginx_ratelimit_charge_estimate_units gauge\n"
         "nginx_ratelimit_charge_estimate_units{zone=\"a\",rule=\"r1\"} 13\n"
         "nginx_ratelimit_charge_estimate_units{zone=\"a\",rule=\"gone\"} 0\n"
+        "# HELP nginx_ratelimit_overrides Overrides held naming the rule (the key API's overrides).\n"
+        "# TYPE nginx_ratelimit_overrides gauge\n"
+        "nginx_ratelimit_overrides{zone=\"a\",rule=\"r1\"} 14\n"
+        "nginx_ratelimit_overrides{zone=\"a\",rule=\"gone\"} 0\n"
+        "# HELP nginx_ratelimit_overridden_total Requests that met an override in the rule.\n"
+        "# TYPE nginx_ratelimit_overridden_total counter\n"
+        "nginx_ratelimit_overridden_total{zone=\"a\",rule=\"r1\"} 15\n"
+        "nginx_ratelimit_overridden_total{zone=\"a\",rule=\"gone\"} 0\n"
         "# HELP nginx_ratelimit_redis_decisions_total Requests decided in Redis.\n"
         "# TYPE nginx_ratelimit_redis_decisions_total counter\n"
         "nginx_ratelimit_redis_decisions_total{zone=\"b-2.z\"} 1\n"
@@ -409,7 +423,7 @@ TEST(Stats, Prometheus)
             << line;
         at = nl + 1;
     }
-    EXPECT_EQ(lines, 8 * (2 + 2) + 13 * (2 + 2) + 10 * (2 + 1) + 2 + 11 + 2 + 3);
+    EXPECT_EQ(lines, 10 * (2 + 2) + 15 * (2 + 2) + 10 * (2 + 1) + 2 + 11 + 2 + 3);
 }
 
 TEST(Stats, LogKeyOffShowsNoKey)
@@ -460,7 +474,8 @@ TEST(Api, Zone)
     const std::string out = render([&](char *b, size_t c) { return rl_render_api_zone(&zone.z, b, c); });
     const std::string key = "\"key\":\"ip:$x\\u0009\\\"q\\\\\xc3\xa9\\u0001\"";
     EXPECT_EQ(out, "{\"zone\":\"api\",\"redis\":false,\"size\":1048576,\"bytes_used\":41931,\"keys\":5,\"capacity\":0,"
-                   "\"evictions\":0,\"live_evictions\":0,\"summary_bytes\":0,\"summary_refusals\":0,\"rules\":{"
+                   "\"overrides\":0,\"overrides_capacity\":0,\"evictions\":0,\"live_evictions\":0,\"summary_bytes\":0,"
+                   "\"summary_refusals\":0,\"rules\":{"
                    "\"per_user\":{\"algorithm\":\"gcra\",\"key\":\"$http_x_user\",\"limit\":3,\"period_ms\":3600000,"
                    "\"burst\":3,\"log_key\":true},"
                    "\"quota_100_weekly\":{\"algorithm\":\"quota\"," +

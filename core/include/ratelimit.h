@@ -2,8 +2,8 @@
  * ngx-ratelimit core: the C API, the only way in, in one header by reader:
  * a rule (ratelimit_rule.h), the key table and the key API
  * (ratelimit_table.h), a request (ratelimit_request.h), Redis
- * (ratelimit_redis.h), overrides (ratelimit_override.h).  What the stats answer is ratelimit_render.h's,
- * redis_sync's ratelimit_sync.h's.
+ * (ratelimit_redis.h), overrides (ratelimit_override.h).  What the stats
+ * answer is ratelimit_render.h's, redis_sync's ratelimit_sync.h's.
  */
 
 #ifndef RATELIMIT_H

@@ -82,7 +82,8 @@ void paced_carry(const rl_rule_t &from, const rl_rule_t &to, State &s, int64_t a
     uint64_t u = paced_ahead(from, s, at);
     if (from.period_ms != to.period_ms && u > 0) {
         const unsigned __int128 scaled =
-            ((unsigned __int128) u * (uint64_t) to.period_ms + (uint64_t) from.period_ms - 1) / (uint64_t) from.period_ms;
+            ((unsigned __int128) u * (uint64_t) to.period_ms + (uint64_t) from.period_ms - 1) /
+            (uint64_t) from.period_ms;
         u = scaled < kUnitsMax ? (uint64_t) scaled : kUnitsMax;
     }
     paced_store(to, s, at, u);

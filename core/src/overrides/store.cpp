@@ -89,8 +89,8 @@ void Store::init(uint32_t capacity)
 
 bool Store::valid(uint32_t capacity) const
 {
-    return std::memcmp(h_.magic, kMagic, sizeof(kMagic)) == 0 && h_.version == kVersion &&
-           h_.capacity == capacity && h_.index_size == index_size_for(capacity);
+    return std::memcmp(h_.magic, kMagic, sizeof(kMagic)) == 0 && h_.version == kVersion && h_.capacity == capacity &&
+           h_.index_size == index_size_for(capacity);
 }
 
 uint64_t Store::range_hash(const Table &table, int family, uint32_t prefix, const uint8_t *addr)

@@ -51,7 +51,7 @@ constexpr uint32_t kTomb = 0xffffffffu;
 // The prefix lengths ranges use: a family's masks (by rule, by every rule),
 // and how many ranges of each length, to clear a bit when the last goes.
 struct PrefixLengths {
-    uint64_t mask[2][3];    // [by rule, every rule][bits 0..191]
+    uint64_t mask[2][3];  // [by rule, every rule][bits 0..191]
     uint32_t count[2][129];
 };
 
@@ -61,12 +61,12 @@ struct alignas(64) StoreHeader {
     uint32_t capacity;
     uint32_t index_size;  // a power of two, at least 4 x capacity
     uint32_t held;
-    uint32_t tombs;       // index slots marked removed
-    uint32_t free_head;   // a free entry + 1; 0: take `fresh`
-    uint32_t fresh;       // entries [fresh, capacity) never used
+    uint32_t tombs;      // index slots marked removed
+    uint32_t free_head;  // a free entry + 1; 0: take `fresh`
+    uint32_t fresh;      // entries [fresh, capacity) never used
     uint32_t pad;
-    uint64_t change;   // one more at each change
-    uint64_t written;  // the change the file holds
+    uint64_t change;           // one more at each change
+    uint64_t written;          // the change the file holds
     PrefixLengths lengths[2];  // IPv4, IPv6
 };
 

@@ -131,8 +131,7 @@ int rl_override_put(void *table, const rl_override_t *ov, const rl_override_rule
     return RL_OVERRIDE_OK;
 }
 
-int rl_override_delete(void *table, const rl_override_target_t *target, const rl_override_rule_t *rule,
-                       int64_t now_ms)
+int rl_override_delete(void *table, const rl_override_target_t *target, const rl_override_rule_t *rule, int64_t now_ms)
 {
     rl::Table &t = *rl::Table::at(table);
     rl::Store *st = store_of(table);

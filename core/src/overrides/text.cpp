@@ -41,8 +41,10 @@ int parse_range(rl_override_target_t &t, Text r, char *err, size_t errlen)
     char shown[kShownBytes];
     const int n = (int) rl::shown(shown, r.p, r.len, false);
     if (slash == nullptr || (size_t) (slash - r.p) >= sizeof(text) || slash + 1 == r.p + r.len) {
-        return fail(err, errlen, "range=\"%.*s\": expected an address range as ADDRESS/LENGTH, e.g. 10.1.0.0/16 "
-                                 "or 2001:db8::/32", n, shown);
+        return fail(err, errlen,
+                    "range=\"%.*s\": expected an address range as ADDRESS/LENGTH, e.g. 10.1.0.0/16 "
+                    "or 2001:db8::/32",
+                    n, shown);
     }
     const size_t alen = (size_t) (slash - r.p);
     std::memcpy(text, r.p, alen);
@@ -70,9 +72,8 @@ int parse_range(rl_override_target_t &t, Text r, char *err, size_t errlen)
     }
     for (uint32_t bit = prefix; bit < most; bit++) {
         if (addr[bit / 8] & (0x80u >> (bit % 8))) {
-            return fail(err, errlen,
-                        "range=\"%.*s\" is not a network: the address has bits set beyond its /%u prefix", n,
-                        shown, prefix);
+            return fail(err, errlen, "range=\"%.*s\" is not a network: the address has bits set beyond its /%u prefix",
+                        n, shown, prefix);
         }
     }
     t.prefix = prefix;
@@ -338,7 +339,8 @@ int rl_override_body(rl_override_t *ov, const char *body, size_t len, int64_t no
     rl::Json j{body, body + len};
     unsigned seen = 0;
     if (!j.eat('{')) {
-        return fail(err, errlen, "the body: expected a JSON object, e.g. {\"limit\":1000,\"period\":\"1m\",\"expire\":\"7d\"}");
+        return fail(err, errlen,
+                    "the body: expected a JSON object, e.g. {\"limit\":1000,\"period\":\"1m\",\"expire\":\"7d\"}");
     }
     bool first = true;
     while (!j.eat('}')) {
@@ -375,8 +377,9 @@ int rl_override_body(rl_override_t *ov, const char *body, size_t len, int64_t no
         return fail(err, errlen, "the body: text after the JSON object (at byte %zu)", (size_t) (j.p - body));
     }
     if (ov->kind == RL_OVERRIDE_LIMIT && ov->given == 0) {
-        return fail(err, errlen, "a limit override sets limit, burst or period (or give \"action\":\"deny\" or "
-                                 "\"allow\")");
+        return fail(err, errlen,
+                    "a limit override sets limit, burst or period (or give \"action\":\"deny\" or "
+                    "\"allow\")");
     }
     if (ov->kind != RL_OVERRIDE_LIMIT && ov->given != 0) {
         return fail(err, errlen, "\"action\":\"%s\" takes no limit, burst or period: only \"expire\"",
@@ -397,8 +400,9 @@ int rl_override_check(const rl_override_t *ov, const rl_rule_t *rule, int redis,
         return RL_OK;
     }
     if (rule == nullptr) {
-        return fail(err, errlen, "a limit override names its rule (rule=): rules differ in algorithm and period; "
-                                 "deny and allow may apply to every rule");
+        return fail(err, errlen,
+                    "a limit override names its rule (rule=): rules differ in algorithm and period; "
+                    "deny and allow may apply to every rule");
     }
     if (ov->target.family != 0) {
         return fail(err, errlen,
@@ -421,8 +425,9 @@ int rl_override_check(const rl_override_t *ov, const rl_rule_t *rule, int redis,
     rl_rule_t out;
     rl::apply_override(*rule, *ov, out);
     if (out.limit_var && out.limit > out.limit_max) {
-        return fail(err, errlen, "\"limit\": rule \"%s\" keeps room for at most %u a key (limit_max, or its limit "
-                                 "as configured): an override's limit may be at most that",
+        return fail(err, errlen,
+                    "\"limit\": rule \"%s\" keeps room for at most %u a key (limit_max, or its limit "
+                    "as configured): an override's limit may be at most that",
                     rule->name, out.limit_max);
     }
     char why[RL_ERR_MAX];
@@ -431,8 +436,9 @@ int rl_override_check(const rl_override_t *ov, const rl_rule_t *rule, int redis,
         return fail(err, errlen, "rule \"%s\" with this override: %s", rule->name, why);
     }
     if (rl::too_large(out)) {
-        return fail(err, errlen, "\"limit\", \"burst\" and \"period\" are too large together for rule \"%s\": its "
-                                 "exact arithmetic holds (burst or limit) x period in ms up to 2^61",
+        return fail(err, errlen,
+                    "\"limit\", \"burst\" and \"period\" are too large together for rule \"%s\": its "
+                    "exact arithmetic holds (burst or limit) x period in ms up to 2^61",
                     rule->name);
     }
     const uint32_t capacity = (a.traits & rl::kBucket) ? out.burst : out.limit;
@@ -509,7 +515,10 @@ bool number(Text w, int64_t most, int64_t *out)
 
 int hex(char c)
 {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                  : -1;
 }
 
 // A key %-encoded as put_target writes it.
@@ -551,8 +560,7 @@ int rl_overrides_file_read(const char *line, size_t len, rl_override_t *ov, char
         return RL_DECLINED;
     }
     rl::Text rule, what, target, action, w[6];
-    if (!rl::next_word(l, rule) || !rl::next_word(l, what) || !rl::next_word(l, target) ||
-        !rl::next_word(l, action)) {
+    if (!rl::next_word(l, rule) || !rl::next_word(l, what) || !rl::next_word(l, target) || !rl::next_word(l, action)) {
         return fail(err, errlen, "expected \"RULE key|range TARGET ACTION GIVEN LIMIT BURST PERIOD EXPIRES CREATED\"");
     }
     for (auto &word : w) {
@@ -579,8 +587,8 @@ int rl_overrides_file_read(const char *line, size_t len, rl_override_t *ov, char
     if (rc != RL_OK) {
         return RL_ERROR;
     }
-    ov->kind = action.is("limit") ? RL_OVERRIDE_LIMIT
-               : action.is("deny") ? RL_OVERRIDE_DENY
+    ov->kind = action.is("limit")   ? RL_OVERRIDE_LIMIT
+               : action.is("deny")  ? RL_OVERRIDE_DENY
                : action.is("allow") ? RL_OVERRIDE_ALLOW
                                     : RL_OVERRIDE_NONE;
     int64_t n[6];

@@ -25,8 +25,8 @@ namespace {
 const char *const kResources[] = {"zones", "zone", "keys", "top", "overrides"};
 
 // what each resource takes, for a message naming an unknown parameter
-const char *const kExpected[] = {"none", "none", "key=, fingerprint= or rule=", "rule=",
-                                 "key=, range=, rule=, from= or count="};
+const char *const kExpected[] = {"none", "none",
+                                 "key=, fingerprint= or rule=", "rule=", "key=, range=, rule=, from= or count="};
 
 enum { kKey, kFingerprint, kRule, kRange, kFrom, kCount, kParams };
 
@@ -360,16 +360,14 @@ int rl_api_error(rl_api_request_t *q, int error)
                                  : "read");
     case RL_API_NO_OVERRIDE:
         return rl::fail(q, 404, "zone \"%.*s\" has no override of that %s%s%.*s", zone.n, zone.s,
-                        q->has_range ? "range" : "key", q->rule_len ? " in rule " : " in every rule",
-                        rule.n, rule.s);
+                        q->has_range ? "range" : "key", q->rule_len ? " in rule " : " in every rule", rule.n, rule.s);
     case RL_API_OVERRIDES_FULL:
         return rl::fail(q, 409,
                         "zone \"%.*s\" holds as many overrides as it has room for (ratelimit_zone overrides=): "
                         "nothing was changed; remove one, or give the zone more room",
                         zone.n, zone.s);
     case RL_API_NO_OVERRIDES:
-        return rl::fail(q, 409, "zone \"%.*s\" has no room for overrides (ratelimit_zone overrides=0)", zone.n,
-                        zone.s);
+        return rl::fail(q, 409, "zone \"%.*s\" has no room for overrides (ratelimit_zone overrides=0)", zone.n, zone.s);
     default:
         return rl::fail(q, 500, "an error of the key API");
     }

@@ -194,7 +194,7 @@ struct alignas(64) TableHeader {
     uint64_t ncells;
     uint64_t top_offset;  // the room for rules' top keys (TopList)
     uint64_t top_bytes;
-    uint64_t top_used;  // claimed, from top_offset on
+    uint64_t top_used;   // claimed, from top_offset on
     uint64_t overrides;  // the overrides' store, from the table's start (0: none)
     Counts counts;
     alignas(64) Pool pools[kPoolsMax];

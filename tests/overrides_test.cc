@@ -1,0 +1,494 @@
+// Overrides (ratelimit_override.h): a key's limits changed at run time with
+// what it spent carried over exactly, for every algorithm that takes a
+// limit; deny and allow; expiry carried back as at its instant; address
+// ranges, the longest prefix winning; the store's bounds; the file's lines
+// and the API's bodies read, and refused with a reason.
+#include <arpa/inet.h>
+
+#include "helpers.h"
+#include "overrides/store.h"
+
+namespace {
+
+constexpr size_t kTable = 256 * 1024;
+constexpr uint32_t kCapacity = 16;
+constexpr int64_t kHour = 3600000;
+
+// A zone's table with a store of overrides after it, in one block.
+struct OverrideZone {
+    void *mem;
+    std::vector<rl_rule_t> rooms;
+    explicit OverrideZone(const std::vector<rl_rule_t> &rules = {}, uint32_t capacity = kCapacity)
+    {
+        const size_t total = kTable + rl_overrides_size(capacity);
+        mem = std::aligned_alloc(64, (total + 63) & ~size_t{63});
+        std::memset(mem, 0, total);
+        char err[RL_ERR_MAX];
+        const std::vector<uint32_t> blocks = block_sizes(rules);
+        EXPECT_EQ(rl_table_init(mem, kTable, blocks.data(), blocks.size(), nullptr, err, sizeof(err)), RL_OK) << err;
+        EXPECT_EQ(rl_overrides_attach(mem, static_cast<char *>(mem) + kTable, capacity), 0);
+        rooms.reserve(64);
+    }
+    ~OverrideZone() { std::free(mem); }
+    OverrideZone(const OverrideZone &) = delete;
+    OverrideZone &operator=(const OverrideZone &) = delete;
+};
+
+rl_rule_t *room_of(rl_request_t *rq);
+
+// One request of one rule's key through rl_decide, as nginx sends it, with
+// room for a rule an override changes.
+struct Req {
+    OverrideZone &z;
+    const rl_rule_t &rule;
+    std::string key;
+    rl_check_t c{};
+    rl_request_t rq{};
+
+    Req(OverrideZone &zone, const rl_rule_t &r, std::string k) : z(zone), rule(r), key(std::move(k)) {}
+
+    int decide(int64_t now, uint64_t cost = 1)
+    {
+        c = check_of(z.mem, &rule, identity_of(rule), key, cost);
+        rq = request_of(&c, 1);
+        rq.room = room_of;
+        rl_request_hash(&rq);
+        return rl_decide(&rq, now);
+    }
+    bool admitted(int64_t now) { return decide(now) != RL_VERDICT_REJECTED; }
+};
+
+OverrideZone *current;
+
+rl_rule_t *room_of(rl_request_t *)
+{
+    current->rooms.emplace_back();
+    return &current->rooms.back();
+}
+
+rl_override_t limit_override(const std::string &key, const rl_rule_t &rule, uint32_t limit, int64_t period = 0,
+                             int64_t expires = 0)
+{
+    rl_override_t ov{};
+    char err[RL_ERR_MAX];
+    EXPECT_EQ(rl_override_target(&ov.target, rule.name, std::strlen(rule.name), key.data(), key.size(), nullptr, 0, err,
+                                 sizeof(err)),
+              RL_OK)
+        << err;
+    ov.kind = RL_OVERRIDE_LIMIT;
+    ov.given = RL_OVERRIDE_GIVE_LIMIT | (period ? RL_OVERRIDE_GIVE_PERIOD : 0);
+    ov.limit = limit;
+    ov.period_ms = period;
+    ov.expires_ms = expires;
+    EXPECT_EQ(rl_override_check(&ov, &rule, 0, err, sizeof(err)), RL_OK) << err;
+    return ov;
+}
+
+int admitted_in_a_row(Req &r, int64_t now, int most)
+{
+    int n = 0;
+    while (n < most && r.admitted(now)) {
+        n++;
+    }
+    return n;
+}
+
+class Carry : public ::testing::TestWithParam<const char *> {};
+
+// Spent 8 of 10, raised to 20: 12 more (the 13th to the 20th of all),
+// the 21st refused; another key cut to 5 is refused while it owes 5 or
+// more, then back to 10 admits exactly its 2 left.
+TEST_P(Carry, RaisedAndCutOweTheSameUnits)
+{
+    const rl_rule_t rule = var_rule_of(GetParam());
+    OverrideZone z({rule});
+    current = &z;
+    rl_override_rule_t r{&rule, identity_of(rule)};
+    const int64_t now = kT0 + 1000;
+
+    Req a(z, rule, "a");
+    EXPECT_EQ(admitted_in_a_row(a, now, 8), 8);
+    rl_override_t up = limit_override("a", rule, 20);
+    ASSERT_EQ(rl_override_put(z.mem, &up, &r, now), RL_OVERRIDE_OK);
+    EXPECT_EQ(admitted_in_a_row(a, now, 30), 12);
+    EXPECT_EQ(a.c.rule->limit, 20u) << "the check decides under the override's limit";
+    EXPECT_EQ(a.c.configured, &rule);
+    EXPECT_EQ(a.c.override & 0xf, (uint32_t) RL_OVERRIDE_LIMIT);
+
+    Req b(z, rule, "b");
+    EXPECT_EQ(admitted_in_a_row(b, now, 8), 8);
+    rl_override_t down = limit_override("b", rule, 5);
+    ASSERT_EQ(rl_override_put(z.mem, &down, &r, now), RL_OVERRIDE_OK);
+    EXPECT_FALSE(b.admitted(now)) << "owes 8 of 5";
+    ASSERT_EQ(rl_override_delete(z.mem, &down.target, &r, now), RL_OVERRIDE_OK);
+    EXPECT_EQ(admitted_in_a_row(b, now, 10), 2) << "back at 10, 8 owed";
+    EXPECT_EQ(b.c.override, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryLimit, Carry,
+    ::testing::Values("algorithm=gcra limit=10 period=1h", "algorithm=token_bucket limit=10 period=1h",
+                      "algorithm=fixed_window limit=10 period=1h", "algorithm=sliding_window limit=10 period=1h",
+                      "algorithm=sliding_log limit=$v limit_default=10 limit_max=100 period=1h",
+                      "algorithm=quota limit=10 reset=daily", "algorithm=gcra limit=$v limit_default=10 period=1h"),
+    RuleName());
+
+// A paced key cut to 5 an hour with 8 owed is admitted again once it owes
+// 4: 4 units at 720 s, to the millisecond.
+TEST(Carry, PacedRetryAfterAtTheNewPace)
+{
+    const rl_rule_t rule = rule_of("limit=10 period=1h");
+    OverrideZone z({rule});
+    current = &z;
+    rl_override_rule_t r{&rule, identity_of(rule)};
+    Req k(z, rule, "k");
+    EXPECT_EQ(admitted_in_a_row(k, kT0, 8), 8);
+    rl_override_t down = limit_override("k", rule, 5);
+    ASSERT_EQ(rl_override_put(z.mem, &down, &r, kT0), RL_OVERRIDE_OK);
+    EXPECT_EQ(k.decide(kT0), RL_VERDICT_REJECTED);
+    EXPECT_EQ(k.c.decision.retry_after_ms, 4 * kHour / 5);
+    EXPECT_FALSE(k.admitted(kT0 + 4 * kHour / 5 - 1));
+    EXPECT_TRUE(k.admitted(kT0 + 4 * kHour / 5));
+}
+
+// A period override scales what a paced key owes: 10 an hour is 1 unit a
+// 6 min; 10 in 2 h, 1 a 12 min.
+TEST(Carry, PeriodScalesThePace)
+{
+    const rl_rule_t rule = rule_of("limit=10 period=1h");
+    OverrideZone z({rule});
+    current = &z;
+    rl_override_rule_t r{&rule, identity_of(rule)};
+    Req k(z, rule, "k");
+    EXPECT_EQ(admitted_in_a_row(k, kT0, 10), 10);
+    rl_override_t slow = limit_override("k", rule, 10, 2 * kHour);
+    ASSERT_EQ(rl_override_put(z.mem, &slow, &r, kT0), RL_OVERRIDE_OK);
+    EXPECT_EQ(k.decide(kT0), RL_VERDICT_REJECTED);
+    EXPECT_EQ(k.c.decision.retry_after_ms, 2 * kHour / 10);
+}
+
+// An expired limit override stops applying at its instant, and the key
+// owes under the rule what it owed under the override then: 5 of 5 an
+// hour at the expiry, under 2 an hour one more once it owes 1.
+TEST(Carry, ExpiryCarriesBackAsAtItsInstant)
+{
+    const rl_rule_t rule = rule_of("limit=2 period=1h");
+    OverrideZone z({rule});
+    current = &z;
+    rl_override_rule_t r{&rule, identity_of(rule)};
+    Req k(z, rule, "k");
+    const int64_t expiry = kT0 + 60000;
+    rl_override_t up = limit_override("k", rule, 5, 0, expiry);
+    ASSERT_EQ(rl_override_put(z.mem, &up, &r, kT0), RL_OVERRIDE_OK);
+    EXPECT_EQ(admitted_in_a_row(k, kT0, 10), 5);
+    // at the expiry it owes 5 - 60 s x 5/h = 4.9166 units (3540 s at 5/h)
+    const int64_t later = expiry + 1000;
+    EXPECT_EQ(k.decide(later), RL_VERDICT_REJECTED);
+    EXPECT_EQ(k.c.override, 0u) << "expired: no override applies";
+    // owes 4.9166 units of 2/h at the expiry: 1 unit left at 3.9166 x 1800 s
+    const int64_t owed_at_expiry_ms = 5 * kHour / 5 - 60000;  // in the override's time: 3540 s at 5/h
+    const int64_t units_ms_at_2 = owed_at_expiry_ms * 5 / 2;  // the same units at 2/h: 8850 s
+    EXPECT_EQ(k.c.decision.retry_after_ms, expiry + units_ms_at_2 - kHour / 2 - later);
+    rl_override_t got;
+    EXPECT_EQ(rl_override_get(z.mem, &up.target, later, &got), 0) << "removed";
+    rl_overrides_stats_t st;
+    rl_overrides_stats(rl_overrides_of(z.mem), &st);
+    EXPECT_EQ(st.held, 0u);
+}
+
+TEST(Overrides, DenyRefusesUntilItsExpiryAndSpendsNothing)
+{
+    const rl_rule_t rule = rule_of("limit=3 period=1h");
+    OverrideZone z({rule});
+    current = &z;
+    Req k(z, rule, "k");
+    rl_override_t deny{};
+    char err[RL_ERR_MAX];
+    ASSERT_EQ(rl_override_target(&deny.target, nullptr, 0, "k", 1, nullptr, 0, err, sizeof(err)), RL_OK);
+    deny.kind = RL_OVERRIDE_DENY;
+    deny.expires_ms = kT0 + 5000;
+    ASSERT_EQ(rl_override_check(&deny, nullptr, 0, err, sizeof(err)), RL_OK) << err;
+    ASSERT_EQ(rl_override_put(z.mem, &deny, nullptr, kT0), RL_OVERRIDE_OK);
+    for (int i = 0; i < 5; i++) {
+        EXPECT_EQ(k.decide(kT0 + i), RL_VERDICT_REJECTED);
+        EXPECT_EQ(k.c.decision.retry_after_ms, 5000 - i);
+        EXPECT_EQ(k.c.override, (uint32_t) (RL_OVERRIDE_DENY | RL_OVERRIDE_EVERY_RULE));
+    }
+    EXPECT_EQ(admitted_in_a_row(k, kT0 + 5000, 10), 3) << "expired, nothing spent meanwhile";
+
+    deny.expires_ms = 0;
+    Req f(z, rule, "forever");
+    ASSERT_EQ(rl_override_target(&deny.target, nullptr, 0, "forever", 7, nullptr, 0, err, sizeof(err)), RL_OK);
+    ASSERT_EQ(rl_override_put(z.mem, &deny, nullptr, kT0), RL_OVERRIDE_OK);
+    EXPECT_EQ(f.decide(kT0), RL_VERDICT_REJECTED);
+    EXPECT_EQ(rl_retry_after_seconds(&f.c.decision), 0u) << "no time to wait for";
+}
+
+TEST(Overrides, AllowExemptsAndDecidedAgainRestoresTheKey)
+{
+    const rl_rule_t rule = rule_of("limit=1 period=1h");
+    OverrideZone z({rule});
+    current = &z;
+    rl_override_rule_t r{&rule, identity_of(rule)};
+    Req k(z, rule, "k");
+    rl_override_t allow{};
+    char err[RL_ERR_MAX];
+    ASSERT_EQ(
+        rl_override_target(&allow.target, rule.name, std::strlen(rule.name), "k", 1, nullptr, 0, err, sizeof(err)),
+        RL_OK);
+    allow.kind = RL_OVERRIDE_ALLOW;
+    ASSERT_EQ(rl_override_put(z.mem, &allow, &r, kT0), RL_OVERRIDE_OK);
+    for (int i = 0; i < 5; i++) {
+        EXPECT_EQ(k.decide(kT0), RL_VERDICT_EXEMPT);
+    }
+    EXPECT_EQ(k.c.key_len, 0u);
+    EXPECT_EQ(k.c.key_held, 1u);
+    // the same check decided again once the override is gone
+    ASSERT_EQ(rl_override_delete(z.mem, &allow.target, &r, kT0), RL_OVERRIDE_OK);
+    rl_request_t again = k.rq;
+    EXPECT_EQ(rl_decide(&again, kT0), RL_VERDICT_PASSED);
+    EXPECT_EQ(k.c.key_len, 1u);
+}
+
+// ---- ranges ----
+
+rl_override_t range_override(const char *cidr, const rl_rule_t *rule, int kind)
+{
+    rl_override_t ov{};
+    char err[RL_ERR_MAX];
+    EXPECT_EQ(rl_override_target(&ov.target, rule ? rule->name : nullptr, rule ? std::strlen(rule->name) : 0, nullptr,
+                                 0, cidr, std::strlen(cidr), err, sizeof(err)),
+              RL_OK)
+        << cidr << ": " << err;
+    ov.kind = kind;
+    EXPECT_EQ(rl_override_check(&ov, rule, 0, err, sizeof(err)), RL_OK) << err;
+    return ov;
+}
+
+std::string binary(const char *text)
+{
+    uint8_t a[16];
+    if (inet_pton(AF_INET, text, a) == 1) {
+        return std::string(reinterpret_cast<char *>(a), 4);
+    }
+    EXPECT_EQ(inet_pton(AF_INET6, text, a), 1);
+    return std::string(reinterpret_cast<char *>(a), 16);
+}
+
+TEST(Ranges, LongestPrefixWinsAndAKeyBeatsAnyRange)
+{
+    rl_rule_t rule = rule_of("limit=1 period=1h name=ip");
+    rule.key_addr = RL_KEY_ADDR_BINARY;
+    rl_rule_t text = rule_of("limit=1 period=1h name=ipt");
+    text.key_addr = RL_KEY_ADDR_TEXT;
+    OverrideZone z({rule, text});
+    current = &z;
+    rl_override_rule_t r{&rule, identity_of(rule)};
+    for (const auto &o : {range_override("10.0.0.0/8", &rule, RL_OVERRIDE_DENY),
+                          range_override("10.1.0.0/16", &rule, RL_OVERRIDE_ALLOW),
+                          range_override("10.1.2.0/24", nullptr, RL_OVERRIDE_DENY),
+                          range_override("2001:db8::/32", &rule, RL_OVERRIDE_DENY),
+                          range_override("2001:db8:1::/48", nullptr, RL_OVERRIDE_ALLOW)}) {
+        ASSERT_EQ(rl_override_put(z.mem, &o, o.target.rule[0] ? &r : nullptr, kT0), RL_OVERRIDE_OK);
+    }
+    // the binary rule meets its own ranges and every rule's; the text rule
+    // ($remote_addr) every rule's only
+    const struct {
+        const char *addr;
+        int verdict;
+        uint32_t prefix;  // of the range met, 0: none
+        int text_verdict;
+    } cases[] = {
+        {"10.9.9.9", RL_VERDICT_REJECTED, 8, RL_VERDICT_PASSED},
+        {"10.1.9.9", RL_VERDICT_EXEMPT, 16, RL_VERDICT_PASSED},
+        {"10.1.2.3", RL_VERDICT_REJECTED, 24, RL_VERDICT_REJECTED},
+        {"11.0.0.1", RL_VERDICT_PASSED, 0, RL_VERDICT_PASSED},
+        {"2001:db8::1", RL_VERDICT_REJECTED, 32, RL_VERDICT_PASSED},
+        {"2001:db8:1::1", RL_VERDICT_EXEMPT, 48, RL_VERDICT_EXEMPT},
+        {"2001:db9::1", RL_VERDICT_PASSED, 0, RL_VERDICT_PASSED},
+    };
+    for (const auto &cs : cases) {
+        Req k(z, rule, binary(cs.addr));
+        EXPECT_EQ(k.decide(kT0), cs.verdict) << cs.addr;
+        EXPECT_EQ(k.c.override >> 8, cs.prefix ? cs.prefix + 1 : 0) << cs.addr;
+        Req t(z, text, cs.addr);
+        EXPECT_EQ(t.decide(kT0), cs.text_verdict) << cs.addr << " as text";
+    }
+    // the key's own override beats every range
+    rl_override_t own = limit_override(binary("10.1.2.3"), rule, 5);
+    ASSERT_EQ(rl_override_put(z.mem, &own, &r, kT0), RL_OVERRIDE_OK);
+    Req k(z, rule, binary("10.1.2.3"));
+    EXPECT_EQ(k.decide(kT0), RL_VERDICT_PASSED);
+    EXPECT_EQ(k.c.override, (uint32_t) RL_OVERRIDE_LIMIT);
+    char name[RL_OVERRIDE_NAME_MAX];
+    Req in24(z, rule, binary("10.1.2.9"));
+    in24.decide(kT0);
+    EXPECT_EQ(std::string(name, rl_override_name(in24.c.override, &rule, in24.key.data(), in24.key.size(), name)),
+              "deny * 10.1.2.0/24");
+}
+
+TEST(Ranges, TargetsMustBeNetworks)
+{
+    rl_override_target_t t;
+    char err[RL_ERR_MAX];
+    const struct {
+        const char *cidr;
+        const char *message;
+    } bad[] = {
+        {"10.1.0.1/16", "is not a network"},       {"10.1.0.0/33", "from 0 to 32"},
+        {"2001:db8::/129", "from 0 to 128"},       {"10.1.0.0", "ADDRESS/LENGTH"},
+        {"10.1.0.0/", "ADDRESS/LENGTH"},           {"10.1.0.0/1x", "from 0 to 32"},
+        {"host/8", "not an IPv4 or IPv6 address"},
+    };
+    for (const auto &b : bad) {
+        EXPECT_EQ(rl_override_target(&t, nullptr, 0, nullptr, 0, b.cidr, std::strlen(b.cidr), err, sizeof(err)),
+                  RL_ERROR)
+            << b.cidr;
+        EXPECT_NE(std::strstr(err, b.message), nullptr) << b.cidr << ": " << err;
+    }
+    EXPECT_EQ(rl_override_target(&t, nullptr, 0, nullptr, 0, "0.0.0.0/0", 9, err, sizeof(err)), RL_OK);
+    EXPECT_EQ(t.prefix, 0u);
+}
+
+// ---- the store ----
+
+TEST(Store, FullRefusesAndEvictsNothing)
+{
+    const rl_rule_t rule = rule_of("limit=1 period=1h");
+    OverrideZone z({rule}, 4);
+    rl_override_rule_t r{&rule, identity_of(rule)};
+    for (int i = 0; i < 4; i++) {
+        rl_override_t ov = limit_override("k" + std::to_string(i), rule, 5);
+        EXPECT_EQ(rl_override_put(z.mem, &ov, &r, kT0), RL_OVERRIDE_OK);
+    }
+    rl_override_t late = limit_override("late", rule, 5);
+    EXPECT_EQ(rl_override_put(z.mem, &late, &r, kT0), RL_OVERRIDE_FULL);
+    rl_override_t again = limit_override("k2", rule, 7);
+    EXPECT_EQ(rl_override_put(z.mem, &again, &r, kT0), RL_OVERRIDE_OK) << "a replacement needs no room";
+    size_t total = 0;
+    rl_override_t list[8];
+    EXPECT_EQ(rl_override_list(z.mem, nullptr, 0, kT0, list, 8, &total), 4u);
+    EXPECT_EQ(total, 4u);
+}
+
+// Writes and removals many times the capacity: removed index slots are
+// reclaimed, every lookup still ends.
+TEST(Store, ChurnKeepsTheIndexUsable)
+{
+    const rl_rule_t rule = rule_of("limit=1 period=1h");
+    OverrideZone z({rule}, 8);
+    rl_override_rule_t r{&rule, identity_of(rule)};
+    for (int i = 0; i < 5000; i++) {
+        rl_override_t ov = limit_override("k" + std::to_string(i), rule, 5);
+        ASSERT_EQ(rl_override_put(z.mem, &ov, &r, kT0), RL_OVERRIDE_OK) << i;
+        if (i >= 4) {
+            rl_override_t old = limit_override("k" + std::to_string(i - 4), rule, 5);
+            ASSERT_EQ(rl_override_delete(z.mem, &old.target, &r, kT0), RL_OVERRIDE_OK) << i;
+        }
+    }
+    rl_override_t got;
+    rl_override_t last = limit_override("k4999", rule, 5);
+    EXPECT_EQ(rl_override_get(z.mem, &last.target, kT0, &got), 1);
+    rl_overrides_stats_t st;
+    rl_overrides_stats(rl_overrides_of(z.mem), &st);
+    EXPECT_EQ(st.held, 4u);
+}
+
+TEST(Store, RetagFollowsARuleByName)
+{
+    rl_rule_t rule = rule_of("limit=1 period=1h name=r");
+    OverrideZone z({rule});
+    current = &z;
+    rl_override_rule_t r{&rule, identity_of(rule)};
+    rl_override_t deny = range_override("10.0.0.0/8", nullptr, RL_OVERRIDE_DENY);
+    rl_override_t own = limit_override("k", rule, 5);
+    ASSERT_EQ(rl_override_put(z.mem, &own, &r, kT0), RL_OVERRIDE_OK);
+    // the rule's algorithm changed at a reload: its identity too
+    rl_rule_t changed = rule_of("algorithm=fixed_window limit=1 period=1h name=r");
+    rl_override_rule_t rc{&changed, identity_of(changed)};
+    Req before(z, changed, "k");
+    EXPECT_EQ(before.decide(kT0), RL_VERDICT_PASSED);
+    EXPECT_EQ(before.c.override, 0u) << "tagged for the old identity";
+    rl_overrides_retag(z.mem, &rc, 1);
+    Req after(z, changed, "k");
+    after.decide(kT0);
+    EXPECT_EQ(after.c.override, (uint32_t) RL_OVERRIDE_LIMIT);
+    ASSERT_EQ(rl_override_put(z.mem, &deny, nullptr, kT0), RL_OVERRIDE_OK);
+    rl_overrides_retag(z.mem, &rc, 1);
+    Req other(z, changed, "k2");
+    EXPECT_EQ(other.decide(kT0), RL_VERDICT_PASSED) << "a range of every rule meets no rule not keyed on addresses";
+}
+
+// ---- text ----
+
+TEST(Text, FileLinesRoundTrip)
+{
+    const rl_rule_t rule = rule_of("limit=1 period=1h name=per_key");
+    std::vector<rl_override_t> all;
+    all.push_back(limit_override(std::string("a b%\n\x01\xff", 7), rule, 7, 90000, kT0 + 5));
+    all.back().created_ms = kT0;
+    rl_override_t r = range_override("2001:db8::/32", nullptr, RL_OVERRIDE_DENY);
+    r.expires_ms = kT0 + 9;
+    all.push_back(r);
+    rl_override_t allow{};
+    char err[RL_ERR_MAX];
+    ASSERT_EQ(rl_override_target(&allow.target, "per_key", 7, "p", 1, nullptr, 0, err, sizeof(err)), RL_OK);
+    allow.kind = RL_OVERRIDE_ALLOW;
+    all.push_back(allow);
+    for (const rl_override_t &ov : all) {
+        char line[RL_OVERRIDE_LINE_MAX];
+        const size_t n = rl_overrides_file_line(&ov, line);
+        ASSERT_GT(n, 1u);
+        ASSERT_EQ(line[n - 1], '\n');
+        EXPECT_EQ(std::memchr(line, '\n', n - 1), nullptr) << "one line";
+        rl_override_t back;
+        ASSERT_EQ(rl_overrides_file_read(line, n - 1, &back, err, sizeof(err)), RL_OK) << err;
+        EXPECT_EQ(std::memcmp(&back, &ov, sizeof(ov)), 0) << std::string(line, n);
+    }
+    EXPECT_EQ(rl_overrides_file_read("# ngx-ratelimit overrides 1", 27, &allow, err, sizeof(err)), RL_DECLINED);
+    for (const char *bad : {"per_key key %zz limit 1 5 0 0 0 0", "per_key key a limit 1 5 0 0 0",
+                            "per_key key a shout 1 5 0 0 0 0", "per_key key a limit 0 0 0 0 0 0",
+                            "per_key range 10.0.0.1/8 deny 0 0 0 0 0 0", "per_key key a deny 1 5 0 0 0 0",
+                            "bad name! key a deny 0 0 0 0 0 0", "per_key key a limit 1 5 0 0 0 0 extra"}) {
+        EXPECT_EQ(rl_overrides_file_read(bad, std::strlen(bad), &allow, err, sizeof(err)), RL_ERROR) << bad;
+    }
+}
+
+TEST(Text, BodiesReadOrRefusedNamingTheField)
+{
+    rl_override_t ov{};
+    char err[RL_ERR_MAX];
+    const std::string ok = " {\"limit\": 1000, \"period\":\"1m\", \"burst\":50, \"expire\":\"7d\"} ";
+    ASSERT_EQ(rl_override_body(&ov, ok.data(), ok.size(), kT0, err, sizeof(err)), RL_OK) << err;
+    EXPECT_EQ(ov.limit, 1000u);
+    EXPECT_EQ(ov.burst, 50u);
+    EXPECT_EQ(ov.period_ms, 60000);
+    EXPECT_EQ(ov.expires_ms, kT0 + 7 * 86400000LL);
+    EXPECT_EQ(ov.kind, RL_OVERRIDE_LIMIT);
+    const struct {
+        const char *body;
+        const char *message;
+    } bad[] = {
+        {"", "expected a JSON object"},
+        {"[1]", "expected a JSON object"},
+        {"{\"limit\":5", "not a JSON object of fields"},
+        {"{\"limit\":5} x", "text after the JSON object"},
+        {"{\"lim\\u0069t\":5}", "not a JSON object of fields"},
+        {"{\"Limit\":5}", "unknown field \"Limit\""},
+        {"{\"limit\":\"5\"}", "\"limit\": expected an integer"},
+        {"{\"limit\":5.5}", "\"limit\": not a JSON value"},
+        {"{\"limit\":-1}", "\"limit\": not a JSON value"},
+        {"{\"limit\":99999999999999999999999}", "\"limit\": expected an integer from 1 to 1000000000"},
+        {"{\"period\":60000}", "\"period\": expected a time"},
+        {"{\"expire\":\"0s\"}", "\"expire\": expected a time"},
+        {"{\"action\":\"deny\",\"burst\":2}", "takes no limit, burst or period"},
+        {"{\"action\":null}", "\"action\": expected"},
+        {"{\"expire\":null}", "a limit override sets"},
+    };
+    for (const auto &b : bad) {
+        EXPECT_EQ(rl_override_body(&ov, b.body, std::strlen(b.body), kT0, err, sizeof(err)), RL_ERROR) << b.body;
+        EXPECT_NE(std::strstr(err, b.message), nullptr) << b.body << ": " << err;
+    }
+}
+
+}  // namespace
