@@ -16,7 +16,12 @@
 # named __proto__, constructor, toString, hasOwnProperty, or holding markup,
 # quotes or </script>, are shown as the text they are.  The key API is the real ratelimit_api:
 # with writes (/rl/), read-only (/ro/), and saying it allows writes while
-# nginx's access control refuses them (/dn/, limit_except).
+# nginx's access control refuses them (/dn/, limit_except).  Overrides, in
+# an nginx of their own: those made through the API listed with their rule,
+# key or range, action, limits and time left, a page at a time (a hostile
+# key as text, running nothing); on a writable API the form adds one (the
+# API then holds what was entered), an entry the API refuses shows its
+# message as it is, and Remove removes; read-only, neither form nor Remove.
 #
 # RL_DASHBOARD_SHOT=docs/dashboard.png keeps the screenshot under load there,
 # after RL_DASHBOARD_LOAD seconds of load (default 60; without a shot the load
@@ -275,13 +280,14 @@ hasnt($dom, qr/<button/, 'read-only API: no reset button');
 
 $dom = RLBrowser::dump_dom("$url/dashboard-noapi");
 has($dom, qr/data-rule="per_user"/, 'no api=: the stats shown');
-has($dom, qr/<p id="apinote">Top refused keys need ratelimit_api: give ratelimit_dashboard an api= parameter/,
-     'no api=: says the top keys need ratelimit_api');
+has($dom, qr/<p id="apinote">Top refused keys and overrides need ratelimit_api: give ratelimit_dashboard an api= parameter/,
+     'no api=: says the top keys and overrides need ratelimit_api');
 has($dom, qr/<table class="top" hidden="">/, 'no api=: no top keys table');
+has($dom, qr/<div class="overrides" hidden="">/, 'no api=: no overrides panel');
 
 $dom = RLBrowser::dump_dom("$url/dashboard-404");
 has($dom, qr/data-rule="per_user"/, 'API answering 404: the stats shown');
-has($dom, qr/<p id="apinote">Top refused keys need ratelimit_api: \/nothing\/zones answered 404/,
+has($dom, qr/<p id="apinote">Top refused keys and overrides need ratelimit_api: \/nothing\/zones answered 404/,
      'API answering 404: says so');
 
 $dom = RLBrowser::dump_dom("$url/dashboard-canned");
@@ -508,11 +514,14 @@ for (1 .. 101) {   # alice refused again
 }
 $b->open_page("$url/dashboard-denied");
 $b->wait_for($button, 10);
+ok($b->wait_for(q{!!document.querySelector('[data-zone="api"] form.ovradd')}, 10),
+   'writes refused by nginx: the page offers the overrides form at first');
 $b->js("$button.click()");
 like($b->wait_for(q{document.querySelector('[data-rule="per_user"] .topnote').textContent}, 10),
      qr/^Not reset: the key API refused the write \(HTTP 403\)\.$/,
      'reset refused (403): said');
 is($b->js('document.querySelectorAll("button.reset").length'), 0, 'reset refused (403): no more buttons');
+is($b->js('document.querySelectorAll("form.ovradd").length'), 0, 'reset refused (403): nor overrides forms');
 
 # A phone.
 $b->viewport(375, 812);
@@ -533,4 +542,241 @@ $b->quit;
 diag(sprintf('%.1f s in real time', time - $t0));
 
 $t->stop();
+
+# ---- overrides: listed, added and removed ----
+
+# A zone's overrides as the page lists them, a page at a time: those made
+# through the key API shown with their rule, key or range, action, limits
+# and time left (a hostile key as text); on a writable API the form writes
+# what was entered (checked through the API), shows the API's message as it
+# is when it refuses, and Remove removes (asked first); read-only: no form,
+# no Remove; writes refused by nginx's access control: said, and the form
+# goes.
+my $o = RLTest->new->start(<<"EOF");
+ratelimit_zone ov 1m overrides=100;
+ratelimit_zone noroom 64k overrides=0;
+server {
+    listen 127.0.0.1:%%PORT%%;
+    location /u/ { ratelimit zone=ov key=\$http_x_user limit=100 period=1h name=by_user; alias %%PREFIX%%/html/; }
+    location /a/ { ratelimit zone=ov key=\$binary_remote_addr limit=100 period=1m name=by_addr; alias %%PREFIX%%/html/; }
+    location /n/ { ratelimit zone=noroom key=\$http_x_user limit=5 period=1m name=plain; alias %%PREFIX%%/html/; }
+    location = /stats { ratelimit_stats; }
+    location /rl/ { ratelimit_api write=on; }
+    location /ro/ { ratelimit_api; }
+    location /dn/ {
+        ratelimit_api write=on;
+        limit_except GET { deny all; }
+    }
+    location = /dashboard { ratelimit_dashboard stats=/stats api=/rl/; }
+    location = /dashboard-ro { ratelimit_dashboard stats=/stats api=/ro/; }
+    location = /dashboard-dn { ratelimit_dashboard stats=/stats api=/dn/; }
+}
+EOF
+my $ourl = 'http://127.0.0.1:' . $o->port;
+my $json = JSON::PP->new->canonical;
+sub pct { (my $s = $_[0]) =~ s/([^A-Za-z0-9._~-])/sprintf('%%%02X', ord $1)/ge; return $s }
+my $ov_put = sub { $o->request('PUT', "/rl/zones/ov/overrides?$_[0]", {}, $_[1]) };
+my $ov_get = sub { $o->get("/rl/zones/ov/overrides?$_[0]") };
+
+my $evil = '<img src=x onerror=window.pwned=1>';
+my $evil_q = pct($evil);
+(my $evil_api = $evil) =~ s/ /%20/g;   # as the API writes it: bytes that need it %-encoded
+my @made = (
+    [ 'key=alice&rule=by_user', '{"limit":500,"burst":50,"period":"1m","expire":"7d"}' ],
+    [ 'range=10.1.0.0/16&rule=by_addr', '{"action":"deny","expire":"1h"}' ],
+    [ "key=$evil_q", '{"action":"allow"}' ],
+    [ 'key=%0A%01%09%09&rule=by_addr', '{"limit":7}' ],   # an address's 4 bytes: no text
+);
+for my $m (@made) {
+    my $r = $ov_put->(@$m);
+    is($r->{status}, 200, "overrides: PUT ?$m->[0] $m->[1]") or diag($r->{content});
+}
+
+$dom = RLBrowser::dump_dom("$ourl/dashboard");
+my $ovz = part($dom, 'section', 'data-zone', 'ov');
+has($ovz, qr/<div class="overrides"><h3><span class="name">Overrides<\/span><span class="count">4 held, room for 100<\/span>/,
+    'overrides: the zone\'s panel, with how many it holds');
+has($ovz, qr/<td class="o-target"[^>]*>\Q&lt;img src=x onerror=window.pwned=1&gt;\E<\/td>/,
+    'overrides: a hostile key shown as text');
+has($ovz, qr/<form class="ovradd"/, 'overrides: a form to add one (writes allowed)');
+hasnt($dom, qr/<img/, 'overrides: no markup from a key in the page');
+has(part($dom, 'section', 'data-zone', 'noroom'),
+    qr/<span class="count">no room for overrides \(ratelimit_zone overrides=0\)<\/span>/,
+    'overrides: a zone without room for them says so');
+hasnt(part($dom, 'section', 'data-zone', 'noroom'), qr/<form/, 'overrides: and offers no form');
+
+# the rows of a zone's list: each cell's text, and the row's target, by target
+sub ov_rows {
+    my ($b, $zone) = @_;
+    my $rows = $b->js(qq{JSON.stringify([].map.call(
+        document.querySelectorAll('[data-zone="$zone"] table.ovr tbody tr[data-target]'), function (tr) {
+            return [].map.call(tr.cells, function (c) { return c.textContent; }).concat([tr.dataset.target]); }))});
+    return { map { ($_->[8] => $_) } @{ JSON::PP->new->decode($rows // '[]') } };
+}
+
+my $ob = RLBrowser->new(width => 1280, height => 900);
+$ob->on_new_document($watch);
+$ob->open_page("$ourl/dashboard");
+ok($ob->wait_for(q{document.querySelectorAll('[data-zone="ov"] table.ovr tr[data-target]').length === 4}, 20),
+   'overrides, in real time: the four listed');
+my $rows = ov_rows($ob, 'ov');
+my $alice = $rows->{alice} // [];
+is_deeply([ @$alice[0 .. 5, 7] ], [ 'by_user', 'alice', 'limit', '500', '50', '1m', 'Remove' ],
+          'overrides: alice in by_user, limit 500, burst 50 a minute, with a Remove button');
+like($alice->[6] // '', qr/^(?:6 d 23 h|7 d)$/, "overrides: alice's expires in 7 days ($alice->[6])");
+is_deeply([ @{ $rows->{'10.1.0.0/16'} // [] }[0 .. 5, 7] ], [ 'by_addr', '10.1.0.0/16', 'deny', '', '', '', 'Remove' ],
+          'overrides: a range denied in by_addr');
+my $left = $ob->js(q{+document.querySelector('[data-zone="ov"] tr[data-target="10.1.0.0/16"] .o-expires').dataset.value});
+ok($left > 3_500_000 && $left <= 3_600_000, "overrides: its time left, from the API ($left ms)");
+is_deeply($rows->{$evil_api}, [ 'every rule', $evil, 'allow', '', '', '', 'never', 'Remove', $evil_api ],
+          'overrides: the hostile key, allowed in every rule, shown as the text it is, no expiry');
+is_deeply($rows->{'%0A%01%09%09'},
+          [ 'by_addr', '%0A%01%09%09', 'limit', '7', "\x{2013}", "\x{2013}", 'never', 'Remove', '%0A%01%09%09' ],
+          'overrides: a key of no text shown as the API writes it, what it does not set as the rule\'s');
+is($ob->js('typeof window.pwned'), 'undefined', 'overrides: nothing in a key ran');
+is($ob->js('document.querySelectorAll("img").length'), 0, 'overrides: no image element');
+# a key that a right-to-left override would show as another: as the API writes it
+is($ov_put->('key=invoice%E2%80%AEfdp.exe&rule=by_user', '{"action":"deny"}')->{status}, 200, 'overrides: PUT a key with U+202E');
+my $rlo = q{document.querySelector('[data-zone="ov"] tr[data-target="invoice%E2%80%AEfdp.exe"] .o-target')};
+is($ob->wait_for("$rlo && $rlo.textContent", 20), 'invoice%E2%80%AEfdp.exe',
+   'overrides: a key with a bidirectional override shown %-encoded');
+is($o->request('DELETE', '/rl/zones/ov/overrides?key=invoice%E2%80%AEfdp.exe&rule=by_user')->{status}, 200,
+   'overrides: and removed through the API');
+ok($ob->wait_for("!$rlo", 20), 'overrides: and gone from the list');
+
+# The form: fields set as a person would, then Add; returns what was set.
+sub ov_add {
+    my ($b, %v) = @_;
+    return $b->js(sprintf(q{(function (v) {
+        var f = document.querySelector('[data-zone="ov"] form.ovradd');
+        ['rule', 'kind', 'action', 'target', 'limit', 'burst', 'period', 'expire'].forEach(function (k) {
+            f.elements[k].value = k in v ? v[k] : '';
+            f.elements[k].dispatchEvent(new Event('change'));
+        });
+        var got = [].map.call(f.elements, function (e) { return e.name ? e.name + '=' + e.value : ''; }).join(' ');
+        f.querySelector('button.add').click();
+        return got; })(%s)}, $json->encode(\%v)));
+}
+my $note = q{document.querySelector('[data-zone="ov"] .ovrnote').textContent};
+is(ov_add($ob, rule => 'by_user', kind => 'key', target => 'bob smith', action => 'limit', limit => '42',
+            period => '30s', expire => '2h'),
+     'rule=by_user kind=key target=bob smith action=limit limit=42 burst= period=30s expire=2h ',
+     'form: the fields entered');
+like($ob->wait_for("$note.indexOf('written') > 0 && $note", 20),
+     qr/^Override of key bob smith in rule by_user written at \d\d:\d\d:\d\d\.$/, 'form: written, and said');
+my $ov = RLTest::json_of($ov_get->('key=bob%20smith&rule=by_user'))->{override} // {};
+is_deeply([ @$ov{qw(rule key action limit period_ms)}, exists $ov->{burst} ? 'burst' : 'no burst' ],
+          [ 'by_user', 'bob%20smith', 'limit', 42, 30000, 'no burst' ],
+          'form: the API holds it as entered (rule, key, action, limit, period; no burst)');
+ok(($ov->{expires_in_ms} // 0) > 7_100_000 && $ov->{expires_in_ms} <= 7_200_000,
+   'form: expiring in 2 h (' . ($ov->{expires_in_ms} // 'none') . ' ms)');
+ok($ob->wait_for(q{!!document.querySelector('[data-zone="ov"] tr[data-target="bob%20smith"]')}, 20),
+   'form: and it is listed');
+
+ov_add($ob, rule => 'by_addr', kind => 'range', target => '192.168.0.0/24', action => 'deny');
+like($ob->wait_for("/192/.test($note) && $note", 20), qr/^Override of range 192\.168\.0\.0\/24 in rule by_addr written/,
+     'form: a range denied, said');
+$ov = RLTest::json_of($ov_get->('range=192.168.0.0%2F24&rule=by_addr'))->{override} // {};
+is_deeply([ @$ov{qw(rule range action)}, exists $ov->{expires_in_ms} ? $ov->{expires_in_ms} : 'absent' ],
+          [ 'by_addr', '192.168.0.0/24', 'deny', undef ], 'form: the API holds the range, denied, without expiry');
+
+# an invalid entry: the API's own message, as it is
+my $refusal = RLTest::json_of($ov_put->('key=carol&rule=by_user', '{"action":"limit","limit":0,"expire":null}'))->{error};
+like($refusal // '', qr/"limit": expected an integer/, "the API refuses limit 0: $refusal");
+ov_add($ob, rule => 'by_user', kind => 'key', target => 'carol', action => 'limit', limit => '0');
+my $msg = q{document.querySelector('[data-zone="ov"] .ovrnote .msg')};
+is($ob->wait_for("$msg && $msg.textContent", 20), $refusal, 'form: limit 0, the API\'s message shown as it is');
+like($ob->js($note), qr/^Not added \(HTTP 400\): /, 'form: saying it was not added');
+is($ov_get->('key=carol&rule=by_user')->{status}, 404, 'form: nothing written');
+my $every = RLTest::json_of($ov_put->('key=dave', '{"action":"limit","limit":5,"expire":null}'))->{error};
+like($every // '', qr/names its rule/, "the API refuses a limit for every rule: $every");
+ov_add($ob, rule => '', kind => 'key', target => 'dave', action => 'limit', limit => '5');
+is($ob->wait_for("$msg && $msg.textContent !== " . $json->encode($refusal) . " && $msg.textContent", 20), $every,
+   'form: a limit for every rule, the API\'s message');
+
+# Remove: asked first; no means no.
+sub ov_remove {
+    my ($b, $target) = @_;
+    return $b->js(sprintf(q{(function (t) {
+        var b = [].filter.call(document.querySelectorAll('[data-zone="ov"] tr[data-target]'),
+                               function (tr) { return tr.dataset.target === t; })[0].querySelector('button.remove');
+        b.click();
+        return b.disabled; })(%s)}, $json->encode($target)));
+}
+$ob->dialogs(0);
+is(ov_remove($ob, 'bob%20smith'), JSON::PP::false, 'remove: dismissed, nothing done');
+is($ov_get->('key=bob%20smith&rule=by_user')->{status}, 200, 'remove: dismissed, the override is still there');
+$ob->dialogs(1);
+for my $case ([ 'bob%20smith', 'key=bob%20smith&rule=by_user', 'key bob smith in rule by_user' ],
+              [ $evil_api, "key=$evil_q", "key $evil in every rule" ],
+              [ '%0A%01%09%09', 'key=%0A%01%09%09&rule=by_addr', 'key %0A%01%09%09 in rule by_addr' ],
+              [ '192.168.0.0/24', 'range=192.168.0.0%2F24&rule=by_addr', 'range 192.168.0.0/24 in rule by_addr' ]) {
+    my ($target, $q, $what) = @$case;
+    ov_remove($ob, $target);
+    like($ob->wait_for("$note.indexOf(" . $json->encode("$what removed") . ") > 0 && $note", 20),
+         qr/^Override of \Q$what\E removed at \d\d:\d\d:\d\d\.$/, "remove: $what, said");
+    is($ov_get->($q)->{status}, 404, "remove: $what, gone from the API");
+    ok($ob->wait_for(sprintf(q{![].some.call(document.querySelectorAll('[data-zone="ov"] tr[data-target]'),
+                                function (tr) { return tr.dataset.target === %s; })}, $json->encode($target)), 20),
+       "remove: $what, gone from the list");
+}
+my @asked_ov = $ob->dialogs;
+is(scalar @asked_ov, 5, 'remove: asked each time');
+like($asked_ov[0] // '',
+     qr/^Remove the override of key bob smith in rule by_user in zone "ov"\?\n\nIts requests meet rule by_user as configured again\.$/,
+     'remove: the question names the key, rule and zone');
+
+# More than a page: the pages walked hold each override once.
+for my $i (1 .. 23) {
+    my $s = $ov_put->(sprintf('key=page-%02d&rule=by_user', $i), '{"limit":9}')->{status};
+    $s == 200 or fail("PUT page-$i: $s");
+}
+my $all = RLTest::json_of($o->get('/rl/zones/ov/overrides?count=1000'));
+is($all->{total}, 25, 'pages: 25 overrides in the zone');
+my $pages = q{document.querySelector('[data-zone="ov"] .pager .pages').textContent};
+my $pager = sub { "document.querySelector('[data-zone=\"ov\"] .pager button:$_[0]-child')" };
+my %seen;
+for my $p ([ 1, 10 ], [ 11, 20 ], [ 21, 25 ]) {
+    my $want = "$p->[0]\x{2013}$p->[1] of 25";
+    is($ob->wait_for("$pages === '$want' && $pages", 20), $want, "pages: $p->[0] to $p->[1] of 25");
+    ok($ob->js($pager->('first') . '.disabled'), 'pages: no page before the first') if $p->[0] == 1;
+    my $r = ov_rows($ob, 'ov');
+    is(scalar keys %$r, $p->[1] - $p->[0] + 1, "pages: $p->[0] to $p->[1], as many rows");
+    $seen{$_}++ for keys %$r;
+    $ob->js($pager->('last') . '.click()') if $p->[1] < 25;
+}
+ok($ob->js($pager->('last') . '.disabled'), 'pages: no page after the last');
+is_deeply(\%seen, { map { (($_->{key} // $_->{range}) => 1) } @{ $all->{overrides} } },
+          'pages: every override of the zone, each on one page');
+# six removed elsewhere while the last page is shown: the last there is
+my @gone = (grep { /^page-/ } sort keys %seen)[0 .. 5];
+is($o->request('DELETE', "/rl/zones/ov/overrides?key=$_&rule=by_user")->{status}, 200, "$_ removed through the API")
+    for @gone;
+is($ob->wait_for("$pages === '11\x{2013}19 of 19' && $pages", 20), "11\x{2013}19 of 19",
+   'pages: six removed elsewhere, the last page there is (11 to 19 of 19)');
+
+is($ob->js('JSON.stringify(window.cspViolations)'), '[]', 'overrides: no policy violation (listing, adding, removing, pages)');
+is($ob->js('typeof window.pwned'), 'undefined', 'overrides: nothing injected ran');
+
+# Read-only: listed, nothing to add or remove.
+$ob->open_page("$ourl/dashboard-ro");
+is($ob->wait_for("$pages === '1\x{2013}10 of 19' && $pages", 20), "1\x{2013}10 of 19", 'read-only: the overrides listed');
+is(scalar keys %{ ov_rows($ob, 'ov') }, 10, 'read-only: a page of them');
+is($ob->js('document.querySelectorAll("form.ovradd").length'), 0, 'read-only: no form');
+is($ob->js('document.querySelectorAll("button.remove").length'), 0, 'read-only: no Remove button');
+is($ob->js('document.querySelectorAll("[data-zone=\"ov\"] td.act")[0].textContent'), '', 'read-only: the row\'s last cell empty');
+
+# Writes the API allows and nginx's access control refuses: said, and gone.
+$ob->open_page("$ourl/dashboard-dn");
+ok($ob->wait_for(q{!!document.querySelector('[data-zone="ov"] form.ovradd')}, 20), 'writes refused by nginx: a form first');
+ov_add($ob, rule => 'by_user', kind => 'key', target => 'erin', action => 'deny');
+like($ob->wait_for("$note.indexOf('Not added') === 0 && $note", 20),
+     qr/^Not added: the key API refused the write \(HTTP 403\)\.$/, 'writes refused by nginx (403): said');
+is($ob->js('document.querySelectorAll("form.ovradd, button.remove").length'), 0,
+   'writes refused by nginx (403): no more form nor Remove buttons');
+is($ov_get->('key=erin&rule=by_user')->{status}, 404, 'writes refused by nginx (403): nothing written');
+is($ob->js('JSON.stringify(window.cspViolations)'), '[]', 'overrides: no policy violation, read-only and refused');
+$ob->quit;
+$o->stop();
+
 done_testing();
