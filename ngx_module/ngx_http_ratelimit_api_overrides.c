@@ -103,7 +103,9 @@ ngx_http_ratelimit_api_overrides(ngx_http_request_t *r,
                                             q->in.error_len);
     }
 
-    if (q->zone->redis != NULL) {
+    /* a Redis or redis_sync zone's are in Redis, shared by the fleet */
+
+    if (q->zone->overrides_redis != NULL) {
         return ngx_http_ratelimit_api_redis_override(r, q, rule);
     }
 

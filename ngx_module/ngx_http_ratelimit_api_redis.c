@@ -17,6 +17,7 @@
 
 #include "ngx_http_ratelimit_api_redis.h"
 #include "ngx_http_ratelimit_api_keys.h"
+#include "ngx_http_ratelimit_overrides.h"
 #include "ngx_http_ratelimit_redis.h"
 
 
@@ -221,11 +222,134 @@ ngx_http_ratelimit_api_redis_cleanup(void *data)
 }
 
 
-/* A Redis zone's override written, removed or read in Redis. */
+
+
+/*
+ * A Redis zone's override written or removed in Redis, where the fleet's
+ * servers take it from (ngx_http_ratelimit_overrides.c), this one at once;
+ * read from what this server took last.
+ */
+
+typedef struct {
+    ngx_http_ratelimit_overrides_call_t   oc;
+    ngx_http_ratelimit_api_req_t         *q;
+    ngx_uint_t                            waiting;
+} ngx_http_ratelimit_api_override_t;
+
+
+static void ngx_http_ratelimit_api_override_done(
+    ngx_http_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
+static void ngx_http_ratelimit_api_override_cleanup(void *data);
+
 
 ngx_int_t
 ngx_http_ratelimit_api_redis_override(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q, rl_override_rule_t *rule)
 {
-    return ngx_http_ratelimit_api_fail(r, q, RL_API_NO_OVERRIDES);
+    int64_t                              now;
+    ngx_int_t                            found;
+    rl_override_t                        held;
+    ngx_pool_cleanup_t                  *cln;
+    ngx_http_ratelimit_api_override_t   *ao;
+
+    if (q->zone->store == NULL) {
+        return ngx_http_ratelimit_api_fail(r, q, q->in.put
+                                                 ? RL_API_NO_OVERRIDES
+                                                 : RL_API_NO_OVERRIDE);
+    }
+
+    now = ngx_http_ratelimit_now();
+
+    ngx_shmtx_lock(&q->zone->shpool->mutex);
+    found = rl_override_get(q->zone->table, &q->ov.target, now, &held);
+    ngx_shmtx_unlock(&q->zone->shpool->mutex);
+
+    if (found && !q->in.put) {
+        q->ov = held;   /* what is read, or removed */
+    }
+
+    if (!q->in.put && !q->in.reset) {
+        return found ? ngx_http_ratelimit_api_override_answer(r, q)
+                     : ngx_http_ratelimit_api_fail(r, q, RL_API_NO_OVERRIDE);
+    }
+
+    ao = ngx_pcalloc(r->pool, sizeof(ngx_http_ratelimit_api_override_t));
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (ao == NULL || cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_ratelimit_api_override_cleanup;
+    cln->data = ao;
+
+    ao->q = q;
+    ao->oc.call.op = q->in.put ? RL_OVERRIDES_PUT : RL_OVERRIDES_DEL;
+    ao->oc.call.ov = q->ov;
+    ao->oc.call.ov.created_ms = now;
+    ao->oc.call.now_ms = now;
+    ao->oc.call.room = q->zone->overrides;
+    ao->oc.w.request = r;
+
+    if (ngx_http_ratelimit_overrides_send(q->zone, &ao->oc,
+                                          ngx_http_ratelimit_api_override_done)
+        != NGX_OK)
+    {
+        return ngx_http_ratelimit_api_fail(r, q, RL_API_REDIS_FAILED);
+    }
+
+    ao->waiting = 1;
+    r->main->count++;
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_ratelimit_api_override_done(ngx_http_ratelimit_redis_wait_t *w,
+    rl_redis_answer_t *answer)
+{
+    ngx_http_request_t                 *r = w->request;
+    ngx_http_ratelimit_api_req_t       *q;
+    ngx_http_ratelimit_api_override_t  *ao;
+
+    ao = (ngx_http_ratelimit_api_override_t *) w;   /* its first field */
+    ao->waiting = 0;
+    q = ao->q;
+
+    if (answer == NULL) {
+        ngx_http_finalize_request(r, ngx_http_ratelimit_api_fail(r, q,
+                                                       RL_API_REDIS_FAILED));
+        return;
+    }
+
+    if (ao->oc.call.result != 1) {
+        ngx_http_finalize_request(r, ngx_http_ratelimit_api_fail(r, q,
+                                          ao->oc.call.result < 0
+                                          ? RL_API_OVERRIDES_FULL
+                                          : RL_API_NO_OVERRIDE));
+        return;
+    }
+
+    if (q->in.put) {
+        q->ov = ao->oc.call.ov;
+    }
+
+    ngx_http_ratelimit_overrides_poll_now(q->zone);
+    ngx_http_ratelimit_api_log_override(r, q);
+
+    ngx_http_finalize_request(r, ngx_http_ratelimit_api_override_answer(r, q));
+}
+
+
+/* The request goes away while it waits: its reply is dropped. */
+
+static void
+ngx_http_ratelimit_api_override_cleanup(void *data)
+{
+    ngx_http_ratelimit_api_override_t  *ao = data;
+
+    if (ao->waiting) {
+        ao->waiting = 0;
+        ngx_http_ratelimit_redis_cancel(&ao->oc.w);
+    }
 }

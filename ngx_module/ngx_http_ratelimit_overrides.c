@@ -17,9 +17,14 @@
 
 #include "ngx_http_ratelimit_overrides.h"
 #include "ngx_http_ratelimit_log.h"
+#include "ngx_http_ratelimit_redis_conn.h"
+#include "ngx_http_ratelimit_sync.h"
 
 
 #define NGX_HTTP_RATELIMIT_OVERRIDES_TICK  1000
+/* a Redis zone's: how often each server asks for Redis's overrides'
+   version (a change applies on every server within about this) */
+#define NGX_HTTP_RATELIMIT_OVERRIDES_POLL  250
 
 
 static ngx_int_t ngx_http_ratelimit_overrides_line(ngx_log_t *log,
@@ -30,6 +35,17 @@ static ngx_int_t ngx_http_ratelimit_overrides_write(
     ngx_http_ratelimit_zone_t *zone, ngx_log_t *log);
 static u_char *ngx_http_ratelimit_overrides_text(
     ngx_http_ratelimit_zone_t *zone, size_t *len, uint64_t *version);
+static void ngx_http_ratelimit_overrides_poll(ngx_http_ratelimit_zone_t *zone,
+    int64_t now);
+static void ngx_http_ratelimit_overrides_polled(
+    ngx_http_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
+static ngx_int_t ngx_http_ratelimit_overrides_page(
+    ngx_http_ratelimit_zone_t *zone, rl_overrides_call_t *call);
+static ngx_int_t ngx_http_ratelimit_overrides_command(void *c,
+    ngx_http_ratelimit_redis_wait_t *w, ngx_uint_t eval);
+static ngx_int_t ngx_http_ratelimit_overrides_answer(
+    ngx_http_ratelimit_redis_wait_t *w, rl_resp_t *reply,
+    rl_redis_answer_t *a);
 
 
 /* overrides=N, overrides_file=PATH of ratelimit_zone */
@@ -155,6 +171,10 @@ ngx_http_ratelimit_overrides_attach(ngx_http_ratelimit_zone_t *zone,
         && zone->overrides_file.len)
     {
         ngx_http_ratelimit_overrides_load(zone, log);
+    }
+
+    if (zone->redis != NULL) {
+        rl_overrides_remote(zone->table);   /* a copy of Redis's */
     }
 }
 
@@ -354,7 +374,15 @@ ngx_http_ratelimit_overrides_start(ngx_http_ratelimit_zone_t *zone,
     zone->overrides_event.log = cycle->log;
     zone->overrides_event.cancelable = 1;
 
-    if (ngx_worker == 0) {
+    zone->overrides_redis = zone->redis ? zone->redis
+                            : zone->sync ? zone->sync->redis : NULL;
+
+    if (zone->overrides_redis) {
+        /* every worker takes Redis's overrides when it starts; worker 0 then
+           asks for their version every NGX_HTTP_RATELIMIT_OVERRIDES_POLL */
+        ngx_add_timer(&zone->overrides_event, 1);
+
+    } else if (ngx_worker == 0) {
         ngx_add_timer(&zone->overrides_event,
                       NGX_HTTP_RATELIMIT_OVERRIDES_TICK);
     }
@@ -381,7 +409,7 @@ ngx_http_ratelimit_overrides_changed(ngx_http_ratelimit_zone_t *zone)
 static void
 ngx_http_ratelimit_overrides_tick(ngx_event_t *ev)
 {
-    int64_t                     now;
+    int64_t                     now, expiry;
     rl_overrides_stats_t        st;
     ngx_http_ratelimit_zone_t  *zone = ev->data;
 
@@ -389,9 +417,20 @@ ngx_http_ratelimit_overrides_tick(ngx_event_t *ev)
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    if (rl_overrides_next_expiry(zone->table) != 0
-        && rl_overrides_next_expiry(zone->table) <= now)
-    {
+    if (zone->overrides_redis) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        ngx_http_ratelimit_overrides_poll(zone, now);
+
+        if (ngx_worker == 0 && !ngx_exiting && !ngx_terminate && !ngx_quit) {
+            ngx_add_timer(ev, NGX_HTTP_RATELIMIT_OVERRIDES_POLL);
+        }
+
+        return;
+    }
+
+    expiry = rl_overrides_next_expiry(zone->table, 0);
+
+    if (expiry != 0 && expiry <= now) {
         (void) rl_overrides_expire(zone->table, zone->override_rules,
                                    zone->override_nrules, now);
     }
@@ -553,3 +592,257 @@ ngx_http_ratelimit_overrides_text(ngx_http_ratelimit_zone_t *zone,
 
     return text;
 }
+
+
+/* ---- a Redis zone's overrides: taken from Redis, written there ---------- */
+
+
+/*
+ * Redis's overrides taken into the zone's store when their version moved
+ * (in this worker: one poll at a time), a page at a time; the store then
+ * replaced under the lock, and the refusals the zone remembers forgotten
+ * (none outlives an override that lifts it, an override's expiry too).
+ */
+
+static void
+ngx_http_ratelimit_overrides_poll(ngx_http_ratelimit_zone_t *zone, int64_t now)
+{
+    int64_t                          expiry;
+    rl_overrides_stats_t             st;
+    ngx_http_ratelimit_overrides_poll_t  *p;
+
+    p = zone->poll;
+
+    if (p == NULL) {
+        p = ngx_pcalloc(ngx_cycle->pool,
+                        sizeof(ngx_http_ratelimit_overrides_poll_t));
+        if (p == NULL) {
+            return;
+        }
+
+        zone->poll = p;
+    }
+
+    expiry = rl_overrides_next_expiry(zone->table, p->expiries);
+    p->expiries = now;
+
+    if (zone->redis && expiry != 0 && expiry <= now) {
+        rl_refusals_forget(zone->redis->refusals);
+    }
+
+    if (p->busy) {
+        return;
+    }
+
+    rl_overrides_stats(zone->store, &st);
+
+    ngx_memzero(&p->oc.call, sizeof(rl_overrides_call_t));
+    p->oc.call.op = RL_OVERRIDES_POLL;
+    p->oc.call.version = st.remote;
+    p->oc.call.cursor[0] = '0';
+    p->first = 0;
+    p->n = 0;
+
+    if (ngx_http_ratelimit_overrides_send(zone, &p->oc,
+                                          ngx_http_ratelimit_overrides_polled)
+        == NGX_OK)
+    {
+        p->busy = 1;
+    }
+}
+
+
+/* In this worker, now (a write it made): Redis's overrides taken again. */
+
+void
+ngx_http_ratelimit_overrides_poll_now(ngx_http_ratelimit_zone_t *zone)
+{
+    ngx_http_ratelimit_overrides_poll(zone, ngx_http_ratelimit_now());
+}
+
+
+static void
+ngx_http_ratelimit_overrides_polled(ngx_http_ratelimit_redis_wait_t *w,
+    rl_redis_answer_t *answer)
+{
+    ngx_http_ratelimit_zone_t            *zone;
+    ngx_http_ratelimit_overrides_call_t  *oc;
+    ngx_http_ratelimit_overrides_poll_t  *p;
+
+    oc = (ngx_http_ratelimit_overrides_call_t *) w;
+    zone = oc->zone;
+    p = zone->poll;
+    p->busy = 0;
+
+    if (answer == NULL || oc->call.unchanged) {
+        return;   /* not answered: asked again at the next tick */
+    }
+
+    if (p->first != 0 && oc->call.page_version != p->first) {
+        p->n = 0;   /* changed while it was read: from the start */
+        p->first = 0;
+        ngx_memcpy(oc->call.cursor, "0", 2);
+        oc->call.skip = 0;
+
+    } else {
+        p->first = oc->call.page_version;
+
+        if (ngx_http_ratelimit_overrides_page(zone, &oc->call) != NGX_OK) {
+            return;
+        }
+
+        if (!oc->call.more) {
+            ngx_shmtx_lock(&zone->shpool->mutex);
+            (void) rl_overrides_replace(zone->table, p->list, p->n,
+                                        zone->override_rules,
+                                        zone->override_nrules, p->first);
+            ngx_shmtx_unlock(&zone->shpool->mutex);
+
+            if (zone->redis) {
+                rl_refusals_forget(zone->redis->refusals);
+            }
+
+            return;
+        }
+
+        ngx_memcpy(oc->call.cursor, oc->call.next_cursor,
+                   sizeof(oc->call.cursor));
+        oc->call.skip = oc->call.next_skip;
+    }
+
+    if (ngx_http_ratelimit_overrides_send(zone, oc,
+                                          ngx_http_ratelimit_overrides_polled)
+        == NGX_OK)
+    {
+        p->busy = 1;
+    }
+}
+
+
+/* A page's lines read into the worker's list (as many as the zone holds). */
+
+static ngx_int_t
+ngx_http_ratelimit_overrides_page(ngx_http_ratelimit_zone_t *zone,
+    rl_overrides_call_t *call)
+{
+    const char                           *l, *end, *nl;
+    ngx_http_ratelimit_overrides_poll_t  *p;
+    char                                  err[RL_ERR_MAX];
+
+    p = zone->poll;
+
+    if (p->list == NULL) {
+        p->list = ngx_alloc(zone->overrides * sizeof(rl_override_t),
+                            ngx_cycle->log);
+        if (p->list == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    end = call->lines + call->lines_len;
+
+    for (l = call->lines; l < end && p->n < zone->overrides; l = nl + 1) {
+        nl = (const char *) ngx_strlchr((u_char *) l, (u_char *) end, '\n');
+        if (nl == NULL) {
+            nl = end;
+        }
+
+        if (rl_overrides_file_read(l, nl - l, &p->list[p->n], err,
+                                   sizeof(err))
+            == RL_OK)
+        {
+            p->n++;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * A call of the zone's overrides to Redis (a write of the key API's, or a
+ * poll), on the zone's connections, by the hash's slot in a Cluster.
+ */
+
+ngx_int_t
+ngx_http_ratelimit_overrides_send(ngx_http_ratelimit_zone_t *zone,
+    ngx_http_ratelimit_overrides_call_t *oc,
+    ngx_http_ratelimit_redis_done_pt done)
+{
+    ngx_http_request_t  *r;
+
+    oc->zone = zone;
+
+    ngx_memzero(&oc->check, sizeof(rl_check_t));
+    oc->check.key = oc->target;
+    oc->check.key_len = rl_overrides_redis_target((char *) zone->name.data,
+                                                  zone->name.len, oc->target);
+    ngx_memzero(&oc->rq, sizeof(rl_request_t));
+    oc->rq.checks = &oc->check;
+    oc->rq.n = 1;
+
+    r = oc->w.request;
+    ngx_memzero(&oc->w, sizeof(ngx_http_ratelimit_redis_wait_t));
+    oc->w.request = r;
+    oc->w.handler = done;
+    oc->w.rq = &oc->rq;
+    oc->w.call = NGX_HTTP_RATELIMIT_REDIS_OVERRIDES;
+    oc->w.command = ngx_http_ratelimit_overrides_command;
+    oc->w.answer = ngx_http_ratelimit_overrides_answer;
+
+    return ngx_http_ratelimit_redis_send(zone->overrides_redis, &oc->w);
+}
+
+
+static ngx_int_t
+ngx_http_ratelimit_overrides_command(void *c,
+    ngx_http_ratelimit_redis_wait_t *w, ngx_uint_t eval)
+{
+    size_t                                slen;
+    const char                           *script;
+    ngx_http_ratelimit_redis_t           *redis;
+    ngx_http_ratelimit_redis_conn_t      *conn = c;
+    ngx_http_ratelimit_overrides_call_t  *oc;
+
+    oc = (ngx_http_ratelimit_overrides_call_t *) w;
+    redis = conn->redis;
+
+    /* EVAL each time: a few calls a second at most, a short script */
+
+    script = rl_overrides_redis_script(&slen);
+
+    if (ngx_http_ratelimit_redis_reserve(conn,
+            rl_overrides_redis_command_size(redis->prefix.len, slen))
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    conn->out_len += rl_overrides_redis_command(
+                         (char *) conn->out + conn->out_len, script, slen, 1,
+                         (const char *) redis->prefix.data, redis->prefix.len,
+                         redis->cluster, (char *) oc->zone->name.data,
+                         oc->zone->name.len, &oc->call);
+
+    ngx_http_ratelimit_redis_push(conn, w);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_ratelimit_overrides_answer(ngx_http_ratelimit_redis_wait_t *w,
+    rl_resp_t *reply, rl_redis_answer_t *a)
+{
+    ngx_http_ratelimit_overrides_call_t  *oc;
+
+    oc = (ngx_http_ratelimit_overrides_call_t *) w;
+
+    ngx_memzero(a, sizeof(rl_redis_answer_t));
+
+    a->kind = rl_overrides_redis_answer(reply, &oc->call, a->why,
+                                        sizeof(a->why));
+
+    return a->kind;
+}
+

@@ -8,7 +8,34 @@
 #define NGX_HTTP_RATELIMIT_OVERRIDES_H
 
 
-#include "ngx_http_ratelimit_types.h"
+#include "ngx_http_ratelimit_redis.h"
+
+
+/* a wait's call: an overrides call (enum rl_redis_call's, and redis_sync's
+   NGX_HTTP_RATELIMIT_REDIS_SYNC, after) */
+#define NGX_HTTP_RATELIMIT_REDIS_OVERRIDES  65
+
+
+/* A call of a zone's overrides to Redis: its wait first. */
+typedef struct {
+    ngx_http_ratelimit_redis_wait_t   w;
+    ngx_http_ratelimit_zone_t        *zone;
+    rl_overrides_call_t               call;
+    rl_request_t                      rq;       /* the hash's key, for a */
+    rl_check_t                        check;    /*   Cluster's slot */
+    char                              target[RL_OVERRIDES_TARGET_MAX];
+} ngx_http_ratelimit_overrides_call_t;
+
+
+/* A worker's taking of Redis's overrides (a Redis zone's). */
+struct ngx_http_ratelimit_overrides_poll_s {
+    ngx_http_ratelimit_overrides_call_t  oc;
+    rl_override_t                    *list;     /* read so far */
+    size_t                            n;
+    uint64_t                          first;    /* its first page's version */
+    int64_t                           expiries; /* expiries seen until */
+    unsigned                          busy:1;
+};
 
 
 /* overrides= when a zone does not say */
@@ -29,6 +56,10 @@ rl_override_rule_t *ngx_http_ratelimit_overrides_rule(
 ngx_int_t ngx_http_ratelimit_overrides_start(ngx_http_ratelimit_zone_t *zone,
     ngx_cycle_t *cycle);
 void ngx_http_ratelimit_overrides_changed(ngx_http_ratelimit_zone_t *zone);
+void ngx_http_ratelimit_overrides_poll_now(ngx_http_ratelimit_zone_t *zone);
+ngx_int_t ngx_http_ratelimit_overrides_send(ngx_http_ratelimit_zone_t *zone,
+    ngx_http_ratelimit_overrides_call_t *oc,
+    ngx_http_ratelimit_redis_done_pt done);
 
 
 #endif /* NGX_HTTP_RATELIMIT_OVERRIDES_H */

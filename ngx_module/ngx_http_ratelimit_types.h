@@ -29,6 +29,8 @@
 typedef struct ngx_http_ratelimit_redis_s       ngx_http_ratelimit_redis_t;
 typedef struct ngx_http_ratelimit_redis_wait_s  ngx_http_ratelimit_redis_wait_t;
 typedef struct ngx_http_ratelimit_sync_s        ngx_http_ratelimit_sync_t;
+typedef struct ngx_http_ratelimit_overrides_poll_s
+    ngx_http_ratelimit_overrides_poll_t;
 
 
 /* $ratelimit_decided_by: where the decision was taken */
@@ -86,6 +88,11 @@ typedef struct {
     rl_override_rule_t          *override_rules; /* this worker's: its
                                                rules, a name once */
     ngx_uint_t                   override_nrules;
+    ngx_http_ratelimit_redis_t  *overrides_redis; /* a Redis or redis_sync
+                                               zone's Redis, where its
+                                               overrides are */
+    ngx_http_ratelimit_overrides_poll_t  *poll;  /* this worker's taking
+                                               of them */
 } ngx_http_ratelimit_zone_t;
 
 

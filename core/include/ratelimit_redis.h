@@ -263,14 +263,18 @@ typedef struct {
 
 RL_API const char *rl_overrides_redis_script(size_t *len);
 
-/* The key a zone's overrides' calls are sent by (a Cluster's slot). */
-RL_API void rl_overrides_redis_target(const void **key, size_t *len);
+/* The key a zone's overrides' hash is named by, and its calls sent by (a
+   Cluster's slot): at most RL_OVERRIDES_TARGET_MAX bytes into out. */
+#define RL_OVERRIDES_TARGET_MAX  (10 + RL_NAME_MAX)
+RL_API size_t rl_overrides_redis_target(const char *zone, size_t zone_len,
+    char *out);
 
 RL_API size_t rl_overrides_redis_command_size(size_t prefix_len,
     size_t script_len);
 RL_API size_t rl_overrides_redis_command(char *buf, const char *script,
     size_t script_len, int eval, const char *prefix, size_t prefix_len,
-    int cluster, const rl_overrides_call_t *call);
+    int cluster, const char *zone, size_t zone_len,
+    const rl_overrides_call_t *call);
 
 /* A reply judged: RL_REDIS_DECIDED (call's outs set), NOSCRIPT, READONLY
    or FAILED (why). */

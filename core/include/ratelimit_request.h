@@ -227,8 +227,9 @@ RL_API int rl_rule_policy_fixed(const rl_rule_t *rule);
 /*
  * A Redis zone's request, before it is sent: the overrides its checks meet
  * (rl_decide finds them itself), under its zone's lock.  Returns 1 if a deny
- * override refuses it (with combine any: every rule that applies): it is
- * concluded, refused, and not sent; else 0, a limit override's rule in
+ * override refuses it (with combine any: every rule that applies), or
+ * allow overrides exempt it from every rule: it is concluded, and not sent;
+ * else 0, a limit override's rule in
  * rq->room's memory, the checks an override exempts (allow; deny, with
  * combine any) exempt for the call.
  */

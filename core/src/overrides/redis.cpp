@@ -84,14 +84,14 @@ redis.call('HINCRBY', h, '#v', 1)
 return 1
 )lua";
 
-// The hash's name: the zone's prefix, the hash tag of "overrides" in a
-// Cluster (so that its slot is rl_redis_key_slot("overrides")), "o".
-const char kName[] = "overrides";
-
-size_t hash_key(char *out, const char *prefix, size_t prefix_len, int cluster)
+// The hash's name: as a rule's state is named (rl_redis_key), under the
+// identity of every rule, for the key "overrides ZONE": a zone's own (zones
+// may share a prefix), in that key's slot in a Cluster.
+size_t hash_key(char *out, const char *prefix, size_t prefix_len, int cluster, const char *zone, size_t zone_len)
 {
-    // a name no rule's key takes: rl_redis_key's are 32 hex characters
-    return rl_redis_key(out, prefix, prefix_len, cluster, rl::kEveryRule, kName, sizeof(kName) - 1);
+    char key[RL_OVERRIDES_TARGET_MAX];
+    const size_t len = rl_overrides_redis_target(zone, zone_len, key);
+    return rl_redis_key(out, prefix, prefix_len, cluster, rl::kEveryRule, key, len);
 }
 
 // A field: the line's first three words.
@@ -114,10 +114,12 @@ const char *rl_overrides_redis_script(size_t *len)
     return kScript;
 }
 
-void rl_overrides_redis_target(const void **key, size_t *len)
+size_t rl_overrides_redis_target(const char *zone, size_t zone_len, char *out)
 {
-    *key = kName;
-    *len = sizeof(kName) - 1;
+    const size_t n = zone_len < RL_NAME_MAX ? zone_len : RL_NAME_MAX - 1;
+    std::memcpy(out, "overrides ", 10);
+    std::memcpy(out + 10, zone, n);
+    return 10 + n;
 }
 
 size_t rl_overrides_redis_command_size(size_t prefix_len, size_t script_len)
@@ -128,7 +130,8 @@ size_t rl_overrides_redis_command_size(size_t prefix_len, size_t script_len)
 }
 
 size_t rl_overrides_redis_command(char *buf, const char *script, size_t script_len, int eval, const char *prefix,
-                                  size_t prefix_len, int cluster, const rl_overrides_call_t *call)
+                                  size_t prefix_len, int cluster, const char *zone, size_t zone_len,
+                                  const rl_overrides_call_t *call)
 {
     rl::Writer w{buf};
     w.header('*', 3 + 1 + 5);
@@ -140,7 +143,7 @@ size_t rl_overrides_redis_command(char *buf, const char *script, size_t script_l
     w.arg(script, script_len);
     w.arg((int64_t) 1);
     char key[256 + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN];
-    w.arg(key, hash_key(key, prefix, prefix_len < 256 ? prefix_len : 256, cluster));
+    w.arg(key, hash_key(key, prefix, prefix_len < 256 ? prefix_len : 256, cluster, zone, zone_len));
     if (call->op == RL_OVERRIDES_POLL) {
         w.arg("poll", 4);
         w.arg((int64_t) call->version);

@@ -260,7 +260,12 @@ size_t rl_overrides_expire(void *table, const rl_override_rule_t *rules, size_t 
     return removed;
 }
 
-int64_t rl_overrides_next_expiry(const void *table)
+int rl_overrides_held(const void *table)
+{
+    return __atomic_load_n(&rl::Table::at(table)->header().overrides_live, __ATOMIC_RELAXED) != 0;
+}
+
+int64_t rl_overrides_next_expiry(const void *table, int64_t after)
 {
     const rl::Store *st = store_of(table);
     int64_t next = 0;
@@ -269,7 +274,7 @@ int64_t rl_overrides_next_expiry(const void *table)
     }
     const rl::OverrideEntry *e = st->entries();
     for (uint32_t i = 0; i < st->used_entries(); i++) {
-        if (e[i].tag != 0 && e[i].ov.expires_ms != 0 && (next == 0 || e[i].ov.expires_ms < next)) {
+        if (e[i].tag != 0 && e[i].ov.expires_ms > after && (next == 0 || e[i].ov.expires_ms < next)) {
             next = e[i].ov.expires_ms;
         }
     }

@@ -147,8 +147,24 @@ extern "C" {
 
 int rl_request_overrides(rl_request_t *rq, int64_t now_ms)
 {
-    if (!rl::any_overrides(*rq) || !rl::resolve_overrides(*rq, now_ms)) {
+    if (!rl::any_overrides(*rq)) {
         return 0;
+    }
+    if (!rl::resolve_overrides(*rq, now_ms)) {
+        for (size_t i = 0; i < rq->n; i++) {
+            if (rl::applies(rq->checks[i])) {
+                return 0;
+            }
+        }
+        // every rule's key exempt by an override (allow): nothing to send
+        rq->binding = rq->n;
+        rq->delay_ms = 0;
+        rq->verdict = RL_VERDICT_EXEMPT;
+        for (size_t i = 0; i < rq->n; i++) {
+            rq->checks[i].outcome = RL_OUTCOME_EXEMPT;
+        }
+        rl::act(*rq);
+        return 1;
     }
     size_t applying = 0, denied = 0;
     for (size_t i = 0; i < rq->n; i++) {

@@ -62,7 +62,7 @@ int64_t capped(unsigned __int128 v)
     return v > (unsigned __int128) (INT64_MAX / 2) ? INT64_MAX / 2 : (int64_t) v;
 }
 
-Range range_of(const rl_rule_t &rule)
+Range range_of(const rl_rule_t &rule, bool carried)
 {
     const rl::Algorithm &a = rl::algorithm_of(rule);
     Range g{};
@@ -83,9 +83,21 @@ Range range_of(const rl_rule_t &rule)
     if ((unsigned __int128) rule.ban_ms > longest) {
         longest = (uint64_t) rule.ban_ms;  // a ban's refusals wait for its end
     }
+    if (carried && rule.limit > 0) {
+        // an override's key may owe what other parameters let it spend
+        // (at most RL_LIMIT_MAX units), repaid at this rule's pace
+        const unsigned __int128 owed = (unsigned __int128) RL_LIMIT_MAX * (uint64_t) rule.period_ms / rule.limit;
+        longest = owed > longest ? owed : longest;
+    }
     // a cost that can never pass waits at least a second (never())
     g.longest = capped((longest > 1000 ? longest : 1000) + RL_REDIS_CLOCK_SLACK_MS);
     return g;
+}
+
+// A check's: its rule's, as an override may have carried its key over.
+Range range_of(const rl_check_t &c)
+{
+    return range_of(*c.rule, c.configured != nullptr || c.since != 0);
 }
 
 int failed(rl_redis_answer_t &out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -182,7 +194,7 @@ const char *type_name(const rl_resp_t &r)
 // one that writes nothing); else why not.
 bool in_range(const rl_check_t &c, const int64_t *v, bool peek, rl_redis_answer_t &out)
 {
-    const Range g = range_of(*c.rule);
+    const Range g = range_of(c);
     const uint64_t cost = c.cost < RL_REDIS_UNITS_MAX ? c.cost : RL_REDIS_UNITS_MAX;  // as sent
     const int64_t never = cost > g.capacity;
     const bool refused = v[kAllowed] != 1;
@@ -234,7 +246,7 @@ bool in_range(const rl_check_t &c, const int64_t *v, bool peek, rl_redis_answer_
 // the rule waits; else why not.
 bool after_in_range(const rl_check_t &c, int64_t after, int64_t now, bool committed, rl_redis_answer_t &out)
 {
-    const int64_t most = committed ? now + range_of(*c.rule).longest : 0;
+    const int64_t most = committed ? now + range_of(c).longest : 0;
     if (committed ? after >= now && after <= most : after == 0) {
         return true;
     }
@@ -259,7 +271,7 @@ int settled(rl_request_t *rq, const rl_resp_t &r, rl_redis_answer_t &out)
             continue;
         }
         const uint64_t sent = c.charge < RL_REDIS_UNITS_MAX ? c.charge : RL_REDIS_UNITS_MAX;
-        const uint64_t most = std::min<uint64_t>(sent, range_of(*c.rule).most_charged);
+        const uint64_t most = std::min<uint64_t>(sent, range_of(c).most_charged);
         if (v[0] < 0 || (uint64_t) v[0] > most || v[1] < 0 || v[1] > (v[0] > 0) || v[2] < 0 || v[2] > 1 ||
             (v[2] == 0 && (uint64_t) v[0] != sent)) {
             return failed(out,
