@@ -369,10 +369,15 @@ ngx_http_ratelimit_apply_verdict(ngx_http_request_t *r,
         ctx->policy = rlcf->policy;
     }
 
+    if (rq->overridden) {
+        ngx_http_ratelimit_note_override(ctx);
+    }
+
     if (rq->action == RL_ACTION_PASS && rq->verdict == RL_VERDICT_PASSED
         && !ctx->ends
         && !rlcf->policy_each
-        && rq->overridden == 0
+        && !(rq->overridden
+             && (rlcf->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF))
 #if (NGX_DEBUG)
         && !(r->connection->log->log_level & NGX_LOG_DEBUG_HTTP)
 #endif
@@ -394,10 +399,6 @@ ngx_http_ratelimit_act_on_verdict(ngx_http_request_t *r,
 
     rq = &ctx->rq;
 
-    if (rq->overridden) {
-        ngx_http_ratelimit_note_override(ctx);
-    }
-
     /* rules with charge= or concurrency settle when the request ends */
 
     if (ctx->ends && ngx_http_ratelimit_keep_checks(ctx) != NGX_OK) {
@@ -405,7 +406,9 @@ ngx_http_ratelimit_act_on_verdict(ngx_http_request_t *r,
     }
 
     if (rq->binding < rq->n) {
-        if ((rlcf->policy_each || rq->overridden)
+        if ((rlcf->policy_each
+             || (rq->overridden
+                 && (rlcf->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF)))
             && ngx_http_ratelimit_policy(r, ctx) != NGX_OK)
         {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;

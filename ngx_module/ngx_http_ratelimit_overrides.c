@@ -428,12 +428,14 @@ ngx_http_ratelimit_overrides_tick(ngx_event_t *ev)
         return;
     }
 
-    expiry = rl_overrides_next_expiry(zone->table, 0);
+    expiry = rl_overrides_next_expiry(zone->table, zone->overrides_checked);
 
     if (expiry != 0 && expiry <= now) {
         (void) rl_overrides_expire(zone->table, zone->override_rules,
                                    zone->override_nrules, now);
     }
+
+    zone->overrides_checked = now;   /* every one expired by now is gone */
 
     rl_overrides_stats(zone->store, &st);
 
@@ -623,7 +625,9 @@ ngx_http_ratelimit_overrides_poll(ngx_http_ratelimit_zone_t *zone, int64_t now)
         zone->poll = p;
     }
 
+    ngx_shmtx_lock(&zone->shpool->mutex);
     expiry = rl_overrides_next_expiry(zone->table, p->expiries);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
     p->expiries = now;
 
     if (zone->redis && expiry != 0 && expiry <= now) {

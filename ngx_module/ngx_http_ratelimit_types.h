@@ -93,6 +93,8 @@ typedef struct {
                                                overrides are */
     ngx_http_ratelimit_overrides_poll_t  *poll;  /* this worker's taking
                                                of them */
+    int64_t                      overrides_checked; /* this worker's timer:
+                                               expiries seen until */
 } ngx_http_ratelimit_zone_t;
 
 

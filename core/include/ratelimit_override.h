@@ -171,8 +171,10 @@ RL_API size_t rl_override_list(const void *table, const char *rule,
 RL_API size_t rl_overrides_expire(void *table,
     const rl_override_rule_t *rules, size_t n, int64_t now_ms);
 
-/* The soonest expiry of an override held after `after` (0: none). */
-RL_API int64_t rl_overrides_next_expiry(const void *table, int64_t after);
+/* The soonest expiry of an override held after `after` (0: none); a walk
+   of the store only after a change, or once that expiry is reached.  The
+   caller holds the lock. */
+RL_API int64_t rl_overrides_next_expiry(void *table, int64_t after);
 
 /* 1 if the table's store holds any override (read without the lock: a
    request of a zone that holds none takes no lock for them). */

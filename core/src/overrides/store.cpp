@@ -14,7 +14,7 @@ namespace rl {
 namespace {
 
 const char kMagic[8] = {'r', 'l', 'o', 'v', 'e', 'r', 'r', '1'};
-const uint32_t kVersion = 1;
+const uint32_t kVersion = 3;
 
 uint32_t index_size_for(uint32_t capacity)
 {
@@ -158,6 +158,12 @@ void Store::rebuild()
     }
 }
 
+void Store::count_kind(const OverrideEntry &e, int delta)
+{
+    uint32_t &n = e.ov.target.family ? h_.ranges : e.identity == kEveryRule ? h_.keys_every : h_.keys_rule;
+    n = (uint32_t) ((int64_t) n + delta);
+}
+
 void Store::note_length(const OverrideEntry &e, int delta)
 {
     if (e.ov.target.family == 0) {
@@ -172,6 +178,67 @@ void Store::note_length(const OverrideEntry &e, int delta)
     } else {
         l.mask[every][p / 64] &= ~(1ull << (p % 64));
     }
+}
+
+namespace {
+
+uint32_t v6_bit(const uint8_t *addr)
+{
+    uint32_t top;
+    std::memcpy(&top, addr, 4);
+    return (uint32_t) (mix(top) % kFilterBits);
+}
+
+void set_bit(uint64_t *bits, uint32_t i)
+{
+    bits[i / 64] |= 1ull << (i % 64);
+}
+
+}  // namespace
+
+void Store::filter_add(const OverrideEntry &e)
+{
+    const rl_override_target_t &t = e.ov.target;
+    Filters &f = h_.filters;
+    if (t.family == 4) {
+        // every /16 the range covers
+        const uint32_t first = (uint32_t) t.key[0] << 8 | t.key[1];
+        const uint32_t count = t.prefix >= 16 ? 1u : 1u << (16 - t.prefix);
+        for (uint32_t i = 0; i < count; i++) {
+            set_bit(f.v4, first + i);
+        }
+    } else if (t.family == 6) {
+        if (t.prefix < 32) {
+            f.v6_short++;
+        } else {
+            set_bit(f.v6, v6_bit(t.key));
+        }
+    }
+}
+
+void Store::filters_rebuild()
+{
+    std::memset(&h_.filters, 0, sizeof(h_.filters));
+    const OverrideEntry *e = entries();
+    for (uint32_t i = 0; i < h_.fresh; i++) {
+        if (e[i].tag != 0) {
+            filter_add(e[i]);
+        }
+    }
+}
+
+bool Store::filtered_out(int family, const uint8_t *addr) const
+{
+    const Filters &f = h_.filters;
+    if (family == 4) {
+        const uint32_t i = (uint32_t) addr[0] << 8 | addr[1];
+        return !(f.v4[i / 64] >> (i % 64) & 1);
+    }
+    if (f.v6_short != 0) {
+        return false;
+    }
+    const uint32_t i = v6_bit(addr);
+    return !(f.v6[i / 64] >> (i % 64) & 1);
 }
 
 bool Store::has_ranges(int family) const
@@ -245,6 +312,8 @@ OverrideEntry *Store::add(const Table &table, const rl_override_target_t &t, uin
     e[i].tag = tag_of(table, t, identity);
     index_put(e[i].tag, i);
     note_length(e[i], +1);
+    count_kind(e[i], +1);
+    filter_add(e[i]);
     h_.held++;
     return &e[i];
 }
@@ -252,12 +321,37 @@ OverrideEntry *Store::add(const Table &table, const rl_override_target_t &t, uin
 void Store::remove(OverrideEntry *e)
 {
     const uint32_t i = (uint32_t) (e - entries());
+    const bool range = e->ov.target.family != 0;
     index_drop(e->tag, i);
     note_length(*e, -1);
+    count_kind(*e, -1);
     std::memset(e, 0, sizeof(*e));
     e->identity = h_.free_head;  // the free list's link
     h_.free_head = i + 1;
     h_.held--;
+    if (range) {
+        filters_rebuild();
+    }
+}
+
+int64_t Store::next_expiry(int64_t after)
+{
+    // the soonest after next_after is the soonest after any later instant
+    // it has not reached
+    if (h_.next_valid && h_.next_after <= after && (h_.next_expiry == 0 || h_.next_expiry > after)) {
+        return h_.next_expiry;
+    }
+    int64_t next = 0;
+    const OverrideEntry *e = entries();
+    for (uint32_t i = 0; i < h_.fresh; i++) {
+        if (e[i].tag != 0 && e[i].ov.expires_ms > after && (next == 0 || e[i].ov.expires_ms < next)) {
+            next = e[i].ov.expires_ms;
+        }
+    }
+    h_.next_after = after;
+    h_.next_expiry = next;
+    h_.next_valid = 1;
+    return next;
 }
 
 void Store::clear()
@@ -265,17 +359,21 @@ void Store::clear()
     std::memset(index(), 0, (size_t) h_.index_size * sizeof(IndexSlot));
     std::memset(entries(), 0, (size_t) h_.fresh * sizeof(OverrideEntry));
     std::memset(h_.lengths, 0, sizeof(h_.lengths));
+    std::memset(&h_.filters, 0, sizeof(h_.filters));
     h_.held = h_.tombs = h_.free_head = h_.fresh = 0;
+    h_.keys_rule = h_.keys_every = h_.ranges = 0;
 }
 
 void Store::retag(const Table &table, const rl_override_rule_t *rules, size_t n)
 {
     OverrideEntry *e = entries();
     std::memset(h_.lengths, 0, sizeof(h_.lengths));
+    h_.keys_rule = h_.keys_every = h_.ranges = 0;
     for (uint32_t i = 0; i < h_.fresh; i++) {
         if (e[i].tag == 0) {
             continue;
         }
+        count_kind(e[i], +1);
         uint64_t identity = e[i].ov.target.rule[0] == '\0' ? kEveryRule : 0;
         for (size_t r = 0; r < n && identity == 0; r++) {
             if (std::strcmp(rules[r].rule->name, e[i].ov.target.rule) == 0) {
@@ -287,6 +385,7 @@ void Store::retag(const Table &table, const rl_override_rule_t *rules, size_t n)
         note_length(e[i], +1);
     }
     rebuild();
+    filters_rebuild();
 }
 
 void apply_override(const rl_rule_t &rule, const rl_override_t &ov, rl_rule_t &out)

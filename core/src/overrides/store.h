@@ -13,9 +13,12 @@
 //     with the rule's identity or kEveryRule.  The entry's target is
 //     compared too: a range's hash is cheap, not a PRF, and ranges are
 //     written by operators, not clients.
-// A request of a rule keyed on the client's address tries the prefix
-// lengths the store holds, longest first (a mask by family, and by rule or
-// every rule): a few index slots, whatever the number of ranges.
+// A request of a rule keyed on the client's address first reads one bit of
+// a filter: for IPv4, whether any range covers the address's /16 (exact);
+// for IPv6, whether any range of /32 or longer starts with a /32 hashing
+// like the address's (a few false positives), or any range is shorter.
+// Only then does it try the prefix lengths the store holds, longest first
+// (a mask by family, and by rule or every rule).
 //
 // Not thread-safe: the caller holds the zone's lock.
 #pragma once
@@ -55,6 +58,16 @@ struct PrefixLengths {
     uint32_t count[2][129];
 };
 
+// The filters (see above): a bit a /16 of IPv4, a bit a hash of a /32 of
+// IPv6, and how many IPv6 ranges are shorter than /32.
+constexpr uint32_t kFilterBits = 65536;
+struct Filters {
+    uint64_t v4[kFilterBits / 64];
+    uint64_t v6[kFilterBits / 64];
+    uint32_t v6_short;
+    uint32_t pad;
+};
+
 struct alignas(64) StoreHeader {
     char magic[8];
     uint32_t version;
@@ -68,7 +81,17 @@ struct alignas(64) StoreHeader {
     uint64_t change;     // one more at each change
     uint64_t written;    // the change the file holds
     uint64_t source;     // remote: the version of Redis's it holds
+    // the soonest expiry after next_after, while next_valid (no change
+    // since): a timer's look costs a compare, not a walk
+    int64_t next_after;
+    int64_t next_expiry;
+    uint32_t next_valid;
+    // entries by kind of target: a request looks only where some are
+    uint32_t keys_rule;   // a key's, in one rule
+    uint32_t keys_every;  // a key's, in every rule
+    uint32_t ranges;
     PrefixLengths lengths[2];  // IPv4, IPv6
+    Filters filters;
 };
 
 class Store {
@@ -100,6 +123,12 @@ public:
     const OverrideEntry *find_range(const Table &table, int family, const uint8_t *addr, uint64_t identity,
                                     int64_t now) const;
     bool has_ranges(int family) const;
+    // Whether no range of the store holds the address (a bit read; false:
+    // one may).
+    bool filtered_out(int family, const uint8_t *addr) const;
+    uint32_t keys_rule() const { return h_.keys_rule; }
+    uint32_t keys_every() const { return h_.keys_every; }
+    uint32_t ranges() const { return h_.ranges; }
 
     // The entry of a target in a rule of `identity`; writes; removal.
     OverrideEntry *lookup(const Table &table, const rl_override_target_t &t, uint64_t identity);
@@ -116,7 +145,13 @@ public:
     uint32_t capacity() const { return h_.capacity; }
     uint32_t used_entries() const { return h_.fresh; }
     uint64_t change() const { return h_.change; }
-    void changed() { h_.change++; }
+    void changed()
+    {
+        h_.change++;
+        h_.next_valid = 0;
+    }
+    // The soonest expiry after `after` (0: none).
+    int64_t next_expiry(int64_t after);
     StoreHeader &header() { return h_; }
     const StoreHeader &header() const { return h_; }
     OverrideEntry *entries()
@@ -136,6 +171,9 @@ private:
     void index_drop(uint64_t tag, uint32_t entry);
     void rebuild();
     void note_length(const OverrideEntry &e, int delta);
+    void filter_add(const OverrideEntry &e);
+    void filters_rebuild();
+    void count_kind(const OverrideEntry &e, int delta);
 
     StoreHeader h_;
 };

@@ -265,20 +265,10 @@ int rl_overrides_held(const void *table)
     return __atomic_load_n(&rl::Table::at(table)->header().overrides_live, __ATOMIC_RELAXED) != 0;
 }
 
-int64_t rl_overrides_next_expiry(const void *table, int64_t after)
+int64_t rl_overrides_next_expiry(void *table, int64_t after)
 {
-    const rl::Store *st = store_of(table);
-    int64_t next = 0;
-    if (st == nullptr) {
-        return 0;
-    }
-    const rl::OverrideEntry *e = st->entries();
-    for (uint32_t i = 0; i < st->used_entries(); i++) {
-        if (e[i].tag != 0 && e[i].ov.expires_ms > after && (next == 0 || e[i].ov.expires_ms < next)) {
-            next = e[i].ov.expires_ms;
-        }
-    }
-    return next;
+    rl::Store *st = store_of(table);
+    return st != nullptr ? st->next_expiry(after) : 0;
 }
 
 }  // extern "C"
