@@ -26,7 +26,7 @@
 #                       127.0.0.1:8080 (PORT=8081 for another port) in the
 #                       foreground; Ctrl-C stops it
 #   ./build.sh bench    build, then run the benchmarks (bench/README.md);
-#                       ./build.sh bench core|throughput|density|shaping|redis
+#                       ./build.sh bench core|throughput|density|shaping|redis|adaptive
 #                       runs one of them
 #   ./build.sh instructions [--check]  build, then count each benchmark
 #                       location's instructions a request under callgrind
@@ -63,8 +63,8 @@ PACKAGES=(nginx nginx-dev cmake make g++ libgtest-dev libpcre2-dev libssl-dev
 # dashboard in Debian's headless Chromium; t/security_surface.t measures
 # nginx -t's memory with /usr/bin/time; t/grpc.t runs a real gRPC server and
 # client (python3-grpcio, with Debian's own python3) and looks at the HTTP/2
-# answer with curl
-TEST_PACKAGES=(chromium time python3-grpcio curl)
+# answer with curl; t/adaptive.t runs its upstream and load generator with python3
+TEST_PACKAGES=(chromium time python3-grpcio curl python3)
 
 # bold on a terminal only: CI logs and files get plain text
 if [ -t 2 ]; then
@@ -388,7 +388,7 @@ EOF
 # Figures go to stdout, progress to stderr; bench/README.md explains them.
 run_bench() {
     local which=${1:-all}
-    ensure_packages wrk libbenchmark-dev util-linux
+    ensure_packages wrk libbenchmark-dev util-linux python3
     build
     if [ "$which" = all ] || [ "$which" = core ]; then
         log "core micro-benchmarks"
@@ -400,7 +400,7 @@ run_bench() {
         log "eviction summary"
         "$BUILD/cmake/summary_bench"
     fi
-    for b in throughput density shaping redis sync; do
+    for b in throughput density shaping redis sync adaptive; do
         if [ "$which" = all ] || [ "$which" = "$b" ]; then
             log "$b"
             perl "$ROOT/bench/$b.pl"
@@ -467,6 +467,6 @@ case "${1:-build}" in
     instructions) shift; instructions "$@" ;;
     stress) build; stress "${2:-100}" ;;
     check-format) check_format ;;
-    *) echo "usage: $0 [build|test|test-asan|matrix [ENTRY...]|deb|test-deb|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|throughput|density|shaping|redis|sync]|instructions [--check]]" >&2
+    *) echo "usage: $0 [build|test|test-asan|matrix [ENTRY...]|deb|test-deb|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|throughput|density|shaping|redis|sync|adaptive]|instructions [--check]]" >&2
        exit 2 ;;
 esac

@@ -222,8 +222,6 @@ ngx_http_ratelimit_api_redis_cleanup(void *data)
 }
 
 
-
-
 /*
  * A Redis zone's override written or removed in Redis, where the fleet's
  * servers take it from (ngx_http_ratelimit_overrides.c), this one at once;

@@ -58,6 +58,29 @@ ngx_http_ratelimit_grpc_kind(ngx_http_request_t *r,
 
 
 /*
+ * The status of a refusal, HTTP's or (grpc) gRPC's: the location's, or
+ * where it gives none, the refusing rule's (rl_request_refusal).
+ */
+
+ngx_uint_t
+ngx_http_ratelimit_refusal_status(ngx_http_ratelimit_ctx_t *ctx,
+    ngx_http_ratelimit_loc_conf_t *rlcf, ngx_uint_t grpc)
+{
+    uint32_t  status, grpc_status;
+
+    rl_request_refusal(&ctx->rq, &status, &grpc_status);
+
+    if (grpc) {
+        return rlcf->grpc_status == NGX_HTTP_RATELIMIT_BY_RULE
+               ? grpc_status : rlcf->grpc_status;
+    }
+
+    return rlcf->status_code == NGX_HTTP_RATELIMIT_BY_RULE
+           ? status : rlcf->status_code;
+}
+
+
+/*
  * Answers the refused gRPC call and finalizes it; the handler returns
  * NGX_DONE to the phase engine, which runs no other phase for it.
  */
@@ -78,7 +101,7 @@ ngx_http_ratelimit_grpc_answer(ngx_http_request_t *r,
     kind = ngx_http_ratelimit_grpc_kind(r, rlcf, &len);
 
     if (kind == RL_GRPC_NONE) {
-        return rlcf->status_code;
+        return ngx_http_ratelimit_refusal_status(ctx, rlcf, 0);
     }
 
     /* no binding rule: a fail mode refused it (on_redis_error=deny) */
@@ -98,7 +121,8 @@ ngx_http_ratelimit_grpc_answer(ngx_http_request_t *r,
     r->headers_out.content_type_lowcase = NULL;
 
     if (kind == RL_GRPC_NATIVE) {
-        rc = ngx_http_ratelimit_grpc_trailers_only(r, rlcf->grpc_status, &a);
+        rc = ngx_http_ratelimit_grpc_trailers_only(r,
+                 ngx_http_ratelimit_refusal_status(ctx, rlcf, 1), &a);
         ngx_http_finalize_request(r, rc);
         return NGX_DONE;
     }
@@ -109,7 +133,9 @@ ngx_http_ratelimit_grpc_answer(ngx_http_request_t *r,
         return NGX_DONE;
     }
 
-    b->last += rl_grpc_web_body((char *) b->pos, kind, rlcf->grpc_status, &a);
+    b->last += rl_grpc_web_body((char *) b->pos, kind,
+                                ngx_http_ratelimit_refusal_status(ctx, rlcf, 1),
+                                &a);
     b->last_buf = 1;
     b->last_in_chain = 1;
 

@@ -430,7 +430,7 @@ ngx_http_ratelimit_act_on_verdict(ngx_http_request_t *r,
 
     case RL_ACTION_REFUSE:
         ctx->grpc = ngx_http_ratelimit_grpc_kind(r, rlcf, &len);
-        return rlcf->status_code;
+        return ngx_http_ratelimit_refusal_status(ctx, rlcf, 0);
 
     case RL_ACTION_DELAY:
         if (ngx_http_ratelimit_keep_checks(ctx) != NGX_OK) {

@@ -300,10 +300,11 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     }
 
     ngx_conf_merge_uint_value(conf->combine, prev->combine, RL_COMBINE_ALL);
+    /* none given: the binding rule's (rl_request_refusal) */
     ngx_conf_merge_uint_value(conf->status_code, prev->status_code,
-                              NGX_HTTP_TOO_MANY_REQUESTS);
+                              NGX_HTTP_RATELIMIT_BY_RULE);
     ngx_conf_merge_uint_value(conf->grpc_status, prev->grpc_status,
-                              RL_GRPC_RESOURCE_EXHAUSTED);
+                              NGX_HTTP_RATELIMIT_BY_RULE);
     ngx_conf_merge_uint_value(conf->headers, prev->headers,
                               conf->off ? 0
                                         : NGX_HTTP_RATELIMIT_HEADERS_LEGACY);
@@ -600,7 +601,11 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
     ngx_uint_t                         i;
     ngx_http_compile_complex_value_t   ccv;
 
-    if (ngx_http_script_variables_count(key) == 0) {
+    /* a rule that learns from its upstream (adaptive) names the upstream */
+
+    if (ngx_http_script_variables_count(key) == 0
+        && !(key->len && rl_rule_per_upstream(&rule->rule)))
+    {
         ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
                            "\"ratelimit\" directive: rule \"%s\": key=\"%V\" "
                            "has no variable, %s", rule->rule.name, key,

@@ -32,6 +32,7 @@
 
 static void ngx_http_ratelimit_ctx_cleanup(void *data);
 static void ngx_http_ratelimit_free(ngx_http_ratelimit_ctx_t *ctx);
+static int64_t ngx_http_ratelimit_latency(ngx_http_request_t *r);
 static void ngx_http_ratelimit_charged(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static uint64_t ngx_http_ratelimit_charge_value(ngx_http_request_t *r,
@@ -277,6 +278,9 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
         return;
     }
 
+    ctx->rq.latency_ms = ngx_http_ratelimit_latency(r);
+    ctx->rq.end_status = status;
+
     mutex = ngx_http_ratelimit_lock(&ctx->rq);
     freed = rl_request_end(&ctx->rq, ngx_http_ratelimit_now());
     ngx_http_ratelimit_unlock(&ctx->rq, mutex);
@@ -294,6 +298,50 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
     if (charges) {
         ngx_http_ratelimit_charged(r, ctx);
     }
+}
+
+
+/*
+ * How long the request's upstream took to answer it, as
+ * $upstream_response_time adds its tries up; the request's own time where
+ * no upstream ran; -1 (the core's: since it was admitted) when neither is
+ * known.
+ */
+
+static int64_t
+ngx_http_ratelimit_latency(ngx_http_request_t *r)
+{
+    int64_t                     ms;
+    ngx_uint_t                  i, n;
+    ngx_time_t                 *tp;
+    ngx_http_upstream_state_t  *state;
+
+    if (r->upstream_states != NULL && r->upstream_states->nelts > 0) {
+        state = r->upstream_states->elts;
+        n = r->upstream_states->nelts;
+        ms = 0;
+
+        for (i = 0; i < n; i++) {
+            if (state[i].peer != NULL
+                && state[i].response_time != (ngx_msec_t) -1)
+            {
+                ms += state[i].response_time;
+            }
+        }
+
+        return ms;
+    }
+
+    if (r->start_sec == 0) {
+        return -1;
+    }
+
+    tp = ngx_timeofday();
+
+    ms = (int64_t) (tp->sec - r->start_sec) * 1000
+         + (int64_t) tp->msec - (int64_t) r->start_msec;
+
+    return ms >= 0 ? ms : 0;
 }
 
 

@@ -126,12 +126,18 @@ typedef struct {
 } ngx_http_ratelimit_rule_t;
 
 
+/* ratelimit_status, ratelimit_grpc_status not given: the refusing rule's
+   (429, or 503 for an overload: rl_request_refusal) */
+#define NGX_HTTP_RATELIMIT_BY_RULE  1000
+
+
 typedef struct {
     ngx_array_t                  rules;     /* ngx_http_ratelimit_rule_t */
     ngx_uint_t                   combine;
-    ngx_uint_t                   status_code;
+    ngx_uint_t                   status_code; /* BY_RULE: not given */
     ngx_uint_t                   grpc_status; /* of a refused gRPC call;
-                                               0: off, answered as HTTP */
+                                               0: off, answered as HTTP;
+                                               BY_RULE: not given */
     ngx_uint_t                   headers;
     ngx_flag_t                   dry_run;
     ngx_uint_t                   log_level;

@@ -205,9 +205,9 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"ratelimit_zone\" directive: zone \"%V\" is "
                            "already declared (size %uz): each zone is "
-                           "declared once", &name,
-                           shm_zone->shm.size
-                           - ngx_http_ratelimit_overrides_bytes(shm_zone->data));
+                           "declared once", &name, shm_zone->shm.size
+                           - ngx_http_ratelimit_overrides_bytes(
+                                 shm_zone->data));
         return NGX_CONF_ERROR;
     }
 

@@ -14,7 +14,17 @@ my $t = RLTest->new();
 # [ what, http-level text, location-level text, message regex ]
 my @bad = (
     [ 'unknown algorithm', '', 'ratelimit zone=z limit=5 algorithm=magic;',
-      qr/"ratelimit" directive: invalid "algorithm=magic": expected algorithm=gcra, token_bucket, fixed_window, sliding_window, sliding_log, leaky_bucket, quota or concurrency/ ],
+      qr/"ratelimit" directive: invalid "algorithm=magic": expected algorithm=gcra, token_bucket, fixed_window, sliding_window, sliding_log, leaky_bucket, quota, concurrency or adaptive/ ],
+    [ 'adaptive: min over limit', '', 'ratelimit zone=z key=b algorithm=adaptive limit=8 min=9;',
+      qr/"ratelimit" directive: "min=9" exceeds limit=8: min= is the least limit, limit= the most/ ],
+    [ 'adaptive: bad tolerance', '', 'ratelimit zone=z key=b algorithm=adaptive limit=8 tolerance=0.9;',
+      qr/"ratelimit" directive: invalid "tolerance=0.9": expected a number from 1.05 to 10 with at most two decimals/ ],
+    [ 'adaptive: interval too short', '', 'ratelimit zone=z key=b algorithm=adaptive limit=8 interval=10ms;',
+      qr/"ratelimit" directive: invalid "interval=10ms": expected a time from 50ms to 1m/ ],
+    [ 'adaptive: a period', '', 'ratelimit zone=z key=b algorithm=adaptive limit=8 period=1s;',
+      qr/"ratelimit" directive: "period=" does not apply to algorithm=adaptive/ ],
+    [ 'tolerance on gcra', '', 'ratelimit zone=z limit=8 tolerance=2;',
+      qr/"ratelimit" directive: "tolerance=" does not apply to algorithm=gcra: tolerance is for adaptive/ ],
     [ 'limit zero', '', 'ratelimit zone=z limit=0;',
       qr/"ratelimit" directive: invalid "limit=0": expected an integer from 1 to 1000000000/ ],
     [ 'limit negative', '', 'ratelimit zone=z limit=-5;', qr/invalid "limit=-5": expected an integer from 1/ ],
@@ -131,7 +141,7 @@ my @bad = (
       qr/invalid "abandoned=free": expected abandoned=keep or abandoned=charge/ ],
     [ 'zone too small for its sliding_log', 'ratelimit_zone small 64k;',
       'ratelimit zone=small algorithm=sliding_log limit=10000 period=1h;',
-      qr/"ratelimit_zone" directive: zone "small" of size 65536 is too small for its rules' states of up to 40032 bytes a key: it needs at least 260k/ ],
+      qr/"ratelimit_zone" directive: zone "small" of size 65536 is too small for its rules' states of up to 40032 bytes a key: it needs at least 261k/ ],
     [ 'redis without port', 'ratelimit_zone r 1m redis=127.0.0.1;', '',
       qr/"ratelimit_zone" directive: invalid "redis=127.0.0.1" of zone "r": no port; expected redis=HOST:PORT/ ],
     [ 'redis bad port', 'ratelimit_zone r 1m redis=127.0.0.1:99999;', '',
@@ -257,7 +267,7 @@ for my $loc (@good) {
     my ($rc, $out) = $t->test_conf(
         "ratelimit_zone z 32k;\n"
         . RLTest::one_location($loc)
-        . "ratelimit_zone later 1m;\nratelimit_zone fits 256k;\n"
+        . "ratelimit_zone later 1m;\nratelimit_zone fits 261k;\n"
         # Redis need not be up for nginx -t (nor for nginx to start)
         . "ratelimit_zone r 1m redis=127.0.0.1:1;\n"
         . "ratelimit_zone r2 1m redis=localhost:6379 redis_timeout=1ms redis_pool=64 redis_db=65535 "

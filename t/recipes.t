@@ -116,6 +116,20 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
 }
 
 {
+    my $title = 'Protect a backend that slows down under load';
+    $tested{$title} = 1;
+    my $up = RLSlowUpstream->new->start;
+    my $t = start_recipe($title, backend => $up->port);
+    # twenty requests held 2 s at once: under the 200, all served
+    my @st = RLTest::parallel({ gap => 0.01 },
+        map { sub { $t->get('/api/x', { 'X-Hold' => 2000 })->{status} } } 1 .. 20);
+    is("@st", join(' ', ('200') x 20), "$title: under the limit, every request served");
+    is($up->most, 20, "$title: all twenty at the backend at once");
+    $t->stop();
+    $up->stop();
+}
+
+{
     my $title = 'An AI endpoint limited in tokens';
     $tested{$title} = 1;
     my $t = start_recipe($title);

@@ -86,7 +86,10 @@ TEST(ApiPath, NoSuchResource)
           "/rl/zones/api/keys/", "/rl/zones/api/keys/x", "/rl/zones/api/topx", "/other/zones", "/r", ""}) {
         Req r(uri);
         EXPECT_EQ(r.rc, 404) << uri;
-        EXPECT_EQ(r.error, "no such resource: expected zones, zones/NAME, zones/NAME/keys or zones/NAME/top") << uri;
+        EXPECT_EQ(
+            r.error,
+            "no such resource: expected zones, zones/NAME, zones/NAME/keys, zones/NAME/top or zones/NAME/overrides")
+            << uri;
     }
     // a NUL byte in a path is a byte of the zone's name, shown escaped later
     const std::string nul("/rl/zones/a\0b", 13);

@@ -226,6 +226,9 @@ struct Stats {
         counters[0].estimate = 13;
         counters[0].overrides = 14;
         counters[0].overridden = 15;
+        counters[0].limit_now = 17;
+        counters[0].baseline_us = 18;
+        counters[0].recent_us = 19;
         std::strcpy(counters[1].name, "gone");  // no rule of this configuration
 
         keys[0].tag = 0x0123456789abcdef;
@@ -278,10 +281,11 @@ TEST(Stats, Json)
               "\"summary_refusals\":4,\"rules\":{\"r1\":{"
               "\"allowed\":1,\"rejected\":2,\"delayed\":3,\"dry_run_rejected\":4,\"exempt\":5,\"charged\":6,"
               "\"debts\":7,\"in_flight\":8,\"peak\":9,\"waited\":10,\"bans\":11,\"dry_run_bans\":12,\"charge_"
-              "estimate\":13,\"overrides\":14,\"overridden\":15},\"gone\":{\"allowed\":0,\"rejected\":0,"
+              "estimate\":13,\"overrides\":14,\"overridden\":15,\"limit_now\":17,\"baseline_us\":18,"
+              "\"recent_us\":19},\"gone\":{\"allowed\":0,\"rejected\":0,"
               "\"delayed\":0,\"dry_run_rejected\":0,\"exempt\":0,\"charged\":0,\"debts\":0,\"in_flight\":0,"
               "\"peak\":0,\"waited\":0,\"bans\":0,\"dry_run_bans\":0,\"charge_estimate\":0,\"overrides\":0,"
-              "\"overridden\":0}}},\"b-2.z\":{"
+              "\"overridden\":0,\"limit_now\":0,\"baseline_us\":0,\"recent_us\":0}}},\"b-2.z\":{"
               "\"size\":64,\"bytes_used\":0,\"keys\":0,\"capacity\":0,\"overrides\":0,\"overrides_capacity\":0,"
               "\"evictions\":0,\"live_evictions\":0,\"summary_bytes\":0,\"summary_refusals\":0,\"rules\":{},"
               "\"redis\":{\"server\":\"127.0.0.1:6379\",\"decisions\":1,\"errors\":2,\"timeouts\":3,\"fallbacks\":4,"
@@ -356,6 +360,21 @@ TEST(Stats, Prometheus)
         "# TYPE nginx_ratelimit_overridden_total counter\n"
         "nginx_ratelimit_overridden_total{zone=\"a\",rule=\"r1\"} 15\n"
         "nginx_ratelimit_overridden_total{zone=\"a\",rule=\"gone\"} 0\n"
+        "# HELP nginx_ratelimit_adaptive_limit The limit of requests in flight now (adaptive; of the key that moved "
+        "its limit last).\n"
+        "# TYPE nginx_ratelimit_adaptive_limit gauge\n"
+        "nginx_ratelimit_adaptive_limit{zone=\"a\",rule=\"r1\"} 17\n"
+        "nginx_ratelimit_adaptive_limit{zone=\"a\",rule=\"gone\"} 0\n"
+        "# HELP nginx_ratelimit_adaptive_baseline_microseconds The upstream's latency without queueing, as the "
+        "adaptive rule learned it.\n"
+        "# TYPE nginx_ratelimit_adaptive_baseline_microseconds gauge\n"
+        "nginx_ratelimit_adaptive_baseline_microseconds{zone=\"a\",rule=\"r1\"} 18\n"
+        "nginx_ratelimit_adaptive_baseline_microseconds{zone=\"a\",rule=\"gone\"} 0\n"
+        "# HELP nginx_ratelimit_adaptive_recent_microseconds The upstream's typical latency over the adaptive rule's "
+        "last interval (geometric mean).\n"
+        "# TYPE nginx_ratelimit_adaptive_recent_microseconds gauge\n"
+        "nginx_ratelimit_adaptive_recent_microseconds{zone=\"a\",rule=\"r1\"} 19\n"
+        "nginx_ratelimit_adaptive_recent_microseconds{zone=\"a\",rule=\"gone\"} 0\n"
         "# HELP nginx_ratelimit_redis_decisions_total Requests decided in Redis.\n"
         "# TYPE nginx_ratelimit_redis_decisions_total counter\n"
         "nginx_ratelimit_redis_decisions_total{zone=\"b-2.z\"} 1\n"
@@ -423,7 +442,7 @@ TEST(Stats, Prometheus)
             << line;
         at = nl + 1;
     }
-    EXPECT_EQ(lines, 10 * (2 + 2) + 15 * (2 + 2) + 10 * (2 + 1) + 2 + 11 + 2 + 3);
+    EXPECT_EQ(lines, 10 * (2 + 2) + 18 * (2 + 2) + 10 * (2 + 1) + 2 + 11 + 2 + 3);
 }
 
 TEST(Stats, LogKeyOffShowsNoKey)

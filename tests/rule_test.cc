@@ -50,7 +50,7 @@ TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
 {
     EXPECT_EQ(error_of("limit=5 algorithm=magic"),
               "invalid \"algorithm=magic\": expected algorithm=gcra, token_bucket, fixed_window, sliding_window, "
-              "sliding_log, leaky_bucket, quota or concurrency");
+              "sliding_log, leaky_bucket, quota, concurrency or adaptive");
     EXPECT_EQ(error_of("limit=0"), "invalid \"limit=0\": expected an integer from 1 to 1000000000, or a $variable");
     EXPECT_EQ(error_of("limit=-3"), "invalid \"limit=-3\": expected an integer from 1 to 1000000000, or a $variable");
     EXPECT_EQ(error_of("limit=abc"), "invalid \"limit=abc\": expected an integer from 1 to 1000000000, or a $variable");
@@ -70,7 +70,7 @@ TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
               "unknown parameter \"colour=red\": expected zone=, key=, algorithm=, limit=, period=, burst=, "
               "cost=, name=, align=, buckets=, max_delay=, delay=, reset=, utc_offset=, zero_cost=, log_key=, "
               "limit_default=, "
-              "limit_max=, charge=, ban=, max_wait= or abandoned=");
+              "limit_max=, charge=, ban=, max_wait=, abandoned=, min=, initial=, tolerance= or interval=");
     EXPECT_EQ(error_of("limit=5 zero_cost=on"),
               "\"zero_cost=\" applies to cost=$variable only: a constant cost=0 always looks without spending");
     EXPECT_EQ(error_of("limit=5 zero_cost=maybe"),

@@ -177,6 +177,14 @@ struct rl_request_s {
                                        a limit override's (NULL, or NULL
                                        returned: limit overrides are not
                                        applied) */
+    int64_t              latency_ms;/* in, for rl_request_end(): how long
+                                       the upstream took to answer it (the
+                                       request's own time where no
+                                       upstream ran); -1: unknown, the time
+                                       since it was admitted */
+    uint32_t             end_status;/*   and the status it ended with (0:
+                                       unknown): algorithm=adaptive learns
+                                       from both */
     uint8_t              order[RL_RULES_MAX]; /* out of rl_request_hash():
                                        one check of each table the request
                                        uses, in the order to lock them (by
@@ -280,9 +288,23 @@ RL_API int rl_check_charges(const rl_check_t *check);
  */
 RL_API int rl_check_charge_wanted(const rl_check_t *check, int abandoned);
 
+/*
+ * What a refusal answers where the location does not say
+ * (ratelimit_status, ratelimit_grpc_status): 429 and RESOURCE_EXHAUSTED, the
+ * client's own excess; 503 and UNAVAILABLE when the binding rule refuses for
+ * its upstream's sake (algorithm=adaptive: the upstream is overloaded, which
+ * a client may retry elsewhere).  No binding rule: the first.
+ */
+RL_API void rl_request_refusal(const rl_request_t *rq, uint32_t *status,
+    uint32_t *grpc_status);
+
 /* 1 if the rule's requests hold slots while they run (requests in flight,
    algorithm=concurrency): its request's end gives them back. */
 RL_API int rl_rule_holds_slots(const rl_rule_t *rule);
+
+/* 1 if the rule's limit follows what its upstream shows (algorithm=
+   adaptive): its key names the upstream, a constant one too. */
+RL_API int rl_rule_per_upstream(const rl_rule_t *rule);
 
 /* Bytes of the block a rule's state needs beyond the table's slot (0 for
    most algorithms): what a table's layout is planned from. */
@@ -330,6 +352,7 @@ enum rl_grpc_kind {
 #define RL_GRPC_STATUS_MIN         1    /* CANCELLED */
 #define RL_GRPC_STATUS_MAX         16   /* UNAUTHENTICATED */
 #define RL_GRPC_RESOURCE_EXHAUSTED 8    /* the default */
+#define RL_GRPC_UNAVAILABLE        14   /*   of an overload (adaptive) */
 
 /*
  * What a request is: a gRPC call is a POST (post set) whose Content-Type is

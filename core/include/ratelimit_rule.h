@@ -42,6 +42,8 @@ enum rl_algorithm {
     RL_LEAKY_BUCKET,
     RL_QUOTA,
     RL_CONCURRENCY,             /* requests in flight, not a rate */
+    RL_ADAPTIVE,                /* requests in flight, the limit following
+                                   the upstream's latency */
     RL_ALGORITHM_COUNT
 };
 
@@ -124,6 +126,12 @@ typedef struct {
                                    RL_KEY_ADDR_TEXT; 0: another key.  An
                                    override of an address range applies
                                    to such a rule only */
+    uint32_t  adapt_min;        /* adaptive: the least limit (min=), */
+    uint32_t  adapt_initial;    /*   a new key's limit (initial=), */
+    uint32_t  tolerance;        /*   the typical latency's growth over
+                                   the baseline tolerated, in hundredths
+                                   (tolerance=1.5: 150), */
+    int64_t   interval_ms;      /*   how often the limit moves (interval=) */
     uint32_t  given;            /* internal: parameters set explicitly */
     char      name[RL_NAME_MAX];/* given by name=, or rl_rule_finish's */
     /* internal, derived from the above by rl_rule_finish() and

@@ -101,6 +101,11 @@ typedef struct {
     uint64_t  overridden;       /* requests that met an override */
     uint64_t  overrides;        /* overrides held naming the rule (the
                                    caller's: rl_overrides_count) */
+    uint64_t  limit_now;        /* adaptive: the limit of the key that
+                                   moved its limit last (a rule of one
+                                   key, key=backend_a: that key's), */
+    uint64_t  baseline_us;      /*   its baseline latency, */
+    uint64_t  recent_us;        /*   its last interval's typical latency */
 } rl_rule_stats_t;
 
 /* charge=: a rule's estimate is the largest charge of its last two epochs
@@ -148,6 +153,11 @@ typedef struct {
                                    longer; 0: not banned */
     uint32_t       in_flight;   /* concurrency: slots held, */
     uint32_t       waiting;     /*   requests waiting for one */
+    uint32_t       limit_now;   /* adaptive: the limit now, */
+    uint32_t       baseline_us; /*   the upstream's latency without
+                                     queueing, as learned (0: none yet), */
+    uint32_t       recent_us;   /*   its typical latency over the last
+                                     interval */
 } rl_peek_t;
 
 /*

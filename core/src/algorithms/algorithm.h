@@ -43,6 +43,27 @@ enum Param : uint32_t {
     P_BAN = 1u << 17,
     P_MAX_WAIT = 1u << 18,
     P_ABANDONED = 1u << 19,
+    P_MIN = 1u << 20,
+    P_INITIAL = 1u << 21,
+    P_TOLERANCE = 1u << 22,
+    P_INTERVAL = 1u << 23,
+};
+
+// What a request's end tells an algorithm that learns from it (slot_ended):
+// how long its upstream took, the status it ended with, and when it was
+// admitted.
+struct Ended {
+    int64_t latency_ms;
+    uint32_t status;
+    int64_t at;
+};
+
+// What such an algorithm concluded of an interval: its key's limit now, the
+// baseline and the interval's typical latency (microseconds).
+struct Learned {
+    uint32_t limit;
+    uint32_t baseline_us;
+    uint32_t recent_us;
 };
 
 // What a rule's decisions can be on Redis's clock running steadily
@@ -115,6 +136,15 @@ struct Algorithm {
     // any parameters).
     uint32_t overridable;
     void (*carry)(const rl_rule_t &from, const rl_rule_t &to, State &s, int64_t at);
+    // Requests in flight whose limit moves (kSlots; nullptr: the rule's
+    // limit, and nothing learned): the slots open now; an admission that
+    // took a slot (held: the slots held now); a request's end that gave
+    // its slot back, true when the key's limit was decided again (learned).
+    uint32_t (*slots_open)(const rl_rule_t &rule, const State &s);
+    void (*slot_taken)(const rl_rule_t &rule, State &s, uint32_t held);
+    bool (*slot_ended)(const rl_rule_t &rule, State &s, int64_t now, const Ended &e, Learned *learned);
+    // what the key API shows of a key's learning (its limit, latencies)
+    void (*learned_of)(const rl_rule_t &rule, const State &s, Learned *learned);
 };
 
 // Every algorithm's record, by enum rl_algorithm (registry.cpp).

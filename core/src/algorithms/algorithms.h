@@ -87,6 +87,14 @@ bool concurrency_release(const rl_rule_t &rule, State &s, int64_t now, rl_check_
 uint32_t concurrency_reclaim(const rl_rule_t &rule, State &s, int (*alive)(uint32_t));
 // What a key holds and how many wait (the key API).
 void concurrency_counts(const rl_rule_t &rule, const State &s, uint32_t *held, uint32_t *queued);
+// The transition of requests in flight (a look, or a request on the
+// key's state), and the bytes of its block (the slots, who holds each, the
+// queue): algorithm=adaptive's too, its controller after them.
+rl_decision_t concurrency(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
+size_t concurrency_blob_size(const rl_rule_t &rule);
+// The slots open now: the rule's limit, or what its algorithm learned
+// (adaptive).
+uint32_t concurrency_open(const rl_rule_t &rule, const State &s);
 
 // ---- charges ----------------------------------------------------------------
 
@@ -104,17 +112,6 @@ uint64_t windowed_charge(const rl_rule_t &rule, State &s, uint64_t units, const 
 
 // A denial for a cost no state of the rule can ever admit.
 rl_decision_t never(int64_t window, uint64_t remaining, int64_t reset_ms);
-
-// The decision's policy (quota, window) for the rule, as derive() worked it
-// out: rl_transition() and conclude() (for the check the headers describe)
-// set it.
-inline void policy(const rl_rule_t &rule, rl_decision_t &d)
-{
-    d.quota = rule.policy_quota;
-    if (rule.policy_window_ms >= 0) {
-        d.window_ms = rule.policy_window_ms;
-    }
-}
 
 // What the rule's requests read and no request changes, worked out once
 // (rl_rule_finish, rl_rule_apply): its block's size, its policy.
@@ -136,6 +133,20 @@ enum Trait : uint32_t {
 inline bool has(const rl_rule_t &rule, uint32_t traits)
 {
     return (rule.traits & traits) != 0;
+}
+
+// The decision's policy (quota, window) for the rule, as derive() worked it
+// out: rl_transition() and conclude() (for the check the headers describe)
+// set it.
+inline void policy(const rl_rule_t &rule, rl_decision_t &d)
+{
+    // requests in flight: the slots open when it was decided, if it says
+    // (adaptive's limit moves; decide_slots sets it)
+    const bool slots_said = has(rule, kSlots) && d.quota != 0;
+    d.quota = slots_said ? d.quota : rule.policy_quota;
+    if (rule.policy_window_ms >= 0) {
+        d.window_ms = rule.policy_window_ms;
+    }
 }
 
 // ---- the eviction summary (summary.cpp) ----------------------------------

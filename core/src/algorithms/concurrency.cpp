@@ -85,9 +85,12 @@ uint32_t held_count(const rl_rule_t &rule, State &s)
     return b->held = n;
 }
 
-int64_t horizon(const Block *b, int64_t now)
+// A key is kept while anything is held or queued, and always where its
+// algorithm learns from its requests (adaptive: its limit and baseline).
+int64_t horizon(const rl_rule_t &rule, const Block *b, int64_t now)
 {
-    return b != nullptr && (b->held > 0 || b->queued > 0) ? now + kHeld : now;
+    const bool learns = algorithm_of(rule).slot_ended != nullptr;
+    return learns || (b != nullptr && (b->held > 0 || b->queued > 0)) ? now + kHeld : now;
 }
 
 }  // namespace
@@ -97,14 +100,22 @@ size_t concurrency_blob_size(const rl_rule_t &rule)
     return offsetof(Block, holder) + sizeof(uint32_t) * slots_of(rule) + sizeof(Waiter) * queue_capacity(rule);
 }
 
+uint32_t concurrency_open(const rl_rule_t &rule, const State &s)
+{
+    const Algorithm &a = algorithm_of(rule);
+    return a.slots_open != nullptr ? a.slots_open(rule, s) : rule.limit;
+}
+
 rl_decision_t concurrency(const rl_rule_t &rule, State &s, int64_t, uint64_t cost, bool)
 {
     // a look: the slots left, none if others wait (rl_transition, peeks);
     // a request (cost 1) would take one of them
     const uint32_t held = held_count(rule, s);
+    const uint32_t open = concurrency_open(rule, s);
     const Block *b = block_of(s);
     rl_decision_t d{};
-    d.remaining = held < rule.limit ? rule.limit - held : 0;
+    d.remaining = held < open ? open - held : 0;
+    d.quota = open;
     d.allowed = cost == 0 || (d.remaining > 0 && (b == nullptr || b->queued == 0));
     if (d.allowed && cost > 0) {
         d.remaining--;
@@ -176,7 +187,8 @@ rl_decision_t concurrency_decide(const rl_rule_t &rule, State &s, int64_t now, c
         }
         return n;
     };
-    auto free_slots = [&]() { return held < rule.limit ? rule.limit - held : 0; };
+    const uint32_t open = concurrency_open(rule, s);
+    auto free_slots = [&]() { return held < open ? open - held : 0; };
     uint32_t ahead = place();
     if (ahead >= free_slots() && b != nullptr) {
         *reclaimed = concurrency_reclaim(rule, s, alive);
@@ -208,11 +220,14 @@ void concurrency_take(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &
             b->holder[i] = holder != 0 ? holder : 1;
             c.slot = i + 1;
             b->held = held + 1;
+            if (algorithm_of(rule).slot_taken != nullptr) {
+                algorithm_of(rule).slot_taken(rule, s, b->held);
+            }
             break;
         }
     }
     concurrency_leave_queue(rule, s, c);
-    s.head.t = horizon(b, now);
+    s.head.t = horizon(rule, b, now);
 }
 
 void concurrency_enqueue(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t holder)
@@ -221,7 +236,7 @@ void concurrency_enqueue(const rl_rule_t &rule, State &s, int64_t now, rl_check_
     Waiter *q = queue_of(rule, b);
     for (uint32_t i = 0; c.ticket != 0 && i < b->queued; i++) {
         if (q[i].ticket == c.ticket) {
-            s.head.t = horizon(b, now);
+            s.head.t = horizon(rule, b, now);
             return;  // waiting already
         }
     }
@@ -229,7 +244,7 @@ void concurrency_enqueue(const rl_rule_t &rule, State &s, int64_t now, rl_check_
         c.ticket = ++b->next_ticket != 0 ? b->next_ticket : ++b->next_ticket;
         q[b->queued++] = Waiter{holder != 0 ? holder : 1, c.ticket};
     }
-    s.head.t = horizon(b, now);
+    s.head.t = horizon(rule, b, now);
 }
 
 void concurrency_leave_queue(const rl_rule_t &rule, State &s, rl_check_t &c)
@@ -261,7 +276,7 @@ bool concurrency_release(const rl_rule_t &rule, State &s, int64_t now, rl_check_
     }
     c.slot = 0;
     concurrency_leave_queue(rule, s, c);
-    s.head.t = horizon(b, now);
+    s.head.t = horizon(rule, b, now);
     return freed;
 }
 
@@ -363,6 +378,10 @@ extern const Algorithm kConcurrency = {
     "counts requests in flight on this server, not units spent",
     concurrency_fields,
     P_LIMIT,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
     nullptr,
 };
 

@@ -212,6 +212,10 @@ extern const Algorithm kFixedWindow = {
     fixed_window_fields,
     P_LIMIT | P_PERIOD,
     nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
 };
 
 }  // namespace rl

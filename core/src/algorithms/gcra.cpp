@@ -73,7 +73,11 @@ constexpr Algorithm bucket(const char *name)
                      "keeps a time, not a count",
                      bucket_fields,
                      P_LIMIT | P_BURST | P_PERIOD,
-                     paced_carry};
+                     paced_carry,
+                     nullptr,
+                     nullptr,
+                     nullptr,
+                     nullptr};
 }
 
 }  // namespace

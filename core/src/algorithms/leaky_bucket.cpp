@@ -140,6 +140,10 @@ extern const Algorithm kLeakyBucket = {
     shaper_fields,
     P_LIMIT | P_PERIOD,
     paced_carry,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
 };
 
 }  // namespace rl

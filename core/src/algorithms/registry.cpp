@@ -8,17 +8,17 @@
 namespace rl {
 
 extern const Algorithm kGcra, kTokenBucket, kFixedWindow, kSlidingWindow, kSlidingLog, kLeakyBucket, kQuota,
-    kConcurrency;
+    kConcurrency, kAdaptive;
 
 const Algorithm *const kAlgorithms[RL_ALGORITHM_COUNT] = {
     &kGcra,         // RL_GCRA
     &kTokenBucket,  // RL_TOKEN_BUCKET
     &kFixedWindow,  // RL_FIXED_WINDOW
-    &kSlidingWindow, &kSlidingLog, &kLeakyBucket, &kQuota, &kConcurrency,
+    &kSlidingWindow, &kSlidingLog, &kLeakyBucket, &kQuota, &kConcurrency, &kAdaptive,
 };
 static_assert(RL_GCRA == 0 && RL_TOKEN_BUCKET == 1 && RL_FIXED_WINDOW == 2 && RL_SLIDING_WINDOW == 3 &&
                   RL_SLIDING_LOG == 4 && RL_LEAKY_BUCKET == 5 && RL_QUOTA == 6 && RL_CONCURRENCY == 7 &&
-                  RL_ALGORITHM_COUNT == 8,
+                  RL_ADAPTIVE == 8 && RL_ALGORITHM_COUNT == 9,
               "kAlgorithms is in the order of enum rl_algorithm");
 
 uint64_t charge(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped)

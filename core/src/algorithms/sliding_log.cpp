@@ -312,6 +312,10 @@ extern const Algorithm kSlidingLog = {
     sliding_log_fields,
     P_LIMIT | P_PERIOD,
     nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
 };
 
 }  // namespace rl

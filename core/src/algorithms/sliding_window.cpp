@@ -515,6 +515,10 @@ extern const Algorithm kSlidingWindow = {
     sliding_window_fields,
     P_LIMIT,
     nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
 };
 
 // redis_sync: the fleet's counts of ticks k - S .. k (at[0] the oldest)

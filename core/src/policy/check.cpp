@@ -180,6 +180,7 @@ void decide_slots(rl_request_t &rq, size_t i, rl::State &s, int64_t now)
     c.before = c.after = s.head;
     c.at = now;
     c.decision = rl::concurrency_decide(*c.rule, s, now, c, rq.alive, &reclaimed);
+    c.decision.quota = rl::concurrency_open(*c.rule, s);  // the limit now (adaptive: as it moved)
     rl::policy(*c.rule, c.decision);
     if (reclaimed > 0 || (s.blob != nullptr && s.head.t != c.before.t)) {
         rl::Table *table = rl::Table::at(c.table);

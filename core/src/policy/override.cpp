@@ -27,8 +27,7 @@ __attribute__((noinline)) const OverrideEntry *find_text_address(const Table &ta
 {
     uint8_t addr[16];
     const int family = client_address(*c.rule, c.key, c.key_len, addr);
-    return family == 0 || st.filtered_out(family, addr) ? nullptr
-                                                        : st.find_range(table, family, addr, c.identity, now);
+    return family == 0 || st.filtered_out(family, addr) ? nullptr : st.find_range(table, family, addr, c.identity, now);
 }
 
 inline const OverrideEntry *find_address(const Table &table, const Store &st, const rl_check_t &c, int64_t now)
@@ -38,8 +37,7 @@ inline const OverrideEntry *find_address(const Table &table, const Store &st, co
     }
     const uint8_t *addr = static_cast<const uint8_t *>(c.key);
     const int family = c.key_len == 4 ? 4 : c.key_len == 16 ? 6 : 0;
-    return family == 0 || st.filtered_out(family, addr) ? nullptr
-                                                        : st.find_range(table, family, addr, c.identity, now);
+    return family == 0 || st.filtered_out(family, addr) ? nullptr : st.find_range(table, family, addr, c.identity, now);
 }
 
 // An expired override of the check's key in its rule: a limit override's
@@ -234,4 +232,3 @@ int rl_request_overrides(rl_request_t *rq, int64_t now_ms)
 }
 
 }  // extern "C"
-

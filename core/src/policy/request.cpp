@@ -229,9 +229,12 @@ void rl_request_refund(rl_request_t *rq, int64_t now_ms)
 namespace {
 
 // A concurrency rule's slot and place given back as its request ends:
-// true if a slot was.
-bool release(rl_check_t &c, uint32_t holder, int64_t now)
+// true if a slot was.  An algorithm that learns from its requests' ends
+// (adaptive) learns from this one's, and its rule's figures say what it
+// concluded.
+bool release(rl_check_t &c, const rl_request_t &rq, int64_t now)
 {
+    const uint32_t holder = rq.holder;
     if (c.slot == 0 && c.ticket == 0) {
         return false;
     }
@@ -243,6 +246,12 @@ bool release(rl_check_t &c, uint32_t holder, int64_t now)
         return false;  // reset through the key API, or evicted: nothing held
     }
     const bool freed = rl::concurrency_release(*c.rule, s, now, c, holder);
+    const rl::Algorithm &a = rl::algorithm_of(*c.rule);
+    rl::Learned learned{};
+    if (freed && a.slot_ended != nullptr &&
+        a.slot_ended(*c.rule, s, now, rl::Ended{rq.latency_ms, rq.end_status, c.at}, &learned) && c.counters > 0) {
+        table->note_adaptive(c.counters - 1, learned.limit, learned.baseline_us, learned.recent_us);
+    }
     const bool busy = s.head.t > now;
     table->set_t(c.tag, s.head.t, rl::Debt{busy ? rl::kFracFull : 0, busy});
     if (freed && c.counters > 0) {
@@ -276,7 +285,7 @@ int rl_request_end(rl_request_t *rq, int64_t now_ms)
                 rl::settle(c, now_ms);
             }
             if (rl::applies(c) && rl::has(*c.rule, rl::kSlots)) {
-                freed += release(c, rq->holder, now_ms);
+                freed += release(c, *rq, now_ms);
             }
         }
     } catch (...) {
@@ -301,9 +310,21 @@ void rl_request_count_charges(const rl_request_t *rq)
     }
 }
 
+void rl_request_refusal(const rl_request_t *rq, uint32_t *status, uint32_t *grpc_status)
+{
+    const bool overload = rq->binding < rq->n && rl::algorithm_of(*rq->checks[rq->binding].rule).slot_ended != nullptr;
+    *status = overload ? 503 : 429;
+    *grpc_status = overload ? RL_GRPC_UNAVAILABLE : RL_GRPC_RESOURCE_EXHAUSTED;
+}
+
 int rl_rule_holds_slots(const rl_rule_t *rule)
 {
     return (rl::algorithm_of(*rule).traits & rl::kSlots) != 0;
+}
+
+int rl_rule_per_upstream(const rl_rule_t *rule)
+{
+    return rl::algorithm_of(*rule).slot_ended != nullptr;
 }
 
 uint32_t rl_rule_block_size(const rl_rule_t *rule)

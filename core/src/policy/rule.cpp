@@ -42,6 +42,10 @@ const struct {
     {"ban", P_BAN},
     {"max_wait", P_MAX_WAIT},
     {"abandoned", P_ABANDONED},
+    {"min", P_MIN},
+    {"initial", P_INITIAL},
+    {"tolerance", P_TOLERANCE},
+    {"interval", P_INTERVAL},
 };
 
 // The parameters that may be a $variable, evaluated by the glue per request.
@@ -81,6 +85,31 @@ struct Text {
     size_t len;
     bool is(const char *s) const { return std::strlen(s) == len && std::memcmp(p, s, len) == 0; }
 };
+
+// "1.5", "2", "1.25" as hundredths (150, 200, 125): at most two decimals.
+bool parse_hundredths(Text v, uint32_t *out)
+{
+    uint64_t n = 0;
+    size_t i = 0, decimals = 0;
+    bool dot = false, digits = false;
+    for (; i < v.len; i++) {
+        const char c = v.p[i];
+        if (c == '.' && !dot) {
+            dot = true;
+            continue;
+        }
+        if (c < '0' || c > '9' || (dot && ++decimals > 2) || n > 100000) {
+            return false;
+        }
+        n = n * 10 + (uint64_t) (c - '0');
+        digits = true;
+    }
+    for (; decimals < 2; decimals++) {
+        n *= 10;
+    }
+    *out = (uint32_t) n;
+    return digits;
+}
 
 bool parse_uint(Text v, uint64_t max, uint64_t *out)
 {
@@ -218,6 +247,8 @@ const NumberParam number_params[] = {
     {P_DELAY, &rl_rule_t::delay, 0, RL_LIMIT_MAX},
     {P_LIMIT_MAX, &rl_rule_t::limit_max, 1, RL_LIMIT_MAX},
     {P_BUCKETS, &rl_rule_t::buckets, 1, RL_BUCKETS_MAX},
+    {P_MIN, &rl_rule_t::adapt_min, 1, RL_CONCURRENCY_MAX},
+    {P_INITIAL, &rl_rule_t::adapt_initial, 1, RL_CONCURRENCY_MAX},
 };
 
 struct TimeParam {
@@ -231,6 +262,7 @@ const TimeParam time_params[] = {
     {P_BAN, &rl_rule_t::ban_ms, 1, RL_BAN_MAX_MS, "a time from 1ms to 366d, like 30s, 15m, 1h"},
     {P_MAX_WAIT, &rl_rule_t::max_wait_ms, 0, 3600000, "a time from 0ms to 1h, like 500ms, 10s, 1m"},
     {P_MAX_DELAY, &rl_rule_t::max_delay_ms, 0, RL_PERIOD_MAX_MS, "a time from 0ms to 366d, like 500ms, 5s, 1m"},
+    {P_INTERVAL, &rl_rule_t::interval_ms, 50, 60000, "a time from 50ms to 1m, like 500ms, 2s"},
 };
 
 struct WordParam {
@@ -303,6 +335,14 @@ int set_other(rl_rule_t *rule, uint32_t bit, Text v, Text whole, char *err, size
         }
         std::memcpy(rule->name, v.p, v.len);
         rule->name[v.len] = '\0';
+        return RL_OK;
+    case P_TOLERANCE:
+        if (!parse_hundredths(v, &rule->tolerance) || rule->tolerance < 105 || rule->tolerance > 1000) {
+            return fail(err, errlen,
+                        "invalid \"%.*s\": expected a number from 1.05 to 10 with at most two decimals, like 1.5: "
+                        "how many times its baseline the upstream's typical latency may grow to",
+                        w, whole.p);
+        }
         return RL_OK;
     default: /* P_UTC_OFFSET */
         if (!parse_offset(v.p, v.len, &rule->utc_offset_min)) {

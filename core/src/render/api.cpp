@@ -93,6 +93,11 @@ void state_json(Out &o, const rl_key_state_t &st, bool reset)
     if (has(*st.config, kSlots)) {
         o.field("in_flight", pk.in_flight);
         o.field("waiting", pk.waiting);
+        if (algorithm_of(*st.config).learned_of != nullptr) {
+            o.field("limit_now", pk.limit_now);
+            o.field("baseline_us", pk.baseline_us);
+            o.field("recent_us", pk.recent_us);
+        }
     }
     o.field("limit", st.config->limit);
     o.field("cost", st.cost);

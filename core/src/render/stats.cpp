@@ -76,6 +76,15 @@ const Figure kRuleFigures[] = {
      offsetof(rl_rule_stats_t, overrides)},
     {"overridden", "overridden_total", "counter", "Requests that met an override in the rule.",
      offsetof(rl_rule_stats_t, overridden)},
+    {"limit_now", "adaptive_limit", "gauge",
+     "The limit of requests in flight now (adaptive; of the key that moved its limit last).",
+     offsetof(rl_rule_stats_t, limit_now)},
+    {"baseline_us", "adaptive_baseline_microseconds", "gauge",
+     "The upstream's latency without queueing, as the adaptive rule learned it.",
+     offsetof(rl_rule_stats_t, baseline_us)},
+    {"recent_us", "adaptive_recent_microseconds", "gauge",
+     "The upstream's typical latency over the adaptive rule's last interval (geometric mean).",
+     offsetof(rl_rule_stats_t, recent_us)},
 };
 
 // a Redis zone's counters, in rl_redis_figures_t (the latency histogram

@@ -63,6 +63,14 @@ void rl_table_peek(void *mem, const rl_rule_t *rule, uint64_t tag, uint64_t cost
         }
         if (rl::has(*rule, rl::kSlots)) {
             rl::concurrency_counts(*rule, s, &out->in_flight, &out->waiting);
+            const rl::Algorithm &a = rl::algorithm_of(*rule);
+            if (a.learned_of != nullptr) {
+                rl::Learned l{};
+                a.learned_of(*rule, s, &l);
+                out->limit_now = l.limit;
+                out->baseline_us = l.baseline_us;
+                out->recent_us = l.recent_us;
+            }
         }
         rl::State look = s, next = s;
         out->look = rl::transition(*rule, look, now_ms, 0, false);

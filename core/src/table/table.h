@@ -112,6 +112,11 @@ struct RuleCounters {
     uint32_t charge_max[2];
     uint32_t charges;
     uint64_t overridden;  // requests that met an override
+    // adaptive: the last interval decided by a key of the rule: its limit,
+    // baseline and typical latency (us)
+    uint32_t limit_now;
+    uint32_t baseline_us;
+    uint32_t recent_us;
 };
 
 // The keys a rule refuses most (top.cpp): a Space-Saving summary of
@@ -447,6 +452,17 @@ public:
                 __atomic_store_n(&r.peak, now, __ATOMIC_RELAXED);
             }
             __atomic_store_n(&r.waited, __atomic_load_n(&r.waited, __ATOMIC_RELAXED) + waited, __ATOMIC_RELAXED);
+        }
+    }
+
+    // An adaptive rule's key decided an interval: its figures.
+    void note_adaptive(int slot, uint32_t limit, uint32_t baseline_us, uint32_t recent_us)
+    {
+        if (slot >= 0 && (uint32_t) slot < RL_RULE_STATS_MAX) {
+            RuleCounters &r = h_.rules[slot];
+            __atomic_store_n(&r.limit_now, limit, __ATOMIC_RELAXED);
+            __atomic_store_n(&r.baseline_us, baseline_us, __ATOMIC_RELAXED);
+            __atomic_store_n(&r.recent_us, recent_us, __ATOMIC_RELAXED);
         }
     }
 

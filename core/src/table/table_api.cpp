@@ -118,6 +118,9 @@ size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out, size_t max)
         out[n].estimate = rl::Table::at(mem)->estimate((int) i);
         out[n].overridden = __atomic_load_n(&h.rules[i].overridden, __ATOMIC_RELAXED);
         out[n].overrides = 0;
+        out[n].limit_now = __atomic_load_n(&h.rules[i].limit_now, __ATOMIC_RELAXED);
+        out[n].baseline_us = __atomic_load_n(&h.rules[i].baseline_us, __ATOMIC_RELAXED);
+        out[n].recent_us = __atomic_load_n(&h.rules[i].recent_us, __ATOMIC_RELAXED);
     }
     // the overrides naming each rule counted
     if (const rl::Store *st = rl::Store::of(rl::Table::at(mem))) {

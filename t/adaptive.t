@@ -1,0 +1,165 @@
+#!/usr/bin/perl
+# algorithm=adaptive through nginx in front of a real slow upstream
+# (t/lib/rl_adaptive.py: W workers serving one request at a time, the rest
+# queued), driven by an open-loop load generator (arrivals at a set rate
+# whatever the answers):
+#   * at half the upstream's capacity nothing is refused, and the latency
+#     it shows is the test's own reference;
+#   * at four times its capacity some requests are refused with 503 (no
+#     Retry-After), the limit the stats report comes down, and the admitted
+#     requests keep a latency near the reference (no queue builds up);
+#   * once the upstream recovers, the limit goes back up;
+#   * a slot is given back on every way a request ends: answered, refused by
+#     the upstream (502), timed out (504), abandoned by its client (499);
+#   * Redis zones and bad parameters are refused by nginx -t.
+# Every bound is relative to figures the test measures (the reference
+# latency, the upstream's W): none depends on how fast the machine is.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use POSIX ();
+use Time::HiRes qw(sleep time);
+use IO::Socket::INET;
+use HTTP::Tiny;
+use RLTest;
+
+my $python = -x "/usr/bin/python3" ? "/usr/bin/python3" : "";
+chomp $python;
+plan skip_all => 'python3 is missing' unless $python;
+my $helper = "$FindBin::Bin/lib/rl_adaptive.py";
+
+my $W = 4;         # the upstream's workers
+my $MEAN = 50;     # ms: capacity W / S = 80 requests a second
+my $CAPACITY = 1000 * $W / $MEAN;
+
+my $t = RLTest->new;
+my $portfile = $t->prefix . '/upstream.port';
+my $up = fork() // die "fork: $!";
+if ($up == 0) {
+    exec($python, $helper, 'upstream', $portfile, '--workers', $W, '--mean-ms', $MEAN, '--sigma', 0.3)
+        or POSIX::_exit(127);
+}
+RLTest::wait_until(sub { -s $portfile }, 10) or BAIL_OUT('the upstream did not start');
+my $upport = RLTest::read_file($portfile);
+chomp $upport;
+
+$t->start(<<"EOF", workers => 2);
+ratelimit_zone ad 1m;
+upstream backend {
+    server 127.0.0.1:$upport;
+}
+server {
+    listen 127.0.0.1:%%PORT%%;
+    proxy_read_timeout 300ms;
+    location / {
+        ratelimit zone=ad key=backend_a algorithm=adaptive limit=32 interval=200ms name=ad;
+        proxy_pass http://backend;
+    }
+    location /ends/ {
+        ratelimit zone=ad key=ends algorithm=adaptive limit=4 name=ends;
+        proxy_pass http://backend/;
+    }
+    location = /stats {
+        ratelimit_stats;
+    }
+    location /rl/ {
+        ratelimit_api;
+    }
+}
+EOF
+my $url = $t->url('/');
+
+# the load generator's seconds: [ {sent, ok, refused, p50_ms, ...} ]
+sub load {
+    my ($steps) = @_;
+    my @lines = `$python $helper load $url --steps $steps --timeout 2`;
+    return [ map { JSON::PP::decode_json($_) } @lines ];
+}
+
+sub total {
+    my ($secs, $field, $from, $to) = @_;
+    my $n = 0;
+    $n += $_->{$field} // 0 for @$secs[ $from .. $to ];
+    return $n;
+}
+
+sub median {
+    my @v = sort { $a <=> $b } grep { defined } @_;
+    return @v ? $v[ int($#v / 2) ] : undef;
+}
+
+my $quiet = load(($CAPACITY / 2) . ':4');
+is(total($quiet, 'refused', 0, 3), 0, 'half the capacity: nothing refused');
+is(total($quiet, 'ok', 0, 3), total($quiet, 'sent', 0, 3), 'half the capacity: every request answered');
+my $reference = median(map { $_->{p50_ms} } @$quiet);
+ok($reference >= $MEAN / 2, "the reference latency ($reference ms) is the upstream's");
+my $s = $t->rule_stats('ad', 'ad');
+is($s->{limit_now}, 32, 'the limit, never reached, stays at limit=');
+ok($s->{baseline_us} > 0, 'a baseline was learned');
+
+my $over = load((4 * $CAPACITY) . ':8');
+my $refused = total($over, 'refused', 0, 7);
+ok($refused > 0, "four times the capacity: requests refused ($refused)");
+$s = $t->rule_stats('ad', 'ad');
+ok($s->{limit_now} < 32 && $s->{limit_now} <= 3 * $W,
+   "the limit came down near the upstream's W=$W: $s->{limit_now}");
+my $admitted = median(map { $_->{p50_ms} } @$over[ 4 .. 7 ]);
+ok($admitted <= 3 * $reference,
+   "admitted requests keep their latency: $admitted ms against $reference ms unloaded");
+my $ok = total($over, 'ok', 4, 7) / 4;
+ok($ok >= 0.6 * $CAPACITY, "the upstream kept serving: $ok a second of its $CAPACITY");
+my $low = $s->{limit_now};
+
+my $r = $t->get('/');
+my @refusal;
+for (1 .. 50) {    # a refusal's answer, while a burst holds the slots
+    my @socks = map { IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $t->port) } 1 .. 40;
+    print $_ "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n" for @socks;
+    my @answers = map { local $/; my $x = <$_>; $x } @socks;
+    @refusal = grep { m{^HTTP/1.1 503} } @answers;
+    last if @refusal;
+}
+ok(@refusal, 'a refusal while the slots are held');
+unlike($refusal[0] // '', qr/^Retry-After:/mi, 'a 503 of adaptive states no Retry-After');
+
+# the upstream recovers (five times as fast) under a load it can now serve: the limit
+# the load keeps reaching goes back up, the latency being the upstream's
+HTTP::Tiny->new->get("http://127.0.0.1:$upport/set?mean=" . ($MEAN / 5));
+my $after = load((5 * $CAPACITY) . ":6");
+$s = $t->rule_stats('ad', 'ad');
+ok($s->{limit_now} > $low, "after the overload the limit goes back up: $s->{limit_now} (was $low)");
+
+# every way a request ends gives its slot back
+is($t->get('/ends/close')->{status}, 502, 'an upstream that closes: 502');
+is($t->get('/ends/hang')->{status}, 504, 'an upstream that does not answer: 504');
+my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $t->port);
+print $sock "GET /ends/hang HTTP/1.1\r\nHost: a\r\n\r\n";
+sleep 0.1;
+close $sock;    # the client leaves: 499
+is($t->get('/ends/x')->{status}, 200, 'an answered request: 200');
+RLTest::wait_until(sub { $t->rule_stats('ad', 'ends')->{in_flight} == 0 }, 5);
+is($t->rule_stats('ad', 'ends')->{in_flight}, 0, 'every slot given back');
+sleep 0.5;
+is($t->rule_stats('ad', 'ad')->{in_flight}, 0, 'the loaded rule holds no slot once its requests ended');
+my $k = $t->key_rule('ad', 'backend_a', 'ad', api => '/rl');
+ok(defined $k->{limit_now} && $k->{limit_now} >= 1, 'the key API shows the key\'s limit');
+ok($k->{baseline_us} > 0 && $k->{recent_us} > 0, 'and its latencies');
+
+# nginx -t
+$t->conf_refused("ratelimit_zone r 1m redis=127.0.0.1:6379;\n"
+                 . RLTest::one_location('ratelimit zone=r key=a algorithm=adaptive limit=8;'),
+                 qr/algorithm=adaptive is not decided in Redis: .*a fleet-wide adaptive limit is not defined/,
+                 'adaptive on a Redis zone');
+$t->conf_refused("ratelimit_zone r 1m;\n"
+                 . RLTest::one_location('ratelimit zone=r key=a algorithm=adaptive limit=8 min=9;'),
+                 qr/"min=9" exceeds limit=8/, 'min= over limit=');
+$t->conf_refused("ratelimit_zone r 1m;\n"
+                 . RLTest::one_location('ratelimit zone=r key=a algorithm=adaptive limit=$arg_l limit_default=4 limit_max=8;'),
+                 qr/"limit=" of algorithm=adaptive is a number, not a \$variable/, 'a variable limit');
+
+$t->stop();
+kill 'TERM', $up;
+waitpid($up, 0);
+done_testing();
