@@ -1,9 +1,11 @@
 #!/usr/bin/perl
 # docs/recipes.md, run as written: each "## " section's nginx block is a
-# whole http-level configuration.  The only changes: `listen 8080`, and the
-# backend's, Redis's and the load balancers' addresses become the test's (a
-# backend server in the same nginx, on its own port, that logs when each
-# request reaches it).  Every section with an nginx block has its test here.
+# whole http-level configuration, and its curl commands are sent as they
+# are.  The only changes: `listen 8080`, files under /var/lib/nginx/ go to
+# the test's prefix, and the backend's, Redis's, the load balancers' and
+# the clients' addresses become the test's (a backend server in the same
+# nginx, on its own port, that logs when each request reaches it).  Every
+# section with an nginx block has its test here.
 use strict;
 use warnings;
 use FindBin;
@@ -11,6 +13,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use POSIX qw(ceil floor);
 use Time::HiRes qw(time sleep);
+use IO::Socket::INET;
 use RLTest;
 use RLSlowUpstream;
 
@@ -26,6 +29,7 @@ sub start_recipe {
     like($conf, qr/^\s*listen 8080;$/m, "$title: listens on 8080");
     $conf =~ s/listen 8080;/listen 127.0.0.1:%%PORT%%;/g;
     $conf =~ s/10\.0\.0\.5:6379/127.0.0.1:$o{redis}/g if $o{redis};
+    $conf =~ s{/var/lib/nginx/}{%%PREFIX%%/}g;
     $t->start(<<"EOF" . $conf);
 log_format arrival '\$msec \$uri';
 upstream backend {
@@ -53,6 +57,23 @@ server {
 }
 EOF
     return $t;
+}
+
+# A recipe's curl commands, as [method, path and query, body]:
+# "curl -X PUT -d 'BODY' 'http://127.0.0.1:8080/PATH'", a line each (a
+# trailing backslash continues it).
+sub recipe_curls {
+    my ($title) = @_;
+    my @out;
+    for my $b (grep { $_->{lang} eq 'sh' && ($_->{headings}[2] // '') eq $title } RLTest::doc_code('docs/recipes.md')) {
+        (my $text = $b->{text}) =~ s/\\\n\s*//g;
+        for my $line (split /\n/, $text) {
+            next unless $line =~ /^curl(?: -X (\w+))?(?: -d '([^']*)')? 'http:\/\/127\.0\.0\.1:8080([^']+)'$/;
+            push @out, [ $1 // 'GET', $3, $2 ];
+        }
+    }
+    BAIL_OUT("docs/recipes.md: \"$title\" has no curl command") unless @out;
+    return @out;
 }
 
 # seconds until the next midnight UTC
@@ -227,6 +248,63 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
         $_->stop for @fleet;
         $redis->stop;
     }
+}
+
+{
+    my $title = "Raising one customer's limit for a week";
+    $tested{$title} = 1;
+    my $t = start_recipe($title);
+    my %s = $t->pipelined('/api/x', 'X-Api-Key', ('cust-42') x 101);
+    is("$s{200} $s{429}", '100 1', "$title: 100 an hour, then refused");
+    my ($put) = recipe_curls($title);
+    my $r = $t->request(@$put[ 0, 1 ], {}, $put->[2]);
+    is($r->{status}, 200, "$title: the curl command sets the override") or diag($r->{content});
+    my $o = RLTest::json_of($r)->{override};
+    ok($o->{expires_in_ms} > 7 * 86400_000 - 60_000 && $o->{expires_in_ms} <= 7 * 86400_000,
+       "$title: for 7 days ($o->{expires_in_ms} ms)");
+    $r = $t->get('/api/x', { 'X-Api-Key' => 'cust-42' });
+    is("$r->{status} $r->{headers}{'x-ratelimit-limit'} $r->{headers}{'x-ratelimit-remaining'}", '200 1000 899',
+       "$title: 1,000 an hour, the 100 spent counted");
+    is($t->get('/api/x', { 'X-Api-Key' => 'other' })->{headers}{'x-ratelimit-limit'}, 100,
+       "$title: other keys keep 100");
+    RLTest::wait_until(sub { -s $t->prefix . '/api.overrides' && RLTest::read_file($t->prefix . '/api.overrides') =~ /cust-42/ }, 5);
+    $t->stop;
+    $t->start;
+    $r = $t->get('/api/x', { 'X-Api-Key' => 'cust-42' });
+    is("$r->{status} $r->{headers}{'x-ratelimit-limit'}", '200 1000', "$title: a restart keeps the override");
+    $t->stop;
+}
+
+{
+    my $title = 'Refusing an address range during an attack';
+    $tested{$title} = 1;
+    my $t = start_recipe($title);
+    # from an address of the test's loopback network: 127.0.0.2
+    my $from = sub {
+        my ($addr) = @_;
+        my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $t->port, LocalAddr => $addr)
+            or die "connect from $addr: $!\n";
+        print $s "GET / HTTP/1.0\r\nHost: x\r\n\r\n";
+        local $/;
+        my $answer = <$s>;
+        my ($status) = $answer =~ m{^HTTP/1\.\d (\d+)};
+        my ($ra) = $answer =~ /^Retry-After: (\d+)/mi;
+        my ($limit) = $answer =~ /^X-RateLimit-Limit: (\d+)/mi;
+        return ($status, $ra, $limit);
+    };
+    is(($from->('127.0.0.1'))[0], 200, "$title: served before");
+    my ($deny, $allow) = recipe_curls($title);
+    s{range=203\.0\.113\.0/24}{range=127.0.0.0/24} for $deny->[1];
+    s{range=203\.0\.113\.7/32}{range=127.0.0.2/32} for $allow->[1];
+    is($t->request(@$deny[ 0, 1 ], {}, $deny->[2])->{status}, 200, "$title: the network denied");
+    my ($status, $ra) = $from->('127.0.0.1');
+    ok($status == 429 && $ra >= 3599 && $ra <= 3600, "$title: an address of it refused, Retry-After $ra s: the hour left");
+    is($t->request(@$allow[ 0, 1 ], {}, $allow->[2])->{status}, 200, "$title: the partner's address allowed");
+    my ($ok, undef, $limit) = $from->('127.0.0.2');
+    is($ok, 200, "$title: the partner's address served");
+    is($limit, undef, "$title: exempt from the rule: no rate-limit headers");
+    is(($from->('127.0.0.3'))[0], 429, "$title: the rest of the network still refused");
+    $t->stop;
 }
 
 # a backend that sends rate-limit headers of its own
