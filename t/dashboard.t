@@ -22,6 +22,8 @@
 # key as text, running nothing); on a writable API the form adds one (the
 # API then holds what was entered), an entry the API refuses shows its
 # message as it is, and Remove removes; read-only, neither form nor Remove.
+# Adaptive rules, behind a real slow upstream: a chart of the limit over the
+# latency for them alone, its latest limit the stats' at that moment.
 #
 # RL_DASHBOARD_SHOT=docs/dashboard.png keeps the screenshot under load there,
 # after RL_DASHBOARD_LOAD seconds of load (default 60; without a shot the load
@@ -34,6 +36,7 @@ use Test::More;
 use JSON::PP;
 use HTTP::Tiny;
 use Digest::SHA qw(sha256_base64);
+use POSIX ();
 use Time::HiRes qw(sleep time);
 use RLTest;
 use RLBrowser;
@@ -778,5 +781,113 @@ is($ov_get->('key=erin&rule=by_user')->{status}, 404, 'writes refused by nginx (
 is($ob->js('JSON.stringify(window.cspViolations)'), '[]', 'overrides: no policy violation, read-only and refused');
 $ob->quit;
 $o->stop();
+
+# ---- adaptive rules: the limit charted over the latency ----
+
+# An adaptive rule in front of a real slow upstream (t/lib/rl_adaptive.py,
+# as t/adaptive.t), beside a rule of another algorithm and a concurrency
+# rule: only the adaptive rule has the chart.  After load that moves its
+# limit, with the traffic stopped (no interval decides any more: the figures
+# hold still), the chart's latest limit is the one the stats JSON reports,
+# and is drawn where the chart's own scale puts it; the text beside it shows
+# the same three figures.  Nothing here depends on how fast the machine is:
+# the values compared are those nginx reports at that moment, whatever they
+# are.
+SKIP: {
+    my $python = -x '/usr/bin/python3' ? '/usr/bin/python3' : '';
+    skip 'python3 is missing (t/lib/rl_adaptive.py)', 1 unless $python;
+    my $helper = "$FindBin::Bin/lib/rl_adaptive.py";
+    my ($W, $MEAN) = (4, 50);    # capacity W / MEAN = 80 requests a second
+    my $capacity = 1000 * $W / $MEAN;
+    my $ad = RLTest->new;
+    my $portfile = $ad->prefix . '/upstream.port';
+    my $up = fork() // die "fork: $!";
+    if ($up == 0) {
+        exec($python, $helper, 'upstream', $portfile, '--workers', $W, '--mean-ms', $MEAN, '--sigma', 0.3)
+            or POSIX::_exit(127);
+    }
+    RLTest::wait_until(sub { -s $portfile }, 10) or BAIL_OUT('the upstream did not start');
+    chomp(my $upport = RLTest::read_file($portfile));
+    $ad->start(<<"EOF2", workers => 2);
+ratelimit_zone ad 1m;
+upstream backend {
+    server 127.0.0.1:$upport;
+}
+server {
+    listen 127.0.0.1:%%PORT%%;
+    proxy_read_timeout 2s;
+    location / {
+        ratelimit zone=ad key=backend_a algorithm=adaptive limit=32 interval=200ms name=ad;
+        proxy_pass http://backend;
+    }
+    location /plain/ { ratelimit zone=ad key=\$remote_addr limit=1000 period=1s name=plain; alias %%PREFIX%%/html/; }
+    location /slots/ { ratelimit zone=ad key=\$remote_addr algorithm=concurrency limit=10 name=slots; alias %%PREFIX%%/html/; }
+    location = /stats { ratelimit_stats; }
+    location /rl/ { ratelimit_api; }
+    location = /dashboard { ratelimit_dashboard stats=/stats api=/rl/; }
+    location = /dashboard-noapi { ratelimit_dashboard stats=/stats; }
+}
+EOF2
+    my $aurl = 'http://127.0.0.1:' . $ad->port;
+    $ad->get("/$_/index.html") for qw(plain slots);
+    my $chart = sub { qq{document.querySelector('[data-rule="$_[0]"] svg.adaptchart')} };
+    my $ab = RLBrowser->new(width => 1280, height => 900);
+    $ab->on_new_document($watch);
+    $ab->open_page("$aurl/dashboard");
+    ok($ab->wait_for('!!' . $chart->('ad'), 20), 'adaptive: its rule has the chart (the key API names its algorithm)');
+    ok($ab->wait_for(q{!!document.querySelector('[data-rule="slots"] .totals')}, 20), 'adaptive: the other rules shown');
+    is($ab->js(q{[].map.call(document.querySelectorAll('svg.adaptchart'),
+                 function (s) { return s.closest('article').dataset.rule; }).join()}), 'ad',
+       'adaptive: no chart for a rule of another algorithm, nor for a concurrency rule');
+    is($ab->js(q{document.querySelector('[data-rule="ad"] .adapt-limit').textContent}), "\x{2013}",
+       'adaptive: before its first decision, no limit shown');
+
+    # half the capacity, then four times it: the limit comes down
+    my @secs = `$python $helper load $aurl/ --steps @{[ $capacity / 2 ]}:2,@{[ 4 * $capacity ]}:6 --timeout 2`;
+    is(scalar @secs, 8, 'adaptive: 8 seconds of load sent');
+
+    # the figures held still: the stats read before and after the page's
+    # reading agree, and the page has polled after the first of them
+    my ($s, $page);
+    for (1 .. 10) {
+        my $before = $ad->rule_stats('ad', 'ad');
+        my $n = $ab->js('+document.body.dataset.polls');
+        $ab->wait_for("+document.body.dataset.polls >= $n + 2", 20);
+        $page = JSON::PP->new->decode($ab->js(q{(function () {
+            var a = document.querySelector('[data-rule="ad"]'), l = a.querySelector('svg.adaptchart path.limit');
+            var pts = (l.getAttribute('d').match(/-?[\d.]+,-?[\d.]+/g) || []).map(function (p) { return p.split(',').map(Number); });
+            return JSON.stringify({ last: l.dataset.last, top: +l.dataset.top, y0: +l.dataset.y0, y1: +l.dataset.y1,
+                points: +l.dataset.points, pts: pts, width: a.querySelector('svg.adaptchart').getBoundingClientRect().width,
+                text: a.querySelector('.adapt-limit').textContent,
+                limit: a.querySelector('.adapt-limit').dataset.value, recent: a.querySelector('.adapt-recent').dataset.value,
+                baseline: a.querySelector('.adapt-baseline').dataset.value }); })()}));
+        $s = $ad->rule_stats('ad', 'ad');
+        last if join(',', @$before{qw(limit_now recent_us baseline_us)}) eq join(',', @$s{qw(limit_now recent_us baseline_us)});
+    }
+    cmp_ok($s->{limit_now}, '>', 0, "adaptive: the rule decided (limit_now $s->{limit_now}, recent $s->{recent_us} us, "
+           . "baseline $s->{baseline_us} us)");
+    is($page->{last}, $s->{limit_now}, "adaptive: the chart's latest limit is the stats' ($s->{limit_now})");
+    my ($x, $y) = @{ $page->{pts}[-1] // [] };
+    my $want = $page->{y0} - ($page->{top} ? $s->{limit_now} / $page->{top} : 0) * ($page->{y0} - $page->{y1});
+    ok(defined $y && abs($y - $want) < 0.06 && $page->{top} >= $s->{limit_now},
+       "adaptive: and drawn there on the chart's scale (y $y, for $want; top of the scale $page->{top})");
+    ok(defined $x && abs($x - $page->{width}) < 1, "adaptive: at the chart's right edge, now (x $x of $page->{width})");
+    cmp_ok($page->{points}, '>=', 3, "adaptive: a line of several polls ($page->{points} points)");
+    is(scalar @{ $page->{pts} }, $page->{points}, 'adaptive: every point plotted');
+    is_deeply([ @$page{qw(limit recent baseline)} ], [ @$s{qw(limit_now recent_us baseline_us)} ],
+              'adaptive: the figures as text: limit, recent and baseline latencies, as the stats say');
+    is($page->{text}, $s->{limit_now} < 1000 ? $s->{limit_now} : fmt($s->{limit_now}), 'adaptive: the limit, as text');
+    is($ab->js('JSON.stringify(window.cspViolations)'), '[]', 'adaptive: the chart breaks no policy');
+    $ab->quit;
+
+    # no key API: the figures only adaptive rules have tell it
+    my $adom = RLBrowser::dump_dom("$aurl/dashboard-noapi");
+    has(part($adom, 'article', 'data-rule', 'ad'), qr/<svg class="adaptchart"/, 'adaptive, no key API: the chart');
+    hasnt($adom, qr/data-rule="(?:plain|slots)">(?:(?!<\/article>).)*adaptchart/s,
+          'adaptive, no key API: none for the other rules');
+    $ad->stop;
+    kill 'TERM', $up;
+    waitpid($up, 0);
+}
 
 done_testing();
