@@ -340,16 +340,19 @@ ngx_http_ratelimit_overrides_line(ngx_log_t *log,
 /*
  * A worker's start: the store's tags worked out again for the rules this
  * configuration has (a reload may have changed a rule's algorithm, which
- * makes its identity), and the timer: worker 0 every second, the others
- * when they change something.
+ * makes its identity), and the timer.  A local zone's ticks only while
+ * there is something to do (an override to expire, the file to write):
+ * worker 0 from the start when the store holds overrides, a worker that
+ * changes one from then on; a store that holds none costs no tick.
  */
 
 ngx_int_t
 ngx_http_ratelimit_overrides_start(ngx_http_ratelimit_zone_t *zone,
     ngx_cycle_t *cycle)
 {
-    ngx_uint_t           n;
-    rl_override_rule_t  *rules;
+    ngx_uint_t             n;
+    rl_override_rule_t    *rules;
+    rl_overrides_stats_t   st;
 
     if (zone->store == NULL) {
         return NGX_OK;
@@ -367,6 +370,7 @@ ngx_http_ratelimit_overrides_start(ngx_http_ratelimit_zone_t *zone,
 
     ngx_shmtx_lock(&zone->shpool->mutex);
     rl_overrides_retag(zone->table, rules, n);
+    rl_overrides_stats(zone->store, &st);
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
     zone->overrides_event.handler = ngx_http_ratelimit_overrides_tick;
@@ -382,7 +386,7 @@ ngx_http_ratelimit_overrides_start(ngx_http_ratelimit_zone_t *zone,
            asks for their version every NGX_HTTP_RATELIMIT_OVERRIDES_POLL */
         ngx_add_timer(&zone->overrides_event, 1);
 
-    } else if (ngx_worker == 0) {
+    } else if (ngx_worker == 0 && st.held > 0) {
         ngx_add_timer(&zone->overrides_event,
                       NGX_HTTP_RATELIMIT_OVERRIDES_TICK);
     }
@@ -391,12 +395,15 @@ ngx_http_ratelimit_overrides_start(ngx_http_ratelimit_zone_t *zone,
 }
 
 
-/* A change made in this worker: the file written at once. */
+/*
+ * A change made in this worker: the file written at once, and the ticks
+ * started (its expiry kept).
+ */
 
 void
 ngx_http_ratelimit_overrides_changed(ngx_http_ratelimit_zone_t *zone)
 {
-    if (zone->overrides_file.len && zone->overrides_event.handler) {
+    if (zone->overrides_redis == NULL && zone->overrides_event.handler) {
         if (zone->overrides_event.timer_set) {
             ngx_del_timer(&zone->overrides_event);
         }
@@ -437,6 +444,8 @@ ngx_http_ratelimit_overrides_tick(ngx_event_t *ev)
 
     zone->overrides_checked = now;   /* every one expired by now is gone */
 
+    expiry = rl_overrides_next_expiry(zone->table, now);
+
     rl_overrides_stats(zone->store, &st);
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -445,9 +454,12 @@ ngx_http_ratelimit_overrides_tick(ngx_event_t *ev)
         && ngx_http_ratelimit_overrides_write(zone, ev->log) != NGX_OK)
     {
         /* said; tried again at the next tick */
+        expiry = now;
     }
 
-    if (ngx_worker == 0 && !ngx_exiting && !ngx_terminate && !ngx_quit) {
+    /* again while an override is to expire (or the file to write) */
+
+    if (expiry != 0 && !ngx_exiting && !ngx_terminate && !ngx_quit) {
         ngx_add_timer(ev, NGX_HTTP_RATELIMIT_OVERRIDES_TICK);
     }
 }
