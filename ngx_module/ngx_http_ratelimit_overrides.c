@@ -856,6 +856,12 @@ ngx_http_ratelimit_overrides_answer(ngx_http_ratelimit_redis_wait_t *w,
 
     ngx_memzero(a, sizeof(rl_redis_answer_t));
 
+    if (reply->type == RL_RESP_ERROR) {
+        /* as any call's: a Cluster's redirection followed, a replica's
+           refusal, NOSCRIPT, or a failure */
+        return rl_redis_answer(&oc->rq, w->call, reply, a);
+    }
+
     a->kind = rl_overrides_redis_answer(reply, &oc->call, a->why,
                                         sizeof(a->why));
 

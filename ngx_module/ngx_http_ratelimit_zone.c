@@ -188,7 +188,7 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     redis = NULL;
     sync = NULL;
-    overrides = NGX_HTTP_RATELIMIT_OVERRIDES_DEFAULT;
+    overrides = NGX_CONF_UNSET_UINT;
     ngx_str_null(&overrides_file);
 
     if (ngx_http_ratelimit_zone_params(cf, &name, size, &redis, &sync,
@@ -196,6 +196,17 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         != NGX_OK)
     {
         return NGX_CONF_ERROR;
+    }
+
+    /*
+     * A local zone has room for overrides unless told otherwise; a Redis
+     * zone only when overrides= asks for it, since its servers then ask
+     * Redis for them every quarter second (and its ACL user must allow
+     * the overrides' hash commands).
+     */
+
+    if (overrides == NGX_CONF_UNSET_UINT) {
+        overrides = redis ? 0 : NGX_HTTP_RATELIMIT_OVERRIDES_DEFAULT;
     }
 
     shm_zone = ngx_http_ratelimit_lookup_zone(&cf->cycle->shared_memory,
@@ -340,7 +351,7 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     size_t                             size;
     u_char                            *table;
     ngx_shm_zone_t                    *old;
-    ngx_http_ratelimit_zone_t         *zone;
+    ngx_http_ratelimit_zone_t         *zone, *was;
     u_char                            *journal;
     ngx_http_ratelimit_redis_stats_t  *rs;
     char                               err[RL_ERR_MAX];
@@ -417,10 +428,23 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
                                          &zone->name);
 
     if (old != NULL && old->shm.size != shm_zone->shm.size) {
-        ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
-                      "ratelimit_zone \"%V\" changed size from %uz to %uz "
-                      "bytes: its state starts empty", &zone->name,
-                      old->shm.size, shm_zone->shm.size);
+        was = (ngx_http_ratelimit_zone_t *) old->data;
+
+        if (was->overrides != zone->overrides) {
+            ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
+                          "ratelimit_zone \"%V\" changed overrides= from "
+                          "%ui to %ui: its state starts empty", &zone->name,
+                          was->overrides, zone->overrides);
+
+        } else {
+            ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
+                          "ratelimit_zone \"%V\" changed size from %uz to "
+                          "%uz bytes: its state starts empty", &zone->name,
+                          old->shm.size
+                          - ngx_http_ratelimit_overrides_bytes(was),
+                          shm_zone->shm.size
+                          - ngx_http_ratelimit_overrides_bytes(zone));
+        }
 
     } else if (old != NULL) {
         ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,

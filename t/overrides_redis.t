@@ -21,7 +21,7 @@ my $rport = $redis->port;
 my @fleet = map { RLTest->new() } 1 .. 3;
 $_->write_conf(<<"EOF", workers => 2) for @fleet;
 ratelimit_zone rz 1m redis=127.0.0.1:$rport redis_timeout=5s overrides=8;
-ratelimit_zone rs 1m redis=127.0.0.1:$rport redis_sync=100ms;
+ratelimit_zone rs 1m redis=127.0.0.1:$rport redis_sync=100ms overrides=8;
 server {
     listen 127.0.0.1:%%PORT%%;
     add_header X-Decided \$ratelimit_decided_by always;
