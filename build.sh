@@ -424,7 +424,7 @@ fuzz() {
     ensure_packages clang libclang-rt-14-dev cmake make
     build_core "$dir" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DRL_FUZZ=ON -DRL_TESTS=OFF \
         -DRL_BENCH=OFF -DRL_TOOLS_DIR="$dir"
-    for t in rule transition resp api overrides; do
+    for t in rule transition resp api overrides state; do
         log "fuzz_$t for ${seconds}s"
         mkdir -p "$dir/corpus/$t"
         cp "$ROOT/tests/fuzz/corpus/$t/"* "$dir/corpus/$t/"

@@ -95,6 +95,9 @@ RL_API int rl_state_restore(void *table, const uint8_t *file, size_t len,
     const rl_state_rule_t *rules, size_t nrules, int64_t now,
     rl_state_report_t *report, char *err, size_t errlen);
 
+/* The checksum a file of len bytes ends with (tests, fuzzers). */
+RL_API uint64_t rl_state_checksum(const uint8_t *file, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -248,6 +248,15 @@ int rl_state_write_next(rl_state_write_t *w, const void *table, uint8_t *out, si
     return w->phase <= 3;
 }
 
+uint64_t rl_state_checksum(const uint8_t *file, size_t len)
+{
+    uint64_t sum = rl::kSumSeed;
+    for (size_t i = 0; i + 1 < len / 8; i++) {
+        sum = rl::sum_word(sum, rl::word_at(file + 8 * i));
+    }
+    return sum;
+}
+
 int rl_state_restore(void *table, const uint8_t *file, size_t len, const rl_state_rule_t *rules, size_t nrules,
                      int64_t now, rl_state_report_t *report, char *err, size_t errlen)
 {
@@ -273,11 +282,7 @@ int rl_state_restore(void *table, const uint8_t *file, size_t len, const rl_stat
                           (unsigned) h.version);
             return RL_ERROR;
         }
-        uint64_t sum = rl::kSumSeed;
-        for (size_t i = 0; i + 1 < nw; i++) {
-            sum = rl::sum_word(sum, W(i));
-        }
-        if (sum != W(nw - 1)) {
+        if (rl_state_checksum(file, len) != W(nw - 1)) {
             std::snprintf(err, errlen, "damaged or truncated (checksum)");
             return RL_ERROR;
         }
