@@ -67,19 +67,14 @@ int restore(TestZone &z, const std::vector<uint8_t> &file, const std::vector<rl_
             rl_state_report_t *report)
 {
     char err[RL_ERR_MAX] = "";
-    return rl_state_restore(z.mem, file.data(), file.size(), rules.data(), rules.size(), now, report, err,
-                            sizeof(err));
+    return rl_state_restore(z.mem, file.data(), file.size(), rules.data(), rules.size(), now, report, err, sizeof(err));
 }
 
 const char *const kRules[] = {
-    "algorithm=gcra limit=5 period=1h burst=3",
-    "algorithm=token_bucket limit=5 period=1h burst=3",
-    "algorithm=fixed_window limit=5 period=1h",
-    "algorithm=sliding_window limit=5 period=1h buckets=10",
-    "algorithm=sliding_log limit=5 period=1h",
-    "algorithm=leaky_bucket limit=5 period=1h max_delay=1h",
-    "algorithm=quota limit=5 reset=daily",
-    "algorithm=gcra limit=2 period=1m ban=1h",
+    "algorithm=gcra limit=5 period=1h burst=3", "algorithm=token_bucket limit=5 period=1h burst=3",
+    "algorithm=fixed_window limit=5 period=1h", "algorithm=sliding_window limit=5 period=1h buckets=10",
+    "algorithm=sliding_log limit=5 period=1h",  "algorithm=leaky_bucket limit=5 period=1h max_delay=1h",
+    "algorithm=quota limit=5 reset=daily",      "algorithm=gcra limit=2 period=1m ban=1h",
 };
 
 class StateRoundTrip : public ::testing::TestWithParam<const char *> {};
@@ -279,9 +274,9 @@ TEST(State, ADamagedOrTruncatedFileIsRefusedWhole)
     other[8] ^= 2;  // the format's version
     TestZone y(64 * 1024, {r.rule}, nullptr);
     char err[RL_ERR_MAX];
-    EXPECT_EQ(rl_state_restore(y.mem, other.data(), other.size(), rules.data(), rules.size(), kT0, &rep, err,
-                               sizeof(err)),
-              RL_ERROR);
+    EXPECT_EQ(
+        rl_state_restore(y.mem, other.data(), other.size(), rules.data(), rules.size(), kT0, &rep, err, sizeof(err)),
+        RL_ERROR);
     EXPECT_NE(std::strstr(err, "another version"), nullptr) << err;
     TestZone ok(64 * 1024, {r.rule}, nullptr);
     EXPECT_EQ(restore(ok, file, rules, kT0, &rep), RL_OK);

@@ -122,7 +122,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(rl::Table::at(z.mem)->check(&why));
     const std::vector<uint8_t> again = write_file(z);
     Zone y;
-    CHECK(rl_state_restore(y.mem, again.data(), again.size(), y.named, kNRules, kNow, &rep, err, sizeof(err)) ==
-          RL_OK);
+    CHECK(rl_state_restore(y.mem, again.data(), again.size(), y.named, kNRules, kNow, &rep, err, sizeof(err)) == RL_OK);
     return 0;
 }

@@ -181,6 +181,161 @@ void write_cells(rl_state_write_t *w, const Table &t, Out &o, uint64_t buckets)
     }
 }
 
+// A file checked whole: where its parts are.
+struct Parsed {
+    const uint8_t *file;
+    size_t nw;        // its words
+    uint64_t rules;   // the rules it names
+    size_t keys_at;   // the word of its first key
+    size_t cells_at;  // of its first cell
+    uint64_t keys;    // its keys
+    uint64_t ncells;  // the summary's cells of its table
+
+    uint64_t word(size_t i) const { return word_at(file + 8 * i); }
+};
+
+// Checks the file whole before anything of it is used: its length, its
+// versions, its checksum, and every record within its end.
+bool parse(const Table &t, const uint8_t *file, size_t len, Parsed *f, char *err, size_t errlen)
+{
+    const size_t nw = len / 8;
+    if (len % 8 != 0 || nw < kHeaderWords + 4) {
+        std::snprintf(err, errlen, "truncated (%zu bytes)", len);
+        return false;
+    }
+    if (std::memcmp(file, kMagic, 8) != 0) {
+        std::snprintf(err, errlen, "not a state file");
+        return false;
+    }
+    const uint64_t versions = f->word(1);
+    if ((uint32_t) versions != kFormat || (uint32_t) (versions >> 32) != t.header().version) {
+        std::snprintf(err, errlen, "written by another version of the module (format %u, table %u; this one: %u, %u)",
+                      (unsigned) (uint32_t) versions, (unsigned) (versions >> 32), (unsigned) kFormat,
+                      (unsigned) t.header().version);
+        return false;
+    }
+    if (rl_state_checksum(file, len) != f->word(nw - 1)) {
+        std::snprintf(err, errlen, "damaged or truncated (checksum)");
+        return false;
+    }
+    if (t.header().counts.keys != 0) {
+        std::snprintf(err, errlen, "the zone is not empty");
+        return false;
+    }
+    f->ncells = f->word(3);
+    f->rules = f->word(6);
+    const size_t body = nw - 2;  // the trailer: keys, checksum
+    if (f->rules > kRulesMax || kHeaderWords + f->rules * kRuleWords > body) {
+        std::snprintf(err, errlen, "damaged (%llu rules)", (unsigned long long) f->rules);
+        return false;
+    }
+    size_t i = f->keys_at = kHeaderWords + f->rules * kRuleWords;
+    for (;;) {
+        if (i >= body || (f->word(i) != 0 && (body - i < 3 || (f->word(i + 2) >> 48) > body - i - 3))) {
+            std::snprintf(err, errlen, "damaged (a key past the end)");
+            return false;
+        }
+        if (f->word(i) == 0) {
+            i++;
+            break;
+        }
+        i += 3 + (f->word(i + 2) >> 48);
+        f->keys++;
+    }
+    f->cells_at = i;
+    for (;;) {
+        if (i >= body || (f->word(i) != kCellsEnd && body - i < 2)) {
+            std::snprintf(err, errlen, "damaged (a cell past the end)");
+            return false;
+        }
+        if (f->word(i) == kCellsEnd) {
+            i++;
+            break;
+        }
+        i += 2;
+    }
+    if (i != body || f->word(body) != f->keys) {
+        std::snprintf(err, errlen, "damaged (%llu keys counted, %llu said)", (unsigned long long) f->keys,
+                      (unsigned long long) f->word(body));
+        return false;
+    }
+    return true;
+}
+
+// The file's rules that no rule of the zone has the identity of, by name.
+void report_gone(const Parsed &f, const rl_state_rule_t *rules, size_t nrules, rl_state_report_t *report)
+{
+    size_t len = 0;
+    for (uint64_t r = 0; r < f.rules; r++) {
+        const size_t at = kHeaderWords + r * kRuleWords;
+        bool found = false;
+        for (size_t k = 0; k < nrules && !found; k++) {
+            found = rules[k].identity == f.word(at);
+        }
+        if (found) {
+            continue;
+        }
+        report->rules_gone++;
+        char name[RL_NAME_MAX];
+        std::memcpy(name, f.file + 8 * (at + 2), RL_NAME_MAX);
+        name[RL_NAME_MAX - 1] = '\0';
+        const bool clean = rl_name_valid(name, std::strlen(name));
+        const int n =
+            std::snprintf(report->gone + len, sizeof(report->gone) - len, "%s%s", len ? ", " : "", clean ? name : "?");
+        len = std::min(sizeof(report->gone) - 1, len + (n > 0 ? (size_t) n : 0));
+    }
+}
+
+// A checked file's keys and cells into the table, with its secret.
+void apply(Table &t, const Parsed &f, int64_t now, rl_state_report_t *report)
+{
+    TableHeader &h = StateAccess::header(t);
+    std::memcpy(h.secret, f.file + 8 * 4, sizeof(h.secret));
+    for (size_t i = f.keys_at; f.word(i) != 0;) {
+        const uint64_t tag = f.word(i);
+        const int64_t until = (int64_t) f.word(i + 1);
+        const uint64_t k = f.word(i + 2);
+        const uint64_t words = k >> 48;
+        const Debt debt{(uint32_t) (k >> 32) & 0xff, ((k >> 40) & 1) != 0};
+        const uint8_t *blob = f.file + 8 * (i + 3);
+        i += 3 + words;
+        if (until <= now || held(until, now)) {
+            report->expired++;
+            continue;
+        }
+        if (words == 0) {
+            t.store(tag, rl_state_t{until, (uint32_t) k}, debt, now);
+            report->restored++;
+            continue;
+        }
+        const int pool = t.pool_for(words * 8);
+        if (pool < 0 || t.header().pools[pool].block_size - 8 != words * 8) {
+            report->no_block++;
+            continue;
+        }
+        State s = t.acquire(tag, pool, now);
+        std::memcpy(s.blob, blob, words * 8);
+        t.set_t(tag, until, debt);
+        report->restored++;
+    }
+    uint64_t *c = StateAccess::cells(t);
+    for (size_t i = f.cells_at; f.word(i) != kCellsEnd; i += 2) {
+        const uint64_t index = f.word(i);
+        const uint64_t v = f.word(i + 1);
+        const int64_t until = (int64_t) (v >> 8);
+        if (f.ncells != h.ncells || index >= h.ncells) {
+            report->cells_dropped++;
+            continue;
+        }
+        if (until <= now || held(until, now)) {
+            continue;
+        }
+        c[index] = v;
+        h.counts.sketch_until = std::max(h.counts.sketch_until, until);
+        report->cells++;
+    }
+}
+
 }  // namespace
 
 }  // namespace rl
@@ -199,8 +354,7 @@ void rl_state_write_begin(rl_state_write_t *w, const rl_state_rule_t *rules, siz
     w->sum = rl::kSumSeed;
 }
 
-int rl_state_write_next(rl_state_write_t *w, const void *table, uint8_t *out, size_t cap, uint64_t buckets,
-                        size_t *len)
+int rl_state_write_next(rl_state_write_t *w, const void *table, uint8_t *out, size_t cap, uint64_t buckets, size_t *len)
 {
     *len = 0;
     if (cap < RL_STATE_CHUNK_MIN || w->phase > 3) {
@@ -263,157 +417,15 @@ int rl_state_restore(void *table, const uint8_t *file, size_t len, const rl_stat
     std::memset(report, 0, sizeof(*report));
     try {
         Table &t = *Table::at(table);
-        rl::TableHeader &h = StateAccess::header(t);
-        const size_t nw = len / 8;
-        auto W = [&](size_t i) { return rl::word_at(file + 8 * i); };
-
-        if (len % 8 != 0 || nw < rl::kHeaderWords + 4) {
-            std::snprintf(err, errlen, "truncated (%zu bytes)", len);
+        rl::Parsed f{file, len / 8, 0, 0, 0, 0, 0};
+        if (!rl::parse(t, file, len, &f, err, errlen)) {
             return RL_ERROR;
         }
-        if (std::memcmp(file, rl::kMagic, 8) != 0) {
-            std::snprintf(err, errlen, "not a state file");
-            return RL_ERROR;
-        }
-        const uint64_t versions = W(1);
-        if ((uint32_t) versions != rl::kFormat || (uint32_t) (versions >> 32) != h.version) {
-            std::snprintf(err, errlen, "written by another version of the module (format %u, table %u; this one: %u, %u)",
-                          (unsigned) (uint32_t) versions, (unsigned) (versions >> 32), (unsigned) rl::kFormat,
-                          (unsigned) h.version);
-            return RL_ERROR;
-        }
-        if (rl_state_checksum(file, len) != W(nw - 1)) {
-            std::snprintf(err, errlen, "damaged or truncated (checksum)");
-            return RL_ERROR;
-        }
-        if (h.counts.keys != 0) {
-            std::snprintf(err, errlen, "the zone is not empty");
-            return RL_ERROR;
-        }
-
-        // The whole file walked first: every record within its end.
-        const uint64_t file_cells = W(3);
-        const uint64_t file_rules = W(6);
-        const size_t body = nw - 2;  // the trailer: keys, checksum
-        if (file_rules > rl::kRulesMax || rl::kHeaderWords + file_rules * rl::kRuleWords > body) {
-            std::snprintf(err, errlen, "damaged (%llu rules)", (unsigned long long) file_rules);
-            return RL_ERROR;
-        }
-        const size_t keys_at = rl::kHeaderWords + file_rules * rl::kRuleWords;
-        size_t i = keys_at;
-        uint64_t keys = 0;
-        for (;;) {
-            if (i >= body) {
-                std::snprintf(err, errlen, "damaged (keys past the end)");
-                return RL_ERROR;
-            }
-            if (W(i) == 0) {
-                i++;
-                break;
-            }
-            if (body - i < 3 || (W(i + 2) >> 48) > body - i - 3) {
-                std::snprintf(err, errlen, "damaged (a key past the end)");
-                return RL_ERROR;
-            }
-            i += 3 + (W(i + 2) >> 48);
-            keys++;
-        }
-        const size_t cells_at = i;
-        for (;;) {
-            if (i >= body) {
-                std::snprintf(err, errlen, "damaged (cells past the end)");
-                return RL_ERROR;
-            }
-            if (W(i) == rl::kCellsEnd) {
-                i++;
-                break;
-            }
-            if (body - i < 2) {
-                std::snprintf(err, errlen, "damaged (a cell past the end)");
-                return RL_ERROR;
-            }
-            i += 2;
-        }
-        if (i != body || W(body) != keys) {
-            std::snprintf(err, errlen, "damaged (%llu keys counted, %llu said)", (unsigned long long) keys,
-                          (unsigned long long) W(body));
-            return RL_ERROR;
-        }
-
-        // Then applied.
-        report->written = (int64_t) W(2);
-        report->keys = keys;
-        report->rules = (uint32_t) file_rules;
-        size_t gone_len = 0;
-        for (uint64_t r = 0; r < file_rules; r++) {
-            const size_t at = rl::kHeaderWords + r * rl::kRuleWords;
-            const uint64_t identity = W(at);
-            bool found = false;
-            for (size_t k = 0; k < nrules && !found; k++) {
-                found = rules[k].identity == identity;
-            }
-            if (found) {
-                continue;
-            }
-            report->rules_gone++;
-            char name[RL_NAME_MAX];
-            std::memcpy(name, file + 8 * (at + 2), RL_NAME_MAX);
-            name[RL_NAME_MAX - 1] = '\0';
-            bool clean = name[0] != '\0';
-            for (const char *c = name; *c && clean; c++) {
-                clean = rl_name_valid(c, 1);
-            }
-            const int n = std::snprintf(report->gone + gone_len, sizeof(report->gone) - gone_len, "%s%s",
-                                        gone_len ? ", " : "", clean ? name : "?");
-            gone_len = std::min(sizeof(report->gone) - 1, gone_len + (n > 0 ? (size_t) n : 0));
-        }
-
-        std::memcpy(h.secret, file + 8 * 4, sizeof(h.secret));
-
-        for (i = keys_at; W(i) != 0;) {
-            const uint64_t tag = W(i);
-            const int64_t until = (int64_t) W(i + 1);
-            const uint64_t k = W(i + 2);
-            const uint64_t words = k >> 48;
-            const rl::Debt debt{(uint32_t) (k >> 32) & 0xff, ((k >> 40) & 1) != 0};
-            const uint8_t *blob = file + 8 * (i + 3);
-            i += 3 + words;
-            if (until <= now || rl::held(until, now)) {
-                report->expired++;
-                continue;
-            }
-            if (words == 0) {
-                t.store(tag, rl_state_t{until, (uint32_t) k}, debt, now);
-                report->restored++;
-                continue;
-            }
-            const int pool = t.pool_for(words * 8);
-            if (pool < 0 || t.header().pools[pool].block_size - 8 != words * 8) {
-                report->no_block++;
-                continue;
-            }
-            rl::State s = t.acquire(tag, pool, now);
-            std::memcpy(s.blob, blob, words * 8);
-            t.set_t(tag, until, debt);
-            report->restored++;
-        }
-
-        uint64_t *c = StateAccess::cells(t);
-        for (i = cells_at; W(i) != rl::kCellsEnd; i += 2) {
-            const uint64_t index = W(i);
-            const uint64_t v = W(i + 1);
-            const int64_t until = (int64_t) (v >> 8);
-            if (file_cells != h.ncells || index >= h.ncells) {
-                report->cells_dropped++;
-                continue;
-            }
-            if (until <= now || rl::held(until, now)) {
-                continue;
-            }
-            c[index] = v;
-            h.counts.sketch_until = std::max(h.counts.sketch_until, until);
-            report->cells++;
-        }
+        report->written = (int64_t) f.word(2);
+        report->keys = f.keys;
+        report->rules = (uint32_t) f.rules;
+        rl::report_gone(f, rules, nrules, report);
+        rl::apply(t, f, now, report);
         return RL_OK;
     } catch (...) {
         std::snprintf(err, errlen, "internal error");
