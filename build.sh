@@ -396,6 +396,10 @@ run_bench() {
             --benchmark_filter='.*' 2>/dev/null | grep -E 'median|^Run on|^Benchmark'
         "$BUILD/cmake/contention_bench"
     fi
+    if [ "$which" = all ] || [ "$which" = state ]; then
+        log "state file"
+        "$BUILD/cmake/state_bench"
+    fi
     if [ "$which" = all ] || [ "$which" = summary ]; then
         log "eviction summary"
         "$BUILD/cmake/summary_bench"
@@ -467,6 +471,6 @@ case "${1:-build}" in
     instructions) shift; instructions "$@" ;;
     stress) build; stress "${2:-100}" ;;
     check-format) check_format ;;
-    *) echo "usage: $0 [build|test|test-asan|matrix [ENTRY...]|deb|test-deb|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|throughput|density|shaping|redis|sync|adaptive]|instructions [--check]]" >&2
+    *) echo "usage: $0 [build|test|test-asan|matrix [ENTRY...]|deb|test-deb|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|state|throughput|density|shaping|redis|sync|adaptive]|instructions [--check]]" >&2
        exit 2 ;;
 esac

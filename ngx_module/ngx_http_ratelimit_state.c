@@ -28,7 +28,7 @@
 
 /* worker 0's timer, and the buckets copied under one hold of the lock */
 #define NGX_HTTP_RATELIMIT_STATE_TICK     250
-#define NGX_HTTP_RATELIMIT_STATE_BUCKETS  4096
+#define NGX_HTTP_RATELIMIT_STATE_BUCKETS  1024
 /* a new master's wait for the old generation's file, and its polls */
 #define NGX_HTTP_RATELIMIT_STATE_WAIT     3000
 #define NGX_HTTP_RATELIMIT_STATE_POLL     20
