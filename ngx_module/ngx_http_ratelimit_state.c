@@ -12,13 +12,14 @@
  * always a whole one.  Nothing of it is on the request path.
  *
  * A binary upgrade (USR2): the old master renames its pid file to
- * .oldbin before it starts the new binary.  Worker 0 of every generation
- * looks for that file at each tick (a quarter of a second) and writes the
- * state file at once when it appears; the new master, which makes its
- * zones from the file, waits for that write (until the file is replaced,
- * at most NGX_HTTP_RATELIMIT_STATE_WAIT).  What the old generation's
- * workers spend after that write (until WINCH stops them) is not carried
- * over.
+ * .oldbin before it starts the new binary.  Worker 0 looks at each tick
+ * (a quarter of a second) for that file naming its own master, writes the
+ * state file at once when it appears, and no more while it is there: the
+ * file is the new generation's from then on (the old master does not
+ * write it as it exits either).  The new master, which makes its zones
+ * from the file, waits for that write (until the file is replaced, at
+ * most NGX_HTTP_RATELIMIT_STATE_WAIT).  What the old generation's workers
+ * spend after that write (until WINCH stops them) is not carried over.
  */
 
 
@@ -41,6 +42,7 @@ static rl_state_rule_t *ngx_http_ratelimit_state_rules(
     ngx_http_ratelimit_zone_t *zone, ngx_log_t *log);
 static void ngx_http_ratelimit_state_wait(ngx_http_ratelimit_zone_t *zone,
     ngx_log_t *log);
+static ngx_uint_t ngx_http_ratelimit_state_handed_over(void);
 
 
 /* state=FILE, state_interval=TIME of ratelimit_zone */
@@ -277,31 +279,27 @@ ngx_http_ratelimit_state_start(ngx_http_ratelimit_zone_t *zone,
 
 /*
  * Worker 0's tick: the file written when the interval has passed, or at
- * once when the pid file's .oldbin appears (a binary upgrade begins).
+ * once when its master's pid file becomes .oldbin (a binary upgrade
+ * begins), and then no more while it is so.
  */
 
 static void
 ngx_http_ratelimit_state_tick(ngx_event_t *ev)
 {
-    ngx_uint_t                  upgrade;
-    ngx_file_info_t             fi;
-    ngx_core_conf_t            *ccf;
+    ngx_uint_t                  handed;
     ngx_http_ratelimit_zone_t  *zone = ev->data;
 
-    ccf = (ngx_core_conf_t *) ngx_get_conf(ngx_cycle->conf_ctx,
-                                           ngx_core_module);
+    handed = ngx_http_ratelimit_state_handed_over();
 
-    upgrade = ccf->oldpid.len
-              && ngx_file_info(ccf->oldpid.data, &fi) != NGX_FILE_ERROR;
-
-    if ((upgrade && !zone->state_upgrade)
-        || ngx_current_msec - zone->state_written >= zone->state_interval)
+    if ((handed && !zone->state_upgrade)
+        || (!handed
+            && ngx_current_msec - zone->state_written >= zone->state_interval))
     {
         zone->state_written = ngx_current_msec;
         (void) ngx_http_ratelimit_state_write(zone, ev->log, 1);
     }
 
-    zone->state_upgrade = upgrade;
+    zone->state_upgrade = handed;
 
     if (!ngx_exiting && !ngx_terminate && !ngx_quit) {
         ngx_add_timer(ev, NGX_HTTP_RATELIMIT_STATE_TICK);
@@ -309,17 +307,53 @@ ngx_http_ratelimit_state_tick(ngx_event_t *ev)
 }
 
 
+/* Whether this worker's master is the old one of a binary upgrade: the
+   pid file's .oldbin names it. */
+
+static ngx_uint_t
+ngx_http_ratelimit_state_handed_over(void)
+{
+    u_char            buf[NGX_INT64_LEN + 2];
+    ssize_t           n;
+    ngx_fd_t          fd;
+    ngx_core_conf_t  *ccf;
+
+    ccf = (ngx_core_conf_t *) ngx_get_conf(ngx_cycle->conf_ctx,
+                                           ngx_core_module);
+
+    if (ccf->oldpid.len == 0) {
+        return 0;
+    }
+
+    fd = ngx_open_file(ccf->oldpid.data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+    if (fd == NGX_INVALID_FILE) {
+        return 0;
+    }
+
+    n = ngx_read_fd(fd, buf, sizeof(buf));
+    (void) ngx_close_file(fd);
+
+    while (n > 0 && (buf[n - 1] == LF || buf[n - 1] == CR)) {
+        n--;
+    }
+
+    return n > 0 && ngx_atoi(buf, n) == (ngx_int_t) getppid();
+}
+
+
 /*
- * The master's exit, after its workers: the last file.  No worker is left
- * to take the zone's lock; one that died holding it left its operation for
- * the next holder to undo (Table::recover), which the file may then hold
- * half done.
+ * The master's exit, after its workers: the last file (but for the old
+ * master of a binary upgrade, whose file the new generation writes now).
+ * No worker is left to take the zone's lock; an operation one left half
+ * done as it died is undone first, as by any holder of the lock.
  */
 
 void
 ngx_http_ratelimit_state_save(ngx_http_ratelimit_zone_t *zone, ngx_log_t *log)
 {
-    if (zone->state_file.len && zone->table) {
+    /* the old master of a binary upgrade: the new generation's file */
+
+    if (zone->state_file.len && zone->table && ngx_new_binary == 0) {
         (void) ngx_http_ratelimit_state_write(zone, log, 0);
     }
 }

@@ -61,11 +61,12 @@ RL_API void rl_state_write_begin(rl_state_write_t *w,
  * The file's next *len bytes (maybe none) into out (cap >=
  * RL_STATE_CHUNK_MIN), from the table under its lock, at most `buckets`
  * buckets (or cells) at a time: 1 while more is to come, 0 once the whole
- * file is written.  Between two calls the lock may be released: a key an
- * insertion moved meanwhile may be written twice (read back once) or
- * missed.
+ * file is written.  As any holder of the lock, it first undoes what a
+ * process that died holding it left half done.  Between two calls the
+ * lock may be released: a key an insertion moved meanwhile may be written
+ * twice (read back once) or missed.
  */
-RL_API int rl_state_write_next(rl_state_write_t *w, const void *table,
+RL_API int rl_state_write_next(rl_state_write_t *w, void *table,
     uint8_t *out, size_t cap, uint64_t buckets, size_t *len);
 
 /* What a file restored, and what it dropped. */

@@ -354,12 +354,13 @@ void rl_state_write_begin(rl_state_write_t *w, const rl_state_rule_t *rules, siz
     w->sum = rl::kSumSeed;
 }
 
-int rl_state_write_next(rl_state_write_t *w, const void *table, uint8_t *out, size_t cap, uint64_t buckets, size_t *len)
+int rl_state_write_next(rl_state_write_t *w, void *table, uint8_t *out, size_t cap, uint64_t buckets, size_t *len)
 {
     *len = 0;
     if (cap < RL_STATE_CHUNK_MIN || w->phase > 3) {
         return 0;
     }
+    Table::at(table)->recover();
     const Table &t = *Table::at(table);
     rl::Out o{out, cap & ~size_t{7}, 0, &w->sum};
     buckets = buckets ? buckets : 1;
