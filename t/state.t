@@ -27,11 +27,12 @@ sub conf {
     my (%opt) = @_;
     my $quota = $opt{quota} // 'quota';
     my $interval = $opt{interval} // '1s';
+    my $size = $opt{size} // '1m';
     my $gcra = $opt{no_gcra} ? '' : <<"EOF";
     location /gcra/ { ratelimit zone=z key=\$http_x_k limit=10 period=1000s name=gcra; alias %%PREFIX%%/html/; }
 EOF
     return <<"EOF";
-ratelimit_zone z 1m state=$file state_interval=$interval;
+ratelimit_zone z $size state=$file state_interval=$interval;
 server {
     listen 127.0.0.1:%%PORT%%;
     ratelimit_headers legacy;
@@ -137,17 +138,17 @@ $t->start;
 like($t->error_log, qr/state file "\Q$file\E" could not be opened: the zone starts empty \(2: /,
      'a missing file too');
 
-# ---- another configuration: a rule renamed, one removed ----
+# ---- another configuration: a rule renamed, one removed, another size ----
 
 is(join(' ', map { status('/quota/f', 'erin') } 1 .. 4), '200 200 200 429', 'a quota spent');
 is(join(' ', map { status('/ban/f', 'oscar') } 1 .. 2), '200 429', 'a ban begun');
 $t->stop;
-$t->write_conf(conf(quota => 'quota2', no_gcra => 1), workers => 2);
+$t->write_conf(conf(quota => 'quota2', no_gcra => 1, size => '2m'), workers => 2);
 $t->start;
 like($t->error_log, qr/ratelimit_zone "z": state file "\Q$file\E": 2 of its 3 rules are not configured now \((gcra, quota|quota, gcra)\)/,
      'the rules gone are said by name');
 is(status('/quota/f', 'erin'), 200, 'the renamed rule starts afresh');
-is(status('/ban/f', 'oscar'), 429, 'the rule kept keeps its keys');
+is(status('/ban/f', 'oscar'), 429, 'the rule kept keeps its keys, in a zone of another size');
 
 # ---- a binary upgrade under load ----
 
