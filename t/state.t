@@ -107,7 +107,11 @@ is($r->{headers}{'x-ratelimit-remaining'}, 3, 'with exactly what it had left, le
 $t->stop;
 $t->{pid} = start_daemon(conf());
 is(join(' ', map { status('/quota/f', 'dave') } 1 .. 4), '200 200 200 429', 'another quota spent');
-sleep 2.5;   # more than one state_interval (1s): worker 0 wrote it since
+# worker 0 renamed two files since (the first may have been copied before)
+my $ino = (stat $file)[1] // 0;
+my $writes = 0;
+ok(wait_until(sub { my $i = (stat $file)[1] // 0; $writes++, $ino = $i if $i != $ino; $writes >= 2 }, 10),
+   'worker 0 wrote the file every state_interval');
 my @pids = ($t->master_pid, $t->worker_pids);
 kill 'KILL', @pids;
 ok(wait_until(sub { !grep { kill 0, $_ } @pids }, 10), 'master and workers killed');
