@@ -346,9 +346,12 @@ static ngx_int_t
 ngx_http_ratelimit_zone_state(ngx_conf_t *cf, ngx_str_t *name,
     ngx_http_ratelimit_redis_t *redis, ngx_http_ratelimit_zone_t *zone)
 {
-    ngx_int_t    rc;
-    ngx_uint_t   i;
-    ngx_str_t   *value;
+    ngx_int_t                   rc;
+    ngx_uint_t                  i;
+    ngx_str_t                  *value;
+    ngx_shm_zone_t             *shm;
+    ngx_list_part_t            *part;
+    ngx_http_ratelimit_zone_t  *other;
 
     value = cf->args->elts;
     zone->state_interval = NGX_HTTP_RATELIMIT_STATE_INTERVAL;
@@ -379,6 +382,31 @@ ngx_http_ratelimit_zone_state(ngx_conf_t *cf, ngx_str_t *name,
                            "zone \"%V\" is for a zone without redis=: Redis "
                            "keeps a Redis zone's keys", name);
         return NGX_ERROR;
+    }
+
+    /* a file is one zone's */
+
+    for (part = &cf->cycle->shared_memory.part; zone->state_file.len && part;
+         part = part->next)
+    {
+        shm = part->elts;
+
+        for (i = 0; i < part->nelts; i++) {
+            other = shm[i].data;
+
+            if (shm[i].tag == &ngx_http_ratelimit_module && other != NULL
+                && other->state_file.len == zone->state_file.len
+                && ngx_strncmp(other->state_file.data, zone->state_file.data,
+                               zone->state_file.len) == 0)
+            {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "\"ratelimit_zone\" directive: zone "
+                                   "\"%V\" has the state file \"%V\" of zone "
+                                   "\"%V\": a state file is one zone's",
+                                   name, &zone->state_file, &other->name);
+                return NGX_ERROR;
+            }
+        }
     }
 
     return NGX_OK;

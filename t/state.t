@@ -200,6 +200,9 @@ ok(!@bad, 'error log clean') or diag(join "\n", @bad);
 $t->conf_refused("ratelimit_zone r 1m redis=127.0.0.1:6379 state=$p/r.state;\n",
                  qr/"state=" of zone "r" is for a zone without redis=: Redis keeps a Redis zone's keys/,
                  'state= on a Redis zone');
+$t->conf_refused("ratelimit_zone a 1m state=$p/a.state;\nratelimit_zone b 1m state=$p/a.state;\n",
+                 qr/zone "b" has the state file "\Q$p\E\/a.state" of zone "a": a state file is one zone's/,
+                 'one state file for two zones');
 $t->conf_refused("ratelimit_zone s 1m state=$p/s.state state_interval=10ms;\n",
                  qr/invalid "state_interval=10ms" of zone "s": expected how often the state file is written/,
                  'a state_interval under a second');
