@@ -396,6 +396,10 @@ run_bench() {
             --benchmark_filter='.*' 2>/dev/null | grep -E 'median|^Run on|^Benchmark'
         "$BUILD/cmake/contention_bench"
     fi
+    if [ "$which" = all ] || [ "$which" = state ]; then
+        log "state file"
+        "$BUILD/cmake/state_bench"
+    fi
     if [ "$which" = all ] || [ "$which" = summary ]; then
         log "eviction summary"
         "$BUILD/cmake/summary_bench"
@@ -424,7 +428,7 @@ fuzz() {
     ensure_packages clang libclang-rt-14-dev cmake make
     build_core "$dir" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DRL_FUZZ=ON -DRL_TESTS=OFF \
         -DRL_BENCH=OFF -DRL_TOOLS_DIR="$dir"
-    for t in rule transition resp api overrides; do
+    for t in rule transition resp api overrides state; do
         log "fuzz_$t for ${seconds}s"
         mkdir -p "$dir/corpus/$t"
         cp "$ROOT/tests/fuzz/corpus/$t/"* "$dir/corpus/$t/"
@@ -467,6 +471,6 @@ case "${1:-build}" in
     instructions) shift; instructions "$@" ;;
     stress) build; stress "${2:-100}" ;;
     check-format) check_format ;;
-    *) echo "usage: $0 [build|test|test-asan|matrix [ENTRY...]|deb|test-deb|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|throughput|density|shaping|redis|sync|adaptive]|instructions [--check]]" >&2
+    *) echo "usage: $0 [build|test|test-asan|matrix [ENTRY...]|deb|test-deb|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|state|throughput|density|shaping|redis|sync|adaptive]|instructions [--check]]" >&2
        exit 2 ;;
 esac

@@ -13,6 +13,7 @@
 #include "ngx_http_ratelimit_overrides.h"
 #include "ngx_http_ratelimit_redis_conn.h"
 #include "ngx_http_ratelimit_request.h"
+#include "ngx_http_ratelimit_state.h"
 #include "ngx_http_ratelimit_stats.h"
 #include "ngx_http_ratelimit_sync.h"
 #include "ngx_http_ratelimit_zone.h"
@@ -46,6 +47,9 @@ static ngx_int_t ngx_http_ratelimit_first_handler(ngx_conf_t *cf,
     ngx_uint_t phase, ngx_http_handler_pt handler);
 static ngx_int_t ngx_http_ratelimit_init_process(ngx_cycle_t *cycle);
 static void ngx_http_ratelimit_exit_process(ngx_cycle_t *cycle);
+static void ngx_http_ratelimit_exit_master(ngx_cycle_t *cycle);
+static ngx_int_t ngx_http_ratelimit_save_zone(ngx_http_ratelimit_zone_t *zone,
+    void *data);
 static ngx_int_t ngx_http_ratelimit_start_zone(ngx_http_ratelimit_zone_t *zone,
     void *data);
 static ngx_int_t ngx_http_ratelimit_stop_zone(ngx_http_ratelimit_zone_t *zone,
@@ -228,7 +232,7 @@ ngx_module_t  ngx_http_ratelimit_module = {
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
     ngx_http_ratelimit_exit_process,       /* exit process */
-    NULL,                                  /* exit master */
+    ngx_http_ratelimit_exit_master,        /* exit master */
     NGX_MODULE_V1_PADDING
 };
 
@@ -885,6 +889,12 @@ ngx_http_ratelimit_start_zone(ngx_http_ratelimit_zone_t *zone, void *data)
         ngx_http_ratelimit_sync_start(zone->sync);
     }
 
+    if (ngx_http_ratelimit_state_start(zone, (ngx_cycle_t *) ngx_cycle)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
     return ngx_http_ratelimit_overrides_start(zone, (ngx_cycle_t *) ngx_cycle);
 }
 
@@ -907,6 +917,25 @@ ngx_http_ratelimit_stop_zone(ngx_http_ratelimit_zone_t *zone, void *data)
     if (zone->sync != NULL) {
         ngx_http_ratelimit_sync_stop(zone->sync);
     }
+
+    return NGX_OK;
+}
+
+
+/* The master's exit, after its workers: each zone's state file written. */
+
+static void
+ngx_http_ratelimit_exit_master(ngx_cycle_t *cycle)
+{
+    (void) ngx_http_ratelimit_each_zone(cycle, ngx_http_ratelimit_save_zone,
+                                        cycle->log);
+}
+
+
+static ngx_int_t
+ngx_http_ratelimit_save_zone(ngx_http_ratelimit_zone_t *zone, void *data)
+{
+    ngx_http_ratelimit_state_save(zone, data);
 
     return NGX_OK;
 }

@@ -95,6 +95,13 @@ typedef struct {
                                                of them */
     int64_t                      overrides_checked; /* this worker's timer:
                                                expiries seen until */
+    ngx_str_t                    state_file; /* state=; empty: none */
+    ngx_msec_t                   state_interval; /* state_interval= */
+    ngx_event_t                  state_event; /* worker 0's timer: the
+                                               state file written */
+    ngx_msec_t                   state_written; /* when, by this worker */
+    ngx_flag_t                   state_upgrade; /* an upgrade seen (the
+                                               pid file's .oldbin) */
 } ngx_http_ratelimit_zone_t;
 
 

@@ -14,6 +14,7 @@
 #include "ngx_http_ratelimit_log.h"
 #include "ngx_http_ratelimit_overrides.h"
 #include "ngx_http_ratelimit_redis_conf.h"
+#include "ngx_http_ratelimit_state.h"
 #include "ngx_http_ratelimit_sync.h"
 
 
@@ -29,6 +30,9 @@ static ngx_int_t ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
 static void ngx_http_ratelimit_bad_size(ngx_conf_t *cf, ngx_str_t *value,
     ngx_str_t *name);
+static ngx_int_t ngx_http_ratelimit_zone_state(ngx_conf_t *cf,
+    ngx_str_t *name, ngx_http_ratelimit_redis_t *redis,
+    ngx_http_ratelimit_zone_t *zone);
 static ngx_int_t ngx_http_ratelimit_zone_params(ngx_conf_t *cf,
     ngx_str_t *name, ssize_t size, ngx_http_ratelimit_redis_t **redis,
     ngx_http_ratelimit_sync_t **sync, ngx_uint_t *overrides,
@@ -256,6 +260,10 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     zone->overrides = overrides;
     zone->overrides_file = overrides_file;
 
+    if (ngx_http_ratelimit_zone_state(cf, &name, redis, zone) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
     shm_zone->init = ngx_http_ratelimit_init_zone;
     shm_zone->data = zone;
 
@@ -280,6 +288,12 @@ ngx_http_ratelimit_zone_params(ngx_conf_t *cf, ngx_str_t *name, ssize_t size,
         rc = ngx_http_ratelimit_overrides_param(cf, &value[i], name,
                                                 overrides, overrides_file);
 
+        if (rc == NGX_DECLINED
+            && ngx_strncmp(value[i].data, "state", 5) == 0)
+        {
+            continue;   /* ngx_http_ratelimit_zone_state()'s */
+        }
+
         if (rc == NGX_DECLINED) {
             rc = ngx_http_ratelimit_sync_param(cf, sync, &value[i], name);
         }
@@ -297,6 +311,7 @@ ngx_http_ratelimit_zone_params(ngx_conf_t *cf, ngx_str_t *name, ssize_t size,
                                "\"ratelimit_zone\" directive: unknown "
                                "parameter \"%V\" of zone \"%V\": expected "
                                "NAME SIZE [overrides=N] [overrides_file=PATH] "
+                               "[state=PATH [state_interval=TIME]] "
                                "[redis=HOST:PORT ...]",
                                &value[i], name);
             return NGX_ERROR;
@@ -330,6 +345,79 @@ ngx_http_ratelimit_zone_params(ngx_conf_t *cf, ngx_str_t *name, ssize_t size,
                            "of zone \"%V\" with overrides=0: a zone without "
                            "room for overrides has none to keep", name);
         return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* state=, state_interval= of ratelimit_zone: a local zone's. */
+
+static ngx_int_t
+ngx_http_ratelimit_zone_state(ngx_conf_t *cf, ngx_str_t *name,
+    ngx_http_ratelimit_redis_t *redis, ngx_http_ratelimit_zone_t *zone)
+{
+    ngx_int_t                   rc;
+    ngx_uint_t                  i;
+    ngx_str_t                  *value;
+    ngx_shm_zone_t             *shm;
+    ngx_list_part_t            *part;
+    ngx_http_ratelimit_zone_t  *other;
+
+    value = cf->args->elts;
+    zone->state_interval = NGX_HTTP_RATELIMIT_STATE_INTERVAL;
+
+    for (i = 3; i < cf->args->nelts; i++) {
+        rc = ngx_http_ratelimit_state_param(cf, &value[i], name,
+                                            &zone->state_file,
+                                            &zone->state_interval);
+        if (rc == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        if (rc == NGX_DECLINED
+            && ngx_strncmp(value[i].data, "state", 5) == 0)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"ratelimit_zone\" directive: unknown "
+                               "parameter \"%V\" of zone \"%V\": expected "
+                               "state=PATH or state_interval=TIME",
+                               &value[i], name);
+            return NGX_ERROR;
+        }
+    }
+
+    if (zone->state_file.len && redis != NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_zone\" directive: \"state=\" of "
+                           "zone \"%V\" is for a zone without redis=: Redis "
+                           "keeps a Redis zone's keys", name);
+        return NGX_ERROR;
+    }
+
+    /* a file is one zone's */
+
+    for (part = &cf->cycle->shared_memory.part; zone->state_file.len && part;
+         part = part->next)
+    {
+        shm = part->elts;
+
+        for (i = 0; i < part->nelts; i++) {
+            other = shm[i].data;
+
+            if (shm[i].tag == &ngx_http_ratelimit_module && other != NULL
+                && other->state_file.len == zone->state_file.len
+                && ngx_strncmp(other->state_file.data, zone->state_file.data,
+                               zone->state_file.len) == 0)
+            {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "\"ratelimit_zone\" directive: zone "
+                                   "\"%V\" has the state file \"%V\" of zone "
+                                   "\"%V\": a state file is one zone's",
+                                   name, &zone->state_file, &other->name);
+                return NGX_ERROR;
+            }
+        }
     }
 
     return NGX_OK;
@@ -413,6 +501,8 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     }
 
     zone->shpool->data = zone->table;
+
+    ngx_http_ratelimit_state_load(zone, shm_zone->shm.log);
 
     ngx_http_ratelimit_overrides_attach(zone, table + size, shm_zone->shm.log);
 

@@ -473,6 +473,8 @@ public:
     uint32_t second(uint64_t tag) const { return (uint32_t) (((tag >> 32) * h_.nbuckets) >> 32); }
 
 private:
+    friend struct StateAccess;  // state/state.cpp: the file of a zone's key states
+
     struct Slot {
         Bucket *b;
         int i;
