@@ -203,14 +203,14 @@ bool in_range(const rl_check_t &c, const int64_t *v, bool peek, rl_redis_answer_
     const bool waits = refused && !rl::has(*c.rule, rl::kSlots);
     const int64_t ban = c.rule->ban_ms > 0 ? c.rule->ban_ms + RL_REDIS_CLOCK_SLACK_MS : 0;
     const int64_t want[kBanned + 1][2] = {
-        {0, never ? 0 : 1},                          // allowed: never when it never can be
-        {never, never},                              // never: exactly when the cost exceeds the capacity
-        {0, g.quota},                                // remaining
-        {0, g.longest},                              // reset_ms
-        {waits ? 1 : 0, refused ? g.longest : 0},    // retry_after_ms: when refused only
-        {0, refused ? 0 : g.max_delay},              // delay_ms: an admitted shaper's only
-        {g.window_min, g.window_max},                // window_ms
-        {0, g.longest},                              // available_ms
+        {0, never ? 0 : 1},                        // allowed: never when it never can be
+        {never, never},                            // never: exactly when the cost exceeds the capacity
+        {0, g.quota},                              // remaining
+        {0, g.longest},                            // reset_ms
+        {waits ? 1 : 0, refused ? g.longest : 0},  // retry_after_ms: when refused only
+        {0, refused ? 0 : g.max_delay},            // delay_ms: an admitted shaper's only
+        {g.window_min, g.window_max},              // window_ms
+        {0, g.longest},                            // available_ms
         // banned_ms: a ban= rule's, refusing (a peek's look shows it too)
         {0, refused || (peek && cost == 0) ? ban : 0},
     };
