@@ -137,7 +137,8 @@ $one->conf_refused(
         push @held, RLTest::spawn(sub { $t->get('/c/', { 'X-Key' => $key, 'X-Hold' => 20000, 'X-Seq' => "held-$i" }) });
         RLTest::wait_until(sub { grep { $_->[0] eq "held-$i" } $up->events }, 5);
     }
-    is($one->key_rule('rc', $key, 'c')->{remaining}, 0, 'the key holds its 10 slots across the fleet');
+    my $k = $one->key_rule('rc', $key, 'c');
+    is("$k->{remaining} $k->{in_flight}", '0 10', 'key API: the key holds its 10 slots across the fleet');
     is($two->get('/c/', { 'X-Key' => $key })->{status}, 429, 'an eleventh is refused');
     $three->kill_server;
     my $killed = time;
