@@ -50,8 +50,9 @@ my ($worker) = $t->worker_pids;
 
 # every command Redis executed, scripts' own included
 sub commands {
+    my $info = $redis->cmd('INFO', 'commandstats');
     my $total = 0;
-    $total += $1 while $redis->cmd('INFO', 'commandstats') =~ /^cmdstat_(?!info\b)\w+:calls=(\d+)/mg;
+    $total += $1 while $info =~ /^cmdstat_(?!info\b)\w+:calls=(\d+)/mg;
     return $total;
 }
 

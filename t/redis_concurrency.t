@@ -34,6 +34,7 @@ upstream slow { server 127.0.0.1:$uport; }
 proxy_read_timeout 60s;
 server {
     listen 127.0.0.1:%%PORT%%;
+    add_header X-Decided \$ratelimit_decided_by always;
     location /c/ {
         ratelimit zone=rc key=\$http_x_key algorithm=concurrency limit=10 lease=${lease}s name=c;
         proxy_pass http://slow/;
@@ -179,6 +180,80 @@ $one->conf_refused(
     is($s->{leases_undelivered}, 0, 'none undelivered');
 }
 
+# ---- Redis stopped and started: on_redis_error applies, then the bound, no lease left over ----
+{
+    my $key = 'down';
+    $redis->stop;
+    my @r = RLTest::parallel({ gap => 0.05 },
+        map { sub { $one->get('/c/', { 'X-Key' => $key, 'X-Hold' => 2500 }) } } 1 .. 3);
+    is(join(' ', map { "$_->{status} $_->{headers}{'x-decided'}" } @r),
+       join(' ', ('200 fallback_local') x 3), 'Redis away: decided in the zone (on_redis_error=local)');
+    $redis->start;
+    ok(RLTest::wait_until(sub { ($one->get('/c/', { 'X-Key' => 'probe' })->{headers}{'x-decided'} // '') eq 'redis'
+                                && ($two->get('/c/', { 'X-Key' => 'probe' })->{headers}{'x-decided'} // '') eq 'redis' },
+                          15), 'Redis back: decided there again');
+    my $k = $one->key_rule('rc', $key, 'c');
+    is("$k->{remaining} $k->{in_flight}", '10 0', 'no lease left of the requests decided while Redis was away');
+    $up->reset_most;
+    @r = RLTest::parallel({ gap => 0.02 }, map { my $t = $fleet[ $_ % 2 ];
+        sub { $t->get('/c/', { 'X-Key' => $key, 'X-Hold' => 1500, 'X-Seq' => "back-$_" })->{status} } } 1 .. 12);
+    is(join(' ', sort @r), join(' ', ('200') x 10, '429', '429'), 'then 12 at once: 10 served, 2 refused');
+    ok($up->most <= 10, 'the upstream held at most 10 (most ' . $up->most . ')');
+}
+
+# ---- a reload while slots are held: none lost, none doubled ----
+{
+    my $key = 'reload';
+    my @held = map { my $i = $_; my $t = $fleet[ $i % 2 ];
+        RLTest::spawn(sub { $t->get('/c/', { 'X-Key' => $key, 'X-Hold' => 3000, 'X-Seq' => "reload-$i" })->{status} })
+    } 1 .. 10;
+    RLTest::wait_until(sub { (grep { $_->[0] =~ /^reload-/ && $_->[1] eq 'start' } $up->events) == 10 }, 10);
+    my $before = $one->zone_stats('rc')->{redis}{leases_expired};
+    $one->reload;
+    $two->reload;
+    is($one->key_rule('rc', $key, 'c')->{in_flight}, 10, 'reloaded while 10 are held: 10 in flight still');
+    is($two->get('/c/', { 'X-Key' => $key })->{status}, 429, 'an eleventh refused by the new workers');
+    is(join(' ', map { ($_->result)[0] } @held), join(' ', ('200') x 10), 'the 10 served by the old workers');
+    RLTest::wait_until(sub { $one->key_rule('rc', $key, 'c')->{in_flight} == 0 }, 5);
+    is($one->key_rule('rc', $key, 'c')->{in_flight}, 0, 'their slots given back as they ended');
+    is($one->zone_stats('rc')->{redis}{leases_expired}, $before, 'none expired');
+}
+
 $_->stop for $one, $two;
 $redis->stop;
+
+# ---- Redis Cluster: the keys spread over three masters, leases renewed there ----
+{
+    my @nodes = RLRedis->cluster;
+    my $seed = $nodes[0]->port;
+    my @pair = map { RLTest->new() } 1 .. 2;
+    $_->start(<<"EOF2", workers => 2) for @pair;
+upstream slow { server 127.0.0.1:$uport; }
+ratelimit_zone cl 1m redis=127.0.0.1:$seed redis_cluster=on redis_timeout=5s;
+server {
+    listen 127.0.0.1:%%PORT%%;
+    location /c/ {
+        ratelimit zone=cl key=\$http_x_key algorithm=concurrency limit=3 lease=1s name=c;
+        proxy_pass http://slow/;
+    }
+    location /rl/ { ratelimit_api; }
+    location = /stats { ratelimit_stats; }
+}
+EOF2
+    my $exact = 1;
+    for my $k (1 .. 12) {
+        my @r = RLTest::parallel({ gap => 0.02 }, map { my $t = $pair[ $_ % 2 ];
+            sub { $t->get('/c/', { 'X-Key' => "cl-$k", 'X-Hold' => 1200 })->{status} } } 1 .. 5);
+        $exact &&= join(' ', sort @r) eq '200 200 200 429 429';
+    }
+    ok($exact, '12 keys, 5 at once over two servers, each held 1.2 s with lease=1s: 3 served, 2 refused each');
+    my @sizes = map { $_->cmd('DBSIZE') } @nodes;
+    my $s = $pair[0]->zone_stats('cl')->{redis};
+    ok($s->{leases_renewed} > 0, "leases renewed on the masters of their keys ($s->{leases_renewed})");
+    is($s->{leases_expired}, 0, 'none expired');
+    RLTest::wait_until(sub { !grep { $_->cmd('DBSIZE') } @nodes }, 5);
+    is(join(' ', map { $_->cmd('DBSIZE') } @nodes), '0 0 0', 'every lease released: no key left');
+    $_->stop for @pair;
+    $_->stop for @nodes;
+}
 done_testing();
