@@ -5,8 +5,9 @@
 #   ./build.sh test     build, then run the unit tests (ctest) and the
 #                       end-to-end tests against real nginx (prove -r t/);
 #                       the Redis tests start their own redis-server
-#   ./build.sh test-asan  the same tests, everything built with AddressSanitizer
-#                       and UndefinedBehaviorSanitizer
+#   ./build.sh test-asan [T...]  the same tests, everything built with
+#                       AddressSanitizer and UndefinedBehaviorSanitizer (the
+#                       end-to-end files T only, when given)
 #   ./build.sh matrix [ENTRY...]  for each ENTRY, build nginx and the module
 #                       from source and run the whole t/ against that build:
 #                       debian (Debian's packaged nginx), a version whose
@@ -191,7 +192,7 @@ test_asan() {
     ctest --test-dir "$dir/cmake" --output-on-failure -j "$JOBS"
     log "end-to-end tests, sanitized (prove -r t/)"
     (cd "$ROOT" && RL_MODULE=$dir/ngx_http_ratelimit_module.so RL_REPLAY=$dir/ratelimit-replay \
-        RL_PRELOAD="$(gcc -print-file-name=libasan.so)" prove -r t/)
+        RL_PRELOAD="$(gcc -print-file-name=libasan.so)" prove -r "${@:-t/}")
 }
 
 # build_release ENTRY DIR: nginx from the source of a release (a tarball of
@@ -461,7 +462,7 @@ stress() {
 case "${1:-build}" in
     build) build ;;
     test) build; run_tests ;;
-    test-asan) test_asan ;;
+    test-asan) shift; test_asan "$@" ;;
     matrix) shift; matrix "$@" ;;
     deb) build_deb ;;
     test-deb) test_deb ;;

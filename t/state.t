@@ -55,6 +55,8 @@ sub start_daemon {
     my ($body) = @_;
     my $text = $t->conf_text($body, workers => 2);
     $text =~ s/daemon off;/daemon on;/ or die;
+    # nginx passes a new binary (USR2) only the environment `env` names
+    $text = "env LD_PRELOAD;\n$text" if $ENV{RL_PRELOAD};
     write_file("$p/nginx.conf", $text);
     unlink "$p/nginx.pid";
     # as RLTest starts nginx: under the sanitizers, their runtime first
