@@ -64,7 +64,7 @@ static void ngx_http_ratelimit_retry(ngx_http_request_t *r,
 static void ngx_http_ratelimit_resume(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, ngx_int_t rc);
 static int ngx_http_ratelimit_alive(uint32_t pid);
-static rl_rule_t *ngx_http_ratelimit_rule_room(rl_request_t *rq);
+static rl_rule_room_t *ngx_http_ratelimit_more_room(rl_request_t *rq);
 
 
 /*
@@ -180,7 +180,8 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
     ctx->rq.dry_run = rlcf->dry_run;
     ctx->rq.holder = (uint32_t) ngx_pid;
     ctx->rq.alive = ngx_http_ratelimit_alive;
-    ctx->rq.room = ngx_http_ratelimit_rule_room;
+    ctx->rq.room = &ctx->room;
+    ctx->rq.more_room = ngx_http_ratelimit_more_room;
     ctx->rq.overridden = 0;
     ctx->rq.last = 0;
 
@@ -457,25 +458,23 @@ ngx_http_ratelimit_act_on_verdict(ngx_http_request_t *r,
 static void
 ngx_http_ratelimit_note_override(ngx_http_ratelimit_ctx_t *ctx)
 {
-    size_t       i;
+    size_t       i, n;
     rl_check_t  *c;
 
-    c = NULL;
+    c = ctx->rq.checks;
+    n = ctx->rq.n;
+    i = ctx->rq.binding;
 
-    if (ctx->rq.binding < ctx->rq.n
-        && ctx->rq.checks[ctx->rq.binding].override)
-    {
-        c = &ctx->rq.checks[ctx->rq.binding];
+    if (i >= n || c[i].override == 0) {
+        for (i = 0; i < n && c[i].override == 0; i++) { /* void */ }
+
+        if (i == n) {
+            ctx->override = 0;
+            return;
+        }
     }
 
-    for (i = 0; c == NULL && i < ctx->rq.n; i++) {
-        c = ctx->rq.checks[i].override ? &ctx->rq.checks[i] : NULL;
-    }
-
-    if (c == NULL) {
-        ctx->override = 0;
-        return;
-    }
+    c += i;
 
     ctx->override = c->override;
     ctx->override_rule = c->configured ? c->configured : c->rule;
@@ -765,19 +764,22 @@ ngx_http_ratelimit_resume(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx,
 
 
 /*
- * Memory for a rule an override changes (the core applies it), living as
- * long as the request: a delayed request and the headers read it later.
+ * Memory for the rule a limit override makes, living as long as the
+ * request (a delayed request and the headers read it later), for a check
+ * after the first that meets one: the first takes the context's room,
+ * which the core finds as the last request the context served left it
+ * (most often the same rule and override: used as it is).
  */
 
-static rl_rule_t *
-ngx_http_ratelimit_rule_room(rl_request_t *rq)
+static rl_rule_room_t *
+ngx_http_ratelimit_more_room(rl_request_t *rq)
 {
     ngx_http_ratelimit_ctx_t  *ctx;
 
     ctx = (ngx_http_ratelimit_ctx_t *)
           ((u_char *) rq - offsetof(ngx_http_ratelimit_ctx_t, rq));
 
-    return ngx_palloc(ctx->request->pool, sizeof(rl_rule_t));
+    return ngx_pcalloc(ctx->request->pool, sizeof(rl_rule_room_t));
 }
 
 

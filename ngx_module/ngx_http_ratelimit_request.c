@@ -73,6 +73,8 @@ ngx_http_ratelimit_new_ctx(ngx_http_request_t *r)
         if (ctx == NULL) {
             return NULL;
         }
+
+        ngx_memzero(&ctx->room, sizeof(rl_rule_room_t));
     }
 
     ngx_memzero(ctx, offsetof(ngx_http_ratelimit_ctx_t, rq));

@@ -246,6 +246,10 @@ struct ngx_http_ratelimit_ctx_s {
        outputs the core's); its checks are in the request's pool while it
        waits (for Redis, or delayed) */
     rl_request_t                 rq;
+    /* the rule a limit override makes, as the last request the context
+       served left it (zeroed when allocated): the core makes it again
+       only when the override changed */
+    rl_rule_room_t               room;
     /* with override */
     const rl_rule_t             *override_rule; /* its check's rule */
     ngx_str_t                    override_key;  /*   and key */

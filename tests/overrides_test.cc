@@ -17,7 +17,7 @@ constexpr int64_t kHour = 3600000;
 // A zone's table with a store of overrides after it, in one block.
 struct OverrideZone {
     void *mem;
-    std::vector<rl_rule_t> rooms;
+    std::vector<rl_rule_room_t> rooms;
     explicit OverrideZone(const std::vector<rl_rule_t> &rules = {}, uint32_t capacity = kCapacity)
     {
         const size_t total = kTable + rl_overrides_size(capacity);
@@ -34,7 +34,7 @@ struct OverrideZone {
     OverrideZone &operator=(const OverrideZone &) = delete;
 };
 
-rl_rule_t *room_of(rl_request_t *rq);
+rl_rule_room_t *room_of(rl_request_t *rq);
 
 // One request of one rule's key through rl_decide, as nginx sends it, with
 // room for a rule an override changes.
@@ -51,7 +51,7 @@ struct Req {
     {
         c = check_of(z.mem, &rule, identity_of(rule), key, cost);
         rq = request_of(&c, 1);
-        rq.room = room_of;
+        rq.more_room = room_of;
         rl_request_hash(&rq);
         return rl_decide(&rq, now);
     }
@@ -60,7 +60,7 @@ struct Req {
 
 OverrideZone *current;
 
-rl_rule_t *room_of(rl_request_t *)
+rl_rule_room_t *room_of(rl_request_t *)
 {
     current->rooms.emplace_back();
     return &current->rooms.back();
@@ -194,6 +194,53 @@ TEST(Carry, ExpiryCarriesBackAsAtItsInstant)
     rl_overrides_stats_t st;
     rl_overrides_stats(rl_overrides_of(z.mem), &st);
     EXPECT_EQ(st.held, 0u);
+}
+
+// A context reused by the next request gives the core its room as the last
+// request left it: the rule it holds serves again only while the override,
+// the configured rule and the zone's overrides are unchanged.
+TEST(Overrides, ARoomReusedServesOnlyTheRuleItWasMadeFor)
+{
+    const rl_rule_t rule = rule_of("limit=2 period=1h");
+    const rl_rule_t other = rule_of("limit=3 period=1h name=other");
+    OverrideZone z({rule, other});
+    current = &z;
+    rl_override_rule_t rules[] = {{&rule, identity_of(rule)}, {&other, identity_of(other)}};
+    rl_rule_room_t room{};
+    auto decide = [&](const rl_rule_t &r, const std::string &key) {
+        rl_check_t c = check_of(z.mem, &r, identity_of(r), key, 1);
+        rl_request_t rq = request_of(&c, 1);
+        rq.room = &room;
+        rl_request_hash(&rq);
+        rl_decide(&rq, kT0);
+        EXPECT_EQ(rq.room, nullptr) << "taken";
+        return c;
+    };
+    rl_override_t five = limit_override("k", rule, 5);
+    ASSERT_EQ(rl_override_put(z.mem, &five, &rules[0], kT0), RL_OVERRIDE_OK);
+    rl_check_t c = decide(rule, "k");
+    EXPECT_EQ(c.rule, &room.rule);
+    EXPECT_EQ(room.rule.limit, 5u);
+    EXPECT_EQ(c.decision.remaining, 4u);
+    // the same override again: the room as it is
+    room.rule.cost = 77;  // a mark a remade rule would not keep
+    c = decide(rule, "k");
+    EXPECT_EQ(room.rule.cost, 77u);
+    EXPECT_EQ(c.decision.remaining, 3u);
+    room.rule.cost = rule.cost;
+    // the override changed: made again
+    rl_override_t nine = limit_override("k", rule, 9);
+    ASSERT_EQ(rl_override_put(z.mem, &nine, &rules[0], kT0), RL_OVERRIDE_OK);
+    c = decide(rule, "k");
+    EXPECT_EQ(room.rule.limit, 9u);
+    EXPECT_EQ(c.decision.remaining, 6u);
+    // another rule's override in the same room: made for it
+    rl_override_t seven = limit_override("k", other, 7);
+    ASSERT_EQ(rl_override_put(z.mem, &seven, &rules[1], kT0), RL_OVERRIDE_OK);
+    c = decide(other, "k");
+    EXPECT_EQ(room.configured, &other);
+    EXPECT_EQ(room.rule.limit, 7u);
+    EXPECT_EQ(c.decision.remaining, 6u);
 }
 
 TEST(Overrides, DenyRefusesUntilItsExpiryAndSpendsNothing)

@@ -134,8 +134,23 @@ typedef struct {
     const rl_rule_t     *configured; /* a limit override's: the rule as
                                        configured, `rule` being the rule
                                        with the override's limits, in
-                                       memory from rq->room */
+                                       memory from rq->room (the rule of
+                                       an rl_rule_room_t) */
 } rl_check_t;
+
+/*
+ * A rule as a limit override makes it, and what it was made from: memory
+ * the caller gives (rl_request_t's room) and may give again as it was left
+ * (a context reused by the next request): the core makes the rule again
+ * only when the override, its configured rule or the zone's overrides
+ * changed since.  Zeroed memory holds none.
+ */
+typedef struct {
+    const rl_rule_t     *configured;
+    const void          *entry;     /* the override's, in the zone */
+    uint64_t             change;    /* the zone's overrides' change then */
+    rl_rule_t            rule;
+} rl_rule_room_t;
 
 #define RL_OVERRIDE_EVERY_RULE  0x10
 
@@ -180,11 +195,13 @@ struct rl_request_s {
     uint32_t             overridden; /* out of rl_decide(): checks that
                                        met an override (the caller zeroes
                                        it first) */
-    rl_rule_t         *(*room)(rl_request_t *rq); /* in: memory for a
-                                       rule, living as long as the request:
-                                       a limit override's (NULL, or NULL
-                                       returned: limit overrides are not
-                                       applied) */
+    rl_rule_room_t      *room;      /* in: memory for the rule a limit
+                                       override makes, living as long as
+                                       the request, for the first check
+                                       that meets one (taken: NULL); */
+    rl_rule_room_t    *(*more_room)(rl_request_t *rq); /* and for the
+                                       next (NULL, or NULL returned: their
+                                       limit overrides are not applied) */
     int64_t              latency_ms;/* in, for rl_request_end(): how long
                                        the upstream took to answer it (the
                                        request's own time where no

@@ -14,7 +14,7 @@ namespace rl {
 namespace {
 
 const char kMagic[8] = {'r', 'l', 'o', 'v', 'e', 'r', 'r', '1'};
-const uint32_t kVersion = 3;
+const uint32_t kVersion = 4;
 
 uint32_t index_size_for(uint32_t capacity)
 {
@@ -84,13 +84,14 @@ void Store::init(uint32_t capacity)
     h_.version = kVersion;
     h_.capacity = capacity;
     h_.index_size = index_size_for(capacity);
+    h_.entries_at = entries_offset(h_.index_size);
     h_.change = 1;
 }
 
 bool Store::valid(uint32_t capacity) const
 {
     return std::memcmp(h_.magic, kMagic, sizeof(kMagic)) == 0 && h_.version == kVersion && h_.capacity == capacity &&
-           h_.index_size == index_size_for(capacity);
+           h_.index_size == index_size_for(capacity) && h_.entries_at == entries_offset(h_.index_size);
 }
 
 uint64_t Store::range_hash(const Table &table, int family, uint32_t prefix, const uint8_t *addr)
@@ -109,9 +110,14 @@ uint64_t Store::range_hash(const Table &table, int family, uint32_t prefix, cons
 uint64_t Store::tag_of(const Table &table, const rl_override_target_t &t, uint64_t identity)
 {
     if (t.family == 0) {
-        return Table::of_hash(table.hash(t.key, t.key_len), identity);
+        return table.hash(t.key, t.key_len);  // whatever the rule
     }
     return Table::of_hash(range_hash(table, t.family, t.prefix, t.key), identity);
+}
+
+uint64_t Store::key_tag(const OverrideEntry &e)
+{
+    return Table::of_hash(e.tag, e.identity);
 }
 
 void Store::index_put(uint64_t tag, uint32_t entry)
@@ -182,12 +188,16 @@ void Store::note_length(const OverrideEntry &e, int delta)
 
 namespace {
 
-uint32_t v6_bit(const uint8_t *addr)
+}  // namespace
+
+uint32_t Store::v6_bit(const uint8_t *addr)
 {
     uint32_t top;
     std::memcpy(&top, addr, 4);
     return (uint32_t) (mix(top) % kFilterBits);
 }
+
+namespace {
 
 void set_bit(uint64_t *bits, uint32_t i)
 {
@@ -227,20 +237,6 @@ void Store::filters_rebuild()
     }
 }
 
-bool Store::filtered_out(int family, const uint8_t *addr) const
-{
-    const Filters &f = h_.filters;
-    if (family == 4) {
-        const uint32_t i = (uint32_t) addr[0] << 8 | addr[1];
-        return !(f.v4[i / 64] >> (i % 64) & 1);
-    }
-    if (f.v6_short != 0) {
-        return false;
-    }
-    const uint32_t i = v6_bit(addr);
-    return !(f.v6[i / 64] >> (i % 64) & 1);
-}
-
 bool Store::has_ranges(int family) const
 {
     const PrefixLengths &l = h_.lengths[family_slot(family)];
@@ -271,7 +267,8 @@ const OverrideEntry *Store::find_range(const Table &table, int family, const uin
                 if (!(l.mask[every][w] >> bit & 1)) {
                     continue;
                 }
-                const OverrideEntry *e = find(Table::of_hash(h, every ? kEveryRule : identity));
+                const uint64_t id = every ? kEveryRule : identity;
+                const OverrideEntry *e = find(Table::of_hash(h, id), id);
                 if (e != nullptr && e->ov.target.family == family && e->ov.target.prefix == prefix &&
                     std::memcmp(e->ov.target.key, net, family == 6 ? 16 : 4) == 0 &&
                     (e->ov.expires_ms == 0 || e->ov.expires_ms > now)) {
@@ -285,7 +282,7 @@ const OverrideEntry *Store::find_range(const Table &table, int family, const uin
 
 OverrideEntry *Store::lookup(const Table &table, const rl_override_target_t &t, uint64_t identity)
 {
-    const OverrideEntry *e = find(tag_of(table, t, identity));
+    const OverrideEntry *e = find(tag_of(table, t, identity), identity);
     if (e == nullptr || e->ov.target.family != t.family || e->ov.target.prefix != t.prefix ||
         e->ov.target.key_len != t.key_len || std::memcmp(e->ov.target.key, t.key, t.key_len) != 0 ||
         std::strcmp(e->ov.target.rule, t.rule) != 0) {

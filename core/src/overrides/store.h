@@ -3,11 +3,11 @@
 //
 // An entry is found by a 64-bit tag in an open-addressed index (linear
 // probing, at most a quarter full, so that a key with no override reads
-// one index slot, rarely two):
-//   - a key's override in one rule: the key's own tag in the table, the tag
-//     its request already has (Table::of_hash of the key's hash and the
-//     rule's identity);
-//   - a key's override in every rule: the same with kEveryRule for identity;
+// one index slot, rarely two), and its rule's identity:
+//   - a key's override, in one rule or in every rule (kEveryRule for
+//     identity): the key's hash in the table (Table::hash, the hash its
+//     request already has), so that one probe finds both a key's own and
+//     its every-rule override, and a key with none reads one slot;
 //   - a range's: of_hash of the range's hash (range_hash: the family, the
 //     prefix length and the network's address under the table's secret)
 //     with the rule's identity or kEveryRule.  The entry's target is
@@ -73,6 +73,7 @@ struct alignas(64) StoreHeader {
     uint32_t version;
     uint32_t capacity;
     uint32_t index_size;  // a power of two, at least 4 x capacity
+    uint64_t entries_at;  // bytes from the store's start to its entries
     uint32_t held;
     uint32_t tombs;      // index slots marked removed
     uint32_t free_head;  // a free entry + 1; 0: take `fresh`
@@ -103,20 +104,36 @@ public:
     void init(uint32_t capacity);
     bool valid(uint32_t capacity) const;
 
-    // The entry of a tag (expired or not), or nullptr.
-    const OverrideEntry *find(uint64_t tag) const
+    // The entry of a tag in the rule of `identity` (expired or not), or
+    // nullptr.
+    const OverrideEntry *find(uint64_t tag, uint64_t identity) const
     {
         const IndexSlot *ix = index();
         const uint32_t mask = h_.index_size - 1;
-        for (uint32_t i = (uint32_t) tag & mask;; i = (i + 1) & mask) {
-            const IndexSlot &s = ix[i];
-            if (s.entry == 0) {
-                return nullptr;
-            }
-            if (s.tag == tag && s.entry != kTomb) {
-                return &entries()[s.entry - 1];
+        for (uint32_t i = (uint32_t) tag & mask; ix[i].entry != 0; i = (i + 1) & mask) {
+            if (ix[i].tag == tag && ix[i].entry != kTomb && entries()[ix[i].entry - 1].identity == identity) {
+                return &entries()[ix[i].entry - 1];
             }
         }
+        return nullptr;
+    }
+    // A key's overrides by its hash, in one probe: its own in the rule of
+    // `identity` (returned, expired or not), else its every rule's
+    // (*every, expired or not; found before its own, it may be set too).
+    const OverrideEntry *find_key(uint64_t hash, uint64_t identity, const OverrideEntry **every) const
+    {
+        const IndexSlot *ix = index();
+        const uint32_t mask = h_.index_size - 1;
+        for (uint32_t i = (uint32_t) hash & mask; ix[i].entry != 0; i = (i + 1) & mask) {
+            if (ix[i].tag == hash && ix[i].entry != kTomb) {
+                const OverrideEntry *e = &entries()[ix[i].entry - 1];
+                if (e->identity == identity) {
+                    return e;
+                }
+                *every = e->identity == kEveryRule ? e : *every;
+            }
+        }
+        return nullptr;
     }
     // The longest unexpired range holding a client's address (4 or 16
     // bytes), in the rule of `identity` or in every rule.
@@ -125,9 +142,22 @@ public:
     bool has_ranges(int family) const;
     // Whether no range of the store holds the address (a bit read; false:
     // one may).
-    bool filtered_out(int family, const uint8_t *addr) const;
-    uint32_t keys_rule() const { return h_.keys_rule; }
-    uint32_t keys_every() const { return h_.keys_every; }
+    bool filtered_out(int family, const uint8_t *addr) const
+    {
+        const Filters &f = h_.filters;
+        if (family == 4) {
+            const uint32_t i = (uint32_t) addr[0] << 8 | addr[1];
+            return !(f.v4[i / 64] >> (i % 64) & 1);
+        }
+        if (f.v6_short != 0) {
+            return false;
+        }
+        const uint32_t i = v6_bit(addr);
+        return !(f.v6[i / 64] >> (i % 64) & 1);
+    }
+    // An IPv6 address's bit in its filter: a hash of its /32.
+    static uint32_t v6_bit(const uint8_t *addr);
+    uint32_t keys() const { return h_.keys_rule | h_.keys_every; }
     uint32_t ranges() const { return h_.ranges; }
 
     // The entry of a target in a rule of `identity`; writes; removal.
@@ -156,15 +186,20 @@ public:
     const StoreHeader &header() const { return h_; }
     OverrideEntry *entries()
     {
-        return reinterpret_cast<OverrideEntry *>(reinterpret_cast<char *>(this) + entries_offset());
+        return reinterpret_cast<OverrideEntry *>(reinterpret_cast<char *>(this) + h_.entries_at);
     }
     const OverrideEntry *entries() const { return const_cast<Store *>(this)->entries(); }
 
     static uint64_t tag_of(const Table &table, const rl_override_target_t &t, uint64_t identity);
+    // The tag in the key table of the key an entry names (not a range's).
+    static uint64_t key_tag(const OverrideEntry &e);
     static uint64_t range_hash(const Table &table, int family, uint32_t prefix, const uint8_t *addr);
 
 private:
-    size_t entries_offset() const { return sizeof(StoreHeader) + (size_t) h_.index_size * sizeof(IndexSlot); }
+    static size_t entries_offset(uint32_t index_size)
+    {
+        return sizeof(StoreHeader) + (size_t) index_size * sizeof(IndexSlot);
+    }
     IndexSlot *index() { return reinterpret_cast<IndexSlot *>(reinterpret_cast<char *>(this) + sizeof(StoreHeader)); }
     const IndexSlot *index() const { return const_cast<Store *>(this)->index(); }
     void index_put(uint64_t tag, uint32_t entry);

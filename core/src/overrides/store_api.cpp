@@ -49,7 +49,7 @@ void carry(rl::Table &table, const rl::OverrideEntry &e, const rl_override_rule_
     if (to != nullptr && to->kind == RL_OVERRIDE_LIMIT) {
         rl::apply_override(*rule->rule, *to, b);
     }
-    rl::carry_key(table, e.tag, a, b, at);
+    rl::carry_key(table, rl::Store::key_tag(e), a, b, at);
 }
 
 }  // namespace

@@ -547,10 +547,12 @@ namespace rl {
 int decide(rl_request_t &rq, int64_t now_ms)
 {
     int verdict;
-    const bool denied = __builtin_expect(any_overrides(rq), 0) && resolve_overrides(rq, now_ms);
     if (rq.n == 1) {
+        rq.overridden = 0;
+        (void) resolve_check(rq, rq.checks[0], now_ms);
         return decide_as<true>(rq, now_ms);
     }
+    const bool denied = __builtin_expect(any_overrides(rq), 0) && resolve_overrides(rq, now_ms);
     if (!denied && rq.combine != RL_COMBINE_ANY && decide_found(rq, now_ms, &verdict)) {
         return verdict;
     }
