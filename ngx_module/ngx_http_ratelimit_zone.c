@@ -92,6 +92,7 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     ngx_http_ratelimit_zone_t         *zone, *was;
     u_char                            *journal;
     ngx_http_ratelimit_redis_stats_t  *rs;
+    ngx_atomic_uint_t                  server;
     char                               err[RL_ERR_MAX];
 
     zone = shm_zone->data;
@@ -137,7 +138,32 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     zone->table = table;
 
+    /* the server's id in its leases' names outlives the zone's state: the
+       old workers' requests hold leases under it, which the new ones count
+       as this server's */
+
+    server = 0;
+
+    if (ozone != NULL) {
+        server = rs->server;   /* the same memory */
+
+    } else {
+        old = ngx_http_ratelimit_lookup_zone((ngx_list_t *)
+                                             &ngx_cycle->shared_memory,
+                                             &zone->name);
+
+        if (old != NULL && old->data != NULL) {
+            was = (ngx_http_ratelimit_zone_t *) old->data;
+
+            if (was->redis != NULL && was->redis->stats != NULL) {
+                server = was->redis->stats->server;
+            }
+        }
+    }
+
     ngx_http_ratelimit_zero_zone(shm_zone, ozone != NULL);
+
+    rs->server = server;
     ngx_http_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
                                       zone->table);
 
