@@ -473,8 +473,9 @@ TEST(RedisAnswer, ConcurrencyLeasesAndTheirReleases)
             if (ok) {
                 EXPECT_EQ(a.here[0], (uint32_t) here);
             } else {
-                EXPECT_EQ(std::string(a.why), "leases here of rule \"concurrency_3_at_once\" is " + std::to_string(here) +
-                                                  ": it can only be 0" + (most > 0 ? " to " + std::to_string(most) : ""));
+                EXPECT_EQ(std::string(a.why), "leases here of rule \"concurrency_3_at_once\" is " +
+                                                  std::to_string(here) + ": it can only be 0" +
+                                                  (most > 0 ? " to " + std::to_string(most) : ""));
             }
         }
     }

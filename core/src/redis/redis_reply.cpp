@@ -270,10 +270,13 @@ bool after_in_range(const rl_check_t &c, int64_t after, int64_t now, bool commit
 // but what remains, when something remains).
 bool here_in_range(const rl_check_t &c, int64_t here, int64_t remaining, rl_redis_answer_t &out)
 {
-    const bool slots = rl::has(*c.rule, rl::kSlots);
-    const int64_t most = !slots                                  ? 0
-                         : remaining > 0 && remaining <= c.rule->limit ? (int64_t) c.rule->limit - remaining
-                                                                 : (int64_t) RL_LIMIT_MAX;
+    const int64_t limit = c.rule->limit;
+    int64_t most = RL_LIMIT_MAX;
+    if (!rl::has(*c.rule, rl::kSlots)) {
+        most = 0;
+    } else if (remaining > 0 && remaining <= limit) {
+        most = limit - remaining;
+    }
     if (here >= 0 && here <= most) {
         return true;
     }
