@@ -19,13 +19,12 @@
  * Concurrency's leases go the same way.  Before its call, a request's
  * concurrency checks get lease numbers of the worker's (with the server's
  * id, the worker's random number and process id they name their leases in
- * the fleet); a
- * request that took leases joins the worker's list, whose timer renews
- * them all every third of the shortest lease, in as few calls as the
- * servers allow (one for every lease of a standalone Redis, one a request
- * in a Cluster); and its end, whatever ends it, releases them, one call
- * not waited for.  A release or renewal Redis does not take is counted,
- * and the lease runs out by itself within its lease=.
+ * the fleet); a request that took leases joins the worker's list, whose
+ * timer renews them all every third of the shortest lease, in as few
+ * calls as the servers allow (one for every lease of a standalone Redis,
+ * one a request in a Cluster); and its end, whatever ends it, releases
+ * them, one call not waited for.  A release or renewal Redis does not take
+ * is counted, and the lease runs out by itself within its lease=.
  */
 
 
