@@ -122,6 +122,10 @@ ngx_http_ratelimit_api_redis_call(ngx_http_request_t *r,
     ar->rq.n = n * per;
     ar->rq.combine = RL_COMBINE_ALL;
 
+    /* concurrency: the key's leases of this server counted too (none yet
+       if no worker of it named one) */
+    ar->rq.server = (uint64_t) ar->q->zone->redis->stats->server;
+
     w = &ar->wait;
     ngx_memzero(w, sizeof(ngx_http_ratelimit_redis_wait_t));
     w->request = r;
@@ -186,14 +190,18 @@ ngx_http_ratelimit_api_redis_done(ngx_http_ratelimit_redis_wait_t *w,
         pk->held = pk->look.reset_ms > 0;
         pk->banned_ms = ngx_max(pk->look.banned_ms, pk->next.banned_ms);
 
-        /* concurrency: the slots held across the fleet (live leases) */
+        /* concurrency: the slots held across the fleet (live leases), and
+           those of this server's */
 
-        if (rl_rule_holds_slots(ar->checks[2 * i].rule)
-            && ar->checks[2 * i].rule->limit > pk->look.remaining)
-        {
-            pk->in_flight = (uint32_t) (ar->checks[2 * i].rule->limit
-                                        - pk->look.remaining);
-            pk->held = 1;
+        if (rl_rule_holds_slots(ar->checks[2 * i].rule)) {
+            pk->fleet = 1;
+            pk->in_flight_here = answer->here[2 * i];
+
+            if (ar->checks[2 * i].rule->limit > pk->look.remaining) {
+                pk->in_flight = (uint32_t) (ar->checks[2 * i].rule->limit
+                                            - pk->look.remaining);
+                pk->held = 1;
+            }
         }
     }
 

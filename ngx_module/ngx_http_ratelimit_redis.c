@@ -337,6 +337,34 @@ ngx_http_ratelimit_redis_log_reply(ngx_http_ratelimit_redis_conn_t *conn,
 }
 
 
+/*
+ * The server's id, one for all its workers: read from the zone, or made by
+ * the first worker that needs it (compare and set: whichever worker wins,
+ * they all read the same one).
+ */
+
+uint64_t
+ngx_http_ratelimit_redis_server_id(ngx_http_ratelimit_redis_t *redis)
+{
+    ngx_atomic_uint_t  id;
+
+    id = redis->stats->server;
+
+    if (id == 0) {
+        id = (ngx_atomic_uint_t) rl_redis_server_id();
+
+        if (id == 0) {
+            id = 1;
+        }
+
+        (void) ngx_atomic_cmp_set(&redis->stats->server, 0, id);
+        id = redis->stats->server;
+    }
+
+    return (uint64_t) id;
+}
+
+
 ngx_uint_t
 ngx_http_ratelimit_redis_log_now(ngx_http_ratelimit_redis_t *redis,
     ngx_http_ratelimit_redis_fold_t *fold)

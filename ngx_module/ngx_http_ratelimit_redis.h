@@ -28,6 +28,12 @@ typedef struct {
 #undef NGX_HTTP_RATELIMIT_REDIS_COUNTER
     ngx_atomic_t   latency[NGX_HTTP_RATELIMIT_REDIS_BUCKETS + 1];
     ngx_atomic_t   latency_us;    /* sum */
+    ngx_atomic_t   server;        /* the server's id in its leases' names,
+                                     the same in all its workers: made by
+                                     the first that needs it
+                                     (ngx_http_ratelimit_redis_server_id),
+                                     kept by a reload, and carried over to
+                                     a zone made again by one */
 } ngx_http_ratelimit_redis_stats_t;
 
 
@@ -138,6 +144,8 @@ struct ngx_http_ratelimit_redis_s {
     ngx_queue_t                        leases;
     ngx_event_t                        renew;
     ngx_msec_t                         renew_ms;    /* its interval */
+    uint64_t                           lease_server; /* stats->server,
+                                                       as this worker read it */
     uint64_t                           lease_owner; /* names this worker's
                                                        leases in the fleet */
     uint32_t                           lease_next;
@@ -162,6 +170,9 @@ void ngx_http_ratelimit_redis_close(ngx_http_ratelimit_redis_t *redis);
 
 /* Forgets a request that goes away while it waits. */
 void ngx_http_ratelimit_redis_cancel(ngx_http_ratelimit_redis_wait_t *w);
+
+/* This server's id in its leases' names (the zone's; made if none yet). */
+uint64_t ngx_http_ratelimit_redis_server_id(ngx_http_ratelimit_redis_t *redis);
 
 /* 1 if a line of this kind may be written now; else it is counted, and
    written as a count within a second (what: "replies refused", ...). */

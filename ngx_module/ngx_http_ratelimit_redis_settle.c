@@ -17,14 +17,14 @@
  * charge is lost, and the key keeps the cost its request reserved.
  *
  * Concurrency's leases go the same way.  Before its call, a request's
- * concurrency checks get lease numbers of the worker's (with the worker's
- * random number and process id they name their leases in the fleet); a
- * request that took leases joins the worker's list, whose timer renews
- * them all every third of the shortest lease, in as few calls as the
- * servers allow (one for every lease of a standalone Redis, one a request
- * in a Cluster); and its end, whatever ends it, releases them, one call
- * not waited for.  A release or renewal Redis does not take is counted,
- * and the lease runs out by itself within its lease=.
+ * concurrency checks get lease numbers of the worker's (with the server's
+ * id, the worker's random number and process id they name their leases in
+ * the fleet); a request that took leases joins the worker's list, whose
+ * timer renews them all every third of the shortest lease, in as few
+ * calls as the servers allow (one for every lease of a standalone Redis,
+ * one a request in a Cluster); and its end, whatever ends it, releases
+ * them, one call not waited for.  A release or renewal Redis does not take
+ * is counted, and the lease runs out by itself within its lease=.
  */
 
 
@@ -286,8 +286,8 @@ ngx_http_ratelimit_settle_free(ngx_http_ratelimit_redis_t *redis,
 
 /*
  * Before a request's call: its concurrency checks' leases named (the
- * worker's random number, made at its first lease, its process id, and a
- * number of its own for each).
+ * server's id, the worker's random number, made at its first lease, its
+ * process id, and a number of its own for each).
  */
 
 void
@@ -296,6 +296,10 @@ ngx_http_ratelimit_redis_lease_prepare(ngx_http_ratelimit_redis_t *redis,
 {
     size_t       i;
     rl_check_t  *c;
+
+    if (redis->lease_server == 0) {
+        redis->lease_server = ngx_http_ratelimit_redis_server_id(redis);
+    }
 
     if (redis->lease_owner == 0) {
         redis->lease_owner = ((uint64_t) ngx_random() << 33)
@@ -307,6 +311,7 @@ ngx_http_ratelimit_redis_lease_prepare(ngx_http_ratelimit_redis_t *redis,
         redis->lease_owner |= 1;
     }
 
+    rq->server = redis->lease_server;
     rq->lease = redis->lease_owner;
     rq->holder = (uint32_t) ngx_pid;
 
@@ -401,6 +406,9 @@ ngx_http_ratelimit_redis_lease_release(ngx_http_ratelimit_redis_t *redis,
 
     if (link != NULL) {
         ngx_queue_remove(link);
+
+        /* no longer this server's in flight, whatever Redis says of it */
+        rl_request_count_leases_end(rq);
     }
 
     n = 0;
@@ -490,6 +498,7 @@ ngx_http_ratelimit_leases_renew(ngx_event_t *ev)
 
         for ( /* void */ ; from != q; from = ngx_queue_next(from)) {
             ctx = ngx_queue_data(from, ngx_http_ratelimit_ctx_t, lease_link);
+            s->rq.server = ctx->rq.server;
             s->rq.lease = ctx->rq.lease;
             s->rq.holder = ctx->rq.holder;
             (void) ngx_http_ratelimit_leases_copy(s, &ctx->rq);
@@ -520,6 +529,7 @@ ngx_http_ratelimit_leases_block(ngx_http_ratelimit_redis_t *redis,
     ngx_memzero(&s->rq, sizeof(rl_request_t));
 
     if (rq != NULL) {
+        s->rq.server = rq->server;
         s->rq.lease = rq->lease;
         s->rq.holder = rq->holder;
     }

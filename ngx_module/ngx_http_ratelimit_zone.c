@@ -24,6 +24,9 @@ static ngx_http_ratelimit_zone_t *ngx_http_ratelimit_next_zone(
     ngx_cycle_t *cycle, ngx_list_part_t **part, ngx_uint_t *i);
 static ngx_int_t ngx_http_ratelimit_named(ngx_http_ratelimit_zone_t *zone,
     void *data);
+static ngx_atomic_uint_t ngx_http_ratelimit_lease_server(
+    ngx_http_ratelimit_zone_t *zone, ngx_http_ratelimit_zone_t *ozone,
+    ngx_http_ratelimit_redis_stats_t *rs);
 static void ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone,
     ngx_uint_t reused);
 static size_t ngx_http_ratelimit_refusals_size(ngx_http_ratelimit_zone_t *zone,
@@ -92,6 +95,7 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     ngx_http_ratelimit_zone_t         *zone, *was;
     u_char                            *journal;
     ngx_http_ratelimit_redis_stats_t  *rs;
+    ngx_atomic_uint_t                  server;
     char                               err[RL_ERR_MAX];
 
     zone = shm_zone->data;
@@ -137,7 +141,11 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     zone->table = table;
 
+    server = ngx_http_ratelimit_lease_server(zone, ozone, rs);
+
     ngx_http_ratelimit_zero_zone(shm_zone, ozone != NULL);
+
+    rs->server = server;
     ngx_http_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
                                       zone->table);
 
@@ -193,6 +201,44 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * A zone made again by a reload keeps the server's id in its leases' names
+ * (ngx_http_ratelimit_redis_server_id): the old workers' requests hold
+ * leases named with it, which the new workers count as this server's.  It
+ * is read before the zone is cleared: from the same memory (ozone: a zone
+ * of the same name and size), or from the previous cycle's zone of the
+ * name, still mapped while the master makes the new cycle.
+ */
+
+static ngx_atomic_uint_t
+ngx_http_ratelimit_lease_server(ngx_http_ratelimit_zone_t *zone,
+    ngx_http_ratelimit_zone_t *ozone, ngx_http_ratelimit_redis_stats_t *rs)
+{
+    ngx_shm_zone_t             *old;
+    ngx_http_ratelimit_zone_t  *was;
+
+    if (ozone != NULL) {
+        return rs->server;
+    }
+
+    old = ngx_http_ratelimit_lookup_zone((ngx_list_t *)
+                                         &ngx_cycle->shared_memory,
+                                         &zone->name);
+
+    if (old == NULL || old->data == NULL) {
+        return 0;
+    }
+
+    was = (ngx_http_ratelimit_zone_t *) old->data;
+
+    if (was->redis == NULL || was->redis->stats == NULL) {
+        return 0;
+    }
+
+    return was->redis->stats->server;
 }
 
 

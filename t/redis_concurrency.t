@@ -5,8 +5,10 @@
 # holds more than 10 and holds 9 or more on average (measured from its own
 # record of each request's start and end); a server killed with SIGKILL
 # while it holds 5 slots loses them to the other two within the lease
-# (measured); leases renewed for requests that outlive a third of theirs,
-# released when they end, counted in the stats; a rate rule beside it takes
+# (measured); the key API says a key's slots held across the fleet and
+# those of its own server (right across its workers and a reload), the
+# stats each server's own; leases renewed for requests that outlive a
+# third of theirs, released when they end, counted in the stats; a rate rule beside it takes
 # nothing when the slot is refused; max_wait and redis_sync refused at
 # nginx -t, saying why.
 use strict;
@@ -90,6 +92,46 @@ $one->conf_refused(
     is(statuses_of(map { $three->get('/rated/', { 'X-Key' => 'r' }) } 1 .. 3), '200 200 429',
        'then the rate refuses the fourth');
     is($two->key_rule('rc', 'r', 'one')->{remaining}, 1, 'and the rate\'s refusal took no slot');
+}
+
+# ---- a key's slots held here and across the fleet ----
+# 3 requests of a key held on server one, 2 on two, none on three: the key
+# API of each says the fleet's 5 in flight and its own share (three none);
+# each server's stats say its own in flight for the rule; all 0 once they
+# end.
+{
+    my $key = 'share';
+    my %on = (1 => $one, 2 => $one, 3 => $one, 4 => $two, 5 => $two);
+    my @held = map { my $i = $_;
+        RLTest::spawn(sub { $on{$i}->get('/c/', { 'X-Key' => $key, 'X-Hold' => 4000, 'X-Seq' => "share-$i" })->{status} })
+    } sort keys %on;
+    ok(RLTest::wait_until(sub { (grep { $_->[0] =~ /^share-/ && $_->[1] eq 'start' } $up->events) == 5 }, 10),
+       'five requests of the key held at the upstream');
+    my @k = map { $_->key_rule('rc', $key, 'c') } @fleet;
+    is(join(' | ', map { "$_->{in_flight} $_->{in_flight_here}" } @k), '5 3 | 5 2 | 5 0',
+       'key API: 5 in flight across the fleet; 3 of them on server one, 2 on two, none on three');
+    is(join(' ', map { $_->rule_stats('rc', 'c')->{in_flight} } @fleet), '3 2 0',
+       'stats: each server\'s own requests holding a slot of the rule (3, 2, 0)');
+    # every lease of a server is named with the same id, whichever worker
+    # holds it; the two servers' ids differ
+    my @sets = grep { ref $_ eq 'ARRAY' && @$_ } map { $redis->cmd('ZRANGE', $_, 0, -1) } @{ $redis->cmd('KEYS', '*') };
+    my %pids = map { my $t = $_; map { ($_ => $t) } $t->worker_pids } $one, $two;
+    my (%ids, %workers);
+    for my $m (map { @$_ } @sets) {
+        my ($id, undef, $pid) = split /:/, $m;
+        next unless $pids{$pid};
+        $ids{ $pids{$pid}->port }{$id} = 1;
+        $workers{ $pids{$pid}->port }{$pid} = 1;
+    }
+    is(join(' ', map { scalar keys %{ $ids{ $_->port } } } $one, $two), '1 1', 'one id in the names of a server\'s leases');
+    isnt((keys %{ $ids{ $one->port } })[0], (keys %{ $ids{ $two->port } })[0], 'and another for the other server');
+    diag(sprintf 'held by %d worker(s) of server one, %d of server two', scalar keys %{ $workers{ $one->port } },
+         scalar keys %{ $workers{ $two->port } });
+    is(join(' ', map { ($_->result)[0] } @held), '200 200 200 200 200', 'the five served');
+    RLTest::wait_until(sub { !grep { $_->key_rule('rc', $key, 'c')->{in_flight} } @fleet }, 5);
+    is(join(' | ', map { my $k = $_->key_rule('rc', $key, 'c'); "$k->{in_flight} $k->{in_flight_here}" } @fleet),
+       '0 0 | 0 0 | 0 0', 'once they ended: none in flight, none here');
+    is(join(' ', map { $_->rule_stats('rc', 'c')->{in_flight} } @fleet), '0 0 0', 'stats: none in flight');
 }
 
 # ---- limit=10, a load that would hold 30 ----
@@ -221,12 +263,20 @@ $one->conf_refused(
     } 1 .. 10;
     RLTest::wait_until(sub { (grep { $_->[0] =~ /^reload-/ && $_->[1] eq 'start' } $up->events) == 10 }, 10);
     my $before = $one->zone_stats('rc')->{redis}{leases_expired};
+    # server one's zone made again (another size), two's kept
+    $one->write_conf($conf =~ s/ratelimit_zone rc 1m/ratelimit_zone rc 2m/r, workers => 2);
     ok($one->reload_started(2) && $two->reload_started(2), 'both servers reloaded while their old workers hold 10');
+    like($one->error_log, qr/ratelimit_zone "rc" changed size/, 'server one\'s zone was made again');
     is($one->key_rule('rc', $key, 'c')->{in_flight}, 10, 'reloaded while 10 are held: 10 in flight still');
+    is(join(' ', map { $_->key_rule('rc', $key, 'c')->{in_flight_here} } $one, $two), '5 5',
+       'the new workers count the old ones\' leases as their server\'s (5 each), the zone made again or kept');
+    is($two->rule_stats('rc', 'c')->{in_flight}, 5, 'stats of the kept zone: the old workers\' 5 in flight');
     is($two->get('/c/', { 'X-Key' => $key })->{status}, 429, 'an eleventh refused by the new workers');
     is(join(' ', map { ($_->result)[0] } @held), join(' ', ('200') x 10), 'the 10 served by the old workers');
     RLTest::wait_until(sub { $one->key_rule('rc', $key, 'c')->{in_flight} == 0 }, 5);
     is($one->key_rule('rc', $key, 'c')->{in_flight}, 0, 'their slots given back as they ended');
+    is(join(' ', map { $_->key_rule('rc', $key, 'c')->{in_flight_here} } $one, $two), '0 0', 'none here');
+    is($two->rule_stats('rc', 'c')->{in_flight}, 0, 'stats: none in flight');
     is($one->zone_stats('rc')->{redis}{leases_expired}, $before, 'none expired');
 }
 

@@ -14,7 +14,8 @@ namespace {
 // The script's clock in the answers here.
 const int64_t kNow = kT0;
 
-// An answer of the script: {request, clock, then each check's 12}.
+// An answer of the script: {request, clock, then each check's 12 (a
+// peek's 13)}.
 struct Reply {
     rl_resp_t r{};
 
@@ -58,6 +59,9 @@ struct One {
         items.push_back(committed ? kNow + 1 : 0);
         items.push_back((int64_t) std::min<uint64_t>(c.cost, RL_REDIS_UNITS_MAX));  // as sent
         items.push_back(0);
+        if (call == RL_REDIS_PEEK) {
+            items.push_back(0);  // leases of this server
+        }
         return items;
     }
 
@@ -256,11 +260,16 @@ TEST(RedisAnswer, TheRequestsAnswerFollowsItsRulesAndCombine)
     const std::vector<int64_t> yes = {1, 0, 4, 60000, 0, 0, 60000, 60000, 0};
     const std::vector<int64_t> no = {0, 0, 0, 60000, 60000, 0, 60000, 60000, 0};
     // each check's 9, then after (the head's t once committed, else 0),
-    // the cost reserved and no ban started
-    auto reply = [&](int64_t all, std::vector<int64_t> x, int64_t xa, std::vector<int64_t> y, int64_t ya) {
+    // the cost reserved and no ban started (and a peek's leases here: 0)
+    auto reply = [&](int64_t all, std::vector<int64_t> x, int64_t xa, std::vector<int64_t> y, int64_t ya,
+                     bool peek = false) {
         std::vector<int64_t> v = {all, kNow};
         x.insert(x.end(), {xa, 1, 0});
         y.insert(y.end(), {ya, 1, 0});
+        if (peek) {
+            x.push_back(0);
+            y.push_back(0);
+        }
         v.insert(v.end(), x.begin(), x.end());
         v.insert(v.end(), y.begin(), y.end());
         return Reply(v);
@@ -281,10 +290,13 @@ TEST(RedisAnswer, TheRequestsAnswerFollowsItsRulesAndCombine)
     EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_DECIDE, &r.r, &out), RL_REDIS_FAILED);
     // a peek combines with all, whatever the request's combine, and commits
     // nothing
-    r = reply(0, yes, end, no, 0);
+    r = reply(0, yes, end, no, 0, true);
     EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_PEEK, &r.r, &out), RL_REDIS_FAILED);
     EXPECT_EQ(std::string(out.why), "after of rule \"a\" is 1767225660000: it can only be 0 (nothing committed)");
-    r = reply(0, yes, 0, no, 0);
+    r = reply(0, yes, 0, no, 0);  // a decision's shape: no leases here
+    EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_PEEK, &r.r, &out), RL_REDIS_FAILED);
+    EXPECT_EQ(std::string(out.why), "an array of 26 items, expected 28 integers");
+    r = reply(0, yes, 0, no, 0, true);
     EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_PEEK, &r.r, &out), RL_REDIS_DECIDED) << out.why;
     EXPECT_EQ(c[0].decision.remaining, 4u);
     EXPECT_EQ(c[2].decision.retry_after_ms, 60000);
@@ -447,6 +459,30 @@ TEST(RedisAnswer, ConcurrencyLeasesAndTheirReleases)
     EXPECT_EQ(o.c.slot, 0u);  // no lease kept
     Reply window(std::vector<int64_t>{0, kNow, 0, 0, 0, 0, 0, 0, 1000, 0, 0, 0, 1, 0});
     EXPECT_EQ(rl_redis_answer(&o.rq, RL_REDIS_DECIDE, &window.r, &a), RL_REDIS_FAILED);
+
+    // a peek: this server's live leases, at most what the key holds (all
+    // of the limit but what remains); none for another rule
+    One look("algorithm=concurrency limit=3 lease=10s", 0);
+    for (int64_t remaining : {0, 1, 2, 3}) {
+        const int64_t most = remaining == 0 ? RL_LIMIT_MAX : 3 - remaining;
+        for (int64_t here : {(int64_t) 0, most, most + 1, (int64_t) -1}) {
+            Reply p(std::vector<int64_t>{1, kNow, 1, 0, remaining, 0, 0, 0, 0, 0, 0, 0, 0, 0, here});
+            const bool ok = here >= 0 && here <= most;
+            ASSERT_EQ(rl_redis_answer(&look.rq, RL_REDIS_PEEK, &p.r, &a), ok ? RL_REDIS_DECIDED : RL_REDIS_FAILED)
+                << remaining << " " << here << " " << a.why;
+            if (ok) {
+                EXPECT_EQ(a.here[0], (uint32_t) here);
+            } else {
+                EXPECT_EQ(std::string(a.why), "leases here of rule \"concurrency_3_at_once\" is " +
+                                                  std::to_string(here) + ": it can only be 0" +
+                                                  (most > 0 ? " to " + std::to_string(most) : ""));
+            }
+        }
+    }
+    One rate("algorithm=fixed_window limit=3 period=1m", 0);
+    Reply other(std::vector<int64_t>{1, kNow, 1, 0, 3, 0, 0, 0, 60000, 0, 0, 0, 0, 0, 1});
+    EXPECT_EQ(rl_redis_answer(&rate.rq, RL_REDIS_PEEK, &other.r, &a), RL_REDIS_FAILED);
+    EXPECT_EQ(std::string(a.why), "leases here of rule \"fixed_window_3_1m\" is 1: it can only be 0");
 
     o.c.slot = 8;
     for (int call : {RL_REDIS_RELEASE, RL_REDIS_RENEW}) {

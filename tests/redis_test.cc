@@ -491,6 +491,51 @@ TEST(RedisScript, ConcurrencyLeasesAreTakenReleasedRenewedAndExpire)
     EXPECT_EQ(free_look.decision.remaining, 1u);  // no slot taken
 }
 
+// A key's leases of one server among the fleet's: a peek with a server's
+// id counts its live leases (whatever its workers), not another's, not an
+// expired one; without an id, none.
+TEST(RedisScript, APeekCountsTheLeasesOfItsServer)
+{
+    NEED_REDIS();
+    const std::string sha = script_sha();
+    rl_rule_t r = rule_of("algorithm=concurrency limit=5 lease=10s name=exports");
+    rl_redis_answer_t a;
+    const int64_t t0 = kT0 + 3 * 86400000;
+    auto take = [&](uint64_t server, uint64_t worker, uint32_t slot, int64_t now) {
+        rl_check_t c = one_check(&r, 51, "acme", 1);
+        c.slot = slot;
+        rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
+        rq.server = server;
+        rq.lease = worker;
+        rq.holder = 100 + (uint32_t) worker;
+        return call_script(sha, "ch:", rq, RL_REDIS_DECIDE, now, &a);
+    };
+    auto here = [&](uint64_t server, int64_t now) {
+        rl_check_t c[2] = {one_check(&r, 51, "acme", 0), one_check(&r, 51, "acme", 1)};
+        rl_request_t rq = request_of(c, 2, RL_COMBINE_ALL);
+        rq.server = server;
+        call_script(sha, "ch:", rq, RL_REDIS_PEEK, now, &a);
+        EXPECT_EQ(a.here[0], a.here[1]);
+        return std::to_string(5 - c[0].decision.remaining) + " " + std::to_string(a.here[0]);
+    };
+    const uint64_t one = 0x1111222233334444u, two = 0x1111222233334445u;
+    EXPECT_EQ(here(one, t0), "0 0");
+    EXPECT_EQ(take(one, 1, 1, t0), RL_VERDICT_PASSED);
+    EXPECT_EQ(take(one, 2, 1, t0 + 1), RL_VERDICT_PASSED);  // another worker of it
+    EXPECT_EQ(take(two, 3, 1, t0 + 2), RL_VERDICT_PASSED);
+    EXPECT_EQ(take(one, 1, 2, t0 + 5000), RL_VERDICT_PASSED);
+    EXPECT_EQ(here(one, t0 + 5001), "4 3");
+    EXPECT_EQ(here(two, t0 + 5001), "4 1");
+    EXPECT_EQ(here(0x42, t0 + 5001), "4 0");  // a server holding none
+    EXPECT_EQ(here(0, t0 + 5001), "4 0");     // no id: none counted
+    // the first three expire at 10 s (one a millisecond after the other);
+    // the fourth lives to 15 s
+    EXPECT_EQ(here(one, t0 + 10001), "2 1");
+    EXPECT_EQ(here(one, t0 + 10003), "1 1");
+    EXPECT_EQ(here(two, t0 + 10003), "1 0");
+    EXPECT_EQ(here(one, t0 + 15000), "0 0");
+}
+
 TEST(RedisScript, NoscriptIsAnErrorReplyAndEvalLoadsTheScript)
 {
     NEED_REDIS();

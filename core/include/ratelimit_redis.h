@@ -74,15 +74,25 @@ enum rl_redis_call {
 /*
  * Concurrency in a Redis zone: a decision that admits a request takes a
  * lease of each concurrency check (its key's sorted set: the member named
- * by rq->lease, rq->holder and the check's slot, scored by Redis's clock
+ * "SERVER:LEASE:HOLDER:SLOT" of rq->server, rq->lease, rq->holder and the
+ * check's slot, the first two in 16 hex digits, scored by Redis's clock
  * plus lease=); RL_REDIS_RELEASE removes the leases of the checks that
  * hold one (slot > 0), RL_REDIS_RENEW moves their deadlines to lease=
  * from now (an expired one is not taken again).  Their answer:
  * rl_redis_answer() sets out->leases_done (released, renewed) and
  * out->leases_gone (found expired already).  A call of these holds any
- * number of checks (a worker's renewals batched), of one Cluster slot.
+ * number of checks (a worker's renewals batched), of one Cluster slot.  A
+ * peek counts each concurrency check's live leases whose names start with
+ * rq->server's part (none when rq->server is 0): out->here.
  */
 RL_API int rl_redis_holds_lease(const rl_check_t *check);
+
+/*
+ * A server's id for its leases' names: random (getrandom(), else the clock
+ * and the process mixed), never 0.  Made once for all the workers of one
+ * nginx and kept in its zone.
+ */
+RL_API uint64_t rl_redis_server_id(void);
 
 /*
  * Writes one RESP command calling the script (enum rl_redis_call) for the
@@ -106,7 +116,7 @@ enum rl_resp_type {
     RL_RESP_ARRAY = '*'
 };
 
-#define RL_RESP_ITEMS_MAX  (2 + 12 * RL_RULES_MAX)
+#define RL_RESP_ITEMS_MAX  (2 + 13 * RL_RULES_MAX)
 
 /* The longest reply taken: the script's longest answer (RL_RULES_MAX
    rules) is under 8 KB. */
@@ -168,6 +178,9 @@ typedef struct {
     uint32_t     leases_done;   /* DECIDED, RELEASE or RENEW: leases
                                    released or renewed, */
     uint32_t     leases_gone;   /*   and found expired already */
+    uint32_t     here[RL_RULES_MAX]; /* DECIDED, RL_REDIS_PEEK: check i's
+                                   live leases of rq->server (concurrency;
+                                   0 for other rules) */
     unsigned     slot;          /* REDIRECT: the slot, */
     int          ask;           /*   ASK (this once) or MOVED (from now
                                    on), */

@@ -186,8 +186,14 @@ struct rl_request_s {
     uint64_t             lease;     /* in, a Redis zone's concurrency:
                                        who holds its leases, unique in the
                                        fleet (a random number of the
-                                       worker's); with holder and each
-                                       check's slot it names a lease */
+                                       worker's); with server, holder and
+                                       each check's slot it names a lease */
+    uint64_t             server;    /*   and the server it is of: one
+                                       random number for all the workers of
+                                       one nginx (rl_redis_server_id(), kept
+                                       in the zone), the first part of its
+                                       leases' names; a peek counts the
+                                       key's live leases of this server */
     int                  last;      /* in: it may wait no longer: a
                                        decision that would queue it
                                        refuses it, and it leaves the
@@ -339,10 +345,17 @@ RL_API uint32_t rl_rule_block_size(const rl_rule_t *rule);
 
 /*
  * Counts a request decided elsewhere (rl_redis_answer()) as rl_decide()
- * counts its own: each rule's outcome in its counters, and a refusal among
- * the keys its rules refuse most.  The caller holds the locks.
+ * counts its own: each rule's outcome in its counters, a lease it holds
+ * (rl_redis_holds_lease()) among its rule's slots in flight, and a refusal
+ * among the keys its rules refuse most.  The caller holds the locks.
  */
 RL_API void rl_request_count(rl_request_t *rq, int64_t now_ms);
+
+/*
+ * A request decided elsewhere ends: the leases rl_request_count() counted
+ * in flight given back.  Needs no lock.
+ */
+RL_API void rl_request_count_leases_end(const rl_request_t *rq);
 
 /*
  * Counts what a request's end charged elsewhere (a settle's reply, judged by

@@ -152,7 +152,10 @@ typedef struct {
     int64_t        banned_ms;   /* the key is banned (ban=) this much
                                    longer; 0: not banned */
     uint32_t       in_flight;   /* concurrency: slots held, */
-    uint32_t       waiting;     /*   requests waiting for one */
+    uint32_t       waiting;     /*   requests waiting for one, */
+    int32_t        fleet;       /*   in_flight is the fleet's (a Redis
+                                     zone), and */
+    uint32_t       in_flight_here; /* this server's share of it */
     uint32_t       limit_now;   /* adaptive: the limit now, */
     uint32_t       baseline_us; /*   the upstream's latency without
                                      queueing, as learned (0: none yet), */

@@ -207,11 +207,17 @@ sub stop {
 sub master_pid { $_[0]{pid} }
 
 # SIGKILL to the master and its workers at once, as a machine's crash
-# would stop a server: nothing of it runs its exit.
+# would stop a server: nothing of it runs its exit.  The master is stopped
+# first (SIGSTOP) and its workers read then: a master that saw a worker
+# die before its own SIGKILL would start another, which nothing would stop.
 sub kill_server {
     my ($self) = @_;
+    my $pid = $self->{pid} or return;
+    kill 'STOP', $pid;
+    # its state in /proc (after "(comm) "): T once stopped
+    wait_until(sub { my ($state) = read_file("/proc/$pid/stat") =~ /.*\) (\S)/s; ($state // 'T') eq 'T' }, 5);
     my @workers = $self->worker_pids;
-    my $pid = delete $self->{pid} or return;
+    delete $self->{pid};
     kill 'KILL', @workers, $pid;
     waitpid($pid, 0);
     @running = grep { $_ != $pid } @running;

@@ -297,7 +297,23 @@ void rl_request_count(rl_request_t *rq, int64_t now_ms)
 {
     try {
         rl::count(*rq, now_ms);
+        for (size_t i = 0; i < rq->n; i++) {
+            const rl_check_t &c = rq->checks[i];
+            if (c.counters > 0 && rl_redis_holds_lease(&c)) {
+                rl::Table::at(c.table)->count_flight(c.counters - 1, +1, false);
+            }
+        }
     } catch (...) {
+    }
+}
+
+void rl_request_count_leases_end(const rl_request_t *rq)
+{
+    for (size_t i = 0; i < rq->n; i++) {
+        const rl_check_t &c = rq->checks[i];
+        if (c.counters > 0 && rl_redis_holds_lease(&c)) {
+            rl::Table::at(c.table)->count_flight(c.counters - 1, -1, false);
+        }
     }
 }
 

@@ -32,7 +32,10 @@
 --          headers advertise is the core's: rl_redis_answer checks the
 --          reply against each rule and concludes with it).
 --   peek   decides every rule on its state as it is and writes nothing (a
---          ban shows in banned_ms, and refuses a cost above 0).
+--          ban shows in banned_ms, and refuses a cost above 0); each rule's
+--          answer has one more item: a concurrency rule's live leases
+--          whose names start with its lease_name (a server's "SERVER:"),
+--          else 0.
 --   reset  deletes each rule's state and ban: {1, then per rule: 1 if it
 --          had a state, plus 2 if a ban was lifted}.
 --   settle a request ends (charge=): each rule gives back the cost its
@@ -765,6 +768,16 @@ local function lease_commit(key, r, now, testing)
   return deadline
 end
 
+-- a look (peek): the live leases of one server, those whose names start
+-- with its part (prefix)
+local function leases_here(key, prefix, now)
+  local n = 0
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, '(' .. num(now), '+inf')) do
+    if string.sub(m, 1, #prefix) == prefix then n = n + 1 end
+  end
+  return n
+end
+
 -- a lease released or renewed: 1 if it was live, 0 if it had expired (it
 -- is not taken again: its slot may be another's now)
 local function lease_end(key, r, now, testing, renew)
@@ -795,7 +808,7 @@ local algorithms = {
          commit = sliding_log_commit, settled = sliding_log_settled},
   [5] = {head = true, decide = leaky_bucket, refund = paced_refund, carry = paced_carry},   -- leaky_bucket
   [6] = {head = true, decide = quota, charge = quota_charge, refund = window_refund},
-  [7] = {load = load_leases, decide = concurrency, commit = lease_commit},   -- concurrency
+  [7] = {load = load_leases, decide = concurrency, commit = lease_commit, here = leases_here},   -- concurrency
 }
 
 -- ---- bans (check.cpp) ------------------------------------------------------
@@ -904,7 +917,7 @@ local function reserve(r, look)
   return look.remaining > r.cost and look.remaining or r.cost
 end
 
-local decisions, heads, after, banned = {}, {}, {}, {}
+local decisions, heads, after, banned, here = {}, {}, {}, {}, {}
 local allowing = 0
 for i = 1, n do
   local r = rules[i]
@@ -929,6 +942,7 @@ for i = 1, n do
     after[i] = nh or s
     if not peek then heads[KEYS[i]] = after[i] end
   end
+  if peek then here[i] = (a.here and r.lease_name ~= '') and a.here(KEYS[i], r.lease_name, now) or 0 end
   decisions[i] = d
   allowing = allowing + d.allowed
 end
@@ -975,5 +989,6 @@ for i = 1, n do
   out[o + 5], out[o + 6], out[o + 7] = d.retry, d.delay, d.window
   out[o + 8], out[o + 9], out[o + 10] = d.available, d.banned, committed[i] or 0
   out[o + 11], out[o + 12] = rules[i].cost, banning[i] or 0
+  if peek then out[o + 13] = here[i] end
 end
 return out

@@ -2,8 +2,12 @@
 // reply is read in resp.cpp and judged in redis_reply.cpp).  No I/O here:
 // the glue owns the connections (nginx events), the conformance test a
 // blocking socket.
+#include <sys/random.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 
 #include "algorithms/algorithm.h"
 #include "policy/request.h"
@@ -78,14 +82,24 @@ bool sent(const rl_check_t &c, int call)
 }
 
 // A concurrency check's lease, as the script names its member: the
-// worker's random number, its process and the lease's number there.
-size_t lease_name(const rl_request_t &rq, const rl_check_t &c, char *out, size_t cap)
+// server's id, the worker's random number, its process and the lease's
+// number there.  A peek sends the server's part only ("SERVER:"), which
+// the script counts the key's live leases of.
+size_t lease_name(const rl_request_t &rq, const rl_check_t &c, int call, char *out, size_t cap)
 {
-    if (!rl::has(*c.rule, rl::kSlots) || c.slot == 0) {
+    if (!rl::has(*c.rule, rl::kSlots)) {
         return 0;
     }
-    const int n = std::snprintf(out, cap, "%016llx:%u:%u", (unsigned long long) rq.lease, (unsigned) rq.holder,
-                                (unsigned) c.slot);
+    int n = 0;
+    if (call == RL_REDIS_PEEK) {
+        if (rq.server == 0) {
+            return 0;
+        }
+        n = std::snprintf(out, cap, "%016llx:", (unsigned long long) rq.server);
+    } else if (c.slot != 0) {
+        n = std::snprintf(out, cap, "%016llx:%016llx:%u:%u", (unsigned long long) rq.server,
+                          (unsigned long long) rq.lease, (unsigned) rq.holder, (unsigned) c.slot);
+    }
     return n > 0 && (size_t) n < cap ? (size_t) n : 0;
 }
 
@@ -96,6 +110,22 @@ extern "C" {
 int rl_redis_holds_lease(const rl_check_t *c)
 {
     return rl::applies(*c) && rl::has(*c->rule, rl::kSlots) && c->slot > 0;
+}
+
+uint64_t rl_redis_server_id(void)
+{
+    uint64_t id = 0;
+    if (getrandom(&id, sizeof(id), 0) != (ssize_t) sizeof(id)) {
+        // the clock's nanoseconds and the process, mixed (splitmix64)
+        timespec ts{};
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t z = (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec + ((uint64_t) getpid() << 40) +
+                     0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        id = z ^ (z >> 31);
+    }
+    return id != 0 ? id : 1;
 }
 
 const char *rl_redis_script(size_t *len)
@@ -276,7 +306,7 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
         // releases or renews one
         w.arg(r.lease_ms);
         char lease[64];
-        w.arg(lease, lease_name(*rq, c[i], lease, sizeof(lease)));
+        w.arg(lease, lease_name(*rq, c[i], call, lease, sizeof(lease)));
         if (settle) {
             w.arg(exact(c[i].charge));
             w.arg(c[i].after.t);

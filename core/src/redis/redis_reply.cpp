@@ -33,7 +33,9 @@ enum Item {
     kAfter,
     kReserved,
     kBanning,
-    kReplyPerRule
+    kReplyPerRule,
+    kHere = kReplyPerRule  // a peek's one more: a concurrency rule's live
+                           // leases of this server (rq->server)
 };
 
 const char *const kItemNames[kReplyPerRule] = {"allowed",        "never",    "remaining", "reset_ms",
@@ -263,6 +265,30 @@ bool after_in_range(const rl_check_t &c, int64_t after, int64_t now, bool commit
     return false;
 }
 
+// A peek's count of the live leases of this server: none but a
+// concurrency rule's, and at most what its key holds (all of the limit
+// but what remains, when something remains).
+bool here_in_range(const rl_check_t &c, int64_t here, int64_t remaining, rl_redis_answer_t &out)
+{
+    const int64_t limit = c.rule->limit;
+    int64_t most = RL_LIMIT_MAX;
+    if (!rl::has(*c.rule, rl::kSlots)) {
+        most = 0;
+    } else if (remaining > 0 && remaining <= limit) {
+        most = limit - remaining;
+    }
+    if (here >= 0 && here <= most) {
+        return true;
+    }
+    if (most == 0) {
+        failed(out, "leases here of rule \"%s\" is %lld: it can only be 0", c.rule->name, (long long) here);
+    } else {
+        failed(out, "leases here of rule \"%s\" is %lld: it can only be 0 to %lld", c.rule->name, (long long) here,
+               (long long) most);
+    }
+    return false;
+}
+
 // A settle's answer for each check it settles: the units charged, the key
 // in debt, capped.
 int settled(rl_request_t *rq, const rl_resp_t &r, rl_redis_answer_t &out)
@@ -372,15 +398,17 @@ int decision_answer(rl_request_t *rq, int call, const rl_resp_t &r, size_t n, rl
                       (unsigned long long) RL_REDIS_UNITS_MAX);
     }
     const bool peek = call == RL_REDIS_PEEK;
+    const size_t per = kReplyPerRule + (peek ? 1 : 0);
     size_t allowing = 0;
     const int64_t *v = r.items + kReplyHead;
     for (size_t i = 0; i < rq->n; i++) {
         if (rl::applies(rq->checks[i])) {
-            if (!in_range(rq->checks[i], v, peek, out)) {
+            if (!in_range(rq->checks[i], v, peek, out) ||
+                (peek && !here_in_range(rq->checks[i], v[kHere], v[kRemaining], out))) {
                 return out.kind;
             }
             allowing += (size_t) v[kAllowed];
-            v += kReplyPerRule;
+            v += per;
         }
     }
     // a peek combines with all (the script's default)
@@ -398,7 +426,7 @@ int decision_answer(rl_request_t *rq, int call, const rl_resp_t &r, size_t n, rl
             if (!after_in_range(c, v[kAfter], now, committed, out)) {
                 return out.kind;
             }
-            v += kReplyPerRule;
+            v += per;
         }
     }
     v = r.items + kReplyHead;
@@ -410,7 +438,10 @@ int decision_answer(rl_request_t *rq, int call, const rl_resp_t &r, size_t n, rl
             if (rl::has(*c.rule, rl::kSlots) && (peek || !allowed || v[kAllowed] != 1 || v[kAfter] == 0)) {
                 c.slot = 0;
             }
-            v += kReplyPerRule;
+            if (peek) {
+                out.here[i] = (uint32_t) v[kHere];
+            }
+            v += per;
         }
     }
     out.kind = RL_REDIS_DECIDED;
@@ -468,7 +499,9 @@ int answer(rl_request_t *rq, int call, const rl_resp_t &r, rl_redis_answer_t &ou
         n += settle ? rl::settles(rq->checks[i]) : rl::applies(rq->checks[i]);
     }
     const size_t head = call == RL_REDIS_DECIDE || call == RL_REDIS_PEEK ? kReplyHead : 1;
-    const size_t per = call == RL_REDIS_RESET ? 1 : settle ? kSettlePerRule : (size_t) kReplyPerRule;
+    const size_t per = call == RL_REDIS_RESET ? 1
+                       : settle               ? kSettlePerRule
+                                              : (size_t) kReplyPerRule + (call == RL_REDIS_PEEK ? 1 : 0);
     const size_t items = head + n * per;
     if (r.type != RL_RESP_ARRAY) {
         return failed(out, "a %s, expected an array of %zu integers", type_name(r), items);
@@ -498,6 +531,9 @@ int rl_redis_answer(rl_request_t *rq, int call, const rl_resp_t *r, rl_redis_ans
     out->unbanned = 0;
     out->leases_done = 0;
     out->leases_gone = 0;
+    if (call == RL_REDIS_PEEK) {
+        std::memset(out->here, 0, sizeof(out->here));
+    }
     out->why[0] = '\0';
     try {
         return answer(rq, call, *r, *out);

@@ -54,7 +54,8 @@ void zone_json(Out &o, const rl_zone_snapshot_t &z)
 // A state: {"rule":R,"fingerprint":F,"state":"held"|"summary"|"none",
 // "refused":B,"remaining":N,"reset":S,"reset_ms":MS,"retry_after":S,
 // "retry_after_ms":MS,"delay_ms":MS,"banned_ms":MS,"limit":N,"cost":N} (and
-// "in_flight", "waiting" for concurrency), seconds as the headers show them
+// "in_flight", "waiting" for concurrency, with "in_flight_here" after
+// in_flight on a Redis zone), seconds as the headers show them
 // (rl_seconds, rl_retry_after_seconds); after a reset
 // {"rule":R,"fingerprint":F,"held":B,"forgiven":B,"unbanned":B}.
 void state_json(Out &o, const rl_key_state_t &st, bool reset)
@@ -92,6 +93,9 @@ void state_json(Out &o, const rl_key_state_t &st, bool reset)
     o.num0(pk.banned_ms);
     if (has(*st.config, kSlots)) {
         o.field("in_flight", pk.in_flight);
+        if (pk.fleet) {
+            o.field("in_flight_here", pk.in_flight_here);
+        }
         o.field("waiting", pk.waiting);
         if (algorithm_of(*st.config).learned_of != nullptr) {
             o.field("limit_now", pk.limit_now);

@@ -441,13 +441,14 @@ public:
     }
 
     // A concurrency rule's slots: delta taken (or given back), and a
-    // request that joins a queue.
+    // request that joins a queue.  The count is added to atomically: a
+    // Redis zone's leases are given back without the lock (every slot
+    // taken, and so the peak, is counted under it).
     void count_flight(int slot, int64_t delta, bool waited)
     {
         if (slot >= 0 && (uint32_t) slot < RL_RULE_STATS_MAX) {
             RuleCounters &r = h_.rules[slot];
-            const int64_t now = __atomic_load_n(&r.flight, __ATOMIC_RELAXED) + delta;
-            __atomic_store_n(&r.flight, now > 0 ? now : 0, __ATOMIC_RELAXED);
+            const int64_t now = __atomic_add_fetch(&r.flight, delta, __ATOMIC_RELAXED);
             if (now > __atomic_load_n(&r.peak, __ATOMIC_RELAXED)) {
                 __atomic_store_n(&r.peak, now, __ATOMIC_RELAXED);
             }

@@ -110,7 +110,8 @@ size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out, size_t max)
         }
         out[n].charged = __atomic_load_n(&h.rules[i].charged, __ATOMIC_RELAXED);
         out[n].debts = __atomic_load_n(&h.rules[i].debts, __ATOMIC_RELAXED);
-        out[n].in_flight = (uint64_t) __atomic_load_n(&h.rules[i].flight, __ATOMIC_RELAXED);
+        const int64_t flight = __atomic_load_n(&h.rules[i].flight, __ATOMIC_RELAXED);
+        out[n].in_flight = flight > 0 ? (uint64_t) flight : 0;
         out[n].peak = (uint64_t) __atomic_load_n(&h.rules[i].peak, __ATOMIC_RELAXED);
         out[n].waited = __atomic_load_n(&h.rules[i].waited, __ATOMIC_RELAXED);
         out[n].bans = __atomic_load_n(&h.rules[i].bans, __ATOMIC_RELAXED);
