@@ -404,10 +404,10 @@ run_bench() {
         log "eviction summary"
         "$BUILD/cmake/summary_bench"
     fi
-    for b in throughput density shaping redis sync adaptive; do
+    for b in throughput density shaping redis sync adaptive config; do
         if [ "$which" = all ] || [ "$which" = "$b" ]; then
             log "$b"
-            perl "$ROOT/bench/$b.pl"
+            if [ "$b" = config ]; then perl "$ROOT/bench/config_scale.pl"; else perl "$ROOT/bench/$b.pl"; fi
         fi
     done
 }
@@ -471,6 +471,6 @@ case "${1:-build}" in
     instructions) shift; instructions "$@" ;;
     stress) build; stress "${2:-100}" ;;
     check-format) check_format ;;
-    *) echo "usage: $0 [build|test|test-asan|matrix [ENTRY...]|deb|test-deb|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|state|throughput|density|shaping|redis|sync|adaptive]|instructions [--check]]" >&2
+    *) echo "usage: $0 [build|test|test-asan|matrix [ENTRY...]|deb|test-deb|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|state|throughput|density|shaping|redis|sync|adaptive|config]|instructions [--check]]" >&2
        exit 2 ;;
 esac
