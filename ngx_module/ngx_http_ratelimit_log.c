@@ -387,17 +387,13 @@ ngx_http_ratelimit_log_folded(ngx_event_t *ev)
 {
     ngx_uint_t                       i, k, level;
     ngx_http_ratelimit_rule_t       *rule;
-    ngx_http_ratelimit_zone_ref_t   *refs;
     ngx_http_ratelimit_main_conf_t  *rmcf = ev->data;
 
     static const char  *what[] = { "rejections", "delays",
                                    "requests with a bad value (see above)" };
 
-    refs = rmcf->zone_refs.elts;
-
-    for (i = 0; i < rmcf->zone_refs.nelts; i++) {
-        rule = (ngx_http_ratelimit_rule_t *) refs[i].rules->elts
-               + refs[i].index;
+    for (i = 0; i < rmcf->nrules; i++) {
+        rule = rmcf->rules[i];
 
         for (k = 0; k < 3; k++) {
             if (rule->folded[k] == 0) {

@@ -21,6 +21,8 @@
 
 static void *ngx_http_ratelimit_create_main_conf(ngx_conf_t *cf);
 static void *ngx_http_ratelimit_create_loc_conf(ngx_conf_t *cf);
+static ngx_int_t ngx_http_ratelimit_compile_key(ngx_conf_t *cf,
+    ngx_http_ratelimit_rule_t *rule, ngx_str_t *key);
 static ngx_int_t ngx_http_ratelimit_policy(ngx_conf_t *cf,
     ngx_http_ratelimit_loc_conf_t *conf);
 static char *ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent,
@@ -247,7 +249,10 @@ ngx_http_ratelimit_create_main_conf(ngx_conf_t *cf)
         return NULL;
     }
 
-    if (ngx_array_init(&rmcf->zone_refs, cf->pool, 4,
+    /* the references are read in postconfiguration only: rmcf->rules
+       keeps what the workers need of them */
+
+    if (ngx_array_init(&rmcf->zone_refs, cf->temp_pool, 64,
                        sizeof(ngx_http_ratelimit_zone_ref_t))
         != NGX_OK)
     {
@@ -299,10 +304,6 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         conf->ends = prev->ends;
     }
 
-    if (ngx_http_ratelimit_policy(cf, conf) != NGX_OK) {
-        return NGX_CONF_ERROR;
-    }
-
     ngx_conf_merge_uint_value(conf->combine, prev->combine, RL_COMBINE_ALL);
     /* none given: the binding rule's (rl_request_refusal) */
     ngx_conf_merge_uint_value(conf->status_code, prev->status_code,
@@ -314,6 +315,14 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                                         : NGX_HTTP_RATELIMIT_HEADERS_LEGACY);
     ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
     ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
+
+    /* RateLimit-Policy is sent with the IETF headers only */
+
+    if ((conf->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF)
+        && ngx_http_ratelimit_policy(cf, conf) != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
 
     conf->policy_each = conf->rules.nelts && conf->policy.len == 0
                         && (conf->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF);
@@ -331,6 +340,8 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 static ngx_int_t
 ngx_http_ratelimit_policy(ngx_conf_t *cf, ngx_http_ratelimit_loc_conf_t *conf)
 {
+    size_t                      len;
+    u_char                     *buf;
     ngx_uint_t                  i, n;
     const rl_rule_t           **list;
     ngx_http_ratelimit_rule_t  *rules;
@@ -342,26 +353,34 @@ ngx_http_ratelimit_policy(ngx_conf_t *cf, ngx_http_ratelimit_loc_conf_t *conf)
         return NGX_OK;
     }
 
-    list = ngx_palloc(cf->pool, n * sizeof(rl_rule_t *));
-    if (list == NULL) {
-        return NGX_ERROR;
-    }
-
     for (i = 0; i < n; i++) {
         if (!rl_rule_policy_fixed(&rules[i].rule)) {
             return NGX_OK;
         }
+    }
 
+    /* written in the temporary pool, kept at its length: a configuration
+       of thousands of locations keeps no room it does not use */
+
+    list = ngx_palloc(cf->temp_pool, n * sizeof(rl_rule_t *));
+    buf = ngx_pnalloc(cf->temp_pool, n * RL_POLICY_ITEM_MAX);
+    if (list == NULL || buf == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
         list[i] = &rules[i].rule;
     }
 
-    conf->policy.data = ngx_pnalloc(cf->pool, n * RL_POLICY_ITEM_MAX);
+    len = rl_policy_field(list, n, 0, (char *) buf, n * RL_POLICY_ITEM_MAX);
+
+    conf->policy.data = ngx_pnalloc(cf->pool, len ? len : 1);
     if (conf->policy.data == NULL) {
         return NGX_ERROR;
     }
 
-    conf->policy.len = rl_policy_field(list, n, 0, (char *) conf->policy.data,
-                                       n * RL_POLICY_ITEM_MAX);
+    conf->policy.len = len;
+    ngx_memcpy(conf->policy.data, buf, len);
 
     return NGX_OK;
 }
@@ -494,8 +513,11 @@ ngx_http_ratelimit_new_rule(ngx_conf_t *cf,
         return NULL;
     }
 
+    /* room for one: most locations have one rule, and a configuration
+       may have thousands of them */
+
     if (rlcf->rules.elts == NULL
-        && ngx_array_init(&rlcf->rules, cf->pool, 2,
+        && ngx_array_init(&rlcf->rules, cf->pool, 1,
                           sizeof(ngx_http_ratelimit_rule_t))
            != NGX_OK)
     {
@@ -600,10 +622,9 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
     ngx_http_ratelimit_loc_conf_t *rlcf, ngx_http_ratelimit_rule_t *rule,
     ngx_str_t *key)
 {
-    u_char                             c;
-    ngx_str_t                          s;
-    ngx_uint_t                         i;
-    ngx_http_compile_complex_value_t   ccv;
+    u_char      c, text[NGX_INT64_LEN];
+    ngx_str_t   s;
+    ngx_uint_t  i;
 
     /* a rule that learns from its upstream (adaptive) names the upstream */
 
@@ -620,12 +641,7 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
                                       "request");
     }
 
-    ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
-    ccv.cf = cf;
-    ccv.value = key;
-    ccv.complex_value = &rule->key;
-
-    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+    if (ngx_http_ratelimit_compile_key(cf, rule, key) != NGX_OK) {
         return NGX_ERROR;
     }
 
@@ -634,14 +650,13 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
 
     /* X-RateLimit-Limit of a rule whose limit is constant */
 
-    rule->limit_text.data = ngx_pnalloc(cf->pool, NGX_INT64_LEN);
+    rule->limit_text.len = ngx_sprintf(text, "%uD", rule->rule.limit) - text;
+    rule->limit_text.data = ngx_pnalloc(cf->pool, rule->limit_text.len);
     if (rule->limit_text.data == NULL) {
         return NGX_ERROR;
     }
 
-    rule->limit_text.len = ngx_sprintf(rule->limit_text.data, "%uD",
-                                       rule->rule.limit)
-                           - rule->limit_text.data;
+    ngx_memcpy(rule->limit_text.data, text, rule->limit_text.len);
     rule->identity = rl_rule_identity(&rule->rule, (char *) key->data,
                                       key->len);
 
@@ -687,6 +702,52 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
     rule->key_shared = rlcf->rules.nelts > 1
                        && rule->key_index != NGX_ERROR
                        && rule->key_index == rule[-1].key_index;
+
+    return NGX_OK;
+}
+
+
+/*
+ * A rule's key compiled, or the same key of a rule read lately (a
+ * configuration of thousands of locations writes a few keys thousands of
+ * times): the compiled code is only read, by every rule of that key.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_compile_key(ngx_conf_t *cf,
+    ngx_http_ratelimit_rule_t *rule, ngx_str_t *key)
+{
+    ngx_uint_t                         i;
+    ngx_http_ratelimit_key_t          *k;
+    ngx_http_ratelimit_main_conf_t    *rmcf;
+    ngx_http_compile_complex_value_t   ccv;
+
+    rmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_ratelimit_module);
+
+    for (i = 0; i < ngx_min(rmcf->nkeys, NGX_HTTP_RATELIMIT_KEYS_SHARED); i++)
+    {
+        k = &rmcf->keys[i];
+
+        if (k->text.len == key->len
+            && ngx_strncmp(k->text.data, key->data, key->len) == 0)
+        {
+            rule->key = k->cv;
+            return NGX_OK;
+        }
+    }
+
+    ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+    ccv.cf = cf;
+    ccv.value = key;
+    ccv.complex_value = &rule->key;
+
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    k = &rmcf->keys[rmcf->nkeys++ % NGX_HTTP_RATELIMIT_KEYS_SHARED];
+    k->text = *key;
+    k->cv = rule->key;
 
     return NGX_OK;
 }

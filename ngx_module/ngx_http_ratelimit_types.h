@@ -180,8 +180,24 @@ typedef struct {
 } ngx_http_ratelimit_fold_t;
 
 
+/* A rule's key as written, and compiled: rules of the same key share it. */
 typedef struct {
-    ngx_array_t                  zone_refs; /* ngx_http_ratelimit_zone_ref_t */
+    ngx_str_t                    text;
+    ngx_http_complex_value_t     cv;
+} ngx_http_ratelimit_key_t;
+
+/* keys remembered while the configuration is read */
+#define NGX_HTTP_RATELIMIT_KEYS_SHARED  8
+
+
+typedef struct {
+    ngx_array_t                  zone_refs; /* ngx_http_ratelimit_zone_ref_t,
+                                               while the configuration is
+                                               read (its temporary pool) */
+    ngx_http_ratelimit_rule_t  **rules;     /* every rule, one a reference */
+    ngx_uint_t                   nrules;
+    ngx_http_ratelimit_key_t     keys[NGX_HTTP_RATELIMIT_KEYS_SHARED];
+    ngx_uint_t                   nkeys;     /* compiled: the last ones */
     ngx_http_ratelimit_fold_t   *fold;      /* [NGX_HTTP_RATELIMIT_FOLD_KEYS] */
     ngx_event_t                  fold_event;
     ngx_flag_t                   ends;      /* some rule settles when a

@@ -847,7 +847,17 @@ ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
 
     refs = rmcf->zone_refs.elts;
 
+    rmcf->nrules = rmcf->zone_refs.nelts;
+    rmcf->rules = ngx_palloc(cf->pool,
+                             rmcf->nrules * sizeof(ngx_http_ratelimit_rule_t *));
+    if (rmcf->rules == NULL) {
+        return NGX_ERROR;
+    }
+
     for (i = 0; i < rmcf->zone_refs.nelts; i++) {
+        rmcf->rules[i] = (ngx_http_ratelimit_rule_t *) refs[i].rules->elts
+                         + refs[i].index;
+
         if (refs[i].shm_zone->data == NULL) {
             ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
                           "\"ratelimit\" directive: zone=%V is not declared: "
