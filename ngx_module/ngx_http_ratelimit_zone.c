@@ -848,8 +848,7 @@ ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
     refs = rmcf->zone_refs.elts;
 
     rmcf->nrules = rmcf->zone_refs.nelts;
-    rmcf->rules = ngx_palloc(cf->pool,
-                             rmcf->nrules * sizeof(ngx_http_ratelimit_rule_t *));
+    rmcf->rules = ngx_palloc(cf->pool, rmcf->nrules * sizeof(*rmcf->rules));
     if (rmcf->rules == NULL) {
         return NGX_ERROR;
     }
