@@ -228,7 +228,7 @@ ngx_http_ratelimit_key(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
     ngx_http_variable_value_t  *vv;
 
     if (rule->key_index == NGX_ERROR) {
-        return ngx_http_complex_value(r, &rule->key, key);
+        return ngx_http_complex_value(r, rule->key, key);
     }
 
     vv = ngx_http_get_indexed_variable(r, rule->key_index);

@@ -404,7 +404,7 @@ ngx_http_ratelimit_log_folded(ngx_event_t *ev)
                                                        : rule->log_level;
 
             ngx_log_error(level, ev->log, 0,
-                          "ratelimit: %ui more %s by rule \"%V\" in zone "
+                          "ratelimit: %uD more %s by rule \"%V\" in zone "
                           "\"%V\" (repeats not logged one by one)",
                           rule->folded[k], what[k], &rule->name,
                           &ngx_http_ratelimit_zone_of(rule)->name);

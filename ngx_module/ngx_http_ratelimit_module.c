@@ -736,10 +736,15 @@ ngx_http_ratelimit_compile_key(ngx_conf_t *cf,
         }
     }
 
+    rule->key = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
+    if (rule->key == NULL) {
+        return NGX_ERROR;
+    }
+
     ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
     ccv.cf = cf;
     ccv.value = key;
-    ccv.complex_value = &rule->key;
+    ccv.complex_value = rule->key;
 
     if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
         return NGX_ERROR;

@@ -394,7 +394,7 @@ ngx_http_ratelimit_snapshot_rules(ngx_http_request_t *r,
         views[z->nrules].name = ngx_http_ratelimit_rl_str(&rules[i]->name);
         views[z->nrules].rule = &rules[i]->rule;
         views[z->nrules].key = ngx_http_ratelimit_rl_str(
-                                                      &rules[i]->key.value);
+                                                      &rules[i]->key->value);
         z->nrules++;
     }
 

@@ -77,6 +77,7 @@ typedef struct {
     ngx_http_ratelimit_sync_t   *sync;      /* redis_sync: decided in the
                                                zone, exchanged with Redis */
     ngx_flag_t                   stats_full_logged; /* in this worker */
+    ngx_flag_t                   planned;   /* its layout checked */
     ngx_uint_t                   overrides; /* overrides=: room for so many */
     ngx_str_t                    overrides_file; /* overrides_file=; empty:
                                                none */
@@ -111,24 +112,27 @@ typedef struct {
     uint64_t                     identity;
     ngx_str_t                    name;      /* rule.name */
     ngx_str_t                    limit_text; /* rule.limit, in decimal */
-    ngx_http_complex_value_t     key;
-    ngx_int_t                    key_index; /* a key that is one variable */
-    ngx_flag_t                   key_shared; /* and the rule before's: its
+    ngx_http_complex_value_t    *key;       /* shared by the rules of the
+                                               same key */
+    int32_t                      key_index; /* a key that is one variable,
+                                               or NGX_ERROR */
+    uint32_t                     key_shared; /* and the rule before's: its
                                                value is taken from it */
     ngx_http_complex_value_t    *cost;      /* NULL: rule.cost */
     ngx_http_complex_value_t    *limit;     /* limit=$var; NULL: rule.limit */
     ngx_http_complex_value_t    *burst;     /* burst=$var; NULL: rule.burst */
     ngx_http_complex_value_t    *charge;    /* charge=, spent as the request
                                                ends; NULL: none */
-    ngx_int_t                    stats;     /* its counters in the zone, or
+    int32_t                      stats;     /* its counters in the zone, or
                                                ..._STATS_UNKNOWN */
 
-    /* this worker's */
-    ngx_msec_t                   log_second; /* ngx_http_ratelimit_log_line */
-    ngx_uint_t                   log_lines;
-    ngx_uint_t                   log_level;
+    /* this worker's (a configuration may hold thousands of rules: the
+       fields are no wider than they need) */
+    uint32_t                     log_lines; /* ngx_http_ratelimit_log_line */
+    ngx_msec_t                   log_second;
     ngx_msec_t                   bad_second; /* ngx_http_ratelimit_log_bad */
-    ngx_uint_t                   folded[3]; /* rejections, delays, bad
+    uint32_t                     log_level;
+    uint32_t                     folded[3]; /* rejections, delays, bad
                                                values */
 } ngx_http_ratelimit_rule_t;
 
@@ -183,7 +187,7 @@ typedef struct {
 /* A rule's key as written, and compiled: rules of the same key share it. */
 typedef struct {
     ngx_str_t                    text;
-    ngx_http_complex_value_t     cv;
+    ngx_http_complex_value_t    *cv;
 } ngx_http_ratelimit_key_t;
 
 /* keys remembered while the configuration is read */

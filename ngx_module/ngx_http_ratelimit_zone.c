@@ -631,6 +631,14 @@ ngx_http_ratelimit_check_layout(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone)
     char                        err[RL_ERR_MAX];
 
     zone = shm_zone->data;
+
+    /* once a zone, whatever the number of its rules */
+
+    if (zone->planned) {
+        return NGX_OK;
+    }
+
+    zone->planned = 1;
     size = ngx_http_ratelimit_table_size(zone, shm_zone->shm.size);
 
     if (rl_table_plan(size, zone->blobs.elts, zone->blobs.nelts, err,
@@ -717,16 +725,16 @@ ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
     for (j = 0; zone->redis != NULL && zone->redis->cluster
                 && j < ref->rules->nelts; j++)
     {
-        if (rules[j].key.value.len != rule->key.value.len
-            || ngx_strncmp(rules[j].key.value.data, rule->key.value.data,
-                           rule->key.value.len) != 0)
+        if (rules[j].key->value.len != rule->key->value.len
+            || ngx_strncmp(rules[j].key->value.data, rule->key->value.data,
+                           rule->key->value.len) != 0)
         {
             ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
                           "\"ratelimit\" directive: key=%V and key=%V in one "
                           "location of the Redis Cluster zone=%V: its rules "
                           "must have the same key, so that one request's "
                           "state is in one slot, in %s:%ui",
-                          &rule->key.value, &rules[j].key.value, &zone->name,
+                          &rule->key->value, &rules[j].key->value, &zone->name,
                           ref->file, ref->line);
             return NGX_ERROR;
         }
