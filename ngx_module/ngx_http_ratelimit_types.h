@@ -106,6 +106,17 @@ typedef struct {
 } ngx_http_ratelimit_zone_t;
 
 
+/* A rule's log lines in a worker: written, and folded. */
+typedef struct {
+    ngx_msec_t                   log_second; /* ngx_http_ratelimit_log_line */
+    ngx_uint_t                   log_lines;
+    ngx_uint_t                   log_level;
+    ngx_msec_t                   bad_second; /* ngx_http_ratelimit_log_bad */
+    ngx_uint_t                   folded[3]; /* rejections, delays, bad
+                                               values */
+} ngx_http_ratelimit_rule_log_t;
+
+
 typedef struct {
     ngx_shm_zone_t              *shm_zone;  /* data: the zone */
     rl_rule_t                    rule;
@@ -126,14 +137,9 @@ typedef struct {
     int32_t                      stats;     /* its counters in the zone, or
                                                ..._STATS_UNKNOWN */
 
-    /* this worker's (a configuration may hold thousands of rules: the
-       fields are no wider than they need) */
-    uint32_t                     log_lines; /* ngx_http_ratelimit_log_line */
-    ngx_msec_t                   log_second;
-    ngx_msec_t                   bad_second; /* ngx_http_ratelimit_log_bad */
-    uint32_t                     log_level;
-    uint32_t                     folded[3]; /* rejections, delays, bad
-                                               values */
+    /* this worker's, once the rule logs (a configuration may hold
+       thousands of rules that never do) */
+    ngx_http_ratelimit_rule_log_t  *log;
 } ngx_http_ratelimit_rule_t;
 
 

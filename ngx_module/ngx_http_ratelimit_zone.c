@@ -243,11 +243,11 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    /* zone->rules: made to its size once every rule is read
+       (ngx_http_ratelimit_zones_init) */
+
     if (ngx_array_init(&zone->blobs, cf->pool, 2, sizeof(uint32_t))
-        != NGX_OK
-        || ngx_array_init(&zone->rules, cf->pool, 4,
-                          sizeof(ngx_http_ratelimit_rule_t *))
-           != NGX_OK)
+        != NGX_OK)
     {
         return NGX_CONF_ERROR;
     }
@@ -861,9 +861,30 @@ ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
         return NGX_ERROR;
     }
 
+    /* each zone's list of its rules at its size (a zone may have
+       thousands): counted first, in the list's nalloc */
+
+    for (i = 0; i < rmcf->zone_refs.nelts; i++) {
+        zone = refs[i].shm_zone->data;
+
+        if (zone != NULL && zone->rules.elts == NULL) {
+            zone->rules.nalloc++;
+        }
+    }
+
     for (i = 0; i < rmcf->zone_refs.nelts; i++) {
         rmcf->rules[i] = (ngx_http_ratelimit_rule_t *) refs[i].rules->elts
                          + refs[i].index;
+
+        zone = refs[i].shm_zone->data;
+
+        if (zone != NULL && zone->rules.elts == NULL
+            && ngx_array_init(&zone->rules, cf->pool, zone->rules.nalloc,
+                              sizeof(ngx_http_ratelimit_rule_t *))
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
 
         if (refs[i].shm_zone->data == NULL) {
             ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
