@@ -155,7 +155,9 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
         c->table = ngx_http_ratelimit_zone_of(&rules[i])->table;
         c->rule = &rules[i].rule;
 
-        if ((rules[i].limit || rules[i].burst) && key.len) {
+        if (rules[i].vars && (rules[i].vars->limit || rules[i].vars->burst)
+            && key.len)
+        {
             c->rule = ngx_http_ratelimit_rule_as_applied(r, &rules[i]);
             if (c->rule == NULL) {
                 return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -255,11 +257,11 @@ ngx_http_ratelimit_cost(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule)
     uint64_t   cost;
     ngx_str_t  value;
 
-    if (rule->cost == NULL) {
+    if (rule->vars == NULL || rule->vars->cost == NULL) {
         return rule->rule.cost;
     }
 
-    if (ngx_http_complex_value(r, rule->cost, &value) != NGX_OK) {
+    if (ngx_http_complex_value(r, rule->vars->cost, &value) != NGX_OK) {
         ngx_str_null(&value);
     }
 
@@ -296,10 +298,13 @@ ngx_http_ratelimit_rule_as_applied(ngx_http_request_t *r,
     ngx_str_null(&limit);
     ngx_str_null(&burst);
 
-    if ((rule->limit
-         && ngx_http_complex_value(r, rule->limit, &limit) != NGX_OK)
-        || (rule->burst
-            && ngx_http_complex_value(r, rule->burst, &burst) != NGX_OK))
+    /* a rule with a variable limit or burst: its vars are there */
+
+    if ((rule->vars->limit
+         && ngx_http_complex_value(r, rule->vars->limit, &limit) != NGX_OK)
+        || (rule->vars->burst
+            && ngx_http_complex_value(r, rule->vars->burst, &burst)
+               != NGX_OK))
     {
         return NULL;
     }

@@ -592,9 +592,17 @@ ngx_http_ratelimit_glue_param(ngx_conf_t *cf, ngx_http_ratelimit_rule_t *rule,
     s.data = ngx_strlchr(value->data, value->data + value->len, '=') + 1;
     s.len = value->data + value->len - s.data;
 
-    cv = ngx_strncmp(value->data, "charge=", 7) == 0 ? &rule->charge
-         : value->data[0] == 'c' ? &rule->cost
-         : value->data[0] == 'l' ? &rule->limit : &rule->burst;
+    if (rule->vars == NULL) {
+        rule->vars = ngx_pcalloc(cf->pool,
+                                 sizeof(ngx_http_ratelimit_rule_vars_t));
+        if (rule->vars == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    cv = ngx_strncmp(value->data, "charge=", 7) == 0 ? &rule->vars->charge
+         : value->data[0] == 'c' ? &rule->vars->cost
+         : value->data[0] == 'l' ? &rule->vars->limit : &rule->vars->burst;
 
     *cv = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
     if (*cv == NULL) {
@@ -784,7 +792,9 @@ ngx_http_ratelimit_rule_zone(ngx_conf_t *cf,
         return NGX_ERROR;
     }
 
-    if (rule->charge != NULL || rl_rule_holds_slots(&rule->rule)) {
+    if ((rule->vars != NULL && rule->vars->charge != NULL)
+        || rl_rule_holds_slots(&rule->rule))
+    {
         rlcf->ends = 1;
         rmcf->ends = 1;
     }

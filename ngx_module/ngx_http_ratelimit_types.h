@@ -117,6 +117,17 @@ typedef struct {
 } ngx_http_ratelimit_rule_log_t;
 
 
+/* A rule's values nginx evaluates for each request, each NULL where the
+   rule has none (most rules: so they are apart from the rule). */
+typedef struct {
+    ngx_http_complex_value_t    *cost;      /* NULL: rule.cost */
+    ngx_http_complex_value_t    *limit;     /* limit=$var; NULL: rule.limit */
+    ngx_http_complex_value_t    *burst;     /* burst=$var; NULL: rule.burst */
+    ngx_http_complex_value_t    *charge;    /* charge=, spent as the request
+                                               ends; NULL: none */
+} ngx_http_ratelimit_rule_vars_t;
+
+
 typedef struct {
     ngx_shm_zone_t              *shm_zone;  /* data: the zone */
     rl_rule_t                    rule;
@@ -129,11 +140,7 @@ typedef struct {
                                                or NGX_ERROR */
     uint32_t                     key_shared; /* and the rule before's: its
                                                value is taken from it */
-    ngx_http_complex_value_t    *cost;      /* NULL: rule.cost */
-    ngx_http_complex_value_t    *limit;     /* limit=$var; NULL: rule.limit */
-    ngx_http_complex_value_t    *burst;     /* burst=$var; NULL: rule.burst */
-    ngx_http_complex_value_t    *charge;    /* charge=, spent as the request
-                                               ends; NULL: none */
+    ngx_http_ratelimit_rule_vars_t  *vars;  /* NULL: none */
     int32_t                      stats;     /* its counters in the zone, or
                                                ..._STATS_UNKNOWN */
 
