@@ -5,8 +5,9 @@
 #   ./build.sh test     build, then run the unit tests (ctest) and the
 #                       end-to-end tests against real nginx (prove -r t/);
 #                       the Redis tests start their own redis-server
-#   ./build.sh test-asan  the same tests, everything built with AddressSanitizer
-#                       and UndefinedBehaviorSanitizer
+#   ./build.sh test-asan [T...]  the same tests, everything built with
+#                       AddressSanitizer and UndefinedBehaviorSanitizer (the
+#                       end-to-end files T only, when given)
 #   ./build.sh matrix [ENTRY...]  for each ENTRY, build nginx and the module
 #                       from source and run the whole t/ against that build:
 #                       debian (Debian's packaged nginx), a version whose
@@ -26,7 +27,7 @@
 #                       127.0.0.1:8080 (PORT=8081 for another port) in the
 #                       foreground; Ctrl-C stops it
 #   ./build.sh bench    build, then run the benchmarks (bench/README.md);
-#                       ./build.sh bench core|throughput|density|shaping|redis|adaptive
+#                       ./build.sh bench core|state|throughput|density|shaping|redis|redis_concurrency|adaptive|config
 #                       runs one of them
 #   ./build.sh instructions [--check]  build, then count each benchmark
 #                       location's instructions a request under callgrind
@@ -191,7 +192,7 @@ test_asan() {
     ctest --test-dir "$dir/cmake" --output-on-failure -j "$JOBS"
     log "end-to-end tests, sanitized (prove -r t/)"
     (cd "$ROOT" && RL_MODULE=$dir/ngx_http_ratelimit_module.so RL_REPLAY=$dir/ratelimit-replay \
-        RL_PRELOAD="$(gcc -print-file-name=libasan.so)" prove -r t/)
+        RL_PRELOAD="$(gcc -print-file-name=libasan.so)" prove -r "${@:-t/}")
 }
 
 # build_release ENTRY DIR: nginx from the source of a release (a tarball of
@@ -404,7 +405,7 @@ run_bench() {
         log "eviction summary"
         "$BUILD/cmake/summary_bench"
     fi
-    for b in throughput density shaping redis sync adaptive config; do
+    for b in throughput density shaping redis redis_concurrency sync adaptive config; do
         if [ "$which" = all ] || [ "$which" = "$b" ]; then
             log "$b"
             if [ "$b" = config ]; then perl "$ROOT/bench/config_scale.pl"; else perl "$ROOT/bench/$b.pl"; fi
@@ -461,7 +462,7 @@ stress() {
 case "${1:-build}" in
     build) build ;;
     test) build; run_tests ;;
-    test-asan) test_asan ;;
+    test-asan) shift; test_asan "$@" ;;
     matrix) shift; matrix "$@" ;;
     deb) build_deb ;;
     test-deb) test_deb ;;
@@ -471,6 +472,6 @@ case "${1:-build}" in
     instructions) shift; instructions "$@" ;;
     stress) build; stress "${2:-100}" ;;
     check-format) check_format ;;
-    *) echo "usage: $0 [build|test|test-asan|matrix [ENTRY...]|deb|test-deb|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|state|throughput|density|shaping|redis|sync|adaptive|config]|instructions [--check]]" >&2
+    *) echo "usage: $0 [build|test|test-asan|matrix [ENTRY...]|deb|test-deb|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|state|throughput|density|shaping|redis|redis_concurrency|sync|adaptive|config]|instructions [--check]]" >&2
        exit 2 ;;
 esac

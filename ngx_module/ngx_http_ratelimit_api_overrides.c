@@ -71,7 +71,9 @@ ngx_http_ratelimit_api_body(ngx_http_request_t *r, ngx_str_t *body)
     p = body->data;
 
     for (cl = r->request_body->bufs; cl; cl = cl->next) {
-        p = ngx_cpymem(p, cl->buf->pos, cl->buf->last - cl->buf->pos);
+        if (cl->buf->last != cl->buf->pos) {   /* an empty one may have none */
+            p = ngx_cpymem(p, cl->buf->pos, cl->buf->last - cl->buf->pos);
+        }
     }
 
     body->len = len;

@@ -185,6 +185,16 @@ ngx_http_ratelimit_api_redis_done(ngx_http_ratelimit_redis_wait_t *w,
         pk->next = ar->checks[2 * i + 1].decision;
         pk->held = pk->look.reset_ms > 0;
         pk->banned_ms = ngx_max(pk->look.banned_ms, pk->next.banned_ms);
+
+        /* concurrency: the slots held across the fleet (live leases) */
+
+        if (rl_rule_holds_slots(ar->checks[2 * i].rule)
+            && ar->checks[2 * i].rule->limit > pk->look.remaining)
+        {
+            pk->in_flight = (uint32_t) (ar->checks[2 * i].rule->limit
+                                        - pk->look.remaining);
+            pk->held = 1;
+        }
     }
 
     ar->done += ar->calling;

@@ -21,6 +21,7 @@
 #include "ngx_http_ratelimit_grpc.h"
 #include "ngx_http_ratelimit_log.h"
 #include "ngx_http_ratelimit_redis.h"
+#include "ngx_http_ratelimit_redis_settle.h"
 #include "ngx_http_ratelimit_request.h"
 #include "ngx_http_ratelimit_sync.h"
 #include "ngx_http_ratelimit_wait.h"
@@ -577,6 +578,9 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     w->handler = ngx_http_ratelimit_redis_done;
     w->rq = &ctx->rq;
 
+    /* concurrency: the leases the call may take, named */
+    ngx_http_ratelimit_redis_lease_prepare(redis, &ctx->rq);
+
     /* what a refusal in the reply may be remembered from: before sending */
     ctx->redis_epoch = rl_refusals_epoch(redis->refusals);
     ctx->redis_sent = ngx_http_ratelimit_monotonic_ms();
@@ -625,6 +629,8 @@ ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
     ngx_http_set_log_request(r->connection->log, r);
 
     if (answer == NULL) {
+        /* the call may have taken its leases all the same: given back */
+        ngx_http_ratelimit_redis_lease_release(zone->redis, &ctx->rq, NULL);
         rc = ngx_http_ratelimit_redis_fallback(r, ctx);
 
     } else {
@@ -666,6 +672,11 @@ ngx_http_ratelimit_redis_verdict(ngx_http_request_t *r,
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
+    if (by == NGX_HTTP_RATELIMIT_BY_REDIS) {
+        ctx->leased = ngx_http_ratelimit_redis_lease_hold(redis, &ctx->rq,
+                                                          &ctx->lease_link);
+    }
+
     return ngx_http_ratelimit_apply_verdict(r, ctx);
 }
 
@@ -680,12 +691,21 @@ static ngx_int_t
 ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
+    size_t                      i;
     ngx_http_ratelimit_zone_t  *zone;
 
     zone = ngx_http_ratelimit_zone_of(
                ngx_http_ratelimit_rule_of(&ctx->rq.checks[0]));
 
     (void) ngx_atomic_fetch_add(&zone->redis->stats->fallbacks, 1);
+
+    /* no lease is held: a local decision takes its own slots */
+
+    for (i = 0; i < ctx->rq.n; i++) {
+        if (rl_redis_holds_lease(&ctx->rq.checks[i])) {
+            ctx->rq.checks[i].slot = 0;
+        }
+    }
 
     switch (zone->redis->on_error) {
 

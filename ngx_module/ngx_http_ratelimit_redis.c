@@ -376,6 +376,10 @@ ngx_http_ratelimit_redis_log_folded(ngx_event_t *ev)
         fold = &redis->refused;
         what = "replies refused";
 
+    } else if (ev == &redis->lease_lost.event) {
+        fold = &redis->lease_lost;
+        what = "requests' leases expired before their end";
+
     } else {
         fold = &redis->undelivered;
         what = "charges not delivered";

@@ -133,6 +133,16 @@ struct ngx_http_ratelimit_redis_s {
     void                              *free;        /* settles' blocks to
                                                        use again */
     ngx_uint_t                         nfree;
+    /* concurrency's leases (ngx_http_ratelimit_redis_settle.c): this
+       worker's requests holding them, renewed together on a timer */
+    ngx_queue_t                        leases;
+    ngx_event_t                        renew;
+    ngx_msec_t                         renew_ms;    /* its interval */
+    uint64_t                           lease_owner; /* names this worker's
+                                                       leases in the fleet */
+    uint32_t                           lease_next;
+    ngx_http_ratelimit_redis_fold_t    lease_lost;  /* leases that expired
+                                                       before their end */
 };
 
 

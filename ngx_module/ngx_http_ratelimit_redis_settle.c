@@ -15,6 +15,16 @@
  * that Redis does not take (not reachable, no reply within redis_timeout,
  * a reply refused) is counted as undelivered and logged, folded: its
  * charge is lost, and the key keeps the cost its request reserved.
+ *
+ * Concurrency's leases go the same way.  Before its call, a request's
+ * concurrency checks get lease numbers of the worker's (with the worker's
+ * random number and process id they name their leases in the fleet); a
+ * request that took leases joins the worker's list, whose timer renews
+ * them all every third of the shortest lease, in as few calls as the
+ * servers allow (one for every lease of a standalone Redis, one a request
+ * in a Cluster); and its end, whatever ends it, releases them, one call
+ * not waited for.  A release or renewal Redis does not take is counted,
+ * and the lease runs out by itself within its lease=.
  */
 
 
@@ -30,8 +40,19 @@ struct ngx_http_ratelimit_settle_s {
     rl_request_t                      rq;
     size_t                            size;     /* of the whole block */
     ngx_http_ratelimit_settle_t      *next;     /* in the free blocks */
+    ngx_uint_t                        counted;  /* a release: its leases
+                                                   are counted (one whose
+                                                   call failed may never
+                                                   have been taken) */
+    ngx_uint_t                        room;     /* leases: checks it holds
+                                                   at most */
     /* then rq.n checks, their rules, their keys */
 };
+
+
+/* The leases a renewal call carries at most (a standalone Redis: every
+   lease of the worker, in calls of so many). */
+#define NGX_HTTP_RATELIMIT_LEASES_CALL  64
 
 
 /* Blocks of this size are kept for the next settles (most are: a few rules
@@ -48,6 +69,16 @@ static void ngx_http_ratelimit_settle_done(ngx_http_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer);
 static void ngx_http_ratelimit_settle_lost(ngx_http_ratelimit_redis_t *redis,
     rl_request_t *rq, const char *why);
+static ngx_http_ratelimit_settle_t *ngx_http_ratelimit_leases_block(
+    ngx_http_ratelimit_redis_t *redis, rl_request_t *rq, ngx_uint_t n,
+    size_t keys);
+static ngx_uint_t ngx_http_ratelimit_leases_copy(ngx_http_ratelimit_settle_t *s,
+    rl_request_t *from);
+static void ngx_http_ratelimit_leases_send(ngx_http_ratelimit_redis_t *redis,
+    ngx_http_ratelimit_settle_t *s, ngx_uint_t call);
+static void ngx_http_ratelimit_leases_done(ngx_http_ratelimit_redis_wait_t *w,
+    rl_redis_answer_t *answer);
+static void ngx_http_ratelimit_leases_renew(ngx_event_t *ev);
 
 
 void
@@ -250,4 +281,358 @@ ngx_http_ratelimit_settle_free(ngx_http_ratelimit_redis_t *redis,
     }
 
     ngx_free(s);
+}
+
+
+/*
+ * Before a request's call: its concurrency checks' leases named (the
+ * worker's random number, made at its first lease, its process id, and a
+ * number of its own for each).
+ */
+
+void
+ngx_http_ratelimit_redis_lease_prepare(ngx_http_ratelimit_redis_t *redis,
+    rl_request_t *rq)
+{
+    size_t       i;
+    rl_check_t  *c;
+
+    if (redis->lease_owner == 0) {
+        redis->lease_owner = ((uint64_t) ngx_random() << 33)
+                             ^ ((uint64_t) ngx_random() << 11)
+                             ^ (uint64_t) ngx_random()
+                             ^ ((uint64_t) ngx_time() << 20)
+                             ^ ngx_hash_key(ngx_cycle->hostname.data,
+                                            ngx_cycle->hostname.len);
+        redis->lease_owner |= 1;
+    }
+
+    rq->lease = redis->lease_owner;
+    rq->holder = (uint32_t) ngx_pid;
+
+    for (i = 0; i < rq->n; i++) {
+        c = &rq->checks[i];
+
+        if (c->key_len > 0 && rl_rule_holds_slots(c->rule)) {
+            if (++redis->lease_next == 0) {
+                redis->lease_next = 1;
+            }
+
+            c->slot = redis->lease_next;
+        }
+    }
+}
+
+
+/*
+ * A request decided in Redis: if it took leases, it joins the worker's
+ * list, and the renewals' timer runs (every third of its shortest lease).
+ * Returns 1 if it did.
+ */
+
+ngx_uint_t
+ngx_http_ratelimit_redis_lease_hold(ngx_http_ratelimit_redis_t *redis,
+    rl_request_t *rq, ngx_queue_t *link)
+{
+    size_t      i;
+    ngx_uint_t  n;
+    ngx_msec_t  every;
+
+    n = 0;
+    every = 0;
+
+    for (i = 0; i < rq->n; i++) {
+        if (rl_redis_holds_lease(&rq->checks[i])) {
+            n++;
+
+            if (every == 0
+                || (ngx_msec_t) rq->checks[i].rule->lease_ms / 3 < every)
+            {
+                every = (ngx_msec_t) rq->checks[i].rule->lease_ms / 3;
+            }
+        }
+    }
+
+    if (n == 0) {
+        return 0;
+    }
+
+    (void) ngx_atomic_fetch_add(&redis->stats->leases, n);
+
+    if (redis->leases.next == NULL) {
+        ngx_queue_init(&redis->leases);
+    }
+
+    ngx_queue_insert_tail(&redis->leases, link);
+
+    if (redis->renew_ms == 0 || every < redis->renew_ms) {
+        redis->renew_ms = every;
+
+        if (redis->renew.timer_set) {
+            ngx_del_timer(&redis->renew);
+        }
+    }
+
+    if (!redis->renew.timer_set) {
+        redis->renew.handler = ngx_http_ratelimit_leases_renew;
+        redis->renew.data = redis;
+        redis->renew.log = ngx_cycle->log;
+        redis->renew.cancelable = 1;   /* the requests keep an exit waiting */
+        ngx_add_timer(&redis->renew, redis->renew_ms);
+    }
+
+    return 1;
+}
+
+
+/*
+ * A request's end, whatever ended it: it leaves the worker's list (link:
+ * NULL for a request whose call failed, which may have taken its leases
+ * all the same), and one call releases its leases, not waited for.
+ */
+
+void
+ngx_http_ratelimit_redis_lease_release(ngx_http_ratelimit_redis_t *redis,
+    rl_request_t *rq, ngx_queue_t *link)
+{
+    size_t                        i, keys;
+    ngx_uint_t                    n;
+    ngx_http_ratelimit_settle_t  *s;
+
+    if (link != NULL) {
+        ngx_queue_remove(link);
+    }
+
+    n = 0;
+    keys = 0;
+
+    for (i = 0; i < rq->n; i++) {
+        if (rl_redis_holds_lease(&rq->checks[i])) {
+            n++;
+            keys += rq->checks[i].key_len;
+        }
+    }
+
+    if (n == 0) {
+        return;
+    }
+
+    s = ngx_http_ratelimit_leases_block(redis, rq, n, keys);
+    if (s == NULL) {
+        (void) ngx_atomic_fetch_add(&redis->stats->leases_undelivered, 1);
+        return;
+    }
+
+    (void) ngx_http_ratelimit_leases_copy(s, rq);
+    s->counted = (link != NULL);
+
+    ngx_http_ratelimit_leases_send(redis, s, RL_REDIS_RELEASE);
+}
+
+
+/* The renewals' timer: every lease of the worker's requests renewed. */
+
+static void
+ngx_http_ratelimit_leases_renew(ngx_event_t *ev)
+{
+    size_t                        i, keys;
+    ngx_uint_t                    n, slot;
+    ngx_queue_t                  *q, *from;
+    rl_check_t                   *c;
+    ngx_http_ratelimit_ctx_t     *ctx;
+    ngx_http_ratelimit_redis_t   *redis = ev->data;
+    ngx_http_ratelimit_settle_t  *s;
+
+    if (redis->leases.next == NULL || ngx_queue_empty(&redis->leases)) {
+        return;   /* no lease: the timer waits for the next */
+    }
+
+    q = ngx_queue_head(&redis->leases);
+
+    while (q != ngx_queue_sentinel(&redis->leases)) {
+
+        /* a call's requests: as many leases as one call carries, and in a
+           Cluster the leases of one request (of one slot) */
+
+        from = q;
+        n = 0;
+        keys = 0;
+        slot = 0;
+
+        while (q != ngx_queue_sentinel(&redis->leases)) {
+            ctx = ngx_queue_data(q, ngx_http_ratelimit_ctx_t, lease_link);
+
+            for (i = 0; i < ctx->rq.n; i++) {
+                c = &ctx->rq.checks[i];
+
+                if (rl_redis_holds_lease(c)) {
+                    slot++;
+                    keys += c->key_len;
+                }
+            }
+
+            if (n > 0 && (redis->cluster
+                          || n + slot > NGX_HTTP_RATELIMIT_LEASES_CALL))
+            {
+                break;
+            }
+
+            n += slot;
+            slot = 0;
+            q = ngx_queue_next(q);
+        }
+
+        s = ngx_http_ratelimit_leases_block(redis, NULL, n, keys);
+        if (s == NULL) {
+            (void) ngx_atomic_fetch_add(&redis->stats->leases_undelivered, 1);
+            continue;
+        }
+
+        for ( /* void */ ; from != q; from = ngx_queue_next(from)) {
+            ctx = ngx_queue_data(from, ngx_http_ratelimit_ctx_t, lease_link);
+            s->rq.lease = ctx->rq.lease;
+            s->rq.holder = ctx->rq.holder;
+            (void) ngx_http_ratelimit_leases_copy(s, &ctx->rq);
+        }
+
+        ngx_http_ratelimit_leases_send(redis, s, RL_REDIS_RENEW);
+    }
+
+    ngx_add_timer(&redis->renew, redis->renew_ms);
+}
+
+
+/* A block for n leases' checks (their rules and keys copied in). */
+
+static ngx_http_ratelimit_settle_t *
+ngx_http_ratelimit_leases_block(ngx_http_ratelimit_redis_t *redis,
+    rl_request_t *rq, ngx_uint_t n, size_t keys)
+{
+    ngx_http_ratelimit_settle_t  *s;
+
+    s = ngx_http_ratelimit_settle_alloc(redis,
+            sizeof(ngx_http_ratelimit_settle_t)
+            + n * (sizeof(rl_check_t) + sizeof(rl_rule_t)) + keys);
+    if (s == NULL) {
+        return NULL;
+    }
+
+    ngx_memzero(&s->rq, sizeof(rl_request_t));
+
+    if (rq != NULL) {
+        s->rq.lease = rq->lease;
+        s->rq.holder = rq->holder;
+    }
+
+    s->rq.checks = (rl_check_t *) (s + 1);
+    s->rq.n = 0;
+    s->room = n;
+    s->counted = 1;
+
+    return s;
+}
+
+
+/* A request's leases appended to a block's checks; returns how many. */
+
+static ngx_uint_t
+ngx_http_ratelimit_leases_copy(ngx_http_ratelimit_settle_t *s,
+    rl_request_t *from)
+{
+    u_char      *p;
+    size_t       i, used;
+    ngx_uint_t   n;
+    rl_rule_t   *rules;
+    rl_check_t  *c, *checks;
+
+    checks = s->rq.checks;
+    rules = (rl_rule_t *) (checks + s->room);
+    p = (u_char *) (rules + s->room);
+
+    for (i = 0, used = 0; i < s->rq.n; i++) {
+        used += checks[i].key_len;
+    }
+
+    p += used;
+    n = 0;
+
+    for (i = 0; i < from->n; i++) {
+        c = &from->checks[i];
+
+        if (!rl_redis_holds_lease(c) || s->rq.n >= s->room) {
+            continue;
+        }
+
+        checks[s->rq.n] = *c;
+        rules[s->rq.n] = *c->rule;
+        checks[s->rq.n].rule = &rules[s->rq.n];
+        checks[s->rq.n].key = p;
+        p = ngx_cpymem(p, c->key, c->key_len);
+        s->rq.n++;
+        n++;
+    }
+
+    return n;
+}
+
+
+static void
+ngx_http_ratelimit_leases_send(ngx_http_ratelimit_redis_t *redis,
+    ngx_http_ratelimit_settle_t *s, ngx_uint_t call)
+{
+    ngx_memzero(&s->wait, sizeof(ngx_http_ratelimit_redis_wait_t));
+    s->wait.handler = ngx_http_ratelimit_leases_done;
+    s->wait.rq = &s->rq;
+    s->wait.call = call;
+
+    if (ngx_http_ratelimit_redis_send(redis, &s->wait) != NGX_OK) {
+        (void) ngx_atomic_fetch_add(&redis->stats->leases_undelivered, 1);
+        ngx_http_ratelimit_settle_free(redis, s);
+    }
+}
+
+
+/*
+ * A release's or a renewal's reply: counted.  A lease found expired
+ * before its request ended is logged, folded: its slot was free for
+ * others while the request ran on.
+ */
+
+static void
+ngx_http_ratelimit_leases_done(ngx_http_ratelimit_redis_wait_t *w,
+    rl_redis_answer_t *answer)
+{
+    ngx_http_ratelimit_redis_t   *redis = w->redis;
+    ngx_http_ratelimit_settle_t  *s;
+
+    s = (ngx_http_ratelimit_settle_t *) w;   /* its first field */
+
+    if (answer == NULL) {
+        (void) ngx_atomic_fetch_add(&redis->stats->leases_undelivered, 1);
+
+    } else if (w->call == RL_REDIS_RENEW) {
+        (void) ngx_atomic_fetch_add(&redis->stats->leases_renewed,
+                                    answer->leases_done);
+
+    } else if (s->counted) {
+        (void) ngx_atomic_fetch_add(&redis->stats->leases_released,
+                                    answer->leases_done);
+        (void) ngx_atomic_fetch_add(&redis->stats->leases_expired,
+                                    answer->leases_gone);
+    }
+
+    if (answer != NULL && answer->leases_gone > 0 && s->counted
+        && ngx_http_ratelimit_redis_log_now(redis, &redis->lease_lost))
+    {
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                      "ratelimit: redis %V: %uD lease(s) of zone \"%V\" "
+                      "(rule \"%s\") expired before their request ended: "
+                      "not renewed within lease=%M ms, their slots were "
+                      "free for other requests meanwhile",
+                      &redis->server, answer->leases_gone, &redis->zone,
+                      s->rq.checks[0].rule->name,
+                      (ngx_msec_t) s->rq.checks[0].rule->lease_ms);
+    }
+
+    ngx_http_ratelimit_settle_free(redis, s);
 }

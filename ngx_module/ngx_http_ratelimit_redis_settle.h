@@ -19,5 +19,16 @@
 void ngx_http_ratelimit_redis_settle(ngx_http_ratelimit_redis_t *redis,
     rl_request_t *rq);
 
+/* Concurrency's leases: named before a request's call; held (1) by a
+   request that took any, in the worker's list that the renewals' timer
+   walks; released when it ends (link NULL: its call failed, and it is
+   not in the list). */
+void ngx_http_ratelimit_redis_lease_prepare(ngx_http_ratelimit_redis_t *redis,
+    rl_request_t *rq);
+ngx_uint_t ngx_http_ratelimit_redis_lease_hold(
+    ngx_http_ratelimit_redis_t *redis, rl_request_t *rq, ngx_queue_t *link);
+void ngx_http_ratelimit_redis_lease_release(ngx_http_ratelimit_redis_t *redis,
+    rl_request_t *rq, ngx_queue_t *link);
+
 
 #endif /* NGX_HTTP_RATELIMIT_REDIS_SETTLE_H */

@@ -16,7 +16,8 @@
  * slot and place in a queue are given back, and a request waiting in this
  * worker for a slot is woken.  The core settles every rule under the
  * zones' locks, taken once (rl_request_end); a request decided in Redis
- * has its charges sent there (ngx_http_ratelimit_redis_settle.c).  A
+ * has its charges sent there, and its concurrency leases released there
+ * (ngx_http_ratelimit_redis_settle.c).  A
  * request that never reaches the log phase is settled by its context's
  * cleanup, without charges.
  */
@@ -227,8 +228,9 @@ ngx_http_ratelimit_ctx_cleanup(void *data)
  * Settles the request, once: with charges evaluated (charges: in the log
  * phase) or without (the cost each charge= rule reserved stands).  A
  * request decided in Redis is settled there, its charges sent and not
- * waited for (a Redis zone has no rule that ends here but charge= ones:
- * rl_redis_rule_ok); one decided by on_redis_error=allow or deny reserved
+ * waited for, and its concurrency leases released the same way (a Redis
+ * zone has no rule that ends here but those: rl_redis_rule_ok); one
+ * decided by on_redis_error=allow or deny reserved
  * nothing, and is charged nothing.
  */
 
@@ -268,6 +270,14 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
 
     if (ctx->decided_by == NGX_HTTP_RATELIMIT_BY_REDIS) {
         rule = ngx_http_ratelimit_rule_of(&ctx->rq.checks[0]);
+
+        if (ctx->leased) {
+            ctx->leased = 0;
+            ngx_http_ratelimit_redis_lease_release(
+                ngx_http_ratelimit_zone_of(rule)->redis, &ctx->rq,
+                &ctx->lease_link);
+        }
+
         ngx_http_ratelimit_redis_settle(ngx_http_ratelimit_zone_of(rule)->redis,
                                         &ctx->rq);
 

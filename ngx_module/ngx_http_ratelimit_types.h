@@ -263,6 +263,9 @@ struct ngx_http_ratelimit_ctx_s {
                                                 ends (charge=, concurrency) */
     unsigned                     ended:1;    /* and have */
     unsigned                     in_wait:1;  /* waiting for a slot */
+    unsigned                     leased:1;   /* holds leases in Redis
+                                                (concurrency), in its
+                                                worker's list */
     unsigned                     charged_set:1;
     unsigned                     grpc:2;    /* refused, and answered as a
                                                gRPC call: rl_grpc_kind */
@@ -291,6 +294,9 @@ struct ngx_http_ratelimit_ctx_s {
                                                requests */
     ngx_msec_t                   wait_until; /* its max_wait is over */
     ngx_http_ratelimit_retry_pt  retry;     /* decides it again */
+    /* with leased */
+    ngx_queue_t                  lease_link; /* in its worker's leases of
+                                               the zone's Redis */
     /* spare */
     ngx_http_ratelimit_ctx_t    *next_free;
 };

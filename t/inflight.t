@@ -184,8 +184,8 @@ for my $case (
     [ 'ratelimit zone=c algorithm=concurrency limit=5000;', qr/"limit=5000" is too large for algorithm=concurrency/ ],
     [ 'ratelimit zone=c limit=2 max_wait=1s;', qr/"max_wait=" does not apply to algorithm=gcra: max_wait is for concurrency/ ],
     [ 'ratelimit zone=c algorithm=concurrency limit=2 max_wait=2h;', qr/invalid "max_wait=2h": expected a time from 0ms to 1h/ ],
-    [ 'ratelimit zone=r algorithm=concurrency limit=2;',
-      qr/rule "concurrency_2_at_once" in zone=r: algorithm=concurrency is not decided in Redis: a slot must be given back when its request ends or its nginx server dies/ ],
+    [ 'ratelimit zone=r algorithm=concurrency limit=2 max_wait=1s;',
+      qr/rule "concurrency_2_at_once" in zone=r: "max_wait=" does not apply to algorithm=concurrency in a Redis zone/ ],
 ) {
     my ($rc, $out) = $t->nginx_t($t->conf_text("ratelimit_zone c 1m; ratelimit_zone r 1m redis=127.0.0.1:1;\n"
         . "server { listen 127.0.0.1:%%PORT%%; location / { $case->[0] } }"));

@@ -307,6 +307,28 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
     $t->stop;
 }
 
+{
+    my $title = 'At most N exports per customer across the fleet';
+    $tested{$title} = 1;
+  SKIP: {
+        my $redis = RLTest::optional_redis("\"$title\" is not run") or skip 'redis-server is not installed', 9;
+        my $up = RLSlowUpstream->new->start;
+        my @fleet = map { start_recipe($title, redis => $redis->port, backend => $up->port) } 1 .. 2;
+        # five exports of one customer at once over two servers, each
+        # running 1.5 s: 3 run, 2 refused at once
+        my @st = RLTest::parallel({ gap => 0.05 },
+            map { my $t = $fleet[ $_ % 2 ];
+                  sub { $t->get('/export/x', { 'X-Customer' => 'acme', 'X-Hold' => 1500 })->{status} } } 1 .. 5);
+        is(join(' ', sort @st), '200 200 200 429 429', "$title: 3 at once across two servers, the others refused");
+        is($up->most, 3, "$title: never more than 3 at the backend");
+        is($fleet[0]->get('/export/x', { 'X-Customer' => 'acme' })->{status}, 200,
+           "$title: a slot is back once an export ends");
+        $_->stop for @fleet;
+        $up->stop;
+        $redis->stop;
+    }
+}
+
 # a backend that sends rate-limit headers of its own
 sub own_headers_backend {
     my $port = RLTest::free_port();

@@ -55,8 +55,12 @@ sub start_daemon {
     my ($body) = @_;
     my $text = $t->conf_text($body, workers => 2);
     $text =~ s/daemon off;/daemon on;/ or die;
+    # nginx passes a new binary (USR2) only the environment `env` names
+    $text = "env LD_PRELOAD;\n$text" if $ENV{RL_PRELOAD};
     write_file("$p/nginx.conf", $text);
     unlink "$p/nginx.pid";
+    # as RLTest starts nginx: under the sanitizers, their runtime first
+    local $ENV{LD_PRELOAD} = $ENV{RL_PRELOAD} if $ENV{RL_PRELOAD};
     system($t->nginx, '-p', "$p/", '-c', "$p/nginx.conf", '-e', "$p/error.log") == 0 or die "nginx: $?";
     ok(wait_until(sub { (read_file("$p/nginx.pid") // '') =~ /^\d+/ && $t->get('/')->{status} != 599 }, 10),
        'nginx started as a daemon');

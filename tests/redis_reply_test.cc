@@ -424,6 +424,45 @@ TEST(RedisAnswer, AResetSaysWhichRulesHadAState)
     }
 }
 
+// concurrency: a refusal has no Retry-After; an admission's lease runs at
+// most lease= (and the clock's slack) past the script's clock, and the
+// check keeps its lease only when it took one.  A release's or a
+// renewal's answer: {1, live, expired} of exactly the leases sent.
+TEST(RedisAnswer, ConcurrencyLeasesAndTheirReleases)
+{
+    One o("algorithm=concurrency limit=3 lease=10s", 1);
+    o.c.slot = 7;
+    std::string why;
+    Reply taken(std::vector<int64_t>{1, kNow, 1, 0, 2, 0, 0, 0, 0, 0, 0, kNow + 10000, 1, 0});
+    rl_redis_answer_t a;
+    ASSERT_EQ(rl_redis_answer(&o.rq, RL_REDIS_DECIDE, &taken.r, &a), RL_REDIS_DECIDED) << a.why;
+    EXPECT_EQ(o.c.slot, 7u);
+    EXPECT_EQ(rl_redis_holds_lease(&o.c), 1);
+    Reply far(std::vector<int64_t>{1, kNow, 1, 0, 2, 0, 0, 0, 0, 0, 0, kNow + 10001 + kSlack, 1, 0});
+    EXPECT_EQ(rl_redis_answer(&o.rq, RL_REDIS_DECIDE, &far.r, &a), RL_REDIS_FAILED);
+    Reply refused(std::vector<int64_t>{0, kNow, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0});
+    ASSERT_EQ(rl_redis_answer(&o.rq, RL_REDIS_DECIDE, &refused.r, &a), RL_REDIS_DECIDED) << a.why;
+    EXPECT_EQ(a.verdict, RL_VERDICT_REJECTED);
+    EXPECT_EQ(o.c.decision.retry_after_ms, 0);
+    EXPECT_EQ(o.c.slot, 0u);  // no lease kept
+    Reply window(std::vector<int64_t>{0, kNow, 0, 0, 0, 0, 0, 0, 1000, 0, 0, 0, 1, 0});
+    EXPECT_EQ(rl_redis_answer(&o.rq, RL_REDIS_DECIDE, &window.r, &a), RL_REDIS_FAILED);
+
+    o.c.slot = 8;
+    for (int call : {RL_REDIS_RELEASE, RL_REDIS_RENEW}) {
+        Reply live({1, 1, 0}), gone({1, 0, 1});
+        ASSERT_EQ(rl_redis_answer(&o.rq, call, &live.r, &a), RL_REDIS_DECIDED) << a.why;
+        EXPECT_EQ(a.leases_done, 1u);
+        ASSERT_EQ(rl_redis_answer(&o.rq, call, &gone.r, &a), RL_REDIS_DECIDED) << a.why;
+        EXPECT_EQ(a.leases_gone, 1u);
+        for (const std::vector<int64_t> &bad :
+             std::vector<std::vector<int64_t>>{{1, 1, 1}, {1, 0, 0}, {0, 1, 0}, {1, -1, 2}, {1, 1}, {1, 1, 0, 0}}) {
+            Reply b(bad);
+            EXPECT_EQ(rl_redis_answer(&o.rq, call, &b.r, &a), RL_REDIS_FAILED) << bad.size();
+        }
+    }
+}
+
 // ban=: a ban's time only from a ban= rule, at most its length (and the
 // clock's slack), and only on a refusal (a peek's look shows it too); its
 // refusals wait up to the ban's end.

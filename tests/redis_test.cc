@@ -134,13 +134,15 @@ TEST(Redis, CommandIsOneEvalshaWithKeysThenArguments)
     cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_DECIDE, "rl:", 3, 0, &rq, -1));
     rl_resp_t parsed;
     EXPECT_EQ(rl_resp_parse(cmd.data(), cmd.size(), &parsed), (long) cmd.size());
-    EXPECT_EQ(parsed.integer, 3 + 1 + 2 + 15);
-    EXPECT_EQ(cmd.substr(0, 18), "*21\r\n$7\r\nEVALSHA\r\n");
+    EXPECT_EQ(parsed.integer, 3 + 1 + 2 + 17);
+    EXPECT_EQ(cmd.substr(0, 18), "*23\r\n$7\r\nEVALSHA\r\n");
     EXPECT_NE(cmd.find("\r\n$0\r\n\r\n$1\r\n1\r\n$1\r\n0\r\n$2\r\n10\r\n$2\r\n10\r\n$5\r\n60000\r\n"),
               std::string::npos)
         << cmd;
-    // cost 2, delay 0, no ban, no charge, no estimate, no override
-    EXPECT_EQ(cmd.substr(cmd.size() - 42), "$1\r\n2\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n");
+    // cost 2, delay 0, no ban, no charge, no estimate, no override, no
+    // lease (not a concurrency rule)
+    EXPECT_EQ(cmd.substr(cmd.size() - 55),
+              "$1\r\n2\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n$0\r\n\r\n");
 }
 
 // The arguments of a command, as strings (a command is an array of bulk
@@ -178,7 +180,7 @@ TEST(Redis, ABanHasAKeyOfItsOwnAfterTheStatesInTheSameSlot)
         cmd.resize(
             rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_DECIDE, "rl:", 3, cluster, &rq, -1));
         const std::vector<std::string> a = args_of(cmd);
-        ASSERT_EQ(a.size(), 3u + 3 + 2 + 2 * 15);
+        ASSERT_EQ(a.size(), 3u + 3 + 2 + 2 * 17);
         EXPECT_EQ(a[2], "3");  // two states, one ban
         char key[80];
         EXPECT_EQ(a[3], std::string(key, rl_redis_key(key, "rl:", 3, cluster, 7, "bob", 3)));
@@ -219,17 +221,17 @@ TEST(Redis, ASettleSendsTheChecksThatSettleWithWhatTheirAdmissionLeft)
     std::string cmd(rl_redis_command_size(3, 3, sha.size()), '\0');
     cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_SETTLE, "rl:", 3, 0, &rq, -1));
     const std::vector<std::string> a = args_of(cmd);
-    ASSERT_EQ(a.size(), 3u + 1 + 2 + 18);
+    ASSERT_EQ(a.size(), 3u + 1 + 2 + 20);
     EXPECT_EQ(a[2], "1");  // one key: the state (a settle touches no ban)
     char key[80];
     EXPECT_EQ(a[3], std::string(key, rl_redis_key(key, "rl:", 3, 0, 11, "k", 1)));
     EXPECT_EQ(a[4], "");  // Redis's clock
     EXPECT_EQ(a[5], "settle");
     // the reservation given back (2), delay 0, ban 60000, charge=, no
-    // estimate, no override; the charge, the head after, when
-    const std::vector<std::string> tail(a.end() - 9, a.end());
-    EXPECT_EQ(tail, (std::vector<std::string>{"2", "0", "60000", "1", "0", "0", "400", std::to_string(kT0 + 2000),
-                                              std::to_string(kT0)}));
+    // estimate, no override, no lease; the charge, the head after, when
+    const std::vector<std::string> tail(a.end() - 11, a.end());
+    EXPECT_EQ(tail, (std::vector<std::string>{"2", "0", "60000", "1", "0", "0", "0", "", "400",
+                                              std::to_string(kT0 + 2000), std::to_string(kT0)}));
     // a charge too large for Lua's numbers: sent capped, the debt's bound
     // caps it anyway
     c[1].charge = RL_NO_CHARGE - 1;
@@ -387,6 +389,106 @@ TEST(RedisScript, StateExpiresWhenBackToFullBudgetAndHoldsNoKeyBytes)
     EXPECT_LE(ttl.integer, 18001);
     rl_resp_t keys = redis.command({"KEYS", "*secret*"});
     EXPECT_EQ(keys.integer, 0);
+}
+
+TEST(Redis, ConcurrencyIsDecidedInRedisWithoutWaits)
+{
+    char err[RL_ERR_MAX];
+    rl_rule_t r = rule_of("algorithm=concurrency limit=10");
+    EXPECT_EQ(rl_redis_rule_ok(&r, err, sizeof(err)), RL_OK) << err;
+    EXPECT_EQ(r.lease_ms, RL_LEASE_DEFAULT_MS);
+    rl_rule_t waits = rule_of("algorithm=concurrency limit=10 max_wait=2s");
+    EXPECT_EQ(rl_redis_rule_ok(&waits, err, sizeof(err)), RL_ERROR);
+    EXPECT_NE(std::string(err).find("\"max_wait=\" does not apply to algorithm=concurrency in a Redis zone"),
+              std::string::npos)
+        << err;
+    rl_rule_t adaptive = rule_of("algorithm=adaptive limit=10");
+    EXPECT_EQ(rl_redis_rule_ok(&adaptive, err, sizeof(err)), RL_ERROR);
+    rl_rule_t leased = rule_of("algorithm=concurrency limit=3 lease=10s");
+    EXPECT_EQ(leased.lease_ms, 10000);
+}
+
+// Concurrency's leases through the script: a key's slots held across
+// calls, each lease named by its worker and request; a release frees one
+// at once, an expired one comes back with no one's action, a renewal
+// keeps one, and one expired is not renewed.  With a rate rule (all), a
+// refusal by either takes nothing of the other.
+TEST(RedisScript, ConcurrencyLeasesAreTakenReleasedRenewedAndExpire)
+{
+    NEED_REDIS();
+    const std::string sha = script_sha();
+    rl_rule_t r = rule_of("algorithm=concurrency limit=2 lease=10s name=exports");
+    rl_redis_answer_t a;
+    const int64_t t0 = kT0 + 2 * 86400000;
+    auto call = [&](uint32_t lease, int which, int64_t now) {
+        rl_check_t c = one_check(&r, 31, "acme", 1);
+        c.slot = lease;
+        rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
+        rq.lease = 0xfeedu;
+        rq.holder = 4242;
+        const int v = call_script(sha, "cc:", rq, which, now, &a);
+        return which == RL_REDIS_DECIDE ? v * 10 + (c.slot != 0) : (int) (a.leases_done * 10 + a.leases_gone);
+    };
+    EXPECT_EQ(call(1, RL_REDIS_DECIDE, t0), RL_VERDICT_PASSED * 10 + 1);
+    EXPECT_EQ(call(2, RL_REDIS_DECIDE, t0 + 1), RL_VERDICT_PASSED * 10 + 1);
+    EXPECT_EQ(call(3, RL_REDIS_DECIDE, t0 + 2), RL_VERDICT_REJECTED * 10);  // no lease kept
+    // the refusal has no time to wait for
+    rl_check_t look = one_check(&r, 31, "acme", 0);
+    rl_request_t lrq = request_of(&look, 1, RL_COMBINE_ALL);
+    call_script(sha, "cc:", lrq, RL_REDIS_PEEK, t0 + 3, &a);
+    EXPECT_EQ(look.decision.remaining, 0u);
+    EXPECT_EQ(look.decision.retry_after_ms, 0);
+    // a release frees its slot at once; a second release finds none
+    EXPECT_EQ(call(1, RL_REDIS_RELEASE, t0 + 4), 10);
+    EXPECT_EQ(call(1, RL_REDIS_RELEASE, t0 + 5), 1);
+    EXPECT_EQ(call(4, RL_REDIS_DECIDE, t0 + 6), RL_VERDICT_PASSED * 10 + 1);
+    // lease 2 renewed at 5 s (to 15 s); lease 4 expires at 10.006 s
+    EXPECT_EQ(call(2, RL_REDIS_RENEW, t0 + 5000), 10);
+    EXPECT_EQ(call(5, RL_REDIS_DECIDE, t0 + 10005), RL_VERDICT_REJECTED * 10);
+    EXPECT_EQ(call(5, RL_REDIS_DECIDE, t0 + 10006), RL_VERDICT_PASSED * 10 + 1);
+    EXPECT_EQ(call(4, RL_REDIS_RENEW, t0 + 10007), 1);  // expired: not taken again
+    EXPECT_EQ(call(6, RL_REDIS_DECIDE, t0 + 10008), RL_VERDICT_REJECTED * 10);
+    EXPECT_EQ(call(2, RL_REDIS_RELEASE, t0 + 14000), 10);
+    EXPECT_EQ(call(6, RL_REDIS_DECIDE, t0 + 14001), RL_VERDICT_PASSED * 10 + 1);
+
+    // with a rate rule: a rate's refusal takes no slot, a slot's refusal
+    // spends no rate
+    rl_rule_t rate = rule_of("algorithm=fixed_window limit=3 period=1h name=rate");
+    rl_rule_t one = rule_of("algorithm=concurrency limit=1 lease=10s name=one");
+    auto both = [&](uint32_t lease, int64_t now, rl_check_t *c) {
+        c[0] = one_check(&one, 41, "k", 1);
+        c[1] = one_check(&rate, 42, "k", 1);
+        c[0].slot = lease;
+        rl_request_t rq = request_of(c, 2, RL_COMBINE_ALL);
+        rq.lease = 0xfeedu;
+        rq.holder = 4242;
+        return call_script(sha, "cr:", rq, RL_REDIS_DECIDE, now, &a);
+    };
+    rl_check_t c[2];
+    EXPECT_EQ(both(11, t0, c), RL_VERDICT_PASSED);
+    EXPECT_EQ(c[1].decision.remaining, 2u);
+    EXPECT_EQ(both(12, t0 + 1, c), RL_VERDICT_REJECTED);  // the slot is taken
+    EXPECT_EQ(c[0].slot, 0u);
+    EXPECT_EQ(c[1].decision.remaining, 1u);  // looked at, not spent
+    rl_check_t held = one_check(&one, 41, "k", 1);
+    held.slot = 11;
+    rl_request_t hrq = request_of(&held, 1, RL_COMBINE_ALL);
+    hrq.lease = 0xfeedu;
+    hrq.holder = 4242;
+    call_script(sha, "cr:", hrq, RL_REDIS_RELEASE, t0 + 2, &a);
+    EXPECT_EQ(both(13, t0 + 3, c), RL_VERDICT_PASSED);
+    EXPECT_EQ(c[1].decision.remaining, 1u);
+    held.slot = 13;
+    call_script(sha, "cr:", hrq, RL_REDIS_RELEASE, t0 + 4, &a);
+    EXPECT_EQ(both(14, t0 + 5, c), RL_VERDICT_PASSED);  // the rate's last
+    held.slot = 14;
+    call_script(sha, "cr:", hrq, RL_REDIS_RELEASE, t0 + 6, &a);
+    EXPECT_EQ(both(15, t0 + 7, c), RL_VERDICT_REJECTED);  // the rate refuses
+    EXPECT_EQ(c[0].slot, 0u);
+    rl_check_t free_look = one_check(&one, 41, "k", 0);
+    rl_request_t frq = request_of(&free_look, 1, RL_COMBINE_ALL);
+    call_script(sha, "cr:", frq, RL_REDIS_PEEK, t0 + 8, &a);
+    EXPECT_EQ(free_look.decision.remaining, 1u);  // no slot taken
 }
 
 TEST(RedisScript, NoscriptIsAnErrorReplyAndEvalLoadsTheScript)

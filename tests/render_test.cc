@@ -246,7 +246,8 @@ struct Stats {
         tops[1] = rl_top_view_t{str("gone"), 0, RL_TOP_NONE, 0, 0, nullptr};
 
         const uint64_t le[RL_REDIS_LATENCY_BUCKETS] = {250, 500, 1000, 2500, 5000, 10000, 25000, 50000};
-        redis = rl_redis_figures_t{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, {1, 0, 2, 0, 0, 0, 0, 0, 3}, {}, 1234567};
+        redis = rl_redis_figures_t{1,  2,      3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, {1, 0, 2, 0, 0, 0, 0, 0, 3},
+                                   {}, 1234567};
         std::memcpy(redis.latency_le_us, le, sizeof(le));
 
         zones[0].name = str("a");
@@ -290,6 +291,8 @@ TEST(Stats, Json)
               "\"evictions\":0,\"live_evictions\":0,\"summary_bytes\":0,\"summary_refusals\":0,\"rules\":{},"
               "\"redis\":{\"server\":\"127.0.0.1:6379\",\"decisions\":1,\"errors\":2,\"timeouts\":3,\"fallbacks\":4,"
               "\"reconnects\":5,\"charges\":6,\"undelivered\":7,\"cached\":8,\"tls_failures\":9,\"tls_resumed\":10,"
+              "\"leases\":11,\"leases_released\":12,\"leases_expired\":13,\"leases_renewed\":14,"
+              "\"leases_undelivered\":15,"
               "\"latency_us\":{\"le_250\":1,\"le_500\":0,\"le_1000\":"
               "2,\"le_2500\":0,\"le_5000\":0,"
               "\"le_10000\":0,\"le_25000\":0,\"le_50000\":0,\"inf\":3},\"latency_us_sum\":1234567}}}}\n");
@@ -409,6 +412,24 @@ TEST(Stats, Prometheus)
         "session.\n"
         "# TYPE nginx_ratelimit_redis_tls_resumed_total counter\n"
         "nginx_ratelimit_redis_tls_resumed_total{zone=\"b-2.z\"} 10\n"
+        "# HELP nginx_ratelimit_redis_leases_total Concurrency slots taken in Redis by this server (leases).\n"
+        "# TYPE nginx_ratelimit_redis_leases_total counter\n"
+        "nginx_ratelimit_redis_leases_total{zone=\"b-2.z\"} 11\n"
+        "# HELP nginx_ratelimit_redis_leases_released_total Leases given back when their request ended.\n"
+        "# TYPE nginx_ratelimit_redis_leases_released_total counter\n"
+        "nginx_ratelimit_redis_leases_released_total{zone=\"b-2.z\"} 12\n"
+        "# HELP nginx_ratelimit_redis_leases_expired_total Leases found expired when their request ended: not "
+        "renewed in time (a worker stalled, Redis away).\n"
+        "# TYPE nginx_ratelimit_redis_leases_expired_total counter\n"
+        "nginx_ratelimit_redis_leases_expired_total{zone=\"b-2.z\"} 13\n"
+        "# HELP nginx_ratelimit_redis_leases_renewed_total Leases renewed for requests that outlive a third of "
+        "their lease.\n"
+        "# TYPE nginx_ratelimit_redis_leases_renewed_total counter\n"
+        "nginx_ratelimit_redis_leases_renewed_total{zone=\"b-2.z\"} 14\n"
+        "# HELP nginx_ratelimit_redis_leases_undelivered_total Releases and renewals Redis did not take: the "
+        "lease runs out by itself.\n"
+        "# TYPE nginx_ratelimit_redis_leases_undelivered_total counter\n"
+        "nginx_ratelimit_redis_leases_undelivered_total{zone=\"b-2.z\"} 15\n"
         "# HELP nginx_ratelimit_redis_latency_seconds Time from sending a request's script call to its reply.\n"
         "# TYPE nginx_ratelimit_redis_latency_seconds histogram\n"
         "nginx_ratelimit_redis_latency_seconds_bucket{zone=\"b-2.z\",le=\"0.000250\"} 1\n"
@@ -442,7 +463,7 @@ TEST(Stats, Prometheus)
             << line;
         at = nl + 1;
     }
-    EXPECT_EQ(lines, 10 * (2 + 2) + 18 * (2 + 2) + 10 * (2 + 1) + 2 + 11 + 2 + 3);
+    EXPECT_EQ(lines, 10 * (2 + 2) + 18 * (2 + 2) + 15 * (2 + 1) + 2 + 11 + 2 + 3);
 }
 
 TEST(Stats, LogKeyOffShowsNoKey)

@@ -66,8 +66,23 @@ enum rl_redis_call {
     RL_REDIS_DECIDE = 0,
     RL_REDIS_PEEK,
     RL_REDIS_RESET,
-    RL_REDIS_SETTLE
+    RL_REDIS_SETTLE,
+    RL_REDIS_RELEASE,
+    RL_REDIS_RENEW
 };
+
+/*
+ * Concurrency in a Redis zone: a decision that admits a request takes a
+ * lease of each concurrency check (its key's sorted set: the member named
+ * by rq->lease, rq->holder and the check's slot, scored by Redis's clock
+ * plus lease=); RL_REDIS_RELEASE removes the leases of the checks that
+ * hold one (slot > 0), RL_REDIS_RENEW moves their deadlines to lease=
+ * from now (an expired one is not taken again).  Their answer:
+ * rl_redis_answer() sets out->leases_done (released, renewed) and
+ * out->leases_gone (found expired already).  A call of these holds any
+ * number of checks (a worker's renewals batched), of one Cluster slot.
+ */
+RL_API int rl_redis_holds_lease(const rl_check_t *check);
 
 /*
  * Writes one RESP command calling the script (enum rl_redis_call) for the
@@ -150,6 +165,9 @@ typedef struct {
     uint32_t     found;         /* DECIDED, RL_REDIS_RESET: bit i set if
                                    check i had a state, */
     uint32_t     unbanned;      /*   and if its ban (ban=) was lifted */
+    uint32_t     leases_done;   /* DECIDED, RELEASE or RENEW: leases
+                                   released or renewed, */
+    uint32_t     leases_gone;   /*   and found expired already */
     unsigned     slot;          /* REDIRECT: the slot, */
     int          ask;           /*   ASK (this once) or MOVED (from now
                                    on), */

@@ -58,7 +58,15 @@ typedef struct {
     X(tls_failures, "TLS connections to Redis that failed: handshake, "       \
       "certificate, or a TLS alert.")                                         \
     X(tls_resumed, "TLS connections to Redis that resumed the server's last " \
-      "session.")
+      "session.")                                                             \
+    X(leases, "Concurrency slots taken in Redis by this server (leases).")    \
+    X(leases_released, "Leases given back when their request ended.")         \
+    X(leases_expired, "Leases found expired when their request ended: not "   \
+      "renewed in time (a worker stalled, Redis away).")                      \
+    X(leases_renewed, "Leases renewed for requests that outlive a third of "  \
+      "their lease.")                                                         \
+    X(leases_undelivered, "Releases and renewals Redis did not take: the "    \
+      "lease runs out by itself.")
 
 typedef struct {
 #define RL_REDIS_FIGURE(name, help)  uint64_t name;

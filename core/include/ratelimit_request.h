@@ -108,7 +108,10 @@ typedef struct {
     uint64_t             charged;   /* out of rl_request_end(): units spent
                                        (the charge, capped) */
     uint32_t             slot;      /* concurrency: the slot the request
-                                       holds, plus 1 (0: none); */
+                                       holds, plus 1 (0: none); in a Redis
+                                       zone, its lease's number in its
+                                       worker (set before the call, 0 after
+                                       it unless a lease was taken); */
     uint32_t             ticket;    /*   its place in the key's queue while
                                        it waits (0: none).  Both out of
                                        rl_decide(), in to the next
@@ -165,6 +168,11 @@ struct rl_request_s {
                                        no longer exists: its slots and
                                        places are given back; NULL: every
                                        holder is */
+    uint64_t             lease;     /* in, a Redis zone's concurrency:
+                                       who holds its leases, unique in the
+                                       fleet (a random number of the
+                                       worker's); with holder and each
+                                       check's slot it names a lease */
     int                  last;      /* in: it may wait no longer: a
                                        decision that would queue it
                                        refuses it, and it leaves the

@@ -82,6 +82,7 @@ enum rl_reset {
 #define RL_BAN_MAX_MS     RL_PERIOD_MAX_MS     /* ban= */
 #define RL_CONCURRENCY_MAX 4096u               /* concurrency: slots a key */
 #define RL_QUEUE_MAX      1024u                /*   and requests waiting */
+#define RL_LEASE_DEFAULT_MS 30000              /*   a slot's lease in Redis */
 
 typedef struct {
     uint32_t  algorithm;        /* enum rl_algorithm */
@@ -132,6 +133,10 @@ typedef struct {
                                    the baseline tolerated, in hundredths
                                    (tolerance=1.5: 150), */
     int64_t   interval_ms;      /*   how often the limit moves (interval=) */
+    int64_t   lease_ms;         /* concurrency in a Redis zone: how long a
+                                   slot is held without its server renewing
+                                   it (lease=, default 30s): a server that
+                                   dies loses its slots so long after */
     uint32_t  given;            /* internal: parameters set explicitly */
     char      name[RL_NAME_MAX];/* given by name=, or rl_rule_finish's */
     /* internal, derived from the above by rl_rule_finish() and

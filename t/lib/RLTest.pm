@@ -22,7 +22,7 @@ package RLTest;
 #   $t->log_like(qr/.../, 'name');                         # a log line, once it is written
 #   $t->wait_folded(qr/line/, qr/(\d+) more/, $n);        # folded log lines and their counts
 #   $t->forget_kills([ $pid ]);                            # the test's own SIGKILLs, not the module's
-#   $t->reload($new_body);  $t->stop();
+#   $t->reload($new_body);  $t->stop();  $t->kill_server;   # SIGKILL, all of it
 #
 # RLTest->new(quiet => 1) makes stop() print nothing (benchmarks use it).
 # RL_MODULE overrides the module (default: build/ngx_http_ratelimit_module.so):
@@ -205,6 +205,17 @@ sub stop {
 }
 
 sub master_pid { $_[0]{pid} }
+
+# SIGKILL to the master and its workers at once, as a machine's crash
+# would stop a server: nothing of it runs its exit.
+sub kill_server {
+    my ($self) = @_;
+    my @workers = $self->worker_pids;
+    my $pid = delete $self->{pid} or return;
+    kill 'KILL', @workers, $pid;
+    waitpid($pid, 0);
+    @running = grep { $_ != $pid } @running;
+}
 
 sub signal {
     my ($self, $sig) = @_;

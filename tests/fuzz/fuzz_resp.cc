@@ -76,6 +76,39 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
             CHECK(rl_redis_answer(nullptr, RL_REDIS_DECIDE, &r, &a) != RL_REDIS_REDIRECT);
         }
+        // concurrency: a decision keeps a check's lease only when it took
+        // one; a release or a renewal accounts for exactly the leases sent
+        rl_rule_t slots;
+        CHECK(rl_rule_parse(&slots, "algorithm=concurrency limit=3 lease=10s", err, sizeof(err)) == RL_OK);
+        for (size_t n = 0; n <= 3; n++) {
+            for (size_t i = 0; i < n; i++) {
+                c[i] = rl_check_t{};
+                c[i].rule = i == 1 ? &rule : &slots;
+                c[i].key = "k";
+                c[i].key_len = 1;
+                c[i].cost = 1;
+            }
+            rl_request_t rq{};
+            rq.checks = c;
+            rq.n = n;
+            rq.binding = 99;
+            rl_redis_answer_t a;
+            for (int call : {RL_REDIS_DECIDE, RL_REDIS_RELEASE, RL_REDIS_RENEW}) {
+                size_t leases = 0;
+                for (size_t i = 0; i < n; i++) {
+                    c[i].slot = (uint32_t) i + 1;
+                    leases += rl_redis_holds_lease(&c[i]);
+                }
+                const int kind = rl_redis_answer(&rq, call, &r, &a);
+                CHECK(kind >= RL_REDIS_DECIDED && kind <= RL_REDIS_READONLY);
+                CHECK(call == RL_REDIS_DECIDE || kind != RL_REDIS_DECIDED || a.leases_done + a.leases_gone == leases);
+                for (size_t i = 0; kind == RL_REDIS_DECIDED && call == RL_REDIS_DECIDE && i < n; i++) {
+                    CHECK(c[i].rule != &slots || c[i].slot == 0 ||
+                          (c[i].decision.allowed && a.verdict == RL_VERDICT_PASSED));
+                    CHECK(c[i].rule != &slots || c[i].decision.remaining <= 3);
+                }
+            }
+        }
     }
     return 0;
 }

@@ -47,6 +47,7 @@ enum Param : uint32_t {
     P_INITIAL = 1u << 21,
     P_TOLERANCE = 1u << 22,
     P_INTERVAL = 1u << 23,
+    P_LEASE = 1u << 24,
 };
 
 // What a request's end tells an algorithm that learns from it (slot_ended):

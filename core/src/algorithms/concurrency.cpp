@@ -14,6 +14,16 @@
 // itself: whoever finds the key with no free slot, or waits behind a
 // place, asks whether each holder still exists (the caller's alive()) and
 // frees what dead ones held, at once.
+//
+// In a Redis zone (ratelimit.lua's concurrency functions) a slot is a
+// lease: a member of the key's sorted set, named by its server, process
+// and request, scored by its deadline.  The script drops expired members
+// before it counts, takes a slot atomically with the request's other
+// rules, and the request's end removes it (RL_REDIS_RELEASE); a request
+// that outlives a third of its lease has it renewed by its worker
+// (RL_REDIS_RENEW).  No one can ask Redis whether a server still exists:
+// a dead server's slots come back when their leases run out, within
+// lease= of its death.
 #include <cstdio>
 #include <cstring>
 
@@ -305,6 +315,9 @@ int concurrency_finish(rl_rule_t &rule, char *err, size_t errlen)
                     "\"period=\" does not apply to algorithm=concurrency: it limits the requests of a key in "
                     "flight at once, not a rate (add a rule of another algorithm for a rate)");
     }
+    if (!(rule.given & P_LEASE)) {
+        rule.lease_ms = RL_LEASE_DEFAULT_MS;
+    }
     if ((rule.given & P_COST) || rule.charge) {
         return fail(err, errlen,
                     "\"%s=\" does not apply to algorithm=concurrency: each request holds one slot while it runs",
@@ -352,12 +365,21 @@ void concurrency_fields(Out &o, const rl_rule_t &rule)
     o.field("period_ms", (uint64_t) rule.period_ms);
 }
 
+// In Redis: a refusal has no time to wait for (a slot comes back when a
+// request ends), an admission's lease runs lease= from Redis's clock, and
+// no decision has a window.
+void concurrency_bounds(const rl_rule_t &rule, bool, Bounds &b)
+{
+    b.longest = (unsigned __int128) (rule.lease_ms > 0 ? rule.lease_ms : RL_LEASE_DEFAULT_MS);
+    b.window_min = b.window_max = 0;
+}
+
 }  // namespace
 
 extern const Algorithm kConcurrency = {
     "concurrency",
     kSlots,
-    P_MAX_WAIT,
+    P_MAX_WAIT | P_LEASE,
     concurrency_finish,
     concurrency_tail,
     concurrency_blob_size,
@@ -371,11 +393,12 @@ extern const Algorithm kConcurrency = {
     concurrency_owed,
     concurrency_restore,
     nullptr,
-    "a slot must be given back when its request ends or its nginx server dies, and Redis cannot see either; use "
-    "a zone without redis= for this rule",
     nullptr,
-    period_bounds,
-    "counts requests in flight on this server, not units spent",
+    nullptr,
+    concurrency_bounds,
+    "it counts requests in flight, which an exchange of counts every interval cannot hold to a limit across "
+    "servers (nor give back a dead server's slots); use redis= for a fleet-wide concurrency limit (leases in "
+    "Redis)",
     concurrency_fields,
     P_LIMIT,
     nullptr,

@@ -46,6 +46,7 @@ const struct {
     {"initial", P_INITIAL},
     {"tolerance", P_TOLERANCE},
     {"interval", P_INTERVAL},
+    {"lease", P_LEASE},
 };
 
 // The parameters that may be a $variable, evaluated by the glue per request.
@@ -263,6 +264,7 @@ const TimeParam time_params[] = {
     {P_MAX_WAIT, &rl_rule_t::max_wait_ms, 0, 3600000, "a time from 0ms to 1h, like 500ms, 10s, 1m"},
     {P_MAX_DELAY, &rl_rule_t::max_delay_ms, 0, RL_PERIOD_MAX_MS, "a time from 0ms to 366d, like 500ms, 5s, 1m"},
     {P_INTERVAL, &rl_rule_t::interval_ms, 50, 60000, "a time from 50ms to 1m, like 500ms, 2s"},
+    {P_LEASE, &rl_rule_t::lease_ms, 1000, 3600000, "a time from 1s to 1h, like 10s, 30s, 5m"},
 };
 
 struct WordParam {

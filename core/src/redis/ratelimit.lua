@@ -12,7 +12,9 @@
 -- cost (a settle: what the admission reserved), delay, ban_ms, charge (1:
 -- the rule has charge=), estimate (charge=: what an admission reserves at
 -- most), since (an override's: when the rule's limits as applied began, or
--- 0); a settle adds the units to spend, and the head's t after its
+-- 0), lease (concurrency: lease= in ms), lease_name (concurrency: the
+-- lease a decision takes, a release or renewal names, or ""); a settle
+-- adds the units to spend, and the head's t after its
 -- admission and when it was decided (what giving its reservation back
 -- needs).  KEYS: each rule's state, then the ban of each rule with ban=
 -- (not for a settle).
@@ -37,6 +39,9 @@
 --          admission reserved and spends the charge instead, even into debt
 --          (settle.cpp): {1, then per rule: units charged, 1 if the key is
 --          in debt after it, 1 if the debt's bound capped it}.
+--   release, renew  concurrency: each rule's lease removed, or its deadline
+--          moved to lease= from now (one expired already is not taken
+--          again): {1, leases that were live, leases found expired}.
 --
 -- State: gcra, token_bucket, leaky_bucket keep a string "t n l p" (the
 -- instant t + n/l ms, l and p the limit and period it was written in: a
@@ -44,8 +49,9 @@
 -- "t n" (the core's head, n with CARRIED when a charge's excess is counted
 -- in the window ending t); sliding_window a string "tick c0 ... cS" (its
 -- block), and with charge= the instant the key owes until; sliding_log a
--- list of the admitted units' times, oldest first; a ban the instant it
--- ends.  Every write sets the key to expire 1 ms after the state is back to
+-- list of the admitted units' times, oldest first; concurrency a sorted
+-- set of leases (their names scored by their deadlines); a ban the
+-- instant it ends.  Every write sets the key to expire 1 ms after the state is back to
 -- full budget (a ban when it ends), so Redis holds active keys only.
 
 
@@ -723,6 +729,56 @@ local function sliding_log_settled(key, r, b, now, testing)
   if n > 0 then redis.call('PEXPIRE', key, expire_in(b.times[n] + r.period, now, testing)) end
 end
 
+-- concurrency.cpp: a key's slots in flight across the fleet, leases: a
+-- sorted set of lease names (a server's worker and its request) scored by
+-- their deadlines, Redis's clock plus lease=; the expired ones are dropped
+-- before a count (a look drops nothing: it writes nothing), so that a dead
+-- server's slots come back within lease= with no one's action
+
+local function load_leases(key, r, now, look)
+  if not look then redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now)) end
+  return redis.call('ZCOUNT', key, '(' .. num(now), '+inf')
+end
+
+local function concurrency(r, held, now, cost)
+  local d = decision(0)
+  d.remaining = held < r.limit and r.limit - held or 0
+  if cost == 0 or d.remaining > 0 then
+    d.allowed = 1
+    if cost > 0 then d.remaining = d.remaining - 1 end
+  end
+  return d
+end
+
+-- the set lives as long as its latest lease
+local function lease_expiry(key, deadline, now, testing)
+  local want = tonumber(expire_in(deadline, now, testing))
+  if redis.call('PTTL', key) < want then redis.call('PEXPIRE', key, num(want)) end
+end
+
+-- an admission: the request's lease taken; its deadline
+local function lease_commit(key, r, now, testing)
+  local deadline = now + r.lease
+  local name = r.lease_name ~= '' and r.lease_name or ('unnamed:' .. num(now))
+  redis.call('ZADD', key, num(deadline), name)
+  lease_expiry(key, deadline, now, testing)
+  return deadline
+end
+
+-- a lease released or renewed: 1 if it was live, 0 if it had expired (it
+-- is not taken again: its slot may be another's now)
+local function lease_end(key, r, now, testing, renew)
+  local at = tonumber(redis.call('ZSCORE', key, r.lease_name) or '')
+  if not at or at <= now or not renew then
+    redis.call('ZREM', key, r.lease_name)
+    return (at and at > now) and 1 or 0
+  end
+  local deadline = now + r.lease
+  redis.call('ZADD', key, 'XX', num(deadline), r.lease_name)
+  lease_expiry(key, deadline, now, testing)
+  return 1
+end
+
 -- ---- the table of the algorithms (registry.cpp), by enum rl_algorithm -----
 --
 -- head: the state is a head (load_head, store_head); else the algorithm
@@ -739,6 +795,7 @@ local algorithms = {
          commit = sliding_log_commit, settled = sliding_log_settled},
   [5] = {head = true, decide = leaky_bucket, refund = paced_refund, carry = paced_carry},   -- leaky_bucket
   [6] = {head = true, decide = quota, charge = quota_charge, refund = window_refund},
+  [7] = {load = load_leases, decide = concurrency, commit = lease_commit},   -- concurrency
 }
 
 -- ---- bans (check.cpp) ------------------------------------------------------
@@ -776,7 +833,7 @@ else
 end
 local call = ARGV[2]
 local settle = call == 'settle'
-local per = settle and 18 or 15
+local per = settle and 20 or 17
 local n = (#ARGV - 2) / per
 
 local rules = {}
@@ -788,10 +845,10 @@ for i = 1, n do
              max_delay = tonumber(ARGV[a + 7]), reset = tonumber(ARGV[a + 8]),
              utc_offset = tonumber(ARGV[a + 9]), cost = tonumber(ARGV[a + 10]), delay = tonumber(ARGV[a + 11]),
              ban = tonumber(ARGV[a + 12]), charge = tonumber(ARGV[a + 13]), estimate = tonumber(ARGV[a + 14]),
-             since = tonumber(ARGV[a + 15])}
+             since = tonumber(ARGV[a + 15]), lease = tonumber(ARGV[a + 16]), lease_name = ARGV[a + 17]}
   if settle then
-    r.units, r.after, r.at = tonumber(ARGV[a + 16]), tonumber(ARGV[a + 17]), tonumber(ARGV[a + 18])
-  elseif r.ban > 0 then
+    r.units, r.after, r.at = tonumber(ARGV[a + 18]), tonumber(ARGV[a + 19]), tonumber(ARGV[a + 20])
+  elseif r.ban > 0 and call ~= 'release' and call ~= 'renew' then
     bans = bans + 1
     r.bankey = KEYS[n + bans]
   end
@@ -808,6 +865,12 @@ if call == 'reset' then
     out[i + 1] = found
   end
   return out
+end
+
+if call == 'release' or call == 'renew' then
+  local done = 0
+  for i = 1, n do done = done + lease_end(KEYS[i], rules[i], now, testing, call == 'renew') end
+  return {1, done, n - done}
 end
 
 if settle then
@@ -848,7 +911,7 @@ for i = 1, n do
   local a = algorithms[r.algorithm]
   -- a rule sharing its key with an earlier one decides on the head that
   -- one would leave (check.cpp's current())
-  local s = a.head and (heads[KEYS[i]] or load_head(KEYS[i])) or a.load(KEYS[i], r)
+  local s = a.head and (heads[KEYS[i]] or load_head(KEYS[i])) or a.load(KEYS[i], r, now, peek)
   if a.carry then s = a.carry(r, s, now) end
   if r.charge == 1 and r.estimate > r.cost then r.cost = reserve(r, a.decide(r, s, now, 0, false)) end
   local d, nh = a.decide(r, s, now, r.cost, false)

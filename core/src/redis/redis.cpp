@@ -2,6 +2,7 @@
 // reply is read in resp.cpp and judged in redis_reply.cpp).  No I/O here:
 // the glue owns the connections (nginx events), the conformance test a
 // blocking socket.
+#include <cstdio>
 #include <cstring>
 
 #include "algorithms/algorithm.h"
@@ -55,7 +56,7 @@ unsigned crc16(const char *p, size_t len)
 
 // Fields per rule in the script's ARGV, and a settle's three more: the
 // units to spend, the head's t after the admission and when it was decided.
-const size_t kArgsPerRule = 15;
+const size_t kArgsPerRule = 17;
 const size_t kSettleArgs = 3;
 
 // The identity of a key's ban (ban=), as the table's ban_tag: another name
@@ -70,12 +71,32 @@ uint64_t ban_identity(uint64_t identity)
 // settle a charge.
 bool sent(const rl_check_t &c, int call)
 {
+    if (call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW) {
+        return rl_redis_holds_lease(&c) != 0;
+    }
     return call == RL_REDIS_SETTLE ? rl::settles(c) : rl::applies(c);
+}
+
+// A concurrency check's lease, as the script names its member: the
+// worker's random number, its process and the lease's number there.
+size_t lease_name(const rl_request_t &rq, const rl_check_t &c, char *out, size_t cap)
+{
+    if (!rl::has(*c.rule, rl::kSlots) || c.slot == 0) {
+        return 0;
+    }
+    const int n = std::snprintf(out, cap, "%016llx:%u:%u", (unsigned long long) rq.lease, (unsigned) rq.holder,
+                                (unsigned) c.slot);
+    return n > 0 && (size_t) n < cap ? (size_t) n : 0;
 }
 
 }  // namespace
 
 extern "C" {
+
+int rl_redis_holds_lease(const rl_check_t *c)
+{
+    return rl::applies(*c) && rl::has(*c->rule, rl::kSlots) && c->slot > 0;
+}
 
 const char *rl_redis_script(size_t *len)
 {
@@ -88,6 +109,14 @@ int rl_redis_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
     const rl::Algorithm &a = rl::algorithm_of(*rule);
     if (a.no_redis != nullptr) {
         return rl::fail(err, errlen, "algorithm=%s is not decided in Redis: %s", a.name, a.no_redis);
+    }
+    if ((a.traits & rl::kSlots) && rule->max_wait_ms > 0) {
+        return rl::fail(err, errlen,
+                        "\"max_wait=\" does not apply to algorithm=%s in a Redis zone: a request would wait in "
+                        "its server's queue while the slot it waits for frees on another server, which only "
+                        "asking Redis again and again would tell; refuse at once (max_wait=0, the default), or "
+                        "use a zone without redis= to wait",
+                        a.name);
     }
     if (a.redis_units == nullptr) {
         return RL_OK;  // counters and times only
@@ -167,14 +196,16 @@ size_t rl_redis_command_size(size_t n, size_t prefix_len, size_t script_len)
 size_t rl_redis_command(char *buf, const char *script, size_t script_len, int eval, int call, const char *prefix,
                         size_t prefix_len, int cluster, const rl_request_t *rq, int64_t now_ms)
 {
-    static const char *const kCalls[] = {nullptr, "peek", "reset", "settle"};
+    static const char *const kCalls[] = {nullptr, "peek", "reset", "settle", "release", "renew"};
     const bool settle = call == RL_REDIS_SETTLE;
+    // the calls that change no rate: no ban is read or written
+    const bool bare = settle || call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW;
     const rl_check_t *c = rq->checks;
     size_t n = 0, bans = 0;
     for (size_t i = 0; i < rq->n; i++) {
         if (sent(c[i], call)) {
             n++;
-            bans += !settle && c[i].rule->ban_ms > 0;
+            bans += !bare && c[i].rule->ban_ms > 0;
         }
     }
 
@@ -193,7 +224,7 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
     const size_t plen = prefix_len < 256 ? prefix_len : 256;
     for (int pass = 0; pass < 2; pass++) {
         for (size_t i = 0; i < rq->n; i++) {
-            if (!sent(c[i], call) || (pass == 1 && (settle || c[i].rule->ban_ms == 0))) {
+            if (!sent(c[i], call) || (pass == 1 && (bare || c[i].rule->ban_ms == 0))) {
                 continue;
             }
             const uint64_t id = pass == 0 ? c[i].identity : ban_identity(c[i].identity);
@@ -206,7 +237,7 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
     } else {
         w.arg("", 0);
     }
-    if (call > RL_REDIS_DECIDE && call <= RL_REDIS_SETTLE) {
+    if (call > RL_REDIS_DECIDE && call <= RL_REDIS_RENEW) {
         w.arg(kCalls[call], std::strlen(kCalls[call]));
     } else {
         // a decision: 0 all, 1 any; 2 more for a dry run (it bans nobody)
@@ -241,6 +272,11 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
         w.arg(exact(learns ? rl::Table::at(c[i].table)->estimate(c[i].counters - 1) : 0));
         // an override's: when the rule's limits as applied began
         w.arg(c[i].since);
+        // concurrency: its lease's time, and its name where it takes,
+        // releases or renews one
+        w.arg(r.lease_ms);
+        char lease[64];
+        w.arg(lease, lease_name(*rq, c[i], lease, sizeof(lease)));
         if (settle) {
             w.arg(exact(c[i].charge));
             w.arg(c[i].after.t);

@@ -198,16 +198,19 @@ bool in_range(const rl_check_t &c, const int64_t *v, bool peek, rl_redis_answer_
     const uint64_t cost = c.cost < RL_REDIS_UNITS_MAX ? c.cost : RL_REDIS_UNITS_MAX;  // as sent
     const int64_t never = cost > g.capacity;
     const bool refused = v[kAllowed] != 1;
+    // a slot refused has no time to wait for: it comes back when a request
+    // ends (concurrency)
+    const bool waits = refused && !rl::has(*c.rule, rl::kSlots);
     const int64_t ban = c.rule->ban_ms > 0 ? c.rule->ban_ms + RL_REDIS_CLOCK_SLACK_MS : 0;
     const int64_t want[kBanned + 1][2] = {
-        {0, never ? 0 : 1},                          // allowed: never when it never can be
-        {never, never},                              // never: exactly when the cost exceeds the capacity
-        {0, g.quota},                                // remaining
-        {0, g.longest},                              // reset_ms
-        {refused ? 1 : 0, refused ? g.longest : 0},  // retry_after_ms: when refused only
-        {0, refused ? 0 : g.max_delay},              // delay_ms: an admitted shaper's only
-        {g.window_min, g.window_max},                // window_ms
-        {0, g.longest},                              // available_ms
+        {0, never ? 0 : 1},                        // allowed: never when it never can be
+        {never, never},                            // never: exactly when the cost exceeds the capacity
+        {0, g.quota},                              // remaining
+        {0, g.longest},                            // reset_ms
+        {waits ? 1 : 0, refused ? g.longest : 0},  // retry_after_ms: when refused only
+        {0, refused ? 0 : g.max_delay},            // delay_ms: an admitted shaper's only
+        {g.window_min, g.window_max},              // window_ms
+        {0, g.longest},                            // available_ms
         // banned_ms: a ban= rule's, refusing (a peek's look shows it too)
         {0, refused || (peek && cost == 0) ? ban : 0},
     };
@@ -400,8 +403,13 @@ int decision_answer(rl_request_t *rq, int call, const rl_resp_t &r, size_t n, rl
     }
     v = r.items + kReplyHead;
     for (size_t i = 0; i < rq->n; i++) {
-        if (rl::applies(rq->checks[i])) {
-            take(rq->checks[i], v, now);
+        rl_check_t &c = rq->checks[i];
+        if (rl::applies(c)) {
+            take(c, v, now);
+            // a lease is held where one was taken only
+            if (rl::has(*c.rule, rl::kSlots) && (peek || !allowed || v[kAllowed] != 1 || v[kAfter] == 0)) {
+                c.slot = 0;
+            }
             v += kReplyPerRule;
         }
     }
@@ -409,6 +417,29 @@ int decision_answer(rl_request_t *rq, int call, const rl_resp_t &r, size_t n, rl
     if (call == RL_REDIS_DECIDE) {
         out.verdict = rl::conclude(*rq, allowed);
     }
+    return out.kind;
+}
+
+// A release's or a renewal's answer: {1, leases live, leases expired},
+// one of the two for each lease sent.
+int leases_answer(const rl_request_t *rq, int call, const rl_resp_t &r, rl_redis_answer_t &out)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < rq->n; i++) {
+        n += rl_redis_holds_lease(&rq->checks[i]) != 0;
+    }
+    const char *what = call == RL_REDIS_RELEASE ? "release" : "renewal";
+    if (r.type != RL_RESP_ARRAY || r.integer != 3 || !r.integers || r.nitems != 3) {
+        return failed(out, "a %s, expected an array of 3 integers to a %s", type_name(r), what);
+    }
+    const int64_t *v = r.items;
+    if (v[0] != 1 || v[1] < 0 || v[2] < 0 || (uint64_t) v[1] + (uint64_t) v[2] != n) {
+        return failed(out, "a %s's answer is {%lld, %lld, %lld}: expected {1, live, expired} of %zu leases", what,
+                      (long long) v[0], (long long) v[1], (long long) v[2], n);
+    }
+    out.leases_done = (uint32_t) v[1];
+    out.leases_gone = (uint32_t) v[2];
+    out.kind = RL_REDIS_DECIDED;
     return out.kind;
 }
 
@@ -423,6 +454,9 @@ int answer(rl_request_t *rq, int call, const rl_resp_t &r, rl_redis_answer_t &ou
             return out.kind;
         }
         return failed(out, "a %s, expected \"+OK\"", type_name(r));
+    }
+    if (call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW) {
+        return leases_answer(rq, call, r, out);
     }
     if (rq->n > RL_RULES_MAX) {
         return failed(out, "a call of %zu checks, more than %d", rq->n, RL_RULES_MAX);
@@ -462,6 +496,8 @@ int rl_redis_answer(rl_request_t *rq, int call, const rl_resp_t *r, rl_redis_ans
     out->verdict = 0;
     out->found = 0;
     out->unbanned = 0;
+    out->leases_done = 0;
+    out->leases_gone = 0;
     out->why[0] = '\0';
     try {
         return answer(rq, call, *r, *out);
