@@ -1,7 +1,7 @@
 
 /*
- * ngx-ratelimit: ratelimit_zone: zones, reloads, rules' counters, the zones'
- * locks (ngx_http_ratelimit_zone.c).
+ * ngx-ratelimit: the zones at run time: laid out, found, walked, their
+ * rules' counters and locks (ngx_http_ratelimit_zone.c).
  */
 
 #ifndef NGX_HTTP_RATELIMIT_ZONE_H
@@ -11,14 +11,11 @@
 #include "ngx_http_ratelimit_types.h"
 
 
-char *ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-ngx_int_t ngx_http_ratelimit_zone_name(ngx_conf_t *cf, const char *directive,
-    ngx_str_t *name);
 ngx_shm_zone_t *ngx_http_ratelimit_lookup_zone(ngx_list_t *shared_memory,
     ngx_str_t *name);
-ngx_int_t ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
-    ngx_http_ratelimit_main_conf_t *rmcf);
+ngx_int_t ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data);
+size_t ngx_http_ratelimit_table_size(ngx_http_ratelimit_zone_t *zone,
+    size_t zone_size);
 void ngx_http_ratelimit_claim_stats(ngx_http_ratelimit_zone_t *zone,
     ngx_uint_t lock);
 int ngx_http_ratelimit_counters(ngx_log_t *log,

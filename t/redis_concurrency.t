@@ -206,8 +206,8 @@ $one->conf_refused(
                           15), 'Redis back: decided there again');
     my $k = $one->key_rule('rc', $key, 'c');
     is("$k->{remaining} $k->{in_flight}", '10 0', 'no lease left of the requests decided while Redis was away');
-    @r = RLTest::parallel({ gap => 0.02 }, map { my $t = $fleet[ $_ % 2 ];
-        sub { $t->get('/c/', { 'X-Key' => $key, 'X-Hold' => 1500, 'X-Seq' => "back-$_" })->{status} } } 1 .. 12);
+    @r = RLTest::parallel({ gap => 0.02 }, map { my ($t, $i) = ($fleet[ $_ % 2 ], $_);
+        sub { $t->get('/c/', { 'X-Key' => $key, 'X-Hold' => 1500, 'X-Seq' => "back-$i" })->{status} } } 1 .. 12);
     is(join(' ', sort @r), join(' ', ('200') x 10, '429', '429'), 'then 12 at once: 10 served, 2 refused');
     my $most = most_at_once(qr/^back-/);
     ok($most <= 10, "the upstream held at most 10 of them at once ($most)");

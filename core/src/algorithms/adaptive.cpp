@@ -327,25 +327,6 @@ void adaptive_tail(const rl_rule_t &, char *out, size_t len)
     std::snprintf(out, len, "%s", "adaptive");
 }
 
-// The policy: the most (limit=), and no window.
-void adaptive_policy(rl_rule_t &rule)
-{
-    rule.policy_quota = rule.limit;
-    rule.policy_window_ms = 0;
-}
-
-void adaptive_refund(const rl_rule_t &, State &, uint64_t, rl_state_t, int64_t, int64_t) {}
-
-uint32_t adaptive_owed(const rl_rule_t &, const State &, const rl_decision_t &, int64_t)
-{
-    return 0;
-}
-
-State adaptive_restore(const rl_rule_t &, Owed, int64_t)
-{
-    return State{rl_state_t{0, 0}, nullptr};
-}
-
 void adaptive_fields(Out &o, const rl_rule_t &rule)
 {
     o.field("min", (uint64_t) rule.adapt_min);
@@ -363,15 +344,15 @@ extern const Algorithm kAdaptive = {
     adaptive_finish,
     adaptive_tail,
     adaptive_block,
-    adaptive_policy,
+    concurrency_policy,
     nullptr,
     nullptr,
     concurrency,
     nullptr,
     "each request holds one slot while it runs",
-    adaptive_refund,
-    adaptive_owed,
-    adaptive_restore,
+    concurrency_refund,
+    concurrency_owed,
+    concurrency_restore,
     nullptr,
     "its limit follows the latency one upstream shows to this server's requests, and a slot must be given back "
     "when its request ends: a fleet-wide adaptive limit is not defined; use a zone without redis= for this rule",

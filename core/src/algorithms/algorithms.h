@@ -231,4 +231,12 @@ inline int64_t floor_div(int64_t a, int64_t b)
     return a / b - (a % b < 0);
 }
 
+// The slot algorithms' (concurrency.cpp; adaptive's record names them):
+// the limit and no window for the policy, no refund, no debt, nothing to
+// restore (a slot is given back when its request ends).
+void concurrency_policy(rl_rule_t &rule);
+void concurrency_refund(const rl_rule_t &, State &, uint64_t, rl_state_t, int64_t, int64_t);
+uint32_t concurrency_owed(const rl_rule_t &, const State &, const rl_decision_t &, int64_t);
+State concurrency_restore(const rl_rule_t &, Owed, int64_t);
+
 }  // namespace rl

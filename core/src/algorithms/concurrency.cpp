@@ -297,6 +297,30 @@ void concurrency_counts(const rl_rule_t &rule, const State &s, uint32_t *held, u
     *queued = s.blob != nullptr ? block_of(s)->queued : 0;
 }
 
+// What the slot algorithms share (adaptive's record names them too).
+
+// The policy: the limit, and no window (slots come back as requests end).
+void concurrency_policy(rl_rule_t &rule)
+{
+    rule.policy_quota = rule.limit;
+    rule.policy_window_ms = 0;
+}
+
+// A slot is given back when its request ends, whatever ends it.
+void concurrency_refund(const rl_rule_t &, State &, uint64_t, rl_state_t, int64_t, int64_t) {}
+
+// Slots are not a debt: kept in the table while held (check.cpp), and a
+// key absent from it holds none.
+uint32_t concurrency_owed(const rl_rule_t &, const State &, const rl_decision_t &, int64_t)
+{
+    return 0;
+}
+
+State concurrency_restore(const rl_rule_t &, Owed, int64_t)
+{
+    return State{rl_state_t{0, 0}, nullptr};
+}
+
 namespace {
 
 // Not a rate: no period, no cost, no charge; its state keeps who holds
@@ -336,28 +360,6 @@ int concurrency_finish(rl_rule_t &rule, char *err, size_t errlen)
 void concurrency_tail(const rl_rule_t &, char *out, size_t len)
 {
     std::snprintf(out, len, "%s", "at_once");
-}
-
-// The policy: the limit, and no window (slots come back as requests end).
-void concurrency_policy(rl_rule_t &rule)
-{
-    rule.policy_quota = rule.limit;
-    rule.policy_window_ms = 0;
-}
-
-// A slot is given back when its request ends, whatever ends it.
-void concurrency_refund(const rl_rule_t &, State &, uint64_t, rl_state_t, int64_t, int64_t) {}
-
-// Slots are not a debt: kept in the table while held (check.cpp), and a
-// key absent from it holds none.
-uint32_t concurrency_owed(const rl_rule_t &, const State &, const rl_decision_t &, int64_t)
-{
-    return 0;
-}
-
-State concurrency_restore(const rl_rule_t &, Owed, int64_t)
-{
-    return State{rl_state_t{0, 0}, nullptr};
 }
 
 void concurrency_fields(Out &o, const rl_rule_t &rule)
