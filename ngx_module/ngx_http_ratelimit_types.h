@@ -63,6 +63,9 @@ typedef struct ngx_http_ratelimit_overrides_poll_s
 #define NGX_HTTP_RATELIMIT_FOLD_LINES        10
 
 
+typedef struct ngx_http_ratelimit_rule_s  ngx_http_ratelimit_rule_t;
+
+
 typedef struct {
     ngx_str_t                    name;      /* as declared */
     ngx_slab_pool_t             *shpool;    /* its mutex is the zone's lock */
@@ -71,6 +74,9 @@ typedef struct {
     ngx_array_t                  blobs;     /* uint32_t: its rules' blocks */
     ngx_array_t                  rules;     /* ngx_http_ratelimit_rule_t *:
                                                the rules naming it */
+    ngx_http_ratelimit_rule_t  **names;     /* its first rule of each name,
+                                               sorted by name */
+    ngx_uint_t                   nnames;
     u_char                      *file;      /* where it is declared */
     ngx_uint_t                   line;
     ngx_http_ratelimit_redis_t  *redis;     /* NULL: decided in the zone */
@@ -128,7 +134,7 @@ typedef struct {
 } ngx_http_ratelimit_rule_vars_t;
 
 
-typedef struct {
+struct ngx_http_ratelimit_rule_s {
     ngx_shm_zone_t              *shm_zone;  /* data: the zone */
     rl_rule_t                    rule;
     uint64_t                     identity;
@@ -147,7 +153,7 @@ typedef struct {
     /* this worker's, once the rule logs (a configuration may hold
        thousands of rules that never do) */
     ngx_http_ratelimit_rule_log_t  *log;
-} ngx_http_ratelimit_rule_t;
+};
 
 
 /* ratelimit_status, ratelimit_grpc_status not given: the refusing rule's

@@ -24,6 +24,8 @@ static ngx_http_ratelimit_zone_t *ngx_http_ratelimit_next_zone(
     ngx_cycle_t *cycle, ngx_list_part_t **part, ngx_uint_t *i);
 static ngx_int_t ngx_http_ratelimit_named(ngx_http_ratelimit_zone_t *zone,
     void *data);
+static void ngx_http_ratelimit_kept_names(ngx_http_ratelimit_zone_t *zone,
+    ngx_log_t *log);
 static void ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone,
     ngx_uint_t reused);
 static size_t ngx_http_ratelimit_refusals_size(ngx_http_ratelimit_zone_t *zone,
@@ -119,6 +121,7 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
                           zone->blobs.nelts))
     {
         zone->table = ozone->table;
+        ngx_http_ratelimit_kept_names(zone, shm_zone->shm.log);
         ngx_http_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
                                           zone->table);
         ngx_http_ratelimit_overrides_attach(zone, table + size,
@@ -141,8 +144,9 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     ngx_http_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
                                       zone->table);
 
-    if (rl_table_init(zone->table, size, zone->blobs.elts, zone->blobs.nelts,
-                      NULL, err, sizeof(err))
+    if (rl_table_init_names(zone->table, size, zone->blobs.elts,
+                            zone->blobs.nelts, zone->nnames, NULL, err,
+                            sizeof(err))
         != RL_OK)
     {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
@@ -193,6 +197,26 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * A zone kept across a reload keeps its room to count rule names (what it
+ * was laid out for, and a quarter more): names beyond it are limited but
+ * not counted until the zone is laid out anew, at a restart.
+ */
+
+static void
+ngx_http_ratelimit_kept_names(ngx_http_ratelimit_zone_t *zone, ngx_log_t *log)
+{
+    if (rl_table_rule_room(zone->table) < zone->nnames) {
+        ngx_log_error(NGX_LOG_WARN, log, 0,
+                      "ratelimit_zone \"%V\" keeps its state and its room "
+                      "to count %uz rule names: %ui names now, the names "
+                      "beyond are not counted in ratelimit_stats until a "
+                      "restart", &zone->name,
+                      rl_table_rule_room(zone->table), zone->nnames);
+    }
 }
 
 
@@ -401,8 +425,9 @@ ngx_http_ratelimit_claim_stats(ngx_http_ratelimit_zone_t *zone,
  * A rule's counters are found in its zone by name the first time a worker
  * decides for it (under the zone's lock, taken by workers only: the master
  * never waits on a lock a worker may hold), before the request is decided,
- * so that a refusal counts among its top keys.  A zone counts up to
- * RL_RULE_STATS_MAX names; past that, once per worker, a warning.  Returns
+ * so that a refusal counts among its top keys.  A zone counts the names
+ * it was laid out for (and a quarter more); past that (a reload that added
+ * more, the zone kept), once per worker, a warning.  Returns
  * what rl_check_t's counters holds: the slot plus 1, 0 for none.
  */
 
@@ -424,31 +449,47 @@ ngx_http_ratelimit_counters(ngx_log_t *log, ngx_http_ratelimit_rule_t *rule)
     if (rule->stats < 0 && !zone->stats_full_logged) {
         zone->stats_full_logged = 1;
         ngx_log_error(NGX_LOG_WARN, log, 0,
-                      "ratelimit_zone \"%V\" counts %d rule names "
+                      "ratelimit_zone \"%V\" counts %uz rule names "
                       "already: rule \"%V\" and others are not counted "
                       "in ratelimit_stats", &zone->name,
-                      RL_RULE_STATS_MAX, &rule->name);
+                      rl_table_rule_room(zone->table), &rule->name);
     }
 
     return rule->stats + 1;
 }
 
 
-/* The first rule of a zone with this name, in this configuration. */
+/*
+ * The first rule of a zone with this name, in this configuration: found
+ * among its names, sorted (ngx_http_ratelimit_zone_names).
+ */
 
 ngx_http_ratelimit_rule_t *
 ngx_http_ratelimit_zone_rule(ngx_http_ratelimit_zone_t *zone, ngx_str_t *name)
 {
-    ngx_uint_t                   i;
-    ngx_http_ratelimit_rule_t  **rules;
+    ngx_int_t                   c;
+    ngx_uint_t                  lo, hi, mid;
+    ngx_http_ratelimit_rule_t  *rule;
 
-    rules = zone->rules.elts;
+    lo = 0;
+    hi = zone->nnames;
 
-    for (i = 0; i < zone->rules.nelts; i++) {
-        if (rules[i]->name.len == name->len
-            && ngx_strncmp(rules[i]->name.data, name->data, name->len) == 0)
-        {
-            return rules[i];
+    while (lo < hi) {
+        mid = lo + (hi - lo) / 2;
+        rule = zone->names[mid];
+
+        c = ngx_memn2cmp(rule->name.data, name->data, rule->name.len,
+                         name->len);
+
+        if (c == 0) {
+            return rule;
+        }
+
+        if (c < 0) {
+            lo = mid + 1;
+
+        } else {
+            hi = mid;
         }
     }
 

@@ -78,8 +78,36 @@ is((admitted('/shared_a/index.html', 'k5', 10))[0], 3, 'shared, first location: 
 is((admitted('/shared_b/index.html', 'k5', 10))[0], 0, 'shared, second location: the same state, spent');
 is((admitted('/shared_b/index.html', 'k6', 10))[0], 2, 'shared, another key: the rule\'s 2');
 
-my $stats = $t->get('/stats');
-is($stats->{status}, 200, 'the stats answer');
+# every name counted apart, in the JSON stats (the dashboard's source),
+# Prometheus, and the key API (GET /stats makes no request of a rule)
+for my $i (1 .. $n) {
+    $t->get("/t$i/index.html", { 'X-K' => 'k8' }) for 1 .. ($i % 3 ? 1 : 2);
+}
+my $stats = $t->stats();
+my $rules = $stats->{zones}{tenants}{rules};
+is(scalar(grep { /^tenant\d+$/ } keys %$rules), $n, "the JSON stats: all $n names of the zone");
+my %earlier = map { $_ => 1 } 1, 2, 3, 4, 5, 7, 42, 43, 499, 500, 777, 779, 998, 999, $n;
+my @wrong = grep {
+    my $r = $rules->{"tenant$_"};
+    !$r || $r->{allowed} + $r->{rejected} != ($_ % 3 ? 1 : 2)
+} grep { !$earlier{$_} } 1 .. $n;
+is("@wrong", '', 'the JSON stats: each name its own requests');
+is($rules->{tenant8}{allowed}, 1, 'tenant8: 1 allowed');
+is($rules->{tenant9}{allowed}, 2, 'tenant9: 2 allowed');
+ok($rules->{tenant777}{overridden} >= 7, 'tenant777: the requests that met its override counted');
+ok($rules->{shared}, 'the shared name: counted once');
+my $prom = $t->get('/stats?format=prometheus')->{content};
+my %seen = $prom =~ /^nginx_ratelimit_allowed_total\{zone="tenants",rule="(tenant\d+)"\} (\d+)$/mg;
+is(scalar(keys %seen), $n, "Prometheus: all $n names");
+is($seen{tenant8}, 1, 'Prometheus: tenant8\'s allowed');
+is($seen{tenant999}, $rules->{tenant999}{allowed}, 'Prometheus: tenant999 as in the JSON');
+my $keys = $t->get('/rl/zones/tenants/keys?key=k8&rule=tenant999');
+is($keys->{status}, 200, 'the key API: k8 in tenant999');
+like($keys->{content}, qr/tenant999/, 'the key API: the state of k8 in tenant999');
+my $top = $t->get('/rl/zones/tenants/top?rule=tenant1000');
+like($top->{content}, qr/"tenant1000"/, 'the key API: the keys tenant1000 refuses most');
+my $all = $t->get('/rl/zones/tenants/top')->{content};
+is(scalar(() = $all =~ /"tenant\d+":\{/g), $n, "the key API: the top keys of all $n names");
 
 # a reload keeps the zone and what was spent
 $t->reload();
