@@ -272,7 +272,7 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
     ngx_http_ratelimit_loc_conf_t *rlcf, ngx_http_ratelimit_rule_t *rule,
     ngx_str_t *key)
 {
-    u_char      c, text[NGX_INT64_LEN];
+    u_char      c;
     ngx_str_t   s;
     ngx_uint_t  i;
 
@@ -298,15 +298,6 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
     rule->name.data = (u_char *) rule->rule.name;
     rule->name.len = ngx_strlen(rule->rule.name);
 
-    /* X-RateLimit-Limit of a rule whose limit is constant */
-
-    rule->limit_text.len = ngx_sprintf(text, "%uD", rule->rule.limit) - text;
-    rule->limit_text.data = ngx_pnalloc(cf->pool, rule->limit_text.len);
-    if (rule->limit_text.data == NULL) {
-        return NGX_ERROR;
-    }
-
-    ngx_memcpy(rule->limit_text.data, text, rule->limit_text.len);
     rule->identity = rl_rule_identity(&rule->rule, (char *) key->data,
                                       key->len);
 

@@ -139,7 +139,6 @@ struct ngx_http_ratelimit_rule_s {
     rl_rule_t                    rule;
     uint64_t                     identity;
     ngx_str_t                    name;      /* rule.name */
-    ngx_str_t                    limit_text; /* rule.limit, in decimal */
     ngx_http_complex_value_t    *key;       /* shared by the rules of the
                                                same key */
     int32_t                      key_index; /* a key that is one variable,

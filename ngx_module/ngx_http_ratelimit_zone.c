@@ -160,10 +160,9 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     ngx_http_ratelimit_overrides_attach(zone, table + size, shm_zone->shm.log);
 
-    /* a new zone is nobody else's yet: its rules' counters are laid out now,
-       without its lock (never taken in the master, see count_one) */
-
-    ngx_http_ratelimit_claim_stats(zone, 0);
+    /* its rules' counters are claimed by the first worker to start (the
+       master never touches them: a zone of thousands of names would cost
+       the master their pages too) */
 
     /* the previous cycle's zone of this name, if any, is not reused */
 
@@ -390,9 +389,9 @@ ngx_http_ratelimit_find_zone(ngx_cycle_t *cycle, ngx_str_t *name)
 
 
 /*
- * Finds every rule's counters in its zone, claiming slots for new names:
- * in a new zone (lock = 0), or at a worker's start if the zone's lock is
- * free (a zone kept across a reload; else count_one does it on first use).
+ * Finds every rule's counters in its zone, claiming slots for new names, at
+ * a worker's start if the zone's lock is free (lock = 1; else count_one
+ * does it on first use), in the order of the configuration.
  */
 
 void
