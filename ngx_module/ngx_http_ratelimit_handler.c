@@ -170,10 +170,8 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
         c->key_len = key.len;
         c->cost = key.len ? ngx_http_ratelimit_cost(r, &rules[i]) : 0;
         c->data = &rules[i];
-        c->counters = rules[i].stats >= 0
-                      ? rules[i].stats + 1
-                      : ngx_http_ratelimit_counters(r->connection->log,
-                                                    &rules[i]);
+        c->counters = ngx_http_ratelimit_counters(r->connection->log,
+                                                  &rules[i]);
     }
 
     ctx->rq.checks = checks;

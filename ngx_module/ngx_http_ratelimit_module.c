@@ -519,8 +519,6 @@ ngx_http_ratelimit_init_process(ngx_cycle_t *cycle)
 static ngx_int_t
 ngx_http_ratelimit_start_zone(ngx_http_ratelimit_zone_t *zone, void *data)
 {
-    ngx_http_ratelimit_claim_stats(zone, 1);
-
     if (zone->sync != NULL) {
         ngx_http_ratelimit_sync_start(zone->sync);
     }

@@ -437,7 +437,6 @@ ngx_http_ratelimit_rule_zone(ngx_conf_t *cf,
     ref->line = cf->conf_file->line;
     ref->rules = &rlcf->rules;
     ref->index = rlcf->rules.nelts - 1;
-    rule->stats = NGX_HTTP_RATELIMIT_STATS_UNKNOWN;
 
     return NGX_OK;
 }

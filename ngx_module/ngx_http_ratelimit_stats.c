@@ -308,11 +308,12 @@ ngx_http_ratelimit_zone_snapshot(ngx_http_request_t *r,
     counters = NULL;
     room = 0;
 
-    /* the names counted so far (a name claimed meanwhile is in the next
-       snapshot) */
+    /* room for every name: those counted so far, and the zone's own
+       (claimed below, under the lock) */
 
     if (what & NGX_HTTP_RATELIMIT_SNAPSHOT_COUNTERS) {
-        room = rl_table_rules_counted(zone->table);
+        room = ngx_min(rl_table_rules_counted(zone->table) + zone->nnames,
+                       rl_table_rule_room(zone->table));
         counters = ngx_palloc(r->pool,
                               (room + 1) * sizeof(rl_rule_stats_t));
         if (counters == NULL) {
@@ -332,6 +333,7 @@ ngx_http_ratelimit_zone_snapshot(ngx_http_request_t *r,
     }
 
     if (counters) {
+        ngx_http_ratelimit_claim_stats(zone, 0);
         z->ncounters = rl_table_rule_stats(zone->table, counters, room);
     }
 

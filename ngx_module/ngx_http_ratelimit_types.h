@@ -77,6 +77,12 @@ typedef struct {
     ngx_http_ratelimit_rule_t  **names;     /* its first rule of each name,
                                                sorted by name */
     ngx_uint_t                   nnames;
+    int32_t                     *slots;     /* this worker's: each name's
+                                               counters in the table, or
+                                               ..._STATS_UNKNOWN (apart from
+                                               the rules, so that a worker
+                                               writes none of the
+                                               configuration's pages) */
     u_char                      *file;      /* where it is declared */
     ngx_uint_t                   line;
     ngx_http_ratelimit_redis_t  *redis;     /* NULL: decided in the zone */
@@ -146,8 +152,8 @@ struct ngx_http_ratelimit_rule_s {
     uint32_t                     key_shared; /* and the rule before's: its
                                                value is taken from it */
     ngx_http_ratelimit_rule_vars_t  *vars;  /* NULL: none */
-    int32_t                      stats;     /* its counters in the zone, or
-                                               ..._STATS_UNKNOWN */
+    uint32_t                     name_index; /* its name among its zone's
+                                               (zone->names, zone->slots) */
 
     /* this worker's, once the rule logs (a configuration may hold
        thousands of rules that never do) */

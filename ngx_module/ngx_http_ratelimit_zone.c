@@ -24,6 +24,8 @@ static ngx_http_ratelimit_zone_t *ngx_http_ratelimit_next_zone(
     ngx_cycle_t *cycle, ngx_list_part_t **part, ngx_uint_t *i);
 static ngx_int_t ngx_http_ratelimit_named(ngx_http_ratelimit_zone_t *zone,
     void *data);
+static ngx_int_t ngx_http_ratelimit_slots(ngx_http_ratelimit_zone_t *zone,
+    ngx_log_t *log);
 static void ngx_http_ratelimit_kept_names(ngx_http_ratelimit_zone_t *zone,
     ngx_log_t *log);
 static void ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone,
@@ -389,9 +391,11 @@ ngx_http_ratelimit_find_zone(ngx_cycle_t *cycle, ngx_str_t *name)
 
 
 /*
- * Finds every rule's counters in its zone, claiming slots for new names, at
- * a worker's start if the zone's lock is free (lock = 1; else count_one
- * does it on first use), in the order of the configuration.
+ * Finds every rule's counters in its zone, claiming slots for new names, in
+ * the order of the configuration: when the stats are asked for (lock = 0:
+ * the caller holds the zone's lock), so that they list every name.  A rule
+ * finds its own on its first request (ngx_http_ratelimit_counters): a
+ * worker touches no counters of names nobody uses or asks about.
  */
 
 void
@@ -401,16 +405,20 @@ ngx_http_ratelimit_claim_stats(ngx_http_ratelimit_zone_t *zone,
     ngx_uint_t                   i;
     ngx_http_ratelimit_rule_t  **rules;
 
-    if (lock && !ngx_shmtx_trylock(&zone->shpool->mutex)) {
+    if (ngx_http_ratelimit_slots(zone, ngx_cycle->log) != NGX_OK
+        || (lock && !ngx_shmtx_trylock(&zone->shpool->mutex)))
+    {
         return;
     }
 
     rules = zone->rules.elts;
 
     for (i = 0; i < zone->rules.nelts; i++) {
-        if (rules[i]->stats == NGX_HTTP_RATELIMIT_STATS_UNKNOWN) {
-            rules[i]->stats = rl_table_rule_slot(zone->table,
-                                                 rules[i]->rule.name);
+        if (zone->slots[rules[i]->name_index]
+            == NGX_HTTP_RATELIMIT_STATS_UNKNOWN)
+        {
+            zone->slots[rules[i]->name_index] =
+                rl_table_rule_slot(zone->table, rules[i]->rule.name);
         }
     }
 
@@ -433,19 +441,28 @@ ngx_http_ratelimit_claim_stats(ngx_http_ratelimit_zone_t *zone,
 int
 ngx_http_ratelimit_counters(ngx_log_t *log, ngx_http_ratelimit_rule_t *rule)
 {
+    int32_t                    *slot;
     ngx_http_ratelimit_zone_t  *zone;
-
-    if (rule->stats != NGX_HTTP_RATELIMIT_STATS_UNKNOWN) {
-        return rule->stats + 1;
-    }
 
     zone = rule->shm_zone->data;
 
+    if (zone->slots == NULL
+        && ngx_http_ratelimit_slots(zone, log) != NGX_OK)
+    {
+        return 0;
+    }
+
+    slot = &zone->slots[rule->name_index];
+
+    if (*slot != NGX_HTTP_RATELIMIT_STATS_UNKNOWN) {
+        return *slot + 1;
+    }
+
     ngx_shmtx_lock(&zone->shpool->mutex);
-    rule->stats = rl_table_rule_slot(zone->table, rule->rule.name);
+    *slot = rl_table_rule_slot(zone->table, rule->rule.name);
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
-    if (rule->stats < 0 && !zone->stats_full_logged) {
+    if (*slot < 0 && !zone->stats_full_logged) {
         zone->stats_full_logged = 1;
         ngx_log_error(NGX_LOG_WARN, log, 0,
                       "ratelimit_zone \"%V\" counts %uz rule names "
@@ -454,7 +471,31 @@ ngx_http_ratelimit_counters(ngx_log_t *log, ngx_http_ratelimit_rule_t *rule)
                       rl_table_rule_room(zone->table), &rule->name);
     }
 
-    return rule->stats + 1;
+    return *slot + 1;
+}
+
+
+/* This worker's slots of the zone's names, each unknown until found. */
+
+static ngx_int_t
+ngx_http_ratelimit_slots(ngx_http_ratelimit_zone_t *zone, ngx_log_t *log)
+{
+    ngx_uint_t  i;
+
+    if (zone->slots != NULL) {
+        return NGX_OK;
+    }
+
+    zone->slots = ngx_alloc((zone->nnames + 1) * sizeof(int32_t), log);
+    if (zone->slots == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < zone->nnames; i++) {
+        zone->slots[i] = NGX_HTTP_RATELIMIT_STATS_UNKNOWN;
+    }
+
+    return NGX_OK;
 }
 
 

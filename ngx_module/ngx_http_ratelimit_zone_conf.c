@@ -618,6 +618,8 @@ ngx_http_ratelimit_zone_names(ngx_conf_t *cf,
         {
             zone->names[zone->nnames++] = rule;
         }
+
+        rule->name_index = zone->nnames - 1;
     }
 
     return NGX_OK;
