@@ -99,98 +99,25 @@ ngx_http_ratelimit_overrides_bytes(ngx_http_ratelimit_zone_t *zone)
 }
 
 
-/* A zone's rule and its place in the zone's list, sorted by name. */
-typedef struct {
-    ngx_http_ratelimit_rule_t   *rule;
-    ngx_uint_t                   index;
-} ngx_http_ratelimit_placed_t;
-
-
-static int ngx_libc_cdecl
-ngx_http_ratelimit_cmp_placed(const void *one, const void *two)
-{
-    int                                 rc;
-    const ngx_http_ratelimit_placed_t  *a = one, *b = two;
-
-    rc = ngx_strcmp(a->rule->rule.name, b->rule->rule.name);
-
-    if (rc != 0) {
-        return rc;
-    }
-
-    return a->index < b->index ? -1 : a->index > b->index;
-}
-
-
 /*
  * A zone's rules as the core's carry-over needs them: a name once (the
- * rules of a name share a state), the first rule of each name, in the
- * zone's order, in memory of the caller's.  A zone may have thousands of
- * rules: the names are compared sorted, not each with every other.
+ * rules of a name share a state), the first rule of each name, sorted by
+ * name (zone->names, made with the configuration), in memory of the
+ * caller's.
  */
 
 rl_override_rule_t *
 ngx_http_ratelimit_overrides_rules(ngx_http_ratelimit_zone_t *zone,
     rl_override_rule_t *out, ngx_uint_t *n)
 {
-    u_char                       *keep;
-    ngx_uint_t                    i, j, nrules;
-    ngx_http_ratelimit_rule_t   **rules;
-    ngx_http_ratelimit_placed_t  *sorted;
+    ngx_uint_t  i;
 
-    rules = zone->rules.elts;
-    nrules = zone->rules.nelts;
-    *n = 0;
-
-    sorted = ngx_alloc(nrules * (sizeof(*sorted) + 1) + 1, ngx_cycle->log);
-
-    if (sorted == NULL) {
-
-        /* no memory for the sort: each name compared with the kept ones */
-
-        for (i = 0; i < nrules; i++) {
-            for (j = 0; j < *n; j++) {
-                if (ngx_strcmp(out[j].rule->name, rules[i]->rule.name) == 0)
-                {
-                    break;
-                }
-            }
-
-            if (j == *n) {
-                out[*n].rule = &rules[i]->rule;
-                out[*n].identity = rules[i]->identity;
-                (*n)++;
-            }
-        }
-
-        return out;
+    for (i = 0; i < zone->nnames; i++) {
+        out[i].rule = &zone->names[i]->rule;
+        out[i].identity = zone->names[i]->identity;
     }
 
-    keep = (u_char *) (sorted + nrules);
-
-    for (i = 0; i < nrules; i++) {
-        sorted[i].rule = rules[i];
-        sorted[i].index = i;
-    }
-
-    ngx_qsort(sorted, nrules, sizeof(*sorted), ngx_http_ratelimit_cmp_placed);
-
-    for (i = 0; i < nrules; i++) {
-        keep[sorted[i].index] = (i == 0
-                                 || ngx_strcmp(sorted[i].rule->rule.name,
-                                               sorted[i - 1].rule->rule.name)
-                                    != 0);
-    }
-
-    for (i = 0; i < nrules; i++) {
-        if (keep[i]) {
-            out[*n].rule = &rules[i]->rule;
-            out[*n].identity = rules[i]->identity;
-            (*n)++;
-        }
-    }
-
-    ngx_free(sorted);
+    *n = zone->nnames;
 
     return out;
 }
@@ -282,8 +209,7 @@ ngx_http_ratelimit_overrides_load(ngx_http_ratelimit_zone_t *zone,
     }
 
     text = ngx_alloc(ngx_file_size(&fi) + 1, log);
-    rules = ngx_alloc((zone->rules.nelts + 1) * sizeof(rl_override_rule_t),
-                      log);
+    rules = ngx_alloc((zone->nnames + 1) * sizeof(rl_override_rule_t), log);
     if (text == NULL || rules == NULL) {
         goto failed;
     }
@@ -423,7 +349,7 @@ ngx_http_ratelimit_overrides_start(ngx_http_ratelimit_zone_t *zone,
     }
 
     rules = ngx_palloc(cycle->pool,
-                       (zone->rules.nelts + 1) * sizeof(rl_override_rule_t));
+                       (zone->nnames + 1) * sizeof(rl_override_rule_t));
     if (rules == NULL) {
         return NGX_ERROR;
     }
