@@ -279,9 +279,20 @@ ngx_http_ratelimit_escape_key(u_char *p, const u_char *data, size_t len)
 static ngx_http_ratelimit_rule_log_t *
 ngx_http_ratelimit_rule_log(ngx_http_ratelimit_rule_t *rule)
 {
+    ngx_http_ratelimit_main_conf_t  *rmcf;
+
     if (rule->log == NULL) {
         rule->log = ngx_pcalloc(ngx_cycle->pool,
                                 sizeof(ngx_http_ratelimit_rule_log_t));
+        if (rule->log == NULL) {
+            return NULL;
+        }
+
+        rmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                                   ngx_http_ratelimit_module);
+        rule->log->rule = rule;
+        rule->log->next = rmcf->logged;
+        rmcf->logged = rule->log;
     }
 
     return rule->log;
@@ -416,39 +427,40 @@ ngx_http_ratelimit_log_fold(ngx_http_request_t *r,
 }
 
 
-/* Once a second while lines are being folded: what was not written. */
+/*
+ * Once a second while lines are being folded: what was not written, by
+ * the rules that logged in this worker (a list of their log states: a
+ * configuration may hold thousands of rules that never log).
+ */
 
 static void
 ngx_http_ratelimit_log_folded(ngx_event_t *ev)
 {
-    ngx_uint_t                       i, k, level;
+    ngx_uint_t                       k, level;
     ngx_http_ratelimit_rule_t       *rule;
+    ngx_http_ratelimit_rule_log_t   *lg;
     ngx_http_ratelimit_main_conf_t  *rmcf = ev->data;
 
     static const char  *what[] = { "rejections", "delays",
                                    "requests with a bad value (see above)" };
 
-    for (i = 0; i < rmcf->nrules; i++) {
-        rule = rmcf->rules[i];
-
-        if (rule->log == NULL) {
-            continue;
-        }
+    for (lg = rmcf->logged; lg != NULL; lg = lg->next) {
+        rule = lg->rule;
 
         for (k = 0; k < 3; k++) {
-            if (rule->log->folded[k] == 0) {
+            if (lg->folded[k] == 0) {
                 continue;
             }
 
             level = (k == NGX_HTTP_RATELIMIT_FOLD_BAD) ? NGX_LOG_WARN
-                                                       : rule->log->log_level;
+                                                       : lg->log_level;
 
             ngx_log_error(level, ev->log, 0,
                           "ratelimit: %ui more %s by rule \"%V\" in zone "
                           "\"%V\" (repeats not logged one by one)",
-                          rule->log->folded[k], what[k], &rule->name,
+                          lg->folded[k], what[k], &rule->name,
                           &ngx_http_ratelimit_zone_of(rule)->name);
-            rule->log->folded[k] = 0;
+            lg->folded[k] = 0;
         }
     }
 }

@@ -233,8 +233,8 @@ ngx_http_ratelimit_create_main_conf(ngx_conf_t *cf)
         return NULL;
     }
 
-    /* the references are read in postconfiguration only: rmcf->rules
-       keeps what the workers need of them */
+    /* the references are read in postconfiguration only: each zone's
+       rules keep what the workers need of them */
 
     if (ngx_array_init(&rmcf->zone_refs, cf->temp_pool, 64,
                        sizeof(ngx_http_ratelimit_zone_ref_t))

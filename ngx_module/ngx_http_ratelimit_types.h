@@ -119,14 +119,19 @@ typedef struct {
 
 
 /* A rule's log lines in a worker: written, and folded. */
-typedef struct {
+typedef struct ngx_http_ratelimit_rule_log_s  ngx_http_ratelimit_rule_log_t;
+
+struct ngx_http_ratelimit_rule_log_s {
+    ngx_http_ratelimit_rule_t      *rule;
+    ngx_http_ratelimit_rule_log_t  *next;   /* the worker's rules that
+                                               logged (rmcf->logged) */
     ngx_msec_t                   log_second; /* ngx_http_ratelimit_log_line */
     ngx_uint_t                   log_lines;
     ngx_uint_t                   log_level;
     ngx_msec_t                   bad_second; /* ngx_http_ratelimit_log_bad */
     ngx_uint_t                   folded[3]; /* rejections, delays, bad
                                                values */
-} ngx_http_ratelimit_rule_log_t;
+};
 
 
 /* A rule's values nginx evaluates for each request, each NULL where the
@@ -222,8 +227,8 @@ typedef struct {
     ngx_array_t                  zone_refs; /* ngx_http_ratelimit_zone_ref_t,
                                                while the configuration is
                                                read (its temporary pool) */
-    ngx_http_ratelimit_rule_t  **rules;     /* every rule, one a reference */
-    ngx_uint_t                   nrules;
+    ngx_http_ratelimit_rule_log_t  *logged; /* this worker's rules that
+                                               logged */
     ngx_http_ratelimit_key_t     keys[NGX_HTTP_RATELIMIT_KEYS_SHARED];
     ngx_uint_t                   nkeys;     /* compiled: the last ones */
     ngx_http_ratelimit_fold_t   *fold;      /* [NGX_HTTP_RATELIMIT_FOLD_KEYS] */

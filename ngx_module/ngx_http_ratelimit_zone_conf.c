@@ -644,12 +644,6 @@ ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
 
     refs = rmcf->zone_refs.elts;
 
-    rmcf->nrules = rmcf->zone_refs.nelts;
-    rmcf->rules = ngx_palloc(cf->pool, rmcf->nrules * sizeof(*rmcf->rules));
-    if (rmcf->rules == NULL) {
-        return NGX_ERROR;
-    }
-
     /* each zone's list of its rules at its size (a zone may have
        thousands): counted first, in the list's nalloc */
 
@@ -662,9 +656,6 @@ ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
     }
 
     for (i = 0; i < rmcf->zone_refs.nelts; i++) {
-        rmcf->rules[i] = (ngx_http_ratelimit_rule_t *) refs[i].rules->elts
-                         + refs[i].index;
-
         zone = refs[i].shm_zone->data;
 
         if (zone != NULL && zone->rules.elts == NULL
