@@ -143,7 +143,11 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
 
     for (i = 0; i < rlcf->rules.nelts; i++) {
 
-        if (!rules[i].key_shared
+        /* a key that is the same one variable as the rule before's: its
+           value taken from it */
+
+        if (!(i > 0 && rules[i].key_index != NGX_ERROR
+              && rules[i].key_index == rules[i - 1].key_index)
             && ngx_http_ratelimit_key(r, &rules[i], &key) != NGX_OK)
         {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;

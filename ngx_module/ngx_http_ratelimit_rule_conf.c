@@ -340,10 +340,6 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
         }
     }
 
-    rule->key_shared = rlcf->rules.nelts > 1
-                       && rule->key_index != NGX_ERROR
-                       && rule->key_index == rule[-1].key_index;
-
     return NGX_OK;
 }
 

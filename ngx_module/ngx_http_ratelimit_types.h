@@ -152,11 +152,11 @@ struct ngx_http_ratelimit_rule_s {
     ngx_str_t                    name;      /* rule.name */
     ngx_http_complex_value_t    *key;       /* shared by the rules of the
                                                same key */
-    int32_t                      key_index; /* a key that is one variable,
-                                               or NGX_ERROR */
-    uint32_t                     key_shared; /* and the rule before's: its
-                                               value is taken from it */
     ngx_http_ratelimit_rule_vars_t  *vars;  /* NULL: none */
+    int32_t                      key_index; /* a key that is one variable,
+                                               or NGX_ERROR (the same as
+                                               the rule before's: its value
+                                               is taken from it) */
     uint32_t                     name_index; /* its name among its zone's
                                                (zone->names, zone->slots) */
 
