@@ -297,6 +297,7 @@ static ngx_int_t
 ngx_http_ratelimit_api_top(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q)
 {
+    int                          slot;
     char                        *p;
     size_t                       len;
     rl_top_t                    *top;
@@ -328,9 +329,11 @@ ngx_http_ratelimit_api_top(ngx_http_request_t *r,
             continue;
         }
 
-        if (ngx_http_ratelimit_counters(r->connection->log, rules[i]) > 0) {
-            if (ngx_http_ratelimit_top_view(r, q->zone, rules[i],
-                                            rules[i]->stats, top, &v[t.n])
+        slot = ngx_http_ratelimit_counters(r->connection->log, rules[i]) - 1;
+
+        if (slot >= 0) {
+            if (ngx_http_ratelimit_top_view(r, q->zone, rules[i], slot, top,
+                                            &v[t.n])
                 != NGX_OK)
             {
                 return NGX_HTTP_INTERNAL_SERVER_ERROR;

@@ -128,7 +128,8 @@ ngx_http_ratelimit_api_states(ngx_http_request_t *r,
 
         /* the next request's cost: the rule's, or 1 for a variable's */
 
-        st->cost = rules[i]->cost || rules[i]->rule.cost == 0
+        st->cost = (rules[i]->vars && rules[i]->vars->cost)
+                   || rules[i]->rule.cost == 0
                    ? 1 : rules[i]->rule.cost;
     }
 

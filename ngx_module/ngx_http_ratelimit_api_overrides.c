@@ -141,7 +141,7 @@ ngx_http_ratelimit_api_target(ngx_http_request_t *r,
     }
 
     rules = ngx_palloc(r->pool,
-                       (q->zone->rules.nelts + 1) * sizeof(rl_override_rule_t));
+                       (q->zone->nnames + 1) * sizeof(rl_override_rule_t));
     if (rules == NULL) {
         return NGX_ERROR;
     }

@@ -143,7 +143,11 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
 
     for (i = 0; i < rlcf->rules.nelts; i++) {
 
-        if (!rules[i].key_shared
+        /* a key that is the same one variable as the rule before's: its
+           value taken from it */
+
+        if (!(i > 0 && rules[i].key_index != NGX_ERROR
+              && rules[i].key_index == rules[i - 1].key_index)
             && ngx_http_ratelimit_key(r, &rules[i], &key) != NGX_OK)
         {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -156,7 +160,9 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
         c->table = ngx_http_ratelimit_zone_of(&rules[i])->table;
         c->rule = &rules[i].rule;
 
-        if ((rules[i].limit || rules[i].burst) && key.len) {
+        if (rules[i].vars && (rules[i].vars->limit || rules[i].vars->burst)
+            && key.len)
+        {
             c->rule = ngx_http_ratelimit_rule_as_applied(r, &rules[i]);
             if (c->rule == NULL) {
                 return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -168,10 +174,8 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
         c->key_len = key.len;
         c->cost = key.len ? ngx_http_ratelimit_cost(r, &rules[i]) : 0;
         c->data = &rules[i];
-        c->counters = rules[i].stats >= 0
-                      ? rules[i].stats + 1
-                      : ngx_http_ratelimit_counters(r->connection->log,
-                                                    &rules[i]);
+        c->counters = ngx_http_ratelimit_counters(r->connection->log,
+                                                  &rules[i]);
     }
 
     ctx->rq.checks = checks;
@@ -230,7 +234,7 @@ ngx_http_ratelimit_key(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
     ngx_http_variable_value_t  *vv;
 
     if (rule->key_index == NGX_ERROR) {
-        return ngx_http_complex_value(r, &rule->key, key);
+        return ngx_http_complex_value(r, rule->key, key);
     }
 
     vv = ngx_http_get_indexed_variable(r, rule->key_index);
@@ -257,11 +261,11 @@ ngx_http_ratelimit_cost(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule)
     uint64_t   cost;
     ngx_str_t  value;
 
-    if (rule->cost == NULL) {
+    if (rule->vars == NULL || rule->vars->cost == NULL) {
         return rule->rule.cost;
     }
 
-    if (ngx_http_complex_value(r, rule->cost, &value) != NGX_OK) {
+    if (ngx_http_complex_value(r, rule->vars->cost, &value) != NGX_OK) {
         ngx_str_null(&value);
     }
 
@@ -298,10 +302,13 @@ ngx_http_ratelimit_rule_as_applied(ngx_http_request_t *r,
     ngx_str_null(&limit);
     ngx_str_null(&burst);
 
-    if ((rule->limit
-         && ngx_http_complex_value(r, rule->limit, &limit) != NGX_OK)
-        || (rule->burst
-            && ngx_http_complex_value(r, rule->burst, &burst) != NGX_OK))
+    /* a rule with a variable limit or burst: its vars are there */
+
+    if ((rule->vars->limit
+         && ngx_http_complex_value(r, rule->vars->limit, &limit) != NGX_OK)
+        || (rule->vars->burst
+            && ngx_http_complex_value(r, rule->vars->burst, &burst)
+               != NGX_OK))
     {
         return NULL;
     }

@@ -246,33 +246,25 @@ ngx_http_ratelimit_header_fields(ngx_http_request_t *r,
 
 
 /*
- * X-RateLimit-Limit, -Remaining and -Reset: the numbers in the context,
- * the limit in the rule when it is constant (the rule applies as
- * configured).
+ * X-RateLimit-Limit, -Remaining and -Reset: the numbers in the context
+ * (the limit the rule applied, written here: a rule keeps no text of it,
+ * as a configuration may hold thousands of rules).
  */
 
 static ngx_int_t
 ngx_http_ratelimit_legacy_headers(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
-    u_char                     *p, *v;
-    size_t                      len;
-    const rl_rule_t            *applied;
-    ngx_http_ratelimit_rule_t  *rule;
+    u_char           *p, *v;
+    size_t            len;
+    const rl_rule_t  *applied;
 
-    rule = ctx->rule;
     applied = ctx->applied;
     p = ctx->values;
 
-    if (applied == &rule->rule) {
-        v = rule->limit_text.data;
-        len = rule->limit_text.len;
-
-    } else {
-        v = p;
-        p = ngx_http_ratelimit_number(p, applied->limit);
-        len = p - v;
-    }
+    v = p;
+    p = ngx_http_ratelimit_number(p, applied->limit);
+    len = p - v;
 
     if (ngx_http_ratelimit_add_header(r, &ngx_http_ratelimit_limit_header,
                                       v, len)

@@ -22,6 +22,8 @@ static u_char *ngx_http_ratelimit_log_key(u_char *p, u_char *last,
 static void ngx_http_ratelimit_log_fold(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, ngx_uint_t kind);
 static void ngx_http_ratelimit_log_folded(ngx_event_t *ev);
+static ngx_http_ratelimit_rule_log_t *ngx_http_ratelimit_rule_log(
+    ngx_http_ratelimit_rule_t *rule);
 static u_char *ngx_http_ratelimit_log_context(ngx_log_t *log, u_char *buf,
     size_t len);
 
@@ -269,6 +271,35 @@ ngx_http_ratelimit_escape_key(u_char *p, const u_char *data, size_t len)
 
 
 /*
+ * A rule's log state in this worker, made the first time the rule logs
+ * (from the cycle's pool: it lasts as long as the rule); NULL without
+ * memory, and the line is then written, not folded.
+ */
+
+static ngx_http_ratelimit_rule_log_t *
+ngx_http_ratelimit_rule_log(ngx_http_ratelimit_rule_t *rule)
+{
+    ngx_http_ratelimit_main_conf_t  *rmcf;
+
+    if (rule->log == NULL) {
+        rule->log = ngx_pcalloc(ngx_cycle->pool,
+                                sizeof(ngx_http_ratelimit_rule_log_t));
+        if (rule->log == NULL) {
+            return NULL;
+        }
+
+        rmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                                   ngx_http_ratelimit_module);
+        rule->log->rule = rule;
+        rule->log->next = rmcf->logged;
+        rmcf->logged = rule->log;
+    }
+
+    return rule->log;
+}
+
+
+/*
  * Whether a rejection or a delay gets its own line: at most one a second
  * (or a retry time, when shorter) for a rule and key, and a few a second
  * for a rule in a worker.  What is not written is counted, and a timer
@@ -284,6 +315,7 @@ ngx_http_ratelimit_log_line(ngx_http_request_t *r,
     ngx_msec_t                        now;
     ngx_uint_t                        delayed;
     ngx_http_ratelimit_fold_t        *f;
+    ngx_http_ratelimit_rule_log_t    *lg;
     ngx_http_ratelimit_main_conf_t   *rmcf;
 
     rmcf = ngx_http_get_module_main_conf(r, ngx_http_ratelimit_module);
@@ -302,16 +334,21 @@ ngx_http_ratelimit_log_line(ngx_http_request_t *r,
         goto fold;
     }
 
-    if ((ngx_msec_int_t) (now - rule->log_second) >= 1000) {
-        rule->log_second = now;
-        rule->log_lines = 0;
+    lg = ngx_http_ratelimit_rule_log(rule);
+    if (lg == NULL) {
+        return 1;   /* no memory to count it: written */
     }
 
-    if (rule->log_lines == NGX_HTTP_RATELIMIT_FOLD_LINES) {
+    if ((ngx_msec_int_t) (now - lg->log_second) >= 1000) {
+        lg->log_second = now;
+        lg->log_lines = 0;
+    }
+
+    if (lg->log_lines == NGX_HTTP_RATELIMIT_FOLD_LINES) {
         goto fold;
     }
 
-    rule->log_lines++;
+    lg->log_lines++;
     f->rule = rule;
     f->tag = check->tag;
     f->at = now;
@@ -320,7 +357,12 @@ ngx_http_ratelimit_log_line(ngx_http_request_t *r,
 
 fold:
 
-    rule->log_level = level;
+    lg = ngx_http_ratelimit_rule_log(rule);
+    if (lg == NULL) {
+        return 1;
+    }
+
+    lg->log_level = level;
     ngx_http_ratelimit_log_fold(r, rule,
                                 delayed ? NGX_HTTP_RATELIMIT_FOLD_DELAYED
                                         : NGX_HTTP_RATELIMIT_FOLD_REJECTED);
@@ -340,19 +382,24 @@ void
 ngx_http_ratelimit_log_bad(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, const char *what)
 {
-    ngx_log_t   log, *lp;
-    ngx_msec_t  now;
+    ngx_log_t                      log, *lp;
+    ngx_msec_t                     now;
+    ngx_http_ratelimit_rule_log_t  *lg;
 
     now = ngx_current_msec;
+    lg = ngx_http_ratelimit_rule_log(rule);
 
-    if (rule->bad_second != 0
-        && (ngx_msec_int_t) (now - rule->bad_second) < 1000)
+    if (lg != NULL && lg->bad_second != 0
+        && (ngx_msec_int_t) (now - lg->bad_second) < 1000)
     {
         ngx_http_ratelimit_log_fold(r, rule, NGX_HTTP_RATELIMIT_FOLD_BAD);
         return;
     }
 
-    rule->bad_second = now;
+    if (lg != NULL) {
+        lg->bad_second = now;
+    }
+
     lp = r ? ngx_http_ratelimit_request_log(r, &log) : ngx_cycle->log;
 
     ngx_log_error(NGX_LOG_WARN, lp, 0,
@@ -371,7 +418,7 @@ ngx_http_ratelimit_log_fold(ngx_http_request_t *r,
              : ngx_http_cycle_get_module_main_conf(ngx_cycle,
                                                    ngx_http_ratelimit_module);
 
-    rule->folded[kind]++;
+    rule->log->folded[kind]++;   /* the callers made rule->log */
 
     if (!rmcf->fold_event.timer_set) {
         rmcf->fold_event.log = ngx_cycle->log;
@@ -380,39 +427,40 @@ ngx_http_ratelimit_log_fold(ngx_http_request_t *r,
 }
 
 
-/* Once a second while lines are being folded: what was not written. */
+/*
+ * Once a second while lines are being folded: what was not written, by
+ * the rules that logged in this worker (a list of their log states: a
+ * configuration may hold thousands of rules that never log).
+ */
 
 static void
 ngx_http_ratelimit_log_folded(ngx_event_t *ev)
 {
-    ngx_uint_t                       i, k, level;
+    ngx_uint_t                       k, level;
     ngx_http_ratelimit_rule_t       *rule;
-    ngx_http_ratelimit_zone_ref_t   *refs;
+    ngx_http_ratelimit_rule_log_t   *lg;
     ngx_http_ratelimit_main_conf_t  *rmcf = ev->data;
 
     static const char  *what[] = { "rejections", "delays",
                                    "requests with a bad value (see above)" };
 
-    refs = rmcf->zone_refs.elts;
-
-    for (i = 0; i < rmcf->zone_refs.nelts; i++) {
-        rule = (ngx_http_ratelimit_rule_t *) refs[i].rules->elts
-               + refs[i].index;
+    for (lg = rmcf->logged; lg != NULL; lg = lg->next) {
+        rule = lg->rule;
 
         for (k = 0; k < 3; k++) {
-            if (rule->folded[k] == 0) {
+            if (lg->folded[k] == 0) {
                 continue;
             }
 
             level = (k == NGX_HTTP_RATELIMIT_FOLD_BAD) ? NGX_LOG_WARN
-                                                       : rule->log_level;
+                                                       : lg->log_level;
 
             ngx_log_error(level, ev->log, 0,
                           "ratelimit: %ui more %s by rule \"%V\" in zone "
                           "\"%V\" (repeats not logged one by one)",
-                          rule->folded[k], what[k], &rule->name,
+                          lg->folded[k], what[k], &rule->name,
                           &ngx_http_ratelimit_zone_of(rule)->name);
-            rule->folded[k] = 0;
+            lg->folded[k] = 0;
         }
     }
 }

@@ -233,7 +233,10 @@ ngx_http_ratelimit_create_main_conf(ngx_conf_t *cf)
         return NULL;
     }
 
-    if (ngx_array_init(&rmcf->zone_refs, cf->pool, 4,
+    /* the references are read in postconfiguration only: each zone's
+       rules keep what the workers need of them */
+
+    if (ngx_array_init(&rmcf->zone_refs, cf->temp_pool, 64,
                        sizeof(ngx_http_ratelimit_zone_ref_t))
         != NGX_OK)
     {
@@ -285,10 +288,6 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         conf->ends = prev->ends;
     }
 
-    if (ngx_http_ratelimit_policy(cf, conf) != NGX_OK) {
-        return NGX_CONF_ERROR;
-    }
-
     ngx_conf_merge_uint_value(conf->combine, prev->combine, RL_COMBINE_ALL);
     /* none given: the binding rule's (rl_request_refusal) */
     ngx_conf_merge_uint_value(conf->status_code, prev->status_code,
@@ -300,6 +299,14 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                                         : NGX_HTTP_RATELIMIT_HEADERS_LEGACY);
     ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
     ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
+
+    /* RateLimit-Policy is sent with the IETF headers only */
+
+    if ((conf->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF)
+        && ngx_http_ratelimit_policy(cf, conf) != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
 
     conf->policy_each = conf->rules.nelts && conf->policy.len == 0
                         && (conf->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF);
@@ -317,6 +324,8 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 static ngx_int_t
 ngx_http_ratelimit_policy(ngx_conf_t *cf, ngx_http_ratelimit_loc_conf_t *conf)
 {
+    size_t                      len;
+    u_char                     *buf;
     ngx_uint_t                  i, n;
     const rl_rule_t           **list;
     ngx_http_ratelimit_rule_t  *rules;
@@ -328,26 +337,34 @@ ngx_http_ratelimit_policy(ngx_conf_t *cf, ngx_http_ratelimit_loc_conf_t *conf)
         return NGX_OK;
     }
 
-    list = ngx_palloc(cf->pool, n * sizeof(rl_rule_t *));
-    if (list == NULL) {
-        return NGX_ERROR;
-    }
-
     for (i = 0; i < n; i++) {
         if (!rl_rule_policy_fixed(&rules[i].rule)) {
             return NGX_OK;
         }
+    }
 
+    /* written in the temporary pool, kept at its length: a configuration
+       of thousands of locations keeps no room it does not use */
+
+    list = ngx_palloc(cf->temp_pool, n * sizeof(rl_rule_t *));
+    buf = ngx_pnalloc(cf->temp_pool, n * RL_POLICY_ITEM_MAX);
+    if (list == NULL || buf == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
         list[i] = &rules[i].rule;
     }
 
-    conf->policy.data = ngx_pnalloc(cf->pool, n * RL_POLICY_ITEM_MAX);
+    len = rl_policy_field(list, n, 0, (char *) buf, n * RL_POLICY_ITEM_MAX);
+
+    conf->policy.data = ngx_pnalloc(cf->pool, len ? len : 1);
     if (conf->policy.data == NULL) {
         return NGX_ERROR;
     }
 
-    conf->policy.len = rl_policy_field(list, n, 0, (char *) conf->policy.data,
-                                       n * RL_POLICY_ITEM_MAX);
+    conf->policy.len = len;
+    ngx_memcpy(conf->policy.data, buf, len);
 
     return NGX_OK;
 }
@@ -502,8 +519,6 @@ ngx_http_ratelimit_init_process(ngx_cycle_t *cycle)
 static ngx_int_t
 ngx_http_ratelimit_start_zone(ngx_http_ratelimit_zone_t *zone, void *data)
 {
-    ngx_http_ratelimit_claim_stats(zone, 1);
-
     if (zone->sync != NULL) {
         ngx_http_ratelimit_sync_start(zone->sync);
     }

@@ -101,32 +101,23 @@ ngx_http_ratelimit_overrides_bytes(ngx_http_ratelimit_zone_t *zone)
 
 /*
  * A zone's rules as the core's carry-over needs them: a name once (the
- * rules of a name share a state), in memory of the caller's.
+ * rules of a name share a state), the first rule of each name, sorted by
+ * name (zone->names, made with the configuration), in memory of the
+ * caller's.
  */
 
 rl_override_rule_t *
 ngx_http_ratelimit_overrides_rules(ngx_http_ratelimit_zone_t *zone,
     rl_override_rule_t *out, ngx_uint_t *n)
 {
-    ngx_uint_t                   i, j;
-    ngx_http_ratelimit_rule_t  **rules;
+    ngx_uint_t  i;
 
-    rules = zone->rules.elts;
-    *n = 0;
-
-    for (i = 0; i < zone->rules.nelts; i++) {
-        for (j = 0; j < *n; j++) {
-            if (ngx_strcmp(out[j].rule->name, rules[i]->rule.name) == 0) {
-                break;
-            }
-        }
-
-        if (j == *n) {
-            out[*n].rule = &rules[i]->rule;
-            out[*n].identity = rules[i]->identity;
-            (*n)++;
-        }
+    for (i = 0; i < zone->nnames; i++) {
+        out[i].rule = &zone->names[i]->rule;
+        out[i].identity = zone->names[i]->identity;
     }
+
+    *n = zone->nnames;
 
     return out;
 }
@@ -218,8 +209,7 @@ ngx_http_ratelimit_overrides_load(ngx_http_ratelimit_zone_t *zone,
     }
 
     text = ngx_alloc(ngx_file_size(&fi) + 1, log);
-    rules = ngx_alloc((zone->rules.nelts + 1) * sizeof(rl_override_rule_t),
-                      log);
+    rules = ngx_alloc((zone->nnames + 1) * sizeof(rl_override_rule_t), log);
     if (text == NULL || rules == NULL) {
         goto failed;
     }
@@ -359,7 +349,7 @@ ngx_http_ratelimit_overrides_start(ngx_http_ratelimit_zone_t *zone,
     }
 
     rules = ngx_palloc(cycle->pool,
-                       (zone->rules.nelts + 1) * sizeof(rl_override_rule_t));
+                       (zone->nnames + 1) * sizeof(rl_override_rule_t));
     if (rules == NULL) {
         return NGX_ERROR;
     }

@@ -411,7 +411,7 @@ ngx_http_ratelimit_charge_value(ngx_http_request_t *r,
     uint64_t   units;
     ngx_str_t  value;
 
-    if (ngx_http_complex_value(r, rule->charge, &value) != NGX_OK) {
+    if (ngx_http_complex_value(r, rule->vars->charge, &value) != NGX_OK) {
         ngx_str_null(&value);
     }
 

@@ -18,6 +18,8 @@ static ngx_http_ratelimit_rule_t *ngx_http_ratelimit_new_rule(ngx_conf_t *cf,
 static ngx_int_t ngx_http_ratelimit_glue_param(ngx_conf_t *cf,
     ngx_http_ratelimit_rule_t *rule, ngx_str_t *value, ngx_str_t *zone,
     ngx_str_t *key);
+static ngx_int_t ngx_http_ratelimit_compile_key(ngx_conf_t *cf,
+    ngx_http_ratelimit_rule_t *rule, ngx_str_t *key);
 static ngx_int_t ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
     ngx_http_ratelimit_loc_conf_t *rlcf, ngx_http_ratelimit_rule_t *rule,
     ngx_str_t *key);
@@ -153,8 +155,11 @@ ngx_http_ratelimit_new_rule(ngx_conf_t *cf,
         return NULL;
     }
 
+    /* room for one: most locations have one rule, and a configuration
+       may have thousands of them */
+
     if (rlcf->rules.elts == NULL
-        && ngx_array_init(&rlcf->rules, cf->pool, 2,
+        && ngx_array_init(&rlcf->rules, cf->pool, 1,
                           sizeof(ngx_http_ratelimit_rule_t))
            != NGX_OK)
     {
@@ -229,9 +234,17 @@ ngx_http_ratelimit_glue_param(ngx_conf_t *cf, ngx_http_ratelimit_rule_t *rule,
     s.data = ngx_strlchr(value->data, value->data + value->len, '=') + 1;
     s.len = value->data + value->len - s.data;
 
-    cv = ngx_strncmp(value->data, "charge=", 7) == 0 ? &rule->charge
-         : value->data[0] == 'c' ? &rule->cost
-         : value->data[0] == 'l' ? &rule->limit : &rule->burst;
+    if (rule->vars == NULL) {
+        rule->vars = ngx_pcalloc(cf->pool,
+                                 sizeof(ngx_http_ratelimit_rule_vars_t));
+        if (rule->vars == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    cv = ngx_strncmp(value->data, "charge=", 7) == 0 ? &rule->vars->charge
+         : value->data[0] == 'c' ? &rule->vars->cost
+         : value->data[0] == 'l' ? &rule->vars->limit : &rule->vars->burst;
 
     *cv = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
     if (*cv == NULL) {
@@ -259,10 +272,9 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
     ngx_http_ratelimit_loc_conf_t *rlcf, ngx_http_ratelimit_rule_t *rule,
     ngx_str_t *key)
 {
-    u_char                             c;
-    ngx_str_t                          s;
-    ngx_uint_t                         i;
-    ngx_http_compile_complex_value_t   ccv;
+    u_char      c;
+    ngx_str_t   s;
+    ngx_uint_t  i;
 
     /* a rule that learns from its upstream (adaptive) names the upstream */
 
@@ -279,28 +291,13 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
                                       "request");
     }
 
-    ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
-    ccv.cf = cf;
-    ccv.value = key;
-    ccv.complex_value = &rule->key;
-
-    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+    if (ngx_http_ratelimit_compile_key(cf, rule, key) != NGX_OK) {
         return NGX_ERROR;
     }
 
     rule->name.data = (u_char *) rule->rule.name;
     rule->name.len = ngx_strlen(rule->rule.name);
 
-    /* X-RateLimit-Limit of a rule whose limit is constant */
-
-    rule->limit_text.data = ngx_pnalloc(cf->pool, NGX_INT64_LEN);
-    if (rule->limit_text.data == NULL) {
-        return NGX_ERROR;
-    }
-
-    rule->limit_text.len = ngx_sprintf(rule->limit_text.data, "%uD",
-                                       rule->rule.limit)
-                           - rule->limit_text.data;
     rule->identity = rl_rule_identity(&rule->rule, (char *) key->data,
                                       key->len);
 
@@ -343,9 +340,56 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
         }
     }
 
-    rule->key_shared = rlcf->rules.nelts > 1
-                       && rule->key_index != NGX_ERROR
-                       && rule->key_index == rule[-1].key_index;
+    return NGX_OK;
+}
+
+
+/*
+ * A rule's key compiled, or the same key of a rule read lately (a
+ * configuration of thousands of locations writes a few keys thousands of
+ * times): the compiled code is only read, by every rule of that key.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_compile_key(ngx_conf_t *cf,
+    ngx_http_ratelimit_rule_t *rule, ngx_str_t *key)
+{
+    ngx_uint_t                         i;
+    ngx_http_ratelimit_key_t          *k;
+    ngx_http_ratelimit_main_conf_t    *rmcf;
+    ngx_http_compile_complex_value_t   ccv;
+
+    rmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_ratelimit_module);
+
+    for (i = 0; i < ngx_min(rmcf->nkeys, NGX_HTTP_RATELIMIT_KEYS_SHARED); i++)
+    {
+        k = &rmcf->keys[i];
+
+        if (k->text.len == key->len
+            && ngx_strncmp(k->text.data, key->data, key->len) == 0)
+        {
+            rule->key = k->cv;
+            return NGX_OK;
+        }
+    }
+
+    rule->key = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
+    if (rule->key == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+    ccv.cf = cf;
+    ccv.value = key;
+    ccv.complex_value = rule->key;
+
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    k = &rmcf->keys[rmcf->nkeys++ % NGX_HTTP_RATELIMIT_KEYS_SHARED];
+    k->text = *key;
+    k->cv = rule->key;
 
     return NGX_OK;
 }
@@ -377,7 +421,9 @@ ngx_http_ratelimit_rule_zone(ngx_conf_t *cf,
         return NGX_ERROR;
     }
 
-    if (rule->charge != NULL || rl_rule_holds_slots(&rule->rule)) {
+    if ((rule->vars != NULL && rule->vars->charge != NULL)
+        || rl_rule_holds_slots(&rule->rule))
+    {
         rlcf->ends = 1;
         rmcf->ends = 1;
     }
@@ -387,7 +433,6 @@ ngx_http_ratelimit_rule_zone(ngx_conf_t *cf,
     ref->line = cf->conf_file->line;
     ref->rules = &rlcf->rules;
     ref->index = rlcf->rules.nelts - 1;
-    rule->stats = NGX_HTTP_RATELIMIT_STATS_UNKNOWN;
 
     return NGX_OK;
 }

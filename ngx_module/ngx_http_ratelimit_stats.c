@@ -299,16 +299,23 @@ ngx_int_t
 ngx_http_ratelimit_zone_snapshot(ngx_http_request_t *r,
     ngx_http_ratelimit_zone_t *zone, ngx_uint_t what, rl_zone_snapshot_t *z)
 {
+    size_t                 room;
     rl_rule_stats_t       *counters;
     rl_overrides_stats_t   ov;
 
     ngx_memzero(z, sizeof(rl_zone_snapshot_t));
     z->name = ngx_http_ratelimit_rl_str(&zone->name);
     counters = NULL;
+    room = 0;
+
+    /* room for every name: those counted so far, and the zone's own
+       (claimed below, under the lock) */
 
     if (what & NGX_HTTP_RATELIMIT_SNAPSHOT_COUNTERS) {
+        room = ngx_min(rl_table_rules_counted(zone->table) + zone->nnames,
+                       rl_table_rule_room(zone->table));
         counters = ngx_palloc(r->pool,
-                              RL_RULE_STATS_MAX * sizeof(rl_rule_stats_t));
+                              (room + 1) * sizeof(rl_rule_stats_t));
         if (counters == NULL) {
             return NGX_ERROR;
         }
@@ -326,8 +333,8 @@ ngx_http_ratelimit_zone_snapshot(ngx_http_request_t *r,
     }
 
     if (counters) {
-        z->ncounters = rl_table_rule_stats(zone->table, counters,
-                                           RL_RULE_STATS_MAX);
+        ngx_http_ratelimit_claim_stats(zone, 0);
+        z->ncounters = rl_table_rule_stats(zone->table, counters, room);
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -394,7 +401,7 @@ ngx_http_ratelimit_snapshot_rules(ngx_http_request_t *r,
         views[z->nrules].name = ngx_http_ratelimit_rl_str(&rules[i]->name);
         views[z->nrules].rule = &rules[i]->rule;
         views[z->nrules].key = ngx_http_ratelimit_rl_str(
-                                                      &rules[i]->key.value);
+                                                      &rules[i]->key->value);
         z->nrules++;
     }
 

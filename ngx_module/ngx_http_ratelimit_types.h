@@ -63,6 +63,9 @@ typedef struct ngx_http_ratelimit_overrides_poll_s
 #define NGX_HTTP_RATELIMIT_FOLD_LINES        10
 
 
+typedef struct ngx_http_ratelimit_rule_s  ngx_http_ratelimit_rule_t;
+
+
 typedef struct {
     ngx_str_t                    name;      /* as declared */
     ngx_slab_pool_t             *shpool;    /* its mutex is the zone's lock */
@@ -71,12 +74,22 @@ typedef struct {
     ngx_array_t                  blobs;     /* uint32_t: its rules' blocks */
     ngx_array_t                  rules;     /* ngx_http_ratelimit_rule_t *:
                                                the rules naming it */
+    ngx_http_ratelimit_rule_t  **names;     /* its first rule of each name,
+                                               sorted by name */
+    ngx_uint_t                   nnames;
+    int32_t                     *slots;     /* this worker's: each name's
+                                               counters in the table, or
+                                               ..._STATS_UNKNOWN (apart from
+                                               the rules, so that a worker
+                                               writes none of the
+                                               configuration's pages) */
     u_char                      *file;      /* where it is declared */
     ngx_uint_t                   line;
     ngx_http_ratelimit_redis_t  *redis;     /* NULL: decided in the zone */
     ngx_http_ratelimit_sync_t   *sync;      /* redis_sync: decided in the
                                                zone, exchanged with Redis */
     ngx_flag_t                   stats_full_logged; /* in this worker */
+    ngx_flag_t                   planned;   /* its layout checked */
     ngx_uint_t                   overrides; /* overrides=: room for so many */
     ngx_str_t                    overrides_file; /* overrides_file=; empty:
                                                none */
@@ -105,32 +118,52 @@ typedef struct {
 } ngx_http_ratelimit_zone_t;
 
 
-typedef struct {
-    ngx_shm_zone_t              *shm_zone;  /* data: the zone */
-    rl_rule_t                    rule;
-    uint64_t                     identity;
-    ngx_str_t                    name;      /* rule.name */
-    ngx_str_t                    limit_text; /* rule.limit, in decimal */
-    ngx_http_complex_value_t     key;
-    ngx_int_t                    key_index; /* a key that is one variable */
-    ngx_flag_t                   key_shared; /* and the rule before's: its
-                                               value is taken from it */
-    ngx_http_complex_value_t    *cost;      /* NULL: rule.cost */
-    ngx_http_complex_value_t    *limit;     /* limit=$var; NULL: rule.limit */
-    ngx_http_complex_value_t    *burst;     /* burst=$var; NULL: rule.burst */
-    ngx_http_complex_value_t    *charge;    /* charge=, spent as the request
-                                               ends; NULL: none */
-    ngx_int_t                    stats;     /* its counters in the zone, or
-                                               ..._STATS_UNKNOWN */
+/* A rule's log lines in a worker: written, and folded. */
+typedef struct ngx_http_ratelimit_rule_log_s  ngx_http_ratelimit_rule_log_t;
 
-    /* this worker's */
+struct ngx_http_ratelimit_rule_log_s {
+    ngx_http_ratelimit_rule_t      *rule;
+    ngx_http_ratelimit_rule_log_t  *next;   /* the worker's rules that
+                                               logged (rmcf->logged) */
     ngx_msec_t                   log_second; /* ngx_http_ratelimit_log_line */
     ngx_uint_t                   log_lines;
     ngx_uint_t                   log_level;
     ngx_msec_t                   bad_second; /* ngx_http_ratelimit_log_bad */
     ngx_uint_t                   folded[3]; /* rejections, delays, bad
                                                values */
-} ngx_http_ratelimit_rule_t;
+};
+
+
+/* A rule's values nginx evaluates for each request, each NULL where the
+   rule has none (most rules: so they are apart from the rule). */
+typedef struct {
+    ngx_http_complex_value_t    *cost;      /* NULL: rule.cost */
+    ngx_http_complex_value_t    *limit;     /* limit=$var; NULL: rule.limit */
+    ngx_http_complex_value_t    *burst;     /* burst=$var; NULL: rule.burst */
+    ngx_http_complex_value_t    *charge;    /* charge=, spent as the request
+                                               ends; NULL: none */
+} ngx_http_ratelimit_rule_vars_t;
+
+
+struct ngx_http_ratelimit_rule_s {
+    ngx_shm_zone_t              *shm_zone;  /* data: the zone */
+    rl_rule_t                    rule;
+    uint64_t                     identity;
+    ngx_str_t                    name;      /* rule.name */
+    ngx_http_complex_value_t    *key;       /* shared by the rules of the
+                                               same key */
+    ngx_http_ratelimit_rule_vars_t  *vars;  /* NULL: none */
+    int32_t                      key_index; /* a key that is one variable,
+                                               or NGX_ERROR (the same as
+                                               the rule before's: its value
+                                               is taken from it) */
+    uint32_t                     name_index; /* its name among its zone's
+                                               (zone->names, zone->slots) */
+
+    /* this worker's, once the rule logs (a configuration may hold
+       thousands of rules that never do) */
+    ngx_http_ratelimit_rule_log_t  *log;
+};
 
 
 /* ratelimit_status, ratelimit_grpc_status not given: the refusing rule's
@@ -180,8 +213,24 @@ typedef struct {
 } ngx_http_ratelimit_fold_t;
 
 
+/* A rule's key as written, and compiled: rules of the same key share it. */
 typedef struct {
-    ngx_array_t                  zone_refs; /* ngx_http_ratelimit_zone_ref_t */
+    ngx_str_t                    text;
+    ngx_http_complex_value_t    *cv;
+} ngx_http_ratelimit_key_t;
+
+/* keys remembered while the configuration is read */
+#define NGX_HTTP_RATELIMIT_KEYS_SHARED  8
+
+
+typedef struct {
+    ngx_array_t                  zone_refs; /* ngx_http_ratelimit_zone_ref_t,
+                                               while the configuration is
+                                               read (its temporary pool) */
+    ngx_http_ratelimit_rule_log_t  *logged; /* this worker's rules that
+                                               logged */
+    ngx_http_ratelimit_key_t     keys[NGX_HTTP_RATELIMIT_KEYS_SHARED];
+    ngx_uint_t                   nkeys;     /* compiled: the last ones */
     ngx_http_ratelimit_fold_t   *fold;      /* [NGX_HTTP_RATELIMIT_FOLD_KEYS] */
     ngx_event_t                  fold_event;
     ngx_flag_t                   ends;      /* some rule settles when a

@@ -27,6 +27,10 @@ static ngx_int_t ngx_http_ratelimit_named(ngx_http_ratelimit_zone_t *zone,
 static ngx_atomic_uint_t ngx_http_ratelimit_lease_server(
     ngx_http_ratelimit_zone_t *zone, ngx_http_ratelimit_zone_t *ozone,
     ngx_http_ratelimit_redis_stats_t *rs);
+static ngx_int_t ngx_http_ratelimit_slots(ngx_http_ratelimit_zone_t *zone,
+    ngx_log_t *log);
+static void ngx_http_ratelimit_kept_names(ngx_http_ratelimit_zone_t *zone,
+    ngx_log_t *log);
 static void ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone,
     ngx_uint_t reused);
 static size_t ngx_http_ratelimit_refusals_size(ngx_http_ratelimit_zone_t *zone,
@@ -123,6 +127,7 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
                           zone->blobs.nelts))
     {
         zone->table = ozone->table;
+        ngx_http_ratelimit_kept_names(zone, shm_zone->shm.log);
         ngx_http_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
                                           zone->table);
         ngx_http_ratelimit_overrides_attach(zone, table + size,
@@ -149,8 +154,9 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     ngx_http_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
                                       zone->table);
 
-    if (rl_table_init(zone->table, size, zone->blobs.elts, zone->blobs.nelts,
-                      NULL, err, sizeof(err))
+    if (rl_table_init_names(zone->table, size, zone->blobs.elts,
+                            zone->blobs.nelts, zone->nnames, NULL, err,
+                            sizeof(err))
         != RL_OK)
     {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
@@ -164,10 +170,9 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     ngx_http_ratelimit_overrides_attach(zone, table + size, shm_zone->shm.log);
 
-    /* a new zone is nobody else's yet: its rules' counters are laid out now,
-       without its lock (never taken in the master, see count_one) */
-
-    ngx_http_ratelimit_claim_stats(zone, 0);
+    /* its rules' counters are claimed by the first worker to start (the
+       master never touches them: a zone of thousands of names would cost
+       the master their pages too) */
 
     /* the previous cycle's zone of this name, if any, is not reused */
 
@@ -239,6 +244,26 @@ ngx_http_ratelimit_lease_server(ngx_http_ratelimit_zone_t *zone,
     }
 
     return was->redis->stats->server;
+}
+
+
+/*
+ * A zone kept across a reload keeps its room to count rule names (what it
+ * was laid out for, and a quarter more): names beyond it are limited but
+ * not counted until the zone is laid out anew, at a restart.
+ */
+
+static void
+ngx_http_ratelimit_kept_names(ngx_http_ratelimit_zone_t *zone, ngx_log_t *log)
+{
+    if (rl_table_rule_room(zone->table) < zone->nnames) {
+        ngx_log_error(NGX_LOG_WARN, log, 0,
+                      "ratelimit_zone \"%V\" keeps its state and its room "
+                      "to count %uz rule names: %ui names now, the names "
+                      "beyond are not counted in ratelimit_stats until a "
+                      "restart", &zone->name,
+                      rl_table_rule_room(zone->table), zone->nnames);
+    }
 }
 
 
@@ -412,9 +437,11 @@ ngx_http_ratelimit_find_zone(ngx_cycle_t *cycle, ngx_str_t *name)
 
 
 /*
- * Finds every rule's counters in its zone, claiming slots for new names:
- * in a new zone (lock = 0), or at a worker's start if the zone's lock is
- * free (a zone kept across a reload; else count_one does it on first use).
+ * Finds every rule's counters in its zone, claiming slots for new names, in
+ * the order of the configuration: when the stats are asked for (lock = 0:
+ * the caller holds the zone's lock), so that they list every name.  A rule
+ * finds its own on its first request (ngx_http_ratelimit_counters): a
+ * worker touches no counters of names nobody uses or asks about.
  */
 
 void
@@ -424,16 +451,20 @@ ngx_http_ratelimit_claim_stats(ngx_http_ratelimit_zone_t *zone,
     ngx_uint_t                   i;
     ngx_http_ratelimit_rule_t  **rules;
 
-    if (lock && !ngx_shmtx_trylock(&zone->shpool->mutex)) {
+    if (ngx_http_ratelimit_slots(zone, ngx_cycle->log) != NGX_OK
+        || (lock && !ngx_shmtx_trylock(&zone->shpool->mutex)))
+    {
         return;
     }
 
     rules = zone->rules.elts;
 
     for (i = 0; i < zone->rules.nelts; i++) {
-        if (rules[i]->stats == NGX_HTTP_RATELIMIT_STATS_UNKNOWN) {
-            rules[i]->stats = rl_table_rule_slot(zone->table,
-                                                 rules[i]->rule.name);
+        if (zone->slots[rules[i]->name_index]
+            == NGX_HTTP_RATELIMIT_STATS_UNKNOWN)
+        {
+            zone->slots[rules[i]->name_index] =
+                rl_table_rule_slot(zone->table, rules[i]->rule.name);
         }
     }
 
@@ -447,54 +478,104 @@ ngx_http_ratelimit_claim_stats(ngx_http_ratelimit_zone_t *zone,
  * A rule's counters are found in its zone by name the first time a worker
  * decides for it (under the zone's lock, taken by workers only: the master
  * never waits on a lock a worker may hold), before the request is decided,
- * so that a refusal counts among its top keys.  A zone counts up to
- * RL_RULE_STATS_MAX names; past that, once per worker, a warning.  Returns
+ * so that a refusal counts among its top keys.  A zone counts the names
+ * it was laid out for (and a quarter more); past that (a reload that added
+ * more, the zone kept), once per worker, a warning.  Returns
  * what rl_check_t's counters holds: the slot plus 1, 0 for none.
  */
 
 int
 ngx_http_ratelimit_counters(ngx_log_t *log, ngx_http_ratelimit_rule_t *rule)
 {
+    int32_t                    *slot;
     ngx_http_ratelimit_zone_t  *zone;
-
-    if (rule->stats != NGX_HTTP_RATELIMIT_STATS_UNKNOWN) {
-        return rule->stats + 1;
-    }
 
     zone = rule->shm_zone->data;
 
-    ngx_shmtx_lock(&zone->shpool->mutex);
-    rule->stats = rl_table_rule_slot(zone->table, rule->rule.name);
-    ngx_shmtx_unlock(&zone->shpool->mutex);
-
-    if (rule->stats < 0 && !zone->stats_full_logged) {
-        zone->stats_full_logged = 1;
-        ngx_log_error(NGX_LOG_WARN, log, 0,
-                      "ratelimit_zone \"%V\" counts %d rule names "
-                      "already: rule \"%V\" and others are not counted "
-                      "in ratelimit_stats", &zone->name,
-                      RL_RULE_STATS_MAX, &rule->name);
+    if (zone->slots == NULL
+        && ngx_http_ratelimit_slots(zone, log) != NGX_OK)
+    {
+        return 0;
     }
 
-    return rule->stats + 1;
+    slot = &zone->slots[rule->name_index];
+
+    if (*slot != NGX_HTTP_RATELIMIT_STATS_UNKNOWN) {
+        return *slot + 1;
+    }
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    *slot = rl_table_rule_slot(zone->table, rule->rule.name);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (*slot < 0 && !zone->stats_full_logged) {
+        zone->stats_full_logged = 1;
+        ngx_log_error(NGX_LOG_WARN, log, 0,
+                      "ratelimit_zone \"%V\" counts %uz rule names "
+                      "already: rule \"%V\" and others are not counted "
+                      "in ratelimit_stats", &zone->name,
+                      rl_table_rule_room(zone->table), &rule->name);
+    }
+
+    return *slot + 1;
 }
 
 
-/* The first rule of a zone with this name, in this configuration. */
+/* This worker's slots of the zone's names, each unknown until found. */
+
+static ngx_int_t
+ngx_http_ratelimit_slots(ngx_http_ratelimit_zone_t *zone, ngx_log_t *log)
+{
+    ngx_uint_t  i;
+
+    if (zone->slots != NULL) {
+        return NGX_OK;
+    }
+
+    zone->slots = ngx_alloc((zone->nnames + 1) * sizeof(int32_t), log);
+    if (zone->slots == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < zone->nnames; i++) {
+        zone->slots[i] = NGX_HTTP_RATELIMIT_STATS_UNKNOWN;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The first rule of a zone with this name, in this configuration: found
+ * among its names, sorted (ngx_http_ratelimit_zone_names).
+ */
 
 ngx_http_ratelimit_rule_t *
 ngx_http_ratelimit_zone_rule(ngx_http_ratelimit_zone_t *zone, ngx_str_t *name)
 {
-    ngx_uint_t                   i;
-    ngx_http_ratelimit_rule_t  **rules;
+    ngx_int_t                   c;
+    ngx_uint_t                  lo, hi, mid;
+    ngx_http_ratelimit_rule_t  *rule;
 
-    rules = zone->rules.elts;
+    lo = 0;
+    hi = zone->nnames;
 
-    for (i = 0; i < zone->rules.nelts; i++) {
-        if (rules[i]->name.len == name->len
-            && ngx_strncmp(rules[i]->name.data, name->data, name->len) == 0)
-        {
-            return rules[i];
+    while (lo < hi) {
+        mid = lo + (hi - lo) / 2;
+        rule = zone->names[mid];
+
+        c = ngx_memn2cmp(rule->name.data, name->data, rule->name.len,
+                         name->len);
+
+        if (c == 0) {
+            return rule;
+        }
+
+        if (c < 0) {
+            lo = mid + 1;
+
+        } else {
+            hi = mid;
         }
     }
 

@@ -33,7 +33,7 @@ static ngx_int_t ngx_http_ratelimit_check_layout(ngx_conf_t *cf,
     ngx_shm_zone_t *shm_zone);
 static ngx_int_t ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
     ngx_http_ratelimit_zone_ref_t *ref);
-static ngx_int_t ngx_http_ratelimit_check_names(ngx_conf_t *cf,
+static ngx_int_t ngx_http_ratelimit_zone_names(ngx_conf_t *cf,
     ngx_http_ratelimit_main_conf_t *rmcf);
 
 
@@ -185,11 +185,11 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    /* zone->rules: made to its size once every rule is read
+       (ngx_http_ratelimit_zones_init) */
+
     if (ngx_array_init(&zone->blobs, cf->pool, 2, sizeof(uint32_t))
-        != NGX_OK
-        || ngx_array_init(&zone->rules, cf->pool, 4,
-                          sizeof(ngx_http_ratelimit_rule_t *))
-           != NGX_OK)
+        != NGX_OK)
     {
         return NGX_CONF_ERROR;
     }
@@ -386,10 +386,18 @@ ngx_http_ratelimit_check_layout(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone)
     char                        err[RL_ERR_MAX];
 
     zone = shm_zone->data;
+
+    /* once a zone, whatever the number of its rules */
+
+    if (zone->planned) {
+        return NGX_OK;
+    }
+
+    zone->planned = 1;
     size = ngx_http_ratelimit_table_size(zone, shm_zone->shm.size);
 
-    if (rl_table_plan(size, zone->blobs.elts, zone->blobs.nelts, err,
-                      sizeof(err))
+    if (rl_table_plan_names(size, zone->blobs.elts, zone->blobs.nelts,
+                            zone->nnames, err, sizeof(err))
         != RL_OK)
     {
         ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
@@ -472,16 +480,16 @@ ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
     for (j = 0; zone->redis != NULL && zone->redis->cluster
                 && j < ref->rules->nelts; j++)
     {
-        if (rules[j].key.value.len != rule->key.value.len
-            || ngx_strncmp(rules[j].key.value.data, rule->key.value.data,
-                           rule->key.value.len) != 0)
+        if (rules[j].key->value.len != rule->key->value.len
+            || ngx_strncmp(rules[j].key->value.data, rule->key->value.data,
+                           rule->key->value.len) != 0)
         {
             ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
                           "\"ratelimit\" directive: key=%V and key=%V in one "
                           "location of the Redis Cluster zone=%V: its rules "
                           "must have the same key, so that one request's "
                           "state is in one slot, in %s:%ui",
-                          &rule->key.value, &rules[j].key.value, &zone->name,
+                          &rule->key->value, &rules[j].key->value, &zone->name,
                           ref->file, ref->line);
             return NGX_ERROR;
         }
@@ -509,11 +517,13 @@ ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
 }
 
 
-/* Zone, then rule name: the order check_names counts names in. */
+/* Zone, rule name, then the order read: the order zone_names groups
+   names in, a name's first rule first. */
 
 static int ngx_libc_cdecl
 ngx_http_ratelimit_cmp_refs(const void *one, const void *two)
 {
+    ngx_int_t                       c;
     ngx_http_ratelimit_rule_t      *a, *b;
     ngx_http_ratelimit_zone_ref_t  *x, *y;
 
@@ -527,25 +537,34 @@ ngx_http_ratelimit_cmp_refs(const void *one, const void *two)
     a = (ngx_http_ratelimit_rule_t *) x->rules->elts + x->index;
     b = (ngx_http_ratelimit_rule_t *) y->rules->elts + y->index;
 
-    return ngx_strcmp(a->rule.name, b->rule.name);
+    if (a == b) {
+        return 0;
+    }
+
+    c = ngx_strcmp(a->rule.name, b->rule.name);
+
+    return c ? c : (x < y ? -1 : 1);
 }
 
 
 /*
- * A zone counts up to RL_RULE_STATS_MAX rule names in ratelimit_stats: a
- * configuration giving one more is told so once for the zone.
+ * Each zone's rule names, its first rule of each, sorted by name: what its
+ * table makes room to count (rl_table_plan_names), and how a name is found
+ * (ngx_http_ratelimit_zone_rule), without comparing each name with every
+ * other.
  */
 
 static ngx_int_t
-ngx_http_ratelimit_check_names(ngx_conf_t *cf,
+ngx_http_ratelimit_zone_names(ngx_conf_t *cf,
     ngx_http_ratelimit_main_conf_t *rmcf)
 {
-    ngx_uint_t                       i, n, names;
+    ngx_uint_t                       i, n, first;
+    ngx_http_ratelimit_rule_t       *rule;
     ngx_http_ratelimit_zone_t       *zone;
     ngx_http_ratelimit_zone_ref_t  **sorted;
 
     n = rmcf->zone_refs.nelts;
-    if (n <= RL_RULE_STATS_MAX) {
+    if (n == 0) {
         return NGX_OK;
     }
 
@@ -560,24 +579,47 @@ ngx_http_ratelimit_check_names(ngx_conf_t *cf,
 
     ngx_qsort(sorted, n, sizeof(*sorted), ngx_http_ratelimit_cmp_refs);
 
-    names = 0;
+    /* counted first, then each zone's list made at its size */
 
     for (i = 0; i < n; i++) {
-        if (i == 0 || sorted[i]->shm_zone != sorted[i - 1]->shm_zone) {
-            names = 0;
-        }
+        first = i == 0 || sorted[i]->shm_zone != sorted[i - 1]->shm_zone;
+        rule = (ngx_http_ratelimit_rule_t *) sorted[i]->rules->elts
+               + sorted[i]->index;
 
-        names += i == 0 || ngx_http_ratelimit_cmp_refs(&sorted[i],
-                                                         &sorted[i - 1]) != 0;
-
-        if (names == RL_RULE_STATS_MAX + 1) {
+        if (first
+            || ngx_strcmp(rule->rule.name,
+                          ((ngx_http_ratelimit_rule_t *)
+                               sorted[i - 1]->rules->elts
+                           + sorted[i - 1]->index)->rule.name) != 0)
+        {
             zone = sorted[i]->shm_zone->data;
-            ngx_log_error(NGX_LOG_WARN, cf->log, 0,
-                          "ratelimit_zone \"%V\" has rules of more than %d "
-                          "names: ratelimit_stats counts the first %d to "
-                          "reach it, the others not", &zone->name,
-                          RL_RULE_STATS_MAX, RL_RULE_STATS_MAX);
+            zone->nnames++;
         }
+    }
+
+    for (i = 0; i < n; i++) {
+        zone = sorted[i]->shm_zone->data;
+        rule = (ngx_http_ratelimit_rule_t *) sorted[i]->rules->elts
+               + sorted[i]->index;
+
+        if (zone->names == NULL) {
+            zone->names = ngx_palloc(cf->pool,
+                                   zone->nnames * sizeof(*zone->names));
+            if (zone->names == NULL) {
+                return NGX_ERROR;
+            }
+
+            zone->nnames = 0;
+        }
+
+        if (zone->nnames == 0
+            || ngx_strcmp(zone->names[zone->nnames - 1]->rule.name,
+                          rule->rule.name) != 0)
+        {
+            zone->names[zone->nnames++] = rule;
+        }
+
+        rule->name_index = zone->nnames - 1;
     }
 
     return NGX_OK;
@@ -587,7 +629,7 @@ ngx_http_ratelimit_check_names(ngx_conf_t *cf,
 /*
  * Every zone a rule names is declared; each learns its rules and the block
  * sizes their states need, and is checked: its size fits them, Redis zones'
- * rules stay exact in Redis, and it has no more rule names than it counts.
+ * rules stay exact in Redis, and it has room to count every rule name.
  */
 
 ngx_int_t
@@ -602,7 +644,28 @@ ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
 
     refs = rmcf->zone_refs.elts;
 
+    /* each zone's list of its rules at its size (a zone may have
+       thousands): counted first, in the list's nalloc */
+
     for (i = 0; i < rmcf->zone_refs.nelts; i++) {
+        zone = refs[i].shm_zone->data;
+
+        if (zone != NULL && zone->rules.elts == NULL) {
+            zone->rules.nalloc++;
+        }
+    }
+
+    for (i = 0; i < rmcf->zone_refs.nelts; i++) {
+        zone = refs[i].shm_zone->data;
+
+        if (zone != NULL && zone->rules.elts == NULL
+            && ngx_array_init(&zone->rules, cf->pool, zone->rules.nalloc,
+                              sizeof(ngx_http_ratelimit_rule_t *))
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
         if (refs[i].shm_zone->data == NULL) {
             ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
                           "\"ratelimit\" directive: zone=%V is not declared: "
@@ -633,6 +696,10 @@ ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
         }
     }
 
+    if (ngx_http_ratelimit_zone_names(cf, rmcf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     for (i = 0; i < rmcf->zone_refs.nelts; i++) {
         if (ngx_http_ratelimit_check_layout(cf, refs[i].shm_zone) != NGX_OK
             || ngx_http_ratelimit_check_redis_rule(cf, &refs[i]) != NGX_OK)
@@ -641,5 +708,5 @@ ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
         }
     }
 
-    return ngx_http_ratelimit_check_names(cf, rmcf);
+    return NGX_OK;
 }

@@ -326,16 +326,21 @@ for my $case ([ 'key=http_x_api_key', qr/\[warn\] "ratelimit" directive: rule "g
     is($rc, 0, "$key: accepted");
     like($out, $re, "$key: warned, naming the rule");
 }
-# more rule names than a zone counts: said once for the zone, not once a rule
+# a zone counts every rule name: 1,000 names in 1m, said nothing; a zone
+# too small for its names' counters (about 200 bytes a name, and a quarter
+# more room) is refused with the size it needs
 {
     my $locs = join "\n", map { "location /l$_/ { ratelimit zone=z limit=5 name=r$_; }" } 1 .. 1000;
     my ($rc, $out) = $t->test_conf(
         "ratelimit_zone z 1m;\nratelimit_zone y 1m;\nserver {\n    listen 127.0.0.1:%%PORT%%;\n$locs\n"
         . "location / { ratelimit zone=y limit=5 name=only; }\n}\n");
     is($rc, 0, '1,000 rule names in a zone: accepted');
-    my @warn = $out =~ /ratelimit_zone "z" has rules of more than 64 names/g;
-    is(scalar @warn, 1, 'and said once for the zone');
-    unlike($out, qr/ratelimit_zone "y" has rules/, 'not for a zone within the count');
+    unlike($out, qr/ratelimit_zone "z"|not counted/, 'and every name counted: nothing said');
+    ($rc, $out) = $t->test_conf(
+        "ratelimit_zone z 256k;\nserver {\n    listen 127.0.0.1:%%PORT%%;\n$locs\n}\n");
+    isnt($rc, 0, '1,000 rule names in a 256k zone: refused');
+    like($out, qr/\[emerg\] "ratelimit_zone" directive: zone "z" of size 262144 is too small for the counters of its rules' names: it needs at least \d+k/,
+        'naming the size it needs');
 }
 
 my (undef, $quiet) = $t->test_conf("ratelimit_zone z 1m;\n" . RLTest::one_location('ratelimit zone=z key=$http_x_a limit=5;'));

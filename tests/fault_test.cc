@@ -61,8 +61,7 @@ std::map<uint64_t, Key> keys_of(rl::Table *t, size_t blob)
 {
     std::map<uint64_t, Key> out;
     const rl::TableHeader &h = t->header();
-    const rl::Bucket *b =
-        reinterpret_cast<const rl::Bucket *>(reinterpret_cast<const char *>(t) + rl::Table::header_bytes());
+    const rl::Bucket *b = reinterpret_cast<const rl::Bucket *>(reinterpret_cast<const char *>(t) + h.header_size);
     for (uint64_t i = 0; i < h.nbuckets; i++) {
         for (int s = 0; s < 3; s++) {
             if (b[i].tag[s] == 0) {

@@ -264,9 +264,9 @@ TEST(TableBlocks, LayoutGivesBucketsAThirdAndPoolsTheRest)
     EXPECT_EQ(h.pools[0].block_size, 64u);
     EXPECT_EQ(h.pools[1].block_size, 432u);
     // a 1/50 goes to the summary, a 1/128 out of the buckets' third to the top keys
-    EXPECT_NEAR((double) h.nbuckets * 64, ((1 << 20) - rl::Table::header_bytes()) * 49 / 50 / 3.0 - (1 << 20) / 128.0,
-                4096);
-    EXPECT_EQ(h.ncells * 8, ((1 << 20) - rl::Table::header_bytes()) / 50 / 64 * 64);
+    EXPECT_NEAR((double) h.nbuckets * 64,
+                ((1 << 20) - rl::Table::header_bytes(RL_RULE_STATS_MAX)) * 49 / 50 / 3.0 - (1 << 20) / 128.0, 4096);
+    EXPECT_EQ(h.ncells * 8, ((1 << 20) - rl::Table::header_bytes(RL_RULE_STATS_MAX)) / 50 / 64 * 64);
     EXPECT_EQ(b.table()->pool_for(52), 0);
     EXPECT_EQ(b.table()->pool_for(416), 1);
     EXPECT_EQ(b.table()->pool_for(100), -1);
@@ -381,4 +381,65 @@ TEST(TableStats, RuleCountersByNameSharedAndBounded)
     const uint64_t empty = rl_table_bytes_used(b.mem);
     b.table()->store(b.table()->tag(1, "k", 1), {kT0 + 1000, 0}, rl::Debt{1, false}, kT0);
     EXPECT_GT(rl_table_bytes_used(b.mem), empty);
+}
+
+// A table laid out for 1,000 rule names counts each of them apart, finds
+// each again by name (through the index, after a claim interrupted between
+// its index entry and its count), and has room for a quarter more.
+TEST(TableStats, RuleCountersForEveryName)
+{
+    const size_t size = 4 << 20;
+    void *mem = std::aligned_alloc(64, size);
+    std::memset(mem, 0, size);
+    char err[RL_ERR_MAX];
+    ASSERT_EQ(rl_table_plan_names(size, nullptr, 0, 1000, err, sizeof(err)), RL_OK) << err;
+    ASSERT_EQ(rl_table_init_names(mem, size, nullptr, 0, 1000, kSecret, err, sizeof(err)), RL_OK) << err;
+    EXPECT_EQ(rl_table_rule_room(mem), 1280u);
+    EXPECT_TRUE(rl_table_valid(mem, size, nullptr, 0));
+    for (int i = 0; i < 1000; i++) {
+        const int slot = rl_table_rule_slot(mem, ("tenant" + std::to_string(i)).c_str());
+        ASSERT_EQ(slot, i);
+        for (int k = 0; k <= i % 3; k++) {
+            rl_table_count(mem, slot, RL_OUTCOME_ALLOWED);
+        }
+    }
+    for (int i = 999; i >= 0; i--) {
+        ASSERT_EQ(rl_table_rule_slot(mem, ("tenant" + std::to_string(i)).c_str()), i);
+    }
+    EXPECT_EQ(rl_table_rules_counted(mem), 1000u);
+    std::vector<rl_rule_stats_t> st(1000);
+    ASSERT_EQ(rl_table_rule_stats(mem, st.data(), st.size()), 1000u);
+    for (int i = 0; i < 1000; i++) {
+        EXPECT_EQ(std::string(st[i].name), "tenant" + std::to_string(i));
+        EXPECT_EQ(st[i].count[RL_OUTCOME_ALLOWED], (uint64_t) (i % 3 + 1));
+    }
+    // the room planned: names a reload adds are counted up to 1,280
+    for (int i = 1000; i < 1280; i++) {
+        ASSERT_EQ(rl_table_rule_slot(mem, ("added" + std::to_string(i)).c_str()), i);
+    }
+    EXPECT_EQ(rl_table_rule_slot(mem, "one-too-many"), -1);
+    EXPECT_EQ(rl_table_rule_slot(mem, "tenant500"), 500);
+    std::string why;
+    EXPECT_TRUE(rl::Table::at(mem)->check(&why)) << why;
+    // the zone's layout, kept: valid whatever the number of names now
+    EXPECT_TRUE(rl_table_valid(mem, size, nullptr, 0));
+    std::free(mem);
+}
+
+// A claim interrupted after writing its index entry, before counting its
+// slot: the entry is passed over, and the next claim of any name is right.
+TEST(TableStats, RuleCounterClaimInterrupted)
+{
+    Block b(64 * 1024, kSecret);
+    rl::Table *t = b.table();
+    ASSERT_EQ(rl_table_rule_slot(b.mem, "a"), 0);
+    ASSERT_EQ(rl_table_rule_slot(b.mem, "b"), 1);
+    // "c" half-claimed: its counters and index entry written, not counted
+    ASSERT_EQ(rl_table_rule_slot(b.mem, "c"), 2);
+    t->header().nrules = 2;
+    EXPECT_EQ(rl_table_rule_slot(b.mem, "d"), 2);
+    EXPECT_EQ(rl_table_rule_slot(b.mem, "c"), 3);
+    EXPECT_EQ(rl_table_rule_slot(b.mem, "d"), 2);
+    EXPECT_EQ(rl_table_rule_slot(b.mem, "a"), 0);
+    EXPECT_EQ(rl_table_rules_counted(b.mem), 4u);
 }

@@ -90,54 +90,54 @@ typedef struct {
     uint32_t  burst;            /* gcra, token_bucket: capacity (limit) */
     uint32_t  cost;             /* constant cost (default 1) */
     int64_t   period_ms;        /* default 1000; quota: the current period */
-    uint32_t  align;            /* fixed_window: enum rl_align */
-    uint32_t  buckets;          /* sliding_window: sub-buckets (default 10) */
     int64_t   max_delay_ms;     /* leaky_bucket: longest delay (period) */
     uint32_t  delay;            /* leaky_bucket: requests over the pace
                                    served at once before the rest are
                                    delayed (0), as limit_req's delay= */
-    uint32_t  reset;            /* quota: enum rl_reset */
     int32_t   utc_offset_min;   /* quota: calendar's offset from UTC */
-    uint32_t  cost_var;         /* cost= is a $variable (the glue's) */
-    uint32_t  zero_cost;        /* zero_cost=on: a cost variable's 0 looks
-                                   without spending (else it counts as 1) */
-    uint32_t  log_key;          /* log_key=on: log lines show the key, not
-                                   its fingerprint */
-    uint32_t  limit_var;        /* limit= is a $variable (the glue's):
-                                   limit holds limit_default, and
-                                   rl_rule_apply() a request's */
-    uint32_t  burst_var;        /* burst= is a $variable */
     uint32_t  limit_max;        /* with a variable: the largest limit and
                                    burst it may give (sizes sliding_log's
                                    state) */
-    uint32_t  charge;           /* charge= (the glue's value): admitted
+    uint32_t  buckets;          /* sliding_window: sub-buckets (default 10) */
+    uint8_t   reset;            /* quota: enum rl_reset */
+    uint8_t   cost_var;         /* cost= is a $variable (the glue's) */
+    uint8_t   zero_cost;        /* zero_cost=on: a cost variable's 0 looks
+                                   without spending (else it counts as 1) */
+    uint8_t   log_key;          /* log_key=on: log lines show the key, not
+                                   its fingerprint */
+    uint8_t   limit_var;        /* limit= is a $variable (the glue's):
+                                   limit holds limit_default, and
+                                   rl_rule_apply() a request's */
+    uint8_t   burst_var;        /* burst= is a $variable */
+    uint8_t   charge;           /* charge= (the glue's value): admitted
                                    requests reserve cost, and what the
                                    value says is spent when they end
                                    (rl_request_end) */
-    uint32_t  abandoned;        /* charge=: what a request its client
+    uint8_t   abandoned;        /* charge=: what a request its client
                                    abandoned (ended with 499) spends:
                                    RL_ABANDONED_KEEP what it reserved, or
                                    RL_ABANDONED_CHARGE its charge */
-    int64_t   ban_ms;           /* ban=: a key this rule refuses is
-                                   refused for so long (0: no ban) */
-    int64_t   max_wait_ms;      /* concurrency: how long a request may
-                                   wait for a slot (0: refused at once) */
-    uint32_t  key_addr;         /* the key is the client's address (the
+    uint8_t   align;            /* fixed_window: enum rl_align */
+    uint8_t   key_addr;         /* the key is the client's address (the
                                    glue's): RL_KEY_ADDR_BINARY or
                                    RL_KEY_ADDR_TEXT; 0: another key.  An
                                    override of an address range applies
                                    to such a rule only */
+    int64_t   ban_ms;           /* ban=: a key this rule refuses is
+                                   refused for so long (0: no ban) */
+    int64_t   max_wait_ms;      /* concurrency: how long a request may
+                                   wait for a slot (0: refused at once) */
     uint32_t  adapt_min;        /* adaptive: the least limit (min=), */
     uint32_t  adapt_initial;    /*   a new key's limit (initial=), */
     uint32_t  tolerance;        /*   the typical latency's growth over
                                    the baseline tolerated, in hundredths
                                    (tolerance=1.5: 150), */
+    uint32_t  given;            /* internal: parameters set explicitly */
     int64_t   interval_ms;      /*   how often the limit moves (interval=) */
     int64_t   lease_ms;         /* concurrency in a Redis zone: how long a
                                    slot is held without its server renewing
                                    it (lease=, default 30s): a server that
                                    dies loses its slots so long after */
-    uint32_t  given;            /* internal: parameters set explicitly */
     char      name[RL_NAME_MAX];/* given by name=, or rl_rule_finish's */
     /* internal, derived from the above by rl_rule_finish() and
        rl_rule_apply(), so that no request works them out again: */

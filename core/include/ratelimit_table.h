@@ -47,6 +47,11 @@ RL_API uint64_t rl_table_capacity_for(size_t size);
 RL_API int rl_table_plan(size_t size, const uint32_t *blob_sizes, size_t n,
     char *err, size_t errlen);
 
+/* The same for a table whose rules have `names` names to count (their
+   counters' room is part of the table: rl_table_rule_room). */
+RL_API int rl_table_plan_names(size_t size, const uint32_t *blob_sizes,
+    size_t n, size_t names, char *err, size_t errlen);
+
 /*
  * Lays a fresh table out over mem (64-byte aligned, size bytes), with a new
  * random hash secret, or the 16 bytes of secret when not NULL (tests).  The
@@ -57,6 +62,13 @@ RL_API int rl_table_plan(size_t size, const uint32_t *blob_sizes, size_t n,
  */
 RL_API int rl_table_init(void *mem, size_t size, const uint32_t *blob_sizes,
     size_t n, const uint8_t *secret, char *err, size_t errlen);
+
+/* The same, with room for the counters of `names` rule names and a quarter
+   more (names a reload adds to a zone it keeps), RL_RULE_STATS_MAX at
+   least. */
+RL_API int rl_table_init_names(void *mem, size_t size,
+    const uint32_t *blob_sizes, size_t n, size_t names,
+    const uint8_t *secret, char *err, size_t errlen);
 
 /* 1 if mem holds a table of exactly this layout (kept across reload). */
 RL_API int rl_table_valid(const void *mem, size_t size,
@@ -69,7 +81,10 @@ RL_API uint64_t rl_table_bytes_used(const void *mem);
 
 /*
  * Per-rule counters, kept in the table (so all workers add to them and a
- * reload keeps them), counted by rule name: up to RL_RULE_STATS_MAX names.
+ * reload keeps them), counted by rule name, found by name through an index
+ * (no name is compared with every other): room for the names the table was
+ * laid out for (rl_table_init_names) and a quarter more, RL_RULE_STATS_MAX
+ * at least.
  */
 #define RL_RULE_STATS_MAX  64
 
@@ -120,6 +135,12 @@ RL_API int rl_table_rule_slot(void *mem, const char *name);
    The caller holds the table's lock: the counters are written under it,
    with no atomic add, and read without it. */
 RL_API void rl_table_count(void *mem, int slot, int outcome);
+
+/* Room for so many rule names' counters. */
+RL_API size_t rl_table_rule_room(const void *mem);
+
+/* Rule names counted so far (read without the lock: it only grows). */
+RL_API size_t rl_table_rules_counted(const void *mem);
 
 /* Copies up to max rules' counters; returns how many. */
 RL_API size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out,

@@ -269,7 +269,7 @@ const TimeParam time_params[] = {
 
 struct WordParam {
     uint32_t bit;
-    uint32_t rl_rule_t::*field;
+    uint8_t rl_rule_t::*field;
     const Name *words;
     size_t n;
 };
@@ -304,7 +304,9 @@ int set_time(rl_rule_t *rule, const TimeParam &p, Text v, Text whole, char *err,
 // "expected reset=daily, reset=weekly or reset=monthly"
 int set_word(rl_rule_t *rule, const WordParam &p, Text name, Text v, Text whole, char *err, size_t errlen)
 {
-    if (lookup(p.words, p.n, v, &(rule->*p.field))) {
+    uint32_t word;
+    if (lookup(p.words, p.n, v, &word)) {
+        rule->*p.field = (uint8_t) word;
         return RL_OK;
     }
     char expected[RL_ERR_MAX / 2] = "";

@@ -157,8 +157,11 @@ bool Table::check(std::string *why) const
     if (h_.top_used > h_.top_bytes) {
         return fail("top keys: more room claimed than there is");
     }
+    if (h_.nrules > h_.rules_max) {
+        return fail("rule counters: more claimed than there is room for");
+    }
     for (uint32_t i = 0; i < h_.nrules; i++) {
-        const uint64_t top = h_.rules[i].top;
+        const uint64_t top = counters()[i].top;
         if (top != 0 && top != kTopNoRoom && top_list((int) i) == nullptr) {
             return fail("rule " + std::to_string(i) + ": top keys out of their room");
         }

@@ -115,7 +115,7 @@ void rl_table_top(const void *mem, int slot, int64_t now_ms, rl_top_t *out)
     out->refusals = 0;
     out->since_ms = 0;
     out->n = 0;
-    if (slot < 0 || (uint32_t) slot >= h.nrules) {
+    if (slot < 0 || (uint32_t) slot >= h.nrules || (uint32_t) slot >= h.rules_max) {
         return;
     }
     if (const rl::TopList *l = table->top_list(slot)) {
@@ -127,7 +127,7 @@ void rl_table_top(const void *mem, int slot, int64_t now_ms, rl_top_t *out)
             out->top[i].banned_ms =
                 tag != 0 && table->find(rl::Table::ban_tag(tag), &ban) && ban.head.t > now_ms ? ban.head.t - now_ms : 0;
         }
-    } else if (h.rules[slot].top == rl::kTopNoRoom || h.top_used + rl::TopList::bytes(false) > h.top_bytes) {
+    } else if (table->counters()[slot].top == rl::kTopNoRoom || h.top_used + rl::TopList::bytes(false) > h.top_bytes) {
         out->state = RL_TOP_NO_ROOM;
     }
 }

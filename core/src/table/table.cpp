@@ -18,7 +18,7 @@ namespace rl {
 namespace {
 
 const char kMagic[8] = {'R', 'L', 'T', 'A', 'B', 'L', 'E', '6'};
-const uint32_t kVersion = 10;  // a zone of another layout version is laid out afresh
+const uint32_t kVersion = 11;  // a zone of another layout version is laid out afresh
 const uint32_t kMinBlocks = 4;
 
 // Buckets a cuckoo search may visit before giving up and evicting.  Enough
@@ -81,8 +81,11 @@ uint64_t mix(uint64_t x)
 // Without blocks every byte goes to buckets.  With them, buckets get a third
 // (a key with a block also needs a slot, and the slots stay under 2/3 full)
 // and the pools share the rest equally.
-bool Table::plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char *err, size_t errlen)
+bool Table::plan(size_t size, const uint32_t *blobs, size_t n, uint32_t rules_max, Layout *out, char *err,
+                 size_t errlen)
 {
+    rules_max = std::max<uint32_t>(rules_max, RL_RULE_STATS_MAX);
+    const uint64_t header = header_bytes(rules_max);
     uint32_t sizes[kPoolsMax];
     uint32_t npools = 0, largest = 0;
 
@@ -106,10 +109,10 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char
         largest = std::max(largest, bs);
     }
 
-    const uint64_t all = size > header_bytes() ? size - header_bytes() : 0;
+    const uint64_t all = size > header ? size - header : 0;
     const uint64_t sketch_bytes = std::max<uint64_t>(64, all / kSketchShare / 64 * 64);
     const uint64_t top_bytes = std::min<uint64_t>(std::max<uint64_t>(TopList::bytes(false), all / kTopShare / 64 * 64),
-                                                  RL_RULE_STATS_MAX * TopList::bytes(true));
+                                                  rules_max * TopList::bytes(true));
     const uint64_t avail = all > sketch_bytes ? all - sketch_bytes : 0;
     const uint64_t third = npools == 0 ? avail : avail / 3 / 64 * 64;
     const uint64_t share = npools == 0 ? 0 : (avail - third) / npools / 64 * 64;
@@ -120,7 +123,8 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char
     *out = Layout{};
     out->nbuckets = std::min<uint64_t>(bucket_bytes / 64, 0xffffffffu);
     out->npools = npools;
-    out->sketch_offset = header_bytes() + out->nbuckets * 64;
+    out->rules_max = rules_max;
+    out->sketch_offset = header + out->nbuckets * 64;
     out->ncells = sketch_bytes / sizeof(uint64_t);
     out->top_offset = out->sketch_offset + sketch_bytes;
     out->top_bytes = top_bytes;
@@ -136,7 +140,7 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char
             // with a page to spare for what the embedding puts before the table,
             // and the summary's share
             const uint64_t pools = 3 * (uint64_t) npools * kMinBlocks * largest / 2 + 64 * npools;
-            const uint64_t need = 4096 + header_bytes() + 64 + pools * kSketchShare / (kSketchShare - 1);
+            const uint64_t need = 4096 + header + 64 + pools * kSketchShare / (kSketchShare - 1);
             std::snprintf(err, errlen,
                           "too small for its rules' states of up to %u bytes a key: it needs at least %lluk", largest,
                           (unsigned long long) (need + 1023) / 1024);
@@ -146,7 +150,14 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char
     if (out->nbuckets < kMinBuckets) {
         // a zone's size, with a page for what the embedding puts before the
         // table, in nginx's size syntax as the message above
-        std::snprintf(err, errlen, "too small: it needs at least %zuk", (4096 + rl_table_min_size() + 1023) / 1024);
+        const uint64_t least = header + kMinBuckets * sizeof(Bucket) + 64 + TopList::bytes(false);
+        if (rules_max > RL_RULE_STATS_MAX) {
+            std::snprintf(err, errlen, "too small for the counters of its rules' names: it needs at least %lluk",
+                          (unsigned long long) (4096 + least + 1023) / 1024);
+        } else {
+            std::snprintf(err, errlen, "too small: it needs at least %lluk",
+                          (unsigned long long) (4096 + least + 1023) / 1024);
+        }
         return false;
     }
     return true;
@@ -159,10 +170,12 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char
 // when claimed, top_list).  A zone of any size costs memory as keys arrive.
 void Table::init(size_t size, const Layout &layout, const uint8_t secret[16])
 {
-    std::memset(this, 0, header_bytes());
+    std::memset(this, 0, fixed_header_bytes());  // the counters' room is zero already
     std::memcpy(h_.magic, kMagic, sizeof(kMagic));
     h_.version = kVersion;
-    h_.header_size = (uint32_t) header_bytes();
+    h_.header_size = (uint32_t) header_bytes(layout.rules_max);
+    h_.rules_max = layout.rules_max;
+    h_.names_mask = index_entries(layout.rules_max) - 1;
     h_.size = size;
     h_.nbuckets = layout.nbuckets;
     h_.npools = layout.npools;
@@ -177,7 +190,8 @@ void Table::init(size_t size, const Layout &layout, const uint8_t secret[16])
 bool Table::valid(size_t size, const Layout &layout) const
 {
     if (std::memcmp(h_.magic, kMagic, sizeof(kMagic)) != 0 || h_.version != kVersion ||
-        h_.header_size != header_bytes() || h_.size != size || h_.nbuckets != layout.nbuckets ||
+        h_.rules_max != layout.rules_max || h_.names_mask != index_entries(layout.rules_max) - 1 ||
+        h_.header_size != header_bytes(layout.rules_max) || h_.size != size || h_.nbuckets != layout.nbuckets ||
         h_.npools != layout.npools || h_.sketch_offset != layout.sketch_offset || h_.ncells != layout.ncells ||
         h_.top_offset != layout.top_offset || h_.top_bytes != layout.top_bytes) {
         return false;
@@ -467,7 +481,7 @@ int Table::forget(uint64_t tag, int64_t now)
         done |= RL_RESET_FORGIVEN;
     }
     commit();
-    for (uint32_t i = 0; i < h_.nrules && i < RL_RULE_STATS_MAX; i++) {
+    for (uint32_t i = 0; i < h_.nrules && i < h_.rules_max; i++) {
         if (TopList *l = top_list((int) i, false, false)) {
             l->forget(tag);
         }
@@ -475,15 +489,76 @@ int Table::forget(uint64_t tag, int64_t now)
     return done;
 }
 
+namespace {
+
+// FNV-1a of a rule name (configuration, not a client's value).
+uint32_t name_hash(const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < RL_NAME_MAX && name[i] != '\0'; i++) {
+        h = (h ^ (uint8_t) name[i]) * 0x100000001b3ull;
+    }
+    return (uint32_t) (h ^ (h >> 32));
+}
+
+}  // namespace
+
+// An index entry names a slot + 1; one naming a slot not claimed yet (a
+// claim interrupted between writing it and counting the slot) or of another
+// name is passed over, so that an interrupted claim leaves a stale entry
+// at worst, never a wrong one.
+int Table::find_rule(const char *name, uint32_t *at) const
+{
+    const uint32_t *index = const_cast<Table *>(this)->names_index();
+    const uint32_t nrules = std::min(h_.nrules, h_.rules_max);
+    uint32_t free = UINT32_MAX;
+    uint32_t i = name_hash(name) & h_.names_mask;
+    for (uint32_t probes = 0; probes <= h_.names_mask; probes++, i = (i + 1) & h_.names_mask) {
+        const uint32_t e = index[i];
+        if (e == 0) {
+            break;
+        }
+        if (e - 1 >= nrules) {
+            free = free == UINT32_MAX ? i : free;
+        } else if (std::strncmp(counters()[e - 1].name, name, RL_NAME_MAX) == 0) {
+            *at = i;
+            return (int) (e - 1);
+        }
+    }
+    *at = free != UINT32_MAX ? free : i;
+    return -1;
+}
+
+int Table::claim_rule(const char *name)
+{
+    uint32_t at;
+    const int found = find_rule(name, &at);
+    if (found >= 0) {
+        return found;
+    }
+    if (h_.nrules >= h_.rules_max) {
+        return -1;
+    }
+    const uint32_t slot = h_.nrules;
+    RuleCounters &c = counters()[slot];
+    std::memset(&c, 0, sizeof(c));
+    std::snprintf(c.name, sizeof(c.name), "%s", name);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    names_index()[at] = slot + 1;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    __atomic_store_n(&h_.nrules, slot + 1, __ATOMIC_RELEASE);
+    return (int) slot;
+}
+
 // The room for top keys is claimed a list at a time, never given back (as
 // rule counters are); the list is laid out before the rule points at it, so
 // that a process dying in between leaves only unused room.
 TopList *Table::top_list(int slot, bool claim, bool keys)
 {
-    if (slot < 0 || slot >= (int) RL_RULE_STATS_MAX) {
+    if (slot < 0 || (uint32_t) slot >= h_.rules_max) {
         return nullptr;
     }
-    RuleCounters &rc = h_.rules[slot];
+    RuleCounters &rc = counters()[slot];
     if (rc.top >= h_.top_offset && rc.top + sizeof(TopList) <= h_.top_offset + h_.top_bytes) {
         TopList *l = reinterpret_cast<TopList *>(reinterpret_cast<char *>(this) + rc.top);
         if (rc.top + TopList::bytes(l->keys != 0) <= h_.top_offset + h_.top_bytes) {

@@ -28,6 +28,7 @@
 // Not thread-safe: the caller holds the table's lock.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -83,6 +84,8 @@ inline uint32_t with_debt(uint32_t meta, int i, Debt d)
 // The fewest buckets a zone has.
 constexpr uint64_t kMinBuckets = 16;
 constexpr uint32_t kPoolsMax = 8;
+// The most rule names a zone counts (what a table plans room for).
+constexpr uint32_t kRulesRoomMax = 1u << 20;
 constexpr uint32_t kBlocksMax = 1u << 24;
 
 struct Pool {
@@ -204,7 +207,13 @@ struct alignas(64) TableHeader {
     Counts counts;
     alignas(64) Pool pools[kPoolsMax];
     Journal journal;
-    RuleCounters rules[RL_RULE_STATS_MAX];  // written under the lock, read without it
+    // The rules' counters, claimed by name (rl_table_rule_slot): room for
+    // rules_max names, laid out after this header (Table::counters), then
+    // their index by name: names_mask + 1 entries, each a slot + 1 (0:
+    // empty), probed linearly from the name's hash.  Written under the
+    // lock, read without it.
+    uint32_t rules_max;
+    uint32_t names_mask;
 };
 
 // Where a block size's pool is, for a table of `size` bytes whose rules
@@ -215,6 +224,7 @@ struct Layout {
     uint64_t ncells;
     uint64_t top_offset;
     uint64_t top_bytes;
+    uint32_t rules_max;  // room for so many rule names' counters
     uint32_t npools;
     Pool pools[kPoolsMax];
 };
@@ -224,10 +234,38 @@ public:
     static Table *at(void *mem) { return static_cast<Table *>(mem); }
     static const Table *at(const void *mem) { return static_cast<const Table *>(mem); }
 
-    static size_t header_bytes() { return (sizeof(TableHeader) + 63) & ~size_t{63}; }
+    // The header, its rules' counters and their index by name, for room
+    // for rules_max names.
+    static size_t header_bytes(uint32_t rules_max)
+    {
+        return fixed_header_bytes() + align64(rules_max * sizeof(RuleCounters)) +
+               align64(index_entries(rules_max) * sizeof(uint32_t));
+    }
+    static size_t fixed_header_bytes() { return align64(sizeof(TableHeader)); }
+    static size_t align64(size_t n) { return (n + 63) & ~size_t{63}; }
+    // Index entries for rules_max names: a power of two, at least twice as
+    // many (so that a probe ends soon).
+    static uint32_t index_entries(uint32_t rules_max)
+    {
+        uint32_t n = 64;
+        while (n < 2 * rules_max) {
+            n *= 2;
+        }
+        return n;
+    }
+    // The room for names a table plans for a configuration of `names`:
+    // RL_RULE_STATS_MAX at least, and a quarter more than it has, for
+    // names a reload adds while the zone is kept.
+    static uint32_t rules_room(size_t names)
+    {
+        const size_t want = names + names / 4;
+        return want <= RL_RULE_STATS_MAX ? RL_RULE_STATS_MAX
+                                         : (uint32_t) std::min<size_t>((want + 63) & ~size_t{63}, kRulesRoomMax);
+    }
     // The pool block holding an algorithm block of `blob` bytes.
     static uint32_t block_size_for(size_t blob) { return (uint32_t) ((8 + blob + 15) & ~size_t{15}); }
-    static bool plan(size_t size, const uint32_t *blobs, size_t n, Layout *out, char *err, size_t errlen);
+    static bool plan(size_t size, const uint32_t *blobs, size_t n, uint32_t rules_max, Layout *out, char *err,
+                     size_t errlen);
 
     // Over zeroed memory (rl_table_init): writes the header only.
     void init(size_t size, const Layout &layout, const uint8_t secret[16]);
@@ -371,13 +409,30 @@ public:
     const TableHeader &header() const { return h_; }
     TableHeader &header() { return h_; }
 
+    // The rules' counters (rules_max of them) and their index by name.
+    RuleCounters *counters()
+    {
+        return reinterpret_cast<RuleCounters *>(reinterpret_cast<char *>(this) + fixed_header_bytes());
+    }
+    const RuleCounters *counters() const { return const_cast<Table *>(this)->counters(); }
+    uint32_t *names_index()
+    {
+        return reinterpret_cast<uint32_t *>(reinterpret_cast<char *>(this) + fixed_header_bytes() +
+                                            align64(h_.rules_max * sizeof(RuleCounters)));
+    }
+    // The slot of a rule name's counters, or -1 if it has none; where its
+    // index entry is (or would go) in *at.
+    int find_rule(const char *name, uint32_t *at) const;
+    // The counters of a rule name, claimed if it has none (-1: no room).
+    int claim_rule(const char *name);
+
     // Adds one to the outcome of the rule counted in `slot`, under the
     // lock: a plain load and store (no bus-locked add on every request),
     // atomic only so that the stats may read it without the lock.
     void count(int slot, int outcome)
     {
-        if (slot >= 0 && (uint32_t) slot < RL_RULE_STATS_MAX && outcome >= 0 && outcome < RL_OUTCOMES) {
-            uint64_t &n = h_.rules[slot].count[outcome];
+        if (slot >= 0 && (uint32_t) slot < h_.rules_max && outcome >= 0 && outcome < RL_OUTCOMES) {
+            uint64_t &n = counters()[slot].count[outcome];
             __atomic_store_n(&n, __atomic_load_n(&n, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
         }
     }
@@ -385,8 +440,8 @@ public:
     // Adds a request's charge to the rule counted in `slot` (as count()).
     void count_charge(int slot, uint64_t units, bool debt)
     {
-        if (slot >= 0 && (uint32_t) slot < RL_RULE_STATS_MAX) {
-            RuleCounters &r = h_.rules[slot];
+        if (slot >= 0 && (uint32_t) slot < h_.rules_max) {
+            RuleCounters &r = counters()[slot];
             __atomic_store_n(&r.charged, __atomic_load_n(&r.charged, __ATOMIC_RELAXED) + units, __ATOMIC_RELAXED);
             __atomic_store_n(&r.debts, __atomic_load_n(&r.debts, __ATOMIC_RELAXED) + debt, __ATOMIC_RELAXED);
         }
@@ -401,10 +456,10 @@ public:
     // mean), and a change of the charges replaces it within 2n of them.
     void note_charge(int slot, uint64_t units, uint64_t most)
     {
-        if (slot < 0 || (uint32_t) slot >= RL_RULE_STATS_MAX) {
+        if (slot < 0 || (uint32_t) slot >= h_.rules_max) {
             return;
         }
-        RuleCounters &r = h_.rules[slot];
+        RuleCounters &r = counters()[slot];
         const uint32_t v = (uint32_t) (units < most ? units : most);  // most: a limit, 32 bits
         const uint32_t e = (r.charges / RL_CHARGES_EPOCH) & 1;
         const uint32_t was = r.charges % RL_CHARGES_EPOCH == 0 ? 0 : r.charge_max[e];
@@ -415,18 +470,18 @@ public:
     // (0: nothing learned).
     uint64_t estimate(int slot) const
     {
-        if (slot < 0 || (uint32_t) slot >= RL_RULE_STATS_MAX) {
+        if (slot < 0 || (uint32_t) slot >= h_.rules_max) {
             return 0;
         }
-        const uint32_t a = __atomic_load_n(&h_.rules[slot].charge_max[0], __ATOMIC_RELAXED);
-        const uint32_t b = __atomic_load_n(&h_.rules[slot].charge_max[1], __ATOMIC_RELAXED);
+        const uint32_t a = __atomic_load_n(&counters()[slot].charge_max[0], __ATOMIC_RELAXED);
+        const uint32_t b = __atomic_load_n(&counters()[slot].charge_max[1], __ATOMIC_RELAXED);
         return a > b ? a : b;
     }
     // A ban started (or, dry, one a dry run would have started).
     void count_ban(int slot, bool dry)
     {
-        if (slot >= 0 && (uint32_t) slot < RL_RULE_STATS_MAX) {
-            uint64_t &n = dry ? h_.rules[slot].dry_run_bans : h_.rules[slot].bans;
+        if (slot >= 0 && (uint32_t) slot < h_.rules_max) {
+            uint64_t &n = dry ? counters()[slot].dry_run_bans : counters()[slot].bans;
             __atomic_store_n(&n, __atomic_load_n(&n, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
         }
     }
@@ -434,8 +489,8 @@ public:
     // A request that met an override.
     void count_override(int slot)
     {
-        if (slot >= 0 && (uint32_t) slot < RL_RULE_STATS_MAX) {
-            uint64_t &n = h_.rules[slot].overridden;
+        if (slot >= 0 && (uint32_t) slot < h_.rules_max) {
+            uint64_t &n = counters()[slot].overridden;
             __atomic_store_n(&n, __atomic_load_n(&n, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
         }
     }
@@ -446,8 +501,8 @@ public:
     // taken, and so the peak, is counted under it).
     void count_flight(int slot, int64_t delta, bool waited)
     {
-        if (slot >= 0 && (uint32_t) slot < RL_RULE_STATS_MAX) {
-            RuleCounters &r = h_.rules[slot];
+        if (slot >= 0 && (uint32_t) slot < h_.rules_max) {
+            RuleCounters &r = counters()[slot];
             const int64_t now = __atomic_add_fetch(&r.flight, delta, __ATOMIC_RELAXED);
             if (now > __atomic_load_n(&r.peak, __ATOMIC_RELAXED)) {
                 __atomic_store_n(&r.peak, now, __ATOMIC_RELAXED);
@@ -459,8 +514,8 @@ public:
     // An adaptive rule's key decided an interval: its figures.
     void note_adaptive(int slot, uint32_t limit, uint32_t baseline_us, uint32_t recent_us)
     {
-        if (slot >= 0 && (uint32_t) slot < RL_RULE_STATS_MAX) {
-            RuleCounters &r = h_.rules[slot];
+        if (slot >= 0 && (uint32_t) slot < h_.rules_max) {
+            RuleCounters &r = counters()[slot];
             __atomic_store_n(&r.limit_now, limit, __ATOMIC_RELAXED);
             __atomic_store_n(&r.baseline_us, baseline_us, __ATOMIC_RELAXED);
             __atomic_store_n(&r.recent_us, recent_us, __ATOMIC_RELAXED);
@@ -481,10 +536,10 @@ private:
         int i;
     };
 
-    Bucket *buckets() { return reinterpret_cast<Bucket *>(reinterpret_cast<char *>(this) + header_bytes()); }
+    Bucket *buckets() { return reinterpret_cast<Bucket *>(reinterpret_cast<char *>(this) + h_.header_size); }
     const Bucket *buckets() const
     {
-        return reinterpret_cast<const Bucket *>(reinterpret_cast<const char *>(this) + header_bytes());
+        return reinterpret_cast<const Bucket *>(reinterpret_cast<const char *>(this) + h_.header_size);
     }
     uint8_t *block(uint32_t handle) const
     {

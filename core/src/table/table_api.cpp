@@ -14,24 +14,36 @@ extern "C" {
 size_t rl_table_min_size(void)
 {
     // and the least summary, and one rule's top keys
-    return rl::Table::header_bytes() + rl::kMinBuckets * sizeof(rl::Bucket) + 64 + rl::TopList::bytes(false);
+    return rl::Table::header_bytes(RL_RULE_STATS_MAX) + rl::kMinBuckets * sizeof(rl::Bucket) + 64 +
+           rl::TopList::bytes(false);
 }
 
 uint64_t rl_table_capacity_for(size_t size)
 {
     rl::Layout layout;
     char err[RL_ERR_MAX];
-    return rl::Table::plan(size, nullptr, 0, &layout, err, sizeof(err)) ? layout.nbuckets * 3 : 0;
+    return rl::Table::plan(size, nullptr, 0, 0, &layout, err, sizeof(err)) ? layout.nbuckets * 3 : 0;
 }
 
 int rl_table_plan(size_t size, const uint32_t *blob_sizes, size_t n, char *err, size_t errlen)
 {
+    return rl_table_plan_names(size, blob_sizes, n, 0, err, errlen);
+}
+
+int rl_table_plan_names(size_t size, const uint32_t *blob_sizes, size_t n, size_t names, char *err, size_t errlen)
+{
     rl::Layout layout;
-    return rl::Table::plan(size, blob_sizes, n, &layout, err, errlen) ? RL_OK : RL_ERROR;
+    return rl::Table::plan(size, blob_sizes, n, rl::Table::rules_room(names), &layout, err, errlen) ? RL_OK : RL_ERROR;
 }
 
 int rl_table_init(void *mem, size_t size, const uint32_t *blob_sizes, size_t n, const uint8_t *secret, char *err,
                   size_t errlen)
+{
+    return rl_table_init_names(mem, size, blob_sizes, n, 0, secret, err, errlen);
+}
+
+int rl_table_init_names(void *mem, size_t size, const uint32_t *blob_sizes, size_t n, size_t names,
+                        const uint8_t *secret, char *err, size_t errlen)
 {
     try {
         rl::Layout layout;
@@ -39,7 +51,7 @@ int rl_table_init(void *mem, size_t size, const uint32_t *blob_sizes, size_t n, 
             std::snprintf(err, errlen, "table memory must be 64-byte aligned");
             return RL_ERROR;
         }
-        if (!rl::Table::plan(size, blob_sizes, n, &layout, err, errlen)) {
+        if (!rl::Table::plan(size, blob_sizes, n, rl::Table::rules_room(names), &layout, err, errlen)) {
             return RL_ERROR;
         }
         uint8_t key[16];
@@ -61,7 +73,11 @@ int rl_table_valid(const void *mem, size_t size, const uint32_t *blob_sizes, siz
 {
     rl::Layout layout;
     char err[RL_ERR_MAX];
-    return rl::Table::plan(size, blob_sizes, n, &layout, err, sizeof(err)) && rl::Table::at(mem)->valid(size, layout)
+    // the room for rule names the table was laid out with (a reload may
+    // bring more names, or fewer: the zone is kept, see rl_table_rule_room)
+    const uint32_t room = rl::Table::at(mem)->header().rules_max;
+    return room <= rl::kRulesRoomMax && rl::Table::plan(size, blob_sizes, n, room, &layout, err, sizeof(err)) &&
+                   rl::Table::at(mem)->valid(size, layout)
                ? 1
                : 0;
 }
@@ -69,8 +85,8 @@ int rl_table_valid(const void *mem, size_t size, const uint32_t *blob_sizes, siz
 uint64_t rl_table_bytes_used(const void *mem)
 {
     const rl::TableHeader &h = rl::Table::at(mem)->header();
-    uint64_t used = rl::Table::header_bytes() + (h.counts.keys * sizeof(rl::Bucket) + 2) / 3 +
-                    h.ncells * sizeof(uint64_t) + h.top_used;
+    uint64_t used =
+        h.header_size + (h.counts.keys * sizeof(rl::Bucket) + 2) / 3 + h.ncells * sizeof(uint64_t) + h.top_used;
     for (uint32_t i = 0; i < h.npools; i++) {
         used += (uint64_t) h.pools[i].used * h.pools[i].block_size;
     }
@@ -79,19 +95,18 @@ uint64_t rl_table_bytes_used(const void *mem)
 
 int rl_table_rule_slot(void *mem, const char *name)
 {
-    rl::TableHeader &h = rl::Table::at(mem)->header();
-    for (uint32_t i = 0; i < h.nrules; i++) {
-        if (std::strncmp(h.rules[i].name, name, RL_NAME_MAX) == 0) {
-            return (int) i;
-        }
-    }
-    if (h.nrules == RL_RULE_STATS_MAX) {
-        return -1;
-    }
-    rl::RuleCounters &c = h.rules[h.nrules];
-    std::memset(&c, 0, sizeof(c));
-    std::snprintf(c.name, sizeof(c.name), "%s", name);
-    return (int) h.nrules++;
+    return rl::Table::at(mem)->claim_rule(name);
+}
+
+size_t rl_table_rule_room(const void *mem)
+{
+    return rl::Table::at(mem)->header().rules_max;
+}
+
+size_t rl_table_rules_counted(const void *mem)
+{
+    const rl::TableHeader &h = rl::Table::at(mem)->header();
+    return std::min(__atomic_load_n(&h.nrules, __ATOMIC_ACQUIRE), h.rules_max);
 }
 
 void rl_table_count(void *mem, int slot, int outcome)
@@ -102,36 +117,38 @@ void rl_table_count(void *mem, int slot, int outcome)
 size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out, size_t max)
 {
     const rl::TableHeader &h = rl::Table::at(mem)->header();
+    const rl::RuleCounters *rules = rl::Table::at(mem)->counters();
     size_t n = 0;
-    for (uint32_t i = 0; i < h.nrules && n < max; i++, n++) {
-        std::memcpy(out[n].name, h.rules[i].name, RL_NAME_MAX);
+    for (uint32_t i = 0; i < h.nrules && i < h.rules_max && n < max; i++, n++) {
+        std::memcpy(out[n].name, rules[i].name, RL_NAME_MAX);
         for (int k = 0; k < RL_OUTCOMES; k++) {
-            out[n].count[k] = __atomic_load_n(&h.rules[i].count[k], __ATOMIC_RELAXED);
+            out[n].count[k] = __atomic_load_n(&rules[i].count[k], __ATOMIC_RELAXED);
         }
-        out[n].charged = __atomic_load_n(&h.rules[i].charged, __ATOMIC_RELAXED);
-        out[n].debts = __atomic_load_n(&h.rules[i].debts, __ATOMIC_RELAXED);
-        const int64_t flight = __atomic_load_n(&h.rules[i].flight, __ATOMIC_RELAXED);
+        out[n].charged = __atomic_load_n(&rules[i].charged, __ATOMIC_RELAXED);
+        out[n].debts = __atomic_load_n(&rules[i].debts, __ATOMIC_RELAXED);
+        const int64_t flight = __atomic_load_n(&rules[i].flight, __ATOMIC_RELAXED);
         out[n].in_flight = flight > 0 ? (uint64_t) flight : 0;
-        out[n].peak = (uint64_t) __atomic_load_n(&h.rules[i].peak, __ATOMIC_RELAXED);
-        out[n].waited = __atomic_load_n(&h.rules[i].waited, __ATOMIC_RELAXED);
-        out[n].bans = __atomic_load_n(&h.rules[i].bans, __ATOMIC_RELAXED);
-        out[n].dry_run_bans = __atomic_load_n(&h.rules[i].dry_run_bans, __ATOMIC_RELAXED);
+        out[n].peak = (uint64_t) __atomic_load_n(&rules[i].peak, __ATOMIC_RELAXED);
+        out[n].waited = __atomic_load_n(&rules[i].waited, __ATOMIC_RELAXED);
+        out[n].bans = __atomic_load_n(&rules[i].bans, __ATOMIC_RELAXED);
+        out[n].dry_run_bans = __atomic_load_n(&rules[i].dry_run_bans, __ATOMIC_RELAXED);
         out[n].estimate = rl::Table::at(mem)->estimate((int) i);
-        out[n].overridden = __atomic_load_n(&h.rules[i].overridden, __ATOMIC_RELAXED);
+        out[n].overridden = __atomic_load_n(&rules[i].overridden, __ATOMIC_RELAXED);
         out[n].overrides = 0;
-        out[n].limit_now = __atomic_load_n(&h.rules[i].limit_now, __ATOMIC_RELAXED);
-        out[n].baseline_us = __atomic_load_n(&h.rules[i].baseline_us, __ATOMIC_RELAXED);
-        out[n].recent_us = __atomic_load_n(&h.rules[i].recent_us, __ATOMIC_RELAXED);
+        out[n].limit_now = __atomic_load_n(&rules[i].limit_now, __ATOMIC_RELAXED);
+        out[n].baseline_us = __atomic_load_n(&rules[i].baseline_us, __ATOMIC_RELAXED);
+        out[n].recent_us = __atomic_load_n(&rules[i].recent_us, __ATOMIC_RELAXED);
     }
     // the overrides naming each rule counted
     if (const rl::Store *st = rl::Store::of(rl::Table::at(mem))) {
         const rl::OverrideEntry *e = st->entries();
         for (uint32_t i = 0; i < st->used_entries(); i++) {
-            for (size_t k = 0; e[i].tag != 0 && e[i].ov.target.rule[0] != '\0' && k < n; k++) {
-                if (std::strncmp(out[k].name, e[i].ov.target.rule, RL_NAME_MAX) == 0) {
-                    out[k].overrides++;
-                    break;
-                }
+            uint32_t at;
+            const int k = e[i].tag != 0 && e[i].ov.target.rule[0] != '\0'
+                              ? rl::Table::at(mem)->find_rule(e[i].ov.target.rule, &at)
+                              : -1;
+            if (k >= 0 && (size_t) k < n) {
+                out[k].overrides++;
             }
         }
     }
