@@ -8,7 +8,14 @@
 # more request for each: a key still in the zone is rejected, an evicted one
 # is allowed again.  A binary search finds the largest N with no eviction.
 #
-#   bench/density.pl [--zone 1m]
+# The stacks (several rules on one key, the common production policy: a
+# burst rule, a sustained rule, a daily quota) are probed the same way but
+# judged by the zone's own count of live evictions (ratelimit_stats): with
+# several rules a key evicted under one rule is still refused by another,
+# so the second pass alone would not see it.
+#
+#   bench/density.pl [--zone 1m] [NAME...]   (NAME: limit_req, ratelimit,
+#                                            gcra+gcra, gcra+sliding_window+quota)
 use strict;
 use warnings;
 use FindBin;
@@ -18,7 +25,17 @@ use IO::Socket::INET;
 use RLTest;
 
 my $zone = '1m';
-GetOptions('zone=s' => \$zone) or die "usage: $0 [--zone SIZE]\n";
+GetOptions('zone=s' => \$zone) or die "usage: $0 [--zone SIZE] [NAME...]\n";
+
+# a stack's rules, each limiting a key after its one request for a minute
+# (or a day), in the location of a server that also answers ratelimit_stats
+sub stack {
+    my ($rules) = @_;
+    return "keepalive_requests 100000000;\nratelimit_zone d $zone;\n"
+        . 'server { listen 127.0.0.1:%%PORT%%; location / {'
+        . join('', map {" ratelimit zone=d key=\$http_x_key $_;"} @$rules)
+        . ' ratelimit_headers off; } location = /stats { ratelimit_stats; } }';
+}
 
 my %module = (
     ratelimit => "keepalive_requests 100000000;\nratelimit_zone d $zone;\n"
@@ -26,7 +43,13 @@ my %module = (
         . ' ratelimit zone=d key=$http_x_key limit=1 period=1m burst=1; ratelimit_headers off; } }',
     limit_req => "keepalive_requests 100000000;\nlimit_req_zone \$http_x_key zone=d:$zone rate=1r/m;\n"
         . 'server { listen 127.0.0.1:%%PORT%%; location / { limit_req zone=d; } }',
+    'gcra+gcra' => stack([ 'limit=1 period=1m burst=1', 'limit=2 period=1h' ]),
+    'gcra+sliding_window+quota' => stack([ 'limit=1 period=1m burst=1',
+        'algorithm=sliding_window limit=2 period=1h', 'algorithm=quota limit=3 reset=daily' ]),
 );
+my %stacked = ('gcra+gcra' => 1, 'gcra+sliding_window+quota' => 1);
+my @names = @ARGV ? @ARGV : ('limit_req', 'ratelimit', sort keys %stacked);
+for (@names) { die "$0: unknown $_ (one of: @{[ sort keys %module ]})\n" unless $module{$_} }
 
 # Sends one HEAD request for each key on one keep-alive connection,
 # pipelined in batches; returns how many were answered 200.
@@ -55,14 +78,16 @@ sub keeps {
     $t->write_conf($module{$name}, no_access_log => 1, log_level => 'crit');
     $t->start();
     my $first = pass($t->port, 0, $n);
-    my $again = pass($t->port, 0, $n);
+    my $again = $stacked{$name} ? 0 : pass($t->port, 0, $n);
+    my $live = $stacked{$name} ? $t->zone_stats('d')->{live_evictions} : 0;
     $t->stop();
     die "$name: only $first of $n first requests were allowed\n" if $first != $n;
-    return $again == 0;
+    die "$name: no live_evictions in the zone's stats\n" unless defined $live;
+    return $again == 0 && $live == 0;
 }
 
 my %held;
-for my $name ('limit_req', 'ratelimit') {
+for my $name (@names) {
     my ($lo, $hi) = (1000, 1000);
     $hi *= 2 while keeps($name, $hi);   # grow until a key is evicted
     $lo = $hi / 2;
@@ -71,10 +96,10 @@ for my $name ('limit_req', 'ratelimit') {
         if (keeps($name, $mid)) { $lo = $mid } else { $hi = $mid }
     }
     $held{$name} = $lo;
-    printf STDERR "  %-10s holds %d keys in a %s zone\n", $name, $lo, $zone;
+    printf STDERR "  %-25s holds %d keys in a %s zone\n", $name, $lo, $zone;
 }
 
 my $mb = $zone =~ /^(\d+)m$/ ? $1 : 1;
 printf "density: keys a %s zone holds before the first live key is evicted (within 50)\n", $zone;
-printf "  %-10s %7d keys  %7.0f keys/MB\n", $_, $held{$_}, $held{$_} / $mb for 'limit_req', 'ratelimit';
-printf "  ratelimit / limit_req: %.2fx\n", $held{ratelimit} / $held{limit_req};
+printf "  %-25s %7d keys  %7.0f keys/MB\n", $_, $held{$_}, $held{$_} / $mb for @names;
+printf "  ratelimit / limit_req: %.2fx\n", $held{ratelimit} / $held{limit_req} if $held{ratelimit} && $held{limit_req};

@@ -7,7 +7,12 @@
 # worker's CPU time a request (/proc/<pid>/stat around the -c64 run), for one
 # key and for a random key among 1,000,000.  The locations run in turn,
 # round after round; each figure is the median of the rounds.  Then Redis's
-# memory per key: a rule of 100 an hour, random keys for one run.
+# memory per key: a rule of 100 an hour, random keys for one run.  Then the
+# Redis commands a request of one key runs (INFO commandstats around 100
+# requests, one at a time: the script call, the clock it reads and each
+# command the script runs), for one gcra rule and for stacks of rules on
+# the key (gcra+gcra, gcra+sliding_window+quota): a figure that depends on
+# nothing but the script.
 #
 #   bench/redis.pl [--rounds 3] [--seconds 5]
 use strict;
@@ -44,6 +49,21 @@ server {
     }
     location /charged/ {
         ratelimit zone=fleet key=\$http_x_key limit=1000000 period=1s burst=1000000 charge=1 name=charged;
+        alias %%PREFIX%%/html/;
+    }
+    location /stack1/ {
+        ratelimit zone=fleet key=\$http_x_key limit=1000000 period=1s;
+        alias %%PREFIX%%/html/;
+    }
+    location /stack2/ {
+        ratelimit zone=fleet key=\$http_x_key limit=1000000 period=1s;
+        ratelimit zone=fleet key=\$http_x_key limit=60000000 period=1m;
+        alias %%PREFIX%%/html/;
+    }
+    location /stack3/ {
+        ratelimit zone=fleet key=\$http_x_key limit=1000000 period=1s;
+        ratelimit zone=fleet key=\$http_x_key algorithm=sliding_window limit=100000000 period=1h;
+        ratelimit zone=fleet key=\$http_x_key algorithm=quota limit=100000000 reset=daily;
         alias %%PREFIX%%/html/;
     }
     location /memory/ {
@@ -103,6 +123,26 @@ my $keys = $redis->cmd('DBSIZE');
 my ($used) = $redis->cmd('INFO', 'memory') =~ /used_memory:(\d+)/;
 my $sample = $redis->cmd('RANDOMKEY');
 my $usage = $redis->cmd('MEMORY', 'USAGE', $sample);
+
+# Redis commands a request, by command, for one key's requests
+sub commandstats {
+    my %c;
+    my $info = $redis->cmd('INFO', 'commandstats');
+    $c{$1} = $2 while $info =~ /^cmdstat_(\w+):calls=(\d+)/mg;
+    delete $c{info};
+    return %c;
+}
+my %commands;
+for my $loc ('stack1', 'stack2', 'stack3') {
+    $t->get("/$loc/f", { 'X-Key' => "warm-$loc" });   # its first call
+    my %before = commandstats();
+    for (1 .. 100) {
+        my $res = $t->get("/$loc/f", { 'X-Key' => "stack-$loc" });
+        die "$loc: answered $res->{status}\n" unless $res->{status} == 200;
+    }
+    my %after = commandstats();
+    $commands{$loc} = { map { $_ => (($after{$_} // 0) - ($before{$_} // 0)) / 100 } keys %after };
+}
 $t->stop();
 
 my $v = (`/usr/sbin/nginx -v 2>&1` =~ m{nginx/(\S+)})[0];
@@ -124,6 +164,14 @@ for my $name ('one key', '1M random keys') {
     printf "%-15s charged/redis: %.2fx req/s, %.2fx worker CPU a request, %+.3f ms p50, %+.3f ms p99\n", $name,
         median(@{ $c->{rps} }) / median(@{ $rd->{rps} }), median(@{ $c->{us} }) / median(@{ $rd->{us} }),
         median(@{ $c->{p50} }) - median(@{ $rd->{p50} }), median(@{ $c->{p99} }) - median(@{ $rd->{p99} });
+}
+my %stack_name = (stack1 => 'gcra', stack2 => 'gcra+gcra', stack3 => 'gcra+sliding_window+quota');
+for my $loc ('stack1', 'stack2', 'stack3') {
+    my $c = $commands{$loc};
+    my $total = 0;
+    $total += $_ for values %$c;
+    printf "redis commands a request, one key, %s: %.2f (%s)\n", $stack_name{$loc}, $total,
+        join(', ', map { sprintf '%s %.2f', $_, $c->{$_} } grep { $c->{$_} } sort keys %$c);
 }
 printf "redis memory: %d keys, %.1f bytes a key (used_memory %d - %d empty); MEMORY USAGE of one key: %d bytes\n",
     $keys, ($used - $empty) / ($keys || 1), $used, $empty, $usage;
