@@ -174,8 +174,8 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
         c->key_len = key.len;
         c->cost = key.len ? ngx_http_ratelimit_cost(r, &rules[i]) : 0;
         c->data = &rules[i];
-        c->counters = ngx_http_ratelimit_counters(r->connection->log,
-                                                  &rules[i]);
+        c->counters = ngx_http_ratelimit_rule_counters(r->connection->log,
+                                                       &rules[i]);
     }
 
     ctx->rq.checks = checks;

@@ -34,6 +34,30 @@ void ngx_http_ratelimit_lock_all(rl_request_t *rq, ngx_uint_t lock);
 
 
 /*
+ * What rl_check_t's counters holds for a rule (the slot of its name's
+ * counters plus 1, 0 for none): known once the worker found it, without a
+ * call; ngx_http_ratelimit_counters() finds it the first time.
+ */
+
+static ngx_inline int
+ngx_http_ratelimit_rule_counters(ngx_log_t *log,
+    ngx_http_ratelimit_rule_t *rule)
+{
+    ngx_http_ratelimit_zone_t  *zone;
+
+    zone = rule->shm_zone->data;
+
+    if (zone->slots != NULL
+        && zone->slots[rule->name_index] != NGX_HTTP_RATELIMIT_STATS_UNKNOWN)
+    {
+        return zone->slots[rule->name_index] + 1;
+    }
+
+    return ngx_http_ratelimit_counters(log, rule);
+}
+
+
+/*
  * Locks the zones a request uses: most requests use one, locked here
  * without a call, its mutex returned for ngx_http_ratelimit_unlock();
  * several, by ngx_http_ratelimit_lock_all (NULL returned).
