@@ -521,7 +521,10 @@ ngx_http_ratelimit_counters(ngx_log_t *log, ngx_http_ratelimit_rule_t *rule)
 }
 
 
-/* This worker's slots of the zone's names, each unknown until found. */
+/*
+ * This worker's slots of the zone's names, each unknown until found, in
+ * its cycle's pool (a worker's lives as long as the worker).
+ */
 
 static ngx_int_t
 ngx_http_ratelimit_slots(ngx_http_ratelimit_zone_t *zone, ngx_log_t *log)
@@ -532,7 +535,8 @@ ngx_http_ratelimit_slots(ngx_http_ratelimit_zone_t *zone, ngx_log_t *log)
         return NGX_OK;
     }
 
-    zone->slots = ngx_alloc((zone->nnames + 1) * sizeof(int32_t), log);
+    zone->slots = ngx_palloc(ngx_cycle->pool,
+                             (zone->nnames + 1) * sizeof(int32_t));
     if (zone->slots == NULL) {
         return NGX_ERROR;
     }
