@@ -2,7 +2,6 @@
 // reply is read in resp.cpp and judged in redis_reply.cpp).  No I/O here:
 // the glue owns the connections (nginx events), the conformance test a
 // blocking socket.
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,6 +13,7 @@
 #include "redis/resp.h"
 #include "table/table.h"
 #include "util/error.h"
+#include "util/random_id.h"
 #include "util/sha256.h"
 
 extern "C" const char rl_redis_script_text[];  // generated from core/src/redis/ratelimit.lua
@@ -114,18 +114,7 @@ int rl_redis_holds_lease(const rl_check_t *c)
 
 uint64_t rl_redis_server_id(void)
 {
-    uint64_t id = 0;
-    if (getrandom(&id, sizeof(id), 0) != (ssize_t) sizeof(id)) {
-        // the clock's nanoseconds and the process, mixed (splitmix64)
-        timespec ts{};
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t z = (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec + ((uint64_t) getpid() << 40) +
-                     0x9e3779b97f4a7c15ull;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        id = z ^ (z >> 31);
-    }
-    return id != 0 ? id : 1;
+    return rl::random_id();
 }
 
 const char *rl_redis_script(size_t *len)

@@ -8,7 +8,6 @@
 // those not yet sent (call 0).  Items are appended and never removed until
 // an exchange takes them: all of them, or the calls in doubt, and then the
 // items left are moved up and the index made again.
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,6 +21,7 @@
 #include "redis/resp.h"
 #include "table/table.h"
 #include "util/error.h"
+#include "util/random_id.h"
 
 namespace {
 
@@ -289,19 +289,7 @@ int rl_sync_init(void *mem, size_t size, uint32_t keys)
     h->magic = kMagic;
     h->keys = keys;
     h->nindex = index_size(keys);
-    // ids unique across servers and restarts; without getrandom(), the
-    // clock's nanoseconds and the process, mixed (splitmix64)
-    uint64_t nonce = 0;
-    if (getrandom(&nonce, sizeof(nonce), 0) != (ssize_t) sizeof(nonce)) {
-        timespec ts{};
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t z = (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec + ((uint64_t) getpid() << 40) +
-                     0x9e3779b97f4a7c15ull;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        nonce = z ^ (z >> 31);
-    }
-    h->nonce = nonce;
+    h->nonce = rl::random_id();  // ids unique across servers and restarts
     return 0;
 }
 
