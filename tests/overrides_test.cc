@@ -496,7 +496,10 @@ TEST(Text, FileLinesRoundTrip)
     for (const char *bad : {"per_key key %zz limit 1 5 0 0 0 0", "per_key key a limit 1 5 0 0 0",
                             "per_key key a shout 1 5 0 0 0 0", "per_key key a limit 0 0 0 0 0 0",
                             "per_key range 10.0.0.1/8 deny 0 0 0 0 0 0", "per_key key a deny 1 5 0 0 0 0",
-                            "bad name! key a deny 0 0 0 0 0 0", "per_key key a limit 1 5 0 0 0 0 extra"}) {
+                            "bad name! key a deny 0 0 0 0 0 0", "per_key key a limit 1 5 0 0 0 0 extra",
+                            // numbers past their bound, up to the digits of one past INT64_MAX
+                            "per_key key a limit 1 5 0 0 9999999999999999999 0",
+                            "per_key key a limit 1 5 0 0 9223372036854775808 0", "per_key key a limit 8 5 0 0 0 0"}) {
         EXPECT_EQ(rl_overrides_file_read(bad, std::strlen(bad), &allow, err, sizeof(err)), RL_ERROR) << bad;
     }
 }

@@ -507,10 +507,14 @@ bool number(Text w, int64_t most, int64_t *out)
         if (w.p[i] < '0' || w.p[i] > '9') {
             return false;
         }
-        n = n * 10 + (w.p[i] - '0');
+        const int d = w.p[i] - '0';
+        if (n > most / 10 || n * 10 > most - d) {
+            return false;  // beyond most, found before n * 10 + d could overflow
+        }
+        n = n * 10 + d;
     }
     *out = n;
-    return n <= most;
+    return true;
 }
 
 int hex(char c)
