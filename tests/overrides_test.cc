@@ -493,13 +493,13 @@ TEST(Text, FileLinesRoundTrip)
         EXPECT_EQ(std::memcmp(&back, &ov, sizeof(ov)), 0) << std::string(line, n);
     }
     EXPECT_EQ(rl_overrides_file_read("# ngx-ratelimit overrides 1", 27, &allow, err, sizeof(err)), RL_DECLINED);
-    for (const char *bad : {"per_key key %zz limit 1 5 0 0 0 0", "per_key key a limit 1 5 0 0 0",
-                            "per_key key a shout 1 5 0 0 0 0", "per_key key a limit 0 0 0 0 0 0",
-                            "per_key range 10.0.0.1/8 deny 0 0 0 0 0 0", "per_key key a deny 1 5 0 0 0 0",
-                            "bad name! key a deny 0 0 0 0 0 0", "per_key key a limit 1 5 0 0 0 0 extra",
-                            // numbers past their bound, up to the digits of one past INT64_MAX
-                            "per_key key a limit 1 5 0 0 9999999999999999999 0",
-                            "per_key key a limit 1 5 0 0 9223372036854775808 0", "per_key key a limit 8 5 0 0 0 0"}) {
+    for (const char *bad :
+         {"per_key key %zz limit 1 5 0 0 0 0", "per_key key a limit 1 5 0 0 0", "per_key key a shout 1 5 0 0 0 0",
+          "per_key key a limit 0 0 0 0 0 0", "per_key range 10.0.0.1/8 deny 0 0 0 0 0 0",
+          "per_key key a deny 1 5 0 0 0 0", "bad name! key a deny 0 0 0 0 0 0", "per_key key a limit 1 5 0 0 0 0 extra",
+          // numbers past their bound, up to the digits of one past INT64_MAX
+          "per_key key a limit 1 5 0 0 9999999999999999999 0", "per_key key a limit 1 5 0 0 9223372036854775808 0",
+          "per_key key a limit 8 5 0 0 0 0"}) {
         EXPECT_EQ(rl_overrides_file_read(bad, std::strlen(bad), &allow, err, sizeof(err)), RL_ERROR) << bad;
     }
 }
