@@ -43,7 +43,7 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_str_t                  *value, zone, key;
     ngx_uint_t                  i;
     ngx_http_ratelimit_rule_t  *rule;
-    char                        err[RL_ERR_MAX];
+    char                        err[RL_ERR_MAX], name[RL_NAME_MAX];
 
     static ngx_str_t  default_key = ngx_string("$binary_remote_addr");
 
@@ -57,6 +57,8 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     if (rule == NULL) {
         return NGX_CONF_ERROR;
     }
+
+    rl_rule_init(&rule->rule, name);
 
     ngx_str_null(&zone);
     ngx_str_null(&key);
@@ -95,6 +97,18 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                            "\"ratelimit\" directive: %s", err);
         return NGX_CONF_ERROR;
     }
+
+    /* the name kept at its length, not in a room of RL_NAME_MAX: a
+       configuration may have thousands of rules */
+
+    rule->name.len = ngx_strlen(name);
+    rule->name.data = ngx_pnalloc(cf->pool, rule->name.len + 1);
+    if (rule->name.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memcpy(rule->name.data, name, rule->name.len + 1);
+    rule->rule.name = (char *) rule->name.data;
 
     if (key.data == NULL) {
         key = default_key;
@@ -138,7 +152,7 @@ ngx_http_ratelimit_off(ngx_conf_t *cf, ngx_http_ratelimit_loc_conf_t *rlcf)
 }
 
 
-/* A new rule at its level, its core part initialized. */
+/* A new rule at its level, zeroed (the core initializes its part). */
 
 static ngx_http_ratelimit_rule_t *
 ngx_http_ratelimit_new_rule(ngx_conf_t *cf,
@@ -179,7 +193,6 @@ ngx_http_ratelimit_new_rule(ngx_conf_t *cf,
     }
 
     ngx_memzero(rule, sizeof(ngx_http_ratelimit_rule_t));
-    rl_rule_init(&rule->rule);
 
     return rule;
 }
@@ -294,9 +307,6 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
     if (ngx_http_ratelimit_compile_key(cf, rule, key) != NGX_OK) {
         return NGX_ERROR;
     }
-
-    rule->name.data = (u_char *) rule->rule.name;
-    rule->name.len = ngx_strlen(rule->rule.name);
 
     rule->identity = rl_rule_identity(&rule->rule, (char *) key->data,
                                       key->len);

@@ -502,7 +502,7 @@ ngx_http_ratelimit_state_rules(ngx_http_ratelimit_zone_t *zone,
     for (i = 0; i < zone->rules.nelts; i++) {
         out[i].identity = rules[i]->identity;
         out[i].algorithm = rules[i]->rule.algorithm;
-        ngx_memcpy(out[i].name, rules[i]->rule.name, RL_NAME_MAX - 1);
+        ngx_memcpy(out[i].name, rules[i]->name.data, rules[i]->name.len);
     }
 
     return out;

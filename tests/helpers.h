@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <array>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -23,11 +25,19 @@ inline rl_rule_t rule_of(const std::string &text)
     return r;
 }
 
+// Room for a rule's name (rl_rule_init) that lives as long as the tests.
+inline char *name_room()
+{
+    static std::deque<std::array<char, RL_NAME_MAX>> rooms;
+    rooms.emplace_back();
+    return rooms.back().data();
+}
+
 // A rule as the directive gives it, $variables included (the glue's).
 inline rl_rule_t var_rule_of(const std::string &text)
 {
     rl_rule_t r;
-    rl_rule_init(&r);
+    rl_rule_init(&r, name_room());
     char err[RL_ERR_MAX];
     std::istringstream in(text);
     std::string p;

@@ -16,7 +16,7 @@ namespace {
 std::string finish_error(const std::string &text)
 {
     rl_rule_t r;
-    rl_rule_init(&r);
+    rl_rule_init(&r, name_room());
     char err[RL_ERR_MAX] = "";
     std::istringstream in(text);
     std::string p;

@@ -222,7 +222,7 @@ TEST(Rule, AlgorithmSpecificParameters)
 TEST(Rule, ParamReportsDeclinedForTheGluesParameters)
 {
     rl_rule_t r;
-    rl_rule_init(&r);
+    rl_rule_init(&r, name_room());
     char err[RL_ERR_MAX];
     for (const char *p : {"zone=api", "key=$remote_addr", "cost=$arg_cost"}) {
         EXPECT_EQ(rl_rule_param(&r, p, std::strlen(p), err, sizeof(err)), RL_DECLINED) << p;

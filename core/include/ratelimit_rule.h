@@ -138,7 +138,12 @@ typedef struct {
                                    slot is held without its server renewing
                                    it (lease=, default 30s): a server that
                                    dies loses its slots so long after */
-    char      name[RL_NAME_MAX];/* given by name=, or rl_rule_finish's */
+    const char *name;           /* given by name=, or rl_rule_finish's:
+                                   NUL-terminated, up to RL_NAME_MAX bytes,
+                                   written in the room rl_rule_init was
+                                   given; the caller may point it at a
+                                   copy once the rule is finished (nginx
+                                   keeps a name at its length) */
     /* internal, derived from the above by rl_rule_finish() and
        rl_rule_apply(), so that no request works them out again: */
     uint32_t  block;            /* bytes of a key's block beyond the
@@ -157,7 +162,12 @@ typedef struct {
 #define RL_DECLINED  1   /* zone=, key=, or cost=, limit= or burst= with a
                             $variable: the caller's business */
 
-RL_API void rl_rule_init(rl_rule_t *rule);
+/*
+ * A rule with every parameter at its default, its name to be written in
+ * `name` (RL_NAME_MAX bytes, kept as long as the rule is, or until the
+ * caller points rule->name at a copy).
+ */
+RL_API void rl_rule_init(rl_rule_t *rule, char name[RL_NAME_MAX]);
 
 /*
  * Parses one "name=value" parameter of the ratelimit directive.  On RL_ERROR
@@ -203,7 +213,9 @@ RL_API int rl_rule_charge(const char *value, size_t len, uint64_t cost,
 /*
  * Parses whitespace-separated parameters (as written in the directive) and
  * finishes the rule; zone= and key= are accepted and ignored, charge= sets
- * rule->charge (the caller gives each request's charge).  For tools.
+ * rule->charge (the caller gives each request's charge).  For tools and
+ * tests: the names of the rules it parses are kept, once each, for the
+ * life of the process.
  */
 RL_API int rl_rule_parse(rl_rule_t *rule, const char *text, char *err,
     size_t errlen);

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "algorithms/algorithm.h"
@@ -14,6 +16,13 @@
 #include "util/siphash.h"
 
 namespace {
+
+// Where rl_rule_param and rl_rule_finish write a rule's name: the room
+// rl_rule_init was given.
+char *name_room(rl_rule_t *rule)
+{
+    return const_cast<char *>(rule->name);
+}
 
 using namespace rl;
 
@@ -337,8 +346,8 @@ int set_other(rl_rule_t *rule, uint32_t bit, Text v, Text whole, char *err, size
         if (!rl_name_valid(v.p, v.len)) {
             return fail(err, errlen, "invalid \"%.*s\": expected " RL_NAME_EXPECTED, w, whole.p);
         }
-        std::memcpy(rule->name, v.p, v.len);
-        rule->name[v.len] = '\0';
+        std::memcpy(name_room(rule), v.p, v.len);
+        name_room(rule)[v.len] = '\0';
         return RL_OK;
     case P_TOLERANCE:
         if (!parse_hundredths(v, &rule->tolerance) || rule->tolerance < 105 || rule->tolerance > 1000) {
@@ -561,7 +570,47 @@ void default_name(rl_rule_t &rule, const Algorithm &a)
     } else if (rule.delay > 0) {
         std::snprintf(extra, sizeof(extra), "_d%u", rule.delay);
     }
-    std::snprintf(rule.name, RL_NAME_MAX, "%s_%s_%s%s", a.name, limit, tail, extra);
+    std::snprintf(name_room(&rule), RL_NAME_MAX, "%s_%s_%s%s", a.name, limit, tail, extra);
+}
+
+// rl_rule_parse's words, each as rl_rule_param takes it, then the rule
+// finished.
+int parse_words(rl_rule_t *rule, const char *text, char *err, size_t errlen)
+{
+    const char *p = text;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n') {
+            p++;
+        }
+        if (*p == '\0') {
+            break;
+        }
+        const char *start = p;
+        while (*p != '\0' && *p != ' ' && *p != '\t' && *p != '\n') {
+            p++;
+        }
+        int rc = rl_rule_param(rule, start, (size_t) (p - start), err, errlen);
+        if (rc == RL_ERROR) {
+            return RL_ERROR;
+        }
+        // zone= and key= name nginx's things; charge= is spent by the caller
+        if (rc == RL_DECLINED && std::strncmp(start, "zone=", 5) != 0 && std::strncmp(start, "key=", 4) != 0 &&
+            std::strncmp(start, "charge=", 7) != 0) {
+            return fail(err, errlen, "invalid \"%.*s\": variables are only known inside nginx", (int) (p - start),
+                        start);
+        }
+    }
+    return rl_rule_finish(rule, err, errlen);
+}
+
+// A name kept for the life of the process, once whatever the number of
+// rules that bear it (rl_rule_parse, for tools and tests).
+const char *kept_name(const char *name)
+{
+    static std::mutex lock;
+    static std::set<std::string> *names = new std::set<std::string>;  // never destroyed: rules outlive statics
+    std::lock_guard<std::mutex> hold(lock);
+    return names->insert(name).first->c_str();
 }
 
 }  // namespace
@@ -586,9 +635,11 @@ bool too_large(const rl_rule_t &rule)
 
 extern "C" {
 
-void rl_rule_init(rl_rule_t *rule)
+void rl_rule_init(rl_rule_t *rule, char name[RL_NAME_MAX])
 {
     std::memset(rule, 0, sizeof(*rule));
+    name[0] = '\0';
+    rule->name = name;
     rule->algorithm = RL_ALGORITHM_DEFAULT;
     rule->period_ms = 1000;
     rule->cost = 1;
@@ -631,32 +682,18 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
 
 int rl_rule_parse(rl_rule_t *rule, const char *text, char *err, size_t errlen)
 {
-    rl_rule_init(rule);
-    const char *p = text;
-    for (;;) {
-        while (*p == ' ' || *p == '\t' || *p == '\n') {
-            p++;
-        }
-        if (*p == '\0') {
-            break;
-        }
-        const char *start = p;
-        while (*p != '\0' && *p != ' ' && *p != '\t' && *p != '\n') {
-            p++;
-        }
-        int rc = rl_rule_param(rule, start, (size_t) (p - start), err, errlen);
-        if (rc == RL_ERROR) {
-            return RL_ERROR;
-        }
-        // zone= and key= name nginx's things; charge= is spent by the caller
-        if (rc == RL_DECLINED && std::strncmp(start, "zone=", 5) != 0 && std::strncmp(start, "key=", 4) != 0 &&
-            std::strncmp(start, "charge=", 7) != 0) {
-            return fail(err, errlen, "invalid \"%.*s\": variables are only known inside nginx", (int) (p - start),
-                        start);
-        }
+    char name[RL_NAME_MAX];
+    rl_rule_init(rule, name);
+    const int rc = parse_words(rule, text, err, errlen);
+    try {
+        rule->name = kept_name(name);
+    } catch (...) {
+        rule->name = "";
+        return rc == RL_OK ? fail(err, errlen, "internal error") : rc;
     }
-    return rl_rule_finish(rule, err, errlen);
+    return rc;
 }
+
 
 int rl_rule_apply(const rl_rule_t *rule, const char *limit, size_t limit_len, const char *burst, size_t burst_len,
                   rl_rule_t *out, char *err, size_t errlen)

@@ -119,7 +119,7 @@ const Figure kSyncFigures[] = {
 
 rl_str_t name_of(const rl_rule_stats_t &r)
 {
-    return rl_str_t{r.name, strnlen(r.name, sizeof(r.name))};
+    return rl_str_t{r.name, std::strlen(r.name)};
 }
 
 void json_redis(Out &o, const rl_zone_snapshot_t &z)
