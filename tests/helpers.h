@@ -3,12 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
-#include <array>
 #include <deque>
+#include <sstream>
 #include <string>
 #include <vector>
 

@@ -694,7 +694,6 @@ int rl_rule_parse(rl_rule_t *rule, const char *text, char *err, size_t errlen)
     return rc;
 }
 
-
 int rl_rule_apply(const rl_rule_t *rule, const char *limit, size_t limit_len, const char *burst, size_t burst_len,
                   rl_rule_t *out, char *err, size_t errlen)
 {
