@@ -457,31 +457,22 @@ ngx_http_ratelimit_act_on_verdict(ngx_http_request_t *r,
 }
 
 
-/*
- * The override $ratelimit_override names: the binding rule's, else the
- * first rule's that met one.
- */
+/* The override $ratelimit_override names (the core's choice). */
 
 static void
 ngx_http_ratelimit_note_override(ngx_http_ratelimit_ctx_t *ctx)
 {
-    size_t       i, n;
+    size_t       i;
     rl_check_t  *c;
 
-    c = ctx->rq.checks;
-    n = ctx->rq.n;
-    i = ctx->rq.binding;
+    i = rl_request_override_check(&ctx->rq);
 
-    if (i >= n || c[i].override == 0) {
-        for (i = 0; i < n && c[i].override == 0; i++) { /* void */ }
-
-        if (i == n) {
-            ctx->override = 0;
-            return;
-        }
+    if (i == ctx->rq.n) {
+        ctx->override = 0;
+        return;
     }
 
-    c += i;
+    c = &ctx->rq.checks[i];
 
     ctx->override = c->override;
     ctx->override_rule = c->configured ? c->configured : c->rule;

@@ -322,6 +322,24 @@ std::string binary(const char *text)
     return std::string(reinterpret_cast<char *>(a), 16);
 }
 
+// $ratelimit_override names the binding rule's override, else the first
+// rule's that met one, else none.
+TEST(Overrides, TheOneReportedIsTheBindingRulesElseTheFirst)
+{
+    rl_check_t checks[3]{};
+    rl_request_t rq{};
+    rq.checks = checks;
+    rq.n = 3;
+    rq.binding = 2;
+    EXPECT_EQ(rl_request_override_check(&rq), 3u);
+    checks[1].override = RL_OVERRIDE_LIMIT;
+    EXPECT_EQ(rl_request_override_check(&rq), 1u);
+    checks[2].override = RL_OVERRIDE_DENY;
+    EXPECT_EQ(rl_request_override_check(&rq), 2u);
+    rq.binding = 3;  // exempt: no binding rule
+    EXPECT_EQ(rl_request_override_check(&rq), 1u);
+}
+
 TEST(Ranges, LongestPrefixWinsAndAKeyBeatsAnyRange)
 {
     rl_rule_t rule = rule_of("limit=1 period=1h name=ip");

@@ -278,6 +278,12 @@ RL_API int rl_request_overrides(rl_request_t *rq, int64_t now_ms);
 RL_API int rl_decide(rl_request_t *rq, int64_t now_ms);
 
 /*
+ * The check whose override a decided request reports ($ratelimit_override):
+ * the binding rule's, else the first that met one; rq->n if none met one.
+ */
+RL_API size_t rl_request_override_check(const rl_request_t *rq);
+
+/*
  * Gives back what an admitted request reserved, when it is abandoned before
  * it was served (a delayed request whose client left, or that another module
  * finalized): each rule's state moves back by the request's cost, never to
