@@ -27,8 +27,7 @@ static ngx_int_t ngx_http_ratelimit_named(ngx_http_ratelimit_zone_t *zone,
 static ngx_atomic_uint_t ngx_http_ratelimit_lease_server(
     ngx_http_ratelimit_zone_t *zone, ngx_http_ratelimit_zone_t *ozone,
     ngx_http_ratelimit_redis_stats_t *rs);
-static ngx_int_t ngx_http_ratelimit_slots(ngx_http_ratelimit_zone_t *zone,
-    ngx_log_t *log);
+static ngx_int_t ngx_http_ratelimit_slots(ngx_http_ratelimit_zone_t *zone);
 static void ngx_http_ratelimit_kept_names(ngx_http_ratelimit_zone_t *zone,
     ngx_log_t *log);
 static void ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone,
@@ -451,7 +450,7 @@ ngx_http_ratelimit_claim_stats(ngx_http_ratelimit_zone_t *zone,
     ngx_uint_t                   i;
     ngx_http_ratelimit_rule_t  **rules;
 
-    if (ngx_http_ratelimit_slots(zone, ngx_cycle->log) != NGX_OK
+    if (ngx_http_ratelimit_slots(zone) != NGX_OK
         || (lock && !ngx_shmtx_trylock(&zone->shpool->mutex)))
     {
         return;
@@ -493,7 +492,7 @@ ngx_http_ratelimit_counters(ngx_log_t *log, ngx_http_ratelimit_rule_t *rule)
     zone = rule->shm_zone->data;
 
     if (zone->slots == NULL
-        && ngx_http_ratelimit_slots(zone, log) != NGX_OK)
+        && ngx_http_ratelimit_slots(zone) != NGX_OK)
     {
         return 0;
     }
@@ -527,7 +526,7 @@ ngx_http_ratelimit_counters(ngx_log_t *log, ngx_http_ratelimit_rule_t *rule)
  */
 
 static ngx_int_t
-ngx_http_ratelimit_slots(ngx_http_ratelimit_zone_t *zone, ngx_log_t *log)
+ngx_http_ratelimit_slots(ngx_http_ratelimit_zone_t *zone)
 {
     ngx_uint_t  i;
 
