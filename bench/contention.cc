@@ -68,8 +68,9 @@ void unlock(std::atomic<uint64_t> &l)
 double run(void *table, Shared *sh, int procs, bool same_key, uint64_t iters)
 {
     static rl_rule_t rule;
+    static char name[RL_NAME_MAX];
     char err[RL_ERR_MAX];
-    rl_rule_parse(&rule, "limit=1000000000 period=1s burst=1000000000", err, sizeof(err));
+    rl_rule_parse(&rule, name, "limit=1000000000 period=1s burst=1000000000", err, sizeof(err));
     sh->ready = 0;
 
     for (int p = 0; p < procs; p++) {

@@ -42,8 +42,8 @@ struct Zone {
 void run(const char *text, size_t size, uint64_t nkeys)
 {
     rl_rule_t rule;
-    char err[RL_ERR_MAX];
-    if (rl_rule_parse(&rule, text, err, sizeof(err)) != RL_OK) {
+    char err[RL_ERR_MAX], name[RL_NAME_MAX];
+    if (rl_rule_parse(&rule, name, text, err, sizeof(err)) != RL_OK) {
         std::fprintf(stderr, "%s\n", err);
         std::exit(1);
     }

@@ -82,8 +82,8 @@ double refused_share(Zone &z, const rl_rule_t &rule, int n, int64_t now)
 int main()
 {
     rl_rule_t rule;
-    char err[RL_ERR_MAX];
-    rl_rule_parse(&rule, "limit=10 period=1h", err, sizeof(err));
+    char err[RL_ERR_MAX], name[RL_NAME_MAX];
+    rl_rule_parse(&rule, name, "limit=10 period=1h", err, sizeof(err));
 
     std::printf("summary: its share of a zone\n");
     std::printf("  %-6s %12s %14s %10s\n", "zone", "key slots", "summary bytes", "cells");

@@ -140,14 +140,14 @@ TEST(Adaptive, RuleParameters)
 {
     rl_rule_t r;
     char err[RL_ERR_MAX];
-    ASSERT_EQ(rl_rule_parse(&r, "algorithm=adaptive limit=64", err, sizeof(err)), RL_OK) << err;
+    ASSERT_EQ(rl_rule_parse(&r, name_room(), "algorithm=adaptive limit=64", err, sizeof(err)), RL_OK) << err;
     EXPECT_STREQ(r.name, "adaptive_64_adaptive");
     EXPECT_EQ(r.adapt_min, 1u);
     EXPECT_EQ(r.tolerance, 120u);
     EXPECT_EQ(r.interval_ms, 500);
-    ASSERT_EQ(
-        rl_rule_parse(&r, "algorithm=adaptive limit=64 min=4 initial=16 tolerance=1.5 interval=1s", err, sizeof(err)),
-        RL_OK)
+    ASSERT_EQ(rl_rule_parse(&r, name_room(), "algorithm=adaptive limit=64 min=4 initial=16 tolerance=1.5 interval=1s",
+                            err, sizeof(err)),
+              RL_OK)
         << err;
     EXPECT_EQ(r.adapt_min, 4u);
     EXPECT_EQ(r.adapt_initial, 16u);
@@ -170,12 +170,14 @@ TEST(Adaptive, RuleParameters)
                                                "adaptive"},
     };
     for (const auto &b : bad) {
-        ASSERT_EQ(rl_rule_parse(&r, b.text, err, sizeof(err)), RL_ERROR) << b.text;
+        ASSERT_EQ(rl_rule_parse(&r, name_room(), b.text, err, sizeof(err)), RL_ERROR) << b.text;
         EXPECT_NE(std::string(err).find(b.says), std::string::npos) << b.text << ": " << err;
     }
-    ASSERT_EQ(rl_rule_parse(&r, "algorithm=adaptive limit=8 tolerance=10", err, sizeof(err)), RL_OK) << err;
+    ASSERT_EQ(rl_rule_parse(&r, name_room(), "algorithm=adaptive limit=8 tolerance=10", err, sizeof(err)), RL_OK)
+        << err;
     EXPECT_EQ(r.tolerance, 1000u);
-    ASSERT_EQ(rl_rule_parse(&r, "algorithm=adaptive limit=8 tolerance=1.05", err, sizeof(err)), RL_OK) << err;
+    ASSERT_EQ(rl_rule_parse(&r, name_room(), "algorithm=adaptive limit=8 tolerance=1.05", err, sizeof(err)), RL_OK)
+        << err;
     EXPECT_EQ(r.tolerance, 105u);
 }
 

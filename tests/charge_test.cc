@@ -102,23 +102,26 @@ TEST(Charge, RuleParameters)
 {
     rl_rule_t r;
     char err[RL_ERR_MAX];
-    ASSERT_EQ(rl_rule_parse(&r, "limit=5 period=15m charge=$failed ban=1h", err, sizeof(err)), RL_OK) << err;
+    ASSERT_EQ(rl_rule_parse(&r, name_room(), "limit=5 period=15m charge=$failed ban=1h", err, sizeof(err)), RL_OK)
+        << err;
     EXPECT_EQ(r.charge, 1u);
     EXPECT_EQ(r.ban_ms, 3600000);
-    EXPECT_EQ(rl_rule_parse(&r, "algorithm=leaky_bucket limit=5 charge=$x", err, sizeof(err)), RL_ERROR);
+    EXPECT_EQ(rl_rule_parse(&r, name_room(), "algorithm=leaky_bucket limit=5 charge=$x", err, sizeof(err)), RL_ERROR);
     EXPECT_STREQ(err,
                  "\"charge=\" does not apply to algorithm=leaky_bucket: a shaper sets each request's delay before it "
                  "is served, so what the request spends cannot change after it");
-    EXPECT_EQ(rl_rule_parse(&r, "limit=5 charge=", err, sizeof(err)), RL_ERROR);
+    EXPECT_EQ(rl_rule_parse(&r, name_room(), "limit=5 charge=", err, sizeof(err)), RL_ERROR);
     EXPECT_STREQ(err, "invalid \"charge=\": expected a value, like charge=$upstream_http_x_tokens");
     for (const char *bad : {"ban=0", "ban=367d", "ban=x", "ban="}) {
-        EXPECT_EQ(rl_rule_parse(&r, (std::string("limit=5 ") + bad).c_str(), err, sizeof(err)), RL_ERROR) << bad;
+        EXPECT_EQ(rl_rule_parse(&r, name_room(), (std::string("limit=5 ") + bad).c_str(), err, sizeof(err)), RL_ERROR)
+            << bad;
         EXPECT_NE(std::string(err).find("expected a time from 1ms to 366d"), std::string::npos) << err;
     }
     // a bucket may owe a limit beyond its burst: (burst + limit) x period fits 2^61 ms/limit
-    EXPECT_EQ(rl_rule_parse(&r, "limit=1000000000 burst=1 period=366d charge=$x", err, sizeof(err)), RL_ERROR);
+    EXPECT_EQ(rl_rule_parse(&r, name_room(), "limit=1000000000 burst=1 period=366d charge=$x", err, sizeof(err)),
+              RL_ERROR);
     EXPECT_NE(std::string(err).find("too large for charge="), std::string::npos) << err;
-    EXPECT_EQ(rl_rule_parse(&r, "limit=1000000000 burst=1 period=366d", err, sizeof(err)), RL_OK) << err;
+    EXPECT_EQ(rl_rule_parse(&r, name_room(), "limit=1000000000 burst=1 period=366d", err, sizeof(err)), RL_OK) << err;
 }
 
 // The tokens recipe: 1000 a period, each request reports 400.  Three are

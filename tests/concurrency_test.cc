@@ -73,26 +73,27 @@ TEST(Concurrency, RuleParameters)
 {
     rl_rule_t r;
     char err[RL_ERR_MAX];
-    ASSERT_EQ(rl_rule_parse(&r, "algorithm=concurrency limit=2 max_wait=10s", err, sizeof(err)), RL_OK) << err;
+    ASSERT_EQ(rl_rule_parse(&r, name_room(), "algorithm=concurrency limit=2 max_wait=10s", err, sizeof(err)), RL_OK)
+        << err;
     EXPECT_STREQ(r.name, "concurrency_2_at_once");
     EXPECT_EQ(r.max_wait_ms, 10000);
-    EXPECT_EQ(rl_rule_parse(&r, "algorithm=concurrency limit=2 period=1m", err, sizeof(err)), RL_ERROR);
+    EXPECT_EQ(rl_rule_parse(&r, name_room(), "algorithm=concurrency limit=2 period=1m", err, sizeof(err)), RL_ERROR);
     EXPECT_NE(std::string(err).find("\"period=\" does not apply to algorithm=concurrency"), std::string::npos) << err;
-    EXPECT_EQ(rl_rule_parse(&r, "algorithm=concurrency limit=2 cost=3", err, sizeof(err)), RL_ERROR);
-    EXPECT_EQ(rl_rule_parse(&r, "algorithm=concurrency limit=5000", err, sizeof(err)), RL_ERROR);
+    EXPECT_EQ(rl_rule_parse(&r, name_room(), "algorithm=concurrency limit=2 cost=3", err, sizeof(err)), RL_ERROR);
+    EXPECT_EQ(rl_rule_parse(&r, name_room(), "algorithm=concurrency limit=5000", err, sizeof(err)), RL_ERROR);
     EXPECT_NE(std::string(err).find("at most 4096"), std::string::npos) << err;
-    EXPECT_EQ(rl_rule_parse(&r, "limit=2 max_wait=1s", err, sizeof(err)), RL_ERROR);
+    EXPECT_EQ(rl_rule_parse(&r, name_room(), "limit=2 max_wait=1s", err, sizeof(err)), RL_ERROR);
     EXPECT_NE(std::string(err).find("max_wait is for concurrency"), std::string::npos) << err;
     EXPECT_EQ(rl_redis_rule_ok(&r, err, sizeof(err)), RL_OK);
     // a Redis zone holds slots as leases; a wait there is refused
-    ASSERT_EQ(rl_rule_parse(&r, "algorithm=concurrency limit=2", err, sizeof(err)), RL_OK);
+    ASSERT_EQ(rl_rule_parse(&r, name_room(), "algorithm=concurrency limit=2", err, sizeof(err)), RL_OK);
     EXPECT_EQ(rl_redis_rule_ok(&r, err, sizeof(err)), RL_OK) << err;
     EXPECT_EQ(r.lease_ms, RL_LEASE_DEFAULT_MS);
-    ASSERT_EQ(rl_rule_parse(&r, "algorithm=concurrency limit=2 max_wait=1s", err, sizeof(err)), RL_OK);
+    ASSERT_EQ(rl_rule_parse(&r, name_room(), "algorithm=concurrency limit=2 max_wait=1s", err, sizeof(err)), RL_OK);
     EXPECT_EQ(rl_redis_rule_ok(&r, err, sizeof(err)), RL_ERROR);
-    EXPECT_EQ(rl_rule_parse(&r, "algorithm=concurrency limit=2 lease=500ms", err, sizeof(err)), RL_ERROR);
+    EXPECT_EQ(rl_rule_parse(&r, name_room(), "algorithm=concurrency limit=2 lease=500ms", err, sizeof(err)), RL_ERROR);
     EXPECT_STREQ(err, "invalid \"lease=500ms\": expected a time from 1s to 1h, like 10s, 30s, 5m");
-    EXPECT_EQ(rl_rule_parse(&r, "limit=2 lease=10s", err, sizeof(err)), RL_ERROR);
+    EXPECT_EQ(rl_rule_parse(&r, name_room(), "limit=2 lease=10s", err, sizeof(err)), RL_ERROR);
     EXPECT_NE(std::string(err).find("lease"), std::string::npos) << err;
 }
 

@@ -15,22 +15,22 @@
 #include "ratelimit.h"
 #include "table/table.h"
 
-inline rl_rule_t rule_of(const std::string &text)
-{
-    rl_rule_t r;
-    char err[RL_ERR_MAX];
-    if (rl_rule_parse(&r, text.c_str(), err, sizeof(err)) != RL_OK) {
-        ADD_FAILURE() << "rule \"" << text << "\": " << err;
-    }
-    return r;
-}
-
 // Room for a rule's name (rl_rule_init) that lives as long as the tests.
 inline char *name_room()
 {
     static std::deque<std::array<char, RL_NAME_MAX>> rooms;
     rooms.emplace_back();
     return rooms.back().data();
+}
+
+inline rl_rule_t rule_of(const std::string &text)
+{
+    rl_rule_t r;
+    char err[RL_ERR_MAX];
+    if (rl_rule_parse(&r, name_room(), text.c_str(), err, sizeof(err)) != RL_OK) {
+        ADD_FAILURE() << "rule \"" << text << "\": " << err;
+    }
+    return r;
 }
 
 // A rule as the directive gives it, $variables included (the glue's).

@@ -161,22 +161,23 @@ TEST(LeakyDelay, RuleBoundsAndErrors)
 {
     rl_rule_t r;
     char err[RL_ERR_MAX];
-    EXPECT_EQ(rl_rule_parse(&r, "algorithm=gcra limit=5 delay=2", err, sizeof(err)), RL_ERROR);
+    EXPECT_EQ(rl_rule_parse(&r, name_room(), "algorithm=gcra limit=5 delay=2", err, sizeof(err)), RL_ERROR);
     EXPECT_STREQ(err, "\"delay=\" does not apply to algorithm=gcra: delay is for leaky_bucket");
-    EXPECT_EQ(rl_rule_parse(&r, "algorithm=leaky_bucket limit=5 delay=-1", err, sizeof(err)), RL_ERROR);
+    EXPECT_EQ(rl_rule_parse(&r, name_room(), "algorithm=leaky_bucket limit=5 delay=-1", err, sizeof(err)), RL_ERROR);
     EXPECT_STREQ(err, "invalid \"delay=-1\": expected an integer from 0 to 1000000000");
-    EXPECT_EQ(rl_rule_parse(&r, "algorithm=leaky_bucket limit=5 delay=$d", err, sizeof(err)), RL_ERROR);
-    EXPECT_EQ(rl_rule_parse(&r, "algorithm=leaky_bucket limit=1 period=366d delay=1000000000", err, sizeof(err)),
-              RL_ERROR);
+    EXPECT_EQ(rl_rule_parse(&r, name_room(), "algorithm=leaky_bucket limit=5 delay=$d", err, sizeof(err)), RL_ERROR);
+    EXPECT_EQ(
+        rl_rule_parse(&r, name_room(), "algorithm=leaky_bucket limit=1 period=366d delay=1000000000", err, sizeof(err)),
+        RL_ERROR);
     EXPECT_STREQ(err,
                  "limit=1 and delay=1000000000 with \"period=366d\" and max_delay are too large: (limit + delay) x "
                  "period + limit x max_delay in ms may be at most 2^61");
-    EXPECT_EQ(
-        rl_rule_parse(&r, "algorithm=leaky_bucket limit=1 period=26d delay=88000000 max_delay=0", err, sizeof(err)),
-        RL_OK)
+    EXPECT_EQ(rl_rule_parse(&r, name_room(), "algorithm=leaky_bucket limit=1 period=26d delay=88000000 max_delay=0",
+                            err, sizeof(err)),
+              RL_OK)
         << err;
     EXPECT_EQ(rl_redis_rule_ok(&r, err, sizeof(err)), RL_ERROR);  // past 2^50 for Redis
-    EXPECT_EQ(rl_rule_parse(&r, "algorithm=leaky_bucket limit=10 delay=0", err, sizeof(err)), RL_OK);
+    EXPECT_EQ(rl_rule_parse(&r, name_room(), "algorithm=leaky_bucket limit=10 delay=0", err, sizeof(err)), RL_OK);
     EXPECT_STREQ(r.name, "leaky_bucket_10_1s");
 }
 

@@ -77,7 +77,7 @@ TEST(Plans, Parameters)
     // the tools know no variables
     rl_rule_t t;
     char err[RL_ERR_MAX];
-    EXPECT_EQ(rl_rule_parse(&t, "limit=$plan limit_default=3", err, sizeof(err)), RL_ERROR);
+    EXPECT_EQ(rl_rule_parse(&t, name_room(), "limit=$plan limit_default=3", err, sizeof(err)), RL_ERROR);
     EXPECT_STREQ(err, "invalid \"limit=$plan\": variables are only known inside nginx");
 }
 

@@ -10,7 +10,7 @@ std::string error_of(const std::string &text)
 {
     rl_rule_t r;
     char err[RL_ERR_MAX] = "";
-    EXPECT_EQ(rl_rule_parse(&r, text.c_str(), err, sizeof(err)), RL_ERROR) << text;
+    EXPECT_EQ(rl_rule_parse(&r, name_room(), text.c_str(), err, sizeof(err)), RL_ERROR) << text;
     return err;
 }
 

@@ -213,12 +213,11 @@ RL_API int rl_rule_charge(const char *value, size_t len, uint64_t cost,
 /*
  * Parses whitespace-separated parameters (as written in the directive) and
  * finishes the rule; zone= and key= are accepted and ignored, charge= sets
- * rule->charge (the caller gives each request's charge).  For tools and
- * tests: the names of the rules it parses are kept, once each, for the
- * life of the process.
+ * rule->charge (the caller gives each request's charge); the rule's name
+ * is written in `name`, as rl_rule_init's.  For tools and tests.
  */
-RL_API int rl_rule_parse(rl_rule_t *rule, const char *text, char *err,
-    size_t errlen);
+RL_API int rl_rule_parse(rl_rule_t *rule, char name[RL_NAME_MAX],
+    const char *text, char *err, size_t errlen);
 
 /*
  * The identity that keys a rule's state in a table: rules with the same

@@ -86,7 +86,7 @@ Options parse_options(int argc, char **argv)
             Rule r;
             r.text = value();
             char err[RL_ERR_MAX];
-            if (rl_rule_parse(&r.rule, r.text.c_str(), err, sizeof(err)) != RL_OK) {
+            if (rl_rule_parse(&r.rule, r.name.get(), r.text.c_str(), err, sizeof(err)) != RL_OK) {
                 std::cerr << "ratelimit-replay: --rule '" << r.text << "': " << err << "\n";
                 std::exit(2);
             }
@@ -94,7 +94,7 @@ Options parse_options(int argc, char **argv)
             param_of(r.text, "key", &r.key_expr);
             param_of(r.text, "charge", &r.charge_expr);
             r.own_cost = param_of(r.text, "cost", &ignored);
-            o.rules.push_back(r);
+            o.rules.push_back(std::move(r));
         } else if (a == "--combine") {
             std::string v = value();
             if (v != "all" && v != "any") {

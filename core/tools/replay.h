@@ -99,6 +99,8 @@ struct Rule {
     bool own_cost = false;    // cost=N: the trace's cost does not apply
     rl_rule_t rule;
     uint64_t identity = 0;
+    // rule.name's room, on the heap: it stays where it is as rules move
+    std::unique_ptr<char[]> name{new char[RL_NAME_MAX]};
 };
 
 struct Options {

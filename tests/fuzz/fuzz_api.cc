@@ -63,8 +63,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(!q->reset || q->resource == RL_API_KEYS);
 
     rl_rule_t rule;
-    char err[RL_ERR_MAX];
-    CHECK(rl_rule_parse(&rule, "limit=3 period=1h", err, sizeof(err)) == RL_OK);
+    char err[RL_ERR_MAX], name[RL_NAME_MAX];
+    CHECK(rl_rule_parse(&rule, name, "limit=3 period=1h", err, sizeof(err)) == RL_OK);
     rl_key_state_t st{};
     st.rule = rl_str_t{q->rule, q->rule_len};
     st.config = &rule;

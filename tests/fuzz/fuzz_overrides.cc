@@ -38,7 +38,8 @@ void checked(const rl_override_t &ov)
     char err[RL_ERR_MAX];
     for (const char *text : kRules) {
         rl_rule_t rule;
-        CHECK(rl_rule_parse(&rule, text, err, sizeof(err)) == RL_OK);
+        char name[RL_NAME_MAX];
+        CHECK(rl_rule_parse(&rule, name, text, err, sizeof(err)) == RL_OK);
         rule.key_addr = RL_KEY_ADDR_BINARY;
         for (int redis = 0; redis < 2; redis++) {
             if (rl_override_check(&ov, &rule, redis, err, sizeof(err)) == RL_OK) {

@@ -39,8 +39,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             CHECK(r.nitems <= RL_RESP_ITEMS_MAX);
         }
         rl_rule_t rule;
-        char err[RL_ERR_MAX];
-        CHECK(rl_rule_parse(&rule, "limit=5 charge=$c ban=1m", err, sizeof(err)) == RL_OK);
+        char err[RL_ERR_MAX], name[RL_NAME_MAX];
+        CHECK(rl_rule_parse(&rule, name, "limit=5 charge=$c ban=1m", err, sizeof(err)) == RL_OK);
         rl_check_t c[3] = {};
         for (size_t n = 0; n <= 3; n++) {
             for (size_t i = 0; i < n; i++) {
@@ -79,7 +79,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         // concurrency: a decision keeps a check's lease only when it took
         // one; a release or a renewal accounts for exactly the leases sent
         rl_rule_t slots;
-        CHECK(rl_rule_parse(&slots, "algorithm=concurrency limit=3 lease=10s", err, sizeof(err)) == RL_OK);
+        char slots_name[RL_NAME_MAX];
+        CHECK(rl_rule_parse(&slots, slots_name, "algorithm=concurrency limit=3 lease=10s", err, sizeof(err)) == RL_OK);
         for (size_t n = 0; n <= 3; n++) {
             for (size_t i = 0; i < n; i++) {
                 c[i] = rl_check_t{};

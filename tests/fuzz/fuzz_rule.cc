@@ -21,10 +21,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const std::string text(reinterpret_cast<const char *>(data), size);
     rl_rule_t r;
-    char err[RL_ERR_MAX];
+    char err[RL_ERR_MAX], name[RL_NAME_MAX], again_name[RL_NAME_MAX];
     err[0] = '\0';
 
-    if (rl_rule_parse(&r, text.c_str(), err, sizeof(err)) != RL_OK) {
+    if (rl_rule_parse(&r, name, text.c_str(), err, sizeof(err)) != RL_OK) {
         CHECK(err[0] != '\0');
         CHECK(std::strlen(err) < sizeof(err));
         return 0;
@@ -45,7 +45,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     rl_rule_t again;
-    CHECK(rl_rule_parse(&again, text.c_str(), err, sizeof(err)) == RL_OK);
+    CHECK(rl_rule_parse(&again, again_name, text.c_str(), err, sizeof(err)) == RL_OK);
+    CHECK(again.name == again_name && std::strcmp(r.name, again.name) == 0);
+    again.name = r.name;  // each in its own room: the rest is the same
     CHECK(std::memcmp(&r, &again, sizeof(r)) == 0);
     (void) rl_rule_identity(&r, text.data(), text.size());
 

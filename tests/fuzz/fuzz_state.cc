@@ -37,6 +37,7 @@ constexpr int64_t kNow = 1767225600000;
 
 struct Zone {
     rl_rule_t rules[kNRules];
+    char names[kNRules][RL_NAME_MAX];
     uint64_t identity[kNRules];
     rl_state_rule_t named[kNRules];
     std::vector<uint32_t> blocks;
@@ -46,7 +47,7 @@ struct Zone {
     {
         char err[RL_ERR_MAX];
         for (size_t i = 0; i < kNRules; i++) {
-            CHECK(rl_rule_parse(&rules[i], kRules[i], err, sizeof(err)) == RL_OK);
+            CHECK(rl_rule_parse(&rules[i], names[i], kRules[i], err, sizeof(err)) == RL_OK);
             identity[i] = rl_rule_identity(&rules[i], "$k", 2);
             named[i] = rl_state_rule_t{};
             named[i].identity = identity[i];

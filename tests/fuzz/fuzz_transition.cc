@@ -83,8 +83,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     rl_rule_t r;
-    char err[RL_ERR_MAX];
-    CHECK(rl_rule_parse(&r, text, err, sizeof(err)) == RL_OK);
+    char err[RL_ERR_MAX], name[RL_NAME_MAX];
+    CHECK(rl_rule_parse(&r, name, text, err, sizeof(err)) == RL_OK);
 
     const bool bucket = a == RL_GCRA || a == RL_TOKEN_BUCKET;
     const uint64_t capacity = bucket ? r.burst : r.limit;

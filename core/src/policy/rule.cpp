@@ -5,8 +5,6 @@
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
-#include <mutex>
-#include <set>
 #include <string>
 
 #include "algorithms/algorithm.h"
@@ -603,16 +601,6 @@ int parse_words(rl_rule_t *rule, const char *text, char *err, size_t errlen)
     return rl_rule_finish(rule, err, errlen);
 }
 
-// A name kept for the life of the process, once whatever the number of
-// rules that bear it (rl_rule_parse, for tools and tests).
-const char *kept_name(const char *name)
-{
-    static std::mutex lock;
-    static std::set<std::string> *names = new std::set<std::string>;  // never destroyed: rules outlive statics
-    std::lock_guard<std::mutex> hold(lock);
-    return names->insert(name).first->c_str();
-}
-
 }  // namespace
 
 namespace rl {
@@ -680,18 +668,10 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
     }
 }
 
-int rl_rule_parse(rl_rule_t *rule, const char *text, char *err, size_t errlen)
+int rl_rule_parse(rl_rule_t *rule, char name[RL_NAME_MAX], const char *text, char *err, size_t errlen)
 {
-    char name[RL_NAME_MAX];
     rl_rule_init(rule, name);
-    const int rc = parse_words(rule, text, err, errlen);
-    try {
-        rule->name = kept_name(name);
-    } catch (...) {
-        rule->name = "";
-        return rc == RL_OK ? fail(err, errlen, "internal error") : rc;
-    }
-    return rc;
+    return parse_words(rule, text, err, errlen);
 }
 
 int rl_rule_apply(const rl_rule_t *rule, const char *limit, size_t limit_len, const char *burst, size_t burst_len,
