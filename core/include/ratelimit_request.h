@@ -280,8 +280,25 @@ RL_API int rl_decide(rl_request_t *rq, int64_t now_ms);
 /*
  * The check whose override a decided request reports ($ratelimit_override):
  * the binding rule's, else the first that met one; rq->n if none met one.
+ * (Inline: each request that met an override asks, and a call cost it a
+ * fifth of what meeting the override costs.)
  */
-RL_API size_t rl_request_override_check(const rl_request_t *rq);
+static inline size_t
+rl_request_override_check(const rl_request_t *rq)
+{
+    size_t  i;
+
+    if (rq->binding < rq->n && rq->checks[rq->binding].override != 0) {
+        return rq->binding;
+    }
+
+    for (i = 0; i < rq->n && rq->checks[i].override == 0; i++) {
+        /* the first that met one */
+    }
+
+    return i;
+}
+
 
 /*
  * Gives back what an admitted request reserved, when it is abandoned before

@@ -147,16 +147,4 @@ int rl_request_overrides(rl_request_t *rq, int64_t now_ms)
     return 1;
 }
 
-size_t rl_request_override_check(const rl_request_t *rq)
-{
-    if (rq->binding < rq->n && rq->checks[rq->binding].override != 0) {
-        return rq->binding;
-    }
-    size_t i = 0;
-    while (i < rq->n && rq->checks[i].override == 0) {
-        i++;
-    }
-    return i;
-}
-
 }  // extern "C"
