@@ -57,7 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         delete q;
         return 0;
     }
-    CHECK(q->resource >= RL_API_ZONES && q->resource <= RL_API_TOP);
+    CHECK(q->resource >= RL_API_ZONES && q->resource <= RL_API_OVERRIDES);
     CHECK(q->key_len <= RL_API_KEY_MAX && q->rule_len < RL_NAME_MAX);
     CHECK(q->resource == RL_API_ZONES || q->zone.len > 0);
     CHECK(!q->reset || q->resource == RL_API_KEYS);
@@ -73,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(rl_render_api_keys(&k, &out[0], out.size()) == out.size());
     CHECK(json_check::json_valid(out));
 
-    for (int e = RL_API_NO_ZONE; e <= RL_API_REDIS_FAILED; e++) {
+    for (int e = RL_API_NO_ZONE; e <= RL_API_NO_OVERRIDES; e++) {
         check_error(*q, rl_api_error(q, e));
     }
     delete q;
