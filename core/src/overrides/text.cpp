@@ -11,6 +11,7 @@
 #include "algorithms/algorithm.h"
 #include "overrides/store.h"
 #include "render/out.h"
+#include "util/decimal.h"
 
 namespace rl {
 
@@ -499,21 +500,11 @@ bool next_word(Text &line, Text &w)
 
 bool number(Text w, int64_t most, int64_t *out)
 {
-    int64_t n = 0;
-    if (w.len == 0 || w.len > 19) {
+    uint64_t n;
+    if (!decimal(w.p, w.len, (uint64_t) most, &n)) {
         return false;
     }
-    for (size_t i = 0; i < w.len; i++) {
-        if (w.p[i] < '0' || w.p[i] > '9') {
-            return false;
-        }
-        const int d = w.p[i] - '0';
-        if (n > most / 10 || n * 10 > most - d) {
-            return false;  // beyond most, found before n * 10 + d could overflow
-        }
-        n = n * 10 + d;
-    }
-    *out = n;
+    *out = (int64_t) n;
     return true;
 }
 

@@ -10,6 +10,7 @@
 #include "algorithms/algorithm.h"
 #include "algorithms/exact_time.h"
 #include "ratelimit.h"
+#include "util/decimal.h"
 #include "util/error.h"
 #include "util/siphash.h"
 
@@ -121,21 +122,7 @@ bool parse_hundredths(Text v, uint32_t *out)
 
 bool parse_uint(Text v, uint64_t max, uint64_t *out)
 {
-    if (v.len == 0) {
-        return false;
-    }
-    uint64_t n = 0;
-    for (size_t i = 0; i < v.len; i++) {
-        if (v.p[i] < '0' || v.p[i] > '9') {
-            return false;
-        }
-        n = n * 10 + (uint64_t) (v.p[i] - '0');
-        if (n > max) {
-            return false;
-        }
-    }
-    *out = n;
-    return true;
+    return decimal(v.p, v.len, max, out);
 }
 
 bool lookup(const Name *names, size_t n, Text v, uint32_t *out)
