@@ -32,6 +32,26 @@ my $locations = join '', map {
     "    location /r/$_/ { ratelimit zone=fleet key=\$http_x_key $rules{$_} name=r_$_; alias %%PREFIX%%/html/; }\n"
   . "    location /l/$_/ { ratelimit zone=solo key=\$http_x_key $rules{$_} name=l_$_; alias %%PREFIX%%/html/; }\n"
 } sort keys %rules;
+# stacks on one key: the states one MGET reads (heads, a ring, a ban), and
+# a ring (a log) two rules of one name share: both decided on it as read,
+# each request counted twice, the third's second count refused as it is
+# committed
+my %stacks = (
+    three => [ 'limit=4 period=1h', 'algorithm=sliding_window limit=3 period=1h buckets=6 ban=1h',
+               'algorithm=quota limit=5 reset=daily' ],
+    twice => [ ('algorithm=sliding_window limit=5 period=1h buckets=6') x 2 ],
+    twice_log => [ ('algorithm=sliding_log limit=5 period=1h') x 2 ],
+);
+for my $s (sort keys %stacks) {
+    for my $z ([ r => 'fleet' ], [ l => 'solo' ]) {
+        my $i = 0;
+        $locations .= "    location /$z->[0]/$s/ {\n" . join('', map {
+            $i++;
+            my $name = $s =~ /^twice/ ? "$z->[0]_$s" : "$z->[0]_${s}_$i";
+            "        ratelimit zone=$z->[1] key=\$http_x_key $_ name=$name;\n"
+        } @{ $stacks{$s} }) . "        alias %%PREFIX%%/html/;\n    }\n";
+    }
+}
 
 my @fleet = map { RLTest->new() } 1 .. 3;
 for my $t (@fleet) {
@@ -95,7 +115,7 @@ for my $round (1 .. 3) {
 }
 
 # every algorithm: the same statuses and headers through Redis as locally
-for my $alg (sort keys %rules) {
+for my $alg (sort(keys %rules), sort(keys %stacks)) {
     my (@redis, @local);
     for my $i (1 .. 5) {
         my $t = $fleet[ $i % 3 ];
@@ -105,7 +125,9 @@ for my $alg (sort keys %rules) {
     my $same = 1;
     for my $i (0 .. 4) {
         my ($r, $l) = ($redis[$i], $local[$i]);
-        my @f = map { eval { RLStructured::ratelimit_fields($_->{headers}) } || do { diag($@); {} } } $r, $l;
+        # (two rules of one name list their policy twice: the legacy headers only)
+        my @f = $alg =~ /^twice/ ? ({ policy => {}, limit => {} }) x 2
+              : map { eval { RLStructured::ratelimit_fields($_->{headers}) } || do { diag($@); {} } } $r, $l;
         $same = 0 unless $f[0]{policy} && $f[0]{limit} && $f[1]{policy} && $f[1]{limit};
         my @exact = map { my $f = $f[$_]; my $h = ($r, $l)[$_]{headers};
                           join ' ', ($r, $l)[$_]{status}, map { $_ // '-' } $h->{'x-ratelimit-limit'},
@@ -126,6 +148,10 @@ for my $alg (sort keys %rules) {
     ok($same, "$alg: statuses and headers through Redis equal the local zone's");
     my $first_denied = (grep { $redis[$_]{status} == 429 } 0 .. 4)[0];
     my $expected = $alg eq 'leaky_bucket' ? 1 : $alg =~ /^(token_bucket|leaky_delay)$/ ? 2 : 3;
+    if ($alg eq 'three') {
+        is($redis[4]{status}, 429, 'three: the 5th is refused by the ban the 4th started');
+        cmp_ok($redis[4]{headers}{'retry-after'}, '>', 3500, 'three: ... for the ban\'s hour');
+    }
     is($first_denied, $expected, "$alg: request " . ($expected + 1) . ' is the first denied');
 }
 
@@ -171,7 +197,7 @@ for my $t (@fleet) {
     is($r->{fallbacks}, 0, 'no fallback on server ' . $t->port);
     is($r->{server}, "127.0.0.1:$rport", 'stats name the Redis server');
 }
-is($decisions, 4 * 600 + 1 + 5 * 8 + 4, "the fleet decided every request from Redis's answers");
+is($decisions, 4 * 600 + 1 + 5 * (keys(%rules) + keys(%stacks)) + 4, "the fleet decided every request from Redis's answers");
 my $prom = $fleet[0]->get('/stats?format=prometheus')->{content};
 like($prom, qr/^nginx_ratelimit_redis_decisions_total\{zone="fleet"\} \d+$/m, 'Prometheus: Redis decisions');
 like($prom, qr/^nginx_ratelimit_redis_latency_seconds_bucket\{zone="fleet",le="\+Inf"\} \d+$/m,

@@ -106,8 +106,9 @@ local function expire_in(at, now, testing)
   return num(ttl)
 end
 
-local function load_head(key)
-  local v = redis.call('GET', key)
+-- a head from its string (v: as the call's MGET read it; nil: read now)
+local function load_head(key, v)
+  if v == nil then v = redis.call('GET', key) end
   if not v then return {t = 0, n = 0} end
   local t, n, l, p = string.match(v, '^(%-?%d+) (%d+) ?(%d*) ?(%d*)$')
   if not t then return {t = 0, n = 0} end
@@ -563,9 +564,9 @@ local function sliding_window_refund(r, b, now, cost, after, at)
   return b
 end
 
-local function load_ring(key, r)
+local function load_ring(key, r, now, look, v)
   local b = {tick = 0, c = {}, owed = 0}
-  local v = redis.call('GET', key)
+  if v == nil then v = redis.call('GET', key) end
   local i = -1
   if v then
     for x in string.gmatch(v, '%-?%d+') do
@@ -579,27 +580,35 @@ local function load_ring(key, r)
   return b
 end
 
-local function store_ring(key, r, b)
+-- a ring and its expiry, in one SET
+local function store_ring(key, r, b, ttl)
   local parts = {num(b.tick)}
   for j = 0, r.buckets do parts[j + 2] = num(b.c[j]) end
   if r.charge == 1 then parts[#parts + 1] = num(b.owed) end
-  redis.call('SET', key, table.concat(parts, ' '))
+  redis.call('SET', key, table.concat(parts, ' '), 'PX', ttl)
 end
 
--- an admission: the ring counted, written with its expiry; the head's t
-local function sliding_window_commit(key, r, now, testing)
-  local b = load_ring(key, r)
+-- an admission: the ring counted, written with its expiry; the head's t.
+-- b: the ring as the decision read it (nil: read again, as when another
+-- rule of the call wrote the key since)
+local function sliding_window_commit(key, r, now, testing, b)
+  b = b or load_ring(key, r)
   sliding_window(r, b, now, r.cost, true)
-  store_ring(key, r, b)
-  redis.call('PEXPIRE', key, expire_in(b.expire, now, testing))
+  if not b.expire then
+    -- refused as committed: an earlier rule of the call, of the same name,
+    -- filled the ring it was decided on (check.cpp's commit_block does the
+    -- same): nothing to write; the instant the ring is back to full budget
+    local full = ring(r, b).full_at(b.tick)
+    return full > now and full or now
+  end
+  store_ring(key, r, b, expire_in(b.expire, now, testing))
   return b.expire
 end
 
 -- a settled ring, written whole
 local function sliding_window_settled(key, r, b, now, testing)
-  store_ring(key, r, b)
   local full = ring(r, b).full_at(b.tick)
-  redis.call('PEXPIRE', key, expire_in(b.owed > full and b.owed or full, now, testing))
+  store_ring(key, r, b, expire_in(b.owed > full and b.owed or full, now, testing))
 end
 
 -- sliding_log.cpp: b = {times, oldest first}
@@ -708,6 +717,11 @@ end
 local function sliding_log_commit(key, r, now, testing)
   local b = load_log(key)
   sliding_log(r, b, now, r.cost, true)
+  if not b.expire then
+    -- refused as committed, as sliding_window_commit's: nothing to write
+    local n = #b.times
+    return n > 0 and b.times[n] + r.period > now and b.times[n] + r.period or now
+  end
   if b.expired == #b.times then
     redis.call('DEL', key)
   elseif b.expired > 0 then
@@ -802,7 +816,7 @@ local algorithms = {
   [0] = {head = true, decide = gcra, charge = paced_charge, refund = paced_refund, carry = paced_carry},   -- gcra
   [1] = {head = true, decide = gcra, charge = paced_charge, refund = paced_refund, carry = paced_carry},   -- token_bucket
   [2] = {head = true, decide = fixed_window, charge = fixed_window_charge, refund = window_refund},
-  [3] = {load = load_ring, decide = sliding_window, charge = sliding_window_charge, refund = sliding_window_refund,
+  [3] = {load = load_ring, string = true, decide = sliding_window, charge = sliding_window_charge, refund = sliding_window_refund,
          commit = sliding_window_commit, settled = sliding_window_settled},
   [4] = {load = load_log, decide = sliding_log, charge = sliding_log_charge, refund = sliding_log_refund,
          commit = sliding_log_commit, settled = sliding_log_settled},
@@ -813,8 +827,9 @@ local algorithms = {
 
 -- ---- bans (check.cpp) ------------------------------------------------------
 
-local function banned_until(key, now)
-  local v = tonumber(redis.call('GET', key) or '')
+local function banned_until(key, now, v)
+  if v == nil then v = redis.call('GET', key) end
+  v = tonumber(v or '')
   if v and v > now then return v end
   return 0
 end
@@ -917,19 +932,36 @@ local function reserve(r, look)
   return look.remaining > r.cost and look.remaining or r.cost
 end
 
-local decisions, heads, after, banned, here = {}, {}, {}, {}, {}
+-- every string the decision reads (heads, rings, bans) in one MGET; a
+-- list's or a sorted set's key is read by its own algorithm.  An ACL user
+-- not allowed MGET has each read by GET instead.
+local wanted, got = {}, {}
+for i = 1, n + bans do
+  local a = i <= n and algorithms[rules[i].algorithm]
+  if not a or a.head or a.string then wanted[#wanted + 1] = KEYS[i] end
+end
+if #wanted > 1 then
+  local v = redis.pcall('MGET', unpack(wanted))
+  if v.err == nil then
+    for j = 1, #wanted do got[wanted[j]] = v[j] end
+  end
+end
+
+local decisions, heads, after, banned, here, states = {}, {}, {}, {}, {}, {}
 local allowing = 0
 for i = 1, n do
   local r = rules[i]
   local a = algorithms[r.algorithm]
   -- a rule sharing its key with an earlier one decides on the head that
   -- one would leave (check.cpp's current())
-  local s = a.head and (heads[KEYS[i]] or load_head(KEYS[i])) or a.load(KEYS[i], r, now, peek)
+  local s = a.head and (heads[KEYS[i]] or load_head(KEYS[i], got[KEYS[i]]))
+            or a.load(KEYS[i], r, now, peek, got[KEYS[i]])
+  states[i] = s
   if a.carry then s = a.carry(r, s, now) end
   if r.charge == 1 and r.estimate > r.cost then r.cost = reserve(r, a.decide(r, s, now, 0, false)) end
   local d, nh = a.decide(r, s, now, r.cost, false)
   if r.bankey then
-    local ends = banned_until(r.bankey, now)
+    local ends = banned_until(r.bankey, now, got[r.bankey])
     if ends > 0 and r.cost > 0 then
       banned[i] = true
       nh = nil   -- nothing spent
@@ -950,8 +982,10 @@ end
 local allowed
 if any then allowed = allowing > 0 or n == 0 else allowed = allowing == n end
 
--- commit: every consuming rule or none (with any, the allowing ones)
-local committed = {}
+-- commit: every consuming rule or none (with any, the allowing ones); a
+-- block is committed on its state as decided, unless an earlier rule of
+-- the call wrote its key
+local committed, written = {}, {}
 for i = 1, n do
   local r = rules[i]
   if allowed and not peek and decisions[i].allowed == 1 and r.cost > 0 then
@@ -960,8 +994,9 @@ for i = 1, n do
       store_head(KEYS[i], after[i], now, testing)
       committed[i] = after[i].t
     else
-      committed[i] = a.commit(KEYS[i], r, now, testing)
+      committed[i] = a.commit(KEYS[i], r, now, testing, not written[KEYS[i]] and states[i] or nil)
     end
+    written[KEYS[i]] = true
   end
 end
 
