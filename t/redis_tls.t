@@ -78,9 +78,11 @@ my $strict = RLRedis->new(tls => $certs, auth_clients => 'yes')->start;
 my ($tport, $sport) = ($redis->tls_port, $strict->tls_port);
 
 # ACL users: one with the script's commands and its keys only (as
-# docs/redis.md advises), one without EVALSHA and EVAL
+# docs/redis.md advises), one without MGET, one without EVALSHA and EVAL
 is($redis->cmd(qw(ACL SETUSER limiter on >lim1ter resetkeys ~ratelimit:* -@all
-                  +evalsha +eval +get +set +del +pexpire +lrange +ltrim +rpush +time)), 'OK', 'ACL user limiter');
+                  +evalsha +eval +get +mget +set +del +pexpire +lrange +ltrim +rpush +time)), 'OK', 'ACL user limiter');
+is($redis->cmd(qw(ACL SETUSER nomget on >n0mget resetkeys ~ratelimit:* -@all
+                  +evalsha +eval +get +set +del +pexpire +lrange +ltrim +rpush +time)), 'OK', 'ACL user nomget');
 is($redis->cmd(qw(ACL SETUSER noscript on >n0script ~* +@all -evalsha -eval)), 'OK', 'ACL user noscript');
 
 my $pwfile = "$certs->{dir}/password";
@@ -94,6 +96,7 @@ my %zone = (
     badname  => "redis_tls=on redis_tls_ca=$certs->{ca} redis_tls_name=other.test",
     acl      => "redis_tls=on redis_tls_ca=$certs->{ca} redis_user=limiter redis_password=lim1ter redis_prefix=ratelimit:acl:",
     aclfile  => "redis_tls=on redis_tls_ca=$certs->{ca} redis_user=limiter redis_password_file=$pwfile redis_prefix=ratelimit:f:",
+    nomget   => "redis_tls=on redis_tls_ca=$certs->{ca} redis_user=nomget redis_password=n0mget redis_prefix=ratelimit:nm:",
     noperm   => "redis_tls=on redis_tls_ca=$certs->{ca} redis_user=noscript redis_password=n0script on_redis_error=deny",
     wrongpw  => "redis_tls=on redis_tls_ca=$certs->{ca} redis_user=limiter redis_password=wrong on_redis_error=deny",
     plain    => "",   # plain TCP to a TLS port
@@ -118,6 +121,12 @@ for my $z (sort keys %zone, sort keys %strict_zone, sort keys %other_zone) {
     my $timeout = $params =~ /redis_timeout/ ? '' : ' redis_timeout=1s';
     $conf .= "ratelimit_zone $z 1m redis=127.0.0.1:$port$timeout $params$deny;\n";
     $locations .= "    location /$z/ { ratelimit zone=$z key=\$http_x_key limit=3 period=1h; alias %%PREFIX%%/html/; }\n";
+}
+# a stack of rules on one key, whose states the script reads in one MGET
+for my $z (qw(acl nomget)) {
+    $locations .= "    location /$z-stack/ { ratelimit zone=$z key=\$http_x_key limit=3 period=1h name=${z}_1;"
+                . " ratelimit zone=$z key=\$http_x_key algorithm=sliding_window limit=5 period=1h name=${z}_2;"
+                . " alias %%PREFIX%%/html/; }\n";
 }
 $conf .= "server {\n    listen 127.0.0.1:%%PORT%%;\n$locations    location /stats { ratelimit_stats; }\n}\n";
 
@@ -185,6 +194,14 @@ $t->log_like(qr{^/acl/index.html 429 redis$}m, 'decided in Redis', file => 'rl.l
 is(scalar(@{ $redis->cmd('KEYS', 'ratelimit:acl:*') }), 1, 'its key in Redis');
 is($t->statuses('/aclfile/index.html', 4, { 'X-Key' => 'a' }), '200 200 200 429', 'redis_password_file: the same');
 $t->log_like(qr{^/aclfile/index.html 429 redis$}m, 'decided in Redis', file => 'rl.log');
+
+# a stack: the states read in one MGET, or by a user without it one GET each
+for my $z (qw(acl nomget)) {
+    is($t->statuses("/$z-stack/index.html", 4, { 'X-Key' => 's' }), '200 200 200 429', "$z: a stack of two rules, exact");
+    $t->log_like(qr{^/$z-stack/index.html 429 redis$}m, "$z: decided in Redis", file => 'rl.log');
+}
+is(scalar(@{ $redis->cmd('KEYS', 'ratelimit:nm:*') }), 2, 'nomget: both rules\' keys in Redis');
+is(stats('nomget')->{fallbacks}, 0, 'nomget: no fallback');
 
 is($t->get('/noperm/index.html', { 'X-Key' => 'p' })->{status}, 429, 'an ACL user without EVALSHA: on_redis_error=deny');
 $t->log_like(qr{^/noperm/index.html 429 fallback_deny$}m, 'fallback_deny', file => 'rl.log');
