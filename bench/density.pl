@@ -15,7 +15,8 @@
 # so the second pass alone would not see it.
 #
 #   bench/density.pl [--zone 1m] [NAME...]   (NAME: limit_req, ratelimit,
-#                                            gcra+gcra, gcra+sliding_window+quota)
+#                                            gcra+gcra, gcra+sliding_window+quota,
+#                                            gcra+sliding_window, sliding_window)
 use strict;
 use warnings;
 use FindBin;
@@ -46,8 +47,10 @@ my %module = (
     'gcra+gcra' => stack([ 'limit=1 period=1m burst=1', 'limit=2 period=1h' ]),
     'gcra+sliding_window+quota' => stack([ 'limit=1 period=1m burst=1',
         'algorithm=sliding_window limit=2 period=1h', 'algorithm=quota limit=3 reset=daily' ]),
+    'gcra+sliding_window' => stack([ 'limit=1 period=1m burst=1', 'algorithm=sliding_window limit=2 period=1h' ]),
+    'sliding_window' => stack([ 'algorithm=sliding_window limit=1 period=1h' ]),
 );
-my %stacked = ('gcra+gcra' => 1, 'gcra+sliding_window+quota' => 1);
+my %stacked = map { $_ => 1 } grep { /sliding_window|\+/ } keys %module;
 my @names = @ARGV ? @ARGV : ('limit_req', 'ratelimit', sort keys %stacked);
 for (@names) { die "$0: unknown $_ (one of: @{[ sort keys %module ]})\n" unless $module{$_} }
 

@@ -72,6 +72,12 @@ typedef struct {
     size_t                       size;      /* of the shared memory */
     void                        *table;     /* rl table inside the zone */
     ngx_array_t                  blobs;     /* uint32_t: its rules' blocks */
+    uint64_t                     stack_slots;  /* its rules in locations
+                                               where one keeps a block,
+                                               and those with a block:
+                                               the stack its table plans
+                                               for (rl_table_stack) */
+    uint64_t                     stack_blocks;
     ngx_array_t                  rules;     /* ngx_http_ratelimit_rule_t *:
                                                the rules naming it */
     ngx_http_ratelimit_rule_t  **names;     /* its first rule of each name,

@@ -154,8 +154,10 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
                                       zone->table);
 
     if (rl_table_init_names(zone->table, size, zone->blobs.elts,
-                            zone->blobs.nelts, zone->nnames, NULL, err,
-                            sizeof(err))
+                            zone->blobs.nelts, zone->nnames,
+                            rl_table_stack(zone->stack_slots,
+                                           zone->stack_blocks),
+                            NULL, err, sizeof(err))
         != RL_OK)
     {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,

@@ -397,7 +397,10 @@ ngx_http_ratelimit_check_layout(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone)
     size = ngx_http_ratelimit_table_size(zone, shm_zone->shm.size);
 
     if (rl_table_plan_names(size, zone->blobs.elts, zone->blobs.nelts,
-                            zone->nnames, err, sizeof(err))
+                            zone->nnames,
+                            rl_table_stack(zone->stack_slots,
+                                           zone->stack_blocks),
+                            err, sizeof(err))
         != RL_OK)
     {
         ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
@@ -627,6 +630,46 @@ ngx_http_ratelimit_zone_names(ngx_conf_t *cf,
 
 
 /*
+ * The stack of the location of ref, a rule of zone with a block, counted
+ * once a location (at its first such rule): the zone's rules there, and
+ * those of them with a block.  A key the location limits takes a slot for
+ * each rule and the blocks: the zone's table shares its room between
+ * buckets and blocks by the sums (rl_table_stack).
+ */
+
+static void
+ngx_http_ratelimit_zone_stack(ngx_http_ratelimit_zone_t *zone,
+    ngx_http_ratelimit_zone_ref_t *ref)
+{
+    ngx_uint_t                  j, slots, blocks;
+    ngx_http_ratelimit_rule_t  *rules;
+
+    rules = ref->rules->elts;
+    slots = 0;
+    blocks = 0;
+
+    for (j = 0; j < ref->rules->nelts; j++) {
+        if (rules[j].shm_zone != ref->shm_zone) {
+            continue;
+        }
+
+        if (rl_rule_block_size(&rules[j].rule)) {
+            if (j < ref->index) {
+                return;   /* counted at that rule */
+            }
+
+            blocks++;
+        }
+
+        slots++;
+    }
+
+    zone->stack_slots += slots;
+    zone->stack_blocks += blocks;
+}
+
+
+/*
  * Every zone a rule names is declared; each learns its rules and the block
  * sizes their states need, and is checked: its size fits them, Redis zones'
  * rules stay exact in Redis, and it has room to count every rule name.
@@ -693,6 +736,7 @@ ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
             }
 
             *blob = rl_rule_block_size(&(*rule)->rule);
+            ngx_http_ratelimit_zone_stack(zone, &refs[i]);
         }
     }
 

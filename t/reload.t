@@ -1,6 +1,7 @@
 #!/usr/bin/perl
-# A reload keeps the zone's state; a changed zone size starts it empty with a
-# notice; a stop and start begins fresh.
+# A reload keeps the zone's state (and its layout, however its rules stack);
+# a changed zone size starts it empty with a notice; a stop and start begins
+# fresh.
 use strict;
 use warnings;
 use FindBin;
@@ -54,6 +55,7 @@ server {
         ratelimit zone=z limit=6 period=1h name=r;
         ratelimit zone=z algorithm=sliding_window limit=3 period=1h name=w;
     }
+    location = /stats { ratelimit_stats; }
 }
 EOF
 $t->reload($with_window, workers => 2);
@@ -63,9 +65,33 @@ is($t->statuses('/index.html', 2), '200 200', 'a new layout starts empty');
 $t->reload($with_window, workers => 2);
 is($t->statuses('/index.html', 2), '200 429', 'a reload keeps the sliding window blocks');
 
+# The zone shares its room between key slots and blocks by how its rules
+# stack where one keeps a block: here a key takes two slots and a block.  A
+# reload that stacks them otherwise (the window alone: a slot and a block)
+# keeps the zone as it was laid out, blocks and all.
+my $stacked = $t->zone_stats('z')->{capacity};
+$t->reload(<<'EOF', workers => 2);
+ratelimit_zone z 2m;
+server {
+    listen 127.0.0.1:%%PORT%%;
+    location / {
+        ratelimit zone=z algorithm=sliding_window limit=3 period=1h name=w;
+    }
+    location /r/ {
+        ratelimit zone=z limit=6 period=1h name=r;
+    }
+    location = /stats { ratelimit_stats; }
+}
+EOF
+is($t->statuses('/index.html', 1), '429', 'a reload that stacks the rules otherwise keeps the blocks');
+is($t->zone_stats('z')->{capacity}, $stacked, '... and the zone\'s key slots');
+
 $t->stop();
 $t->start();
 is($t->statuses('/index.html', 4), '200 200 200 429', 'stop and start begins fresh');
+my $alone = $t->zone_stats('z')->{capacity};
+cmp_ok($stacked / $alone, '>', 1.2, "a stack of two rules gets more key slots than a window alone ($stacked, $alone)");
+cmp_ok($stacked / $alone, '<', 2, '... within two thirds of the room, against a third');
 $t->stop();
 
 done_testing();

@@ -280,6 +280,54 @@ TEST(TableBlocks, LayoutGivesBucketsAThirdAndPoolsTheRest)
     EXPECT_EQ(rl_table_plan(259 * 1024, &huge, 1, err, sizeof(err)), RL_OK);  // the size it names is enough
 }
 
+// The stack a zone's locations make where a rule keeps a block.
+TEST(TableBlocks, StackOfTheLocations)
+{
+    EXPECT_EQ(rl_table_stack(0, 0), 0u);  // no rule with a block
+    EXPECT_EQ(rl_table_stack(5, 0), 0u);
+    EXPECT_EQ(rl_table_stack(1, 1), 16u);  // a window alone
+    EXPECT_EQ(rl_table_stack(3, 1), 48u);  // gcra, sliding_window, quota
+    EXPECT_EQ(rl_table_stack(4, 3), 21u);  // 1 1/3 slot a block
+    EXPECT_EQ(rl_table_stack(64, 1), 1024u);
+    EXPECT_EQ(rl_table_stack(100000, 1), 1024u);
+}
+
+// Buckets and pools share the room so that the slots and the blocks a
+// stack takes run out together: a key with a block of 64 bytes and three
+// slots (of 24 bytes at the fill a table reaches) gets 72 / 136 of the room
+// in buckets; a third at least (a window alone), two thirds at most.  A
+// table keeps the stack it was laid out for; one that would leave a pool
+// too few blocks is laid out as without it.
+TEST(TableBlocks, BucketsFollowTheStack)
+{
+    auto capacity = [](size_t size, uint32_t blob, uint32_t slots16) {
+        void *mem = std::aligned_alloc(64, size);
+        std::memset(mem, 0, size);
+        char err[RL_ERR_MAX];
+        EXPECT_EQ(rl_table_init_names(mem, size, &blob, 1, 0, slots16, kSecret, err, sizeof(err)), RL_OK) << err;
+        // its own stack, whatever a reload's configuration stacks now
+        EXPECT_TRUE(rl_table_valid(mem, size, &blob, 1));
+        rl_table_stats_t st;
+        rl_table_get_stats(mem, &st);
+        const uint64_t blocks = rl::Table::at(mem)->header().pools[0].blocks;
+        std::free(mem);
+        return std::make_pair(st.capacity, blocks);
+    };
+    const uint32_t window = 56;  // in a block of 64 bytes
+    const auto none = capacity(1 << 20, window, 0), alone = capacity(1 << 20, window, 16);
+    const auto three = capacity(1 << 20, window, 48), most = capacity(1 << 20, window, 1024);
+    EXPECT_EQ(alone, none);  // 24 / 88 of the room: a third
+    const double share = (double) three.first / 3 * 64 / ((double) three.first / 3 * 64 + (double) three.second * 64);
+    EXPECT_NEAR(share, 72.0 / 136, 0.02) << three.first << " slots, " << three.second << " blocks";
+    EXPECT_GT(three.first, none.first * 3 / 2);
+    EXPECT_LT(three.second, none.second);
+    const double most_share = (double) most.first / 3 * 64 / ((double) most.first / 3 * 64 + (double) most.second * 64);
+    EXPECT_NEAR(most_share, 2.0 / 3, 0.02);
+    // a zone just large enough for its pool's least blocks at a third
+    const uint32_t huge = 40016;
+    EXPECT_EQ(capacity(259 * 1024, huge, 1024), capacity(259 * 1024, huge, 0));
+}
+
 TEST(TableBlocks, AcquireGivesAZeroedBlockThatFindReturns)
 {
     BlobBlock b(256 * 1024, {52});
@@ -392,8 +440,8 @@ TEST(TableStats, RuleCountersForEveryName)
     void *mem = std::aligned_alloc(64, size);
     std::memset(mem, 0, size);
     char err[RL_ERR_MAX];
-    ASSERT_EQ(rl_table_plan_names(size, nullptr, 0, 1000, err, sizeof(err)), RL_OK) << err;
-    ASSERT_EQ(rl_table_init_names(mem, size, nullptr, 0, 1000, kSecret, err, sizeof(err)), RL_OK) << err;
+    ASSERT_EQ(rl_table_plan_names(size, nullptr, 0, 1000, 0, err, sizeof(err)), RL_OK) << err;
+    ASSERT_EQ(rl_table_init_names(mem, size, nullptr, 0, 1000, 0, kSecret, err, sizeof(err)), RL_OK) << err;
     EXPECT_EQ(rl_table_rule_room(mem), 1280u);
     EXPECT_TRUE(rl_table_valid(mem, size, nullptr, 0));
     for (int i = 0; i < 1000; i++) {

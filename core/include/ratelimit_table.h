@@ -31,10 +31,11 @@ typedef struct {
 } rl_table_stats_t;
 
 /*
- * A table's layout depends on its size and on the sizes of the blocks its
+ * A table's layout depends on its size, on the sizes of the blocks its
  * rules' states need beyond the slot: rl_state_size(rule) - sizeof
  * (rl_state_t) for each rule using it (0 for most algorithms, which can be
- * left out).  With none, every byte goes to key slots.
+ * left out), and on how its rules stack (rl_table_stack).  With no block,
+ * every byte goes to key slots.
  */
 
 /* The smallest block a table without blocks accepts. */
@@ -48,9 +49,19 @@ RL_API int rl_table_plan(size_t size, const uint32_t *blob_sizes, size_t n,
     char *err, size_t errlen);
 
 /* The same for a table whose rules have `names` names to count (their
-   counters' room is part of the table: rl_table_rule_room). */
+   counters' room is part of the table: rl_table_rule_room), and whose keys
+   with a block take slots16 sixteenths of a slot for each block: the rules
+   stacked on a zone in a location that has a rule with a block, that rule
+   included (16: such rules stand alone; 0: not known).  The buckets get
+   what those slots take beside the blocks, between a third and two thirds
+   of the room buckets and blocks share. */
 RL_API int rl_table_plan_names(size_t size, const uint32_t *blob_sizes,
-    size_t n, size_t names, char *err, size_t errlen);
+    size_t n, size_t names, uint32_t slots16, char *err, size_t errlen);
+
+/* slots16 for a zone whose locations stack, where one of the zone's rules
+   keeps a block, `slots` rules of the zone in all (one a slot), `blocks`
+   of them with a block: summed over those locations. */
+RL_API uint32_t rl_table_stack(uint64_t slots, uint64_t blocks);
 
 /*
  * Lays a fresh table out over mem (64-byte aligned, size bytes), with a new
@@ -65,12 +76,14 @@ RL_API int rl_table_init(void *mem, size_t size, const uint32_t *blob_sizes,
 
 /* The same, with room for the counters of `names` rule names and a quarter
    more (names a reload adds to a zone it keeps), RL_RULE_STATS_MAX at
-   least. */
+   least, and buckets for the stack slots16 (rl_table_plan_names). */
 RL_API int rl_table_init_names(void *mem, size_t size,
-    const uint32_t *blob_sizes, size_t n, size_t names,
+    const uint32_t *blob_sizes, size_t n, size_t names, uint32_t slots16,
     const uint8_t *secret, char *err, size_t errlen);
 
-/* 1 if mem holds a table of exactly this layout (kept across reload). */
+/* 1 if mem holds a table of exactly this layout (kept across reload): the
+   room for names and the stack it was laid out for are its own, whatever
+   the configuration says now. */
 RL_API int rl_table_valid(const void *mem, size_t size,
     const uint32_t *blob_sizes, size_t n);
 

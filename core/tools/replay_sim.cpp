@@ -47,15 +47,18 @@ Simulator::Simulator(Options &o, Sink sink)
 {
     // one table for every rule, laid out as nginx would lay out their zone
     std::vector<uint32_t> blobs;
+    uint64_t blocks = 0;
     for (Rule &r : o.rules) {
         blobs.push_back(rl_rule_block_size(&r.rule));
+        blocks += blobs.back() != 0;
         const std::string &expr = r.key_expr.empty() ? o.key_expr : r.key_expr;
         r.identity = rl_rule_identity(&r.rule, expr.data(), expr.size());
     }
     table_ = mmap(nullptr, o.zone_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     char err[RL_ERR_MAX];
     if (table_ == MAP_FAILED ||
-        rl_table_init(table_, o.zone_size, blobs.data(), blobs.size(), nullptr, err, sizeof(err)) != RL_OK) {
+        rl_table_init_names(table_, o.zone_size, blobs.data(), blobs.size(), 0, rl_table_stack(o.rules.size(), blocks),
+                            nullptr, err, sizeof(err)) != RL_OK) {
         std::cerr << "ratelimit-replay: --zone-size " << o.zone_size << ": "
                   << (table_ == MAP_FAILED ? std::strerror(errno) : err) << "\n";
         std::exit(2);

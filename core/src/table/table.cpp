@@ -18,7 +18,7 @@ namespace rl {
 namespace {
 
 const char kMagic[8] = {'R', 'L', 'T', 'A', 'B', 'L', 'E', '6'};
-const uint32_t kVersion = 11;  // a zone of another layout version is laid out afresh
+const uint32_t kVersion = 12;  // a zone of another layout version is laid out afresh
 const uint32_t kMinBlocks = 4;
 
 // Buckets a cuckoo search may visit before giving up and evicting.  Enough
@@ -78,11 +78,32 @@ uint64_t mix(uint64_t x)
 
 }  // namespace
 
-// Without blocks every byte goes to buckets.  With them, buckets get a third
-// (a key with a block also needs a slot, and the slots stay under 2/3 full)
-// and the pools share the rest equally.
-bool Table::plan(size_t size, const uint32_t *blobs, size_t n, uint32_t rules_max, Layout *out, char *err,
-                 size_t errlen)
+// A slot's bytes at the fill a table reaches before it evicts: a bucket's
+// 64 bytes hold three, about 90% of them used.
+const uint64_t kSlotBytes = 24;
+
+// The buckets' share of the bytes buckets and pools divide.  Without
+// blocks, all of them.  With blocks, so that slots and blocks run out
+// together for the keys the configuration stacks (slots16 / 16 slots, one
+// a rule, for each block of the pools' mean size: a location's rules on one
+// zone, one of them with a block, take a slot each and that block), within a
+// third (what a rule with a block alone takes, its slot under 2/3 full)
+// and two thirds.
+uint64_t bucket_bytes_of(uint64_t avail, const uint32_t *sizes, uint32_t npools, uint32_t slots16)
+{
+    if (npools == 0) {
+        return avail;
+    }
+    uint64_t blocks = 0;
+    for (uint32_t i = 0; i < npools; i++) {
+        blocks += sizes[i];
+    }
+    const uint64_t slots = (uint64_t) slots16 * kSlotBytes * npools;  // x 16 npools
+    const uint64_t want = slots == 0 ? 0 : (uint64_t) ((unsigned __int128) avail * slots / (slots + 16 * blocks));
+    return std::min(std::max(want, avail / 3), avail / 3 * 2) / 64 * 64;
+}
+bool Table::plan(size_t size, const uint32_t *blobs, size_t n, uint32_t rules_max, uint32_t slots16, Layout *out,
+                 char *err, size_t errlen)
 {
     rules_max = std::max<uint32_t>(rules_max, RL_RULE_STATS_MAX);
     const uint64_t header = header_bytes(rules_max);
@@ -114,16 +135,23 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, uint32_t rules_ma
     const uint64_t top_bytes = std::min<uint64_t>(std::max<uint64_t>(TopList::bytes(false), all / kTopShare / 64 * 64),
                                                   rules_max * TopList::bytes(true));
     const uint64_t avail = all > sketch_bytes ? all - sketch_bytes : 0;
-    const uint64_t third = npools == 0 ? avail : avail / 3 / 64 * 64;
-    const uint64_t share = npools == 0 ? 0 : (avail - third) / npools / 64 * 64;
+    // a stack that would leave a pool too few blocks is planned without it
+    uint64_t buckets = bucket_bytes_of(avail, sizes, npools, slots16);
+    for (uint32_t i = 0; i < npools; i++) {
+        if ((avail - buckets) / npools / 64 * 64 / sizes[i] < kMinBlocks) {
+            buckets = bucket_bytes_of(avail, sizes, npools, 0);
+        }
+    }
+    const uint64_t share = npools == 0 ? 0 : (avail - buckets) / npools / 64 * 64;
     // the top keys' room comes out of the buckets' share: the pools, and
     // so the least size of a zone, are as without it
-    const uint64_t bucket_bytes = third > top_bytes ? third - top_bytes : 0;
+    const uint64_t bucket_bytes = buckets > top_bytes ? buckets - top_bytes : 0;
 
     *out = Layout{};
     out->nbuckets = std::min<uint64_t>(bucket_bytes / 64, 0xffffffffu);
     out->npools = npools;
     out->rules_max = rules_max;
+    out->slots16 = slots16;
     out->sketch_offset = header + out->nbuckets * 64;
     out->ncells = sketch_bytes / sizeof(uint64_t);
     out->top_offset = out->sketch_offset + sketch_bytes;
@@ -176,6 +204,7 @@ void Table::init(size_t size, const Layout &layout, const uint8_t secret[16])
     h_.header_size = (uint32_t) header_bytes(layout.rules_max);
     h_.rules_max = layout.rules_max;
     h_.names_mask = index_entries(layout.rules_max) - 1;
+    h_.slots16 = layout.slots16;
     h_.size = size;
     h_.nbuckets = layout.nbuckets;
     h_.npools = layout.npools;

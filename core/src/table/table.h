@@ -214,6 +214,7 @@ struct alignas(64) TableHeader {
     // lock, read without it.
     uint32_t rules_max;
     uint32_t names_mask;
+    uint32_t slots16;  // the stack it was laid out for (Layout)
 };
 
 // Where a block size's pool is, for a table of `size` bytes whose rules
@@ -225,6 +226,8 @@ struct Layout {
     uint64_t top_offset;
     uint64_t top_bytes;
     uint32_t rules_max;  // room for so many rule names' counters
+    uint32_t slots16;    // the stack planned for: slots a key with a block
+                         // takes for each block, in sixteenths (0: unknown)
     uint32_t npools;
     Pool pools[kPoolsMax];
 };
@@ -264,8 +267,8 @@ public:
     }
     // The pool block holding an algorithm block of `blob` bytes.
     static uint32_t block_size_for(size_t blob) { return (uint32_t) ((8 + blob + 15) & ~size_t{15}); }
-    static bool plan(size_t size, const uint32_t *blobs, size_t n, uint32_t rules_max, Layout *out, char *err,
-                     size_t errlen);
+    static bool plan(size_t size, const uint32_t *blobs, size_t n, uint32_t rules_max, uint32_t slots16, Layout *out,
+                     char *err, size_t errlen);
 
     // Over zeroed memory (rl_table_init): writes the header only.
     void init(size_t size, const Layout &layout, const uint8_t secret[16]);

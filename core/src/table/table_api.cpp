@@ -22,27 +22,35 @@ uint64_t rl_table_capacity_for(size_t size)
 {
     rl::Layout layout;
     char err[RL_ERR_MAX];
-    return rl::Table::plan(size, nullptr, 0, 0, &layout, err, sizeof(err)) ? layout.nbuckets * 3 : 0;
+    return rl::Table::plan(size, nullptr, 0, 0, 0, &layout, err, sizeof(err)) ? layout.nbuckets * 3 : 0;
+}
+
+uint32_t rl_table_stack(uint64_t slots, uint64_t blocks)
+{
+    // (past 64 slots a block the buckets' share is two thirds anyway)
+    return blocks == 0 ? 0 : slots >= 64 * blocks ? 64 * 16 : (uint32_t) (slots * 16 / blocks);
 }
 
 int rl_table_plan(size_t size, const uint32_t *blob_sizes, size_t n, char *err, size_t errlen)
 {
-    return rl_table_plan_names(size, blob_sizes, n, 0, err, errlen);
+    return rl_table_plan_names(size, blob_sizes, n, 0, 0, err, errlen);
 }
 
-int rl_table_plan_names(size_t size, const uint32_t *blob_sizes, size_t n, size_t names, char *err, size_t errlen)
+int rl_table_plan_names(size_t size, const uint32_t *blob_sizes, size_t n, size_t names, uint32_t slots16, char *err,
+                        size_t errlen)
 {
     rl::Layout layout;
-    return rl::Table::plan(size, blob_sizes, n, rl::Table::rules_room(names), &layout, err, errlen) ? RL_OK : RL_ERROR;
+    return rl::Table::plan(size, blob_sizes, n, rl::Table::rules_room(names), slots16, &layout, err, errlen) ? RL_OK
+                                                                                                             : RL_ERROR;
 }
 
 int rl_table_init(void *mem, size_t size, const uint32_t *blob_sizes, size_t n, const uint8_t *secret, char *err,
                   size_t errlen)
 {
-    return rl_table_init_names(mem, size, blob_sizes, n, 0, secret, err, errlen);
+    return rl_table_init_names(mem, size, blob_sizes, n, 0, 0, secret, err, errlen);
 }
 
-int rl_table_init_names(void *mem, size_t size, const uint32_t *blob_sizes, size_t n, size_t names,
+int rl_table_init_names(void *mem, size_t size, const uint32_t *blob_sizes, size_t n, size_t names, uint32_t slots16,
                         const uint8_t *secret, char *err, size_t errlen)
 {
     try {
@@ -51,7 +59,7 @@ int rl_table_init_names(void *mem, size_t size, const uint32_t *blob_sizes, size
             std::snprintf(err, errlen, "table memory must be 64-byte aligned");
             return RL_ERROR;
         }
-        if (!rl::Table::plan(size, blob_sizes, n, rl::Table::rules_room(names), &layout, err, errlen)) {
+        if (!rl::Table::plan(size, blob_sizes, n, rl::Table::rules_room(names), slots16, &layout, err, errlen)) {
             return RL_ERROR;
         }
         uint8_t key[16];
@@ -73,10 +81,12 @@ int rl_table_valid(const void *mem, size_t size, const uint32_t *blob_sizes, siz
 {
     rl::Layout layout;
     char err[RL_ERR_MAX];
-    // the room for rule names the table was laid out with (a reload may
-    // bring more names, or fewer: the zone is kept, see rl_table_rule_room)
-    const uint32_t room = rl::Table::at(mem)->header().rules_max;
-    return room <= rl::kRulesRoomMax && rl::Table::plan(size, blob_sizes, n, room, &layout, err, sizeof(err)) &&
+    // the room for rule names and the stack the table was laid out with (a
+    // reload may bring more names, or fewer, or stack rules otherwise: the
+    // zone is kept, see rl_table_rule_room)
+    const rl::TableHeader &h = rl::Table::at(mem)->header();
+    return h.rules_max <= rl::kRulesRoomMax &&
+                   rl::Table::plan(size, blob_sizes, n, h.rules_max, h.slots16, &layout, err, sizeof(err)) &&
                    rl::Table::at(mem)->valid(size, layout)
                ? 1
                : 0;
