@@ -76,8 +76,6 @@ uint64_t mix(uint64_t x)
     return x ^ (x >> 31);
 }
 
-}  // namespace
-
 // A slot's bytes at the fill a table reaches before it evicts: a bucket's
 // 64 bytes hold three, about 90% of them used.
 const uint64_t kSlotBytes = 24;
@@ -98,10 +96,14 @@ uint64_t bucket_bytes_of(uint64_t avail, const uint32_t *sizes, uint32_t npools,
     for (uint32_t i = 0; i < npools; i++) {
         blocks += sizes[i];
     }
-    const uint64_t slots = (uint64_t) slots16 * kSlotBytes * npools;  // x 16 npools
+    // a block's slots against the pools' mean block, both times 16 npools
+    const uint64_t slots = (uint64_t) slots16 * kSlotBytes * npools;
     const uint64_t want = slots == 0 ? 0 : (uint64_t) ((unsigned __int128) avail * slots / (slots + 16 * blocks));
     return std::min(std::max(want, avail / 3), avail / 3 * 2) / 64 * 64;
 }
+
+}  // namespace
+
 bool Table::plan(size_t size, const uint32_t *blobs, size_t n, uint32_t rules_max, uint32_t slots16, Layout *out,
                  char *err, size_t errlen)
 {
