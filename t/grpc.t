@@ -195,9 +195,15 @@ SKIP: {
         my @l = logged($key, $r[1]{end} - $r[1]{start} > 1 ? 3 : 2);
         next unless grep { $_->[2] eq 'REJECTED' } @l;
         $tested = 1;
+        # a client's timer may fire a millisecond or two before the pushback
+        # ends (the wait is checked below within 2 ms): that attempt is
+        # refused again, with what is left, and its third one admitted
+        @l = logged($key, 4) if @l == 3 && $l[2][2] eq 'REJECTED';
         is("$r[0]{code} $r[1]{code}", 'OK OK', 'the retried call is served');
-        is(join(' ', map { $_->[2] } @l), 'PASSED REJECTED PASSED', 'one attempt refused, the retry admitted');
-        my ($served, $refused, $retry) = @l;
+        is(join(' ', map { $_->[2] } @l), @l == 4 ? 'PASSED REJECTED REJECTED PASSED' : 'PASSED REJECTED PASSED',
+           'one attempt refused, the retry admitted');
+        ok($l[2][5] <= 2, "a retry before the pushback ended: refused with what was left ($l[2][5] ms)") if @l == 4;
+        my ($served, $refused, $retry) = @l[0, 1, -1];
         my $p = $refused->[5];
         # the refusal's pushback: what was left of call 1's 2 s, each
         # decided at a time between its request's start and its log line

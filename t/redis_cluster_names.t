@@ -114,7 +114,7 @@ EOF2
             and !grep { / back-\S+ fallback/ } (split /\n/, $t->file('rl.log'))[-10 .. -1];
     }, 15), 'moved back: its keys are decided in Redis again');
     # (a worker may still be asking, its stale answer in use meanwhile)
-    ok(RLTest::wait_until(sub { $dns->asked('node2.rl.test') >= $before + 2 }, 5),
+    ok(RLTest::wait_until(sub { $dns->asked('node2.rl.test') >= $before + 2 }, 15),
        'each move found by a new query');
     $t->stop;
 }
