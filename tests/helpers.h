@@ -190,9 +190,11 @@ inline std::vector<uint32_t> block_sizes(const std::vector<rl_rule_t> &rules)
     return blocks;
 }
 
-// Block sizes given as they are (a table laid out without its rules).
+// Block sizes given as they are (a table laid out without its rules), and
+// the stack its buckets are planned for (rl_table_stack; 0: none).
 struct BlockSizes {
     std::vector<uint32_t> sizes;
+    uint32_t slots16 = 0;
 };
 
 // A zone: one table in memory of its own, with the block sizes its rules
@@ -205,7 +207,9 @@ struct TestZone {
         mem = std::aligned_alloc(64, rounded(n));
         std::memset(mem, 0, n);  // rl_table_init takes zeroed memory
         char err[RL_ERR_MAX];
-        EXPECT_EQ(rl_table_init(mem, n, blocks.sizes.data(), blocks.sizes.size(), secret, err, sizeof(err)), RL_OK)
+        EXPECT_EQ(rl_table_init_names(mem, n, blocks.sizes.data(), blocks.sizes.size(), 0, blocks.slots16, secret, err,
+                                      sizeof(err)),
+                  RL_OK)
             << err;
     }
     TestZone(size_t n, const uint8_t *secret) : TestZone(n, BlockSizes{}, secret) {}

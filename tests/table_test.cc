@@ -301,17 +301,10 @@ TEST(TableBlocks, StackOfTheLocations)
 TEST(TableBlocks, BucketsFollowTheStack)
 {
     auto capacity = [](size_t size, uint32_t blob, uint32_t slots16) {
-        void *mem = std::aligned_alloc(64, size);
-        std::memset(mem, 0, size);
-        char err[RL_ERR_MAX];
-        EXPECT_EQ(rl_table_init_names(mem, size, &blob, 1, 0, slots16, kSecret, err, sizeof(err)), RL_OK) << err;
+        TestZone z(size, BlockSizes{{blob}, slots16}, kSecret);
         // its own stack, whatever a reload's configuration stacks now
-        EXPECT_TRUE(rl_table_valid(mem, size, &blob, 1));
-        rl_table_stats_t st;
-        rl_table_get_stats(mem, &st);
-        const uint64_t blocks = rl::Table::at(mem)->header().pools[0].blocks;
-        std::free(mem);
-        return std::make_pair(st.capacity, blocks);
+        EXPECT_TRUE(rl_table_valid(z.mem, z.size, &blob, 1));
+        return std::make_pair(z.stats().capacity, (uint64_t) z.table()->header().pools[0].blocks);
     };
     const uint32_t window = 56;  // in a block of 64 bytes
     const auto none = capacity(1 << 20, window, 0), alone = capacity(1 << 20, window, 16);
