@@ -106,9 +106,16 @@ local function expire_in(at, now, testing)
   return num(ttl)
 end
 
--- a head from its string (v: as the call's MGET read it; nil: read now)
+-- a key's string: v as the call's MGET read it (false: no key), or, nil,
+-- read now
+local function string_at(key, v)
+  if v == nil then return redis.call('GET', key) end
+  return v
+end
+
+-- a head from its string (v: string_at's)
 local function load_head(key, v)
-  if v == nil then v = redis.call('GET', key) end
+  v = string_at(key, v)
   if not v then return {t = 0, n = 0} end
   local t, n, l, p = string.match(v, '^(%-?%d+) (%d+) ?(%d*) ?(%d*)$')
   if not t then return {t = 0, n = 0} end
@@ -566,7 +573,7 @@ end
 
 local function load_ring(key, r, now, look, v)
   local b = {tick = 0, c = {}, owed = 0}
-  if v == nil then v = redis.call('GET', key) end
+  v = string_at(key, v)
   local i = -1
   if v then
     for x in string.gmatch(v, '%-?%d+') do
@@ -828,7 +835,7 @@ local algorithms = {
 -- ---- bans (check.cpp) ------------------------------------------------------
 
 local function banned_until(key, now, v)
-  if v == nil then v = redis.call('GET', key) end
+  v = string_at(key, v)
   v = tonumber(v or '')
   if v and v > now then return v end
   return 0
