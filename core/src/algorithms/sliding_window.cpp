@@ -128,7 +128,17 @@ struct Window {
         const int64_t hi = b == nullptr ? k - S : b->tick < k ? b->tick : k;
         int64_t i = k - S + 1, at_i = slot_of(i, ring);
         if (newer + cost > rule.limit) {
-            // the empty ticks first, in one sweep (a young window's)
+            // the empty ticks first: at once when the newest tick holds the
+            // whole ring (a key whose requests all came in this tick), else
+            // in one sweep (a young window's)
+            if (i < hi && b->count[at_i] == 0 && hi == b->tick && hi <= xk) {  // (i < hi: a block holds tick hi)
+                int64_t at_hi = at_i + (hi - i);
+                at_hi -= at_hi >= ring ? ring : 0;
+                if (b->count[at_hi] == b->total) {
+                    at_i = at_hi;
+                    i = hi;
+                }
+            }
             while (i <= hi && i != xk && b->count[at_i] == 0) {
                 i++;
                 at_i = at_i + 1 == ring ? 0 : at_i + 1;
