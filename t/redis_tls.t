@@ -128,6 +128,13 @@ for my $z (qw(acl nomget)) {
                 . " ratelimit zone=$z key=\$http_x_key algorithm=sliding_window limit=5 period=1h name=${z}_2;"
                 . " alias %%PREFIX%%/html/; }\n";
 }
+# the same with charge=: as each request ends, a second call settles the
+# stack, its states read in one MGET too
+for my $z (qw(acl nomget)) {
+    $locations .= "    location /$z-charged/ { ratelimit zone=$z key=\$http_x_key limit=10 period=1h charge=3 name=${z}_c1;"
+                . " ratelimit zone=$z key=\$http_x_key algorithm=sliding_window limit=10 period=1h charge=3 name=${z}_c2;"
+                . " alias %%PREFIX%%/html/; }\n";
+}
 $conf .= "server {\n    listen 127.0.0.1:%%PORT%%;\n$locations    location /stats { ratelimit_stats; }\n}\n";
 
 my $t = RLTest->new->start($conf);
@@ -202,6 +209,29 @@ for my $z (qw(acl nomget)) {
 }
 is(scalar(@{ $redis->cmd('KEYS', 'ratelimit:nm:*') }), 2, 'nomget: both rules\' keys in Redis');
 is(stats('nomget')->{fallbacks}, 0, 'nomget: no fallback');
+
+# a charged stack: each request is charged 3 of each rule's 10 as it ends,
+# and reserves what the rule estimates a charge at (1, its cost, until a
+# charge is known; then 3); the settling call reads both states in one MGET
+# (the user without it, one GET each)
+sub mget_calls { ($redis->cmd('INFO', 'commandstats') =~ /^cmdstat_mget:calls=(\d+)/m)[0] // 0 }
+for my $z (qw(acl nomget)) {
+    my $charged = sub { join ' ', map { $t->rule_stats($z, "${z}_$_")->{charged} // 0 } qw(c1 c2) };
+    my $mget = mget_calls();
+    my @left;
+    for my $n (1 .. 3) {
+        my $r = $t->get("/$z-charged/index.html", { 'X-Key' => 'c' });
+        is($r->{status}, 200, "$z: charged stack, request $n admitted");
+        push @left, $r->{headers}{'x-ratelimit-remaining'};
+        my $want = join ' ', (3 * $n) x 2;
+        ok(RLTest::wait_until(sub { $charged->() eq $want }, 10), "$z: each rule charged 3 as request $n ended")
+            or diag('charged: ' . $charged->());
+    }
+    is("@left", '9 4 1', "$z: each request finds what the ones before were charged, less its reservation");
+    is(mget_calls() - $mget, 6, "$z: one MGET a decision and one a settling call")
+        if $z eq 'acl';
+    is(stats($z)->{fallbacks}, 0, "$z: no fallback");
+}
 
 is($t->get('/noperm/index.html', { 'X-Key' => 'p' })->{status}, 429, 'an ACL user without EVALSHA: on_redis_error=deny');
 $t->log_like(qr{^/noperm/index.html 429 fallback_deny$}m, 'fallback_deny', file => 'rl.log');

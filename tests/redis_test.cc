@@ -307,6 +307,29 @@ TEST(RedisScript, ChargesGoIntoDebtAndTheRefusalSaysWhenItIsRepaid)
     EXPECT_EQ(c.decision.remaining, 0u);
 }
 
+// Two rules of one name share their key's state: the call settling them
+// reads it once for both (MGET), and the second settles on what the first
+// wrote, not on what the MGET read: both charges count.
+TEST(RedisScript, TwoRulesOfOneNameSettleOneAfterTheOther)
+{
+    NEED_REDIS();
+    const std::string sha = script_sha();
+    rl_rule_t r = rule_of("limit=1000 period=1000s charge=$c name=tokens");
+    rl_redis_answer_t a;
+    const int64_t now = kT0 + 5;
+    rl_check_t c[2] = {one_check(&r, 5, "key", 1), one_check(&r, 5, "key", 1)};
+    rl_request_t rq = request_of(c, 2, RL_COMBINE_ALL);
+    ASSERT_EQ(call_script(sha, "two:", rq, RL_REDIS_DECIDE, now, &a), RL_VERDICT_PASSED);
+    c[0].charge = c[1].charge = 400;
+    call_script(sha, "two:", rq, RL_REDIS_SETTLE, now, &a);
+    EXPECT_EQ(c[0].charged, 400u);
+    EXPECT_EQ(c[1].charged, 400u);
+    rl_check_t look = one_check(&r, 5, "key", 0);  // cost 0: a look
+    rl_request_t lq = request_of(&look, 1, RL_COMBINE_ALL);
+    call_script(sha, "two:", lq, RL_REDIS_DECIDE, now, &a);
+    EXPECT_EQ(look.decision.remaining, 200u);  // 1,000 less both charges
+}
+
 // A refusal bans the key (ban=) for its time, in a Redis key of its own
 // that expires with it; refusals during the ban do not extend it; a peek
 // shows it, a reset lifts it.

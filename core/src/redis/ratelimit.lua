@@ -908,18 +908,42 @@ if call == 'release' or call == 'renew' then
   return {1, done, n - done}
 end
 
+-- every string a call reads (heads, rings, bans: the first `count` KEYS)
+-- in one MGET, by key; a list's or a sorted set's key is read by its own
+-- algorithm.  An ACL user not allowed MGET has each read by GET instead
+-- (string_at).
+local function read_strings(count)
+  local wanted, got = {}, {}
+  for i = 1, count do
+    local a = i <= n and algorithms[rules[i].algorithm]
+    if not a or a.head or a.string then wanted[#wanted + 1] = KEYS[i] end
+  end
+  if #wanted > 1 then
+    local v = redis.pcall('MGET', unpack(wanted))
+    if v.err == nil then
+      for j = 1, #wanted do got[wanted[j]] = v[j] end
+    end
+  end
+  return got
+end
+
 if settle then
   local out = {1}
+  local got, written = read_strings(n), {}
   for i = 1, n do
     local r = rules[i]
     local a = algorithms[r.algorithm]
-    local s = a.head and load_head(KEYS[i]) or a.load(KEYS[i], r)
+    -- as the MGET read it, unless an earlier rule of the call wrote it
+    local v
+    if not written[KEYS[i]] then v = got[KEYS[i]] end
+    local s = a.head and load_head(KEYS[i], v) or a.load(KEYS[i], r, nil, nil, v)
     if a.carry then s = a.carry(r, s, now) end
     if r.cost > 0 then s = a.refund(r, s, now, r.cost, r.after, r.at) end
     local before = a.decide(r, s, now, 0, false).remaining
     local charged, capped = 0, false
     if r.units > 0 then charged, capped, s = a.charge(r, s, now, r.units) end
     if a.head then store_head(KEYS[i], s, now, testing) else a.settled(KEYS[i], r, s, now, testing) end
+    written[KEYS[i]] = true
     out[#out + 1] = charged
     out[#out + 1] = charged > before and 1 or 0
     out[#out + 1] = capped and 1 or 0
@@ -939,20 +963,7 @@ local function reserve(r, look)
   return look.remaining > r.cost and look.remaining or r.cost
 end
 
--- every string the decision reads (heads, rings, bans) in one MGET; a
--- list's or a sorted set's key is read by its own algorithm.  An ACL user
--- not allowed MGET has each read by GET instead.
-local wanted, got = {}, {}
-for i = 1, n + bans do
-  local a = i <= n and algorithms[rules[i].algorithm]
-  if not a or a.head or a.string then wanted[#wanted + 1] = KEYS[i] end
-end
-if #wanted > 1 then
-  local v = redis.pcall('MGET', unpack(wanted))
-  if v.err == nil then
-    for j = 1, #wanted do got[wanted[j]] = v[j] end
-  end
-end
+local got = read_strings(n + bans)
 
 local decisions, heads, after, banned, here, states = {}, {}, {}, {}, {}, {}
 local allowing = 0
