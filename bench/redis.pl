@@ -142,18 +142,24 @@ my %commands;
 # (charge=: a second call as each request ends, not waited for: counted
 # once all 100 have come)
 my %calls = (charged => 2, stack4 => 2);
+# the counts once the script has run `more` times since `since`
+sub commandstats_after {
+    my ($loc, $since, $more) = @_;
+    my %c;
+    RLTest::wait_until(sub { %c = commandstats(); ($c{evalsha} // 0) - ($since->{evalsha} // 0) >= $more }, 10)
+        or die "$loc: the script ran " . (($c{evalsha} // 0) - ($since->{evalsha} // 0)) . " times, not $more\n";
+    return %c;
+}
 for my $loc ('stack1', 'stack2', 'stack3', 'charged', 'stack4') {
+    my $calls = $calls{$loc} // 1;
+    my %start = commandstats();
     $t->get("/$loc/f", { 'X-Key' => "warm-$loc" });   # its first call
-    select(undef, undef, undef, 0.3);   # its settling call, if any, done
-    my %before = commandstats();
+    my %before = commandstats_after($loc, \%start, $calls);
     for (1 .. 100) {
         my $res = $t->get("/$loc/f", { 'X-Key' => "stack-$loc" });
         die "$loc: answered $res->{status}\n" unless $res->{status} == 200;
     }
-    my $want = 100 * ($calls{$loc} // 1);
-    my %after;
-    RLTest::wait_until(sub { %after = commandstats(); ($after{evalsha} // 0) - ($before{evalsha} // 0) >= $want }, 10)
-        or die "$loc: the script ran " . (($after{evalsha} // 0) - ($before{evalsha} // 0)) . " times, not $want\n";
+    my %after = commandstats_after($loc, \%before, 100 * $calls);
     $commands{$loc} = { map { $_ => (($after{$_} // 0) - ($before{$_} // 0)) / 100 } keys %after };
 }
 $t->stop();

@@ -228,8 +228,9 @@ for my $z (qw(acl nomget)) {
             or diag('charged: ' . $charged->());
     }
     is("@left", '9 4 1', "$z: each request finds what the ones before were charged, less its reservation");
-    is(mget_calls() - $mget, 6, "$z: one MGET a decision and one a settling call")
-        if $z eq 'acl';
+    # (an MGET the ACL refuses is counted apart from the calls Redis ran)
+    is(mget_calls() - $mget, $z eq 'acl' ? 6 : 0,
+       $z eq 'acl' ? "$z: one MGET a decision and one a settling call" : "$z: no MGET run");
     is(stats($z)->{fallbacks}, 0, "$z: no fallback");
 }
 
