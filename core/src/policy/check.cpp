@@ -421,7 +421,7 @@ template <bool kOne> int decide_as(rl_request_t &rq, int64_t now)
 // written where its key was found (nothing was inserted meanwhile: every
 // Ref holds), and each outcome set and counted, the binding check found
 // as conclude() finds it.  False, nothing written, for any other request.
-bool decide_found(rl_request_t &rq, int64_t now, int *verdict)
+template <size_t kN> bool decide_found(rl_request_t &rq, int64_t now, int *verdict)
 {
     struct Found {
         rl::State s;  // as found
@@ -431,7 +431,7 @@ bool decide_found(rl_request_t &rq, int64_t now, int *verdict)
     Found f[RL_RULES_MAX];
     uint8_t blocks[RL_RULES_MAX];
     rl_check_t *c = rq.checks;
-    const size_t n = rq.n;
+    const size_t n = kN != 0 ? kN : rq.n;
     size_t applying = 0, allowing = 0, nblocks = 0;
     bool delays = false;
     for (size_t i = 0; i < n; i++) {
@@ -553,8 +553,13 @@ int decide(rl_request_t &rq, int64_t now_ms)
         return decide_as<true>(rq, now_ms);
     }
     const bool denied = __builtin_expect(any_overrides(rq), 0) && resolve_overrides(rq, now_ms);
-    if (!denied && rq.combine != RL_COMBINE_ANY && decide_found(rq, now_ms, &verdict)) {
-        return verdict;
+    if (!denied && rq.combine != RL_COMBINE_ANY) {
+        const bool found = rq.n == 2   ? decide_found<2>(rq, now_ms, &verdict)
+                           : rq.n == 3 ? decide_found<3>(rq, now_ms, &verdict)
+                                       : decide_found<0>(rq, now_ms, &verdict);
+        if (found) {
+            return verdict;
+        }
     }
     return decide_as<false>(rq, now_ms);
 }

@@ -100,11 +100,13 @@ bool same_key(const rl_check_t &a, const rl_check_t &b)
            (a.key == b.key || std::memcmp(a.key, b.key, a.key_len) == 0);
 }
 
-// rl_request_hash, compiled for one rule and for many.
-template <bool kOne> void hash_as(rl_request_t &rq)
+// rl_request_hash, compiled for the common numbers of rules (kN) and for
+// any (kN 0).
+template <size_t kN> void hash_as(rl_request_t &rq)
 {
-    uint64_t hashes[kOne ? 1 : RL_RULES_MAX];
-    const size_t n = kOne ? 1 : rq.n < RL_RULES_MAX ? rq.n : RL_RULES_MAX;
+    constexpr bool kOne = kN == 1;
+    uint64_t hashes[kN != 0 ? kN : RL_RULES_MAX];
+    const size_t n = kN != 0 ? kN : rq.n < RL_RULES_MAX ? rq.n : RL_RULES_MAX;
     uint32_t m = 0;
     for (size_t i = 0; i < n; i++) {
         rl_check_t &c = rq.checks[i];
@@ -149,10 +151,18 @@ extern "C" {
 
 void rl_request_hash(rl_request_t *rq)
 {
-    if (rq->n == 1) {
-        rl::hash_as<true>(*rq);
-    } else {
-        rl::hash_as<false>(*rq);
+    switch (rq->n) {
+    case 1:
+        rl::hash_as<1>(*rq);
+        break;
+    case 2:
+        rl::hash_as<2>(*rq);
+        break;
+    case 3:
+        rl::hash_as<3>(*rq);
+        break;
+    default:
+        rl::hash_as<0>(*rq);
     }
 }
 
