@@ -34,6 +34,8 @@ static ngx_int_t ngx_http_ratelimit_decide(ngx_http_request_t *r,
     ngx_http_ratelimit_loc_conf_t *rlcf);
 static ngx_int_t ngx_http_ratelimit_key(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, ngx_str_t *key);
+static ngx_int_t ngx_http_ratelimit_vars(ngx_http_request_t *r,
+    ngx_http_ratelimit_rule_t *rule, rl_check_t *c);
 static uint64_t ngx_http_ratelimit_cost(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule);
 static const rl_rule_t *ngx_http_ratelimit_rule_as_applied(
@@ -159,23 +161,19 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
         ngx_memzero(&c->tag, sizeof(rl_check_t) - offsetof(rl_check_t, tag));
         c->table = ngx_http_ratelimit_zone_of(&rules[i])->table;
         c->rule = &rules[i].rule;
-
-        if (rules[i].vars && (rules[i].vars->limit || rules[i].vars->burst)
-            && key.len)
-        {
-            c->rule = ngx_http_ratelimit_rule_as_applied(r, &rules[i]);
-            if (c->rule == NULL) {
-                return NGX_HTTP_INTERNAL_SERVER_ERROR;
-            }
-        }
-
         c->identity = rules[i].identity;
         c->key = key.data;
         c->key_len = key.len;
-        c->cost = key.len ? ngx_http_ratelimit_cost(r, &rules[i]) : 0;
+        c->cost = key.len ? rules[i].rule.cost : 0;
         c->data = &rules[i];
         c->counters = ngx_http_ratelimit_rule_counters(r->connection->log,
                                                        &rules[i]);
+
+        if (rules[i].vars != NULL && key.len
+            && ngx_http_ratelimit_vars(r, &rules[i], c) != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
     }
 
     ctx->rq.checks = checks;
@@ -252,6 +250,28 @@ ngx_http_ratelimit_key(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
 }
 
 
+/* A rule with variables, as it applies to the request: its cost, limit
+   and burst (most rules have none: their check holds the rule as it is). */
+
+static ngx_int_t
+ngx_http_ratelimit_vars(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
+    rl_check_t *c)
+{
+    if (rule->vars->cost != NULL) {
+        c->cost = ngx_http_ratelimit_cost(r, rule);
+    }
+
+    if (rule->vars->limit != NULL || rule->vars->burst != NULL) {
+        c->rule = ngx_http_ratelimit_rule_as_applied(r, rule);
+        if (c->rule == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
 /* cost=$variable: the core says what a value counts as (rl_rule_cost). */
 
 static uint64_t
@@ -260,10 +280,6 @@ ngx_http_ratelimit_cost(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule)
     char       err[RL_ERR_MAX];
     uint64_t   cost;
     ngx_str_t  value;
-
-    if (rule->vars == NULL || rule->vars->cost == NULL) {
-        return rule->rule.cost;
-    }
 
     if (ngx_http_complex_value(r, rule->vars->cost, &value) != NGX_OK) {
         ngx_str_null(&value);

@@ -7,7 +7,8 @@
 // run once and what only several rules need (a state two rules share, the
 // order of the decisions) folds away.  A request of several rules whose
 // keys are all found, with all, takes a shorter path of its own
-// (decide_found), equal in every effect.
+// (decide_found), equal in every effect, compiled for two rules, for three
+// (the stacks most locations have: its loops unrolled) and for any number.
 #include "algorithms/algorithms.h"
 #include "algorithms/transition.h"
 #include "policy/override.h"
