@@ -91,7 +91,11 @@ $one->conf_refused(
     is($one->key_rule('rc', 'r', 'one')->{remaining}, 1, 'its slot is back once the served one ended');
     is(statuses_of(map { $three->get('/rated/', { 'X-Key' => 'r' }) } 1 .. 3), '200 200 429',
        'then the rate refuses the fourth');
-    is($two->key_rule('rc', 'r', 'one')->{remaining}, 1, 'and the rate\'s refusal took no slot');
+    # a lease is taken as a request is decided, and released as it ends
+    # (after its response): the count of those taken says it at once
+    is($three->zone_stats('rc')->{redis}{leases}, 2, 'and the rate\'s refusal took no slot (2 leases, 3 requests)');
+    RLTest::wait_until(sub { $two->key_rule('rc', 'r', 'one')->{remaining} == 1 }, 5);
+    is($two->key_rule('rc', 'r', 'one')->{remaining}, 1, 'the slot free again once they ended');
 }
 
 # ---- a key's slots held here and across the fleet ----

@@ -19,6 +19,13 @@ server {
         ratelimit zone=z algorithm=sliding_window limit=3 period=10s;
         alias %%PREFIX%%/html/;
     }
+    location /stacked/ {
+        ratelimit zone=z limit=100 period=1s name=roomy;
+        ratelimit zone=z algorithm=sliding_window limit=3 period=10s name=stacked_window;
+        ratelimit zone=z algorithm=sliding_window limit=50 period=10s name=roomy_window;
+        ratelimit_headers both;
+        alias %%PREFIX%%/html/;
+    }
     location /log/ {
         ratelimit zone=z algorithm=sliding_log limit=2 period=10s;
         alias %%PREFIX%%/html/;
@@ -57,6 +64,28 @@ sub within {
     my $tick = floor($before);    # the three fell in the same 1 s tick (or the test is very slow)
     within($r[3]{headers}{'retry-after'}, $tick + 10 + 0.3334, $before, $after, 'sliding window: Retry-After');
     within($r[3]{headers}{'x-ratelimit-reset'}, $tick + 11, $before, $after, 'sliding window: reset when the tick leaves');
+}
+
+# The same window stacked with a rule and a window that have room to spare:
+# it leaves the fewest units, and the headers describe it as alone.  Two
+# units of tick k weigh fully until tick k+10; one of them comes back half a
+# tick into it (2 * (1 - e) <= 1), half a second before the tick leaves.
+# The second request finds every rule's key (the stack's shorter path), the
+# roomier window's next unit not worked out there.  Sent in the second half
+# of a second, so that t (under 10 s) and the reset (over 10 s) differ.
+{
+    my $frac = time - floor(time);
+    sleep(($frac < 0.55 ? 0.55 : 1.55) - $frac) if $frac < 0.55 || $frac > 0.75;   # the two in one 1 s tick
+    my $before = time;
+    my @r = $t->gets('/stacked/index.html', 2);
+    my $after = time;
+    is(RLTest::statuses_of(@r), '200 200', 'stacked window: both served');
+    my ($name, $left, $next) = ($r[1]{headers}{ratelimit} // '') =~ /^"(\w+)";r=(\d+);t=(\d+)$/;
+    is("$name $left", 'stacked_window 1', 'stacked window: RateLimit names the window, 1 left');
+    my $tick = floor($before);
+    within($next, $tick + 10.5, $before, $after, 'stacked window: t when its next unit comes back');
+    within($r[1]{headers}{'x-ratelimit-reset'}, $tick + 11, $before, $after,
+           'stacked window: the window empties half a second later');
 }
 
 # sliding_log limit=2 period=10s: exact; the oldest hit leaves after 10 s.

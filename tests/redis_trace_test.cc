@@ -91,6 +91,21 @@ bool same(const rl_decision_t &a, const rl_decision_t &b)
            a.available_ms == b.available_ms && a.quota == b.quota && a.banned_ms == b.banned_ms;
 }
 
+// The same for a check's decision in the core and in Redis.  The core
+// leaves a check the headers do not describe (not the binding one) its
+// reset for its next unit where working that out costs much (a sliding
+// window of a stack: Algorithm::transition_binding), never sooner than the
+// script's.
+bool same_check(const rl_decision_t &core, const rl_decision_t &redis, bool binding)
+{
+    if (binding || core.available_ms == redis.available_ms) {
+        return same(core, redis);
+    }
+    rl_decision_t c = core;
+    c.available_ms = redis.available_ms;
+    return core.available_ms == core.reset_ms && core.available_ms > redis.available_ms && same(c, redis);
+}
+
 // A request's charges settled through the script (with the trace's
 // clock): each settled check's charged, in_debt and capped set.
 bool settle_in_redis(const std::string &sha, const std::string &prefix, std::vector<rl_check_t> &c, int64_t now)
@@ -187,8 +202,8 @@ struct Trace {
         const int ra = check_in_redis(sha, prefix, remote, combine, now, &rb, steady);
         bool ok = la == ra && lb == rb;
         for (size_t i = 0; i < rules.size(); i++) {
-            ok = ok && same(local[i].decision, remote[i].decision) && local[i].reserved == remote[i].reserved &&
-                 local[i].banning == remote[i].banning;
+            ok = ok && same_check(local[i].decision, remote[i].decision, i == lb) &&
+                 local[i].reserved == remote[i].reserved && local[i].banning == remote[i].banning;
             // a charge= rule's estimate reserved; and with room to spare
             seen.reserved += local[i].reserved > local[i].cost;
             seen.estimated += local[i].reserved > local[i].cost && local[i].decision.remaining > 0;

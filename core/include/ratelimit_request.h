@@ -86,7 +86,12 @@ typedef struct {
     uint64_t             hash;      /*   and the key's hash in its table,
                                        which tag is of, with the rule's
                                        identity */
-    rl_decision_t        decision;  /* out of rl_decide(): this rule's */
+    rl_decision_t        decision;  /* out of rl_decide(): this rule's;
+                                       of a check other than the binding
+                                       one, available_ms may be its
+                                       reset_ms (a sliding window of a
+                                       stack: worked out only where the
+                                       headers may show it) */
     int                  outcome;   /* out: enum rl_outcome to count for
                                        the rule, or -1 */
     rl_state_t           before;    /* out: the head before */

@@ -349,6 +349,7 @@ extern const Algorithm kAdaptive = {
     nullptr,
     concurrency,
     nullptr,
+    nullptr,
     "each request holds one slot while it runs",
     concurrency_refund,
     concurrency_owed,

@@ -99,6 +99,12 @@ struct Algorithm {
 
     // check(state, now, cost) -> decision (algorithms.h, Transition)
     Transition transition;
+    // The same for a rule of a stack, whose decision reaches the headers
+    // only if it leaves fewer units than binds_below (the stack's other
+    // rules leave fewer, or refuse): an admission leaving as many or more
+    // has its reset_ms for available_ms, its own not worked out (nullptr:
+    // transition, for an algorithm whose times cost little to work out).
+    BindingTransition transition_binding;
 
     // charge=: spends units when a request ends, into debt (nullptr: the
     // algorithm takes no charge=, no_charge says why); refund: gives back

@@ -26,6 +26,10 @@ struct State {
 };
 
 using Transition = rl_decision_t (*)(const rl_rule_t &, State &, int64_t now, uint64_t cost, bool apply);
+// The same for a decision the headers describe only if its remaining is
+// below binds_below (Algorithm::transition_binding).
+using BindingTransition = rl_decision_t (*)(const rl_rule_t &, State &, int64_t now, uint64_t cost, bool apply,
+                                            uint64_t binds_below);
 
 // Each algorithm's transition is its record's (algorithm.h), in its file;
 // gcra's is inline (gcra.h) as most rules are gcra.

@@ -390,6 +390,7 @@ extern const Algorithm kConcurrency = {
     nullptr,
     concurrency,
     nullptr,
+    nullptr,
     "each request holds one slot while it runs",
     concurrency_refund,
     concurrency_owed,

@@ -199,6 +199,7 @@ extern const Algorithm kFixedWindow = {
     nullptr,
     nullptr,
     fixed_window,
+    nullptr,
     fixed_window_charge,
     nullptr,
     window_refund,

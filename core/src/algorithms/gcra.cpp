@@ -61,6 +61,7 @@ constexpr Algorithm bucket(const char *name)
                      nullptr,
                      nullptr,
                      gcra_transition,
+                     nullptr,
                      paced_charge,
                      nullptr,
                      paced_refund,

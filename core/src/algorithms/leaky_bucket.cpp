@@ -128,6 +128,7 @@ extern const Algorithm kLeakyBucket = {
     nullptr,
     leaky_bucket,
     nullptr,
+    nullptr,
     "a shaper sets each request's delay before it is served, so what the request spends cannot change after it",
     paced_refund,
     paced_owed,

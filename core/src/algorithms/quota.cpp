@@ -133,15 +133,16 @@ void quota_fields(Out &o, const rl_rule_t &rule)
 }  // namespace
 
 extern const Algorithm kQuota = {
-    "quota",       kCount,       P_RESET | P_UTC_OFFSET,
-    quota_finish,  quota_tail,   no_block,
-    limit_policy,  quota_window, quota_fixed,
-    quota,         quota_charge, nullptr,
-    window_refund, window_owed,  quota_restore,
-    nullptr,       nullptr,      nullptr,
-    quota_bounds,  nullptr,      quota_fields,
-    P_LIMIT,       nullptr,      nullptr,
-    nullptr,       nullptr,      nullptr,
+    "quota",       kCount,        P_RESET | P_UTC_OFFSET,
+    quota_finish,  quota_tail,    no_block,
+    limit_policy,  quota_window,  quota_fixed,
+    quota,         nullptr,       quota_charge,
+    nullptr,       window_refund, window_owed,
+    quota_restore, nullptr,       nullptr,
+    nullptr,       quota_bounds,  nullptr,
+    quota_fields,  P_LIMIT,       nullptr,
+    nullptr,       nullptr,       nullptr,
+    nullptr,
 };
 
 }  // namespace rl

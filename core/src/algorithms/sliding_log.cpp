@@ -299,6 +299,7 @@ extern const Algorithm kSlidingLog = {
     nullptr,
     nullptr,
     sliding_log,
+    nullptr,
     sliding_log_charge,
     nullptr,
     sliding_log_refund,

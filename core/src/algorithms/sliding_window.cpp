@@ -275,10 +275,16 @@ bool unusual_block(const rl_rule_t &rule, const Block *b, int64_t k)
 
 void unusual(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply, rl_decision_t &d);
 
+// binds_below of a decision the headers may describe whatever it leaves
+// (a rule alone): a constant, so that the test folds away there.
+constexpr uint64_t kBinds = ~uint64_t{0};
+
 // The decision on the key's window, into d (inline: the usual case; a key
 // restored from the summary, or a block a process left half written, are
-// unusual()'s).
-RL_HOT void counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply, rl_decision_t &d)
+// unusual()'s).  An admission that leaves binds_below units or more
+// (transition_binding, algorithm.h) has its reset for its next unit.
+RL_HOT void counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply, rl_decision_t &d,
+                    uint64_t binds_below = kBinds)
 {
     Block *b = reinterpret_cast<Block *>(s.blob);
     const int64_t S = rule.buckets, W = rule.period_ms;
@@ -330,14 +336,18 @@ RL_HOT void counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost,
         // One more unit when the window, this request counted, leaves room
         // for remaining + 1 (none can come to an empty window).  In tick k
         // that is when the oldest's share, old x (W - e'), fits in the
-        // (old - q - 1) x W left; with no oldest, in a later tick.
+        // (old - q - 1) x W left; with no oldest, in a later tick.  Not
+        // worked out for a decision the headers do not describe.
         w.xk = k;
         w.xc = cost;
+        const bool binds = binds_below == kBinds || d.remaining < binds_below;
         int64_t at = 0;
-        if (old > 0) {
+        if (binds && old > 0) {
             at = ceil_div((uint64_t) (k * W + W) - quotient((wide) (old - q - 1) * (uint64_t) W, old), (uint64_t) S);
         }
-        if (old > 0 && at * S < (k + 1) * W) {
+        if (!binds) {
+            d.available_ms = d.reset_ms;
+        } else if (old > 0 && at * S < (k + 1) * W) {
             d.available_ms = (at > now + 1 ? at : now + 1) - now;
         } else if (sum + cost > 0 || old > 0) {
             d.available_ms = w.admissible_later(k, sum + cost, now + 1, d.remaining + 1) - now;
@@ -385,13 +395,14 @@ void unusual(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool a
 
 // A key that owes what a charge put beyond the limit is refused until it
 // has paid (owed_until), then decided on its window as it is then.
-rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
+RL_HOT rl_decision_t decide_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply,
+                                   uint64_t binds_below)
 {
     const Block *b = reinterpret_cast<const Block *>(s.blob);
     const int64_t owed = owed_until(rule, b);
     rl_decision_t d;  // the one object returned, built in the caller's
     if (owed <= now || cost == 0) {
-        counted(rule, s, now, cost, apply, d);
+        counted(rule, s, now, cost, apply, d, binds_below);
         if (owed > now) {
             d.remaining = 0;
             d.reset_ms = d.reset_ms > owed - now ? d.reset_ms : owed - now;
@@ -412,6 +423,17 @@ rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint6
     d.retry_after_ms = owed - now + (then.allowed ? 0 : then.retry_after_ms);
     d.available_ms = d.retry_after_ms;
     return d;
+}
+
+rl_decision_t sliding_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
+{
+    return decide_window(rule, s, now, cost, apply, kBinds);
+}
+
+rl_decision_t sliding_window_binding(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply,
+                                     uint64_t binds_below)
+{
+    return decide_window(rule, s, now, cost, apply, binds_below);
 }
 
 uint64_t sliding_window_charge(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped)
@@ -512,6 +534,7 @@ extern const Algorithm kSlidingWindow = {
     nullptr,
     nullptr,
     sliding_window,
+    sliding_window_binding,
     sliding_window_charge,
     nullptr,
     sliding_window_refund,

@@ -26,4 +26,17 @@ RL_HOT void transition_into(rl_decision_t &d, const rl_rule_t &rule, State &s, i
     ::new (&d) rl_decision_t(transition(rule, s, now, cost, apply));
 }
 
+// The same for a rule of a stack whose decision reaches the headers only
+// if it leaves fewer units than binds_below (Algorithm::transition_binding).
+RL_HOT void transition_binding_into(rl_decision_t &d, const rl_rule_t &rule, State &s, int64_t now, uint64_t cost,
+                                    bool apply, uint64_t binds_below)
+{
+    const BindingTransition t = algorithm_of(rule).transition_binding;
+    if (t == nullptr) {
+        transition_into(d, rule, s, now, cost, apply);
+        return;
+    }
+    ::new (&d) rl_decision_t(t(rule, s, now, cost, apply, binds_below));
+}
+
 }  // namespace rl

@@ -413,6 +413,23 @@ template <bool kOne> int decide_as(rl_request_t &rq, int64_t now)
     return verdict;
 }
 
+// A key of decide_found(), as found.
+struct Found {
+    rl::State s;
+    rl::Table::Ref ref;
+    bool inherited;
+};
+
+// A decision binds (the headers describe it: conclude(), the fewest
+// remaining, the first of equals) only if it leaves fewer units than this:
+// no more than the fewest (least) any decision before it left, none of
+// which refused.  A sliding window works out when its next unit comes back
+// only then (Algorithm::transition_binding).
+uint64_t binds_below(uint64_t least, bool refused)
+{
+    return refused ? 0 : least < ~uint64_t{0} ? least + 1 : least;
+}
+
 // The request most locations with several rules send, in two passes: with
 // all, every rule that applies finds its key in the table (a block in its
 // rule's pool), and none shares its state with another check, holds slots
@@ -424,17 +441,13 @@ template <bool kOne> int decide_as(rl_request_t &rq, int64_t now)
 // as conclude() finds it.  False, nothing written, for any other request.
 template <size_t kN> bool decide_found(rl_request_t &rq, int64_t now, int *verdict)
 {
-    struct Found {
-        rl::State s;  // as found
-        rl::Table::Ref ref;
-        bool inherited;
-    };
     Found f[RL_RULES_MAX];
     uint8_t blocks[RL_RULES_MAX];
     rl_check_t *c = rq.checks;
     const size_t n = kN != 0 ? kN : rq.n;
     size_t applying = 0, allowing = 0, nblocks = 0;
     bool delays = false;
+    uint64_t least = ~uint64_t{0};  // the fewest units a decision so far leaves
     for (size_t i = 0; i < n; i++) {
         rl_check_t &ci = c[i];
         if (!rl::applies(ci)) {
@@ -473,6 +486,7 @@ template <size_t kN> bool decide_found(rl_request_t &rq, int64_t now, int *verdi
         ci.after = s.head;
         allowing += ci.decision.allowed;
         delays |= ci.decision.delay_ms > 0;  // (the request is delayed only if admitted by all)
+        least = ci.decision.remaining < least ? ci.decision.remaining : least;
     }
     if (applying == 0) {
         return false;
@@ -483,10 +497,12 @@ template <size_t kN> bool decide_found(rl_request_t &rq, int64_t now, int *verdi
         Found &fi = f[blocks[k]];
         const bool in_place = k + 1 == nblocks && allowing + 1 == applying;
         rl::State s = fi.s;
-        rl::transition_into(ci.decision, *ci.rule, s, now, ci.reserved, in_place);
+        rl::transition_binding_into(ci.decision, *ci.rule, s, now, ci.reserved, in_place,
+                                    binds_below(least, allowing < applying - nblocks + k));
         ci.after = s.head;
         allowing += ci.decision.allowed;
         delays |= ci.decision.delay_ms > 0;
+        least = ci.decision.remaining < least ? ci.decision.remaining : least;
         if (in_place && ci.decision.allowed && ci.reserved > 0) {
             const rl::Debt debt{rl::owed_frac(*ci.rule, s, ci.decision, now), fi.inherited};
             rl::Table::update_t(fi.ref, s.head.t, debt);
