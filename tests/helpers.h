@@ -33,6 +33,22 @@ inline rl_rule_t rule_of(const std::string &text)
     return r;
 }
 
+// A check the headers do not describe (not the binding one) may have its
+// reset for its next unit where working that out costs much (a sliding
+// window of a stack: Algorithm::transition_binding), never sooner than
+// the unit comes back.  d, a decision of such a check, with exact's next
+// unit where it had its reset instead (true), as it was when it had
+// exact's (false); d is left as it was, and the caller's comparison fails,
+// when it had neither.
+inline bool untimed_as(rl_decision_t &d, const rl_decision_t &exact)
+{
+    if (d.available_ms == exact.available_ms || d.available_ms != d.reset_ms || d.available_ms <= exact.available_ms) {
+        return false;
+    }
+    d.available_ms = exact.available_ms;
+    return true;
+}
+
 // A rule as the directive gives it, $variables included (the glue's).
 inline rl_rule_t var_rule_of(const std::string &text)
 {

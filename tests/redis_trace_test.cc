@@ -91,19 +91,15 @@ bool same(const rl_decision_t &a, const rl_decision_t &b)
            a.available_ms == b.available_ms && a.quota == b.quota && a.banned_ms == b.banned_ms;
 }
 
-// The same for a check's decision in the core and in Redis.  The core
-// leaves a check the headers do not describe (not the binding one) its
-// reset for its next unit where working that out costs much (a sliding
-// window of a stack: Algorithm::transition_binding), never sooner than the
-// script's.
+// The same for a check's decision in the core and in Redis, the core's of a
+// check that does not bind with the script's next unit (untimed_as).
 bool same_check(const rl_decision_t &core, const rl_decision_t &redis, bool binding)
 {
-    if (binding || core.available_ms == redis.available_ms) {
-        return same(core, redis);
-    }
     rl_decision_t c = core;
-    c.available_ms = redis.available_ms;
-    return core.available_ms == core.reset_ms && core.available_ms > redis.available_ms && same(c, redis);
+    if (!binding) {
+        (void) untimed_as(c, redis);
+    }
+    return same(c, redis);
 }
 
 // A request's charges settled through the script (with the trace's
