@@ -91,7 +91,7 @@ $one->conf_refused(
     is($one->key_rule('rc', 'r', 'one')->{remaining}, 1, 'its slot is back once the served one ended');
     # one after another, each once the slot of the one before is back: a
     # release follows its response, and the next request may reach Redis
-    # first through another worker
+    # first (on another connection)
     my @after;
     for (1 .. 3) {
         push @after, $three->get('/rated/', { 'X-Key' => 'r' });
