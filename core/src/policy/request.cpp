@@ -100,13 +100,38 @@ bool same_key(const rl_check_t &a, const rl_check_t &b)
            (a.key == b.key || std::memcmp(a.key, b.key, a.key_len) == 0);
 }
 
+// The stack most locations with several rules have: every check on the
+// first's key (the same bytes, one variable's value) in its table.
+bool one_key(const rl_request_t &rq, size_t n)
+{
+    const rl_check_t *c = rq.checks;
+    bool same = applies(c[0]);
+    for (size_t i = 1; i < n; i++) {
+        same &= c[i].table == c[0].table && c[i].key == c[0].key && c[i].key_len == c[0].key_len;
+    }
+    return same;
+}
+
 // rl_request_hash, compiled for the common numbers of rules (kN) and for
-// any (kN 0).
+// any (kN 0).  A stack on one key is hashed once and has one table to
+// lock, with no search for either.
 template <size_t kN> void hash_as(rl_request_t &rq)
 {
     constexpr bool kOne = kN == 1;
     uint64_t hashes[kN != 0 ? kN : RL_RULES_MAX];
     const size_t n = kN != 0 ? kN : rq.n < RL_RULES_MAX ? rq.n : RL_RULES_MAX;
+    if (!kOne && one_key(rq, n)) {
+        const Table *t = Table::at(rq.checks[0].table);
+        const uint64_t h = t->hash(rq.checks[0].key, rq.checks[0].key_len);
+        for (size_t i = 0; i < n; i++) {
+            rq.checks[i].hash = h;
+            rq.checks[i].tag = Table::of_hash(h, rq.checks[i].identity);
+            t->prefetch(rq.checks[i].tag);
+        }
+        rq.order[0] = 0;
+        rq.locks = 1;
+        return;
+    }
     uint32_t m = 0;
     for (size_t i = 0; i < n; i++) {
         rl_check_t &c = rq.checks[i];
