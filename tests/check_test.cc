@@ -234,6 +234,41 @@ TEST(Check, OneHashAZoneGivesEachRuleItsOwnTag)
     EXPECT_LT((uintptr_t) r.c[rq.order[0]].table, (uintptr_t) r.c[rq.order[1]].table);
 }
 
+// A stack on one key (every check on the same bytes, one variable's value,
+// in one zone) is hashed once: each rule's tag is the one the key API names
+// it by, as when each check holds its own copy of the key, and the zone is
+// locked once.
+TEST(Check, AStackOnOneKeyIsHashedOnceWithTheTagsOfEachRule)
+{
+    Zone z;
+    const std::string key = "one key";
+    std::vector<rl_rule_t> rules = {rule_of("limit=5 period=1s name=a"), rule_of("limit=50 period=1m name=b"),
+                                    rule_of("algorithm=quota limit=500 reset=daily name=c")};
+    for (size_t n = 2; n <= rules.size(); n++) {
+        std::vector<rl_check_t> shared, copies;
+        std::vector<std::string> own(n, key);
+        for (size_t i = 0; i < n; i++) {
+            shared.push_back(check_of(z.mem, &rules[i], identity_of(rules[i]), key));
+            copies.push_back(check_of(z.mem, &rules[i], identity_of(rules[i]), own[i]));
+        }
+        ASSERT_EQ(shared[0].key, shared[1].key);
+        ASSERT_NE(copies[0].key, copies[1].key);
+        rl_request_t one = request_of(shared.data(), n), each = request_of(copies.data(), n);
+        rl_request_hash(&one);
+        rl_request_hash(&each);
+        ASSERT_EQ(one.locks, 1u) << n;
+        ASSERT_EQ(each.locks, 1u) << n;
+        EXPECT_EQ(one.order[0], 0u);
+        for (size_t i = 0; i < n; i++) {
+            const uint64_t tag = rl_table_tag(z.mem, identity_of(rules[i]), key.data(), key.size());
+            EXPECT_EQ(shared[i].tag, tag) << n << " " << i;
+            EXPECT_EQ(copies[i].tag, tag) << n << " " << i;
+            EXPECT_EQ(shared[i].hash, copies[i].hash) << n << " " << i;
+        }
+        EXPECT_NE(shared[0].tag, shared[1].tag);
+    }
+}
+
 TEST(Check, RefundGivesBackAnAbandonedReservationWhereverItIsInTheQueue)
 {
     Zone z;
