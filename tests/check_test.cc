@@ -267,6 +267,10 @@ TEST(Check, AStackOnOneKeyIsHashedOnceWithTheTagsOfEachRule)
         }
         EXPECT_NE(shared[0].tag, shared[1].tag);
     }
+    rl_request_t none{};  // no check at all: no table, nothing read
+    none.locks = 7;
+    rl_request_hash(&none);
+    EXPECT_EQ(none.locks, 0u);
 }
 
 TEST(Check, RefundGivesBackAnAbandonedReservationWhereverItIsInTheQueue)

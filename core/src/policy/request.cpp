@@ -120,7 +120,7 @@ template <size_t kN> void hash_as(rl_request_t &rq)
     constexpr bool kOne = kN == 1;
     uint64_t hashes[kN != 0 ? kN : RL_RULES_MAX];
     const size_t n = kN != 0 ? kN : rq.n < RL_RULES_MAX ? rq.n : RL_RULES_MAX;
-    if (!kOne && one_key(rq, n)) {
+    if (!kOne && n > 1 && one_key(rq, n)) {
         const Table *t = Table::at(rq.checks[0].table);
         const uint64_t h = t->hash(rq.checks[0].key, rq.checks[0].key_len);
         for (size_t i = 0; i < n; i++) {
