@@ -84,10 +84,7 @@ is($keys, 60 + 2 + 20 * 2, "each charged key's state and ban in the cluster, bes
 
 # a slot migrating: its keys answered with ASK by the old master
 my $key = 'migrating';
-my $tag = `printf '%s' '$key' | sha256sum`;
-$tag = '{' . substr($tag, 0, 16) . '}';
-my $slot = $nodes[0]->cmd('CLUSTER', 'KEYSLOT', $tag);
-my ($from) = grep { my $n = $_; grep { $_->[0] <= $slot && $slot <= $_->[1] } slots_of($n) } @nodes;
+my ($from, $slot) = RLRedis::master_of(\@nodes, $key);
 my ($to) = grep { $_ != $from } @nodes;
 my $to_id = $to->cmd('CLUSTER', 'MYID');
 my $from_id = $from->cmd('CLUSTER', 'MYID');
@@ -107,9 +104,3 @@ unlike($fleet[0]->error_log, qr/ratelimit: redis/, 'nothing logged about Redis')
 $_->stop() for @fleet;
 done_testing();
 
-# the slot ranges a master serves
-sub slots_of {
-    my ($n) = @_;
-    my $id = $n->cmd('CLUSTER', 'MYID');
-    return map { [ $_->[0], $_->[1] ] } grep { $_->[2][2] eq $id } @{ $n->cmd('CLUSTER', 'SLOTS') };
-}

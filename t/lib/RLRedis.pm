@@ -11,6 +11,7 @@ package RLRedis;
 #   $tls->tls_port;                     # TLS there (cmd still uses port)
 use strict;
 use warnings;
+use Digest::SHA qw(sha256_hex);
 use File::Temp qw(tempdir);
 use IO::Socket::INET;
 use POSIX ();
@@ -80,6 +81,22 @@ sub cluster {
     RLTest::wait_until(sub { !grep { ($_->cmd('CLUSTER', 'INFO') // '') !~ /cluster_state:ok/ } @nodes }, 20)
         or die "RLRedis: the cluster is not up:\n$create";
     return @nodes;
+}
+
+# Which of a cluster's masters (@$nodes) holds the state of a key value:
+# the module puts it in the slot of "{" 16 hex digits of SHA-256(key) "}".
+sub master_of {
+    my ($nodes, $key) = @_;
+    my $slot = $nodes->[0]->cmd('CLUSTER', 'KEYSLOT', '{' . substr(sha256_hex($key), 0, 16) . '}');
+    my ($master) = grep { my $n = $_; grep { $_->[0] <= $slot && $slot <= $_->[1] } slots_of($n) } @$nodes;
+    return ($master, $slot);
+}
+
+# The slot ranges a master serves ([first, last] each).
+sub slots_of {
+    my ($n) = @_;
+    my $id = $n->cmd('CLUSTER', 'MYID');
+    return map { [ $_->[0], $_->[1] ] } grep { $_->[2][2] eq $id } @{ $n->cmd('CLUSTER', 'SLOTS') };
 }
 
 # 60 keys ($prefix-1 ...) of a location limited to 3 (GET $path), 5 requests
