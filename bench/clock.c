@@ -10,11 +10,17 @@
  * clock_gettime() of the real-time and monotonic clocks reads the same
  * virtual time without moving it (nginx's ngx_current_msec).  Other clocks
  * (CPU time) are the real ones; nginx does not call time() here.
+ *
+ * getrandom() gives the same bytes in every run, so that a zone's secret,
+ * and with it where its keys and overrides sit in its tables and how far a
+ * look-up probes, is the same from run to run too (with a fresh secret a
+ * run, a look-up among 10,000 overrides moves by 10 instructions or more).
  */
 
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <time.h>
@@ -78,4 +84,25 @@ clock_gettime(clockid_t id, struct timespec *ts)
     default:
         return syscall(SYS_clock_gettime, id, ts);
     }
+}
+
+
+ssize_t
+getrandom(void *buf, size_t len, unsigned int flags)
+{
+    size_t           i;
+    unsigned char   *p = buf;
+    static uint64_t  x = 0x9e3779b97f4a7c15;
+
+    (void) flags;
+
+    for (i = 0; i < len; i++) {
+        /* xorshift64, from the same seed in every process */
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        p[i] = (unsigned char) x;
+    }
+
+    return (ssize_t) len;
 }

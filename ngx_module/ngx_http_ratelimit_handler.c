@@ -118,42 +118,6 @@ ngx_http_ratelimit_check_once(ngx_http_request_t *r,
 }
 
 
-/*
- * A check's outputs zeroed a word at a time, unrolled: a few vector stores
- * where ngx_memzero's "rep stosq" runs a step a word (13 to 18 instructions
- * fewer a rule).  The words may alias the fields they overwrite, and cover
- * them exactly: the outputs start at a word (tag) and end with the struct.
- */
-
-typedef uint64_t  ngx_http_ratelimit_word_t __attribute__((__may_alias__));
-
-#define NGX_HTTP_RATELIMIT_OUT_BYTES                                          \
-    (sizeof(rl_check_t) - offsetof(rl_check_t, tag))
-
-_Static_assert(NGX_HTTP_RATELIMIT_OUT_BYTES
-               % sizeof(ngx_http_ratelimit_word_t) == 0,
-               "a check's outputs are whole words");
-
-static ngx_inline void
-ngx_http_ratelimit_zero_outputs(rl_check_t *c)
-{
-    ngx_uint_t                  i;
-    ngx_http_ratelimit_word_t  *w;
-
-    w = (ngx_http_ratelimit_word_t *) &c->tag;
-
-#if (__GNUC__ >= 8 || defined __clang__)
-#pragma GCC unroll 32
-#endif
-    for (i = 0;
-         i < NGX_HTTP_RATELIMIT_OUT_BYTES / sizeof(ngx_http_ratelimit_word_t);
-         i++)
-    {
-        w[i] = 0;
-    }
-}
-
-
 /* A request's rules evaluated, and the request decided. */
 
 static ngx_int_t
@@ -194,7 +158,8 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
         /* its inputs written below, the rest zeroed */
 
         c = &checks[i];
-        ngx_http_ratelimit_zero_outputs(c);
+        ngx_http_ratelimit_zero(&c->tag,
+                                sizeof(rl_check_t) - offsetof(rl_check_t, tag));
         c->table = ngx_http_ratelimit_zone_of(&rules[i])->table;
         c->rule = &rules[i].rule;
         c->identity = rules[i].identity;

@@ -77,7 +77,7 @@ ngx_http_ratelimit_new_ctx(ngx_http_request_t *r)
         ngx_memzero(&ctx->room, sizeof(rl_rule_room_t));
     }
 
-    ngx_memzero(ctx, offsetof(ngx_http_ratelimit_ctx_t, rq));
+    ngx_http_ratelimit_zero(ctx, offsetof(ngx_http_ratelimit_ctx_t, rq));
 
     pool = r->main->pool;
     ctx->cleanup.handler = ngx_http_ratelimit_ctx_cleanup;
