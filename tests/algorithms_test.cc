@@ -252,6 +252,30 @@ TEST(FixedWindow, AlignFirstStartsAtTheFirstRequest)
     EXPECT_EQ(d.reset_ms, 10000);
 }
 
+// A state of any bytes (a process died writing it) may end an aligned
+// window at either end of the clock, a carried charge's or not: the key is
+// refused until a window's end in the future, admitted at once for one in
+// the past, and nothing overflows on the way (the sanitized build fails
+// on a signed overflow).
+TEST(FixedWindow, AlignFirstWindowEndingAtTheClocksEnds)
+{
+    const uint32_t carried = 1u << 31;
+    for (const uint32_t n : {2u, carried | 2u}) {
+        Key k("algorithm=fixed_window limit=2 period=10s align=first");
+        const rl_state_t last{INT64_MAX - 5, n};
+        std::memcpy(k.state.data(), &last, sizeof(last));
+        rl_decision_t d = k.hit(kT0);
+        EXPECT_FALSE(d.allowed) << n;
+        EXPECT_EQ(d.retry_after_ms, INT64_MAX - 5 - kT0) << n;
+
+        const rl_state_t first{INT64_MIN + 5, n};
+        std::memcpy(k.state.data(), &first, sizeof(first));
+        d = k.hit(kT0);
+        EXPECT_TRUE(d.allowed) << n;
+        EXPECT_EQ(d.reset_ms, 10000) << n;
+    }
+}
+
 TEST(FixedWindow, CostAndZeroCost)
 {
     Key k("algorithm=fixed_window limit=10 period=1s");

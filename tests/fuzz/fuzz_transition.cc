@@ -119,7 +119,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         } else if (step >= 240) {
             dt = (int64_t) (step - 239) * window;  // or far forward
         }
-        now += dt;
+        // the clock never reads before the epoch (nginx's and Redis's are
+        // milliseconds since 1970): a step back stops there
+        now = now + dt < 0 ? 0 : now + dt;
         const uint64_t cost = in.u16() % (capacity + 3);
 
         before = state;

@@ -135,13 +135,16 @@ Span fixed_window_span(const rl_rule_t &rule, const State &s, int64_t now)
 
     if (rule.align == RL_ALIGN_FIRST) {
         end = s.head.t > now ? s.head.t : now + period;
-        if ((s.head.n & kCarried) && s.head.t - period > now) {
+        if ((s.head.n & kCarried) && s.head.t > now && s.head.t - now > period) {
             end = s.head.t - period;  // the full window before a carried one
         }
     } else {
         end = floor_div(now, period) * period + period;
     }
-    return Span{end, period, end + period};
+    // (a state of any bytes may put the window's end at either end of the
+    // clock: nothing here overflows, and the next window's end stays at the
+    // clock's last millisecond)
+    return Span{end, period, end > INT64_MAX - period ? INT64_MAX : end + period};
 }
 
 rl_decision_t fixed_window(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply)
