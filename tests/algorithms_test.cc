@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <random>
 
+#include "algorithms/algorithms.h"
 #include "helpers.h"
 
 // ---- gcra ----------------------------------------------------------------
@@ -259,8 +260,7 @@ TEST(FixedWindow, AlignFirstStartsAtTheFirstRequest)
 // on a signed overflow).
 TEST(FixedWindow, AlignFirstWindowEndingAtTheClocksEnds)
 {
-    const uint32_t carried = 1u << 31;
-    for (const uint32_t n : {2u, carried | 2u}) {
+    for (const uint32_t n : {2u, rl::kCarried | 2u}) {
         Key k("algorithm=fixed_window limit=2 period=10s align=first");
         const rl_state_t last{INT64_MAX - 5, n};
         std::memcpy(k.state.data(), &last, sizeof(last));
