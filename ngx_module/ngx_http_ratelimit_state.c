@@ -33,6 +33,9 @@
 /* a new master's wait for the old generation's file, and its polls */
 #define NGX_HTTP_RATELIMIT_STATE_WAIT     3000
 #define NGX_HTTP_RATELIMIT_STATE_POLL     20
+/* a file written further ahead of the clock is said (a binary upgrade's
+   hand-over may be a few ms ahead: two processes' cached clocks) */
+#define NGX_HTTP_RATELIMIT_STATE_AHEAD_MS 1000
 
 
 static void ngx_http_ratelimit_state_tick(ngx_event_t *ev);
@@ -179,6 +182,22 @@ ngx_http_ratelimit_state_load(ngx_http_ratelimit_zone_t *zone,
                   &zone->name, &zone->state_file,
                   ngx_http_ratelimit_now() - rep.written, rep.restored,
                   rep.expired, rep.no_block, rep.cells, rep.cells_dropped);
+
+    if (rep.ahead > NGX_HTTP_RATELIMIT_STATE_AHEAD_MS) {
+        ngx_log_error(NGX_LOG_WARN, log, 0,
+                      "ratelimit_zone \"%V\": state file \"%V\" was written "
+                      "%L ms ahead of this clock (stepped back since?): its "
+                      "times are read %L ms earlier",
+                      &zone->name, &zone->state_file, rep.ahead, rep.ahead);
+    }
+
+    if (rep.bounded) {
+        ngx_log_error(NGX_LOG_WARN, log, 0,
+                      "ratelimit_zone \"%V\": state file \"%V\": %uL keys "
+                      "owed more than the zone's rules can make a key owe "
+                      "now: each owes the longest of them",
+                      &zone->name, &zone->state_file, rep.bounded);
+    }
 
     if (rep.rules_gone) {
         ngx_log_error(NGX_LOG_NOTICE, log, 0,
@@ -502,6 +521,7 @@ ngx_http_ratelimit_state_rules(ngx_http_ratelimit_zone_t *zone,
     for (i = 0; i < zone->rules.nelts; i++) {
         out[i].identity = rules[i]->identity;
         out[i].algorithm = rules[i]->rule.algorithm;
+        out[i].rule = &rules[i]->rule;
         ngx_memcpy(out[i].name, rules[i]->name.data, rules[i]->name.len);
     }
 

@@ -154,6 +154,12 @@ typedef struct {
     int64_t   policy_window_ms; /*   -1: the decision's own window (a
                                    window's period, a quota's calendar
                                    period) */
+    int64_t   horizon_ms;       /* the furthest ahead of the clock a key's
+                                   t can be under the rule as it is (its
+                                   longest wait, with a charge's debt):
+                                   a state found further ahead is read as
+                                   this far (a file from a clock that ran
+                                   ahead, a rule relaxed since) */
 } rl_rule_t;
 
 /* Results of rl_rule_param. */
