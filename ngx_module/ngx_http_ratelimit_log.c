@@ -28,6 +28,9 @@ static u_char *ngx_http_ratelimit_log_context(ngx_log_t *log, u_char *buf,
     size_t len);
 
 
+/* A failure that repeats: how often its count is said while it lasts. */
+#define NGX_HTTP_RATELIMIT_REPEAT_SAY      (3600 * 1000)
+
 /* What ngx_http_ratelimit_rule_t's folded[] counts. */
 #define NGX_HTTP_RATELIMIT_FOLD_REJECTED   0
 #define NGX_HTTP_RATELIMIT_FOLD_DELAYED    1
@@ -463,6 +466,64 @@ ngx_http_ratelimit_log_folded(ngx_event_t *ev)
             lg->folded[k] = 0;
         }
     }
+}
+
+
+/*
+ * A failure that repeats on a timer (a zone's file that cannot be written,
+ * at every interval, for as long as its directory is not writable): its
+ * line (fmt and its arguments: what failed) at error the first time; the
+ * same failure again (the same errno) counted, not written, but for a
+ * line every NGX_HTTP_RATELIMIT_REPEAT_SAY that says how many; another
+ * failure written at once.  ngx_http_ratelimit_log_recovered tells the
+ * count when it ends.
+ */
+
+void ngx_cdecl
+ngx_http_ratelimit_log_failed(ngx_log_t *log, ngx_http_ratelimit_repeat_t *rp,
+    ngx_err_t err, const char *fmt, ...)
+{
+    u_char   *p, *last, line[NGX_MAX_ERROR_STR];
+    va_list   args;
+
+    if (rp->failures++ != 0 && err == rp->err
+        && ngx_current_msec - rp->said < NGX_HTTP_RATELIMIT_REPEAT_SAY)
+    {
+        rp->folded++;
+        return;
+    }
+
+    last = line + sizeof(line);
+
+    va_start(args, fmt);
+    p = ngx_vslprintf(line, last, fmt, args);
+    va_end(args);
+
+    if (rp->folded) {
+        p = ngx_slprintf(p, last, " (after %ui more failures, repeats not "
+                         "logged one by one)", rp->folded);
+    }
+
+    ngx_log_error(NGX_LOG_ERR, log, err, "%*s", (size_t) (p - line), line);
+
+    rp->err = err;
+    rp->said = ngx_current_msec;
+    rp->folded = 0;
+}
+
+
+/* A success after failures: how many there were (0: none), and no more. */
+
+ngx_uint_t
+ngx_http_ratelimit_log_recovered(ngx_http_ratelimit_repeat_t *rp)
+{
+    ngx_uint_t  failures;
+
+    failures = rp->failures;
+    rp->failures = 0;
+    rp->folded = 0;
+
+    return failures;
 }
 
 
