@@ -470,23 +470,28 @@ ngx_http_ratelimit_log_folded(ngx_event_t *ev)
 
 
 /*
- * A failure that repeats on a timer (a zone's file that cannot be written,
- * at every interval, for as long as its directory is not writable): its
- * line (fmt and its arguments: what failed) at error the first time; the
- * same failure again (the same errno) counted, not written, but for a
- * line every NGX_HTTP_RATELIMIT_REPEAT_SAY that says how many; another
- * failure written at once.  ngx_http_ratelimit_log_recovered tells the
- * count when it ends.
+ * A write of a file that happens on a timer (a zone's state file, its
+ * overrides file), said as it ends (rc): fmt and its arguments name the
+ * file.  A failure is said at error the first time, then the same failure
+ * (the same errno) is counted, not written, but for a line every
+ * NGX_HTTP_RATELIMIT_REPEAT_SAY that says how many: a directory that is
+ * not writable fails at every interval for as long as it lasts.  Another
+ * failure is said at once; the first write that succeeds after failures
+ * is said at notice, with their count.
  */
 
 void ngx_cdecl
-ngx_http_ratelimit_log_failed(ngx_log_t *log, ngx_http_ratelimit_repeat_t *rp,
-    ngx_err_t err, const char *fmt, ...)
+ngx_http_ratelimit_log_written(ngx_log_t *log, ngx_http_ratelimit_repeat_t *rp,
+    ngx_int_t rc, ngx_err_t err, const char *fmt, ...)
 {
     u_char   *p, *last, line[NGX_MAX_ERROR_STR];
     va_list   args;
 
-    if (rp->failures++ != 0 && err == rp->err
+    if (rc == NGX_OK && rp->failures == 0) {
+        return;
+    }
+
+    if (rc != NGX_OK && rp->failures++ != 0 && err == rp->err
         && ngx_current_msec - rp->said < NGX_HTTP_RATELIMIT_REPEAT_SAY)
     {
         rp->folded++;
@@ -499,6 +504,18 @@ ngx_http_ratelimit_log_failed(ngx_log_t *log, ngx_http_ratelimit_repeat_t *rp,
     p = ngx_vslprintf(line, last, fmt, args);
     va_end(args);
 
+    if (rc == NGX_OK) {
+        p = ngx_slprintf(p, last, " written again, after %ui writes that "
+                         "failed", rp->failures);
+        ngx_log_error(NGX_LOG_NOTICE, log, 0, "%*s", (size_t) (p - line),
+                      line);
+        rp->failures = 0;
+        rp->folded = 0;
+        return;
+    }
+
+    p = ngx_slprintf(p, last, " could not be written");
+
     if (rp->folded) {
         p = ngx_slprintf(p, last, " (after %ui more failures, repeats not "
                          "logged one by one)", rp->folded);
@@ -509,21 +526,6 @@ ngx_http_ratelimit_log_failed(ngx_log_t *log, ngx_http_ratelimit_repeat_t *rp,
     rp->err = err;
     rp->said = ngx_current_msec;
     rp->folded = 0;
-}
-
-
-/* A success after failures: how many there were (0: none), and no more. */
-
-ngx_uint_t
-ngx_http_ratelimit_log_recovered(ngx_http_ratelimit_repeat_t *rp)
-{
-    ngx_uint_t  failures;
-
-    failures = rp->failures;
-    rp->failures = 0;
-    rp->folded = 0;
-
-    return failures;
 }
 
 

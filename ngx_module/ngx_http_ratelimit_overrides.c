@@ -479,7 +479,6 @@ ngx_http_ratelimit_overrides_write(ngx_http_ratelimit_zone_t *zone,
     size_t                      len;
     uint64_t                    version;
     ngx_int_t                   rc;
-    ngx_uint_t                  failures;
     rl_overrides_stats_t        st;
     ngx_http_ratelimit_file_t   f;
 
@@ -515,23 +514,10 @@ ngx_http_ratelimit_overrides_write(ngx_http_ratelimit_zone_t *zone,
         ngx_shmtx_unlock(&zone->shpool->mutex);
     }
 
-    if (rc == NGX_OK) {
-        failures = ngx_http_ratelimit_log_recovered(&zone->overrides_failing);
-
-        if (failures) {
-            ngx_log_error(NGX_LOG_NOTICE, log, 0,
-                          "ratelimit_zone \"%V\": overrides_file \"%V\" "
-                          "written again, after %ui writes that failed",
-                          &zone->name, &zone->overrides_file, failures);
-        }
-
-    } else {
-        ngx_http_ratelimit_log_failed(log, &zone->overrides_failing, f.err,
-                                      "ratelimit_zone \"%V\": overrides_file "
-                                      "\"%V\" could not be written (tried "
-                                      "again every second)", &zone->name,
-                                      &zone->overrides_file);
-    }
+    ngx_http_ratelimit_log_written(log, &zone->overrides_failing, rc, f.err,
+                                   "ratelimit_zone \"%V\": overrides_file "
+                                   "\"%V\"", &zone->name,
+                                   &zone->overrides_file);
 
     /* a version older than the file's is not renamed: removed */
 

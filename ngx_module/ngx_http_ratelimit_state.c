@@ -384,7 +384,6 @@ ngx_http_ratelimit_state_write(ngx_http_ratelimit_zone_t *zone,
     u_char                     *buf;
     size_t                      len;
     ngx_int_t                   rc;
-    ngx_uint_t                  failures;
     ngx_msec_t                  start;
     rl_state_rule_t            *rules;
     rl_state_write_t            w;
@@ -441,22 +440,11 @@ ngx_http_ratelimit_state_write(ngx_http_ratelimit_zone_t *zone,
                       "\"%V\" in %M ms",
                       &zone->name, w.keys, &zone->state_file,
                       ngx_current_msec - start);
-
-        failures = ngx_http_ratelimit_log_recovered(&zone->state_failing);
-
-        if (failures) {
-            ngx_log_error(NGX_LOG_NOTICE, log, 0,
-                          "ratelimit_zone \"%V\": state file \"%V\" "
-                          "written again, after %ui writes that failed",
-                          &zone->name, &zone->state_file, failures);
-        }
-
-    } else {
-        ngx_http_ratelimit_log_failed(log, &zone->state_failing, f.err,
-                                      "ratelimit_zone \"%V\": state file "
-                                      "\"%V\" could not be written",
-                                      &zone->name, &zone->state_file);
     }
+
+    ngx_http_ratelimit_log_written(log, &zone->state_failing, rc, f.err,
+                                   "ratelimit_zone \"%V\": state file \"%V\"",
+                                   &zone->name, &zone->state_file);
 
     ngx_http_ratelimit_file_discard(&f);
 

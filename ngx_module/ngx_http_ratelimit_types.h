@@ -68,7 +68,7 @@ typedef struct ngx_http_ratelimit_rule_s  ngx_http_ratelimit_rule_t;
 
 /* A failure that repeats on a timer (a zone's file that cannot be
    written), in a process: said once, its repeats counted
-   (ngx_http_ratelimit_log_failed). */
+   (ngx_http_ratelimit_log_written). */
 typedef struct {
     ngx_uint_t                   failures;  /* since its first line; 0:
                                                not failing */
