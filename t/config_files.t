@@ -6,11 +6,14 @@
 # stands; an access log; the pid file), naming both places and what is
 # allowed.  Names are compared resolved: a relative one from the prefix, a
 # directory through "..", "." and symbolic links.  Distinct files pass.
+# A FIFO as redis_password_file= is refused at once.
 use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
+use POSIX ();
 use Test::More;
+use Time::HiRes qw(time);
 use RLTest;
 
 my $t = RLTest->new();
@@ -80,6 +83,21 @@ $t->conf_refused("ratelimit_zone a 1m state=$p/nginx.pid;\n",
     isnt($? >> 8, 0, 'nginx -t fails: the error log of -e');
     like($out, qr/overrides_file=\Q$p\E\/e.log of zone "a" \(in \Q$file\E:\d+\) is "\Q$p\E\/e.log", $written/,
          'nginx -t names it: the error log of -e');
+}
+
+# a FIFO as redis_password_file= (read at nginx -t and at each reload):
+# refused at once, not waited on
+{
+    POSIX::mkfifo("$p/fifo", 0600) or die;
+    my $text = $t->conf_text("ratelimit_zone r 1m redis=127.0.0.1:6379 redis_password_file=$p/fifo;\n");
+    RLTest::write_file("$p/fifo.conf", $text);
+    my $at = time;
+    my $out = `timeout 10 ${\ $t->nginx} -t -p $p/ -c $p/fifo.conf -e $p/test-error.log 2>&1`;
+    my $took = time - $at;
+    isnt($? >> 8, 0, 'nginx -t fails: a FIFO as redis_password_file=');
+    ok($took < 5, "at once ($took s)");
+    like($out, qr/"redis_password_file=\Q$p\E\/fifo" of zone "r": cannot open "\Q$p\E\/fifo": it is not a regular file/,
+         'nginx -t names it: a FIFO as redis_password_file=');
 }
 
 # files of their own pass
