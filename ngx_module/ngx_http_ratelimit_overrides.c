@@ -16,6 +16,7 @@
 
 
 #include "ngx_http_ratelimit_overrides.h"
+#include "ngx_http_ratelimit_file.h"
 #include "ngx_http_ratelimit_log.h"
 #include "ngx_http_ratelimit_redis_conn.h"
 #include "ngx_http_ratelimit_sync.h"
@@ -185,27 +186,35 @@ ngx_http_ratelimit_overrides_load(ngx_http_ratelimit_zone_t *zone,
     ngx_fd_t              fd;
     ngx_err_t             err;
     ngx_uint_t            line, nrules, loaded, level;
+    const char           *what;
     ngx_file_info_t       fi;
     rl_override_rule_t   *rules;
 
-    fd = ngx_open_file(zone->overrides_file.data, NGX_FILE_RDONLY,
-                       NGX_FILE_OPEN, 0);
+    fd = ngx_http_ratelimit_file_open(zone->overrides_file.data, 0, &fi, &err,
+                                      &what);
 
     if (fd == NGX_INVALID_FILE) {
-        err = ngx_errno;
         level = (err == NGX_ENOENT) ? NGX_LOG_NOTICE : NGX_LOG_ERR;
         ngx_log_error(level, log, err,
-                      "ratelimit_zone \"%V\": overrides_file \"%V\" could not "
-                      "be opened: the zone starts with no overrides",
-                      &zone->name, &zone->overrides_file);
+                      "ratelimit_zone \"%V\": overrides_file \"%V\" %s: the "
+                      "zone starts with no overrides", &zone->name,
+                      &zone->overrides_file,
+                      what ? what : "could not be opened");
         return;
     }
 
-    text = NULL;
-    rules = NULL;
+    /* a file much larger than the zone's overrides' lines is not read */
 
-    if (ngx_fd_info(fd, &fi) == NGX_FILE_ERROR) {
-        goto failed;
+    if (ngx_file_size(&fi) > (off_t) (4 * zone->overrides
+                                      * RL_OVERRIDE_LINE_MAX + 65536))
+    {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "ratelimit_zone \"%V\": overrides_file \"%V\" is too "
+                      "large (%O bytes) for overrides=%ui: the zone starts "
+                      "with no overrides", &zone->name, &zone->overrides_file,
+                      ngx_file_size(&fi), zone->overrides);
+        (void) ngx_close_file(fd);
+        return;
     }
 
     text = ngx_alloc(ngx_file_size(&fi) + 1, log);
@@ -457,92 +466,65 @@ ngx_http_ratelimit_overrides_tick(ngx_event_t *ev)
 
 /*
  * The file written: the overrides copied under the lock, written to a
- * temporary file beside it, and renamed over it, unless a newer version
- * was renamed meanwhile.
+ * temporary file beside it (ngx_http_ratelimit_file.c), and renamed over
+ * it, unless a newer version was renamed meanwhile.  A failure is said
+ * once while it repeats (it is tried again every second), and its end.
  */
 
 static ngx_int_t
 ngx_http_ratelimit_overrides_write(ngx_http_ratelimit_zone_t *zone,
     ngx_log_t *log)
 {
-    u_char                *text, *tmp;
-    size_t                 len;
-    ssize_t                n;
-    ngx_fd_t               fd;
-    uint64_t               version;
-    ngx_err_t              err;
-    rl_overrides_stats_t   st;
+    u_char                     *text;
+    size_t                      len;
+    uint64_t                    version;
+    ngx_int_t                   rc;
+    rl_overrides_stats_t        st;
+    ngx_http_ratelimit_file_t   f;
 
     text = ngx_http_ratelimit_overrides_text(zone, &len, &version);
     if (text == NULL) {
         return NGX_ERROR;
     }
 
-    tmp = ngx_alloc(zone->overrides_file.len + sizeof(".tmp.") + NGX_INT_T_LEN,
-                    log);
-    if (tmp == NULL) {
-        ngx_free(text);
-        return NGX_ERROR;
+    rc = ngx_http_ratelimit_file_create(&f, &zone->overrides_file,
+                                        NGX_FILE_DEFAULT_ACCESS, log);
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_ratelimit_file_write(&f, text, len);
     }
 
-    ngx_sprintf(tmp, "%V.tmp.%P%Z", &zone->overrides_file, ngx_pid);
-
-    fd = ngx_open_file(tmp, NGX_FILE_WRONLY, NGX_FILE_TRUNCATE,
-                       NGX_FILE_DEFAULT_ACCESS);
-    if (fd == NGX_INVALID_FILE) {
-        err = ngx_errno;
-        goto failed;
+    if (rc == NGX_OK) {
+        rc = ngx_http_ratelimit_file_close(&f);
     }
 
-    n = ngx_write_fd(fd, text, len);
-    err = ngx_errno;
+    if (rc == NGX_OK) {
+        ngx_shmtx_lock(&zone->shpool->mutex);
 
-    if (n != (ssize_t) len || fsync(fd) == -1) {
-        err = n != (ssize_t) len ? err : ngx_errno;
-        (void) ngx_close_file(fd);
-        (void) ngx_delete_file(tmp);
-        goto failed;
-    }
+        rl_overrides_stats(zone->store, &st);
 
-    (void) ngx_close_file(fd);
+        if (version > st.written) {
+            rc = ngx_http_ratelimit_file_rename(&f, &zone->overrides_file);
 
-    ngx_shmtx_lock(&zone->shpool->mutex);
-
-    rl_overrides_stats(zone->store, &st);
-
-    if (version > st.written) {
-        if (ngx_rename_file(tmp, zone->overrides_file.data) == NGX_FILE_ERROR)
-        {
-            err = ngx_errno;
-            ngx_shmtx_unlock(&zone->shpool->mutex);
-            (void) ngx_delete_file(tmp);
-            goto failed;
+            if (rc == NGX_OK) {
+                rl_overrides_written(zone->store, version);
+            }
         }
 
-        rl_overrides_written(zone->store, version);
-
-    } else {
-        (void) ngx_delete_file(tmp);
+        ngx_shmtx_unlock(&zone->shpool->mutex);
     }
 
-    ngx_shmtx_unlock(&zone->shpool->mutex);
+    ngx_http_ratelimit_log_written(log, &zone->overrides_failing, rc, f.err,
+                                   "ratelimit_zone \"%V\": overrides_file "
+                                   "\"%V\"", &zone->name,
+                                   &zone->overrides_file);
 
-    ngx_free(tmp);
+    /* a version older than the file's is not renamed: removed */
+
+    ngx_http_ratelimit_file_discard(&f);
     ngx_free(text);
 
-    return NGX_OK;
-
-failed:
-
-    ngx_log_error(NGX_LOG_ERR, log, err,
-                  "ratelimit_zone \"%V\": overrides_file \"%V\" could not be "
-                  "written (tried again in a second)",
-                  &zone->name, &zone->overrides_file);
-
-    ngx_free(tmp);
-    ngx_free(text);
-
-    return NGX_ERROR;
+    return rc;
 }
 
 

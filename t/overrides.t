@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 # Overrides through the key API, on a local zone with two workers: a key's
 # limit raised and cut at run time with what it spent carried over exactly
-# (spent 8 of 10, raised to 20: the 13th admitted, the 21st refused; cut to
+# (spent 8 of 10, raised to 20: 12 more admitted, the 21st refused; cut to
 # 5: refused until it owes less than 5, the Retry-After saying when), for
 # every algorithm that takes a limit; deny (429, Retry-After = the time to
 # the expiry; none without one) and allow (exempt); expiry, carried back as
@@ -94,9 +94,9 @@ for my $alg (qw(gcra tb fw sw sl quota)) {
     is(admitted("/$alg/", $k, 8), 8, "$alg: 8 of 10 spent");
     my $r = put("key=$k&rule=$alg", '{"limit":20}');
     is($r->{status}, 200, "$alg: raised to 20") or diag($r->{content});
-    # spent 8: 12 left under 20, so the 13th request of all is admitted
+    # spent 8: 12 left under 20, so its 9th to 20th requests are admitted
     # and the 21st refused
-    is(admitted("/$alg/", $k, 20), 12, "$alg: raised to 20, 12 more admitted (the 13th to the 20th)");
+    is(admitted("/$alg/", $k, 20), 12, "$alg: raised to 20, 12 more admitted (its 9th to 20th)");
     my $last = hit("/$alg/", $k);
     is($last->{status}, 429, "$alg: the 21st refused");
     is($last->{headers}{'x-ratelimit-limit'}, 20, "$alg: X-RateLimit-Limit states the override's limit");

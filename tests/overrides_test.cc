@@ -95,7 +95,7 @@ int admitted_in_a_row(Req &r, int64_t now, int most)
 
 class Carry : public ::testing::TestWithParam<const char *> {};
 
-// Spent 8 of 10, raised to 20: 12 more (the 13th to the 20th of all),
+// Spent 8 of 10, raised to 20: 12 more (its 9th to 20th requests),
 // the 21st refused; another key cut to 5 is refused while it owes 5 or
 // more, then back to 10 admits exactly its 2 left.
 TEST_P(Carry, RaisedAndCutOweTheSameUnits)
