@@ -102,7 +102,9 @@ ngx_http_ratelimit_redis_send(ngx_http_ratelimit_redis_t *redis,
     w->timer.handler = ngx_http_ratelimit_redis_timeout;
     w->timer.data = w;
     w->timer.log = w->request ? w->request->connection->log : ngx_cycle->log;
-    ngx_add_timer(&w->timer, redis->timeout);   /* a graceful exit waits */
+
+    /* not cancelable: a graceful exit waits for the reply */
+    ngx_add_timer(&w->timer, w->timeout ? w->timeout : redis->timeout);
 
     /* (a call of another kind, redis_sync's exchange, has no request) */
     ngx_log_debug4(NGX_LOG_DEBUG_HTTP, w->timer.log, 0,

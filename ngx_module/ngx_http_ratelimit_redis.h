@@ -63,6 +63,7 @@ struct ngx_http_ratelimit_redis_wait_s {
     void                              *conn;     /* while queued */
     ngx_uint_t                         slot;
     ngx_msec_t                         start;
+    ngx_msec_t                         timeout;  /* 0: redis_timeout */
     ngx_event_t                        timer;
     unsigned                           retried:1;
     unsigned                           timed_out:1;
