@@ -7,14 +7,21 @@
 -- rl_redis_rule_ok) so every quantity here stays exact.  Divisions go
 -- through fdiv, which corrects the rounded quotient.
 --
--- ARGV: now ("" = Redis's TIME), the call, then per rule: algorithm, limit,
--- burst, period_ms, align, buckets, max_delay_ms, reset, utc_offset_min,
--- cost (a settle: what the admission reserved), delay, ban_ms, charge (1:
--- the rule has charge=), estimate (charge=: what an admission reserves at
--- most), since (an override's: when the rule's limits as applied began, or
--- 0), lease (concurrency: lease= in ms), lease_name (concurrency: the
--- lease a decision takes, a release or renewal names, or ""); a settle
--- adds the units to spend, and the head's t after its
+-- Redis 7 and later (and Valkey) load it once as a library (FUNCTION
+-- LOAD; rl_redis_load_command names it) and call its function run with
+-- FCALL: its functions and tables are then set up once, not at each call.
+-- Redis 6 runs it as a script (EVALSHA, EVAL), which ends with the call.
+--
+-- ARGV: now ("" = Redis's TIME), the call, then per rule: its spec (the
+-- parameters the same for its every request: algorithm, limit, burst,
+-- period_ms, align, buckets, max_delay_ms, reset, utc_offset_min, delay,
+-- ban_ms, charge (1: the rule has charge=), lease (concurrency: lease= in
+-- ms), in one argument) and its request's: "cost" (a settle: what the
+-- admission reserved), or where any of the others is not 0 or empty, "cost
+-- estimate since lease_name" (estimate, charge=: what an admission reserves
+-- at most; since, an override's: when the rule's limits as applied began;
+-- lease_name, concurrency: the lease a decision takes, a release or renewal
+-- names); a settle adds the units to spend, and the head's t after its
 -- admission and when it was decided (what giving its reservation back
 -- needs).  KEYS: each rule's state, then the ban of each rule with ban=
 -- (not for a settle).
@@ -58,7 +65,10 @@
 -- full budget (a ban when it ends), so Redis holds active keys only.
 
 
-local floor = math.floor
+-- the libraries' functions the script calls most, bound when it first runs:
+-- a library's code, as Redis Functions load it, sees none of them
+local floor, format
+
 local KMAX = 4611686018427387904   -- 2^62, exact_time.h's kUnitsMax
 local DAY = 86400000
 local CARRIED = 2147483648         -- 2^31, algorithms.h's kCarried
@@ -78,7 +88,7 @@ local function tdiv(a, b)   -- C's truncating division; b > 0
   return -fdiv(-a, b)
 end
 
-local function num(x) return string.format('%.0f', x) end
+local function num(x) return format('%d', x) end   -- an integer, below 2^63
 
 local function decision(window)
   return {allowed = 0, never = 0, remaining = 0, reset = 0, retry = 0, delay = 0, window = window, available = 0,
@@ -119,16 +129,22 @@ local function load_head(key, v)
   if not v then return {t = 0, n = 0} end
   local t, n, l, p = string.match(v, '^(%-?%d+) (%d+) ?(%d*) ?(%d*)$')
   if not t then return {t = 0, n = 0} end
-  l, p = tonumber(l), tonumber(p)
+  l = l ~= '' and l + 0 or nil   -- (a number from its digits, as tonumber)
+  p = p ~= '' and p + 0 or nil
   if l == 0 then l = nil end
   if p == 0 then p = nil end
-  return {t = tonumber(t), n = tonumber(n), l = l, p = p}
+  return {t = t + 0, n = n + 0, l = l, p = p}
 end
 
 local function store_head(key, h, now, testing)
-  local v = num(h.t) .. ' ' .. num(h.n)
-  if h.l then v = v .. ' ' .. num(h.l) end
-  if h.p then v = v .. ' ' .. num(h.p) end
+  local v
+  if h.l and h.p then
+    v = format('%d %d %d %d', h.t, h.n, h.l, h.p)
+  elseif h.l or h.p then
+    v = format('%d %d %d', h.t, h.n, h.l or h.p)
+  else
+    v = format('%d %d', h.t, h.n)
+  end
   redis.call('SET', key, v, 'PX', expire_in(h.t, now, testing))
 end
 
@@ -856,63 +872,64 @@ end
 
 -- ---- the call --------------------------------------------------------------
 
-if redis.replicate_commands then redis.replicate_commands() end   -- Redis < 5: TIME, then writes
+-- A rule's parameters, the same for its every request, arrive as one
+-- argument (its "spec", rl_redis_command), read into the rule's table
+-- once: a library loaded with FUNCTION LOAD keeps the tables between calls
+-- (by the rule's place in the call and its spec: 512 at most, then read
+-- again), a script (EVAL) reads each call's.  What a request sends and
+-- what the call works out is set in the table anew at each call.
+local SPEC = {'algorithm', 'limit', 'burst', 'period', 'align', 'buckets', 'max_delay', 'reset', 'utc_offset', 'delay',
+              'ban', 'charge', 'lease'}
+local kept, nkept = {}, 0
 
-local testing = ARGV[1] ~= ''
-local now
-if testing then
-  now = tonumber(ARGV[1])
-else
-  local tm = redis.call('TIME')
-  now = tonumber(tm[1]) * 1000 + floor(tonumber(tm[2]) / 1000)
-end
-local call = ARGV[2]
-local settle = call == 'settle'
-local per = settle and 20 or 17
-local n = (#ARGV - 2) / per
-
-local rules = {}
-local bans = 0
-for i = 1, n do
-  local a = 2 + (i - 1) * per
-  local r = {algorithm = tonumber(ARGV[a + 1]), limit = tonumber(ARGV[a + 2]), burst = tonumber(ARGV[a + 3]),
-             period = tonumber(ARGV[a + 4]), align = tonumber(ARGV[a + 5]), buckets = tonumber(ARGV[a + 6]),
-             max_delay = tonumber(ARGV[a + 7]), reset = tonumber(ARGV[a + 8]),
-             utc_offset = tonumber(ARGV[a + 9]), cost = tonumber(ARGV[a + 10]), delay = tonumber(ARGV[a + 11]),
-             ban = tonumber(ARGV[a + 12]), charge = tonumber(ARGV[a + 13]), estimate = tonumber(ARGV[a + 14]),
-             since = tonumber(ARGV[a + 15]), lease = tonumber(ARGV[a + 16]), lease_name = ARGV[a + 17]}
+-- ARGV from a: the rule's spec; its request's "cost" (a settle: what the
+-- admission reserved), or "cost estimate since" and a lease's name where
+-- any is not 0 or empty; a settle's units, after, at
+local function rule_at(ARGV, a, i, settle)
+  local text = ARGV[a + 1]
+  local place = kept[i]
+  if not place then
+    place = {}
+    kept[i] = place
+  end
+  local r = place[text]
+  if not r then
+    if nkept == 512 then
+      kept, nkept, place = {}, 0, {}
+      kept[i] = place
+    end
+    r = {}
+    local j = 0
+    for x in string.gmatch(text, '%-?%d+') do
+      j = j + 1
+      r[SPEC[j]] = x + 0
+    end
+    place[text], nkept = r, nkept + 1
+  end
+  local req = ARGV[a + 2]
+  if string.find(req, ' ', 1, true) then
+    local cost, estimate, since, lease = string.match(req, '^(%d+) (%d+) (%-?%d+) ?(%S*)$')
+    r.cost, r.estimate, r.since, r.lease_name = cost + 0, estimate + 0, since + 0, lease
+  else
+    r.cost, r.estimate, r.since, r.lease_name = req + 0, 0, 0, ''
+  end
+  r.bankey, r.state, r.d, r.committed, r.banned, r.here, r.banning = false, false, false, false, false, false, false
   if settle then
-    r.units, r.after, r.at = tonumber(ARGV[a + 18]), tonumber(ARGV[a + 19]), tonumber(ARGV[a + 20])
-  elseif r.ban > 0 and call ~= 'release' and call ~= 'renew' then
-    bans = bans + 1
-    r.bankey = KEYS[n + bans]
+    r.units, r.after, r.at = ARGV[a + 3] + 0, ARGV[a + 4] + 0, ARGV[a + 5] + 0
+  else
+    r.after = false
   end
-  rules[i] = r
+  return r
 end
 
-if call == 'reset' then
-  local out = {1}
-  for i = 1, n do
-    local r = rules[i]
-    local found = redis.call('DEL', KEYS[i])
-    if r.bankey and banned_until(r.bankey, now) > 0 then found = found + 2 end
-    if r.bankey then redis.call('DEL', r.bankey) end
-    out[i + 1] = found
-  end
-  return out
-end
-
-if call == 'release' or call == 'renew' then
-  local done = 0
-  for i = 1, n do done = done + lease_end(KEYS[i], rules[i], now, testing, call == 'renew') end
-  return {1, done, n - done}
-end
+local NONE = {}   -- read_strings' answer when it reads nothing (never written)
 
 -- every string a call reads (heads, rings, bans: the first `count` KEYS)
 -- in one MGET, by key; a list's or a sorted set's key is read by its own
 -- algorithm.  An ACL user not allowed MGET has each read by GET instead
 -- (string_at).
-local function read_strings(count)
+local function read_strings(KEYS, rules, n, count)
+  if count < 2 then return NONE end
   local wanted, got = {}, {}
   for i = 1, count do
     local a = i <= n and algorithms[rules[i].algorithm]
@@ -927,9 +944,29 @@ local function read_strings(count)
   return got
 end
 
-if settle then
+-- charge=: what an admission reserves, from a look at the key (check.cpp's
+-- reserve): the larger of its cost and the rule's estimate, at most what
+-- the key has left
+local function reserve(r, look)
+  if r.estimate < look.remaining then return r.estimate end
+  return look.remaining > r.cost and look.remaining or r.cost
+end
+
+local function reset(KEYS, rules, n, now)
   local out = {1}
-  local got, written = read_strings(n), {}
+  for i = 1, n do
+    local r = rules[i]
+    local found = redis.call('DEL', KEYS[i])
+    if r.bankey and banned_until(r.bankey, now) > 0 then found = found + 2 end
+    if r.bankey then redis.call('DEL', r.bankey) end
+    out[i + 1] = found
+  end
+  return out
+end
+
+local function settle(KEYS, rules, n, now, testing)
+  local out = {1}
+  local got, written = read_strings(KEYS, rules, n, n), {}
   for i = 1, n do
     local r = rules[i]
     local a = algorithms[r.algorithm]
@@ -951,97 +988,142 @@ if settle then
   return out
 end
 
-local any = call == '1' or call == '3'
-local dry = call == '2' or call == '3'
-local peek = call == 'peek'
-
--- charge=: what an admission reserves, from a look at the key (check.cpp's
--- reserve): the larger of its cost and the rule's estimate, at most what
--- the key has left
-local function reserve(r, look)
-  if r.estimate < look.remaining then return r.estimate end
-  return look.remaining > r.cost and look.remaining or r.cost
-end
-
-local got = read_strings(n + bans)
-
-local decisions, heads, after, banned, here, states = {}, {}, {}, {}, {}, {}
-local allowing = 0
-for i = 1, n do
-  local r = rules[i]
-  local a = algorithms[r.algorithm]
-  -- a rule sharing its key with an earlier one decides on the head that
-  -- one would leave (check.cpp's current())
-  local s = a.head and (heads[KEYS[i]] or load_head(KEYS[i], got[KEYS[i]]))
-            or a.load(KEYS[i], r, now, peek, got[KEYS[i]])
-  states[i] = s
-  if a.carry then s = a.carry(r, s, now) end
-  if r.charge == 1 and r.estimate > r.cost then r.cost = reserve(r, a.decide(r, s, now, 0, false)) end
-  local d, nh = a.decide(r, s, now, r.cost, false)
-  if r.bankey then
-    local ends = banned_until(r.bankey, now, got[r.bankey])
-    if ends > 0 and r.cost > 0 then
-      banned[i] = true
-      nh = nil   -- nothing spent
-      refuse_until(d, ends, now)
-    elseif ends > 0 and peek then
-      d.banned = ends - now
-    end
-  end
-  if a.head then
-    after[i] = nh or s
-    if not peek then heads[KEYS[i]] = after[i] end
-  end
-  if peek then here[i] = (a.here and r.lease_name ~= '') and a.here(KEYS[i], r.lease_name, now) or 0 end
-  decisions[i] = d
-  allowing = allowing + d.allowed
-end
-
-local allowed
-if any then allowed = allowing > 0 or n == 0 else allowed = allowing == n end
-
--- commit: every consuming rule or none (with any, the allowing ones); a
--- block is committed on its state as decided, unless an earlier rule of
--- the call wrote its key
-local committed, written = {}, {}
-for i = 1, n do
-  local r = rules[i]
-  if allowed and not peek and decisions[i].allowed == 1 and r.cost > 0 then
-    local a = algorithms[r.algorithm]
-    if a.head then
-      store_head(KEYS[i], after[i], now, testing)
-      committed[i] = after[i].t
-    else
-      committed[i] = a.commit(KEYS[i], r, now, testing, not written[KEYS[i]] and states[i] or nil)
-    end
-    written[KEYS[i]] = true
-  end
-end
-
--- a refused request bans its key for each ban= rule that refused it (not
--- for a cost the rule can never admit), unless banned already; a dry run's
--- refusal says what the ban would be, and stores none
-local banning = {}
-if not allowed and not peek then
+-- a decision (call 0 to 3) or a peek; each rule's outcome is kept in it:
+-- r.d its decision, r.state its state as read, r.after its head after it,
+-- r.banned, r.here, r.committed, r.banning
+local function decide(KEYS, rules, n, bans, now, testing, call)
+  local any = call == '1' or call == '3'
+  local dry = call == '2' or call == '3'
+  local peek = call == 'peek'
+  local got = read_strings(KEYS, rules, n, n + bans)
+  local heads = n > 1 and {} or NONE
+  local allowing = 0
   for i = 1, n do
-    local r, d = rules[i], decisions[i]
-    if r.bankey and not banned[i] and d.allowed == 0 and d.never == 0 then
-      local ends = now + r.ban
-      if not dry then redis.call('SET', r.bankey, num(ends), 'PX', num(testing and r.ban + DAY or r.ban)) end
-      refuse_until(d, ends, now)
-      banning[i] = 1
+    local r = rules[i]
+    local a = algorithms[r.algorithm]
+    -- a rule sharing its key with an earlier one decides on the head that
+    -- one would leave (check.cpp's current())
+    local s = a.head and (heads[KEYS[i]] or load_head(KEYS[i], got[KEYS[i]]))
+              or a.load(KEYS[i], r, now, peek, got[KEYS[i]])
+    r.state = s
+    if a.carry then s = a.carry(r, s, now) end
+    if r.charge == 1 and r.estimate > r.cost then r.cost = reserve(r, a.decide(r, s, now, 0, false)) end
+    local d, nh = a.decide(r, s, now, r.cost, false)
+    if r.bankey then
+      local ends = banned_until(r.bankey, now, got[r.bankey])
+      if ends > 0 and r.cost > 0 then
+        r.banned = true
+        nh = nil   -- nothing spent
+        refuse_until(d, ends, now)
+      elseif ends > 0 and peek then
+        d.banned = ends - now
+      end
+    end
+    if a.head then
+      r.after = nh or s
+      if not peek and n > 1 then heads[KEYS[i]] = r.after end
+    end
+    if peek then r.here = (a.here and r.lease_name ~= '') and a.here(KEYS[i], r.lease_name, now) or 0 end
+    r.d = d
+    allowing = allowing + d.allowed
+  end
+
+  local allowed
+  if any then allowed = allowing > 0 or n == 0 else allowed = allowing == n end
+
+  -- commit: every consuming rule or none (with any, the allowing ones); a
+  -- block is committed on its state as decided, unless an earlier rule of
+  -- the call wrote its key
+  local written = n > 1 and {} or NONE
+  for i = 1, n do
+    local r = rules[i]
+    if allowed and not peek and r.d.allowed == 1 and r.cost > 0 then
+      local a = algorithms[r.algorithm]
+      if a.head then
+        store_head(KEYS[i], r.after, now, testing)
+        r.committed = r.after.t
+      else
+        r.committed = a.commit(KEYS[i], r, now, testing, not written[KEYS[i]] and r.state or nil)
+      end
+      if n > 1 then written[KEYS[i]] = true end
     end
   end
+
+  -- a refused request bans its key for each ban= rule that refused it (not
+  -- for a cost the rule can never admit), unless banned already; a dry run's
+  -- refusal says what the ban would be, and stores none
+  if not allowed and not peek then
+    for i = 1, n do
+      local r = rules[i]
+      local d = r.d
+      if r.bankey and not r.banned and d.allowed == 0 and d.never == 0 then
+        local ends = now + r.ban
+        if not dry then redis.call('SET', r.bankey, num(ends), 'PX', num(testing and r.ban + DAY or r.ban)) end
+        refuse_until(d, ends, now)
+        r.banning = 1
+      end
+    end
+  end
+
+  if n == 1 and not peek then
+    local r = rules[1]
+    local d = r.d
+    return {allowed and 1 or 0, now, d.allowed, d.never, d.remaining, d.reset, d.retry, d.delay, d.window, d.available,
+            d.banned, r.committed or 0, r.cost, r.banning or 0}
+  end
+  local out = {allowed and 1 or 0, now}
+  for i = 1, n do
+    local r = rules[i]
+    local d = r.d
+    local o = #out
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = d.allowed, d.never, d.remaining, d.reset
+    out[o + 5], out[o + 6], out[o + 7] = d.retry, d.delay, d.window
+    out[o + 8], out[o + 9], out[o + 10] = d.available, d.banned, r.committed or 0
+    out[o + 11], out[o + 12] = r.cost, r.banning or 0
+    if peek then out[o + 13] = r.here end
+  end
+  return out
 end
 
-local out = {allowed and 1 or 0, now}
-for i = 1, n do
-  local d = decisions[i]
-  local o = #out
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = d.allowed, d.never, d.remaining, d.reset
-  out[o + 5], out[o + 6], out[o + 7] = d.retry, d.delay, d.window
-  out[o + 8], out[o + 9], out[o + 10] = d.available, d.banned, committed[i] or 0
-  out[o + 11], out[o + 12] = rules[i].cost, banning[i] or 0
-  if peek then out[o + 13] = here[i] end
+-- ARGV: now ("" = Redis's TIME), the call, then each rule's (rule_at)
+local function run(KEYS, ARGV)
+  if not floor then floor, format = math.floor, string.format end
+  local testing = ARGV[1] ~= ''
+  local now
+  if testing then
+    now = ARGV[1] + 0
+  else
+    local tm = redis.call('TIME')
+    now = tm[1] * 1000 + floor(tm[2] / 1000)
+  end
+  local call = ARGV[2]
+  local settling = call == 'settle'
+  local per = settling and 5 or 2
+  local n = (#ARGV - 2) / per
+
+  local rules = {}
+  local bans = 0
+  for i = 1, n do
+    local r = rule_at(ARGV, 2 + (i - 1) * per, i, settling)
+    if not settling and r.ban > 0 and call ~= 'release' and call ~= 'renew' then
+      bans = bans + 1
+      r.bankey = KEYS[n + bans]
+    end
+    rules[i] = r
+  end
+
+  if call == 'reset' then return reset(KEYS, rules, n, now) end
+  if call == 'release' or call == 'renew' then
+    local done = 0
+    for i = 1, n do done = done + lease_end(KEYS[i], rules[i], now, testing, call == 'renew') end
+    return {1, done, n - done}
+  end
+  if settling then return settle(KEYS, rules, n, now, testing) end
+  return decide(KEYS, rules, n, bans, now, testing, call)
 end
-return out
+
+-- ---- as a script (EVAL, EVALSHA); a library (FUNCTION LOAD, FCALL) ends
+-- here instead with redis.register_function (rl_redis_library) ---------------
+
+if redis.replicate_commands then redis.replicate_commands() end   -- Redis < 5: TIME, then writes
+return run(KEYS, ARGV)
