@@ -449,62 +449,75 @@ end
 
 -- sliding_window: b = {tick, c = {[0..S]}, owed}, tick j counted at
 -- j % (S + 1); owed (charge=): until when the key owes what a charge put
--- beyond the limit
-local function ring(r, b)
-  local S, W = r.buckets, r.period
-  local w = {S = S, W = W, xk = 0, xc = 0}   -- a tick counted xc more than the block says
-  function w.count(j)
-    local x = j == w.xk and w.xc or 0
-    if j > b.tick or j <= b.tick - (S + 1) then return x end
-    return x + b.c[j % (S + 1)]
+-- beyond the limit.  The ring's arithmetic takes the ring, S (r.buckets)
+-- and W (r.period).
+
+-- tick j's count, and xc more if j is xk (a cost counted ahead)
+local function ring_count(b, S, j, xk, xc)
+  local x = j == xk and xc or 0
+  if j > b.tick or j <= b.tick - (S + 1) then return x end
+  return x + b.c[j % (S + 1)]
+end
+
+-- the S ticks to k, summed
+local function ring_newest(b, S, k)
+  local c, t, n, sum = b.c, b.tick, S + 1, 0
+  for j = k - S + 1, k do
+    if j <= t and j > t - n then sum = sum + c[j % n] end
   end
-  function w.newest(k)
-    local sum = 0
-    for j = k - S + 1, k do sum = sum + w.count(j) end
-    return sum
-  end
-  function w.used(k, e, sum)
-    return sum * W + w.count(k - S) * (W - e)
-  end
-  function w.full_at(j) return cdiv((j + 1 + S) * W, S) end
-  function w.admissible_at(k, newer, from, want)
-    local cap = r.limit * W
-    local j = k
-    while true do
-      local fixed = (newer + want) * W
-      if fixed <= cap then
-        local room = cap - fixed
-        local old = w.count(j - S)
-        local e = 0
-        if old > 0 and fdiv(room, old) < W then e = W - fdiv(room, old) end
-        local at = cdiv(j * W + e, S)
-        if at * S < (j + 1) * W then return at > from and at or from end
-      end
-      newer = newer - w.count(j - S + 1)
-      j = j + 1
+  return sum
+end
+
+local function ring_used(b, S, W, k, e, sum)
+  return sum * W + ring_count(b, S, k - S, 0, 0) * (W - e)
+end
+
+local function ring_full_at(S, W, j) return cdiv((j + 1 + S) * W, S) end
+
+local function ring_admissible_at(r, b, S, W, k, newer, from, want, xk, xc)
+  local cap = r.limit * W
+  local j = k
+  while true do
+    local fixed = (newer + want) * W
+    if fixed <= cap then
+      local room = cap - fixed
+      local old = ring_count(b, S, j - S, xk, xc)
+      local e = 0
+      if old > 0 and fdiv(room, old) < W then e = W - fdiv(room, old) end
+      local at = cdiv(j * W + e, S)
+      if at * S < (j + 1) * W then return at > from and at or from end
     end
+    newer = newer - ring_count(b, S, j - S + 1, xk, xc)
+    j = j + 1
   end
-  function w.advance(k)   -- the ring moved on to tick k, the ticks it skips zeroed
-    if b.tick < k then
-      local j = b.tick + 1
-      while j <= k and j <= b.tick + S + 1 do b.c[j % (S + 1)] = 0; j = j + 1 end
-      b.tick = k
-    end
+end
+
+-- the ring moved on to tick k, the ticks it skips zeroed
+local function ring_advance(b, S, k)
+  if b.tick < k then
+    local j = b.tick + 1
+    while j <= k and j <= b.tick + S + 1 do b.c[j % (S + 1)] = 0; j = j + 1 end
+    b.tick = k
   end
-  return w
+end
+
+-- an admission of cost at tick k counted in the ring
+local function ring_add(b, S, W, k, cost)
+  ring_advance(b, S, k)
+  b.c[k % (S + 1)] = b.c[k % (S + 1)] + cost
+  b.expire = ring_full_at(S, W, k)
 end
 
 local function sliding_window_counted(r, b, now, cost, apply)
-  local w = ring(r, b)
-  local S, W = w.S, w.W
+  local S, W = r.buckets, r.period
   local k = fdiv(now * S, W)
   local e = now * S - k * W
   if b.tick > k then k = b.tick; e = 0 end
   local cap = r.limit * W
-  local sum = w.newest(k)
-  local u = w.used(k, e, sum)
+  local sum = ring_newest(b, S, k)
+  local u = ring_used(b, S, W, k, e, sum)
   local reset = 0
-  if b.tick > k - (S + 1) and u ~= 0 then reset = w.full_at(b.tick) - now end
+  if b.tick > k - (S + 1) and u ~= 0 then reset = ring_full_at(S, W, b.tick) - now end
   if cost > r.limit then
     return never(r.period, fdiv(cap - (u < cap and u or cap), W), reset)
   end
@@ -513,19 +526,17 @@ local function sliding_window_counted(r, b, now, cost, apply)
   if u + spend <= cap then
     d.allowed = 1
     d.remaining = fdiv(cap - u - spend, W)
-    d.reset = cost > 0 and w.full_at(k) - now or reset
-    w.xk, w.xc = k, cost
-    d.available = u + spend > 0 and w.admissible_at(k, sum + cost, now + 1, d.remaining + 1) - now or 0
-    w.xk, w.xc = 0, 0
-    if apply and cost > 0 then
-      w.advance(k)
-      b.c[k % (S + 1)] = b.c[k % (S + 1)] + cost
-      b.expire = w.full_at(k)
-    end
+    d.reset = cost > 0 and ring_full_at(S, W, k) - now or reset
+    d.available = u + spend > 0 and ring_admissible_at(r, b, S, W, k, sum + cost, now + 1, d.remaining + 1, k, cost) - now
+                  or 0
+    -- the tick an admission counts in (sliding_window_commit)
+    b.admit_at = cost > 0 and k
+    if apply and cost > 0 then ring_add(b, S, W, k, cost) end
   else
+    b.admit_at = false
     d.remaining = u < cap and fdiv(cap - u, W) or 0
     d.reset = reset
-    d.retry = w.admissible_at(k, sum, now + 1, cost) - now
+    d.retry = ring_admissible_at(r, b, S, W, k, sum, now + 1, cost, 0, 0) - now
     d.available = d.retry
   end
   return d
@@ -545,6 +556,7 @@ local function sliding_window(r, b, now, cost, apply)
     return d
   end
   local th = sliding_window_counted(r, b, owed, cost, false)
+  b.admit_at = false   -- (a refusal)
   if cost > r.limit then return never(r.period, 0, owed - now + th.reset) end
   local d = decision(r.period)
   d.reset = owed - now + th.reset
@@ -557,20 +569,19 @@ end
 -- the limit); what it counts beyond the limit is owed once the window has
 -- slid past it, at limit per period, at most a period
 local function sliding_window_charge(r, b, now, units)
-  local w = ring(r, b)
-  local S, W = w.S, w.W
+  local S, W = r.buckets, r.period
   local k = fdiv(now * S, W)
   local e = now * S - k * W
   if b.tick > k then k = b.tick; e = 0 end
-  w.advance(k)
-  local sum = w.newest(k)
+  ring_advance(b, S, k)
+  local sum = ring_newest(b, S, k)
   local total = 0
   for j = 0, S do total = total + b.c[j] end
   local most = 2 * r.limit
   local add = total < most and (units < most - total and units or most - total) or 0
   b.c[k % (S + 1)] = b.c[k % (S + 1)] + add
-  local counted = fdiv(w.used(k, e, sum) + add * W + W - 1, W)
-  local full = w.full_at(k)
+  local counted = fdiv(ring_used(b, S, W, k, e, sum) + add * W + W - 1, W)
+  local full = ring_full_at(S, W, k)
   if counted > r.limit then
     local owed = (b.owed > full and b.owed or full) + cdiv((counted - r.limit) * W, r.limit)
     b.owed = owed < full + W and owed or full + W
@@ -588,12 +599,15 @@ local function sliding_window_refund(r, b, now, cost, after, at)
 end
 
 local function load_ring(key, r, now, look, v)
-  local b = {tick = 0, c = {}, owed = 0}
+  -- (room for 15 buckets at once: the default is 10)
+  local b = {tick = 0, c = {[0] = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, owed = 0, admit_at = false,
+             expire = false}
   v = string_at(key, v)
   local i = -1
   if v then
+    local c = b.c
     for x in string.gmatch(v, '%-?%d+') do
-      if i < 0 then b.tick = tonumber(x) else b.c[i] = tonumber(x) end
+      if i < 0 then b.tick = x + 0 else c[i] = x + 0 end
       i = i + 1
     end
   end
@@ -603,25 +617,44 @@ local function load_ring(key, r, now, look, v)
   return b
 end
 
--- a ring and its expiry, in one SET
+-- a ring and its expiry, in one SET: its numbers in one format, of
+-- S + 2 of them (S + 3 with charge=), made once
+local ring_formats = {}
+
 local function store_ring(key, r, b, ttl)
-  local parts = {num(b.tick)}
-  for j = 0, r.buckets do parts[j + 2] = num(b.c[j]) end
-  if r.charge == 1 then parts[#parts + 1] = num(b.owed) end
-  redis.call('SET', key, table.concat(parts, ' '), 'PX', ttl)
+  local n = r.buckets + (r.charge == 1 and 3 or 2)
+  local f = ring_formats[n]
+  if not f then
+    f = string.rep('%d ', n - 1) .. '%d'
+    ring_formats[n] = f
+  end
+  local c, last = b.c, r.buckets
+  if r.charge == 1 then
+    last = last + 1
+    c[last] = b.owed
+  end
+  local v = format(f, b.tick, unpack(c, 0, last))
+  c[r.buckets + 1] = nil
+  redis.call('SET', key, v, 'PX', ttl)
 end
 
 -- an admission: the ring counted, written with its expiry; the head's t.
--- b: the ring as the decision read it (nil: read again, as when another
--- rule of the call wrote the key since)
+-- b: the ring as the decision read it, counted where it admitted (nil:
+-- read again and decided, as when another rule of the call wrote the key
+-- since)
 local function sliding_window_commit(key, r, now, testing, b)
-  b = b or load_ring(key, r)
-  sliding_window(r, b, now, r.cost, true)
+  local S, W = r.buckets, r.period
+  if b and b.admit_at then
+    ring_add(b, S, W, b.admit_at, r.cost)
+  else
+    b = b or load_ring(key, r)
+    sliding_window(r, b, now, r.cost, true)
+  end
   if not b.expire then
     -- refused as committed: an earlier rule of the call, of the same name,
     -- filled the ring it was decided on (check.cpp's commit_block does the
     -- same): nothing to write; the instant the ring is back to full budget
-    local full = ring(r, b).full_at(b.tick)
+    local full = ring_full_at(S, W, b.tick)
     return full > now and full or now
   end
   store_ring(key, r, b, expire_in(b.expire, now, testing))
@@ -630,7 +663,7 @@ end
 
 -- a settled ring, written whole
 local function sliding_window_settled(key, r, b, now, testing)
-  local full = ring(r, b).full_at(b.tick)
+  local full = ring_full_at(r.buckets, r.period, b.tick)
   store_ring(key, r, b, expire_in(b.owed > full and b.owed or full, now, testing))
 end
 
@@ -923,24 +956,38 @@ local function rule_at(ARGV, a, i, settle)
 end
 
 local NONE = {}   -- read_strings' answer when it reads nothing (never written)
+local outs = {}   -- decide's answer
+local rules_kept = {}   -- a call's rules, 1 to its n
 
 -- every string a call reads (heads, rings, bans: the first `count` KEYS)
--- in one MGET, by key; a list's or a sorted set's key is read by its own
--- algorithm.  An ACL user not allowed MGET has each read by GET instead
--- (string_at).
+-- in one MGET, by the key's place in KEYS; a list's or a sorted set's key
+-- is read by its own algorithm.  An ACL user not allowed MGET has each read
+-- by GET instead (string_at).
 local function read_strings(KEYS, rules, n, count)
   if count < 2 then return NONE end
-  local wanted, got = {}, {}
+  local strings = 0
+  for i = 1, n do
+    local a = algorithms[rules[i].algorithm]
+    if a.head or a.string then strings = strings + 1 end
+  end
+  local v
+  if strings == n then   -- every key's, in order
+    v = redis.pcall('MGET', unpack(KEYS, 1, count))
+    return v.err == nil and v or NONE
+  end
+  local wanted, at = {}, {}
   for i = 1, count do
     local a = i <= n and algorithms[rules[i].algorithm]
-    if not a or a.head or a.string then wanted[#wanted + 1] = KEYS[i] end
-  end
-  if #wanted > 1 then
-    local v = redis.pcall('MGET', unpack(wanted))
-    if v.err == nil then
-      for j = 1, #wanted do got[wanted[j]] = v[j] end
+    if not a or a.head or a.string then
+      wanted[#wanted + 1] = KEYS[i]
+      at[#at + 1] = i
     end
   end
+  if #wanted < 2 then return NONE end
+  v = redis.pcall('MGET', unpack(wanted))
+  if v.err ~= nil then return NONE end
+  local got = {}
+  for j = 1, #wanted do got[at[j]] = v[j] end
   return got
 end
 
@@ -972,7 +1019,7 @@ local function settle(KEYS, rules, n, now, testing)
     local a = algorithms[r.algorithm]
     -- as the MGET read it, unless an earlier rule of the call wrote it
     local v
-    if not written[KEYS[i]] then v = got[KEYS[i]] end
+    if not written[KEYS[i]] then v = got[i] end
     local s = a.head and load_head(KEYS[i], v) or a.load(KEYS[i], r, nil, nil, v)
     if a.carry then s = a.carry(r, s, now) end
     if r.cost > 0 then s = a.refund(r, s, now, r.cost, r.after, r.at) end
@@ -1003,14 +1050,14 @@ local function decide(KEYS, rules, n, bans, now, testing, call)
     local a = algorithms[r.algorithm]
     -- a rule sharing its key with an earlier one decides on the head that
     -- one would leave (check.cpp's current())
-    local s = a.head and (heads[KEYS[i]] or load_head(KEYS[i], got[KEYS[i]]))
-              or a.load(KEYS[i], r, now, peek, got[KEYS[i]])
+    local s = a.head and (heads[KEYS[i]] or load_head(KEYS[i], got[i]))
+              or a.load(KEYS[i], r, now, peek, got[i])
     r.state = s
     if a.carry then s = a.carry(r, s, now) end
     if r.charge == 1 and r.estimate > r.cost then r.cost = reserve(r, a.decide(r, s, now, 0, false)) end
     local d, nh = a.decide(r, s, now, r.cost, false)
     if r.bankey then
-      local ends = banned_until(r.bankey, now, got[r.bankey])
+      local ends = banned_until(r.bankey, now, got[r.banat])
       if ends > 0 and r.cost > 0 then
         r.banned = true
         nh = nil   -- nothing spent
@@ -1071,17 +1118,24 @@ local function decide(KEYS, rules, n, bans, now, testing, call)
     return {allowed and 1 or 0, now, d.allowed, d.never, d.remaining, d.reset, d.retry, d.delay, d.window, d.available,
             d.banned, r.committed or 0, r.cost, r.banning or 0}
   end
-  local out = {allowed and 1 or 0, now}
+  -- (the answer's table kept between a library's calls: Redis reads it up
+  -- to its first nil)
+  local out, o = outs, 2
+  out[1], out[2] = allowed and 1 or 0, now
   for i = 1, n do
     local r = rules[i]
     local d = r.d
-    local o = #out
     out[o + 1], out[o + 2], out[o + 3], out[o + 4] = d.allowed, d.never, d.remaining, d.reset
     out[o + 5], out[o + 6], out[o + 7] = d.retry, d.delay, d.window
     out[o + 8], out[o + 9], out[o + 10] = d.available, d.banned, r.committed or 0
     out[o + 11], out[o + 12] = r.cost, r.banning or 0
-    if peek then out[o + 13] = r.here end
+    o = o + 12
+    if peek then
+      out[o + 1] = r.here
+      o = o + 1
+    end
   end
+  out[o + 1] = nil
   return out
 end
 
@@ -1101,13 +1155,13 @@ local function run(KEYS, ARGV)
   local per = settling and 5 or 2
   local n = (#ARGV - 2) / per
 
-  local rules = {}
+  local rules = rules_kept
   local bans = 0
   for i = 1, n do
     local r = rule_at(ARGV, 2 + (i - 1) * per, i, settling)
     if not settling and r.ban > 0 and call ~= 'release' and call ~= 'renew' then
       bans = bans + 1
-      r.bankey = KEYS[n + bans]
+      r.bankey, r.banat = KEYS[n + bans], n + bans
     end
     rules[i] = r
   end
