@@ -310,6 +310,7 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
 
     rule->identity = rl_rule_identity(&rule->rule, (char *) key->data,
                                       key->len);
+    rule->rule.keyed = rl_rule_keyed((char *) key->data, key->len);
 
     /* an override of an address range applies to a rule keyed on the
        client's address */

@@ -231,7 +231,10 @@ struct rl_request_s {
 };
 
 /* Hashes every key with its table's secret, and orders the tables to lock
-   (order, locks); needs no lock. */
+   (order, locks); needs no lock.  The key of a rule keyed on the client's
+   address that is an IPv4-mapped IPv6 address is made its IPv4 address
+   first (key and key_len moved past the mapped prefix): one client, one
+   key, whichever way it came. */
 RL_API void rl_request_hash(rl_request_t *rq);
 
 /*

@@ -7,6 +7,7 @@
 
 #include "algorithms/algorithm.h"
 #include "table/table.h"
+#include "util/address.h"
 #include "util/fault.h"
 
 namespace rl {
@@ -112,6 +113,17 @@ bool one_key(const rl_request_t &rq, size_t n)
     return same;
 }
 
+// A check's key of a rule keyed on the client's address as the rule keeps
+// it: an IPv4-mapped address's its IPv4 address's (util/address.h).
+inline void unmap(rl_check_t &c)
+{
+    if (c.rule->key_addr != 0) {
+        const size_t skip = mapped_prefix(c.rule->key_addr, c.key, c.key_len);
+        c.key = static_cast<const char *>(c.key) + skip;
+        c.key_len -= skip;
+    }
+}
+
 // rl_request_hash, compiled for the common numbers of rules (kN) and for
 // any (kN 0).  A stack on one key is hashed once and has one table to
 // lock, with no search for either.
@@ -120,6 +132,9 @@ template <size_t kN> void hash_as(rl_request_t &rq)
     constexpr bool kOne = kN == 1;
     uint64_t hashes[kN != 0 ? kN : RL_RULES_MAX];
     const size_t n = kN != 0 ? kN : rq.n < RL_RULES_MAX ? rq.n : RL_RULES_MAX;
+    for (size_t i = 0; i < n; i++) {
+        unmap(rq.checks[i]);
+    }
     if (!kOne && n > 1 && one_key(rq, n)) {
         const Table *t = Table::at(rq.checks[0].table);
         const uint64_t h = t->hash(rq.checks[0].key, rq.checks[0].key_len);
