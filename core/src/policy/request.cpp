@@ -114,14 +114,18 @@ bool one_key(const rl_request_t &rq, size_t n)
 }
 
 // A check's key of a rule keyed on the client's address as the rule keeps
-// it: an IPv4-mapped address's its IPv4 address's (util/address.h).
-inline void unmap(rl_check_t &c)
+// it: an IPv4-mapped address's its IPv4 address's (util/address.h; a
+// mapped one is 16 bytes, or at least 14 of text: most keys stop at the
+// length).  Returns the bytes skipped.
+inline size_t unmap(rl_check_t &c)
 {
-    if (c.rule->key_addr != 0) {
-        const size_t skip = mapped_prefix(c.rule->key_addr, c.key, c.key_len);
-        c.key = static_cast<const char *>(c.key) + skip;
-        c.key_len -= skip;
+    if (c.key_len < kMappedShortest || c.rule->key_addr == 0) {
+        return 0;
     }
+    const size_t skip = mapped_prefix(c.rule->key_addr, c.key, c.key_len);
+    c.key = static_cast<const char *>(c.key) + skip;
+    c.key_len -= skip;
+    return skip;
 }
 
 // rl_request_hash, compiled for the common numbers of rules (kN) and for
@@ -132,10 +136,14 @@ template <size_t kN> void hash_as(rl_request_t &rq)
     constexpr bool kOne = kN == 1;
     uint64_t hashes[kN != 0 ? kN : RL_RULES_MAX];
     const size_t n = kN != 0 ? kN : rq.n < RL_RULES_MAX ? rq.n : RL_RULES_MAX;
-    for (size_t i = 0; i < n; i++) {
-        unmap(rq.checks[i]);
-    }
     if (!kOne && n > 1 && one_key(rq, n)) {
+        // one key, of one expression: made as its rules keep it once
+        if (const size_t skip = unmap(rq.checks[0])) {
+            for (size_t i = 1; i < n; i++) {
+                rq.checks[i].key = rq.checks[0].key;
+                rq.checks[i].key_len -= skip;
+            }
+        }
         const Table *t = Table::at(rq.checks[0].table);
         const uint64_t h = t->hash(rq.checks[0].key, rq.checks[0].key_len);
         for (size_t i = 0; i < n; i++) {
@@ -153,6 +161,7 @@ template <size_t kN> void hash_as(rl_request_t &rq)
         if (!applies(c)) {
             continue;
         }
+        unmap(c);
         const Table *t = Table::at(c.table);
         // a key is hashed once per table: the rules after the first on the
         // same key bytes take its hash (table.cpp, Table::hash)

@@ -17,6 +17,10 @@
 
 namespace rl {
 
+// The shortest key a mapped address makes: "::ffff:1.2.3.4" (16 bytes of
+// $binary_remote_addr are more).
+constexpr size_t kMappedShortest = 14;
+
 // The bytes at the start of a key of a rule keyed on the client's address
 // (key_addr) that make an IPv4 address a mapped IPv6 one: 12 of 16 bytes,
 // or "::ffff:" before a dotted quad; 0 when it is not one.
