@@ -585,7 +585,8 @@ TEST(Text, BodiesAreJsonAsJsonWritesIt)
         {"{\"limit\":1e+}", "an exponent with no digits"},
         {"{\"limit\":-}", "a '-' with no digits after it"},
         {"{\"limit\":5x}", "not a JSON object of fields"},
-        {"{\"limit\":1e2}", "\"limit\": expected an integer from 1 to 1000000000, not a number with a sign, a fraction"},
+        {"{\"limit\":1e2}",
+         "\"limit\": expected an integer from 1 to 1000000000, not a number with a sign, a fraction"},
         {"{\"limit\":10E-1}", "not a number with a sign, a fraction or an exponent"},
         {"{\"limit\":1.0}", "not a number with a sign, a fraction or an exponent"},
         {"{\"limit\":-0}", "not a number with a sign, a fraction or an exponent"},
@@ -611,7 +612,8 @@ TEST(Text, BodiesAreJsonAsJsonWritesIt)
         {"\xef\xbb\xbf{\"limit\":5}", "expected a JSON object"},
         {"{\"limit\":5,\"limit\":5}", "field \"limit\" given twice"},
         {"{\"period\":\"1m\",\"period\":\"1m\"}", "field \"period\" given twice"},
-        {"{\"period\":60}", "\"period\": expected a time from 1ms to 366d as a string, e.g. \"1m\", \"7d\", not an integer"},
+        {"{\"period\":60}",
+         "\"period\": expected a time from 1ms to 366d as a string, e.g. \"1m\", \"7d\", not an integer"},
         {"{\"expire\":true}", "or null for none, not true or false"},
         {"{\"action\":1}", "\"action\": expected \"limit\", \"deny\" or \"allow\", not an integer"},
         {"{\"action\":\"deny\\u0000\"}", "a string this field cannot take"},
@@ -739,7 +741,10 @@ TEST(Keyed, AKeyInEveryRuleMeetsTheRulesKeyedOnItsExpressionOnly)
                                "\"$remote_addr\", rule \"hdr\" on \"$http_x_k\")"),
               nullptr)
         << err;
-    EXPECT_NE(std::strstr(err, "name the rule (rule=), or, for a client's address, give range=ADDRESS/32"), nullptr);
+    EXPECT_NE(std::strstr(err, "name the rule (rule=), or the key expression of the rules it applies to (keyed=, e.g. "
+                               "keyed=$remote_addr), or, for a client's address, give range=ADDRESS/32"),
+              nullptr)
+        << err;
     // named, as a file line or Redis's field names it: the rules of that
     // expression only
     std::strcpy(allow.target.keyed, "$remote_addr");
@@ -809,8 +814,8 @@ TEST(Keyed, AKeyInEveryRuleMeetsTheRulesKeyedOnItsExpressionOnly)
     EXPECT_STREQ(back.target.keyed, "$a $b");
     const std::string json(line, rl_override_json(&allow, kT0, line, sizeof(line)));
     EXPECT_NE(json.find("{\"rule\":null,\"keyed\":\"$remote_addr\",\"key\":\"10.9.9.9\""), std::string::npos) << json;
-    for (const char *bad : {"*= key a deny 0 0 0 0 0 0", "*=%zz key a deny 0 0 0 0 0 0",
-                            "*=%00 key a deny 0 0 0 0 0 0"}) {
+    for (const char *bad :
+         {"*= key a deny 0 0 0 0 0 0", "*=%zz key a deny 0 0 0 0 0 0", "*=%00 key a deny 0 0 0 0 0 0"}) {
         EXPECT_EQ(rl_overrides_file_read(bad, std::strlen(bad), &back, err, sizeof(err)), RL_ERROR) << bad;
     }
 }
@@ -869,7 +874,9 @@ TEST(Admit, TheFileAndRedisTakeWhatTheKeyApiTakes)
         {"# a comment", RL_DECLINED, ""},
         {"#! long 27000 g key big", RL_ERROR,
          "field \"g key big\" (a value of 27000 bytes): its value is longer than an override's line"},
-        {"#! break 40 g key \x01" "b", RL_ERROR, "field \"g key \\x01b\" (a value of 40 bytes): its value holds a line break"},
+        {"#! break 40 g key \x01"
+         "b",
+         RL_ERROR, "field \"g key \\x01b\" (a value of 40 bytes): its value holds a line break"},
         {"#! field 30 g key x", RL_ERROR, "it is not the field of its value"},
     };
     for (const auto &c : redis) {

@@ -285,9 +285,9 @@ RL_API void rl_override_apply(const rl_rule_t *rule, const rl_override_t *ov,
 
 /*
  * An override as JSON (the key API's answer): {"rule":..., ["keyed":...,]
- * "key":... or "range":..., "action":..., "limit":..., "burst":..., "period":...,
- * "expires_in_ms":..., "created_ms":...}.  Writes at most cap bytes;
- * returns the bytes the whole text needs.
+ * "key":... or "range":..., "action":..., "limit":..., "burst":...,
+ * "period":..., "expires_in_ms":..., "created_ms":...}.  Writes at most cap
+ * bytes; returns the bytes the whole text needs.
  */
 RL_API size_t rl_override_json(const rl_override_t *ov, int64_t now_ms,
     char *buf, size_t cap);

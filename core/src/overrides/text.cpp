@@ -211,8 +211,9 @@ struct Value {
 // What a value is, for a message saying it is not what a field takes.
 const char *type_of(const Value &v)
 {
-    static const char *const kTypes[] = {"an integer", "a number with a sign, a fraction or an exponent", "a string",
-                                         "null", "true or false", "an object or an array"};
+    static const char *const kTypes[] = {"an integer",    "a number with a sign, a fraction or an exponent",
+                                         "a string",      "null",
+                                         "true or false", "an object or an array"};
     return kTypes[v.type];
 }
 
@@ -598,11 +599,13 @@ int rl_override_admit(rl_override_t *ov, const rl_override_rule_t *rules, size_t
         return RL_ERROR;
     }
     if (ov->expires_ms < 0 || (ov->expires_ms != 0 && ov->expires_ms - now_ms > RL_OVERRIDE_TTL_MAX_MS)) {
-        return fail(err, errlen, "it expires %lld days from now: an override expires at most 366 days from when it is written",
+        return fail(err, errlen,
+                    "it expires %lld days from now: an override expires at most 366 days from when it is written",
                     (long long) ((ov->expires_ms - now_ms) / 86400000));
     }
     if (ov->created_ms < 0 || ov->created_ms - now_ms > rl::kCreatedAhead) {
-        return fail(err, errlen, "it was written %lld s from now, in the future", (long long) ((ov->created_ms - now_ms) / 1000));
+        return fail(err, errlen, "it was written %lld s from now, in the future",
+                    (long long) ((ov->created_ms - now_ms) / 1000));
     }
     return ov->expires_ms != 0 && ov->expires_ms <= now_ms ? RL_DECLINED : RL_OK;
 }

@@ -25,9 +25,8 @@ namespace {
 const char *const kResources[] = {"zones", "zone", "keys", "top", "overrides"};
 
 // what each resource takes, for a message naming an unknown parameter
-const char *const kExpected[] = {"none", "none",
-                                 "key=, fingerprint= or rule=", "rule=",
-                                 "key=, range=, rule=, keyed=, from= or count="};
+const char *const kExpected[] = {
+    "none", "none", "key=, fingerprint= or rule=", "rule=", "key=, range=, rule=, keyed=, from= or count="};
 
 enum { kKey, kFingerprint, kRule, kRange, kFrom, kCount, kKeyed, kParams };
 
@@ -184,8 +183,10 @@ int arg(rl_api_request_t *q, int which, rl_str_t v)
         return fail(q, 400, "range=: expected an address range as ADDRESS/LENGTH, e.g. 10.1.0.0/16");
     }
     if (which == kKeyed && (len == 0 || len >= sizeof(q->keyed))) {
-        return fail(q, 400, "keyed=: expected a key expression as the rules write it (e.g. $http_x_api_key), 1 to %d "
-                    "bytes", (int) sizeof(q->keyed) - 1);
+        return fail(q, 400,
+                    "keyed=: expected a key expression as the rules write it (e.g. $http_x_api_key), 1 to %d "
+                    "bytes",
+                    (int) sizeof(q->keyed) - 1);
     }
     uint8_t fp[16];
     uint8_t *out = which == kKey     ? q->key
