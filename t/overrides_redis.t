@@ -176,7 +176,8 @@ sub said { my ($t, $re) = @_; return scalar(() = $t->error_log =~ /$re/g) }
 my $hash;
 {
     is(put($one, 'rq', 'key=rq-probe&rule=g', '{"action":"deny"}')->{status}, 200, 'an override of zone rq');
-    ($hash) = grep { ($redis->cmd('HEXISTS', $_, 'g key rq-probe') // 0) == 1 } @{ $redis->cmd('KEYS', '*') };
+    ($hash) = grep { $redis->cmd('TYPE', $_) eq 'hash' && $redis->cmd('HEXISTS', $_, 'g key rq-probe') == 1 }
+        @{ $redis->cmd('KEYS', '*') };
     ok($hash, 'its hash in Redis');
     $redis->cmd('HSET', $hash, 'g key big', 'g key big deny 0 0 0 0 0 ' . ('1' x 27000));
     $redis->cmd('HSET', $hash, 'c key hw', 'c key hw limit 1 4000 0 0 0 0');
