@@ -416,8 +416,6 @@ bool same_expr(const rl_override_rule_t &r, const char *expr, size_t len)
     return r.key_len == len && (len == 0 || std::memcmp(r.key, expr, len) == 0);
 }
 
-}  // namespace
-
 // How far in the future a server may say an override was written (another
 // server's clock, ahead of this one's).
 constexpr int64_t kCreatedAhead = 86400000;
@@ -465,6 +463,8 @@ int bind_keyed(rl_override_target_t &t, const rl_override_rule_t *rules, size_t 
     t.keyed[(*keyed)->key_len] = '\0';
     return RL_OK;
 }
+
+}  // namespace
 
 }  // namespace rl
 
