@@ -157,8 +157,9 @@ TEST(Redis, CommandIsOneEvalshaWithKeysThenArguments)
     for (int call : {RL_REDIS_DECIDE, RL_REDIS_RESTORE}) {
         cmd.assign(rl_redis_command_size(1, 3, sha.size()), '\0');
         cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, call, "rl:", 3, 0, &srq, -1));
-        EXPECT_EQ(cmd.substr(cmd.size() - 62), std::string("$4\r\n2000\r\n$38\r\n00000000000000aa:00000000000000bb:42:5\r\n") +
-                                                   (call == RL_REDIS_DECIDE ? "$1\r\n1\r\n" : "$1\r\n0\r\n"))
+        EXPECT_EQ(cmd.substr(cmd.size() - 62),
+                  std::string("$4\r\n2000\r\n$38\r\n00000000000000aa:00000000000000bb:42:5\r\n") +
+                      (call == RL_REDIS_DECIDE ? "$1\r\n1\r\n" : "$1\r\n0\r\n"))
             << call;
     }
 }

@@ -246,8 +246,8 @@ struct Stats {
         tops[1] = rl_top_view_t{str("gone"), 0, RL_TOP_NONE, 0, 0, nullptr};
 
         const uint64_t le[RL_REDIS_LATENCY_BUCKETS] = {250, 500, 1000, 2500, 5000, 10000, 25000, 50000};
-        redis = rl_redis_figures_t{1,  2,  3,  4,  5,  6,  7,  8,  9, 10, 11, 12, 13, 14, 15, 16,
-                                   {1, 0, 2, 0, 0, 0, 0, 0, 3}, {}, 1234567};
+        redis = rl_redis_figures_t{
+            1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, {1, 0, 2, 0, 0, 0, 0, 0, 3}, {}, 1234567};
         std::memcpy(redis.latency_le_us, le, sizeof(le));
 
         zones[0].name = str("a");
