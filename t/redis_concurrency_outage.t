@@ -40,18 +40,14 @@ my $back_within = 1.2;    # docs/redis.md: the leases are in Redis again within 
 my $margin = 1;           # for a busy machine
 
 my $conf = <<"EOF";
-keepalive_requests 100000000;
 ratelimit_zone rc 1m redis=127.0.0.1:$rport redis_timeout=1s on_redis_error=local;
-upstream slow { server 127.0.0.1:$uport; }
-proxy_read_timeout 60s;
 server {
     listen 127.0.0.1:%%PORT%%;
     add_header X-Decided \$ratelimit_decided_by always;
     location /c/ {
         ratelimit zone=rc key=\$http_x_key algorithm=concurrency limit=$limit lease=1s name=c;
-        proxy_pass http://slow/;
+        proxy_pass http://127.0.0.1:$uport/;
     }
-    location /rl/ { ratelimit_api; }
     location = /stats { ratelimit_stats; }
 }
 EOF

@@ -295,6 +295,28 @@ int call_script(const std::string &sha, const std::string &prefix, rl_request_t 
     return a->verdict;
 }
 
+// A call of the script for one concurrency check of rule r (its
+// identity id, the key "acme") naming its lease (full: its server holds the
+// limit already): a decision's verdict x 10, plus 1 if it kept its lease;
+// a lease call's leases live x 10, plus those found gone.  *remaining: the
+// check's after it.
+int lease_call(const std::string &sha, const char *prefix, const rl_rule_t &r, uint64_t id, uint32_t lease, int which,
+               int64_t now, int full = 0, uint32_t *remaining = nullptr)
+{
+    rl_redis_answer_t a;
+    rl_check_t c = one_check(&r, id, "acme", 1);
+    c.lease = lease;
+    c.full_here = full;
+    rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
+    rq.lease = 0xfeedu;
+    rq.holder = 4242;
+    const int v = call_script(sha, prefix, rq, which, now, &a);
+    if (remaining != nullptr) {
+        *remaining = c.decision.remaining;
+    }
+    return which == RL_REDIS_DECIDE ? v * 10 + (c.lease != 0) : (int) (a.leases_done * 10 + a.leases_gone);
+}
+
 // The tokens an upstream reports, through the script: 400 a request
 // against 1,000 per 1,000 s; three served, the key 200 in debt, the fourth
 // refused until the debt and its own unit are repaid (201 s).
@@ -453,8 +475,9 @@ TEST(Redis, ConcurrencyIsDecidedInRedisWithoutWaits)
 // Concurrency's leases through the script: a key's slots held across
 // calls, each lease named by its worker and request; a release frees one
 // at once, an expired one comes back with no one's action, a renewal
-// keeps one, and one expired is not renewed.  With a rate rule (all), a
-// refusal by either takes nothing of the other.
+// keeps one, and one expired is not renewed (a restore writes it).  With a
+// rate rule (all), a refusal by either takes nothing of the other.  A
+// server holding the limit already is refused whatever Redis holds.
 TEST(RedisScript, ConcurrencyLeasesAreTakenReleasedRenewedAndExpire)
 {
     NEED_REDIS();
@@ -463,13 +486,7 @@ TEST(RedisScript, ConcurrencyLeasesAreTakenReleasedRenewedAndExpire)
     rl_redis_answer_t a;
     const int64_t t0 = kT0 + 2 * 86400000;
     auto call = [&](uint32_t lease, int which, int64_t now) {
-        rl_check_t c = one_check(&r, 31, "acme", 1);
-        c.lease = lease;
-        rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
-        rq.lease = 0xfeedu;
-        rq.holder = 4242;
-        const int v = call_script(sha, "cc:", rq, which, now, &a);
-        return which == RL_REDIS_DECIDE ? v * 10 + (c.lease != 0) : (int) (a.leases_done * 10 + a.leases_gone);
+        return lease_call(sha, "cc:", r, 31, lease, which, now);
     };
     EXPECT_EQ(call(1, RL_REDIS_DECIDE, t0), RL_VERDICT_PASSED * 10 + 1);
     EXPECT_EQ(call(2, RL_REDIS_DECIDE, t0 + 1), RL_VERDICT_PASSED * 10 + 1);
@@ -531,54 +548,38 @@ TEST(RedisScript, ConcurrencyLeasesAreTakenReleasedRenewedAndExpire)
     rl_request_t frq = request_of(&free_look, 1, RL_COMBINE_ALL);
     call_script(sha, "cr:", frq, RL_REDIS_PEEK, t0 + 8, &a);
     EXPECT_EQ(free_look.decision.remaining, 1u);  // no slot taken
-}
 
-// A request whose server holds the limit of its key already (full_here:
-// some of those may not be in Redis) is refused whatever Redis holds, and
-// takes no lease.  A restore writes a lease whether Redis holds it or not
-// (its request runs: admitted while Redis was away, or Redis lost it),
-// where a renewal does not take an expired one again.
-TEST(RedisScript, AFullServerIsRefusedAndARestoreWritesItsLease)
-{
-    NEED_REDIS();
-    const std::string sha = script_sha();
-    rl_rule_t r = rule_of("algorithm=concurrency limit=2 lease=10s name=exports");
-    rl_redis_answer_t a;
-    const int64_t t0 = kT0 + 4 * 86400000;
+    // a request whose server holds the limit of its key already (full_here:
+    // some of those may not be in Redis) is refused whatever Redis holds,
+    // and takes no lease; a restore writes a lease whether Redis holds it
+    // or not (its request runs: admitted while Redis was away, or Redis
+    // lost it), where a renewal does not take an expired one again
+    const int64_t t1 = kT0 + 4 * 86400000;
     uint32_t remaining = 99;
-    auto call = [&](uint32_t lease, int which, int64_t now, int full) {
-        rl_check_t c = one_check(&r, 61, "acme", 1);
-        c.lease = lease;
-        c.full_here = full;
-        rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
-        rq.lease = 0xbeefu;
-        rq.holder = 77;
-        const int v = call_script(sha, "cf:", rq, which, now, &a);
-        remaining = c.decision.remaining;
-        return which == RL_REDIS_DECIDE ? v * 10 + (c.lease != 0) : (int) (a.leases_done * 10 + a.leases_gone);
+    auto full = [&](uint32_t lease, int which, int64_t now, int is_full) {
+        return lease_call(sha, "cf:", r, 61, lease, which, now, is_full, &remaining);
     };
-    EXPECT_EQ(call(1, RL_REDIS_DECIDE, t0, 1), RL_VERDICT_REJECTED * 10);  // none in Redis: refused all the same
+    EXPECT_EQ(full(1, RL_REDIS_DECIDE, t1, 1), RL_VERDICT_REJECTED * 10);  // none in Redis: refused all the same
     EXPECT_EQ(remaining, 0u);
-    EXPECT_EQ(call(2, RL_REDIS_DECIDE, t0 + 1, 0), RL_VERDICT_PASSED * 10 + 1);
+    EXPECT_EQ(full(2, RL_REDIS_DECIDE, t1 + 1, 0), RL_VERDICT_PASSED * 10 + 1);
     EXPECT_EQ(remaining, 1u);  // the refused one took none
-    // lease 3, never in Redis, written (to t0 + 10002); lease 2, live,
-    // renewed (to t0 + 10003)
-    EXPECT_EQ(call(3, RL_REDIS_RESTORE, t0 + 2, 0), 1);
-    EXPECT_EQ(call(2, RL_REDIS_RESTORE, t0 + 3, 0), 10);
-    EXPECT_EQ(call(4, RL_REDIS_DECIDE, t0 + 4, 0), RL_VERDICT_REJECTED * 10);  // both count
+    // lease 3, never in Redis, written (to t1 + 10002); lease 2, live,
+    // renewed (to t1 + 10003)
+    EXPECT_EQ(full(3, RL_REDIS_RESTORE, t1 + 2, 0), 1);
+    EXPECT_EQ(full(2, RL_REDIS_RESTORE, t1 + 3, 0), 10);
+    EXPECT_EQ(full(4, RL_REDIS_DECIDE, t1 + 4, 0), RL_VERDICT_REJECTED * 10);  // both count
     // lease 3 expired: a renewal finds it gone and takes it not again, a
     // restore writes it again, beyond the limit (its request runs)
-    EXPECT_EQ(call(3, RL_REDIS_RENEW, t0 + 10002, 0), 1);
-    EXPECT_EQ(call(5, RL_REDIS_DECIDE, t0 + 10002, 0), RL_VERDICT_PASSED * 10 + 1);
-    EXPECT_EQ(call(3, RL_REDIS_RESTORE, t0 + 10002, 0), 1);
-    EXPECT_EQ(call(6, RL_REDIS_DECIDE, t0 + 10002, 0), RL_VERDICT_REJECTED * 10);
-    rl_check_t look = one_check(&r, 61, "acme", 0);
-    rl_request_t lrq = request_of(&look, 1, RL_COMBINE_ALL);
-    call_script(sha, "cf:", lrq, RL_REDIS_PEEK, t0 + 10002, &a);
+    EXPECT_EQ(full(3, RL_REDIS_RENEW, t1 + 10002, 0), 1);
+    EXPECT_EQ(full(5, RL_REDIS_DECIDE, t1 + 10002, 0), RL_VERDICT_PASSED * 10 + 1);
+    EXPECT_EQ(full(3, RL_REDIS_RESTORE, t1 + 10002, 0), 1);
+    EXPECT_EQ(full(6, RL_REDIS_DECIDE, t1 + 10002, 0), RL_VERDICT_REJECTED * 10);
+    look = one_check(&r, 61, "acme", 0);
+    call_script(sha, "cf:", lrq, RL_REDIS_PEEK, t1 + 10002, &a);
     EXPECT_EQ(look.decision.remaining, 0u);  // three held: 2, 5 and 3
-    EXPECT_EQ(call(2, RL_REDIS_RELEASE, t0 + 10002, 0), 10);
-    EXPECT_EQ(call(5, RL_REDIS_RELEASE, t0 + 10002, 0), 10);
-    EXPECT_EQ(call(7, RL_REDIS_DECIDE, t0 + 10002, 0), RL_VERDICT_PASSED * 10 + 1);
+    EXPECT_EQ(full(2, RL_REDIS_RELEASE, t1 + 10002, 0), 10);
+    EXPECT_EQ(full(5, RL_REDIS_RELEASE, t1 + 10002, 0), 10);
+    EXPECT_EQ(full(7, RL_REDIS_DECIDE, t1 + 10002, 0), RL_VERDICT_PASSED * 10 + 1);
 }
 
 // A key's leases of one server among the fleet's: a peek with a server's

@@ -343,43 +343,50 @@ void free_here(rl_check_t &c, const rl_request_t &rq, int64_t now)
     c.slot = 0;  // reset through the key API, or evicted: nothing held
 }
 
-}  // namespace
+// The slots a Redis zone's request holds in its server's zone: taken
+// (kTake), or given back, every one (kFreeAll) or those of the checks that
+// hold no lease (kFreeUnleased).  Returns how many it holds then.
+enum { kTake, kFreeAll, kFreeUnleased };
 
-int rl_request_hold_here(rl_request_t *rq, int64_t now_ms)
+int slots_here(rl_request_t &rq, int64_t now, int what)
 {
     int held = 0;
-    try {
-        for (size_t i = 0; i < rq->n; i++) {
-            rl_check_t &c = rq->checks[i];
-            c.full_here = 0;
-            if (rl::applies(c) && rl::has(*c.rule, rl::kSlots)) {
-                if (c.slot == 0) {
-                    hold_here(c, *rq, now_ms);
-                }
-                held += c.slot != 0;
-            }
+    for (size_t i = 0; i < rq.n; i++) {
+        rl_check_t &c = rq.checks[i];
+        if (!rl::applies(c) || !rl::has(*c.rule, rl::kSlots)) {
+            continue;
         }
-    } catch (...) {
+        if (what == kTake) {
+            c.full_here = 0;
+            if (c.slot == 0) {
+                hold_here(c, rq, now);
+            }
+        } else if (c.slot != 0 && (what == kFreeAll || c.lease == 0)) {
+            free_here(c, rq, now);
+        }
+        held += c.slot != 0;
     }
     return held;
 }
 
+}  // namespace
+
+int rl_request_hold_here(rl_request_t *rq, int64_t now_ms)
+{
+    try {
+        return slots_here(*rq, now_ms, kTake);
+    } catch (...) {
+        return 0;
+    }
+}
+
 int rl_request_free_here(rl_request_t *rq, int64_t now_ms, int all)
 {
-    int held = 0;
     try {
-        for (size_t i = 0; i < rq->n; i++) {
-            rl_check_t &c = rq->checks[i];
-            if (c.slot != 0 && rl::applies(c) && rl::has(*c.rule, rl::kSlots)) {
-                if (all || c.lease == 0) {
-                    free_here(c, *rq, now_ms);
-                }
-                held += c.slot != 0;
-            }
-        }
+        return slots_here(*rq, now_ms, all ? kFreeAll : kFreeUnleased);
     } catch (...) {
+        return 0;
     }
-    return held;
 }
 
 int rl_check_charges(const rl_check_t *c)
