@@ -439,6 +439,10 @@ ngx_http_ratelimit_rule_zone(ngx_conf_t *cf,
         rmcf->ends = 1;
     }
 
+    if (rl_rule_holds_slots(&rule->rule)) {
+        rlcf->slots = 1;
+    }
+
     ref->shm_zone = rule->shm_zone;
     ref->file = cf->conf_file->file.name.data;
     ref->line = cf->conf_file->line;

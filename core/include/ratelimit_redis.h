@@ -68,19 +68,23 @@ enum rl_redis_call {
     RL_REDIS_RESET,
     RL_REDIS_SETTLE,
     RL_REDIS_RELEASE,
-    RL_REDIS_RENEW
+    RL_REDIS_RENEW,
+    RL_REDIS_RESTORE
 };
 
 /*
  * Concurrency in a Redis zone: a decision that admits a request takes a
  * lease of each concurrency check (its key's sorted set: the member named
- * "SERVER:LEASE:HOLDER:SLOT" of rq->server, rq->lease, rq->holder and the
- * check's slot, the first two in 16 hex digits, scored by Redis's clock
- * plus lease=); RL_REDIS_RELEASE removes the leases of the checks that
- * hold one (slot > 0), RL_REDIS_RENEW moves their deadlines to lease=
- * from now (an expired one is not taken again).  Their answer:
- * rl_redis_answer() sets out->leases_done (released, renewed) and
- * out->leases_gone (found expired already).  A call of these holds any
+ * "SERVER:LEASE:HOLDER:NUMBER" of rq->server, rq->lease, rq->holder and the
+ * check's lease, the first two in 16 hex digits, scored by Redis's clock
+ * plus lease=), unless the check is full_here; RL_REDIS_RELEASE removes
+ * the leases of the checks that hold one (lease > 0), RL_REDIS_RENEW moves
+ * their deadlines to lease= from now (an expired one is not taken again),
+ * RL_REDIS_RESTORE writes them with that deadline whether Redis holds them
+ * or not (their requests run: admitted while Redis was away, or Redis lost
+ * their leases).  Their answer: rl_redis_answer() sets out->leases_done
+ * (released, renewed) and out->leases_gone (found expired already, or
+ * restored).  A call of these holds any
  * number of checks (a worker's renewals batched), of one Cluster slot.  A
  * peek counts each concurrency check's live leases whose names start with
  * rq->server's part (none when rq->server is 0): out->here.
@@ -175,9 +179,10 @@ typedef struct {
     uint32_t     found;         /* DECIDED, RL_REDIS_RESET: bit i set if
                                    check i had a state, */
     uint32_t     unbanned;      /*   and if its ban (ban=) was lifted */
-    uint32_t     leases_done;   /* DECIDED, RELEASE or RENEW: leases
-                                   released or renewed, */
-    uint32_t     leases_gone;   /*   and found expired already */
+    uint32_t     leases_done;   /* DECIDED, RELEASE, RENEW or RESTORE:
+                                   leases released or renewed, */
+    uint32_t     leases_gone;   /*   and found expired already (RESTORE:
+                                   written again) */
     uint32_t     here[RL_RULES_MAX]; /* DECIDED, RL_REDIS_PEEK: check i's
                                    live leases of rq->server (concurrency;
                                    0 for other rules) */

@@ -66,7 +66,9 @@ typedef struct {
     X(leases_renewed, "Leases renewed for requests that outlive a third of "  \
       "their lease.")                                                         \
     X(leases_undelivered, "Releases and renewals Redis did not take: the "    \
-      "lease runs out by itself.")
+      "lease runs out by itself.")                                            \
+    X(leases_restored, "Leases written into Redis again for requests in "     \
+      "flight: admitted while Redis was away, or lost by it.")
 
 typedef struct {
 #define RL_REDIS_FIGURE(name, help)  uint64_t name;
