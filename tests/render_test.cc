@@ -457,7 +457,7 @@ TEST(Stats, Prometheus)
             << line;
         at = nl + 1;
     }
-    EXPECT_EQ(lines, 10 * (2 + 2) + 18 * (2 + 2) + 15 * (2 + 1) + 2 + 11 + 2 + 3);
+    EXPECT_EQ(lines, 10 * (2 + 2) + 17 * (2 + 2) + 15 * (2 + 1) + 2 + 11 + 2 + 3);
 }
 
 TEST(Stats, LogKeyOffShowsNoKey)

@@ -845,6 +845,34 @@ local function banned_until(key, now, v)
   return 0
 end
 
+-- ---- reservations in flight (settle.cpp) ------------------------------------
+
+-- how long a key's reservations in flight are kept after its last
+-- admission or end (settle.cpp's kFlightHoldMs)
+local FLIGHT_HOLD = 3600000
+
+-- the units a key's requests in flight reserved: "units until", none once
+-- until has passed (as this call left them, when it wrote them: two rules
+-- of one name share them)
+local flight_now = {}
+local function flight_held(key, now, v)
+  if flight_now[key] then return flight_now[key] end
+  v = string_at(key, v)
+  local held, untl = string.match(v or '', '^(%d+) (%d+)$')
+  if held and tonumber(untl) > now then return tonumber(held) end
+  return 0
+end
+
+local function flight_set(key, held, now, testing)
+  flight_now[key] = held > 0 and held or 0
+  if held <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, num(held) .. ' ' .. num(now + FLIGHT_HOLD), 'PX',
+               num(testing and FLIGHT_HOLD + DAY or FLIGHT_HOLD))
+  end
+end
+
 -- a refusal while banned, or the one that starts a ban: the key may try
 -- again when the ban ends, not before
 local function refuse_until(d, ends, now)
@@ -943,7 +971,7 @@ end
 
 if settle then
   local out = {1}
-  local got, written = read_strings(n), {}
+  local got, written = read_strings(n + flights), {}
   for i = 1, n do
     local r = rules[i]
     local a = algorithms[r.algorithm]
@@ -960,8 +988,8 @@ if settle then
       if a.head then store_head(KEYS[i], s, now, testing) else a.settled(KEYS[i], r, s, now, testing) end
       written[KEYS[i]] = true
     end
-    if r.flightkey and r.cost > 0 and redis.call('DECRBY', r.flightkey, num(r.cost)) <= 0 then
-      redis.call('DEL', r.flightkey)
+    if r.flightkey then
+      flight_set(r.flightkey, flight_held(r.flightkey, now, got[r.flightkey]) - r.cost, now, testing)
     end
     out[#out + 1] = charged
     out[#out + 1] = charged > before and 1 or 0
@@ -981,10 +1009,6 @@ local function reserve(r, look)
   if r.share < look.remaining then return r.share end
   return look.remaining > r.cost and look.remaining or r.cost
 end
-
--- how long a key's reservations in flight are kept after its last
--- admission (settle.cpp's kFlightHoldMs)
-local FLIGHT_HOLD = 3600000
 
 local got = read_strings(n + bans + flights)
 
@@ -1049,10 +1073,9 @@ local banning = {}
 for i = 1, n do
   local r, d = rules[i], decisions[i]
   if r.flightkey and committed[i] then
-    redis.call('INCRBY', r.flightkey, num(r.cost))
-    redis.call('PEXPIRE', r.flightkey, FLIGHT_HOLD)
+    flight_set(r.flightkey, flight_held(r.flightkey, now, got[r.flightkey]) + r.cost, now, testing)
   elseif r.flightkey and d.allowed == 0 and d.never == 0 and not banned[i] then
-    local held = tonumber(got[r.flightkey]) or 0
+    local held = flight_held(r.flightkey, now, got[r.flightkey])
     if held > 0 and d.remaining + held >= r.asked then banning[i] = 2 end
   end
 end
