@@ -516,8 +516,14 @@ TEST(Reserve, NoChargeSettledBeforeMovesTheReservation)
             Counted r(name + " limit=100 period=1h charge=$t name=p");
             r.serial("honest", 10, 50, kT0);
             for (int i = 0; i < 16; i++) {
-                r.serial(poison == 0 ? "throwaway" + std::to_string(i) : poison == 1 ? "greedy" : "big" + std::to_string(i),
-                         1, poison == 0 ? 0 : poison == 1 ? 1 : 100, kT0);
+                r.serial(poison == 0   ? "throwaway" + std::to_string(i)
+                         : poison == 1 ? "greedy"
+                                       : "big" + std::to_string(i),
+                         1,
+                         poison == 0   ? 0
+                         : poison == 1 ? 1
+                                       : 100,
+                         kT0);
             }
             if (poison < 2) {
                 std::vector<rl_check_t> in;
@@ -586,8 +592,7 @@ TEST(Reserve, ARandomizedAdversaryIsServedAtMostThreeAtOnce)
                     mine.push_back(c);
                     most = std::max(most, mine.size());
                     EXPECT_LE(mine.size(), 3u) << name << " round " << round;
-                } else if (!c.decision.never && r.banned(key, now) == 0 &&
-                           c.decision.banned_ms == 0) {
+                } else if (!c.decision.never && r.banned(key, now) == 0 && c.decision.banned_ms == 0) {
                     // a refusal of a key not banned: told apart exactly when
                     // its requests in flight alone refused it
                     const bool flight = held > 0 && left + held >= 1;

@@ -335,7 +335,7 @@ TEST(RedisScript, TwoRulesOfOneNameSettleOneAfterTheOther)
     rl_check_t look = one_check(&r, 5, "key", 0);  // cost 0: a look
     rl_request_t lq = request_of(&look, 1, RL_COMBINE_ALL);
     call_script(sha, "two:", lq, RL_REDIS_PEEK, now, &a);  // (a decision of cost 0 would reserve)
-    EXPECT_EQ(look.decision.remaining, 200u);               // 1,000 less both charges
+    EXPECT_EQ(look.decision.remaining, 200u);              // 1,000 less both charges
 }
 
 // A refusal bans the key (ban=) for its time, in a Redis key of its own

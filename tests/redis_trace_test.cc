@@ -210,15 +210,14 @@ struct Trace {
             std::string msg = "op " + std::to_string(op) + " at " + std::to_string(now) + ", combine " +
                               std::to_string(combine) + ":\n";
             for (size_t i = 0; i < rules.size(); i++) {
-                msg += "  rule \"" + texts[i] + "\" key " + keys[i] + " cost " + std::to_string(costs[i]) +
-                       "\n    core:  " + describe(local[i].decision) +
-                       " reserved=" + std::to_string(local[i].reserved) +
-                       " banning=" + std::to_string(local[i].banning) +
-                       " in_flight=" + std::to_string(local[i].in_flight) +
-                       "\n    redis: " + describe(remote[i].decision) +
-                       " reserved=" + std::to_string(remote[i].reserved) +
-                       " banning=" + std::to_string(remote[i].banning) +
-                       " in_flight=" + std::to_string(remote[i].in_flight) + "\n";
+                msg +=
+                    "  rule \"" + texts[i] + "\" key " + keys[i] + " cost " + std::to_string(costs[i]) +
+                    "\n    core:  " + describe(local[i].decision) + " reserved=" + std::to_string(local[i].reserved) +
+                    " banning=" + std::to_string(local[i].banning) +
+                    " in_flight=" + std::to_string(local[i].in_flight) +
+                    "\n    redis: " + describe(remote[i].decision) + " reserved=" + std::to_string(remote[i].reserved) +
+                    " banning=" + std::to_string(remote[i].banning) +
+                    " in_flight=" + std::to_string(remote[i].in_flight) + "\n";
             }
             ADD_FAILURE() << msg << "  allowed core " << la << " redis " << ra << ", binding " << lb << " / " << rb;
             return false;
@@ -455,8 +454,8 @@ TEST(RedisScript, ChargesAndBansMatchTheCoreOnRandomTraces)
     std::printf("%zu requests ended: %zu charged, %zu in debt, %zu capped; %zu bans, %zu refusals while banned; "
                 "%zu decisions reserved more than their cost, %zu of them less than the key had left; %zu refused "
                 "by reservations in flight alone\n",
-                seen.ends, seen.charged, seen.debts, seen.capped, seen.bans, seen.banned, seen.reserved,
-                seen.estimated, seen.told);
+                seen.ends, seen.charged, seen.debts, seen.capped, seen.bans, seen.banned, seen.reserved, seen.estimated,
+                seen.told);
     // the traces went where the arithmetic differs most
     EXPECT_GT(seen.reserved, 1000u);
     EXPECT_GT(seen.estimated, 1000u);

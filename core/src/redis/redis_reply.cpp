@@ -229,7 +229,10 @@ bool in_range(const rl_check_t &c, const int64_t *v, bool peek, rl_redis_answer_
     const bool bans = refused && ban > 0 && !peek, flies = refused && c.rule->charge && !peek;
     if (v[kBanning] < 0 || v[kBanning] > (flies ? 2 : bans ? 1 : 0) || (v[kBanning] == 1 && !bans)) {
         failed(out, "banning of rule \"%s\" is %lld: it can only be 0%s%s", c.rule->name, (long long) v[kBanning],
-               bans ? " or 1" : "", flies ? " or 2 (refused in flight)" : bans ? "" : " (no ban started)");
+               bans ? " or 1" : "",
+               flies  ? " or 2 (refused in flight)"
+               : bans ? ""
+                      : " (no ban started)");
         return false;
     }
     for (size_t k = 0; k <= kBanned; k++) {

@@ -109,7 +109,7 @@ struct RuleCounters {
     uint64_t waited;        //   requests that waited for one
     uint64_t bans;          // ban=: bans started,
     uint64_t dry_run_bans;  // and dry-run refusals that would start one
-    uint64_t overridden;  // requests that met an override
+    uint64_t overridden;    // requests that met an override
     // adaptive: the last interval decided by a key of the rule: its limit,
     // baseline and typical latency (us)
     uint32_t limit_now;
