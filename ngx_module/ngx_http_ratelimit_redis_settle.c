@@ -4,10 +4,12 @@
  * when it ends.
  *
  * The log phase evaluates each charge and hands the request's checks here;
- * the checks that settle one are copied, with their rules and keys, out of
- * the request's pool (which goes away with the request), and one script
- * call (rl_redis_command, RL_REDIS_SETTLE: each gives back the cost it
- * reserved and spends its charge, atomically in Redis) is pipelined on the
+ * the checks that settle one, or end with their reservation standing
+ * (RL_NO_CHARGE: the key's reservations in flight end all the same), are
+ * copied, with their rules and keys, out of the request's pool (which goes
+ * away with the request), and one script call (rl_redis_command,
+ * RL_REDIS_SETTLE: each gives back the cost it reserved and spends its
+ * charge, atomically in Redis) is pipelined on the
  * worker's connection to the server of the key's slot.  Nothing waits for
  * the reply: the request ends at once, and the worker goes on.  The reply,
  * judged by the core, is counted in this server's zone (each rule's units
