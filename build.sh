@@ -64,8 +64,9 @@ PACKAGES=(nginx nginx-dev cmake make g++ libgtest-dev libpcre2-dev libssl-dev
 # dashboard in Debian's headless Chromium; t/security_surface.t measures
 # nginx -t's memory with /usr/bin/time; t/grpc.t runs a real gRPC server and
 # client (python3-grpcio, with Debian's own python3) and looks at the HTTP/2
-# answer with curl; t/adaptive.t runs its upstream and load generator with python3
-TEST_PACKAGES=(chromium time python3-grpcio curl python3)
+# answer with curl; t/adaptive.t runs its upstream and load generator with
+# python3; t/state_bounds.t runs nginx a day ahead under libfaketime
+TEST_PACKAGES=(chromium time python3-grpcio curl python3 faketime)
 
 # bold on a terminal only: CI logs and files get plain text
 if [ -t 2 ]; then

@@ -54,6 +54,7 @@ void run(const char *text, size_t size, uint64_t nkeys)
     rl_state_rule_t named{};
     named.identity = rl_rule_identity(&rule, "$k", 2);
     named.algorithm = rule.algorithm;
+    named.rule = &rule;
     std::snprintf(named.name, sizeof(named.name), "%s", rule.name);
 
     Zone z(size, blocks);

@@ -28,6 +28,9 @@ static u_char *ngx_http_ratelimit_log_context(ngx_log_t *log, u_char *buf,
     size_t len);
 
 
+/* A failure that repeats: how often its count is said while it lasts. */
+#define NGX_HTTP_RATELIMIT_REPEAT_SAY      (3600 * 1000)
+
 /* What ngx_http_ratelimit_rule_t's folded[] counts. */
 #define NGX_HTTP_RATELIMIT_FOLD_REJECTED   0
 #define NGX_HTTP_RATELIMIT_FOLD_DELAYED    1
@@ -463,6 +466,66 @@ ngx_http_ratelimit_log_folded(ngx_event_t *ev)
             lg->folded[k] = 0;
         }
     }
+}
+
+
+/*
+ * A write of a file that happens on a timer (a zone's state file, its
+ * overrides file), said as it ends (rc): fmt and its arguments name the
+ * file.  A failure is said at error the first time, then the same failure
+ * (the same errno) is counted, not written, but for a line every
+ * NGX_HTTP_RATELIMIT_REPEAT_SAY that says how many: a directory that is
+ * not writable fails at every interval for as long as it lasts.  Another
+ * failure is said at once; the first write that succeeds after failures
+ * is said at notice, with their count.
+ */
+
+void ngx_cdecl
+ngx_http_ratelimit_log_written(ngx_log_t *log, ngx_http_ratelimit_repeat_t *rp,
+    ngx_int_t rc, ngx_err_t err, const char *fmt, ...)
+{
+    u_char   *p, *last, line[NGX_MAX_ERROR_STR];
+    va_list   args;
+
+    if (rc == NGX_OK && rp->failures == 0) {
+        return;
+    }
+
+    if (rc != NGX_OK && rp->failures++ != 0 && err == rp->err
+        && ngx_current_msec - rp->said < NGX_HTTP_RATELIMIT_REPEAT_SAY)
+    {
+        rp->folded++;
+        return;
+    }
+
+    last = line + sizeof(line);
+
+    va_start(args, fmt);
+    p = ngx_vslprintf(line, last, fmt, args);
+    va_end(args);
+
+    if (rc == NGX_OK) {
+        p = ngx_slprintf(p, last, " written again, after %ui writes that "
+                         "failed", rp->failures);
+        ngx_log_error(NGX_LOG_NOTICE, log, 0, "%*s", (size_t) (p - line),
+                      line);
+        rp->failures = 0;
+        rp->folded = 0;
+        return;
+    }
+
+    p = ngx_slprintf(p, last, " could not be written");
+
+    if (rp->folded) {
+        p = ngx_slprintf(p, last, " (after %ui more failures, repeats not "
+                         "logged one by one)", rp->folded);
+    }
+
+    ngx_log_error(NGX_LOG_ERR, log, err, "%*s", (size_t) (p - line), line);
+
+    rp->err = err;
+    rp->said = ngx_current_msec;
+    rp->folded = 0;
 }
 
 

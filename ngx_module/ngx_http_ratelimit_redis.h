@@ -144,6 +144,17 @@ struct ngx_http_ratelimit_redis_s {
     ngx_queue_t                        leases;
     ngx_event_t                        renew;
     ngx_msec_t                         renew_ms;    /* its interval */
+    ngx_uint_t                         restore_calls; /* of the round of
+                                                       restores sent last,
+                                                       not yet answered */
+    ngx_uint_t                         restore_round;
+    unsigned                           restoring:1; /* Redis failed a call:
+                                                       every lease written
+                                                       again, a round each
+                                                       tick, until a round
+                                                       is answered whole */
+    unsigned                           restore_failed:1; /* a call failed
+                                                       since the round */
     uint64_t                           lease_server; /* stats->server,
                                                        as this worker read it */
     uint64_t                           lease_owner; /* names this worker's

@@ -11,6 +11,7 @@
 #include <ngx_sha1.h>
 
 #include "ngx_http_ratelimit_redis_conf.h"
+#include "ngx_http_ratelimit_file.h"
 #include "ngx_http_ratelimit_redis_tls.h"
 
 
@@ -557,12 +558,13 @@ static char *
 ngx_http_ratelimit_redis_read_password(ngx_conf_t *cf,
     ngx_http_ratelimit_redis_t *redis, ngx_str_t *zone)
 {
-    u_char       *buf;
-    ssize_t       n;
-    ngx_fd_t      fd;
-    ngx_str_t     file;
-    const char   *why;
-    ngx_err_t     err;
+    u_char           *buf;
+    ssize_t           n;
+    ngx_fd_t          fd;
+    ngx_str_t         file;
+    const char       *why;
+    ngx_err_t         err;
+    ngx_file_info_t   fi;
 
     file = redis->password_file;
 
@@ -575,15 +577,16 @@ ngx_http_ratelimit_redis_read_password(ngx_conf_t *cf,
         return NGX_CONF_ERROR;
     }
 
-    fd = ngx_open_file(file.data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+    /* a regular file (a FIFO would hold nginx -t and a reload) */
+
+    fd = ngx_http_ratelimit_file_open(file.data, 1, &fi, &err, &why);
 
     if (fd == NGX_INVALID_FILE) {
-        err = ngx_errno;
         ngx_conf_log_error(NGX_LOG_EMERG, cf, err,
                            "\"ratelimit_zone\" directive: "
                            "\"redis_password_file=%V\" of zone \"%V\": "
-                           "cannot open \"%V\"", &redis->password_file, zone,
-                           &file);
+                           "cannot open \"%V\"%s%s", &redis->password_file,
+                           zone, &file, why ? ": it " : "", why ? why : "");
         return NGX_CONF_ERROR;
     }
 

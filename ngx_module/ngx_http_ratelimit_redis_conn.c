@@ -7,8 +7,10 @@
  * server's addresses are ngx_http_ratelimit_redis_node.c's).  Requests are
  * pipelined: a command is appended to a connection's output and a ring
  * remembers whose reply comes next.  A closed connection is opened again on
- * a later request, after a backoff that doubles from 100 ms to 5 s;
- * meanwhile requests do not wait at all.
+ * a later request (or exchange, or lease's tick), after a backoff that
+ * doubles from 100 ms to 1 s, so that a Redis that answers again is found
+ * within a second, and one that does not is tried once a second a
+ * connection; meanwhile requests do not wait at all.
  */
 
 #include <ngx_config.h>

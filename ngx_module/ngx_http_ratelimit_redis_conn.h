@@ -19,7 +19,8 @@
                                                        once; each at most
                                                        RL_RESP_REPLY_MAX */
 #define NGX_HTTP_RATELIMIT_REDIS_BACKOFF   100
-#define NGX_HTTP_RATELIMIT_REDIS_BACKOFF_MAX  5000
+#define NGX_HTTP_RATELIMIT_REDIS_BACKOFF_MAX  1000     /* Redis back: found
+                                                       within a second */
 #define NGX_HTTP_RATELIMIT_REDIS_NODES     32       /* cluster servers known */
 #define NGX_HTTP_RATELIMIT_REDIS_ADDRS     8        /* addresses kept of a
                                                        server's host name */

@@ -9,7 +9,10 @@
  * A write copies the table a few thousand buckets at a time, each under
  * the zone's lock, into a buffer of this process's, written to a
  * temporary file beside the state file and renamed over it: the file is
- * always a whole one.  Nothing of it is on the request path.
+ * always a whole one (ngx_http_ratelimit_file.c: what others may plant in
+ * the directory is neither followed nor reused).  A write that fails is
+ * said once while the same failure repeats, and its end said too.
+ * Nothing of it is on the request path.
  *
  * A binary upgrade (USR2): the old master renames its pid file to
  * .oldbin before it starts the new binary.  Worker 0 looks at each tick
@@ -24,6 +27,8 @@
 
 
 #include "ngx_http_ratelimit_state.h"
+#include "ngx_http_ratelimit_file.h"
+#include "ngx_http_ratelimit_log.h"
 #include "ratelimit_state.h"
 
 
@@ -33,11 +38,16 @@
 /* a new master's wait for the old generation's file, and its polls */
 #define NGX_HTTP_RATELIMIT_STATE_WAIT     3000
 #define NGX_HTTP_RATELIMIT_STATE_POLL     20
+/* a file written further ahead of the clock is said (a binary upgrade's
+   hand-over may be a few ms ahead: two processes' cached clocks) */
+#define NGX_HTTP_RATELIMIT_STATE_AHEAD_MS 1000
 
 
 static void ngx_http_ratelimit_state_tick(ngx_event_t *ev);
 static ngx_int_t ngx_http_ratelimit_state_write(
     ngx_http_ratelimit_zone_t *zone, ngx_log_t *log, ngx_uint_t lock);
+static void ngx_http_ratelimit_state_report(ngx_http_ratelimit_zone_t *zone,
+    rl_state_report_t *rep, int64_t now, ngx_log_t *log);
 static rl_state_rule_t *ngx_http_ratelimit_state_rules(
     ngx_http_ratelimit_zone_t *zone, ngx_log_t *log);
 static void ngx_http_ratelimit_state_wait(ngx_http_ratelimit_zone_t *zone,
@@ -102,9 +112,11 @@ ngx_http_ratelimit_state_load(ngx_http_ratelimit_zone_t *zone,
 {
     u_char             *data;
     ssize_t             n;
+    int64_t             now;
     ngx_fd_t            fd;
     ngx_err_t           err;
     ngx_uint_t          level;
+    const char         *what;
     ngx_file_info_t     fi;
     rl_state_rule_t    *rules;
     rl_state_report_t   rep;
@@ -118,25 +130,25 @@ ngx_http_ratelimit_state_load(ngx_http_ratelimit_zone_t *zone,
         ngx_http_ratelimit_state_wait(zone, log);
     }
 
-    fd = ngx_open_file(zone->state_file.data, NGX_FILE_RDONLY, NGX_FILE_OPEN,
-                       0);
+    /* the time of now, not of this master's start: a binary upgrade's
+       master has waited for the old generation's file since */
+
+    ngx_time_update();
+
+    fd = ngx_http_ratelimit_file_open(zone->state_file.data, 0, &fi, &err,
+                                      &what);
 
     if (fd == NGX_INVALID_FILE) {
-        err = ngx_errno;
         level = (err == NGX_ENOENT) ? NGX_LOG_NOTICE : NGX_LOG_ERR;
         ngx_log_error(level, log, err,
-                      "ratelimit_zone \"%V\": state file \"%V\" could not be "
-                      "opened: the zone starts empty",
-                      &zone->name, &zone->state_file);
+                      "ratelimit_zone \"%V\": state file \"%V\" %s: the zone "
+                      "starts empty", &zone->name, &zone->state_file,
+                      what ? what : "could not be opened");
         return;
     }
 
     data = NULL;
     rules = NULL;
-
-    if (ngx_fd_info(fd, &fi) == NGX_FILE_ERROR) {
-        goto failed;
-    }
 
     /* a file much larger than any the zone writes is not read */
 
@@ -160,8 +172,10 @@ ngx_http_ratelimit_state_load(ngx_http_ratelimit_zone_t *zone,
         goto failed;
     }
 
-    if (rl_state_restore(zone->table, data, n, rules, zone->rules.nelts,
-                         ngx_http_ratelimit_now(), &rep, why, sizeof(why))
+    now = ngx_http_ratelimit_now();
+
+    if (rl_state_restore(zone->table, data, n, rules, zone->rules.nelts, now,
+                         &rep, why, sizeof(why))
         != RL_OK)
     {
         ngx_log_error(NGX_LOG_ERR, log, 0,
@@ -171,23 +185,7 @@ ngx_http_ratelimit_state_load(ngx_http_ratelimit_zone_t *zone,
         goto done;
     }
 
-    ngx_log_error(NGX_LOG_NOTICE, log, 0,
-                  "ratelimit_zone \"%V\": state file \"%V\" of %L ms ago: "
-                  "%uL keys restored, %uL back to full budget since, %uL "
-                  "dropped (their block's size changed), %uL summary "
-                  "cells restored, %uL dropped (another zone size)",
-                  &zone->name, &zone->state_file,
-                  ngx_http_ratelimit_now() - rep.written, rep.restored,
-                  rep.expired, rep.no_block, rep.cells, rep.cells_dropped);
-
-    if (rep.rules_gone) {
-        ngx_log_error(NGX_LOG_NOTICE, log, 0,
-                      "ratelimit_zone \"%V\": state file \"%V\": %uD of its "
-                      "%uD rules are not configured now (%s): no request "
-                      "meets their keys again",
-                      &zone->name, &zone->state_file, rep.rules_gone,
-                      rep.rules, rep.gone);
-    }
+    ngx_http_ratelimit_state_report(zone, &rep, now, log);
 
     goto done;
 
@@ -209,6 +207,48 @@ done:
     }
 
     (void) ngx_close_file(fd);
+}
+
+
+/* What a file restored, and what it dropped or bounded. */
+
+static void
+ngx_http_ratelimit_state_report(ngx_http_ratelimit_zone_t *zone,
+    rl_state_report_t *rep, int64_t now, ngx_log_t *log)
+{
+    ngx_log_error(NGX_LOG_NOTICE, log, 0,
+                  "ratelimit_zone \"%V\": state file \"%V\" of %L ms ago: "
+                  "%uL keys restored, %uL back to full budget since, %uL "
+                  "dropped (their block's size changed), %uL summary "
+                  "cells restored, %uL dropped (another zone size)",
+                  &zone->name, &zone->state_file,
+                  ngx_max(now - rep->written, 0), rep->restored,
+                  rep->expired, rep->no_block, rep->cells, rep->cells_dropped);
+
+    if (rep->ahead > NGX_HTTP_RATELIMIT_STATE_AHEAD_MS) {
+        ngx_log_error(NGX_LOG_WARN, log, 0,
+                      "ratelimit_zone \"%V\": state file \"%V\" was written "
+                      "%L ms ahead of this clock (stepped back since?): its "
+                      "times are read %L ms earlier",
+                      &zone->name, &zone->state_file, rep->ahead, rep->ahead);
+    }
+
+    if (rep->bounded) {
+        ngx_log_error(NGX_LOG_WARN, log, 0,
+                      "ratelimit_zone \"%V\": state file \"%V\": %uL keys "
+                      "owed more than the zone's rules can make a key owe "
+                      "now: each owes the longest of them",
+                      &zone->name, &zone->state_file, rep->bounded);
+    }
+
+    if (rep->rules_gone) {
+        ngx_log_error(NGX_LOG_NOTICE, log, 0,
+                      "ratelimit_zone \"%V\": state file \"%V\": %uD of its "
+                      "%uD rules are not configured now (%s): no request "
+                      "meets their keys again",
+                      &zone->name, &zone->state_file, rep->rules_gone,
+                      rep->rules, rep->gone);
+    }
 }
 
 
@@ -316,6 +356,9 @@ ngx_http_ratelimit_state_handed_over(void)
     u_char            buf[NGX_INT64_LEN + 2];
     ssize_t           n;
     ngx_fd_t          fd;
+    ngx_err_t         err;
+    const char       *why;
+    ngx_file_info_t   fi;
     ngx_core_conf_t  *ccf;
 
     ccf = (ngx_core_conf_t *) ngx_get_conf(ngx_cycle->conf_ctx,
@@ -325,7 +368,9 @@ ngx_http_ratelimit_state_handed_over(void)
         return 0;
     }
 
-    fd = ngx_open_file(ccf->oldpid.data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+    /* a regular file only: a FIFO put there would hold this worker */
+
+    fd = ngx_http_ratelimit_file_open(ccf->oldpid.data, 1, &fi, &err, &why);
     if (fd == NGX_INVALID_FILE) {
         return 0;
     }
@@ -366,119 +411,83 @@ static ngx_int_t
 ngx_http_ratelimit_state_write(ngx_http_ratelimit_zone_t *zone,
     ngx_log_t *log, ngx_uint_t lock)
 {
-    int                more;
-    u_char            *buf, *tmp;
-    size_t             len;
-    ssize_t            n;
-    ngx_fd_t           fd;
-    ngx_err_t          err;
-    ngx_uint_t         created;
-    ngx_msec_t         start;
-    rl_state_rule_t   *rules;
-    rl_state_write_t   w;
+    int                         more;
+    u_char                     *buf;
+    size_t                      len;
+    ngx_int_t                   rc;
+    ngx_msec_t                  start;
+    rl_state_rule_t            *rules;
+    rl_state_write_t            w;
+    ngx_http_ratelimit_file_t   f;
 
     start = ngx_current_msec;
-    fd = NGX_INVALID_FILE;
-    err = 0;
-    created = 0;
+    f.tmp = NULL;
+    f.fd = NGX_INVALID_FILE;
+    f.err = NGX_ENOMEM;
 
     buf = ngx_alloc(RL_STATE_CHUNK_MIN, log);
-    tmp = ngx_alloc(zone->state_file.len + sizeof(".tmp.") + NGX_INT_T_LEN,
-                    log);
     rules = ngx_http_ratelimit_state_rules(zone, log);
 
-    if (buf == NULL || tmp == NULL || rules == NULL) {
-        goto failed;
+    rc = buf && rules ? ngx_http_ratelimit_file_create(&f, &zone->state_file,
+                                                       0600, log)
+                      : NGX_ERROR;
+
+    if (rc == NGX_OK) {
+        rl_state_write_begin(&w, rules, zone->rules.nelts,
+                             ngx_http_ratelimit_now());
+
+        do {
+            if (lock) {
+                ngx_shmtx_lock(&zone->shpool->mutex);
+            }
+
+            more = rl_state_write_next(&w, zone->table, buf,
+                                       RL_STATE_CHUNK_MIN,
+                                       NGX_HTTP_RATELIMIT_STATE_BUCKETS,
+                                       &len);
+
+            if (lock) {
+                ngx_shmtx_unlock(&zone->shpool->mutex);
+            }
+
+            rc = ngx_http_ratelimit_file_write(&f, buf, len);
+
+        } while (more && rc == NGX_OK);
     }
 
-    ngx_sprintf(tmp, "%V.tmp.%P%Z", &zone->state_file, ngx_pid);
-
-    fd = ngx_open_file(tmp, NGX_FILE_WRONLY, NGX_FILE_TRUNCATE, 0600);
-    if (fd == NGX_INVALID_FILE) {
-        err = ngx_errno;
-        goto failed;
+    if (rc == NGX_OK) {
+        rc = ngx_http_ratelimit_file_close(&f);
     }
 
-    created = 1;
-
-    rl_state_write_begin(&w, rules, zone->rules.nelts,
-                         ngx_http_ratelimit_now());
-
-    do {
-        if (lock) {
-            ngx_shmtx_lock(&zone->shpool->mutex);
-        }
-
-        more = rl_state_write_next(&w, zone->table, buf, RL_STATE_CHUNK_MIN,
-                                   NGX_HTTP_RATELIMIT_STATE_BUCKETS, &len);
-
-        if (lock) {
-            ngx_shmtx_unlock(&zone->shpool->mutex);
-        }
-
-        n = len ? ngx_write_fd(fd, buf, len) : 0;
-
-        if (n != (ssize_t) len) {
-            err = n < 0 ? ngx_errno : 0;
-            goto failed;
-        }
-
-    } while (more);
-
-    if (fsync(fd) == -1) {
-        err = ngx_errno;
-        goto failed;
+    if (rc == NGX_OK) {
+        rc = ngx_http_ratelimit_file_rename(&f, &zone->state_file);
     }
 
-    (void) ngx_close_file(fd);
-    fd = NGX_INVALID_FILE;
+    if (rc == NGX_OK) {
+        ngx_time_update();
 
-    if (ngx_rename_file(tmp, zone->state_file.data) == NGX_FILE_ERROR) {
-        err = ngx_errno;
-        goto failed;
+        ngx_log_error(NGX_LOG_INFO, log, 0,
+                      "ratelimit_zone \"%V\": %uL keys written to state file "
+                      "\"%V\" in %M ms",
+                      &zone->name, w.keys, &zone->state_file,
+                      ngx_current_msec - start);
     }
 
-    ngx_time_update();
+    ngx_http_ratelimit_log_written(log, &zone->state_failing, rc, f.err,
+                                   "ratelimit_zone \"%V\": state file \"%V\"",
+                                   &zone->name, &zone->state_file);
 
-    ngx_log_error(NGX_LOG_INFO, log, 0,
-                  "ratelimit_zone \"%V\": %uL keys written to state file "
-                  "\"%V\" in %M ms",
-                  &zone->name, w.keys, &zone->state_file,
-                  ngx_current_msec - start);
-
-    ngx_free(buf);
-    ngx_free(tmp);
-    ngx_free(rules);
-
-    return NGX_OK;
-
-failed:
-
-    ngx_log_error(NGX_LOG_ERR, log, err,
-                  "ratelimit_zone \"%V\": state file \"%V\" could not be "
-                  "written", &zone->name, &zone->state_file);
-
-    if (fd != NGX_INVALID_FILE) {
-        (void) ngx_close_file(fd);
-    }
-
-    if (created) {
-        (void) ngx_delete_file(tmp);
-    }
+    ngx_http_ratelimit_file_discard(&f);
 
     if (buf) {
         ngx_free(buf);
-    }
-
-    if (tmp) {
-        ngx_free(tmp);
     }
 
     if (rules) {
         ngx_free(rules);
     }
 
-    return NGX_ERROR;
+    return rc;
 }
 
 
@@ -502,6 +511,7 @@ ngx_http_ratelimit_state_rules(ngx_http_ratelimit_zone_t *zone,
     for (i = 0; i < zone->rules.nelts; i++) {
         out[i].identity = rules[i]->identity;
         out[i].algorithm = rules[i]->rule.algorithm;
+        out[i].rule = &rules[i]->rule;
         ngx_memcpy(out[i].name, rules[i]->name.data, rules[i]->name.len);
     }
 

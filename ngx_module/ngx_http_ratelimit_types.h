@@ -66,6 +66,18 @@ typedef struct ngx_http_ratelimit_overrides_poll_s
 typedef struct ngx_http_ratelimit_rule_s  ngx_http_ratelimit_rule_t;
 
 
+/* A failure that repeats on a timer (a zone's file that cannot be
+   written), in a process: said once, its repeats counted
+   (ngx_http_ratelimit_log_written). */
+typedef struct {
+    ngx_uint_t                   failures;  /* since its first line; 0:
+                                               not failing */
+    ngx_uint_t                   folded;    /* since its last line */
+    ngx_err_t                    err;       /* its last line's */
+    ngx_msec_t                   said;      /* when */
+} ngx_http_ratelimit_repeat_t;
+
+
 typedef struct {
     ngx_str_t                    name;      /* as declared */
     ngx_slab_pool_t             *shpool;    /* its mutex is the zone's lock */
@@ -91,6 +103,7 @@ typedef struct {
                                                configuration's pages) */
     u_char                      *file;      /* where it is declared */
     ngx_uint_t                   line;
+    ngx_cycle_t                 *cycle;     /* of its configuration */
     ngx_http_ratelimit_redis_t  *redis;     /* NULL: decided in the zone */
     ngx_http_ratelimit_sync_t   *sync;      /* redis_sync: decided in the
                                                zone, exchanged with Redis */
@@ -112,6 +125,8 @@ typedef struct {
                                                overrides are */
     ngx_http_ratelimit_overrides_poll_t  *poll;  /* this worker's taking
                                                of them */
+    ngx_http_ratelimit_repeat_t  overrides_failing; /* this process's
+                                               writes of the file */
     int64_t                      overrides_checked; /* this worker's timer:
                                                expiries seen until */
     ngx_str_t                    state_file; /* state=; empty: none */
@@ -121,6 +136,7 @@ typedef struct {
     ngx_msec_t                   state_written; /* when, by this worker */
     ngx_flag_t                   state_upgrade; /* an upgrade seen (the
                                                pid file's .oldbin) */
+    ngx_http_ratelimit_repeat_t  state_failing; /* this process's writes */
 } ngx_http_ratelimit_zone_t;
 
 
@@ -193,6 +209,7 @@ typedef struct {
     ngx_flag_t                   ends;      /* a rule here settles when a
                                                request ends: charge=, or
                                                concurrency */
+    ngx_flag_t                   slots;     /*   concurrency */
     ngx_flag_t                   policy_each; /* each request writes its
                                                RateLimit-Policy (a rule's
                                                policy depends on it) */
@@ -288,6 +305,13 @@ struct ngx_http_ratelimit_ctx_s {
     unsigned                     leased:1;   /* holds leases in Redis
                                                 (concurrency), in its
                                                 worker's list */
+    unsigned                     lease_local:1; /* admitted by
+                                                on_redis_error=local */
+    unsigned                     lease_sent:1; /* its leases sent to Redis
+                                                (taken, or restored) */
+    unsigned                     here:1;     /* holds slots in its server's
+                                                zone (a Redis zone's
+                                                concurrency) */
     unsigned                     charged_set:1;
     unsigned                     grpc:2;    /* refused, and answered as a
                                                gRPC call: rl_grpc_kind */

@@ -14,6 +14,7 @@
 
 
 #include "ngx_http_ratelimit_zone.h"
+#include "ngx_http_ratelimit_file.h"
 #include "ngx_http_ratelimit_log.h"
 #include "ngx_http_ratelimit_overrides.h"
 #include "ngx_http_ratelimit_state.h"
@@ -28,6 +29,11 @@ static ngx_atomic_uint_t ngx_http_ratelimit_lease_server(
     ngx_http_ratelimit_zone_t *zone, ngx_http_ratelimit_zone_t *ozone,
     ngx_http_ratelimit_redis_stats_t *rs);
 static ngx_int_t ngx_http_ratelimit_slots(ngx_http_ratelimit_zone_t *zone);
+static void ngx_http_ratelimit_zone_renewed(ngx_shm_zone_t *shm_zone);
+static ngx_int_t ngx_http_ratelimit_zone_files(ngx_http_ratelimit_zone_t *zone,
+    ngx_log_t *log);
+static ngx_int_t ngx_http_ratelimit_zone_file(ngx_http_ratelimit_zone_t *zone,
+    ngx_uint_t k, ngx_log_t *log);
 static void ngx_http_ratelimit_kept_names(ngx_http_ratelimit_zone_t *zone,
     ngx_log_t *log);
 static void ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone,
@@ -94,14 +100,18 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     size_t                             size;
     u_char                            *table;
-    ngx_shm_zone_t                    *old;
-    ngx_http_ratelimit_zone_t         *zone, *was;
+    ngx_http_ratelimit_zone_t         *zone;
     u_char                            *journal;
     ngx_http_ratelimit_redis_stats_t  *rs;
     ngx_atomic_uint_t                  server;
     char                               err[RL_ERR_MAX];
 
     zone = shm_zone->data;
+
+    if (ngx_http_ratelimit_zone_files(zone, shm_zone->shm.log) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     zone->shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
     zone->size = shm_zone->shm.size - ngx_http_ratelimit_overrides_bytes(zone);
     size = ngx_http_ratelimit_table_size(zone, shm_zone->shm.size);
@@ -127,15 +137,12 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     {
         zone->table = ozone->table;
         ngx_http_ratelimit_kept_names(zone, shm_zone->shm.log);
-        ngx_http_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
-                                          zone->table);
-        ngx_http_ratelimit_overrides_attach(zone, table + size,
-                                            shm_zone->shm.log);
-        return NGX_OK;
+
+    } else if (shm_zone->shm.exists) {
+        zone->table = zone->shpool->data;
     }
 
-    if (shm_zone->shm.exists) {
-        zone->table = zone->shpool->data;
+    if (zone->table != NULL) {
         ngx_http_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
                                           zone->table);
         ngx_http_ratelimit_overrides_attach(zone, table + size,
@@ -175,8 +182,22 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
        master never touches them: a zone of thousands of names would cost
        the master their pages too) */
 
-    /* the previous cycle's zone of this name, if any, is not reused */
+    ngx_http_ratelimit_zone_renewed(shm_zone);
 
+    return NGX_OK;
+}
+
+
+/* A zone made afresh where the previous cycle had one of its name: why
+   its state starts empty. */
+
+static void
+ngx_http_ratelimit_zone_renewed(ngx_shm_zone_t *shm_zone)
+{
+    ngx_shm_zone_t             *old;
+    ngx_http_ratelimit_zone_t  *zone, *was;
+
+    zone = shm_zone->data;
     old = ngx_http_ratelimit_lookup_zone((ngx_list_t *)
                                          &ngx_cycle->shared_memory,
                                          &zone->name);
@@ -204,6 +225,129 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
                       "ratelimit_zone \"%V\": its rules' state sizes changed: "
                       "its state starts empty", &zone->name);
+    }
+}
+
+
+/*
+ * A zone's files (state=, overrides_file=) are its own, one for each use:
+ * not another zone's, not its other one, and not one nginx writes (an
+ * error or access log, the pid file), which a rename would replace and a
+ * start would read as the zone's.  Names are compared resolved, relative
+ * ones from the prefix (ngx_http_ratelimit_file_same).  Checked as nginx
+ * makes the zone, before anything is read, when every file of the
+ * configuration is known (nginx -t too): a zone's first, then the
+ * other's; a pair of zones is met at each one's.
+ */
+
+static const char  *ngx_http_ratelimit_file_params[] = {
+    "state", "overrides_file"
+};
+
+#define ngx_http_ratelimit_zone_file_of(zone, k)                              \
+    ((k) == 0 ? &(zone)->state_file : &(zone)->overrides_file)
+
+
+static ngx_int_t
+ngx_http_ratelimit_zone_files(ngx_http_ratelimit_zone_t *zone, ngx_log_t *log)
+{
+    ngx_uint_t  k;
+
+    for (k = 0; k < 2; k++) {
+        if (ngx_http_ratelimit_zone_file_of(zone, k)->len
+            && ngx_http_ratelimit_zone_file(zone, k, log) != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_ratelimit_zone_file(ngx_http_ratelimit_zone_t *zone, ngx_uint_t k,
+    ngx_log_t *log)
+{
+    ngx_str_t                  *mine, *theirs, error_log;
+    ngx_uint_t                  i, j;
+    ngx_shm_zone_t             *shm;
+    ngx_open_file_t            *file;
+    ngx_list_part_t            *part;
+    ngx_core_conf_t            *ccf;
+    ngx_http_ratelimit_zone_t  *other;
+
+    mine = ngx_http_ratelimit_zone_file_of(zone, k);
+
+    for (part = &zone->cycle->shared_memory.part; part; part = part->next) {
+        shm = part->elts;
+
+        for (i = 0; i < part->nelts; i++) {
+            other = shm[i].data;
+
+            if (shm[i].tag != &ngx_http_ratelimit_module || other == NULL) {
+                continue;
+            }
+
+            for (j = (other == zone) ? k + 1 : 0; j < 2; j++) {
+                theirs = ngx_http_ratelimit_zone_file_of(other, j);
+
+                if (!ngx_http_ratelimit_file_same(mine, theirs)) {
+                    continue;
+                }
+
+                ngx_log_error(NGX_LOG_EMERG, log, 0,
+                              "\"ratelimit_zone\" directive: %s=%V of zone "
+                              "\"%V\" (in %s:%ui) and %s=%V of zone \"%V\" "
+                              "(in %s:%ui) are one file: expected a file of "
+                              "its own for each zone's state= and "
+                              "overrides_file=",
+                              ngx_http_ratelimit_file_params[k], mine,
+                              &zone->name, zone->file, zone->line,
+                              ngx_http_ratelimit_file_params[j], theirs,
+                              &other->name, other->file, other->line);
+                return NGX_ERROR;
+            }
+        }
+    }
+
+    /* the logs and the pid file (the error log given by -e, or nginx's
+       own, is written until the configuration's are open) */
+
+    ccf = (ngx_core_conf_t *) ngx_get_conf(zone->cycle->conf_ctx,
+                                           ngx_core_module);
+    error_log = zone->cycle->error_log;
+
+    if (ngx_conf_full_name(zone->cycle, &error_log, 0) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    theirs = ngx_http_ratelimit_file_same(mine, &error_log) ? &error_log
+             : ccf && ngx_http_ratelimit_file_same(mine, &ccf->pid)
+             ? &ccf->pid : NULL;
+
+    for (part = &zone->cycle->open_files.part; part && !theirs;
+         part = part->next)
+    {
+        file = part->elts;
+
+        for (i = 0; i < part->nelts && !theirs; i++) {
+            if (ngx_http_ratelimit_file_same(mine, &file[i].name)) {
+                theirs = &file[i].name;
+            }
+        }
+    }
+
+    if (theirs) {
+        ngx_log_error(NGX_LOG_EMERG, log, 0,
+                      "\"ratelimit_zone\" directive: %s=%V of zone \"%V\" "
+                      "(in %s:%ui) is \"%V\", a file nginx writes (an "
+                      "error_log, an access_log, the pid file): expected a "
+                      "file of its own for each zone's state= and "
+                      "overrides_file=",
+                      ngx_http_ratelimit_file_params[k], mine, &zone->name,
+                      zone->file, zone->line, theirs);
+        return NGX_ERROR;
     }
 
     return NGX_OK;

@@ -199,6 +199,7 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     zone->sync = sync;
     zone->file = cf->conf_file->file.name.data;
     zone->line = cf->conf_file->line;
+    zone->cycle = cf->cycle;
     zone->overrides = overrides;
     zone->overrides_file = overrides_file;
 
@@ -299,12 +300,9 @@ static ngx_int_t
 ngx_http_ratelimit_zone_state(ngx_conf_t *cf, ngx_str_t *name,
     ngx_http_ratelimit_redis_t *redis, ngx_http_ratelimit_zone_t *zone)
 {
-    ngx_int_t                   rc;
-    ngx_uint_t                  i;
-    ngx_str_t                  *value;
-    ngx_shm_zone_t             *shm;
-    ngx_list_part_t            *part;
-    ngx_http_ratelimit_zone_t  *other;
+    ngx_int_t    rc;
+    ngx_uint_t   i;
+    ngx_str_t   *value;
 
     value = cf->args->elts;
     zone->state_interval = NGX_HTTP_RATELIMIT_STATE_INTERVAL;
@@ -337,30 +335,7 @@ ngx_http_ratelimit_zone_state(ngx_conf_t *cf, ngx_str_t *name,
         return NGX_ERROR;
     }
 
-    /* a file is one zone's */
-
-    for (part = &cf->cycle->shared_memory.part; zone->state_file.len && part;
-         part = part->next)
-    {
-        shm = part->elts;
-
-        for (i = 0; i < part->nelts; i++) {
-            other = shm[i].data;
-
-            if (shm[i].tag == &ngx_http_ratelimit_module && other != NULL
-                && other->state_file.len == zone->state_file.len
-                && ngx_strncmp(other->state_file.data, zone->state_file.data,
-                               zone->state_file.len) == 0)
-            {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "\"ratelimit_zone\" directive: zone "
-                                   "\"%V\" has the state file \"%V\" of zone "
-                                   "\"%V\": a state file is one zone's",
-                                   name, &zone->state_file, &other->name);
-                return NGX_ERROR;
-            }
-        }
-    }
+    /* a file is one zone's, for one use: ngx_http_ratelimit_zone_files */
 
     return NGX_OK;
 }

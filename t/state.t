@@ -5,9 +5,11 @@
 # nginx was down passing as for any idle key); after kill -9 of master and
 # workers, what the last periodic write held; after a binary upgrade (USR2,
 # WINCH, QUIT) under load, no key refreshed, the old generation's last
-# spending included; a damaged file and a file of another configuration
-# said in the log, the zone starting empty or with what still applies;
-# state= refused on a Redis zone.
+# spending included, the file's age said right; a damaged file and a file
+# of another configuration said in the log, the zone starting empty or
+# with what still applies; a directory where the file cannot be written
+# said once while it lasts, and its end said with the count; state=
+# refused on a Redis zone (one file for two zones: t/config_files.t).
 use strict;
 use warnings;
 
@@ -192,6 +194,10 @@ delete $t->{pid};
 $load->wait;
 like($t->error_log, qr/the old generation wrote state file "\Q$file\E" in \d+ ms/,
      'the new master waited for the old generation\'s file');
+# the file's age as the new master read it, by the clock of then (not of
+# its start, before its wait)
+my ($age) = $t->error_log =~ /the old generation wrote state file[^\n]*\n(?:.*\n)*?.*state file "\Q$file\E" of (-?\d+) ms ago/;
+ok(defined $age && $age >= 0 && $age < 3000, 'the file\'s age it says is of the clock when it read it (' . ($age // '?') . ' ms)');
 is(join(' ', map { status('/quota/f', "u$_") } 1 .. 2), '429 429', 'and still does once the old master is gone');
 
 kill 'QUIT', $new;
@@ -199,14 +205,36 @@ ok(wait_until(sub { !kill 0, $new }, 10), 'the new master stopped');
 my @bad = grep { /\[(alert|emerg|crit)\]|exited on signal|AddressSanitizer|runtime error:/ } split /\n/, $t->error_log;
 ok(!@bad, 'error log clean') or diag(join "\n", @bad);
 
+# ---- a directory the file cannot be written in ----
+
+# said once while it lasts, the failures counted; said again when it ends,
+# with their count; said anew when it fails again
+my $gone = "$p/gone";
+my $unwritten = qr/state file "\Q$gone\E\/z.state" could not be written/;
+$t->write_conf(conf() =~ s/state=\S+/state=$gone\/z.state/r, workers => 2);
+$t->start;
+my $since = length $t->error_log;
+ok(wait_until(sub { $t->error_log =~ $unwritten }, 5), 'a write that fails is said');
+sleep 4.5;   # four more intervals
+my @lines = substr($t->error_log, $since) =~ /^.*$unwritten.*$/mg;
+is(scalar @lines, 1, 'once, however often it fails') or diag(join "\n", @lines);
+like($lines[0] // '', qr/\[error\].*could not be written \(2: No such file or directory\)$/, 'at error, saying why');
+mkdir $gone or die;
+ok(wait_until(sub { -f "$gone/z.state" }, 5), 'written once the directory is there');
+my ($failed) = $t->wait_log(qr/state file "\Q$gone\E\/z.state" written again, after (\d+) writes that failed/)
+    =~ /written again, after (\d+) writes that failed/;
+ok(($failed // 0) >= 4, 'which is said, with the count of the writes that failed (' . ($failed // '?') . ')');
+unlink "$gone/z.state";
+rmdir $gone or die;
+ok(wait_until(sub { my @n = substr($t->error_log, $since) =~ /$unwritten/g; @n == 2 }, 5),
+   'failing again is said again');
+$t->stop;
+
 # ---- a Redis zone ----
 
 $t->conf_refused("ratelimit_zone r 1m redis=127.0.0.1:6379 state=$p/r.state;\n",
                  qr/"state=" of zone "r" is for a zone without redis=: Redis keeps a Redis zone's keys/,
                  'state= on a Redis zone');
-$t->conf_refused("ratelimit_zone a 1m state=$p/a.state;\nratelimit_zone b 1m state=$p/a.state;\n",
-                 qr/zone "b" has the state file "\Q$p\E\/a.state" of zone "a": a state file is one zone's/,
-                 'one state file for two zones');
 $t->conf_refused("ratelimit_zone s 1m state=$p/s.state state_interval=10ms;\n",
                  qr/invalid "state_interval=10ms" of zone "s": expected how often the state file is written/,
                  'a state_interval under a second');

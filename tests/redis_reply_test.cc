@@ -443,12 +443,12 @@ TEST(RedisAnswer, AResetSaysWhichRulesHadAState)
 TEST(RedisAnswer, ConcurrencyLeasesAndTheirReleases)
 {
     One o("algorithm=concurrency limit=3 lease=10s", 1);
-    o.c.slot = 7;
+    o.c.lease = 7;
     std::string why;
     Reply taken(std::vector<int64_t>{1, kNow, 1, 0, 2, 0, 0, 0, 0, 0, 0, kNow + 10000, 1, 0});
     rl_redis_answer_t a;
     ASSERT_EQ(rl_redis_answer(&o.rq, RL_REDIS_DECIDE, &taken.r, &a), RL_REDIS_DECIDED) << a.why;
-    EXPECT_EQ(o.c.slot, 7u);
+    EXPECT_EQ(o.c.lease, 7u);
     EXPECT_EQ(rl_redis_holds_lease(&o.c), 1);
     Reply far(std::vector<int64_t>{1, kNow, 1, 0, 2, 0, 0, 0, 0, 0, 0, kNow + 10001 + kSlack, 1, 0});
     EXPECT_EQ(rl_redis_answer(&o.rq, RL_REDIS_DECIDE, &far.r, &a), RL_REDIS_FAILED);
@@ -456,7 +456,7 @@ TEST(RedisAnswer, ConcurrencyLeasesAndTheirReleases)
     ASSERT_EQ(rl_redis_answer(&o.rq, RL_REDIS_DECIDE, &refused.r, &a), RL_REDIS_DECIDED) << a.why;
     EXPECT_EQ(a.verdict, RL_VERDICT_REJECTED);
     EXPECT_EQ(o.c.decision.retry_after_ms, 0);
-    EXPECT_EQ(o.c.slot, 0u);  // no lease kept
+    EXPECT_EQ(o.c.lease, 0u);  // no lease kept
     Reply window(std::vector<int64_t>{0, kNow, 0, 0, 0, 0, 0, 0, 1000, 0, 0, 0, 1, 0});
     EXPECT_EQ(rl_redis_answer(&o.rq, RL_REDIS_DECIDE, &window.r, &a), RL_REDIS_FAILED);
 
@@ -484,8 +484,8 @@ TEST(RedisAnswer, ConcurrencyLeasesAndTheirReleases)
     EXPECT_EQ(rl_redis_answer(&rate.rq, RL_REDIS_PEEK, &other.r, &a), RL_REDIS_FAILED);
     EXPECT_EQ(std::string(a.why), "leases here of rule \"fixed_window_3_1m\" is 1: it can only be 0");
 
-    o.c.slot = 8;
-    for (int call : {RL_REDIS_RELEASE, RL_REDIS_RENEW}) {
+    o.c.lease = 8;
+    for (int call : {RL_REDIS_RELEASE, RL_REDIS_RENEW, RL_REDIS_RESTORE}) {
         Reply live({1, 1, 0}), gone({1, 0, 1});
         ASSERT_EQ(rl_redis_answer(&o.rq, call, &live.r, &a), RL_REDIS_DECIDED) << a.why;
         EXPECT_EQ(a.leases_done, 1u);

@@ -245,8 +245,8 @@ struct Stats {
         tops[1] = rl_top_view_t{str("gone"), 0, RL_TOP_NONE, 0, 0, nullptr};
 
         const uint64_t le[RL_REDIS_LATENCY_BUCKETS] = {250, 500, 1000, 2500, 5000, 10000, 25000, 50000};
-        redis = rl_redis_figures_t{1,  2,      3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, {1, 0, 2, 0, 0, 0, 0, 0, 3},
-                                   {}, 1234567};
+        redis = rl_redis_figures_t{
+            1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, {1, 0, 2, 0, 0, 0, 0, 0, 3}, {}, 1234567};
         std::memcpy(redis.latency_le_us, le, sizeof(le));
 
         zones[0].name = str("a");
@@ -291,7 +291,7 @@ TEST(Stats, Json)
               "\"redis\":{\"server\":\"127.0.0.1:6379\",\"decisions\":1,\"errors\":2,\"timeouts\":3,\"fallbacks\":4,"
               "\"reconnects\":5,\"charges\":6,\"undelivered\":7,\"cached\":8,\"tls_failures\":9,\"tls_resumed\":10,"
               "\"leases\":11,\"leases_released\":12,\"leases_expired\":13,\"leases_renewed\":14,"
-              "\"leases_undelivered\":15,"
+              "\"leases_undelivered\":15,\"leases_restored\":16,"
               "\"latency_us\":{\"le_250\":1,\"le_500\":0,\"le_1000\":"
               "2,\"le_2500\":0,\"le_5000\":0,"
               "\"le_10000\":0,\"le_25000\":0,\"le_50000\":0,\"inf\":3},\"latency_us_sum\":1234567}}}}\n");
@@ -424,6 +424,10 @@ TEST(Stats, Prometheus)
         "lease runs out by itself.\n"
         "# TYPE nginx_ratelimit_redis_leases_undelivered_total counter\n"
         "nginx_ratelimit_redis_leases_undelivered_total{zone=\"b-2.z\"} 15\n"
+        "# HELP nginx_ratelimit_redis_leases_restored_total Leases written into Redis again for requests in "
+        "flight: admitted while Redis was away, or lost by it.\n"
+        "# TYPE nginx_ratelimit_redis_leases_restored_total counter\n"
+        "nginx_ratelimit_redis_leases_restored_total{zone=\"b-2.z\"} 16\n"
         "# HELP nginx_ratelimit_redis_latency_seconds Time from sending a request's script call to its reply.\n"
         "# TYPE nginx_ratelimit_redis_latency_seconds histogram\n"
         "nginx_ratelimit_redis_latency_seconds_bucket{zone=\"b-2.z\",le=\"0.000250\"} 1\n"
@@ -457,7 +461,7 @@ TEST(Stats, Prometheus)
             << line;
         at = nl + 1;
     }
-    EXPECT_EQ(lines, 10 * (2 + 2) + 17 * (2 + 2) + 15 * (2 + 1) + 2 + 11 + 2 + 3);
+    EXPECT_EQ(lines, 10 * (2 + 2) + 17 * (2 + 2) + 16 * (2 + 1) + 2 + 11 + 2 + 3);
 }
 
 TEST(Stats, LogKeyOffShowsNoKey)

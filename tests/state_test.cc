@@ -41,6 +41,7 @@ std::vector<rl_state_rule_t> state_rules(const std::vector<const Rule *> &rules)
         rl_state_rule_t s{};
         s.identity = r->identity;
         s.algorithm = r->rule.algorithm;
+        s.rule = &r->rule;
         std::snprintf(s.name, sizeof(s.name), "%s", r->rule.name);
         out.push_back(s);
     }
@@ -282,3 +283,160 @@ TEST(State, ADamagedOrTruncatedFileIsRefusedWhole)
     EXPECT_EQ(restore(ok, file, rules, kT0, &rep), RL_OK);
     EXPECT_EQ(rep.restored, 20u);
 }
+
+namespace {
+
+// A file's 8-byte words, changed in place, and its checksum made again:
+// what anyone who can write the state directory can write.
+uint64_t word(const std::vector<uint8_t> &f, size_t i)
+{
+    uint64_t w;
+    std::memcpy(&w, f.data() + 8 * i, 8);
+    return w;
+}
+void set_word(std::vector<uint8_t> &f, size_t i, uint64_t w)
+{
+    std::memcpy(f.data() + 8 * i, &w, 8);
+}
+void reseal(std::vector<uint8_t> &f)
+{
+    set_word(f, f.size() / 8 - 1, rl_state_checksum(f.data(), f.size()));
+}
+
+// Each key record's first word: after the header (7 words) and the rules
+// (identity, algorithm, name).
+std::vector<size_t> key_records(const std::vector<uint8_t> &f)
+{
+    std::vector<size_t> at;
+    for (size_t i = 7 + word(f, 6) * (2 + RL_NAME_MAX / 8); word(f, i) != 0; i += 3 + (word(f, i + 2) >> 48)) {
+        at.push_back(i);
+    }
+    return at;
+}
+
+// The longest any request of the rule can be told to wait.
+int64_t longest_wait(const rl_rule_t &r)
+{
+    return std::max({r.horizon_ms, r.ban_ms, int64_t{1000}});
+}
+
+}  // namespace
+
+// A file written by a clock a day ahead of the one reading it (stepped back
+// between the stop and the start): read as if written now.  A gcra key that
+// had spent 1 of 5 still has 4; a key refused for 12 minutes still is, for
+// 12 minutes; an hour's ban still lasts an hour, not a day and an hour.
+TEST(State, AFileFromAClockAheadIsReadAsOfNow)
+{
+    const Rule r("algorithm=gcra limit=5 period=1h name=r");
+    const Rule b("algorithm=gcra limit=1 period=1m ban=1h name=b");
+    TestZone z(64 * 1024, {r.rule, b.rule}, kSecret);
+    const int64_t ahead = kT0 + 24 * 3600 * 1000ll;
+    EXPECT_TRUE(hit(z, r, "spent1", ahead));
+    for (int i = 0; i < 5; i++) {
+        EXPECT_TRUE(hit(z, r, "spent5", ahead));
+    }
+    EXPECT_TRUE(hit(z, b, "banned", ahead));
+    EXPECT_FALSE(hit(z, b, "banned", ahead));  // and banned for an hour
+    const auto rules = state_rules({&r, &b});
+    const std::vector<uint8_t> file = write_file(z, rules, ahead + 1);
+
+    TestZone y(64 * 1024, {r.rule, b.rule}, nullptr);
+    rl_state_report_t rep;
+    ASSERT_EQ(restore(y, file, rules, kT0, &rep), RL_OK);
+    EXPECT_EQ(rep.ahead, 24 * 3600 * 1000ll + 1);
+    EXPECT_EQ(rep.bounded, 0u);
+    rl_decision_t d;
+    EXPECT_TRUE(hit(y, r, "spent1", kT0, &d));
+    EXPECT_EQ(d.remaining, 3u);  // 5, less the one spent, less this one
+    EXPECT_FALSE(hit(y, r, "spent5", kT0, &d));
+    EXPECT_EQ(d.retry_after_ms, 12 * 60000 - 1);  // the first unit back 12 min after it was spent
+    EXPECT_FALSE(hit(y, b, "banned", kT0, &d));
+    EXPECT_EQ(d.banned_ms, 3600 * 1000 - 1);
+    EXPECT_TRUE(hit(y, r, "spent5", kT0 + 12 * 60000 - 1));
+    EXPECT_TABLE_VALID(y.table());
+}
+
+// The same rule (name, algorithm) relaxed between the stop and the start,
+// from 5 an hour to 1000 a second: a key spent under the old rule waits no
+// longer than the new rule can make a key wait (its full burst: 1 s), in a
+// zone alone (bounded as the file is read) and beside a rule of an hour's
+// ban (bounded when a request of its rule first meets it).
+TEST(State, ARuleRelaxedSinceBoundsWhatItsKeysOwe)
+{
+    const Rule hourly("algorithm=gcra limit=5 period=1h name=r");
+    const Rule banning("algorithm=gcra limit=1 period=1s ban=1h name=b");
+    TestZone z(64 * 1024, {hourly.rule, banning.rule}, kSecret);
+    while (hit(z, hourly, "k", kT0)) {
+    }
+    const std::vector<uint8_t> file = write_file(z, state_rules({&hourly, &banning}), kT0);
+
+    const Rule fast("algorithm=gcra limit=1000 period=1s name=r");
+    ASSERT_EQ(fast.identity, hourly.identity);
+    rl_state_report_t rep;
+    TestZone alone(64 * 1024, {fast.rule}, nullptr);
+    ASSERT_EQ(restore(alone, file, state_rules({&fast}), kT0 + 1, &rep), RL_OK);
+    EXPECT_EQ(rep.bounded, 1u);
+    rl_decision_t d;
+    EXPECT_FALSE(hit(alone, fast, "k", kT0 + 1, &d));
+    EXPECT_EQ(d.retry_after_ms, 1);
+    EXPECT_TRUE(hit(alone, fast, "k", kT0 + 1 + 1000, &d));
+    EXPECT_EQ(d.remaining, 999u);
+
+    TestZone y(64 * 1024, {fast.rule, banning.rule}, nullptr);
+    ASSERT_EQ(restore(y, file, state_rules({&fast, &banning}), kT0 + 1, &rep), RL_OK);
+    EXPECT_EQ(rep.bounded, 0u);  // within the zone's longest: an hour's ban
+    EXPECT_FALSE(hit(y, fast, "k", kT0 + 1, &d));
+    EXPECT_EQ(d.retry_after_ms, 1);  // spent to its burst: a unit back each ms
+    EXPECT_EQ(d.reset_ms, 1000);
+    EXPECT_TRUE(hit(y, fast, "k", kT0 + 1 + 1000, &d));
+    EXPECT_EQ(d.remaining, 999u);
+}
+
+// Files anyone able to write the state directory can write, checksum and
+// all: every key's t and block made up.  No request of any algorithm is
+// told to wait longer than its rule can make a key wait.
+class StateForged : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(StateForged, NoKeyWaitsLongerThanItsRuleCanMakeItWait)
+{
+    const Rule r(GetParam());
+    const int64_t most = longest_wait(r.rule);
+    std::mt19937_64 rng(11);
+    for (int round = 0; round < 20; round++) {
+        TestZone z(256 * 1024, {r.rule}, kSecret);
+        for (int k = 0; k < 30; k++) {
+            for (int i = 0; i < 6; i++) {
+                hit(z, r, "k" + std::to_string(k), kT0 + i);
+            }
+        }
+        const auto rules = state_rules({&r});
+        std::vector<uint8_t> file = write_file(z, rules, kT0 + 10);
+        for (size_t at : key_records(file)) {
+            // up to 2^38 ms ahead: below what reads as slots held
+            set_word(file, at + 1, (uint64_t) (kT0 + 10) + (rng() >> 26));
+            set_word(file, at + 2, (word(file, at + 2) & ~0xffffffffull) | (rng() & 0xffffffffull));
+            const uint64_t words = word(file, at + 2) >> 48;
+            if (words > 0) {
+                // the block's first word (a log's base, a window's tick) ahead
+                set_word(file, at + 3, word(file, at + 3) + (rng() >> (26 + round % 30)));
+            }
+            for (uint64_t w = 1; w < words && round % 2 == 1; w++) {
+                set_word(file, at + 3 + w, rng());
+            }
+        }
+        reseal(file);
+        TestZone y(256 * 1024, {r.rule}, nullptr);
+        rl_state_report_t rep;
+        ASSERT_EQ(restore(y, file, rules, kT0 + 20, &rep), RL_OK);
+        for (int k = 0; k < 30; k++) {
+            rl_decision_t d;
+            hit(y, r, "k" + std::to_string(k), kT0 + 20, &d);
+            ASSERT_LE(d.retry_after_ms, most) << "k" << k << " round " << round;
+            ASSERT_LE(d.reset_ms, most) << "k" << k << " round " << round;
+        }
+        EXPECT_TABLE_VALID(y.table());
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, StateForged, ::testing::ValuesIn(kRules), RuleName());

@@ -37,6 +37,8 @@ typedef struct {
     uint64_t  identity;           /* rl_rule_identity() */
     uint32_t  algorithm;
     char      name[RL_NAME_MAX];
+    const rl_rule_t  *rule;       /* the rule as configured: what a
+                                     restored key may owe (not written) */
 } rl_state_rule_t;
 
 /* A write in progress, in the caller's memory (zeroed by _begin). */
@@ -77,6 +79,11 @@ typedef struct {
     uint64_t  expired;        /* back to full budget since: not needed */
     uint64_t  no_block;       /* their block's size is no pool's now (a
                                  rule's parameters changed) */
+    uint64_t  bounded;        /* of those, owing more than the zone's
+                                 rules can make a key owe now: cut to it */
+    int64_t   ahead;          /* how far ahead of now the file was
+                                 written (a clock stepped back since):
+                                 its times moved back so much (0: none) */
     uint64_t  cells;          /* summary cells restored */
     uint64_t  cells_dropped;  /* another zone size: cells not restored */
     uint32_t  rules;          /* rules in the file */
@@ -87,8 +94,12 @@ typedef struct {
 /*
  * Restores a file's key states into a table rl_table_init() just laid out,
  * which nobody else uses yet, at now: the file's secret becomes the
- * table's.  RL_OK, or RL_ERROR with why in err, the table left as it was
- * (empty) for a file that is not whole: too short, another format or
+ * table's.  Nothing in the file is trusted to be what the zone's rules
+ * wrote: a file written ahead of now has every time moved back to now's
+ * clock, and no key (nor ban) owes more than the zone's rules (each
+ * `rule`) can make a key owe from now.  RL_OK, or RL_ERROR with why in
+ * err, the table left as it was (empty) for a file that is not whole: too
+ * short, another format or
  * module version, a bad checksum, a record past its end.  Never reads past
  * len bytes.
  */

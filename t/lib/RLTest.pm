@@ -110,11 +110,13 @@ sub free_port {
 }
 
 # The configuration write_conf would write: the module, a main context that
-# works as root and in a temporary prefix, and $body inside http {}.
+# works as root and in a temporary prefix, and $body inside http {}.  As
+# root, workers run as root too, unless user => 'nobody nogroup' names
+# their user (who must then be able to read the prefix).
 sub conf_text {
     my ($self, $body, %opt) = @_;
     my $p = $self->{prefix};
-    my $user = $> == 0 ? "user root;\n" : '';
+    my $user = $> != 0 ? '' : 'user ' . ($opt{user} // 'root') . ";\n";
     my $workers = $opt{workers} // 1;
     my $master = $opt{master} // 'on';
     my $level = $opt{log_level} // 'notice';

@@ -3,7 +3,8 @@
 // checksum (so that the fuzzer reaches the records, not only the checksum),
 // the rest is the file.  A file is restored or refused, never read past;
 // a table restored is valid, decides requests of every rule, and writes a
-// file that reads back.
+// file that reads back.  Each rule is given, so that what a restored key may
+// owe is bounded by them (every block a rule's way reads, made up).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -52,6 +53,7 @@ struct Zone {
             named[i] = rl_state_rule_t{};
             named[i].identity = identity[i];
             named[i].algorithm = rules[i].algorithm;
+            named[i].rule = &rules[i];
             std::snprintf(named[i].name, sizeof(named[i].name), "%s", rules[i].name);
             if (rl_rule_block_size(&rules[i]) > 0) {
                 blocks.push_back(rl_rule_block_size(&rules[i]));

@@ -367,6 +367,7 @@ extern const Algorithm kAdaptive = {
     adaptive_taken,
     adaptive_ended,
     adaptive_learned,
+    nullptr,
 };
 
 }  // namespace rl

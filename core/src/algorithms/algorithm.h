@@ -152,6 +152,12 @@ struct Algorithm {
     bool (*slot_ended)(const rl_rule_t &rule, State &s, int64_t now, const Ended &e, Learned *learned);
     // what the key API shows of a key's learning (its limit, latencies)
     void (*learned_of)(const rl_rule_t &rule, const State &s, Learned *learned);
+
+    // A key's block read from a state file (state.cpp), its head bounded
+    // already: the times in it moved `back` ms (the file was written by a
+    // clock that far ahead), then none further ahead than the rule lets a
+    // key owe (nullptr: the block holds no time a wait is read from).
+    void (*bound_block)(const rl_rule_t &rule, State &s, int64_t now, int64_t back);
 };
 
 // Every algorithm's record, by enum rl_algorithm (registry.cpp).

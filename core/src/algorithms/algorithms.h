@@ -118,8 +118,25 @@ uint64_t windowed_charge(const rl_rule_t &rule, State &s, uint64_t units, const 
 rl_decision_t never(int64_t window, uint64_t remaining, int64_t reset_ms);
 
 // What the rule's requests read and no request changes, worked out once
-// (rl_rule_finish, rl_rule_apply): its block's size, its policy.
+// (rl_rule_finish, rl_rule_apply): its block's size, its policy, its
+// horizon.
 void derive(rl_rule_t &rule);
+
+// A horizon that bounds nothing: far beyond any clock, and small enough
+// that now + it never overflows.
+constexpr int64_t kNoHorizon = 1ll << 61;
+
+// A key's state as its rule reads it: never waiting longer than the rule as
+// it is can make a key wait (rl_rule_t.horizon_ms).  A state further ahead
+// was not written by this rule's requests: a state file from a clock that
+// ran ahead or written by hand, a rule relaxed by a reload or restart (same
+// name and algorithm), a period an override lengthened and no longer
+// gives.  It is read as spent to the rule's longest wait from now, no more.
+inline void bound(const rl_rule_t &rule, State &s, int64_t now)
+{
+    const int64_t most = now + rule.horizon_ms;
+    s.head.t = s.head.t > most ? most : s.head.t;
+}
 
 // What the concerns test of an algorithm (its record's, algorithm.h),
 // copied into each rule (rl_rule_t.traits, by derive()) so that a request

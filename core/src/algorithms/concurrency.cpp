@@ -409,6 +409,7 @@ extern const Algorithm kConcurrency = {
     nullptr,
     nullptr,
     nullptr,
+    nullptr,
 };
 
 }  // namespace rl

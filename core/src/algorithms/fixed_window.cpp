@@ -220,6 +220,7 @@ extern const Algorithm kFixedWindow = {
     nullptr,
     nullptr,
     nullptr,
+    nullptr,
 };
 
 }  // namespace rl

@@ -78,6 +78,7 @@ constexpr Algorithm bucket(const char *name)
                      nullptr,
                      nullptr,
                      nullptr,
+                     nullptr,
                      nullptr};
 }
 

@@ -145,6 +145,7 @@ extern const Algorithm kLeakyBucket = {
     nullptr,
     nullptr,
     nullptr,
+    nullptr,
 };
 
 }  // namespace rl

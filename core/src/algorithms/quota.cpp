@@ -142,7 +142,7 @@ extern const Algorithm kQuota = {
     nullptr,       quota_bounds,  nullptr,
     quota_fields,  P_LIMIT,       nullptr,
     nullptr,       nullptr,       nullptr,
-    nullptr,
+    nullptr,       nullptr,
 };
 
 }  // namespace rl

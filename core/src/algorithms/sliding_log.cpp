@@ -44,6 +44,31 @@ size_t sliding_log_blob_size(const rl_rule_t &rule)
     return offsetof(Block, at) + sizeof(uint32_t) * ring_size(rule);
 }
 
+// A block from a state file: its times moved back with the clock that
+// wrote it, and none after now (no admission before now logged one later;
+// a later one would hold its unit past the period).  Times stay ascending.
+void sliding_log_bound(const rl_rule_t &rule, State &s, int64_t now, int64_t back)
+{
+    Block *b = reinterpret_cast<Block *>(s.blob);
+    const uint32_t size = ring_size(rule);
+    b->base = (int64_t) ((uint64_t) b->base - (uint64_t) back);  // any base is read safely
+    if (b->count > size || b->head >= size) {
+        return;  // read as empty (sliding_log())
+    }
+    if (b->base > now) {
+        b->base = now;
+        for (uint32_t i = 0; i < size; i++) {
+            b->at[i] = 0;  // every time at now
+        }
+        return;
+    }
+    const uint64_t most = (uint64_t) (now - b->base);
+    for (uint32_t i = 0; i < b->count; i++) {
+        uint32_t &at = b->at[(b->head + i) % size];
+        at = at > most ? (uint32_t) most : at;
+    }
+}
+
 // A restored key's units (summary.cpp) all logged at one instant: the
 // latest from which they leave the window at head.t.
 void sliding_log_restore(const rl_rule_t &rule, State &s, int64_t now)
@@ -317,6 +342,7 @@ extern const Algorithm kSlidingLog = {
     nullptr,
     nullptr,
     nullptr,
+    sliding_log_bound,
 };
 
 }  // namespace rl

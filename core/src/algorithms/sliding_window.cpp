@@ -202,6 +202,25 @@ void set_owed_until(const rl_rule_t &rule, Block *b, int64_t t)
     std::memcpy(&b->count[rule.buckets + 1], &t, sizeof(t));
 }
 
+// A block from a state file: its ticks and what a charge owes beyond the
+// limit moved back with the clock that wrote it; no tick counted after
+// now's (its units would stay in the window past the period), and owed no
+// longer than the rule lets a key owe.
+void sliding_window_bound(const rl_rule_t &rule, State &s, int64_t now, int64_t back)
+{
+    Block *b = reinterpret_cast<Block *>(s.blob);
+    const int64_t S = rule.buckets, W = rule.period_ms;
+    const int64_t k = floor_div(now * S, W);
+    const int64_t tick = (int64_t) ((uint64_t) b->tick - (uint64_t) floor_div(back * S, W));  // any tick reads safely
+    b->tick = tick > k ? k : tick;
+    const int64_t owed = owed_until(rule, b);
+    if (owed <= now) {
+        return;  // owes nothing beyond the window now
+    }
+    const int64_t t = owed - back;
+    set_owed_until(rule, b, t > now + rule.horizon_ms ? now + rule.horizon_ms : t);
+}
+
 // When a unit admitted now has left the window entirely.
 int64_t sliding_window_full_at(const rl_rule_t &rule, int64_t now)
 {
@@ -552,6 +571,7 @@ extern const Algorithm kSlidingWindow = {
     nullptr,
     nullptr,
     nullptr,
+    sliding_window_bound,
 };
 
 // redis_sync: the fleet's counts of ticks k - S .. k (at[0] the oldest)

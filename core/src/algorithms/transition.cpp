@@ -31,6 +31,13 @@ void derive(rl_rule_t &rule)
     rule.traits = a.traits;
     rule.block = (uint32_t) a.block_size(rule);
     a.policy(rule);
+    rule.horizon_ms = kNoHorizon;
+    if (!(a.traits & kSlots)) {
+        // a rule of slots marks the slots held far ahead: not a wait
+        Bounds b{};
+        a.bounds(rule, rule.charge != 0, b);
+        rule.horizon_ms = b.longest < (unsigned __int128) kNoHorizon ? (int64_t) b.longest : kNoHorizon;
+    }
 }
 
 }  // namespace rl

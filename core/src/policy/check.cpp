@@ -30,10 +30,9 @@ struct Item {
 // ban=: until when the key is banned, 0 if it is not.  Bans are entries of
 // the table under the key's ban tag; one evicted is forgotten (a key in the
 // eviction summary is never taken for banned).
-int64_t banned_until(const rl::Table *table, uint64_t tag, int64_t now)
+int64_t banned_until(const rl::Table *table, const rl_rule_t &rule, uint64_t tag, int64_t now)
 {
-    rl::State b{};
-    return table->find(rl::Table::ban_tag(tag), &b) && b.head.t > now ? b.head.t : 0;
+    return table->banned_until(rule, tag, now);
 }
 
 // A refusal while banned, or the refusal that starts a ban: the key may try
@@ -140,6 +139,7 @@ template <bool kOne> rl::State current(const rl_check_t *c, Item *items, size_t 
         s = rl::restore(*c[i].rule, table->owed(c[i].tag, now), now);
         items[i].restored = items[i].inherited = s.head.t != 0;
     }
+    table->bound(*c[i].rule, s, &items[i].ref, now);
     return s;
 }
 
@@ -269,7 +269,7 @@ template <bool kOne> void decide(rl_request_t &rq, Item *items, size_t i, bool f
     }
     if (rl::has(rule, rl::kSlots)) {
         decide_slots(rq, i, it.state, now);
-        const int64_t until = rule.ban_ms > 0 && c.cost > 0 ? banned_until(table, c.tag, now) : 0;
+        const int64_t until = rule.ban_ms > 0 && c.cost > 0 ? banned_until(table, rule, c.tag, now) : 0;
         if (until != 0) {
             it.banned = true;
             c.decision.queued = 0;  // nor waited for
@@ -280,7 +280,7 @@ template <bool kOne> void decide(rl_request_t &rq, Item *items, size_t i, bool f
         tally.applying++;
         return;
     }
-    const int64_t until = rule.ban_ms > 0 && c.reserved > 0 ? banned_until(table, c.tag, now) : 0;
+    const int64_t until = rule.ban_ms > 0 && c.reserved > 0 ? banned_until(table, rule, c.tag, now) : 0;
     const bool in_place = final && until == 0 && it.ref.found() &&
                           (!blob || (it.state.blob != nullptr && (it.state.head.n >> 24) == (uint32_t) it.pool)) &&
                           (kOne || !shares(rq.checks, rq.n, i));
@@ -486,6 +486,7 @@ template <size_t kN> bool decide_found(rl_request_t &rq, int64_t now, int *verdi
         if (!table->find(ci.tag, &fi.s, &fi.ref)) {
             return false;
         }
+        table->bound(rule, fi.s, &fi.ref, now);
         fi.inherited = rl::Table::debt(fi.ref).inherited && fi.s.head.t > now;
         ci.before = fi.s.head;
         ci.at = now;

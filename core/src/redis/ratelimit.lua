@@ -13,7 +13,10 @@
 -- the rule has charge=), share (charge=: what an admission reserves at
 -- least, within what the key has left), since (an override's: when the rule's limits as applied began, or
 -- 0), lease (concurrency: lease= in ms), lease_name (concurrency: the
--- lease a decision takes, a release or renewal names, or ""); a settle
+-- lease a decision takes, a release, renewal or restore names, or ""),
+-- full (concurrency, a decision: 1 if the request's server holds `limit`
+-- of the key's requests in flight already, some of which Redis may not
+-- hold: the rule refuses it); a settle
 -- adds the units to spend (-1: the reservation stands), and the head's t
 -- after its admission and when it was decided (what giving its reservation
 -- back needs).  KEYS: each rule's state, then the ban of each rule with
@@ -46,9 +49,11 @@
 --          (settle.cpp), and takes it off the key's reservations in flight:
 --          {1, then per rule: units charged, 1 if the key is in debt after
 --          it, 1 if the debt's bound capped it}.
---   release, renew  concurrency: each rule's lease removed, or its deadline
---          moved to lease= from now (one expired already is not taken
---          again): {1, leases that were live, leases found expired}.
+--   release, renew, restore  concurrency: each rule's lease removed, or
+--          its deadline moved to lease= from now (renew: one expired
+--          already is not taken again; restore: it is written whatever,
+--          its request runs): {1, leases that were live, leases found
+--          expired (or written again)}.
 --
 -- State: gcra, token_bucket, leaky_bucket keep a string "t n l p" (the
 -- instant t + n/l ms, l and p the limit and period it was written in: a
@@ -769,6 +774,8 @@ local function load_leases(key, r, now, look)
 end
 
 local function concurrency(r, held, now, cost)
+  -- none free where the request's server holds the limit already (full)
+  if r.full == 1 then held = r.limit end
   local d = decision(0)
   d.remaining = held < r.limit and r.limit - held or 0
   if cost == 0 or d.remaining > 0 then
@@ -803,18 +810,20 @@ local function leases_here(key, prefix, now)
   return n
 end
 
--- a lease released or renewed: 1 if it was live, 0 if it had expired (it
--- is not taken again: its slot may be another's now)
-local function lease_end(key, r, now, testing, renew)
+-- a lease released, renewed or restored: 1 if it was live, 0 if it had
+-- expired (a renewal does not take it again: its slot may be another's
+-- now; a restore writes it, as its request runs)
+local function lease_end(key, r, now, testing, call)
   local at = tonumber(redis.call('ZSCORE', key, r.lease_name) or '')
-  if not at or at <= now or not renew then
+  local live = at and at > now
+  if call == 'release' or (call == 'renew' and not live) then
     redis.call('ZREM', key, r.lease_name)
-    return (at and at > now) and 1 or 0
+    return live and 1 or 0
   end
   local deadline = now + r.lease
-  redis.call('ZADD', key, 'XX', num(deadline), r.lease_name)
+  redis.call('ZADD', key, num(deadline), r.lease_name)
   lease_expiry(key, deadline, now, testing)
-  return 1
+  return live and 1 or 0
 end
 
 -- ---- the table of the algorithms (registry.cpp), by enum rl_algorithm -----
@@ -900,7 +909,8 @@ else
 end
 local call = ARGV[2]
 local settle = call == 'settle'
-local per = settle and 20 or 17
+local leases = call == 'release' or call == 'renew' or call == 'restore'
+local per = settle and 21 or 18
 local n = (#ARGV - 2) / per
 
 local rules = {}
@@ -912,10 +922,11 @@ for i = 1, n do
              max_delay = tonumber(ARGV[a + 7]), reset = tonumber(ARGV[a + 8]),
              utc_offset = tonumber(ARGV[a + 9]), cost = tonumber(ARGV[a + 10]), delay = tonumber(ARGV[a + 11]),
              ban = tonumber(ARGV[a + 12]), charge = tonumber(ARGV[a + 13]), share = tonumber(ARGV[a + 14]),
-             since = tonumber(ARGV[a + 15]), lease = tonumber(ARGV[a + 16]), lease_name = ARGV[a + 17]}
+             since = tonumber(ARGV[a + 15]), lease = tonumber(ARGV[a + 16]), lease_name = ARGV[a + 17],
+             full = tonumber(ARGV[a + 18])}
   if settle then
-    r.units, r.after, r.at = tonumber(ARGV[a + 18]), tonumber(ARGV[a + 19]), tonumber(ARGV[a + 20])
-  elseif r.ban > 0 and call ~= 'release' and call ~= 'renew' then
+    r.units, r.after, r.at = tonumber(ARGV[a + 19]), tonumber(ARGV[a + 20]), tonumber(ARGV[a + 21])
+  elseif r.ban > 0 and not leases then
     bans = bans + 1
     r.bankey = KEYS[n + bans]
   end
@@ -944,9 +955,9 @@ if call == 'reset' then
   return out
 end
 
-if call == 'release' or call == 'renew' then
+if leases then
   local done = 0
-  for i = 1, n do done = done + lease_end(KEYS[i], rules[i], now, testing, call == 'renew') end
+  for i = 1, n do done = done + lease_end(KEYS[i], rules[i], now, testing, call) end
   return {1, done, n - done}
 end
 

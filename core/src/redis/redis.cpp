@@ -60,7 +60,7 @@ unsigned crc16(const char *p, size_t len)
 
 // Fields per rule in the script's ARGV, and a settle's three more: the
 // units to spend, the head's t after the admission and when it was decided.
-const size_t kArgsPerRule = 17;
+const size_t kArgsPerRule = 18;
 const size_t kSettleArgs = 3;
 
 // The identity of a key's ban (ban=), as the table's ban_tag: another name
@@ -83,7 +83,7 @@ uint64_t flight_identity(uint64_t identity)
 // their reservations in flight end all the same).
 bool sent(const rl_check_t &c, int call)
 {
-    if (call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW) {
+    if (call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW || call == RL_REDIS_RESTORE) {
         return rl_redis_holds_lease(&c) != 0;
     }
     return call == RL_REDIS_SETTLE ? rl::charges(c) : rl::applies(c);
@@ -111,9 +111,9 @@ size_t lease_name(const rl_request_t &rq, const rl_check_t &c, int call, char *o
             return 0;
         }
         n = std::snprintf(out, cap, "%016llx:", (unsigned long long) rq.server);
-    } else if (c.slot != 0) {
+    } else if (c.lease != 0) {
         n = std::snprintf(out, cap, "%016llx:%016llx:%u:%u", (unsigned long long) rq.server,
-                          (unsigned long long) rq.lease, (unsigned) rq.holder, (unsigned) c.slot);
+                          (unsigned long long) rq.lease, (unsigned) rq.holder, (unsigned) c.lease);
     }
     return n > 0 && (size_t) n < cap ? (size_t) n : 0;
 }
@@ -124,7 +124,7 @@ extern "C" {
 
 int rl_redis_holds_lease(const rl_check_t *c)
 {
-    return rl::applies(*c) && rl::has(*c->rule, rl::kSlots) && c->slot > 0;
+    return rl::applies(*c) && rl::has(*c->rule, rl::kSlots) && c->lease > 0;
 }
 
 uint64_t rl_redis_server_id(void)
@@ -230,10 +230,10 @@ size_t rl_redis_command_size(size_t n, size_t prefix_len, size_t script_len)
 size_t rl_redis_command(char *buf, const char *script, size_t script_len, int eval, int call, const char *prefix,
                         size_t prefix_len, int cluster, const rl_request_t *rq, int64_t now_ms)
 {
-    static const char *const kCalls[] = {nullptr, "peek", "reset", "settle", "release", "renew"};
+    static const char *const kCalls[] = {nullptr, "peek", "reset", "settle", "release", "renew", "restore"};
     const bool settle = call == RL_REDIS_SETTLE;
     // the calls that change no rate: no ban is read or written
-    const bool bare = settle || call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW;
+    const bool bare = settle || call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW || call == RL_REDIS_RESTORE;
     const rl_check_t *c = rq->checks;
     size_t n = 0, bans = 0, flights = 0;
     for (size_t i = 0; i < rq->n; i++) {
@@ -276,7 +276,7 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
     } else {
         w.arg("", 0);
     }
-    if (call > RL_REDIS_DECIDE && call <= RL_REDIS_RENEW) {
+    if (call > RL_REDIS_DECIDE && call <= RL_REDIS_RESTORE) {
         w.arg(kCalls[call], std::strlen(kCalls[call]));
     } else {
         // a decision: 0 all, 1 any; 2 more for a dry run (it bans nobody)
@@ -310,11 +310,13 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
         w.arg(exact(call == RL_REDIS_DECIDE ? rl::charge_share(r) : 0));
         // an override's: when the rule's limits as applied began
         w.arg(c[i].since);
-        // concurrency: its lease's time, and its name where it takes,
-        // releases or renews one
+        // concurrency: its lease's time, its name where it takes, releases,
+        // renews or restores one, and 1 where its server holds the limit
+        // already (rl_request_hold_here)
         w.arg(r.lease_ms);
         char lease[64];
         w.arg(lease, lease_name(*rq, c[i], call, lease, sizeof(lease)));
+        w.arg(call == RL_REDIS_DECIDE && c[i].full_here ? 1 : 0);
         if (settle) {
             // -1: the reservation stands (RL_NO_CHARGE)
             w.arg(c[i].charge == RL_NO_CHARGE ? (int64_t) -1 : exact(c[i].charge));

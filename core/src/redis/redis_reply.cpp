@@ -443,7 +443,7 @@ int decision_answer(rl_request_t *rq, int call, const rl_resp_t &r, size_t n, rl
             take(c, v, now);
             // a lease is held where one was taken only
             if (rl::has(*c.rule, rl::kSlots) && (peek || !allowed || v[kAllowed] != 1 || v[kAfter] == 0)) {
-                c.slot = 0;
+                c.lease = 0;
             }
             if (peek) {
                 out.here[i] = (uint32_t) v[kHere];
@@ -458,15 +458,15 @@ int decision_answer(rl_request_t *rq, int call, const rl_resp_t &r, size_t n, rl
     return out.kind;
 }
 
-// A release's or a renewal's answer: {1, leases live, leases expired},
-// one of the two for each lease sent.
+// A release's, a renewal's or a restore's answer: {1, leases live, leases
+// expired (or restored)}, one of the two for each lease sent.
 int leases_answer(const rl_request_t *rq, int call, const rl_resp_t &r, rl_redis_answer_t &out)
 {
     size_t n = 0;
     for (size_t i = 0; i < rq->n; i++) {
         n += rl_redis_holds_lease(&rq->checks[i]) != 0;
     }
-    const char *what = call == RL_REDIS_RELEASE ? "release" : "renewal";
+    const char *what = call == RL_REDIS_RELEASE ? "release" : call == RL_REDIS_RENEW ? "renewal" : "restore";
     if (r.type != RL_RESP_ARRAY || r.integer != 3 || !r.integers || r.nitems != 3) {
         return failed(out, "a %s, expected an array of 3 integers to a %s", type_name(r), what);
     }
@@ -493,7 +493,7 @@ int answer(rl_request_t *rq, int call, const rl_resp_t &r, rl_redis_answer_t &ou
         }
         return failed(out, "a %s, expected \"+OK\"", type_name(r));
     }
-    if (call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW) {
+    if (call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW || call == RL_REDIS_RESTORE) {
         return leases_answer(rq, call, r, out);
     }
     if (rq->n > RL_RULES_MAX) {

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "algorithms/algorithm.h"
 #include "ratelimit_state.h"
 #include "table/table.h"
 
@@ -82,7 +83,7 @@ struct StateAccess {
 namespace {
 
 // The words a chunk is written as, and summed.
-struct Out {
+struct Words {
     uint8_t *p;
     size_t cap, len;
     uint64_t *sum;
@@ -102,7 +103,7 @@ struct Out {
     }
 };
 
-void write_header(rl_state_write_t *w, const Table &t, Out &o)
+void write_header(rl_state_write_t *w, const Table &t, Words &o)
 {
     const TableHeader &h = t.header();
     uint64_t magic;
@@ -124,7 +125,7 @@ void write_header(rl_state_write_t *w, const Table &t, Out &o)
 }
 
 // Keys from the cursor (bucket * 3 + slot), at most `buckets` buckets'.
-void write_keys(rl_state_write_t *w, const Table &t, Out &o, uint64_t buckets)
+void write_keys(rl_state_write_t *w, const Table &t, Words &o, uint64_t buckets)
 {
     const Bucket *b = StateAccess::buckets(t);
     const uint64_t nslots = t.header().nbuckets * 3;
@@ -163,7 +164,7 @@ void write_keys(rl_state_write_t *w, const Table &t, Out &o, uint64_t buckets)
     }
 }
 
-void write_cells(rl_state_write_t *w, const Table &t, Out &o, uint64_t buckets)
+void write_cells(rl_state_write_t *w, const Table &t, Words &o, uint64_t buckets)
 {
     const uint64_t n = t.header().counts.sketch_until > w->now ? t.header().ncells : 0;
     const uint64_t *c = StateAccess::cells(t);
@@ -286,23 +287,85 @@ void report_gone(const Parsed &f, const rl_state_rule_t *rules, size_t nrules, r
     }
 }
 
+// What a restored key may owe: a file's times are moved `back` to now's
+// clock (it was written that far ahead of now: the clock stepped back since,
+// or it was written by hand), then owe no longer from now than the zone's
+// rules can make a key owe (a rule relaxed since, a file made up).  The
+// table does not know a key's rule: the longest of the zone's rules bounds
+// every key, and a key's block is bounded by the rules whose blocks are
+// of its size.
+struct Bound {
+    int64_t back = 0;
+    int64_t longest = 0;  // any rule's longest wait or ban
+
+    void of(const rl_state_rule_t *rules, size_t nrules)
+    {
+        for (size_t k = 0; k < nrules; k++) {
+            const rl_rule_t *r = rules[k].rule;
+            if (r != nullptr && !has(*r, kSlots)) {
+                longest = std::max({longest, r->horizon_ms, r->ban_ms});
+            }
+        }
+    }
+
+    // a key's until (or a cell's) moved back and cut, counted in *cut if
+    // it was; false if it owes nothing now
+    bool until(int64_t &t, int64_t now, uint64_t *cut) const
+    {
+        t = t > INT64_MIN + back ? t - back : t;
+        if (t <= now || held(t, now)) {
+            return false;
+        }
+        if (t - now > longest) {
+            t = now + longest;
+            ++*cut;
+        }
+        return true;
+    }
+
+    // the rule whose algorithm bounds a block of the pool's: the one of
+    // longest wait among those of its size, if they share an algorithm
+    const rl_rule_t *block_rule(const Table &t, int pool, const rl_state_rule_t *rules, size_t nrules) const
+    {
+        const rl_rule_t *by = nullptr;
+        for (size_t k = 0; k < nrules; k++) {
+            const rl_rule_t *r = rules[k].rule;
+            if (r == nullptr || blob_size(*r) == 0 || t.pool_for(blob_size(*r)) != pool) {
+                continue;
+            }
+            if (by != nullptr && by->algorithm != r->algorithm) {
+                return nullptr;  // two algorithms' blocks of one size: neither's way is sure
+            }
+            by = by == nullptr || r->horizon_ms > by->horizon_ms ? r : by;
+        }
+        return by;
+    }
+};
+
 // A checked file's keys and cells into the table, with its secret.
-void apply(Table &t, const Parsed &f, int64_t now, rl_state_report_t *report)
+void apply(Table &t, const Parsed &f, const rl_state_rule_t *rules, size_t nrules, int64_t now,
+           rl_state_report_t *report)
 {
     TableHeader &h = StateAccess::header(t);
     std::memcpy(h.secret, f.file + 8 * 4, sizeof(h.secret));
+    Bound bound;
+    const int64_t written = (int64_t) f.word(2);
+    bound.back = written > now ? written - now : 0;
+    bound.of(rules, nrules);
+    report->ahead = bound.back;
     for (size_t i = f.keys_at; f.word(i) != 0;) {
         const uint64_t tag = f.word(i);
-        const int64_t until = (int64_t) f.word(i + 1);
+        int64_t until = (int64_t) f.word(i + 1);
         const uint64_t k = f.word(i + 2);
         const uint64_t words = k >> 48;
         const Debt debt{(uint32_t) (k >> 32) & 0xff, ((k >> 40) & 1) != 0};
         const uint8_t *blob = f.file + 8 * (i + 3);
         i += 3 + words;
-        if (until <= now || held(until, now)) {
+        if (!bound.until(until, now, &report->bounded)) {
             report->expired++;
             continue;
         }
+        h.counts.restored_until = std::max(h.counts.restored_until, until);
         if (words == 0) {
             t.store(tag, rl_state_t{until, (uint32_t) k}, debt, now);
             report->restored++;
@@ -315,6 +378,11 @@ void apply(Table &t, const Parsed &f, int64_t now, rl_state_report_t *report)
         }
         State s = t.acquire(tag, pool, now);
         std::memcpy(s.blob, blob, words * 8);
+        const rl_rule_t *by = bound.block_rule(t, pool, rules, nrules);
+        if (by != nullptr && algorithm_of(*by).bound_block != nullptr) {
+            s.head.t = until;
+            algorithm_of(*by).bound_block(*by, s, now, bound.back);
+        }
         t.set_t(tag, until, debt);
         report->restored++;
     }
@@ -322,15 +390,17 @@ void apply(Table &t, const Parsed &f, int64_t now, rl_state_report_t *report)
     for (size_t i = f.cells_at; f.word(i) != kCellsEnd; i += 2) {
         const uint64_t index = f.word(i);
         const uint64_t v = f.word(i + 1);
-        const int64_t until = (int64_t) (v >> 8);
+        int64_t until = (int64_t) (v >> 8);
         if (f.ncells != h.ncells || index >= h.ncells) {
             report->cells_dropped++;
             continue;
         }
-        if (until <= now || held(until, now)) {
+        uint64_t cut = 0;
+        if (!bound.until(until, now, &cut)) {
             continue;
         }
-        c[index] = v;
+        c[index] = (uint64_t) until << 8 | (v & 0xff);  // its fraction as written
+        h.counts.restored_until = std::max(h.counts.restored_until, until);
         h.counts.sketch_until = std::max(h.counts.sketch_until, until);
         report->cells++;
     }
@@ -362,7 +432,7 @@ int rl_state_write_next(rl_state_write_t *w, void *table, uint8_t *out, size_t c
     }
     Table::at(table)->recover();
     const Table &t = *Table::at(table);
-    rl::Out o{out, cap & ~size_t{7}, 0, &w->sum};
+    rl::Words o{out, cap & ~size_t{7}, 0, &w->sum};
     buckets = buckets ? buckets : 1;
     switch (w->phase) {
     case 0:
@@ -426,7 +496,7 @@ int rl_state_restore(void *table, const uint8_t *file, size_t len, const rl_stat
         report->keys = f.keys;
         report->rules = (uint32_t) f.rules;
         rl::report_gone(f, rules, nrules, report);
-        rl::apply(t, f, now, report);
+        rl::apply(t, f, rules, nrules, now, report);
         return RL_OK;
     } catch (...) {
         std::snprintf(err, errlen, "internal error");

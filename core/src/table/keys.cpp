@@ -57,6 +57,7 @@ void rl_table_peek(void *mem, const rl_rule_t *rule, uint64_t tag, uint64_t cost
             s = rl::restore(*rule, table->owed(tag, now_ms), now_ms);
             out->owed = s.head.t != 0;
         }
+        table->bound(*rule, s, nullptr, now_ms);
         const size_t blob = rl::blob_size(*rule);
         if (blob && table->pool_for(blob) < 0) {
             s.blob = nullptr;  // as rl_decide: decided as cold
@@ -75,8 +76,8 @@ void rl_table_peek(void *mem, const rl_rule_t *rule, uint64_t tag, uint64_t cost
         rl::State look = s, next = s;
         out->look = rl::transition(*rule, look, now_ms, 0, false);
         out->next = rl::transition(*rule, next, now_ms, cost, false);
-        rl::State ban{};
-        out->banned_ms = table->find(rl::Table::ban_tag(tag), &ban) && ban.head.t > now_ms ? ban.head.t - now_ms : 0;
+        const int64_t banned = table->banned_until(*rule, tag, now_ms, true);
+        out->banned_ms = banned != 0 ? banned - now_ms : 0;
         if (out->banned_ms > 0 && cost > 0) {
             out->next.allowed = 0;
             out->next.remaining = 0;

@@ -163,7 +163,10 @@ struct alignas(64) Counts {
     uint64_t live_evictions;
     uint64_t summary_refusals;  // requests refused because of the summary
     int64_t sketch_until;       // no cell owes anything from then on
+    int64_t restored_until;     // keys a state file restored may owe more
+                                // than their rule lets a key owe until then
 };
+static_assert(sizeof(Counts) == 64, "the counts are one cache line");
 
 // Every operation that changes the table's structure first saves each cache
 // line it is about to change; a process that dies holding the lock leaves
@@ -377,6 +380,43 @@ public:
             *ref = Ref{slot.b, slot.i};
         }
         return true;
+    }
+
+    // A key's state as its rule reads it while keys a state file restored
+    // may still owe (counts.restored_until): never owing longer from now
+    // than the rule as it is can make a key owe (its horizon).  The file's
+    // keys are bounded by the zone's longest rule as they are read (the
+    // table does not know a key's rule); this bounds each by its own when
+    // a request of its rule first meets it, and writes that down (ref, a
+    // found key's; nullptr: a look): a rule relaxed across the restart (same
+    // name and algorithm) holds its keys no longer than it now can.
+    void bound(const rl_rule_t &rule, State &s, const Ref *ref, int64_t now) const
+    {
+        const int64_t most = now + rule.horizon_ms;
+        if (s.head.t > most && h_.counts.restored_until > now) {
+            s.head.t = most;
+            if (ref != nullptr && ref->found()) {
+                ref->b->t[ref->slot] = most;
+            }
+        }
+    }
+    // Until when a key's ban (ban=, its entry under ban_tag) lasts, 0 if it
+    // is not banned; bounded by its rule's ban= as a state is (bound), and
+    // written down unless `look`.
+    int64_t banned_until(const rl_rule_t &rule, uint64_t tag, int64_t now, bool look = false) const
+    {
+        State b{};
+        Ref ref{};
+        if (!find(ban_tag(tag), &b, &ref) || b.head.t <= now) {
+            return 0;
+        }
+        if (b.head.t - now > rule.ban_ms && h_.counts.restored_until > now) {
+            b.head.t = now + rule.ban_ms;
+            if (!look) {
+                ref.b->t[ref.slot] = b.head.t;
+            }
+        }
+        return b.head.t;
     }
     // Stores a key's head and debt, inserting (and evicting if need be) when
     // absent; true if it inserted (which may move other keys).
