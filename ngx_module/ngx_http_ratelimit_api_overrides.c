@@ -23,9 +23,9 @@
 
 
 static ngx_int_t ngx_http_ratelimit_api_target(ngx_http_request_t *r,
-    ngx_http_ratelimit_api_req_t *q, rl_override_rule_t **rule);
+    ngx_http_ratelimit_api_req_t *q, const rl_override_rule_t **rule);
 static ngx_int_t ngx_http_ratelimit_api_write(ngx_http_request_t *r,
-    ngx_http_ratelimit_api_req_t *q, rl_override_rule_t *rule);
+    ngx_http_ratelimit_api_req_t *q, const rl_override_rule_t *rule);
 static ngx_int_t ngx_http_ratelimit_api_list(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q);
 
@@ -86,8 +86,8 @@ ngx_int_t
 ngx_http_ratelimit_api_overrides(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q)
 {
-    ngx_int_t            rc;
-    rl_override_rule_t  *rule;
+    ngx_int_t                  rc;
+    const rl_override_rule_t  *rule;
 
     if (!q->in.has_key && !q->in.has_range) {
         return ngx_http_ratelimit_api_list(r, q);
@@ -116,16 +116,18 @@ ngx_http_ratelimit_api_overrides(ngx_http_request_t *r,
 
 
 /*
- * The override's target read (the core says what is wrong with it), and
- * its rule as configured found (NULL: every rule); a PUT's body read and
- * checked against the rule.  NGX_OK, NGX_ERROR, or NGX_DECLINED with the
+ * The override's target read and bound to the zone's rules (the core says
+ * what is wrong with it): its rule as configured found (NULL: every rule);
+ * a PUT's body read and taken as the file's lines and Redis's fields are
+ * (rl_override_admit).  NGX_OK, NGX_ERROR, or NGX_DECLINED with the
  * answer's message in q->in.
  */
 
 static ngx_int_t
 ngx_http_ratelimit_api_target(ngx_http_request_t *r,
-    ngx_http_ratelimit_api_req_t *q, rl_override_rule_t **rule)
+    ngx_http_ratelimit_api_req_t *q, const rl_override_rule_t **rule)
 {
+    int                          rc;
     ngx_uint_t                   n;
     rl_override_rule_t          *rules;
     char                         err[RL_ERR_MAX];
@@ -140,6 +142,8 @@ ngx_http_ratelimit_api_target(ngx_http_request_t *r,
         return NGX_DECLINED;
     }
 
+    ngx_memcpy(q->ov.target.keyed, q->in.keyed, sizeof(q->in.keyed));
+
     rules = ngx_palloc(r->pool,
                        (q->zone->nnames + 1) * sizeof(rl_override_rule_t));
     if (rules == NULL) {
@@ -148,21 +152,22 @@ ngx_http_ratelimit_api_target(ngx_http_request_t *r,
 
     (void) ngx_http_ratelimit_overrides_rules(q->zone, rules, &n);
 
-    *rule = q->in.rule_len
-            ? ngx_http_ratelimit_overrides_rule(rules, n, q->in.rule)
-            : NULL;
-
     if (!q->in.put) {
-        return NGX_OK;
+        rc = rl_override_bind(&q->ov.target, rules, n, rule, err,
+                              sizeof(err));
+
+    } else {
+        rc = rl_override_body(&q->ov, (char *) q->body.data, q->body.len,
+                              ngx_http_ratelimit_now(), err, sizeof(err));
+
+        if (rc == RL_OK) {
+            rc = rl_override_admit(&q->ov, rules, n, q->zone->redis != NULL,
+                                   ngx_http_ratelimit_now(), rule, err,
+                                   sizeof(err));
+        }
     }
 
-    if (rl_override_body(&q->ov, (char *) q->body.data, q->body.len,
-                         ngx_http_ratelimit_now(), err, sizeof(err))
-        != RL_OK
-        || rl_override_check(&q->ov, *rule ? (*rule)->rule : NULL,
-                             q->zone->redis != NULL, err, sizeof(err))
-           != RL_OK)
-    {
+    if (rc == RL_ERROR) {
         (void) rl_api_message(&q->in, NGX_HTTP_BAD_REQUEST, err);
         return NGX_DECLINED;
     }
@@ -178,7 +183,7 @@ ngx_http_ratelimit_api_target(ngx_http_request_t *r,
 
 static ngx_int_t
 ngx_http_ratelimit_api_write(ngx_http_request_t *r,
-    ngx_http_ratelimit_api_req_t *q, rl_override_rule_t *rule)
+    ngx_http_ratelimit_api_req_t *q, const rl_override_rule_t *rule)
 {
     int      rc;
     int64_t  now;

@@ -242,25 +242,30 @@ ngx_http_ratelimit_api_redis_cleanup(void *data)
 
 /*
  * A Redis zone's override written or removed in Redis, where the fleet's
- * servers take it from (ngx_http_ratelimit_overrides.c), this one at once;
- * read from what this server took last.
+ * servers take it from (ngx_http_ratelimit_overrides.c), and answered once
+ * this server took the version the write made: a write this server cannot
+ * say applies here is no 200.  Read from what this server took last.
  */
 
 typedef struct {
     ngx_http_ratelimit_overrides_call_t   oc;
+    ngx_http_ratelimit_overrides_wait_t   taken;
     ngx_http_ratelimit_api_req_t         *q;
-    ngx_uint_t                            waiting;
+    ngx_uint_t                            waiting;  /* for Redis's answer */
+    ngx_uint_t                            awaiting; /* for the copy */
 } ngx_http_ratelimit_api_override_t;
 
 
 static void ngx_http_ratelimit_api_override_done(
     ngx_http_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
+static void ngx_http_ratelimit_api_override_taken(
+    ngx_http_ratelimit_overrides_wait_t *aw, ngx_int_t rc);
 static void ngx_http_ratelimit_api_override_cleanup(void *data);
 
 
 ngx_int_t
 ngx_http_ratelimit_api_redis_override(ngx_http_request_t *r,
-    ngx_http_ratelimit_api_req_t *q, rl_override_rule_t *rule)
+    ngx_http_ratelimit_api_req_t *q, const rl_override_rule_t *rule)
 {
     int64_t                              now;
     ngx_int_t                            found;
@@ -346,12 +351,53 @@ ngx_http_ratelimit_api_override_done(ngx_http_ratelimit_redis_wait_t *w,
         return;
     }
 
-    if (q->in.put) {
-        q->ov = ao->oc.call.ov;
+    ngx_http_ratelimit_api_log_override(r, q);   /* written, in Redis */
+
+    ao->awaiting = 1;
+    ao->taken.handler = ngx_http_ratelimit_api_override_taken;
+    ngx_http_ratelimit_overrides_await(q->zone, &ao->taken,
+                                       ao->oc.call.written);
+}
+
+
+/*
+ * This server's copy took the write's version (NGX_OK), or could not: the
+ * write answered from the copy, or refused (409) when the copy does not
+ * hold it (Redis did not answer the read, this server has no room for it,
+ * or Redis holds another hash now: the error log says which).
+ */
+
+static void
+ngx_http_ratelimit_api_override_taken(ngx_http_ratelimit_overrides_wait_t *aw,
+    ngx_int_t rc)
+{
+    int                                 found;
+    rl_override_t                       held;
+    ngx_http_request_t                 *r;
+    ngx_http_ratelimit_api_req_t       *q;
+    ngx_http_ratelimit_api_override_t  *ao;
+
+    ao = (ngx_http_ratelimit_api_override_t *)
+             ((u_char *) aw - offsetof(ngx_http_ratelimit_api_override_t,
+                                       taken));
+    ao->awaiting = 0;
+    q = ao->q;
+    r = ao->oc.w.request;
+
+    ngx_shmtx_lock(&q->zone->shpool->mutex);
+    found = rl_override_get(q->zone->table, &q->ov.target,
+                            ngx_http_ratelimit_now(), &held);
+    ngx_shmtx_unlock(&q->zone->shpool->mutex);
+
+    if (rc != NGX_OK || (q->in.put && !found)) {
+        ngx_http_finalize_request(r, ngx_http_ratelimit_api_fail(r, q,
+                                               RL_API_OVERRIDE_NOT_TAKEN));
+        return;
     }
 
-    ngx_http_ratelimit_overrides_poll_now(q->zone);
-    ngx_http_ratelimit_api_log_override(r, q);
+    if (q->in.put) {
+        q->ov = held;
+    }
 
     ngx_http_finalize_request(r, ngx_http_ratelimit_api_override_answer(r, q));
 }
@@ -367,5 +413,10 @@ ngx_http_ratelimit_api_override_cleanup(void *data)
     if (ao->waiting) {
         ao->waiting = 0;
         ngx_http_ratelimit_redis_cancel(&ao->oc.w);
+    }
+
+    if (ao->awaiting) {
+        ao->awaiting = 0;
+        ngx_http_ratelimit_overrides_unwait(&ao->taken);
     }
 }

@@ -12,7 +12,7 @@
 
 
 ngx_int_t ngx_http_ratelimit_api_redis_override(ngx_http_request_t *r,
-    ngx_http_ratelimit_api_req_t *q, rl_override_rule_t *rule);
+    ngx_http_ratelimit_api_req_t *q, const rl_override_rule_t *rule);
 ngx_int_t ngx_http_ratelimit_api_redis(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q);
 

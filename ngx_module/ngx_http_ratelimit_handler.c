@@ -543,7 +543,9 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
     ngx_int_t                         decided;
+    ngx_shmtx_t                      *mutex;
     ngx_http_ratelimit_zone_t        *zone;
+    ngx_http_ratelimit_loc_conf_t    *rlcf;
     ngx_http_ratelimit_redis_t       *redis;
     ngx_http_ratelimit_redis_wait_t  *w;
 
@@ -587,8 +589,20 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     w->handler = ngx_http_ratelimit_redis_done;
     w->rq = &ctx->rq;
 
-    /* concurrency: the leases the call may take, named */
+    /* concurrency: the leases the call may take, named; and the slots the
+       request holds in this server's zone while it runs, whoever decides
+       it, so that the server's own count holds every request it has in
+       flight (the call refuses a check the server holds the limit of) */
     ngx_http_ratelimit_redis_lease_prepare(redis, &ctx->rq);
+
+    rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
+
+    if (rlcf->slots) {
+        mutex = ngx_http_ratelimit_lock(&ctx->rq);
+        ctx->here = rl_request_hold_here(&ctx->rq, ngx_http_ratelimit_now())
+                    > 0;
+        ngx_http_ratelimit_unlock(&ctx->rq, mutex);
+    }
 
     /* what a refusal in the reply may be remembered from: before sending */
     ctx->redis_epoch = rl_refusals_epoch(redis->refusals);
@@ -679,6 +693,13 @@ ngx_http_ratelimit_redis_verdict(ngx_http_request_t *r,
                                  ngx_http_ratelimit_monotonic_ms());
     }
 
+    if (ctx->here) {
+        /* a check that took no lease gives its server's slot back */
+        ctx->here = rl_request_free_here(&ctx->rq, ngx_http_ratelimit_now(),
+                                         0)
+                    > 0;
+    }
+
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
     if (by == NGX_HTTP_RATELIMIT_BY_REDIS) {
@@ -691,47 +712,65 @@ ngx_http_ratelimit_redis_verdict(ngx_http_request_t *r,
 
 
 /*
- * on_redis_error: local decides in the zone with the same rules; allow
- * passes the request, deny refuses it (both without rate-limit headers:
- * there is no decision to describe).
+ * on_redis_error: local decides in the zone with the same rules (its
+ * slots count every request of the server in flight, those holding leases
+ * too), and a request it admits keeps its leases' names, which its worker
+ * writes into Redis once Redis answers again; allow passes the request,
+ * deny refuses it (both without rate-limit headers: there is no decision
+ * to describe).
  */
 
 static ngx_int_t
 ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
-    size_t                      i;
-    ngx_http_ratelimit_zone_t  *zone;
+    ngx_int_t                    rc;
+    ngx_shmtx_t                 *mutex;
+    ngx_http_ratelimit_zone_t   *zone;
+    ngx_http_ratelimit_redis_t  *redis;
 
     zone = ngx_http_ratelimit_zone_of(
                ngx_http_ratelimit_rule_of(&ctx->rq.checks[0]));
+    redis = zone->redis;
 
-    (void) ngx_atomic_fetch_add(&zone->redis->stats->fallbacks, 1);
+    (void) ngx_atomic_fetch_add(&redis->stats->fallbacks, 1);
 
-    /* no lease is held: a local decision takes its own slots */
+    /* the worker's leases may be gone from Redis: written again once it
+       answers */
+    ngx_http_ratelimit_redis_leases_lost(redis);
 
-    for (i = 0; i < ctx->rq.n; i++) {
-        if (rl_redis_holds_lease(&ctx->rq.checks[i])) {
-            ctx->rq.checks[i].slot = 0;
-        }
+    if (ctx->here) {
+        /* the slots taken for the call: a local decision takes its own */
+        ctx->here = 0;
+        mutex = ngx_http_ratelimit_lock(&ctx->rq);
+        (void) rl_request_free_here(&ctx->rq, ngx_http_ratelimit_now(), 1);
+        ngx_http_ratelimit_unlock(&ctx->rq, mutex);
     }
 
-    switch (zone->redis->on_error) {
+    switch (redis->on_error) {
 
     case NGX_HTTP_RATELIMIT_REDIS_LOCAL:
         ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL;
-        return ngx_http_ratelimit_decide_local(r, ctx);
+        rc = ngx_http_ratelimit_decide_local(r, ctx);
+        break;
 
     case NGX_HTTP_RATELIMIT_REDIS_DENY:
         ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_DENY;
         rl_request_fail(&ctx->rq, 1);
-        return ngx_http_ratelimit_apply_verdict(r, ctx);
+        rc = ngx_http_ratelimit_apply_verdict(r, ctx);
+        break;
 
     default: /* NGX_HTTP_RATELIMIT_REDIS_ALLOW */
         ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_ALLOW;
         rl_request_fail(&ctx->rq, 0);
-        return ngx_http_ratelimit_apply_verdict(r, ctx);
+        rc = ngx_http_ratelimit_apply_verdict(r, ctx);
+        break;
     }
+
+    ctx->leased = ngx_http_ratelimit_redis_lease_keep(redis, &ctx->rq,
+                                                      &ctx->lease_link);
+
+    return rc;
 }
 
 

@@ -286,6 +286,7 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     if (conf->rules.elts == NULL) {
         conf->rules = prev->rules;
         conf->ends = prev->ends;
+        conf->slots = prev->slots;
     }
 
     ngx_conf_merge_uint_value(conf->combine, prev->combine, RL_COMBINE_ALL);

@@ -26,11 +26,25 @@
 /* a Redis zone's: how often each server asks for Redis's overrides'
    version (a change applies on every server within about this) */
 #define NGX_HTTP_RATELIMIT_OVERRIDES_POLL  250
+/* the lines of a file said one by one before the rest are counted */
+#define NGX_HTTP_RATELIMIT_OVERRIDES_SAID  5
+/* a write waiting for its version gives up after so many answered polls
+   that hold an older one */
+#define NGX_HTTP_RATELIMIT_OVERRIDES_TRIES  3
+
+
+/* A file's reading: the lines skipped, said or counted. */
+typedef struct {
+    ngx_uint_t   bad;       /* lines that do not read or break a rule */
+    ngx_uint_t   full;      /* overrides with no room */
+    ngx_uint_t   first_full; /* the first one's line */
+} ngx_http_ratelimit_overrides_read_t;
 
 
 static ngx_int_t ngx_http_ratelimit_overrides_line(ngx_log_t *log,
     ngx_http_ratelimit_zone_t *zone, rl_override_rule_t *rules, ngx_uint_t n,
-    u_char *line, size_t len, ngx_uint_t number);
+    u_char *line, size_t len, ngx_uint_t number,
+    ngx_http_ratelimit_overrides_read_t *rd);
 static void ngx_http_ratelimit_overrides_tick(ngx_event_t *ev);
 static ngx_int_t ngx_http_ratelimit_overrides_write(
     ngx_http_ratelimit_zone_t *zone, ngx_log_t *log);
@@ -38,8 +52,14 @@ static u_char *ngx_http_ratelimit_overrides_text(
     ngx_http_ratelimit_zone_t *zone, size_t *len, uint64_t *version);
 static void ngx_http_ratelimit_overrides_poll(ngx_http_ratelimit_zone_t *zone,
     int64_t now);
+static ngx_http_ratelimit_overrides_poll_t *
+    ngx_http_ratelimit_overrides_poll_of(ngx_http_ratelimit_zone_t *zone);
+static void ngx_http_ratelimit_overrides_taken(
+    ngx_http_ratelimit_zone_t *zone, ngx_int_t rc);
 static void ngx_http_ratelimit_overrides_polled(
     ngx_http_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
+static void ngx_http_ratelimit_overrides_apply(
+    ngx_http_ratelimit_zone_t *zone);
 static ngx_int_t ngx_http_ratelimit_overrides_page(
     ngx_http_ratelimit_zone_t *zone, rl_overrides_call_t *call);
 static ngx_int_t ngx_http_ratelimit_overrides_command(void *c,
@@ -101,10 +121,10 @@ ngx_http_ratelimit_overrides_bytes(ngx_http_ratelimit_zone_t *zone)
 
 
 /*
- * A zone's rules as the core's carry-over needs them: a name once (the
- * rules of a name share a state), the first rule of each name, sorted by
- * name (zone->names, made with the configuration), in memory of the
- * caller's.
+ * A zone's rules as the core's carry-over and its checks need them: a name
+ * once (the rules of a name share a state), the first rule of each name,
+ * sorted by name (zone->names, made with the configuration), with its key
+ * expression, in memory of the caller's.
  */
 
 rl_override_rule_t *
@@ -116,6 +136,8 @@ ngx_http_ratelimit_overrides_rules(ngx_http_ratelimit_zone_t *zone,
     for (i = 0; i < zone->nnames; i++) {
         out[i].rule = &zone->names[i]->rule;
         out[i].identity = zone->names[i]->identity;
+        out[i].key = (char *) zone->names[i]->key->value.data;
+        out[i].key_len = zone->names[i]->key->value.len;
     }
 
     *n = zone->nnames;
@@ -173,8 +195,10 @@ ngx_http_ratelimit_overrides_attach(ngx_http_ratelimit_zone_t *zone,
 
 /*
  * The zone's file read into its new store, a line at a time: a line that
- * cannot be read, names a rule the zone no longer has, breaks the rules'
- * bounds, or finds no room, is said (file and line) and skipped.
+ * cannot be read, or that the key API would not take (a rule the zone no
+ * longer has, its bounds broken, an expiry beyond 366 days), is said (file
+ * and line: the first few, then counted) and skipped; the overrides that
+ * find no room are counted, in one line.
  */
 
 void
@@ -189,6 +213,8 @@ ngx_http_ratelimit_overrides_load(ngx_http_ratelimit_zone_t *zone,
     const char           *what;
     ngx_file_info_t       fi;
     rl_override_rule_t   *rules;
+
+    ngx_http_ratelimit_overrides_read_t  rd;
 
     fd = ngx_http_ratelimit_file_open(zone->overrides_file.data, 0, &fi, &err,
                                       &what);
@@ -232,6 +258,7 @@ ngx_http_ratelimit_overrides_load(ngx_http_ratelimit_zone_t *zone,
 
     loaded = 0;
     last = text + n;
+    ngx_memzero(&rd, sizeof(ngx_http_ratelimit_overrides_read_t));
 
     for (p = text, line = 1; p < last; p = nl + 1, line++) {
         nl = ngx_strlchr(p, last, '\n');
@@ -245,8 +272,24 @@ ngx_http_ratelimit_overrides_load(ngx_http_ratelimit_zone_t *zone,
         }
 
         loaded += ngx_http_ratelimit_overrides_line(log, zone, rules, nrules,
-                                                    p, nl - p, line)
+                                                    p, nl - p, line, &rd)
                   == NGX_OK;
+    }
+
+    if (rd.bad > NGX_HTTP_RATELIMIT_OVERRIDES_SAID) {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "ratelimit_zone \"%V\": overrides_file \"%V\": %ui more "
+                      "lines skipped, not said (%ui in all)", &zone->name,
+                      &zone->overrides_file,
+                      rd.bad - NGX_HTTP_RATELIMIT_OVERRIDES_SAID, rd.bad);
+    }
+
+    if (rd.full) {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "ratelimit_zone \"%V\": overrides_file \"%V\": %ui "
+                      "overrides skipped, from line %ui on: no room "
+                      "(overrides=%ui)", &zone->name, &zone->overrides_file,
+                      rd.full, rd.first_full, zone->overrides);
     }
 
     ngx_log_error(NGX_LOG_NOTICE, log, 0,
@@ -280,13 +323,14 @@ failed:
 static ngx_int_t
 ngx_http_ratelimit_overrides_line(ngx_log_t *log,
     ngx_http_ratelimit_zone_t *zone, rl_override_rule_t *rules, ngx_uint_t n,
-    u_char *line, size_t len, ngx_uint_t number)
+    u_char *line, size_t len, ngx_uint_t number,
+    ngx_http_ratelimit_overrides_read_t *rd)
 {
-    int                  rc;
-    int64_t              now;
-    rl_override_t        ov;
-    rl_override_rule_t  *rule;
-    char                 err[RL_ERR_MAX];
+    int                        rc;
+    int64_t                    now;
+    rl_override_t              ov;
+    const rl_override_rule_t  *rule;
+    char                       err[RL_ERR_MAX];
 
     rc = rl_overrides_file_read((char *) line, len, &ov, err, sizeof(err));
 
@@ -294,41 +338,33 @@ ngx_http_ratelimit_overrides_line(ngx_log_t *log,
         return NGX_DECLINED;
     }
 
-    rule = NULL;
     now = ngx_http_ratelimit_now();
 
-    if (rc == RL_OK && ov.target.rule[0]) {
-        rule = ngx_http_ratelimit_overrides_rule(rules, n, ov.target.rule);
-
-        if (rule == NULL) {
-            ngx_snprintf((u_char *) err, sizeof(err), "the zone has no rule "
-                         "\"%s\"%Z", ov.target.rule);
-            rc = RL_ERROR;
-        }
-    }
+    /* the key API's checks, in the core (one place for the API, the file
+       and Redis's hash) */
 
     if (rc == RL_OK) {
-        rc = rl_override_check(&ov, rule ? rule->rule : NULL, 0, err,
+        rc = rl_override_admit(&ov, rules, n, 0, now, &rule, err,
                                sizeof(err));
     }
 
-    if (rc != RL_OK) {
-        ngx_log_error(NGX_LOG_ERR, log, 0,
-                      "ratelimit_zone \"%V\": overrides_file \"%V\" line %ui: "
-                      "%s: skipped", &zone->name, &zone->overrides_file,
-                      number, err);
+    if (rc == RL_ERROR) {
+        if (rd->bad++ < NGX_HTTP_RATELIMIT_OVERRIDES_SAID) {
+            ngx_log_error(NGX_LOG_ERR, log, 0,
+                          "ratelimit_zone \"%V\": overrides_file \"%V\" line "
+                          "%ui: %s: skipped", &zone->name,
+                          &zone->overrides_file, number, err);
+        }
+
         return NGX_ERROR;
     }
 
-    if (ov.expires_ms != 0 && ov.expires_ms <= now) {
+    if (rc == RL_DECLINED) {
         return NGX_DECLINED;   /* expired while nginx was down */
     }
 
     if (rl_override_put(zone->table, &ov, rule, now) != RL_OVERRIDE_OK) {
-        ngx_log_error(NGX_LOG_ERR, log, 0,
-                      "ratelimit_zone \"%V\": overrides_file \"%V\" line %ui: "
-                      "no room (overrides=%ui): skipped", &zone->name,
-                      &zone->overrides_file, number, zone->overrides);
+        rd->first_full = rd->full++ ? rd->first_full : number;
         return NGX_ERROR;
     }
 
@@ -583,30 +619,45 @@ ngx_http_ratelimit_overrides_text(ngx_http_ratelimit_zone_t *zone,
 /* ---- a Redis zone's overrides: taken from Redis, written there ---------- */
 
 
+/* This worker's taking of them, made when first needed. */
+
+static ngx_http_ratelimit_overrides_poll_t *
+ngx_http_ratelimit_overrides_poll_of(ngx_http_ratelimit_zone_t *zone)
+{
+    ngx_http_ratelimit_overrides_poll_t  *p;
+
+    if (zone->poll == NULL) {
+        p = ngx_pcalloc(ngx_cycle->pool,
+                        sizeof(ngx_http_ratelimit_overrides_poll_t));
+        if (p == NULL) {
+            return NULL;
+        }
+
+        ngx_queue_init(&p->waiting);
+        zone->poll = p;
+    }
+
+    return zone->poll;
+}
+
+
 /*
  * Redis's overrides taken into the zone's store when their version moved
- * (in this worker: one poll at a time), a page at a time; the store then
- * replaced under the lock, and the refusals the zone remembers forgotten
- * (none outlives an override that lifts it, an override's expiry too).
+ * (in this worker: one poll at a time, another after it when asked for
+ * meanwhile), a page at a time; the store then replaced under the lock,
+ * and the refusals the zone remembers forgotten (none outlives an override
+ * that lifts it, an override's expiry too).
  */
 
 static void
 ngx_http_ratelimit_overrides_poll(ngx_http_ratelimit_zone_t *zone, int64_t now)
 {
-    int64_t                          expiry;
-    rl_overrides_stats_t             st;
+    int64_t                               expiry;
     ngx_http_ratelimit_overrides_poll_t  *p;
 
-    p = zone->poll;
-
+    p = ngx_http_ratelimit_overrides_poll_of(zone);
     if (p == NULL) {
-        p = ngx_pcalloc(ngx_cycle->pool,
-                        sizeof(ngx_http_ratelimit_overrides_poll_t));
-        if (p == NULL) {
-            return;
-        }
-
-        zone->poll = p;
+        return;
     }
 
     ngx_shmtx_lock(&zone->shpool->mutex);
@@ -619,33 +670,122 @@ ngx_http_ratelimit_overrides_poll(ngx_http_ratelimit_zone_t *zone, int64_t now)
     }
 
     if (p->busy) {
+        p->again = 1;
         return;
     }
 
-    rl_overrides_stats(zone->store, &st);
+    p->again = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    rl_overrides_stats(zone->store, &p->known);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 
     ngx_memzero(&p->oc.call, sizeof(rl_overrides_call_t));
     p->oc.call.op = RL_OVERRIDES_POLL;
-    p->oc.call.version = st.remote;
+    p->oc.call.version = p->known.remote;
+    p->oc.call.id = p->known.remote_id;
     p->oc.call.cursor[0] = '0';
     p->first = 0;
     p->n = 0;
+    p->bad = 0;
+    p->full = 0;
 
     if (ngx_http_ratelimit_overrides_send(zone, &p->oc,
                                           ngx_http_ratelimit_overrides_polled)
-        == NGX_OK)
+        != NGX_OK)
     {
-        p->busy = 1;
+        ngx_http_ratelimit_overrides_taken(zone, NGX_ERROR);
+        return;
+    }
+
+    p->busy = 1;
+}
+
+
+/*
+ * A write of this worker's waits until the zone's copy holds the version
+ * it made: Redis's overrides are taken again now (or once the poll under
+ * way has its answer).
+ */
+
+void
+ngx_http_ratelimit_overrides_await(ngx_http_ratelimit_zone_t *zone,
+    ngx_http_ratelimit_overrides_wait_t *aw, uint64_t version)
+{
+    ngx_http_ratelimit_overrides_poll_t  *p;
+
+    p = ngx_http_ratelimit_overrides_poll_of(zone);
+    if (p == NULL) {
+        aw->handler(aw, NGX_ERROR);
+        return;
+    }
+
+    aw->version = version;
+    aw->polls = 0;
+    ngx_queue_insert_tail(&p->waiting, &aw->queue);
+
+    ngx_http_ratelimit_overrides_poll(zone, ngx_http_ratelimit_now());
+}
+
+
+/* A write's wait given up (its request went away). */
+
+void
+ngx_http_ratelimit_overrides_unwait(ngx_http_ratelimit_overrides_wait_t *aw)
+{
+    if (aw->queue.next != NULL) {
+        ngx_queue_remove(&aw->queue);
+        ngx_queue_init(&aw->queue);
     }
 }
 
 
-/* In this worker, now (a write it made): Redis's overrides taken again. */
+/*
+ * A poll ended: NGX_OK, the copy holds what Redis held (or what another
+ * worker took meanwhile), NGX_ERROR, Redis did not answer.  Each write
+ * waiting for a version the copy holds now is told so; one waiting for a
+ * later version waits for the next poll, at once, a few times; none waits
+ * past a poll Redis did not answer.
+ */
 
-void
-ngx_http_ratelimit_overrides_poll_now(ngx_http_ratelimit_zone_t *zone)
+static void
+ngx_http_ratelimit_overrides_taken(ngx_http_ratelimit_zone_t *zone,
+    ngx_int_t rc)
 {
-    ngx_http_ratelimit_overrides_poll(zone, ngx_http_ratelimit_now());
+    ngx_queue_t                          *q, *next;
+    rl_overrides_stats_t                  st;
+    ngx_http_ratelimit_overrides_poll_t  *p;
+    ngx_http_ratelimit_overrides_wait_t  *aw;
+
+    p = zone->poll;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    rl_overrides_stats(zone->store, &st);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    for (q = ngx_queue_head(&p->waiting);
+         q != ngx_queue_sentinel(&p->waiting);
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        aw = ngx_queue_data(q, ngx_http_ratelimit_overrides_wait_t, queue);
+
+        if (rc == NGX_OK && st.remote < aw->version
+            && ++aw->polls < NGX_HTTP_RATELIMIT_OVERRIDES_TRIES)
+        {
+            continue;
+        }
+
+        ngx_queue_remove(q);
+        ngx_queue_init(q);
+
+        aw->handler(aw, rc == NGX_OK && st.remote >= aw->version
+                        ? NGX_OK : NGX_ERROR);
+    }
+
+    if (!p->busy && (p->again || !ngx_queue_empty(&p->waiting))) {
+        ngx_http_ratelimit_overrides_poll(zone, ngx_http_ratelimit_now());
+    }
 }
 
 
@@ -662,34 +802,39 @@ ngx_http_ratelimit_overrides_polled(ngx_http_ratelimit_redis_wait_t *w,
     p = zone->poll;
     p->busy = 0;
 
-    if (answer == NULL || oc->call.unchanged) {
-        return;   /* not answered: asked again at the next tick */
+    if (answer == NULL) {
+        /* not answered: asked again at the next tick */
+        ngx_http_ratelimit_overrides_taken(zone, NGX_ERROR);
+        return;
     }
 
-    if (p->first != 0 && oc->call.page_version != p->first) {
+    if (oc->call.unchanged) {
+        ngx_http_ratelimit_overrides_taken(zone, NGX_OK);
+        return;
+    }
+
+    if (p->first != 0
+        && (oc->call.page_version != p->first
+            || oc->call.page_id != p->first_id))
+    {
         p->n = 0;   /* changed while it was read: from the start */
         p->first = 0;
+        p->bad = 0;
+        p->full = 0;
         ngx_memcpy(oc->call.cursor, "0", 2);
         oc->call.skip = 0;
 
     } else {
         p->first = oc->call.page_version;
+        p->first_id = oc->call.page_id;
 
         if (ngx_http_ratelimit_overrides_page(zone, &oc->call) != NGX_OK) {
+            ngx_http_ratelimit_overrides_taken(zone, NGX_ERROR);
             return;
         }
 
         if (!oc->call.more) {
-            ngx_shmtx_lock(&zone->shpool->mutex);
-            (void) rl_overrides_replace(zone->table, p->list, p->n,
-                                        zone->override_rules,
-                                        zone->override_nrules, p->first);
-            ngx_shmtx_unlock(&zone->shpool->mutex);
-
-            if (zone->redis) {
-                rl_refusals_forget(zone->redis->refusals);
-            }
-
+            ngx_http_ratelimit_overrides_apply(zone);
             return;
         }
 
@@ -700,20 +845,108 @@ ngx_http_ratelimit_overrides_polled(ngx_http_ratelimit_redis_wait_t *w,
 
     if (ngx_http_ratelimit_overrides_send(zone, oc,
                                           ngx_http_ratelimit_overrides_polled)
-        == NGX_OK)
+        != NGX_OK)
     {
-        p->busy = 1;
+        ngx_http_ratelimit_overrides_taken(zone, NGX_ERROR);
+        return;
     }
+
+    p->busy = 1;
 }
 
 
-/* A page's lines read into the worker's list (as many as the zone holds). */
+/*
+ * The overrides read put in place of the copy's, unless another worker
+ * took a copy since this one was asked for (maybe a newer one: asked for
+ * again); a hash that is not the one the copy came from said at warn (Redis
+ * lost it), and the fields skipped said once (not again while the same).
+ */
+
+static void
+ngx_http_ratelimit_overrides_apply(ngx_http_ratelimit_zone_t *zone)
+{
+    int                                   news;
+    size_t                                held;
+    uint64_t                              said;
+    ngx_uint_t                            say;
+    rl_overrides_stats_t                  st;
+    ngx_http_ratelimit_overrides_poll_t  *p;
+
+    p = zone->poll;
+
+    said = p->bad + p->full == 0
+           ? 0
+           : (uint64_t) ngx_crc32_short((u_char *) p->why,
+                                        ngx_strlen(p->why)) << 32
+             ^ p->bad << 16 ^ p->full;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    rl_overrides_stats(zone->store, &st);
+
+    if (st.remote != p->known.remote || st.remote_id != p->known.remote_id) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        p->again = 1;
+        ngx_http_ratelimit_overrides_taken(zone, NGX_OK);
+        return;
+    }
+
+    news = rl_overrides_news(&st, p->first, p->first_id);
+    held = st.held;
+
+    if (news != RL_OVERRIDES_SAME) {
+        held = rl_overrides_replace(zone->table, p->list, p->n,
+                                    zone->override_rules,
+                                    zone->override_nrules, p->first,
+                                    p->first_id);
+    }
+
+    say = rl_overrides_said(zone->store, said) && said != 0;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (zone->redis) {
+        rl_refusals_forget(zone->redis->refusals);
+    }
+
+    if (news == RL_OVERRIDES_LOST) {
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                      "ratelimit_zone \"%V\": Redis lost the overrides' hash "
+                      "this server held (version %uL of the hash made at "
+                      "%uL; Redis now holds version %uL of %uL: FLUSHALL, a "
+                      "restart without persistence, a failover): the zone "
+                      "applies the %uz overrides it holds now",
+                      &zone->name, st.remote, st.remote_id, p->first,
+                      p->first_id, held);
+    }
+
+    if (say) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "ratelimit_zone \"%V\": %ui fields of the overrides' "
+                      "hash in Redis skipped (the first: %s), %ui overrides "
+                      "for want of room (overrides=%ui); said again when "
+                      "they change", &zone->name, p->bad,
+                      p->bad ? p->why : "none", p->full, zone->overrides);
+    }
+
+    ngx_http_ratelimit_overrides_taken(zone, NGX_OK);
+}
+
+
+/*
+ * A page's lines read into the worker's list (as many as the zone holds),
+ * each taken as the key API's writes are; a field that is not is counted,
+ * the first one's why kept.
+ */
 
 static ngx_int_t
 ngx_http_ratelimit_overrides_page(ngx_http_ratelimit_zone_t *zone,
     rl_overrides_call_t *call)
 {
+    int                                   rc;
+    int64_t                               now;
     const char                           *l, *end, *nl;
+    rl_override_t                         ov;
     ngx_http_ratelimit_overrides_poll_t  *p;
     char                                  err[RL_ERR_MAX];
 
@@ -727,19 +960,31 @@ ngx_http_ratelimit_overrides_page(ngx_http_ratelimit_zone_t *zone,
         }
     }
 
+    now = ngx_http_ratelimit_now();
     end = call->lines + call->lines_len;
 
-    for (l = call->lines; l < end && p->n < zone->overrides; l = nl + 1) {
+    for (l = call->lines; l < end; l = nl + 1) {
         nl = (const char *) ngx_strlchr((u_char *) l, (u_char *) end, '\n');
         if (nl == NULL) {
             nl = end;
         }
 
-        if (rl_overrides_file_read(l, nl - l, &p->list[p->n], err,
-                                   sizeof(err))
-            == RL_OK)
-        {
-            p->n++;
+        rc = rl_overrides_redis_read(l, nl - l, zone->override_rules,
+                                     zone->override_nrules,
+                                     zone->redis != NULL, now, &ov, err,
+                                     sizeof(err));
+
+        if (rc == RL_ERROR) {
+            if (p->bad++ == 0) {
+                ngx_cpystrn((u_char *) p->why, (u_char *) err,
+                            sizeof(p->why));
+            }
+
+        } else if (rc == RL_OK && p->n == zone->overrides) {
+            p->full++;
+
+        } else if (rc == RL_OK) {
+            p->list[p->n++] = ov;
         }
     }
 

@@ -27,14 +27,42 @@ typedef struct {
 } ngx_http_ratelimit_overrides_call_t;
 
 
+/*
+ * A write of the key API's, in Redis, waiting until this server's copy
+ * holds the version it made (ngx_http_ratelimit_overrides_await): handler
+ * is called with NGX_OK, or NGX_ERROR when the copy could not be taken
+ * (Redis did not answer, or it holds another hash now).
+ */
+typedef struct ngx_http_ratelimit_overrides_wait_s
+    ngx_http_ratelimit_overrides_wait_t;
+
+typedef void (*ngx_http_ratelimit_overrides_taken_pt)(
+    ngx_http_ratelimit_overrides_wait_t *aw, ngx_int_t rc);
+
+struct ngx_http_ratelimit_overrides_wait_s {
+    ngx_queue_t                       queue;
+    uint64_t                          version;
+    ngx_uint_t                        polls;    /* answered since */
+    ngx_http_ratelimit_overrides_taken_pt  handler;
+};
+
+
 /* A worker's taking of Redis's overrides (a Redis zone's). */
 struct ngx_http_ratelimit_overrides_poll_s {
     ngx_http_ratelimit_overrides_call_t  oc;
     rl_override_t                    *list;     /* read so far */
     size_t                            n;
     uint64_t                          first;    /* its first page's version */
+    uint64_t                          first_id; /*   and hash */
+    rl_overrides_stats_t              known;    /* the copy when it was
+                                                   asked for */
+    ngx_uint_t                        bad;      /* fields skipped, */
+    ngx_uint_t                        full;     /*   and for want of room */
+    char                              why[RL_ERR_MAX]; /* the first's */
     int64_t                           expiries; /* expiries seen until */
+    ngx_queue_t                       waiting;  /* writes waiting */
     unsigned                          busy:1;
+    unsigned                          again:1;  /* asked for while busy */
 };
 
 
@@ -56,7 +84,10 @@ rl_override_rule_t *ngx_http_ratelimit_overrides_rule(
 ngx_int_t ngx_http_ratelimit_overrides_start(ngx_http_ratelimit_zone_t *zone,
     ngx_cycle_t *cycle);
 void ngx_http_ratelimit_overrides_changed(ngx_http_ratelimit_zone_t *zone);
-void ngx_http_ratelimit_overrides_poll_now(ngx_http_ratelimit_zone_t *zone);
+void ngx_http_ratelimit_overrides_await(ngx_http_ratelimit_zone_t *zone,
+    ngx_http_ratelimit_overrides_wait_t *aw, uint64_t version);
+void ngx_http_ratelimit_overrides_unwait(
+    ngx_http_ratelimit_overrides_wait_t *aw);
 ngx_int_t ngx_http_ratelimit_overrides_send(ngx_http_ratelimit_zone_t *zone,
     ngx_http_ratelimit_overrides_call_t *oc,
     ngx_http_ratelimit_redis_done_pt done);

@@ -121,8 +121,9 @@ struct ngx_http_ratelimit_redis_s {
     ngx_str_t                          tls_key;
     void                              *ssl;       /* ngx_ssl_t, made with
                                                      the configuration */
-    ngx_log_t                          tls_log;   /* the worker's, for its
-                                                     TLS connections */
+    ngx_log_t                          conn_log;  /* the worker's, for its
+                                                     connections: nginx's
+                                                     own lines not written */
     ngx_uint_t                         given;    /* parameters, by index */
     u_char                             sha[40];  /* the script's SHA-1 */
     ngx_http_ratelimit_redis_stats_t  *stats;    /* in the zone */
@@ -150,6 +151,17 @@ struct ngx_http_ratelimit_redis_s {
     ngx_queue_t                        leases;
     ngx_event_t                        renew;
     ngx_msec_t                         renew_ms;    /* its interval */
+    ngx_uint_t                         restore_calls; /* of the round of
+                                                       restores sent last,
+                                                       not yet answered */
+    ngx_uint_t                         restore_round;
+    unsigned                           restoring:1; /* Redis failed a call:
+                                                       every lease written
+                                                       again, a round each
+                                                       tick, until a round
+                                                       is answered whole */
+    unsigned                           restore_failed:1; /* a call failed
+                                                       since the round */
     uint64_t                           lease_server; /* stats->server,
                                                        as this worker read it */
     uint64_t                           lease_owner; /* names this worker's

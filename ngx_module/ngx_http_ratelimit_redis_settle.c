@@ -4,10 +4,12 @@
  * when it ends.
  *
  * The log phase evaluates each charge and hands the request's checks here;
- * the checks that settle one are copied, with their rules and keys, out of
- * the request's pool (which goes away with the request), and one script
- * call (rl_redis_command, RL_REDIS_SETTLE: each gives back the cost it
- * reserved and spends its charge, atomically in Redis) is pipelined on the
+ * the checks that settle one, or end with their reservation standing
+ * (RL_NO_CHARGE: the key's reservations in flight end all the same), are
+ * copied, with their rules and keys, out of the request's pool (which goes
+ * away with the request), and one script call (rl_redis_command,
+ * RL_REDIS_SETTLE: each gives back the cost it reserved and spends its
+ * charge, atomically in Redis) is pipelined on the
  * worker's connection to the server of the key's slot.  Nothing waits for
  * the reply: the request ends at once, and the worker goes on.  The reply,
  * judged by the core, is counted in this server's zone (each rule's units
@@ -25,6 +27,15 @@
  * one a request in a Cluster); and its end, whatever ends it, releases
  * them, one call not waited for.  A release or renewal Redis does not take
  * is counted, and the lease runs out by itself within its lease=.
+ *
+ * A request on_redis_error=local admits while Redis is away keeps its
+ * leases' names and joins the list too, its leases not in Redis.  Any call
+ * of the zone Redis fails (or a renewal that finds leases gone: a restart
+ * lost them) puts the worker's leases in restore: every tick (a tenth of a
+ * second) the timer writes them all into Redis (RL_REDIS_RESTORE: taken
+ * whether Redis holds them or not), until Redis answers a round of them
+ * whole, so that once Redis is back it counts every request the server has
+ * in flight, whoever admitted it.
  */
 
 
@@ -46,6 +57,7 @@ struct ngx_http_ratelimit_settle_s {
                                                    have been taken) */
     ngx_uint_t                        room;     /* leases: checks it holds
                                                    at most */
+    ngx_uint_t                        round;    /* a restore: its round */
     /* then rq.n checks, their rules, their keys */
 };
 
@@ -53,6 +65,10 @@ struct ngx_http_ratelimit_settle_s {
 /* The leases a renewal call carries at most (a standalone Redis: every
    lease of the worker, in calls of so many). */
 #define NGX_HTTP_RATELIMIT_LEASES_CALL  64
+
+/* The tick of the leases' restore, while Redis fails or until it took
+   them all again. */
+#define NGX_HTTP_RATELIMIT_LEASES_RESTORE_MS  100
 
 
 /* Blocks of this size are kept for the next settles (most are: a few rules
@@ -67,6 +83,7 @@ static void ngx_http_ratelimit_settle_free(ngx_http_ratelimit_redis_t *redis,
     ngx_http_ratelimit_settle_t *s);
 static void ngx_http_ratelimit_settle_done(ngx_http_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer);
+static rl_check_t *ngx_http_ratelimit_settle_charge(rl_request_t *rq);
 static void ngx_http_ratelimit_settle_lost(ngx_http_ratelimit_redis_t *redis,
     rl_request_t *rq, const char *why);
 static ngx_http_ratelimit_settle_t *ngx_http_ratelimit_leases_block(
@@ -79,6 +96,9 @@ static void ngx_http_ratelimit_leases_send(ngx_http_ratelimit_redis_t *redis,
 static void ngx_http_ratelimit_leases_done(ngx_http_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer);
 static void ngx_http_ratelimit_leases_renew(ngx_event_t *ev);
+static void ngx_http_ratelimit_leases_join(ngx_http_ratelimit_redis_t *redis,
+    rl_request_t *rq, ngx_queue_t *link);
+static void ngx_http_ratelimit_leases_arm(ngx_http_ratelimit_redis_t *redis);
 
 
 void
@@ -97,8 +117,14 @@ ngx_http_ratelimit_redis_settle(ngx_http_ratelimit_redis_t *redis,
     for (i = 0; i < rq->n; i++) {
         c = &rq->checks[i];
 
-        if (rl_check_charges(c) && c->charge != RL_NO_CHARGE) {
-            c->charged = c->charge;   /* $ratelimit_charged: what is sent */
+        /* a check whose reservation stands (RL_NO_CHARGE) is sent too: its
+           key's reservations in flight end */
+
+        if (rl_check_charges(c)) {
+            if (c->charge != RL_NO_CHARGE) {
+                c->charged = c->charge;   /* $ratelimit_charged: what is sent */
+            }
+
             n++;
             size += sizeof(rl_check_t) + sizeof(rl_rule_t) + c->key_len;
         }
@@ -122,7 +148,7 @@ ngx_http_ratelimit_redis_settle(ngx_http_ratelimit_redis_t *redis,
     for (i = 0; i < rq->n; i++) {
         c = &rq->checks[i];
 
-        if (!rl_check_charges(c) || c->charge == RL_NO_CHARGE) {
+        if (!rl_check_charges(c)) {
             continue;
         }
 
@@ -180,7 +206,9 @@ ngx_http_ratelimit_settle_done(ngx_http_ratelimit_redis_wait_t *w,
         return;
     }
 
-    (void) ngx_atomic_fetch_add(&w->redis->stats->charges, 1);
+    if (ngx_http_ratelimit_settle_charge(&s->rq) != NULL) {
+        (void) ngx_atomic_fetch_add(&w->redis->stats->charges, 1);
+    }
 
     zone = ngx_http_ratelimit_zone_of(
                ngx_http_ratelimit_rule_of(&s->rq.checks[0]));
@@ -211,8 +239,14 @@ static void
 ngx_http_ratelimit_settle_lost(ngx_http_ratelimit_redis_t *redis,
     rl_request_t *rq, const char *why)
 {
-    size_t       i;
     rl_check_t  *c;
+
+    /* reservations in flight alone run out by themselves (settle.cpp) */
+
+    c = ngx_http_ratelimit_settle_charge(rq);
+    if (c == NULL) {
+        return;
+    }
 
     (void) ngx_atomic_fetch_add(&redis->stats->undelivered, 1);
 
@@ -220,22 +254,30 @@ ngx_http_ratelimit_settle_lost(ngx_http_ratelimit_redis_t *redis,
         return;
     }
 
-    c = &rq->checks[0];
-
-    for (i = 0; i < rq->n; i++) {
-        if (rl_check_charges(&rq->checks[i])
-            && rq->checks[i].charge != RL_NO_CHARGE)
-        {
-            c = &rq->checks[i];
-            break;
-        }
-    }
-
     ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                   "ratelimit: redis %V: a request's charge not delivered in "
                   "zone \"%V\" (rule \"%V\", %uL units): %s; the cost it "
                   "reserved stays spent", &redis->server, &redis->zone,
                   &ngx_http_ratelimit_rule_of(c)->name, c->charge, why);
+}
+
+
+/* The first check of a settle that spends a charge, or NULL. */
+
+static rl_check_t *
+ngx_http_ratelimit_settle_charge(rl_request_t *rq)
+{
+    size_t  i;
+
+    for (i = 0; i < rq->n; i++) {
+        if (rl_check_charges(&rq->checks[i])
+            && rq->checks[i].charge != RL_NO_CHARGE)
+        {
+            return &rq->checks[i];
+        }
+    }
+
+    return NULL;
 }
 
 
@@ -323,7 +365,7 @@ ngx_http_ratelimit_redis_lease_prepare(ngx_http_ratelimit_redis_t *redis,
                 redis->lease_next = 1;
             }
 
-            c->slot = redis->lease_next;
+            c->lease = redis->lease_next;
         }
     }
 }
@@ -339,23 +381,14 @@ ngx_uint_t
 ngx_http_ratelimit_redis_lease_hold(ngx_http_ratelimit_redis_t *redis,
     rl_request_t *rq, ngx_queue_t *link)
 {
-    size_t      i;
-    ngx_uint_t  n;
-    ngx_msec_t  every;
+    size_t                     i;
+    ngx_uint_t                 n;
+    ngx_http_ratelimit_ctx_t  *ctx;
 
     n = 0;
-    every = 0;
 
     for (i = 0; i < rq->n; i++) {
-        if (rl_redis_holds_lease(&rq->checks[i])) {
-            n++;
-
-            if (every == 0
-                || (ngx_msec_t) rq->checks[i].rule->lease_ms / 3 < every)
-            {
-                every = (ngx_msec_t) rq->checks[i].rule->lease_ms / 3;
-            }
-        }
+        n += rl_redis_holds_lease(&rq->checks[i]);
     }
 
     if (n == 0) {
@@ -363,6 +396,80 @@ ngx_http_ratelimit_redis_lease_hold(ngx_http_ratelimit_redis_t *redis,
     }
 
     (void) ngx_atomic_fetch_add(&redis->stats->leases, n);
+
+    ctx = ngx_queue_data(link, ngx_http_ratelimit_ctx_t, lease_link);
+    ctx->lease_local = 0;
+    ctx->lease_sent = 1;
+
+    ngx_http_ratelimit_leases_join(redis, rq, link);
+
+    return 1;
+}
+
+
+/*
+ * A request on_redis_error decided: with local, its concurrency checks
+ * that took a slot keep their leases' names (the others lose theirs), and
+ * it joins the worker's list (returns 1), its leases not in Redis until a
+ * restore writes them (ngx_http_ratelimit_redis_leases_lost put the worker
+ * in restore); with allow or deny, none is kept.
+ */
+
+ngx_uint_t
+ngx_http_ratelimit_redis_lease_keep(ngx_http_ratelimit_redis_t *redis,
+    rl_request_t *rq, ngx_queue_t *link)
+{
+    size_t                     i;
+    ngx_uint_t                 n;
+    rl_check_t                *c;
+    ngx_http_ratelimit_ctx_t  *ctx;
+
+    n = 0;
+
+    for (i = 0; i < rq->n; i++) {
+        c = &rq->checks[i];
+
+        if (c->slot == 0) {
+            c->lease = 0;
+        }
+
+        n += rl_redis_holds_lease(c);
+    }
+
+    if (n == 0) {
+        return 0;
+    }
+
+    ctx = ngx_queue_data(link, ngx_http_ratelimit_ctx_t, lease_link);
+    ctx->lease_local = 1;
+    ctx->lease_sent = 0;
+
+    ngx_http_ratelimit_leases_join(redis, rq, link);
+
+    return 1;
+}
+
+
+/* A request joins the worker's list: the timer runs, every third of the
+   shortest lease (a tenth of a second in restore). */
+
+static void
+ngx_http_ratelimit_leases_join(ngx_http_ratelimit_redis_t *redis,
+    rl_request_t *rq, ngx_queue_t *link)
+{
+    size_t      i;
+    ngx_msec_t  every;
+
+    every = 0;
+
+    for (i = 0; i < rq->n; i++) {
+        if (rl_redis_holds_lease(&rq->checks[i])
+            && (every == 0
+                || (ngx_msec_t) rq->checks[i].rule->lease_ms / 3 < every))
+        {
+            every = (ngx_msec_t) rq->checks[i].rule->lease_ms / 3;
+        }
+    }
 
     if (redis->leases.next == NULL) {
         ngx_queue_init(&redis->leases);
@@ -378,22 +485,65 @@ ngx_http_ratelimit_redis_lease_hold(ngx_http_ratelimit_redis_t *redis,
         }
     }
 
-    if (!redis->renew.timer_set) {
-        redis->renew.handler = ngx_http_ratelimit_leases_renew;
-        redis->renew.data = redis;
-        redis->renew.log = ngx_cycle->log;
-        redis->renew.cancelable = 1;   /* the requests keep an exit waiting */
-        ngx_add_timer(&redis->renew, redis->renew_ms);
+    ngx_http_ratelimit_leases_arm(redis);
+}
+
+
+/* The timer set, if it is not: the next renewal, or restore's tick. */
+
+static void
+ngx_http_ratelimit_leases_arm(ngx_http_ratelimit_redis_t *redis)
+{
+    if (redis->renew.timer_set || redis->renew_ms == 0) {
+        return;
     }
 
-    return 1;
+    redis->renew.handler = ngx_http_ratelimit_leases_renew;
+    redis->renew.data = redis;
+    redis->renew.log = ngx_cycle->log;
+    redis->renew.cancelable = 1;   /* the requests keep an exit waiting */
+
+    ngx_add_timer(&redis->renew, redis->restoring
+                                 ? ngx_min(redis->renew_ms,
+                                           NGX_HTTP_RATELIMIT_LEASES_RESTORE_MS)
+                                 : redis->renew_ms);
+}
+
+
+/*
+ * Redis failed a call of the zone (a request's, a lease's), or a renewal
+ * found leases gone: this worker's leases may not be in Redis (a restart
+ * lost them, a request admitted meanwhile never had one there), and are
+ * written again, a round each tick, until Redis answers one whole.
+ */
+
+void
+ngx_http_ratelimit_redis_leases_lost(ngx_http_ratelimit_redis_t *redis)
+{
+    redis->restore_failed = 1;
+
+    if (redis->restoring) {
+        return;
+    }
+
+    redis->restoring = 1;
+
+    if (redis->renew.timer_set) {
+        ngx_del_timer(&redis->renew);
+    }
+
+    if (redis->leases.next != NULL && !ngx_queue_empty(&redis->leases)) {
+        ngx_http_ratelimit_leases_arm(redis);
+    }
 }
 
 
 /*
  * A request's end, whatever ended it: it leaves the worker's list (link:
  * NULL for a request whose call failed, which may have taken its leases
- * all the same), and one call releases its leases, not waited for.
+ * all the same), and one call releases its leases, not waited for (none
+ * for a request admitted while Redis was away whose leases no restore
+ * carried yet).
  */
 
 void
@@ -402,13 +552,21 @@ ngx_http_ratelimit_redis_lease_release(ngx_http_ratelimit_redis_t *redis,
 {
     size_t                        i, keys;
     ngx_uint_t                    n;
+    ngx_http_ratelimit_ctx_t     *ctx;
     ngx_http_ratelimit_settle_t  *s;
 
     if (link != NULL) {
         ngx_queue_remove(link);
+        ctx = ngx_queue_data(link, ngx_http_ratelimit_ctx_t, lease_link);
 
-        /* no longer this server's in flight, whatever Redis says of it */
-        rl_request_count_leases_end(rq);
+        if (!ctx->lease_sent) {
+            return;
+        }
+
+        if (!ctx->lease_local) {
+            /* no longer this server's in flight, whatever Redis says */
+            rl_request_count_leases_end(rq);
+        }
     }
 
     n = 0;
@@ -438,13 +596,17 @@ ngx_http_ratelimit_redis_lease_release(ngx_http_ratelimit_redis_t *redis,
 }
 
 
-/* The renewals' timer: every lease of the worker's requests renewed. */
+/*
+ * The renewals' timer: every lease of the worker's requests renewed; in
+ * restore, written again, unless the last round was answered whole (then
+ * the renewals go on, a third of a lease later) or is still awaited.
+ */
 
 static void
 ngx_http_ratelimit_leases_renew(ngx_event_t *ev)
 {
     size_t                        i, keys;
-    ngx_uint_t                    n, slot;
+    ngx_uint_t                    n, slot, call;
     ngx_queue_t                  *q, *from;
     rl_check_t                   *c;
     ngx_http_ratelimit_ctx_t     *ctx;
@@ -453,6 +615,25 @@ ngx_http_ratelimit_leases_renew(ngx_event_t *ev)
 
     if (redis->leases.next == NULL || ngx_queue_empty(&redis->leases)) {
         return;   /* no lease: the timer waits for the next */
+    }
+
+    call = RL_REDIS_RENEW;
+
+    if (redis->restoring) {
+
+        if (!redis->restore_failed) {
+            if (redis->restore_calls == 0) {
+                redis->restoring = 0;   /* every lease in Redis again */
+            }
+
+            ngx_http_ratelimit_leases_arm(redis);
+            return;
+        }
+
+        call = RL_REDIS_RESTORE;
+        redis->restore_round++;
+        redis->restore_calls = 0;
+        redis->restore_failed = 0;
     }
 
     q = ngx_queue_head(&redis->leases);
@@ -492,22 +673,25 @@ ngx_http_ratelimit_leases_renew(ngx_event_t *ev)
 
         s = ngx_http_ratelimit_leases_block(redis, NULL, n, keys);
         if (s == NULL) {
-            (void) ngx_atomic_fetch_add(&redis->stats->leases_undelivered, 1);
+            ngx_http_ratelimit_redis_leases_lost(redis);
             continue;
         }
 
         for ( /* void */ ; from != q; from = ngx_queue_next(from)) {
             ctx = ngx_queue_data(from, ngx_http_ratelimit_ctx_t, lease_link);
+            ctx->lease_sent = 1;
             s->rq.server = ctx->rq.server;
             s->rq.lease = ctx->rq.lease;
             s->rq.holder = ctx->rq.holder;
             (void) ngx_http_ratelimit_leases_copy(s, &ctx->rq);
         }
 
-        ngx_http_ratelimit_leases_send(redis, s, RL_REDIS_RENEW);
+        s->round = redis->restore_round;
+
+        ngx_http_ratelimit_leases_send(redis, s, call);
     }
 
-    ngx_add_timer(&redis->renew, redis->renew_ms);
+    ngx_http_ratelimit_leases_arm(redis);
 }
 
 
@@ -586,6 +770,9 @@ ngx_http_ratelimit_leases_copy(ngx_http_ratelimit_settle_t *s,
 }
 
 
+/* A lease call sent; one Redis cannot take now counts as undelivered (a
+   restore is sent again at the next tick). */
+
 static void
 ngx_http_ratelimit_leases_send(ngx_http_ratelimit_redis_t *redis,
     ngx_http_ratelimit_settle_t *s, ngx_uint_t call)
@@ -596,16 +783,26 @@ ngx_http_ratelimit_leases_send(ngx_http_ratelimit_redis_t *redis,
     s->wait.call = call;
 
     if (ngx_http_ratelimit_redis_send(redis, &s->wait) != NGX_OK) {
-        (void) ngx_atomic_fetch_add(&redis->stats->leases_undelivered, 1);
+        if (call != RL_REDIS_RESTORE) {
+            (void) ngx_atomic_fetch_add(&redis->stats->leases_undelivered, 1);
+        }
+
+        ngx_http_ratelimit_redis_leases_lost(redis);
         ngx_http_ratelimit_settle_free(redis, s);
+        return;
+    }
+
+    if (call == RL_REDIS_RESTORE) {
+        redis->restore_calls++;
     }
 }
 
 
 /*
- * A release's or a renewal's reply: counted.  A lease found expired
- * before its request ended is logged, folded: its slot was free for
- * others while the request ran on.
+ * A release's, a renewal's or a restore's reply: counted.  A lease found
+ * expired before its request ended is logged, folded: its slot was free
+ * for others while the request ran on (one a renewal finds gone is
+ * restored).  A failure puts the worker's leases in restore.
  */
 
 static void
@@ -617,12 +814,32 @@ ngx_http_ratelimit_leases_done(ngx_http_ratelimit_redis_wait_t *w,
 
     s = (ngx_http_ratelimit_settle_t *) w;   /* its first field */
 
+    if (w->call == RL_REDIS_RESTORE && s->round == redis->restore_round
+        && redis->restore_calls > 0)
+    {
+        redis->restore_calls--;
+    }
+
     if (answer == NULL) {
-        (void) ngx_atomic_fetch_add(&redis->stats->leases_undelivered, 1);
+        if (w->call != RL_REDIS_RESTORE) {
+            (void) ngx_atomic_fetch_add(&redis->stats->leases_undelivered, 1);
+        }
+
+        ngx_http_ratelimit_redis_leases_lost(redis);
+
+    } else if (w->call == RL_REDIS_RESTORE) {
+        (void) ngx_atomic_fetch_add(&redis->stats->leases_renewed,
+                                    answer->leases_done);
+        (void) ngx_atomic_fetch_add(&redis->stats->leases_restored,
+                                    answer->leases_gone);
 
     } else if (w->call == RL_REDIS_RENEW) {
         (void) ngx_atomic_fetch_add(&redis->stats->leases_renewed,
                                     answer->leases_done);
+
+        if (answer->leases_gone > 0) {
+            ngx_http_ratelimit_redis_leases_lost(redis);
+        }
 
     } else if (s->counted) {
         (void) ngx_atomic_fetch_add(&redis->stats->leases_released,
@@ -632,16 +849,20 @@ ngx_http_ratelimit_leases_done(ngx_http_ratelimit_redis_wait_t *w,
     }
 
     if (answer != NULL && answer->leases_gone > 0 && s->counted
+        && w->call != RL_REDIS_RESTORE
         && ngx_http_ratelimit_redis_log_now(redis, &redis->lease_lost))
     {
         ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
                       "ratelimit: redis %V: %uD lease(s) of zone \"%V\" "
                       "(rule \"%s\") expired before their request ended: "
-                      "not renewed within lease=%M ms, their slots were "
-                      "free for other requests meanwhile",
+                      "not renewed within lease=%M ms (a worker stalled, or "
+                      "Redis was away or lost them), their slots were free "
+                      "for other requests meanwhile%s",
                       &redis->server, answer->leases_gone, &redis->zone,
                       s->rq.checks[0].rule->name,
-                      (ngx_msec_t) s->rq.checks[0].rule->lease_ms);
+                      (ngx_msec_t) s->rq.checks[0].rule->lease_ms,
+                      w->call == RL_REDIS_RENEW
+                      ? "; written into Redis again" : "");
     }
 
     ngx_http_ratelimit_settle_free(redis, s);

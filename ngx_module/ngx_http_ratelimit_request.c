@@ -247,6 +247,15 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
     ngx_http_request_t         *r;
     ngx_http_ratelimit_rule_t  *rule;
 
+    if (ctx->here) {
+        /* a Redis zone's request: the slots it held in its server's zone
+           from its call on, whatever became of it */
+        ctx->here = 0;
+        mutex = ngx_http_ratelimit_lock(&ctx->rq);
+        (void) rl_request_free_here(&ctx->rq, ngx_http_ratelimit_now(), 1);
+        ngx_http_ratelimit_unlock(&ctx->rq, mutex);
+    }
+
     if (!ctx->ends || ctx->ended || !ctx->kept
         || (ctx->decided_by != NGX_HTTP_RATELIMIT_BY_LOCAL
             && ctx->decided_by != NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL
@@ -296,6 +305,14 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
     mutex = ngx_http_ratelimit_lock(&ctx->rq);
     freed = rl_request_end(&ctx->rq, ngx_http_ratelimit_now());
     ngx_http_ratelimit_unlock(&ctx->rq, mutex);
+
+    if (ctx->leased) {
+        /* admitted while Redis was away: its leases, if written there */
+        ctx->leased = 0;
+        ngx_http_ratelimit_redis_lease_release(
+            ngx_http_ratelimit_zone_of(ngx_http_ratelimit_rule_of(
+                &ctx->rq.checks[0]))->redis, &ctx->rq, &ctx->lease_link);
+    }
 
 #if (NGX_DEBUG)
     if (r->connection->log->log_level & NGX_LOG_DEBUG_HTTP) {

@@ -310,6 +310,7 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
 
     rule->identity = rl_rule_identity(&rule->rule, (char *) key->data,
                                       key->len);
+    rule->rule.keyed = rl_rule_keyed((char *) key->data, key->len);
 
     /* an override of an address range applies to a rule keyed on the
        client's address */
@@ -436,6 +437,10 @@ ngx_http_ratelimit_rule_zone(ngx_conf_t *cf,
     {
         rlcf->ends = 1;
         rmcf->ends = 1;
+    }
+
+    if (rl_rule_holds_slots(&rule->rule)) {
+        rlcf->slots = 1;
     }
 
     ref->shm_zone = rule->shm_zone;

@@ -209,6 +209,7 @@ typedef struct {
     ngx_flag_t                   ends;      /* a rule here settles when a
                                                request ends: charge=, or
                                                concurrency */
+    ngx_flag_t                   slots;     /*   concurrency */
     ngx_flag_t                   policy_each; /* each request writes its
                                                RateLimit-Policy (a rule's
                                                policy depends on it) */
@@ -304,6 +305,13 @@ struct ngx_http_ratelimit_ctx_s {
     unsigned                     leased:1;   /* holds leases in Redis
                                                 (concurrency), in its
                                                 worker's list */
+    unsigned                     lease_local:1; /* admitted by
+                                                on_redis_error=local */
+    unsigned                     lease_sent:1; /* its leases sent to Redis
+                                                (taken, or restored) */
+    unsigned                     here:1;     /* holds slots in its server's
+                                                zone (a Redis zone's
+                                                concurrency) */
     unsigned                     charged_set:1;
     unsigned                     grpc:2;    /* refused, and answered as a
                                                gRPC call: rl_grpc_kind */

@@ -11,7 +11,11 @@
 # file (and a corrupt file is said line by line, the good lines kept);
 # writers in parallel through both workers, each write whole or refused;
 # a full store refuses (409) and evicts nothing; every bad input a JSON
-# error naming the field, never a 5xx.
+# error naming the field, never a 5xx, and JSON as JSON writes it.  An
+# IPv4-mapped IPv6 address (realip, a dual-stack listener) meets the IPv4
+# ranges and shares its IPv4 address's key; a key's override in every rule
+# applies to the rules keyed on one expression only; the file's lines take
+# the key API's checks, their errors said a few then counted.
 use strict;
 use warnings;
 use FindBin;
@@ -24,9 +28,12 @@ use RLTest qw(json_of);
 my $t = RLTest->new();
 my $file = $t->prefix . '/api.overrides';
 
+my $filed = $t->prefix . '/filed.overrides';
+
 my $conf = <<"EOF";
 ratelimit_zone api 1m overrides=64 overrides_file=$file;
 ratelimit_zone small 64k overrides=3;
+ratelimit_zone filed 64k overrides=4 overrides_file=$filed;
 map \$http_x_none \$sl_limit { default 10; }
 set_real_ip_from 127.0.0.1;
 real_ip_header X-Real-IP;
@@ -51,13 +58,48 @@ server {
         alias %%PREFIX%%/html/;
     }
     location /small/ { ratelimit zone=small key=\$http_x_k limit=1 period=1h name=s; alias %%PREFIX%%/html/; }
+    location /fg/ { ratelimit zone=filed key=\$http_x_k limit=10 period=1h name=g; alias %%PREFIX%%/html/; }
+    location /fc/ { ratelimit zone=filed key=\$http_x_k algorithm=concurrency limit=3 name=c; alias %%PREFIX%%/html/; }
 
     location /rl/ { ratelimit_api write=on; }
     location /ro/ { ratelimit_api; }
     location = /stats { ratelimit_stats; }
 }
 EOF
+# a file written by hand: an expiry three million years away, a
+# concurrency limit beyond its rule's room, lines that do not read, and two
+# thousand overrides beyond the zone's room of 4
+my $ancient = int((time + 3e6 * 365.25 * 86400) * 1000);
+RLTest::write_file($filed, join('', "# ngx-ratelimit overrides 1\n",
+    "g key kept deny 0 0 0 0 0 0\n",
+    "g key ancient deny 0 0 0 0 $ancient 0\n",
+    "c key big limit 1 4000 0 0 0 0\n",
+    map({ "broken line $_\n" } 1 .. 10),
+    map({ "g key fill-$_ deny 0 0 0 0 0 0\n" } 1 .. 2000)));
+
 $t->start($conf, workers => 2);
+
+# ---- the file's lines: the key API's checks, errors said a few then counted
+
+{
+    like($t->error_log, qr/overrides_file "\Q$filed\E" line 3: it expires \d+ days from now: an override expires at most 366 days from when it is written: skipped/,
+         'an expiry three million years away: said and skipped, as the key API refuses it');
+    is($t->get('/rl/zones/filed/overrides?key=ancient&rule=g')->{status}, 404, 'and not held');
+    like($t->error_log, qr/line 4: "limit": rule "c" keeps room for at most 3 a key/, 'a limit beyond its rule\'s room: said');
+    is($t->get('/rl/zones/filed/overrides?key=big&rule=c')->{status}, 404, 'and not held');
+    my @said = $t->error_log =~ /overrides_file "\Q$filed\E" line \d+: [^\n]*skipped/g;
+    is(scalar @said, 5, 'the first five bad lines said, line by line');
+    like($t->error_log, qr/overrides_file "\Q$filed\E": 7 more lines skipped, not said \(12 in all\)/, 'the rest counted');
+    my @room = $t->error_log =~ /("\Q$filed\E": \d+ overrides skipped, from line \d+ on: no room \(overrides=4\))/g;
+    is_deeply(\@room, [ "\"$filed\": 1997 overrides skipped, from line 18 on: no room (overrides=4)" ],
+              'two thousand beyond the room: one line with the count');
+    for my $log ('error.log', 'stderr.log') {
+        my $lines = () = RLTest::read_file($t->prefix . "/$log") =~ /overrides_file "\Q$filed\E"/g;
+        cmp_ok($lines, '<=', 7, "$log: $lines lines about the file's lines, not two thousand");
+    }
+    is($t->get_json('/rl/zones/filed/overrides')->{total}, 4, 'the zone holds the 4 it has room for');
+    is($t->get('/fg/', { 'X-K' => 'kept' })->{status}, 429, 'the good lines apply');
+}
 
 sub hit {
     my ($path, $key, %h) = @_;
@@ -149,11 +191,12 @@ for my $alg (qw(gcra tb fw sw sl quota)) {
 {
     my $k = 'denied';
     is(hit('/gcra/', $k)->{status}, 200, 'deny: a key spends one');
-    my $r = put("key=$k", '{"action":"deny","expire":"1h"}');
-    is($r->{status}, 200, 'deny in every rule, for an hour') or diag($r->{content});
+    my $r = put("key=$k&keyed=\$http_x_k", '{"action":"deny","expire":"1h"}');
+    is($r->{status}, 200, 'deny in every rule keyed on $http_x_k, for an hour') or diag($r->{content});
     my $j = json_of($r);
     is($j->{override}{action}, 'deny', 'the answer says deny');
     is($j->{override}{rule}, undef, 'in every rule');
+    is($j->{override}{keyed}, '$http_x_k', 'keyed on $http_x_k');
     ok($j->{override}{expires_in_ms} > 3_599_000, 'expires in an hour');
     $r = hit('/gcra/', $k);
     is($r->{status}, 429, 'a denied key is refused');
@@ -162,7 +205,8 @@ for my $alg (qw(gcra tb fw sw sl quota)) {
     is($r->{headers}{'x-override'}, '[deny * key]', '$ratelimit_override: deny * key');
     is(hit('/fw/', $k)->{status}, 429, 'and refused by every rule of the zone');
     hit('/gcra/', $k) for 1 .. 20;
-    is(del("key=$k")->{status}, 200, 'deny removed');
+    is(del("key=$k")->{status}, 400, 'removing it in a zone keyed on several expressions names the expression');
+    is(del("key=$k&keyed=\$http_x_k")->{status}, 200, 'deny removed');
     $r = hit('/gcra/', $k);
     is($r->{headers}{'x-ratelimit-remaining'}, 8, 'the refusals spent nothing: 2 of 10 spent');
 
@@ -224,6 +268,67 @@ for my $alg (qw(gcra tb fw sw sl quota)) {
     is($ip->('10.1.9.9')->{headers}{'x-override'}, '[limit ip key]', 'the key\'s own override beats the range');
     is(put('range=10.1.0.0/16&rule=gcra', '{"action":"deny"}')->{status}, 400,
        'a range on a rule not keyed on the address: 400');
+}
+
+# ---- an IPv4-mapped address is its IPv4 address ----
+
+{
+    my $ip = sub { my ($path, $addr) = @_; $t->get($path, { 'X-Real-IP' => $addr }) };
+    my $r = put('range=10.7.2.0/24', '{"action":"deny","expire":"1h"}');
+    is($r->{status}, 200, 'deny 10.7.2.0/24 in every rule keyed on the address') or diag($r->{content});
+    for my $path ('/ip/', '/ipt/') {
+        is($ip->($path, '10.7.2.3')->{status}, 429, "$path: 10.7.2.3 denied");
+        $r = $ip->($path, '::ffff:10.7.2.3');
+        is($r->{status}, 429, "$path: ::ffff:10.7.2.3 (realip of a proxy sending mapped addresses) denied too");
+        is($r->{headers}{'x-override'}, '[deny * 10.7.2.0/24]', "$path: by the IPv4 range");
+    }
+    # one client, one key: its two forms share its budget of 2
+    is(join(' ', map { $ip->('/ip/', $_)->{status} } '10.8.0.1', '::ffff:10.8.0.1', '10.8.0.1', '::ffff:10.8.0.1'),
+       '200 200 429 429', '$binary_remote_addr: 10.8.0.1 and ::ffff:10.8.0.1 are one key');
+    is(join(' ', map { $ip->('/ipt/', $_)->{status} } '::ffff:10.8.0.2', '10.8.0.2', '::ffff:10.8.0.2'),
+       '200 200 429', '$remote_addr: alike');
+    my $k = $t->get_json('/rl/zones/api/keys?key=10.8.0.2&rule=ipt');
+    is($k->{rules}[0]{remaining}, 0, 'the key API finds it as its IPv4 address');
+    # a range written as mapped addresses is the IPv4 range
+    $r = put('range=::ffff:10.7.3.0/120&rule=ipt', '{"action":"deny"}');
+    is(json_of($r)->{override}{range}, '10.7.3.0/24', '::ffff:10.7.3.0/120 is held as 10.7.3.0/24');
+    is($ip->('/ipt/', '10.7.3.9')->{status}, 429, 'and meets 10.7.3.9');
+    is($ip->('/ipt/', '::ffff:10.7.3.9')->{status}, 429, 'and ::ffff:10.7.3.9');
+    is($ip->('/ipt/', '10.7.4.9')->{status}, 200, 'not 10.7.4.9');
+    # an IPv6 address that is not a mapped one keeps its own key
+    is(join(' ', map { $ip->('/ipt/', $_)->{status} } '::10.8.0.3', '10.8.0.3', '10.8.0.3', '::10.8.0.3'),
+       '200 200 200 200', '::10.8.0.3 (not a mapped address) is another key than 10.8.0.3');
+}
+
+# ---- a key in every rule: the rules keyed on its expression only ----
+
+{
+    # zone api's rules are keyed on $http_x_k, $binary_remote_addr and
+    # $remote_addr: the same bytes are other keys in each
+    my $r = put('key=10.9.9.9', '{"action":"allow"}');
+    is($r->{status}, 400, 'a key without rule= in a zone keyed on several expressions: 400');
+    like(json_of($r)->{error}, qr/the zone's rules are keyed on different expressions \(rule "[a-z_]+" on "\$[a-z_]+", rule "[a-z_]+" on "\$[a-z_]+"\)/,
+         'naming them');
+    like(json_of($r)->{error}, qr/name the rule \(rule=\), or the key expression of the rules it applies to \(keyed=, e\.g\. keyed=\$[a-z_]+\), or, for a client's address, give range=ADDRESS\/32/,
+         'and what to give');
+    $r = put('key=10.9.9.9&keyed=$remote_addr', '{"action":"allow"}');
+    is($r->{status}, 200, 'keyed=$remote_addr: the rules keyed on $remote_addr') or diag($r->{content});
+    is(json_of($r)->{override}{keyed}, '$remote_addr', 'the answer names the expression');
+    is(join(' ', map { $t->get('/ipt/', { 'X-Real-IP' => '10.9.9.9' })->{status} } 1 .. 4), '200 200 200 200',
+       'the client 10.9.9.9 is exempt from ipt');
+    is($t->statuses('/short/', 3, { 'X-K' => '10.9.9.9' }), '200 200 429',
+       'a header saying 10.9.9.9 is not: another key, in a rule keyed otherwise');
+    is(join(' ', map { $t->get('/ip/', { 'X-Real-IP' => '10.9.9.9' })->{status} } 1 .. 3), '200 200 429',
+       'nor the rule keyed on $binary_remote_addr (other bytes: a range covers both)');
+    is(put('key=x&keyed=$http_x_nope', '{"action":"deny"}')->{status}, 400, 'keyed= naming no rule\'s expression: 400');
+    is(put('key=x&rule=gcra&keyed=$http_x_k', '{"action":"deny"}')->{status}, 400, 'keyed= with rule=: 400');
+    is(del('key=10.9.9.9&keyed=$remote_addr')->{status}, 200, 'removed');
+    # a zone whose rules share one expression takes it
+    $r = put('key=solo', '{"action":"deny"}', zone => 'small');
+    is($r->{status}, 200, 'a key without rule= in a zone keyed on one expression') or diag($r->{content});
+    is(json_of($r)->{override}{keyed}, '$http_x_k', 'bound to it');
+    is($t->get('/small/', { 'X-K' => 'solo' })->{status}, 429, 'and applied');
+    is($t->request('DELETE', '/rl/zones/small/overrides?key=solo')->{status}, 200, 'removed');
 }
 
 # ---- stats, the list, the file, a reload, a restart ----
@@ -290,7 +395,7 @@ for my $alg (qw(gcra tb fw sw sl quota)) {
 # ---- bad input: a JSON error, never a 5xx ----
 
 for my $case (
-    [ 'key=a&rule=gcra', '{"limit":', 400, qr/not a JSON object|not a JSON value/ ],
+    [ 'key=a&rule=gcra', '{"limit":', 400, qr/"limit": not JSON at "": no value/ ],
     [ 'key=a&rule=gcra', '{"limits":5}', 400, qr/unknown field "limits": expected limit, burst, period, action or expire/ ],
     [ 'key=a&rule=gcra', '{"limit":0}', 400, qr/"limit": expected an integer from 1 to 1000000000/ ],
     [ 'key=a&rule=gcra', '{"limit":1000000001}', 400, qr/"limit": expected an integer/ ],
@@ -312,6 +417,15 @@ for my $case (
     [ 'range=10.1.0.0/16&rule=ip', '{"action":"limit","limit":3}', 400, qr/a range takes "action":"deny" or "allow"/ ],
     [ 'key=a&range=10.0.0.0/8', '{"action":"deny"}', 400, qr/give one/ ],
     [ 'rule=gcra', '{"limit":5}', 400, qr/which override\?/ ],
+    # what JSON does not allow
+    [ 'key=a&rule=gcra', '{"limit":01}', 400, qr/"limit": not JSON at "01}": a number with a leading zero/ ],
+    [ 'key=a&rule=gcra', '{"limit":+1}', 400, qr/"limit": not JSON at "\+1}": a '\+' before a number/ ],
+    [ 'key=a&rule=gcra', '{"limit":1.}', 400, qr/"limit": not JSON at "1.}": a '.' with no digits after it/ ],
+    [ 'key=a&rule=gcra', '{"limit":.5}', 400, qr/a number with no digit before its '.'/ ],
+    [ 'key=a&rule=gcra', '{"limit":1e2}', 400, qr/"limit": expected an integer from 1 to 1000000000, not a number with a sign, a fraction or an exponent/ ],
+    [ 'key=a&rule=gcra', '{"limit":true}', 400, qr/not true or false/ ],
+    [ 'key=a&rule=gcra', '{"limit":5,}', 400, qr/not a JSON object of fields/ ],
+    [ 'key=a&rule=gcra', '{"limit":5}}', 400, qr/text after the JSON object/ ],
 ) {
     my ($q, $body, $status, $re) = @$case;
     my $r = put($q, $body);
@@ -331,4 +445,32 @@ like($t->error_log, qr/ratelimit: override of key fingerprint [0-9a-f]{16} in ru
 unlike($t->error_log, qr/raise-gcra/, 'never the key in clear for a rule that does not log keys so');
 
 $t->stop;
+
+# ---- a dual-stack listener: an IPv4 client's address is a mapped one ----
+
+SKIP: {
+    skip 'no IPv6 loopback on this machine', 5
+        unless -e '/proc/net/if_inet6' && RLTest::read_file('/proc/net/if_inet6') =~ /\blo$/m;
+    my $ds = RLTest->new();
+    $ds->start(<<'EOF');
+ratelimit_zone ds 64k overrides=4;
+server {
+    listen [::]:%%PORT%% ipv6only=off;
+    add_header X-Addr $remote_addr always;
+    location /b/ { ratelimit zone=ds key=$binary_remote_addr limit=2 period=1h name=b; alias %%PREFIX%%/html/; }
+    location /t/ { ratelimit zone=ds key=$remote_addr limit=2 period=1h name=t; alias %%PREFIX%%/html/; }
+    location /rl/ { ratelimit_api write=on; }
+}
+EOF
+    my $r = $ds->get('/t/');
+    is($r->{headers}{'x-addr'}, '::ffff:127.0.0.1', 'an IPv4 client of [::] with ipv6only=off is ::ffff:127.0.0.1');
+    is($ds->get_json('/rl/zones/ds/keys?key=127.0.0.1&rule=t')->{rules}[0]{remaining}, 1,
+       'its key is 127.0.0.1: 1 of 2 left');
+    is($ds->request('PUT', '/rl/zones/ds/overrides?range=127.0.0.0/8&rule=b', {}, '{"action":"deny"}')->{status}, 200,
+       'deny 127.0.0.0/8');
+    is($ds->get('/b/')->{status}, 429, 'it meets the IPv4 range');
+    is($ds->get('/t/')->{status}, 200, 'in its rule only');
+    $ds->stop;
+}
+
 done_testing();

@@ -5,7 +5,11 @@
 # spent carried over, as Redis keeps it; deny and allow decided without a
 # script call; a refusal the zones remember lifted by an override that lifts
 # it; an override removed and expired; a full hash refuses (409); and a
-# redis_sync zone takes them from Redis as well.
+# redis_sync zone takes them from Redis as well.  Fields written into the
+# hash by hand (a value of 27 KB, a limit beyond its rule's room, a line
+# that does not read) are skipped, said once by each server, and stop no
+# other; a write answers 200 only once its server applies it (409 where it
+# cannot); Redis losing the hash is said at warn by every server.
 use strict;
 use warnings;
 use FindBin;
@@ -19,8 +23,13 @@ my $redis = RLRedis->new->start;
 my $rport = $redis->port;
 
 my @fleet = map { RLTest->new() } 1 .. 3;
+my $rq_conf = <<"EOF";
+    location /q/ { ratelimit zone=rq key=\$http_x_key limit=10 period=1h name=g; alias %%PREFIX%%/html/; }
+    location /qc/ { ratelimit zone=rq key=\$http_x_key algorithm=concurrency limit=3 name=c; alias %%PREFIX%%/html/; }
+EOF
 $_->write_conf(<<"EOF", workers => 2) for @fleet;
 ratelimit_zone rz 1m redis=127.0.0.1:$rport redis_timeout=5s overrides=8;
+ratelimit_zone rq 1m redis=127.0.0.1:$rport redis_timeout=5s overrides=8;
 ratelimit_zone rs 1m redis=127.0.0.1:$rport redis_sync=100ms overrides=8;
 server {
     listen 127.0.0.1:%%PORT%%;
@@ -29,7 +38,7 @@ server {
     location /g/ { ratelimit zone=rz key=\$http_x_key limit=10 period=1h name=g; alias %%PREFIX%%/html/; }
     location /w/ { ratelimit zone=rz key=\$http_x_key algorithm=fixed_window limit=10 period=1h name=w; alias %%PREFIX%%/html/; }
     location /s/ { ratelimit zone=rs key=\$http_x_key algorithm=fixed_window limit=2 period=1h name=s; alias %%PREFIX%%/html/; }
-    location /rl/ { ratelimit_api write=on; }
+$rq_conf    location /rl/ { ratelimit_api write=on; }
     location = /stats { ratelimit_stats; }
 }
 EOF
@@ -157,6 +166,77 @@ sub admitted {
     is(put($one, 'rs', "key=$k&rule=s", '{"limit":4}')->{status}, 200, 'an override of a redis_sync zone');
     RLTest::wait_until(sub { hit($three, '/s/', 'p')->{status} && $three->get_json("/rl/zones/rs/overrides?key=$k&rule=s")->{override} }, 5);
     is(admitted($three, '/s/', $k, 10), 4, 'applied on another server: 4 of 4');
+}
+
+# ---- fields written by hand: each checked, a bad one skipped and said once
+
+# how many lines of a server's error log match
+sub said { my ($t, $re) = @_; return scalar(() = $t->error_log =~ /$re/g) }
+
+my $hash;
+{
+    is(put($one, 'rq', 'key=rq-probe&rule=g', '{"action":"deny"}')->{status}, 200, 'an override of zone rq');
+    ($hash) = grep { $redis->cmd('TYPE', $_) eq 'hash' && $redis->cmd('HEXISTS', $_, 'g key rq-probe') == 1 }
+        @{ $redis->cmd('KEYS', '*') };
+    ok($hash, 'its hash in Redis');
+    $redis->cmd('HSET', $hash, 'g key big', 'g key big deny 0 0 0 0 0 ' . ('1' x 27000));
+    $redis->cmd('HSET', $hash, 'c key hw', 'c key hw limit 1 4000 0 0 0 0');
+    $redis->cmd('HSET', $hash, 'g key junk', 'garbage');
+    $redis->cmd('HSET', $hash, 'g key typed', 'g key typed deny 0 0 0 0 0 0');
+    $redis->cmd('HINCRBY', $hash, '#v', 1);   # as a hand writer moves the version
+    my $skipped = qr/ratelimit_zone "rq": 3 fields of the overrides' hash in Redis skipped/;
+    ok(RLTest::wait_until(sub { !grep { said($_, $skipped) == 0 } @fleet }, 5), 'every server says the bad fields');
+    is(join(' ', map { said($_, $skipped) } @fleet), '1 1 1', 'once each, both workers of a server together');
+    like($one->error_log, qr/\(the first: field "[^"]+"[^)]*\)/, 'naming the first and why');
+    like(join('', map { $_->error_log } @fleet), qr/field "c key hw": "limit": rule "c" keeps room for at most 3 a key|field "g key big" \(a value of 27\d\d\d bytes\): its value is longer than an override's line|field "g key junk" \(a value of 7 bytes\): it is not the field of its value/,
+         'as the key API would refuse them');
+    unlike(join('', map { $_->error_log } @fleet), qr/longer than 16384/, 'no reply over the bound');
+    is(hit($two, '/q/', 'typed')->{headers}{'x-override'}, '[deny g key]', 'a good field written by hand applies');
+    is($two->get('/rl/zones/rq/overrides?key=hw&rule=c')->{status}, 404, 'a concurrency limit of 4,000 where the room is 3 is not taken');
+
+    # the rest applies, and a write's 200 means its server applies it
+    my $r = put($one, 'rq', 'key=rq-after&rule=g', '{"action":"deny"}');
+    is($r->{status}, 200, 'a deny written past the bad fields') or diag($r->{content});
+    is(hit($one, '/q/', 'rq-after')->{headers}{'x-override'}, '[deny g key]', 'applied on its server when it answers 200');
+    ok(RLTest::wait_until(sub { !grep { hit($_, '/q/', 'rq-after')->{headers}{'x-override'} ne '[deny g key]' } @fleet }, 2),
+       'and on every server within a second');
+    sleep 0.6;   # polls of the moved version, the same bad fields read again
+    is(join(' ', map { said($_, $skipped) } @fleet), '1 1 1', 'not said again while they are the same');
+}
+
+# ---- a write its server cannot take: 409, never 200 ----
+{
+    my $four = RLTest->new();
+    $four->start(<<"EOF", workers => 2);
+ratelimit_zone rq 1m redis=127.0.0.1:$rport redis_timeout=5s overrides=1;
+server {
+    listen 127.0.0.1:%%PORT%%;
+$rq_conf
+    location /rl/ { ratelimit_api write=on; }
+}
+EOF
+    # its copy has room for one of the hash's live overrides: a write of
+    # another is in Redis, but not here
+    my %status = map { $_ => put($four, 'rq', "key=$_&rule=g", '{"action":"deny","expire":"1h"}') } qw(rq-probe rq-after typed);
+    is(join(' ', sort map { $_->{status} } values %status), '200 409 409',
+       'of three writes, the one it holds answers 200, the others 409');
+    my ($held) = grep { $status{$_}{status} == 200 } keys %status;
+    is($four->get("/rl/zones/rq/overrides?key=$held&rule=g")->{status}, 200, 'the one answered 200 is held there');
+    my ($refused) = grep { $status{$_}{status} == 409 } keys %status;
+    like(json_of($status{$refused})->{error} // '', qr/the override was written in Redis, but this server could not take it/,
+         'saying so');
+    is($four->get("/rl/zones/rq/overrides?key=$refused&rule=g")->{status}, 404, 'and it is not held there');
+    like($four->error_log, qr/overrides for want of room \(overrides=1\)/, 'its error log says why');
+    $four->stop;
+}
+
+# ---- Redis loses the hash: every server says so ----
+{
+    $redis->cmd('FLUSHALL');
+    my $lost = qr/\[warn\] [^\n]*ratelimit_zone "rq": Redis lost the overrides' hash this server held/;
+    ok(RLTest::wait_until(sub { !grep { said($_, $lost) == 0 } @fleet }, 5), 'every server says at warn that Redis lost the hash');
+    is(join(' ', map { said($_, $lost) } @fleet), '1 1 1', 'once');
+    is(hit($three, '/q/', 'rq-after')->{headers}{'x-override'}, '[]', 'and applies what Redis holds: nothing');
 }
 
 $_->stop for @fleet;

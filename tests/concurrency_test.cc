@@ -232,3 +232,49 @@ TEST(Concurrency, ABanKeepsTheKeyOutAsForOtherAlgorithms)
     EXPECT_EQ(d.decide(kT0 + 60001), RL_VERDICT_PASSED);
     d.end(kT0 + 60002);
 }
+
+// A Redis zone's requests hold their server's slots too
+// (rl_request_hold_here, before the call), whoever decides them: a
+// request that finds none free is marked full_here (the script refuses
+// it); once Redis decided, a request that took no lease gives its slot
+// back; a decision of the zone (on_redis_error=local) counts those that
+// hold one, and the requests it admits count in the next call's.  The
+// rule's figures count leases, not these.
+TEST(Concurrency, ARedisZonesRequestsHoldTheirServersSlots)
+{
+    Zone z({"algorithm=concurrency limit=2 name=c"});
+    Request a(z, "k", 10), b(z, "k", 20), c(z, "k", 10);
+    EXPECT_EQ(rl_request_hold_here(&a.rq, kT0), 1);
+    EXPECT_EQ(rl_request_hold_here(&b.rq, kT0), 1);
+    EXPECT_EQ(a.checks[0].full_here, 0);
+    EXPECT_EQ(rl_request_hold_here(&c.rq, kT0), 0);  // the server holds two
+    EXPECT_EQ(c.checks[0].full_here, 1);
+    EXPECT_EQ(c.checks[0].slot, 0u);
+    EXPECT_EQ(rl_request_hold_here(&a.rq, kT0), 1);  // once: it holds one
+    EXPECT_EQ(stats_of(z, "c").in_flight, 0u);
+    // Redis admitted a (a lease), refused b: b's slot given back
+    a.checks[0].lease = 7;
+    EXPECT_EQ(rl_request_free_here(&a.rq, kT0 + 1, 0), 1);
+    EXPECT_EQ(rl_request_free_here(&b.rq, kT0 + 1, 0), 0);
+    // Redis away: the zone decides, a's slot counted
+    Request d(z, "k", 10), e(z, "k", 10);
+    EXPECT_EQ(d.decide(kT0 + 2), RL_VERDICT_PASSED);
+    EXPECT_EQ(e.decide(kT0 + 2), RL_VERDICT_REJECTED);
+    // Redis back: d, admitted meanwhile, counts in the next call's
+    EXPECT_EQ(rl_request_hold_here(&c.rq, kT0 + 3), 0);
+    EXPECT_EQ(c.checks[0].full_here, 1);
+    EXPECT_EQ(rl_request_free_here(&a.rq, kT0 + 4, 1), 0);  // a ends
+    EXPECT_EQ(rl_request_hold_here(&c.rq, kT0 + 5), 1);
+    EXPECT_EQ(c.checks[0].full_here, 0);
+    // a dead process's slots come back, as in a local zone
+    Request f(z, "k", 30);
+    EXPECT_EQ(rl_request_hold_here(&f.rq, kT0 + 6), 0);
+    g_dead.insert(10);
+    EXPECT_EQ(rl_request_hold_here(&f.rq, kT0 + 7), 1);
+    g_dead.clear();
+    EXPECT_EQ(rl_request_free_here(&f.rq, kT0 + 8, 1), 0);
+    rl_peek_t p;
+    rl_table_peek(z.zone.mem, &z.rules[0], f.checks[0].tag, 1, kT0 + 8, &p);
+    EXPECT_EQ(p.in_flight, 0u);
+    EXPECT_TABLE_VALID(z.zone.table());
+}

@@ -5,8 +5,11 @@
 // and the API's bodies read, and refused with a reason.
 #include <arpa/inet.h>
 
+#include <algorithm>
+
 #include "helpers.h"
 #include "overrides/store.h"
+#include "redis_server.h"
 
 namespace {
 
@@ -544,8 +547,8 @@ TEST(Text, BodiesReadOrRefusedNamingTheField)
         {"{\"lim\\u0069t\":5}", "not a JSON object of fields"},
         {"{\"Limit\":5}", "unknown field \"Limit\""},
         {"{\"limit\":\"5\"}", "\"limit\": expected an integer"},
-        {"{\"limit\":5.5}", "\"limit\": not a JSON value"},
-        {"{\"limit\":-1}", "\"limit\": not a JSON value"},
+        {"{\"limit\":5.5}", "\"limit\": expected an integer from 1 to 1000000000, not a number with a sign"},
+        {"{\"limit\":-1}", "\"limit\": expected an integer from 1 to 1000000000, not a number with a sign"},
         {"{\"limit\":99999999999999999999999}", "\"limit\": expected an integer from 1 to 1000000000"},
         {"{\"period\":60000}", "\"period\": expected a time"},
         {"{\"expire\":\"0s\"}", "\"expire\": expected a time"},
@@ -557,6 +560,492 @@ TEST(Text, BodiesReadOrRefusedNamingTheField)
         EXPECT_EQ(rl_override_body(&ov, b.body, std::strlen(b.body), kT0, err, sizeof(err)), RL_ERROR) << b.body;
         EXPECT_NE(std::strstr(err, b.message), nullptr) << b.body << ": " << err;
     }
+}
+
+// What JSON does not allow is refused, each with what is wrong (RFC 8259):
+// numbers as JSON writes them (no leading zero, no '+', digits on both
+// sides of a '.', an exponent with digits), an integer where one is
+// expected (no fraction, exponent or sign, though JSON allows them), one
+// object, no trailing comma, no field twice, nothing after it.
+TEST(Text, BodiesAreJsonAsJsonWritesIt)
+{
+    rl_override_t ov{};
+    char err[RL_ERR_MAX];
+    const struct {
+        const char *body;
+        const char *message;
+    } bad[] = {
+        {"{\"limit\":01}", "\"limit\": not JSON at \"01}\": a number with a leading zero"},
+        {"{\"limit\":00}", "a number with a leading zero"},
+        {"{\"limit\":-01}", "a number with a leading zero"},
+        {"{\"limit\":+1}", "not JSON at \"+1}\": a '+' before a number"},
+        {"{\"limit\":1.}", "a '.' with no digits after it"},
+        {"{\"limit\":.5}", "a number with no digit before its '.'"},
+        {"{\"limit\":1e}", "an exponent with no digits"},
+        {"{\"limit\":1e+}", "an exponent with no digits"},
+        {"{\"limit\":-}", "a '-' with no digits after it"},
+        {"{\"limit\":5x}", "not a JSON object of fields"},
+        {"{\"limit\":1e2}",
+         "\"limit\": expected an integer from 1 to 1000000000, not a number with a sign, a fraction"},
+        {"{\"limit\":10E-1}", "not a number with a sign, a fraction or an exponent"},
+        {"{\"limit\":1.0}", "not a number with a sign, a fraction or an exponent"},
+        {"{\"limit\":-0}", "not a number with a sign, a fraction or an exponent"},
+        {"{\"limit\":true}", "\"limit\": expected an integer from 1 to 1000000000, not true or false"},
+        {"{\"limit\":null}", "not null"},
+        {"{\"limit\":{}}", "not an object or an array"},
+        {"{\"limit\":[5]}", "not an object or an array"},
+        {"{\"limit\":\"5\"}", "not a string"},
+        {"{\"limit\":nul}", "not JSON at \"nul}\": not a JSON value"},
+        {"{\"limit\":nullx}", "not JSON at \"nullx}\": not a JSON value"},
+        {"{\"limit\":truex}", "not a JSON value"},
+        {"{\"limit\":NaN}", "not a JSON value"},
+        {"{\"limit\":Infinity}", "not a JSON value"},
+        {"{\"limit\":'5'}", "not a JSON value"},
+        {"{\"limit\":5,}", "not a JSON object of fields"},
+        {"{,\"limit\":5}", "not a JSON object of fields"},
+        {"{\"limit\" 5}", "not a JSON object of fields"},
+        {"{limit:5}", "not a JSON object of fields"},
+        {"{'limit':5}", "not a JSON object of fields"},
+        {"{\"limit\":5}}", "text after the JSON object"},
+        {"{\"limit\":5}{}", "text after the JSON object"},
+        {"{\"limit\":5}\x00\x00", "text after the JSON object"},
+        {"\xef\xbb\xbf{\"limit\":5}", "expected a JSON object"},
+        {"{\"limit\":5,\"limit\":5}", "field \"limit\" given twice"},
+        {"{\"period\":\"1m\",\"period\":\"1m\"}", "field \"period\" given twice"},
+        {"{\"period\":60}",
+         "\"period\": expected a time from 1ms to 366d as a string, e.g. \"1m\", \"7d\", not an integer"},
+        {"{\"expire\":true}", "or null for none, not true or false"},
+        {"{\"action\":1}", "\"action\": expected \"limit\", \"deny\" or \"allow\", not an integer"},
+        {"{\"action\":\"deny\\u0000\"}", "a string this field cannot take"},
+        {"{\"action\":\"de\nny\"}", "a string this field cannot take"},
+    };
+    for (const auto &b : bad) {
+        // the one with a NUL byte after the object: its two bytes
+        const size_t len = std::strlen(b.body) + (std::strcmp(b.body, "{\"limit\":5}") == 0 ? 2 : 0);
+        EXPECT_EQ(rl_override_body(&ov, b.body, len, kT0, err, sizeof(err)), RL_ERROR) << b.body;
+        EXPECT_NE(std::strstr(err, b.message), nullptr) << b.body << ": " << err;
+    }
+    // what JSON allows and the fields take: whitespace anywhere between
+    // tokens, 0's own digit, an escaped '/', fields in any order
+    const struct {
+        const char *body;
+        uint32_t limit;
+    } good[] = {
+        {"{\"limit\":10}", 10},
+        {"\t\r\n{ \"limit\" :\n 7 }\n", 7},
+        {"{\"expire\":null,\"limit\":1000000000}", 1000000000},
+        {"{\"action\":\"li\\/mit\",\"limit\":3}", 0},
+    };
+    for (const auto &g : good) {
+        const int rc = rl_override_body(&ov, g.body, std::strlen(g.body), kT0, err, sizeof(err));
+        if (g.limit == 0) {
+            EXPECT_EQ(rc, RL_ERROR) << g.body << ": \"li/mit\" is no action";
+            continue;
+        }
+        EXPECT_EQ(rc, RL_OK) << g.body << ": " << err;
+        EXPECT_EQ(ov.limit, g.limit) << g.body;
+    }
+}
+
+// ---- one client, one key, whichever way its address came -----------------
+
+// An IPv4-mapped IPv6 address (a dual-stack listener's IPv4 client, or what
+// realip makes of ::ffff:a.b.c.d) is its IPv4 address: to the ranges, as
+// nginx's allow, deny and geo have it, and as a key, so that one client
+// has one budget.
+TEST(Ranges, AMappedAddressIsItsIPv4Address)
+{
+    rl_rule_t bin = rule_of("limit=1 period=1h name=ip key=$binary_remote_addr");
+    bin.key_addr = RL_KEY_ADDR_BINARY;
+    rl_rule_t text = rule_of("limit=1 period=1h name=ipt key=$remote_addr");
+    text.key_addr = RL_KEY_ADDR_TEXT;
+    OverrideZone z({bin, text});
+    current = &z;
+    rl_override_rule_t rules[] = {{&bin, identity_of(bin), "$binary_remote_addr", 19},
+                                  {&text, identity_of(text), "$remote_addr", 12}};
+    rl_override_t deny = range_override("10.1.2.0/24", nullptr, RL_OVERRIDE_DENY);
+    ASSERT_EQ(rl_override_put(z.mem, &deny, nullptr, kT0), RL_OVERRIDE_OK);
+    const std::string mapped = std::string(10, '\0') + "\xff\xff" + binary("10.1.2.3");
+    ASSERT_EQ(mapped, binary("::ffff:10.1.2.3"));
+    Req b(z, bin, mapped);
+    EXPECT_EQ(b.decide(kT0), RL_VERDICT_REJECTED) << "::ffff:10.1.2.3 is in 10.1.2.0/24";
+    EXPECT_EQ(b.c.key_len, 4u) << "its key is the IPv4 address's";
+    EXPECT_EQ(std::string(static_cast<const char *>(b.c.key), 4), binary("10.1.2.3"));
+    Req t(z, text, "::ffff:10.1.2.3");
+    EXPECT_EQ(t.decide(kT0), RL_VERDICT_REJECTED);
+    EXPECT_EQ(std::string(static_cast<const char *>(t.c.key), t.c.key_len), "10.1.2.3");
+    char name[RL_OVERRIDE_NAME_MAX];
+    EXPECT_EQ(std::string(name, rl_override_name(t.c.override, &text, t.c.key, t.c.key_len, name)),
+              "deny * 10.1.2.0/24");
+    // one budget for both forms of an address outside the range, as a key
+    for (const rl_rule_t *r : {&bin, &text}) {
+        const bool binary_key = r == &bin;
+        Req plain(z, *r, binary_key ? binary("10.9.9.9") : "10.9.9.9");
+        Req as_v6(z, *r, binary_key ? binary("::ffff:10.9.9.9") : "::ffff:10.9.9.9");
+        EXPECT_EQ(plain.decide(kT0), RL_VERDICT_PASSED) << r->name;
+        EXPECT_EQ(as_v6.decide(kT0), RL_VERDICT_REJECTED) << r->name << ": the same client, its 1 spent";
+    }
+    // IPv6 addresses that are not mapped ones keep their 16 bytes, or text
+    for (const char *a : {"::10.9.9.9", "::fffe:10.9.9.9", "2001:db8::1", "::ffff:a09:909"}) {
+        Req k(z, text, a);
+        k.decide(kT0);
+        EXPECT_EQ(k.c.key_len, std::strlen(a)) << a;
+        Req kb(z, bin, binary(a));
+        kb.decide(kT0);
+        EXPECT_EQ(kb.c.key_len, std::strcmp(a, "::ffff:a09:909") == 0 ? 4u : 16u) << a;
+    }
+    // a range written as a mapped one is the IPv4 range
+    rl_override_target_t tg;
+    char err[RL_ERR_MAX];
+    ASSERT_EQ(rl_override_target(&tg, nullptr, 0, nullptr, 0, "::ffff:10.1.3.0/120", 19, err, sizeof(err)), RL_OK);
+    EXPECT_EQ(tg.family, 4);
+    EXPECT_EQ(tg.prefix, 24u);
+    EXPECT_EQ(std::string(reinterpret_cast<char *>(tg.key), 4), binary("10.1.3.0"));
+    ASSERT_EQ(rl_override_target(&tg, nullptr, 0, nullptr, 0, "::/64", 5, err, sizeof(err)), RL_OK);
+    EXPECT_EQ(tg.family, 6) << "wider than the mapped addresses: an IPv6 range";
+    // a key override of a mapped address is made the IPv4 address's
+    rl_override_t own{};
+    ASSERT_EQ(rl_override_target(&own.target, "ip", 2, mapped.data(), 16, nullptr, 0, err, sizeof(err)), RL_OK);
+    own.kind = RL_OVERRIDE_ALLOW;
+    const rl_override_rule_t *rule = nullptr;
+    ASSERT_EQ(rl_override_admit(&own, rules, 2, 0, kT0, &rule, err, sizeof(err)), RL_OK) << err;
+    EXPECT_EQ(rule, &rules[0]);
+    EXPECT_EQ(std::string(reinterpret_cast<char *>(own.target.key), own.target.key_len), binary("10.1.2.3"));
+    ASSERT_EQ(rl_override_put(z.mem, &own, rule, kT0), RL_OVERRIDE_OK);
+    Req again(z, bin, mapped);
+    EXPECT_EQ(again.decide(kT0), RL_VERDICT_EXEMPT) << "its own override beats the range";
+}
+
+// ---- a key in every rule: the rules keyed on its expression only -----------
+
+TEST(Keyed, AKeyInEveryRuleMeetsTheRulesKeyedOnItsExpressionOnly)
+{
+    rl_rule_t ip = rule_of("limit=1 period=1h name=ip key=$remote_addr");
+    ip.key_addr = RL_KEY_ADDR_TEXT;
+    const rl_rule_t hdr = rule_of("limit=1 period=1h name=hdr key=$http_x_k");
+    const rl_rule_t hdr2 = rule_of("limit=1 period=1m name=hdr2 key=$http_x_k");
+    OverrideZone z({ip, hdr, hdr2});
+    current = &z;
+    const rl_override_rule_t rules[] = {{&ip, identity_of(ip), "$remote_addr", 12},
+                                        {&hdr, identity_of(hdr), "$http_x_k", 9},
+                                        {&hdr2, identity_of(hdr2), "$http_x_k", 9}};
+    rl_override_t allow{};
+    char err[RL_ERR_MAX];
+    const rl_override_rule_t *rule;
+    ASSERT_EQ(rl_override_target(&allow.target, nullptr, 0, "10.9.9.9", 8, nullptr, 0, err, sizeof(err)), RL_OK);
+    allow.kind = RL_OVERRIDE_ALLOW;
+    // the zone's rules are keyed on two expressions: which one is meant?
+    rl_override_t mixed = allow;
+    EXPECT_EQ(rl_override_admit(&mixed, rules, 3, 0, kT0, &rule, err, sizeof(err)), RL_ERROR);
+    EXPECT_NE(std::strstr(err, "the zone's rules are keyed on different expressions (rule \"ip\" on "
+                               "\"$remote_addr\", rule \"hdr\" on \"$http_x_k\")"),
+              nullptr)
+        << err;
+    EXPECT_NE(std::strstr(err, "name the rule (rule=), or the key expression of the rules it applies to (keyed=, e.g. "
+                               "keyed=$remote_addr), or, for a client's address, give range=ADDRESS/32"),
+              nullptr)
+        << err;
+    // named, as a file line or Redis's field names it: the rules of that
+    // expression only
+    std::strcpy(allow.target.keyed, "$remote_addr");
+    ASSERT_EQ(rl_override_admit(&allow, rules, 3, 0, kT0, &rule, err, sizeof(err)), RL_OK) << err;
+    EXPECT_EQ(rule, nullptr);
+    ASSERT_EQ(rl_override_put(z.mem, &allow, nullptr, kT0), RL_OVERRIDE_OK);
+    Req by_ip(z, ip, "10.9.9.9");
+    EXPECT_EQ(by_ip.decide(kT0), RL_VERDICT_EXEMPT);
+    EXPECT_EQ(by_ip.decide(kT0), RL_VERDICT_EXEMPT) << "uncounted";
+    Req by_header(z, hdr, "10.9.9.9");
+    EXPECT_EQ(by_header.decide(kT0), RL_VERDICT_PASSED) << "a header that says 10.9.9.9 is another key";
+    EXPECT_EQ(by_header.c.override, 0u);
+    EXPECT_EQ(by_header.decide(kT0), RL_VERDICT_REJECTED) << "its own limit of 1";
+    // a deny in every rule keyed on $http_x_k: both of them, not ip
+    rl_override_t deny{};
+    ASSERT_EQ(rl_override_target(&deny.target, nullptr, 0, "k-abuse", 7, nullptr, 0, err, sizeof(err)), RL_OK);
+    deny.kind = RL_OVERRIDE_DENY;
+    std::strcpy(deny.target.keyed, "$http_x_k");
+    ASSERT_EQ(rl_override_admit(&deny, rules, 3, 0, kT0, &rule, err, sizeof(err)), RL_OK) << err;
+    ASSERT_EQ(rl_override_put(z.mem, &deny, nullptr, kT0), RL_OVERRIDE_OK);
+    for (const rl_rule_t *r : {&hdr, &hdr2}) {
+        Req k(z, *r, "k-abuse");
+        EXPECT_EQ(k.decide(kT0), RL_VERDICT_REJECTED) << r->name;
+        EXPECT_EQ(k.c.override, (uint32_t) (RL_OVERRIDE_DENY | RL_OVERRIDE_EVERY_RULE)) << r->name;
+    }
+    Req other(z, ip, "k-abuse");
+    EXPECT_EQ(other.decide(kT0), RL_VERDICT_PASSED);
+    // the same key in every rule of each expression: two overrides
+    rl_override_t both = deny;
+    std::strcpy(both.target.keyed, "$remote_addr");
+    ASSERT_EQ(rl_override_put(z.mem, &both, nullptr, kT0), RL_OVERRIDE_OK);
+    rl_overrides_stats_t st;
+    rl_overrides_stats(rl_overrides_of(z.mem), &st);
+    EXPECT_EQ(st.held, 3u);
+    rl_override_t got;
+    ASSERT_EQ(rl_override_get(z.mem, &deny.target, kT0, &got), 1);
+    EXPECT_STREQ(got.target.keyed, "$http_x_k");
+    // an expression no rule of the zone is keyed on
+    std::strcpy(deny.target.keyed, "$http_x_other");
+    EXPECT_EQ(rl_override_admit(&deny, rules, 3, 0, kT0, &rule, err, sizeof(err)), RL_ERROR);
+    EXPECT_NE(std::strstr(err, "no rule of the zone is keyed on \"$http_x_other\""), nullptr) << err;
+    // a zone whose rules have one expression: the override takes it
+    rl_override_t one{};
+    ASSERT_EQ(rl_override_target(&one.target, nullptr, 0, "cust", 4, nullptr, 0, err, sizeof(err)), RL_OK);
+    one.kind = RL_OVERRIDE_DENY;
+    ASSERT_EQ(rl_override_admit(&one, rules + 1, 2, 0, kT0, &rule, err, sizeof(err)), RL_OK) << err;
+    EXPECT_STREQ(one.target.keyed, "$http_x_k");
+    // ranges and one rule's overrides name no expression
+    rl_override_t range = range_override("10.0.0.0/8", nullptr, RL_OVERRIDE_DENY);
+    std::strcpy(range.target.keyed, "$remote_addr");
+    EXPECT_EQ(rl_override_admit(&range, rules, 3, 0, kT0, &rule, err, sizeof(err)), RL_ERROR);
+    rl_override_t named = limit_override("k", hdr, 5);
+    std::strcpy(named.target.keyed, "$http_x_k");
+    EXPECT_EQ(rl_override_admit(&named, rules, 3, 0, kT0, &rule, err, sizeof(err)), RL_ERROR);
+    // the file's line names the expression, and reads back the same
+    char line[RL_OVERRIDE_LINE_MAX];
+    const size_t n = rl_overrides_file_line(&allow, line);
+    EXPECT_EQ(std::string(line, n).substr(0, 30), "*=$remote_addr key 10.9.9.9 al");
+    rl_override_t back;
+    ASSERT_EQ(rl_overrides_file_read(line, n - 1, &back, err, sizeof(err)), RL_OK) << err;
+    EXPECT_EQ(std::memcmp(&back, &allow, sizeof(allow)), 0);
+    rl_override_t spaced = allow;
+    std::strcpy(spaced.target.keyed, "$a $b");
+    const size_t m = rl_overrides_file_line(&spaced, line);
+    EXPECT_EQ(std::string(line, m).substr(0, 10), "*=$a%20$b ");
+    ASSERT_EQ(rl_overrides_file_read(line, m - 1, &back, err, sizeof(err)), RL_OK) << err;
+    EXPECT_STREQ(back.target.keyed, "$a $b");
+    const std::string json(line, rl_override_json(&allow, kT0, line, sizeof(line)));
+    EXPECT_NE(json.find("{\"rule\":null,\"keyed\":\"$remote_addr\",\"key\":\"10.9.9.9\""), std::string::npos) << json;
+    for (const char *bad :
+         {"*= key a deny 0 0 0 0 0 0", "*=%zz key a deny 0 0 0 0 0 0", "*=%00 key a deny 0 0 0 0 0 0"}) {
+        EXPECT_EQ(rl_overrides_file_read(bad, std::strlen(bad), &back, err, sizeof(err)), RL_ERROR) << bad;
+    }
+}
+
+// ---- the file's lines and Redis's fields take what the key API takes -------
+
+TEST(Admit, TheFileAndRedisTakeWhatTheKeyApiTakes)
+{
+    const rl_rule_t gcra = rule_of("limit=10 period=1h name=g key=$k");
+    const rl_rule_t slots = rule_of("algorithm=concurrency limit=3 name=c key=$k");
+    const rl_override_rule_t rules[] = {{&gcra, identity_of(gcra), "$k", 2}, {&slots, identity_of(slots), "$k", 2}};
+    const rl_override_rule_t *rule;
+    char err[RL_ERR_MAX];
+    rl_override_t ov;
+    const int64_t year = 366LL * 86400000;
+    const struct {
+        std::string line;
+        int rc;
+        const char *message;
+    } cases[] = {
+        {"g key a limit 1 20 0 0 " + std::to_string(kT0 + year) + " " + std::to_string(kT0), RL_OK, ""},
+        {"g key a limit 1 20 0 0 " + std::to_string(kT0 + year + 1) + " 0", RL_ERROR,
+         "it expires 366 days from now: an override expires at most 366 days from when it is written"},
+        {"g key a deny 0 0 0 0 94670856000000000 0", RL_ERROR, "days from now: an override expires at most 366 days"},
+        {"g key a deny 0 0 0 0 " + std::to_string(kT0) + " 0", RL_DECLINED, ""},
+        {"g key a deny 0 0 0 0 0 " + std::to_string(kT0 + 86400001), RL_ERROR, "in the future"},
+        {"c key a limit 1 4000 0 0 0 0", RL_ERROR, "rule \"c\" keeps room for at most 3 a key"},
+        {"c key a limit 1 2 0 0 0 0", RL_OK, ""},
+        {"g key a limit 4 0 0 90000 0 0", RL_OK, ""},
+        {"g key a limit 4 0 0 31622400001 0 0", RL_ERROR, "number 4 after the action"},
+        {"nope key a deny 0 0 0 0 0 0", RL_ERROR, "the zone has no rule \"nope\""},
+        {"g range 10.0.0.0/8 deny 0 0 0 0 0 0", RL_ERROR, "is not keyed on the client's address"},
+        {"* key a limit 1 5 0 0 0 0", RL_ERROR, "a limit override names its rule"},
+        {"* key a deny 0 0 0 0 0 0", RL_OK, ""},
+    };
+    for (const auto &c : cases) {
+        int rc = rl_overrides_file_read(c.line.data(), c.line.size(), &ov, err, sizeof(err));
+        if (rc == RL_OK) {
+            rc = rl_override_admit(&ov, rules, 2, 0, kT0, &rule, err, sizeof(err));
+        }
+        EXPECT_EQ(rc, c.rc) << c.line << ": " << err;
+        if (c.rc == RL_ERROR) {
+            EXPECT_NE(std::strstr(err, c.message), nullptr) << c.line << ": " << err;
+        }
+    }
+    // Redis's fields alike, the field named; and those the script sends as
+    // "#! WHY BYTES FIELD"
+    const struct {
+        const char *line;
+        int rc;
+        const char *message;
+    } redis[] = {
+        {"c key a limit 1 4000 0 0 0 0", RL_ERROR, "field \"c key a\": \"limit\": rule \"c\" keeps room for at most 3"},
+        {"c key a limit 1 2 0 0 1 0", RL_OK, "an ended one is kept (a Redis zone's copy)"},
+        {"garbage", RL_ERROR, "field \"garbage\": expected \"RULE key|range TARGET"},
+        {"# a comment", RL_DECLINED, ""},
+        {"#! long 27000 g key big", RL_ERROR,
+         "field \"g key big\" (a value of 27000 bytes): its value is longer than an override's line"},
+        {"#! break 40 g key \x01"
+         "b",
+         RL_ERROR, "field \"g key \\x01b\" (a value of 40 bytes): its value holds a line break"},
+        {"#! field 30 g key x", RL_ERROR, "it is not the field of its value"},
+    };
+    for (const auto &c : redis) {
+        EXPECT_EQ(rl_overrides_redis_read(c.line, std::strlen(c.line), rules, 2, 1, kT0, &ov, err, sizeof(err)), c.rc)
+            << c.line;
+        if (c.rc == RL_ERROR) {
+            EXPECT_NE(std::strstr(err, c.message), nullptr) << c.line << ": " << err;
+        }
+    }
+}
+
+// What Redis's hash is to the copy a server took of it: the same, a later
+// version of it (or of a hash made before hashes had an id), or another
+// hash (Redis lost it), which the server says at warn.
+TEST(RedisOverrides, ANewerVersionOrALostHash)
+{
+    rl_overrides_stats_t st{};
+    EXPECT_EQ(rl_overrides_news(&st, 0, 0), RL_OVERRIDES_SAME) << "never written";
+    EXPECT_EQ(rl_overrides_news(&st, 3, 77), RL_OVERRIDES_NEWER) << "the first taken";
+    st.remote = 3;
+    st.remote_id = 77;
+    EXPECT_EQ(rl_overrides_news(&st, 3, 77), RL_OVERRIDES_SAME);
+    EXPECT_EQ(rl_overrides_news(&st, 4, 77), RL_OVERRIDES_NEWER);
+    EXPECT_EQ(rl_overrides_news(&st, 0, 0), RL_OVERRIDES_LOST) << "FLUSHALL";
+    EXPECT_EQ(rl_overrides_news(&st, 1, 90), RL_OVERRIDES_LOST) << "lost, and written again";
+    EXPECT_EQ(rl_overrides_news(&st, 9, 90), RL_OVERRIDES_LOST) << "lost, and written again often";
+    EXPECT_EQ(rl_overrides_news(&st, 2, 77), RL_OVERRIDES_LOST) << "a failover to a replica behind";
+    st.remote_id = 0;
+    EXPECT_EQ(rl_overrides_news(&st, 4, 90), RL_OVERRIDES_NEWER) << "a hash of before ids, given one";
+    EXPECT_EQ(rl_overrides_news(&st, 0, 0), RL_OVERRIDES_LOST);
+}
+
+// ---- the overrides' script, in a real redis-server -----------------------
+
+using rltest::Redis;
+using rltest::redis_server;
+
+// A call of a zone's overrides to Redis, as the glue sends it, and its
+// reply judged.
+struct OverridesCall {
+    Redis &redis;
+    std::string reply;
+    rl_overrides_call_t call{};
+    int send()
+    {
+        size_t slen;
+        const char *script = rl_overrides_redis_script(&slen);
+        std::string cmd(rl_overrides_redis_command_size(4, slen), '\0');
+        cmd.resize(rl_overrides_redis_command(&cmd[0], script, slen, 1, "ovt:", 4, 0, "z", 1, &call));
+        rl_resp_t r = redis.call(cmd);
+        reply.assign(r.str != nullptr ? r.str : "", r.str != nullptr ? r.str_len : 0);
+        char why[RL_ERR_MAX] = "";
+        const int rc = rl_overrides_redis_answer(&r, &call, why, sizeof(why));
+        EXPECT_EQ(rc, RL_REDIS_DECIDED) << why << ": " << reply;
+        return rc;
+    }
+    // the hash read whole from (version, id), every page under the reply's
+    // bound: its lines
+    std::vector<std::string> poll(uint64_t version, uint64_t id, int *pages)
+    {
+        std::vector<std::string> lines;
+        call = rl_overrides_call_t{};
+        call.op = RL_OVERRIDES_POLL;
+        call.version = version;
+        call.id = id;
+        std::strcpy(call.cursor, "0");
+        for (*pages = 0;; ++*pages) {
+            send();
+            EXPECT_LE(reply.size(), (size_t) RL_RESP_REPLY_MAX);
+            if (call.unchanged) {
+                return lines;
+            }
+            std::string text(call.lines, call.lines_len);
+            for (size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
+                lines.push_back(text.substr(at, nl - at));
+            }
+            if (!call.more) {
+                return lines;
+            }
+            std::strcpy(call.cursor, call.next_cursor);
+            call.skip = call.next_skip;
+        }
+    }
+};
+
+// Fields written into the hash by hand: one too long for any reply, one
+// holding a line break, one not its line's field, many small ones; each
+// poll's page stays under the reply's bound, the bad fields come as a
+// line each saying why, the rest are read.  A write answers the version
+// it made; the hash's id says when it was made, and a hash lost is told.
+TEST(RedisOverrides, OneBadFieldStopsNothing)
+{
+    NEED_REDIS();
+    std::string hash(512, '\0');
+    char target[RL_OVERRIDES_TARGET_MAX];
+    const size_t tlen = rl_overrides_redis_target("z", 1, target);
+    hash.resize(rl_redis_key(&hash[0], "ovt:", 4, 0, rl::kEveryRule, target, tlen));
+    redis.command({"DEL", hash});
+
+    OverridesCall c{redis};
+    char err[RL_ERR_MAX];
+    for (int i = 1; i <= 2; i++) {
+        c.call = rl_overrides_call_t{};
+        c.call.op = RL_OVERRIDES_PUT;
+        const std::string key = "k" + std::to_string(i);
+        ASSERT_EQ(rl_override_target(&c.call.ov.target, "g", 1, key.data(), key.size(), nullptr, 0, err, sizeof(err)),
+                  RL_OK);
+        c.call.ov.kind = RL_OVERRIDE_DENY;
+        c.call.now_ms = kT0 + i;
+        c.call.room = 8;
+        c.send();
+        EXPECT_EQ(c.call.result, 1);
+        EXPECT_EQ(c.call.written, (uint64_t) i) << "the version the write made";
+    }
+    const std::string big = "g key big deny 0 0 0 0 0 " + std::string(27000, '1');
+    redis.command({"HSET", hash, "g key big", big});
+    const std::string two = "g key nl deny 0 0 0 0 0 0\n* key x allow 0 0 0 0 0 0";
+    const std::string other = "g key k9 deny 0 0 0 0 0 0";
+    redis.command({"HSET", hash, "g key nl", two});
+    redis.command({"HSET", hash, "g key elsewhere", other});
+    for (int i = 0; i < 300; i++) {
+        const std::string f = "g key filler-" + std::to_string(i) + std::string(60, 'x');
+        redis.command({"HSET", hash, f, f + " deny 0 0 0 0 0 0"});
+    }
+    int pages;
+    std::vector<std::string> lines = c.poll(0, 0, &pages);
+    EXPECT_GE(pages, 2) << "over 20 KB of lines, a page at a time";
+    EXPECT_EQ(c.call.page_version, 2u);
+    EXPECT_EQ(c.call.page_id, (uint64_t) kT0 + 1) << "made by the first write";
+    ASSERT_EQ(lines.size(), 2u + 3 + 300);
+    int good = 0;
+    std::vector<std::string> said;
+    for (const std::string &l : lines) {
+        if (l.compare(0, 3, "#! ") == 0) {
+            said.push_back(l);
+        } else {
+            good++;
+        }
+    }
+    EXPECT_EQ(good, 302);
+    std::sort(said.begin(), said.end());
+    ASSERT_EQ(said.size(), 3u);
+    EXPECT_EQ(said[0], "#! break " + std::to_string(two.size()) + " g key nl");
+    EXPECT_EQ(said[1], "#! field " + std::to_string(other.size()) + " g key elsewhere");
+    EXPECT_EQ(said[2], "#! long " + std::to_string(big.size()) + " g key big");
+
+    // known: unchanged (a few bytes); another write: read again
+    c.poll(2, (uint64_t) kT0 + 1, &pages);
+    EXPECT_TRUE(c.call.unchanged);
+    EXPECT_EQ(c.reply, std::to_string(2) + " " + std::to_string(kT0 + 1));
+    c.call = rl_overrides_call_t{};
+    c.call.op = RL_OVERRIDES_DEL;
+    ASSERT_EQ(rl_override_target(&c.call.ov.target, "g", 1, "k1", 2, nullptr, 0, err, sizeof(err)), RL_OK);
+    c.call.now_ms = kT0 + 5;
+    c.send();
+    EXPECT_EQ(c.call.result, 1);
+    EXPECT_EQ(c.call.written, 3u);
+    c.send();
+    EXPECT_EQ(c.call.result, 0) << "ended already";
+
+    // lost: the copy's version of its hash is not there any more
+    redis.command({"DEL", hash});
+    lines = c.poll(3, (uint64_t) kT0 + 1, &pages);
+    EXPECT_TRUE(lines.empty());
+    EXPECT_FALSE(c.call.unchanged);
+    rl_overrides_stats_t st{};
+    st.remote = 3;
+    st.remote_id = (uint64_t) kT0 + 1;
+    EXPECT_EQ(rl_overrides_news(&st, c.call.page_version, c.call.page_id), RL_OVERRIDES_LOST);
 }
 
 }  // namespace

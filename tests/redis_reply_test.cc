@@ -454,12 +454,12 @@ TEST(RedisAnswer, AResetSaysWhichRulesHadAState)
 TEST(RedisAnswer, ConcurrencyLeasesAndTheirReleases)
 {
     One o("algorithm=concurrency limit=3 lease=10s", 1);
-    o.c.slot = 7;
+    o.c.lease = 7;
     std::string why;
     Reply taken(std::vector<int64_t>{1, kNow, 1, 0, 2, 0, 0, 0, 0, 0, 0, kNow + 10000, 1, 0});
     rl_redis_answer_t a;
     ASSERT_EQ(rl_redis_answer(&o.rq, RL_REDIS_DECIDE, &taken.r, &a), RL_REDIS_DECIDED) << a.why;
-    EXPECT_EQ(o.c.slot, 7u);
+    EXPECT_EQ(o.c.lease, 7u);
     EXPECT_EQ(rl_redis_holds_lease(&o.c), 1);
     Reply far(std::vector<int64_t>{1, kNow, 1, 0, 2, 0, 0, 0, 0, 0, 0, kNow + 10001 + kSlack, 1, 0});
     EXPECT_EQ(rl_redis_answer(&o.rq, RL_REDIS_DECIDE, &far.r, &a), RL_REDIS_FAILED);
@@ -467,7 +467,7 @@ TEST(RedisAnswer, ConcurrencyLeasesAndTheirReleases)
     ASSERT_EQ(rl_redis_answer(&o.rq, RL_REDIS_DECIDE, &refused.r, &a), RL_REDIS_DECIDED) << a.why;
     EXPECT_EQ(a.verdict, RL_VERDICT_REJECTED);
     EXPECT_EQ(o.c.decision.retry_after_ms, 0);
-    EXPECT_EQ(o.c.slot, 0u);  // no lease kept
+    EXPECT_EQ(o.c.lease, 0u);  // no lease kept
     Reply window(std::vector<int64_t>{0, kNow, 0, 0, 0, 0, 0, 0, 1000, 0, 0, 0, 1, 0});
     EXPECT_EQ(rl_redis_answer(&o.rq, RL_REDIS_DECIDE, &window.r, &a), RL_REDIS_FAILED);
 
@@ -495,8 +495,8 @@ TEST(RedisAnswer, ConcurrencyLeasesAndTheirReleases)
     EXPECT_EQ(rl_redis_answer(&rate.rq, RL_REDIS_PEEK, &other.r, &a), RL_REDIS_FAILED);
     EXPECT_EQ(std::string(a.why), "leases here of rule \"fixed_window_3_1m\" is 1: it can only be 0");
 
-    o.c.slot = 8;
-    for (int call : {RL_REDIS_RELEASE, RL_REDIS_RENEW}) {
+    o.c.lease = 8;
+    for (int call : {RL_REDIS_RELEASE, RL_REDIS_RENEW, RL_REDIS_RESTORE}) {
         Reply live({1, 1, 0}), gone({1, 0, 1});
         ASSERT_EQ(rl_redis_answer(&o.rq, call, &live.r, &a), RL_REDIS_DECIDED) << a.why;
         EXPECT_EQ(a.leases_done, 1u);
@@ -633,29 +633,32 @@ TEST(RedisAnswer, ASettleSaysWhatEachCheckCharged)
     rq.checks = c;
     rq.n = 4;
     rl_redis_answer_t a;
-    // the first check only; a bucket of 10 owes at most 10 more: 20
-    Reply ok({1, 15, 1, 0});
+    // the first check's charge, and the last's end (its reservation stands:
+    // nothing charged); a bucket of 10 owes at most 10 more: 20
+    Reply ok({1, 15, 1, 0, 0, 0, 0});
     ASSERT_EQ(rl_redis_answer(&rq, RL_REDIS_SETTLE, &ok.r, &a), RL_REDIS_DECIDED) << a.why;
     EXPECT_EQ(c[0].charged, 15u);
     EXPECT_EQ(c[0].in_debt, 1);
     EXPECT_EQ(c[0].capped, 0);
-    Reply cut({1, 12, 1, 1});
+    Reply cut({1, 12, 1, 1, 0, 0, 0});
     ASSERT_EQ(rl_redis_answer(&rq, RL_REDIS_SETTLE, &cut.r, &a), RL_REDIS_DECIDED) << a.why;
     EXPECT_EQ(c[0].charged, 12u);
     EXPECT_EQ(c[0].capped, 1);
     for (const std::vector<int64_t> &bad : std::vector<std::vector<int64_t>>{
-             {1, 16, 1, 1},        // more than the charge
-             {1, 12, 1, 0},        // less, not capped
-             {1, 0, 1, 1},         // in debt, nothing charged
-             {1, -1, 0, 1},        // negative
-             {1, 15, 2, 0},        // a flag of 2
-             {0, 15, 1, 0},        // not the settle's first item
-             {1, 15, 1, 0, 1, 0},  // two checks' worth
+             {1, 16, 1, 1, 0, 0, 0},           // more than the charge
+             {1, 12, 1, 0, 0, 0, 0},           // less, not capped
+             {1, 0, 1, 1, 0, 0, 0},            // in debt, nothing charged
+             {1, -1, 0, 1, 0, 0, 0},           // negative
+             {1, 15, 2, 0, 0, 0, 0},           // a flag of 2
+             {0, 15, 1, 0, 0, 0, 0},           // not the settle's first item
+             {1, 15, 1, 0, 1, 0, 0},           // a charge where the reservation stands
+             {1, 15, 1, 0},                    // one check's worth
+             {1, 15, 1, 0, 0, 0, 0, 1, 0, 0},  // three checks' worth
          }) {
         Reply b(bad);
         EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_SETTLE, &b.r, &a), RL_REDIS_FAILED) << bad.size();
     }
-    Reply b({1, 16, 1, 1});
+    Reply b({1, 16, 1, 1, 0, 0, 0});
     rl_redis_answer(&rq, RL_REDIS_SETTLE, &b.r, &a);
     EXPECT_EQ(std::string(a.why),
               "the settle of rule \"tokens\" says 16 units charged, in debt 1, capped 1: expected 0 to 15 charged of "
@@ -663,9 +666,9 @@ TEST(RedisAnswer, ASettleSaysWhatEachCheckCharged)
     // a charge past the bound (the largest rl_rule_charge gives): at most
     // the burst and a limit (20)
     c[0].charge = RL_NO_CHARGE - 1;
-    Reply most({1, 20, 1, 1});
+    Reply most({1, 20, 1, 1, 0, 0, 0});
     EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_SETTLE, &most.r, &a), RL_REDIS_DECIDED) << a.why;
-    Reply past({1, 21, 1, 1});
+    Reply past({1, 21, 1, 1, 0, 0, 0});
     EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_SETTLE, &past.r, &a), RL_REDIS_FAILED);
 }
 

@@ -163,7 +163,28 @@ TEST(Redis, CommandIsOneFcallWithKeysThenArguments)
         // default buckets and max_delay; no reset, offset, delay, ban,
         // charge, lease
         EXPECT_EQ(a[6], "0 10 10 60000 0 10 60000 0 0 0 0 0 0");
-        EXPECT_EQ(a[7], "2");  // cost 2: no estimate, override or lease
+        EXPECT_EQ(a[7], "2");  // cost 2: no share, override, lease, not full
+    }
+
+    // a concurrency check: its lease's time (in the spec), its name, and
+    // whether its server holds the limit already (a decision's only)
+    rl_rule_t slots = rule_of("algorithm=concurrency limit=3 lease=2s");
+    rl_check_t s = one_check(&slots, 9, "bob", 1);
+    s.lease = 5;
+    s.full_here = 1;
+    rl_request_t srq = request_of(&s, 1, RL_COMBINE_ALL);
+    srq.server = 0xaa;
+    srq.lease = 0xbb;
+    srq.holder = 42;
+    for (int call : {RL_REDIS_DECIDE, RL_REDIS_RESTORE}) {
+        std::string cmd(rl_redis_command_size(1, 3, sha.size()), '\0');
+        cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), RL_REDIS_FCALL, call, "rl:", 3, 0, &srq, -1));
+        const std::vector<std::string> a = args_of(cmd);
+        ASSERT_EQ(a.size(), 8u);
+        EXPECT_EQ(a[6].substr(a[6].size() - 5), " 2000") << a[6];
+        EXPECT_EQ(a[7], std::string(call == RL_REDIS_DECIDE ? "1 0 0 1" : "1 0 0 0") +
+                            " 00000000000000aa:00000000000000bb:42:5")
+            << call;
     }
 }
 
@@ -228,14 +249,15 @@ TEST(Redis, ASettleSendsTheChecksThatSettleWithWhatTheirAdmissionLeft)
     std::string cmd(rl_redis_command_size(3, 3, sha.size()), '\0');
     cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_SETTLE, "rl:", 3, 0, &rq, -1));
     const std::vector<std::string> a = args_of(cmd);
-    ASSERT_EQ(a.size(), 3u + 1 + 2 + 5);
-    EXPECT_EQ(a[2], "1");  // one key: the state (a settle touches no ban)
+    ASSERT_EQ(a.size(), 3u + 2 + 2 + 5);
+    EXPECT_EQ(a[2], "2");  // the state (a settle touches no ban), its reservations in flight
     char key[80];
     EXPECT_EQ(a[3], std::string(key, rl_redis_key(key, "rl:", 3, 0, 11, "k", 1)));
-    EXPECT_EQ(a[4], "");  // Redis's clock
-    EXPECT_EQ(a[5], "settle");
+    EXPECT_EQ(a[4], std::string(key, rl_redis_key(key, "rl:", 3, 0, ~uint64_t{11}, "k", 1)));
+    EXPECT_EQ(a[5], "");  // Redis's clock
+    EXPECT_EQ(a[6], "settle");
     // the spec (ban 60000, charge=), the reservation given back (2: no
-    // estimate, override or lease); the charge, the head after, when
+    // share, override or lease); the charge, the head after, when
     const std::vector<std::string> tail(a.end() - 5, a.end());
     EXPECT_EQ(tail, (std::vector<std::string>{"0 1000 1000 1000000 0 10 1000000 0 0 0 60000 1 0", "2", "400",
                                               std::to_string(kT0 + 2000), std::to_string(kT0)}));
@@ -245,8 +267,15 @@ TEST(Redis, ASettleSendsTheChecksThatSettleWithWhatTheirAdmissionLeft)
     cmd.assign(rl_redis_command_size(3, 3, sha.size()), '\0');
     cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_SETTLE, "rl:", 3, 0, &rq, -1));
     EXPECT_EQ(args_of(cmd)[a.size() - 3], std::to_string(RL_REDIS_UNITS_MAX));
-    // nothing settles: no check sent
+    // its reservation stands: sent all the same (its reservations in
+    // flight end), with -1 for units
     c[1].charge = RL_NO_CHARGE;
+    cmd.assign(rl_redis_command_size(3, 3, sha.size()), '\0');
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_SETTLE, "rl:", 3, 0, &rq, -1));
+    EXPECT_EQ(args_of(cmd).size(), a.size());
+    EXPECT_EQ(args_of(cmd)[a.size() - 3], "-1");
+    // nothing admitted: no check sent
+    c[1].outcome = RL_OUTCOME_REJECTED;
     cmd.assign(rl_redis_command_size(3, 3, sha.size()), '\0');
     cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_SETTLE, "rl:", 3, 0, &rq, -1));
     EXPECT_EQ(args_of(cmd).size(), 3u + 2);
@@ -281,6 +310,28 @@ int call_script(const std::string &sha, const std::string &prefix, rl_request_t 
     rl_resp_t reply = Redis::instance().call(cmd);
     EXPECT_EQ(rl_redis_answer(&rq, call, &reply, a), RL_REDIS_DECIDED) << a->why;
     return a->verdict;
+}
+
+// A call of the script for one concurrency check of rule r (its
+// identity id, the key "acme") naming its lease (full: its server holds the
+// limit already): a decision's verdict x 10, plus 1 if it kept its lease;
+// a lease call's leases live x 10, plus those found gone.  *remaining: the
+// check's after it.
+int lease_call(const std::string &sha, const char *prefix, const rl_rule_t &r, uint64_t id, uint32_t lease, int which,
+               int64_t now, int full = 0, uint32_t *remaining = nullptr)
+{
+    rl_redis_answer_t a;
+    rl_check_t c = one_check(&r, id, "acme", 1);
+    c.lease = lease;
+    c.full_here = full;
+    rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
+    rq.lease = 0xfeedu;
+    rq.holder = 4242;
+    const int v = call_script(sha, prefix, rq, which, now, &a);
+    if (remaining != nullptr) {
+        *remaining = c.decision.remaining;
+    }
+    return which == RL_REDIS_DECIDE ? v * 10 + (c.lease != 0) : (int) (a.leases_done * 10 + a.leases_gone);
 }
 
 // The tokens an upstream reports, through the script: 400 a request
@@ -333,8 +384,8 @@ TEST(RedisScript, TwoRulesOfOneNameSettleOneAfterTheOther)
     EXPECT_EQ(c[1].charged, 400u);
     rl_check_t look = one_check(&r, 5, "key", 0);  // cost 0: a look
     rl_request_t lq = request_of(&look, 1, RL_COMBINE_ALL);
-    call_script(sha, "two:", lq, RL_REDIS_DECIDE, now, &a);
-    EXPECT_EQ(look.decision.remaining, 200u);  // 1,000 less both charges
+    call_script(sha, "two:", lq, RL_REDIS_PEEK, now, &a);  // (a decision of cost 0 would reserve)
+    EXPECT_EQ(look.decision.remaining, 200u);              // 1,000 less both charges
 }
 
 // A refusal bans the key (ban=) for its time, in a Redis key of its own
@@ -441,8 +492,9 @@ TEST(Redis, ConcurrencyIsDecidedInRedisWithoutWaits)
 // Concurrency's leases through the script: a key's slots held across
 // calls, each lease named by its worker and request; a release frees one
 // at once, an expired one comes back with no one's action, a renewal
-// keeps one, and one expired is not renewed.  With a rate rule (all), a
-// refusal by either takes nothing of the other.
+// keeps one, and one expired is not renewed (a restore writes it).  With a
+// rate rule (all), a refusal by either takes nothing of the other.  A
+// server holding the limit already is refused whatever Redis holds.
 TEST(RedisScript, ConcurrencyLeasesAreTakenReleasedRenewedAndExpire)
 {
     NEED_REDIS();
@@ -451,13 +503,7 @@ TEST(RedisScript, ConcurrencyLeasesAreTakenReleasedRenewedAndExpire)
     rl_redis_answer_t a;
     const int64_t t0 = kT0 + 2 * 86400000;
     auto call = [&](uint32_t lease, int which, int64_t now) {
-        rl_check_t c = one_check(&r, 31, "acme", 1);
-        c.slot = lease;
-        rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
-        rq.lease = 0xfeedu;
-        rq.holder = 4242;
-        const int v = call_script(sha, "cc:", rq, which, now, &a);
-        return which == RL_REDIS_DECIDE ? v * 10 + (c.slot != 0) : (int) (a.leases_done * 10 + a.leases_gone);
+        return lease_call(sha, "cc:", r, 31, lease, which, now);
     };
     EXPECT_EQ(call(1, RL_REDIS_DECIDE, t0), RL_VERDICT_PASSED * 10 + 1);
     EXPECT_EQ(call(2, RL_REDIS_DECIDE, t0 + 1), RL_VERDICT_PASSED * 10 + 1);
@@ -488,7 +534,7 @@ TEST(RedisScript, ConcurrencyLeasesAreTakenReleasedRenewedAndExpire)
     auto both = [&](uint32_t lease, int64_t now, rl_check_t *c) {
         c[0] = one_check(&one, 41, "k", 1);
         c[1] = one_check(&rate, 42, "k", 1);
-        c[0].slot = lease;
+        c[0].lease = lease;
         rl_request_t rq = request_of(c, 2, RL_COMBINE_ALL);
         rq.lease = 0xfeedu;
         rq.holder = 4242;
@@ -498,27 +544,59 @@ TEST(RedisScript, ConcurrencyLeasesAreTakenReleasedRenewedAndExpire)
     EXPECT_EQ(both(11, t0, c), RL_VERDICT_PASSED);
     EXPECT_EQ(c[1].decision.remaining, 2u);
     EXPECT_EQ(both(12, t0 + 1, c), RL_VERDICT_REJECTED);  // the slot is taken
-    EXPECT_EQ(c[0].slot, 0u);
+    EXPECT_EQ(c[0].lease, 0u);
     EXPECT_EQ(c[1].decision.remaining, 1u);  // looked at, not spent
     rl_check_t held = one_check(&one, 41, "k", 1);
-    held.slot = 11;
+    held.lease = 11;
     rl_request_t hrq = request_of(&held, 1, RL_COMBINE_ALL);
     hrq.lease = 0xfeedu;
     hrq.holder = 4242;
     call_script(sha, "cr:", hrq, RL_REDIS_RELEASE, t0 + 2, &a);
     EXPECT_EQ(both(13, t0 + 3, c), RL_VERDICT_PASSED);
     EXPECT_EQ(c[1].decision.remaining, 1u);
-    held.slot = 13;
+    held.lease = 13;
     call_script(sha, "cr:", hrq, RL_REDIS_RELEASE, t0 + 4, &a);
     EXPECT_EQ(both(14, t0 + 5, c), RL_VERDICT_PASSED);  // the rate's last
-    held.slot = 14;
+    held.lease = 14;
     call_script(sha, "cr:", hrq, RL_REDIS_RELEASE, t0 + 6, &a);
     EXPECT_EQ(both(15, t0 + 7, c), RL_VERDICT_REJECTED);  // the rate refuses
-    EXPECT_EQ(c[0].slot, 0u);
+    EXPECT_EQ(c[0].lease, 0u);
     rl_check_t free_look = one_check(&one, 41, "k", 0);
     rl_request_t frq = request_of(&free_look, 1, RL_COMBINE_ALL);
     call_script(sha, "cr:", frq, RL_REDIS_PEEK, t0 + 8, &a);
     EXPECT_EQ(free_look.decision.remaining, 1u);  // no slot taken
+
+    // a request whose server holds the limit of its key already (full_here:
+    // some of those may not be in Redis) is refused whatever Redis holds,
+    // and takes no lease; a restore writes a lease whether Redis holds it
+    // or not (its request runs: admitted while Redis was away, or Redis
+    // lost it), where a renewal does not take an expired one again
+    const int64_t t1 = kT0 + 4 * 86400000;
+    uint32_t remaining = 99;
+    auto full = [&](uint32_t lease, int which, int64_t now, int is_full) {
+        return lease_call(sha, "cf:", r, 61, lease, which, now, is_full, &remaining);
+    };
+    EXPECT_EQ(full(1, RL_REDIS_DECIDE, t1, 1), RL_VERDICT_REJECTED * 10);  // none in Redis: refused all the same
+    EXPECT_EQ(remaining, 0u);
+    EXPECT_EQ(full(2, RL_REDIS_DECIDE, t1 + 1, 0), RL_VERDICT_PASSED * 10 + 1);
+    EXPECT_EQ(remaining, 1u);  // the refused one took none
+    // lease 3, never in Redis, written (to t1 + 10002); lease 2, live,
+    // renewed (to t1 + 10003)
+    EXPECT_EQ(full(3, RL_REDIS_RESTORE, t1 + 2, 0), 1);
+    EXPECT_EQ(full(2, RL_REDIS_RESTORE, t1 + 3, 0), 10);
+    EXPECT_EQ(full(4, RL_REDIS_DECIDE, t1 + 4, 0), RL_VERDICT_REJECTED * 10);  // both count
+    // lease 3 expired: a renewal finds it gone and takes it not again, a
+    // restore writes it again, beyond the limit (its request runs)
+    EXPECT_EQ(full(3, RL_REDIS_RENEW, t1 + 10002, 0), 1);
+    EXPECT_EQ(full(5, RL_REDIS_DECIDE, t1 + 10002, 0), RL_VERDICT_PASSED * 10 + 1);
+    EXPECT_EQ(full(3, RL_REDIS_RESTORE, t1 + 10002, 0), 1);
+    EXPECT_EQ(full(6, RL_REDIS_DECIDE, t1 + 10002, 0), RL_VERDICT_REJECTED * 10);
+    look = one_check(&r, 61, "acme", 0);
+    call_script(sha, "cf:", lrq, RL_REDIS_PEEK, t1 + 10002, &a);
+    EXPECT_EQ(look.decision.remaining, 0u);  // three held: 2, 5 and 3
+    EXPECT_EQ(full(2, RL_REDIS_RELEASE, t1 + 10002, 0), 10);
+    EXPECT_EQ(full(5, RL_REDIS_RELEASE, t1 + 10002, 0), 10);
+    EXPECT_EQ(full(7, RL_REDIS_DECIDE, t1 + 10002, 0), RL_VERDICT_PASSED * 10 + 1);
 }
 
 // A key's leases of one server among the fleet's: a peek with a server's
@@ -533,7 +611,7 @@ TEST(RedisScript, APeekCountsTheLeasesOfItsServer)
     const int64_t t0 = kT0 + 3 * 86400000;
     auto take = [&](uint64_t server, uint64_t worker, uint32_t slot, int64_t now) {
         rl_check_t c = one_check(&r, 51, "acme", 1);
-        c.slot = slot;
+        c.lease = slot;
         rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
         rq.server = server;
         rq.lease = worker;

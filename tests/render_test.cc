@@ -223,7 +223,6 @@ struct Stats {
         counters[0].waited = 10;
         counters[0].bans = 11;
         counters[0].dry_run_bans = 12;
-        counters[0].estimate = 13;
         counters[0].overrides = 14;
         counters[0].overridden = 15;
         counters[0].limit_now = 17;
@@ -246,8 +245,8 @@ struct Stats {
         tops[1] = rl_top_view_t{str("gone"), 0, RL_TOP_NONE, 0, 0, nullptr};
 
         const uint64_t le[RL_REDIS_LATENCY_BUCKETS] = {250, 500, 1000, 2500, 5000, 10000, 25000, 50000};
-        redis = rl_redis_figures_t{1,  2,      3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, {1, 0, 2, 0, 0, 0, 0, 0, 3},
-                                   {}, 1234567};
+        redis = rl_redis_figures_t{
+            1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, {1, 0, 2, 0, 0, 0, 0, 0, 3}, {}, 1234567};
         std::memcpy(redis.latency_le_us, le, sizeof(le));
 
         zones[0].name = str("a");
@@ -281,18 +280,18 @@ TEST(Stats, Json)
               "\"overrides\":16,\"overrides_capacity\":1000,\"evictions\":3,\"live_evictions\":1,\"summary_bytes\":8,"
               "\"summary_refusals\":4,\"rules\":{\"r1\":{"
               "\"allowed\":1,\"rejected\":2,\"delayed\":3,\"dry_run_rejected\":4,\"exempt\":5,\"charged\":6,"
-              "\"debts\":7,\"in_flight\":8,\"peak\":9,\"waited\":10,\"bans\":11,\"dry_run_bans\":12,\"charge_"
-              "estimate\":13,\"overrides\":14,\"overridden\":15,\"limit_now\":17,\"baseline_us\":18,"
+              "\"debts\":7,\"in_flight\":8,\"peak\":9,\"waited\":10,\"bans\":11,\"dry_run_bans\":12,"
+              "\"overrides\":14,\"overridden\":15,\"limit_now\":17,\"baseline_us\":18,"
               "\"recent_us\":19},\"gone\":{\"allowed\":0,\"rejected\":0,"
               "\"delayed\":0,\"dry_run_rejected\":0,\"exempt\":0,\"charged\":0,\"debts\":0,\"in_flight\":0,"
-              "\"peak\":0,\"waited\":0,\"bans\":0,\"dry_run_bans\":0,\"charge_estimate\":0,\"overrides\":0,"
+              "\"peak\":0,\"waited\":0,\"bans\":0,\"dry_run_bans\":0,\"overrides\":0,"
               "\"overridden\":0,\"limit_now\":0,\"baseline_us\":0,\"recent_us\":0}}},\"b-2.z\":{"
               "\"size\":64,\"bytes_used\":0,\"keys\":0,\"capacity\":0,\"overrides\":0,\"overrides_capacity\":0,"
               "\"evictions\":0,\"live_evictions\":0,\"summary_bytes\":0,\"summary_refusals\":0,\"rules\":{},"
               "\"redis\":{\"server\":\"127.0.0.1:6379\",\"decisions\":1,\"errors\":2,\"timeouts\":3,\"fallbacks\":4,"
               "\"reconnects\":5,\"charges\":6,\"undelivered\":7,\"cached\":8,\"tls_failures\":9,\"tls_resumed\":10,"
               "\"leases\":11,\"leases_released\":12,\"leases_expired\":13,\"leases_renewed\":14,"
-              "\"leases_undelivered\":15,"
+              "\"leases_undelivered\":15,\"leases_restored\":16,"
               "\"latency_us\":{\"le_250\":1,\"le_500\":0,\"le_1000\":"
               "2,\"le_2500\":0,\"le_5000\":0,"
               "\"le_10000\":0,\"le_25000\":0,\"le_50000\":0,\"inf\":3},\"latency_us_sum\":1234567}}}}\n");
@@ -350,11 +349,6 @@ TEST(Stats, Prometheus)
         "# TYPE nginx_ratelimit_dry_run_bans_total counter\n"
         "nginx_ratelimit_dry_run_bans_total{zone=\"a\",rule=\"r1\"} 12\n"
         "nginx_ratelimit_dry_run_bans_total{zone=\"a\",rule=\"gone\"} 0\n"
-        "# HELP nginx_ratelimit_charge_estimate_units What an admission reserves at most (charge=): the largest of "
-        "the rule's last 8 to 16 charges.\n"
-        "# TYPE nginx_ratelimit_charge_estimate_units gauge\n"
-        "nginx_ratelimit_charge_estimate_units{zone=\"a\",rule=\"r1\"} 13\n"
-        "nginx_ratelimit_charge_estimate_units{zone=\"a\",rule=\"gone\"} 0\n"
         "# HELP nginx_ratelimit_overrides Overrides held naming the rule (the key API's overrides).\n"
         "# TYPE nginx_ratelimit_overrides gauge\n"
         "nginx_ratelimit_overrides{zone=\"a\",rule=\"r1\"} 14\n"
@@ -430,6 +424,10 @@ TEST(Stats, Prometheus)
         "lease runs out by itself.\n"
         "# TYPE nginx_ratelimit_redis_leases_undelivered_total counter\n"
         "nginx_ratelimit_redis_leases_undelivered_total{zone=\"b-2.z\"} 15\n"
+        "# HELP nginx_ratelimit_redis_leases_restored_total Leases written into Redis again for requests in "
+        "flight: admitted while Redis was away, or lost by it.\n"
+        "# TYPE nginx_ratelimit_redis_leases_restored_total counter\n"
+        "nginx_ratelimit_redis_leases_restored_total{zone=\"b-2.z\"} 16\n"
         "# HELP nginx_ratelimit_redis_latency_seconds Time from sending a request's script call to its reply.\n"
         "# TYPE nginx_ratelimit_redis_latency_seconds histogram\n"
         "nginx_ratelimit_redis_latency_seconds_bucket{zone=\"b-2.z\",le=\"0.000250\"} 1\n"
@@ -463,7 +461,7 @@ TEST(Stats, Prometheus)
             << line;
         at = nl + 1;
     }
-    EXPECT_EQ(lines, 10 * (2 + 2) + 18 * (2 + 2) + 15 * (2 + 1) + 2 + 11 + 2 + 3);
+    EXPECT_EQ(lines, 10 * (2 + 2) + 17 * (2 + 2) + 16 * (2 + 1) + 2 + 11 + 2 + 3);
 }
 
 TEST(Stats, LogKeyOffShowsNoKey)

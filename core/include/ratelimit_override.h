@@ -32,6 +32,10 @@ enum rl_override_kind {
 /* The longest key an override names. */
 #define RL_OVERRIDE_KEY_MAX      256
 
+/* The longest key expression an override of every rule's key names
+   (its NUL included). */
+#define RL_OVERRIDE_KEYED_MAX    64
+
 /* The most overrides a zone holds (ratelimit_zone overrides=). */
 #define RL_OVERRIDES_MAX         1000000
 
@@ -39,7 +43,9 @@ enum rl_override_kind {
  * What an override applies to: a key (its bytes, as requests' keys are) or
  * a range of client addresses (family 4 or 6, the network's address in
  * key[0..3] or key[0..15], its host bits zero, and its prefix length), in
- * one rule (by name) or in every rule of the zone ("").
+ * one rule (by name) or in every rule of the zone (""): a range, every rule
+ * keyed on the client's address; a key, every rule keyed on the expression
+ * keyed names (the same bytes in rules keyed otherwise are other keys).
  */
 typedef struct {
     char      rule[RL_NAME_MAX];
@@ -47,6 +53,9 @@ typedef struct {
     uint32_t  prefix;           /* a range's prefix length */
     uint32_t  key_len;
     uint8_t   key[RL_OVERRIDE_KEY_MAX];
+    char      keyed[RL_OVERRIDE_KEYED_MAX]; /* a key in every rule: the key
+                                   expression of its rules, as written
+                                   ("$http_x_api_key"); else "" */
 } rl_override_target_t;
 
 typedef struct {
@@ -90,16 +99,21 @@ typedef struct {
     uint64_t  version;          /* one more at each change */
     uint64_t  written;          /* the version the file holds */
     uint64_t  remote;           /* a Redis zone's: the version of Redis's
-                                   overrides it holds */
+                                   overrides it holds, */
+    uint64_t  remote_id;        /*   of the hash made then (0: none) */
 } rl_overrides_stats_t;
 
 RL_API void rl_overrides_stats(const void *store, rl_overrides_stats_t *st);
 
 /* A rule of the zone, as an override's carry-over needs it: its identity
-   (rl_rule_identity) and its parameters as configured. */
+   (rl_rule_identity) and its parameters as configured; and its key
+   expression as written, which an override of every rule's key is bound
+   to (rl_override_bind). */
 typedef struct {
     const rl_rule_t  *rule;
     uint64_t          identity;
+    const char       *key;
+    size_t            key_len;
 } rl_override_rule_t;
 
 /*
@@ -117,14 +131,34 @@ RL_API void rl_overrides_written(void *store, uint64_t version);
  * A Redis zone's store is a copy of Redis's overrides (remote): a request
  * meeting an ended limit override is decided under its rule as configured,
  * carried over in Redis (rl_check_t.since: the end), and nothing is removed
- * here.  rl_overrides_replace puts what Redis holds (at `version`) in place
- * of what the store held, as many as it has room for; returns how many.
- * The caller holds the lock.
+ * here.  rl_overrides_replace puts what Redis holds (at `version` of the
+ * hash `id`) in place of what the store held, as many as it has room for;
+ * returns how many.  The caller holds the lock.
  */
 RL_API void rl_overrides_remote(void *table);
 RL_API size_t rl_overrides_replace(void *table, const rl_override_t *list,
     size_t n, const rl_override_rule_t *rules, size_t nrules,
-    uint64_t version);
+    uint64_t version, uint64_t id);
+
+/* What Redis's hash, at version of id, is to a copy taken from it at
+   st's remote, remote_id. */
+enum rl_overrides_news {
+    RL_OVERRIDES_SAME = 0,      /* what the copy holds */
+    RL_OVERRIDES_NEWER,         /* written since */
+    RL_OVERRIDES_LOST           /* not the hash the copy was taken from,
+                                   nor a later version of it: Redis lost
+                                   it (FLUSHALL, a restart without
+                                   persistence, a failover to a replica
+                                   behind), and the fleet's overrides are
+                                   what it holds now */
+};
+RL_API int rl_overrides_news(const rl_overrides_stats_t *st,
+    uint64_t version, uint64_t id);
+
+/* 1 if what a server says of its copy (a fingerprint: the fields of Redis's
+   hash it skipped) was not the last thing said, which it becomes: a bad
+   field is said once, not at each reading.  The caller holds the lock. */
+RL_API int rl_overrides_said(void *store, uint64_t said);
 
 /* Results of the store's writes. */
 #define RL_OVERRIDE_OK        0
@@ -216,6 +250,32 @@ RL_API int rl_override_check(const rl_override_t *ov, const rl_rule_t *rule,
     int redis, char *err, size_t errlen);
 
 /*
+ * An override's target as the zone takes it, from the key API, its file or
+ * its Redis hash alike (rules: the zone's, a name once): its rule found by
+ * name (*rule; NULL: every rule); a key in every rule bound to the key
+ * expression of the rules it applies to (keyed: given, one of the zone's
+ * rules must be keyed on it; not given, every rule of the zone must be
+ * keyed on the same one, which it takes); the key of rules keyed on the
+ * client's address made as their requests' keys are (an IPv4-mapped IPv6
+ * address is its IPv4 address).  RL_OK, or RL_ERROR with err saying what
+ * is wrong and what to give instead.
+ */
+RL_API int rl_override_bind(rl_override_target_t *t,
+    const rl_override_rule_t *rules, size_t n,
+    const rl_override_rule_t **rule, char *err, size_t errlen);
+
+/*
+ * An override as the zone takes it, from the key API, its file or its
+ * Redis hash alike: its target bound (rl_override_bind), the override
+ * checked against its rule and zone (rl_override_check), and an expiry at
+ * most RL_OVERRIDE_TTL_MAX_MS after now_ms.  RL_OK; RL_DECLINED: as good,
+ * but ended (its expiry at or before now_ms); RL_ERROR with err.
+ */
+RL_API int rl_override_admit(rl_override_t *ov,
+    const rl_override_rule_t *rules, size_t n, int redis, int64_t now_ms,
+    const rl_override_rule_t **rule, char *err, size_t errlen);
+
+/*
  * The rule as an override's limits apply to it: out is rule with the
  * override's limit, burst and period (a burst not given follows the new
  * limit when the rule's followed its).
@@ -224,10 +284,10 @@ RL_API void rl_override_apply(const rl_rule_t *rule, const rl_override_t *ov,
     rl_rule_t *out);
 
 /*
- * An override as JSON (the key API's answer): {"rule":..., "key":... or
- * "range":..., "action":..., "limit":..., "burst":..., "period":...,
- * "expires_in_ms":..., "created_ms":...}.  Writes at most cap bytes;
- * returns the bytes the whole text needs.
+ * An override as JSON (the key API's answer): {"rule":..., ["keyed":...,]
+ * "key":... or "range":..., "action":..., "limit":..., "burst":...,
+ * "period":..., "expires_in_ms":..., "created_ms":...}.  Writes at most cap
+ * bytes; returns the bytes the whole text needs.
  */
 RL_API size_t rl_override_json(const rl_override_t *ov, int64_t now_ms,
     char *buf, size_t cap);
@@ -244,12 +304,15 @@ RL_API size_t rl_override_name(uint32_t override, const rl_rule_t *rule,
 
 /*
  * The file of a zone's overrides (ratelimit_zone overrides_file=): a text
- * file, an override a line ("rule TARGET action limit burst period_ms
- * expires_ms created_ms", the key %-encoded), under a header line naming
- * the format.  rl_overrides_file_line writes one line of ov (at most
+ * file, an override a line ("RULE key|range TARGET ACTION GIVEN LIMIT BURST
+ * PERIOD_MS EXPIRES_MS CREATED_MS": RULE a rule's name, "*" for a range in
+ * every rule, "*=EXPR" for a key in every rule keyed on EXPR; EXPR and the
+ * key %-encoded), under a header line naming the format.
+ * rl_overrides_file_line writes one line of ov (at most
  * RL_OVERRIDE_LINE_MAX bytes, the newline included); returns its length.
  */
-#define RL_OVERRIDE_LINE_MAX  (RL_NAME_MAX + 3 * RL_OVERRIDE_KEY_MAX + 128)
+#define RL_OVERRIDE_LINE_MAX  (RL_NAME_MAX + 3 * RL_OVERRIDE_KEYED_MAX \
+                               + 3 * RL_OVERRIDE_KEY_MAX + 128)
 #define RL_OVERRIDES_FILE_HEADER  "# ngx-ratelimit overrides 1\n"
 RL_API size_t rl_overrides_file_line(const rl_override_t *ov, char *buf);
 

@@ -88,19 +88,23 @@ enum rl_redis_call {
     RL_REDIS_RESET,
     RL_REDIS_SETTLE,
     RL_REDIS_RELEASE,
-    RL_REDIS_RENEW
+    RL_REDIS_RENEW,
+    RL_REDIS_RESTORE
 };
 
 /*
  * Concurrency in a Redis zone: a decision that admits a request takes a
  * lease of each concurrency check (its key's sorted set: the member named
- * "SERVER:LEASE:HOLDER:SLOT" of rq->server, rq->lease, rq->holder and the
- * check's slot, the first two in 16 hex digits, scored by Redis's clock
- * plus lease=); RL_REDIS_RELEASE removes the leases of the checks that
- * hold one (slot > 0), RL_REDIS_RENEW moves their deadlines to lease=
- * from now (an expired one is not taken again).  Their answer:
- * rl_redis_answer() sets out->leases_done (released, renewed) and
- * out->leases_gone (found expired already).  A call of these holds any
+ * "SERVER:LEASE:HOLDER:NUMBER" of rq->server, rq->lease, rq->holder and the
+ * check's lease, the first two in 16 hex digits, scored by Redis's clock
+ * plus lease=), unless the check is full_here; RL_REDIS_RELEASE removes
+ * the leases of the checks that hold one (lease > 0), RL_REDIS_RENEW moves
+ * their deadlines to lease= from now (an expired one is not taken again),
+ * RL_REDIS_RESTORE writes them with that deadline whether Redis holds them
+ * or not (their requests run: admitted while Redis was away, or Redis lost
+ * their leases).  Their answer: rl_redis_answer() sets out->leases_done
+ * (released, renewed) and out->leases_gone (found expired already, or
+ * restored).  A call of these holds any
  * number of checks (a worker's renewals batched), of one Cluster slot.  A
  * peek counts each concurrency check's live leases whose names start with
  * rq->server's part (none when rq->server is 0): out->here.
@@ -200,9 +204,10 @@ typedef struct {
     uint32_t     found;         /* DECIDED, RL_REDIS_RESET: bit i set if
                                    check i had a state, */
     uint32_t     unbanned;      /*   and if its ban (ban=) was lifted */
-    uint32_t     leases_done;   /* DECIDED, RELEASE or RENEW: leases
-                                   released or renewed, */
-    uint32_t     leases_gone;   /*   and found expired already */
+    uint32_t     leases_done;   /* DECIDED, RELEASE, RENEW or RESTORE:
+                                   leases released or renewed, */
+    uint32_t     leases_gone;   /*   and found expired already (RESTORE:
+                                   written again) */
     uint32_t     here[RL_RULES_MAX]; /* DECIDED, RL_REDIS_PEEK: check i's
                                    live leases of rq->server (concurrency;
                                    0 for other rules) */
@@ -308,14 +313,20 @@ typedef struct {
     rl_override_t  ov;          /* put: the override; del: its target */
     int64_t        now_ms;      /* put, del: the writer's clock */
     uint64_t       room;        /* put: the zone's overrides= */
-    uint64_t       version;     /* poll: the version the server holds */
+    uint64_t       version;     /* poll: the version the server holds, */
+    uint64_t       id;          /*   of the hash made then (0: none) */
     char           cursor[24];  /*   and the page's place: "0" and 0 for */
     uint64_t       skip;        /*   the first */
     /* out of rl_overrides_redis_answer(): */
     int            result;      /* put: 1, or -1 full; del: 1, or 0 none */
+    uint64_t       written;     /* put, del: the version the write made */
     int            unchanged;   /* poll: Redis holds the version known */
     uint64_t       page_version;
-    const char    *lines;       /*   the page's lines (the file's), into */
+    uint64_t       page_id;     /*   the hash's id: when it was made (a
+                                     hash lost and made again has
+                                     another) */
+    const char    *lines;       /*   the page's lines (the file's, and
+                                     rl_overrides_redis_read's), into */
     size_t         lines_len;   /*   the reply */
     int            more;        /*   a page follows, at: */
     char           next_cursor[24];
@@ -341,6 +352,20 @@ RL_API size_t rl_overrides_redis_command(char *buf, const char *script,
    or FAILED (why). */
 RL_API int rl_overrides_redis_answer(const rl_resp_t *r,
     rl_overrides_call_t *call, char *why, size_t whylen);
+
+/*
+ * One line of a poll's page (without its newline) read as the file's
+ * (rl_overrides_file_read) and taken as the key API's writes are
+ * (rl_override_admit, with the zone's rules): RL_OK, ov to hold (an ended
+ * one too: a Redis zone's copy keeps it, see rl_overrides_remote);
+ * RL_DECLINED, nothing (a comment); RL_ERROR, a field skipped, err naming
+ * it and why: a line that does not read or breaks its rule, or a field the
+ * script could not send as a line ("#! WHY BYTES FIELD": too long, holding
+ * a line break, or not its line's field).
+ */
+RL_API int rl_overrides_redis_read(const char *line, size_t len,
+    const rl_override_rule_t *rules, size_t n, int redis, int64_t now_ms,
+    rl_override_t *ov, char *err, size_t errlen);
 
 
 #ifdef __cplusplus

@@ -66,7 +66,9 @@ typedef struct {
     X(leases_renewed, "Leases renewed for requests that outlive a third of "  \
       "their lease.")                                                         \
     X(leases_undelivered, "Releases and renewals Redis did not take: the "    \
-      "lease runs out by itself.")
+      "lease runs out by itself.")                                            \
+    X(leases_restored, "Leases written into Redis again for requests in "     \
+      "flight: admitted while Redis was away, or lost by it.")
 
 typedef struct {
 #define RL_REDIS_FIGURE(name, help)  uint64_t name;
@@ -233,6 +235,10 @@ typedef struct {
     int          has_range;     /* range=: an address range, as given */
     size_t       range_len;
     char         range[64];
+    char         keyed[RL_OVERRIDE_KEYED_MAX]; /* keyed=: the key expression
+                                   of the rules of an override of every
+                                   rule's key, %-decoded, NUL-terminated;
+                                   "": not given */
     uint64_t     from;          /* a list's first (from=) */
     uint64_t     count;         /*   and its most (count=) */
     int          status;        /* an error's HTTP status */
@@ -260,7 +266,9 @@ enum rl_api_error {
     RL_API_REDIS_FAILED,        /* 409: Redis did not answer */
     RL_API_NO_OVERRIDE,         /* 404: no override of that key or range */
     RL_API_OVERRIDES_FULL,      /* 409: the zone's overrides are full */
-    RL_API_NO_OVERRIDES         /* 409: the zone has no room for any */
+    RL_API_NO_OVERRIDES,        /* 409: the zone has no room for any */
+    RL_API_OVERRIDE_NOT_TAKEN   /* 409: written in Redis, but this
+                                   server's copy of them does not hold it */
 };
 
 /* Writes the error's answer into q->error; returns its HTTP status. */

@@ -53,7 +53,11 @@ enum rl_status {
     RL_STATUS_REJECTED,
     RL_STATUS_DELAYED_DRY_RUN,
     RL_STATUS_REJECTED_DRY_RUN,
-    RL_STATUS_EXEMPT
+    RL_STATUS_EXEMPT,
+    RL_STATUS_REJECTED_IN_FLIGHT  /* refused only because the key's
+                                   requests in flight (charge=) hold what
+                                   it has left: what their charges have
+                                   left it would admit it; starts no ban */
 };
 
 enum rl_verdict {
@@ -99,29 +103,45 @@ typedef struct {
     int64_t              at;        /*   and the time it decided at */
     uint64_t             reserved;  /* out: what an admission spends when
                                        it is decided: the cost; for a rule
-                                       with charge=, the larger of the cost
-                                       and the rule's estimate of a charge,
-                                       at most what the key has left (the
-                                       request's end gives it back and
-                                       spends the charge) */
+                                       with charge= and no cost=, at least
+                                       a third of what a key can hold
+                                       (check.cpp's reserve), at most what
+                                       the key has left (the request's end
+                                       gives it back and spends the
+                                       charge) */
     int32_t              banning;   /* out: this refusal starts a ban
                                        (ban=; a dry run's would, and
                                        stores none) */
+    int32_t              in_flight; /* out: a charge= rule refused it only
+                                       for what the key's requests in
+                                       flight reserved (it starts no ban) */
     uint64_t             charge;    /* in, for rl_request_end(): the units
                                        a charge= rule spends (RL_NO_CHARGE:
                                        none, the reservation stands) */
     uint64_t             charged;   /* out of rl_request_end(): units spent
                                        (the charge, capped) */
     uint32_t             slot;      /* concurrency: the slot the request
-                                       holds, plus 1 (0: none); in a Redis
-                                       zone, its lease's number in its
-                                       worker (set before the call, 0 after
-                                       it unless a lease was taken); */
+                                       holds in its zone's table, plus 1
+                                       (0: none), in a Redis zone too (its
+                                       server's own count of the key's
+                                       requests in flight:
+                                       rl_request_hold_here()); */
     uint32_t             ticket;    /*   its place in the key's queue while
                                        it waits (0: none).  Both out of
                                        rl_decide(), in to the next
                                        rl_decide() of a waiting request
                                        and to rl_request_end() */
+    uint32_t             lease;     /* a Redis zone's concurrency: its
+                                       lease's number in its worker (set
+                                       before the call; 0 after it unless a
+                                       lease was taken, or the request was
+                                       admitted by on_redis_error=local,
+                                       its lease then written into Redis
+                                       once it answers again) */
+    int32_t              full_here; /*   out of rl_request_hold_here(): its
+                                       server held limit requests of the
+                                       key already, and the script refuses
+                                       it, whatever Redis holds */
     int32_t              capped;    /*   the charge exceeded the debt bound */
     int32_t              in_debt;   /*   the key owes more than its budget */
     /* an override (ratelimit_override.h), out of rl_decide(): */
@@ -231,7 +251,10 @@ struct rl_request_s {
 };
 
 /* Hashes every key with its table's secret, and orders the tables to lock
-   (order, locks); needs no lock. */
+   (order, locks); needs no lock.  The key of a rule keyed on the client's
+   address that is an IPv4-mapped IPv6 address is made its IPv4 address
+   first (key and key_len moved past the mapped prefix): one client, one
+   key, whichever way it came. */
 RL_API void rl_request_hash(rl_request_t *rq);
 
 /*
@@ -370,6 +393,28 @@ RL_API int rl_rule_per_upstream(const rl_rule_t *rule);
 RL_API uint32_t rl_rule_block_size(const rl_rule_t *rule);
 
 
+
+/*
+ * A Redis zone's request, before its call: each concurrency check takes one
+ * of its key's slots in this server's zone (slot), as a local decision
+ * would, or, if none is free, is marked full_here (the script refuses it);
+ * a key the zone has no room for takes none, and Redis decides alone.  So
+ * the zone counts every request of the server in flight, whoever decided
+ * it: a decision by on_redis_error=local while Redis is away counts those
+ * holding leases, and one in Redis when it answers again those it admitted
+ * meanwhile, before their leases are back in Redis.  Returns the slots the
+ * request holds there.  The caller holds the locks.
+ */
+RL_API int rl_request_hold_here(rl_request_t *rq, int64_t now_ms);
+
+/*
+ * Gives back the slots rl_request_hold_here() took: every one (all: the
+ * request ended, or is decided again by on_redis_error), or those of the
+ * checks that hold no lease (once Redis decided: a refusal takes none).
+ * Returns the slots the request still holds there.  The caller holds the
+ * locks.
+ */
+RL_API int rl_request_free_here(rl_request_t *rq, int64_t now_ms, int all);
 
 /*
  * Counts a request decided elsewhere (rl_redis_answer()) as rl_decide()

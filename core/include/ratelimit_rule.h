@@ -123,6 +123,10 @@ typedef struct {
                                    RL_KEY_ADDR_TEXT; 0: another key.  An
                                    override of an address range applies
                                    to such a rule only */
+    uint64_t  keyed;            /* rl_rule_keyed() of its key expression
+                                   (the glue's): an override of every
+                                   rule's key applies to the rules keyed
+                                   on the expression it names only */
     int64_t   ban_ms;           /* ban=: a key this rule refuses is
                                    refused for so long (0: no ban) */
     int64_t   max_wait_ms;      /* concurrency: how long a request may
@@ -233,6 +237,12 @@ RL_API int rl_rule_parse(rl_rule_t *rule, char name[RL_NAME_MAX],
  */
 RL_API uint64_t rl_rule_identity(const rl_rule_t *rule, const char *key_expr,
     size_t key_expr_len);
+
+/*
+ * What stands for a rule's key expression (as written: "$http_x_api_key")
+ * in rl_rule_t.keyed: the same for the same text on every server, never 0.
+ */
+RL_API uint64_t rl_rule_keyed(const char *key_expr, size_t key_expr_len);
 
 /* Parses an nginx-style time ("500ms", "1m30s", "2h", "7d"; bare = s). */
 RL_API int rl_parse_time_ms(const char *s, size_t len, int64_t *ms);

@@ -94,17 +94,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             rq.n = n;
             rq.binding = 99;
             rl_redis_answer_t a;
-            for (int call : {RL_REDIS_DECIDE, RL_REDIS_RELEASE, RL_REDIS_RENEW}) {
+            for (int call : {RL_REDIS_DECIDE, RL_REDIS_RELEASE, RL_REDIS_RENEW, RL_REDIS_RESTORE}) {
                 size_t leases = 0;
                 for (size_t i = 0; i < n; i++) {
-                    c[i].slot = (uint32_t) i + 1;
+                    c[i].lease = (uint32_t) i + 1;
                     leases += rl_redis_holds_lease(&c[i]);
                 }
                 const int kind = rl_redis_answer(&rq, call, &r, &a);
                 CHECK(kind >= RL_REDIS_DECIDED && kind <= RL_REDIS_READONLY);
                 CHECK(call == RL_REDIS_DECIDE || kind != RL_REDIS_DECIDED || a.leases_done + a.leases_gone == leases);
                 for (size_t i = 0; kind == RL_REDIS_DECIDED && call == RL_REDIS_DECIDE && i < n; i++) {
-                    CHECK(c[i].rule != &slots || c[i].slot == 0 ||
+                    CHECK(c[i].rule != &slots || c[i].lease == 0 ||
                           (c[i].decision.allowed && a.verdict == RL_VERDICT_PASSED));
                     CHECK(c[i].rule != &slots || c[i].decision.remaining <= 3);
                 }

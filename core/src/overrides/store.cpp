@@ -8,13 +8,14 @@
 
 #include "algorithms/algorithm.h"
 #include "table/table.h"
+#include "util/address.h"
 
 namespace rl {
 
 namespace {
 
 const char kMagic[8] = {'r', 'l', 'o', 'v', 'e', 'r', 'r', '1'};
-const uint32_t kVersion = 4;
+const uint32_t kVersion = 5;
 
 uint32_t index_size_for(uint32_t capacity)
 {
@@ -164,9 +165,14 @@ void Store::rebuild()
     }
 }
 
+uint64_t every_identity(const rl_override_target_t &t)
+{
+    return t.family != 0 ? kEveryRule : rl_rule_keyed(t.keyed, std::strlen(t.keyed));
+}
+
 void Store::count_kind(const OverrideEntry &e, int delta)
 {
-    uint32_t &n = e.ov.target.family ? h_.ranges : e.identity == kEveryRule ? h_.keys_every : h_.keys_rule;
+    uint32_t &n = e.ov.target.family ? h_.ranges : every_rule(e.ov.target) ? h_.keys_every : h_.keys_rule;
     n = (uint32_t) ((int64_t) n + delta);
 }
 
@@ -283,9 +289,7 @@ const OverrideEntry *Store::find_range(const Table &table, int family, const uin
 OverrideEntry *Store::lookup(const Table &table, const rl_override_target_t &t, uint64_t identity)
 {
     const OverrideEntry *e = find(tag_of(table, t, identity), identity);
-    if (e == nullptr || e->ov.target.family != t.family || e->ov.target.prefix != t.prefix ||
-        e->ov.target.key_len != t.key_len || std::memcmp(e->ov.target.key, t.key, t.key_len) != 0 ||
-        std::strcmp(e->ov.target.rule, t.rule) != 0) {
+    if (e == nullptr || !same_target(e->ov.target, t)) {
         return nullptr;
     }
     return const_cast<OverrideEntry *>(e);
@@ -371,7 +375,7 @@ void Store::retag(const Table &table, const rl_override_rule_t *rules, size_t n)
             continue;
         }
         count_kind(e[i], +1);
-        uint64_t identity = e[i].ov.target.rule[0] == '\0' ? kEveryRule : 0;
+        uint64_t identity = every_rule(e[i].ov.target) ? every_identity(e[i].ov.target) : 0;
         for (size_t r = 0; r < n && identity == 0; r++) {
             if (std::strcmp(rules[r].rule->name, e[i].ov.target.rule) == 0) {
                 identity = rules[r].identity;
@@ -431,8 +435,18 @@ void carry_key(Table &table, uint64_t tag, const rl_rule_t &from, const rl_rule_
     }
 }
 
+bool same_target(const rl_override_target_t &a, const rl_override_target_t &b)
+{
+    return a.family == b.family && a.prefix == b.prefix && a.key_len == b.key_len &&
+           std::memcmp(a.key, b.key, a.key_len) == 0 && std::strcmp(a.rule, b.rule) == 0 &&
+           std::strcmp(a.keyed, b.keyed) == 0;
+}
+
 int client_address(const rl_rule_t &rule, const void *key, size_t len, uint8_t out[16])
 {
+    const size_t skip = mapped_prefix(rule.key_addr, key, len);
+    key = static_cast<const char *>(key) + skip;
+    len -= skip;
     if (rule.key_addr == RL_KEY_ADDR_BINARY) {
         if (len == 4 || len == 16) {
             std::memcpy(out, key, len);

@@ -4,7 +4,8 @@
 // An entry is found by a 64-bit tag in an open-addressed index (linear
 // probing, at most a quarter full, so that a key with no override reads
 // one index slot, rarely two), and its rule's identity:
-//   - a key's override, in one rule or in every rule (kEveryRule for
+//   - a key's override, in one rule or in every rule keyed on one
+//     expression (every_identity: the rules' rl_rule_t.keyed, for
 //     identity): the key's hash in the table (Table::hash, the hash its
 //     request already has), so that one probe finds both a key's own and
 //     its every-rule override, and a key with none reads one slot;
@@ -33,16 +34,26 @@ namespace rl {
 
 class Table;
 
-// The identity standing for "every rule of the zone" in a tag.
+// The identity standing for "every rule of the zone" in a range's tag.
 constexpr uint64_t kEveryRule = 0x6f76657272696465ull;
 
 struct OverrideEntry {
     uint64_t tag;       // 0: a free entry
-    uint64_t identity;  // its rule's (kEveryRule: every rule; 0: a rule not
-                        // configured since the last reload, which no
-                        // request meets)
+    uint64_t identity;  // its rule's (every_identity: every rule's; 0: a
+                        // rule not configured since the last reload, which
+                        // no request meets)
     rl_override_t ov;
 };
+
+// The identity of an override of every rule: a range's kEveryRule (it
+// meets every rule keyed on the client's address); a key's, the keyed of
+// the rules keyed on its expression (rl_rule_keyed of target.keyed).
+uint64_t every_identity(const rl_override_target_t &t);
+
+inline bool every_rule(const rl_override_target_t &t)
+{
+    return t.rule[0] == '\0';
+}
 
 struct IndexSlot {
     uint64_t tag;
@@ -81,7 +92,10 @@ struct alignas(64) StoreHeader {
     uint32_t remote;     // a copy of a Redis zone's (rl_overrides_remote)
     uint64_t change;     // one more at each change
     uint64_t written;    // the change the file holds
-    uint64_t source;     // remote: the version of Redis's it holds
+    uint64_t source;     // remote: the version of Redis's it holds,
+    uint64_t source_id;  //   of the hash made then
+    uint64_t said;       // remote: what was said of it last
+                         // (rl_overrides_said)
     // the soonest expiry after next_after, while next_valid (no change
     // since): a timer's look costs a compare, not a walk
     int64_t next_after;
@@ -118,9 +132,11 @@ public:
         return nullptr;
     }
     // A key's overrides by its hash, in one probe: its own in the rule of
-    // `identity` (returned, expired or not), else its every rule's
-    // (*every, expired or not; found before its own, it may be set too).
-    const OverrideEntry *find_key(uint64_t hash, uint64_t identity, const OverrideEntry **every) const
+    // `identity` (returned, expired or not), else its own in every rule
+    // keyed on the rule's expression (*every: the identity `keyed`, the
+    // rule's rl_rule_t.keyed; expired or not; found before its own, it may
+    // be set too).
+    const OverrideEntry *find_key(uint64_t hash, uint64_t identity, uint64_t keyed, const OverrideEntry **every) const
     {
         const IndexSlot *ix = index();
         const uint32_t mask = h_.index_size - 1;
@@ -130,7 +146,7 @@ public:
                 if (e->identity == identity) {
                     return e;
                 }
-                *every = e->identity == kEveryRule ? e : *every;
+                *every = e->identity == keyed ? e : *every;
             }
         }
         return nullptr;
@@ -221,8 +237,12 @@ void apply_override(const rl_rule_t &rule, const rl_override_t &ov, rl_rule_t &o
 // if the table does not hold the key.
 void carry_key(Table &table, uint64_t tag, const rl_rule_t &from, const rl_rule_t &to, int64_t at);
 
+// Whether two targets are the same (rule, kind, key or range, keyed).
+bool same_target(const rl_override_target_t &a, const rl_override_target_t &b);
+
 // An address as a rule keyed on it gives it: 4 or 16 bytes (the binary
-// $binary_remote_addr, or the text of $remote_addr); its family, or 0.
+// $binary_remote_addr, or the text of $remote_addr; an IPv4-mapped one as
+// its IPv4 address); its family, or 0.
 int client_address(const rl_rule_t &rule, const void *key, size_t len, uint8_t out[16]);
 
 }  // namespace rl

@@ -26,7 +26,7 @@ void note_held(rl::Table &table, const rl::Store &st)
 
 uint64_t identity_of(const rl_override_target_t &t, const rl_override_rule_t *rule)
 {
-    return t.rule[0] == '\0' ? rl::kEveryRule : rule != nullptr ? rule->identity : 0;
+    return rl::every_rule(t) ? rl::every_identity(t) : rule != nullptr ? rule->identity : 0;
 }
 
 bool live(const rl::OverrideEntry &e, int64_t now)
@@ -39,7 +39,7 @@ bool live(const rl::OverrideEntry &e, int64_t now)
 void carry(rl::Table &table, const rl::OverrideEntry &e, const rl_override_rule_t *rule, const rl_override_t *from,
            const rl_override_t *to, int64_t at)
 {
-    if (rule == nullptr || e.ov.target.family != 0 || e.ov.target.rule[0] == '\0') {
+    if (rule == nullptr || e.ov.target.family != 0 || rl::every_rule(e.ov.target)) {
         return;
     }
     rl_rule_t a = *rule->rule, b = *rule->rule;
@@ -87,6 +87,29 @@ void rl_overrides_stats(const void *store, rl_overrides_stats_t *st)
     st->version = s->change();
     st->written = s->header().written;
     st->remote = s->header().source;
+    st->remote_id = s->header().source_id;
+}
+
+int rl_overrides_news(const rl_overrides_stats_t *st, uint64_t version, uint64_t id)
+{
+    if (version == st->remote && id == st->remote_id) {
+        return RL_OVERRIDES_SAME;
+    }
+    // a later version of the same hash; or of one made by a module that
+    // gave hashes no id, which the write gave one; or the first taken
+    if (((id == st->remote_id || st->remote_id == 0) && version > st->remote) ||
+        (st->remote == 0 && st->remote_id == 0)) {
+        return RL_OVERRIDES_NEWER;
+    }
+    return RL_OVERRIDES_LOST;
+}
+
+int rl_overrides_said(void *store, uint64_t said)
+{
+    rl::StoreHeader &h = static_cast<rl::Store *>(store)->header();
+    const bool news = h.said != said;
+    h.said = said;
+    return news ? 1 : 0;
 }
 
 void rl_overrides_remote(void *table)
@@ -97,7 +120,7 @@ void rl_overrides_remote(void *table)
 }
 
 size_t rl_overrides_replace(void *table, const rl_override_t *list, size_t n, const rl_override_rule_t *rules,
-                            size_t nrules, uint64_t version)
+                            size_t nrules, uint64_t version, uint64_t id)
 {
     rl::Table &t = *rl::Table::at(table);
     rl::Store *st = store_of(table);
@@ -122,6 +145,7 @@ size_t rl_overrides_replace(void *table, const rl_override_t *list, size_t n, co
         e->ov = ov;
     }
     st->header().source = version;
+    st->header().source_id = id;
     st->changed();
     note_held(t, *st);
     return st->held();
@@ -197,10 +221,7 @@ int rl_override_get(const void *table, const rl_override_target_t *target, int64
     const rl::OverrideEntry *e = nullptr;
     const rl::OverrideEntry *all = st->entries();
     for (uint32_t i = 0; i < st->used_entries() && e == nullptr; i++) {
-        if (all[i].tag != 0 && std::strcmp(all[i].ov.target.rule, target->rule) == 0 &&
-            all[i].ov.target.family == target->family && all[i].ov.target.prefix == target->prefix &&
-            all[i].ov.target.key_len == target->key_len &&
-            std::memcmp(all[i].ov.target.key, target->key, target->key_len) == 0) {
+        if (all[i].tag != 0 && rl::same_target(all[i].ov.target, *target)) {
             e = &all[i];
         }
     }

@@ -11,6 +11,7 @@
 #include "algorithms/algorithm.h"
 #include "overrides/store.h"
 #include "render/out.h"
+#include "util/address.h"
 #include "util/decimal.h"
 
 namespace rl {
@@ -80,10 +81,23 @@ int parse_range(rl_override_target_t &t, Text r, char *err, size_t errlen)
     t.prefix = prefix;
     t.key_len = t.family == 6 ? 16 : 4;
     std::memcpy(t.key, addr, t.key_len);
+    if (t.family == 6 && prefix >= 96 && mapped_prefix(RL_KEY_ADDR_BINARY, addr, 16) != 0) {
+        // IPv4-mapped addresses are matched as IPv4 ones (util/address.h):
+        // ::ffff:10.1.2.0/120 is 10.1.2.0/24
+        t.family = 4;
+        t.prefix = prefix - 96;
+        t.key_len = 4;
+        std::memcpy(t.key, addr + 12, 4);
+    }
     return RL_OK;
 }
 
 // ---- a small strict JSON reader: one object of scalar fields -------------
+
+bool digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
 
 struct Json {
     const char *p, *end;
@@ -135,48 +149,129 @@ struct Json {
         *len = n;
         return true;
     }
+    // a number as JSON writes it (RFC 8259: -? (0 | [1-9][0-9]*) (.[0-9]+)?
+    // ([eE][+-]?[0-9]+)?): nullptr, or what is not JSON about it
+    const char *number(bool *integer, uint64_t *value)
+    {
+        const char *q = p;
+        bool plain = true;
+        if (*q == '-') {
+            q++;
+            plain = false;
+        }
+        if (q >= end || !digit(*q)) {
+            return "a '-' with no digits after it";
+        }
+        if (*q == '0' && q + 1 < end && digit(q[1])) {
+            return "a number with a leading zero";
+        }
+        uint64_t n = 0;
+        for (; q < end && digit(*q); q++) {
+            const uint64_t d = (uint64_t) (*q - '0');
+            n = n > (UINT64_MAX - d) / 10 ? UINT64_MAX : n * 10 + d;
+        }
+        if (q < end && *q == '.') {
+            if (++q >= end || !digit(*q)) {
+                return "a '.' with no digits after it";
+            }
+            while (q < end && digit(*q)) {
+                q++;
+            }
+            plain = false;
+        }
+        if (q < end && (*q == 'e' || *q == 'E')) {
+            q += q + 1 < end && (q[1] == '+' || q[1] == '-') ? 2 : 1;
+            if (q >= end || !digit(*q)) {
+                return "an exponent with no digits";
+            }
+            while (q < end && digit(*q)) {
+                q++;
+            }
+            plain = false;
+        }
+        p = q;
+        *integer = plain;
+        *value = n;
+        return nullptr;
+    }
 };
 
 enum Field { kLimit, kBurst, kPeriod, kAction, kExpire, kFields };
 const char *const kFieldNames[kFields] = {"limit", "burst", "period", "action", "expire"};
 
-// A field's value: a non-negative integer, a string, or null.
+// A field's value: a JSON value of any type (a number, a string, null, true
+// or false; an object or an array is not read, no field takes one).
 struct Value {
-    enum { kNumber, kString, kNull } type;
-    uint64_t number;
+    enum { kInteger, kNumber, kString, kNull, kBool, kNested } type;
+    uint64_t number;  // kInteger's, at most UINT64_MAX
     char text[64];
     size_t len;
 };
 
-bool read_value(Json &j, Value &v)
+// What a value is, for a message saying it is not what a field takes.
+const char *type_of(const Value &v)
 {
-    j.space();
-    if (j.p < j.end && *j.p == '"') {
-        v.type = Value::kString;
-        return j.string(v.text, sizeof(v.text), &v.len);
-    }
-    if (j.end - j.p >= 4 && std::memcmp(j.p, "null", 4) == 0) {
-        j.p += 4;
-        v.type = Value::kNull;
-        return true;
-    }
-    if (j.p >= j.end || *j.p < '0' || *j.p > '9') {
+    static const char *const kTypes[] = {"an integer",    "a number with a sign, a fraction or an exponent",
+                                         "a string",      "null",
+                                         "true or false", "an object or an array"};
+    return kTypes[v.type];
+}
+
+// A word JSON knows (null, true, false), whole.
+bool literal(Json &j, const char *word)
+{
+    const size_t n = std::strlen(word);
+    if ((size_t) (j.end - j.p) < n || std::memcmp(j.p, word, n) != 0 ||
+        (j.p + n < j.end && ((j.p[n] >= 'a' && j.p[n] <= 'z') || digit(j.p[n])))) {
         return false;
     }
-    v.type = Value::kNumber;
-    v.number = 0;
-    while (j.p < j.end && *j.p >= '0' && *j.p <= '9') {
-        const uint64_t d = (uint64_t) (*j.p++ - '0');
-        v.number = v.number > (UINT64_MAX - d) / 10 ? UINT64_MAX : v.number * 10 + d;
+    j.p += n;
+    return true;
+}
+
+// A field's value read: nullptr, or what is not JSON about it.
+const char *read_value(Json &j, Value &v)
+{
+    j.space();
+    if (j.p >= j.end) {
+        return "no value";
     }
-    // no fraction, no exponent: limits and counts are integers
-    return j.p >= j.end || (*j.p != '.' && *j.p != 'e' && *j.p != 'E');
+    const char c = *j.p;
+    if (c == '"') {
+        v.type = Value::kString;
+        return j.string(v.text, sizeof(v.text), &v.len)
+                   ? nullptr
+                   : "a string this field cannot take (unterminated, over 63 bytes, a control character, or an "
+                     "escape other than \\\" \\\\ \\/)";
+    }
+    if (c == '{' || c == '[') {
+        v.type = Value::kNested;
+        return nullptr;
+    }
+    if (literal(j, "null")) {
+        v.type = Value::kNull;
+        return nullptr;
+    }
+    if (literal(j, "true") || literal(j, "false")) {
+        v.type = Value::kBool;
+        return nullptr;
+    }
+    if (c == '-' || digit(c)) {
+        bool integer = false;
+        const char *bad = j.number(&integer, &v.number);
+        v.type = integer ? Value::kInteger : Value::kNumber;
+        return bad;
+    }
+    return c == '+'   ? "a '+' before a number (JSON numbers take none)"
+           : c == '.' ? "a number with no digit before its '.'"
+                      : "not a JSON value";
 }
 
 int set_number(rl_override_t &ov, Field f, const Value &v, char *err, size_t errlen)
 {
-    if (v.type != Value::kNumber || v.number < 1 || v.number > RL_LIMIT_MAX) {
-        return fail(err, errlen, "\"%s\": expected an integer from 1 to %u", kFieldNames[f], RL_LIMIT_MAX);
+    if (v.type != Value::kInteger || v.number < 1 || v.number > RL_LIMIT_MAX) {
+        return fail(err, errlen, "\"%s\": expected an integer from 1 to %u%s%s", kFieldNames[f], RL_LIMIT_MAX,
+                    v.type != Value::kInteger ? ", not " : "", v.type != Value::kInteger ? type_of(v) : "");
     }
     if (f == kLimit) {
         ov.limit = (uint32_t) v.number;
@@ -197,8 +292,9 @@ int set_time(rl_override_t &ov, Field f, const Value &v, int64_t now, char *err,
         return RL_OK;
     }
     if (v.type != Value::kString || rl_parse_time_ms(v.text, v.len, &ms) != RL_OK || ms < 1 || ms > most) {
-        return fail(err, errlen, "\"%s\": expected a time from 1ms to 366d as a string, e.g. \"1m\", \"7d\"%s",
-                    kFieldNames[f], f == kExpire ? ", or null for none" : "");
+        return fail(err, errlen, "\"%s\": expected a time from 1ms to 366d as a string, e.g. \"1m\", \"7d\"%s%s%s",
+                    kFieldNames[f], f == kExpire ? ", or null for none" : "", v.type != Value::kString ? ", not " : "",
+                    v.type != Value::kString ? type_of(v) : "");
     }
     if (f == kPeriod) {
         ov.period_ms = ms;
@@ -221,7 +317,8 @@ int set_action(rl_override_t &ov, const Value &v, char *err, size_t errlen)
             return RL_OK;
         }
     }
-    return fail(err, errlen, "\"action\": expected \"limit\", \"deny\" or \"allow\"");
+    return fail(err, errlen, "\"action\": expected \"limit\", \"deny\" or \"allow\"%s%s",
+                v.type != Value::kString ? ", not " : "", v.type != Value::kString ? type_of(v) : "");
 }
 
 int set_field(rl_override_t &ov, Field f, const Value &v, int64_t now, char *err, size_t errlen)
@@ -238,6 +335,8 @@ int set_field(rl_override_t &ov, Field f, const Value &v, int64_t now, char *err
     }
 }
 
+void put_encoded(Out &o, const void *data, size_t len);
+
 // A range as CIDR text, a key %-encoded as the key API's key= takes it.
 void put_target(Out &o, const rl_override_target_t &t)
 {
@@ -249,9 +348,17 @@ void put_target(Out &o, const rl_override_target_t &t)
         o.put(text);
         return;
     }
+    put_encoded(o, t.key, t.key_len);
+}
+
+// Bytes %-encoded as the key API's key= takes them: printable ASCII as it
+// is, but for the bytes a query or a line holds apart.
+void put_encoded(Out &o, const void *data, size_t len)
+{
     static const char hex[] = "0123456789ABCDEF";
-    for (uint32_t i = 0; i < t.key_len; i++) {
-        const uint8_t c = t.key[i];
+    const uint8_t *p = static_cast<const uint8_t *>(data);
+    for (size_t i = 0; i < len; i++) {
+        const uint8_t c = p[i];
         if (c > 0x20 && c < 0x7f && c != '%' && c != '"' && c != '\\' && c != '&' && c != '+' && c != '#') {
             o.put(reinterpret_cast<const char *>(&c), 1);
         } else {
@@ -275,6 +382,10 @@ void put_override(Out &o, const rl_override_t &ov, int64_t now)
     } else {
         o.json(ov.target.rule, std::strlen(ov.target.rule));
     }
+    if (ov.target.keyed[0] != '\0') {
+        o.put(",\"keyed\":");
+        o.json(ov.target.keyed, std::strlen(ov.target.keyed));
+    }
     o.put(ov.target.family ? ",\"range\":\"" : ",\"key\":\"");
     put_target(o, ov.target);
     o.put("\",\"action\":\"");
@@ -297,6 +408,60 @@ void put_override(Out &o, const rl_override_t &ov, int64_t now)
     }
     o.field("created_ms", (uint64_t) ov.created_ms);
     o.put("}");
+}
+
+// A key expression as written, alike (a rule's, and a target's keyed).
+bool same_expr(const rl_override_rule_t &r, const char *expr, size_t len)
+{
+    return r.key_len == len && (len == 0 || std::memcmp(r.key, expr, len) == 0);
+}
+
+// How far in the future a server may say an override was written (another
+// server's clock, ahead of this one's).
+constexpr int64_t kCreatedAhead = 86400000;
+
+// A key in every rule bound to its rules' key expression (rl_override_bind):
+// *keyed, a rule keyed on it.
+int bind_keyed(rl_override_target_t &t, const rl_override_rule_t *rules, size_t n, const rl_override_rule_t **keyed,
+               char *err, size_t errlen)
+{
+    const size_t len = std::strlen(t.keyed);
+    const rl_override_rule_t *other = nullptr;
+    for (size_t i = 0; i < n && *keyed == nullptr; i++) {
+        *keyed = len == 0 || same_expr(rules[i], t.keyed, len) ? &rules[i] : nullptr;
+    }
+    for (size_t i = 0; i < n && len == 0 && *keyed != nullptr && other == nullptr; i++) {
+        other = same_expr(rules[i], (*keyed)->key, (*keyed)->key_len) ? nullptr : &rules[i];
+    }
+    char shown[kShownBytes], second[kShownBytes];
+    if (*keyed == nullptr) {
+        const int m = (int) rl::shown(shown, t.keyed, len, false);
+        return len ? fail(err, errlen,
+                          "no rule of the zone is keyed on \"%.*s\": an override of every rule's key applies to the "
+                          "rules keyed on the expression it names",
+                          m, shown)
+                   : fail(err, errlen, "the zone has no rules");
+    }
+    if (other != nullptr) {
+        const int a = (int) rl::shown(shown, (*keyed)->key, (*keyed)->key_len, false);
+        const int b = (int) rl::shown(second, other->key, other->key_len, false);
+        return fail(err, errlen,
+                    "the zone's rules are keyed on different expressions (rule \"%s\" on \"%.*s\", rule \"%s\" on "
+                    "\"%.*s\"): a key in every rule would meet the same bytes in rules where they are another "
+                    "key; name the rule (rule=), or the key expression of the rules it applies to (keyed=, e.g. "
+                    "keyed=%.*s), or, for a client's address, give range=ADDRESS/32 (every rule keyed on the "
+                    "client's address)",
+                    (*keyed)->rule->name, a, shown, other->rule->name, b, second, a, shown);
+    }
+    if ((*keyed)->key_len >= RL_OVERRIDE_KEYED_MAX) {
+        return fail(err, errlen,
+                    "rule \"%s\" is keyed on an expression of over %d bytes, which an override of every rule cannot "
+                    "name: name the rule (rule=)",
+                    (*keyed)->rule->name, RL_OVERRIDE_KEYED_MAX - 1);
+    }
+    std::memcpy(t.keyed, (*keyed)->key, (*keyed)->key_len);
+    t.keyed[(*keyed)->key_len] = '\0';
+    return RL_OK;
 }
 
 }  // namespace
@@ -365,9 +530,15 @@ int rl_override_body(rl_override_t *ov, const char *body, size_t len, int64_t no
             return fail(err, errlen, "field \"%s\" given twice", rl::kFieldNames[f]);
         }
         seen |= 1u << f;
-        rl::Value v;
-        if (!rl::read_value(j, v)) {
-            return fail(err, errlen, "\"%s\": not a JSON value this field takes", rl::kFieldNames[f]);
+        rl::Value v{};
+        j.space();
+        const char *at = j.p;
+        if (const char *bad = rl::read_value(j, v)) {
+            // the value's first bytes, as log lines show bytes a client chose
+            char shown[rl::kShownBytes];
+            const size_t left = (size_t) (j.end - at);
+            const int n = (int) rl::shown(shown, at, left < 16 ? left : 16, left > 16);
+            return fail(err, errlen, "\"%s\": not JSON at \"%.*s\": %s", rl::kFieldNames[f], n, shown, bad);
         }
         if (rl::set_field(*ov, (rl::Field) f, v, now_ms, err, errlen) != RL_OK) {
             return RL_ERROR;
@@ -387,6 +558,56 @@ int rl_override_body(rl_override_t *ov, const char *body, size_t len, int64_t no
                     rl::kind_word(ov->kind));
     }
     return RL_OK;
+}
+
+int rl_override_bind(rl_override_target_t *t, const rl_override_rule_t *rules, size_t n,
+                     const rl_override_rule_t **rule, char *err, size_t errlen)
+{
+    *rule = nullptr;
+    const rl_override_rule_t *keyed = nullptr;
+    if (t->keyed[0] != '\0' && (!rl::every_rule(*t) || t->family != 0)) {
+        return fail(err, errlen,
+                    "a key expression is named by an override of every rule's key only (a range applies to the "
+                    "rules keyed on the client's address, whatever their expression)");
+    }
+    if (!rl::every_rule(*t)) {
+        for (size_t i = 0; i < n && *rule == nullptr; i++) {
+            *rule = std::strcmp(rules[i].rule->name, t->rule) == 0 ? &rules[i] : nullptr;
+        }
+        if (*rule == nullptr) {
+            return fail(err, errlen, "the zone has no rule \"%s\"", t->rule);
+        }
+        keyed = *rule;
+    } else if (t->family == 0 && rl::bind_keyed(*t, rules, n, &keyed, err, errlen) != RL_OK) {
+        return RL_ERROR;
+    }
+    // a key of rules keyed on the client's address, as their requests'
+    const size_t skip = t->family == 0 ? rl::mapped_prefix(keyed->rule->key_addr, t->key, t->key_len) : 0;
+    std::memmove(t->key, t->key + skip, t->key_len - skip);
+    t->key_len -= (uint32_t) skip;
+    return RL_OK;
+}
+
+int rl_override_admit(rl_override_t *ov, const rl_override_rule_t *rules, size_t n, int redis, int64_t now_ms,
+                      const rl_override_rule_t **rule, char *err, size_t errlen)
+{
+    if (ov->kind == RL_OVERRIDE_LIMIT && rl::every_rule(ov->target)) {
+        return rl_override_check(ov, nullptr, redis, err, errlen);  // which says it needs its rule
+    }
+    if (rl_override_bind(&ov->target, rules, n, rule, err, errlen) != RL_OK ||
+        rl_override_check(ov, *rule != nullptr ? (*rule)->rule : nullptr, redis, err, errlen) != RL_OK) {
+        return RL_ERROR;
+    }
+    if (ov->expires_ms < 0 || (ov->expires_ms != 0 && ov->expires_ms - now_ms > RL_OVERRIDE_TTL_MAX_MS)) {
+        return fail(err, errlen,
+                    "it expires %lld days from now: an override expires at most 366 days from when it is written",
+                    (long long) ((ov->expires_ms - now_ms) / 86400000));
+    }
+    if (ov->created_ms < 0 || ov->created_ms - now_ms > rl::kCreatedAhead) {
+        return fail(err, errlen, "it was written %lld s from now, in the future",
+                    (long long) ((ov->created_ms - now_ms) / 1000));
+    }
+    return ov->expires_ms != 0 && ov->expires_ms <= now_ms ? RL_DECLINED : RL_OK;
 }
 
 int rl_override_check(const rl_override_t *ov, const rl_rule_t *rule, int redis, char *err, size_t errlen)
@@ -469,6 +690,10 @@ size_t rl_overrides_file_line(const rl_override_t *ov, char *buf)
 {
     rl::Out o(buf, RL_OVERRIDE_LINE_MAX);
     o.put(ov->target.rule[0] ? ov->target.rule : "*");
+    if (ov->target.keyed[0] != '\0') {
+        o.put("=");
+        rl::put_encoded(o, ov->target.keyed, std::strlen(ov->target.keyed));
+    }
     o.put(ov->target.family ? " range " : " key ");
     rl::put_target(o, ov->target);
     o.put(" ");
@@ -567,9 +792,18 @@ int rl_overrides_file_read(const char *line, size_t len, rl_override_t *ov, char
         return fail(err, errlen, "text after the last number");
     }
     std::memset(ov, 0, sizeof(*ov));
-    const bool every = rule.is("*");
+    // "*": every rule; "*=EXPR": a key in every rule keyed on EXPR
+    const bool keyed = rule.len > 2 && rule.p[0] == '*' && rule.p[1] == '=';
+    const bool every = rule.is("*") || keyed;
     uint8_t key[RL_OVERRIDE_KEY_MAX];
     size_t klen = 0;
+    if (keyed && (!rl::decode(rl::Text{rule.p + 2, rule.len - 2}, key, &klen) || klen >= RL_OVERRIDE_KEYED_MAX ||
+                  std::memchr(key, '\0', klen) != nullptr)) {
+        return fail(err, errlen, "expected \"*=\" and a key expression, %%-encoded, of 1 to %d bytes",
+                    RL_OVERRIDE_KEYED_MAX - 1);
+    }
+    char expr[RL_OVERRIDE_KEYED_MAX] = "";
+    std::memcpy(expr, key, keyed ? klen : 0);
     int rc;
     if (what.is("range")) {
         rc = rl_override_target(&ov->target, rule.p, every ? 0 : rule.len, nullptr, 0, target.p, target.len, err,
@@ -582,6 +816,7 @@ int rl_overrides_file_read(const char *line, size_t len, rl_override_t *ov, char
     if (rc != RL_OK) {
         return RL_ERROR;
     }
+    std::memcpy(ov->target.keyed, expr, sizeof(expr));
     ov->kind = action.is("limit")   ? RL_OVERRIDE_LIMIT
                : action.is("deny")  ? RL_OVERRIDE_DENY
                : action.is("allow") ? RL_OVERRIDE_ALLOW

@@ -52,17 +52,18 @@ inline bool live(const OverrideEntry *e, int64_t now)
 
 // The override of the check's key: its own in its rule (an expired limit
 // override carried back and removed on the way), else its own in every
-// rule, else the longest range holding its client's address.
+// rule keyed on the rule's expression, else the longest range holding its
+// client's address.
 __attribute__((always_inline)) inline const OverrideEntry *find_for(Table &table, Store &st, rl_check_t &c, int64_t now)
 {
     const OverrideEntry *e = nullptr;
     if (st.keys()) {
         const OverrideEntry *every = nullptr;
-        e = st.find_key(c.hash, c.identity, &every);
+        e = st.find_key(c.hash, c.identity, c.rule->keyed, &every);
         if (__builtin_expect(e != nullptr, 0) && !live(e, now)) {
             ended(table, st, c, e);
             e = nullptr;
-            every = st.find(c.hash, kEveryRule);
+            every = st.find(c.hash, c.rule->keyed);
         }
         e = e != nullptr ? e : live(every, now) ? every : nullptr;
     }
@@ -99,7 +100,7 @@ __attribute__((always_inline)) inline void meet(rl_request_t &rq, rl_check_t &c,
         c.key_held = (uint32_t) c.key_len;
         c.key_len = 0;  // exempt, as an empty key is
     }
-    c.override = (uint32_t) ov.kind | (e.identity == kEveryRule ? RL_OVERRIDE_EVERY_RULE : 0) |
+    c.override = (uint32_t) ov.kind | (every_rule(ov.target) ? RL_OVERRIDE_EVERY_RULE : 0) |
                  (ov.target.family ? (ov.target.prefix + 1) << 8 : 0);
     rq.overridden++;
 }

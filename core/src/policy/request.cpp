@@ -7,6 +7,7 @@
 
 #include "algorithms/algorithm.h"
 #include "table/table.h"
+#include "util/address.h"
 #include "util/fault.h"
 
 namespace rl {
@@ -112,6 +113,21 @@ bool one_key(const rl_request_t &rq, size_t n)
     return same;
 }
 
+// A check's key of a rule keyed on the client's address as the rule keeps
+// it: an IPv4-mapped address's its IPv4 address's (util/address.h; a
+// mapped one is 16 bytes, or at least 14 of text: most keys stop at the
+// length).  Returns the bytes skipped.
+inline size_t unmap(rl_check_t &c)
+{
+    if (c.key_len < kMappedShortest || c.rule->key_addr == 0) {
+        return 0;
+    }
+    const size_t skip = mapped_prefix(c.rule->key_addr, c.key, c.key_len);
+    c.key = static_cast<const char *>(c.key) + skip;
+    c.key_len -= skip;
+    return skip;
+}
+
 // rl_request_hash, compiled for the common numbers of rules (kN) and for
 // any (kN 0).  A stack on one key is hashed once and has one table to
 // lock, with no search for either.
@@ -121,6 +137,13 @@ template <size_t kN> void hash_as(rl_request_t &rq)
     uint64_t hashes[kN != 0 ? kN : RL_RULES_MAX];
     const size_t n = kN != 0 ? kN : rq.n < RL_RULES_MAX ? rq.n : RL_RULES_MAX;
     if (!kOne && n > 1 && one_key(rq, n)) {
+        // one key, of one expression: made as its rules keep it once
+        if (const size_t skip = unmap(rq.checks[0])) {
+            for (size_t i = 1; i < n; i++) {
+                rq.checks[i].key = rq.checks[0].key;
+                rq.checks[i].key_len -= skip;
+            }
+        }
         const Table *t = Table::at(rq.checks[0].table);
         const uint64_t h = t->hash(rq.checks[0].key, rq.checks[0].key_len);
         for (size_t i = 0; i < n; i++) {
@@ -138,6 +161,7 @@ template <size_t kN> void hash_as(rl_request_t &rq)
         if (!applies(c)) {
             continue;
         }
+        unmap(c);
         const Table *t = Table::at(c.table);
         // a key is hashed once per table: the rules after the first on the
         // same key bytes take its hash (table.cpp, Table::hash)
@@ -295,7 +319,99 @@ bool release(rl_check_t &c, const rl_request_t &rq, int64_t now)
     return freed;
 }
 
+// A key's slots written back: its new t, and no debt for the summary (a key
+// holding slots is never summed there, and is the last a full table evicts).
+void write_slots(rl::Table *table, const rl_check_t &c, const rl::State &s, int64_t now)
+{
+    const bool busy = s.head.t > now;
+    table->set_t(c.tag, s.head.t, rl::Debt{busy ? rl::kFracFull : 0, busy});
+}
+
+// A Redis zone's concurrency check takes a slot in its server's zone, as a
+// local decision would (the slots of processes that no longer exist given
+// back first when none is free), or is marked full there.  Its rule's
+// figures are not moved: they count the leases (rl_request_count).
+void hold_here(rl_check_t &c, const rl_request_t &rq, int64_t now)
+{
+    rl::Table *table = rl::Table::at(c.table);
+    table->recover();
+    rl::State s{rl_state_t{0, 0}, nullptr};
+    (void) table->find(c.tag, &s);  // a key absent holds none
+    const int pool = table->pool_for(rl::blob_size(*c.rule), s);
+    if (pool < 0) {
+        return;  // no room for its block: Redis decides alone
+    }
+    uint32_t reclaimed = 0;
+    const rl_decision_t d = rl::concurrency_decide(*c.rule, s, now, c, rq.alive, &reclaimed);
+    if (!d.allowed) {
+        if (reclaimed > 0) {
+            write_slots(table, c, s, now);
+        }
+        c.full_here = 1;
+        return;
+    }
+    s = table->acquire(c.tag, pool, now);
+    rl::concurrency_take(*c.rule, s, now, c, rq.holder);
+    write_slots(table, c, s, now);
+}
+
+void free_here(rl_check_t &c, const rl_request_t &rq, int64_t now)
+{
+    rl::Table *table = rl::Table::at(c.table);
+    table->recover();
+    rl::State s{};
+    if (table->find(c.tag, &s) && s.blob != nullptr) {
+        (void) rl::concurrency_release(*c.rule, s, now, c, rq.holder);
+        write_slots(table, c, s, now);
+    }
+    c.slot = 0;  // reset through the key API, or evicted: nothing held
+}
+
+// The slots a Redis zone's request holds in its server's zone: taken
+// (kTake), or given back, every one (kFreeAll) or those of the checks that
+// hold no lease (kFreeUnleased).  Returns how many it holds then.
+enum { kTake, kFreeAll, kFreeUnleased };
+
+int slots_here(rl_request_t &rq, int64_t now, int what)
+{
+    int held = 0;
+    for (size_t i = 0; i < rq.n; i++) {
+        rl_check_t &c = rq.checks[i];
+        if (!rl::applies(c) || !rl::has(*c.rule, rl::kSlots)) {
+            continue;
+        }
+        if (what == kTake) {
+            c.full_here = 0;
+            if (c.slot == 0) {
+                hold_here(c, rq, now);
+            }
+        } else if (c.slot != 0 && (what == kFreeAll || c.lease == 0)) {
+            free_here(c, rq, now);
+        }
+        held += c.slot != 0;
+    }
+    return held;
+}
+
 }  // namespace
+
+int rl_request_hold_here(rl_request_t *rq, int64_t now_ms)
+{
+    try {
+        return slots_here(*rq, now_ms, kTake);
+    } catch (...) {
+        return 0;
+    }
+}
+
+int rl_request_free_here(rl_request_t *rq, int64_t now_ms, int all)
+{
+    try {
+        return slots_here(*rq, now_ms, all ? kFreeAll : kFreeUnleased);
+    } catch (...) {
+        return 0;
+    }
+}
 
 int rl_check_charges(const rl_check_t *c)
 {
@@ -318,6 +434,9 @@ int rl_request_end(rl_request_t *rq, int64_t now_ms)
             c.in_debt = 0;
             if (rl::settles(c)) {
                 rl::settle(c, now_ms);
+            }
+            if (rl::charges(c)) {
+                rl::end_flight(c, now_ms);
             }
             if (rl::applies(c) && rl::has(*c.rule, rl::kSlots)) {
                 freed += release(c, *rq, now_ms);

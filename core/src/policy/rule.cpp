@@ -578,6 +578,9 @@ int parse_words(rl_rule_t *rule, const char *text, char *err, size_t errlen)
         if (rc == RL_ERROR) {
             return RL_ERROR;
         }
+        if (std::strncmp(start, "key=", 4) == 0) {
+            rule->keyed = rl_rule_keyed(start + 4, (size_t) (p - start) - 4);
+        }
         // zone= and key= name nginx's things; charge= is spent by the caller
         if (rc == RL_DECLINED && std::strncmp(start, "zone=", 5) != 0 && std::strncmp(start, "key=", 4) != 0 &&
             std::strncmp(start, "charge=", 7) != 0) {
@@ -658,6 +661,7 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
 int rl_rule_parse(rl_rule_t *rule, char name[RL_NAME_MAX], const char *text, char *err, size_t errlen)
 {
     rl_rule_init(rule, name);
+    rule->keyed = rl_rule_keyed("", 0);  // key= may name its expression
     return parse_words(rule, text, err, errlen);
 }
 
@@ -777,6 +781,16 @@ uint64_t rl_rule_identity(const rl_rule_t *rule, const char *key_expr, size_t ke
         h.update(key_expr, key_expr_len);
     }
     return h.finish();
+}
+
+uint64_t rl_rule_keyed(const char *key_expr, size_t key_expr_len)
+{
+    // a fixed hash key, another than the identities': the same text on
+    // every server stands for the same keys
+    static const uint8_t k[16] = {'n', 'g', 'x', '-', 'r', 'a', 't', 'e', 'l', 'i', 'm', 'i', 't', 'k', 'e', 'y'};
+    rl::SipHash h(k);
+    h.update(key_expr, key_expr_len);
+    return h.finish() | 1;
 }
 
 static_assert(RL_NAME_MAX == 64, "RL_NAME_EXPECTED says 1 to 63");

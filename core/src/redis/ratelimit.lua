@@ -18,13 +18,18 @@
 -- ban_ms, charge (1: the rule has charge=), lease (concurrency: lease= in
 -- ms), in one argument) and its request's: "cost" (a settle: what the
 -- admission reserved), or where any of the others is not 0 or empty, "cost
--- estimate since lease_name" (estimate, charge=: what an admission reserves
--- at most; since, an override's: when the rule's limits as applied began;
--- lease_name, concurrency: the lease a decision takes, a release or renewal
--- names); a settle adds the units to spend, and the head's t after its
--- admission and when it was decided (what giving its reservation back
--- needs).  KEYS: each rule's state, then the ban of each rule with ban=
--- (not for a settle).
+-- share since full lease_name" (share, charge=: what an admission reserves
+-- at least, within what the key has left; since, an override's: when the
+-- rule's limits as applied began; full, concurrency, a decision: 1 if the
+-- request's server holds `limit` of the key's requests in flight already,
+-- some of which Redis may not hold: the rule refuses it; lease_name,
+-- concurrency: the lease a decision takes, a release, renewal or restore
+-- names); a settle adds the units to spend (-1: the reservation stands),
+-- and the head's t after its admission and when it was decided (what
+-- giving its reservation back needs).  KEYS: each rule's state, then the
+-- ban of each rule with ban= (not for a settle), then, for a decision or a
+-- settle, the reservations in flight of each rule with charge= (the units
+-- its key's admitted requests reserved and did not settle yet).
 --
 -- The calls:
 --   0, 1   decide the request (combine all, any): commit every consuming
@@ -35,7 +40,8 @@
 --          banned_ms, after, reserved, banning} (after: the head's t once
 --          committed, else 0; reserved: the units the decision was made
 --          for, its cost or a charge= rule's reservation; banning: 1 if
---          the refusal starts a ban, or would in a dry run; the policy the
+--          the refusal starts a ban, or would in a dry run, 2 if only the
+--          key's reservations in flight refused it (no ban); the policy the
 --          headers advertise is the core's: rl_redis_answer checks the
 --          reply against each rule and concludes with it).
 --   peek   decides every rule on its state as it is and writes nothing (a
@@ -47,11 +53,14 @@
 --          had a state, plus 2 if a ban was lifted}.
 --   settle a request ends (charge=): each rule gives back the cost its
 --          admission reserved and spends the charge instead, even into debt
---          (settle.cpp): {1, then per rule: units charged, 1 if the key is
---          in debt after it, 1 if the debt's bound capped it}.
---   release, renew  concurrency: each rule's lease removed, or its deadline
---          moved to lease= from now (one expired already is not taken
---          again): {1, leases that were live, leases found expired}.
+--          (settle.cpp), and takes it off the key's reservations in flight:
+--          {1, then per rule: units charged, 1 if the key is in debt after
+--          it, 1 if the debt's bound capped it}.
+--   release, renew, restore  concurrency: each rule's lease removed, or
+--          its deadline moved to lease= from now (renew: one expired
+--          already is not taken again; restore: it is written whatever,
+--          its request runs): {1, leases that were live, leases found
+--          expired (or written again)}.
 --
 -- State: gcra, token_bucket, leaky_bucket keep a string "t n l p" (the
 -- instant t + n/l ms, l and p the limit and period it was written in: a
@@ -814,6 +823,8 @@ local function load_leases(key, r, now, look)
 end
 
 local function concurrency(r, held, now, cost)
+  -- none free where the request's server holds the limit already (full)
+  if r.full == 1 then held = r.limit end
   local d = decision(0)
   d.remaining = held < r.limit and r.limit - held or 0
   if cost == 0 or d.remaining > 0 then
@@ -848,18 +859,20 @@ local function leases_here(key, prefix, now)
   return n
 end
 
--- a lease released or renewed: 1 if it was live, 0 if it had expired (it
--- is not taken again: its slot may be another's now)
-local function lease_end(key, r, now, testing, renew)
+-- a lease released, renewed or restored: 1 if it was live, 0 if it had
+-- expired (a renewal does not take it again: its slot may be another's
+-- now; a restore writes it, as its request runs)
+local function lease_end(key, r, now, testing, call)
   local at = tonumber(redis.call('ZSCORE', key, r.lease_name) or '')
-  if not at or at <= now or not renew then
+  local live = at and at > now
+  if call == 'release' or (call == 'renew' and not live) then
     redis.call('ZREM', key, r.lease_name)
-    return (at and at > now) and 1 or 0
+    return live and 1 or 0
   end
   local deadline = now + r.lease
-  redis.call('ZADD', key, 'XX', num(deadline), r.lease_name)
+  redis.call('ZADD', key, num(deadline), r.lease_name)
   lease_expiry(key, deadline, now, testing)
-  return 1
+  return live and 1 or 0
 end
 
 -- ---- the table of the algorithms (registry.cpp), by enum rl_algorithm -----
@@ -890,6 +903,34 @@ local function banned_until(key, now, v)
   return 0
 end
 
+-- ---- reservations in flight (settle.cpp) ------------------------------------
+
+-- how long a key's reservations in flight are kept after its last
+-- admission or end (settle.cpp's kFlightHoldMs)
+local FLIGHT_HOLD = 3600000
+
+-- the units a key's requests in flight reserved: "units until", none once
+-- until has passed (as this call left them, when it wrote them: two rules
+-- of one name share them)
+local flight_now = {}
+local function flight_held(key, now, v)
+  if flight_now[key] then return flight_now[key] end
+  v = string_at(key, v)
+  local held, untl = string.match(v or '', '^(%d+) (%d+)$')
+  if held and tonumber(untl) > now then return tonumber(held) end
+  return 0
+end
+
+local function flight_set(key, held, now, testing)
+  flight_now[key] = held > 0 and held or 0
+  if held <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, num(held) .. ' ' .. num(now + FLIGHT_HOLD), 'PX',
+               num(testing and FLIGHT_HOLD + DAY or FLIGHT_HOLD))
+  end
+end
+
 -- a refusal while banned, or the one that starts a ban: the key may try
 -- again when the ban ends, not before
 local function refuse_until(d, ends, now)
@@ -916,8 +957,9 @@ local SPEC = {'algorithm', 'limit', 'burst', 'period', 'align', 'buckets', 'max_
 local kept, nkept = {}, 0
 
 -- ARGV from a: the rule's spec; its request's "cost" (a settle: what the
--- admission reserved), or "cost estimate since" and a lease's name where
--- any is not 0 or empty; a settle's units, after, at
+-- admission reserved), or "cost share since full" and a lease's name where
+-- any is not 0 or empty; a settle's units (-1: the reservation stands),
+-- after, at
 local function rule_at(ARGV, a, i, settle)
   local text = ARGV[a + 1]
   local place = kept[i]
@@ -941,12 +983,13 @@ local function rule_at(ARGV, a, i, settle)
   end
   local req = ARGV[a + 2]
   if string.find(req, ' ', 1, true) then
-    local cost, estimate, since, lease = string.match(req, '^(%d+) (%d+) (%-?%d+) ?(%S*)$')
-    r.cost, r.estimate, r.since, r.lease_name = cost + 0, estimate + 0, since + 0, lease
+    local cost, share, since, full, lease = string.match(req, '^(%d+) (%d+) (%-?%d+) (%d) ?(%S*)$')
+    r.cost, r.share, r.since, r.full, r.lease_name = cost + 0, share + 0, since + 0, full + 0, lease
   else
-    r.cost, r.estimate, r.since, r.lease_name = req + 0, 0, 0, ''
+    r.cost, r.share, r.since, r.full, r.lease_name = req + 0, 0, 0, 0, ''
   end
-  r.bankey, r.state, r.d, r.committed, r.banned, r.here, r.banning = false, false, false, false, false, false, false
+  r.bankey, r.flightkey, r.state, r.d, r.committed, r.banned, r.here, r.banning = false, false, false, false, false,
+                                                                                   false, false, false
   if settle then
     r.units, r.after, r.at = ARGV[a + 3] + 0, ARGV[a + 4] + 0, ARGV[a + 5] + 0
   else
@@ -992,10 +1035,10 @@ local function read_strings(KEYS, rules, n, count)
 end
 
 -- charge=: what an admission reserves, from a look at the key (check.cpp's
--- reserve): the larger of its cost and the rule's estimate, at most what
--- the key has left
+-- reserve): the larger of its cost and the rule's share, at most what the
+-- key has left
 local function reserve(r, look)
-  if r.estimate < look.remaining then return r.estimate end
+  if r.share < look.remaining then return r.share end
   return look.remaining > r.cost and look.remaining or r.cost
 end
 
@@ -1011,9 +1054,9 @@ local function reset(KEYS, rules, n, now)
   return out
 end
 
-local function settle(KEYS, rules, n, now, testing)
+local function settle(KEYS, rules, n, flights, now, testing)
   local out = {1}
-  local got, written = read_strings(KEYS, rules, n, n), {}
+  local got, written = read_strings(KEYS, rules, n, n + flights), {}
   for i = 1, n do
     local r = rules[i]
     local a = algorithms[r.algorithm]
@@ -1022,12 +1065,17 @@ local function settle(KEYS, rules, n, now, testing)
     if not written[KEYS[i]] then v = got[i] end
     local s = a.head and load_head(KEYS[i], v) or a.load(KEYS[i], r, nil, nil, v)
     if a.carry then s = a.carry(r, s, now) end
-    if r.cost > 0 then s = a.refund(r, s, now, r.cost, r.after, r.at) end
-    local before = a.decide(r, s, now, 0, false).remaining
-    local charged, capped = 0, false
-    if r.units > 0 then charged, capped, s = a.charge(r, s, now, r.units) end
-    if a.head then store_head(KEYS[i], s, now, testing) else a.settled(KEYS[i], r, s, now, testing) end
-    written[KEYS[i]] = true
+    local charged, capped, before = 0, false, 0
+    if r.units >= 0 then
+      if r.cost > 0 then s = a.refund(r, s, now, r.cost, r.after, r.at) end
+      before = a.decide(r, s, now, 0, false).remaining
+      if r.units > 0 then charged, capped, s = a.charge(r, s, now, r.units) end
+      if a.head then store_head(KEYS[i], s, now, testing) else a.settled(KEYS[i], r, s, now, testing) end
+      written[KEYS[i]] = true
+    end
+    if r.flightkey then
+      flight_set(r.flightkey, flight_held(r.flightkey, now, got[r.flightat]) - r.cost, now, testing)
+    end
     out[#out + 1] = charged
     out[#out + 1] = charged > before and 1 or 0
     out[#out + 1] = capped and 1 or 0
@@ -1038,11 +1086,11 @@ end
 -- a decision (call 0 to 3) or a peek; each rule's outcome is kept in it:
 -- r.d its decision, r.state its state as read, r.after its head after it,
 -- r.banned, r.here, r.committed, r.banning
-local function decide(KEYS, rules, n, bans, now, testing, call)
+local function decide(KEYS, rules, n, bans, flights, now, testing, call)
   local any = call == '1' or call == '3'
   local dry = call == '2' or call == '3'
   local peek = call == 'peek'
-  local got = read_strings(KEYS, rules, n, n + bans)
+  local got = read_strings(KEYS, rules, n, n + bans + flights)
   local heads = n > 1 and {} or NONE
   local allowing = 0
   for i = 1, n do
@@ -1054,7 +1102,8 @@ local function decide(KEYS, rules, n, bans, now, testing, call)
               or a.load(KEYS[i], r, now, peek, got[i])
     r.state = s
     if a.carry then s = a.carry(r, s, now) end
-    if r.charge == 1 and r.estimate > r.cost then r.cost = reserve(r, a.decide(r, s, now, 0, false)) end
+    r.asked = r.cost
+    if r.charge == 1 and r.share > r.cost then r.cost = reserve(r, a.decide(r, s, now, 0, false)) end
     local d, nh = a.decide(r, s, now, r.cost, false)
     if r.bankey then
       local ends = banned_until(r.bankey, now, got[r.banat])
@@ -1096,14 +1145,31 @@ local function decide(KEYS, rules, n, bans, now, testing, call)
     end
   end
 
+  -- charge=: an admission adds what it reserved to the key's reservations
+  -- in flight; a refusal that they alone caused (what the key has left and
+  -- they hold would admit it) is told apart, and starts no ban
+  if flights > 0 then
+    for i = 1, n do
+      local r = rules[i]
+      local d = r.d
+      if r.flightkey and r.committed then
+        flight_set(r.flightkey, flight_held(r.flightkey, now, got[r.flightat]) + r.cost, now, testing)
+      elseif r.flightkey and d.allowed == 0 and d.never == 0 and not r.banned then
+        local held = flight_held(r.flightkey, now, got[r.flightat])
+        if held > 0 and d.remaining + held >= r.asked then r.banning = 2 end
+      end
+    end
+  end
+
   -- a refused request bans its key for each ban= rule that refused it (not
-  -- for a cost the rule can never admit), unless banned already; a dry run's
-  -- refusal says what the ban would be, and stores none
+  -- for a cost the rule can never admit, nor only for what the key's
+  -- requests in flight hold), unless banned already; a dry run's refusal
+  -- says what the ban would be, and stores none
   if not allowed and not peek then
     for i = 1, n do
       local r = rules[i]
       local d = r.d
-      if r.bankey and not r.banned and d.allowed == 0 and d.never == 0 then
+      if r.bankey and not r.banned and not r.banning and d.allowed == 0 and d.never == 0 then
         local ends = now + r.ban
         if not dry then redis.call('SET', r.bankey, num(ends), 'PX', num(testing and r.ban + DAY or r.ban)) end
         refuse_until(d, ends, now)
@@ -1152,6 +1218,7 @@ local function run(KEYS, ARGV)
   end
   local call = ARGV[2]
   local settling = call == 'settle'
+  local leases = call == 'release' or call == 'renew' or call == 'restore'
   local per = settling and 5 or 2
   local n = (#ARGV - 2) / per
 
@@ -1159,21 +1226,34 @@ local function run(KEYS, ARGV)
   local bans = 0
   for i = 1, n do
     local r = rule_at(ARGV, 2 + (i - 1) * per, i, settling)
-    if not settling and r.ban > 0 and call ~= 'release' and call ~= 'renew' then
+    if not settling and r.ban > 0 and not leases then
       bans = bans + 1
       r.bankey, r.banat = KEYS[n + bans], n + bans
     end
     rules[i] = r
   end
+  -- charge=: the key's reservations in flight, after the bans (what this
+  -- call wrote of them read again as it left them)
+  local flights = 0
+  if settling or call == '0' or call == '1' or call == '2' or call == '3' then
+    for i = 1, n do
+      local r = rules[i]
+      if r.charge == 1 then
+        flights = flights + 1
+        r.flightkey, r.flightat = KEYS[n + bans + flights], n + bans + flights
+      end
+    end
+    if flights > 0 then flight_now = {} end
+  end
 
   if call == 'reset' then return reset(KEYS, rules, n, now) end
-  if call == 'release' or call == 'renew' then
+  if leases then
     local done = 0
-    for i = 1, n do done = done + lease_end(KEYS[i], rules[i], now, testing, call == 'renew') end
+    for i = 1, n do done = done + lease_end(KEYS[i], rules[i], now, testing, call) end
     return {1, done, n - done}
   end
-  if settling then return settle(KEYS, rules, n, now, testing) end
-  return decide(KEYS, rules, n, bans, now, testing, call)
+  if settling then return settle(KEYS, rules, n, flights, now, testing) end
+  return decide(KEYS, rules, n, bans, flights, now, testing, call)
 end
 
 -- ---- as a script (EVAL, EVALSHA); a library (FUNCTION LOAD, FCALL) ends

@@ -86,14 +86,29 @@ uint64_t ban_identity(uint64_t identity)
     return b != identity ? b : identity ^ 1;
 }
 
+// The identity of a key's reservations in flight (charge=, the table's
+// flight_tag): another name of the same key, in the same slot.
+uint64_t flight_identity(uint64_t identity)
+{
+    return ~identity;
+}
+
 // The checks a call sends: those that apply; for a settle, those that
-// settle a charge.
+// settle a charge, or end with their reservation standing (RL_NO_CHARGE:
+// their reservations in flight end all the same).
 bool sent(const rl_check_t &c, int call)
 {
-    if (call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW) {
+    if (call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW || call == RL_REDIS_RESTORE) {
         return rl_redis_holds_lease(&c) != 0;
     }
-    return call == RL_REDIS_SETTLE ? rl::settles(c) : rl::applies(c);
+    return call == RL_REDIS_SETTLE ? rl::charges(c) : rl::applies(c);
+}
+
+// Whether a call names the key's reservations in flight: a decision or a
+// settle of a charge= rule.
+bool flies(const rl_check_t &c, int call)
+{
+    return c.rule->charge && (call == RL_REDIS_DECIDE || call == RL_REDIS_SETTLE);
 }
 
 // A concurrency check's lease, as the script names its member: the
@@ -111,9 +126,9 @@ size_t lease_name(const rl_request_t &rq, const rl_check_t &c, int call, char *o
             return 0;
         }
         n = std::snprintf(out, cap, "%016llx:", (unsigned long long) rq.server);
-    } else if (c.slot != 0) {
+    } else if (c.lease != 0) {
         n = std::snprintf(out, cap, "%016llx:%016llx:%u:%u", (unsigned long long) rq.server,
-                          (unsigned long long) rq.lease, (unsigned) rq.holder, (unsigned) c.slot);
+                          (unsigned long long) rq.lease, (unsigned) rq.holder, (unsigned) c.lease);
     }
     return n > 0 && (size_t) n < cap ? (size_t) n : 0;
 }
@@ -124,7 +139,7 @@ extern "C" {
 
 int rl_redis_holds_lease(const rl_check_t *c)
 {
-    return rl::applies(*c) && rl::has(*c->rule, rl::kSlots) && c->slot > 0;
+    return rl::applies(*c) && rl::has(*c->rule, rl::kSlots) && c->lease > 0;
 }
 
 uint64_t rl_redis_server_id(void)
@@ -221,12 +236,12 @@ unsigned rl_redis_key_slot(const void *key, size_t key_len)
 size_t rl_redis_command_size(size_t n, size_t prefix_len, size_t script_len)
 {
     const size_t arg = 1 + 20 + 2 + 2;  // $<len>\r\n...\r\n around each argument
-    // the script's name (FCALL: a prefix before its SHA-1); a state and a
-    // ban a rule; a spec of 13 numbers, a request's of 3 and a lease's
+    // the script's name (FCALL: a prefix before its SHA-1); a state, a ban
+    // and reservations in flight a rule; a spec of 13 numbers, a request's of 4 and a lease's
     // name, a settle's arguments
     return 1 + 20 + 2 + (arg + 7) + (arg + sizeof(kFunctionPrefix) + script_len) + (arg + 20) +
-           2 * n * (arg + prefix_len + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN) + 2 * (arg + 20) +
-           n * ((arg + 13 * 21) + (arg + 3 * 21 + 64) + kSettleArgs * (arg + 20));
+           3 * n * (arg + prefix_len + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN) + 2 * (arg + 20) +
+           n * ((arg + 13 * 21) + (arg + 4 * 21 + 64) + kSettleArgs * (arg + 20));
 }
 
 size_t rl_redis_load_size(void)
@@ -262,21 +277,22 @@ size_t rl_redis_load_command(char *buf, const char *sha)
 size_t rl_redis_command(char *buf, const char *script, size_t script_len, int via, int call, const char *prefix,
                         size_t prefix_len, int cluster, const rl_request_t *rq, int64_t now_ms)
 {
-    static const char *const kCalls[] = {nullptr, "peek", "reset", "settle", "release", "renew"};
+    static const char *const kCalls[] = {nullptr, "peek", "reset", "settle", "release", "renew", "restore"};
     const bool settle = call == RL_REDIS_SETTLE;
     // the calls that change no rate: no ban is read or written
-    const bool bare = settle || call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW;
+    const bool bare = settle || call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW || call == RL_REDIS_RESTORE;
     const rl_check_t *c = rq->checks;
-    size_t n = 0, bans = 0;
+    size_t n = 0, bans = 0, flights = 0;
     for (size_t i = 0; i < rq->n; i++) {
         if (sent(c[i], call)) {
             n++;
             bans += !bare && c[i].rule->ban_ms > 0;
+            flights += flies(c[i], call);
         }
     }
 
     rl::Writer w{buf};
-    w.header('*', 3 + n + bans + 2 + n * (kArgsPerRule + (settle ? kSettleArgs : 0)));
+    w.header('*', 3 + n + bans + flights + 2 + n * (kArgsPerRule + (settle ? kSettleArgs : 0)));
     if (via == RL_REDIS_FCALL) {
         w.arg("FCALL", 5);
         w.header('$', sizeof(kFunctionPrefix) - 1 + script_len);
@@ -287,17 +303,21 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int vi
         w.arg(via == RL_REDIS_EVAL ? "EVAL" : "EVALSHA", via == RL_REDIS_EVAL ? 4 : 7);
         w.arg(script, script_len);
     }
-    w.arg((int64_t) (n + bans));
+    w.arg((int64_t) (n + bans + flights));
 
-    // each rule's state, then each ban= rule's ban
+    // each rule's state, then each ban= rule's ban, then each charge=
+    // rule's reservations in flight
     char key[256 + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN];
     const size_t plen = prefix_len < 256 ? prefix_len : 256;
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < 3; pass++) {
         for (size_t i = 0; i < rq->n; i++) {
-            if (!sent(c[i], call) || (pass == 1 && (bare || c[i].rule->ban_ms == 0))) {
+            if (!sent(c[i], call) || (pass == 1 && (bare || c[i].rule->ban_ms == 0)) ||
+                (pass == 2 && !flies(c[i], call))) {
                 continue;
             }
-            const uint64_t id = pass == 0 ? c[i].identity : ban_identity(c[i].identity);
+            const uint64_t id = pass == 0   ? c[i].identity
+                                : pass == 1 ? ban_identity(c[i].identity)
+                                            : flight_identity(c[i].identity);
             w.arg(key, rl_redis_key(key, prefix, plen, cluster, id, c[i].key, c[i].key_len));
         }
     }
@@ -307,7 +327,7 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int vi
     } else {
         w.arg("", 0);
     }
-    if (call > RL_REDIS_DECIDE && call <= RL_REDIS_RENEW) {
+    if (call > RL_REDIS_DECIDE && call <= RL_REDIS_RESTORE) {
         w.arg(kCalls[call], std::strlen(kCalls[call]));
     } else {
         // a decision: 0 all, 1 any; 2 more for a dry run (it bans nobody)
@@ -338,23 +358,26 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int vi
         w.arg(spec, (size_t) (s.p - spec));
 
         // the request's: its cost (a settle gives back what the admission
-        // reserved), and where any is not 0 or empty, charge='s estimate of
-        // a charge, which a decision reserves within what the key has left
+        // reserved), and where any is not 0 or empty, charge='s share, what
+        // a decision reserves at least within what the key has left
         // (check.cpp's reserve), an override's instant its limits as
-        // applied began, and concurrency's lease name, where it takes,
-        // releases or renews one
-        const bool learns = call == RL_REDIS_DECIDE && r.charge && c[i].counters > 0;
-        const uint64_t estimate = learns ? rl::Table::at(c[i].table)->estimate(c[i].counters - 1) : 0;
+        // applied began, concurrency's 1 where its server holds the limit
+        // already (rl_request_hold_here), and its lease's name where it
+        // takes, releases, renews or restores one
+        const uint64_t share = call == RL_REDIS_DECIDE ? rl::charge_share(r) : 0;
+        const int full = call == RL_REDIS_DECIDE && c[i].full_here ? 1 : 0;
         char lease[64];
         const size_t lease_len = lease_name(*rq, c[i], call, lease, sizeof(lease));
-        char req[3 * 21 + 1 + sizeof(lease)];
+        char req[4 * 21 + 1 + sizeof(lease)];
         rl::Writer q{req};
         q.number(exact(settle ? c[i].reserved : c[i].cost));
-        if (estimate != 0 || c[i].since != 0 || lease_len > 0) {
+        if (share != 0 || c[i].since != 0 || full != 0 || lease_len > 0) {
             q.raw(" ", 1);
-            q.number(exact(estimate));
+            q.number(exact(share));
             q.raw(" ", 1);
             q.number(c[i].since);
+            q.raw(" ", 1);
+            q.number(full);
             if (lease_len > 0) {
                 q.raw(" ", 1);
                 q.raw(lease, lease_len);
@@ -362,7 +385,8 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int vi
         }
         w.arg(req, (size_t) (q.p - req));
         if (settle) {
-            w.arg(exact(c[i].charge));
+            // -1: the reservation stands (RL_NO_CHARGE)
+            w.arg(c[i].charge == RL_NO_CHARGE ? (int64_t) -1 : exact(c[i].charge));
             w.arg(c[i].after.t);
             w.arg(c[i].at);
         }

@@ -25,10 +25,10 @@ namespace {
 const char *const kResources[] = {"zones", "zone", "keys", "top", "overrides"};
 
 // what each resource takes, for a message naming an unknown parameter
-const char *const kExpected[] = {"none", "none",
-                                 "key=, fingerprint= or rule=", "rule=", "key=, range=, rule=, from= or count="};
+const char *const kExpected[] = {
+    "none", "none", "key=, fingerprint= or rule=", "rule=", "key=, range=, rule=, keyed=, from= or count="};
 
-enum { kKey, kFingerprint, kRule, kRange, kFrom, kCount, kParams };
+enum { kKey, kFingerprint, kRule, kRange, kFrom, kCount, kKeyed, kParams };
 
 struct Param {
     const char *name;
@@ -42,6 +42,7 @@ const Param kParam[kParams] = {
     {"range", 1u << RL_API_OVERRIDES},
     {"from", 1u << RL_API_OVERRIDES},
     {"count", 1u << RL_API_OVERRIDES},
+    {"keyed", 1u << RL_API_OVERRIDES},
 };
 
 bool is(rl_str_t s, const char *word)
@@ -181,10 +182,17 @@ int arg(rl_api_request_t *q, int which, rl_str_t v)
     if (which == kRange && len >= sizeof(q->range)) {
         return fail(q, 400, "range=: expected an address range as ADDRESS/LENGTH, e.g. 10.1.0.0/16");
     }
+    if (which == kKeyed && (len == 0 || len >= sizeof(q->keyed))) {
+        return fail(q, 400,
+                    "keyed=: expected a key expression as the rules write it (e.g. $http_x_api_key), 1 to %d "
+                    "bytes",
+                    (int) sizeof(q->keyed) - 1);
+    }
     uint8_t fp[16];
     uint8_t *out = which == kKey     ? q->key
                    : which == kRule  ? (uint8_t *) q->rule
                    : which == kRange ? (uint8_t *) q->range
+                   : which == kKeyed ? (uint8_t *) q->keyed
                                      : fp;
     if (which == kKey && len == 0) {
         return fail(q, 400, "an empty key: a request whose key is empty is exempt from the rule, it has no state");
@@ -219,6 +227,9 @@ int arg(rl_api_request_t *q, int which, rl_str_t v)
         q->range_len = len;
         q->has_range = 1;
         return 0;
+    case kKeyed:
+        q->keyed[len] = '\0';
+        return std::memchr(q->keyed, '\0', len) != nullptr ? fail(q, 400, "keyed=: a NUL byte") : 0;
     default:
         for (size_t i = 0; i < sizeof(fp); i++) {
             const int d = hex_digit((char) fp[i]);
@@ -275,6 +286,11 @@ int args(rl_api_request_t *q, rl_str_t a)
         }
         if ((q->put || q->reset) && !q->has_key && !q->has_range) {
             return fail(q, 400, "which override? expected key=K (the key's value, %%-encoded) or range=ADDRESS/LENGTH");
+        }
+        if (q->keyed[0] != '\0' && (q->rule_len != 0 || !q->has_key)) {
+            return fail(q, 400,
+                        "keyed= names the rules of a key's override in every rule (key= without rule=); a range "
+                        "applies to every rule keyed on the client's address");
         }
         if (q->count == 0) {
             q->count = RL_API_PAGE;
@@ -368,6 +384,12 @@ int rl_api_error(rl_api_request_t *q, int error)
                         zone.n, zone.s);
     case RL_API_NO_OVERRIDES:
         return rl::fail(q, 409, "zone \"%.*s\" has no room for overrides (ratelimit_zone overrides=0)", zone.n, zone.s);
+    case RL_API_OVERRIDE_NOT_TAKEN:
+        return rl::fail(q, 409,
+                        "zone \"%.*s\": the override was %s in Redis, but this server could not take it (Redis did "
+                        "not answer the read that follows, this server has no room for it, or Redis holds another "
+                        "hash now: see the error log); it may apply on other servers, and here once the cause is gone",
+                        zone.n, zone.s, q->reset ? "removed" : "written");
     default:
         return rl::fail(q, 500, "an error of the key API");
     }
