@@ -612,15 +612,34 @@ ngx_http_ratelimit_redis_redirect(ngx_http_ratelimit_redis_wait_t *w,
 }
 
 
-/* A call waited redis_timeout: the connection is taken as stuck. */
+/*
+ * A call waited redis_timeout (or its own time): the connection is taken
+ * as stuck.  A call of its own time (an exchange's, which nothing waits
+ * for) waits on while the calls before it on its connection are answered:
+ * Redis is slow then, not stuck; it fails once the connection has been
+ * silent that long.
+ */
 
 static void
 ngx_http_ratelimit_redis_timeout(ngx_event_t *ev)
 {
+    ngx_msec_t                        silent;
     ngx_http_ratelimit_redis_conn_t  *conn;
     ngx_http_ratelimit_redis_wait_t  *w = ev->data;
 
     conn = w->conn;
+
+    if (w->timeout && conn != NULL
+        && conn->state == NGX_HTTP_RATELIMIT_REDIS_READY)
+    {
+        silent = ngx_current_msec - conn->replied_at;
+
+        if (silent < w->timeout) {
+            ngx_add_timer(&w->timer, w->timeout - silent);
+            return;
+        }
+    }
+
     w->timed_out = 1;
 
     (void) ngx_atomic_fetch_add(&w->redis->stats->timeouts, 1);

@@ -168,6 +168,7 @@ ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
     conn->count = 0;
     conn->pushed = 0;
     conn->loaded = 0;
+    conn->replied_at = ngx_current_msec;
     conn->scripts = 0;   /* FCALL first: the server may have been upgraded */
 
     db.data = dbs;
@@ -623,6 +624,7 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
             off += used;
 
             conn->replied = 1;
+            conn->replied_at = ngx_current_msec;
             conn->node->tls_error[0] = '\0';   /* TLS works: log the next */
 
             if (conn->failures) {

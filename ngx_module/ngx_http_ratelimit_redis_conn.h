@@ -81,6 +81,8 @@ struct ngx_http_ratelimit_redis_conn_s {
     ngx_uint_t                         head;
     ngx_uint_t                         count;
     ngx_http_ratelimit_redis_wait_t   *ring[NGX_HTTP_RATELIMIT_REDIS_RING];
+    ngx_msec_t                         replied_at;  /* the last reply read,
+                                                       or when connected */
     ngx_uint_t                         pushed;  /* commands, since connected */
     ngx_uint_t                         loaded;  /* pushed when the library
                                                    was last sent (FUNCTION
