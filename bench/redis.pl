@@ -13,9 +13,7 @@
 # a request, Redis's commands and CPU time a request and a decision (INFO
 # commandstats around the run: the FCALL's or the script's usec a call, its
 # commands' inside), and the redis_sync zone's units dropped (its stats, 2 s
-# after the run).  Then: Redis's time a decision with nothing else running
-# (2,000 requests of random keys one at a time: commandstats counts the
-# time a command took, which a core shared with wrk lengthens); exactness (limit 100 across two nginx servers
+# after the run).  Then: exactness (limit 100 across two nginx servers
 # sharing the Redis, 130 requests one at a time and 30 at once: the exact
 # zone and the Kong-style peer); the Redis commands a request of one key
 # runs, for stacks of rules (a figure that depends on nothing but the
@@ -27,7 +25,6 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../t/lib", "$FindBin::Bin/lib";
 use Getopt::Long;
-use IO::Socket::INET;
 use RLTest;
 use RLBench qw(cpu_seconds median);
 use RLRedis;
@@ -193,29 +190,6 @@ for my $round (1 .. $rounds) {
 }
 my $fallbacks = $t->zone_stats('exact')->{redis}{fallbacks};
 
-# ---- Redis's CPU a decision with nothing else running: 2,000 requests of
-# random keys, one at a time on one connection (INFO commandstats: the
-# script's call, its commands inside) ----
-my %alone;
-for my $loc ('gcra', 'fixed_window', 'stack3') {
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $t->port) or die "connect: $!\n";
-    my %before = commandstats();
-    for (1 .. 2000) {
-        my $key = int(rand($nkeys));
-        print $s "GET /$loc/f HTTP/1.1\r\nHost: b\r\nX-Key: $key\r\n\r\n";
-        my $buf = '';
-        sysread($s, $buf, 65536, length $buf) or die "read: $!\n" until $buf =~ /\r\n\r\nx{100}/;
-        die "$loc: $buf\n" unless $buf =~ m{^HTTP/1\.1 200};
-    }
-    my $ran = ran(\%before, { commandstats() });
-    my ($calls, $usec) = (0, 0);
-    for my $cmd (grep { /^(fcall|evalsha|eval)$/ } keys %$ran) {
-        $calls += $ran->{$cmd}[0];
-        $usec += $ran->{$cmd}[1];
-    }
-    $alone{$loc} = $calls ? $usec / $calls : 0;
-}
-
 # ---- the Redis commands a request of one key runs (INFO commandstats
 # around 100 requests, one at a time) ----
 my %commands;
@@ -315,8 +289,6 @@ printf "redis_sync=100ms, default settings: %s units dropped (each round) of %s,
     join(' ', @{ $r{sync}{dropped} }), join(' ', map { $r{sync}{units}[$_] + $r{sync}{dropped}[$_] } 0 .. $rounds - 1),
     join(' ', @{ $r{sync}{failures} });
 printf "exact zone: %d requests decided by on_redis_error\n", $fallbacks;
-printf "Redis us a decision, one at a time (nothing else running): gcra %.2f, fixed_window %.2f, "
-     . "gcra+sliding_window+quota %.2f\n", @alone{qw(gcra fixed_window stack3)};
 for my $loc ('gcra', 'kong') {
     printf "exactness, limit 100 across two servers, %s: %d admitted of 130 one at a time, %d of 130 30 at once\n",
         $loc eq 'gcra' ? 'exact Redis zone' : 'Kong-style peer', $exact{$loc}{sequential}, $exact{$loc}{at_once};
