@@ -10,7 +10,7 @@
 #include "helpers.h"
 #include "json_check.h"
 #include "ratelimit_render.h"
-#include "render/out.h"
+#include "util/out.h"
 
 namespace {
 

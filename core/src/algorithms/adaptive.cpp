@@ -58,8 +58,8 @@
 #include <cstring>
 
 #include "algorithms/algorithm.h"
-#include "render/out.h"
 #include "util/error.h"
+#include "util/out.h"
 
 namespace rl {
 

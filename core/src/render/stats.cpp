@@ -3,7 +3,7 @@
 // JSON, its metric, type and help in Prometheus, and where it is.
 #include <cstddef>
 
-#include "render/out.h"
+#include "util/out.h"
 
 namespace rl {
 
