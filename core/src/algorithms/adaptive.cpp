@@ -6,20 +6,35 @@
 //
 // The signal, at each request's end (rl_request_end): how long its upstream
 // took (nginx's $upstream_response_time, or the request's time where no
-// upstream ran), and the status it ended with.  502, 503 and 504 (nginx's
-// answer to an upstream that failed or timed out) are drops, as AIMD counts
-// them (Netflix concurrency-limits, AIMDLimit: the limit times a backoff
-// ratio on a drop).  A request its client abandoned (499) says only that
-// its upstream took at least that long: it counts when that is already
-// slower than tolerated, and is ignored otherwise.
+// upstream ran), and the status it ended with, one of:
+//   * an answer (a status below 400, or none known): a latency sample;
+//   * a drop, 502, 503 or 504 (nginx's answer to an upstream that failed,
+//     refused or timed out; AIMD's loss, as Netflix concurrency-limits'
+//     AIMDLimit counts it).  Its latency is no sample: a dead upstream
+//     fails at once, which is not a fast upstream;
+//   * a request its client abandoned (499): it says only that its upstream
+//     took at least that long, a sample when that is already slower than
+//     tolerated;
+//   * any other error (4xx, 500): no sample.  A missing page or a bad
+//     request is answered at once whatever the upstream's load: a flood of
+//     them is no evidence of a faster upstream.
+// Every end counts in the interval's requests.
 //
-// The controller decides once an interval (interval=, and at least
-// kMinSamples latencies; an interval with fewer waits for more, so that an
-// empty one changes nothing).  Of the interval it takes the typical latency
-// m, the geometric mean of its latencies (the exponential of the mean of
-// their logarithms: a few slow outliers move it little), and the mean of
-// the requests in flight n, by Little's law the sum of their latencies over
-// the interval's length (L = lambda W).
+// The controller decides once an interval (interval=) with at least
+// kMinSamples samples (an interval short of them waits for more, so that
+// an empty or thin one changes nothing), or earlier on drops.  Of the
+// interval it takes:
+//   * the typical latency m, the geometric mean of its samples' middle
+//     half (between the first and the third quartile), from a histogram of
+//     kBuckets counters on a log scale (exact below 8 ms, four a doubling
+//     above).  Slow requests up to a quarter of the samples (a slower
+//     endpoint beside a fast one, a few stragglers) move it little however
+//     slow they are, where they would dominate a mean; and it is less
+//     noisy than the median;
+//   * the requests in flight n that m describes, by Little's law (n =
+//     lambda W) the interval's samples a millisecond times m: the
+//     concurrency a typical request met, which the slow ones do not make
+//     noisy either.
 //
 // The baseline B is the upstream's latency without the queueing that our
 // own concurrency causes, with n_B, the concurrency it was measured at:
@@ -38,7 +53,10 @@
 //
 // The limit moves by the gradient g = tolerance x B / m (Envoy's and
 // Gradient2's gradient, with a tolerance of queueing as Gradient2's):
-//   * a drop in the interval: L x 0.9 (AIMD's backoff);
+//   * drops in more than one of kDropShare of the interval's requests
+//     (at least kMinDrops of them, of kMinSamples ended or more): L x 0.9,
+//     AIMD's backoff.  Fewer are an endpoint that fails on its own, not a
+//     load that a lower limit relieves;
 //   * g < 1 (the upstream queues more than tolerated): L x max(g, 1/2),
 //     from the concurrency really used when the limit was not reached;
 //   * g >= 1 and the limit was reached in the interval: L x min(g, 3/2),
@@ -50,9 +68,10 @@
 // S + q S / W, so the limit settles where q is about (tolerance - 1) W:
 // tolerance=1.25 lets about a quarter of W wait.
 //
-// State: concurrency's block (slots, holders, queue) and the controller
-// after it, copied in and out (the block's offset keeps no alignment).  A
-// key is kept in the table while idle (its baseline is what it learned).
+// State: concurrency's block (slots, holders, queue), then the controller
+// with the interval's histogram, at a multiple of 8 bytes (the block is
+// 8-aligned), read and written in place under the zone's lock.  A key is
+// kept in the table while idle (its baseline is what it learned).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -66,28 +85,39 @@ namespace rl {
 namespace {
 
 constexpr uint32_t kMinSamples = 16;  // latencies an interval needs
+constexpr uint32_t kDropShare = 10;   // drops in more than 1 of 10 of an interval's requests,
+constexpr uint32_t kMinDrops = 3;     //   and at least 3: an overload
 constexpr int64_t kStale = 20;        // intervals: one older, still short of them, starts over
 constexpr uint32_t kDefaultTolerance = 120;
 constexpr int64_t kDefaultIntervalMs = 500;
 constexpr double kBackoff = 0.9;  // AIMD's, on a drop
 constexpr double kMostDown = 0.5, kMostUp = 1.5;
-constexpr double kBelow = 0.9;   // a concurrency clearly below B's
-constexpr double kProbe = 0.75;  // a step down while the baseline is probed
+constexpr double kBelow = 0.9;    // a concurrency clearly below B's
+constexpr double kProbe = 0.75;   // a step down while the baseline is probed
+constexpr double kLongest = 1e9;  // ms: what the controller keeps is below (else a torn write)
+
+// The histogram: bucket b < kExact holds the latencies of b ms (0: under
+// one); above, each doubling [2^e, 2^(e+1)) in kSub buckets of 2^e / kSub
+// ms, up to 2^17 ms (2 min 11 s; longer ones in the last).
+constexpr int kSubBits = 2;
+constexpr uint32_t kSub = 1u << kSubBits;
+constexpr uint32_t kExact = 2 * kSub;
+constexpr uint32_t kBuckets = 64;
+using Count = uint16_t;
 
 struct Controller {
-    uint32_t limit;     // L (0: a fresh key, at initial=)
-    uint32_t bound;     // an admission took the last slot this interval
-    uint32_t samples;   // this interval's latencies,
-    uint32_t drops;     //   its drops (502, 503, 504)
-    int64_t start;      //   and its start (0: none yet)
-    double log_sum;     //   the sum of the logarithms of its latencies (ms),
-    double busy_ms;     //   and of the latencies themselves
-    double baseline;    // B (ms; 0: not measured yet)
-    double baseline_n;  // the mean in flight B was measured at
-    double recent;      // the last interval's typical latency (ms)
-    double recent_n;    //   and its mean in flight
-    uint32_t probing;   // B was taken (or raised) with the limit reached: it may hold queueing we cause
-    uint32_t spare;
+    uint32_t limit;             // L (0: a fresh key, at initial=)
+    uint32_t probing;           // B was taken (or raised) with the limit reached: it may hold queueing we cause
+    double baseline;            // B (ms; 0: not measured yet)
+    double baseline_n;          // the mean in flight B was measured at
+    double recent;              // the last interval's typical latency (ms)
+    double recent_n;            //   and its mean in flight
+    int64_t start;              // this interval's start (0: none yet),
+    uint32_t bound;             //   an admission in it took the last slot,
+    uint32_t samples;           //   its latencies,
+    uint32_t drops;             //   its drops (502, 503, 504),
+    uint32_t ends;              //   its requests ended,
+    Count histogram[kBuckets];  //   and its latencies by bucket (all halved rather than one passes 65,535)
 };
 
 uint32_t initial_of(const rl_rule_t &rule)
@@ -97,26 +127,78 @@ uint32_t initial_of(const rl_rule_t &rule)
 
 size_t controller_at(const rl_rule_t &rule)
 {
-    return concurrency_blob_size(rule);
+    return (concurrency_blob_size(rule) + 7) & ~size_t{7};
 }
 
-Controller load(const rl_rule_t &rule, const State &s)
+Controller *controller_of(const rl_rule_t &rule, const State &s)
 {
-    Controller c{};
-    if (s.blob != nullptr) {
-        std::memcpy(&c, s.blob + controller_at(rule), sizeof(c));
-    }
-    if (c.limit == 0 || c.limit > rule.limit) {
-        c.limit = initial_of(rule);  // a fresh key, or one a dead process half wrote
-    }
-    return c;
+    return s.blob != nullptr ? reinterpret_cast<Controller *>(s.blob + controller_at(rule)) : nullptr;
 }
 
-void store(const rl_rule_t &rule, State &s, const Controller &c)
+// L, as a fresh key (0) or one a dead process half wrote has it.
+uint32_t limit_of(const rl_rule_t &rule, const Controller &c)
 {
-    if (s.blob != nullptr) {
-        std::memcpy(s.blob + controller_at(rule), &c, sizeof(c));
+    return c.limit == 0 || c.limit > rule.limit ? initial_of(rule) : c.limit;
+}
+
+uint32_t bucket_of(int64_t ms)
+{
+    if (ms < (int64_t) kExact) {
+        return ms > 0 ? (uint32_t) ms : 0;
     }
+    const int e = 63 - __builtin_clzll((uint64_t) ms);
+    const uint32_t b =
+        kExact + (uint32_t) (e - kSubBits - 1) * kSub + (uint32_t) ((uint64_t) ms >> (e - kSubBits)) % kSub;
+    return b < kBuckets ? b : kBuckets - 1;
+}
+
+// A bucket's latencies: [*lo, *lo + *width) ms.
+void bucket_span(uint32_t b, double *lo, double *width)
+{
+    if (b < kExact) {
+        *lo = b;
+        *width = 1;
+        return;
+    }
+    *width = std::ldexp(1.0, (int) ((b - kExact) / kSub) + 1);
+    *lo = (kSub + (b - kExact) % kSub) * *width;
+}
+
+void count_latency(Controller &c, int64_t ms)
+{
+    Count &n = c.histogram[bucket_of(ms)];
+    if (n == (Count) ~(Count) 0) {
+        for (Count &k : c.histogram) {
+            k = (Count) (k / 2);  // 65,535 alike in an interval: the shape the same
+        }
+    }
+    n++;
+    c.samples++;
+}
+
+// The interval's typical latency (ms; 0: none): the geometric mean of its
+// middle half, the samples between its first and its third quartile (a
+// bucket's at its middle; one a quartile cuts, in part).
+double typical(const Controller &c)
+{
+    double total = 0;
+    for (Count n : c.histogram) {
+        total += n;
+    }
+    const double from = total / 4, to = 3 * total / 4;
+    double below = 0, logs = 0, weight = 0;
+    for (uint32_t b = 0; b < kBuckets && below < to; b++) {
+        const double n = c.histogram[b];
+        const double a = std::fmax(below, from), z = std::fmin(below + n, to);
+        if (z > a) {
+            double lo, width;
+            bucket_span(b, &lo, &width);
+            logs += (z - a) * std::log(lo + width / 2);
+            weight += z - a;
+        }
+        below += n;
+    }
+    return weight > 0 ? std::exp(logs / weight) : 0;
 }
 
 uint32_t clamp_limit(const rl_rule_t &rule, double l)
@@ -128,13 +210,28 @@ uint32_t clamp_limit(const rl_rule_t &rule, double l)
 void start_interval(Controller &c, int64_t now)
 {
     c.start = now;
-    c.samples = c.drops = c.bound = 0;
-    c.log_sum = c.busy_ms = 0;
+    c.samples = c.drops = c.ends = c.bound = 0;
+    std::memset(c.histogram, 0, sizeof(c.histogram));
 }
 
 double tolerance_of(const rl_rule_t &rule)
 {
     return rule.tolerance / 100.0;
+}
+
+// Whether a figure the controller keeps is one it could have written: a
+// block a dead process half wrote starts its learning over.
+bool sane(double ms)
+{
+    return ms >= 0 && ms < kLongest;
+}
+
+void forget_torn(Controller &c)
+{
+    if (!sane(c.baseline) || !sane(c.baseline_n) || !sane(c.recent) || !sane(c.recent_n)) {
+        c.baseline = c.baseline_n = c.recent = c.recent_n = 0;
+        c.probing = 0;
+    }
 }
 
 // The baseline, from an interval of typical latency m at mean concurrency n
@@ -173,15 +270,25 @@ uint32_t lower(const rl_rule_t &rule, double from, double factor, double L)
     return clamp_limit(rule, down < L - 1 ? down : L - 1);
 }
 
+// Whether the interval's drops are an overload: more than one of kDropShare
+// of its requests, and enough of them to tell (an upstream failing one
+// request in twenty on its own shows 2 or more of 16 in one interval of
+// five, 3 or more in one of twenty-three).
+bool dropping(const Controller &c)
+{
+    return c.ends >= kMinSamples && c.drops >= kMinDrops && c.drops * kDropShare > c.ends;
+}
+
 // The interval decided: the limit moved, the baseline learned.
 void decide(const rl_rule_t &rule, Controller &c, int64_t now)
 {
-    const double elapsed = (double) (now - c.start > 0 ? now - c.start : 1);
-    const double n = c.busy_ms / elapsed;
+    forget_torn(c);
+    c.limit = limit_of(rule, c);
     const double L = c.limit;
     const double m0 = c.recent, n0 = c.recent_n;
-    if (c.samples >= kMinSamples) {
-        const double m = std::exp(c.log_sum / c.samples);
+    const double m = c.samples >= kMinSamples ? typical(c) : 0;
+    const double n = c.samples * m / (double) (now - c.start > 0 ? now - c.start : 1);
+    if (m > 0) {
         learn_baseline(c, m, n, c.bound, tolerance_of(rule));
         if (c.probing && n < 0.95 * n0 && !elastic(m0, n0, m, n)) {
             c.probing = 0;  // no queueing of ours left in it
@@ -189,12 +296,12 @@ void decide(const rl_rule_t &rule, Controller &c, int64_t now)
         c.recent = m;
         c.recent_n = n;
     }
-    if (c.drops > 0) {
+    if (dropping(c)) {
         c.limit = lower(rule, L, kBackoff, L);
         return;
     }
-    if (!c.bound) {
-        return;  // the limit did not hold anything back: not the constraint
+    if (m <= 0 || !c.bound) {
+        return;  // too few latencies, or the limit held nothing back: it is not the constraint
     }
     const double g = tolerance_of(rule) * c.baseline / c.recent;
     if (g < 1) {
@@ -207,74 +314,79 @@ void decide(const rl_rule_t &rule, Controller &c, int64_t now)
     }
 }
 
-bool overload(uint32_t status)
+bool drop(uint32_t status)
 {
     return status == 502 || status == 503 || status == 504;
+}
+
+void learned_from(const rl_rule_t &rule, Controller c, Learned *learned)
+{
+    forget_torn(c);
+    learned->limit = limit_of(rule, c);
+    learned->baseline_us = (uint32_t) std::fmin(c.baseline * 1000, 4e9);
+    learned->recent_us = (uint32_t) std::fmin(c.recent * 1000, 4e9);
 }
 
 }  // namespace
 
 uint32_t adaptive_open(const rl_rule_t &rule, const State &s)
 {
-    return load(rule, s).limit;
+    const Controller *c = controller_of(rule, s);
+    return c != nullptr ? limit_of(rule, *c) : initial_of(rule);
 }
 
 void adaptive_taken(const rl_rule_t &rule, State &s, uint32_t held)
 {
-    Controller c = load(rule, s);
-    if (held >= c.limit && !c.bound) {
-        c.bound = 1;
-        store(rule, s, c);
+    Controller *c = controller_of(rule, s);
+    if (c != nullptr && held >= limit_of(rule, *c)) {
+        c->bound = 1;
     }
 }
 
 bool adaptive_ended(const rl_rule_t &rule, State &s, int64_t now, const Ended &e, Learned *learned)
 {
-    if (s.blob == nullptr) {
+    Controller *p = controller_of(rule, s);
+    if (p == nullptr) {
         return false;
     }
-    Controller c = load(rule, s);
+    Controller &c = *p;
     if (c.start == 0 || now < c.start || now - c.start > kStale * rule.interval_ms) {
         start_interval(c, now);  // the first, a clock stepped back, or too old to say anything of now
     }
     const int64_t latency = e.latency_ms >= 0 ? e.latency_ms : (now > e.at ? now - e.at : 0);
-    const double ms = latency > 0 ? (double) latency : 0.5;  // nginx counts whole ms: under one
-    const bool abandoned = e.status == 499;
-    if (overload(e.status)) {
+    c.ends++;
+    if (drop(e.status)) {
         c.drops++;
-    } else if (!abandoned || (c.baseline > 0 && ms > tolerance_of(rule) * c.baseline)) {
-        c.samples++;
-        c.log_sum += std::log(ms);
-        c.busy_ms += ms;
+    } else if (e.status == 499 ? c.baseline > 0 && (double) latency > tolerance_of(rule) * c.baseline
+                               : e.status < 400) {
+        count_latency(c, latency);
     }
-    bool decided = false;
-    if (now - c.start >= rule.interval_ms && (c.samples >= kMinSamples || c.drops > 0)) {
-        decide(rule, c, now);
-        start_interval(c, now);
-        decided = true;
+    if (now - c.start < rule.interval_ms || (c.samples < kMinSamples && !dropping(c))) {
+        return false;
     }
-    store(rule, s, c);
-    if (decided && learned != nullptr) {
-        learned->limit = c.limit;
-        learned->baseline_us = (uint32_t) std::fmin(c.baseline * 1000, 4e9);
-        learned->recent_us = (uint32_t) std::fmin(c.recent * 1000, 4e9);
+    decide(rule, c, now);
+    start_interval(c, now);
+    if (learned != nullptr) {
+        learned_from(rule, c, learned);
     }
-    return decided;
+    return true;
 }
 
 namespace {
 
 void adaptive_learned(const rl_rule_t &rule, const State &s, Learned *learned)
 {
-    const Controller c = load(rule, s);
-    learned->limit = c.limit;
-    learned->baseline_us = (uint32_t) std::fmin(c.baseline * 1000, 4e9);
-    learned->recent_us = (uint32_t) std::fmin(c.recent * 1000, 4e9);
+    const Controller *c = controller_of(rule, s);
+    if (c != nullptr) {
+        learned_from(rule, *c, learned);
+    } else {
+        *learned = Learned{initial_of(rule), 0, 0};
+    }
 }
 
 size_t adaptive_block(const rl_rule_t &rule)
 {
-    return concurrency_blob_size(rule) + sizeof(Controller);
+    return controller_at(rule) + sizeof(Controller);
 }
 
 // limit= is the most; min=, initial= within it; no period, cost or charge.
