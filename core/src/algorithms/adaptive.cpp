@@ -31,10 +31,14 @@
 //     endpoint beside a fast one, a few stragglers) move it little however
 //     slow they are, where they would dominate a mean; and it is less
 //     noisy than the median;
-//   * the requests in flight n that m describes, by Little's law (n =
-//     lambda W) the interval's samples a millisecond times m: the
-//     concurrency a typical request met, which the slow ones do not make
-//     noisy either.
+//   * the mean of the requests in flight n: the slots held, integrated
+//     over the interval as they are taken and given back (where Little's
+//     law, the sum of the latencies that ended in the interval over its
+//     length, moves by the count of slow requests that happen to end in
+//     it).
+// A fresh key's first interval is its warm-up, not measured: what ends in
+// it was admitted while the slots filled, the queueing we cause (if any)
+// still building up, so that its latency would be a baseline too low.
 //
 // The baseline B is the upstream's latency without the queueing that our
 // own concurrency causes, with n_B, the concurrency it was measured at:
@@ -94,6 +98,7 @@ constexpr double kBackoff = 0.9;  // AIMD's, on a drop
 constexpr double kMostDown = 0.5, kMostUp = 1.5;
 constexpr double kBelow = 0.9;    // a concurrency clearly below B's
 constexpr double kProbe = 0.75;   // a step down while the baseline is probed
+constexpr double kPinned = 0.9;   // a mean in flight that the limit held at it
 constexpr double kLongest = 1e9;  // ms: what the controller keeps is below (else a torn write)
 
 // The histogram: bucket b < kExact holds the latencies of b ms (0: under
@@ -113,11 +118,16 @@ struct Controller {
     double recent;              // the last interval's typical latency (ms)
     double recent_n;            //   and its mean in flight
     int64_t start;              // this interval's start (0: none yet),
+    int64_t held_at;            //   the last instant a slot was taken or given back in it,
+    double held_ms;             //   the slots held until then, integrated (slot x ms),
+    uint32_t held;              //   the slots held since,
     uint32_t bound;             //   an admission in it took the last slot,
     uint32_t samples;           //   its latencies,
     uint32_t drops;             //   its drops (502, 503, 504),
     uint32_t ends;              //   its requests ended,
-    Count histogram[kBuckets];  //   and its latencies by bucket (all halved rather than one passes 65,535)
+    uint32_t warm;              // an interval has ended since the key was fresh
+    uint32_t lowered;           // the last one lowered the limit
+    Count histogram[kBuckets];  // this interval's latencies by bucket (all halved rather than one passes 65,535)
 };
 
 uint32_t initial_of(const rl_rule_t &rule)
@@ -207,9 +217,21 @@ uint32_t clamp_limit(const rl_rule_t &rule, double l)
     return (uint32_t) (l < lo ? lo : l > hi ? hi : l);
 }
 
+// The slots held from now: those held until now integrated.
+void held_now(Controller &c, int64_t now, uint32_t held)
+{
+    const int64_t from = c.held_at > c.start ? c.held_at : c.start;
+    if (now > from && c.start != 0) {
+        c.held_ms += (double) c.held * (double) (now - from);
+    }
+    c.held_at = now;
+    c.held = held;
+}
+
 void start_interval(Controller &c, int64_t now)
 {
     c.start = now;
+    c.held_ms = 0;
     c.samples = c.drops = c.ends = c.bound = 0;
     std::memset(c.histogram, 0, sizeof(c.histogram));
 }
@@ -228,24 +250,27 @@ bool sane(double ms)
 
 void forget_torn(Controller &c)
 {
-    if (!sane(c.baseline) || !sane(c.baseline_n) || !sane(c.recent) || !sane(c.recent_n)) {
-        c.baseline = c.baseline_n = c.recent = c.recent_n = 0;
+    if (!sane(c.baseline) || !sane(c.baseline_n) || !sane(c.recent) || !sane(c.recent_n) || !sane(c.held_ms)) {
+        c.baseline = c.baseline_n = c.recent = c.recent_n = c.held_ms = 0;
         c.probing = 0;
     }
 }
 
 // The baseline, from an interval of typical latency m at mean concurrency n
-// (bound: the limit was reached in it).  A baseline taken, or raised, while
-// the limit held the requests back may hold queueing we cause: it is
-// probed (probing), until a lower concurrency no longer lowers the latency.
-void learn_baseline(Controller &c, double m, double n, bool bound, double tolerance)
+// (pinned: the limit held the requests in flight at it, the mean at least
+// kPinned of it).  A baseline taken, or raised, while the limit pinned the
+// requests in flight may hold queueing we cause: it is probed (probing),
+// until a lower concurrency no longer lowers the latency.  (An upstream we
+// queue holds our requests until the limit pins them: one the limit only
+// touches now and then does not queue them much.)
+void learn_baseline(Controller &c, double m, double n, bool pinned, double tolerance)
 {
     if (c.baseline <= 0) {
         c.baseline = m;  // the first
         c.baseline_n = n;
-        c.probing = bound;
+        c.probing = pinned;
     } else if (n <= kBelow * c.baseline_n) {
-        c.probing = bound ? c.probing || m > tolerance * c.baseline : 0;
+        c.probing = pinned ? c.probing || m > tolerance * c.baseline : 0;
         c.baseline = m;  // as B was measured, or with less in flight
         c.baseline_n = n;
     } else if (m <= c.baseline) {
@@ -279,39 +304,51 @@ bool dropping(const Controller &c)
     return c.ends >= kMinSamples && c.drops >= kMinDrops && c.drops * kDropShare > c.ends;
 }
 
-// The interval decided: the limit moved, the baseline learned.
+// The limit after an interval of typical latency m (0: too few samples).
+uint32_t next_limit(const rl_rule_t &rule, const Controller &c, double m)
+{
+    const double L = c.limit;
+    if (dropping(c)) {
+        return lower(rule, L, kBackoff, L);
+    }
+    if (m <= 0 || !c.bound) {
+        return c.limit;  // too few latencies, or the limit held nothing back: it is not the constraint
+    }
+    const double g = tolerance_of(rule) * c.baseline / m;
+    if (g < 1) {
+        return lower(rule, L, g > kMostDown ? g : kMostDown, L);
+    }
+    if (c.probing) {
+        return lower(rule, L, kProbe, L);
+    }
+    const double up = std::floor(L * (g < kMostUp ? g : kMostUp));
+    return clamp_limit(rule, up > L + 1 ? up : L + 1);
+}
+
+// The interval decided: the baseline learned, the limit moved.  A probe
+// goes on only while each step down shows the latency falling with the
+// concurrency (elastic); a step that did not lower the concurrency (the
+// limit was above what was in flight) shows nothing of our queueing.
 void decide(const rl_rule_t &rule, Controller &c, int64_t now)
 {
     forget_torn(c);
     c.limit = limit_of(rule, c);
-    const double L = c.limit;
+    held_now(c, now, c.held);
     const double m0 = c.recent, n0 = c.recent_n;
-    const double m = c.samples >= kMinSamples ? typical(c) : 0;
-    const double n = c.samples * m / (double) (now - c.start > 0 ? now - c.start : 1);
+    const double m = c.samples >= kMinSamples && c.warm ? typical(c) : 0;
+    const double n = c.held_ms / (double) (now - c.start > 0 ? now - c.start : 1);
+    c.warm = 1;
     if (m > 0) {
-        learn_baseline(c, m, n, c.bound, tolerance_of(rule));
-        if (c.probing && n < 0.95 * n0 && !elastic(m0, n0, m, n)) {
+        if (c.probing && c.lowered && !(n <= 0.95 * n0 && elastic(m0, n0, m, n))) {
             c.probing = 0;  // no queueing of ours left in it
         }
+        learn_baseline(c, m, n, c.bound && n >= kPinned * c.limit, tolerance_of(rule));
         c.recent = m;
         c.recent_n = n;
     }
-    if (dropping(c)) {
-        c.limit = lower(rule, L, kBackoff, L);
-        return;
-    }
-    if (m <= 0 || !c.bound) {
-        return;  // too few latencies, or the limit held nothing back: it is not the constraint
-    }
-    const double g = tolerance_of(rule) * c.baseline / c.recent;
-    if (g < 1) {
-        c.limit = lower(rule, L, g > kMostDown ? g : kMostDown, L);
-    } else if (c.probing) {
-        c.limit = lower(rule, L, kProbe, L);
-    } else {
-        const double up = std::floor(L * (g < kMostUp ? g : kMostUp));
-        c.limit = clamp_limit(rule, up > L + 1 ? up : L + 1);
-    }
+    const uint32_t next = next_limit(rule, c, m);
+    c.lowered = next < c.limit;
+    c.limit = next;
 }
 
 bool drop(uint32_t status)
@@ -335,10 +372,14 @@ uint32_t adaptive_open(const rl_rule_t &rule, const State &s)
     return c != nullptr ? limit_of(rule, *c) : initial_of(rule);
 }
 
-void adaptive_taken(const rl_rule_t &rule, State &s, uint32_t held)
+void adaptive_taken(const rl_rule_t &rule, State &s, int64_t now, uint32_t held)
 {
     Controller *c = controller_of(rule, s);
-    if (c != nullptr && held >= limit_of(rule, *c)) {
+    if (c == nullptr) {
+        return;
+    }
+    held_now(*c, now, held);
+    if (held >= limit_of(rule, *c)) {
         c->bound = 1;
     }
 }
@@ -353,6 +394,9 @@ bool adaptive_ended(const rl_rule_t &rule, State &s, int64_t now, const Ended &e
     if (c.start == 0 || now < c.start || now - c.start > kStale * rule.interval_ms) {
         start_interval(c, now);  // the first, a clock stepped back, or too old to say anything of now
     }
+    uint32_t held, queued;
+    concurrency_counts(rule, s, &held, &queued);
+    held_now(c, now, held);
     const int64_t latency = e.latency_ms >= 0 ? e.latency_ms : (now > e.at ? now - e.at : 0);
     c.ends++;
     if (drop(e.status)) {
