@@ -54,6 +54,13 @@
 //     and Gradient2's long-term average has), and follows the upstream's
 //     own slowing down (its service time doubling) once the limit has come
 //     down to n_B: a few intervals, with no probe pinned to a floor.
+// A baseline taken (or raised past the tolerance) while the limit pinned
+// the requests in flight (their mean at least kPinned of it) may hold
+// queueing we cause: it is probed, L x kProbe an interval, for as long as
+// each step lowers the concurrency (by 5%) and the latency at least half as
+// much, as an upstream that queues our requests shows; the step that does
+// not is taken back.  (One that the limit only reaches now and then does
+// not queue them much.)
 //
 // The limit moves by the gradient g = tolerance x B / m (Envoy's and
 // Gradient2's gradient, with a tolerance of queueing as Gradient2's):
@@ -61,12 +68,17 @@
 //     (at least kMinDrops of them, of kMinSamples ended or more): L x 0.9,
 //     AIMD's backoff.  Fewer are an endpoint that fails on its own, not a
 //     load that a lower limit relieves;
-//   * g < 1 (the upstream queues more than tolerated): L x max(g, 1/2),
-//     from the concurrency really used when the limit was not reached;
-//   * g >= 1 and the limit was reached in the interval: L x min(g, 3/2),
-//     at least L + 1.  A limit not reached stays: it is not the constraint
-//     (a limit grown while unused would admit a burst far past what the
-//     upstream was seen to serve).
+//   * otherwise only in an interval where the limit was reached (a limit
+//     not reached is not the constraint, and one grown while unused would
+//     admit a burst far past what the upstream was seen to serve): g < 1
+//     (the upstream queues more than tolerated), L x max(g, 1/2); probing,
+//     L x kProbe; else L x min(g, 3/2), at least L + 1.
+// A step down after which the typical request is slower, with fewer in
+// flight, is taken back: a queue drains when fewer are let in, so what the
+// step changed is which requests hold the slots.  Clients of a slow
+// endpoint that wait for a slot take more of them when the limit is lower,
+// the typical request being slower the lower it is: without this, each
+// step down would call for the next one, down to min=.
 // Always between min= and max (limit=).  With a queue of q requests at an
 // upstream of W workers and service time S, the typical latency is about
 // S + q S / W, so the limit settles where q is about (tolerance - 1) W:
@@ -96,10 +108,11 @@ constexpr uint32_t kDefaultTolerance = 120;
 constexpr int64_t kDefaultIntervalMs = 500;
 constexpr double kBackoff = 0.9;  // AIMD's, on a drop
 constexpr double kMostDown = 0.5, kMostUp = 1.5;
-constexpr double kBelow = 0.9;    // a concurrency clearly below B's
-constexpr double kProbe = 0.75;   // a step down while the baseline is probed
-constexpr double kPinned = 0.9;   // a mean in flight that the limit held at it
-constexpr double kLongest = 1e9;  // ms: what the controller keeps is below (else a torn write)
+constexpr double kBelow = 0.9;              // a concurrency clearly below B's
+constexpr double kProbe = 0.75;             // a step down while the baseline is probed
+constexpr double kPinned = 0.9;             // a mean in flight that the limit held at it
+constexpr double kFrom = 0.25, kTo = 0.75;  // the samples the typical latency is of
+constexpr double kLongest = 1e9;            // ms: what the controller keeps is below (else a torn write)
 
 // The histogram: bucket b < kExact holds the latencies of b ms (0: under
 // one); above, each doubling [2^e, 2^(e+1)) in kSub buckets of 2^e / kSub
@@ -126,7 +139,7 @@ struct Controller {
     uint32_t drops;             //   its drops (502, 503, 504),
     uint32_t ends;              //   its requests ended,
     uint32_t warm;              // an interval has ended since the key was fresh
-    uint32_t lowered;           // the last one lowered the limit
+    uint32_t lowered_from;      // the limit the last one lowered (0: it did not)
     Count histogram[kBuckets];  // this interval's latencies by bucket (all halved rather than one passes 65,535)
 };
 
@@ -195,7 +208,7 @@ double typical(const Controller &c)
     for (Count n : c.histogram) {
         total += n;
     }
-    const double from = total / 4, to = 3 * total / 4;
+    const double from = total * kFrom, to = total * kTo;
     double below = 0, logs = 0, weight = 0;
     for (uint32_t b = 0; b < kBuckets && below < to; b++) {
         const double n = c.histogram[b];
@@ -257,12 +270,8 @@ void forget_torn(Controller &c)
 }
 
 // The baseline, from an interval of typical latency m at mean concurrency n
-// (pinned: the limit held the requests in flight at it, the mean at least
-// kPinned of it).  A baseline taken, or raised, while the limit pinned the
-// requests in flight may hold queueing we cause: it is probed (probing),
-// until a lower concurrency no longer lowers the latency.  (An upstream we
-// queue holds our requests until the limit pins them: one the limit only
-// touches now and then does not queue them much.)
+// (pinned: the limit held the requests in flight at it), and whether it is
+// to be probed.
 void learn_baseline(Controller &c, double m, double n, bool pinned, double tolerance)
 {
     if (c.baseline <= 0) {
@@ -325,10 +334,8 @@ uint32_t next_limit(const rl_rule_t &rule, const Controller &c, double m)
     return clamp_limit(rule, up > L + 1 ? up : L + 1);
 }
 
-// The interval decided: the baseline learned, the limit moved.  A probe
-// goes on only while each step down shows the latency falling with the
-// concurrency (elastic); a step that did not lower the concurrency (the
-// limit was above what was in flight) shows nothing of our queueing.
+// The interval decided: the last step down judged, the baseline learned,
+// the limit moved.
 void decide(const rl_rule_t &rule, Controller &c, int64_t now)
 {
     forget_torn(c);
@@ -338,16 +345,24 @@ void decide(const rl_rule_t &rule, Controller &c, int64_t now)
     const double m = c.samples >= kMinSamples && c.warm ? typical(c) : 0;
     const double n = c.held_ms / (double) (now - c.start > 0 ? now - c.start : 1);
     c.warm = 1;
+    if (m > 0 && c.lowered_from != 0 && (c.probing ? !(n <= 0.95 * n0 && elastic(m0, n0, m, n)) : m > m0 && n < n0)) {
+        // a probe's step that relieved no queue (a step that did not lower
+        // the concurrency shows none either), or a step after which the
+        // typical request is slower with fewer in flight: what it changed
+        // is which requests got the slots (slow ones holding more of them),
+        // not a queue.  It is taken back, the interval not learned.
+        c.probing = 0;
+        c.limit = c.lowered_from;
+        c.lowered_from = 0;
+        return;
+    }
     if (m > 0) {
-        if (c.probing && c.lowered && !(n <= 0.95 * n0 && elastic(m0, n0, m, n))) {
-            c.probing = 0;  // no queueing of ours left in it
-        }
         learn_baseline(c, m, n, c.bound && n >= kPinned * c.limit, tolerance_of(rule));
         c.recent = m;
         c.recent_n = n;
     }
     const uint32_t next = next_limit(rule, c, m);
-    c.lowered = next < c.limit;
+    c.lowered_from = next < c.limit && !dropping(c) ? c.limit : 0;
     c.limit = next;
 }
 
