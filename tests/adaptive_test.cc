@@ -422,16 +422,17 @@ TEST(Adaptive, DropsInMoreThanATenthLowerTheLimit)
 // upstream with room to spare (it never queues), behind `rule`: the
 // requests of each kind served, and the lowest limit of its intervals.
 struct Trace {
-    size_t fast, slow;        // closed-loop clients,
-    int64_t think, retry;     //   their pauses after an answer and after a refusal (ms)
-    double rate, slow_share;  // open-loop arrivals a second, a share of them slow
+    size_t fast, slow;           // closed-loop clients,
+    int64_t think, retry;        //   their pauses after an answer and after a refusal (ms)
+    double rate, slow_share;     // open-loop arrivals a second, a share of them slow
+    uint32_t slow_status = 200;  // what the slow ones end with (504: they time out)
 };
 
 std::vector<uint64_t> served_behind(const char *rule, const Trace &t, uint32_t *lowest, double *mean)
 {
     Sim s(rule);
     s.workers = 1000;
-    const size_t slow = s.kind(20);
+    const size_t slow = s.kind(20, t.slow_status);
     s.mix = {t.slow_share};
     s.add_clients(t.fast, 0);
     s.add_clients(t.slow, slow);
@@ -486,6 +487,27 @@ TEST(Adaptive, SlowClientsBesideFastOnesDoNotCollapseTheLimit)
         EXPECT_GE(mean, 0.9 * 16);
         EXPECT_GE(lowest, 8u);
         EXPECT_GE((double) served[0], 0.9 * (double) ref[0]) << ref[0];
+    }
+}
+
+// The same where the slow endpoint times out (504), its requests a tenth to
+// a fifth of all: drops in more than a tenth of the requests are an
+// overload, which the controller cannot tell from an endpoint failing on
+// its own (it needs a rule of its own).  A step down after which more
+// requests fail, with fewer in flight, is taken back: the limit comes down
+// (its mean by a third at most) but does not collapse (its lowest within
+// half; down to min= without that).
+TEST(Adaptive, ClientsOfATimingOutEndpointDoNotCollapseTheLimit)
+{
+    for (const Trace &t :
+         {Trace{20, 12, 0, 20, 0, 0, 504}, Trace{20, 12, 2, 5, 0, 0, 504}, Trace{20, 12, 5, 1, 0, 0, 504}}) {
+        uint32_t lowest;
+        double mean;
+        const std::vector<uint64_t> served = served_behind("algorithm=adaptive limit=16", t, &lowest, &mean);
+        SCOPED_TRACE(testing::Message() << "think " << t.think << ", retry " << t.retry << ": timeouts' share "
+                                        << (double) served[1] / (double) (served[0] + served[1]));
+        EXPECT_GE(mean, 16 * 2 / 3.0);
+        EXPECT_GE(lowest, 8u);
     }
 }
 
@@ -575,7 +597,7 @@ TEST(Adaptive, ADeadUpstreamIsNotAFastOne)
     ASSERT_GT(healthy.baseline_us, 10000u);
     s.kinds[0].factor = 0.05;
     s.kinds[0].status = 502;
-    s.run(5000, 0);
+    s.run(8000, 0);
     EXPECT_EQ(s.peek().baseline_us, healthy.baseline_us);
     EXPECT_LE(s.limit(), 4u);
     s.kinds[0] = Kind{};

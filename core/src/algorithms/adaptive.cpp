@@ -129,7 +129,8 @@ struct Controller {
     double baseline;            // B (ms; 0: not measured yet)
     double baseline_n;          // the mean in flight B was measured at
     double recent;              // the last interval's typical latency (ms)
-    double recent_n;            //   and its mean in flight
+    double recent_n;            //   its mean in flight,
+    double recent_dropped;      //   and its share of drops
     int64_t start;              // this interval's start (0: none yet),
     int64_t held_at;            //   the last instant a slot was taken or given back in it,
     double held_ms;             //   the slots held until then, integrated (slot x ms),
@@ -263,8 +264,9 @@ bool sane(double ms)
 
 void forget_torn(Controller &c)
 {
-    if (!sane(c.baseline) || !sane(c.baseline_n) || !sane(c.recent) || !sane(c.recent_n) || !sane(c.held_ms)) {
-        c.baseline = c.baseline_n = c.recent = c.recent_n = c.held_ms = 0;
+    if (!sane(c.baseline) || !sane(c.baseline_n) || !sane(c.recent) || !sane(c.recent_n) || !sane(c.held_ms) ||
+        !(c.recent_dropped >= 0 && c.recent_dropped <= 1)) {
+        c.baseline = c.baseline_n = c.recent = c.recent_n = c.held_ms = c.recent_dropped = 0;
         c.probing = 0;
     }
 }
@@ -345,12 +347,15 @@ void decide(const rl_rule_t &rule, Controller &c, int64_t now)
     const double m = c.samples >= kMinSamples && c.warm ? typical(c) : 0;
     const double n = c.held_ms / (double) (now - c.start > 0 ? now - c.start : 1);
     c.warm = 1;
-    if (m > 0 && c.lowered_from != 0 && (c.probing ? !(n <= 0.95 * n0 && elastic(m0, n0, m, n)) : m > m0 && n < n0)) {
+    const double dropped = c.ends > 0 ? (double) c.drops / c.ends : 0;
+    if (c.lowered_from != 0 && (c.probing ? m > 0 && !(n <= 0.95 * n0 && elastic(m0, n0, m, n))
+                                          : n < n0 && ((m > 0 && m > m0) || dropped > c.recent_dropped))) {
         // a probe's step that relieved no queue (a step that did not lower
         // the concurrency shows none either), or a step after which the
-        // typical request is slower with fewer in flight: what it changed
-        // is which requests got the slots (slow ones holding more of them),
-        // not a queue.  It is taken back, the interval not learned.
+        // typical request is slower, or more of them fail, with fewer in
+        // flight: what it changed is which requests got the slots (slow
+        // ones holding more of them), not a queue.  It is taken back, the
+        // interval not learned.
         c.probing = 0;
         c.limit = c.lowered_from;
         c.lowered_from = 0;
@@ -361,8 +366,9 @@ void decide(const rl_rule_t &rule, Controller &c, int64_t now)
         c.recent = m;
         c.recent_n = n;
     }
+    c.recent_dropped = dropped;
     const uint32_t next = next_limit(rule, c, m);
-    c.lowered_from = next < c.limit && !dropping(c) ? c.limit : 0;
+    c.lowered_from = next < c.limit ? c.limit : 0;
     c.limit = next;
 }
 
