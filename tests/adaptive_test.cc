@@ -495,8 +495,7 @@ TEST(Adaptive, SlowClientsBesideFastOnesDoNotCollapseTheLimit)
 // overload, which the controller cannot tell from an endpoint failing on
 // its own (it needs a rule of its own).  A step down after which more
 // requests fail, with fewer in flight, is taken back: the limit comes down
-// (its mean by a third at most) but does not collapse (its lowest within
-// half; down to min= without that).
+// but not to min= (its mean above half of limit=; under 3 without that).
 TEST(Adaptive, ClientsOfATimingOutEndpointDoNotCollapseTheLimit)
 {
     for (const Trace &t :
@@ -506,8 +505,7 @@ TEST(Adaptive, ClientsOfATimingOutEndpointDoNotCollapseTheLimit)
         const std::vector<uint64_t> served = served_behind("algorithm=adaptive limit=16", t, &lowest, &mean);
         SCOPED_TRACE(testing::Message() << "think " << t.think << ", retry " << t.retry << ": timeouts' share "
                                         << (double) served[1] / (double) (served[0] + served[1]));
-        EXPECT_GE(mean, 16 * 2 / 3.0);
-        EXPECT_GE(lowest, 8u);
+        EXPECT_GE(mean, 16 / 2.0);
     }
 }
 
@@ -597,7 +595,7 @@ TEST(Adaptive, ADeadUpstreamIsNotAFastOne)
     ASSERT_GT(healthy.baseline_us, 10000u);
     s.kinds[0].factor = 0.05;
     s.kinds[0].status = 502;
-    s.run(8000, 0);
+    s.run(12000, 0);
     EXPECT_EQ(s.peek().baseline_us, healthy.baseline_us);
     EXPECT_LE(s.limit(), 4u);
     s.kinds[0] = Kind{};

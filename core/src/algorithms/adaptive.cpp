@@ -22,7 +22,7 @@
 //
 // The controller decides once an interval (interval=) with at least
 // kMinSamples samples (an interval short of them waits for more, so that
-// an empty or thin one changes nothing), or earlier on drops.  Of the
+// an empty or thin one changes nothing), or on drops (below).  Of the
 // interval it takes:
 //   * the typical latency m, the geometric mean of its samples' middle
 //     half (between the first and the third quartile), from a histogram of
@@ -111,6 +111,7 @@ constexpr double kMostDown = 0.5, kMostUp = 1.5;
 constexpr double kBelow = 0.9;              // a concurrency clearly below B's
 constexpr double kProbe = 0.75;             // a step down while the baseline is probed
 constexpr double kPinned = 0.9;             // a mean in flight that the limit held at it
+constexpr double kJudged = 0.8;             // a step down that lowered the concurrency by a fifth
 constexpr double kFrom = 0.25, kTo = 0.75;  // the samples the typical latency is of
 constexpr double kLongest = 1e9;            // ms: what the controller keeps is below (else a torn write)
 
@@ -125,7 +126,7 @@ using Count = uint16_t;
 
 struct Controller {
     uint32_t limit;             // L (0: a fresh key, at initial=)
-    uint32_t probing;           // B was taken (or raised) with the limit reached: it may hold queueing we cause
+    uint32_t probing;           // B was taken (or raised) with the limit pinning: it may hold queueing we cause
     double baseline;            // B (ms; 0: not measured yet)
     double baseline_n;          // the mean in flight B was measured at
     double recent;              // the last interval's typical latency (ms)
@@ -140,7 +141,9 @@ struct Controller {
     uint32_t drops;             //   its drops (502, 503, 504),
     uint32_t ends;              //   its requests ended,
     uint32_t warm;              // an interval has ended since the key was fresh
-    uint32_t lowered_from;      // the limit the last one lowered (0: it did not)
+    uint32_t lowered_from;      // the limit the last one lowered (0: it did not),
+    uint32_t lowered_on_drops;  //   whether on drops,
+    int64_t lowered_at;         //   and when
     Count histogram[kBuckets];  // this interval's latencies by bucket (all halved rather than one passes 65,535)
 };
 
@@ -336,6 +339,38 @@ uint32_t next_limit(const rl_rule_t &rule, const Controller &c, double m)
     return clamp_limit(rule, up > L + 1 ? up : L + 1);
 }
 
+// The last step down judged, on the first interval after its transition,
+// of typical latency m at concurrency n, a share dropped of its requests
+// failing: whether it is to be taken back.  A step on drops after which
+// more of the requests fail, with fewer in flight, is: what it changed is
+// which requests got the slots (clients of a failing endpoint taking more
+// of them), not a load.  A step on latency that made the requests faster in
+// proportion (elastic) relieved a queue of ours.  One that did not:
+//   * a probe's step, or one that lowered the concurrency by kJudged or
+//     more, shows the upstream's own latency: the baseline is measured
+//     again there (an upstream that got slower by itself, its service time
+//     doubling).  A probe's step is taken back;
+//   * a smaller one after which the typical request is slower, with fewer
+//     in flight, is taken back: what it changed is which requests got the
+//     slots (clients of a slow endpoint taking more of them), not a queue.
+bool judge_step(Controller &c, double m, double n, double dropped)
+{
+    const double m0 = c.recent, n0 = c.recent_n;
+    const bool measured = m > 0 && m0 > 0;
+    if (c.lowered_on_drops) {
+        return n < n0 && dropped > c.recent_dropped;
+    }
+    if (measured && n <= 0.95 * n0 && elastic(m0, n0, m, n)) {
+        return false;
+    }
+    if (measured && (c.probing || n <= kJudged * n0)) {
+        c.baseline = m;
+        c.baseline_n = n;
+        return c.probing;
+    }
+    return measured && n < n0 && m > m0;
+}
+
 // The interval decided: the last step down judged, the baseline learned,
 // the limit moved.
 void decide(const rl_rule_t &rule, Controller &c, int64_t now)
@@ -343,20 +378,19 @@ void decide(const rl_rule_t &rule, Controller &c, int64_t now)
     forget_torn(c);
     c.limit = limit_of(rule, c);
     held_now(c, now, c.held);
-    const double m0 = c.recent, n0 = c.recent_n;
+    const double m0 = c.recent;
     const double m = c.samples >= kMinSamples && c.warm ? typical(c) : 0;
     const double n = c.held_ms / (double) (now - c.start > 0 ? now - c.start : 1);
     c.warm = 1;
     const double dropped = c.ends > 0 ? (double) c.drops / c.ends : 0;
-    if (c.lowered_from != 0 && (c.probing ? m > 0 && !(n <= 0.95 * n0 && elastic(m0, n0, m, n))
-                                          : n < n0 && ((m > 0 && m > m0) || dropped > c.recent_dropped))) {
-        // a probe's step that relieved no queue (a step that did not lower
-        // the concurrency shows none either), or a step after which the
-        // typical request is slower, or more of them fail, with fewer in
-        // flight: what it changed is which requests got the slots (slow
-        // ones holding more of them), not a queue.  It is taken back, the
-        // interval not learned.
-        c.probing = 0;
+    if (c.lowered_from != 0 && c.start < c.lowered_at + (int64_t) m0) {
+        // the step down's transition: what ends in it was admitted before,
+        // in the queue the step is to shorten (latencies of the limit that
+        // was); neither learned nor judged
+        return;
+    }
+    if (c.lowered_from != 0 && judge_step(c, m, n, dropped)) {
+        c.probing = 0;  // taken back, the interval not learned
         c.limit = c.lowered_from;
         c.lowered_from = 0;
         return;
@@ -369,6 +403,8 @@ void decide(const rl_rule_t &rule, Controller &c, int64_t now)
     c.recent_dropped = dropped;
     const uint32_t next = next_limit(rule, c, m);
     c.lowered_from = next < c.limit ? c.limit : 0;
+    c.lowered_on_drops = dropping(c);
+    c.lowered_at = now;
     c.limit = next;
 }
 
