@@ -47,13 +47,16 @@
 //     got slower or faster; queueing we cause cannot be the reason, since
 //     we send it no more than when B was taken.
 //   * an interval at more concurrency with a typical latency as low as B
-//     shows that concurrency to be free of queueing too: B = m, n_B = n.
+//     shows that concurrency to be free of queueing too: n_B = n, and B
+//     halfway to m (a low taken whole would let the noise of intervals
+//     drag B below what the upstream shows, and the limit below its W).
 //   * otherwise (more concurrency, slower) B stays.  So B never rises with
 //     the load we put on the upstream (the ratchet Envoy's adaptive
 //     concurrency filter has under sustained load, envoyproxy/envoy#11579,
 //     and Gradient2's long-term average has), and follows the upstream's
 //     own slowing down (its service time doubling) once the limit has come
-//     down to n_B: a few intervals, with no probe pinned to a floor.
+//     down to n_B, or a step down has shown it (below): a few intervals,
+//     with no probe pinned to a floor.
 // A baseline taken (or raised past the tolerance) while the limit pinned
 // the requests in flight (their mean at least kPinned of it) may hold
 // queueing we cause: it is probed, L x kProbe an interval, for as long as
@@ -73,12 +76,18 @@
 //     admit a burst far past what the upstream was seen to serve): g < 1
 //     (the upstream queues more than tolerated), L x max(g, 1/2); probing,
 //     L x kProbe; else L x min(g, 3/2), at least L + 1.
-// A step down after which the typical request is slower, with fewer in
-// flight, is taken back: a queue drains when fewer are let in, so what the
-// step changed is which requests hold the slots.  Clients of a slow
-// endpoint that wait for a slot take more of them when the limit is lower,
-// the typical request being slower the lower it is: without this, each
-// step down would call for the next one, down to min=.
+// A step down is judged on the first interval after its transition (the
+// one right after it, whose requests were admitted before the step, is
+// neither learned nor judged; judge_step): one after which the requests
+// are faster in proportion relieved a queue of ours; one that lowered the
+// concurrency by a fifth or more and did not shows the upstream's own
+// latency, the baseline measured again there; a smaller one after which
+// the typical request is slower, or more of them fail, with fewer in
+// flight, is taken back: a queue drains when fewer are let in, so what it
+// changed is which requests hold the slots.  Clients of a slow endpoint
+// that wait for a slot take more of them when the limit is lower, the
+// typical request being slower the lower it is: without this, each step
+// down would call for the next one, down to min=.
 // Always between min= and max (limit=).  With a queue of q requests at an
 // upstream of W workers and service time S, the typical latency is about
 // S + q S / W, so the limit settles where q is about (tolerance - 1) W:
@@ -143,6 +152,7 @@ struct Controller {
     uint32_t warm;              // an interval has ended since the key was fresh
     uint32_t lowered_from;      // the limit the last one lowered (0: it did not),
     uint32_t lowered_on_drops;  //   whether on drops,
+    uint32_t lowered_pinned;    //   whether from a limit that pinned the requests in flight,
     int64_t lowered_at;         //   and when
     Count histogram[kBuckets];  // this interval's latencies by bucket (all halved rather than one passes 65,535)
 };
@@ -288,7 +298,7 @@ void learn_baseline(Controller &c, double m, double n, bool pinned, double toler
         c.baseline = m;  // as B was measured, or with less in flight
         c.baseline_n = n;
     } else if (m <= c.baseline) {
-        c.baseline = m;  // as fast with more in flight
+        c.baseline = (c.baseline + m) / 2;  // as fast with more in flight
         c.baseline_n = n;
     }
 }
@@ -341,7 +351,9 @@ uint32_t next_limit(const rl_rule_t &rule, const Controller &c, double m)
 
 // The last step down judged, on the first interval after its transition,
 // of typical latency m at concurrency n, a share dropped of its requests
-// failing: whether it is to be taken back.  A step on drops after which
+// failing: whether it is to be taken back.  Only a step from a limit that
+// pinned the requests in flight is judged: below, what is in flight moves
+// with the load, not with the limit.  A step on drops after which
 // more of the requests fail, with fewer in flight, is: what it changed is
 // which requests got the slots (clients of a failing endpoint taking more
 // of them), not a load.  A step on latency that made the requests faster in
@@ -357,6 +369,9 @@ bool judge_step(Controller &c, double m, double n, double dropped)
 {
     const double m0 = c.recent, n0 = c.recent_n;
     const bool measured = m > 0 && m0 > 0;
+    if (!c.lowered_pinned) {
+        return false;  // what was in flight moved by itself: it says nothing of the step
+    }
     if (c.lowered_on_drops) {
         return n < n0 && dropped > c.recent_dropped;
     }
@@ -404,6 +419,7 @@ void decide(const rl_rule_t &rule, Controller &c, int64_t now)
     const uint32_t next = next_limit(rule, c, m);
     c.lowered_from = next < c.limit ? c.limit : 0;
     c.lowered_on_drops = dropping(c);
+    c.lowered_pinned = n >= kPinned * c.limit;
     c.lowered_at = now;
     c.limit = next;
 }
