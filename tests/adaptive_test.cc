@@ -5,6 +5,7 @@
 // arrival order; arrivals open-loop (Poisson) at a set rate.  Seeded: a
 // trace gives the same limits every run.
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <queue>
 #include <random>
@@ -602,6 +603,40 @@ TEST(Adaptive, ADeadUpstreamIsNotAFastOne)
     s.run(10000, 0);
     EXPECT_EQ(s.limit(), 16u);
     EXPECT_GE(s.peek().baseline_us, healthy.baseline_us * 85 / 100);
+}
+
+// A controller a dead process half wrote (every byte of it garbage: the
+// latencies not numbers or far past any, a limit past limit=, a step taken
+// in the future, a histogram full) is read as a fresh one where it cannot
+// be right: the limit stays within min= and limit=, and the key learns
+// again (its baseline the upstream's, its limit limit=, as it never queues).
+TEST(Adaptive, AControllerHalfWrittenLearnsAgain)
+{
+    const rl_rule_t slots = rule_of("algorithm=concurrency limit=16");
+    for (int garbage : {0xff, 0x7f}) {
+        Sim s("algorithm=adaptive limit=16");
+        s.workers = 1000;
+        s.add_clients(20, 0);
+        s.run(5000, 0);
+        const uint32_t baseline = s.peek().baseline_us;
+        ASSERT_GT(baseline, 10000u);
+        rl::State st{};
+        ASSERT_TRUE(rl::Table::at(s.zone->mem)->find(rl_table_tag(s.zone->mem, 100, s.key.data(), s.key.size()), &st));
+        const size_t from = (rl_state_size(&slots) - sizeof(rl_state_t) + 7) & ~(size_t) 7;  // after the slots
+        std::memset(st.blob + from, garbage, rl_state_size(&s.rule) - sizeof(rl_state_t) - from);
+        uint32_t lowest = 16, highest = 0;
+        for (int i = 0; i < 20; i++) {
+            s.run(500, 0);
+            lowest = std::min(lowest, s.limit());
+            highest = std::max(highest, s.limit());
+        }
+        SCOPED_TRACE(garbage);
+        EXPECT_GE(lowest, 1u);
+        EXPECT_LE(highest, 16u);
+        EXPECT_EQ(s.limit(), 16u);
+        EXPECT_GE(s.peek().baseline_us, baseline * 80 / 100);
+        EXPECT_LE(s.peek().baseline_us, baseline * 120 / 100);
+    }
 }
 
 // A request its client abandoned (499) counts only when it already took

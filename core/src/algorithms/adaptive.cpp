@@ -247,7 +247,7 @@ uint32_t clamp_limit(const rl_rule_t &rule, double l)
 // The slots held from now: those held until now integrated.
 void held_now(Controller &c, int64_t now, uint32_t held)
 {
-    const int64_t from = c.held_at > c.start ? c.held_at : c.start;
+    const int64_t from = c.held_at > c.start && c.held_at <= now ? c.held_at : c.start;
     if (now > from && c.start != 0) {
         c.held_ms += (double) c.held * (double) (now - from);
     }
@@ -392,6 +392,9 @@ void decide(const rl_rule_t &rule, Controller &c, int64_t now)
 {
     forget_torn(c);
     c.limit = limit_of(rule, c);
+    if (c.lowered_from > rule.limit || c.lowered_at > now) {
+        c.lowered_from = 0;  // a step no process took (a block half written)
+    }
     held_now(c, now, c.held);
     const double m0 = c.recent;
     const double m = c.samples >= kMinSamples && c.warm ? typical(c) : 0;
