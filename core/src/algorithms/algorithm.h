@@ -77,88 +77,88 @@ struct Bounds {
 };
 
 struct Algorithm {
-    const char *name;  // algorithm=NAME
-    uint32_t traits;   // enum Trait (algorithms.h)
-    uint32_t params;   // the parameters of its own (enum Param)
+    const char *name = nullptr;  // algorithm=NAME
+    uint32_t traits = 0;         // enum Trait (algorithms.h)
+    uint32_t params = 0;         // the parameters of its own (enum Param)
 
     // rl_rule_finish, after the checks every rule has: its own checks and
     // defaults (nullptr: none); RL_OK, or RL_ERROR with err naming the
     // parameter.  Then the default name's last word ("1m", "daily").
-    int (*finish)(rl_rule_t &rule, char *err, size_t errlen);
-    void (*name_tail)(const rl_rule_t &rule, char *out, size_t len);
+    int (*finish)(rl_rule_t &rule, char *err, size_t errlen) = nullptr;
+    void (*name_tail)(const rl_rule_t &rule, char *out, size_t len) = nullptr;
 
     // derive(): the bytes of a key's block beyond the slot, and the policy
     // the headers advertise (quota, window; -1: the decision's own window).
     // policy_window: the window of RateLimit-Policy at now.
     // policy_fixed: 0 if the policy changes from one request to the next
     // whatever the limit (nullptr: it does not).
-    size_t (*block_size)(const rl_rule_t &rule);
-    void (*policy)(rl_rule_t &rule);
-    int64_t (*policy_window)(const rl_rule_t &rule, int64_t now);
-    int (*policy_fixed)(const rl_rule_t &rule);
+    size_t (*block_size)(const rl_rule_t &rule) = nullptr;
+    void (*policy)(rl_rule_t &rule) = nullptr;
+    int64_t (*policy_window)(const rl_rule_t &rule, int64_t now) = nullptr;
+    int (*policy_fixed)(const rl_rule_t &rule) = nullptr;
 
     // check(state, now, cost) -> decision (algorithms.h, Transition)
-    Transition transition;
+    Transition transition = nullptr;
     // The same for a rule of a stack, whose decision reaches the headers
     // only if it leaves fewer units than binds_below (the stack's other
     // rules leave fewer, or refuse): an admission leaving as many or more
     // has its reset_ms for available_ms, its own not worked out (nullptr:
     // transition, for an algorithm whose times cost little to work out).
-    BindingTransition transition_binding;
+    BindingTransition transition_binding = nullptr;
 
     // charge=: spends units when a request ends, into debt (nullptr: the
     // algorithm takes no charge=, no_charge says why); refund: gives back
     // what an admission reserved (a delayed request abandoned, a charge
     // settled).
-    uint64_t (*charge)(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped);
-    const char *no_charge;
-    void (*refund)(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t after, int64_t at, int64_t now);
+    uint64_t (*charge)(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped) = nullptr;
+    const char *no_charge = nullptr;
+    void (*refund)(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t after, int64_t at, int64_t now) = nullptr;
 
     // The eviction summary (summary.cpp): the fraction a key owes right
     // after decision d, the state a key absent from the table starts from,
     // and that state written into a fresh block.
-    uint32_t (*owed)(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now);
-    State (*restore)(const rl_rule_t &rule, Owed o, int64_t now);
-    void (*restore_block)(const rl_rule_t &rule, State &s, int64_t now);
+    uint32_t (*owed)(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now) = nullptr;
+    State (*restore)(const rl_rule_t &rule, Owed o, int64_t now) = nullptr;
+    void (*restore_block)(const rl_rule_t &rule, State &s, int64_t now) = nullptr;
 
     // Redis: why the algorithm is not decided there (nullptr: it is); the
     // largest quantity its script computes for a count of units (0: none
     // beyond the counts themselves), exact in Lua's doubles below 2^50;
     // what its decisions can be (debt: with charge=).
-    const char *no_redis;
-    unsigned __int128 (*redis_units)(const rl_rule_t &rule, uint64_t count);
-    void (*bounds)(const rl_rule_t &rule, bool debt, Bounds &b);
+    const char *no_redis = nullptr;
+    unsigned __int128 (*redis_units)(const rl_rule_t &rule, uint64_t count) = nullptr;
+    void (*bounds)(const rl_rule_t &rule, bool debt, Bounds &b) = nullptr;
 
     // redis_sync: why the state does not merge as a count (nullptr: it
     // does, by the traits kCount and kTicks).
-    const char *no_sync;
+    const char *no_sync = nullptr;
 
     // The key API's fields of the rule's own parameters.
-    void (*api_fields)(Out &o, const rl_rule_t &rule);
+    void (*api_fields)(Out &o, const rl_rule_t &rule) = nullptr;
 
     // Overrides (ratelimit_override.h): the parameters a limit override
     // may set (P_LIMIT, P_BURST, P_PERIOD); and a key's state under the
     // parameters `from` rewritten under `to` as at `at`, owing the same
     // units (nullptr: the state is a count of units, read the same under
     // any parameters).
-    uint32_t overridable;
-    void (*carry)(const rl_rule_t &from, const rl_rule_t &to, State &s, int64_t at);
+    uint32_t overridable = 0;
+    void (*carry)(const rl_rule_t &from, const rl_rule_t &to, State &s, int64_t at) = nullptr;
     // Requests in flight whose limit moves (kSlots; nullptr: the rule's
     // limit, and nothing learned): the slots open now; an admission that
     // took a slot at now (held: the slots held now); a request's end that
     // gave its slot back, true when the key's limit was decided again
     // (learned).
-    uint32_t (*slots_open)(const rl_rule_t &rule, const State &s);
-    void (*slot_taken)(const rl_rule_t &rule, State &s, int64_t now, uint32_t held);
-    bool (*slot_ended)(const rl_rule_t &rule, State &s, int64_t now, const Ended &e, Learned *learned);
+    uint32_t (*slots_open)(const rl_rule_t &rule, const State &s) = nullptr;
+    void (*slot_taken)(const rl_rule_t &rule, State &s, int64_t now, uint32_t held) = nullptr;
+    bool (*slot_ended)(const rl_rule_t &rule, State &s, int64_t now, const Ended &e, Learned *learned) = nullptr;
     // what the key API shows of a key's learning (its limit, latencies)
-    void (*learned_of)(const rl_rule_t &rule, const State &s, Learned *learned);
+    void (*learned_of)(const rl_rule_t &rule, const State &s, Learned *learned) = nullptr;
 
     // A key's block read from a state file (state.cpp), its head bounded
     // already: the times in it moved `back` ms (the file was written by a
     // clock that far ahead), then none further ahead than the rule lets a
     // key owe (nullptr: the block holds no time a wait is read from).
-    void (*bound_block)(const rl_rule_t &rule, State &s, int64_t now, int64_t back);
+    void (*bound_block)(const rl_rule_t &rule, State &s, int64_t now, int64_t back) = nullptr;
 };
 
 // Every algorithm's record, by enum rl_algorithm (registry.cpp).

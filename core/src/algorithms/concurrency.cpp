@@ -379,37 +379,24 @@ void concurrency_bounds(const rl_rule_t &rule, bool, Bounds &b)
 }  // namespace
 
 extern const Algorithm kConcurrency = {
-    "concurrency",
-    kSlots,
-    P_MAX_WAIT | P_LEASE,
-    concurrency_finish,
-    concurrency_tail,
-    concurrency_blob_size,
-    concurrency_policy,
-    nullptr,
-    nullptr,
-    concurrency,
-    nullptr,
-    nullptr,
-    "each request holds one slot while it runs",
-    concurrency_refund,
-    concurrency_owed,
-    concurrency_restore,
-    nullptr,
-    nullptr,
-    nullptr,
-    concurrency_bounds,
-    "it counts requests in flight, which an exchange of counts every interval cannot hold to a limit across "
-    "servers (nor give back a dead server's slots); use redis= for a fleet-wide concurrency limit (leases in "
-    "Redis)",
-    concurrency_fields,
-    P_LIMIT,
-    nullptr,
-    nullptr,
-    nullptr,
-    nullptr,
-    nullptr,
-    nullptr,
+    .name = "concurrency",
+    .traits = kSlots,
+    .params = P_MAX_WAIT | P_LEASE,
+    .finish = concurrency_finish,
+    .name_tail = concurrency_tail,
+    .block_size = concurrency_blob_size,
+    .policy = concurrency_policy,
+    .transition = concurrency,
+    .no_charge = "each request holds one slot while it runs",
+    .refund = concurrency_refund,
+    .owed = concurrency_owed,
+    .restore = concurrency_restore,
+    .bounds = concurrency_bounds,
+    .no_sync = "it counts requests in flight, which an exchange of counts every interval cannot hold to a limit "
+               "across servers (nor give back a dead server's slots); use redis= for a fleet-wide concurrency "
+               "limit (leases in Redis)",
+    .api_fields = concurrency_fields,
+    .overridable = P_LIMIT,
 };
 
 }  // namespace rl

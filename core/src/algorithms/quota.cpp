@@ -133,16 +133,23 @@ void quota_fields(Out &o, const rl_rule_t &rule)
 }  // namespace
 
 extern const Algorithm kQuota = {
-    "quota",       kCount,        P_RESET | P_UTC_OFFSET,
-    quota_finish,  quota_tail,    no_block,
-    limit_policy,  quota_window,  quota_fixed,
-    quota,         nullptr,       quota_charge,
-    nullptr,       window_refund, window_owed,
-    quota_restore, nullptr,       nullptr,
-    nullptr,       quota_bounds,  nullptr,
-    quota_fields,  P_LIMIT,       nullptr,
-    nullptr,       nullptr,       nullptr,
-    nullptr,       nullptr,
+    .name = "quota",
+    .traits = kCount,
+    .params = P_RESET | P_UTC_OFFSET,
+    .finish = quota_finish,
+    .name_tail = quota_tail,
+    .block_size = no_block,
+    .policy = limit_policy,
+    .policy_window = quota_window,
+    .policy_fixed = quota_fixed,
+    .transition = quota,
+    .charge = quota_charge,
+    .refund = window_refund,
+    .owed = window_owed,
+    .restore = quota_restore,
+    .bounds = quota_bounds,
+    .api_fields = quota_fields,
+    .overridable = P_LIMIT,
 };
 
 }  // namespace rl
