@@ -1,5 +1,5 @@
 // Adaptive concurrency: at most L requests of a key in flight, as
-// concurrency.cpp holds them (its slots, its max_wait queue), where L moves
+// slots.cpp holds them (concurrency's slots, its max_wait queue), where L moves
 // with the latency the upstream shows.  A key is usually one upstream
 // (key=backend_a): every request to it passes through the key, so the
 // requests in flight are the upstream's.
@@ -93,7 +93,7 @@
 // S + q S / W, so the limit settles where q is about (tolerance - 1) W:
 // tolerance=1.25 lets about a quarter of W wait.
 //
-// State: concurrency's block (slots, holders, queue), then the controller
+// State: the slots' block (slots, holders, queue), then the controller
 // with the interval's histogram, at a multiple of 8 bytes (the block is
 // 8-aligned), read and written in place under the zone's lock.  A key is
 // kept in the table while idle (its baseline is what it learned).
@@ -164,7 +164,7 @@ uint32_t initial_of(const rl_rule_t &rule)
 
 size_t controller_at(const rl_rule_t &rule)
 {
-    return (concurrency_blob_size(rule) + 7) & ~size_t{7};
+    return (slots_block_size(rule) + 7) & ~size_t{7};
 }
 
 Controller *controller_of(const rl_rule_t &rule, const State &s)
@@ -471,7 +471,7 @@ bool adaptive_ended(const rl_rule_t &rule, State &s, int64_t now, const Ended &e
         start_interval(c, now);  // the first, a clock stepped back, or too old to say anything of now
     }
     uint32_t held, queued;
-    concurrency_counts(rule, s, &held, &queued);
+    slots_held(rule, s, &held, &queued);
     held_now(c, now, held);
     const int64_t latency = e.latency_ms >= 0 ? e.latency_ms : (now > e.at ? now - e.at : 0);
     c.ends++;
@@ -576,12 +576,9 @@ extern const Algorithm kAdaptive = {
     .finish = adaptive_finish,
     .name_tail = adaptive_tail,
     .block_size = adaptive_block,
-    .policy = concurrency_policy,
-    .transition = concurrency,
+    .policy = slots_policy,
+    .transition = slots_transition,
     .no_charge = "each request holds one slot while it runs",
-    .refund = concurrency_refund,
-    .owed = concurrency_owed,
-    .restore = concurrency_restore,
     .no_redis = "its limit follows the latency one upstream shows to this server's requests, and a slot must be "
                 "given back when its request ends: a fleet-wide adaptive limit is not defined; use a zone without "
                 "redis= for this rule",
@@ -589,6 +586,7 @@ extern const Algorithm kAdaptive = {
     .no_sync = "its limit is learned from this server's requests, not merged",
     .api_fields = adaptive_fields,
     .overridable = P_LIMIT,
+    .slots = &kInFlight,
     .slots_open = adaptive_open,
     .slot_taken = adaptive_taken,
     .slot_ended = adaptive_ended,

@@ -76,6 +76,29 @@ struct Bounds {
     int64_t window_min, window_max;
 };
 
+// Requests in flight (kSlots): a request decided on its key's slots,
+// admitted (a slot is free and no waiter is ahead of it), queued (max_wait:
+// it waits, or may join the queue; delay_ms is max_wait) or refused, the
+// slots and places of holders that alive() says no longer exist freed
+// first when none would be free (*reclaimed: slots freed); an admitted
+// request takes a slot (c.slot) and leaves the queue; a queued one joins it
+// if it is not in it (c.ticket); one that leaves the queue; one that ends
+// or gives up releases its slot and place (true if it held a slot); what a
+// key holds and how many wait; the slots open now (the rule's limit, or
+// what its algorithm learned).  slots.cpp's kInFlight, for concurrency and
+// adaptive alike.
+struct Slots {
+    rl_decision_t (*decide)(const rl_rule_t &rule, State &s, int64_t now, const rl_check_t &c, int (*alive)(uint32_t),
+                            uint32_t *reclaimed);
+    void (*take)(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t holder);
+    void (*join)(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t holder);
+    void (*leave)(const rl_rule_t &rule, State &s, rl_check_t &c);
+    bool (*release)(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t holder);
+    void (*held)(const rl_rule_t &rule, const State &s, uint32_t *held, uint32_t *queued);
+    uint32_t (*open)(const rl_rule_t &rule, const State &s);
+};
+extern const Slots kInFlight;
+
 struct Algorithm {
     const char *name = nullptr;  // algorithm=NAME
     uint32_t traits = 0;         // enum Trait (algorithms.h)
@@ -109,14 +132,16 @@ struct Algorithm {
     // charge=: spends units when a request ends, into debt (nullptr: the
     // algorithm takes no charge=, no_charge says why); refund: gives back
     // what an admission reserved (a delayed request abandoned, a charge
-    // settled).
+    // settled; nullptr: nothing, as a slot is given back when its request
+    // ends).
     uint64_t (*charge)(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped) = nullptr;
     const char *no_charge = nullptr;
     void (*refund)(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t after, int64_t at, int64_t now) = nullptr;
 
     // The eviction summary (summary.cpp): the fraction a key owes right
     // after decision d, the state a key absent from the table starts from,
-    // and that state written into a fresh block.
+    // and that state written into a fresh block (nullptr: it owes nothing,
+    // as slots are no debt, and starts empty).
     uint32_t (*owed)(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now) = nullptr;
     State (*restore)(const rl_rule_t &rule, Owed o, int64_t now) = nullptr;
     void (*restore_block)(const rl_rule_t &rule, State &s, int64_t now) = nullptr;
@@ -143,6 +168,8 @@ struct Algorithm {
     // any parameters).
     uint32_t overridable = 0;
     void (*carry)(const rl_rule_t &from, const rl_rule_t &to, State &s, int64_t at) = nullptr;
+    // Requests in flight (kSlots): its key's slots (kInFlight).
+    const Slots *slots = nullptr;
     // Requests in flight whose limit moves (kSlots; nullptr: the rule's
     // limit, and nothing learned): the slots open now; an admission that
     // took a slot at now (held: the slots held now); a request's end that

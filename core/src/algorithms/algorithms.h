@@ -72,33 +72,17 @@ Span fixed_window_span(const rl_rule_t &rule, const State &s, int64_t now);
 Span quota_span(const rl_rule_t &rule, int64_t now);
 int64_t quota_end(const rl_rule_t &rule, int64_t now);
 
-// ---- requests in flight (concurrency.cpp) ----------------------------------
+// ---- requests in flight (slots.cpp) ---------------------------------------
 
-// A request of a concurrency rule decided on the key's state: admitted (a
-// slot is free and no waiter is ahead of it), queued (max_wait: it waits,
-// or may join the queue; delay_ms is max_wait), or refused.  Slots and
-// places of holders that alive() says no longer exist are freed first when
-// none would be free (*reclaimed: slots freed).
-rl_decision_t concurrency_decide(const rl_rule_t &rule, State &s, int64_t now, const rl_check_t &c,
-                                 int (*alive)(uint32_t), uint32_t *reclaimed);
-// An admitted request takes a slot (c.slot) and leaves the queue; a queued
-// one joins the queue if it is not in it (c.ticket); a request that ends or
-// gives up releases its slot and place (true if it held a slot).
-void concurrency_take(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t holder);
-void concurrency_enqueue(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t holder);
-void concurrency_leave_queue(const rl_rule_t &rule, State &s, rl_check_t &c);
-bool concurrency_release(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t holder);
-uint32_t concurrency_reclaim(const rl_rule_t &rule, State &s, int (*alive)(uint32_t));
-// What a key holds and how many wait (the key API).
-void concurrency_counts(const rl_rule_t &rule, const State &s, uint32_t *held, uint32_t *queued);
-// The transition of requests in flight (a look, or a request on the
-// key's state), and the bytes of its block (the slots, who holds each, the
-// queue): algorithm=adaptive's too, its controller after them.
-rl_decision_t concurrency(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
-size_t concurrency_blob_size(const rl_rule_t &rule);
-// The slots open now: the rule's limit, or what its algorithm learned
-// (adaptive).
-uint32_t concurrency_open(const rl_rule_t &rule, const State &s);
+// What concurrency and adaptive share (the concerns reach the rest through
+// a record's `slots`, algorithm.h): the bytes of a key's block (the slots,
+// who holds each, the queue), the transition of a look (rl_transition, a
+// peek: the slots left), what a key holds and how many wait, and the
+// policy (the limit, no window).
+size_t slots_block_size(const rl_rule_t &rule);
+rl_decision_t slots_transition(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
+void slots_held(const rl_rule_t &rule, const State &s, uint32_t *held, uint32_t *queued);
+void slots_policy(rl_rule_t &rule);
 
 // ---- charges ----------------------------------------------------------------
 
@@ -251,13 +235,5 @@ inline int64_t floor_div(int64_t a, int64_t b)
 {
     return a / b - (a % b < 0);
 }
-
-// The slot algorithms' (concurrency.cpp; adaptive's record names them):
-// the limit and no window for the policy, no refund, no debt, nothing to
-// restore (a slot is given back when its request ends).
-void concurrency_policy(rl_rule_t &rule);
-void concurrency_refund(const rl_rule_t &, State &, uint64_t, rl_state_t, int64_t, int64_t);
-uint32_t concurrency_owed(const rl_rule_t &, const State &, const rl_decision_t &, int64_t);
-State concurrency_restore(const rl_rule_t &, Owed, int64_t);
 
 }  // namespace rl

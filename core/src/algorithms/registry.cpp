@@ -30,7 +30,10 @@ uint64_t charge(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bo
 
 void refund(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t after, int64_t at, int64_t now)
 {
-    algorithm_of(rule).refund(rule, s, cost, after, at, now);
+    const Algorithm &a = algorithm_of(rule);
+    if (a.refund != nullptr) {
+        a.refund(rule, s, cost, after, at, now);
+    }
 }
 
 void period_tail(const rl_rule_t &rule, char *out, size_t len)

@@ -39,7 +39,8 @@ uint64_t part_of(uint32_t frac, uint64_t whole)
 // each leaves the summary empty (no new key then starts owing anything).
 uint32_t owed_frac_of(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now)
 {
-    return algorithm_of(rule).owed(rule, s, d, now);
+    const Algorithm &a = algorithm_of(rule);
+    return a.owed != nullptr ? a.owed(rule, s, d, now) : 0;
 }
 
 // A count in a window owes the units it counts.
@@ -51,10 +52,11 @@ uint32_t window_owed(const rl_rule_t &rule, const State &, const rl_decision_t &
 
 State restore(const rl_rule_t &rule, Owed o, int64_t now)
 {
-    if (o.until <= now || o.frac == 0) {
+    const Algorithm &a = algorithm_of(rule);
+    if (o.until <= now || o.frac == 0 || a.restore == nullptr) {
         return State{rl_state_t{0, 0}, nullptr};
     }
-    return algorithm_of(rule).restore(rule, o, now);
+    return a.restore(rule, o, now);
 }
 
 // The units until `until`, but never past the end of the window opened

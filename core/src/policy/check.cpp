@@ -162,15 +162,6 @@ void count_summary_refusals(const rl_check_t *c, const Item *items, size_t n)
     }
 }
 
-// The key's new t, and its debt for the table: one holding slots or places
-// is not a debt for the eviction summary (it is never summed there, and is
-// the last a full table evicts).
-void set_slots(rl::Table *table, const rl_check_t &c, const rl::State &s, int64_t now)
-{
-    const bool busy = s.head.t > now;
-    table->set_t(c.tag, s.head.t, rl::Debt{busy ? rl::kFracFull : 0, busy});
-}
-
 // A concurrency rule's decision: its slots as the key holds them, with the
 // slots of holders that no longer exist given back first when none is free.
 void decide_slots(rl_request_t &rq, size_t i, rl::State &s, int64_t now)
@@ -179,12 +170,13 @@ void decide_slots(rl_request_t &rq, size_t i, rl::State &s, int64_t now)
     uint32_t reclaimed = 0;
     c.before = c.after = s.head;
     c.at = now;
-    c.decision = rl::concurrency_decide(*c.rule, s, now, c, rq.alive, &reclaimed);
-    c.decision.quota = rl::concurrency_open(*c.rule, s);  // the limit now (adaptive: as it moved)
+    const rl::Slots &slots = *rl::algorithm_of(*c.rule).slots;
+    c.decision = slots.decide(*c.rule, s, now, c, rq.alive, &reclaimed);
+    c.decision.quota = slots.open(*c.rule, s);  // the limit now (adaptive: as it moved)
     rl::policy(*c.rule, c.decision);
     if (reclaimed > 0 || (s.blob != nullptr && s.head.t != c.before.t)) {
         rl::Table *table = rl::Table::at(c.table);
-        set_slots(table, c, s, now);
+        table->set_held(c.tag, s.head.t, now);
         table->count_flight(c.counters - 1, -(int64_t) reclaimed, false);
     }
 }
@@ -202,16 +194,16 @@ void queue(rl_request_t &rq, Item *items, bool queued, int64_t now)
         if (queued && c.decision.queued) {
             const bool first = c.ticket == 0;
             rl::State s = table->acquire(c.tag, items[i].pool, now);
-            rl::concurrency_enqueue(*c.rule, s, now, c, rq.holder);
-            set_slots(table, c, s, now);
+            rl::algorithm_of(*c.rule).slots->join(*c.rule, s, now, c, rq.holder);
+            table->set_held(c.tag, s.head.t, now);
             if (first && c.ticket != 0) {
                 table->count_flight(c.counters - 1, 0, true);
             }
         } else if (!queued && c.ticket != 0) {
             rl::State s{};
             if (table->find(c.tag, &s) && s.blob != nullptr) {
-                rl::concurrency_leave_queue(*c.rule, s, c);
-                set_slots(table, c, s, now);
+                rl::algorithm_of(*c.rule).slots->leave(*c.rule, s, c);
+                table->set_held(c.tag, s.head.t, now);
             }
             c.ticket = 0;
         }
@@ -316,8 +308,8 @@ void commit_block(rl_request_t &rq, Item *items, size_t i, bool &moved, int64_t 
     if (rl::has(rule, rl::kSlots)) {
         if (it.pool >= 0) {
             rl::State s = table->acquire(c.tag, it.pool, now);
-            rl::concurrency_take(rule, s, now, c, rq.holder);
-            set_slots(table, c, s, now);
+            rl::algorithm_of(rule).slots->take(rule, s, now, c, rq.holder);
+            table->set_held(c.tag, s.head.t, now);
             table->count_flight(c.counters - 1, +1, c.ticket != 0);
         }
         moved = true;

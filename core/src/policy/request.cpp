@@ -304,27 +304,18 @@ bool release(rl_check_t &c, const rl_request_t &rq, int64_t now)
         c.slot = c.ticket = 0;
         return false;  // reset through the key API, or evicted: nothing held
     }
-    const bool freed = rl::concurrency_release(*c.rule, s, now, c, holder);
     const rl::Algorithm &a = rl::algorithm_of(*c.rule);
+    const bool freed = a.slots->release(*c.rule, s, now, c, holder);
     rl::Learned learned{};
     if (freed && a.slot_ended != nullptr &&
         a.slot_ended(*c.rule, s, now, rl::Ended{rq.latency_ms, rq.end_status, c.at}, &learned) && c.counters > 0) {
         table->note_adaptive(c.counters - 1, learned.limit, learned.baseline_us, learned.recent_us);
     }
-    const bool busy = s.head.t > now;
-    table->set_t(c.tag, s.head.t, rl::Debt{busy ? rl::kFracFull : 0, busy});
+    table->set_held(c.tag, s.head.t, now);
     if (freed && c.counters > 0) {
         table->count_flight(c.counters - 1, -1, false);
     }
     return freed;
-}
-
-// A key's slots written back: its new t, and no debt for the summary (a key
-// holding slots is never summed there, and is the last a full table evicts).
-void write_slots(rl::Table *table, const rl_check_t &c, const rl::State &s, int64_t now)
-{
-    const bool busy = s.head.t > now;
-    table->set_t(c.tag, s.head.t, rl::Debt{busy ? rl::kFracFull : 0, busy});
 }
 
 // A Redis zone's concurrency check takes a slot in its server's zone, as a
@@ -342,17 +333,18 @@ void hold_here(rl_check_t &c, const rl_request_t &rq, int64_t now)
         return;  // no room for its block: Redis decides alone
     }
     uint32_t reclaimed = 0;
-    const rl_decision_t d = rl::concurrency_decide(*c.rule, s, now, c, rq.alive, &reclaimed);
+    const rl::Slots &slots = *rl::algorithm_of(*c.rule).slots;
+    const rl_decision_t d = slots.decide(*c.rule, s, now, c, rq.alive, &reclaimed);
     if (!d.allowed) {
         if (reclaimed > 0) {
-            write_slots(table, c, s, now);
+            table->set_held(c.tag, s.head.t, now);
         }
         c.full_here = 1;
         return;
     }
     s = table->acquire(c.tag, pool, now);
-    rl::concurrency_take(*c.rule, s, now, c, rq.holder);
-    write_slots(table, c, s, now);
+    slots.take(*c.rule, s, now, c, rq.holder);
+    table->set_held(c.tag, s.head.t, now);
 }
 
 void free_here(rl_check_t &c, const rl_request_t &rq, int64_t now)
@@ -361,8 +353,8 @@ void free_here(rl_check_t &c, const rl_request_t &rq, int64_t now)
     table->recover();
     rl::State s{};
     if (table->find(c.tag, &s) && s.blob != nullptr) {
-        (void) rl::concurrency_release(*c.rule, s, now, c, rq.holder);
-        write_slots(table, c, s, now);
+        (void) rl::algorithm_of(*c.rule).slots->release(*c.rule, s, now, c, rq.holder);
+        table->set_held(c.tag, s.head.t, now);
     }
     c.slot = 0;  // reset through the key API, or evicted: nothing held
 }

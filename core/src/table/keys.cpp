@@ -63,8 +63,8 @@ void rl_table_peek(void *mem, const rl_rule_t *rule, uint64_t tag, uint64_t cost
             s.blob = nullptr;  // as rl_decide: decided as cold
         }
         if (rl::has(*rule, rl::kSlots)) {
-            rl::concurrency_counts(*rule, s, &out->in_flight, &out->waiting);
             const rl::Algorithm &a = rl::algorithm_of(*rule);
+            a.slots->held(*rule, s, &out->in_flight, &out->waiting);
             if (a.learned_of != nullptr) {
                 rl::Learned l{};
                 a.learned_of(*rule, s, &l);

@@ -420,6 +420,10 @@ public:
     // (*fresh set then); a later set_t(tag, t, debt) records its new head.t.
     State acquire(uint64_t tag, int pool, int64_t now, bool *fresh = nullptr);
     void set_t(uint64_t tag, int64_t t, Debt debt);
+    // The same for a key of slots (a rule of requests in flight): no debt
+    // for the summary while it holds slots or places (t ahead of now: it is
+    // never summed there, and is the last a full table evicts).
+    void set_held(uint64_t tag, int64_t t, int64_t now) { set_t(tag, t, Debt{t > now ? kFracFull : 0, t > now}); }
 
     // What the summary says a key absent from the table owes at now:
     // {0, 0} if nothing.
