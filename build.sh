@@ -450,7 +450,7 @@ check_format() {
     log "formatting (clang-format, tools/nginx-style)"
     (cd "$ROOT" && clang-format --dry-run --Werror core/src/*/*.cpp core/src/*/*.h core/tools/*.cpp core/tools/*.h \
         tests/*.cc tests/*.h tests/fuzz/*.cc bench/*.cc \
-        && tools/nginx-style ngx_module/*.c ngx_module/*.h core/include/ratelimit*.h bench/clock.c \
+        && tools/nginx-style ngx_module/*.c ngx_module/*/*.[ch] core/include/ratelimit*.h bench/clock.c \
         && tools/check-structure) \
         || { echo "formatting: see above (clang-format -i FILE for C++)" >&2; exit 1; }
 }

@@ -9,15 +9,15 @@
 #include "ngx_http_ratelimit_grpc.h"
 #include "ngx_http_ratelimit_handler.h"
 #include "ngx_http_ratelimit_headers.h"
-#include "ngx_http_ratelimit_log.h"
-#include "ngx_http_ratelimit_overrides.h"
-#include "ngx_http_ratelimit_redis_conn.h"
+#include "ngx_ratelimit_log.h"
+#include "ngx_ratelimit_overrides.h"
+#include "ngx_ratelimit_redis_conn.h"
 #include "ngx_http_ratelimit_request.h"
-#include "ngx_http_ratelimit_state.h"
+#include "ngx_ratelimit_state.h"
 #include "ngx_http_ratelimit_stats.h"
-#include "ngx_http_ratelimit_sync.h"
+#include "ngx_ratelimit_sync.h"
 #include "ngx_http_ratelimit_rule_conf.h"
-#include "ngx_http_ratelimit_zone_conf.h"
+#include "ngx_ratelimit_zone_conf.h"
 
 
 static void *ngx_http_ratelimit_create_main_conf(ngx_conf_t *cf);

@@ -1,0 +1,17 @@
+
+/*
+ * ngx-ratelimit: the ratelimit directive (ngx_http_ratelimit_rule_conf.c).
+ */
+
+
+#ifndef NGX_HTTP_RATELIMIT_RULE_CONF_H
+#define NGX_HTTP_RATELIMIT_RULE_CONF_H
+
+
+#include "ngx_ratelimit_zone_conf.h"
+
+
+char *ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+
+
+#endif /* NGX_HTTP_RATELIMIT_RULE_CONF_H */
