@@ -32,7 +32,8 @@
 #include "ngx_http_ratelimit_api_keys.h"
 #include "ngx_http_ratelimit_api_overrides.h"
 #include "ngx_http_ratelimit_api_redis.h"
-#include "ngx_http_ratelimit_stats.h"
+#include "ngx_http_ratelimit_answer.h"
+#include "ngx_ratelimit_snapshot.h"
 #include "ngx_ratelimit_zone.h"
 
 
@@ -45,7 +46,7 @@ static ngx_int_t ngx_http_ratelimit_api_zones(ngx_http_request_t *r,
 static ngx_int_t ngx_http_ratelimit_api_top(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q);
 static ngx_uint_t ngx_http_ratelimit_api_rule_asked(
-    ngx_http_ratelimit_api_req_t *q, ngx_http_ratelimit_rule_t *rule);
+    ngx_http_ratelimit_api_req_t *q, ngx_ratelimit_rule_t *rule);
 
 
 /* ratelimit_api [write=on|off]; */
@@ -148,11 +149,11 @@ ngx_http_ratelimit_api_body_read(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_ratelimit_api_answer_request(ngx_http_request_t *r, ngx_str_t *body)
 {
-    ngx_str_t                        rule, name;
-    ngx_keyval_t                     allow;
-    ngx_http_core_loc_conf_t        *clcf;
-    ngx_http_ratelimit_api_req_t    *q;
-    ngx_http_ratelimit_loc_conf_t   *rlcf;
+    ngx_str_t                       rule, name;
+    ngx_keyval_t                    allow;
+    ngx_http_core_loc_conf_t       *clcf;
+    ngx_http_ratelimit_api_req_t   *q;
+    ngx_http_ratelimit_loc_conf_t  *rlcf;
 
     q = ngx_pcalloc(r->pool, sizeof(ngx_http_ratelimit_api_req_t));
     if (q == NULL) {
@@ -162,10 +163,10 @@ ngx_http_ratelimit_api_answer_request(ngx_http_request_t *r, ngx_str_t *body)
     clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
     rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
 
-    if (rl_api_request(&q->in, ngx_http_ratelimit_rl_str(&clcf->name),
-                       ngx_http_ratelimit_rl_str(&r->uri),
-                       ngx_http_ratelimit_rl_str(&r->method_name),
-                       rlcf->api_write, ngx_http_ratelimit_rl_str(&r->args))
+    if (rl_api_request(&q->in, ngx_ratelimit_rl_str(&clcf->name),
+                       ngx_ratelimit_rl_str(&r->uri),
+                       ngx_ratelimit_rl_str(&r->method_name),
+                       rlcf->api_write, ngx_ratelimit_rl_str(&r->args))
         != 0)
     {
         if (q->in.allow) {
@@ -199,8 +200,8 @@ ngx_http_ratelimit_api_answer_request(ngx_http_request_t *r, ngx_str_t *body)
     if (q->in.resource != RL_API_ZONES) {
         name.data = (u_char *) q->in.zone.data;
         name.len = q->in.zone.len;
-        q->zone = ngx_http_ratelimit_find_zone((ngx_cycle_t *) ngx_cycle,
-                                               &name);
+        q->zone = ngx_ratelimit_find_zone((ngx_cycle_t *) ngx_cycle,
+                                          &name);
 
         if (q->zone == NULL) {
             return ngx_http_ratelimit_api_fail(r, q, RL_API_NO_ZONE);
@@ -209,7 +210,7 @@ ngx_http_ratelimit_api_answer_request(ngx_http_request_t *r, ngx_str_t *body)
         rule.data = (u_char *) q->in.rule;
         rule.len = q->in.rule_len;
 
-        if (rule.len && ngx_http_ratelimit_zone_rule(q->zone, &rule) == NULL) {
+        if (rule.len && ngx_ratelimit_zone_rule(q->zone, &rule) == NULL) {
             return ngx_http_ratelimit_api_fail(r, q, RL_API_NO_RULE);
         }
     }
@@ -248,8 +249,8 @@ ngx_http_ratelimit_api_zones(ngx_http_request_t *r,
     ngx_http_ratelimit_loc_conf_t  *rlcf;
 
     if (q->zone) {
-        if (ngx_http_ratelimit_zone_snapshot(r, q->zone,
-                                             NGX_HTTP_RATELIMIT_SNAPSHOT_RULES,
+        if (ngx_ratelimit_zone_snapshot(r->pool, q->zone,
+                                             NGX_RATELIMIT_SNAPSHOT_RULES,
                                              &z)
             != NGX_OK)
         {
@@ -267,7 +268,7 @@ ngx_http_ratelimit_api_zones(ngx_http_request_t *r,
         return ngx_http_ratelimit_send_json(r, NGX_HTTP_OK, (u_char *) p, len);
     }
 
-    if (ngx_http_ratelimit_snapshot(r, NGX_HTTP_RATELIMIT_SNAPSHOT_RULES, &s)
+    if (ngx_ratelimit_snapshot(r->pool, NGX_RATELIMIT_SNAPSHOT_RULES, &s)
         != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -297,14 +298,14 @@ static ngx_int_t
 ngx_http_ratelimit_api_top(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q)
 {
-    int                          slot;
-    char                        *p;
-    size_t                       len;
-    rl_top_t                    *top;
-    ngx_uint_t                   i;
-    rl_top_view_t               *v;
-    rl_top_snapshot_t            t;
-    ngx_http_ratelimit_rule_t  **rules;
+    int                     slot;
+    char                   *p;
+    size_t                  len;
+    rl_top_t               *top;
+    ngx_uint_t              i;
+    rl_top_view_t          *v;
+    rl_top_snapshot_t       t;
+    ngx_ratelimit_rule_t  **rules;
 
     rules = q->zone->rules.elts;
 
@@ -316,23 +317,23 @@ ngx_http_ratelimit_api_top(ngx_http_request_t *r,
     }
 
     ngx_memzero(&t, sizeof(rl_top_snapshot_t));
-    t.zone = ngx_http_ratelimit_rl_str(&q->zone->name);
-    t.now_ms = ngx_http_ratelimit_now();
+    t.zone = ngx_ratelimit_rl_str(&q->zone->name);
+    t.now_ms = ngx_ratelimit_now();
     t.server = q->zone->redis != NULL;   /* counted by each server */
     t.rules = v;
 
     for (i = 0; i < q->zone->rules.nelts; i++) {
-        if (ngx_http_ratelimit_zone_rule(q->zone, &rules[i]->name)
+        if (ngx_ratelimit_zone_rule(q->zone, &rules[i]->name)
             != rules[i]
             || !ngx_http_ratelimit_api_rule_asked(q, rules[i]))
         {
             continue;
         }
 
-        slot = ngx_http_ratelimit_counters(r->connection->log, rules[i]) - 1;
+        slot = ngx_ratelimit_counters(r->connection->log, rules[i]) - 1;
 
         if (slot >= 0) {
-            if (ngx_http_ratelimit_top_view(r, q->zone, rules[i], slot, top,
+            if (ngx_ratelimit_top_view(r->pool, q->zone, rules[i], slot, top,
                                             &v[t.n])
                 != NGX_OK)
             {
@@ -340,7 +341,7 @@ ngx_http_ratelimit_api_top(ngx_http_request_t *r,
             }
 
         } else {
-            v[t.n].rule = ngx_http_ratelimit_rl_str(&rules[i]->name);
+            v[t.n].rule = ngx_ratelimit_rl_str(&rules[i]->name);
             v[t.n].state = RL_TOP_NO_ROOM;   /* not counted at all */
         }
 
@@ -363,7 +364,7 @@ ngx_http_ratelimit_api_top(ngx_http_request_t *r,
 
 static ngx_uint_t
 ngx_http_ratelimit_api_rule_asked(ngx_http_ratelimit_api_req_t *q,
-    ngx_http_ratelimit_rule_t *rule)
+    ngx_ratelimit_rule_t *rule)
 {
     return q->in.rule_len == 0
            || (rule->name.len == q->in.rule_len

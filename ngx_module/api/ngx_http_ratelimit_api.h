@@ -10,7 +10,7 @@
 #define NGX_HTTP_RATELIMIT_API_H
 
 
-#include "ngx_ratelimit_types.h"
+#include "ngx_http_ratelimit_types.h"
 
 
 char *ngx_http_ratelimit_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);

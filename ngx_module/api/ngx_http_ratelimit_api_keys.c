@@ -9,9 +9,10 @@
 
 
 #include "ngx_http_ratelimit_api_keys.h"
-#include "ngx_ratelimit_log.h"
-#include "ngx_http_ratelimit_stats.h"
+#include "ngx_http_ratelimit_answer.h"
+#include "ngx_ratelimit_snapshot.h"
 #include "ngx_ratelimit_zone.h"
+#include "ngx_ratelimit_log.h"
 
 
 static ngx_uint_t ngx_http_ratelimit_api_user_verified(
@@ -24,10 +25,10 @@ ngx_int_t
 ngx_http_ratelimit_api_keys(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q)
 {
-    int64_t                     now;
-    ngx_uint_t                  i;
-    rl_key_state_t             *st;
-    ngx_http_ratelimit_rule_t  *rule;
+    int64_t                now;
+    ngx_uint_t             i;
+    rl_key_state_t        *st;
+    ngx_ratelimit_rule_t  *rule;
 
     if (ngx_http_ratelimit_api_states(r, q) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -39,7 +40,7 @@ ngx_http_ratelimit_api_keys(ngx_http_request_t *r,
 
     ngx_shmtx_lock(&q->zone->shpool->mutex);
 
-    now = ngx_http_ratelimit_now();
+    now = ngx_ratelimit_now();
 
     for (i = 0; i < q->states->nelts; i++) {
         rule = st[i].data;
@@ -73,10 +74,10 @@ ngx_int_t
 ngx_http_ratelimit_api_states(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q)
 {
-    ngx_uint_t                   i, j;
-    ngx_str_t                    asked;
-    rl_key_state_t              *st, *seen;
-    ngx_http_ratelimit_rule_t  **rules, *rule;
+    ngx_uint_t              i, j;
+    ngx_str_t               asked;
+    rl_key_state_t         *st, *seen;
+    ngx_ratelimit_rule_t  **rules, *rule;
 
     q->states = ngx_array_create(r->pool, 4, sizeof(rl_key_state_t));
     if (q->states == NULL) {
@@ -119,7 +120,7 @@ ngx_http_ratelimit_api_states(ngx_http_request_t *r,
 
         ngx_memzero(st, sizeof(rl_key_state_t));
         st->data = rules[i];
-        st->rule = ngx_http_ratelimit_rl_str(&rules[i]->name);
+        st->rule = ngx_ratelimit_rl_str(&rules[i]->name);
         st->config = &rules[i]->rule;
         st->tag = q->in.has_fingerprint
                   ? q->in.fingerprint
@@ -128,8 +129,7 @@ ngx_http_ratelimit_api_states(ngx_http_request_t *r,
 
         /* the next request's cost: the rule's, or 1 for a variable's */
 
-        st->cost = (rules[i]->vars && rules[i]->vars->cost)
-                   || rules[i]->rule.cost == 0
+        st->cost = rules[i]->cost_varies || rules[i]->rule.cost == 0
                    ? 1 : rules[i]->rule.cost;
     }
 
@@ -147,7 +147,7 @@ ngx_http_ratelimit_api_answer(ngx_http_request_t *r,
     size_t              len;
     rl_key_snapshot_t   k;
 
-    k.zone = ngx_http_ratelimit_rl_str(&q->zone->name);
+    k.zone = ngx_ratelimit_rl_str(&q->zone->name);
     k.key = q->in.has_key ? q->in.key : NULL;
     k.key_len = q->in.key_len;
     k.fingerprint = q->in.fingerprint;
@@ -196,16 +196,16 @@ void
 ngx_http_ratelimit_api_log_reset(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q, rl_key_state_t *st)
 {
-    u_char                     *p;
-    ngx_http_ratelimit_rule_t  *rule;
-    u_char                      key[NGX_HTTP_RATELIMIT_KEY_ESCAPED + 16];
-    u_char                      who[NGX_HTTP_RATELIMIT_WHO_MAX];
+    u_char                *p;
+    ngx_ratelimit_rule_t  *rule;
+    u_char                 key[NGX_RATELIMIT_KEY_ESCAPED + 16];
+    u_char                 who[NGX_HTTP_RATELIMIT_WHO_MAX];
 
     rule = st->data;
 
     if (rule->rule.log_key && q->in.has_key && st->reset) {
         key[0] = '"';
-        p = ngx_http_ratelimit_escape_key(key + 1, q->in.key, q->in.key_len);
+        p = ngx_ratelimit_escape_key(key + 1, q->in.key, q->in.key_len);
         *p++ = '"';
 
     } else {
@@ -238,7 +238,7 @@ ngx_http_ratelimit_api_who(ngx_http_request_t *r, u_char *who)
     u_char      *u, *last;
     ngx_str_t    user;
     const char  *verified;
-    u_char       name[NGX_HTTP_RATELIMIT_KEY_ESCAPED];
+    u_char       name[NGX_RATELIMIT_KEY_ESCAPED];
 
     user = r->headers_in.user;
 
@@ -248,7 +248,7 @@ ngx_http_ratelimit_api_who(ngx_http_request_t *r, u_char *who)
         user = r->headers_in.user;
     }
 
-    u = ngx_http_ratelimit_escape_key(name, user.data, user.len);
+    u = ngx_ratelimit_escape_key(name, user.data, user.len);
     verified = ngx_http_ratelimit_api_user_verified(r)
                ? "\" (verified by auth_basic)"
                : "\" (unverified: as the Authorization header says)";
@@ -323,8 +323,8 @@ ngx_http_ratelimit_api_override_answer(ngx_http_request_t *r,
     rl_overrides_view_t   v;
 
     ngx_memzero(&v, sizeof(rl_overrides_view_t));
-    v.zone = ngx_http_ratelimit_rl_str(&q->zone->name);
-    v.now_ms = ngx_http_ratelimit_now();
+    v.zone = ngx_ratelimit_rl_str(&q->zone->name);
+    v.now_ms = ngx_ratelimit_now();
     v.one = 1;
     v.removed = q->in.reset;
     v.n = 1;
@@ -352,24 +352,24 @@ void
 ngx_http_ratelimit_api_log_override(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q)
 {
-    u_char                     *p, *t;
-    ngx_str_t                   name;
-    ngx_http_ratelimit_rule_t  *rule;
-    u_char                      target[NGX_HTTP_RATELIMIT_KEY_ESCAPED + 64];
-    u_char                      who[NGX_HTTP_RATELIMIT_WHO_MAX];
-    char                        what[128];
+    u_char                *p, *t;
+    ngx_str_t              name;
+    ngx_ratelimit_rule_t  *rule;
+    u_char                 target[NGX_RATELIMIT_KEY_ESCAPED + 64];
+    u_char                 who[NGX_HTTP_RATELIMIT_WHO_MAX];
+    char                   what[128];
 
     name.data = (u_char *) q->ov.target.rule;
     name.len = ngx_strlen(q->ov.target.rule);
-    rule = name.len ? ngx_http_ratelimit_zone_rule(q->zone, &name) : NULL;
+    rule = name.len ? ngx_ratelimit_zone_rule(q->zone, &name) : NULL;
 
     if (q->ov.target.family) {
         t = ngx_sprintf(target, "range %s", q->in.range);
 
     } else if (rule != NULL && rule->rule.log_key) {
         target[0] = '"';
-        t = ngx_http_ratelimit_escape_key(target + 1, q->ov.target.key,
-                                          q->ov.target.key_len);
+        t = ngx_ratelimit_escape_key(target + 1, q->ov.target.key,
+                                     q->ov.target.key_len);
         *t++ = '"';
 
     } else {

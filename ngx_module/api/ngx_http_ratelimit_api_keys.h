@@ -8,15 +8,15 @@
 #define NGX_HTTP_RATELIMIT_API_KEYS_H
 
 
-#include "ngx_ratelimit_types.h"
+#include "ngx_http_ratelimit_types.h"
 
 
 /* A request, in its pool. */
 typedef struct {
     rl_api_request_t             in;        /* what it asks (the core's) */
-    ngx_http_ratelimit_zone_t   *zone;      /* in.zone's */
+    ngx_ratelimit_zone_t        *zone;      /* in.zone's */
     ngx_array_t                 *states;    /* rl_key_state_t, data: the
-                                               ngx_http_ratelimit_rule_t */
+                                               ngx_ratelimit_rule_t */
     rl_override_t                ov;        /* overrides: the one asked */
     ngx_str_t                    body;      /*   PUT's */
 } ngx_http_ratelimit_api_req_t;
@@ -36,7 +36,7 @@ void ngx_http_ratelimit_api_log_reset(ngx_http_request_t *r,
 
 /* Who asked for a write, for its log line (at most so many bytes). */
 #define NGX_HTTP_RATELIMIT_WHO_MAX                                            \
-    (NGX_HTTP_RATELIMIT_KEY_ESCAPED + NGX_SOCKADDR_STRLEN + 96)
+    (NGX_RATELIMIT_KEY_ESCAPED + NGX_SOCKADDR_STRLEN + 96)
 char *ngx_http_ratelimit_api_who(ngx_http_request_t *r, u_char *who);
 
 /* An override read, written or removed (q->ov): its answer, its log line. */

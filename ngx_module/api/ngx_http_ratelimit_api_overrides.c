@@ -6,7 +6,7 @@
  * each write logged at notice with who asked.  The core reads the target
  * and the body and checks them against the rule (ratelimit_override.h);
  * a local zone's store is written under its lock, and its file after
- * (ngx_http_ratelimit_overrides.c); a Redis zone's overrides are Redis's
+ * (ngx_ratelimit_overrides.c); a Redis zone's overrides are Redis's
  * (ngx_http_ratelimit_api_redis.c).
  */
 
@@ -14,8 +14,8 @@
 #include "ngx_http_ratelimit_api_overrides.h"
 #include "ngx_http_ratelimit_api_keys.h"
 #include "ngx_http_ratelimit_api_redis.h"
+#include "ngx_http_ratelimit_answer.h"
 #include "ngx_ratelimit_overrides.h"
-#include "ngx_http_ratelimit_stats.h"
 
 
 /* The longest body a PUT takes. */
@@ -150,7 +150,7 @@ ngx_http_ratelimit_api_target(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    (void) ngx_http_ratelimit_overrides_rules(q->zone, rules, &n);
+    (void) ngx_ratelimit_overrides_rules(q->zone, rules, &n);
 
     if (!q->in.put) {
         rc = rl_override_bind(&q->ov.target, rules, n, rule, err,
@@ -158,11 +158,11 @@ ngx_http_ratelimit_api_target(ngx_http_request_t *r,
 
     } else {
         rc = rl_override_body(&q->ov, (char *) q->body.data, q->body.len,
-                              ngx_http_ratelimit_now(), err, sizeof(err));
+                              ngx_ratelimit_now(), err, sizeof(err));
 
         if (rc == RL_OK) {
             rc = rl_override_admit(&q->ov, rules, n, q->zone->redis != NULL,
-                                   ngx_http_ratelimit_now(), rule, err,
+                                   ngx_ratelimit_now(), rule, err,
                                    sizeof(err));
         }
     }
@@ -197,7 +197,7 @@ ngx_http_ratelimit_api_write(ngx_http_request_t *r,
 
     ngx_shmtx_lock(&q->zone->shpool->mutex);
 
-    now = ngx_http_ratelimit_now();
+    now = ngx_ratelimit_now();
 
     if (q->in.put) {
         rc = rl_override_put(q->zone->table, &q->ov, rule, now);
@@ -225,7 +225,7 @@ ngx_http_ratelimit_api_write(ngx_http_request_t *r,
     }
 
     if (q->in.put || q->in.reset) {
-        ngx_http_ratelimit_overrides_changed(q->zone);
+        ngx_ratelimit_overrides_changed(q->zone);
         ngx_http_ratelimit_api_log_override(r, q);
     }
 
@@ -249,8 +249,8 @@ ngx_http_ratelimit_api_list(ngx_http_request_t *r,
     rl_overrides_view_t    v;
 
     ngx_memzero(&v, sizeof(rl_overrides_view_t));
-    v.zone = ngx_http_ratelimit_rl_str(&q->zone->name);
-    v.now_ms = ngx_http_ratelimit_now();
+    v.zone = ngx_ratelimit_rl_str(&q->zone->name);
+    v.now_ms = ngx_ratelimit_now();
     v.capacity = q->zone->overrides;
     v.from = q->in.from;
 

@@ -17,12 +17,13 @@
 
 #include "ngx_http_ratelimit_api_redis.h"
 #include "ngx_http_ratelimit_api_keys.h"
+#include "ngx_http_ratelimit_wait.h"
 #include "ngx_ratelimit_overrides.h"
 #include "ngx_ratelimit_redis.h"
 
 
 typedef struct {
-    ngx_http_ratelimit_redis_wait_t   wait;
+    ngx_ratelimit_redis_wait_t        wait;
     ngx_http_ratelimit_api_req_t     *q;
     ngx_uint_t                        done;     /* states answered */
     ngx_uint_t                        calling;  /* states in the call */
@@ -35,7 +36,9 @@ typedef struct {
 static ngx_int_t ngx_http_ratelimit_api_redis_call(ngx_http_request_t *r,
     ngx_http_ratelimit_api_redis_t *ar);
 static void ngx_http_ratelimit_api_redis_done(
-    ngx_http_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
+    ngx_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
+static void ngx_http_ratelimit_api_redis_answer(
+    ngx_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
 static void ngx_http_ratelimit_api_redis_cleanup(void *data);
 
 
@@ -92,11 +95,11 @@ static ngx_int_t
 ngx_http_ratelimit_api_redis_call(ngx_http_request_t *r,
     ngx_http_ratelimit_api_redis_t *ar)
 {
-    ngx_uint_t                        i, n, per, reset;
-    rl_check_t                       *c;
-    rl_key_state_t                   *st;
-    ngx_http_ratelimit_rule_t        *rule;
-    ngx_http_ratelimit_redis_wait_t  *w;
+    ngx_uint_t                   i, n, per, reset;
+    rl_check_t                  *c;
+    rl_key_state_t              *st;
+    ngx_ratelimit_rule_t        *rule;
+    ngx_ratelimit_redis_wait_t  *w;
 
     reset = ar->q->in.reset;
     per = reset ? 1 : 2;
@@ -127,13 +130,13 @@ ngx_http_ratelimit_api_redis_call(ngx_http_request_t *r,
     ar->rq.server = (uint64_t) ar->q->zone->redis->stats->server;
 
     w = &ar->wait;
-    ngx_memzero(w, sizeof(ngx_http_ratelimit_redis_wait_t));
-    w->request = r;
+    ngx_memzero(w, sizeof(ngx_ratelimit_redis_wait_t));
+    ngx_http_ratelimit_redis_owner(w, r);
     w->handler = ngx_http_ratelimit_api_redis_done;
     w->rq = &ar->rq;
     w->call = reset ? RL_REDIS_RESET : RL_REDIS_PEEK;
 
-    if (ngx_http_ratelimit_redis_send(ar->q->zone->redis, w) != NGX_OK) {
+    if (ngx_ratelimit_redis_send(ar->q->zone->redis, w) != NGX_OK) {
         return ngx_http_ratelimit_api_fail(r, ar->q, RL_API_REDIS_FAILED);
     }
 
@@ -144,16 +147,25 @@ ngx_http_ratelimit_api_redis_call(ngx_http_request_t *r,
 }
 
 
+static void
+ngx_http_ratelimit_api_redis_done(ngx_ratelimit_redis_wait_t *w,
+    rl_redis_answer_t *answer)
+{
+    ngx_http_ratelimit_redis_answered(w, answer,
+                                      ngx_http_ratelimit_api_redis_answer);
+}
+
+
 /* A call answered (answer) or failed (NULL): the next, or the answer. */
 
 static void
-ngx_http_ratelimit_api_redis_done(ngx_http_ratelimit_redis_wait_t *w,
+ngx_http_ratelimit_api_redis_answer(ngx_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer)
 {
     ngx_int_t                        rc;
     ngx_uint_t                       i;
     rl_peek_t                       *pk;
-    ngx_http_request_t              *r = w->request;
+    ngx_http_request_t              *r = w->owner;
     rl_key_state_t                  *st;
     ngx_http_ratelimit_api_redis_t  *ar;
 
@@ -231,7 +243,7 @@ ngx_http_ratelimit_api_redis_cleanup(void *data)
 
     if (ar->waiting) {
         ar->waiting = 0;
-        ngx_http_ratelimit_redis_cancel(&ar->wait);
+        ngx_ratelimit_redis_cancel(&ar->wait);
 
         if (ar->wait.call == RL_REDIS_RESET) {
             rl_refusals_forget(ar->q->zone->redis->refusals);
@@ -242,14 +254,14 @@ ngx_http_ratelimit_api_redis_cleanup(void *data)
 
 /*
  * A Redis zone's override written or removed in Redis, where the fleet's
- * servers take it from (ngx_http_ratelimit_overrides.c), and answered once
+ * servers take it from (ngx_ratelimit_overrides.c), and answered once
  * this server took the version the write made: a write this server cannot
  * say applies here is no 200.  Read from what this server took last.
  */
 
 typedef struct {
-    ngx_http_ratelimit_overrides_call_t   oc;
-    ngx_http_ratelimit_overrides_wait_t   taken;
+    ngx_ratelimit_overrides_call_t        oc;
+    ngx_ratelimit_overrides_wait_t        taken;
     ngx_http_ratelimit_api_req_t         *q;
     ngx_uint_t                            waiting;  /* for Redis's answer */
     ngx_uint_t                            awaiting; /* for the copy */
@@ -257,9 +269,11 @@ typedef struct {
 
 
 static void ngx_http_ratelimit_api_override_done(
-    ngx_http_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
+    ngx_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
+static void ngx_http_ratelimit_api_override_written(
+    ngx_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
 static void ngx_http_ratelimit_api_override_taken(
-    ngx_http_ratelimit_overrides_wait_t *aw, ngx_int_t rc);
+    ngx_ratelimit_overrides_wait_t *aw, ngx_int_t rc);
 static void ngx_http_ratelimit_api_override_cleanup(void *data);
 
 
@@ -267,11 +281,11 @@ ngx_int_t
 ngx_http_ratelimit_api_redis_override(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q, const rl_override_rule_t *rule)
 {
-    int64_t                              now;
-    ngx_int_t                            found;
-    rl_override_t                        held;
-    ngx_pool_cleanup_t                  *cln;
-    ngx_http_ratelimit_api_override_t   *ao;
+    int64_t                             now;
+    ngx_int_t                           found;
+    rl_override_t                       held;
+    ngx_pool_cleanup_t                 *cln;
+    ngx_http_ratelimit_api_override_t  *ao;
 
     if (q->zone->store == NULL) {
         return ngx_http_ratelimit_api_fail(r, q, q->in.put
@@ -279,7 +293,7 @@ ngx_http_ratelimit_api_redis_override(ngx_http_request_t *r,
                                                  : RL_API_NO_OVERRIDE);
     }
 
-    now = ngx_http_ratelimit_now();
+    now = ngx_ratelimit_now();
 
     ngx_shmtx_lock(&q->zone->shpool->mutex);
     found = rl_override_get(q->zone->table, &q->ov.target, now, &held);
@@ -309,10 +323,10 @@ ngx_http_ratelimit_api_redis_override(ngx_http_request_t *r,
     ao->oc.call.ov.created_ms = now;
     ao->oc.call.now_ms = now;
     ao->oc.call.room = q->zone->overrides;
-    ao->oc.w.request = r;
+    ngx_http_ratelimit_redis_owner(&ao->oc.w, r);
 
-    if (ngx_http_ratelimit_overrides_send(q->zone, &ao->oc,
-                                          ngx_http_ratelimit_api_override_done)
+    if (ngx_ratelimit_overrides_send(q->zone, &ao->oc,
+                                     ngx_http_ratelimit_api_override_done)
         != NGX_OK)
     {
         return ngx_http_ratelimit_api_fail(r, q, RL_API_REDIS_FAILED);
@@ -326,10 +340,19 @@ ngx_http_ratelimit_api_redis_override(ngx_http_request_t *r,
 
 
 static void
-ngx_http_ratelimit_api_override_done(ngx_http_ratelimit_redis_wait_t *w,
+ngx_http_ratelimit_api_override_done(ngx_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer)
 {
-    ngx_http_request_t                 *r = w->request;
+    ngx_http_ratelimit_redis_answered(w, answer,
+                                      ngx_http_ratelimit_api_override_written);
+}
+
+
+static void
+ngx_http_ratelimit_api_override_written(ngx_ratelimit_redis_wait_t *w,
+    rl_redis_answer_t *answer)
+{
+    ngx_http_request_t                 *r = w->owner;
     ngx_http_ratelimit_api_req_t       *q;
     ngx_http_ratelimit_api_override_t  *ao;
 
@@ -355,8 +378,8 @@ ngx_http_ratelimit_api_override_done(ngx_http_ratelimit_redis_wait_t *w,
 
     ao->awaiting = 1;
     ao->taken.handler = ngx_http_ratelimit_api_override_taken;
-    ngx_http_ratelimit_overrides_await(q->zone, &ao->taken,
-                                       ao->oc.call.written);
+    ngx_ratelimit_overrides_await(q->zone, &ao->taken,
+                                  ao->oc.call.written);
 }
 
 
@@ -368,7 +391,7 @@ ngx_http_ratelimit_api_override_done(ngx_http_ratelimit_redis_wait_t *w,
  */
 
 static void
-ngx_http_ratelimit_api_override_taken(ngx_http_ratelimit_overrides_wait_t *aw,
+ngx_http_ratelimit_api_override_taken(ngx_ratelimit_overrides_wait_t *aw,
     ngx_int_t rc)
 {
     int                                 found;
@@ -382,11 +405,11 @@ ngx_http_ratelimit_api_override_taken(ngx_http_ratelimit_overrides_wait_t *aw,
                                        taken));
     ao->awaiting = 0;
     q = ao->q;
-    r = ao->oc.w.request;
+    r = ao->oc.w.owner;
 
     ngx_shmtx_lock(&q->zone->shpool->mutex);
     found = rl_override_get(q->zone->table, &q->ov.target,
-                            ngx_http_ratelimit_now(), &held);
+                            ngx_ratelimit_now(), &held);
     ngx_shmtx_unlock(&q->zone->shpool->mutex);
 
     if (rc != NGX_OK || (q->in.put && !found)) {
@@ -412,11 +435,11 @@ ngx_http_ratelimit_api_override_cleanup(void *data)
 
     if (ao->waiting) {
         ao->waiting = 0;
-        ngx_http_ratelimit_redis_cancel(&ao->oc.w);
+        ngx_ratelimit_redis_cancel(&ao->oc.w);
     }
 
     if (ao->awaiting) {
         ao->awaiting = 0;
-        ngx_http_ratelimit_overrides_unwait(&ao->taken);
+        ngx_ratelimit_overrides_unwait(&ao->taken);
     }
 }

@@ -11,7 +11,7 @@
  * location configuration of its own for the page.
  */
 
-#include "ngx_http_ratelimit_stats.h"
+#include "ngx_http_ratelimit_answer.h"
 #include "ngx_http_ratelimit_dashboard_page.h"
 
 

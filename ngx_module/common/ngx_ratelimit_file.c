@@ -27,10 +27,10 @@
 
 
 /* tries of a random name taken already (by chance, or planted) */
-#define NGX_HTTP_RATELIMIT_FILE_TRIES  8
+#define NGX_RATELIMIT_FILE_TRIES  8
 
 
-static void ngx_http_ratelimit_file_resolve(ngx_str_t *name, u_char *buf);
+static void ngx_ratelimit_file_resolve(ngx_str_t *name, u_char *buf);
 
 
 /*
@@ -41,7 +41,7 @@ static void ngx_http_ratelimit_file_resolve(ngx_str_t *name, u_char *buf);
  */
 
 ngx_fd_t
-ngx_http_ratelimit_file_open(u_char *name, ngx_uint_t follow,
+ngx_ratelimit_file_open(u_char *name, ngx_uint_t follow,
     ngx_file_info_t *fi, ngx_err_t *err, const char **why)
 {
     ngx_fd_t  fd;
@@ -83,12 +83,12 @@ ngx_http_ratelimit_file_open(u_char *name, ngx_uint_t follow,
 
 /*
  * A new temporary file beside name, for the whole of what name is to hold
- * (f->fd); NGX_ERROR with f->err.  f is ngx_http_ratelimit_file_discard's
+ * (f->fd); NGX_ERROR with f->err.  f is ngx_ratelimit_file_discard's
  * either way.
  */
 
 ngx_int_t
-ngx_http_ratelimit_file_create(ngx_http_ratelimit_file_t *f, ngx_str_t *name,
+ngx_ratelimit_file_create(ngx_ratelimit_file_t *f, ngx_str_t *name,
     ngx_uint_t access, ngx_log_t *log)
 {
     uint64_t         r;
@@ -104,7 +104,7 @@ ngx_http_ratelimit_file_create(ngx_http_ratelimit_file_t *f, ngx_str_t *name,
         return NGX_ERROR;
     }
 
-    for (i = 0; i < NGX_HTTP_RATELIMIT_FILE_TRIES; i++) {
+    for (i = 0; i < NGX_RATELIMIT_FILE_TRIES; i++) {
         if (getrandom(&r, sizeof(r), 0) != (ssize_t) sizeof(r)) {
             f->err = ngx_errno;
             break;
@@ -152,7 +152,7 @@ ngx_http_ratelimit_file_create(ngx_http_ratelimit_file_t *f, ngx_str_t *name,
 /* len bytes of buf, all of them, into the temporary file. */
 
 ngx_int_t
-ngx_http_ratelimit_file_write(ngx_http_ratelimit_file_t *f, u_char *buf,
+ngx_ratelimit_file_write(ngx_ratelimit_file_t *f, u_char *buf,
     size_t len)
 {
     ssize_t  n;
@@ -176,7 +176,7 @@ ngx_http_ratelimit_file_write(ngx_http_ratelimit_file_t *f, u_char *buf,
 /* The temporary file on the disk, and closed. */
 
 ngx_int_t
-ngx_http_ratelimit_file_close(ngx_http_ratelimit_file_t *f)
+ngx_ratelimit_file_close(ngx_ratelimit_file_t *f)
 {
     ngx_int_t  rc;
 
@@ -201,7 +201,7 @@ ngx_http_ratelimit_file_close(ngx_http_ratelimit_file_t *f)
 /* The temporary file (closed) renamed over name: the file now, whole. */
 
 ngx_int_t
-ngx_http_ratelimit_file_rename(ngx_http_ratelimit_file_t *f, ngx_str_t *name)
+ngx_ratelimit_file_rename(ngx_ratelimit_file_t *f, ngx_str_t *name)
 {
     if (ngx_rename_file(f->tmp, name->data) == NGX_FILE_ERROR) {
         f->err = ngx_errno;
@@ -219,7 +219,7 @@ ngx_http_ratelimit_file_rename(ngx_http_ratelimit_file_t *f, ngx_str_t *name)
    removed. */
 
 void
-ngx_http_ratelimit_file_discard(ngx_http_ratelimit_file_t *f)
+ngx_ratelimit_file_discard(ngx_ratelimit_file_t *f)
 {
     if (f->fd != NGX_INVALID_FILE) {
         (void) ngx_close_file(f->fd);
@@ -241,7 +241,7 @@ ngx_http_ratelimit_file_discard(ngx_http_ratelimit_file_t *f)
  */
 
 ngx_uint_t
-ngx_http_ratelimit_file_same(ngx_str_t *a, ngx_str_t *b)
+ngx_ratelimit_file_same(ngx_str_t *a, ngx_str_t *b)
 {
     u_char  one[NGX_MAX_PATH + 1], two[NGX_MAX_PATH + 1];
 
@@ -251,8 +251,8 @@ ngx_http_ratelimit_file_same(ngx_str_t *a, ngx_str_t *b)
         return 0;
     }
 
-    ngx_http_ratelimit_file_resolve(a, one);
-    ngx_http_ratelimit_file_resolve(b, two);
+    ngx_ratelimit_file_resolve(a, one);
+    ngx_ratelimit_file_resolve(b, two);
 
     return ngx_strcmp(one, two) == 0;
 }
@@ -265,7 +265,7 @@ ngx_http_ratelimit_file_same(ngx_str_t *a, ngx_str_t *b)
  */
 
 static void
-ngx_http_ratelimit_file_resolve(ngx_str_t *name, u_char *buf)
+ngx_ratelimit_file_resolve(ngx_str_t *name, u_char *buf)
 {
     size_t   dir, len;
     u_char   path[NGX_MAX_PATH + 1], real[PATH_MAX];

@@ -1,206 +1,71 @@
 
 /*
- * ngx-ratelimit: log lines of rejections and delays.
+ * ngx-ratelimit: log lines of rejections, delays and bad values, whatever
+ * the protocol: which are written and which folded, and their text.
  *
  * Keys are often secrets (API keys, session cookies): a line names the key
  * by its fingerprint, the key's hash under the zone's secret (the same as
  * $ratelimit_fingerprint), unless the rule says log_key=on; then the key is
  * escaped and cut, since the client chose it.  Repeats are folded so that a
- * flood cannot fill the disk.
+ * flood cannot fill the disk.  A protocol's module writes a line in the log
+ * of its request or session (http/ngx_http_ratelimit_log.c), and the
+ * folding state is its configuration's (ngx_ratelimit_conf_t, reached from
+ * a rule's zone).
  */
 
 
 #include "ngx_ratelimit_log.h"
 
 
-static void ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
-    const char *what, rl_check_t *check);
-static ngx_uint_t ngx_http_ratelimit_log_line(ngx_http_request_t *r,
-    ngx_http_ratelimit_rule_t *rule, rl_check_t *check, ngx_uint_t level);
-static u_char *ngx_http_ratelimit_log_key(u_char *p, u_char *last,
-    ngx_http_ratelimit_rule_t *rule, rl_check_t *check);
-static void ngx_http_ratelimit_log_fold(ngx_http_request_t *r,
-    ngx_http_ratelimit_rule_t *rule, ngx_uint_t kind);
-static void ngx_http_ratelimit_log_folded(ngx_event_t *ev);
-static ngx_http_ratelimit_rule_log_t *ngx_http_ratelimit_rule_log(
-    ngx_http_ratelimit_rule_t *rule);
-static u_char *ngx_http_ratelimit_log_context(ngx_log_t *log, u_char *buf,
-    size_t len);
+static u_char *ngx_ratelimit_log_key(u_char *p, u_char *last,
+    ngx_ratelimit_rule_t *rule, rl_check_t *check);
+static void ngx_ratelimit_log_fold(ngx_ratelimit_rule_t *rule,
+    ngx_uint_t kind);
+static void ngx_ratelimit_log_folded(ngx_event_t *ev);
+static ngx_ratelimit_rule_log_t *ngx_ratelimit_rule_log(
+    ngx_ratelimit_rule_t *rule);
 
 
 /* A failure that repeats: how often its count is said while it lasts. */
-#define NGX_HTTP_RATELIMIT_REPEAT_SAY      (3600 * 1000)
+#define NGX_RATELIMIT_REPEAT_SAY      (3600 * 1000)
 
-/* What ngx_http_ratelimit_rule_t's folded[] counts. */
-#define NGX_HTTP_RATELIMIT_FOLD_REJECTED   0
-#define NGX_HTTP_RATELIMIT_FOLD_DELAYED    1
-#define NGX_HTTP_RATELIMIT_FOLD_BAD        2
+/* What ngx_ratelimit_rule_log_t's folded[] counts. */
+#define NGX_RATELIMIT_FOLD_REJECTED   0
+#define NGX_RATELIMIT_FOLD_DELAYED    1
+#define NGX_RATELIMIT_FOLD_BAD        2
 
 
 /*
- * The line of a decided request, at the location's level: its refusal
- * ("would reject" in a dry run); its delay, or its wait for a slot (the
- * first time), one level lower; nothing for a request that passed.
+ * The line of a check that refused or delayed its request ("rejected",
+ * "delaying", ...: what), in log at level, once ngx_ratelimit_log_line()
+ * said it is written.
  */
 
 void
-ngx_http_ratelimit_log_verdict(ngx_http_request_t *r, ngx_uint_t level,
-    rl_request_t *rq, ngx_uint_t waited)
+ngx_ratelimit_log_check(ngx_log_t *log, ngx_uint_t level, const char *what,
+    rl_check_t *check)
 {
-    ngx_uint_t   lower;
-    rl_check_t  *binding;
+    u_char                *p;
+    u_char                 key[NGX_RATELIMIT_KEY_LOG_MAX * 4 + 32];
+    ngx_ratelimit_rule_t  *rule;
 
-    binding = &rq->checks[rq->binding];
-
-    /* one level below the location's: delays, waits */
-    lower = level == NGX_LOG_INFO || level == NGX_HTTP_RATELIMIT_LOG_OFF
-            ? level : level + 1;
-
-    switch (rq->verdict) {
-
-    case RL_VERDICT_REJECTED:
-        ngx_http_ratelimit_log(r, level,
-                               rq->dry_run ? "would reject (dry run)"
-                                           : "rejected", binding);
-        break;
-
-    case RL_VERDICT_DELAYED:
-        ngx_http_ratelimit_log(r, lower,
-                               rq->dry_run ? "would delay (dry run)"
-                                           : "delaying", binding);
-        break;
-
-    case RL_VERDICT_QUEUED:
-        if (!waited) {
-            ngx_http_ratelimit_log(r, lower, "waiting for a slot", binding);
-        }
-
-        break;
-
-    default:
-        break;
-    }
-}
-
-
-#if (NGX_DEBUG)
-
-/*
- * With nginx built --with-debug and debug_connection (or error_log ...
- * debug): each decision, as limit_req shows its own, and each rule's part
- * in it, keys by fingerprint.
- */
-
-void
-ngx_http_ratelimit_debug_decision(ngx_http_request_t *r, rl_request_t *rq)
-{
-    size_t                      i;
-    ngx_log_t                   log;
-    rl_check_t                 *c;
-    ngx_http_ratelimit_rule_t  *rule;
-
-    static const char  *verdicts[] = { "passed", "delayed", "rejected",
-                                       "exempt", "queued" };
-
-    ngx_http_ratelimit_request_log(r, &log);
-
-    ngx_log_debug5(NGX_LOG_DEBUG_HTTP, &log, 0,
-                   "ratelimit: request %s%s, %uz rule(s), delay %L ms, "
-                   "binding %uz",
-                   verdicts[rq->verdict % 5],
-                   rq->dry_run ? " (dry run)" : "", rq->n, rq->delay_ms,
-                   rq->binding);
-
-    for (i = 0; i < rq->n; i++) {
-        c = &rq->checks[i];
-        rule = ngx_http_ratelimit_rule_of(c);
-
-        if (c->key_len == 0) {
-            ngx_log_debug1(NGX_LOG_DEBUG_HTTP, &log, 0,
-                           "ratelimit: rule \"%V\": exempt (empty key)",
-                           &rule->name);
-            continue;
-        }
-
-        ngx_log_debug8(NGX_LOG_DEBUG_HTTP, &log, 0,
-                       "ratelimit: rule \"%V\" key %016xL cost %uL: %s, "
-                       "remaining %uL, retry after %L ms, delay %L ms%s",
-                       &rule->name, c->tag, c->cost,
-                       c->decision.allowed ? "allows"
-                       : c->decision.queued ? "queues" : "refuses",
-                       c->decision.remaining, c->decision.retry_after_ms,
-                       c->decision.delay_ms,
-                       c->decision.banned_ms ? " (banned)" : "");
-    }
-}
-
-
-void
-ngx_http_ratelimit_debug_end(ngx_http_request_t *r, rl_request_t *rq,
-    int freed, ngx_uint_t charges)
-{
-    size_t                      i;
-    ngx_log_t                   log;
-    rl_check_t                 *c;
-    ngx_http_ratelimit_rule_t  *rule;
-
-    ngx_http_ratelimit_request_log(r, &log);
-
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, &log, 0,
-                   "ratelimit: request ended, %d slot(s) given back%s",
-                   freed, charges ? "" : ", no charges (no log phase)");
-
-    for (i = 0; i < rq->n; i++) {
-        c = &rq->checks[i];
-        rule = ngx_http_ratelimit_rule_of(c);
-
-        if (c->charge != RL_NO_CHARGE) {
-            ngx_log_debug5(NGX_LOG_DEBUG_HTTP, &log, 0,
-                           "ratelimit: rule \"%V\" key %016xL charged %uL "
-                           "of %uL%s", &rule->name, c->tag, c->charged,
-                           c->charge, c->in_debt ? ", in debt" : "");
-        }
-    }
-}
-
-#endif
-
-
-static void
-ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
-    const char *what, rl_check_t *check)
-{
-    u_char                     *p;
-    u_char                      key[NGX_HTTP_RATELIMIT_KEY_LOG_MAX * 4 + 32];
-    ngx_log_t                   log;
-    ngx_http_ratelimit_rule_t  *rule;
-
-    rule = ngx_http_ratelimit_rule_of(check);
-
-    if (level == NGX_HTTP_RATELIMIT_LOG_OFF
-        || r->connection->log->log_level < level
-        || !ngx_http_ratelimit_log_line(r, rule, check, level))
-    {
-        return;
-    }
-
-    p = ngx_http_ratelimit_log_key(key, key + sizeof(key), rule, check);
-    ngx_http_ratelimit_request_log(r, &log);
+    rule = ngx_ratelimit_rule_of(check);
+    p = ngx_ratelimit_log_key(key, key + sizeof(key), rule, check);
 
     if (check->decision.allowed) {
-        ngx_log_error(level, &log, 0,
+        ngx_log_error(level, log, 0,
                       "ratelimit: %s by rule \"%V\" in zone \"%V\", key %*s, "
                       "cost %uL, for %L ms", what, &rule->name,
-                      &ngx_http_ratelimit_zone_of(rule)->name,
+                      &ngx_ratelimit_zone_of(rule)->name,
                       (size_t) (p - key), key,
                       check->cost, check->decision.delay_ms);
         return;
     }
 
-    ngx_log_error(level, &log, 0,
+    ngx_log_error(level, log, 0,
                   "ratelimit: %s by rule \"%V\" in zone \"%V\", key %*s, "
                   "cost %uL%s, retry after %L ms", what, &rule->name,
-                  &ngx_http_ratelimit_zone_of(rule)->name,
+                  &ngx_ratelimit_zone_of(rule)->name,
                   (size_t) (p - key), key,
                   check->cost,
                   check->decision.never ? " (more than the rule ever admits)"
@@ -212,15 +77,15 @@ ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
 /* "fingerprint 0123456789abcdef", or with log_key=on "the key", escaped. */
 
 static u_char *
-ngx_http_ratelimit_log_key(u_char *p, u_char *last,
-    ngx_http_ratelimit_rule_t *rule, rl_check_t *check)
+ngx_ratelimit_log_key(u_char *p, u_char *last,
+    ngx_ratelimit_rule_t *rule, rl_check_t *check)
 {
     if (!rule->rule.log_key) {
         return ngx_snprintf(p, last - p, "fingerprint %016xL", check->tag);
     }
 
     *p++ = '"';
-    p = ngx_http_ratelimit_escape_key(p, check->key, check->key_len);
+    p = ngx_ratelimit_escape_key(p, check->key, check->key_len);
     *p++ = '"';
 
     return p;
@@ -228,48 +93,16 @@ ngx_http_ratelimit_log_key(u_char *p, u_char *last,
 
 
 /*
- * The log of the module's lines about a request: the connection's, but
- * with a context that names the client and the server only.  nginx's own
- * context adds the request line, Host and Referer, and a rule's key may be
- * made of any of them: a rule that logs its key by fingerprint would have
- * it in clear there.
- */
-
-ngx_log_t *
-ngx_http_ratelimit_request_log(ngx_http_request_t *r, ngx_log_t *log)
-{
-    *log = *r->connection->log;
-    log->handler = ngx_http_ratelimit_log_context;
-    log->data = r;
-
-    return log;
-}
-
-
-static u_char *
-ngx_http_ratelimit_log_context(ngx_log_t *log, u_char *buf, size_t len)
-{
-    ngx_http_request_t        *r = log->data;
-    ngx_http_core_srv_conf_t  *cscf;
-
-    cscf = ngx_http_get_module_srv_conf(r, ngx_http_core_module);
-
-    return ngx_snprintf(buf, len, ", client: %V, server: %V",
-                        &r->connection->addr_text, &cscf->server_name);
-}
-
-
-/*
  * A key (or any string) a client chose, made safe to show (rl_escape): at
- * most NGX_HTTP_RATELIMIT_KEY_LOG_MAX bytes of it, escaped, then "..." (at
- * most NGX_HTTP_RATELIMIT_KEY_ESCAPED bytes written).
+ * most NGX_RATELIMIT_KEY_LOG_MAX bytes of it, escaped, then "..." (at
+ * most NGX_RATELIMIT_KEY_ESCAPED bytes written).
  */
 
 u_char *
-ngx_http_ratelimit_escape_key(u_char *p, const u_char *data, size_t len)
+ngx_ratelimit_escape_key(u_char *p, const u_char *data, size_t len)
 {
     return p + rl_escape((char *) p, data, len,
-                         NGX_HTTP_RATELIMIT_KEY_LOG_MAX);
+                         NGX_RATELIMIT_KEY_LOG_MAX);
 }
 
 
@@ -279,23 +112,22 @@ ngx_http_ratelimit_escape_key(u_char *p, const u_char *data, size_t len)
  * memory, and the line is then written, not folded.
  */
 
-static ngx_http_ratelimit_rule_log_t *
-ngx_http_ratelimit_rule_log(ngx_http_ratelimit_rule_t *rule)
+static ngx_ratelimit_rule_log_t *
+ngx_ratelimit_rule_log(ngx_ratelimit_rule_t *rule)
 {
-    ngx_http_ratelimit_main_conf_t  *rmcf;
+    ngx_ratelimit_conf_t  *conf;
 
     if (rule->log == NULL) {
         rule->log = ngx_pcalloc(ngx_cycle->pool,
-                                sizeof(ngx_http_ratelimit_rule_log_t));
+                                sizeof(ngx_ratelimit_rule_log_t));
         if (rule->log == NULL) {
             return NULL;
         }
 
-        rmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
-                                                   ngx_http_ratelimit_module);
+        conf = ngx_ratelimit_zone_of(rule)->conf;
         rule->log->rule = rule;
-        rule->log->next = rmcf->logged;
-        rmcf->logged = rule->log;
+        rule->log->next = conf->logged;
+        conf->logged = rule->log;
     }
 
     return rule->log;
@@ -310,26 +142,25 @@ ngx_http_ratelimit_rule_log(ngx_http_ratelimit_rule_t *rule)
  * table: a key pushed out of it by another only gets its line again.
  */
 
-static ngx_uint_t
-ngx_http_ratelimit_log_line(ngx_http_request_t *r,
-    ngx_http_ratelimit_rule_t *rule, rl_check_t *check, ngx_uint_t level)
+ngx_uint_t
+ngx_ratelimit_log_line(ngx_ratelimit_rule_t *rule, rl_check_t *check,
+    ngx_uint_t level)
 {
-    int64_t                           wait;
-    ngx_msec_t                        now;
-    ngx_uint_t                        delayed;
-    ngx_http_ratelimit_fold_t        *f;
-    ngx_http_ratelimit_rule_log_t    *lg;
-    ngx_http_ratelimit_main_conf_t   *rmcf;
+    int64_t                    wait;
+    ngx_msec_t                 now;
+    ngx_uint_t                 delayed;
+    ngx_ratelimit_fold_t      *f;
+    ngx_ratelimit_rule_log_t  *lg;
 
-    rmcf = ngx_http_get_module_main_conf(r, ngx_http_ratelimit_module);
     now = ngx_current_msec;
     delayed = check->decision.allowed;
     wait = delayed ? check->decision.delay_ms
                    : check->decision.retry_after_ms;
     wait = ngx_max(ngx_min(wait, 1000), 1);
 
-    f = &rmcf->fold[(check->tag ^ (uintptr_t) rule)
-                    % NGX_HTTP_RATELIMIT_FOLD_KEYS];
+    f = &ngx_ratelimit_zone_of(rule)->conf->fold[(check->tag
+                                                  ^ (uintptr_t) rule)
+                                                 % NGX_RATELIMIT_FOLD_KEYS];
 
     if (f->rule == rule && f->tag == check->tag
         && (ngx_msec_int_t) (now - f->at) < wait)
@@ -337,7 +168,7 @@ ngx_http_ratelimit_log_line(ngx_http_request_t *r,
         goto fold;
     }
 
-    lg = ngx_http_ratelimit_rule_log(rule);
+    lg = ngx_ratelimit_rule_log(rule);
     if (lg == NULL) {
         return 1;   /* no memory to count it: written */
     }
@@ -347,7 +178,7 @@ ngx_http_ratelimit_log_line(ngx_http_request_t *r,
         lg->log_lines = 0;
     }
 
-    if (lg->log_lines == NGX_HTTP_RATELIMIT_FOLD_LINES) {
+    if (lg->log_lines == NGX_RATELIMIT_FOLD_LINES) {
         goto fold;
     }
 
@@ -360,15 +191,14 @@ ngx_http_ratelimit_log_line(ngx_http_request_t *r,
 
 fold:
 
-    lg = ngx_http_ratelimit_rule_log(rule);
+    lg = ngx_ratelimit_rule_log(rule);
     if (lg == NULL) {
         return 1;
     }
 
     lg->log_level = level;
-    ngx_http_ratelimit_log_fold(r, rule,
-                                delayed ? NGX_HTTP_RATELIMIT_FOLD_DELAYED
-                                        : NGX_HTTP_RATELIMIT_FOLD_REJECTED);
+    ngx_ratelimit_log_fold(rule, delayed ? NGX_RATELIMIT_FOLD_DELAYED
+                                         : NGX_RATELIMIT_FOLD_REJECTED);
 
     return 0;
 }
@@ -378,24 +208,23 @@ fold:
  * A request's value of a variable that is not valid for its rule (a cost,
  * limit or burst; the core's message says which, and what applies instead):
  * at warn, one line a second for a rule in a worker, the rest folded.  With
- * r NULL (a charge settled after its request ended), in the cycle's log.
+ * log NULL (a charge settled after its request ended), in the cycle's log.
  */
 
 void
-ngx_http_ratelimit_log_bad(ngx_http_request_t *r,
-    ngx_http_ratelimit_rule_t *rule, const char *what)
+ngx_ratelimit_log_bad(ngx_log_t *log, ngx_ratelimit_rule_t *rule,
+    const char *what)
 {
-    ngx_log_t                      log, *lp;
-    ngx_msec_t                     now;
-    ngx_http_ratelimit_rule_log_t  *lg;
+    ngx_msec_t                 now;
+    ngx_ratelimit_rule_log_t  *lg;
 
     now = ngx_current_msec;
-    lg = ngx_http_ratelimit_rule_log(rule);
+    lg = ngx_ratelimit_rule_log(rule);
 
     if (lg != NULL && lg->bad_second != 0
         && (ngx_msec_int_t) (now - lg->bad_second) < 1000)
     {
-        ngx_http_ratelimit_log_fold(r, rule, NGX_HTTP_RATELIMIT_FOLD_BAD);
+        ngx_ratelimit_log_fold(rule, NGX_RATELIMIT_FOLD_BAD);
         return;
     }
 
@@ -403,29 +232,24 @@ ngx_http_ratelimit_log_bad(ngx_http_request_t *r,
         lg->bad_second = now;
     }
 
-    lp = r ? ngx_http_ratelimit_request_log(r, &log) : ngx_cycle->log;
-
-    ngx_log_error(NGX_LOG_WARN, lp, 0,
+    ngx_log_error(NGX_LOG_WARN, log ? log : ngx_cycle->log, 0,
                   "ratelimit: rule \"%V\" in zone \"%V\": %s", &rule->name,
-                  &ngx_http_ratelimit_zone_of(rule)->name, what);
+                  &ngx_ratelimit_zone_of(rule)->name, what);
 }
 
 
 static void
-ngx_http_ratelimit_log_fold(ngx_http_request_t *r,
-    ngx_http_ratelimit_rule_t *rule, ngx_uint_t kind)
+ngx_ratelimit_log_fold(ngx_ratelimit_rule_t *rule, ngx_uint_t kind)
 {
-    ngx_http_ratelimit_main_conf_t  *rmcf;
+    ngx_ratelimit_conf_t  *conf;
 
-    rmcf = r ? ngx_http_get_module_main_conf(r, ngx_http_ratelimit_module)
-             : ngx_http_cycle_get_module_main_conf(ngx_cycle,
-                                                   ngx_http_ratelimit_module);
+    conf = ngx_ratelimit_zone_of(rule)->conf;
 
     rule->log->folded[kind]++;   /* the callers made rule->log */
 
-    if (!rmcf->fold_event.timer_set) {
-        rmcf->fold_event.log = ngx_cycle->log;
-        ngx_add_timer(&rmcf->fold_event, 1000);
+    if (!conf->fold_event.timer_set) {
+        conf->fold_event.log = ngx_cycle->log;
+        ngx_add_timer(&conf->fold_event, 1000);
     }
 }
 
@@ -437,17 +261,17 @@ ngx_http_ratelimit_log_fold(ngx_http_request_t *r,
  */
 
 static void
-ngx_http_ratelimit_log_folded(ngx_event_t *ev)
+ngx_ratelimit_log_folded(ngx_event_t *ev)
 {
-    ngx_uint_t                       k, level;
-    ngx_http_ratelimit_rule_t       *rule;
-    ngx_http_ratelimit_rule_log_t   *lg;
-    ngx_http_ratelimit_main_conf_t  *rmcf = ev->data;
+    ngx_uint_t                 k, level;
+    ngx_ratelimit_rule_t      *rule;
+    ngx_ratelimit_conf_t      *conf = ev->data;
+    ngx_ratelimit_rule_log_t  *lg;
 
     static const char  *what[] = { "rejections", "delays",
                                    "requests with a bad value (see above)" };
 
-    for (lg = rmcf->logged; lg != NULL; lg = lg->next) {
+    for (lg = conf->logged; lg != NULL; lg = lg->next) {
         rule = lg->rule;
 
         for (k = 0; k < 3; k++) {
@@ -455,14 +279,14 @@ ngx_http_ratelimit_log_folded(ngx_event_t *ev)
                 continue;
             }
 
-            level = (k == NGX_HTTP_RATELIMIT_FOLD_BAD) ? NGX_LOG_WARN
-                                                       : lg->log_level;
+            level = (k == NGX_RATELIMIT_FOLD_BAD) ? NGX_LOG_WARN
+                                                  : lg->log_level;
 
             ngx_log_error(level, ev->log, 0,
                           "ratelimit: %ui more %s by rule \"%V\" in zone "
                           "\"%V\" (repeats not logged one by one)",
                           lg->folded[k], what[k], &rule->name,
-                          &ngx_http_ratelimit_zone_of(rule)->name);
+                          &ngx_ratelimit_zone_of(rule)->name);
             lg->folded[k] = 0;
         }
     }
@@ -474,14 +298,14 @@ ngx_http_ratelimit_log_folded(ngx_event_t *ev)
  * overrides file), said as it ends (rc): fmt and its arguments name the
  * file.  A failure is said at error the first time, then the same failure
  * (the same errno) is counted, not written, but for a line every
- * NGX_HTTP_RATELIMIT_REPEAT_SAY that says how many: a directory that is
+ * NGX_RATELIMIT_REPEAT_SAY that says how many: a directory that is
  * not writable fails at every interval for as long as it lasts.  Another
  * failure is said at once; the first write that succeeds after failures
  * is said at notice, with their count.
  */
 
 void ngx_cdecl
-ngx_http_ratelimit_log_written(ngx_log_t *log, ngx_http_ratelimit_repeat_t *rp,
+ngx_ratelimit_log_written(ngx_log_t *log, ngx_ratelimit_repeat_t *rp,
     ngx_int_t rc, ngx_err_t err, const char *fmt, ...)
 {
     u_char   *p, *last, line[NGX_MAX_ERROR_STR];
@@ -492,7 +316,7 @@ ngx_http_ratelimit_log_written(ngx_log_t *log, ngx_http_ratelimit_repeat_t *rp,
     }
 
     if (rc != NGX_OK && rp->failures++ != 0 && err == rp->err
-        && ngx_current_msec - rp->said < NGX_HTTP_RATELIMIT_REPEAT_SAY)
+        && ngx_current_msec - rp->said < NGX_RATELIMIT_REPEAT_SAY)
     {
         rp->folded++;
         return;
@@ -532,19 +356,18 @@ ngx_http_ratelimit_log_written(ngx_log_t *log, ngx_http_ratelimit_repeat_t *rp,
 /* This worker's folding table and timer. */
 
 ngx_int_t
-ngx_http_ratelimit_log_init(ngx_conf_t *cf,
-    ngx_http_ratelimit_main_conf_t *rmcf)
+ngx_ratelimit_log_init(ngx_conf_t *cf, ngx_ratelimit_conf_t *conf)
 {
-    rmcf->fold = ngx_pcalloc(cf->pool, NGX_HTTP_RATELIMIT_FOLD_KEYS
-                                       * sizeof(ngx_http_ratelimit_fold_t));
-    if (rmcf->fold == NULL) {
+    conf->fold = ngx_pcalloc(cf->pool, NGX_RATELIMIT_FOLD_KEYS
+                                       * sizeof(ngx_ratelimit_fold_t));
+    if (conf->fold == NULL) {
         return NGX_ERROR;
     }
 
-    rmcf->fold_event.handler = ngx_http_ratelimit_log_folded;
-    rmcf->fold_event.data = rmcf;
-    rmcf->fold_event.log = cf->log;
-    rmcf->fold_event.cancelable = 1;
+    conf->fold_event.handler = ngx_ratelimit_log_folded;
+    conf->fold_event.data = conf;
+    conf->fold_event.log = cf->log;
+    conf->fold_event.cancelable = 1;
 
     return NGX_OK;
 }

@@ -26,7 +26,7 @@
 
 #include "ngx_http_ratelimit_grpc.h"
 #include "ngx_http_ratelimit_headers.h"
-#include "ngx_http_ratelimit_stats.h"
+#include "ngx_http_ratelimit_answer.h"
 
 
 static ngx_int_t ngx_http_ratelimit_grpc_trailers_only(ngx_http_request_t *r,

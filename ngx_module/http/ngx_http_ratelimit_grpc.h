@@ -8,7 +8,7 @@
 #define NGX_HTTP_RATELIMIT_GRPC_H
 
 
-#include "ngx_ratelimit_types.h"
+#include "ngx_http_ratelimit_types.h"
 
 
 ngx_uint_t ngx_http_ratelimit_grpc_kind(ngx_http_request_t *r,

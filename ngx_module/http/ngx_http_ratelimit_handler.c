@@ -19,17 +19,17 @@
 
 #include "ngx_http_ratelimit_handler.h"
 #include "ngx_http_ratelimit_grpc.h"
-#include "ngx_ratelimit_log.h"
+#include "ngx_http_ratelimit_request.h"
+#include "ngx_http_ratelimit_wait.h"
+#include "ngx_http_ratelimit_log.h"
+#include "ngx_ratelimit_sync.h"
+#include "ngx_ratelimit_zone.h"
 #include "ngx_ratelimit_redis.h"
 #include "ngx_ratelimit_redis_settle.h"
-#include "ngx_http_ratelimit_request.h"
-#include "ngx_ratelimit_sync.h"
-#include "ngx_http_ratelimit_wait.h"
-#include "ngx_ratelimit_zone.h"
 
 
 static ngx_int_t ngx_http_ratelimit_check_once(ngx_http_request_t *r,
-    ngx_http_ratelimit_loc_conf_t *rlcf) NGX_HTTP_RATELIMIT_NOINLINE;
+    ngx_http_ratelimit_loc_conf_t *rlcf) NGX_RATELIMIT_NOINLINE;
 static ngx_int_t ngx_http_ratelimit_decide(ngx_http_request_t *r,
     ngx_http_ratelimit_loc_conf_t *rlcf);
 static ngx_int_t ngx_http_ratelimit_key(ngx_http_request_t *r,
@@ -46,7 +46,7 @@ static ngx_int_t ngx_http_ratelimit_apply_verdict(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static ngx_int_t ngx_http_ratelimit_act_on_verdict(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, ngx_http_ratelimit_loc_conf_t *rlcf)
-    NGX_HTTP_RATELIMIT_NOINLINE;
+    NGX_RATELIMIT_NOINLINE;
 static ngx_int_t ngx_http_ratelimit_request_policy(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static void ngx_http_ratelimit_note_override(ngx_http_ratelimit_ctx_t *ctx);
@@ -54,10 +54,12 @@ static ngx_int_t ngx_http_ratelimit_handler_rc(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, ngx_int_t rc);
 static ngx_int_t ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
-static void ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
+static void ngx_http_ratelimit_redis_done(ngx_ratelimit_redis_wait_t *w,
+    rl_redis_answer_t *answer);
+static void ngx_http_ratelimit_redis_decided(ngx_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer);
 static ngx_int_t ngx_http_ratelimit_redis_verdict(ngx_http_request_t *r,
-    ngx_http_ratelimit_ctx_t *ctx, ngx_http_ratelimit_zone_t *zone,
+    ngx_http_ratelimit_ctx_t *ctx, ngx_ratelimit_zone_t *zone,
     ngx_uint_t by);
 static ngx_int_t ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
@@ -124,11 +126,11 @@ static ngx_int_t
 ngx_http_ratelimit_decide(ngx_http_request_t *r,
     ngx_http_ratelimit_loc_conf_t *rlcf)
 {
-    ngx_str_t                       key;
-    ngx_uint_t                      i;
-    rl_check_t                      checks[RL_RULES_MAX], *c;
-    ngx_http_ratelimit_ctx_t       *ctx;
-    ngx_http_ratelimit_rule_t      *rules;
+    ngx_str_t                   key;
+    ngx_uint_t                  i;
+    rl_check_t                  checks[RL_RULES_MAX], *c;
+    ngx_http_ratelimit_ctx_t   *ctx;
+    ngx_http_ratelimit_rule_t  *rules;
 
     ctx = ngx_http_ratelimit_new_ctx(r);
     if (ctx == NULL) {
@@ -158,17 +160,17 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
         /* its inputs written below, the rest zeroed */
 
         c = &checks[i];
-        ngx_http_ratelimit_zero(&c->tag,
-                                sizeof(rl_check_t) - offsetof(rl_check_t, tag));
-        c->table = ngx_http_ratelimit_zone_of(&rules[i])->table;
-        c->rule = &rules[i].rule;
-        c->identity = rules[i].identity;
+        ngx_ratelimit_zero(&c->tag,
+                           sizeof(rl_check_t) - offsetof(rl_check_t, tag));
+        c->table = ngx_ratelimit_zone_of(&rules[i].common)->table;
+        c->rule = &rules[i].common.rule;
+        c->identity = rules[i].common.identity;
         c->key = key.data;
         c->key_len = key.len;
-        c->cost = key.len ? rules[i].rule.cost : 0;
+        c->cost = key.len ? rules[i].common.rule.cost : 0;
         c->data = &rules[i];
-        c->counters = ngx_http_ratelimit_rule_counters(r->connection->log,
-                                                       &rules[i]);
+        c->counters = ngx_ratelimit_rule_counters(r->connection->log,
+                                                  &rules[i].common);
 
         if (rules[i].vars != NULL && key.len
             && ngx_http_ratelimit_vars(r, &rules[i], c) != NGX_OK)
@@ -192,7 +194,7 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
 
     /* (a request exempt from every rule, using no zone, is not sent) */
 
-    if (ngx_http_ratelimit_zone_of(&rules[0])->redis != NULL
+    if (ngx_ratelimit_zone_of(&rules[0].common)->redis != NULL
         && ctx->rq.locks > 0)
     {
         return ngx_http_ratelimit_handler_rc(r, ctx,
@@ -286,7 +288,7 @@ ngx_http_ratelimit_cost(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule)
         ngx_str_null(&value);
     }
 
-    if (rl_rule_cost(&rule->rule, (char *) value.data, value.len, &cost, err,
+    if (rl_rule_cost(&rule->common.rule, (char *) value.data, value.len, &cost, err,
                      sizeof(err))
         != RL_OK)
     {
@@ -330,7 +332,7 @@ ngx_http_ratelimit_rule_as_applied(ngx_http_request_t *r,
         return NULL;
     }
 
-    if (rl_rule_apply(&rule->rule, (char *) limit.data, limit.len,
+    if (rl_rule_apply(&rule->common.rule, (char *) limit.data, limit.len,
                       (char *) burst.data, burst.len, applied, err,
                       sizeof(err))
         != RL_OK)
@@ -351,14 +353,14 @@ ngx_http_ratelimit_decide_local(ngx_http_request_t *r,
     int64_t       now;
     ngx_shmtx_t  *mutex;
 
-    now = ngx_http_ratelimit_now();
+    now = ngx_ratelimit_now();
 
-    mutex = ngx_http_ratelimit_lock(&ctx->rq);
+    mutex = ngx_ratelimit_lock(&ctx->rq);
     (void) rl_decide(&ctx->rq, now);
-    if (ngx_http_ratelimit_sync_zones) {
-        ngx_http_ratelimit_sync_note(&ctx->rq, now);
+    if (ngx_ratelimit_sync_zones) {
+        ngx_ratelimit_sync_note(&ctx->rq, now);
     }
-    ngx_http_ratelimit_unlock(&ctx->rq, mutex);
+    ngx_ratelimit_unlock(&ctx->rq, mutex);
 
     return ngx_http_ratelimit_apply_verdict(r, ctx);
 }
@@ -523,7 +525,7 @@ ngx_http_ratelimit_request_policy(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    ctx->policy.len = rl_policy_field(rules, n, ngx_http_ratelimit_now(),
+    ctx->policy.len = rl_policy_field(rules, n, ngx_ratelimit_now(),
                                       (char *) ctx->policy.data,
                                       n * RL_POLICY_ITEM_MAX);
 
@@ -543,15 +545,14 @@ static ngx_int_t
 ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
-    ngx_int_t                         decided;
-    ngx_shmtx_t                      *mutex;
-    ngx_http_ratelimit_zone_t        *zone;
-    ngx_http_ratelimit_loc_conf_t    *rlcf;
-    ngx_http_ratelimit_redis_t       *redis;
-    ngx_http_ratelimit_redis_wait_t  *w;
+    ngx_int_t                       decided;
+    ngx_shmtx_t                    *mutex;
+    ngx_ratelimit_zone_t           *zone;
+    ngx_http_ratelimit_loc_conf_t  *rlcf;
+    ngx_ratelimit_redis_t          *redis;
+    ngx_ratelimit_redis_wait_t     *w;
 
-    zone = ngx_http_ratelimit_zone_of(
-               ngx_http_ratelimit_rule_of(&ctx->rq.checks[0]));
+    zone = ngx_ratelimit_zone_of(ngx_ratelimit_rule_of(&ctx->rq.checks[0]));
     redis = zone->redis;
 
     /* the overrides its keys meet, from the copy of Redis's the zone holds:
@@ -559,7 +560,7 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
 
     if (zone->store != NULL && rl_overrides_held(zone->table)) {
         ngx_shmtx_lock(&zone->shpool->mutex);
-        decided = rl_request_overrides(&ctx->rq, ngx_http_ratelimit_now());
+        decided = rl_request_overrides(&ctx->rq, ngx_ratelimit_now());
         ngx_shmtx_unlock(&zone->shpool->mutex);
 
         if (decided) {
@@ -569,7 +570,7 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     }
 
     if (rl_refusals_find(redis->refusals, redis->refusals_size, &ctx->rq,
-                         ngx_http_ratelimit_monotonic_ms()))
+                         ngx_ratelimit_monotonic_ms()))
     {
         (void) ngx_atomic_fetch_add(&redis->stats->cached, 1);
         return ngx_http_ratelimit_redis_verdict(r, ctx, zone,
@@ -580,13 +581,13 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    w = ngx_pcalloc(r->pool, sizeof(ngx_http_ratelimit_redis_wait_t));
+    w = ngx_pcalloc(r->pool, sizeof(ngx_ratelimit_redis_wait_t));
     if (w == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     ctx->redis = w;
-    w->request = r;
+    ngx_http_ratelimit_redis_owner(w, r);
     w->handler = ngx_http_ratelimit_redis_done;
     w->rq = &ctx->rq;
 
@@ -594,22 +595,22 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
        request holds in this server's zone while it runs, whoever decides
        it, so that the server's own count holds every request it has in
        flight (the call refuses a check the server holds the limit of) */
-    ngx_http_ratelimit_redis_lease_prepare(redis, &ctx->rq);
+    ngx_ratelimit_redis_lease_prepare(redis, &ctx->rq);
 
     rlcf = ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module);
 
     if (rlcf->slots) {
-        mutex = ngx_http_ratelimit_lock(&ctx->rq);
-        ctx->here = rl_request_hold_here(&ctx->rq, ngx_http_ratelimit_now())
+        mutex = ngx_ratelimit_lock(&ctx->rq);
+        ctx->here = rl_request_hold_here(&ctx->rq, ngx_ratelimit_now())
                     > 0;
-        ngx_http_ratelimit_unlock(&ctx->rq, mutex);
+        ngx_ratelimit_unlock(&ctx->rq, mutex);
     }
 
     /* what a refusal in the reply may be remembered from: before sending */
     ctx->redis_epoch = rl_refusals_epoch(redis->refusals);
-    ctx->redis_sent = ngx_http_ratelimit_monotonic_ms();
+    ctx->redis_sent = ngx_ratelimit_monotonic_ms();
 
-    if (ngx_http_ratelimit_redis_send(redis, w) != NGX_OK) {
+    if (ngx_ratelimit_redis_send(redis, w) != NGX_OK) {
         /* Redis unreachable now: no waiting at all */
         return ngx_http_ratelimit_redis_fallback(r, ctx);
     }
@@ -630,6 +631,15 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
 }
 
 
+static void
+ngx_http_ratelimit_redis_done(ngx_ratelimit_redis_wait_t *w,
+    rl_redis_answer_t *answer)
+{
+    ngx_http_ratelimit_redis_answered(w, answer,
+                                      ngx_http_ratelimit_redis_decided);
+}
+
+
 /*
  * Redis decided the request (answer: the core took the script's answer and
  * concluded the request) or failed it (NULL: on_redis_error decides), and
@@ -637,24 +647,23 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
  */
 
 static void
-ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
+ngx_http_ratelimit_redis_decided(ngx_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer)
 {
-    ngx_int_t                   rc;
-    ngx_http_request_t         *r = w->request;
-    ngx_http_ratelimit_ctx_t   *ctx;
-    ngx_http_ratelimit_zone_t  *zone;
+    ngx_int_t                  rc;
+    ngx_http_request_t        *r = w->owner;
+    ngx_http_ratelimit_ctx_t  *ctx;
+    ngx_ratelimit_zone_t      *zone;
 
     ctx = ngx_http_ratelimit_get_ctx(r);
-    zone = ngx_http_ratelimit_zone_of(
-               ngx_http_ratelimit_rule_of(&ctx->rq.checks[0]));
+    zone = ngx_ratelimit_zone_of(ngx_ratelimit_rule_of(&ctx->rq.checks[0]));
     ctx->redis_waiting = 0;
 
     ngx_http_set_log_request(r->connection->log, r);
 
     if (answer == NULL) {
         /* the call may have taken its leases all the same: given back */
-        ngx_http_ratelimit_redis_lease_release(zone->redis, &ctx->rq, NULL);
+        ngx_ratelimit_redis_lease_release(zone->redis, &ctx->rq, NULL);
         rc = ngx_http_ratelimit_redis_fallback(r, ctx);
 
     } else {
@@ -677,26 +686,26 @@ ngx_http_ratelimit_redis_done(ngx_http_ratelimit_redis_wait_t *w,
 
 static ngx_int_t
 ngx_http_ratelimit_redis_verdict(ngx_http_request_t *r,
-    ngx_http_ratelimit_ctx_t *ctx, ngx_http_ratelimit_zone_t *zone,
+    ngx_http_ratelimit_ctx_t *ctx, ngx_ratelimit_zone_t *zone,
     ngx_uint_t by)
 {
-    ngx_http_ratelimit_redis_t  *redis = zone->redis;
+    ngx_ratelimit_redis_t  *redis = zone->redis;
 
     ctx->decided_by = by;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    rl_request_count(&ctx->rq, ngx_http_ratelimit_now());
+    rl_request_count(&ctx->rq, ngx_ratelimit_now());
 
     if (by == NGX_HTTP_RATELIMIT_BY_REDIS) {
         (void) rl_refusals_store(redis->refusals, redis->refusals_size,
                                  &ctx->rq, ctx->redis_epoch, ctx->redis_sent,
-                                 ngx_http_ratelimit_monotonic_ms());
+                                 ngx_ratelimit_monotonic_ms());
     }
 
     if (ctx->here) {
         /* a check that took no lease gives its server's slot back */
-        ctx->here = rl_request_free_here(&ctx->rq, ngx_http_ratelimit_now(),
+        ctx->here = rl_request_free_here(&ctx->rq, ngx_ratelimit_now(),
                                          0)
                     > 0;
     }
@@ -704,8 +713,8 @@ ngx_http_ratelimit_redis_verdict(ngx_http_request_t *r,
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
     if (by == NGX_HTTP_RATELIMIT_BY_REDIS) {
-        ctx->leased = ngx_http_ratelimit_redis_lease_hold(redis, &ctx->rq,
-                                                          &ctx->lease_link);
+        ctx->leased = ngx_ratelimit_redis_lease_hold(redis, &ctx->rq,
+                                                     &ctx->lease);
     }
 
     return ngx_http_ratelimit_apply_verdict(r, ctx);
@@ -725,51 +734,50 @@ static ngx_int_t
 ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
-    ngx_int_t                    rc;
-    ngx_shmtx_t                 *mutex;
-    ngx_http_ratelimit_zone_t   *zone;
-    ngx_http_ratelimit_redis_t  *redis;
+    ngx_int_t               rc;
+    ngx_shmtx_t            *mutex;
+    ngx_ratelimit_zone_t   *zone;
+    ngx_ratelimit_redis_t  *redis;
 
-    zone = ngx_http_ratelimit_zone_of(
-               ngx_http_ratelimit_rule_of(&ctx->rq.checks[0]));
+    zone = ngx_ratelimit_zone_of(ngx_ratelimit_rule_of(&ctx->rq.checks[0]));
     redis = zone->redis;
 
     (void) ngx_atomic_fetch_add(&redis->stats->fallbacks, 1);
 
     /* the worker's leases may be gone from Redis: written again once it
        answers */
-    ngx_http_ratelimit_redis_leases_lost(redis);
+    ngx_ratelimit_redis_leases_lost(redis);
 
     if (ctx->here) {
         /* the slots taken for the call: a local decision takes its own */
         ctx->here = 0;
-        mutex = ngx_http_ratelimit_lock(&ctx->rq);
-        (void) rl_request_free_here(&ctx->rq, ngx_http_ratelimit_now(), 1);
-        ngx_http_ratelimit_unlock(&ctx->rq, mutex);
+        mutex = ngx_ratelimit_lock(&ctx->rq);
+        (void) rl_request_free_here(&ctx->rq, ngx_ratelimit_now(), 1);
+        ngx_ratelimit_unlock(&ctx->rq, mutex);
     }
 
     switch (redis->on_error) {
 
-    case NGX_HTTP_RATELIMIT_REDIS_LOCAL:
+    case NGX_RATELIMIT_REDIS_LOCAL:
         ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL;
         rc = ngx_http_ratelimit_decide_local(r, ctx);
         break;
 
-    case NGX_HTTP_RATELIMIT_REDIS_DENY:
+    case NGX_RATELIMIT_REDIS_DENY:
         ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_DENY;
         rl_request_fail(&ctx->rq, 1);
         rc = ngx_http_ratelimit_apply_verdict(r, ctx);
         break;
 
-    default: /* NGX_HTTP_RATELIMIT_REDIS_ALLOW */
+    default: /* NGX_RATELIMIT_REDIS_ALLOW */
         ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_ALLOW;
         rl_request_fail(&ctx->rq, 0);
         rc = ngx_http_ratelimit_apply_verdict(r, ctx);
         break;
     }
 
-    ctx->leased = ngx_http_ratelimit_redis_lease_keep(redis, &ctx->rq,
-                                                      &ctx->lease_link);
+    ctx->leased = ngx_ratelimit_redis_lease_keep(redis, &ctx->rq,
+                                                 &ctx->lease);
 
     return rc;
 }

@@ -8,7 +8,7 @@
 #define NGX_HTTP_RATELIMIT_HANDLER_H
 
 
-#include "ngx_ratelimit_types.h"
+#include "ngx_http_ratelimit_types.h"
 
 
 ngx_int_t ngx_http_ratelimit_handler(ngx_http_request_t *r);

@@ -11,7 +11,7 @@
 
 static ngx_int_t ngx_http_ratelimit_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_ratelimit_header_fields(ngx_http_request_t *r,
-    ngx_http_ratelimit_ctx_t *ctx) NGX_HTTP_RATELIMIT_NOINLINE;
+    ngx_http_ratelimit_ctx_t *ctx) NGX_RATELIMIT_NOINLINE;
 static ngx_int_t ngx_http_ratelimit_legacy_headers(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static ngx_int_t ngx_http_ratelimit_add_header(ngx_http_request_t *r,
@@ -201,7 +201,7 @@ ngx_http_ratelimit_header_fields(ngx_http_request_t *r,
 
         v = p;
         *p++ = '"';
-        p = ngx_cpymem(p, rule->name.data, rule->name.len);
+        p = ngx_cpymem(p, rule->common.name.data, rule->common.name.len);
         p = ngx_cpymem(p, "\";r=", 4);
         p = ngx_http_ratelimit_number(p, ctx->decision.remaining);
 
@@ -448,8 +448,8 @@ ngx_http_ratelimit_variable(ngx_http_request_t *r,
     }
 
     if (data == NGX_HTTP_RATELIMIT_VAR_RULE) {
-        v->len = ctx->rule->name.len;
-        v->data = ctx->rule->name.data;
+        v->len = ctx->rule->common.name.len;
+        v->data = ctx->rule->common.name.data;
         return NGX_OK;
     }
 

@@ -8,7 +8,7 @@
 #define NGX_HTTP_RATELIMIT_HEADERS_H
 
 
-#include "ngx_ratelimit_types.h"
+#include "ngx_http_ratelimit_types.h"
 
 
 ngx_int_t ngx_http_ratelimit_headers_init(ngx_conf_t *cf, ngx_uint_t filter);

@@ -17,18 +17,18 @@
  * worker for a slot is woken.  The core settles every rule under the
  * zones' locks, taken once (rl_request_end); a request decided in Redis
  * has its charges sent there, and its concurrency leases released there
- * (ngx_http_ratelimit_redis_settle.c).  A
+ * (ngx_ratelimit_redis_settle.c).  A
  * request that never reaches the log phase is settled by its context's
  * cleanup, without charges.
  */
 
 
 #include "ngx_http_ratelimit_request.h"
-#include "ngx_ratelimit_log.h"
+#include "ngx_http_ratelimit_wait.h"
+#include "ngx_http_ratelimit_log.h"
+#include "ngx_ratelimit_zone.h"
 #include "ngx_ratelimit_redis.h"
 #include "ngx_ratelimit_redis_settle.h"
-#include "ngx_http_ratelimit_wait.h"
-#include "ngx_ratelimit_zone.h"
 
 
 static void ngx_http_ratelimit_ctx_cleanup(void *data);
@@ -77,7 +77,7 @@ ngx_http_ratelimit_new_ctx(ngx_http_request_t *r)
         ngx_memzero(&ctx->room, sizeof(rl_rule_room_t));
     }
 
-    ngx_http_ratelimit_zero(ctx, offsetof(ngx_http_ratelimit_ctx_t, rq));
+    ngx_ratelimit_zero(ctx, offsetof(ngx_http_ratelimit_ctx_t, rq));
 
     pool = r->main->pool;
     ctx->cleanup.handler = ngx_http_ratelimit_ctx_cleanup;
@@ -210,14 +210,14 @@ ngx_http_ratelimit_ctx_cleanup(void *data)
     }
 
     if (ctx->redis_waiting) {
-        ngx_http_ratelimit_redis_cancel(ctx->redis);
+        ngx_ratelimit_redis_cancel(ctx->redis);
     }
 
     if (ctx->delayed && ctx->refund) {
         ctx->refund = 0;
-        mutex = ngx_http_ratelimit_lock(&ctx->rq);
-        rl_request_refund(&ctx->rq, ngx_http_ratelimit_now());
-        ngx_http_ratelimit_unlock(&ctx->rq, mutex);
+        mutex = ngx_ratelimit_lock(&ctx->rq);
+        rl_request_refund(&ctx->rq, ngx_ratelimit_now());
+        ngx_ratelimit_unlock(&ctx->rq, mutex);
     }
 
     ngx_http_ratelimit_wait_leave(ctx);
@@ -245,15 +245,16 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
     rl_check_t                 *c;
     ngx_shmtx_t                *mutex;
     ngx_http_request_t         *r;
+    ngx_ratelimit_redis_t      *redis;
     ngx_http_ratelimit_rule_t  *rule;
 
     if (ctx->here) {
         /* a Redis zone's request: the slots it held in its server's zone
            from its call on, whatever became of it */
         ctx->here = 0;
-        mutex = ngx_http_ratelimit_lock(&ctx->rq);
-        (void) rl_request_free_here(&ctx->rq, ngx_http_ratelimit_now(), 1);
-        ngx_http_ratelimit_unlock(&ctx->rq, mutex);
+        mutex = ngx_ratelimit_lock(&ctx->rq);
+        (void) rl_request_free_here(&ctx->rq, ngx_ratelimit_now(), 1);
+        ngx_ratelimit_unlock(&ctx->rq, mutex);
     }
 
     if (!ctx->ends || ctx->ended || !ctx->kept
@@ -280,17 +281,15 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
     }
 
     if (ctx->decided_by == NGX_HTTP_RATELIMIT_BY_REDIS) {
-        rule = ngx_http_ratelimit_rule_of(&ctx->rq.checks[0]);
+        redis = ngx_ratelimit_zone_of(
+                    ngx_ratelimit_rule_of(&ctx->rq.checks[0]))->redis;
 
         if (ctx->leased) {
             ctx->leased = 0;
-            ngx_http_ratelimit_redis_lease_release(
-                ngx_http_ratelimit_zone_of(rule)->redis, &ctx->rq,
-                &ctx->lease_link);
+            ngx_ratelimit_redis_lease_release(redis, &ctx->rq, &ctx->lease);
         }
 
-        ngx_http_ratelimit_redis_settle(ngx_http_ratelimit_zone_of(rule)->redis,
-                                        &ctx->rq);
+        ngx_ratelimit_redis_settle(redis, &ctx->rq);
 
         if (charges) {
             ngx_http_ratelimit_charged(r, ctx);
@@ -302,16 +301,16 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
     ctx->rq.latency_ms = ngx_http_ratelimit_latency(r);
     ctx->rq.end_status = status;
 
-    mutex = ngx_http_ratelimit_lock(&ctx->rq);
-    freed = rl_request_end(&ctx->rq, ngx_http_ratelimit_now());
-    ngx_http_ratelimit_unlock(&ctx->rq, mutex);
+    mutex = ngx_ratelimit_lock(&ctx->rq);
+    freed = rl_request_end(&ctx->rq, ngx_ratelimit_now());
+    ngx_ratelimit_unlock(&ctx->rq, mutex);
 
     if (ctx->leased) {
         /* admitted while Redis was away: its leases, if written there */
         ctx->leased = 0;
-        ngx_http_ratelimit_redis_lease_release(
-            ngx_http_ratelimit_zone_of(ngx_http_ratelimit_rule_of(
-                &ctx->rq.checks[0]))->redis, &ctx->rq, &ctx->lease_link);
+        ngx_ratelimit_redis_lease_release(
+            ngx_ratelimit_zone_of(ngx_ratelimit_rule_of(
+                &ctx->rq.checks[0]))->redis, &ctx->rq, &ctx->lease);
     }
 
 #if (NGX_DEBUG)

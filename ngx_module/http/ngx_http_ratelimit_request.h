@@ -8,7 +8,7 @@
 #define NGX_HTTP_RATELIMIT_REQUEST_H
 
 
-#include "ngx_ratelimit_types.h"
+#include "ngx_http_ratelimit_types.h"
 
 
 ngx_http_ratelimit_ctx_t *ngx_http_ratelimit_new_ctx(ngx_http_request_t *r);

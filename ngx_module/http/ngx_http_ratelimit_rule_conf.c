@@ -1,14 +1,16 @@
 
 /*
- * ngx-ratelimit: the ratelimit directive: a rule read (the core parses and
- * checks its parameters, rl_rule_parse; the glue's own are its zone, its
- * key and the nginx values of cost=, limit=, burst= and charge=), its zone
- * named, its key compiled; "ratelimit off".  The zones are checked once
- * the whole configuration is read (ngx_http_ratelimit_zone_conf.c).
+ * ngx-ratelimit: the ratelimit directive in the http block: a rule read
+ * (the core parses and checks its parameters, rl_rule_parse; the glue's
+ * own are its zone and key, zone/ngx_ratelimit_rule.c's, and the nginx
+ * values of cost=, limit=, burst= and charge=), its key compiled;
+ * "ratelimit off".  The zones are checked once the whole configuration is
+ * read (ngx_ratelimit_zone_conf.c).
  */
 
 
 #include "ngx_http_ratelimit_rule_conf.h"
+#include "ngx_ratelimit_rule.h"
 
 
 static char *ngx_http_ratelimit_off(ngx_conf_t *cf,
@@ -58,15 +60,15 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    rl_rule_init(&rule->rule, name);
+    rl_rule_init(&rule->common.rule, name);
 
     ngx_str_null(&zone);
     ngx_str_null(&key);
 
     for (i = 1; i < cf->args->nelts; i++) {
 
-        rc = rl_rule_param(&rule->rule, (char *) value[i].data, value[i].len,
-                           err, sizeof(err));
+        rc = rl_rule_param(&rule->common.rule, (char *) value[i].data,
+                           value[i].len, err, sizeof(err));
 
         if (rc == RL_ERROR) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -92,23 +94,15 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    if (rl_rule_finish(&rule->rule, err, sizeof(err)) != RL_OK) {
+    if (rl_rule_finish(&rule->common.rule, err, sizeof(err)) != RL_OK) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"ratelimit\" directive: %s", err);
         return NGX_CONF_ERROR;
     }
 
-    /* the name kept at its length, not in a room of RL_NAME_MAX: a
-       configuration may have thousands of rules */
-
-    rule->name.len = ngx_strlen(name);
-    rule->name.data = ngx_pnalloc(cf->pool, rule->name.len + 1);
-    if (rule->name.data == NULL) {
+    if (ngx_ratelimit_rule_name(cf, &rule->common, name) != NGX_OK) {
         return NGX_CONF_ERROR;
     }
-
-    ngx_memcpy(rule->name.data, name, rule->name.len + 1);
-    rule->rule.name = (char *) rule->name.data;
 
     if (key.data == NULL) {
         key = default_key;
@@ -208,40 +202,14 @@ static ngx_int_t
 ngx_http_ratelimit_glue_param(ngx_conf_t *cf, ngx_http_ratelimit_rule_t *rule,
     ngx_str_t *value, ngx_str_t *zone, ngx_str_t *key)
 {
+    ngx_int_t                          rc;
     ngx_str_t                          s;
     ngx_http_complex_value_t         **cv;
     ngx_http_compile_complex_value_t   ccv;
 
-    if (ngx_strncmp(value->data, "zone=", 5) == 0) {
-        s.data = value->data + 5;
-        s.len = value->len - 5;
-
-        if (zone->data != NULL || s.len == 0) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"ratelimit\" directive: %s \"%V\": "
-                               "expected one zone=NAME",
-                               zone->data ? "duplicate parameter"
-                                          : "invalid", value);
-            return NGX_ERROR;
-        }
-
-        *zone = s;
-
-        return ngx_http_ratelimit_zone_name(cf, "ratelimit", zone);
-    }
-
-    if (ngx_strncmp(value->data, "key=", 4) == 0) {
-        if (key->data != NULL) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"ratelimit\" directive: duplicate "
-                               "parameter \"%V\": each parameter may be "
-                               "given once", value);
-            return NGX_ERROR;
-        }
-
-        key->data = value->data + 4;
-        key->len = value->len - 4;
-        return NGX_OK;
+    rc = ngx_ratelimit_rule_param(cf, value, zone, key);
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
 
     s.data = ngx_strlchr(value->data, value->data + value->len, '=') + 1;
@@ -258,6 +226,10 @@ ngx_http_ratelimit_glue_param(ngx_conf_t *cf, ngx_http_ratelimit_rule_t *rule,
     cv = ngx_strncmp(value->data, "charge=", 7) == 0 ? &rule->vars->charge
          : value->data[0] == 'c' ? &rule->vars->cost
          : value->data[0] == 'l' ? &rule->vars->limit : &rule->vars->burst;
+
+    if (cv == &rule->vars->cost) {
+        rule->common.cost_varies = 1;
+    }
 
     *cv = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
     if (*cv == NULL) {
@@ -277,7 +249,7 @@ ngx_http_ratelimit_glue_param(ngx_conf_t *cf, ngx_http_ratelimit_rule_t *rule,
  * A rule's key compiled (a key without a variable is one budget for every
  * request: said), and what its requests read of it: a key that is exactly
  * one variable is read without copying it, and shared with the rule
- * before when it is the same.  Its name, limit and identity too.
+ * before when it is the same.  Its identity too (ngx_ratelimit_rule_key).
  */
 
 static ngx_int_t
@@ -292,11 +264,11 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
     /* a rule that learns from its upstream (adaptive) names the upstream */
 
     if (ngx_http_script_variables_count(key) == 0
-        && !(key->len && rl_rule_per_upstream(&rule->rule)))
+        && !(key->len && rl_rule_per_upstream(&rule->common.rule)))
     {
         ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
                            "\"ratelimit\" directive: rule \"%s\": key=\"%V\" "
-                           "has no variable, %s", rule->rule.name, key,
+                           "has no variable, %s", rule->common.rule.name, key,
                            key->len ? "so every request shares one budget (a "
                                       "global limit); write key=$NAME for one "
                                       "budget per value of a variable"
@@ -308,23 +280,7 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
         return NGX_ERROR;
     }
 
-    rule->identity = rl_rule_identity(&rule->rule, (char *) key->data,
-                                      key->len);
-    rule->rule.keyed = rl_rule_keyed((char *) key->data, key->len);
-
-    /* an override of an address range applies to a rule keyed on the
-       client's address */
-
-    if (key->len == sizeof("$binary_remote_addr") - 1
-        && ngx_strncmp(key->data, "$binary_remote_addr", key->len) == 0)
-    {
-        rule->rule.key_addr = RL_KEY_ADDR_BINARY;
-
-    } else if (key->len == sizeof("$remote_addr") - 1
-               && ngx_strncmp(key->data, "$remote_addr", key->len) == 0)
-    {
-        rule->rule.key_addr = RL_KEY_ADDR_TEXT;
-    }
+    ngx_ratelimit_rule_key(&rule->common, key);
 
     rule->key_index = NGX_ERROR;
 
@@ -407,8 +363,9 @@ ngx_http_ratelimit_compile_key(ngx_conf_t *cf,
 
 
 /*
- * The zone a rule names: its shared memory (a zone may be declared after
- * its use: checked in postconfiguration, from the reference kept here).
+ * The zone a rule names (ngx_ratelimit_rule_zone), and what its location
+ * and the http block do for it: a request's end settles its charge= or its
+ * concurrency slots.
  */
 
 static ngx_int_t
@@ -416,38 +373,27 @@ ngx_http_ratelimit_rule_zone(ngx_conf_t *cf,
     ngx_http_ratelimit_loc_conf_t *rlcf, ngx_http_ratelimit_rule_t *rule,
     ngx_str_t *zone)
 {
-    ngx_http_ratelimit_zone_ref_t   *ref;
     ngx_http_ratelimit_main_conf_t  *rmcf;
-
-    rule->shm_zone = ngx_shared_memory_add(cf, zone, 0,
-                                           &ngx_http_ratelimit_module);
-    if (rule->shm_zone == NULL) {
-        return NGX_ERROR;
-    }
 
     rmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_ratelimit_module);
 
-    ref = ngx_array_push(&rmcf->zone_refs);
-    if (ref == NULL) {
+    if (ngx_ratelimit_rule_zone(cf, &rmcf->common, &rule->common, zone,
+                                &rlcf->rules)
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
     if ((rule->vars != NULL && rule->vars->charge != NULL)
-        || rl_rule_holds_slots(&rule->rule))
+        || rl_rule_holds_slots(&rule->common.rule))
     {
         rlcf->ends = 1;
         rmcf->ends = 1;
     }
 
-    if (rl_rule_holds_slots(&rule->rule)) {
+    if (rl_rule_holds_slots(&rule->common.rule)) {
         rlcf->slots = 1;
     }
-
-    ref->shm_zone = rule->shm_zone;
-    ref->file = cf->conf_file->file.name.data;
-    ref->line = cf->conf_file->line;
-    ref->rules = &rlcf->rules;
-    ref->index = rlcf->rules.nelts - 1;
 
     return NGX_OK;
 }

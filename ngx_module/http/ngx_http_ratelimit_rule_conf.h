@@ -1,6 +1,7 @@
 
 /*
- * ngx-ratelimit: the ratelimit directive (ngx_http_ratelimit_rule_conf.c).
+ * ngx-ratelimit: the ratelimit directive in the http block
+ * (ngx_http_ratelimit_rule_conf.c).
  */
 
 
@@ -8,7 +9,7 @@
 #define NGX_HTTP_RATELIMIT_RULE_CONF_H
 
 
-#include "ngx_ratelimit_zone_conf.h"
+#include "ngx_http_ratelimit_types.h"
 
 
 char *ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);

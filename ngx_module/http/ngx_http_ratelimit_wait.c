@@ -284,3 +284,34 @@ ngx_http_ratelimit_hold(ngx_http_request_t *r,
 
     return NGX_AGAIN;
 }
+
+
+/* A call to Redis that r waits for: its owner, whose log its lines use. */
+
+void
+ngx_http_ratelimit_redis_owner(ngx_ratelimit_redis_wait_t *w,
+    ngx_http_request_t *r)
+{
+    w->owner = r;
+    w->log = r->connection->log;
+}
+
+
+/*
+ * The answer of a call a request waits for (answer NULL: Redis failed it)
+ * handed to done, then the requests nginx posted meanwhile on its
+ * connection run, as after any event of the connection's.
+ */
+
+void
+ngx_http_ratelimit_redis_answered(ngx_ratelimit_redis_wait_t *w,
+    rl_redis_answer_t *answer, ngx_ratelimit_redis_done_pt done)
+{
+    ngx_connection_t  *c;
+
+    c = ((ngx_http_request_t *) w->owner)->connection;
+
+    done(w, answer);
+
+    ngx_http_run_posted_requests(c);
+}

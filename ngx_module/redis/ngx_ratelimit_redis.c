@@ -19,7 +19,7 @@
  * stuck and closed, and every request queued on it is decided by
  * on_redis_error.  The key API's calls (a peek, a reset) go the same way,
  * and so do the charges of a request that ended, with no request waiting
- * (ngx_http_ratelimit_redis_settle.c).
+ * (ngx_ratelimit_redis_settle.c).
  */
 
 #include <ngx_config.h>
@@ -30,64 +30,61 @@
 #include "ngx_ratelimit_redis_node.h"
 
 
-static ngx_int_t ngx_http_ratelimit_redis_append(
-    ngx_http_ratelimit_redis_conn_t *conn, ngx_http_ratelimit_redis_wait_t *w,
+static ngx_int_t ngx_ratelimit_redis_append(
+    ngx_ratelimit_redis_conn_t *conn, ngx_ratelimit_redis_wait_t *w,
     ngx_uint_t eval);
-static ngx_int_t ngx_http_ratelimit_redis_unloaded(
-    ngx_http_ratelimit_redis_conn_t *conn, ngx_http_ratelimit_redis_wait_t *w,
+static ngx_int_t ngx_ratelimit_redis_unloaded(
+    ngx_ratelimit_redis_conn_t *conn, ngx_ratelimit_redis_wait_t *w,
     const char **why);
-static void ngx_http_ratelimit_redis_as_scripts(
-    ngx_http_ratelimit_redis_conn_t *conn, const char *why);
-static void ngx_http_ratelimit_redis_log_reply(
-    ngx_http_ratelimit_redis_conn_t *conn, ngx_uint_t level, const char *why,
+static void ngx_ratelimit_redis_as_scripts(
+    ngx_ratelimit_redis_conn_t *conn, const char *why);
+static void ngx_ratelimit_redis_log_reply(
+    ngx_ratelimit_redis_conn_t *conn, ngx_uint_t level, const char *why,
     rl_resp_t *reply, ngx_str_t *raw);
-static void ngx_http_ratelimit_redis_own_reply(
-    ngx_http_ratelimit_redis_conn_t *conn, ngx_http_ratelimit_redis_wait_t *w,
+static void ngx_ratelimit_redis_own_reply(
+    ngx_ratelimit_redis_conn_t *conn, ngx_ratelimit_redis_wait_t *w,
     rl_resp_t *reply, ngx_str_t *raw);
-static void ngx_http_ratelimit_redis_reply(void *c, rl_resp_t *reply,
+static void ngx_ratelimit_redis_reply(void *c, rl_resp_t *reply,
     ngx_str_t *raw);
-static void ngx_http_ratelimit_redis_answered(
-    ngx_http_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
-static ngx_int_t ngx_http_ratelimit_redis_redirect(
-    ngx_http_ratelimit_redis_wait_t *w, rl_redis_answer_t *a);
-static void ngx_http_ratelimit_redis_log_folded(ngx_event_t *ev);
-static void ngx_http_ratelimit_redis_timeout(ngx_event_t *ev);
-static void ngx_http_ratelimit_redis_latency(ngx_http_ratelimit_redis_t *redis,
-    ngx_http_ratelimit_redis_wait_t *w);
-static ngx_msec_t ngx_http_ratelimit_redis_now_us(void);
+static ngx_int_t ngx_ratelimit_redis_redirect(
+    ngx_ratelimit_redis_wait_t *w, rl_redis_answer_t *a);
+static void ngx_ratelimit_redis_log_folded(ngx_event_t *ev);
+static void ngx_ratelimit_redis_timeout(ngx_event_t *ev);
+static void ngx_ratelimit_redis_latency(ngx_ratelimit_redis_t *redis,
+    ngx_ratelimit_redis_wait_t *w);
+static ngx_msec_t ngx_ratelimit_redis_now_us(void);
 
 
-const ngx_uint_t  ngx_http_ratelimit_redis_bucket_us[] = {
+const ngx_uint_t  ngx_ratelimit_redis_bucket_us[] = {
     250, 500, 1000, 2500, 5000, 10000, 25000, 50000
 };
 
 
 ngx_int_t
-ngx_http_ratelimit_redis_send(ngx_http_ratelimit_redis_t *redis,
-    ngx_http_ratelimit_redis_wait_t *w)
+ngx_ratelimit_redis_send(ngx_ratelimit_redis_t *redis,
+    ngx_ratelimit_redis_wait_t *w)
 {
-    ngx_uint_t                        node;
-    ngx_http_ratelimit_redis_conn_t  *conn;
+    ngx_uint_t                   node;
+    ngx_ratelimit_redis_conn_t  *conn;
 
     w->redis = redis;
 
     if (redis->nnodes == 0) {
-        redis->reply = ngx_http_ratelimit_redis_reply;
-        redis->unanswered = ngx_http_ratelimit_redis_answered;
+        redis->reply = ngx_ratelimit_redis_reply;
 
         /* this worker's servers, for its lifetime: the first is redis= */
         if (redis->nodes == NULL) {
-            redis->nodes = ngx_calloc(NGX_HTTP_RATELIMIT_REDIS_NODES
+            redis->nodes = ngx_calloc(NGX_RATELIMIT_REDIS_NODES
                                       * sizeof(void *), ngx_cycle->log);
         }
 
         if (redis->cluster && redis->slots == NULL) {
-            redis->slots = ngx_calloc(NGX_HTTP_RATELIMIT_REDIS_SLOTS,
+            redis->slots = ngx_calloc(NGX_RATELIMIT_REDIS_SLOTS,
                                       ngx_cycle->log);
         }
 
         if (redis->nodes == NULL || (redis->cluster && redis->slots == NULL)
-            || ngx_http_ratelimit_redis_node(redis, &redis->server) == NULL)
+            || ngx_ratelimit_redis_node(redis, &redis->server) == NULL)
         {
             return NGX_DECLINED;
         }
@@ -101,20 +98,20 @@ ngx_http_ratelimit_redis_send(ngx_http_ratelimit_redis_t *redis,
                                             w->rq->checks[0].key_len)]
            : 0;
 
-    conn = ngx_http_ratelimit_redis_pick(redis->nodes[node]);
+    conn = ngx_ratelimit_redis_pick(redis->nodes[node]);
 
     if (conn == NULL) {
         return NGX_DECLINED;   /* backing off, or overloaded */
     }
 
-    if (ngx_http_ratelimit_redis_append(conn, w, 0) != NGX_OK) {
+    if (ngx_ratelimit_redis_append(conn, w, 0) != NGX_OK) {
         return NGX_DECLINED;
     }
 
-    w->start = ngx_http_ratelimit_redis_now_us();
-    w->timer.handler = ngx_http_ratelimit_redis_timeout;
+    w->start = ngx_ratelimit_redis_now_us();
+    w->timer.handler = ngx_ratelimit_redis_timeout;
     w->timer.data = w;
-    w->timer.log = w->request ? w->request->connection->log : ngx_cycle->log;
+    w->timer.log = w->log ? w->log : ngx_cycle->log;
 
     /* not cancelable: a graceful exit waits for the reply */
     ngx_add_timer(&w->timer, w->timeout ? w->timeout : redis->timeout);
@@ -131,9 +128,9 @@ ngx_http_ratelimit_redis_send(ngx_http_ratelimit_redis_t *redis,
 
 
 void
-ngx_http_ratelimit_redis_cancel(ngx_http_ratelimit_redis_wait_t *w)
+ngx_ratelimit_redis_cancel(ngx_ratelimit_redis_wait_t *w)
 {
-    ngx_http_ratelimit_redis_conn_t  *conn = w->conn;
+    ngx_ratelimit_redis_conn_t  *conn = w->conn;
 
     if (conn != NULL && conn->ring[w->slot] == w) {
         conn->ring[w->slot] = NULL;   /* its reply is read and dropped */
@@ -148,12 +145,12 @@ ngx_http_ratelimit_redis_cancel(ngx_http_ratelimit_redis_wait_t *w)
 
 
 static ngx_int_t
-ngx_http_ratelimit_redis_append(ngx_http_ratelimit_redis_conn_t *conn,
-    ngx_http_ratelimit_redis_wait_t *w, ngx_uint_t eval)
+ngx_ratelimit_redis_append(ngx_ratelimit_redis_conn_t *conn,
+    ngx_ratelimit_redis_wait_t *w, ngx_uint_t eval)
 {
-    size_t                       slen;
-    const char                  *script;
-    ngx_http_ratelimit_redis_t  *redis = conn->redis;
+    size_t                  slen;
+    const char             *script;
+    ngx_ratelimit_redis_t  *redis = conn->redis;
 
     if (w->command != NULL) {
         w->via = eval ? RL_REDIS_EVAL : RL_REDIS_EVALSHA;
@@ -171,7 +168,7 @@ ngx_http_ratelimit_redis_append(ngx_http_ratelimit_redis_conn_t *conn,
         slen = sizeof(redis->sha);
     }
 
-    if (ngx_http_ratelimit_redis_reserve(conn,
+    if (ngx_ratelimit_redis_reserve(conn,
             rl_redis_command_size(w->rq->n, redis->prefix.len, slen))
         != NGX_OK)
     {
@@ -184,7 +181,7 @@ ngx_http_ratelimit_redis_append(ngx_http_ratelimit_redis_conn_t *conn,
                                       redis->prefix.len, (int) redis->cluster,
                                       w->rq, -1);
 
-    ngx_http_ratelimit_redis_push(conn, w);
+    ngx_ratelimit_redis_push(conn, w);
 
     return NGX_OK;
 }
@@ -194,51 +191,51 @@ ngx_http_ratelimit_redis_append(ngx_http_ratelimit_redis_conn_t *conn,
    which only "+OK" answers; FUNCTION LOAD (LOAD). */
 
 static void
-ngx_http_ratelimit_redis_own_reply(ngx_http_ratelimit_redis_conn_t *conn,
-    ngx_http_ratelimit_redis_wait_t *w, rl_resp_t *reply, ngx_str_t *raw)
+ngx_ratelimit_redis_own_reply(ngx_ratelimit_redis_conn_t *conn,
+    ngx_ratelimit_redis_wait_t *w, rl_resp_t *reply, ngx_str_t *raw)
 {
     rl_redis_answer_t  a;
 
-    if (w == NGX_HTTP_RATELIMIT_REDIS_LOAD) {
+    if (w == NGX_RATELIMIT_REDIS_LOAD) {
         if (rl_redis_load_answer(reply, &a) != RL_REDIS_DECIDED) {
-            ngx_http_ratelimit_redis_log_reply(conn, NGX_LOG_WARN,
+            ngx_ratelimit_redis_log_reply(conn, NGX_LOG_WARN,
                 "FUNCTION LOAD refused", reply, raw);
-            ngx_http_ratelimit_redis_as_scripts(conn, a.why);
+            ngx_ratelimit_redis_as_scripts(conn, a.why);
         }
 
         return;
     }
 
     if (rl_redis_answer(NULL, 0, reply, &a) != RL_REDIS_DECIDED) {
-        ngx_http_ratelimit_redis_log_reply(conn, NGX_LOG_ERR,
+        ngx_ratelimit_redis_log_reply(conn, NGX_LOG_ERR,
             "refused AUTH, SELECT or ASKING", reply, raw);
         (void) ngx_atomic_fetch_add(&conn->redis->stats->errors, 1);
-        ngx_http_ratelimit_redis_fail(conn, "refused", 0);
+        ngx_ratelimit_redis_fail(conn, "refused", 0);
     }
 }
 
 
 static void
-ngx_http_ratelimit_redis_reply(void *c, rl_resp_t *reply, ngx_str_t *raw)
+ngx_ratelimit_redis_reply(void *c, rl_resp_t *reply, ngx_str_t *raw)
 {
-    ngx_int_t                         kind;
-    const char                       *why;
-    rl_redis_answer_t                 a;
-    ngx_http_ratelimit_redis_conn_t  *conn = c;
-    ngx_http_ratelimit_redis_t       *redis = conn->redis;
-    ngx_http_ratelimit_redis_wait_t  *w;
+    ngx_int_t                    kind;
+    const char                  *why;
+    rl_redis_answer_t            a;
+    ngx_ratelimit_redis_conn_t  *conn = c;
+    ngx_ratelimit_redis_t       *redis = conn->redis;
+    ngx_ratelimit_redis_wait_t  *w;
 
     w = conn->ring[conn->head];
     conn->ring[conn->head] = NULL;
-    conn->head = (conn->head + 1) % NGX_HTTP_RATELIMIT_REDIS_RING;
+    conn->head = (conn->head + 1) % NGX_RATELIMIT_REDIS_RING;
     conn->count--;
 
-    if (ngx_http_ratelimit_redis_is_own(w)) {
-        ngx_http_ratelimit_redis_own_reply(conn, w, reply, raw);
+    if (ngx_ratelimit_redis_is_own(w)) {
+        ngx_ratelimit_redis_own_reply(conn, w, reply, raw);
         return;
     }
 
-    conn->backoff = NGX_HTTP_RATELIMIT_REDIS_BACKOFF;   /* it answers */
+    conn->backoff = NGX_RATELIMIT_REDIS_BACKOFF;   /* it answers */
 
     if (w == NULL) {
         return;   /* its request timed out or went away */
@@ -259,13 +256,13 @@ ngx_http_ratelimit_redis_reply(void *c, rl_resp_t *reply, ngx_str_t *raw)
                    : kind == RL_REDIS_REDIRECT ? "redirected"
                    : kind == RL_REDIS_NOSCRIPT ? "no script"
                    : kind == RL_REDIS_NO_FUNCTIONS ? "no FCALL" : "refused",
-                   ngx_http_ratelimit_redis_now_us() - w->start);
+                   ngx_ratelimit_redis_now_us() - w->start);
 
     switch (kind) {
 
     case RL_REDIS_REDIRECT:
         if (redis->cluster
-            && ngx_http_ratelimit_redis_redirect(w, &a) == NGX_OK)
+            && ngx_ratelimit_redis_redirect(w, &a) == NGX_OK)
         {
             return;
         }
@@ -280,7 +277,7 @@ ngx_http_ratelimit_redis_reply(void *c, rl_resp_t *reply, ngx_str_t *raw)
         /* not loaded (first use, a restarted Redis, FUNCTION FLUSH,
            SCRIPT FLUSH) */
 
-        if (ngx_http_ratelimit_redis_unloaded(conn, w, &why) == NGX_OK) {
+        if (ngx_ratelimit_redis_unloaded(conn, w, &why) == NGX_OK) {
             return;
         }
 
@@ -290,10 +287,10 @@ ngx_http_ratelimit_redis_reply(void *c, rl_resp_t *reply, ngx_str_t *raw)
 
         /* Redis 6, or a user not allowed FCALL: the script instead */
 
-        ngx_http_ratelimit_redis_as_scripts(conn, a.why);
+        ngx_ratelimit_redis_as_scripts(conn, a.why);
 
         if (w->via == RL_REDIS_FCALL
-            && ngx_http_ratelimit_redis_append(conn, w, 0) == NGX_OK)
+            && ngx_ratelimit_redis_append(conn, w, 0) == NGX_OK)
         {
             return;
         }
@@ -309,24 +306,24 @@ ngx_http_ratelimit_redis_reply(void *c, rl_resp_t *reply, ngx_str_t *raw)
         ngx_del_timer(&w->timer);
     }
 
-    ngx_http_ratelimit_redis_latency(redis, w);
+    ngx_ratelimit_redis_latency(redis, w);
 
     if (kind != RL_REDIS_DECIDED) {
-        ngx_http_ratelimit_redis_log_reply(conn,
+        ngx_ratelimit_redis_log_reply(conn,
             reply->type == RL_RESP_ERROR ? NGX_LOG_ERR : NGX_LOG_WARN, why,
             reply, raw);
         (void) ngx_atomic_fetch_add(&redis->stats->errors, 1);
     }
 
-    ngx_http_ratelimit_redis_answered(w, kind == RL_REDIS_DECIDED ? &a : NULL);
+    w->handler(w, kind == RL_REDIS_DECIDED ? &a : NULL);
 
     if (kind == RL_REDIS_READONLY
-        && conn->state != NGX_HTTP_RATELIMIT_REDIS_DOWN)
+        && conn->state != NGX_RATELIMIT_REDIS_DOWN)
     {
         /* a replica now: the next connection finds the primary (a host
            name resolved again) */
-        ngx_http_ratelimit_redis_fail(conn, "a replica (READONLY): the "
-                                      "primary failed over", 0);
+        ngx_ratelimit_redis_fail(conn, "a replica (READONLY): the "
+                                 "primary failed over", 0);
     }
 }
 
@@ -342,8 +339,8 @@ ngx_http_ratelimit_redis_reply(void *c, rl_resp_t *reply, ngx_str_t *raw)
  */
 
 static ngx_int_t
-ngx_http_ratelimit_redis_unloaded(ngx_http_ratelimit_redis_conn_t *conn,
-    ngx_http_ratelimit_redis_wait_t *w, const char **why)
+ngx_ratelimit_redis_unloaded(ngx_ratelimit_redis_conn_t *conn,
+    ngx_ratelimit_redis_wait_t *w, const char **why)
 {
     if (w->via == RL_REDIS_FCALL) {
 
@@ -353,7 +350,7 @@ ngx_http_ratelimit_redis_unloaded(ngx_http_ratelimit_redis_conn_t *conn,
                 return NGX_DECLINED;
             }
 
-            if (ngx_http_ratelimit_redis_load(conn) != NGX_OK) {
+            if (ngx_ratelimit_redis_load(conn) != NGX_OK) {
                 *why = "the function not found, and no room to send the "
                        "library";
                 return NGX_ERROR;
@@ -364,7 +361,7 @@ ngx_http_ratelimit_redis_unloaded(ngx_http_ratelimit_redis_conn_t *conn,
 
         /* FCALL again, or EVALSHA where the library could not be loaded */
 
-        if (ngx_http_ratelimit_redis_append(conn, w, 0) != NGX_OK) {
+        if (ngx_ratelimit_redis_append(conn, w, 0) != NGX_OK) {
             *why = "the function not found, and no room to call it again";
             return NGX_ERROR;
         }
@@ -379,7 +376,7 @@ ngx_http_ratelimit_redis_unloaded(ngx_http_ratelimit_redis_conn_t *conn,
 
     w->retried = 1;
 
-    if (ngx_http_ratelimit_redis_append(conn, w, 1) != NGX_OK) {
+    if (ngx_ratelimit_redis_append(conn, w, 1) != NGX_OK) {
         *why = "NOSCRIPT, and no room to send the script with EVAL";
         return NGX_ERROR;
     }
@@ -392,7 +389,7 @@ ngx_http_ratelimit_redis_unloaded(ngx_http_ratelimit_redis_conn_t *conn,
    loaded) calls the script from now on, until it is opened again. */
 
 static void
-ngx_http_ratelimit_redis_as_scripts(ngx_http_ratelimit_redis_conn_t *conn,
+ngx_ratelimit_redis_as_scripts(ngx_ratelimit_redis_conn_t *conn,
     const char *why)
 {
     if (conn->scripts) {
@@ -409,25 +406,6 @@ ngx_http_ratelimit_redis_as_scripts(ngx_http_ratelimit_redis_conn_t *conn,
 }
 
 
-/* A wait gets its answer (NULL: Redis failed the call), and the requests
-   posted meanwhile run. */
-
-static void
-ngx_http_ratelimit_redis_answered(ngx_http_ratelimit_redis_wait_t *w,
-    rl_redis_answer_t *answer)
-{
-    ngx_connection_t  *c;
-
-    c = w->request ? w->request->connection : NULL;   /* a settle's: none */
-
-    w->handler(w, answer);
-
-    if (c != NULL) {
-        ngx_http_run_posted_requests(c);
-    }
-}
-
-
 /*
  * A reply refused: one line a second for a zone in a worker, saying why
  * and showing the reply (an error's text, else its bytes) escaped and cut,
@@ -437,25 +415,25 @@ ngx_http_ratelimit_redis_answered(ngx_http_ratelimit_redis_wait_t *w,
  */
 
 static void
-ngx_http_ratelimit_redis_log_reply(ngx_http_ratelimit_redis_conn_t *conn,
+ngx_ratelimit_redis_log_reply(ngx_ratelimit_redis_conn_t *conn,
     ngx_uint_t level, const char *why, rl_resp_t *reply, ngx_str_t *raw)
 {
-    ngx_http_ratelimit_redis_t  *redis = conn->redis;
-    size_t                       n;
+    ngx_ratelimit_redis_t  *redis = conn->redis;
+    size_t                  n;
     u_char                       shown[RL_ESCAPED_MAX(
-                                           NGX_HTTP_RATELIMIT_REDIS_SHOWN)];
+                                           NGX_RATELIMIT_REDIS_SHOWN)];
 
-    if (!ngx_http_ratelimit_redis_log_now(redis, &redis->refused)) {
+    if (!ngx_ratelimit_redis_log_now(redis, &redis->refused)) {
         return;
     }
 
     if (reply->type == RL_RESP_ERROR) {
         n = rl_escape((char *) shown, reply->str, reply->str_len,
-                      NGX_HTTP_RATELIMIT_REDIS_SHOWN);
+                      NGX_RATELIMIT_REDIS_SHOWN);
 
     } else {
         n = rl_escape((char *) shown, raw->data, raw->len,
-                      NGX_HTTP_RATELIMIT_REDIS_SHOWN);
+                      NGX_RATELIMIT_REDIS_SHOWN);
     }
 
     ngx_log_error(level, ngx_cycle->log, 0,
@@ -471,7 +449,7 @@ ngx_http_ratelimit_redis_log_reply(ngx_http_ratelimit_redis_conn_t *conn,
  */
 
 uint64_t
-ngx_http_ratelimit_redis_server_id(ngx_http_ratelimit_redis_t *redis)
+ngx_ratelimit_redis_server_id(ngx_ratelimit_redis_t *redis)
 {
     ngx_atomic_uint_t  id;
 
@@ -493,8 +471,8 @@ ngx_http_ratelimit_redis_server_id(ngx_http_ratelimit_redis_t *redis)
 
 
 ngx_uint_t
-ngx_http_ratelimit_redis_log_now(ngx_http_ratelimit_redis_t *redis,
-    ngx_http_ratelimit_redis_fold_t *fold)
+ngx_ratelimit_redis_log_now(ngx_ratelimit_redis_t *redis,
+    ngx_ratelimit_redis_fold_t *fold)
 {
     ngx_msec_t  now;
 
@@ -504,7 +482,7 @@ ngx_http_ratelimit_redis_log_now(ngx_http_ratelimit_redis_t *redis,
         fold->folded++;
 
         if (!fold->event.timer_set) {
-            fold->event.handler = ngx_http_ratelimit_redis_log_folded;
+            fold->event.handler = ngx_ratelimit_redis_log_folded;
             fold->event.data = redis;
             fold->event.log = ngx_cycle->log;
             fold->event.cancelable = 1;
@@ -521,11 +499,11 @@ ngx_http_ratelimit_redis_log_now(ngx_http_ratelimit_redis_t *redis,
 
 
 static void
-ngx_http_ratelimit_redis_log_folded(ngx_event_t *ev)
+ngx_ratelimit_redis_log_folded(ngx_event_t *ev)
 {
-    const char                       *what;
-    ngx_http_ratelimit_redis_t       *redis = ev->data;
-    ngx_http_ratelimit_redis_fold_t  *fold;
+    const char                  *what;
+    ngx_ratelimit_redis_t       *redis = ev->data;
+    ngx_ratelimit_redis_fold_t  *fold;
 
     if (ev == &redis->refused.event) {
         fold = &redis->refused;
@@ -561,16 +539,16 @@ ngx_http_ratelimit_redis_log_folded(ngx_event_t *ev)
  */
 
 static ngx_int_t
-ngx_http_ratelimit_redis_redirect(ngx_http_ratelimit_redis_wait_t *w,
+ngx_ratelimit_redis_redirect(ngx_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *a)
 {
     u_char                            buf[RL_REDIS_HOST_MAX
                                           + sizeof("[]:65535")];
-    ngx_str_t                         name;
-    ngx_uint_t                        i, v6;
-    ngx_http_ratelimit_redis_t       *redis = w->redis;
-    ngx_http_ratelimit_redis_conn_t  *conn;
-    ngx_http_ratelimit_redis_node_t  *node;
+    ngx_str_t                    name;
+    ngx_uint_t                   i, v6;
+    ngx_ratelimit_redis_t       *redis = w->redis;
+    ngx_ratelimit_redis_conn_t  *conn;
+    ngx_ratelimit_redis_node_t  *node;
 
     if (w->redirects == 4) {
         return NGX_DECLINED;
@@ -585,7 +563,7 @@ ngx_http_ratelimit_redis_redirect(ngx_http_ratelimit_redis_wait_t *w,
                            a->host, (ngx_uint_t) a->port)
                - buf;
 
-    node = ngx_http_ratelimit_redis_node(redis, &name);
+    node = ngx_ratelimit_redis_node(redis, &name);
     if (node == NULL) {
         return NGX_DECLINED;
     }
@@ -595,13 +573,13 @@ ngx_http_ratelimit_redis_redirect(ngx_http_ratelimit_redis_wait_t *w,
         redis->slots[a->slot] = (u_char) i;
     }
 
-    conn = ngx_http_ratelimit_redis_pick(node);
+    conn = ngx_ratelimit_redis_pick(node);
 
     if (conn == NULL
         || (a->ask
-            && ngx_http_ratelimit_redis_own_command(conn, "ASKING", NULL, 0)
+            && ngx_ratelimit_redis_own_command(conn, "ASKING", NULL, 0)
                != NGX_OK)
-        || ngx_http_ratelimit_redis_append(conn, w, w->retried) != NGX_OK)
+        || ngx_ratelimit_redis_append(conn, w, w->retried) != NGX_OK)
     {
         return NGX_DECLINED;
     }
@@ -621,16 +599,16 @@ ngx_http_ratelimit_redis_redirect(ngx_http_ratelimit_redis_wait_t *w,
  */
 
 static void
-ngx_http_ratelimit_redis_timeout(ngx_event_t *ev)
+ngx_ratelimit_redis_timeout(ngx_event_t *ev)
 {
-    ngx_msec_t                        silent;
-    ngx_http_ratelimit_redis_conn_t  *conn;
-    ngx_http_ratelimit_redis_wait_t  *w = ev->data;
+    ngx_msec_t                   silent;
+    ngx_ratelimit_redis_conn_t  *conn;
+    ngx_ratelimit_redis_wait_t  *w = ev->data;
 
     conn = w->conn;
 
     if (w->timeout && conn != NULL
-        && conn->state == NGX_HTTP_RATELIMIT_REDIS_READY)
+        && conn->state == NGX_RATELIMIT_REDIS_READY)
     {
         silent = ngx_current_msec - conn->replied_at;
 
@@ -644,27 +622,27 @@ ngx_http_ratelimit_redis_timeout(ngx_event_t *ev)
 
     (void) ngx_atomic_fetch_add(&w->redis->stats->timeouts, 1);
 
-    ngx_http_ratelimit_redis_cancel(w);
+    ngx_ratelimit_redis_cancel(w);
 
-    if (conn != NULL && conn->state != NGX_HTTP_RATELIMIT_REDIS_DOWN) {
-        ngx_http_ratelimit_redis_fail(conn, "timed out", 1);
+    if (conn != NULL && conn->state != NGX_RATELIMIT_REDIS_DOWN) {
+        ngx_ratelimit_redis_fail(conn, "timed out", 1);
     }
 
-    ngx_http_ratelimit_redis_answered(w, NULL);
+    w->handler(w, NULL);
 }
 
 
 static void
-ngx_http_ratelimit_redis_latency(ngx_http_ratelimit_redis_t *redis,
-    ngx_http_ratelimit_redis_wait_t *w)
+ngx_ratelimit_redis_latency(ngx_ratelimit_redis_t *redis,
+    ngx_ratelimit_redis_wait_t *w)
 {
     ngx_uint_t  b;
     ngx_msec_t  us;
 
-    us = ngx_http_ratelimit_redis_now_us() - w->start;
+    us = ngx_ratelimit_redis_now_us() - w->start;
 
-    for (b = 0; b < NGX_HTTP_RATELIMIT_REDIS_BUCKETS; b++) {
-        if (us <= ngx_http_ratelimit_redis_bucket_us[b]) {
+    for (b = 0; b < NGX_RATELIMIT_REDIS_BUCKETS; b++) {
+        if (us <= ngx_ratelimit_redis_bucket_us[b]) {
             break;
         }
     }
@@ -677,7 +655,7 @@ ngx_http_ratelimit_redis_latency(ngx_http_ratelimit_redis_t *redis,
 /* A monotonic clock in microseconds: nginx's own clock has milliseconds. */
 
 static ngx_msec_t
-ngx_http_ratelimit_redis_now_us(void)
+ngx_ratelimit_redis_now_us(void)
 {
     struct timespec  ts;
 

@@ -15,17 +15,17 @@
 #include "ngx_ratelimit_redis_tls.h"
 
 
-typedef struct ngx_http_ratelimit_redis_param_s
-    ngx_http_ratelimit_redis_param_t;
+typedef struct ngx_ratelimit_redis_param_s
+    ngx_ratelimit_redis_param_t;
 
 /* NULL if the value is valid (and set), else why not ("" for no more than
    what it expects) */
-typedef const char *(*ngx_http_ratelimit_redis_parse_pt)(ngx_conf_t *cf,
-    ngx_str_t *value, void *field, ngx_http_ratelimit_redis_param_t *p);
+typedef const char *(*ngx_ratelimit_redis_parse_pt)(ngx_conf_t *cf,
+    ngx_str_t *value, void *field, ngx_ratelimit_redis_param_t *p);
 
-struct ngx_http_ratelimit_redis_param_s {
+struct ngx_ratelimit_redis_param_s {
     ngx_str_t                           name;
-    ngx_http_ratelimit_redis_parse_pt   parse;
+    ngx_ratelimit_redis_parse_pt        parse;
     size_t                              offset;
     ngx_uint_t                          min;     /* a number's range, or a */
     ngx_uint_t                          max;     /* string's length's */
@@ -34,123 +34,123 @@ struct ngx_http_ratelimit_redis_param_s {
 };
 
 
-static const char *ngx_http_ratelimit_redis_server(ngx_conf_t *cf,
-    ngx_str_t *value, void *field, ngx_http_ratelimit_redis_param_t *p);
-static const char *ngx_http_ratelimit_redis_msec(ngx_conf_t *cf,
-    ngx_str_t *value, void *field, ngx_http_ratelimit_redis_param_t *p);
-static const char *ngx_http_ratelimit_redis_number(ngx_conf_t *cf,
-    ngx_str_t *value, void *field, ngx_http_ratelimit_redis_param_t *p);
-static const char *ngx_http_ratelimit_redis_string(ngx_conf_t *cf,
-    ngx_str_t *value, void *field, ngx_http_ratelimit_redis_param_t *p);
-static const char *ngx_http_ratelimit_redis_enum(ngx_conf_t *cf,
-    ngx_str_t *value, void *field, ngx_http_ratelimit_redis_param_t *p);
-static const char *ngx_http_ratelimit_redis_name(ngx_conf_t *cf,
-    ngx_str_t *value, void *field, ngx_http_ratelimit_redis_param_t *p);
-static char *ngx_http_ratelimit_redis_together(ngx_conf_t *cf,
-    ngx_http_ratelimit_redis_t *redis, ngx_str_t *zone);
-static ngx_uint_t ngx_http_ratelimit_redis_given(
-    ngx_http_ratelimit_redis_t *redis, const char *name);
-static char *ngx_http_ratelimit_redis_read_password(ngx_conf_t *cf,
-    ngx_http_ratelimit_redis_t *redis, ngx_str_t *zone);
+static const char *ngx_ratelimit_redis_server(ngx_conf_t *cf,
+    ngx_str_t *value, void *field, ngx_ratelimit_redis_param_t *p);
+static const char *ngx_ratelimit_redis_msec(ngx_conf_t *cf,
+    ngx_str_t *value, void *field, ngx_ratelimit_redis_param_t *p);
+static const char *ngx_ratelimit_redis_number(ngx_conf_t *cf,
+    ngx_str_t *value, void *field, ngx_ratelimit_redis_param_t *p);
+static const char *ngx_ratelimit_redis_string(ngx_conf_t *cf,
+    ngx_str_t *value, void *field, ngx_ratelimit_redis_param_t *p);
+static const char *ngx_ratelimit_redis_enum(ngx_conf_t *cf,
+    ngx_str_t *value, void *field, ngx_ratelimit_redis_param_t *p);
+static const char *ngx_ratelimit_redis_name(ngx_conf_t *cf,
+    ngx_str_t *value, void *field, ngx_ratelimit_redis_param_t *p);
+static char *ngx_ratelimit_redis_together(ngx_conf_t *cf,
+    ngx_ratelimit_redis_t *redis, ngx_str_t *zone);
+static ngx_uint_t ngx_ratelimit_redis_given(
+    ngx_ratelimit_redis_t *redis, const char *name);
+static char *ngx_ratelimit_redis_read_password(ngx_conf_t *cf,
+    ngx_ratelimit_redis_t *redis, ngx_str_t *zone);
 
 
-static ngx_conf_enum_t  ngx_http_ratelimit_redis_switch[] = {
+static ngx_conf_enum_t  ngx_ratelimit_redis_switch[] = {
     { ngx_string("on"), 1 },
     { ngx_string("off"), 0 },
     { ngx_null_string, 0 }
 };
 
-static ngx_conf_enum_t  ngx_http_ratelimit_redis_on_error[] = {
-    { ngx_string("local"), NGX_HTTP_RATELIMIT_REDIS_LOCAL },
-    { ngx_string("allow"), NGX_HTTP_RATELIMIT_REDIS_ALLOW },
-    { ngx_string("deny"), NGX_HTTP_RATELIMIT_REDIS_DENY },
+static ngx_conf_enum_t  ngx_ratelimit_redis_on_error[] = {
+    { ngx_string("local"), NGX_RATELIMIT_REDIS_LOCAL },
+    { ngx_string("allow"), NGX_RATELIMIT_REDIS_ALLOW },
+    { ngx_string("deny"), NGX_RATELIMIT_REDIS_DENY },
     { ngx_null_string, 0 }
 };
 
 
-#define ngx_http_ratelimit_redis_field(f)                                      \
-    offsetof(ngx_http_ratelimit_redis_t, f)
+#define ngx_ratelimit_redis_field(f)                                          \
+    offsetof(ngx_ratelimit_redis_t, f)
 
-static ngx_http_ratelimit_redis_param_t  ngx_http_ratelimit_redis_params[] = {
+static ngx_ratelimit_redis_param_t  ngx_ratelimit_redis_params[] = {
 
-    { ngx_string("redis"), ngx_http_ratelimit_redis_server, 0, 0, 0, NULL,
+    { ngx_string("redis"), ngx_ratelimit_redis_server, 0, 0, 0, NULL,
       "redis=HOST:PORT" },
 
-    { ngx_string("redis_timeout"), ngx_http_ratelimit_redis_msec,
-      ngx_http_ratelimit_redis_field(timeout), 1, 60000, NULL,
+    { ngx_string("redis_timeout"), ngx_ratelimit_redis_msec,
+      ngx_ratelimit_redis_field(timeout), 1, 60000, NULL,
       "redis_timeout=1ms..60s" },
 
-    { ngx_string("redis_pool"), ngx_http_ratelimit_redis_number,
-      ngx_http_ratelimit_redis_field(pool), 1, 64, NULL,
+    { ngx_string("redis_pool"), ngx_ratelimit_redis_number,
+      ngx_ratelimit_redis_field(pool), 1, 64, NULL,
       "redis_pool=1..64" },
 
-    { ngx_string("redis_password"), ngx_http_ratelimit_redis_string,
-      ngx_http_ratelimit_redis_field(password), 1, 4096, NULL,
+    { ngx_string("redis_password"), ngx_ratelimit_redis_string,
+      ngx_ratelimit_redis_field(password), 1, 4096, NULL,
       "a non-empty redis_password" },
 
-    { ngx_string("redis_password_file"), ngx_http_ratelimit_redis_string,
-      ngx_http_ratelimit_redis_field(password_file), 1, 4096, NULL,
+    { ngx_string("redis_password_file"), ngx_ratelimit_redis_string,
+      ngx_ratelimit_redis_field(password_file), 1, 4096, NULL,
       "redis_password_file=FILE" },
 
-    { ngx_string("redis_user"), ngx_http_ratelimit_redis_string,
-      ngx_http_ratelimit_redis_field(user), 1, 256, NULL,
+    { ngx_string("redis_user"), ngx_ratelimit_redis_string,
+      ngx_ratelimit_redis_field(user), 1, 256, NULL,
       "redis_user=NAME of 1 to 256 bytes" },
 
-    { ngx_string("redis_db"), ngx_http_ratelimit_redis_number,
-      ngx_http_ratelimit_redis_field(db), 0, 65535, NULL,
+    { ngx_string("redis_db"), ngx_ratelimit_redis_number,
+      ngx_ratelimit_redis_field(db), 0, 65535, NULL,
       "redis_db=0..65535" },
 
-    { ngx_string("redis_prefix"), ngx_http_ratelimit_redis_string,
-      ngx_http_ratelimit_redis_field(prefix), 0, 256, NULL,
+    { ngx_string("redis_prefix"), ngx_ratelimit_redis_string,
+      ngx_ratelimit_redis_field(prefix), 0, 256, NULL,
       "redis_prefix of at most 256 bytes" },
 
-    { ngx_string("redis_cluster"), ngx_http_ratelimit_redis_enum,
-      ngx_http_ratelimit_redis_field(cluster), 0, 0,
-      ngx_http_ratelimit_redis_switch, "redis_cluster=on|off" },
+    { ngx_string("redis_cluster"), ngx_ratelimit_redis_enum,
+      ngx_ratelimit_redis_field(cluster), 0, 0,
+      ngx_ratelimit_redis_switch, "redis_cluster=on|off" },
 
-    { ngx_string("redis_tls"), ngx_http_ratelimit_redis_enum,
-      ngx_http_ratelimit_redis_field(tls), 0, 0,
-      ngx_http_ratelimit_redis_switch, "redis_tls=on|off" },
+    { ngx_string("redis_tls"), ngx_ratelimit_redis_enum,
+      ngx_ratelimit_redis_field(tls), 0, 0,
+      ngx_ratelimit_redis_switch, "redis_tls=on|off" },
 
-    { ngx_string("redis_tls_verify"), ngx_http_ratelimit_redis_enum,
-      ngx_http_ratelimit_redis_field(tls_verify), 0, 0,
-      ngx_http_ratelimit_redis_switch, "redis_tls_verify=on|off" },
+    { ngx_string("redis_tls_verify"), ngx_ratelimit_redis_enum,
+      ngx_ratelimit_redis_field(tls_verify), 0, 0,
+      ngx_ratelimit_redis_switch, "redis_tls_verify=on|off" },
 
-    { ngx_string("redis_tls_ca"), ngx_http_ratelimit_redis_string,
-      ngx_http_ratelimit_redis_field(tls_ca), 1, 4096, NULL,
+    { ngx_string("redis_tls_ca"), ngx_ratelimit_redis_string,
+      ngx_ratelimit_redis_field(tls_ca), 1, 4096, NULL,
       "redis_tls_ca=FILE (PEM certificates)" },
 
-    { ngx_string("redis_tls_name"), ngx_http_ratelimit_redis_name,
-      ngx_http_ratelimit_redis_field(tls_name), 1, 253, NULL,
+    { ngx_string("redis_tls_name"), ngx_ratelimit_redis_name,
+      ngx_ratelimit_redis_field(tls_name), 1, 253, NULL,
       "redis_tls_name=NAME, a host name or an IP address" },
 
-    { ngx_string("redis_tls_cert"), ngx_http_ratelimit_redis_string,
-      ngx_http_ratelimit_redis_field(tls_cert), 1, 4096, NULL,
+    { ngx_string("redis_tls_cert"), ngx_ratelimit_redis_string,
+      ngx_ratelimit_redis_field(tls_cert), 1, 4096, NULL,
       "redis_tls_cert=FILE (a PEM certificate)" },
 
-    { ngx_string("redis_tls_key"), ngx_http_ratelimit_redis_string,
-      ngx_http_ratelimit_redis_field(tls_key), 1, 4096, NULL,
+    { ngx_string("redis_tls_key"), ngx_ratelimit_redis_string,
+      ngx_ratelimit_redis_field(tls_key), 1, 4096, NULL,
       "redis_tls_key=FILE (a PEM private key)" },
 
-    { ngx_string("on_redis_error"), ngx_http_ratelimit_redis_enum,
-      ngx_http_ratelimit_redis_field(on_error), 0, 0,
-      ngx_http_ratelimit_redis_on_error, "on_redis_error=local|allow|deny" },
+    { ngx_string("on_redis_error"), ngx_ratelimit_redis_enum,
+      ngx_ratelimit_redis_field(on_error), 0, 0,
+      ngx_ratelimit_redis_on_error, "on_redis_error=local|allow|deny" },
 
     { ngx_null_string, NULL, 0, 0, 0, NULL, NULL }
 };
 
 
 ngx_int_t
-ngx_http_ratelimit_redis_param(ngx_conf_t *cf,
-    ngx_http_ratelimit_redis_t **redisp, ngx_str_t *param, ngx_str_t *zone)
+ngx_ratelimit_redis_param(ngx_conf_t *cf,
+    ngx_ratelimit_redis_t **redisp, ngx_str_t *param, ngx_str_t *zone)
 {
-    u_char                            *eq, *last;
-    u_char                             names[512];
-    ngx_str_t                          name, value;
-    const char                        *why;
-    ngx_uint_t                         i;
-    ngx_http_ratelimit_redis_t        *redis;
-    ngx_http_ratelimit_redis_param_t  *p;
+    u_char                       *eq, *last;
+    u_char                        names[512];
+    ngx_str_t                     name, value;
+    const char                   *why;
+    ngx_uint_t                    i;
+    ngx_ratelimit_redis_t        *redis;
+    ngx_ratelimit_redis_param_t  *p;
 
     eq = ngx_strlchr(param->data, param->data + param->len, '=');
     if (eq == NULL) {
@@ -162,7 +162,7 @@ ngx_http_ratelimit_redis_param(ngx_conf_t *cf,
     value.data = eq + 1;
     value.len = param->data + param->len - value.data;
 
-    p = ngx_http_ratelimit_redis_params;
+    p = ngx_ratelimit_redis_params;
 
     for (i = 0; p[i].name.len; i++) {
         if (p[i].name.len == name.len
@@ -196,7 +196,7 @@ ngx_http_ratelimit_redis_param(ngx_conf_t *cf,
     redis = *redisp;
 
     if (redis == NULL) {
-        redis = ngx_pcalloc(cf->pool, sizeof(ngx_http_ratelimit_redis_t));
+        redis = ngx_pcalloc(cf->pool, sizeof(ngx_ratelimit_redis_t));
         if (redis == NULL) {
             return NGX_ERROR;
         }
@@ -236,11 +236,11 @@ ngx_http_ratelimit_redis_param(ngx_conf_t *cf,
 /* redis=HOST:PORT, resolved now: no DNS at request time. */
 
 static const char *
-ngx_http_ratelimit_redis_server(ngx_conf_t *cf, ngx_str_t *value,
-    void *field, ngx_http_ratelimit_redis_param_t *p)
+ngx_ratelimit_redis_server(ngx_conf_t *cf, ngx_str_t *value,
+    void *field, ngx_ratelimit_redis_param_t *p)
 {
-    ngx_url_t                    u;
-    ngx_http_ratelimit_redis_t  *redis = field;
+    ngx_url_t               u;
+    ngx_ratelimit_redis_t  *redis = field;
 
     ngx_memzero(&u, sizeof(ngx_url_t));
     u.url = *value;
@@ -268,8 +268,8 @@ ngx_http_ratelimit_redis_server(ngx_conf_t *cf, ngx_str_t *value,
 
 
 static const char *
-ngx_http_ratelimit_redis_msec(ngx_conf_t *cf, ngx_str_t *value, void *field,
-    ngx_http_ratelimit_redis_param_t *p)
+ngx_ratelimit_redis_msec(ngx_conf_t *cf, ngx_str_t *value, void *field,
+    ngx_ratelimit_redis_param_t *p)
 {
     ngx_int_t  n;
 
@@ -286,8 +286,8 @@ ngx_http_ratelimit_redis_msec(ngx_conf_t *cf, ngx_str_t *value, void *field,
 
 
 static const char *
-ngx_http_ratelimit_redis_number(ngx_conf_t *cf, ngx_str_t *value,
-    void *field, ngx_http_ratelimit_redis_param_t *p)
+ngx_ratelimit_redis_number(ngx_conf_t *cf, ngx_str_t *value,
+    void *field, ngx_ratelimit_redis_param_t *p)
 {
     ngx_int_t  n;
 
@@ -304,8 +304,8 @@ ngx_http_ratelimit_redis_number(ngx_conf_t *cf, ngx_str_t *value,
 
 
 static const char *
-ngx_http_ratelimit_redis_string(ngx_conf_t *cf, ngx_str_t *value,
-    void *field, ngx_http_ratelimit_redis_param_t *p)
+ngx_ratelimit_redis_string(ngx_conf_t *cf, ngx_str_t *value,
+    void *field, ngx_ratelimit_redis_param_t *p)
 {
     if (value->len < p->min || value->len > p->max) {
         return "";
@@ -318,8 +318,8 @@ ngx_http_ratelimit_redis_string(ngx_conf_t *cf, ngx_str_t *value,
 
 
 static const char *
-ngx_http_ratelimit_redis_enum(ngx_conf_t *cf, ngx_str_t *value, void *field,
-    ngx_http_ratelimit_redis_param_t *p)
+ngx_ratelimit_redis_enum(ngx_conf_t *cf, ngx_str_t *value, void *field,
+    ngx_ratelimit_redis_param_t *p)
 {
     ngx_conf_enum_t  *e;
 
@@ -342,8 +342,8 @@ ngx_http_ratelimit_redis_enum(ngx_conf_t *cf, ngx_str_t *value, void *field,
  */
 
 static const char *
-ngx_http_ratelimit_redis_name(ngx_conf_t *cf, ngx_str_t *value, void *field,
-    ngx_http_ratelimit_redis_param_t *p)
+ngx_ratelimit_redis_name(ngx_conf_t *cf, ngx_str_t *value, void *field,
+    ngx_ratelimit_redis_param_t *p)
 {
     u_char     *c;
     ngx_str_t  *name = field;
@@ -377,8 +377,8 @@ ngx_http_ratelimit_redis_name(ngx_conf_t *cf, ngx_str_t *value, void *field,
 /* The parameters together, once the directive is read. */
 
 char *
-ngx_http_ratelimit_redis_finish(ngx_conf_t *cf,
-    ngx_http_ratelimit_redis_t *redis, ngx_str_t *zone)
+ngx_ratelimit_redis_finish(ngx_conf_t *cf, ngx_ratelimit_conf_t *conf,
+    ngx_ratelimit_redis_t *redis, ngx_str_t *zone)
 {
     size_t         len;
     u_char         digest[20];
@@ -393,12 +393,13 @@ ngx_http_ratelimit_redis_finish(ngx_conf_t *cf,
     }
 
     redis->zone = *zone;
-    redis->core = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    redis->resolver = conf->resolver;
+    redis->resolver_timeout = conf->resolver_timeout;
 
     ngx_conf_init_msec_value(redis->timeout, 50);
     ngx_conf_init_uint_value(redis->pool, 2);
     ngx_conf_init_uint_value(redis->db, 0);
-    ngx_conf_init_uint_value(redis->on_error, NGX_HTTP_RATELIMIT_REDIS_LOCAL);
+    ngx_conf_init_uint_value(redis->on_error, NGX_RATELIMIT_REDIS_LOCAL);
 
     if (redis->prefix.data == NULL) {
         ngx_str_set(&redis->prefix, "ratelimit:");
@@ -428,7 +429,7 @@ ngx_http_ratelimit_redis_finish(ngx_conf_t *cf,
         return NGX_CONF_ERROR;
     }
 
-    if (ngx_http_ratelimit_redis_together(cf, redis, zone) != NGX_CONF_OK) {
+    if (ngx_ratelimit_redis_together(cf, redis, zone) != NGX_CONF_OK) {
         return NGX_CONF_ERROR;
     }
 
@@ -447,8 +448,8 @@ ngx_http_ratelimit_redis_finish(ngx_conf_t *cf,
 /* The TLS and ACL parameters: what each needs, the password file read. */
 
 static char *
-ngx_http_ratelimit_redis_together(ngx_conf_t *cf,
-    ngx_http_ratelimit_redis_t *redis, ngx_str_t *zone)
+ngx_ratelimit_redis_together(ngx_conf_t *cf,
+    ngx_ratelimit_redis_t *redis, ngx_str_t *zone)
 {
     ngx_uint_t   i;
     const char  *without;
@@ -467,7 +468,7 @@ ngx_http_ratelimit_redis_together(ngx_conf_t *cf,
     }
 
     if (redis->password_file.len
-        && ngx_http_ratelimit_redis_read_password(cf, redis, zone)
+        && ngx_ratelimit_redis_read_password(cf, redis, zone)
            != NGX_CONF_OK)
     {
         return NGX_CONF_ERROR;
@@ -484,7 +485,7 @@ ngx_http_ratelimit_redis_together(ngx_conf_t *cf,
 
     if (!redis->tls) {
         for (i = 0; tls_params[i]; i++) {
-            if (ngx_http_ratelimit_redis_given(redis, tls_params[i])) {
+            if (ngx_ratelimit_redis_given(redis, tls_params[i])) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                    "\"ratelimit_zone\" directive: %s= of "
                                    "zone \"%V\" needs redis_tls=on",
@@ -523,20 +524,20 @@ ngx_http_ratelimit_redis_together(ngx_conf_t *cf,
         redis->tls_name.len = redis->host.len;
     }
 
-    return ngx_http_ratelimit_redis_tls_conf(cf, redis);
+    return ngx_ratelimit_redis_tls_conf(cf, redis);
 }
 
 
 /* 1 if the parameter named was given. */
 
 static ngx_uint_t
-ngx_http_ratelimit_redis_given(ngx_http_ratelimit_redis_t *redis,
+ngx_ratelimit_redis_given(ngx_ratelimit_redis_t *redis,
     const char *name)
 {
-    ngx_uint_t                         i;
-    ngx_http_ratelimit_redis_param_t  *p;
+    ngx_uint_t                    i;
+    ngx_ratelimit_redis_param_t  *p;
 
-    p = ngx_http_ratelimit_redis_params;
+    p = ngx_ratelimit_redis_params;
 
     for (i = 0; p[i].name.len; i++) {
         if (ngx_strcmp(p[i].name.data, name) == 0) {
@@ -555,8 +556,8 @@ ngx_http_ratelimit_redis_given(ngx_http_ratelimit_redis_t *redis,
  */
 
 static char *
-ngx_http_ratelimit_redis_read_password(ngx_conf_t *cf,
-    ngx_http_ratelimit_redis_t *redis, ngx_str_t *zone)
+ngx_ratelimit_redis_read_password(ngx_conf_t *cf,
+    ngx_ratelimit_redis_t *redis, ngx_str_t *zone)
 {
     u_char           *buf;
     ssize_t           n;
@@ -579,7 +580,7 @@ ngx_http_ratelimit_redis_read_password(ngx_conf_t *cf,
 
     /* a regular file (a FIFO would hold nginx -t and a reload) */
 
-    fd = ngx_http_ratelimit_file_open(file.data, 1, &fi, &err, &why);
+    fd = ngx_ratelimit_file_open(file.data, 1, &fi, &err, &why);
 
     if (fd == NGX_INVALID_FILE) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, err,

@@ -4,7 +4,7 @@
  *
  * Each worker keeps redis_pool connections per server, opened on first use
  * with nginx's event API (ngx_event_connect_peer: no blocking call; a
- * server's addresses are ngx_http_ratelimit_redis_node.c's).  Requests are
+ * server's addresses are ngx_ratelimit_redis_node.c's).  Requests are
  * pipelined: a command is appended to a connection's output and a ring
  * remembers whose reply comes next.  A closed connection is opened again on
  * a later request (or exchange, or lease's tick), after a backoff that
@@ -17,42 +17,41 @@
 #include <ngx_core.h>
 
 #include "ngx_ratelimit_redis_conn.h"
-#include "ngx_ratelimit_redis.h"
 #include "ngx_ratelimit_redis_node.h"
 #include "ngx_ratelimit_redis_tls.h"
 
 
-static ngx_int_t ngx_http_ratelimit_redis_connect(
-    ngx_http_ratelimit_redis_conn_t *conn);
-static ngx_int_t ngx_http_ratelimit_redis_open(
-    ngx_http_ratelimit_redis_conn_t *conn);
-static ngx_int_t ngx_http_ratelimit_redis_connect_named(
-    ngx_http_ratelimit_redis_conn_t *conn);
-static void ngx_http_ratelimit_redis_resolved(
-    ngx_http_ratelimit_redis_node_t *node, const char *why);
-static void ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev);
-static void ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev);
-static void ngx_http_ratelimit_redis_drop(ngx_connection_t *c);
-static void ngx_http_ratelimit_redis_answering(
-    ngx_http_ratelimit_redis_conn_t *conn);
-static const char *ngx_http_ratelimit_redis_errno(const char *what,
+static ngx_int_t ngx_ratelimit_redis_connect(
+    ngx_ratelimit_redis_conn_t *conn);
+static ngx_int_t ngx_ratelimit_redis_open(
+    ngx_ratelimit_redis_conn_t *conn);
+static ngx_int_t ngx_ratelimit_redis_connect_named(
+    ngx_ratelimit_redis_conn_t *conn);
+static void ngx_ratelimit_redis_resolved(
+    ngx_ratelimit_redis_node_t *node, const char *why);
+static void ngx_ratelimit_redis_write_handler(ngx_event_t *wev);
+static void ngx_ratelimit_redis_read_handler(ngx_event_t *rev);
+static void ngx_ratelimit_redis_drop(ngx_connection_t *c);
+static void ngx_ratelimit_redis_answering(
+    ngx_ratelimit_redis_conn_t *conn);
+static const char *ngx_ratelimit_redis_errno(const char *what,
     ngx_err_t err);
 #if (NGX_SSL)
-static void ngx_http_ratelimit_redis_tls_done(
-    ngx_http_ratelimit_redis_conn_t *conn, const char *why);
-static void ngx_http_ratelimit_redis_ready(
-    ngx_http_ratelimit_redis_conn_t *conn);
+static void ngx_ratelimit_redis_tls_done(
+    ngx_ratelimit_redis_conn_t *conn, const char *why);
+static void ngx_ratelimit_redis_ready(
+    ngx_ratelimit_redis_conn_t *conn);
 #endif
-static void ngx_http_ratelimit_redis_refuse(
-    ngx_http_ratelimit_redis_conn_t *conn, long used, u_char *data,
+static void ngx_ratelimit_redis_refuse(
+    ngx_ratelimit_redis_conn_t *conn, long used, u_char *data,
     size_t len);
-static ngx_uint_t ngx_http_ratelimit_redis_kind(
-    ngx_http_ratelimit_redis_wait_t *w);
-static void ngx_http_ratelimit_redis_fail_log(
-    ngx_http_ratelimit_redis_conn_t *conn, const char *why);
+static ngx_uint_t ngx_ratelimit_redis_kind(
+    ngx_ratelimit_redis_wait_t *w);
+static void ngx_ratelimit_redis_fail_log(
+    ngx_ratelimit_redis_conn_t *conn, const char *why);
 
 
-ngx_uint_t  ngx_http_ratelimit_redis_own[2];
+ngx_uint_t  ngx_ratelimit_redis_own[2];
 
 
 /*
@@ -60,21 +59,21 @@ ngx_uint_t  ngx_http_ratelimit_redis_own[2];
  * or due to be opened again; not one whose ring is full.
  */
 
-ngx_http_ratelimit_redis_conn_t *
-ngx_http_ratelimit_redis_pick(ngx_http_ratelimit_redis_node_t *node)
+ngx_ratelimit_redis_conn_t *
+ngx_ratelimit_redis_pick(ngx_ratelimit_redis_node_t *node)
 {
-    ngx_uint_t                        i, pool;
-    ngx_http_ratelimit_redis_conn_t  *conn;
+    ngx_uint_t                   i, pool;
+    ngx_ratelimit_redis_conn_t  *conn;
 
     pool = node->conns[0].redis->pool;
 
     for (i = 0; i < pool; i++) {
         conn = &node->conns[(node->next + i) % pool];
 
-        if (conn->count == NGX_HTTP_RATELIMIT_REDIS_RING
-            || (conn->state == NGX_HTTP_RATELIMIT_REDIS_DOWN
+        if (conn->count == NGX_RATELIMIT_REDIS_RING
+            || (conn->state == NGX_RATELIMIT_REDIS_DOWN
                 && ((ngx_msec_int_t) (ngx_current_msec - conn->retry_at) < 0
-                    || ngx_http_ratelimit_redis_connect(conn) != NGX_OK)))
+                    || ngx_ratelimit_redis_connect(conn) != NGX_OK)))
         {
             continue;
         }
@@ -89,25 +88,25 @@ ngx_http_ratelimit_redis_pick(ngx_http_ratelimit_redis_node_t *node)
 
 
 void
-ngx_http_ratelimit_redis_close(ngx_http_ratelimit_redis_t *redis)
+ngx_ratelimit_redis_close(ngx_ratelimit_redis_t *redis)
 {
-    ngx_uint_t                        i, j;
-    ngx_http_ratelimit_redis_node_t  *node;
+    ngx_uint_t                   i, j;
+    ngx_ratelimit_redis_node_t  *node;
 
     for (i = 0; i < redis->nnodes; i++) {
         node = redis->nodes[i];
 
         for (j = 0; j < redis->pool; j++) {
             if (node->conns[j].peer.connection) {
-                ngx_http_ratelimit_redis_drop(node->conns[j].peer.connection);
+                ngx_ratelimit_redis_drop(node->conns[j].peer.connection);
                 node->conns[j].peer.connection = NULL;
             }
 
-            node->conns[j].state = NGX_HTTP_RATELIMIT_REDIS_DOWN;
+            node->conns[j].state = NGX_RATELIMIT_REDIS_DOWN;
         }
 
 #if (NGX_SSL)
-        ngx_http_ratelimit_redis_tls_forget(node);
+        ngx_ratelimit_redis_tls_forget(node);
 #endif
     }
 }
@@ -116,7 +115,7 @@ ngx_http_ratelimit_redis_close(ngx_http_ratelimit_redis_t *redis)
 /* A connection closed, its TLS freed without waiting for the server. */
 
 static void
-ngx_http_ratelimit_redis_drop(ngx_connection_t *c)
+ngx_ratelimit_redis_drop(ngx_connection_t *c)
 {
     ngx_pool_t  *pool;
 
@@ -144,15 +143,15 @@ ngx_http_ratelimit_redis_drop(ngx_connection_t *c)
  */
 
 static ngx_int_t
-ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
+ngx_ratelimit_redis_connect(ngx_ratelimit_redis_conn_t *conn)
 {
-    u_char                       dbs[NGX_INT_T_LEN];
-    ngx_str_t                    db, auth[2];
-    ngx_uint_t                   first;
-    ngx_http_ratelimit_redis_t  *redis = conn->redis;
+    u_char                  dbs[NGX_INT_T_LEN];
+    ngx_str_t               db, auth[2];
+    ngx_uint_t              first;
+    ngx_ratelimit_redis_t  *redis = conn->redis;
 
     if (conn->in == NULL) {
-        conn->in = ngx_alloc(NGX_HTTP_RATELIMIT_REDIS_IN, ngx_cycle->log);
+        conn->in = ngx_alloc(NGX_RATELIMIT_REDIS_IN, ngx_cycle->log);
         if (conn->in == NULL) {
             return NGX_ERROR;
         }
@@ -160,7 +159,7 @@ ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
 
     (void) ngx_atomic_fetch_add(&redis->stats->reconnects, 1);
 
-    conn->state = NGX_HTTP_RATELIMIT_REDIS_CONNECTING;
+    conn->state = NGX_RATELIMIT_REDIS_CONNECTING;
     conn->out_len = 0;
     conn->out_sent = 0;
     conn->in_len = 0;
@@ -180,35 +179,35 @@ ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
     first = redis->user.len ? 0 : 1;
 
     if ((redis->password.len
-         && ngx_http_ratelimit_redis_own_command(conn, "AUTH", &auth[first],
-                                                 2 - first)
+         && ngx_ratelimit_redis_own_command(conn, "AUTH", &auth[first],
+                                            2 - first)
             != NGX_OK)
         || (redis->db
-            && ngx_http_ratelimit_redis_own_command(conn, "SELECT", &db, 1)
+            && ngx_ratelimit_redis_own_command(conn, "SELECT", &db, 1)
                != NGX_OK))
     {
-        ngx_http_ratelimit_redis_fail(conn, "out of memory", 0);
+        ngx_ratelimit_redis_fail(conn, "out of memory", 0);
         return NGX_ERROR;
     }
 
     if (conn->node->host.len) {
-        return ngx_http_ratelimit_redis_connect_named(conn);
+        return ngx_ratelimit_redis_connect_named(conn);
     }
 
-    return ngx_http_ratelimit_redis_open(conn);
+    return ngx_ratelimit_redis_open(conn);
 }
 
 
 /* The socket connected (or connecting) to one of its server's addresses. */
 
 static ngx_int_t
-ngx_http_ratelimit_redis_open(ngx_http_ratelimit_redis_conn_t *conn)
+ngx_ratelimit_redis_open(ngx_ratelimit_redis_conn_t *conn)
 {
-    ngx_int_t                    rc;
-    ngx_addr_t                  *addr;
-    ngx_connection_t            *c;
-    ngx_peer_connection_t       *pc;
-    ngx_http_ratelimit_redis_t  *redis = conn->redis;
+    ngx_int_t               rc;
+    ngx_addr_t             *addr;
+    ngx_connection_t       *c;
+    ngx_peer_connection_t  *pc;
+    ngx_ratelimit_redis_t  *redis = conn->redis;
 
     /* a name with several addresses: the connections spread over them */
     addr = &conn->node->addrs[(conn - conn->node->conns)
@@ -224,7 +223,7 @@ ngx_http_ratelimit_redis_open(ngx_http_ratelimit_redis_conn_t *conn)
 
     /* what nginx and OpenSSL say of a connection's failure (connect(),
        recv(), a handshake) is in the module's own line, folded while it
-       repeats (ngx_http_ratelimit_redis_fail_log), not at each of the
+       repeats (ngx_ratelimit_redis_fail_log), not at each of the
        reconnections of a server that is down */
     if (redis->conn_log.file == NULL) {
         redis->conn_log = *ngx_cycle->log;
@@ -236,8 +235,8 @@ ngx_http_ratelimit_redis_open(ngx_http_ratelimit_redis_conn_t *conn)
     rc = ngx_event_connect_peer(pc);
 
     if (rc == NGX_ERROR || rc == NGX_BUSY || rc == NGX_DECLINED) {
-        ngx_http_ratelimit_redis_fail(conn, rc == NGX_DECLINED
-                                  ? ngx_http_ratelimit_redis_errno(
+        ngx_ratelimit_redis_fail(conn, rc == NGX_DECLINED
+                                  ? ngx_ratelimit_redis_errno(
                                         "connect() failed", ngx_socket_errno)
                                   : "cannot connect", 0);
         return NGX_ERROR;
@@ -246,12 +245,12 @@ ngx_http_ratelimit_redis_open(ngx_http_ratelimit_redis_conn_t *conn)
     c = pc->connection;
     c->data = conn;
 
-    c->read->handler = ngx_http_ratelimit_redis_read_handler;
-    c->write->handler = ngx_http_ratelimit_redis_write_handler;
+    c->read->handler = ngx_ratelimit_redis_read_handler;
+    c->write->handler = ngx_ratelimit_redis_write_handler;
     c->read->log = c->log;
     c->write->log = c->log;
 
-    conn->state = NGX_HTTP_RATELIMIT_REDIS_CONNECTING;
+    conn->state = NGX_RATELIMIT_REDIS_CONNECTING;
 
     if (rc == NGX_AGAIN || redis->ssl) {
         c->write->cancelable = 1;
@@ -265,7 +264,7 @@ ngx_http_ratelimit_redis_open(ngx_http_ratelimit_redis_conn_t *conn)
         return NGX_OK;
     }
 
-    conn->state = NGX_HTTP_RATELIMIT_REDIS_READY;
+    conn->state = NGX_RATELIMIT_REDIS_READY;
 
     if (conn->out_len) {
         /* what was queued while its host name resolved */
@@ -285,29 +284,29 @@ ngx_http_ratelimit_redis_open(ngx_http_ratelimit_redis_conn_t *conn)
  */
 
 static ngx_int_t
-ngx_http_ratelimit_redis_connect_named(ngx_http_ratelimit_redis_conn_t *conn)
+ngx_ratelimit_redis_connect_named(ngx_ratelimit_redis_conn_t *conn)
 {
     ngx_int_t    rc;
     const char  *why;
 
-    conn->state = NGX_HTTP_RATELIMIT_REDIS_RESOLVING;
+    conn->state = NGX_RATELIMIT_REDIS_RESOLVING;
 
-    rc = ngx_http_ratelimit_redis_resolve(conn->node,
-                                          ngx_http_ratelimit_redis_resolved,
-                                          &why);
+    rc = ngx_ratelimit_redis_resolve(conn->node,
+                                     ngx_ratelimit_redis_resolved,
+                                     &why);
 
-    if (conn->state != NGX_HTTP_RATELIMIT_REDIS_RESOLVING) {
+    if (conn->state != NGX_RATELIMIT_REDIS_RESOLVING) {
         /* answered from the resolver's cache: opened, or failed */
-        return conn->state == NGX_HTTP_RATELIMIT_REDIS_DOWN ? NGX_ERROR
+        return conn->state == NGX_RATELIMIT_REDIS_DOWN ? NGX_ERROR
                                                             : NGX_OK;
     }
 
     if (conn->node->naddrs) {
-        return ngx_http_ratelimit_redis_open(conn);
+        return ngx_ratelimit_redis_open(conn);
     }
 
     if (rc != NGX_OK) {
-        ngx_http_ratelimit_redis_fail(conn, why, 0);
+        ngx_ratelimit_redis_fail(conn, why, 0);
         return NGX_ERROR;
     }
 
@@ -319,24 +318,24 @@ ngx_http_ratelimit_redis_connect_named(ngx_http_ratelimit_redis_conn_t *conn)
    on, to its addresses if it has any. */
 
 static void
-ngx_http_ratelimit_redis_resolved(ngx_http_ratelimit_redis_node_t *node,
+ngx_ratelimit_redis_resolved(ngx_ratelimit_redis_node_t *node,
     const char *why)
 {
-    ngx_uint_t                        i;
-    ngx_http_ratelimit_redis_conn_t  *conn;
+    ngx_uint_t                   i;
+    ngx_ratelimit_redis_conn_t  *conn;
 
     for (i = 0; i < node->conns[0].redis->pool; i++) {
         conn = &node->conns[i];
 
-        if (conn->state != NGX_HTTP_RATELIMIT_REDIS_RESOLVING) {
+        if (conn->state != NGX_RATELIMIT_REDIS_RESOLVING) {
             continue;
         }
 
         if (node->naddrs == 0) {
-            ngx_http_ratelimit_redis_fail(conn, why, 0);
+            ngx_ratelimit_redis_fail(conn, why, 0);
 
         } else {
-            (void) ngx_http_ratelimit_redis_open(conn);
+            (void) ngx_ratelimit_redis_open(conn);
         }
     }
 }
@@ -347,34 +346,34 @@ ngx_http_ratelimit_redis_resolved(ngx_http_ratelimit_redis_node_t *node,
 /* The TLS handshake is over: failed (why), or the connection is ready. */
 
 static void
-ngx_http_ratelimit_redis_tls_done(ngx_http_ratelimit_redis_conn_t *conn,
+ngx_ratelimit_redis_tls_done(ngx_ratelimit_redis_conn_t *conn,
     const char *why)
 {
     if (why != NULL) {
-        ngx_http_ratelimit_redis_fail(conn, why, 0);
+        ngx_ratelimit_redis_fail(conn, why, 0);
         return;
     }
 
-    ngx_http_ratelimit_redis_ready(conn);
+    ngx_ratelimit_redis_ready(conn);
 }
 
 
 /* TLS established: the commands queued meanwhile go. */
 
 static void
-ngx_http_ratelimit_redis_ready(ngx_http_ratelimit_redis_conn_t *conn)
+ngx_ratelimit_redis_ready(ngx_ratelimit_redis_conn_t *conn)
 {
     ngx_connection_t  *c = conn->peer.connection;
 
-    c->read->handler = ngx_http_ratelimit_redis_read_handler;
-    c->write->handler = ngx_http_ratelimit_redis_write_handler;
-    conn->state = NGX_HTTP_RATELIMIT_REDIS_READY;
+    c->read->handler = ngx_ratelimit_redis_read_handler;
+    c->write->handler = ngx_ratelimit_redis_write_handler;
+    conn->state = NGX_RATELIMIT_REDIS_READY;
 
     if (c->read->ready) {
         ngx_post_event(c->read, &ngx_posted_events);
     }
 
-    ngx_http_ratelimit_redis_write_handler(c->write);
+    ngx_ratelimit_redis_write_handler(c->write);
 }
 
 #endif
@@ -383,7 +382,7 @@ ngx_http_ratelimit_redis_ready(ngx_http_ratelimit_redis_conn_t *conn)
 /* Makes room for len more bytes of output. */
 
 ngx_int_t
-ngx_http_ratelimit_redis_reserve(ngx_http_ratelimit_redis_conn_t *conn,
+ngx_ratelimit_redis_reserve(ngx_ratelimit_redis_conn_t *conn,
     size_t len)
 {
     size_t   cap;
@@ -421,7 +420,7 @@ ngx_http_ratelimit_redis_reserve(ngx_http_ratelimit_redis_conn_t *conn,
 /* A command of the connection's own (AUTH, SELECT, ASKING), with n args. */
 
 ngx_int_t
-ngx_http_ratelimit_redis_own_command(ngx_http_ratelimit_redis_conn_t *conn,
+ngx_ratelimit_redis_own_command(ngx_ratelimit_redis_conn_t *conn,
     const char *cmd, ngx_str_t *args, ngx_uint_t n)
 {
     u_char      *p;
@@ -434,7 +433,7 @@ ngx_http_ratelimit_redis_own_command(ngx_http_ratelimit_redis_conn_t *conn,
         len += 32 + args[i].len;
     }
 
-    if (ngx_http_ratelimit_redis_reserve(conn, len) != NGX_OK) {
+    if (ngx_ratelimit_redis_reserve(conn, len) != NGX_OK) {
         return NGX_ERROR;
     }
 
@@ -447,7 +446,7 @@ ngx_http_ratelimit_redis_own_command(ngx_http_ratelimit_redis_conn_t *conn,
 
     conn->out_len = p - conn->out;
 
-    ngx_http_ratelimit_redis_push(conn, NGX_HTTP_RATELIMIT_REDIS_OWN);
+    ngx_ratelimit_redis_push(conn, NGX_RATELIMIT_REDIS_OWN);
 
     return NGX_OK;
 }
@@ -457,9 +456,9 @@ ngx_http_ratelimit_redis_own_command(ngx_http_ratelimit_redis_conn_t *conn,
    sent after it find it. */
 
 ngx_int_t
-ngx_http_ratelimit_redis_load(ngx_http_ratelimit_redis_conn_t *conn)
+ngx_ratelimit_redis_load(ngx_ratelimit_redis_conn_t *conn)
 {
-    if (ngx_http_ratelimit_redis_reserve(conn, rl_redis_load_size())
+    if (ngx_ratelimit_redis_reserve(conn, rl_redis_load_size())
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -468,7 +467,7 @@ ngx_http_ratelimit_redis_load(ngx_http_ratelimit_redis_conn_t *conn)
     conn->out_len += rl_redis_load_command((char *) conn->out + conn->out_len,
                                            (const char *) conn->redis->sha);
 
-    ngx_http_ratelimit_redis_push(conn, NGX_HTTP_RATELIMIT_REDIS_LOAD);
+    ngx_ratelimit_redis_push(conn, NGX_RATELIMIT_REDIS_LOAD);
     conn->loaded = conn->pushed;
 
     return NGX_OK;
@@ -476,16 +475,16 @@ ngx_http_ratelimit_redis_load(ngx_http_ratelimit_redis_conn_t *conn)
 
 
 void
-ngx_http_ratelimit_redis_push(ngx_http_ratelimit_redis_conn_t *conn,
-    ngx_http_ratelimit_redis_wait_t *w)
+ngx_ratelimit_redis_push(ngx_ratelimit_redis_conn_t *conn,
+    ngx_ratelimit_redis_wait_t *w)
 {
     ngx_uint_t  slot;
 
-    slot = (conn->head + conn->count++) % NGX_HTTP_RATELIMIT_REDIS_RING;
+    slot = (conn->head + conn->count++) % NGX_RATELIMIT_REDIS_RING;
     conn->ring[slot] = w;
     conn->pushed++;
 
-    if (!ngx_http_ratelimit_redis_is_own(w)) {
+    if (!ngx_ratelimit_redis_is_own(w)) {
         w->conn = conn;
         w->slot = slot;
         w->seq = conn->pushed;
@@ -493,7 +492,7 @@ ngx_http_ratelimit_redis_push(ngx_http_ratelimit_redis_conn_t *conn,
 
     /* written once this event cycle is over: all commands in one send */
 
-    if (conn->state == NGX_HTTP_RATELIMIT_REDIS_READY
+    if (conn->state == NGX_RATELIMIT_REDIS_READY
         && !conn->peer.connection->write->posted)
     {
         ngx_post_event(conn->peer.connection->write, &ngx_posted_events);
@@ -504,23 +503,23 @@ ngx_http_ratelimit_redis_push(ngx_http_ratelimit_redis_conn_t *conn,
 /* ---- events ----------------------------------------------------------- */
 
 static void
-ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev)
+ngx_ratelimit_redis_write_handler(ngx_event_t *wev)
 {
-    int                               err;
-    ssize_t                           n;
-    socklen_t                         len;
-    ngx_connection_t                 *c;
-    ngx_http_ratelimit_redis_conn_t  *conn;
+    int                          err;
+    ssize_t                      n;
+    socklen_t                    len;
+    ngx_connection_t            *c;
+    ngx_ratelimit_redis_conn_t  *conn;
 
     c = wev->data;
     conn = c->data;
 
     if (wev->timedout) {
-        ngx_http_ratelimit_redis_fail(conn, "connect timed out", 1);
+        ngx_ratelimit_redis_fail(conn, "connect timed out", 1);
         return;
     }
 
-    if (conn->state == NGX_HTTP_RATELIMIT_REDIS_CONNECTING) {
+    if (conn->state == NGX_RATELIMIT_REDIS_CONNECTING) {
         if (!wev->ready) {
             return;
         }
@@ -535,15 +534,15 @@ ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev)
         }
 
         if (err) {
-            ngx_http_ratelimit_redis_fail(conn,
-                ngx_http_ratelimit_redis_errno("connect() failed", err), 0);
+            ngx_ratelimit_redis_fail(conn,
+                ngx_ratelimit_redis_errno("connect() failed", err), 0);
             return;
         }
 
 #if (NGX_SSL)
         if (conn->redis->ssl) {
-            ngx_http_ratelimit_redis_tls_start(conn,
-                                            ngx_http_ratelimit_redis_tls_done);
+            ngx_ratelimit_redis_tls_start(conn,
+                                            ngx_ratelimit_redis_tls_done);
             return;
         }
 #endif
@@ -552,7 +551,7 @@ ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev)
             ngx_del_timer(wev);
         }
 
-        conn->state = NGX_HTTP_RATELIMIT_REDIS_READY;
+        conn->state = NGX_RATELIMIT_REDIS_READY;
     }
 
     while (conn->out_sent < conn->out_len) {
@@ -564,9 +563,9 @@ ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev)
         }
 
         if (n == NGX_ERROR) {
-            ngx_http_ratelimit_redis_lost(conn,
-                ngx_http_ratelimit_redis_errno("send() failed",
-                                               ngx_socket_errno));
+            ngx_ratelimit_redis_lost(conn,
+                ngx_ratelimit_redis_errno("send() failed",
+                                          ngx_socket_errno));
             return;
         }
 
@@ -574,38 +573,38 @@ ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev)
     }
 
     if (ngx_handle_write_event(wev, 0) != NGX_OK) {
-        ngx_http_ratelimit_redis_fail(conn, "event error", 0);
+        ngx_ratelimit_redis_fail(conn, "event error", 0);
     }
 }
 
 
 static void
-ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
+ngx_ratelimit_redis_read_handler(ngx_event_t *rev)
 {
-    long                              used;
-    size_t                            off;
-    ssize_t                           n;
-    ngx_str_t                         raw;
-    rl_resp_t                         reply;
-    ngx_connection_t                 *c;
-    ngx_http_ratelimit_redis_conn_t  *conn;
+    long                         used;
+    size_t                       off;
+    ssize_t                      n;
+    ngx_str_t                    raw;
+    rl_resp_t                    reply;
+    ngx_connection_t            *c;
+    ngx_ratelimit_redis_conn_t  *conn;
 
     c = rev->data;
     conn = c->data;
 
     for ( ;; ) {
         n = c->recv(c, conn->in + conn->in_len,
-                    NGX_HTTP_RATELIMIT_REDIS_IN - conn->in_len);
+                    NGX_RATELIMIT_REDIS_IN - conn->in_len);
 
         if (n == NGX_AGAIN) {
             break;
         }
 
         if (n == 0 || n == NGX_ERROR) {
-            ngx_http_ratelimit_redis_lost(conn, n == 0
+            ngx_ratelimit_redis_lost(conn, n == 0
                 ? "connection closed"
-                : ngx_http_ratelimit_redis_errno("recv() failed",
-                                                 ngx_socket_errno));
+                : ngx_ratelimit_redis_errno("recv() failed",
+                                            ngx_socket_errno));
             return;
         }
 
@@ -628,24 +627,24 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
             conn->node->tls_error[0] = '\0';   /* TLS works: log the next */
 
             if (conn->failures) {
-                ngx_http_ratelimit_redis_answering(conn);
+                ngx_ratelimit_redis_answering(conn);
             }
 
             if (conn->count == 0) {
-                ngx_http_ratelimit_redis_fail(conn, "unexpected reply", 0);
+                ngx_ratelimit_redis_fail(conn, "unexpected reply", 0);
                 return;
             }
 
             conn->redis->reply(conn, &reply, &raw);
 
-            if (conn->state == NGX_HTTP_RATELIMIT_REDIS_DOWN) {
+            if (conn->state == NGX_RATELIMIT_REDIS_DOWN) {
                 return;
             }
         }
 
         if (used < 0) {
-            ngx_http_ratelimit_redis_refuse(conn, used, conn->in + off,
-                                            conn->in_len - off);
+            ngx_ratelimit_redis_refuse(conn, used, conn->in + off,
+                                       conn->in_len - off);
             return;
         }
 
@@ -658,7 +657,7 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
     }
 
     if (ngx_handle_read_event(rev, 0) != NGX_OK) {
-        ngx_http_ratelimit_redis_fail(conn, "event error", 0);
+        ngx_ratelimit_redis_fail(conn, "event error", 0);
     }
 }
 
@@ -670,11 +669,11 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
  */
 
 static void
-ngx_http_ratelimit_redis_refuse(ngx_http_ratelimit_redis_conn_t *conn,
+ngx_ratelimit_redis_refuse(ngx_ratelimit_redis_conn_t *conn,
     long used, u_char *data, size_t len)
 {
     u_char  *p;
-    u_char   why[64 + RL_ESCAPED_MAX(NGX_HTTP_RATELIMIT_REDIS_SHOWN)];
+    u_char   why[64 + RL_ESCAPED_MAX(NGX_RATELIMIT_REDIS_SHOWN)];
 
     if (used == RL_RESP_TOO_LONG) {
         p = ngx_sprintf(why, "reply longer than %d bytes: \"",
@@ -685,11 +684,11 @@ ngx_http_ratelimit_redis_refuse(ngx_http_ratelimit_redis_conn_t *conn,
                        sizeof("reply is not RESP: \"") - 1);
     }
 
-    p += rl_escape((char *) p, data, len, NGX_HTTP_RATELIMIT_REDIS_SHOWN);
+    p += rl_escape((char *) p, data, len, NGX_RATELIMIT_REDIS_SHOWN);
     *p++ = '"';
     *p = '\0';
 
-    ngx_http_ratelimit_redis_fail(conn, (char *) why, 0);
+    ngx_ratelimit_redis_fail(conn, (char *) why, 0);
 }
 
 
@@ -701,37 +700,37 @@ ngx_http_ratelimit_redis_refuse(ngx_http_ratelimit_redis_conn_t *conn,
  */
 
 void
-ngx_http_ratelimit_redis_lost(ngx_http_ratelimit_redis_conn_t *conn,
+ngx_ratelimit_redis_lost(ngx_ratelimit_redis_conn_t *conn,
     const char *why)
 {
 #if (NGX_SSL)
     if (conn->peer.connection->ssl
         && (!conn->replied || conn->tls_alert > 0))   /* not close_notify */
     {
-        ngx_http_ratelimit_redis_tls_failed(conn, conn->replied
+        ngx_ratelimit_redis_tls_failed(conn, conn->replied
             ? why : "TLS: the connection was lost before the first reply", 0);
         return;
     }
 #endif
 
-    ngx_http_ratelimit_redis_fail(conn, why, 0);
+    ngx_ratelimit_redis_fail(conn, why, 0);
 }
 
 
 /*
  * The line of a connection lost: why, and what becomes of the calls it
  * leaves unanswered, by kind (a request's decision, a call of the key API
- * or a charge, an exchange of redis_sync: ngx_http_ratelimit_redis_kind).
+ * or a charge, an exchange of redis_sync: ngx_ratelimit_redis_kind).
  */
 
 static ngx_uint_t
-ngx_http_ratelimit_redis_kind(ngx_http_ratelimit_redis_wait_t *w)
+ngx_ratelimit_redis_kind(ngx_ratelimit_redis_wait_t *w)
 {
     if (w->command != NULL) {
         return 2;   /* a call of another kind: redis_sync's exchange */
     }
 
-    return w->call == RL_REDIS_DECIDE && w->request != NULL ? 0 : 1;
+    return w->call == RL_REDIS_DECIDE && w->owner != NULL ? 0 : 1;
 }
 
 
@@ -743,17 +742,17 @@ ngx_http_ratelimit_redis_kind(ngx_http_ratelimit_redis_wait_t *w)
  */
 
 static void
-ngx_http_ratelimit_redis_fail_log(ngx_http_ratelimit_redis_conn_t *conn,
+ngx_ratelimit_redis_fail_log(ngx_ratelimit_redis_conn_t *conn,
     const char *why)
 {
-    u_char                           *p, *last, line[256];
-    ngx_uint_t                        i, k, count[3];
-    ngx_http_ratelimit_redis_wait_t  *w;
+    u_char                      *p, *last, line[256];
+    ngx_uint_t                   i, k, count[3];
+    ngx_ratelimit_redis_wait_t  *w;
 
     if (conn->failures++ != 0
         && ngx_strncmp(conn->failing, why, sizeof(conn->failing) - 1) == 0
         && ngx_current_msec - conn->failing_said
-           < NGX_HTTP_RATELIMIT_REDIS_FAIL_SAY)
+           < NGX_RATELIMIT_REDIS_FAIL_SAY)
     {
         conn->folded++;
         return;
@@ -768,10 +767,10 @@ ngx_http_ratelimit_redis_fail_log(ngx_http_ratelimit_redis_conn_t *conn,
     ngx_memzero(count, sizeof(count));
 
     for (i = 0; i < conn->count; i++) {
-        w = conn->ring[(conn->head + i) % NGX_HTTP_RATELIMIT_REDIS_RING];
+        w = conn->ring[(conn->head + i) % NGX_RATELIMIT_REDIS_RING];
 
-        if (w != NULL && !ngx_http_ratelimit_redis_is_own(w)) {
-            count[ngx_http_ratelimit_redis_kind(w)]++;
+        if (w != NULL && !ngx_ratelimit_redis_is_own(w)) {
+            count[ngx_ratelimit_redis_kind(w)]++;
         }
     }
 
@@ -802,7 +801,7 @@ ngx_http_ratelimit_redis_fail_log(ngx_http_ratelimit_redis_conn_t *conn,
 /* A connection's first reply read after failures: their end, said. */
 
 static void
-ngx_http_ratelimit_redis_answering(ngx_http_ratelimit_redis_conn_t *conn)
+ngx_ratelimit_redis_answering(ngx_ratelimit_redis_conn_t *conn)
 {
     ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
                   "ratelimit: redis %V: answering again, after %ui failures "
@@ -816,14 +815,14 @@ ngx_http_ratelimit_redis_answering(ngx_http_ratelimit_redis_conn_t *conn)
 
 /*
  * Why a socket call failed, as nginx says it: "what (errno: text)", in a
- * buffer that lasts until the next call (ngx_http_ratelimit_redis_fail
+ * buffer that lasts until the next call (ngx_ratelimit_redis_fail
  * copies what it keeps).
  */
 
 static const char *
-ngx_http_ratelimit_redis_errno(const char *what, ngx_err_t err)
+ngx_ratelimit_redis_errno(const char *what, ngx_err_t err)
 {
-    static u_char  why[NGX_HTTP_RATELIMIT_REDIS_FAIL_WHY];
+    static u_char  why[NGX_RATELIMIT_REDIS_FAIL_WHY];
 
     *ngx_slprintf(why, why + sizeof(why) - 1, "%s (%d: %s)", what, err,
                   strerror(err)) = '\0';
@@ -838,15 +837,15 @@ ngx_http_ratelimit_redis_errno(const char *what, ngx_err_t err)
  */
 
 void
-ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
+ngx_ratelimit_redis_fail(ngx_ratelimit_redis_conn_t *conn,
     const char *why, ngx_uint_t timeout)
 {
-    ngx_uint_t                        i, n;
-    ngx_http_ratelimit_redis_t       *redis = conn->redis;
-    ngx_http_ratelimit_redis_wait_t  *w, *failed[NGX_HTTP_RATELIMIT_REDIS_RING];
+    ngx_uint_t                   i, n;
+    ngx_ratelimit_redis_t       *redis = conn->redis;
+    ngx_ratelimit_redis_wait_t  *w, *failed[NGX_RATELIMIT_REDIS_RING];
 
     if (!conn->quiet) {
-        ngx_http_ratelimit_redis_fail_log(conn, why);
+        ngx_ratelimit_redis_fail_log(conn, why);
     }
 
     conn->quiet = 0;
@@ -854,21 +853,21 @@ ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
     conn->tls_alert = -1;
 
     if (conn->peer.connection) {
-        ngx_http_ratelimit_redis_drop(conn->peer.connection);
+        ngx_ratelimit_redis_drop(conn->peer.connection);
         conn->peer.connection = NULL;
     }
 
-    conn->state = NGX_HTTP_RATELIMIT_REDIS_DOWN;
+    conn->state = NGX_RATELIMIT_REDIS_DOWN;
     conn->retry_at = ngx_current_msec + conn->backoff;
     conn->backoff = ngx_min(conn->backoff * 2,
-                            NGX_HTTP_RATELIMIT_REDIS_BACKOFF_MAX);
+                            NGX_RATELIMIT_REDIS_BACKOFF_MAX);
 
     n = 0;
 
     for (i = 0; i < conn->count; i++) {
-        w = conn->ring[(conn->head + i) % NGX_HTTP_RATELIMIT_REDIS_RING];
+        w = conn->ring[(conn->head + i) % NGX_RATELIMIT_REDIS_RING];
 
-        if (w != NULL && !ngx_http_ratelimit_redis_is_own(w)) {
+        if (w != NULL && !ngx_ratelimit_redis_is_own(w)) {
             w->conn = NULL;
             failed[n++] = w;
         }
@@ -890,6 +889,6 @@ ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
         (void) ngx_atomic_fetch_add(timeout ? &redis->stats->timeouts
                                             : &redis->stats->errors, 1);
 
-        redis->unanswered(w, NULL);
+        w->handler(w, NULL);
     }
 }

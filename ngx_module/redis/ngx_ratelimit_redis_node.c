@@ -5,7 +5,7 @@
  * host name resolved with the http block's resolver, again at each
  * connection (nginx's resolver answers from its cache while the answer is
  * valid: valid=, else its TTL), its last addresses kept when the resolver
- * fails.  The connections (ngx_http_ratelimit_redis_conn.c) start a
+ * fails.  The connections (ngx_ratelimit_redis_conn.c) start a
  * resolution and hear of its end through the handler they give.
  */
 
@@ -15,9 +15,9 @@
 #include "ngx_ratelimit_redis_node.h"
 
 
-static ngx_uint_t ngx_http_ratelimit_redis_named(
-    ngx_http_ratelimit_redis_t *redis);
-static void ngx_http_ratelimit_redis_answer(ngx_resolver_ctx_t *ctx);
+static ngx_uint_t ngx_ratelimit_redis_named(
+    ngx_ratelimit_redis_t *redis);
+static void ngx_ratelimit_redis_answer(ngx_resolver_ctx_t *ctx);
 
 
 /*
@@ -28,15 +28,15 @@ static void ngx_http_ratelimit_redis_answer(ngx_resolver_ctx_t *ctx);
  * resolved with that resolver at each connection.
  */
 
-ngx_http_ratelimit_redis_node_t *
-ngx_http_ratelimit_redis_node(ngx_http_ratelimit_redis_t *redis,
+ngx_ratelimit_redis_node_t *
+ngx_ratelimit_redis_node(ngx_ratelimit_redis_t *redis,
     ngx_str_t *name)
 {
-    u_char                           *colon, *p;
-    ngx_int_t                         port;
-    ngx_uint_t                        i;
-    ngx_addr_t                        addr;
-    ngx_http_ratelimit_redis_node_t  *node;
+    u_char                      *colon, *p;
+    ngx_int_t                    port;
+    ngx_uint_t                   i;
+    ngx_addr_t                   addr;
+    ngx_ratelimit_redis_node_t  *node;
 
     for (i = 0; i < redis->nnodes; i++) {
         node = redis->nodes[i];
@@ -48,14 +48,14 @@ ngx_http_ratelimit_redis_node(ngx_http_ratelimit_redis_t *redis,
         }
     }
 
-    if (redis->nnodes == NGX_HTTP_RATELIMIT_REDIS_NODES) {
+    if (redis->nnodes == NGX_RATELIMIT_REDIS_NODES) {
         return NULL;
     }
 
     /* the name, then the host name NUL-terminated */
-    node = ngx_calloc(sizeof(ngx_http_ratelimit_redis_node_t)
+    node = ngx_calloc(sizeof(ngx_ratelimit_redis_node_t)
                       + (redis->pool - 1)
-                        * sizeof(ngx_http_ratelimit_redis_conn_t)
+                        * sizeof(ngx_ratelimit_redis_conn_t)
                       + 2 * name->len + 1,
                       ngx_cycle->log);
     if (node == NULL) {
@@ -71,7 +71,7 @@ ngx_http_ratelimit_redis_node(ngx_http_ratelimit_redis_t *redis,
         node->addrs = redis->addrs;
         node->naddrs = redis->naddrs;
 
-        if (ngx_http_ratelimit_redis_named(redis)) {
+        if (ngx_ratelimit_redis_named(redis)) {
             /* resolved again at each connection: a failover that moves
                the name (a managed primary endpoint) is followed */
             p = node->name.data + name->len;
@@ -117,7 +117,7 @@ ngx_http_ratelimit_redis_node(ngx_http_ratelimit_redis_t *redis,
     for (i = 0; i < redis->pool; i++) {
         node->conns[i].redis = redis;
         node->conns[i].node = node;
-        node->conns[i].backoff = NGX_HTTP_RATELIMIT_REDIS_BACKOFF;
+        node->conns[i].backoff = NGX_RATELIMIT_REDIS_BACKOFF;
     }
 
     redis->nodes[redis->nnodes++] = node;
@@ -133,9 +133,9 @@ ngx_http_ratelimit_redis_node(ngx_http_ratelimit_redis_t *redis,
  */
 
 static ngx_uint_t
-ngx_http_ratelimit_redis_named(ngx_http_ratelimit_redis_t *redis)
+ngx_ratelimit_redis_named(ngx_ratelimit_redis_t *redis)
 {
-    ngx_resolver_t  *r = redis->core->resolver;
+    ngx_resolver_t  *r = *redis->resolver;
 
     return redis->naddrs > 0
            && redis->addrs[0].sockaddr->sa_family != AF_UNIX
@@ -154,11 +154,11 @@ ngx_http_ratelimit_redis_named(ngx_http_ratelimit_redis_t *redis)
  */
 
 ngx_int_t
-ngx_http_ratelimit_redis_resolve(ngx_http_ratelimit_redis_node_t *node,
-    ngx_http_ratelimit_redis_resolved_pt done, const char **why)
+ngx_ratelimit_redis_resolve(ngx_ratelimit_redis_node_t *node,
+    ngx_ratelimit_redis_resolved_pt done, const char **why)
 {
-    ngx_resolver_ctx_t        *ctx;
-    ngx_http_core_loc_conf_t  *core = node->conns[0].redis->core;
+    ngx_resolver_ctx_t     *ctx;
+    ngx_ratelimit_redis_t  *redis = node->conns[0].redis;
 
     node->done = done;
 
@@ -166,8 +166,8 @@ ngx_http_ratelimit_redis_resolve(ngx_http_ratelimit_redis_node_t *node,
         return NGX_OK;
     }
 
-    ctx = core->resolver ? ngx_resolve_start(core->resolver, NULL)
-                         : NGX_NO_RESOLVER;
+    ctx = *redis->resolver ? ngx_resolve_start(*redis->resolver, NULL)
+                           : NGX_NO_RESOLVER;
 
     if (ctx == NGX_NO_RESOLVER) {
         *why = "a host name, and no resolver in the http block to resolve it";
@@ -180,10 +180,10 @@ ngx_http_ratelimit_redis_resolve(ngx_http_ratelimit_redis_node_t *node,
     }
 
     ctx->name = node->host;
-    ctx->handler = ngx_http_ratelimit_redis_answer;
+    ctx->handler = ngx_ratelimit_redis_answer;
     ctx->data = node;
-    ctx->timeout = core->resolver_timeout != NGX_CONF_UNSET_MSEC
-                   ? core->resolver_timeout : 30000;
+    ctx->timeout = *redis->resolver_timeout != NGX_CONF_UNSET_MSEC
+                   ? *redis->resolver_timeout : 30000;
     ctx->cancelable = 1;
 
     node->resolving = 1;
@@ -201,15 +201,15 @@ ngx_http_ratelimit_redis_resolve(ngx_http_ratelimit_redis_node_t *node,
 /* The resolver's answer: the name's addresses, or the last ones kept. */
 
 static void
-ngx_http_ratelimit_redis_answer(ngx_resolver_ctx_t *ctx)
+ngx_ratelimit_redis_answer(ngx_resolver_ctx_t *ctx)
 {
-    u_char                            why[NGX_MAXHOSTNAMELEN + 64];
-    ngx_uint_t                        i, n;
-    ngx_http_ratelimit_redis_node_t  *node = ctx->data;
+    u_char                       why[NGX_MAXHOSTNAMELEN + 64];
+    ngx_uint_t                   i, n;
+    ngx_ratelimit_redis_node_t  *node = ctx->data;
 
     node->resolving = 0;
     n = ctx->state == NGX_OK
-        ? ngx_min(ctx->naddrs, NGX_HTTP_RATELIMIT_REDIS_ADDRS) : 0;
+        ? ngx_min(ctx->naddrs, NGX_RATELIMIT_REDIS_ADDRS) : 0;
 
     for (i = 0; i < n; i++) {
         ngx_memcpy(&node->sockaddr[i], ctx->addrs[i].sockaddr,

@@ -44,13 +44,13 @@
 #include "ngx_ratelimit_redis.h"
 
 
-typedef struct ngx_http_ratelimit_settle_s  ngx_http_ratelimit_settle_t;
+typedef struct ngx_ratelimit_settle_s  ngx_ratelimit_settle_t;
 
-struct ngx_http_ratelimit_settle_s {
-    ngx_http_ratelimit_redis_wait_t   wait;     /* first: its handler's */
+struct ngx_ratelimit_settle_s {
+    ngx_ratelimit_redis_wait_t        wait;     /* first: its handler's */
     rl_request_t                      rq;
     size_t                            size;     /* of the whole block */
-    ngx_http_ratelimit_settle_t      *next;     /* in the free blocks */
+    ngx_ratelimit_settle_t           *next;     /* in the free blocks */
     ngx_uint_t                        counted;  /* a release: its leases
                                                    are counted (one whose
                                                    call failed may never
@@ -64,55 +64,55 @@ struct ngx_http_ratelimit_settle_s {
 
 /* The leases a renewal call carries at most (a standalone Redis: every
    lease of the worker, in calls of so many). */
-#define NGX_HTTP_RATELIMIT_LEASES_CALL  64
+#define NGX_RATELIMIT_LEASES_CALL  64
 
 /* The tick of the leases' restore, while Redis fails or until it took
    them all again. */
-#define NGX_HTTP_RATELIMIT_LEASES_RESTORE_MS  100
+#define NGX_RATELIMIT_LEASES_RESTORE_MS  100
 
 
 /* Blocks of this size are kept for the next settles (most are: a few rules
    with short keys), at most so many a zone in a worker. */
-#define NGX_HTTP_RATELIMIT_SETTLE_BLOCK  4096
-#define NGX_HTTP_RATELIMIT_SETTLE_KEPT   64
+#define NGX_RATELIMIT_SETTLE_BLOCK  4096
+#define NGX_RATELIMIT_SETTLE_KEPT   64
 
 
-static ngx_http_ratelimit_settle_t *ngx_http_ratelimit_settle_alloc(
-    ngx_http_ratelimit_redis_t *redis, size_t size);
-static void ngx_http_ratelimit_settle_free(ngx_http_ratelimit_redis_t *redis,
-    ngx_http_ratelimit_settle_t *s);
-static void ngx_http_ratelimit_settle_done(ngx_http_ratelimit_redis_wait_t *w,
+static ngx_ratelimit_settle_t *ngx_ratelimit_settle_alloc(
+    ngx_ratelimit_redis_t *redis, size_t size);
+static void ngx_ratelimit_settle_free(ngx_ratelimit_redis_t *redis,
+    ngx_ratelimit_settle_t *s);
+static void ngx_ratelimit_settle_done(ngx_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer);
-static rl_check_t *ngx_http_ratelimit_settle_charge(rl_request_t *rq);
-static void ngx_http_ratelimit_settle_lost(ngx_http_ratelimit_redis_t *redis,
+static rl_check_t *ngx_ratelimit_settle_charge(rl_request_t *rq);
+static void ngx_ratelimit_settle_lost(ngx_ratelimit_redis_t *redis,
     rl_request_t *rq, const char *why);
-static ngx_http_ratelimit_settle_t *ngx_http_ratelimit_leases_block(
-    ngx_http_ratelimit_redis_t *redis, rl_request_t *rq, ngx_uint_t n,
+static ngx_ratelimit_settle_t *ngx_ratelimit_leases_block(
+    ngx_ratelimit_redis_t *redis, rl_request_t *rq, ngx_uint_t n,
     size_t keys);
-static ngx_uint_t ngx_http_ratelimit_leases_copy(ngx_http_ratelimit_settle_t *s,
+static ngx_uint_t ngx_ratelimit_leases_copy(ngx_ratelimit_settle_t *s,
     rl_request_t *from);
-static void ngx_http_ratelimit_leases_send(ngx_http_ratelimit_redis_t *redis,
-    ngx_http_ratelimit_settle_t *s, ngx_uint_t call);
-static void ngx_http_ratelimit_leases_done(ngx_http_ratelimit_redis_wait_t *w,
+static void ngx_ratelimit_leases_send(ngx_ratelimit_redis_t *redis,
+    ngx_ratelimit_settle_t *s, ngx_uint_t call);
+static void ngx_ratelimit_leases_done(ngx_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer);
-static void ngx_http_ratelimit_leases_renew(ngx_event_t *ev);
-static void ngx_http_ratelimit_leases_join(ngx_http_ratelimit_redis_t *redis,
-    rl_request_t *rq, ngx_queue_t *link);
-static void ngx_http_ratelimit_leases_arm(ngx_http_ratelimit_redis_t *redis);
+static void ngx_ratelimit_leases_renew(ngx_event_t *ev);
+static void ngx_ratelimit_leases_join(ngx_ratelimit_redis_t *redis,
+    ngx_ratelimit_lease_t *lease);
+static void ngx_ratelimit_leases_arm(ngx_ratelimit_redis_t *redis);
 
 
 void
-ngx_http_ratelimit_redis_settle(ngx_http_ratelimit_redis_t *redis,
+ngx_ratelimit_redis_settle(ngx_ratelimit_redis_t *redis,
     rl_request_t *rq)
 {
-    u_char                       *p;
-    size_t                        i, n, size;
-    rl_rule_t                    *rules;
-    rl_check_t                   *c, *checks;
-    ngx_http_ratelimit_settle_t  *s;
+    u_char                  *p;
+    size_t                   i, n, size;
+    rl_rule_t               *rules;
+    rl_check_t              *c, *checks;
+    ngx_ratelimit_settle_t  *s;
 
     n = 0;
-    size = sizeof(ngx_http_ratelimit_settle_t);
+    size = sizeof(ngx_ratelimit_settle_t);
 
     for (i = 0; i < rq->n; i++) {
         c = &rq->checks[i];
@@ -134,9 +134,9 @@ ngx_http_ratelimit_redis_settle(ngx_http_ratelimit_redis_t *redis,
         return;
     }
 
-    s = ngx_http_ratelimit_settle_alloc(redis, size);
+    s = ngx_ratelimit_settle_alloc(redis, size);
     if (s == NULL) {
-        ngx_http_ratelimit_settle_lost(redis, rq, "out of memory");
+        ngx_ratelimit_settle_lost(redis, rq, "out of memory");
         return;
     }
 
@@ -164,15 +164,15 @@ ngx_http_ratelimit_redis_settle(ngx_http_ratelimit_redis_t *redis,
     s->rq.checks = checks;
     s->rq.n = n;
 
-    ngx_memzero(&s->wait, sizeof(ngx_http_ratelimit_redis_wait_t));
-    s->wait.handler = ngx_http_ratelimit_settle_done;
+    ngx_memzero(&s->wait, sizeof(ngx_ratelimit_redis_wait_t));
+    s->wait.handler = ngx_ratelimit_settle_done;
     s->wait.rq = &s->rq;
     s->wait.call = RL_REDIS_SETTLE;
 
-    if (ngx_http_ratelimit_redis_send(redis, &s->wait) != NGX_OK) {
-        ngx_http_ratelimit_settle_lost(redis, &s->rq,
-                                       "Redis is not reachable now");
-        ngx_http_ratelimit_settle_free(redis, s);
+    if (ngx_ratelimit_redis_send(redis, &s->wait) != NGX_OK) {
+        ngx_ratelimit_settle_lost(redis, &s->rq,
+                                  "Redis is not reachable now");
+        ngx_ratelimit_settle_free(redis, s);
     }
 }
 
@@ -185,33 +185,31 @@ ngx_http_ratelimit_redis_settle(ngx_http_ratelimit_redis_t *redis,
  */
 
 static void
-ngx_http_ratelimit_settle_done(ngx_http_ratelimit_redis_wait_t *w,
+ngx_ratelimit_settle_done(ngx_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer)
 {
-    size_t                        i;
-    char                          err[RL_ERR_MAX];
-    rl_check_t                   *c;
-    ngx_http_ratelimit_rule_t    *rule;
-    ngx_http_ratelimit_zone_t    *zone;
-    ngx_http_ratelimit_settle_t  *s;
+    size_t                   i;
+    char                     err[RL_ERR_MAX];
+    rl_check_t              *c;
+    ngx_ratelimit_zone_t    *zone;
+    ngx_ratelimit_settle_t  *s;
 
-    s = (ngx_http_ratelimit_settle_t *) w;   /* its first field */
+    s = (ngx_ratelimit_settle_t *) w;   /* its first field */
 
     if (answer == NULL) {
-        ngx_http_ratelimit_settle_lost(w->redis, &s->rq,
+        ngx_ratelimit_settle_lost(w->redis, &s->rq,
             w->timed_out ? "no reply within redis_timeout"
                          : "the connection failed or the reply was refused "
                            "(see above)");
-        ngx_http_ratelimit_settle_free(w->redis, s);
+        ngx_ratelimit_settle_free(w->redis, s);
         return;
     }
 
-    if (ngx_http_ratelimit_settle_charge(&s->rq) != NULL) {
+    if (ngx_ratelimit_settle_charge(&s->rq) != NULL) {
         (void) ngx_atomic_fetch_add(&w->redis->stats->charges, 1);
     }
 
-    zone = ngx_http_ratelimit_zone_of(
-               ngx_http_ratelimit_rule_of(&s->rq.checks[0]));
+    zone = ngx_ratelimit_zone_of(ngx_ratelimit_rule_of(&s->rq.checks[0]));
 
     ngx_shmtx_lock(&zone->shpool->mutex);
     rl_request_count_charges(&s->rq);
@@ -221,36 +219,35 @@ ngx_http_ratelimit_settle_done(ngx_http_ratelimit_redis_wait_t *w,
         c = &s->rq.checks[i];
 
         if (c->capped) {
-            rule = ngx_http_ratelimit_rule_of(c);
             ngx_snprintf((u_char *) err, sizeof(err),
                          "charge %uL capped at %uL: a key owes at most one "
                          "limit beyond its budget%Z", c->charge, c->charged);
-            ngx_http_ratelimit_log_bad(NULL, rule, err);
+            ngx_ratelimit_log_bad(NULL, ngx_ratelimit_rule_of(c), err);
         }
     }
 
-    ngx_http_ratelimit_settle_free(w->redis, s);
+    ngx_ratelimit_settle_free(w->redis, s);
 }
 
 
 /* A settle Redis did not take: counted, and a line (folded) says so. */
 
 static void
-ngx_http_ratelimit_settle_lost(ngx_http_ratelimit_redis_t *redis,
+ngx_ratelimit_settle_lost(ngx_ratelimit_redis_t *redis,
     rl_request_t *rq, const char *why)
 {
     rl_check_t  *c;
 
     /* reservations in flight alone run out by themselves (settle.cpp) */
 
-    c = ngx_http_ratelimit_settle_charge(rq);
+    c = ngx_ratelimit_settle_charge(rq);
     if (c == NULL) {
         return;
     }
 
     (void) ngx_atomic_fetch_add(&redis->stats->undelivered, 1);
 
-    if (!ngx_http_ratelimit_redis_log_now(redis, &redis->undelivered)) {
+    if (!ngx_ratelimit_redis_log_now(redis, &redis->undelivered)) {
         return;
     }
 
@@ -258,14 +255,14 @@ ngx_http_ratelimit_settle_lost(ngx_http_ratelimit_redis_t *redis,
                   "ratelimit: redis %V: a request's charge not delivered in "
                   "zone \"%V\" (rule \"%V\", %uL units): %s; the cost it "
                   "reserved stays spent", &redis->server, &redis->zone,
-                  &ngx_http_ratelimit_rule_of(c)->name, c->charge, why);
+                  &ngx_ratelimit_rule_of(c)->name, c->charge, why);
 }
 
 
 /* The first check of a settle that spends a charge, or NULL. */
 
 static rl_check_t *
-ngx_http_ratelimit_settle_charge(rl_request_t *rq)
+ngx_ratelimit_settle_charge(rl_request_t *rq)
 {
     size_t  i;
 
@@ -283,20 +280,20 @@ ngx_http_ratelimit_settle_charge(rl_request_t *rq)
 
 /* A settle's block: a kept one, or a new one. */
 
-static ngx_http_ratelimit_settle_t *
-ngx_http_ratelimit_settle_alloc(ngx_http_ratelimit_redis_t *redis,
+static ngx_ratelimit_settle_t *
+ngx_ratelimit_settle_alloc(ngx_ratelimit_redis_t *redis,
     size_t size)
 {
-    ngx_http_ratelimit_settle_t  *s;
+    ngx_ratelimit_settle_t  *s;
 
-    if (size <= NGX_HTTP_RATELIMIT_SETTLE_BLOCK && redis->free != NULL) {
+    if (size <= NGX_RATELIMIT_SETTLE_BLOCK && redis->free != NULL) {
         s = redis->free;
         redis->free = s->next;
         redis->nfree--;
         return s;
     }
 
-    size = ngx_max(size, NGX_HTTP_RATELIMIT_SETTLE_BLOCK);
+    size = ngx_max(size, NGX_RATELIMIT_SETTLE_BLOCK);
 
     s = ngx_alloc(size, ngx_cycle->log);
     if (s == NULL) {
@@ -310,11 +307,11 @@ ngx_http_ratelimit_settle_alloc(ngx_http_ratelimit_redis_t *redis,
 
 
 static void
-ngx_http_ratelimit_settle_free(ngx_http_ratelimit_redis_t *redis,
-    ngx_http_ratelimit_settle_t *s)
+ngx_ratelimit_settle_free(ngx_ratelimit_redis_t *redis,
+    ngx_ratelimit_settle_t *s)
 {
-    if (s->size == NGX_HTTP_RATELIMIT_SETTLE_BLOCK
-        && redis->nfree < NGX_HTTP_RATELIMIT_SETTLE_KEPT)
+    if (s->size == NGX_RATELIMIT_SETTLE_BLOCK
+        && redis->nfree < NGX_RATELIMIT_SETTLE_KEPT)
     {
         s->next = redis->free;
         redis->free = s;
@@ -333,14 +330,14 @@ ngx_http_ratelimit_settle_free(ngx_http_ratelimit_redis_t *redis,
  */
 
 void
-ngx_http_ratelimit_redis_lease_prepare(ngx_http_ratelimit_redis_t *redis,
+ngx_ratelimit_redis_lease_prepare(ngx_ratelimit_redis_t *redis,
     rl_request_t *rq)
 {
     size_t       i;
     rl_check_t  *c;
 
     if (redis->lease_server == 0) {
-        redis->lease_server = ngx_http_ratelimit_redis_server_id(redis);
+        redis->lease_server = ngx_ratelimit_redis_server_id(redis);
     }
 
     if (redis->lease_owner == 0) {
@@ -378,12 +375,11 @@ ngx_http_ratelimit_redis_lease_prepare(ngx_http_ratelimit_redis_t *redis,
  */
 
 ngx_uint_t
-ngx_http_ratelimit_redis_lease_hold(ngx_http_ratelimit_redis_t *redis,
-    rl_request_t *rq, ngx_queue_t *link)
+ngx_ratelimit_redis_lease_hold(ngx_ratelimit_redis_t *redis,
+    rl_request_t *rq, ngx_ratelimit_lease_t *lease)
 {
-    size_t                     i;
-    ngx_uint_t                 n;
-    ngx_http_ratelimit_ctx_t  *ctx;
+    size_t      i;
+    ngx_uint_t  n;
 
     n = 0;
 
@@ -397,11 +393,11 @@ ngx_http_ratelimit_redis_lease_hold(ngx_http_ratelimit_redis_t *redis,
 
     (void) ngx_atomic_fetch_add(&redis->stats->leases, n);
 
-    ctx = ngx_queue_data(link, ngx_http_ratelimit_ctx_t, lease_link);
-    ctx->lease_local = 0;
-    ctx->lease_sent = 1;
+    lease->rq = rq;
+    lease->local = 0;
+    lease->sent = 1;
 
-    ngx_http_ratelimit_leases_join(redis, rq, link);
+    ngx_ratelimit_leases_join(redis, lease);
 
     return 1;
 }
@@ -411,18 +407,17 @@ ngx_http_ratelimit_redis_lease_hold(ngx_http_ratelimit_redis_t *redis,
  * A request on_redis_error decided: with local, its concurrency checks
  * that took a slot keep their leases' names (the others lose theirs), and
  * it joins the worker's list (returns 1), its leases not in Redis until a
- * restore writes them (ngx_http_ratelimit_redis_leases_lost put the worker
+ * restore writes them (ngx_ratelimit_redis_leases_lost put the worker
  * in restore); with allow or deny, none is kept.
  */
 
 ngx_uint_t
-ngx_http_ratelimit_redis_lease_keep(ngx_http_ratelimit_redis_t *redis,
-    rl_request_t *rq, ngx_queue_t *link)
+ngx_ratelimit_redis_lease_keep(ngx_ratelimit_redis_t *redis,
+    rl_request_t *rq, ngx_ratelimit_lease_t *lease)
 {
-    size_t                     i;
-    ngx_uint_t                 n;
-    rl_check_t                *c;
-    ngx_http_ratelimit_ctx_t  *ctx;
+    size_t       i;
+    ngx_uint_t   n;
+    rl_check_t  *c;
 
     n = 0;
 
@@ -440,11 +435,11 @@ ngx_http_ratelimit_redis_lease_keep(ngx_http_ratelimit_redis_t *redis,
         return 0;
     }
 
-    ctx = ngx_queue_data(link, ngx_http_ratelimit_ctx_t, lease_link);
-    ctx->lease_local = 1;
-    ctx->lease_sent = 0;
+    lease->rq = rq;
+    lease->local = 1;
+    lease->sent = 0;
 
-    ngx_http_ratelimit_leases_join(redis, rq, link);
+    ngx_ratelimit_leases_join(redis, lease);
 
     return 1;
 }
@@ -454,11 +449,12 @@ ngx_http_ratelimit_redis_lease_keep(ngx_http_ratelimit_redis_t *redis,
    shortest lease (a tenth of a second in restore). */
 
 static void
-ngx_http_ratelimit_leases_join(ngx_http_ratelimit_redis_t *redis,
-    rl_request_t *rq, ngx_queue_t *link)
+ngx_ratelimit_leases_join(ngx_ratelimit_redis_t *redis,
+    ngx_ratelimit_lease_t *lease)
 {
-    size_t      i;
-    ngx_msec_t  every;
+    size_t         i;
+    ngx_msec_t     every;
+    rl_request_t  *rq = lease->rq;
 
     every = 0;
 
@@ -475,7 +471,7 @@ ngx_http_ratelimit_leases_join(ngx_http_ratelimit_redis_t *redis,
         ngx_queue_init(&redis->leases);
     }
 
-    ngx_queue_insert_tail(&redis->leases, link);
+    ngx_queue_insert_tail(&redis->leases, &lease->link);
 
     if (redis->renew_ms == 0 || every < redis->renew_ms) {
         redis->renew_ms = every;
@@ -485,27 +481,27 @@ ngx_http_ratelimit_leases_join(ngx_http_ratelimit_redis_t *redis,
         }
     }
 
-    ngx_http_ratelimit_leases_arm(redis);
+    ngx_ratelimit_leases_arm(redis);
 }
 
 
 /* The timer set, if it is not: the next renewal, or restore's tick. */
 
 static void
-ngx_http_ratelimit_leases_arm(ngx_http_ratelimit_redis_t *redis)
+ngx_ratelimit_leases_arm(ngx_ratelimit_redis_t *redis)
 {
     if (redis->renew.timer_set || redis->renew_ms == 0) {
         return;
     }
 
-    redis->renew.handler = ngx_http_ratelimit_leases_renew;
+    redis->renew.handler = ngx_ratelimit_leases_renew;
     redis->renew.data = redis;
     redis->renew.log = ngx_cycle->log;
     redis->renew.cancelable = 1;   /* the requests keep an exit waiting */
 
     ngx_add_timer(&redis->renew, redis->restoring
                                  ? ngx_min(redis->renew_ms,
-                                           NGX_HTTP_RATELIMIT_LEASES_RESTORE_MS)
+                                           NGX_RATELIMIT_LEASES_RESTORE_MS)
                                  : redis->renew_ms);
 }
 
@@ -518,7 +514,7 @@ ngx_http_ratelimit_leases_arm(ngx_http_ratelimit_redis_t *redis)
  */
 
 void
-ngx_http_ratelimit_redis_leases_lost(ngx_http_ratelimit_redis_t *redis)
+ngx_ratelimit_redis_leases_lost(ngx_ratelimit_redis_t *redis)
 {
     redis->restore_failed = 1;
 
@@ -533,13 +529,13 @@ ngx_http_ratelimit_redis_leases_lost(ngx_http_ratelimit_redis_t *redis)
     }
 
     if (redis->leases.next != NULL && !ngx_queue_empty(&redis->leases)) {
-        ngx_http_ratelimit_leases_arm(redis);
+        ngx_ratelimit_leases_arm(redis);
     }
 }
 
 
 /*
- * A request's end, whatever ended it: it leaves the worker's list (link:
+ * A request's end, whatever ended it: it leaves the worker's list (lease:
  * NULL for a request whose call failed, which may have taken its leases
  * all the same), and one call releases its leases, not waited for (none
  * for a request admitted while Redis was away whose leases no restore
@@ -547,23 +543,21 @@ ngx_http_ratelimit_redis_leases_lost(ngx_http_ratelimit_redis_t *redis)
  */
 
 void
-ngx_http_ratelimit_redis_lease_release(ngx_http_ratelimit_redis_t *redis,
-    rl_request_t *rq, ngx_queue_t *link)
+ngx_ratelimit_redis_lease_release(ngx_ratelimit_redis_t *redis,
+    rl_request_t *rq, ngx_ratelimit_lease_t *lease)
 {
-    size_t                        i, keys;
-    ngx_uint_t                    n;
-    ngx_http_ratelimit_ctx_t     *ctx;
-    ngx_http_ratelimit_settle_t  *s;
+    size_t                   i, keys;
+    ngx_uint_t               n;
+    ngx_ratelimit_settle_t  *s;
 
-    if (link != NULL) {
-        ngx_queue_remove(link);
-        ctx = ngx_queue_data(link, ngx_http_ratelimit_ctx_t, lease_link);
+    if (lease != NULL) {
+        ngx_queue_remove(&lease->link);
 
-        if (!ctx->lease_sent) {
+        if (!lease->sent) {
             return;
         }
 
-        if (!ctx->lease_local) {
+        if (!lease->local) {
             /* no longer this server's in flight, whatever Redis says */
             rl_request_count_leases_end(rq);
         }
@@ -583,16 +577,16 @@ ngx_http_ratelimit_redis_lease_release(ngx_http_ratelimit_redis_t *redis,
         return;
     }
 
-    s = ngx_http_ratelimit_leases_block(redis, rq, n, keys);
+    s = ngx_ratelimit_leases_block(redis, rq, n, keys);
     if (s == NULL) {
         (void) ngx_atomic_fetch_add(&redis->stats->leases_undelivered, 1);
         return;
     }
 
-    (void) ngx_http_ratelimit_leases_copy(s, rq);
-    s->counted = (link != NULL);
+    (void) ngx_ratelimit_leases_copy(s, rq);
+    s->counted = (lease != NULL);
 
-    ngx_http_ratelimit_leases_send(redis, s, RL_REDIS_RELEASE);
+    ngx_ratelimit_leases_send(redis, s, RL_REDIS_RELEASE);
 }
 
 
@@ -603,15 +597,15 @@ ngx_http_ratelimit_redis_lease_release(ngx_http_ratelimit_redis_t *redis,
  */
 
 static void
-ngx_http_ratelimit_leases_renew(ngx_event_t *ev)
+ngx_ratelimit_leases_renew(ngx_event_t *ev)
 {
-    size_t                        i, keys;
-    ngx_uint_t                    n, slot, call;
-    ngx_queue_t                  *q, *from;
-    rl_check_t                   *c;
-    ngx_http_ratelimit_ctx_t     *ctx;
-    ngx_http_ratelimit_redis_t   *redis = ev->data;
-    ngx_http_ratelimit_settle_t  *s;
+    size_t                   i, keys;
+    ngx_uint_t               n, slot, call;
+    ngx_queue_t             *q, *from;
+    rl_check_t              *c;
+    ngx_ratelimit_lease_t   *lease;
+    ngx_ratelimit_redis_t   *redis = ev->data;
+    ngx_ratelimit_settle_t  *s;
 
     if (redis->leases.next == NULL || ngx_queue_empty(&redis->leases)) {
         return;   /* no lease: the timer waits for the next */
@@ -626,7 +620,7 @@ ngx_http_ratelimit_leases_renew(ngx_event_t *ev)
                 redis->restoring = 0;   /* every lease in Redis again */
             }
 
-            ngx_http_ratelimit_leases_arm(redis);
+            ngx_ratelimit_leases_arm(redis);
             return;
         }
 
@@ -649,10 +643,10 @@ ngx_http_ratelimit_leases_renew(ngx_event_t *ev)
         slot = 0;
 
         while (q != ngx_queue_sentinel(&redis->leases)) {
-            ctx = ngx_queue_data(q, ngx_http_ratelimit_ctx_t, lease_link);
+            lease = ngx_queue_data(q, ngx_ratelimit_lease_t, link);
 
-            for (i = 0; i < ctx->rq.n; i++) {
-                c = &ctx->rq.checks[i];
+            for (i = 0; i < lease->rq->n; i++) {
+                c = &lease->rq->checks[i];
 
                 if (rl_redis_holds_lease(c)) {
                     slot++;
@@ -661,7 +655,7 @@ ngx_http_ratelimit_leases_renew(ngx_event_t *ev)
             }
 
             if (n > 0 && (redis->cluster
-                          || n + slot > NGX_HTTP_RATELIMIT_LEASES_CALL))
+                          || n + slot > NGX_RATELIMIT_LEASES_CALL))
             {
                 break;
             }
@@ -671,40 +665,40 @@ ngx_http_ratelimit_leases_renew(ngx_event_t *ev)
             q = ngx_queue_next(q);
         }
 
-        s = ngx_http_ratelimit_leases_block(redis, NULL, n, keys);
+        s = ngx_ratelimit_leases_block(redis, NULL, n, keys);
         if (s == NULL) {
-            ngx_http_ratelimit_redis_leases_lost(redis);
+            ngx_ratelimit_redis_leases_lost(redis);
             continue;
         }
 
         for ( /* void */ ; from != q; from = ngx_queue_next(from)) {
-            ctx = ngx_queue_data(from, ngx_http_ratelimit_ctx_t, lease_link);
-            ctx->lease_sent = 1;
-            s->rq.server = ctx->rq.server;
-            s->rq.lease = ctx->rq.lease;
-            s->rq.holder = ctx->rq.holder;
-            (void) ngx_http_ratelimit_leases_copy(s, &ctx->rq);
+            lease = ngx_queue_data(from, ngx_ratelimit_lease_t, link);
+            lease->sent = 1;
+            s->rq.server = lease->rq->server;
+            s->rq.lease = lease->rq->lease;
+            s->rq.holder = lease->rq->holder;
+            (void) ngx_ratelimit_leases_copy(s, lease->rq);
         }
 
         s->round = redis->restore_round;
 
-        ngx_http_ratelimit_leases_send(redis, s, call);
+        ngx_ratelimit_leases_send(redis, s, call);
     }
 
-    ngx_http_ratelimit_leases_arm(redis);
+    ngx_ratelimit_leases_arm(redis);
 }
 
 
 /* A block for n leases' checks (their rules and keys copied in). */
 
-static ngx_http_ratelimit_settle_t *
-ngx_http_ratelimit_leases_block(ngx_http_ratelimit_redis_t *redis,
+static ngx_ratelimit_settle_t *
+ngx_ratelimit_leases_block(ngx_ratelimit_redis_t *redis,
     rl_request_t *rq, ngx_uint_t n, size_t keys)
 {
-    ngx_http_ratelimit_settle_t  *s;
+    ngx_ratelimit_settle_t  *s;
 
-    s = ngx_http_ratelimit_settle_alloc(redis,
-            sizeof(ngx_http_ratelimit_settle_t)
+    s = ngx_ratelimit_settle_alloc(redis,
+            sizeof(ngx_ratelimit_settle_t)
             + n * (sizeof(rl_check_t) + sizeof(rl_rule_t)) + keys);
     if (s == NULL) {
         return NULL;
@@ -730,7 +724,7 @@ ngx_http_ratelimit_leases_block(ngx_http_ratelimit_redis_t *redis,
 /* A request's leases appended to a block's checks; returns how many. */
 
 static ngx_uint_t
-ngx_http_ratelimit_leases_copy(ngx_http_ratelimit_settle_t *s,
+ngx_ratelimit_leases_copy(ngx_ratelimit_settle_t *s,
     rl_request_t *from)
 {
     u_char      *p;
@@ -774,21 +768,21 @@ ngx_http_ratelimit_leases_copy(ngx_http_ratelimit_settle_t *s,
    restore is sent again at the next tick). */
 
 static void
-ngx_http_ratelimit_leases_send(ngx_http_ratelimit_redis_t *redis,
-    ngx_http_ratelimit_settle_t *s, ngx_uint_t call)
+ngx_ratelimit_leases_send(ngx_ratelimit_redis_t *redis,
+    ngx_ratelimit_settle_t *s, ngx_uint_t call)
 {
-    ngx_memzero(&s->wait, sizeof(ngx_http_ratelimit_redis_wait_t));
-    s->wait.handler = ngx_http_ratelimit_leases_done;
+    ngx_memzero(&s->wait, sizeof(ngx_ratelimit_redis_wait_t));
+    s->wait.handler = ngx_ratelimit_leases_done;
     s->wait.rq = &s->rq;
     s->wait.call = call;
 
-    if (ngx_http_ratelimit_redis_send(redis, &s->wait) != NGX_OK) {
+    if (ngx_ratelimit_redis_send(redis, &s->wait) != NGX_OK) {
         if (call != RL_REDIS_RESTORE) {
             (void) ngx_atomic_fetch_add(&redis->stats->leases_undelivered, 1);
         }
 
-        ngx_http_ratelimit_redis_leases_lost(redis);
-        ngx_http_ratelimit_settle_free(redis, s);
+        ngx_ratelimit_redis_leases_lost(redis);
+        ngx_ratelimit_settle_free(redis, s);
         return;
     }
 
@@ -806,13 +800,13 @@ ngx_http_ratelimit_leases_send(ngx_http_ratelimit_redis_t *redis,
  */
 
 static void
-ngx_http_ratelimit_leases_done(ngx_http_ratelimit_redis_wait_t *w,
+ngx_ratelimit_leases_done(ngx_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer)
 {
-    ngx_http_ratelimit_redis_t   *redis = w->redis;
-    ngx_http_ratelimit_settle_t  *s;
+    ngx_ratelimit_redis_t   *redis = w->redis;
+    ngx_ratelimit_settle_t  *s;
 
-    s = (ngx_http_ratelimit_settle_t *) w;   /* its first field */
+    s = (ngx_ratelimit_settle_t *) w;   /* its first field */
 
     if (w->call == RL_REDIS_RESTORE && s->round == redis->restore_round
         && redis->restore_calls > 0)
@@ -825,7 +819,7 @@ ngx_http_ratelimit_leases_done(ngx_http_ratelimit_redis_wait_t *w,
             (void) ngx_atomic_fetch_add(&redis->stats->leases_undelivered, 1);
         }
 
-        ngx_http_ratelimit_redis_leases_lost(redis);
+        ngx_ratelimit_redis_leases_lost(redis);
 
     } else if (w->call == RL_REDIS_RESTORE) {
         (void) ngx_atomic_fetch_add(&redis->stats->leases_renewed,
@@ -838,7 +832,7 @@ ngx_http_ratelimit_leases_done(ngx_http_ratelimit_redis_wait_t *w,
                                     answer->leases_done);
 
         if (answer->leases_gone > 0) {
-            ngx_http_ratelimit_redis_leases_lost(redis);
+            ngx_ratelimit_redis_leases_lost(redis);
         }
 
     } else if (s->counted) {
@@ -850,7 +844,7 @@ ngx_http_ratelimit_leases_done(ngx_http_ratelimit_redis_wait_t *w,
 
     if (answer != NULL && answer->leases_gone > 0 && s->counted
         && w->call != RL_REDIS_RESTORE
-        && ngx_http_ratelimit_redis_log_now(redis, &redis->lease_lost))
+        && ngx_ratelimit_redis_log_now(redis, &redis->lease_lost))
     {
         ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
                       "ratelimit: redis %V: %uD lease(s) of zone \"%V\" "
@@ -865,5 +859,5 @@ ngx_http_ratelimit_leases_done(ngx_http_ratelimit_redis_wait_t *w,
                       ? "; written into Redis again" : "");
     }
 
-    ngx_http_ratelimit_settle_free(redis, s);
+    ngx_ratelimit_settle_free(redis, s);
 }

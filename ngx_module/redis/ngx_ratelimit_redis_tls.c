@@ -30,21 +30,21 @@
 
 #if (NGX_SSL)
 
-static void ngx_http_ratelimit_redis_tls_handshaked(ngx_connection_t *c);
-static ngx_int_t ngx_http_ratelimit_redis_tls_name_ok(ngx_connection_t *c,
+static void ngx_ratelimit_redis_tls_handshaked(ngx_connection_t *c);
+static ngx_int_t ngx_ratelimit_redis_tls_name_ok(ngx_connection_t *c,
     ngx_str_t *name);
-static ngx_uint_t ngx_http_ratelimit_redis_tls_is_addr(ngx_str_t *name);
-static void ngx_http_ratelimit_redis_tls_save(ngx_connection_t *c);
-static void ngx_http_ratelimit_redis_tls_info(const ngx_ssl_conn_t *ssl,
+static ngx_uint_t ngx_ratelimit_redis_tls_is_addr(ngx_str_t *name);
+static void ngx_ratelimit_redis_tls_save(ngx_connection_t *c);
+static void ngx_ratelimit_redis_tls_info(const ngx_ssl_conn_t *ssl,
     int where, int ret);
-static const char *ngx_http_ratelimit_redis_tls_alert(ngx_int_t alert);
-static int ngx_http_ratelimit_redis_tls_no_cert(ngx_ssl_conn_t *ssl,
+static const char *ngx_ratelimit_redis_tls_alert(ngx_int_t alert);
+static int ngx_ratelimit_redis_tls_no_cert(ngx_ssl_conn_t *ssl,
     X509 **x509, EVP_PKEY **pkey);
 
 
 static char *
-ngx_http_ratelimit_redis_tls_file(ngx_conf_t *cf,
-    ngx_http_ratelimit_redis_t *redis, const char *param, ngx_str_t *file)
+ngx_ratelimit_redis_tls_file(ngx_conf_t *cf,
+    ngx_ratelimit_redis_t *redis, const char *param, ngx_str_t *file)
 {
     ngx_str_t  full;
 
@@ -67,23 +67,23 @@ ngx_http_ratelimit_redis_tls_file(ngx_conf_t *cf,
 
 
 char *
-ngx_http_ratelimit_redis_tls_conf(ngx_conf_t *cf,
-    ngx_http_ratelimit_redis_t *redis)
+ngx_ratelimit_redis_tls_conf(ngx_conf_t *cf,
+    ngx_ratelimit_redis_t *redis)
 {
     ngx_str_t            cert, key, ca;
     ngx_ssl_t           *ssl;
     ngx_pool_cleanup_t  *cln;
 
     if ((redis->tls_ca.len
-         && ngx_http_ratelimit_redis_tls_file(cf, redis, "redis_tls_ca",
-                                              &redis->tls_ca) != NGX_CONF_OK)
+         && ngx_ratelimit_redis_tls_file(cf, redis, "redis_tls_ca",
+                                         &redis->tls_ca) != NGX_CONF_OK)
         || (redis->tls_cert.len
-            && (ngx_http_ratelimit_redis_tls_file(cf, redis, "redis_tls_cert",
-                                                  &redis->tls_cert)
+            && (ngx_ratelimit_redis_tls_file(cf, redis, "redis_tls_cert",
+                                             &redis->tls_cert)
                 != NGX_CONF_OK
-                || ngx_http_ratelimit_redis_tls_file(cf, redis,
-                                                     "redis_tls_key",
-                                                     &redis->tls_key)
+                || ngx_ratelimit_redis_tls_file(cf, redis,
+                                                "redis_tls_key",
+                                                &redis->tls_key)
                    != NGX_CONF_OK)))
     {
         return NGX_CONF_ERROR;
@@ -130,7 +130,7 @@ ngx_http_ratelimit_redis_tls_conf(ngx_conf_t *cf,
 
     if (redis->tls_cert.len == 0) {
         SSL_CTX_set_client_cert_cb(ssl->ctx,
-                                   ngx_http_ratelimit_redis_tls_no_cert);
+                                   ngx_ratelimit_redis_tls_no_cert);
     }
 
     /* the verification's result is read after the handshake (a certificate
@@ -170,12 +170,12 @@ ngx_http_ratelimit_redis_tls_conf(ngx_conf_t *cf,
  */
 
 void
-ngx_http_ratelimit_redis_tls_start(ngx_http_ratelimit_redis_conn_t *conn,
-    ngx_http_ratelimit_redis_tls_done_pt done)
+ngx_ratelimit_redis_tls_start(ngx_ratelimit_redis_conn_t *conn,
+    ngx_ratelimit_redis_tls_done_pt done)
 {
-    ngx_int_t                    rc;
-    ngx_connection_t            *c = conn->peer.connection;
-    ngx_http_ratelimit_redis_t  *redis = conn->redis;
+    ngx_int_t               rc;
+    ngx_connection_t       *c = conn->peer.connection;
+    ngx_ratelimit_redis_t  *redis = conn->redis;
 
     conn->tls_done = done;
     conn->tls_alert = -1;
@@ -193,9 +193,9 @@ ngx_http_ratelimit_redis_tls_start(ngx_http_ratelimit_redis_conn_t *conn,
     }
 
     SSL_set_info_callback(c->ssl->connection,
-                          ngx_http_ratelimit_redis_tls_info);
+                          ngx_ratelimit_redis_tls_info);
 
-    if (!ngx_http_ratelimit_redis_tls_is_addr(&conn->node->tls_name)
+    if (!ngx_ratelimit_redis_tls_is_addr(&conn->node->tls_name)
         && SSL_set_tlsext_host_name(c->ssl->connection,
                                     (char *) conn->node->tls_name.data)
            == 0)
@@ -204,7 +204,7 @@ ngx_http_ratelimit_redis_tls_start(ngx_http_ratelimit_redis_conn_t *conn,
         return;
     }
 
-    c->ssl->save_session = ngx_http_ratelimit_redis_tls_save;
+    c->ssl->save_session = ngx_ratelimit_redis_tls_save;
 
     if (conn->node->session
         && ngx_ssl_set_session(c, conn->node->session) != NGX_OK)
@@ -220,28 +220,28 @@ ngx_http_ratelimit_redis_tls_start(ngx_http_ratelimit_redis_conn_t *conn,
             ngx_add_timer(c->write, redis->timeout);
         }
 
-        c->ssl->handler = ngx_http_ratelimit_redis_tls_handshaked;
+        c->ssl->handler = ngx_ratelimit_redis_tls_handshaked;
         return;
     }
 
-    ngx_http_ratelimit_redis_tls_handshaked(c);
+    ngx_ratelimit_redis_tls_handshaked(c);
 }
 
 
 static void
-ngx_http_ratelimit_redis_tls_handshaked(ngx_connection_t *c)
+ngx_ratelimit_redis_tls_handshaked(ngx_connection_t *c)
 {
-    long                              rc;
-    u_char                           *p;
-    u_char                            why[NGX_HTTP_RATELIMIT_REDIS_TLS_WHY];
-    ngx_http_ratelimit_redis_t       *redis;
-    ngx_http_ratelimit_redis_conn_t  *conn;
+    long                         rc;
+    u_char                      *p;
+    u_char                       why[NGX_RATELIMIT_REDIS_TLS_WHY];
+    ngx_ratelimit_redis_t       *redis;
+    ngx_ratelimit_redis_conn_t  *conn;
 
     conn = c->data;
     redis = conn->redis;
 
     if (!c->ssl->handshaked) {
-        ngx_http_ratelimit_redis_tls_failed(conn, c->write->timedout
+        ngx_ratelimit_redis_tls_failed(conn, c->write->timedout
                                                   || c->read->timedout
                                                   ? "TLS handshake timed out "
                                                     "(is it Redis's tls-port?)"
@@ -259,11 +259,11 @@ ngx_http_ratelimit_redis_tls_handshaked(ngx_connection_t *c)
                              redis->tls_ca.len ? "redis_tls_ca=" : "the "
                              "system's CAs", &redis->tls_ca);
             *p = '\0';
-            ngx_http_ratelimit_redis_tls_failed(conn, (char *) why, 1);
+            ngx_ratelimit_redis_tls_failed(conn, (char *) why, 1);
             return;
         }
 
-        if (ngx_http_ratelimit_redis_tls_name_ok(c, &conn->node->tls_name)
+        if (ngx_ratelimit_redis_tls_name_ok(c, &conn->node->tls_name)
             != NGX_OK)
         {
             p = ngx_slprintf(why, why + sizeof(why) - 1,
@@ -272,7 +272,7 @@ ngx_http_ratelimit_redis_tls_handshaked(ngx_connection_t *c)
                              conn->node->tls_name.data == redis->tls_name.data
                              ? "redis_tls_name" : "its host name");
             *p = '\0';
-            ngx_http_ratelimit_redis_tls_failed(conn, (char *) why, 1);
+            ngx_ratelimit_redis_tls_failed(conn, (char *) why, 1);
             return;
         }
     }
@@ -295,12 +295,12 @@ ngx_http_ratelimit_redis_tls_handshaked(ngx_connection_t *c)
  */
 
 static ngx_int_t
-ngx_http_ratelimit_redis_tls_name_ok(ngx_connection_t *c, ngx_str_t *name)
+ngx_ratelimit_redis_tls_name_ok(ngx_connection_t *c, ngx_str_t *name)
 {
     int    rc;
     X509  *cert;
 
-    if (!ngx_http_ratelimit_redis_tls_is_addr(name)) {
+    if (!ngx_ratelimit_redis_tls_is_addr(name)) {
         return ngx_ssl_check_host(c, name);
     }
 
@@ -317,7 +317,7 @@ ngx_http_ratelimit_redis_tls_name_ok(ngx_connection_t *c, ngx_str_t *name)
 
 
 static ngx_uint_t
-ngx_http_ratelimit_redis_tls_is_addr(ngx_str_t *name)
+ngx_ratelimit_redis_tls_is_addr(ngx_str_t *name)
 {
     return ngx_inet_addr(name->data, name->len) != INADDR_NONE
            || ngx_strlchr(name->data, name->data + name->len, ':') != NULL;
@@ -328,10 +328,10 @@ ngx_http_ratelimit_redis_tls_is_addr(ngx_str_t *name)
    connection to the same server. */
 
 static void
-ngx_http_ratelimit_redis_tls_save(ngx_connection_t *c)
+ngx_ratelimit_redis_tls_save(ngx_connection_t *c)
 {
-    ngx_ssl_session_t                *session;
-    ngx_http_ratelimit_redis_conn_t  *conn = c->data;
+    ngx_ssl_session_t           *session;
+    ngx_ratelimit_redis_conn_t  *conn = c->data;
 
     session = ngx_ssl_get_session(c);
     if (session == NULL) {
@@ -350,11 +350,11 @@ ngx_http_ratelimit_redis_tls_save(ngx_connection_t *c)
    a read failed. */
 
 static void
-ngx_http_ratelimit_redis_tls_info(const ngx_ssl_conn_t *ssl, int where,
+ngx_ratelimit_redis_tls_info(const ngx_ssl_conn_t *ssl, int where,
     int ret)
 {
-    ngx_connection_t                 *c;
-    ngx_http_ratelimit_redis_conn_t  *conn;
+    ngx_connection_t            *c;
+    ngx_ratelimit_redis_conn_t  *conn;
 
     if (!(where & SSL_CB_ALERT)) {
         return;
@@ -379,11 +379,11 @@ ngx_http_ratelimit_redis_tls_info(const ngx_ssl_conn_t *ssl, int where,
  */
 
 static int
-ngx_http_ratelimit_redis_tls_no_cert(ngx_ssl_conn_t *ssl, X509 **x509,
+ngx_ratelimit_redis_tls_no_cert(ngx_ssl_conn_t *ssl, X509 **x509,
     EVP_PKEY **pkey)
 {
-    ngx_connection_t                 *c;
-    ngx_http_ratelimit_redis_conn_t  *conn;
+    ngx_connection_t            *c;
+    ngx_ratelimit_redis_conn_t  *conn;
 
     c = ngx_ssl_get_connection(ssl);
     conn = c->data;
@@ -396,7 +396,7 @@ ngx_http_ratelimit_redis_tls_no_cert(ngx_ssl_conn_t *ssl, X509 **x509,
 /* An alert's description; OpenSSL's table lacks TLS 1.3's (RFC 8446). */
 
 static const char *
-ngx_http_ratelimit_redis_tls_alert(ngx_int_t alert)
+ngx_ratelimit_redis_tls_alert(ngx_int_t alert)
 {
     switch (alert) {
     case 109:
@@ -414,7 +414,7 @@ ngx_http_ratelimit_redis_tls_alert(ngx_int_t alert)
 /* At the worker's exit. */
 
 void
-ngx_http_ratelimit_redis_tls_forget(ngx_http_ratelimit_redis_node_t *node)
+ngx_ratelimit_redis_tls_forget(ngx_ratelimit_redis_node_t *node)
 {
     if (node->session) {
         ngx_ssl_free_session(node->session);
@@ -426,8 +426,8 @@ ngx_http_ratelimit_redis_tls_forget(ngx_http_ratelimit_redis_node_t *node)
 
 
 char *
-ngx_http_ratelimit_redis_tls_conf(ngx_conf_t *cf,
-    ngx_http_ratelimit_redis_t *redis)
+ngx_ratelimit_redis_tls_conf(ngx_conf_t *cf,
+    ngx_ratelimit_redis_t *redis)
 {
     ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                        "\"ratelimit_zone\" directive: \"redis_tls=on\" of "
@@ -448,12 +448,12 @@ ngx_http_ratelimit_redis_tls_conf(ngx_conf_t *cf,
  */
 
 void
-ngx_http_ratelimit_redis_tls_failed(ngx_http_ratelimit_redis_conn_t *conn,
+ngx_ratelimit_redis_tls_failed(ngx_ratelimit_redis_conn_t *conn,
     const char *why, ngx_uint_t precise)
 {
-    u_char                            *p;
-    u_char                             line[NGX_HTTP_RATELIMIT_REDIS_TLS_WHY];
-    ngx_http_ratelimit_redis_node_t   *node = conn->node;
+    u_char                      *p;
+    u_char                       line[NGX_RATELIMIT_REDIS_TLS_WHY];
+    ngx_ratelimit_redis_node_t  *node = conn->node;
 
     p = ngx_slprintf(line, line + sizeof(line) - 1, "%s", why);
 
@@ -472,14 +472,14 @@ ngx_http_ratelimit_redis_tls_failed(ngx_http_ratelimit_redis_conn_t *conn,
         p = ngx_slprintf(p, line + sizeof(line) - 1,
                          " (the server sent TLS alert %i, \"%s\")",
                          conn->tls_alert,
-                         ngx_http_ratelimit_redis_tls_alert(conn->tls_alert));
+                         ngx_ratelimit_redis_tls_alert(conn->tls_alert));
         precise = 1;
 
     } else if (conn->tls_alert_sent > 0) {
         p = ngx_slprintf(p, line + sizeof(line) - 1,
                          " (nginx sent TLS alert %i, \"%s\": is it Redis's "
                          "tls-port?)", conn->tls_alert_sent,
-                         ngx_http_ratelimit_redis_tls_alert(
+                         ngx_ratelimit_redis_tls_alert(
                              conn->tls_alert_sent));
         precise = 1;
     }

@@ -22,15 +22,15 @@
 #include "ngx_ratelimit_sync.h"
 
 
-#define NGX_HTTP_RATELIMIT_OVERRIDES_TICK  1000
+#define NGX_RATELIMIT_OVERRIDES_TICK  1000
 /* a Redis zone's: how often each server asks for Redis's overrides'
    version (a change applies on every server within about this) */
-#define NGX_HTTP_RATELIMIT_OVERRIDES_POLL  250
+#define NGX_RATELIMIT_OVERRIDES_POLL  250
 /* the lines of a file said one by one before the rest are counted */
-#define NGX_HTTP_RATELIMIT_OVERRIDES_SAID  5
+#define NGX_RATELIMIT_OVERRIDES_SAID  5
 /* a write waiting for its version gives up after so many answered polls
    that hold an older one */
-#define NGX_HTTP_RATELIMIT_OVERRIDES_TRIES  3
+#define NGX_RATELIMIT_OVERRIDES_TRIES  3
 
 
 /* A file's reading: the lines skipped, said or counted. */
@@ -38,41 +38,41 @@ typedef struct {
     ngx_uint_t   bad;       /* lines that do not read or break a rule */
     ngx_uint_t   full;      /* overrides with no room */
     ngx_uint_t   first_full; /* the first one's line */
-} ngx_http_ratelimit_overrides_read_t;
+} ngx_ratelimit_overrides_read_t;
 
 
-static ngx_int_t ngx_http_ratelimit_overrides_line(ngx_log_t *log,
-    ngx_http_ratelimit_zone_t *zone, rl_override_rule_t *rules, ngx_uint_t n,
+static ngx_int_t ngx_ratelimit_overrides_line(ngx_log_t *log,
+    ngx_ratelimit_zone_t *zone, rl_override_rule_t *rules, ngx_uint_t n,
     u_char *line, size_t len, ngx_uint_t number,
-    ngx_http_ratelimit_overrides_read_t *rd);
-static void ngx_http_ratelimit_overrides_tick(ngx_event_t *ev);
-static ngx_int_t ngx_http_ratelimit_overrides_write(
-    ngx_http_ratelimit_zone_t *zone, ngx_log_t *log);
-static u_char *ngx_http_ratelimit_overrides_text(
-    ngx_http_ratelimit_zone_t *zone, size_t *len, uint64_t *version);
-static void ngx_http_ratelimit_overrides_poll(ngx_http_ratelimit_zone_t *zone,
+    ngx_ratelimit_overrides_read_t *rd);
+static void ngx_ratelimit_overrides_tick(ngx_event_t *ev);
+static ngx_int_t ngx_ratelimit_overrides_write(
+    ngx_ratelimit_zone_t *zone, ngx_log_t *log);
+static u_char *ngx_ratelimit_overrides_text(
+    ngx_ratelimit_zone_t *zone, size_t *len, uint64_t *version);
+static void ngx_ratelimit_overrides_poll(ngx_ratelimit_zone_t *zone,
     int64_t now);
-static ngx_http_ratelimit_overrides_poll_t *
-    ngx_http_ratelimit_overrides_poll_of(ngx_http_ratelimit_zone_t *zone);
-static void ngx_http_ratelimit_overrides_taken(
-    ngx_http_ratelimit_zone_t *zone, ngx_int_t rc);
-static void ngx_http_ratelimit_overrides_polled(
-    ngx_http_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
-static void ngx_http_ratelimit_overrides_apply(
-    ngx_http_ratelimit_zone_t *zone);
-static ngx_int_t ngx_http_ratelimit_overrides_page(
-    ngx_http_ratelimit_zone_t *zone, rl_overrides_call_t *call);
-static ngx_int_t ngx_http_ratelimit_overrides_command(void *c,
-    ngx_http_ratelimit_redis_wait_t *w, ngx_uint_t eval);
-static ngx_int_t ngx_http_ratelimit_overrides_answer(
-    ngx_http_ratelimit_redis_wait_t *w, rl_resp_t *reply,
+static ngx_ratelimit_overrides_poll_t *
+    ngx_ratelimit_overrides_poll_of(ngx_ratelimit_zone_t *zone);
+static void ngx_ratelimit_overrides_taken(
+    ngx_ratelimit_zone_t *zone, ngx_int_t rc);
+static void ngx_ratelimit_overrides_polled(
+    ngx_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
+static void ngx_ratelimit_overrides_apply(
+    ngx_ratelimit_zone_t *zone);
+static ngx_int_t ngx_ratelimit_overrides_page(
+    ngx_ratelimit_zone_t *zone, rl_overrides_call_t *call);
+static ngx_int_t ngx_ratelimit_overrides_command(void *c,
+    ngx_ratelimit_redis_wait_t *w, ngx_uint_t eval);
+static ngx_int_t ngx_ratelimit_overrides_answer(
+    ngx_ratelimit_redis_wait_t *w, rl_resp_t *reply,
     rl_redis_answer_t *a);
 
 
 /* overrides=N, overrides_file=PATH of ratelimit_zone */
 
 ngx_int_t
-ngx_http_ratelimit_overrides_param(ngx_conf_t *cf, ngx_str_t *value,
+ngx_ratelimit_overrides_param(ngx_conf_t *cf, ngx_str_t *value,
     ngx_str_t *zone, ngx_uint_t *n, ngx_str_t *file)
 {
     ngx_int_t  v;
@@ -113,7 +113,7 @@ ngx_http_ratelimit_overrides_param(ngx_conf_t *cf, ngx_str_t *value,
 /* The bytes of a zone's store, after its table. */
 
 size_t
-ngx_http_ratelimit_overrides_bytes(ngx_http_ratelimit_zone_t *zone)
+ngx_ratelimit_overrides_bytes(ngx_ratelimit_zone_t *zone)
 {
     return zone->overrides ? ngx_align(rl_overrides_size(zone->overrides), 64)
                            : 0;
@@ -128,7 +128,7 @@ ngx_http_ratelimit_overrides_bytes(ngx_http_ratelimit_zone_t *zone)
  */
 
 rl_override_rule_t *
-ngx_http_ratelimit_overrides_rules(ngx_http_ratelimit_zone_t *zone,
+ngx_ratelimit_overrides_rules(ngx_ratelimit_zone_t *zone,
     rl_override_rule_t *out, ngx_uint_t *n)
 {
     ngx_uint_t  i;
@@ -136,8 +136,8 @@ ngx_http_ratelimit_overrides_rules(ngx_http_ratelimit_zone_t *zone,
     for (i = 0; i < zone->nnames; i++) {
         out[i].rule = &zone->names[i]->rule;
         out[i].identity = zone->names[i]->identity;
-        out[i].key = (char *) zone->names[i]->key->value.data;
-        out[i].key_len = zone->names[i]->key->value.len;
+        out[i].key = (char *) zone->names[i]->key.data;
+        out[i].key_len = zone->names[i]->key.len;
     }
 
     *n = zone->nnames;
@@ -149,7 +149,7 @@ ngx_http_ratelimit_overrides_rules(ngx_http_ratelimit_zone_t *zone,
 /* The configured rule of a name in a zone, or NULL. */
 
 rl_override_rule_t *
-ngx_http_ratelimit_overrides_rule(rl_override_rule_t *rules, ngx_uint_t n,
+ngx_ratelimit_overrides_rule(rl_override_rule_t *rules, ngx_uint_t n,
     const char *name)
 {
     ngx_uint_t  i;
@@ -168,11 +168,11 @@ ngx_http_ratelimit_overrides_rule(rl_override_rule_t *rules, ngx_uint_t n,
  * The store laid out after the zone's table, or kept (a reload); a new one
  * filled from the zone's file.  In the master, as the zone is made: nobody
  * else has it yet, and a kept one is left as it is (its rules' identities
- * are worked out again by each worker, ngx_http_ratelimit_overrides_start).
+ * are worked out again by each worker, ngx_ratelimit_overrides_start).
  */
 
 void
-ngx_http_ratelimit_overrides_attach(ngx_http_ratelimit_zone_t *zone,
+ngx_ratelimit_overrides_attach(ngx_ratelimit_zone_t *zone,
     u_char *mem, ngx_log_t *log)
 {
     if (zone->overrides == 0) {
@@ -184,7 +184,7 @@ ngx_http_ratelimit_overrides_attach(ngx_http_ratelimit_zone_t *zone,
     if (rl_overrides_attach(zone->table, mem, zone->overrides) == 0
         && zone->overrides_file.len)
     {
-        ngx_http_ratelimit_overrides_load(zone, log);
+        ngx_ratelimit_overrides_load(zone, log);
     }
 
     if (zone->redis != NULL) {
@@ -202,7 +202,7 @@ ngx_http_ratelimit_overrides_attach(ngx_http_ratelimit_zone_t *zone,
  */
 
 void
-ngx_http_ratelimit_overrides_load(ngx_http_ratelimit_zone_t *zone,
+ngx_ratelimit_overrides_load(ngx_ratelimit_zone_t *zone,
     ngx_log_t *log)
 {
     u_char               *text, *p, *last, *nl;
@@ -214,10 +214,10 @@ ngx_http_ratelimit_overrides_load(ngx_http_ratelimit_zone_t *zone,
     ngx_file_info_t       fi;
     rl_override_rule_t   *rules;
 
-    ngx_http_ratelimit_overrides_read_t  rd;
+    ngx_ratelimit_overrides_read_t  rd;
 
-    fd = ngx_http_ratelimit_file_open(zone->overrides_file.data, 0, &fi, &err,
-                                      &what);
+    fd = ngx_ratelimit_file_open(zone->overrides_file.data, 0, &fi, &err,
+                                 &what);
 
     if (fd == NGX_INVALID_FILE) {
         level = (err == NGX_ENOENT) ? NGX_LOG_NOTICE : NGX_LOG_ERR;
@@ -254,11 +254,11 @@ ngx_http_ratelimit_overrides_load(ngx_http_ratelimit_zone_t *zone,
         goto failed;
     }
 
-    (void) ngx_http_ratelimit_overrides_rules(zone, rules, &nrules);
+    (void) ngx_ratelimit_overrides_rules(zone, rules, &nrules);
 
     loaded = 0;
     last = text + n;
-    ngx_memzero(&rd, sizeof(ngx_http_ratelimit_overrides_read_t));
+    ngx_memzero(&rd, sizeof(ngx_ratelimit_overrides_read_t));
 
     for (p = text, line = 1; p < last; p = nl + 1, line++) {
         nl = ngx_strlchr(p, last, '\n');
@@ -271,17 +271,17 @@ ngx_http_ratelimit_overrides_load(ngx_http_ratelimit_zone_t *zone,
             break;
         }
 
-        loaded += ngx_http_ratelimit_overrides_line(log, zone, rules, nrules,
-                                                    p, nl - p, line, &rd)
+        loaded += ngx_ratelimit_overrides_line(log, zone, rules, nrules,
+                                               p, nl - p, line, &rd)
                   == NGX_OK;
     }
 
-    if (rd.bad > NGX_HTTP_RATELIMIT_OVERRIDES_SAID) {
+    if (rd.bad > NGX_RATELIMIT_OVERRIDES_SAID) {
         ngx_log_error(NGX_LOG_ERR, log, 0,
                       "ratelimit_zone \"%V\": overrides_file \"%V\": %ui more "
                       "lines skipped, not said (%ui in all)", &zone->name,
                       &zone->overrides_file,
-                      rd.bad - NGX_HTTP_RATELIMIT_OVERRIDES_SAID, rd.bad);
+                      rd.bad - NGX_RATELIMIT_OVERRIDES_SAID, rd.bad);
     }
 
     if (rd.full) {
@@ -321,10 +321,10 @@ failed:
 
 
 static ngx_int_t
-ngx_http_ratelimit_overrides_line(ngx_log_t *log,
-    ngx_http_ratelimit_zone_t *zone, rl_override_rule_t *rules, ngx_uint_t n,
+ngx_ratelimit_overrides_line(ngx_log_t *log,
+    ngx_ratelimit_zone_t *zone, rl_override_rule_t *rules, ngx_uint_t n,
     u_char *line, size_t len, ngx_uint_t number,
-    ngx_http_ratelimit_overrides_read_t *rd)
+    ngx_ratelimit_overrides_read_t *rd)
 {
     int                        rc;
     int64_t                    now;
@@ -338,7 +338,7 @@ ngx_http_ratelimit_overrides_line(ngx_log_t *log,
         return NGX_DECLINED;
     }
 
-    now = ngx_http_ratelimit_now();
+    now = ngx_ratelimit_now();
 
     /* the key API's checks, in the core (one place for the API, the file
        and Redis's hash) */
@@ -349,7 +349,7 @@ ngx_http_ratelimit_overrides_line(ngx_log_t *log,
     }
 
     if (rc == RL_ERROR) {
-        if (rd->bad++ < NGX_HTTP_RATELIMIT_OVERRIDES_SAID) {
+        if (rd->bad++ < NGX_RATELIMIT_OVERRIDES_SAID) {
             ngx_log_error(NGX_LOG_ERR, log, 0,
                           "ratelimit_zone \"%V\": overrides_file \"%V\" line "
                           "%ui: %s: skipped", &zone->name,
@@ -382,7 +382,7 @@ ngx_http_ratelimit_overrides_line(ngx_log_t *log,
  */
 
 ngx_int_t
-ngx_http_ratelimit_overrides_start(ngx_http_ratelimit_zone_t *zone,
+ngx_ratelimit_overrides_start(ngx_ratelimit_zone_t *zone,
     ngx_cycle_t *cycle)
 {
     ngx_uint_t             n;
@@ -399,8 +399,8 @@ ngx_http_ratelimit_overrides_start(ngx_http_ratelimit_zone_t *zone,
         return NGX_ERROR;
     }
 
-    zone->override_rules = ngx_http_ratelimit_overrides_rules(zone, rules,
-                                                              &n);
+    zone->override_rules = ngx_ratelimit_overrides_rules(zone, rules,
+                                                         &n);
     zone->override_nrules = n;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
@@ -408,7 +408,7 @@ ngx_http_ratelimit_overrides_start(ngx_http_ratelimit_zone_t *zone,
     rl_overrides_stats(zone->store, &st);
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
-    zone->overrides_event.handler = ngx_http_ratelimit_overrides_tick;
+    zone->overrides_event.handler = ngx_ratelimit_overrides_tick;
     zone->overrides_event.data = zone;
     zone->overrides_event.log = cycle->log;
     zone->overrides_event.cancelable = 1;
@@ -418,12 +418,12 @@ ngx_http_ratelimit_overrides_start(ngx_http_ratelimit_zone_t *zone,
 
     if (zone->overrides_redis) {
         /* every worker takes Redis's overrides when it starts; worker 0 then
-           asks for their version every NGX_HTTP_RATELIMIT_OVERRIDES_POLL */
+           asks for their version every NGX_RATELIMIT_OVERRIDES_POLL */
         ngx_add_timer(&zone->overrides_event, 1);
 
     } else if (ngx_worker == 0 && st.held > 0) {
         ngx_add_timer(&zone->overrides_event,
-                      NGX_HTTP_RATELIMIT_OVERRIDES_TICK);
+                      NGX_RATELIMIT_OVERRIDES_TICK);
     }
 
     return NGX_OK;
@@ -436,7 +436,7 @@ ngx_http_ratelimit_overrides_start(ngx_http_ratelimit_zone_t *zone,
  */
 
 void
-ngx_http_ratelimit_overrides_changed(ngx_http_ratelimit_zone_t *zone)
+ngx_ratelimit_overrides_changed(ngx_ratelimit_zone_t *zone)
 {
     if (zone->overrides_redis == NULL && zone->overrides_event.handler) {
         if (zone->overrides_event.timer_set) {
@@ -449,22 +449,22 @@ ngx_http_ratelimit_overrides_changed(ngx_http_ratelimit_zone_t *zone)
 
 
 static void
-ngx_http_ratelimit_overrides_tick(ngx_event_t *ev)
+ngx_ratelimit_overrides_tick(ngx_event_t *ev)
 {
-    int64_t                     now, expiry;
-    rl_overrides_stats_t        st;
-    ngx_http_ratelimit_zone_t  *zone = ev->data;
+    int64_t                now, expiry;
+    rl_overrides_stats_t   st;
+    ngx_ratelimit_zone_t  *zone = ev->data;
 
-    now = ngx_http_ratelimit_now();
+    now = ngx_ratelimit_now();
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
     if (zone->overrides_redis) {
         ngx_shmtx_unlock(&zone->shpool->mutex);
-        ngx_http_ratelimit_overrides_poll(zone, now);
+        ngx_ratelimit_overrides_poll(zone, now);
 
         if (ngx_worker == 0 && !ngx_exiting && !ngx_terminate && !ngx_quit) {
-            ngx_add_timer(ev, NGX_HTTP_RATELIMIT_OVERRIDES_POLL);
+            ngx_add_timer(ev, NGX_RATELIMIT_OVERRIDES_POLL);
         }
 
         return;
@@ -486,7 +486,7 @@ ngx_http_ratelimit_overrides_tick(ngx_event_t *ev)
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
     if (zone->overrides_file.len && st.written < st.version
-        && ngx_http_ratelimit_overrides_write(zone, ev->log) != NGX_OK)
+        && ngx_ratelimit_overrides_write(zone, ev->log) != NGX_OK)
     {
         /* said; tried again at the next tick */
         expiry = now;
@@ -495,43 +495,43 @@ ngx_http_ratelimit_overrides_tick(ngx_event_t *ev)
     /* again while an override is to expire (or the file to write) */
 
     if (expiry != 0 && !ngx_exiting && !ngx_terminate && !ngx_quit) {
-        ngx_add_timer(ev, NGX_HTTP_RATELIMIT_OVERRIDES_TICK);
+        ngx_add_timer(ev, NGX_RATELIMIT_OVERRIDES_TICK);
     }
 }
 
 
 /*
  * The file written: the overrides copied under the lock, written to a
- * temporary file beside it (ngx_http_ratelimit_file.c), and renamed over
+ * temporary file beside it (ngx_ratelimit_file.c), and renamed over
  * it, unless a newer version was renamed meanwhile.  A failure is said
  * once while it repeats (it is tried again every second), and its end.
  */
 
 static ngx_int_t
-ngx_http_ratelimit_overrides_write(ngx_http_ratelimit_zone_t *zone,
+ngx_ratelimit_overrides_write(ngx_ratelimit_zone_t *zone,
     ngx_log_t *log)
 {
-    u_char                     *text;
-    size_t                      len;
-    uint64_t                    version;
-    ngx_int_t                   rc;
-    rl_overrides_stats_t        st;
-    ngx_http_ratelimit_file_t   f;
+    u_char                *text;
+    size_t                 len;
+    uint64_t               version;
+    ngx_int_t              rc;
+    rl_overrides_stats_t   st;
+    ngx_ratelimit_file_t   f;
 
-    text = ngx_http_ratelimit_overrides_text(zone, &len, &version);
+    text = ngx_ratelimit_overrides_text(zone, &len, &version);
     if (text == NULL) {
         return NGX_ERROR;
     }
 
-    rc = ngx_http_ratelimit_file_create(&f, &zone->overrides_file,
-                                        NGX_FILE_DEFAULT_ACCESS, log);
+    rc = ngx_ratelimit_file_create(&f, &zone->overrides_file,
+                                   NGX_FILE_DEFAULT_ACCESS, log);
 
     if (rc == NGX_OK) {
-        rc = ngx_http_ratelimit_file_write(&f, text, len);
+        rc = ngx_ratelimit_file_write(&f, text, len);
     }
 
     if (rc == NGX_OK) {
-        rc = ngx_http_ratelimit_file_close(&f);
+        rc = ngx_ratelimit_file_close(&f);
     }
 
     if (rc == NGX_OK) {
@@ -540,7 +540,7 @@ ngx_http_ratelimit_overrides_write(ngx_http_ratelimit_zone_t *zone,
         rl_overrides_stats(zone->store, &st);
 
         if (version > st.written) {
-            rc = ngx_http_ratelimit_file_rename(&f, &zone->overrides_file);
+            rc = ngx_ratelimit_file_rename(&f, &zone->overrides_file);
 
             if (rc == NGX_OK) {
                 rl_overrides_written(zone->store, version);
@@ -550,14 +550,14 @@ ngx_http_ratelimit_overrides_write(ngx_http_ratelimit_zone_t *zone,
         ngx_shmtx_unlock(&zone->shpool->mutex);
     }
 
-    ngx_http_ratelimit_log_written(log, &zone->overrides_failing, rc, f.err,
-                                   "ratelimit_zone \"%V\": overrides_file "
-                                   "\"%V\"", &zone->name,
-                                   &zone->overrides_file);
+    ngx_ratelimit_log_written(log, &zone->overrides_failing, rc, f.err,
+                              "ratelimit_zone \"%V\": overrides_file "
+                              "\"%V\"", &zone->name,
+                              &zone->overrides_file);
 
     /* a version older than the file's is not renamed: removed */
 
-    ngx_http_ratelimit_file_discard(&f);
+    ngx_ratelimit_file_discard(&f);
     ngx_free(text);
 
     return rc;
@@ -568,7 +568,7 @@ ngx_http_ratelimit_overrides_write(ngx_http_ratelimit_zone_t *zone,
    the lock. */
 
 static u_char *
-ngx_http_ratelimit_overrides_text(ngx_http_ratelimit_zone_t *zone,
+ngx_ratelimit_overrides_text(ngx_ratelimit_zone_t *zone,
     size_t *len, uint64_t *version)
 {
     u_char                *text, *p;
@@ -621,14 +621,14 @@ ngx_http_ratelimit_overrides_text(ngx_http_ratelimit_zone_t *zone,
 
 /* This worker's taking of them, made when first needed. */
 
-static ngx_http_ratelimit_overrides_poll_t *
-ngx_http_ratelimit_overrides_poll_of(ngx_http_ratelimit_zone_t *zone)
+static ngx_ratelimit_overrides_poll_t *
+ngx_ratelimit_overrides_poll_of(ngx_ratelimit_zone_t *zone)
 {
-    ngx_http_ratelimit_overrides_poll_t  *p;
+    ngx_ratelimit_overrides_poll_t  *p;
 
     if (zone->poll == NULL) {
         p = ngx_pcalloc(ngx_cycle->pool,
-                        sizeof(ngx_http_ratelimit_overrides_poll_t));
+                        sizeof(ngx_ratelimit_overrides_poll_t));
         if (p == NULL) {
             return NULL;
         }
@@ -650,12 +650,12 @@ ngx_http_ratelimit_overrides_poll_of(ngx_http_ratelimit_zone_t *zone)
  */
 
 static void
-ngx_http_ratelimit_overrides_poll(ngx_http_ratelimit_zone_t *zone, int64_t now)
+ngx_ratelimit_overrides_poll(ngx_ratelimit_zone_t *zone, int64_t now)
 {
-    int64_t                               expiry;
-    ngx_http_ratelimit_overrides_poll_t  *p;
+    int64_t                          expiry;
+    ngx_ratelimit_overrides_poll_t  *p;
 
-    p = ngx_http_ratelimit_overrides_poll_of(zone);
+    p = ngx_ratelimit_overrides_poll_of(zone);
     if (p == NULL) {
         return;
     }
@@ -690,11 +690,11 @@ ngx_http_ratelimit_overrides_poll(ngx_http_ratelimit_zone_t *zone, int64_t now)
     p->bad = 0;
     p->full = 0;
 
-    if (ngx_http_ratelimit_overrides_send(zone, &p->oc,
-                                          ngx_http_ratelimit_overrides_polled)
+    if (ngx_ratelimit_overrides_send(zone, &p->oc,
+                                     ngx_ratelimit_overrides_polled)
         != NGX_OK)
     {
-        ngx_http_ratelimit_overrides_taken(zone, NGX_ERROR);
+        ngx_ratelimit_overrides_taken(zone, NGX_ERROR);
         return;
     }
 
@@ -709,12 +709,12 @@ ngx_http_ratelimit_overrides_poll(ngx_http_ratelimit_zone_t *zone, int64_t now)
  */
 
 void
-ngx_http_ratelimit_overrides_await(ngx_http_ratelimit_zone_t *zone,
-    ngx_http_ratelimit_overrides_wait_t *aw, uint64_t version)
+ngx_ratelimit_overrides_await(ngx_ratelimit_zone_t *zone,
+    ngx_ratelimit_overrides_wait_t *aw, uint64_t version)
 {
-    ngx_http_ratelimit_overrides_poll_t  *p;
+    ngx_ratelimit_overrides_poll_t  *p;
 
-    p = ngx_http_ratelimit_overrides_poll_of(zone);
+    p = ngx_ratelimit_overrides_poll_of(zone);
     if (p == NULL) {
         aw->handler(aw, NGX_ERROR);
         return;
@@ -724,14 +724,14 @@ ngx_http_ratelimit_overrides_await(ngx_http_ratelimit_zone_t *zone,
     aw->polls = 0;
     ngx_queue_insert_tail(&p->waiting, &aw->queue);
 
-    ngx_http_ratelimit_overrides_poll(zone, ngx_http_ratelimit_now());
+    ngx_ratelimit_overrides_poll(zone, ngx_ratelimit_now());
 }
 
 
 /* A write's wait given up (its request went away). */
 
 void
-ngx_http_ratelimit_overrides_unwait(ngx_http_ratelimit_overrides_wait_t *aw)
+ngx_ratelimit_overrides_unwait(ngx_ratelimit_overrides_wait_t *aw)
 {
     if (aw->queue.next != NULL) {
         ngx_queue_remove(&aw->queue);
@@ -749,13 +749,13 @@ ngx_http_ratelimit_overrides_unwait(ngx_http_ratelimit_overrides_wait_t *aw)
  */
 
 static void
-ngx_http_ratelimit_overrides_taken(ngx_http_ratelimit_zone_t *zone,
+ngx_ratelimit_overrides_taken(ngx_ratelimit_zone_t *zone,
     ngx_int_t rc)
 {
-    ngx_queue_t                          *q, *next;
-    rl_overrides_stats_t                  st;
-    ngx_http_ratelimit_overrides_poll_t  *p;
-    ngx_http_ratelimit_overrides_wait_t  *aw;
+    ngx_queue_t                     *q, *next;
+    rl_overrides_stats_t             st;
+    ngx_ratelimit_overrides_poll_t  *p;
+    ngx_ratelimit_overrides_wait_t  *aw;
 
     p = zone->poll;
 
@@ -768,10 +768,10 @@ ngx_http_ratelimit_overrides_taken(ngx_http_ratelimit_zone_t *zone,
          q = next)
     {
         next = ngx_queue_next(q);
-        aw = ngx_queue_data(q, ngx_http_ratelimit_overrides_wait_t, queue);
+        aw = ngx_queue_data(q, ngx_ratelimit_overrides_wait_t, queue);
 
         if (rc == NGX_OK && st.remote < aw->version
-            && ++aw->polls < NGX_HTTP_RATELIMIT_OVERRIDES_TRIES)
+            && ++aw->polls < NGX_RATELIMIT_OVERRIDES_TRIES)
         {
             continue;
         }
@@ -784,32 +784,32 @@ ngx_http_ratelimit_overrides_taken(ngx_http_ratelimit_zone_t *zone,
     }
 
     if (!p->busy && (p->again || !ngx_queue_empty(&p->waiting))) {
-        ngx_http_ratelimit_overrides_poll(zone, ngx_http_ratelimit_now());
+        ngx_ratelimit_overrides_poll(zone, ngx_ratelimit_now());
     }
 }
 
 
 static void
-ngx_http_ratelimit_overrides_polled(ngx_http_ratelimit_redis_wait_t *w,
+ngx_ratelimit_overrides_polled(ngx_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer)
 {
-    ngx_http_ratelimit_zone_t            *zone;
-    ngx_http_ratelimit_overrides_call_t  *oc;
-    ngx_http_ratelimit_overrides_poll_t  *p;
+    ngx_ratelimit_zone_t            *zone;
+    ngx_ratelimit_overrides_call_t  *oc;
+    ngx_ratelimit_overrides_poll_t  *p;
 
-    oc = (ngx_http_ratelimit_overrides_call_t *) w;
+    oc = (ngx_ratelimit_overrides_call_t *) w;
     zone = oc->zone;
     p = zone->poll;
     p->busy = 0;
 
     if (answer == NULL) {
         /* not answered: asked again at the next tick */
-        ngx_http_ratelimit_overrides_taken(zone, NGX_ERROR);
+        ngx_ratelimit_overrides_taken(zone, NGX_ERROR);
         return;
     }
 
     if (oc->call.unchanged) {
-        ngx_http_ratelimit_overrides_taken(zone, NGX_OK);
+        ngx_ratelimit_overrides_taken(zone, NGX_OK);
         return;
     }
 
@@ -828,13 +828,13 @@ ngx_http_ratelimit_overrides_polled(ngx_http_ratelimit_redis_wait_t *w,
         p->first = oc->call.page_version;
         p->first_id = oc->call.page_id;
 
-        if (ngx_http_ratelimit_overrides_page(zone, &oc->call) != NGX_OK) {
-            ngx_http_ratelimit_overrides_taken(zone, NGX_ERROR);
+        if (ngx_ratelimit_overrides_page(zone, &oc->call) != NGX_OK) {
+            ngx_ratelimit_overrides_taken(zone, NGX_ERROR);
             return;
         }
 
         if (!oc->call.more) {
-            ngx_http_ratelimit_overrides_apply(zone);
+            ngx_ratelimit_overrides_apply(zone);
             return;
         }
 
@@ -843,11 +843,11 @@ ngx_http_ratelimit_overrides_polled(ngx_http_ratelimit_redis_wait_t *w,
         oc->call.skip = oc->call.next_skip;
     }
 
-    if (ngx_http_ratelimit_overrides_send(zone, oc,
-                                          ngx_http_ratelimit_overrides_polled)
+    if (ngx_ratelimit_overrides_send(zone, oc,
+                                     ngx_ratelimit_overrides_polled)
         != NGX_OK)
     {
-        ngx_http_ratelimit_overrides_taken(zone, NGX_ERROR);
+        ngx_ratelimit_overrides_taken(zone, NGX_ERROR);
         return;
     }
 
@@ -863,14 +863,14 @@ ngx_http_ratelimit_overrides_polled(ngx_http_ratelimit_redis_wait_t *w,
  */
 
 static void
-ngx_http_ratelimit_overrides_apply(ngx_http_ratelimit_zone_t *zone)
+ngx_ratelimit_overrides_apply(ngx_ratelimit_zone_t *zone)
 {
-    int                                   news;
-    size_t                                held;
-    uint64_t                              said;
-    ngx_uint_t                            say;
-    rl_overrides_stats_t                  st;
-    ngx_http_ratelimit_overrides_poll_t  *p;
+    int                              news;
+    size_t                           held;
+    uint64_t                         said;
+    ngx_uint_t                       say;
+    rl_overrides_stats_t             st;
+    ngx_ratelimit_overrides_poll_t  *p;
 
     p = zone->poll;
 
@@ -887,7 +887,7 @@ ngx_http_ratelimit_overrides_apply(ngx_http_ratelimit_zone_t *zone)
     if (st.remote != p->known.remote || st.remote_id != p->known.remote_id) {
         ngx_shmtx_unlock(&zone->shpool->mutex);
         p->again = 1;
-        ngx_http_ratelimit_overrides_taken(zone, NGX_OK);
+        ngx_ratelimit_overrides_taken(zone, NGX_OK);
         return;
     }
 
@@ -929,7 +929,7 @@ ngx_http_ratelimit_overrides_apply(ngx_http_ratelimit_zone_t *zone)
                       p->bad ? p->why : "none", p->full, zone->overrides);
     }
 
-    ngx_http_ratelimit_overrides_taken(zone, NGX_OK);
+    ngx_ratelimit_overrides_taken(zone, NGX_OK);
 }
 
 
@@ -940,15 +940,15 @@ ngx_http_ratelimit_overrides_apply(ngx_http_ratelimit_zone_t *zone)
  */
 
 static ngx_int_t
-ngx_http_ratelimit_overrides_page(ngx_http_ratelimit_zone_t *zone,
+ngx_ratelimit_overrides_page(ngx_ratelimit_zone_t *zone,
     rl_overrides_call_t *call)
 {
-    int                                   rc;
-    int64_t                               now;
-    const char                           *l, *end, *nl;
-    rl_override_t                         ov;
-    ngx_http_ratelimit_overrides_poll_t  *p;
-    char                                  err[RL_ERR_MAX];
+    int                              rc;
+    int64_t                          now;
+    const char                      *l, *end, *nl;
+    rl_override_t                    ov;
+    ngx_ratelimit_overrides_poll_t  *p;
+    char                             err[RL_ERR_MAX];
 
     p = zone->poll;
 
@@ -960,7 +960,7 @@ ngx_http_ratelimit_overrides_page(ngx_http_ratelimit_zone_t *zone,
         }
     }
 
-    now = ngx_http_ratelimit_now();
+    now = ngx_ratelimit_now();
     end = call->lines + call->lines_len;
 
     for (l = call->lines; l < end; l = nl + 1) {
@@ -998,11 +998,12 @@ ngx_http_ratelimit_overrides_page(ngx_http_ratelimit_zone_t *zone,
  */
 
 ngx_int_t
-ngx_http_ratelimit_overrides_send(ngx_http_ratelimit_zone_t *zone,
-    ngx_http_ratelimit_overrides_call_t *oc,
-    ngx_http_ratelimit_redis_done_pt done)
+ngx_ratelimit_overrides_send(ngx_ratelimit_zone_t *zone,
+    ngx_ratelimit_overrides_call_t *oc,
+    ngx_ratelimit_redis_done_pt done)
 {
-    ngx_http_request_t  *r;
+    void       *owner;
+    ngx_log_t  *log;
 
     oc->zone = zone;
 
@@ -1014,37 +1015,39 @@ ngx_http_ratelimit_overrides_send(ngx_http_ratelimit_zone_t *zone,
     oc->rq.checks = &oc->check;
     oc->rq.n = 1;
 
-    r = oc->w.request;
-    ngx_memzero(&oc->w, sizeof(ngx_http_ratelimit_redis_wait_t));
-    oc->w.request = r;
+    owner = oc->w.owner;   /* a write's: the key API's request */
+    log = oc->w.log;
+    ngx_memzero(&oc->w, sizeof(ngx_ratelimit_redis_wait_t));
+    oc->w.owner = owner;
+    oc->w.log = log;
     oc->w.handler = done;
     oc->w.rq = &oc->rq;
-    oc->w.call = NGX_HTTP_RATELIMIT_REDIS_OVERRIDES;
-    oc->w.command = ngx_http_ratelimit_overrides_command;
-    oc->w.answer = ngx_http_ratelimit_overrides_answer;
+    oc->w.call = NGX_RATELIMIT_REDIS_OVERRIDES;
+    oc->w.command = ngx_ratelimit_overrides_command;
+    oc->w.answer = ngx_ratelimit_overrides_answer;
 
-    return ngx_http_ratelimit_redis_send(zone->overrides_redis, &oc->w);
+    return ngx_ratelimit_redis_send(zone->overrides_redis, &oc->w);
 }
 
 
 static ngx_int_t
-ngx_http_ratelimit_overrides_command(void *c,
-    ngx_http_ratelimit_redis_wait_t *w, ngx_uint_t eval)
+ngx_ratelimit_overrides_command(void *c,
+    ngx_ratelimit_redis_wait_t *w, ngx_uint_t eval)
 {
-    size_t                                slen;
-    const char                           *script;
-    ngx_http_ratelimit_redis_t           *redis;
-    ngx_http_ratelimit_redis_conn_t      *conn = c;
-    ngx_http_ratelimit_overrides_call_t  *oc;
+    size_t                           slen;
+    const char                      *script;
+    ngx_ratelimit_redis_t           *redis;
+    ngx_ratelimit_redis_conn_t      *conn = c;
+    ngx_ratelimit_overrides_call_t  *oc;
 
-    oc = (ngx_http_ratelimit_overrides_call_t *) w;
+    oc = (ngx_ratelimit_overrides_call_t *) w;
     redis = conn->redis;
 
     /* EVAL each time: a few calls a second at most, a short script */
 
     script = rl_overrides_redis_script(&slen);
 
-    if (ngx_http_ratelimit_redis_reserve(conn,
+    if (ngx_ratelimit_redis_reserve(conn,
             rl_overrides_redis_command_size(redis->prefix.len, slen))
         != NGX_OK)
     {
@@ -1057,19 +1060,19 @@ ngx_http_ratelimit_overrides_command(void *c,
                          redis->cluster, (char *) oc->zone->name.data,
                          oc->zone->name.len, &oc->call);
 
-    ngx_http_ratelimit_redis_push(conn, w);
+    ngx_ratelimit_redis_push(conn, w);
 
     return NGX_OK;
 }
 
 
 static ngx_int_t
-ngx_http_ratelimit_overrides_answer(ngx_http_ratelimit_redis_wait_t *w,
+ngx_ratelimit_overrides_answer(ngx_ratelimit_redis_wait_t *w,
     rl_resp_t *reply, rl_redis_answer_t *a)
 {
-    ngx_http_ratelimit_overrides_call_t  *oc;
+    ngx_ratelimit_overrides_call_t  *oc;
 
-    oc = (ngx_http_ratelimit_overrides_call_t *) w;
+    oc = (ngx_ratelimit_overrides_call_t *) w;
 
     ngx_memzero(a, sizeof(rl_redis_answer_t));
 

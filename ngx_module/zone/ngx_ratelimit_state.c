@@ -9,7 +9,7 @@
  * A write copies the table a few thousand buckets at a time, each under
  * the zone's lock, into a buffer of this process's, written to a
  * temporary file beside the state file and renamed over it: the file is
- * always a whole one (ngx_http_ratelimit_file.c: what others may plant in
+ * always a whole one (ngx_ratelimit_file.c: what others may plant in
  * the directory is neither followed nor reused).  A write that fails is
  * said once while the same failure repeats, and its end said too.
  * Nothing of it is on the request path.
@@ -21,7 +21,7 @@
  * file is the new generation's from then on (the old master does not
  * write it as it exits either).  The new master, which makes its zones
  * from the file, waits for that write (until the file is replaced, at
- * most NGX_HTTP_RATELIMIT_STATE_WAIT).  What the old generation's workers
+ * most NGX_RATELIMIT_STATE_WAIT).  What the old generation's workers
  * spend after that write (until WINCH stops them) is not carried over.
  */
 
@@ -33,32 +33,32 @@
 
 
 /* worker 0's timer, and the buckets copied under one hold of the lock */
-#define NGX_HTTP_RATELIMIT_STATE_TICK     250
-#define NGX_HTTP_RATELIMIT_STATE_BUCKETS  1024
+#define NGX_RATELIMIT_STATE_TICK     250
+#define NGX_RATELIMIT_STATE_BUCKETS  1024
 /* a new master's wait for the old generation's file, and its polls */
-#define NGX_HTTP_RATELIMIT_STATE_WAIT     3000
-#define NGX_HTTP_RATELIMIT_STATE_POLL     20
+#define NGX_RATELIMIT_STATE_WAIT     3000
+#define NGX_RATELIMIT_STATE_POLL     20
 /* a file written further ahead of the clock is said (a binary upgrade's
    hand-over may be a few ms ahead: two processes' cached clocks) */
-#define NGX_HTTP_RATELIMIT_STATE_AHEAD_MS 1000
+#define NGX_RATELIMIT_STATE_AHEAD_MS 1000
 
 
-static void ngx_http_ratelimit_state_tick(ngx_event_t *ev);
-static ngx_int_t ngx_http_ratelimit_state_write(
-    ngx_http_ratelimit_zone_t *zone, ngx_log_t *log, ngx_uint_t lock);
-static void ngx_http_ratelimit_state_report(ngx_http_ratelimit_zone_t *zone,
+static void ngx_ratelimit_state_tick(ngx_event_t *ev);
+static ngx_int_t ngx_ratelimit_state_write(
+    ngx_ratelimit_zone_t *zone, ngx_log_t *log, ngx_uint_t lock);
+static void ngx_ratelimit_state_report(ngx_ratelimit_zone_t *zone,
     rl_state_report_t *rep, int64_t now, ngx_log_t *log);
-static rl_state_rule_t *ngx_http_ratelimit_state_rules(
-    ngx_http_ratelimit_zone_t *zone, ngx_log_t *log);
-static void ngx_http_ratelimit_state_wait(ngx_http_ratelimit_zone_t *zone,
+static rl_state_rule_t *ngx_ratelimit_state_rules(
+    ngx_ratelimit_zone_t *zone, ngx_log_t *log);
+static void ngx_ratelimit_state_wait(ngx_ratelimit_zone_t *zone,
     ngx_log_t *log);
-static ngx_uint_t ngx_http_ratelimit_state_handed_over(void);
+static ngx_uint_t ngx_ratelimit_state_handed_over(void);
 
 
 /* state=FILE, state_interval=TIME of ratelimit_zone */
 
 ngx_int_t
-ngx_http_ratelimit_state_param(ngx_conf_t *cf, ngx_str_t *value,
+ngx_ratelimit_state_param(ngx_conf_t *cf, ngx_str_t *value,
     ngx_str_t *zone, ngx_str_t *file, ngx_msec_t *interval)
 {
     ngx_str_t   s;
@@ -107,7 +107,7 @@ ngx_http_ratelimit_state_param(ngx_conf_t *cf, ngx_str_t *value,
  */
 
 void
-ngx_http_ratelimit_state_load(ngx_http_ratelimit_zone_t *zone,
+ngx_ratelimit_state_load(ngx_ratelimit_zone_t *zone,
     ngx_log_t *log)
 {
     u_char             *data;
@@ -127,7 +127,7 @@ ngx_http_ratelimit_state_load(ngx_http_ratelimit_zone_t *zone,
     }
 
     if (ngx_inherited) {
-        ngx_http_ratelimit_state_wait(zone, log);
+        ngx_ratelimit_state_wait(zone, log);
     }
 
     /* the time of now, not of this master's start: a binary upgrade's
@@ -135,8 +135,8 @@ ngx_http_ratelimit_state_load(ngx_http_ratelimit_zone_t *zone,
 
     ngx_time_update();
 
-    fd = ngx_http_ratelimit_file_open(zone->state_file.data, 0, &fi, &err,
-                                      &what);
+    fd = ngx_ratelimit_file_open(zone->state_file.data, 0, &fi, &err,
+                                 &what);
 
     if (fd == NGX_INVALID_FILE) {
         level = (err == NGX_ENOENT) ? NGX_LOG_NOTICE : NGX_LOG_ERR;
@@ -162,7 +162,7 @@ ngx_http_ratelimit_state_load(ngx_http_ratelimit_zone_t *zone,
     }
 
     data = ngx_alloc(ngx_file_size(&fi) + 1, log);
-    rules = ngx_http_ratelimit_state_rules(zone, log);
+    rules = ngx_ratelimit_state_rules(zone, log);
     if (data == NULL || rules == NULL) {
         goto failed;
     }
@@ -172,7 +172,7 @@ ngx_http_ratelimit_state_load(ngx_http_ratelimit_zone_t *zone,
         goto failed;
     }
 
-    now = ngx_http_ratelimit_now();
+    now = ngx_ratelimit_now();
 
     if (rl_state_restore(zone->table, data, n, rules, zone->rules.nelts, now,
                          &rep, why, sizeof(why))
@@ -185,7 +185,7 @@ ngx_http_ratelimit_state_load(ngx_http_ratelimit_zone_t *zone,
         goto done;
     }
 
-    ngx_http_ratelimit_state_report(zone, &rep, now, log);
+    ngx_ratelimit_state_report(zone, &rep, now, log);
 
     goto done;
 
@@ -213,7 +213,7 @@ done:
 /* What a file restored, and what it dropped or bounded. */
 
 static void
-ngx_http_ratelimit_state_report(ngx_http_ratelimit_zone_t *zone,
+ngx_ratelimit_state_report(ngx_ratelimit_zone_t *zone,
     rl_state_report_t *rep, int64_t now, ngx_log_t *log)
 {
     ngx_log_error(NGX_LOG_NOTICE, log, 0,
@@ -225,7 +225,7 @@ ngx_http_ratelimit_state_report(ngx_http_ratelimit_zone_t *zone,
                   ngx_max(now - rep->written, 0), rep->restored,
                   rep->expired, rep->no_block, rep->cells, rep->cells_dropped);
 
-    if (rep->ahead > NGX_HTTP_RATELIMIT_STATE_AHEAD_MS) {
+    if (rep->ahead > NGX_RATELIMIT_STATE_AHEAD_MS) {
         ngx_log_error(NGX_LOG_WARN, log, 0,
                       "ratelimit_zone \"%V\": state file \"%V\" was written "
                       "%L ms ahead of this clock (stepped back since?): its "
@@ -256,11 +256,11 @@ ngx_http_ratelimit_state_report(ngx_http_ratelimit_zone_t *zone,
  * A new master of a binary upgrade: the old generation writes its file
  * when it sees its pid file renamed (.oldbin), which happened before this
  * binary started; the file read once it is replaced, or after
- * NGX_HTTP_RATELIMIT_STATE_WAIT as it is.
+ * NGX_RATELIMIT_STATE_WAIT as it is.
  */
 
 static void
-ngx_http_ratelimit_state_wait(ngx_http_ratelimit_zone_t *zone,
+ngx_ratelimit_state_wait(ngx_ratelimit_zone_t *zone,
     ngx_log_t *log)
 {
     ngx_uint_t       waited;
@@ -270,8 +270,8 @@ ngx_http_ratelimit_state_wait(ngx_http_ratelimit_zone_t *zone,
     was = ngx_file_info(zone->state_file.data, &fi) == NGX_FILE_ERROR
           ? 0 : ngx_file_uniq(&fi);
 
-    for (waited = 0; waited < NGX_HTTP_RATELIMIT_STATE_WAIT;
-         waited += NGX_HTTP_RATELIMIT_STATE_POLL)
+    for (waited = 0; waited < NGX_RATELIMIT_STATE_WAIT;
+         waited += NGX_RATELIMIT_STATE_POLL)
     {
         if (ngx_file_info(zone->state_file.data, &fi) != NGX_FILE_ERROR
             && ngx_file_uniq(&fi) != was)
@@ -283,7 +283,7 @@ ngx_http_ratelimit_state_wait(ngx_http_ratelimit_zone_t *zone,
             return;
         }
 
-        ngx_msleep(NGX_HTTP_RATELIMIT_STATE_POLL);
+        ngx_msleep(NGX_RATELIMIT_STATE_POLL);
     }
 
     ngx_log_error(NGX_LOG_WARN, log, 0,
@@ -291,27 +291,27 @@ ngx_http_ratelimit_state_wait(ngx_http_ratelimit_zone_t *zone,
                   "generation did not write state file \"%V\" within %ui ms: "
                   "its last one is read",
                   &zone->name, &zone->state_file,
-                  (ngx_uint_t) NGX_HTTP_RATELIMIT_STATE_WAIT);
+                  (ngx_uint_t) NGX_RATELIMIT_STATE_WAIT);
 }
 
 
 /* A worker's start: worker 0's timer. */
 
 ngx_int_t
-ngx_http_ratelimit_state_start(ngx_http_ratelimit_zone_t *zone,
+ngx_ratelimit_state_start(ngx_ratelimit_zone_t *zone,
     ngx_cycle_t *cycle)
 {
     if (zone->state_file.len == 0 || ngx_worker != 0) {
         return NGX_OK;
     }
 
-    zone->state_event.handler = ngx_http_ratelimit_state_tick;
+    zone->state_event.handler = ngx_ratelimit_state_tick;
     zone->state_event.data = zone;
     zone->state_event.log = cycle->log;
     zone->state_event.cancelable = 1;
     zone->state_written = ngx_current_msec;
 
-    ngx_add_timer(&zone->state_event, NGX_HTTP_RATELIMIT_STATE_TICK);
+    ngx_add_timer(&zone->state_event, NGX_RATELIMIT_STATE_TICK);
 
     return NGX_OK;
 }
@@ -324,25 +324,25 @@ ngx_http_ratelimit_state_start(ngx_http_ratelimit_zone_t *zone,
  */
 
 static void
-ngx_http_ratelimit_state_tick(ngx_event_t *ev)
+ngx_ratelimit_state_tick(ngx_event_t *ev)
 {
-    ngx_uint_t                  handed;
-    ngx_http_ratelimit_zone_t  *zone = ev->data;
+    ngx_uint_t             handed;
+    ngx_ratelimit_zone_t  *zone = ev->data;
 
-    handed = ngx_http_ratelimit_state_handed_over();
+    handed = ngx_ratelimit_state_handed_over();
 
     if ((handed && !zone->state_upgrade)
         || (!handed
             && ngx_current_msec - zone->state_written >= zone->state_interval))
     {
         zone->state_written = ngx_current_msec;
-        (void) ngx_http_ratelimit_state_write(zone, ev->log, 1);
+        (void) ngx_ratelimit_state_write(zone, ev->log, 1);
     }
 
     zone->state_upgrade = handed;
 
     if (!ngx_exiting && !ngx_terminate && !ngx_quit) {
-        ngx_add_timer(ev, NGX_HTTP_RATELIMIT_STATE_TICK);
+        ngx_add_timer(ev, NGX_RATELIMIT_STATE_TICK);
     }
 }
 
@@ -351,7 +351,7 @@ ngx_http_ratelimit_state_tick(ngx_event_t *ev)
    pid file's .oldbin names it. */
 
 static ngx_uint_t
-ngx_http_ratelimit_state_handed_over(void)
+ngx_ratelimit_state_handed_over(void)
 {
     u_char            buf[NGX_INT64_LEN + 2];
     ssize_t           n;
@@ -370,7 +370,7 @@ ngx_http_ratelimit_state_handed_over(void)
 
     /* a regular file only: a FIFO put there would hold this worker */
 
-    fd = ngx_http_ratelimit_file_open(ccf->oldpid.data, 1, &fi, &err, &why);
+    fd = ngx_ratelimit_file_open(ccf->oldpid.data, 1, &fi, &err, &why);
     if (fd == NGX_INVALID_FILE) {
         return 0;
     }
@@ -394,12 +394,12 @@ ngx_http_ratelimit_state_handed_over(void)
  */
 
 void
-ngx_http_ratelimit_state_save(ngx_http_ratelimit_zone_t *zone, ngx_log_t *log)
+ngx_ratelimit_state_save(ngx_ratelimit_zone_t *zone, ngx_log_t *log)
 {
     /* the old master of a binary upgrade: the new generation's file */
 
     if (zone->state_file.len && zone->table && ngx_new_binary == 0) {
-        (void) ngx_http_ratelimit_state_write(zone, log, 0);
+        (void) ngx_ratelimit_state_write(zone, log, 0);
     }
 }
 
@@ -408,17 +408,17 @@ ngx_http_ratelimit_state_save(ngx_http_ratelimit_zone_t *zone, ngx_log_t *log)
    over the state file. */
 
 static ngx_int_t
-ngx_http_ratelimit_state_write(ngx_http_ratelimit_zone_t *zone,
+ngx_ratelimit_state_write(ngx_ratelimit_zone_t *zone,
     ngx_log_t *log, ngx_uint_t lock)
 {
-    int                         more;
-    u_char                     *buf;
-    size_t                      len;
-    ngx_int_t                   rc;
-    ngx_msec_t                  start;
-    rl_state_rule_t            *rules;
-    rl_state_write_t            w;
-    ngx_http_ratelimit_file_t   f;
+    int                    more;
+    u_char                *buf;
+    size_t                 len;
+    ngx_int_t              rc;
+    ngx_msec_t             start;
+    rl_state_rule_t       *rules;
+    rl_state_write_t       w;
+    ngx_ratelimit_file_t   f;
 
     start = ngx_current_msec;
     f.tmp = NULL;
@@ -426,15 +426,15 @@ ngx_http_ratelimit_state_write(ngx_http_ratelimit_zone_t *zone,
     f.err = NGX_ENOMEM;
 
     buf = ngx_alloc(RL_STATE_CHUNK_MIN, log);
-    rules = ngx_http_ratelimit_state_rules(zone, log);
+    rules = ngx_ratelimit_state_rules(zone, log);
 
-    rc = buf && rules ? ngx_http_ratelimit_file_create(&f, &zone->state_file,
-                                                       0600, log)
+    rc = buf && rules ? ngx_ratelimit_file_create(&f, &zone->state_file,
+                                                  0600, log)
                       : NGX_ERROR;
 
     if (rc == NGX_OK) {
         rl_state_write_begin(&w, rules, zone->rules.nelts,
-                             ngx_http_ratelimit_now());
+                             ngx_ratelimit_now());
 
         do {
             if (lock) {
@@ -443,24 +443,24 @@ ngx_http_ratelimit_state_write(ngx_http_ratelimit_zone_t *zone,
 
             more = rl_state_write_next(&w, zone->table, buf,
                                        RL_STATE_CHUNK_MIN,
-                                       NGX_HTTP_RATELIMIT_STATE_BUCKETS,
+                                       NGX_RATELIMIT_STATE_BUCKETS,
                                        &len);
 
             if (lock) {
                 ngx_shmtx_unlock(&zone->shpool->mutex);
             }
 
-            rc = ngx_http_ratelimit_file_write(&f, buf, len);
+            rc = ngx_ratelimit_file_write(&f, buf, len);
 
         } while (more && rc == NGX_OK);
     }
 
     if (rc == NGX_OK) {
-        rc = ngx_http_ratelimit_file_close(&f);
+        rc = ngx_ratelimit_file_close(&f);
     }
 
     if (rc == NGX_OK) {
-        rc = ngx_http_ratelimit_file_rename(&f, &zone->state_file);
+        rc = ngx_ratelimit_file_rename(&f, &zone->state_file);
     }
 
     if (rc == NGX_OK) {
@@ -473,11 +473,11 @@ ngx_http_ratelimit_state_write(ngx_http_ratelimit_zone_t *zone,
                       ngx_current_msec - start);
     }
 
-    ngx_http_ratelimit_log_written(log, &zone->state_failing, rc, f.err,
-                                   "ratelimit_zone \"%V\": state file \"%V\"",
-                                   &zone->name, &zone->state_file);
+    ngx_ratelimit_log_written(log, &zone->state_failing, rc, f.err,
+                              "ratelimit_zone \"%V\": state file \"%V\"",
+                              &zone->name, &zone->state_file);
 
-    ngx_http_ratelimit_file_discard(&f);
+    ngx_ratelimit_file_discard(&f);
 
     if (buf) {
         ngx_free(buf);
@@ -494,12 +494,12 @@ ngx_http_ratelimit_state_write(ngx_http_ratelimit_zone_t *zone,
 /* The zone's rules as the file names them. */
 
 static rl_state_rule_t *
-ngx_http_ratelimit_state_rules(ngx_http_ratelimit_zone_t *zone,
+ngx_ratelimit_state_rules(ngx_ratelimit_zone_t *zone,
     ngx_log_t *log)
 {
-    ngx_uint_t                   i;
-    rl_state_rule_t             *out;
-    ngx_http_ratelimit_rule_t  **rules;
+    ngx_uint_t              i;
+    rl_state_rule_t        *out;
+    ngx_ratelimit_rule_t  **rules;
 
     out = ngx_calloc((zone->rules.nelts + 1) * sizeof(rl_state_rule_t), log);
     if (out == NULL) {

@@ -26,13 +26,13 @@
 
 /* The redis_sync zones this worker exchanges for: none, and a request
    notes nothing. */
-ngx_uint_t  ngx_http_ratelimit_sync_zones;
+ngx_uint_t  ngx_ratelimit_sync_zones;
 
 
-struct ngx_http_ratelimit_sync_call_s {
-    ngx_http_ratelimit_redis_wait_t   w;        /* first: the wait is the
+struct ngx_ratelimit_sync_call_s {
+    ngx_ratelimit_redis_wait_t        w;        /* first: the wait is the
                                                    call */
-    ngx_http_ratelimit_sync_flight_t *flight;
+    ngx_ratelimit_sync_flight_t      *flight;
     rl_sync_item_t                   *items;
     size_t                            n;
     int64_t                           now;
@@ -42,23 +42,23 @@ struct ngx_http_ratelimit_sync_call_s {
 };
 
 
-static void ngx_http_ratelimit_sync_exchange(ngx_event_t *ev);
-static ngx_http_ratelimit_sync_flight_t *ngx_http_ratelimit_sync_flight(
-    ngx_http_ratelimit_sync_t *sync, ngx_log_t *log);
-static ngx_int_t ngx_http_ratelimit_sync_room(
-    ngx_http_ratelimit_sync_flight_t *f, size_t n, ngx_log_t *log);
-static void ngx_http_ratelimit_sync_done(ngx_http_ratelimit_redis_wait_t *w,
+static void ngx_ratelimit_sync_exchange(ngx_event_t *ev);
+static ngx_ratelimit_sync_flight_t *ngx_ratelimit_sync_flight(
+    ngx_ratelimit_sync_t *sync, ngx_log_t *log);
+static ngx_int_t ngx_ratelimit_sync_room(
+    ngx_ratelimit_sync_flight_t *f, size_t n, ngx_log_t *log);
+static void ngx_ratelimit_sync_done(ngx_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer);
-static void ngx_http_ratelimit_sync_ended(ngx_http_ratelimit_sync_flight_t *f);
+static void ngx_ratelimit_sync_ended(ngx_ratelimit_sync_flight_t *f);
 
 
 ngx_int_t
-ngx_http_ratelimit_sync_param(ngx_conf_t *cf, ngx_http_ratelimit_sync_t **sync,
+ngx_ratelimit_sync_param(ngx_conf_t *cf, ngx_ratelimit_sync_t **sync,
     ngx_str_t *param, ngx_str_t *zone)
 {
-    ngx_str_t                   value;
-    ngx_msec_t                  ms;
-    ngx_http_ratelimit_sync_t  *s;
+    ngx_str_t              value;
+    ngx_msec_t             ms;
+    ngx_ratelimit_sync_t  *s;
 
     if (param->len < sizeof("redis_sync=") - 1
         || ngx_strncmp(param->data, "redis_sync=", sizeof("redis_sync=") - 1)
@@ -87,7 +87,7 @@ ngx_http_ratelimit_sync_param(ngx_conf_t *cf, ngx_http_ratelimit_sync_t **sync,
         return NGX_ERROR;
     }
 
-    s = ngx_pcalloc(cf->pool, sizeof(ngx_http_ratelimit_sync_t));
+    s = ngx_pcalloc(cf->pool, sizeof(ngx_ratelimit_sync_t));
     if (s == NULL) {
         return NGX_ERROR;
     }
@@ -106,8 +106,8 @@ ngx_http_ratelimit_sync_param(ngx_conf_t *cf, ngx_http_ratelimit_sync_t **sync,
  */
 
 ngx_int_t
-ngx_http_ratelimit_sync_finish(ngx_conf_t *cf, ngx_http_ratelimit_sync_t *sync,
-    ngx_http_ratelimit_redis_t *redis, ngx_str_t *zone, size_t size)
+ngx_ratelimit_sync_finish(ngx_conf_t *cf, ngx_ratelimit_sync_t *sync,
+    ngx_ratelimit_redis_t *redis, ngx_str_t *zone, size_t size)
 {
     size_t       len;
     u_char       digest[20];
@@ -145,14 +145,14 @@ ngx_http_ratelimit_sync_finish(ngx_conf_t *cf, ngx_http_ratelimit_sync_t *sync,
 
 
 size_t
-ngx_http_ratelimit_sync_bytes(ngx_http_ratelimit_sync_t *sync)
+ngx_ratelimit_sync_bytes(ngx_ratelimit_sync_t *sync)
 {
     return sync ? ngx_align(rl_sync_size(sync->keys), 64) : 0;
 }
 
 
 void
-ngx_http_ratelimit_sync_init_zone(ngx_http_ratelimit_sync_t *sync,
+ngx_ratelimit_sync_init_zone(ngx_ratelimit_sync_t *sync,
     ngx_slab_pool_t *shpool, void *stats, u_char *p, void *table)
 {
     if (sync == NULL) {
@@ -164,13 +164,13 @@ ngx_http_ratelimit_sync_init_zone(ngx_http_ratelimit_sync_t *sync,
     sync->shpool = shpool;
     sync->redis->stats = stats;
 
-    (void) rl_sync_init(p, ngx_http_ratelimit_sync_bytes(sync), sync->keys);
+    (void) rl_sync_init(p, ngx_ratelimit_sync_bytes(sync), sync->keys);
 }
 
 
 ngx_int_t
-ngx_http_ratelimit_sync_check_rule(ngx_conf_t *cf,
-    ngx_http_ratelimit_sync_t *sync, rl_rule_t *rule, ngx_str_t *name,
+ngx_ratelimit_sync_check_rule(ngx_conf_t *cf,
+    ngx_ratelimit_sync_t *sync, rl_rule_t *rule, ngx_str_t *name,
     ngx_str_t *zone, u_char *file, ngx_uint_t line)
 {
     char  err[RL_ERR_MAX];
@@ -190,14 +190,14 @@ ngx_http_ratelimit_sync_check_rule(ngx_conf_t *cf,
 /* Each redis_sync zone of the request notes its checks (the locks held). */
 
 void
-ngx_http_ratelimit_sync_note(rl_request_t *rq, int64_t now)
+ngx_ratelimit_sync_note(rl_request_t *rq, int64_t now)
 {
-    size_t                      i, j;
-    ngx_http_ratelimit_zone_t  *zone;
+    size_t                 i, j;
+    ngx_ratelimit_zone_t  *zone;
 
     for (i = 0; i < rq->n; i++) {
-        zone = ngx_http_ratelimit_zone_of(
-                   ngx_http_ratelimit_rule_of(&rq->checks[i]));
+        zone = ngx_ratelimit_zone_of(
+                   ngx_ratelimit_rule_of(&rq->checks[i]));
 
         if (zone->sync == NULL) {
             continue;
@@ -221,11 +221,11 @@ ngx_http_ratelimit_sync_note(rl_request_t *rq, int64_t now)
 
 
 void
-ngx_http_ratelimit_sync_start(ngx_http_ratelimit_sync_t *sync)
+ngx_ratelimit_sync_start(ngx_ratelimit_sync_t *sync)
 {
-    ngx_http_ratelimit_sync_zones++;
+    ngx_ratelimit_sync_zones++;
 
-    sync->timer.handler = ngx_http_ratelimit_sync_exchange;
+    sync->timer.handler = ngx_ratelimit_sync_exchange;
     sync->timer.data = sync;
     sync->timer.log = ngx_cycle->log;
     sync->timer.cancelable = 1;
@@ -235,7 +235,7 @@ ngx_http_ratelimit_sync_start(ngx_http_ratelimit_sync_t *sync)
 
 
 void
-ngx_http_ratelimit_sync_stop(ngx_http_ratelimit_sync_t *sync)
+ngx_ratelimit_sync_stop(ngx_ratelimit_sync_t *sync)
 {
     if (sync->timer.timer_set) {
         ngx_del_timer(&sync->timer);
@@ -245,13 +245,13 @@ ngx_http_ratelimit_sync_stop(ngx_http_ratelimit_sync_t *sync)
         ngx_delete_posted_event(&sync->timer);
     }
 
-    ngx_http_ratelimit_redis_close(sync->redis);
+    ngx_ratelimit_redis_close(sync->redis);
 }
 
 
 const rl_sync_figures_t *
-ngx_http_ratelimit_sync_figures(ngx_pool_t *pool,
-    ngx_http_ratelimit_sync_t *sync)
+ngx_ratelimit_sync_figures(ngx_pool_t *pool,
+    ngx_ratelimit_sync_t *sync)
 {
     rl_sync_figures_t  *f;
 
@@ -274,14 +274,14 @@ ngx_http_ratelimit_sync_figures(ngx_pool_t *pool,
  */
 
 static void
-ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
+ngx_ratelimit_sync_exchange(ngx_event_t *ev)
 {
-    int                                due;
-    size_t                             n, i, k, m;
-    ngx_msec_t                         timeout;
-    ngx_http_ratelimit_sync_t         *sync = ev->data;
-    ngx_http_ratelimit_sync_call_t    *call;
-    ngx_http_ratelimit_sync_flight_t  *f;
+    int                           due;
+    size_t                        n, i, k, m;
+    ngx_msec_t                    timeout;
+    ngx_ratelimit_sync_t         *sync = ev->data;
+    ngx_ratelimit_sync_call_t    *call;
+    ngx_ratelimit_sync_flight_t  *f;
 
     if (ngx_exiting || ngx_terminate || ngx_quit) {
         return;
@@ -289,12 +289,12 @@ ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
 
     ngx_add_timer(&sync->timer, sync->interval);
 
-    f = ngx_http_ratelimit_sync_flight(sync, ev->log);
+    f = ngx_ratelimit_sync_flight(sync, ev->log);
     if (f == NULL) {
         return;   /* the units wait in the journal */
     }
 
-    f->taken_at = ngx_http_ratelimit_now();
+    f->taken_at = ngx_ratelimit_now();
 
     ngx_shmtx_lock(&sync->shpool->mutex);
     n = rl_sync_take(sync->journal, f->taken_at, sync->interval,
@@ -309,7 +309,7 @@ ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
         return;
     }
 
-    if (ngx_http_ratelimit_sync_room(f, n, ev->log) != NGX_OK) {
+    if (ngx_ratelimit_sync_room(f, n, ev->log) != NGX_OK) {
         ngx_shmtx_lock(&sync->shpool->mutex);
         rl_sync_requeue(sync->journal, f->items, n);
         ngx_shmtx_unlock(&sync->shpool->mutex);
@@ -320,7 +320,7 @@ ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
        cover, not a request's redis_timeout */
 
     timeout = ngx_max(sync->redis->timeout,
-                      ngx_max(1000, NGX_HTTP_RATELIMIT_SYNC_FLIGHTS
+                      ngx_max(1000, NGX_RATELIMIT_SYNC_FLIGHTS
                                     * sync->interval));
 
     f->failed = 0;
@@ -331,7 +331,7 @@ ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
 
     for (k = 0, i = 0, m = 0; i < n; k++) {
         call = &f->calls[k];
-        ngx_memzero(&call->w, sizeof(ngx_http_ratelimit_redis_wait_t));
+        ngx_memzero(&call->w, sizeof(ngx_ratelimit_redis_wait_t));
 
         call->flight = f;
         call->items = &f->items[i];
@@ -340,15 +340,15 @@ ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
         i += call->n;
         m += rl_sync_totals(call->items, call->n);
         call->now = f->taken_at;
-        call->w.handler = ngx_http_ratelimit_sync_done;
-        call->w.call = NGX_HTTP_RATELIMIT_REDIS_SYNC;
-        call->w.command = ngx_http_ratelimit_sync_command;
-        call->w.answer = ngx_http_ratelimit_sync_answer;
+        call->w.handler = ngx_ratelimit_sync_done;
+        call->w.call = NGX_RATELIMIT_REDIS_SYNC;
+        call->w.command = ngx_ratelimit_sync_command;
+        call->w.answer = ngx_ratelimit_sync_answer;
         call->w.timeout = timeout;
 
         f->waiting++;
 
-        if (ngx_http_ratelimit_redis_send(sync->redis, &call->w) == NGX_OK) {
+        if (ngx_ratelimit_redis_send(sync->redis, &call->w) == NGX_OK) {
             continue;
         }
 
@@ -364,7 +364,7 @@ ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
     }
 
     if (f->waiting == 0) {
-        ngx_http_ratelimit_sync_ended(f);
+        ngx_ratelimit_sync_ended(f);
     }
 }
 
@@ -372,13 +372,13 @@ ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
 /* A flight with no call awaiting its reply, its items' room made on
    first use; NULL if every one waits. */
 
-static ngx_http_ratelimit_sync_flight_t *
-ngx_http_ratelimit_sync_flight(ngx_http_ratelimit_sync_t *sync, ngx_log_t *log)
+static ngx_ratelimit_sync_flight_t *
+ngx_ratelimit_sync_flight(ngx_ratelimit_sync_t *sync, ngx_log_t *log)
 {
-    ngx_uint_t                         i;
-    ngx_http_ratelimit_sync_flight_t  *f;
+    ngx_uint_t                    i;
+    ngx_ratelimit_sync_flight_t  *f;
 
-    for (i = 0; i < NGX_HTTP_RATELIMIT_SYNC_FLIGHTS; i++) {
+    for (i = 0; i < NGX_RATELIMIT_SYNC_FLIGHTS; i++) {
         f = &sync->flights[i];
 
         if (f->waiting > 0) {
@@ -408,7 +408,7 @@ ngx_http_ratelimit_sync_flight(ngx_http_ratelimit_sync_t *sync, ngx_log_t *log)
  */
 
 static ngx_int_t
-ngx_http_ratelimit_sync_room(ngx_http_ratelimit_sync_flight_t *f, size_t n,
+ngx_ratelimit_sync_room(ngx_ratelimit_sync_flight_t *f, size_t n,
     ngx_log_t *log)
 {
     size_t  i, calls, totals;
@@ -422,7 +422,7 @@ ngx_http_ratelimit_sync_room(ngx_http_ratelimit_sync_flight_t *f, size_t n,
     if (calls > f->ncalls) {
         ngx_free(f->calls);
         f->ncalls = 0;
-        f->calls = ngx_alloc(calls * sizeof(ngx_http_ratelimit_sync_call_t),
+        f->calls = ngx_alloc(calls * sizeof(ngx_ratelimit_sync_call_t),
                              log);
         if (f->calls == NULL) {
             return NGX_ERROR;
@@ -447,16 +447,16 @@ ngx_http_ratelimit_sync_room(ngx_http_ratelimit_sync_flight_t *f, size_t n,
 
 
 ngx_int_t
-ngx_http_ratelimit_sync_command(void *c, ngx_http_ratelimit_redis_wait_t *w,
+ngx_ratelimit_sync_command(void *c, ngx_ratelimit_redis_wait_t *w,
     ngx_uint_t eval)
 {
-    size_t                            slen;
-    const char                       *script;
-    ngx_http_ratelimit_redis_t       *redis;
-    ngx_http_ratelimit_sync_call_t   *call;
-    ngx_http_ratelimit_redis_conn_t  *conn = c;
+    size_t                       slen;
+    const char                  *script;
+    ngx_ratelimit_redis_t       *redis;
+    ngx_ratelimit_sync_call_t   *call;
+    ngx_ratelimit_redis_conn_t  *conn = c;
 
-    call = (ngx_http_ratelimit_sync_call_t *) w;
+    call = (ngx_ratelimit_sync_call_t *) w;
     redis = conn->redis;
 
     if (eval) {
@@ -467,7 +467,7 @@ ngx_http_ratelimit_sync_command(void *c, ngx_http_ratelimit_redis_wait_t *w,
         slen = sizeof(call->flight->sync->sha);
     }
 
-    if (ngx_http_ratelimit_redis_reserve(conn,
+    if (ngx_ratelimit_redis_reserve(conn,
             rl_sync_command_size(call->n, redis->prefix.len, slen))
         != NGX_OK)
     {
@@ -481,19 +481,19 @@ ngx_http_ratelimit_sync_command(void *c, ngx_http_ratelimit_redis_wait_t *w,
                                      rl_sync_nonce(call->flight->sync->journal),
                                      call->items, call->n, call->now);
 
-    ngx_http_ratelimit_redis_push(conn, w);
+    ngx_ratelimit_redis_push(conn, w);
 
     return NGX_OK;
 }
 
 
 ngx_int_t
-ngx_http_ratelimit_sync_answer(ngx_http_ratelimit_redis_wait_t *w,
+ngx_ratelimit_sync_answer(ngx_ratelimit_redis_wait_t *w,
     rl_resp_t *reply, rl_redis_answer_t *a)
 {
-    ngx_http_ratelimit_sync_call_t  *call;
+    ngx_ratelimit_sync_call_t  *call;
 
-    call = (ngx_http_ratelimit_sync_call_t *) w;
+    call = (ngx_ratelimit_sync_call_t *) w;
 
     ngx_memzero(a, sizeof(rl_redis_answer_t));
 
@@ -513,16 +513,16 @@ ngx_http_ratelimit_sync_answer(ngx_http_ratelimit_redis_wait_t *w,
  */
 
 static void
-ngx_http_ratelimit_sync_done(ngx_http_ratelimit_redis_wait_t *w,
+ngx_ratelimit_sync_done(ngx_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer)
 {
-    size_t                             i;
-    uint64_t                           units;
-    ngx_http_ratelimit_sync_t         *sync;
-    ngx_http_ratelimit_sync_call_t    *call;
-    ngx_http_ratelimit_sync_flight_t  *f;
+    size_t                        i;
+    uint64_t                      units;
+    ngx_ratelimit_sync_t         *sync;
+    ngx_ratelimit_sync_call_t    *call;
+    ngx_ratelimit_sync_flight_t  *f;
 
-    call = (ngx_http_ratelimit_sync_call_t *) w;
+    call = (ngx_ratelimit_sync_call_t *) w;
     f = call->flight;
     sync = f->sync;
 
@@ -530,7 +530,7 @@ ngx_http_ratelimit_sync_done(ngx_http_ratelimit_redis_wait_t *w,
 
     if (answer != NULL) {
         rl_sync_apply(sync->journal, sync->table, call->items, call->totals,
-                      call->n, ngx_http_ratelimit_now());
+                      call->n, ngx_ratelimit_now());
 
     } else {
         rl_sync_requeue(sync->journal, call->items, call->n);
@@ -556,18 +556,18 @@ ngx_http_ratelimit_sync_done(ngx_http_ratelimit_redis_wait_t *w,
     }
 
     if (--f->waiting == 0) {
-        ngx_http_ratelimit_sync_ended(f);
+        ngx_ratelimit_sync_ended(f);
     }
 }
 
 
 static void
-ngx_http_ratelimit_sync_ended(ngx_http_ratelimit_sync_flight_t *f)
+ngx_ratelimit_sync_ended(ngx_ratelimit_sync_flight_t *f)
 {
-    int64_t                     now;
-    ngx_http_ratelimit_sync_t  *sync = f->sync;
+    int64_t                now;
+    ngx_ratelimit_sync_t  *sync = f->sync;
 
-    now = ngx_http_ratelimit_now();
+    now = ngx_ratelimit_now();
 
     rl_sync_record(sync->journal, f->sent_keys, f->sent_units, f->failed,
                    f->late_units, f->failed ? -1 : now - f->taken_at, now);

@@ -3,7 +3,7 @@
  * ngx-ratelimit: the shared memory zones, at run time: each laid out when
  * nginx makes it, found by name, walked, its rules' counters and locks
  * (the ratelimit_zone directive and the checks of a configuration's zones:
- * ngx_http_ratelimit_zone_conf.c).
+ * ngx_ratelimit_zone_conf.c).
  *
  * A zone is the slab pool header (its mutex is the zone's lock, which the
  * master releases if a worker dies holding it), the Redis counters, and the
@@ -19,27 +19,44 @@
 #include "ngx_ratelimit_overrides.h"
 #include "ngx_ratelimit_state.h"
 #include "ngx_ratelimit_sync.h"
+#include "ngx_ratelimit_redis_conn.h"
 
 
-static ngx_http_ratelimit_zone_t *ngx_http_ratelimit_next_zone(
+static ngx_ratelimit_zone_t *ngx_ratelimit_next_zone(
     ngx_cycle_t *cycle, ngx_list_part_t **part, ngx_uint_t *i);
-static ngx_int_t ngx_http_ratelimit_named(ngx_http_ratelimit_zone_t *zone,
+static ngx_int_t ngx_ratelimit_named(ngx_ratelimit_zone_t *zone,
     void *data);
-static ngx_atomic_uint_t ngx_http_ratelimit_lease_server(
-    ngx_http_ratelimit_zone_t *zone, ngx_http_ratelimit_zone_t *ozone,
-    ngx_http_ratelimit_redis_stats_t *rs);
-static ngx_int_t ngx_http_ratelimit_slots(ngx_http_ratelimit_zone_t *zone);
-static void ngx_http_ratelimit_zone_renewed(ngx_shm_zone_t *shm_zone);
-static ngx_int_t ngx_http_ratelimit_zone_files(ngx_http_ratelimit_zone_t *zone,
+static ngx_atomic_uint_t ngx_ratelimit_lease_server(
+    ngx_ratelimit_zone_t *zone, ngx_ratelimit_zone_t *ozone,
+    ngx_ratelimit_redis_stats_t *rs);
+static ngx_int_t ngx_ratelimit_slots(ngx_ratelimit_zone_t *zone);
+static void ngx_ratelimit_zone_renewed(ngx_shm_zone_t *shm_zone);
+static ngx_int_t ngx_ratelimit_zone_files(ngx_ratelimit_zone_t *zone,
     ngx_log_t *log);
-static ngx_int_t ngx_http_ratelimit_zone_file(ngx_http_ratelimit_zone_t *zone,
+static ngx_int_t ngx_ratelimit_zone_file(ngx_ratelimit_zone_t *zone,
     ngx_uint_t k, ngx_log_t *log);
-static void ngx_http_ratelimit_kept_names(ngx_http_ratelimit_zone_t *zone,
+static void ngx_ratelimit_kept_names(ngx_ratelimit_zone_t *zone,
     ngx_log_t *log);
-static void ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone,
+static void ngx_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone,
     ngx_uint_t reused);
-static size_t ngx_http_ratelimit_refusals_size(ngx_http_ratelimit_zone_t *zone,
+static ngx_int_t ngx_ratelimit_start_zone(ngx_ratelimit_zone_t *zone,
+    void *data);
+static ngx_int_t ngx_ratelimit_stop_zone(ngx_ratelimit_zone_t *zone,
+    void *data);
+static ngx_int_t ngx_ratelimit_save_zone(ngx_ratelimit_zone_t *zone,
+    void *data);
+static size_t ngx_ratelimit_refusals_size(ngx_ratelimit_zone_t *zone,
     size_t zone_size);
+
+
+/*
+ * The tag of the module's zones among the cycle's shared memory
+ * (ngx_shared_memory_add): one for the zones of every block, whatever its
+ * protocol, so that their names are one namespace and the stats and the
+ * key API find them all.
+ */
+
+ngx_uint_t  ngx_ratelimit_zone_tag;
 
 
 /*
@@ -48,13 +65,13 @@ static size_t ngx_http_ratelimit_refusals_size(ngx_http_ratelimit_zone_t *zone,
  */
 
 ngx_shm_zone_t *
-ngx_http_ratelimit_lookup_zone(ngx_list_t *shared_memory, ngx_str_t *name)
+ngx_ratelimit_lookup_zone(ngx_list_t *shared_memory, ngx_str_t *name)
 {
-    ngx_str_t                  *declared;
-    ngx_uint_t                  i;
-    ngx_list_part_t            *part;
-    ngx_shm_zone_t             *zone;
-    ngx_http_ratelimit_zone_t  *z;
+    ngx_str_t             *declared;
+    ngx_uint_t             i;
+    ngx_list_part_t       *part;
+    ngx_shm_zone_t        *zone;
+    ngx_ratelimit_zone_t  *z;
 
     part = &shared_memory->part;
     zone = part->elts;
@@ -70,7 +87,7 @@ ngx_http_ratelimit_lookup_zone(ngx_list_t *shared_memory, ngx_str_t *name)
             i = 0;
         }
 
-        if (zone[i].tag != &ngx_http_ratelimit_module) {
+        if (zone[i].tag != &ngx_ratelimit_zone_tag) {
             continue;
         }
 
@@ -94,39 +111,39 @@ ngx_http_ratelimit_lookup_zone(ngx_list_t *shared_memory, ngx_str_t *name)
  */
 
 ngx_int_t
-ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
+ngx_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
-    ngx_http_ratelimit_zone_t  *ozone = data;
+    ngx_ratelimit_zone_t  *ozone = data;
 
     size_t                             size;
     u_char                            *table;
-    ngx_http_ratelimit_zone_t         *zone;
+    ngx_ratelimit_zone_t              *zone;
     u_char                            *journal;
-    ngx_http_ratelimit_redis_stats_t  *rs;
+    ngx_ratelimit_redis_stats_t       *rs;
     ngx_atomic_uint_t                  server;
     char                               err[RL_ERR_MAX];
 
     zone = shm_zone->data;
 
-    if (ngx_http_ratelimit_zone_files(zone, shm_zone->shm.log) != NGX_OK) {
+    if (ngx_ratelimit_zone_files(zone, shm_zone->shm.log) != NGX_OK) {
         return NGX_ERROR;
     }
 
     zone->shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
-    zone->size = shm_zone->shm.size - ngx_http_ratelimit_overrides_bytes(zone);
-    size = ngx_http_ratelimit_table_size(zone, shm_zone->shm.size);
-    rs = (ngx_http_ratelimit_redis_stats_t *)
+    zone->size = shm_zone->shm.size - ngx_ratelimit_overrides_bytes(zone);
+    size = ngx_ratelimit_table_size(zone, shm_zone->shm.size);
+    rs = (ngx_ratelimit_redis_stats_t *)
          ((u_char *) zone->shpool + ngx_align(sizeof(ngx_slab_pool_t), 64));
     journal = (u_char *) rs
-              + ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64)
-              + ngx_http_ratelimit_refusals_size(zone, shm_zone->shm.size);
-    table = journal + ngx_http_ratelimit_sync_bytes(zone->sync);
+              + ngx_align(sizeof(ngx_ratelimit_redis_stats_t), 64)
+              + ngx_ratelimit_refusals_size(zone, shm_zone->shm.size);
+    table = journal + ngx_ratelimit_sync_bytes(zone->sync);
 
     if (zone->redis) {
         zone->redis->stats = rs;
         zone->redis->refusals = (u_char *) rs
-                      + ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64);
-        zone->redis->refusals_size = ngx_http_ratelimit_refusals_size(zone,
+                      + ngx_align(sizeof(ngx_ratelimit_redis_stats_t), 64);
+        zone->redis->refusals_size = ngx_ratelimit_refusals_size(zone,
                                                            shm_zone->shm.size);
     }
 
@@ -136,29 +153,29 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
                           zone->blobs.nelts))
     {
         zone->table = ozone->table;
-        ngx_http_ratelimit_kept_names(zone, shm_zone->shm.log);
+        ngx_ratelimit_kept_names(zone, shm_zone->shm.log);
 
     } else if (shm_zone->shm.exists) {
         zone->table = zone->shpool->data;
     }
 
     if (zone->table != NULL) {
-        ngx_http_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
-                                          zone->table);
-        ngx_http_ratelimit_overrides_attach(zone, table + size,
-                                            shm_zone->shm.log);
+        ngx_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
+                                     zone->table);
+        ngx_ratelimit_overrides_attach(zone, table + size,
+                                       shm_zone->shm.log);
         return NGX_OK;
     }
 
     zone->table = table;
 
-    server = ngx_http_ratelimit_lease_server(zone, ozone, rs);
+    server = ngx_ratelimit_lease_server(zone, ozone, rs);
 
-    ngx_http_ratelimit_zero_zone(shm_zone, ozone != NULL);
+    ngx_ratelimit_zero_zone(shm_zone, ozone != NULL);
 
     rs->server = server;
-    ngx_http_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
-                                      zone->table);
+    ngx_ratelimit_sync_init_zone(zone->sync, zone->shpool, rs, journal,
+                                 zone->table);
 
     if (rl_table_init_names(zone->table, size, zone->blobs.elts,
                             zone->blobs.nelts, zone->nnames,
@@ -174,15 +191,15 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     zone->shpool->data = zone->table;
 
-    ngx_http_ratelimit_state_load(zone, shm_zone->shm.log);
+    ngx_ratelimit_state_load(zone, shm_zone->shm.log);
 
-    ngx_http_ratelimit_overrides_attach(zone, table + size, shm_zone->shm.log);
+    ngx_ratelimit_overrides_attach(zone, table + size, shm_zone->shm.log);
 
     /* its rules' counters are claimed by the first worker to start (the
        master never touches them: a zone of thousands of names would cost
        the master their pages too) */
 
-    ngx_http_ratelimit_zone_renewed(shm_zone);
+    ngx_ratelimit_zone_renewed(shm_zone);
 
     return NGX_OK;
 }
@@ -192,18 +209,18 @@ ngx_http_ratelimit_init_zone(ngx_shm_zone_t *shm_zone, void *data)
    its state starts empty. */
 
 static void
-ngx_http_ratelimit_zone_renewed(ngx_shm_zone_t *shm_zone)
+ngx_ratelimit_zone_renewed(ngx_shm_zone_t *shm_zone)
 {
-    ngx_shm_zone_t             *old;
-    ngx_http_ratelimit_zone_t  *zone, *was;
+    ngx_shm_zone_t        *old;
+    ngx_ratelimit_zone_t  *zone, *was;
 
     zone = shm_zone->data;
-    old = ngx_http_ratelimit_lookup_zone((ngx_list_t *)
-                                         &ngx_cycle->shared_memory,
-                                         &zone->name);
+    old = ngx_ratelimit_lookup_zone((ngx_list_t *)
+                                    &ngx_cycle->shared_memory,
+                                    &zone->name);
 
     if (old != NULL && old->shm.size != shm_zone->shm.size) {
-        was = (ngx_http_ratelimit_zone_t *) old->data;
+        was = (ngx_ratelimit_zone_t *) old->data;
 
         if (was->overrides != zone->overrides) {
             ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
@@ -216,9 +233,9 @@ ngx_http_ratelimit_zone_renewed(ngx_shm_zone_t *shm_zone)
                           "ratelimit_zone \"%V\" changed size from %uz to "
                           "%uz bytes: its state starts empty", &zone->name,
                           old->shm.size
-                          - ngx_http_ratelimit_overrides_bytes(was),
+                          - ngx_ratelimit_overrides_bytes(was),
                           shm_zone->shm.size
-                          - ngx_http_ratelimit_overrides_bytes(zone));
+                          - ngx_ratelimit_overrides_bytes(zone));
         }
 
     } else if (old != NULL) {
@@ -234,28 +251,28 @@ ngx_http_ratelimit_zone_renewed(ngx_shm_zone_t *shm_zone)
  * not another zone's, not its other one, and not one nginx writes (an
  * error or access log, the pid file), which a rename would replace and a
  * start would read as the zone's.  Names are compared resolved, relative
- * ones from the prefix (ngx_http_ratelimit_file_same).  Checked as nginx
+ * ones from the prefix (ngx_ratelimit_file_same).  Checked as nginx
  * makes the zone, before anything is read, when every file of the
  * configuration is known (nginx -t too): a zone's first, then the
  * other's; a pair of zones is met at each one's.
  */
 
-static const char  *ngx_http_ratelimit_file_params[] = {
+static const char  *ngx_ratelimit_file_params[] = {
     "state", "overrides_file"
 };
 
-#define ngx_http_ratelimit_zone_file_of(zone, k)                              \
+#define ngx_ratelimit_zone_file_of(zone, k)                                   \
     ((k) == 0 ? &(zone)->state_file : &(zone)->overrides_file)
 
 
 static ngx_int_t
-ngx_http_ratelimit_zone_files(ngx_http_ratelimit_zone_t *zone, ngx_log_t *log)
+ngx_ratelimit_zone_files(ngx_ratelimit_zone_t *zone, ngx_log_t *log)
 {
     ngx_uint_t  k;
 
     for (k = 0; k < 2; k++) {
-        if (ngx_http_ratelimit_zone_file_of(zone, k)->len
-            && ngx_http_ratelimit_zone_file(zone, k, log) != NGX_OK)
+        if (ngx_ratelimit_zone_file_of(zone, k)->len
+            && ngx_ratelimit_zone_file(zone, k, log) != NGX_OK)
         {
             return NGX_ERROR;
         }
@@ -266,18 +283,18 @@ ngx_http_ratelimit_zone_files(ngx_http_ratelimit_zone_t *zone, ngx_log_t *log)
 
 
 static ngx_int_t
-ngx_http_ratelimit_zone_file(ngx_http_ratelimit_zone_t *zone, ngx_uint_t k,
+ngx_ratelimit_zone_file(ngx_ratelimit_zone_t *zone, ngx_uint_t k,
     ngx_log_t *log)
 {
-    ngx_str_t                  *mine, *theirs, error_log;
-    ngx_uint_t                  i, j;
-    ngx_shm_zone_t             *shm;
-    ngx_open_file_t            *file;
-    ngx_list_part_t            *part;
-    ngx_core_conf_t            *ccf;
-    ngx_http_ratelimit_zone_t  *other;
+    ngx_str_t             *mine, *theirs, error_log;
+    ngx_uint_t             i, j;
+    ngx_shm_zone_t        *shm;
+    ngx_open_file_t       *file;
+    ngx_list_part_t       *part;
+    ngx_core_conf_t       *ccf;
+    ngx_ratelimit_zone_t  *other;
 
-    mine = ngx_http_ratelimit_zone_file_of(zone, k);
+    mine = ngx_ratelimit_zone_file_of(zone, k);
 
     for (part = &zone->cycle->shared_memory.part; part; part = part->next) {
         shm = part->elts;
@@ -285,14 +302,14 @@ ngx_http_ratelimit_zone_file(ngx_http_ratelimit_zone_t *zone, ngx_uint_t k,
         for (i = 0; i < part->nelts; i++) {
             other = shm[i].data;
 
-            if (shm[i].tag != &ngx_http_ratelimit_module || other == NULL) {
+            if (shm[i].tag != &ngx_ratelimit_zone_tag || other == NULL) {
                 continue;
             }
 
             for (j = (other == zone) ? k + 1 : 0; j < 2; j++) {
-                theirs = ngx_http_ratelimit_zone_file_of(other, j);
+                theirs = ngx_ratelimit_zone_file_of(other, j);
 
-                if (!ngx_http_ratelimit_file_same(mine, theirs)) {
+                if (!ngx_ratelimit_file_same(mine, theirs)) {
                     continue;
                 }
 
@@ -302,9 +319,9 @@ ngx_http_ratelimit_zone_file(ngx_http_ratelimit_zone_t *zone, ngx_uint_t k,
                               "(in %s:%ui) are one file: expected a file of "
                               "its own for each zone's state= and "
                               "overrides_file=",
-                              ngx_http_ratelimit_file_params[k], mine,
+                              ngx_ratelimit_file_params[k], mine,
                               &zone->name, zone->file, zone->line,
-                              ngx_http_ratelimit_file_params[j], theirs,
+                              ngx_ratelimit_file_params[j], theirs,
                               &other->name, other->file, other->line);
                 return NGX_ERROR;
             }
@@ -322,8 +339,8 @@ ngx_http_ratelimit_zone_file(ngx_http_ratelimit_zone_t *zone, ngx_uint_t k,
         return NGX_ERROR;
     }
 
-    theirs = ngx_http_ratelimit_file_same(mine, &error_log) ? &error_log
-             : ccf && ngx_http_ratelimit_file_same(mine, &ccf->pid)
+    theirs = ngx_ratelimit_file_same(mine, &error_log) ? &error_log
+             : ccf && ngx_ratelimit_file_same(mine, &ccf->pid)
              ? &ccf->pid : NULL;
 
     for (part = &zone->cycle->open_files.part; part && !theirs;
@@ -332,7 +349,7 @@ ngx_http_ratelimit_zone_file(ngx_http_ratelimit_zone_t *zone, ngx_uint_t k,
         file = part->elts;
 
         for (i = 0; i < part->nelts && !theirs; i++) {
-            if (ngx_http_ratelimit_file_same(mine, &file[i].name)) {
+            if (ngx_ratelimit_file_same(mine, &file[i].name)) {
                 theirs = &file[i].name;
             }
         }
@@ -345,7 +362,7 @@ ngx_http_ratelimit_zone_file(ngx_http_ratelimit_zone_t *zone, ngx_uint_t k,
                       "error_log, an access_log, the pid file): expected a "
                       "file of its own for each zone's state= and "
                       "overrides_file=",
-                      ngx_http_ratelimit_file_params[k], mine, &zone->name,
+                      ngx_ratelimit_file_params[k], mine, &zone->name,
                       zone->file, zone->line, theirs);
         return NGX_ERROR;
     }
@@ -356,7 +373,7 @@ ngx_http_ratelimit_zone_file(ngx_http_ratelimit_zone_t *zone, ngx_uint_t k,
 
 /*
  * A zone made again by a reload keeps the server's id in its leases' names
- * (ngx_http_ratelimit_redis_server_id): the old workers' requests hold
+ * (ngx_ratelimit_redis_server_id): the old workers' requests hold
  * leases named with it, which the new workers count as this server's.  It
  * is read before the zone is cleared: from the same memory (ozone: a zone
  * of the same name and size), or from the previous cycle's zone of the
@@ -364,25 +381,25 @@ ngx_http_ratelimit_zone_file(ngx_http_ratelimit_zone_t *zone, ngx_uint_t k,
  */
 
 static ngx_atomic_uint_t
-ngx_http_ratelimit_lease_server(ngx_http_ratelimit_zone_t *zone,
-    ngx_http_ratelimit_zone_t *ozone, ngx_http_ratelimit_redis_stats_t *rs)
+ngx_ratelimit_lease_server(ngx_ratelimit_zone_t *zone,
+    ngx_ratelimit_zone_t *ozone, ngx_ratelimit_redis_stats_t *rs)
 {
-    ngx_shm_zone_t             *old;
-    ngx_http_ratelimit_zone_t  *was;
+    ngx_shm_zone_t        *old;
+    ngx_ratelimit_zone_t  *was;
 
     if (ozone != NULL) {
         return rs->server;
     }
 
-    old = ngx_http_ratelimit_lookup_zone((ngx_list_t *)
-                                         &ngx_cycle->shared_memory,
-                                         &zone->name);
+    old = ngx_ratelimit_lookup_zone((ngx_list_t *)
+                                    &ngx_cycle->shared_memory,
+                                    &zone->name);
 
     if (old == NULL || old->data == NULL) {
         return 0;
     }
 
-    was = (ngx_http_ratelimit_zone_t *) old->data;
+    was = (ngx_ratelimit_zone_t *) old->data;
 
     if (was->redis == NULL || was->redis->stats == NULL) {
         return 0;
@@ -399,7 +416,7 @@ ngx_http_ratelimit_lease_server(ngx_http_ratelimit_zone_t *zone,
  */
 
 static void
-ngx_http_ratelimit_kept_names(ngx_http_ratelimit_zone_t *zone, ngx_log_t *log)
+ngx_ratelimit_kept_names(ngx_ratelimit_zone_t *zone, ngx_log_t *log)
 {
     if (rl_table_rule_room(zone->table) < zone->nnames) {
         ngx_log_error(NGX_LOG_WARN, log, 0,
@@ -427,7 +444,7 @@ ngx_http_ratelimit_kept_names(ngx_http_ratelimit_zone_t *zone, ngx_log_t *log)
  */
 
 static void
-ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone, ngx_uint_t reused)
+ngx_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone, ngx_uint_t reused)
 {
     u_char           *from, *to, *end;
     ngx_slab_pool_t  *sp;
@@ -453,26 +470,26 @@ ngx_http_ratelimit_zero_zone(ngx_shm_zone_t *shm_zone, ngx_uint_t reused)
  */
 
 static size_t
-ngx_http_ratelimit_refusals_size(ngx_http_ratelimit_zone_t *zone,
+ngx_ratelimit_refusals_size(ngx_ratelimit_zone_t *zone,
     size_t zone_size)
 {
     return zone->redis
            ? ngx_align(rl_refusals_size(zone_size
-                                  - ngx_http_ratelimit_overrides_bytes(zone)),
+                                  - ngx_ratelimit_overrides_bytes(zone)),
                        64)
            : 0;
 }
 
 
 size_t
-ngx_http_ratelimit_table_size(ngx_http_ratelimit_zone_t *zone,
+ngx_ratelimit_table_size(ngx_ratelimit_zone_t *zone,
     size_t zone_size)
 {
     return (zone_size - ngx_align(sizeof(ngx_slab_pool_t), 64)
-            - ngx_align(sizeof(ngx_http_ratelimit_redis_stats_t), 64)
-            - ngx_http_ratelimit_refusals_size(zone, zone_size)
-            - ngx_http_ratelimit_sync_bytes(zone->sync)
-            - ngx_http_ratelimit_overrides_bytes(zone))
+            - ngx_align(sizeof(ngx_ratelimit_redis_stats_t), 64)
+            - ngx_ratelimit_refusals_size(zone, zone_size)
+            - ngx_ratelimit_sync_bytes(zone->sync)
+            - ngx_ratelimit_overrides_bytes(zone))
            & ~(size_t) 63;
 }
 
@@ -482,12 +499,12 @@ ngx_http_ratelimit_table_size(ngx_http_ratelimit_zone_t *zone,
  * NULL after the last.
  */
 
-static ngx_http_ratelimit_zone_t *
-ngx_http_ratelimit_next_zone(ngx_cycle_t *cycle, ngx_list_part_t **part,
+static ngx_ratelimit_zone_t *
+ngx_ratelimit_next_zone(ngx_cycle_t *cycle, ngx_list_part_t **part,
     ngx_uint_t *i)
 {
-    ngx_shm_zone_t             *shm;
-    ngx_http_ratelimit_zone_t  *zone;
+    ngx_shm_zone_t        *shm;
+    ngx_ratelimit_zone_t  *zone;
 
     if (*part == NULL) {
         *part = &cycle->shared_memory.part;
@@ -507,7 +524,7 @@ ngx_http_ratelimit_next_zone(ngx_cycle_t *cycle, ngx_list_part_t **part,
         shm = (ngx_shm_zone_t *) (*part)->elts + (*i)++;
         zone = shm->data;
 
-        if (shm->tag == &ngx_http_ratelimit_module && zone != NULL
+        if (shm->tag == &ngx_ratelimit_zone_tag && zone != NULL
             && zone->table != NULL)
         {
             return zone;
@@ -522,20 +539,20 @@ ngx_http_ratelimit_next_zone(ngx_cycle_t *cycle, ngx_list_part_t **part,
  */
 
 ngx_int_t
-ngx_http_ratelimit_each_zone(ngx_cycle_t *cycle,
-    ngx_http_ratelimit_each_zone_pt each, void *data)
+ngx_ratelimit_each_zone(ngx_cycle_t *cycle,
+    ngx_ratelimit_each_zone_pt each, void *data)
 {
-    ngx_int_t                   rc;
-    ngx_uint_t                  i;
-    ngx_list_part_t            *part;
-    ngx_http_ratelimit_zone_t  *zone;
+    ngx_int_t              rc;
+    ngx_uint_t             i;
+    ngx_list_part_t       *part;
+    ngx_ratelimit_zone_t  *zone;
 
     part = NULL;
     i = 0;
     rc = NGX_OK;
 
     while (rc == NGX_OK
-           && (zone = ngx_http_ratelimit_next_zone(cycle, &part, &i)) != NULL)
+           && (zone = ngx_ratelimit_next_zone(cycle, &part, &i)) != NULL)
     {
         rc = each(zone, data);
     }
@@ -547,9 +564,9 @@ ngx_http_ratelimit_each_zone(ngx_cycle_t *cycle,
 /* A zone of this module in a cycle by its name, or NULL. */
 
 static ngx_int_t
-ngx_http_ratelimit_named(ngx_http_ratelimit_zone_t *zone, void *data)
+ngx_ratelimit_named(ngx_ratelimit_zone_t *zone, void *data)
 {
-    ngx_http_ratelimit_zone_t  **found = data;
+    ngx_ratelimit_zone_t  **found = data;
 
     if (zone->name.len == (*found)->name.len
         && ngx_strncmp(zone->name.data, (*found)->name.data, zone->name.len)
@@ -563,15 +580,15 @@ ngx_http_ratelimit_named(ngx_http_ratelimit_zone_t *zone, void *data)
 }
 
 
-ngx_http_ratelimit_zone_t *
-ngx_http_ratelimit_find_zone(ngx_cycle_t *cycle, ngx_str_t *name)
+ngx_ratelimit_zone_t *
+ngx_ratelimit_find_zone(ngx_cycle_t *cycle, ngx_str_t *name)
 {
-    ngx_http_ratelimit_zone_t   key, *found;
+    ngx_ratelimit_zone_t  key, *found;
 
     key.name = *name;
     found = &key;
 
-    if (ngx_http_ratelimit_each_zone(cycle, ngx_http_ratelimit_named, &found)
+    if (ngx_ratelimit_each_zone(cycle, ngx_ratelimit_named, &found)
         != NGX_DONE)
     {
         return NULL;
@@ -585,18 +602,18 @@ ngx_http_ratelimit_find_zone(ngx_cycle_t *cycle, ngx_str_t *name)
  * Finds every rule's counters in its zone, claiming slots for new names, in
  * the order of the configuration: when the stats are asked for (lock = 0:
  * the caller holds the zone's lock), so that they list every name.  A rule
- * finds its own on its first request (ngx_http_ratelimit_counters): a
+ * finds its own on its first request (ngx_ratelimit_counters): a
  * worker touches no counters of names nobody uses or asks about.
  */
 
 void
-ngx_http_ratelimit_claim_stats(ngx_http_ratelimit_zone_t *zone,
+ngx_ratelimit_claim_stats(ngx_ratelimit_zone_t *zone,
     ngx_uint_t lock)
 {
-    ngx_uint_t                   i;
-    ngx_http_ratelimit_rule_t  **rules;
+    ngx_uint_t              i;
+    ngx_ratelimit_rule_t  **rules;
 
-    if (ngx_http_ratelimit_slots(zone) != NGX_OK
+    if (ngx_ratelimit_slots(zone) != NGX_OK
         || (lock && !ngx_shmtx_trylock(&zone->shpool->mutex)))
     {
         return;
@@ -606,7 +623,7 @@ ngx_http_ratelimit_claim_stats(ngx_http_ratelimit_zone_t *zone,
 
     for (i = 0; i < zone->rules.nelts; i++) {
         if (zone->slots[rules[i]->name_index]
-            == NGX_HTTP_RATELIMIT_STATS_UNKNOWN)
+            == NGX_RATELIMIT_STATS_UNKNOWN)
         {
             zone->slots[rules[i]->name_index] =
                 rl_table_rule_slot(zone->table, rules[i]->rule.name);
@@ -630,22 +647,22 @@ ngx_http_ratelimit_claim_stats(ngx_http_ratelimit_zone_t *zone,
  */
 
 int
-ngx_http_ratelimit_counters(ngx_log_t *log, ngx_http_ratelimit_rule_t *rule)
+ngx_ratelimit_counters(ngx_log_t *log, ngx_ratelimit_rule_t *rule)
 {
-    int32_t                    *slot;
-    ngx_http_ratelimit_zone_t  *zone;
+    int32_t               *slot;
+    ngx_ratelimit_zone_t  *zone;
 
     zone = rule->shm_zone->data;
 
     if (zone->slots == NULL
-        && ngx_http_ratelimit_slots(zone) != NGX_OK)
+        && ngx_ratelimit_slots(zone) != NGX_OK)
     {
         return 0;
     }
 
     slot = &zone->slots[rule->name_index];
 
-    if (*slot != NGX_HTTP_RATELIMIT_STATS_UNKNOWN) {
+    if (*slot != NGX_RATELIMIT_STATS_UNKNOWN) {
         return *slot + 1;
     }
 
@@ -672,7 +689,7 @@ ngx_http_ratelimit_counters(ngx_log_t *log, ngx_http_ratelimit_rule_t *rule)
  */
 
 static ngx_int_t
-ngx_http_ratelimit_slots(ngx_http_ratelimit_zone_t *zone)
+ngx_ratelimit_slots(ngx_ratelimit_zone_t *zone)
 {
     ngx_uint_t  i;
 
@@ -687,7 +704,7 @@ ngx_http_ratelimit_slots(ngx_http_ratelimit_zone_t *zone)
     }
 
     for (i = 0; i < zone->nnames; i++) {
-        zone->slots[i] = NGX_HTTP_RATELIMIT_STATS_UNKNOWN;
+        zone->slots[i] = NGX_RATELIMIT_STATS_UNKNOWN;
     }
 
     return NGX_OK;
@@ -696,15 +713,15 @@ ngx_http_ratelimit_slots(ngx_http_ratelimit_zone_t *zone)
 
 /*
  * The first rule of a zone with this name, in this configuration: found
- * among its names, sorted (ngx_http_ratelimit_zone_names).
+ * among its names, sorted (ngx_ratelimit_zone_names).
  */
 
-ngx_http_ratelimit_rule_t *
-ngx_http_ratelimit_zone_rule(ngx_http_ratelimit_zone_t *zone, ngx_str_t *name)
+ngx_ratelimit_rule_t *
+ngx_ratelimit_zone_rule(ngx_ratelimit_zone_t *zone, ngx_str_t *name)
 {
-    ngx_int_t                   c;
-    ngx_uint_t                  lo, hi, mid;
-    ngx_http_ratelimit_rule_t  *rule;
+    ngx_int_t              c;
+    ngx_uint_t             lo, hi, mid;
+    ngx_ratelimit_rule_t  *rule;
 
     lo = 0;
     hi = zone->nnames;
@@ -735,11 +752,11 @@ ngx_http_ratelimit_zone_rule(ngx_http_ratelimit_zone_t *zone, ngx_str_t *name)
 /* The keys the rule counted in a slot refuses most, read under the lock. */
 
 void
-ngx_http_ratelimit_top(ngx_http_ratelimit_zone_t *zone, int slot,
+ngx_ratelimit_top(ngx_ratelimit_zone_t *zone, int slot,
     rl_top_t *top)
 {
     ngx_shmtx_lock(&zone->shpool->mutex);
-    rl_table_top(zone->table, slot, ngx_http_ratelimit_now(), top);
+    rl_table_top(zone->table, slot, ngx_ratelimit_now(), top);
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
 
@@ -748,19 +765,19 @@ ngx_http_ratelimit_top(ngx_http_ratelimit_zone_t *zone, int slot,
  * Locks (lock = 1) or unlocks the zones of a request of several zones, each
  * once, in the order the core gives (rq->order: by address, so that two
  * requests never wait for each other).  A request of one zone locks it in
- * ngx_http_ratelimit_lock() (module.h).
+ * ngx_ratelimit_lock() (module.h).
  */
 
 void
-ngx_http_ratelimit_lock_all(rl_request_t *rq, ngx_uint_t lock)
+ngx_ratelimit_lock_all(rl_request_t *rq, ngx_uint_t lock)
 {
-    uint32_t                    i, m;
-    ngx_http_ratelimit_zone_t  *zone;
+    uint32_t               i, m;
+    ngx_ratelimit_zone_t  *zone;
 
     m = rq->locks;
 
     for (i = 0; i < m; i++) {
-        zone = ngx_http_ratelimit_zone_of(ngx_http_ratelimit_rule_of(
+        zone = ngx_ratelimit_zone_of(ngx_ratelimit_rule_of(
                    &rq->checks[rq->order[lock ? i : m - 1 - i]]));
 
         if (lock) {
@@ -770,4 +787,73 @@ ngx_http_ratelimit_lock_all(rl_request_t *rq, ngx_uint_t lock)
             ngx_shmtx_unlock(&zone->shpool->mutex);
         }
     }
+}
+
+
+/*
+ * A worker's start: in zones kept across a reload, its rules' counters
+ * looked up; each zone's exchange with Redis, state file and overrides
+ * started.  As it exits, its Redis connections are closed and exchanges
+ * stopped; as the master exits, after its workers, each zone's state file
+ * is written.
+ */
+
+ngx_int_t
+ngx_ratelimit_zones_start(ngx_cycle_t *cycle)
+{
+    return ngx_ratelimit_each_zone(cycle, ngx_ratelimit_start_zone, NULL);
+}
+
+
+static ngx_int_t
+ngx_ratelimit_start_zone(ngx_ratelimit_zone_t *zone, void *data)
+{
+    if (zone->sync != NULL) {
+        ngx_ratelimit_sync_start(zone->sync);
+    }
+
+    if (ngx_ratelimit_state_start(zone, (ngx_cycle_t *) ngx_cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_ratelimit_overrides_start(zone, (ngx_cycle_t *) ngx_cycle);
+}
+
+
+void
+ngx_ratelimit_zones_stop(ngx_cycle_t *cycle)
+{
+    (void) ngx_ratelimit_each_zone(cycle, ngx_ratelimit_stop_zone, NULL);
+}
+
+
+static ngx_int_t
+ngx_ratelimit_stop_zone(ngx_ratelimit_zone_t *zone, void *data)
+{
+    if (zone->redis != NULL) {
+        ngx_ratelimit_redis_close(zone->redis);
+    }
+
+    if (zone->sync != NULL) {
+        ngx_ratelimit_sync_stop(zone->sync);
+    }
+
+    return NGX_OK;
+}
+
+
+void
+ngx_ratelimit_zones_save(ngx_cycle_t *cycle)
+{
+    (void) ngx_ratelimit_each_zone(cycle, ngx_ratelimit_save_zone,
+                                   cycle->log);
+}
+
+
+static ngx_int_t
+ngx_ratelimit_save_zone(ngx_ratelimit_zone_t *zone, void *data)
+{
+    ngx_ratelimit_state_save(zone, data);
+
+    return NGX_OK;
 }

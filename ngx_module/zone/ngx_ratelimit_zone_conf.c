@@ -4,7 +4,7 @@
  * parameters: overrides, state file, Redis) and, once the configuration
  * is read, the checks of its zones: every rule's zone declared, names
  * counted, a Redis zone's rules decidable there, the zone big enough for
- * its rules' states.  At run time a zone is ngx_http_ratelimit_zone.c's.
+ * its rules' states.  At run time a zone is ngx_ratelimit_zone.c's.
  */
 
 
@@ -17,24 +17,37 @@
 
 
 /* The documented minimum: room for the slab pool header and the table. */
-#define NGX_HTTP_RATELIMIT_ZONE_MIN          (32 * 1024)
+#define NGX_RATELIMIT_ZONE_MIN          (32 * 1024)
 
 
-static void ngx_http_ratelimit_bad_size(ngx_conf_t *cf, ngx_str_t *value,
+static void ngx_ratelimit_bad_size(ngx_conf_t *cf, ngx_str_t *value,
     ngx_str_t *name);
-static ngx_int_t ngx_http_ratelimit_zone_state(ngx_conf_t *cf,
-    ngx_str_t *name, ngx_http_ratelimit_redis_t *redis,
-    ngx_http_ratelimit_zone_t *zone);
-static ngx_int_t ngx_http_ratelimit_zone_params(ngx_conf_t *cf,
-    ngx_str_t *name, ssize_t size, ngx_http_ratelimit_redis_t **redis,
-    ngx_http_ratelimit_sync_t **sync, ngx_uint_t *overrides,
-    ngx_str_t *overrides_file);
-static ngx_int_t ngx_http_ratelimit_check_layout(ngx_conf_t *cf,
+static ngx_int_t ngx_ratelimit_zone_state(ngx_conf_t *cf,
+    ngx_str_t *name, ngx_ratelimit_redis_t *redis,
+    ngx_ratelimit_zone_t *zone);
+static ngx_int_t ngx_ratelimit_zone_params(ngx_conf_t *cf,
+    ngx_ratelimit_conf_t *conf, ngx_str_t *name, ssize_t size,
+    ngx_ratelimit_redis_t **redis, ngx_ratelimit_sync_t **sync,
+    ngx_uint_t *overrides, ngx_str_t *overrides_file);
+static ngx_int_t ngx_ratelimit_check_layout(ngx_conf_t *cf,
     ngx_shm_zone_t *shm_zone);
-static ngx_int_t ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
-    ngx_http_ratelimit_zone_ref_t *ref);
-static ngx_int_t ngx_http_ratelimit_zone_names(ngx_conf_t *cf,
-    ngx_http_ratelimit_main_conf_t *rmcf);
+static ngx_int_t ngx_ratelimit_check_redis_rule(ngx_conf_t *cf,
+    ngx_ratelimit_zone_ref_t *ref);
+static ngx_int_t ngx_ratelimit_zone_names(ngx_conf_t *cf,
+    ngx_ratelimit_conf_t *conf);
+
+
+/*
+ * The rule i of a reference's location, whatever the protocol's rule that
+ * holds it: its first member is the part the zone knows.
+ */
+
+static ngx_inline ngx_ratelimit_rule_t *
+ngx_ratelimit_ref_rule(ngx_ratelimit_zone_ref_t *ref, ngx_uint_t i)
+{
+    return (ngx_ratelimit_rule_t *) ((u_char *) ref->rules->elts
+                                     + i * ref->rules->size);
+}
 
 
 /*
@@ -45,16 +58,16 @@ static ngx_int_t ngx_http_ratelimit_zone_names(ngx_conf_t *cf,
  */
 
 ngx_int_t
-ngx_http_ratelimit_zone_name(ngx_conf_t *cf, const char *directive,
+ngx_ratelimit_zone_name(ngx_conf_t *cf, const char *directive,
     ngx_str_t *name)
 {
-    u_char  shown[NGX_HTTP_RATELIMIT_KEY_ESCAPED], *last;
+    u_char  shown[NGX_RATELIMIT_KEY_ESCAPED], *last;
 
     if (rl_name_valid((const char *) name->data, name->len)) {
         return NGX_OK;
     }
 
-    last = ngx_http_ratelimit_escape_key(shown, name->data, name->len);
+    last = ngx_ratelimit_escape_key(shown, name->data, name->len);
 
     ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                        "\"%s\" directive: invalid zone name \"%*s\": "
@@ -71,7 +84,7 @@ ngx_http_ratelimit_zone_name(ngx_conf_t *cf, const char *directive,
  */
 
 static void
-ngx_http_ratelimit_bad_size(ngx_conf_t *cf, ngx_str_t *value, ngx_str_t *name)
+ngx_ratelimit_bad_size(ngx_conf_t *cf, ngx_str_t *value, ngx_str_t *name)
 {
     ssize_t  g;
 
@@ -96,35 +109,38 @@ ngx_http_ratelimit_bad_size(ngx_conf_t *cf, ngx_str_t *value, ngx_str_t *name)
 }
 
 
-/* ratelimit_zone NAME SIZE [overrides=N] [overrides_file=PATH] [redis=...]; */
+/*
+ * ratelimit_zone NAME SIZE [overrides=N] [overrides_file=PATH] [redis=...];
+ * in a protocol's block (conf: its module's).
+ */
 
 char *
-ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+ngx_ratelimit_zone_declare(ngx_conf_t *cf, ngx_ratelimit_conf_t *conf)
 {
-    ssize_t                     size;
-    ngx_str_t                   overrides_file;
-    ngx_uint_t                  overrides;
-    ngx_http_ratelimit_redis_t *redis;
-    ngx_http_ratelimit_sync_t  *sync;
-    ngx_str_t                  *value, name;
-    ngx_shm_zone_t             *shm_zone;
-    ngx_http_ratelimit_zone_t  *zone;
+    ssize_t                 size;
+    ngx_str_t               overrides_file;
+    ngx_uint_t              overrides;
+    ngx_ratelimit_redis_t  *redis;
+    ngx_ratelimit_sync_t   *sync;
+    ngx_str_t              *value, name;
+    ngx_shm_zone_t         *shm_zone;
+    ngx_ratelimit_zone_t   *zone;
 
     value = cf->args->elts;
     name = value[1];
 
-    if (ngx_http_ratelimit_zone_name(cf, "ratelimit_zone", &name) != NGX_OK) {
+    if (ngx_ratelimit_zone_name(cf, "ratelimit_zone", &name) != NGX_OK) {
         return NGX_CONF_ERROR;
     }
 
     size = ngx_parse_size(&value[2]);
 
     if (size == NGX_ERROR) {
-        ngx_http_ratelimit_bad_size(cf, &value[2], &name);
+        ngx_ratelimit_bad_size(cf, &value[2], &name);
         return NGX_CONF_ERROR;
     }
 
-    if (size < NGX_HTTP_RATELIMIT_ZONE_MIN) {
+    if (size < NGX_RATELIMIT_ZONE_MIN) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"ratelimit_zone\" directive: size \"%V\" of zone "
                            "\"%V\" is too small: the minimum is 32k",
@@ -137,8 +153,8 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     overrides = NGX_CONF_UNSET_UINT;
     ngx_str_null(&overrides_file);
 
-    if (ngx_http_ratelimit_zone_params(cf, &name, size, &redis, &sync,
-                                       &overrides, &overrides_file)
+    if (ngx_ratelimit_zone_params(cf, conf, &name, size, &redis, &sync,
+                                  &overrides, &overrides_file)
         != NGX_OK)
     {
         return NGX_CONF_ERROR;
@@ -152,18 +168,18 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
      */
 
     if (overrides == NGX_CONF_UNSET_UINT) {
-        overrides = redis ? 0 : NGX_HTTP_RATELIMIT_OVERRIDES_DEFAULT;
+        overrides = redis ? 0 : NGX_RATELIMIT_OVERRIDES_DEFAULT;
     }
 
-    shm_zone = ngx_http_ratelimit_lookup_zone(&cf->cycle->shared_memory,
-                                              &name);
+    shm_zone = ngx_ratelimit_lookup_zone(&cf->cycle->shared_memory,
+                                         &name);
 
     if (shm_zone != NULL && shm_zone->data != NULL) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"ratelimit_zone\" directive: zone \"%V\" is "
                            "already declared (size %uz): each zone is "
                            "declared once", &name, shm_zone->shm.size
-                           - ngx_http_ratelimit_overrides_bytes(
+                           - ngx_ratelimit_overrides_bytes(
                                  shm_zone->data));
         return NGX_CONF_ERROR;
     }
@@ -175,18 +191,18 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                                              ? ngx_align(rl_overrides_size(
                                                              overrides), 64)
                                              : 0),
-                                     &ngx_http_ratelimit_module);
+                                     &ngx_ratelimit_zone_tag);
     if (shm_zone == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    zone = ngx_pcalloc(cf->pool, sizeof(ngx_http_ratelimit_zone_t));
+    zone = ngx_pcalloc(cf->pool, sizeof(ngx_ratelimit_zone_t));
     if (zone == NULL) {
         return NGX_CONF_ERROR;
     }
 
     /* zone->rules: made to its size once every rule is read
-       (ngx_http_ratelimit_zones_init) */
+       (ngx_ratelimit_zones_init) */
 
     if (ngx_array_init(&zone->blobs, cf->pool, 2, sizeof(uint32_t))
         != NGX_OK)
@@ -200,14 +216,15 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     zone->file = cf->conf_file->file.name.data;
     zone->line = cf->conf_file->line;
     zone->cycle = cf->cycle;
+    zone->conf = conf;
     zone->overrides = overrides;
     zone->overrides_file = overrides_file;
 
-    if (ngx_http_ratelimit_zone_state(cf, &name, redis, zone) != NGX_OK) {
+    if (ngx_ratelimit_zone_state(cf, &name, redis, zone) != NGX_OK) {
         return NGX_CONF_ERROR;
     }
 
-    shm_zone->init = ngx_http_ratelimit_init_zone;
+    shm_zone->init = ngx_ratelimit_init_zone;
     shm_zone->data = zone;
 
     return NGX_CONF_OK;
@@ -217,9 +234,10 @@ ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 /* The parameters of ratelimit_zone after NAME and SIZE. */
 
 static ngx_int_t
-ngx_http_ratelimit_zone_params(ngx_conf_t *cf, ngx_str_t *name, ssize_t size,
-    ngx_http_ratelimit_redis_t **redis, ngx_http_ratelimit_sync_t **sync,
-    ngx_uint_t *overrides, ngx_str_t *overrides_file)
+ngx_ratelimit_zone_params(ngx_conf_t *cf, ngx_ratelimit_conf_t *conf,
+    ngx_str_t *name, ssize_t size, ngx_ratelimit_redis_t **redis,
+    ngx_ratelimit_sync_t **sync, ngx_uint_t *overrides,
+    ngx_str_t *overrides_file)
 {
     ngx_int_t    rc;
     ngx_uint_t   i;
@@ -228,21 +246,21 @@ ngx_http_ratelimit_zone_params(ngx_conf_t *cf, ngx_str_t *name, ssize_t size,
     value = cf->args->elts;
 
     for (i = 3; i < cf->args->nelts; i++) {
-        rc = ngx_http_ratelimit_overrides_param(cf, &value[i], name,
-                                                overrides, overrides_file);
+        rc = ngx_ratelimit_overrides_param(cf, &value[i], name,
+                                           overrides, overrides_file);
 
         if (rc == NGX_DECLINED
             && ngx_strncmp(value[i].data, "state", 5) == 0)
         {
-            continue;   /* ngx_http_ratelimit_zone_state()'s */
+            continue;   /* ngx_ratelimit_zone_state()'s */
         }
 
         if (rc == NGX_DECLINED) {
-            rc = ngx_http_ratelimit_sync_param(cf, sync, &value[i], name);
+            rc = ngx_ratelimit_sync_param(cf, sync, &value[i], name);
         }
 
         if (rc == NGX_DECLINED) {
-            rc = ngx_http_ratelimit_redis_param(cf, redis, &value[i], name);
+            rc = ngx_ratelimit_redis_param(cf, redis, &value[i], name);
         }
 
         if (rc == NGX_ERROR) {
@@ -262,13 +280,13 @@ ngx_http_ratelimit_zone_params(ngx_conf_t *cf, ngx_str_t *name, ssize_t size,
     }
 
     if (*redis != NULL
-        && ngx_http_ratelimit_redis_finish(cf, *redis, name) != NGX_CONF_OK)
+        && ngx_ratelimit_redis_finish(cf, conf, *redis, name) != NGX_CONF_OK)
     {
         return NGX_ERROR;
     }
 
     if (*sync != NULL
-        && ngx_http_ratelimit_sync_finish(cf, *sync, *redis, name, size)
+        && ngx_ratelimit_sync_finish(cf, *sync, *redis, name, size)
            != NGX_OK)
     {
         return NGX_ERROR;
@@ -297,20 +315,20 @@ ngx_http_ratelimit_zone_params(ngx_conf_t *cf, ngx_str_t *name, ssize_t size,
 /* state=, state_interval= of ratelimit_zone: a local zone's. */
 
 static ngx_int_t
-ngx_http_ratelimit_zone_state(ngx_conf_t *cf, ngx_str_t *name,
-    ngx_http_ratelimit_redis_t *redis, ngx_http_ratelimit_zone_t *zone)
+ngx_ratelimit_zone_state(ngx_conf_t *cf, ngx_str_t *name,
+    ngx_ratelimit_redis_t *redis, ngx_ratelimit_zone_t *zone)
 {
     ngx_int_t    rc;
     ngx_uint_t   i;
     ngx_str_t   *value;
 
     value = cf->args->elts;
-    zone->state_interval = NGX_HTTP_RATELIMIT_STATE_INTERVAL;
+    zone->state_interval = NGX_RATELIMIT_STATE_INTERVAL;
 
     for (i = 3; i < cf->args->nelts; i++) {
-        rc = ngx_http_ratelimit_state_param(cf, &value[i], name,
-                                            &zone->state_file,
-                                            &zone->state_interval);
+        rc = ngx_ratelimit_state_param(cf, &value[i], name,
+                                       &zone->state_file,
+                                       &zone->state_interval);
         if (rc == NGX_ERROR) {
             return NGX_ERROR;
         }
@@ -335,7 +353,7 @@ ngx_http_ratelimit_zone_state(ngx_conf_t *cf, ngx_str_t *name,
         return NGX_ERROR;
     }
 
-    /* a file is one zone's, for one use: ngx_http_ratelimit_zone_files */
+    /* a file is one zone's, for one use: ngx_ratelimit_zone_files */
 
     return NGX_OK;
 }
@@ -351,14 +369,14 @@ ngx_http_ratelimit_zone_state(ngx_conf_t *cf, ngx_str_t *name,
  */
 
 static ngx_int_t
-ngx_http_ratelimit_check_layout(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone)
+ngx_ratelimit_check_layout(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone)
 {
-    u_char                     *p;
-    size_t                      size;
-    uint32_t                    crc;
-    ngx_uint_t                  i;
-    ngx_http_ratelimit_zone_t  *zone;
-    char                        err[RL_ERR_MAX];
+    u_char                *p;
+    size_t                 size;
+    uint32_t               crc;
+    ngx_uint_t             i;
+    ngx_ratelimit_zone_t  *zone;
+    char                   err[RL_ERR_MAX];
 
     zone = shm_zone->data;
 
@@ -369,7 +387,7 @@ ngx_http_ratelimit_check_layout(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone)
     }
 
     zone->planned = 1;
-    size = ngx_http_ratelimit_table_size(zone, shm_zone->shm.size);
+    size = ngx_ratelimit_table_size(zone, shm_zone->shm.size);
 
     if (rl_table_plan_names(size, zone->blobs.elts, zone->blobs.nelts,
                             zone->nnames,
@@ -382,7 +400,7 @@ ngx_http_ratelimit_check_layout(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone)
                       "\"ratelimit_zone\" directive: zone \"%V\" of size %uz "
                       "is %s, declared in %s:%ui", &zone->name,
                       shm_zone->shm.size
-                      - ngx_http_ratelimit_overrides_bytes(zone),
+                      - ngx_ratelimit_overrides_bytes(zone),
                       err, zone->file, zone->line);
         return NGX_ERROR;
     }
@@ -424,20 +442,19 @@ ngx_http_ratelimit_check_layout(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone)
  */
 
 static ngx_int_t
-ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
-    ngx_http_ratelimit_zone_ref_t *ref)
+ngx_ratelimit_check_redis_rule(ngx_conf_t *cf,
+    ngx_ratelimit_zone_ref_t *ref)
 {
-    ngx_uint_t                  j;
-    ngx_http_ratelimit_rule_t  *rule, *rules;
-    ngx_http_ratelimit_zone_t  *zone, *other;
-    char                        err[RL_ERR_MAX];
+    ngx_uint_t             j;
+    ngx_ratelimit_rule_t  *rule, *near;
+    ngx_ratelimit_zone_t  *zone, *other;
+    char                   err[RL_ERR_MAX];
 
-    rules = ref->rules->elts;
-    rule = &rules[ref->index];
+    rule = ngx_ratelimit_ref_rule(ref, ref->index);
     zone = ref->shm_zone->data;
 
     for (j = 0; j < ref->rules->nelts; j++) {
-        other = rules[j].shm_zone->data;
+        other = ngx_ratelimit_ref_rule(ref, j)->shm_zone->data;
 
         if (other != NULL && other != zone
             && (zone->redis != NULL || other->redis != NULL))
@@ -458,24 +475,26 @@ ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
     for (j = 0; zone->redis != NULL && zone->redis->cluster
                 && j < ref->rules->nelts; j++)
     {
-        if (rules[j].key->value.len != rule->key->value.len
-            || ngx_strncmp(rules[j].key->value.data, rule->key->value.data,
-                           rule->key->value.len) != 0)
+        near = ngx_ratelimit_ref_rule(ref, j);
+
+        if (near->key.len != rule->key.len
+            || ngx_strncmp(near->key.data, rule->key.data, rule->key.len)
+               != 0)
         {
             ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
                           "\"ratelimit\" directive: key=%V and key=%V in one "
                           "location of the Redis Cluster zone=%V: its rules "
                           "must have the same key, so that one request's "
                           "state is in one slot, in %s:%ui",
-                          &rule->key->value, &rules[j].key->value, &zone->name,
+                          &rule->key, &near->key, &zone->name,
                           ref->file, ref->line);
             return NGX_ERROR;
         }
     }
 
-    if (ngx_http_ratelimit_sync_check_rule(cf, zone->sync, &rule->rule,
-                                           &rule->name, &zone->name, ref->file,
-                                           ref->line)
+    if (ngx_ratelimit_sync_check_rule(cf, zone->sync, &rule->rule,
+                                      &rule->name, &zone->name, ref->file,
+                                      ref->line)
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -499,21 +518,21 @@ ngx_http_ratelimit_check_redis_rule(ngx_conf_t *cf,
    names in, a name's first rule first. */
 
 static int ngx_libc_cdecl
-ngx_http_ratelimit_cmp_refs(const void *one, const void *two)
+ngx_ratelimit_cmp_refs(const void *one, const void *two)
 {
-    ngx_int_t                       c;
-    ngx_http_ratelimit_rule_t      *a, *b;
-    ngx_http_ratelimit_zone_ref_t  *x, *y;
+    ngx_int_t                  c;
+    ngx_ratelimit_rule_t      *a, *b;
+    ngx_ratelimit_zone_ref_t  *x, *y;
 
-    x = *(ngx_http_ratelimit_zone_ref_t **) one;
-    y = *(ngx_http_ratelimit_zone_ref_t **) two;
+    x = *(ngx_ratelimit_zone_ref_t **) one;
+    y = *(ngx_ratelimit_zone_ref_t **) two;
 
     if (x->shm_zone != y->shm_zone) {
         return (uintptr_t) x->shm_zone < (uintptr_t) y->shm_zone ? -1 : 1;
     }
 
-    a = (ngx_http_ratelimit_rule_t *) x->rules->elts + x->index;
-    b = (ngx_http_ratelimit_rule_t *) y->rules->elts + y->index;
+    a = ngx_ratelimit_ref_rule(x, x->index);
+    b = ngx_ratelimit_ref_rule(y, y->index);
 
     if (a == b) {
         return 0;
@@ -528,20 +547,19 @@ ngx_http_ratelimit_cmp_refs(const void *one, const void *two)
 /*
  * Each zone's rule names, its first rule of each, sorted by name: what its
  * table makes room to count (rl_table_plan_names), and how a name is found
- * (ngx_http_ratelimit_zone_rule), without comparing each name with every
+ * (ngx_ratelimit_zone_rule), without comparing each name with every
  * other.
  */
 
 static ngx_int_t
-ngx_http_ratelimit_zone_names(ngx_conf_t *cf,
-    ngx_http_ratelimit_main_conf_t *rmcf)
+ngx_ratelimit_zone_names(ngx_conf_t *cf, ngx_ratelimit_conf_t *conf)
 {
-    ngx_uint_t                       i, n, first;
-    ngx_http_ratelimit_rule_t       *rule;
-    ngx_http_ratelimit_zone_t       *zone;
-    ngx_http_ratelimit_zone_ref_t  **sorted;
+    ngx_uint_t                  i, n, first;
+    ngx_ratelimit_rule_t       *rule;
+    ngx_ratelimit_zone_t       *zone;
+    ngx_ratelimit_zone_ref_t  **sorted;
 
-    n = rmcf->zone_refs.nelts;
+    n = conf->zone_refs.nelts;
     if (n == 0) {
         return NGX_OK;
     }
@@ -552,23 +570,22 @@ ngx_http_ratelimit_zone_names(ngx_conf_t *cf,
     }
 
     for (i = 0; i < n; i++) {
-        sorted[i] = (ngx_http_ratelimit_zone_ref_t *) rmcf->zone_refs.elts + i;
+        sorted[i] = (ngx_ratelimit_zone_ref_t *) conf->zone_refs.elts + i;
     }
 
-    ngx_qsort(sorted, n, sizeof(*sorted), ngx_http_ratelimit_cmp_refs);
+    ngx_qsort(sorted, n, sizeof(*sorted), ngx_ratelimit_cmp_refs);
 
     /* counted first, then each zone's list made at its size */
 
     for (i = 0; i < n; i++) {
         first = i == 0 || sorted[i]->shm_zone != sorted[i - 1]->shm_zone;
-        rule = (ngx_http_ratelimit_rule_t *) sorted[i]->rules->elts
-               + sorted[i]->index;
+        rule = ngx_ratelimit_ref_rule(sorted[i], sorted[i]->index);
 
         if (first
             || ngx_strcmp(rule->rule.name,
-                          ((ngx_http_ratelimit_rule_t *)
-                               sorted[i - 1]->rules->elts
-                           + sorted[i - 1]->index)->rule.name) != 0)
+                          ngx_ratelimit_ref_rule(sorted[i - 1],
+                                                 sorted[i - 1]->index)
+                          ->rule.name) != 0)
         {
             zone = sorted[i]->shm_zone->data;
             zone->nnames++;
@@ -577,8 +594,7 @@ ngx_http_ratelimit_zone_names(ngx_conf_t *cf,
 
     for (i = 0; i < n; i++) {
         zone = sorted[i]->shm_zone->data;
-        rule = (ngx_http_ratelimit_rule_t *) sorted[i]->rules->elts
-               + sorted[i]->index;
+        rule = ngx_ratelimit_ref_rule(sorted[i], sorted[i]->index);
 
         if (zone->names == NULL) {
             zone->names = ngx_palloc(cf->pool,
@@ -613,22 +629,23 @@ ngx_http_ratelimit_zone_names(ngx_conf_t *cf,
  */
 
 static void
-ngx_http_ratelimit_zone_stack(ngx_http_ratelimit_zone_t *zone,
-    ngx_http_ratelimit_zone_ref_t *ref)
+ngx_ratelimit_zone_stack(ngx_ratelimit_zone_t *zone,
+    ngx_ratelimit_zone_ref_t *ref)
 {
-    ngx_uint_t                  j, slots, blocks;
-    ngx_http_ratelimit_rule_t  *rules;
+    ngx_uint_t             j, slots, blocks;
+    ngx_ratelimit_rule_t  *rule;
 
-    rules = ref->rules->elts;
     slots = 0;
     blocks = 0;
 
     for (j = 0; j < ref->rules->nelts; j++) {
-        if (rules[j].shm_zone != ref->shm_zone) {
+        rule = ngx_ratelimit_ref_rule(ref, j);
+
+        if (rule->shm_zone != ref->shm_zone) {
             continue;
         }
 
-        if (rl_rule_block_size(&rules[j].rule)) {
+        if (rl_rule_block_size(&rule->rule)) {
             if (j < ref->index) {
                 return;   /* counted at that rule */
             }
@@ -651,21 +668,20 @@ ngx_http_ratelimit_zone_stack(ngx_http_ratelimit_zone_t *zone,
  */
 
 ngx_int_t
-ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
-    ngx_http_ratelimit_main_conf_t *rmcf)
+ngx_ratelimit_zones_init(ngx_conf_t *cf, ngx_ratelimit_conf_t *conf)
 {
-    uint32_t                        *blob;
-    ngx_uint_t                       i;
-    ngx_http_ratelimit_rule_t      **rule;
-    ngx_http_ratelimit_zone_t       *zone;
-    ngx_http_ratelimit_zone_ref_t   *refs;
+    uint32_t                  *blob;
+    ngx_uint_t                 i;
+    ngx_ratelimit_rule_t     **rule;
+    ngx_ratelimit_zone_t      *zone;
+    ngx_ratelimit_zone_ref_t  *refs;
 
-    refs = rmcf->zone_refs.elts;
+    refs = conf->zone_refs.elts;
 
     /* each zone's list of its rules at its size (a zone may have
        thousands): counted first, in the list's nalloc */
 
-    for (i = 0; i < rmcf->zone_refs.nelts; i++) {
+    for (i = 0; i < conf->zone_refs.nelts; i++) {
         zone = refs[i].shm_zone->data;
 
         if (zone != NULL && zone->rules.elts == NULL) {
@@ -673,12 +689,12 @@ ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
         }
     }
 
-    for (i = 0; i < rmcf->zone_refs.nelts; i++) {
+    for (i = 0; i < conf->zone_refs.nelts; i++) {
         zone = refs[i].shm_zone->data;
 
         if (zone != NULL && zone->rules.elts == NULL
             && ngx_array_init(&zone->rules, cf->pool, zone->rules.nalloc,
-                              sizeof(ngx_http_ratelimit_rule_t *))
+                              sizeof(ngx_ratelimit_rule_t *))
                != NGX_OK)
         {
             return NGX_ERROR;
@@ -701,8 +717,7 @@ ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
             return NGX_ERROR;
         }
 
-        *rule = (ngx_http_ratelimit_rule_t *) refs[i].rules->elts
-                + refs[i].index;
+        *rule = ngx_ratelimit_ref_rule(&refs[i], refs[i].index);
 
         if (rl_rule_block_size(&(*rule)->rule)) {
             blob = ngx_array_push(&zone->blobs);
@@ -711,17 +726,17 @@ ngx_http_ratelimit_zones_init(ngx_conf_t *cf,
             }
 
             *blob = rl_rule_block_size(&(*rule)->rule);
-            ngx_http_ratelimit_zone_stack(zone, &refs[i]);
+            ngx_ratelimit_zone_stack(zone, &refs[i]);
         }
     }
 
-    if (ngx_http_ratelimit_zone_names(cf, rmcf) != NGX_OK) {
+    if (ngx_ratelimit_zone_names(cf, conf) != NGX_OK) {
         return NGX_ERROR;
     }
 
-    for (i = 0; i < rmcf->zone_refs.nelts; i++) {
-        if (ngx_http_ratelimit_check_layout(cf, refs[i].shm_zone) != NGX_OK
-            || ngx_http_ratelimit_check_redis_rule(cf, &refs[i]) != NGX_OK)
+    for (i = 0; i < conf->zone_refs.nelts; i++) {
+        if (ngx_ratelimit_check_layout(cf, refs[i].shm_zone) != NGX_OK
+            || ngx_ratelimit_check_redis_rule(cf, &refs[i]) != NGX_OK)
         {
             return NGX_ERROR;
         }
