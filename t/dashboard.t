@@ -587,7 +587,7 @@ my $evil_q = pct($evil);
 my @made = (
     [ 'key=alice&rule=by_user', '{"limit":500,"burst":50,"period":"1m","expire":"7d"}' ],
     [ 'range=10.1.0.0/16&rule=by_addr', '{"action":"deny","expire":"1h"}' ],
-    [ "key=$evil_q", '{"action":"allow"}' ],
+    [ "key=$evil_q&keyed=%24http_x_user", '{"action":"allow"}' ],   # the zone's rules: two key expressions
     [ 'key=%0A%01%09%09&rule=by_addr', '{"limit":7}' ],   # an address's 4 bytes: no text
 );
 for my $m (@made) {
@@ -711,7 +711,7 @@ is(ov_remove($ob, 'bob%20smith'), JSON::PP::false, 'remove: dismissed, nothing d
 is($ov_get->('key=bob%20smith&rule=by_user')->{status}, 200, 'remove: dismissed, the override is still there');
 $ob->dialogs(1);
 for my $case ([ 'bob%20smith', 'key=bob%20smith&rule=by_user', 'key bob smith in rule by_user' ],
-              [ $evil_api, "key=$evil_q", "key $evil in every rule" ],
+              [ $evil_api, "key=$evil_q&keyed=%24http_x_user", "key $evil in every rule" ],
               [ '%0A%01%09%09', 'key=%0A%01%09%09&rule=by_addr', 'key %0A%01%09%09 in rule by_addr' ],
               [ '192.168.0.0/24', 'range=192.168.0.0%2F24&rule=by_addr', 'range 192.168.0.0/24 in rule by_addr' ]) {
     my ($target, $q, $what) = @$case;

@@ -40,7 +40,9 @@ our @EXPORT_OK = qw(statuses_of json_of basic_auth parse_response read_response 
 
 use Cwd qw(abs_path);
 use File::Basename qw(dirname);
+use Fcntl qw(O_CREAT O_RDONLY LOCK_EX LOCK_NB);
 use File::Path qw(make_path);
+use File::Spec;
 use File::Temp qw(tempdir);
 use HTTP::Tiny;
 use IO::Select;
@@ -101,12 +103,51 @@ sub read_file {
     return <$fh> // '';   # a /proc file whose process left meanwhile reads nothing
 }
 
+# A loopback port for a server of the test, its own for as long as the
+# test's process lives, whatever else runs at the same time (prove -j, or
+# another checkout's tests): ports come from a block of 100 between 10000
+# and 19999, below the kernel's ephemeral range (no connection takes its
+# own port there), and a block is the process's while it holds an flock on
+# the block's file in $TMPDIR/ngx-ratelimit-ports.  So a port the test
+# stops listening on (a restart, a server stopped on purpose, a port where
+# nothing listens) is taken by nothing else meanwhile.  A port of the block
+# that something else listens on is skipped; a child process takes a block
+# of its own.
+my ($port_pid, @ports) = (0);
+my @port_locks;
+
 sub free_port {
-    my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp', Listen => 1)
-        or die "RLTest: no free port: $!\n";
-    my $port = $s->sockport;
+    while (1) {
+        take_port_block() if $port_pid != $$ || !@ports;
+        my $port = shift @ports;
+        return $port if port_bindable($port);
+    }
+}
+
+sub take_port_block {
+    my $dir = File::Spec->tmpdir . '/ngx-ratelimit-ports';
+    mkdir $dir;
+    chmod 01777, $dir if -o $dir;   # any user's tests take blocks there
+    my $first = int(rand(100));
+    for my $i (0 .. 99) {
+        my $block = ($first + $i) % 100;
+        sysopen(my $fh, "$dir/$block", O_RDONLY | O_CREAT, 0644) or next;
+        next unless flock($fh, LOCK_EX | LOCK_NB);
+        push @port_locks, $fh;   # held until the process exits
+        ($port_pid, @ports) = ($$, map { 10000 + 100 * $block + $_ } 0 .. 99);
+        return;
+    }
+    die "RLTest: no free block of ports in $dir: 100 test processes hold one\n";
+}
+
+# Whether a TCP server may listen on 127.0.0.1:$port now (as nginx and
+# redis-server do, with SO_REUSEADDR).
+sub port_bindable {
+    my ($port) = @_;
+    my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $port, Proto => 'tcp', Listen => 1,
+                                  ReuseAddr => 1) or return 0;
     close $s;
-    return $port;
+    return 1;
 }
 
 # The configuration write_conf would write: the module, a main context that
