@@ -197,6 +197,8 @@ sub write_conf {
     my ($self, $body, %opt) = @_;
     my $text = $self->conf_text($body, %opt);
     write_file("$self->{prefix}/nginx.conf", $text);
+    # the workers start() waits for
+    $self->{workers} = ($opt{master} // 'on') eq 'on' ? $opt{workers} // 1 : 0;
     return $text;
 }
 
@@ -224,6 +226,11 @@ sub start {
         return 0;
     }, 10);
     die "RLTest: nginx did not listen on $self->{port}:\n" . $self->error_log unless $up;
+    # the master listens before its workers run: a request, a signal or a
+    # count of workers waits until each has run the module's worker start
+    # (a worker that does not start is the test's to find)
+    my $n = $self->{workers} // 0;
+    wait_until(sub { $self->ready_workers >= $n }, 10) if $n;
     return $self;
 }
 
@@ -285,8 +292,15 @@ sub worker_pids {
     return sort { $a <=> $b } @pids;
 }
 
+# The workers that have started: nginx names a worker "nginx: worker
+# process" once its modules' worker start has run.
+sub ready_workers {
+    my ($self) = @_;
+    return grep { read_file("/proc/$_/cmdline") =~ /^nginx: worker process/ } $self->worker_pids;
+}
+
 # Optionally rewrites the configuration, then reloads and waits until every
-# worker is a new one.
+# worker is a new one, started.
 sub reload {
     my ($self, $body, %opt) = @_;
     $self->write_conf($body, %opt) if defined $body;
@@ -294,13 +308,15 @@ sub reload {
     $self->signal('HUP');
     wait_until(sub {
         my @now = $self->worker_pids;
-        return @now && !grep { $old{$_} } @now;
+        return @now && !grep({ $old{$_} } @now) && $self->ready_workers == @now;
     }, 10) or die "RLTest: reload did not complete:\n" . $self->error_log;
     return $self;
 }
 
 # A reload that does not wait for the old workers to exit (they may hold
-# requests, or be frozen): true once $n new workers run (within 10 s).
+# requests, or be frozen): true once the master runs $n new workers
+# (within 10 s; a new worker's start may wait for a lock a frozen one
+# holds).
 sub reload_started {
     my ($self, $n) = @_;
     my %old = map { $_ => 1 } $self->worker_pids;
