@@ -85,7 +85,8 @@ static ngx_str_t  ngx_http_ratelimit_status_names[] = {
     ngx_string("REJECTED"),
     ngx_string("DELAYED_DRY_RUN"),
     ngx_string("REJECTED_DRY_RUN"),
-    ngx_string("EXEMPT")
+    ngx_string("EXEMPT"),
+    ngx_string("REJECTED_IN_FLIGHT")
 };
 
 
@@ -172,7 +173,8 @@ ngx_http_ratelimit_header_fields(ngx_http_request_t *r,
     }
 
     if (!(ctx->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF)
-        && ctx->status != RL_STATUS_REJECTED)
+        && ctx->status != RL_STATUS_REJECTED
+        && ctx->status != RL_STATUS_REJECTED_IN_FLIGHT)
     {
         return ngx_http_next_header_filter(r);
     }
@@ -227,7 +229,9 @@ ngx_http_ratelimit_header_fields(ngx_http_request_t *r,
 
     retry_after = rl_retry_after_seconds(&ctx->decision);
 
-    if (ctx->status == RL_STATUS_REJECTED && retry_after > 0
+    if ((ctx->status == RL_STATUS_REJECTED
+         || ctx->status == RL_STATUS_REJECTED_IN_FLIGHT)
+        && retry_after > 0
         && (status == NGX_HTTP_TOO_MANY_REQUESTS
             || status == NGX_HTTP_SERVICE_UNAVAILABLE
             || ctx->grpc))

@@ -115,8 +115,9 @@ struct ngx_http_ratelimit_redis_s {
     ngx_str_t                          tls_key;
     void                              *ssl;       /* ngx_ssl_t, made with
                                                      the configuration */
-    ngx_log_t                          tls_log;   /* the worker's, for its
-                                                     TLS connections */
+    ngx_log_t                          conn_log;  /* the worker's, for its
+                                                     connections: nginx's
+                                                     own lines not written */
     ngx_uint_t                         given;    /* parameters, by index */
     u_char                             sha[40];  /* the script's SHA-1 */
     ngx_http_ratelimit_redis_stats_t  *stats;    /* in the zone */

@@ -33,6 +33,10 @@ static void ngx_http_ratelimit_redis_resolved(
 static void ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev);
 static void ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev);
 static void ngx_http_ratelimit_redis_drop(ngx_connection_t *c);
+static void ngx_http_ratelimit_redis_answering(
+    ngx_http_ratelimit_redis_conn_t *conn);
+static const char *ngx_http_ratelimit_redis_errno(const char *what,
+    ngx_err_t err);
 #if (NGX_SSL)
 static void ngx_http_ratelimit_redis_tls_done(
     ngx_http_ratelimit_redis_conn_t *conn, const char *why);
@@ -212,29 +216,31 @@ ngx_http_ratelimit_redis_open(ngx_http_ratelimit_redis_conn_t *conn)
     pc->socklen = addr->socklen;
     pc->name = &conn->node->name;
     pc->get = ngx_event_get_peer;
-    pc->log = ngx_cycle->log;
     pc->log_error = NGX_ERROR_ERR;
+
+    /* what nginx and OpenSSL say of a connection's failure (connect(),
+       recv(), a handshake) is in the module's own line, folded while it
+       repeats (ngx_http_ratelimit_redis_fail_log), not at each of the
+       reconnections of a server that is down */
+    if (redis->conn_log.file == NULL) {
+        redis->conn_log = *ngx_cycle->log;
+        redis->conn_log.log_level = NGX_LOG_ALERT;
+    }
+
+    pc->log = &redis->conn_log;
 
     rc = ngx_event_connect_peer(pc);
 
     if (rc == NGX_ERROR || rc == NGX_BUSY || rc == NGX_DECLINED) {
-        ngx_http_ratelimit_redis_fail(conn, "cannot connect", 0);
+        ngx_http_ratelimit_redis_fail(conn, rc == NGX_DECLINED
+                                  ? ngx_http_ratelimit_redis_errno(
+                                        "connect() failed", ngx_socket_errno)
+                                  : "cannot connect", 0);
         return NGX_ERROR;
     }
 
     c = pc->connection;
     c->data = conn;
-
-    if (redis->ssl) {
-        /* what OpenSSL says of a failure is in the module's own line,
-           written once while it repeats, not at each reconnection */
-        if (redis->tls_log.file == NULL) {
-            redis->tls_log = *ngx_cycle->log;
-            redis->tls_log.log_level = NGX_LOG_ALERT;
-        }
-
-        c->log = &redis->tls_log;
-    }
 
     c->read->handler = ngx_http_ratelimit_redis_read_handler;
     c->write->handler = ngx_http_ratelimit_redis_write_handler;
@@ -501,7 +507,8 @@ ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev)
         }
 
         if (err) {
-            ngx_http_ratelimit_redis_fail(conn, strerror(err), 0);
+            ngx_http_ratelimit_redis_fail(conn,
+                ngx_http_ratelimit_redis_errno("connect() failed", err), 0);
             return;
         }
 
@@ -529,7 +536,9 @@ ngx_http_ratelimit_redis_write_handler(ngx_event_t *wev)
         }
 
         if (n == NGX_ERROR) {
-            ngx_http_ratelimit_redis_lost(conn, "send failed");
+            ngx_http_ratelimit_redis_lost(conn,
+                ngx_http_ratelimit_redis_errno("send() failed",
+                                               ngx_socket_errno));
             return;
         }
 
@@ -565,8 +574,10 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
         }
 
         if (n == 0 || n == NGX_ERROR) {
-            ngx_http_ratelimit_redis_lost(conn, n == 0 ? "connection closed"
-                                                       : "recv failed");
+            ngx_http_ratelimit_redis_lost(conn, n == 0
+                ? "connection closed"
+                : ngx_http_ratelimit_redis_errno("recv() failed",
+                                                 ngx_socket_errno));
             return;
         }
 
@@ -586,6 +597,10 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
 
             conn->replied = 1;
             conn->node->tls_error[0] = '\0';   /* TLS works: log the next */
+
+            if (conn->failures) {
+                ngx_http_ratelimit_redis_answering(conn);
+            }
 
             if (conn->count == 0) {
                 ngx_http_ratelimit_redis_fail(conn, "unexpected reply", 0);
@@ -691,6 +706,13 @@ ngx_http_ratelimit_redis_kind(ngx_http_ratelimit_redis_wait_t *w)
 }
 
 
+/*
+ * A connection's failure, said at error.  A server that is down fails each
+ * connection once a second (its back-off): while a connection fails the
+ * same way, a failure is counted, not said, but for a line a minute with
+ * the count; its first reply read after failures says how many (notice).
+ */
+
 static void
 ngx_http_ratelimit_redis_fail_log(ngx_http_ratelimit_redis_conn_t *conn,
     const char *why)
@@ -698,6 +720,15 @@ ngx_http_ratelimit_redis_fail_log(ngx_http_ratelimit_redis_conn_t *conn,
     u_char                           *p, *last, line[256];
     ngx_uint_t                        i, k, count[3];
     ngx_http_ratelimit_redis_wait_t  *w;
+
+    if (conn->failures++ != 0
+        && ngx_strncmp(conn->failing, why, sizeof(conn->failing) - 1) == 0
+        && ngx_current_msec - conn->failing_said
+           < NGX_HTTP_RATELIMIT_REDIS_FAIL_SAY)
+    {
+        conn->folded++;
+        return;
+    }
 
     static const char  *fate[3] = {
         "requests decided by on_redis_error",
@@ -724,9 +755,51 @@ ngx_http_ratelimit_redis_fail_log(ngx_http_ratelimit_redis_conn_t *conn,
         }
     }
 
+    if (conn->folded) {
+        p = ngx_slprintf(p, last, " (after %ui more failures not logged "
+                         "one by one)", conn->folded);
+    }
+
     ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                   "ratelimit: redis %V: %s%*s, reconnecting in %M ms",
                   &conn->node->name, why, p - line, line, conn->backoff);
+
+    (void) ngx_cpystrn(conn->failing, (u_char *) why, sizeof(conn->failing));
+    conn->failing_said = ngx_current_msec;
+    conn->folded = 0;
+}
+
+
+/* A connection's first reply read after failures: their end, said. */
+
+static void
+ngx_http_ratelimit_redis_answering(ngx_http_ratelimit_redis_conn_t *conn)
+{
+    ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                  "ratelimit: redis %V: answering again, after %ui failures "
+                  "of a connection", &conn->node->name, conn->failures);
+
+    conn->failures = 0;
+    conn->folded = 0;
+    conn->failing[0] = '\0';
+}
+
+
+/*
+ * Why a socket call failed, as nginx says it: "what (errno: text)", in a
+ * buffer that lasts until the next call (ngx_http_ratelimit_redis_fail
+ * copies what it keeps).
+ */
+
+static const char *
+ngx_http_ratelimit_redis_errno(const char *what, ngx_err_t err)
+{
+    static u_char  why[NGX_HTTP_RATELIMIT_REDIS_FAIL_WHY];
+
+    *ngx_slprintf(why, why + sizeof(why) - 1, "%s (%d: %s)", what, err,
+                  strerror(err)) = '\0';
+
+    return (const char *) why;
 }
 
 

@@ -26,6 +26,9 @@
                                                        server's host name */
 #define NGX_HTTP_RATELIMIT_REDIS_SLOTS     16384
 #define NGX_HTTP_RATELIMIT_REDIS_TLS_WHY   320      /* a TLS failure's line */
+#define NGX_HTTP_RATELIMIT_REDIS_FAIL_WHY  96       /* a failure's reason */
+/* a server that keeps failing the same way: said again so often */
+#define NGX_HTTP_RATELIMIT_REDIS_FAIL_SAY  (60 * 1000)
 
 #define NGX_HTTP_RATELIMIT_REDIS_DOWN        0
 #define NGX_HTTP_RATELIMIT_REDIS_CONNECTING  1
@@ -76,6 +79,13 @@ struct ngx_http_ratelimit_redis_conn_s {
     ngx_int_t                          tls_alert;   /* the last TLS alert
                                                         received, or -1 */
     ngx_int_t                          tls_alert_sent;
+    /* failures since its last reply: the one said, when, and those not
+       said since (ngx_http_ratelimit_redis_fail_log) */
+    u_char                             failing[
+                                           NGX_HTTP_RATELIMIT_REDIS_FAIL_WHY];
+    ngx_msec_t                         failing_said;
+    ngx_uint_t                         failures;
+    ngx_uint_t                         folded;
     unsigned                           replied:1;    /* since connected */
     unsigned                           tls_cert_asked:1;  /* and none */
     unsigned                           quiet:1;      /* a failure logged

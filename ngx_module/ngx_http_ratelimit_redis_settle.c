@@ -4,10 +4,12 @@
  * when it ends.
  *
  * The log phase evaluates each charge and hands the request's checks here;
- * the checks that settle one are copied, with their rules and keys, out of
- * the request's pool (which goes away with the request), and one script
- * call (rl_redis_command, RL_REDIS_SETTLE: each gives back the cost it
- * reserved and spends its charge, atomically in Redis) is pipelined on the
+ * the checks that settle one, or end with their reservation standing
+ * (RL_NO_CHARGE: the key's reservations in flight end all the same), are
+ * copied, with their rules and keys, out of the request's pool (which goes
+ * away with the request), and one script call (rl_redis_command,
+ * RL_REDIS_SETTLE: each gives back the cost it reserved and spends its
+ * charge, atomically in Redis) is pipelined on the
  * worker's connection to the server of the key's slot.  Nothing waits for
  * the reply: the request ends at once, and the worker goes on.  The reply,
  * judged by the core, is counted in this server's zone (each rule's units
@@ -81,6 +83,7 @@ static void ngx_http_ratelimit_settle_free(ngx_http_ratelimit_redis_t *redis,
     ngx_http_ratelimit_settle_t *s);
 static void ngx_http_ratelimit_settle_done(ngx_http_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer);
+static rl_check_t *ngx_http_ratelimit_settle_charge(rl_request_t *rq);
 static void ngx_http_ratelimit_settle_lost(ngx_http_ratelimit_redis_t *redis,
     rl_request_t *rq, const char *why);
 static ngx_http_ratelimit_settle_t *ngx_http_ratelimit_leases_block(
@@ -114,8 +117,14 @@ ngx_http_ratelimit_redis_settle(ngx_http_ratelimit_redis_t *redis,
     for (i = 0; i < rq->n; i++) {
         c = &rq->checks[i];
 
-        if (rl_check_charges(c) && c->charge != RL_NO_CHARGE) {
-            c->charged = c->charge;   /* $ratelimit_charged: what is sent */
+        /* a check whose reservation stands (RL_NO_CHARGE) is sent too: its
+           key's reservations in flight end */
+
+        if (rl_check_charges(c)) {
+            if (c->charge != RL_NO_CHARGE) {
+                c->charged = c->charge;   /* $ratelimit_charged: what is sent */
+            }
+
             n++;
             size += sizeof(rl_check_t) + sizeof(rl_rule_t) + c->key_len;
         }
@@ -139,7 +148,7 @@ ngx_http_ratelimit_redis_settle(ngx_http_ratelimit_redis_t *redis,
     for (i = 0; i < rq->n; i++) {
         c = &rq->checks[i];
 
-        if (!rl_check_charges(c) || c->charge == RL_NO_CHARGE) {
+        if (!rl_check_charges(c)) {
             continue;
         }
 
@@ -197,7 +206,9 @@ ngx_http_ratelimit_settle_done(ngx_http_ratelimit_redis_wait_t *w,
         return;
     }
 
-    (void) ngx_atomic_fetch_add(&w->redis->stats->charges, 1);
+    if (ngx_http_ratelimit_settle_charge(&s->rq) != NULL) {
+        (void) ngx_atomic_fetch_add(&w->redis->stats->charges, 1);
+    }
 
     zone = ngx_http_ratelimit_zone_of(
                ngx_http_ratelimit_rule_of(&s->rq.checks[0]));
@@ -228,8 +239,14 @@ static void
 ngx_http_ratelimit_settle_lost(ngx_http_ratelimit_redis_t *redis,
     rl_request_t *rq, const char *why)
 {
-    size_t       i;
     rl_check_t  *c;
+
+    /* reservations in flight alone run out by themselves (settle.cpp) */
+
+    c = ngx_http_ratelimit_settle_charge(rq);
+    if (c == NULL) {
+        return;
+    }
 
     (void) ngx_atomic_fetch_add(&redis->stats->undelivered, 1);
 
@@ -237,22 +254,30 @@ ngx_http_ratelimit_settle_lost(ngx_http_ratelimit_redis_t *redis,
         return;
     }
 
-    c = &rq->checks[0];
-
-    for (i = 0; i < rq->n; i++) {
-        if (rl_check_charges(&rq->checks[i])
-            && rq->checks[i].charge != RL_NO_CHARGE)
-        {
-            c = &rq->checks[i];
-            break;
-        }
-    }
-
     ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                   "ratelimit: redis %V: a request's charge not delivered in "
                   "zone \"%V\" (rule \"%V\", %uL units): %s; the cost it "
                   "reserved stays spent", &redis->server, &redis->zone,
                   &ngx_http_ratelimit_rule_of(c)->name, c->charge, why);
+}
+
+
+/* The first check of a settle that spends a charge, or NULL. */
+
+static rl_check_t *
+ngx_http_ratelimit_settle_charge(rl_request_t *rq)
+{
+    size_t  i;
+
+    for (i = 0; i < rq->n; i++) {
+        if (rl_check_charges(&rq->checks[i])
+            && rq->checks[i].charge != RL_NO_CHARGE)
+        {
+            return &rq->checks[i];
+        }
+    }
+
+    return NULL;
 }
 
 

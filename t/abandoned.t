@@ -37,7 +37,7 @@ for my $where (['', 'login'], ['r', 'rlogin']) {
         my $name = $abandoned ? 'free' : 'kept';
         $locations .= <<"LOC";
     location /$r$path {
-        ratelimit zone=$zone key=\$http_x_client algorithm=sliding_log limit=5 period=15m
+        ratelimit zone=$zone key=\$http_x_client algorithm=sliding_log limit=5 period=15m cost=1
                   charge=\$login_failed$abandoned name=$name;
         proxy_pass http://127.0.0.1:$upport/hold/1000;
     }

@@ -141,7 +141,7 @@ my @bad = (
       qr/invalid "abandoned=free": expected abandoned=keep or abandoned=charge/ ],
     [ 'zone too small for its sliding_log', 'ratelimit_zone small 64k;',
       'ratelimit zone=small algorithm=sliding_log limit=10000 period=1h;',
-      qr/"ratelimit_zone" directive: zone "small" of size 65536 is too small for its rules' states of up to 40032 bytes a key: it needs at least 261k/ ],
+      qr/"ratelimit_zone" directive: zone "small" of size 65536 is too small for its rules' states of up to 40032 bytes a key: it needs at least 260k/ ],
     [ 'redis without port', 'ratelimit_zone r 1m redis=127.0.0.1;', '',
       qr/"ratelimit_zone" directive: invalid "redis=127.0.0.1" of zone "r": no port; expected redis=HOST:PORT/ ],
     [ 'redis bad port', 'ratelimit_zone r 1m redis=127.0.0.1:99999;', '',
@@ -267,7 +267,7 @@ for my $loc (@good) {
     my ($rc, $out) = $t->test_conf(
         "ratelimit_zone z 32k;\n"
         . RLTest::one_location($loc)
-        . "ratelimit_zone later 1m;\nratelimit_zone fits 261k;\n"
+        . "ratelimit_zone later 1m;\nratelimit_zone fits 260k;\n"
         # Redis need not be up for nginx -t (nor for nginx to start)
         . "ratelimit_zone r 1m redis=127.0.0.1:1;\n"
         . "ratelimit_zone r2 1m redis=localhost:6379 redis_timeout=1ms redis_pool=64 redis_db=65535 "

@@ -587,7 +587,7 @@ my $evil_q = pct($evil);
 my @made = (
     [ 'key=alice&rule=by_user', '{"limit":500,"burst":50,"period":"1m","expire":"7d"}' ],
     [ 'range=10.1.0.0/16&rule=by_addr', '{"action":"deny","expire":"1h"}' ],
-    [ "key=$evil_q&keyed=%24http_x_user", '{"action":"allow"}' ],   # the zone's rules: two key expressions
+    [ "key=$evil_q&keyed=%24http_x_user", '{"action":"allow"}' ],
     [ 'key=%0A%01%09%09&rule=by_addr', '{"limit":7}' ],   # an address's 4 bytes: no text
 );
 for my $m (@made) {
@@ -631,8 +631,8 @@ is_deeply([ @{ $rows->{'10.1.0.0/16'} // [] }[0 .. 5, 7] ], [ 'by_addr', '10.1.0
           'overrides: a range denied in by_addr');
 my $left = $ob->js(q{+document.querySelector('[data-zone="ov"] tr[data-target="10.1.0.0/16"] .o-expires').dataset.value});
 ok($left > 3_500_000 && $left <= 3_600_000, "overrides: its time left, from the API ($left ms)");
-is_deeply($rows->{$evil_api}, [ 'every rule', $evil, 'allow', '', '', '', 'never', 'Remove', $evil_api ],
-          'overrides: the hostile key, allowed in every rule, shown as the text it is, no expiry');
+is_deeply($rows->{$evil_api}, [ 'every rule on $http_x_user', $evil, 'allow', '', '', '', 'never', 'Remove', $evil_api ],
+          'overrides: the hostile key, allowed in every rule keyed on $http_x_user, shown as the text it is, no expiry');
 is_deeply($rows->{'%0A%01%09%09'},
           [ 'by_addr', '%0A%01%09%09', 'limit', '7', "\x{2013}", "\x{2013}", 'never', 'Remove', '%0A%01%09%09' ],
           'overrides: a key of no text shown as the API writes it, what it does not set as the rule\'s');
@@ -691,9 +691,16 @@ my $msg = q{document.querySelector('[data-zone="ov"] .ovrnote .msg')};
 is($ob->wait_for("$msg && $msg.textContent", 20), $refusal, 'form: limit 0, the API\'s message shown as it is');
 like($ob->js($note), qr/^Not added \(HTTP 400\): /, 'form: saying it was not added');
 is($ov_get->('key=carol&rule=by_user')->{status}, 404, 'form: nothing written');
-my $every = RLTest::json_of($ov_put->('key=dave', '{"action":"limit","limit":5,"expire":null}'))->{error};
+my $every = RLTest::json_of($ov_put->('key=dave&keyed=%24http_x_user', '{"action":"limit","limit":5,"expire":null}'))->{error};
 like($every // '', qr/names its rule/, "the API refuses a limit for every rule: $every");
-ov_add($ob, rule => '', kind => 'key', target => 'dave', action => 'limit', limit => '5');
+is(RLTest::json_of($ov_put->('key=dave', '{"action":"deny","expire":null}'))->{error} // '',
+   RLTest::json_of($ov_put->('key=dave', '{"action":"deny","expire":null}'))->{error} // 'none',
+   'a key of every rule in a zone keyed on two expressions: refused without keyed=');
+is($ob->js(q{[].map.call(document.querySelector('[data-zone="ov"] form.ovradd').elements.rule.options,
+                         function (o) { return o.textContent; }).join()}),
+   'every rule on $http_x_user,every rule on $binary_remote_addr,by_user,by_addr',
+   'form: every rule of each key expression, then each rule, as configured');
+ov_add($ob, rule => "\x00\$http_x_user", kind => 'key', target => 'dave', action => 'limit', limit => '5');
 is($ob->wait_for("$msg && $msg.textContent !== " . $json->encode($refusal) . " && $msg.textContent", 20), $every,
    'form: a limit for every rule, the API\'s message');
 
@@ -711,7 +718,7 @@ is(ov_remove($ob, 'bob%20smith'), JSON::PP::false, 'remove: dismissed, nothing d
 is($ov_get->('key=bob%20smith&rule=by_user')->{status}, 200, 'remove: dismissed, the override is still there');
 $ob->dialogs(1);
 for my $case ([ 'bob%20smith', 'key=bob%20smith&rule=by_user', 'key bob smith in rule by_user' ],
-              [ $evil_api, "key=$evil_q&keyed=%24http_x_user", "key $evil in every rule" ],
+              [ $evil_api, "key=$evil_q&keyed=%24http_x_user", "key $evil in every rule keyed on \$http_x_user" ],
               [ '%0A%01%09%09', 'key=%0A%01%09%09&rule=by_addr', 'key %0A%01%09%09 in rule by_addr' ],
               [ '192.168.0.0/24', 'range=192.168.0.0%2F24&rule=by_addr', 'range 192.168.0.0/24 in rule by_addr' ]) {
     my ($target, $q, $what) = @$case;

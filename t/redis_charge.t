@@ -53,7 +53,7 @@ server {
     }
     location /bulk {
         ratelimit zone=ai key=\$http_x_key algorithm=fixed_window align=first limit=1000000 period=1h
-                  charge=\$upstream_http_x_tokens_used name=bulk;
+                  cost=7 charge=\$upstream_http_x_tokens_used name=bulk;
         proxy_pass http://unix:%%PREFIX%%/up.sock:/tokens;
     }
     location /login {
@@ -152,6 +152,8 @@ ok(RLTest::wait_until(sub { (join '', map { $_->error_log } @fleet)
    'the cap logged at warn');
 
 # ---- exact in sum: 200 requests at once over both servers ----
+# (cost=7: the worst case declared, each reserves 7, and a key runs as many
+# at once as its budget covers; without it, three at a time)
 
 my ($ok, $limited, $other) = RLTest::burst(ports => [ map { $_->port } @fleet ], path => '/bulk?t=7', key => 'sum',
                                            total => 200, conns => 16);

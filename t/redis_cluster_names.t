@@ -113,7 +113,7 @@ EOF2
         @by = $round->('after');
         (grep { $_ eq 'fallback_deny' } @by) && $t->error_log =~ /\(111: Connection refused\)/;
     }, 15), "the name moved to an address with no Redis: nginx connected there, its keys fall back (@by)");
-    $t->log_like(qr/ratelimit: redis node2\.rl\.test:\d+: \w+ failed, \d+ requests decided by on_redis_error/,
+    $t->log_like(qr/ratelimit: redis node2\.rl\.test:\d+: \w+\(\) failed \(\d+: [^)]+\), \d+ requests decided by on_redis_error/,
                  'the error log names the server by its name');
     my $at_back = $dns->asked('node2.rl.test');
     ok($at_back > $before, "the move found by a new query ($before, then $at_back)");

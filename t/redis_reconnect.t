@@ -6,7 +6,8 @@
 # back-off's second and an exchange's interval; the test allows a second
 # more for a busy machine).  Twice, requests coming all along: Redis paused
 # (SIGSTOP) for 4 s, and stopped for 6.5 s then started again (empty).  The
-# error log never says a reconnection waits more than 1000 ms.
+# error log never says a reconnection waits more than 1000 ms, and says a
+# connection's failures once while they repeat, then their end.
 use strict;
 use warnings;
 use FindBin;
@@ -135,6 +136,15 @@ outage('stop', 6.5);
 my @waits = $t->error_log =~ /reconnecting in (\d+) ms/g;
 ok(@waits > 0, scalar(@waits) . ' reconnections logged');
 is(max(@waits), $cap * 1000, 'none waits more than the back-off\'s 1000 ms');
+
+# while Redis was stopped each connection failed about once a second, and
+# said so once: 2 zones x 2 workers x redis_pool=2 connections at most
+my @refused = $t->error_log =~ /ratelimit: redis 127\.0\.0\.1:$rport: \w+\(\) failed \(111: Connection refused\)/g;
+ok(@refused >= 1 && @refused <= 8, scalar(@refused) . ' lines of refused connections, one a connection at most');
+unlike($t->error_log, qr/\[error\].*(connect|recv)\(\) (to 127\.0\.0\.1:$rport )?failed.*while/,
+       'nginx\'s own line of each is not written');
+like($t->error_log, qr/\[notice\].*ratelimit: redis 127\.0\.0\.1:$rport: answering again, after [2-9]\d* failures of a connection/,
+     'a connection\'s first reply after them says how many failures it had');
 
 $t->stop;
 done_testing();

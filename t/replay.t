@@ -210,6 +210,7 @@ EOF
 
 # Tokens: 1000 a 1000 s (a token a second), each request charged what it
 # used when it ends, 5 s after it arrived.  The three reserve a token each
+# (cost=1: the worst case declared, or each would reserve a third)
 # (999 remaining each: a token came back each second) and are charged 400
 # each at 6 s, 7 s and 8 s: the budget, full again at 6 s, is 600, then
 # 202 (a second's token back), then 204 - 400 = 196 owed: the third ends in
@@ -218,7 +219,7 @@ EOF
 # s (1 ms more) and admitted at 205 s, with nothing remaining.  Charged:
 # 3 x 400, and the last request's cost (no charge column: its cost).
 {
-    my ($rc, $out, $err) = run("--rule 'limit=1000 period=1000s charge=\$tokens name=tokens'", <<'EOF');
+    my ($rc, $out, $err) = run("--rule 'limit=1000 period=1000s cost=1 charge=\$tokens name=tokens'", <<'EOF');
 1000 key - 400 5000
 2000 key - 400 5000
 3000 key - 400 5000
@@ -252,11 +253,12 @@ EOF
     ($rc, $out, $err) = run("--log-format '\$msec \$http_x_key \$upstream_http_x_tokens_used' --key '\$http_x_key'"
         . " --rule 'limit=1000 period=1000s charge=\$upstream_http_x_tokens_used name=tokens'",
         "1000.000 key 400\n1000.000 key 400\n1000.000 key abc\n1000.000 key 400\n1000.000 key -\n");
-    # each request but the first reserves the rule's estimate (400, the
-    # largest charge so far) within what is left, as nginx does
-    is((split /\n\n/, $out)[0], "ALLOW 999 0 key\nALLOW 200 0 key\nALLOW 0 0 key\nALLOW 0 0 key\nDENY 0 202000 key",
-       'tokens log: each charge spent before the next arrival at the same instant, each request reserving the '
-       . 'estimate; 201 owed');
+    # each request reserves a third of the limit (334) within what is left,
+    # as nginx does: 666 shown, charged 400; 266, 400; all 200, 1; all 199,
+    # 400
+    is((split /\n\n/, $out)[0], "ALLOW 666 0 key\nALLOW 266 0 key\nALLOW 0 0 key\nALLOW 0 0 key\nDENY 0 202000 key",
+       'tokens log: each charge spent before the next arrival at the same instant, each request reserving a '
+       . 'third of the limit; 201 owed');
     like($out, qr/^rule tokens:\n  units charged 1201\n  ended in debt 1\n\z/m, 'tokens log: 400 + 400 + 1 + 400 charged');
     is($err, qq(ratelimit-replay: 1 charge was not a non-negative integer, and charged the request's cost, as in nginx; )
            . qq(the first, stdin:3: charge "abc" is not a non-negative integer, the request's cost (1) is charged\n),

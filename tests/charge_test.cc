@@ -152,7 +152,7 @@ TEST(Charge, ZeroSpendsNothingAndTheReservationIsGivenBack)
         for (int i = 0; i < 20; i++) {
             const rl_decision_t d = k.serve(kT0 + i, 0);
             ASSERT_TRUE(d.allowed) << alg << " " << i;
-            EXPECT_EQ(d.remaining, 4u) << alg << " " << i;  // the reservation, while it runs
+            EXPECT_EQ(d.remaining, 3u) << alg << " " << i;  // the reservation (a third of 5), while it runs
         }
         EXPECT_EQ(k.peek(kT0 + 20).look.remaining, 5u) << alg;
         // five failures, then even a success is refused
@@ -188,14 +188,14 @@ TEST(Charge, TheDebtIsAtMostOneLimitBeyondAnEmptyBudget)
         // the second's reservation is given back where the algorithm still
         // tells it apart (else it stays spent, and is not charged again)
         EXPECT_LE(a.charged + b.charged, 20u) << alg;
-        EXPECT_GE(a.charged + b.charged, 19u) << alg;
+        EXPECT_GE(a.charged + b.charged, 20u - b.reserved) << alg;
         EXPECT_TRUE(q.arrive(kT0 + 21001, &c)) << alg;
     }
 }
 
 TEST(Charge, FixedWindowsCarryTheExcessIntoTheNextWindow)
 {
-    OneKey k("algorithm=fixed_window limit=10 period=10s");
+    OneKey k("algorithm=fixed_window limit=10 period=10s cost=1");  // each reserves 1
     rl_check_t c;
     ASSERT_TRUE(k.arrive(kT0 + 9000, &c));
     k.end(&c, kT0 + 9000, 14);  // 10 in this window, 4 in the next
@@ -256,7 +256,9 @@ TEST(Charge, RandomTracesKeepTheBounds)
             std::mt19937_64 rng(seed);
             const uint32_t limit = 1 + (uint32_t) (rng() % 40);
             const int64_t W = 1000 * (int64_t) (1 + rng() % 20);
-            OneKey k(std::string(alg) + " limit=" + std::to_string(limit) + " period=" + std::to_string(W) + "ms");
+            // odd seeds reserve a third of the limit, even ones their cost
+            OneKey k(std::string(alg) + " limit=" + std::to_string(limit) + " period=" + std::to_string(W) + "ms" +
+                     (seed % 2 ? "" : " cost=1"));
             std::vector<std::pair<rl_check_t, int64_t>> flying;  // and when each ends
             std::map<int64_t, int64_t> spent;                    // units by time: a reservation when a request
                                                                  // arrives, the rest of its charge when it ends
@@ -272,7 +274,7 @@ TEST(Charge, RandomTracesKeepTheBounds)
                         const uint64_t units = rng() % 8 == 0 ? rng() % (100 * (uint64_t) limit) : rng() % 4;
                         rl_check_t &c = flying[j].first;
                         k.end(&c, flying[j].second, units);
-                        spent[flying[j].second] += (int64_t) c.charged - (int64_t) c.cost;
+                        spent[flying[j].second] += (int64_t) c.charged - (int64_t) c.reserved;
                         flying.erase(flying.begin() + (long) j);
                     } else {
                         j++;
@@ -281,7 +283,7 @@ TEST(Charge, RandomTracesKeepTheBounds)
                 const std::string before = k.state();
                 rl_check_t c;
                 if (k.arrive(now, &c)) {
-                    spent[now] += (int64_t) c.cost;
+                    spent[now] += (int64_t) c.reserved;
                     flying.push_back({c, now + (int64_t) (rng() % (uint64_t) (2 * W))});
                 } else {
                     ASSERT_EQ(k.state(), before) << alg << " seed " << seed << " at " << i;
@@ -314,10 +316,11 @@ TEST(Ban, ARefusedKeyStaysOutForTheBanWhateverItsBudget)
     for (const char *alg : {"algorithm=gcra", "algorithm=sliding_log", "algorithm=fixed_window",
                             "algorithm=leaky_bucket delay=4 max_delay=0", "algorithm=quota reset=daily"}) {
         const bool quota = std::string(alg).find("quota") != std::string::npos;
-        OneKey k(std::string(alg) + " limit=5" + (quota ? "" : " period=15m") + " ban=1h");
+        OneKey k(std::string(alg) + " limit=5" + (quota ? "" : " period=15m") + " ban=1h cost=1");
         rl_check_t c;
         for (int i = 0; i < 5; i++) {
             ASSERT_TRUE(k.arrive(kT0 + i, &c)) << alg << " " << i;
+            k.end(&c, kT0 + i, 1);
         }
         ASSERT_FALSE(k.arrive(kT0 + 10, &c)) << alg;  // the refusal that bans
         EXPECT_EQ(c.decision.banned_ms, 3600000) << alg;
@@ -340,9 +343,10 @@ TEST(Ban, ARefusedKeyStaysOutForTheBanWhateverItsBudget)
 
 TEST(Ban, AResetLiftsIt)
 {
-    OneKey k("limit=1 period=1h ban=1h");
+    OneKey k("limit=1 period=1h ban=1h cost=1");
     rl_check_t c;
     ASSERT_TRUE(k.arrive(kT0, &c));
+    k.end(&c, kT0, 1);
     ASSERT_FALSE(k.arrive(kT0, &c));
     const int done = rl_table_reset(k.zone.mem, c.tag, kT0 + 1);
     EXPECT_EQ(done, RL_RESET_HELD | RL_RESET_UNBANNED);
@@ -381,8 +385,7 @@ TEST(Ban, LoginFailuresThenABan)
 
 namespace {
 
-// A charge= rule counted in its zone, as nginx counts it: its requests
-// reserve the rule's estimate of a charge.
+// A charge= rule counted in its zone, as nginx counts it.
 struct Counted {
     rl_rule_t rule;
     TestZone zone;
@@ -392,14 +395,19 @@ struct Counted {
     explicit Counted(const std::string &text)
         : rule(rule_of(text)), zone(1 << 20, {rule_of(text)}, kSecret), slot(rl_table_rule_slot(zone.mem, rule.name))
     {
-        keys.reserve(4096);  // checks point at these keys
+        keys.reserve(1 << 16);  // checks point at these keys
     }
 
-    rl_check_t arrive(const std::string &key, int64_t now, uint64_t cost = 1)
+    // A request arriving: its check, decided (*status: the request's).
+    rl_check_t arrive(const std::string &key, int64_t now, uint64_t cost = 1, int *status = nullptr)
     {
         keys.push_back(key);
         rl_check_t c = check_of(zone.mem, &rule, 42, keys.back(), cost, slot + 1);
-        decide(&c, 1, RL_COMBINE_ALL, now);
+        rl_request_t rq = hashed(request_of(&c, 1));
+        rl_decide(&rq, now);
+        if (status != nullptr) {
+            *status = rq.status;
+        }
         return c;
     }
 
@@ -419,146 +427,271 @@ struct Counted {
         return p.look.remaining;
     }
 
-    uint64_t estimate()
+    // A key's ban, as the key API reads it (0: none).
+    int64_t banned(const std::string &key, int64_t now)
     {
-        rl_rule_stats_t st[RL_RULE_STATS_MAX];
-        const size_t n = rl_table_rule_stats(zone.mem, st, RL_RULE_STATS_MAX);
-        return n > (size_t) slot ? st[slot].estimate : 0;
+        rl_check_t c = check_of(zone.mem, &rule, 42, key, 1, slot + 1);
+        hashed(request_of(&c, 1));
+        rl_peek_t p;
+        rl_table_peek(zone.mem, &rule, c.tag, 1, now, &p);
+        return p.banned_ms;
+    }
+
+    // One request of `key` at a time, each charged `units` when it ends.
+    void serial(const std::string &key, int n, uint64_t units, int64_t now)
+    {
+        for (int i = 0; i < n; i++) {
+            rl_check_t c = arrive(key, now);
+            if (c.decision.allowed) {
+                end(c, now, units);
+            }
+        }
     }
 };
 
 }  // namespace
 
-// 50 tokens a request, 100 an hour: requests of a new key in flight at
-// once reserve 50 each once the rule has seen charges of 50, so two run
-// and the third is refused; before any charge, each reserves its cost.
-TEST(Reserve, RequestsInFlightReserveTheRulesEstimateWithinWhatIsLeft)
+// 50 tokens a request, 100 an hour: a request in flight reserves a third
+// of what a key can hold (34), at most what it has left, so three of a
+// key's requests run at once (34 + 34 + 32) and the fourth is refused,
+// told apart: only they refused it.  With cost= the request declares its
+// worst case, and reserves that.
+TEST(Reserve, RequestsInFlightReserveAThirdOfWhatAKeyHolds)
 {
     Counted r("algorithm=gcra limit=100 period=1h charge=$t name=tok");
-    rl_check_t first = r.arrive("fresh", kT0);
-    EXPECT_EQ(first.reserved, 1u) << "nothing learned: the cost";
-    r.end(first, kT0, 50);
-    EXPECT_EQ(r.estimate(), 50u);
-    for (int i = 0; i < 9; i++) {
-        rl_check_t c = r.arrive("warm" + std::to_string(i), kT0);
-        r.end(c, kT0, 50);
-    }
     std::vector<rl_check_t> flight;
+    int status = 0;
     for (int i = 0; i < 5; i++) {
-        flight.push_back(r.arrive("new", kT0 + 1));
+        flight.push_back(r.arrive("new", kT0, 1, &status));
     }
-    EXPECT_EQ(flight[0].reserved, 50u);
-    EXPECT_EQ(flight[0].decision.remaining, 50u);
-    EXPECT_EQ(flight[1].reserved, 50u);
-    EXPECT_EQ(flight[1].decision.remaining, 0u);
-    for (int i = 2; i < 5; i++) {
+    EXPECT_EQ(flight[0].reserved, 34u);
+    EXPECT_EQ(flight[0].decision.remaining, 66u);
+    EXPECT_EQ(flight[1].reserved, 34u);
+    EXPECT_EQ(flight[2].reserved, 32u) << "what was left";
+    EXPECT_EQ(flight[2].decision.remaining, 0u);
+    for (int i = 3; i < 5; i++) {
         EXPECT_FALSE(flight[i].decision.allowed) << i;
+        EXPECT_EQ(flight[i].in_flight, 1) << i;
     }
+    EXPECT_EQ(status, RL_STATUS_REJECTED_IN_FLIGHT);
+    // each charge replaces its reservation: 150 spent of 100, 50 owed
+    for (int i = 0; i < 3; i++) {
+        r.end(flight[i], kT0 + 1, 50);
+    }
+    rl_check_t after = r.arrive("new", kT0 + 1, 1, &status);
+    EXPECT_FALSE(after.decision.allowed);
+    EXPECT_EQ(after.in_flight, 0) << "nothing in flight: the charges refuse it";
+    EXPECT_EQ(status, RL_STATUS_REJECTED);
+
     // what is left bounds the reservation; the cost, when larger, wins
     rl_check_t spent = r.arrive("partial", kT0 + 2);
-    r.end(spent, kT0 + 2, 70);
+    r.end(spent, kT0 + 2, 80);
     rl_check_t rest = r.arrive("partial", kT0 + 2);
     EXPECT_TRUE(rest.decision.allowed);
-    EXPECT_EQ(rest.reserved, 30u);
-    rl_check_t big = r.arrive("big", kT0 + 2, 80);
-    EXPECT_EQ(big.reserved, 80u);
-    // the charge replaces the reservation: 30 reserved, 10 charged
+    EXPECT_EQ(rest.reserved, 20u);
+    EXPECT_EQ(r.arrive("big", kT0 + 2, 80).reserved, 80u);
     r.end(rest, kT0 + 2, 10);
-    EXPECT_EQ(r.left("partial", kT0 + 2), 20u);
-    // a request of cost 0 is charged too when it ends: it reserves as well
-    EXPECT_EQ(r.arrive("partial", kT0 + 2, 0).reserved, 20u);
+    EXPECT_EQ(r.left("partial", kT0 + 2), 10u);
+
+    // cost= declares the worst case: reserved as it is, four at once
+    Counted declared("algorithm=gcra limit=100 period=1h cost=25 charge=$t name=max");
+    for (int i = 0; i < 4; i++) {
+        EXPECT_EQ(declared.arrive("k", kT0, 25).reserved, 25u) << i;
+    }
+    EXPECT_FALSE(declared.arrive("k", kT0, 25).decision.allowed);
     EXPECT_TABLE_VALID(r.zone.table());
 }
 
-// The estimate is the largest charge of the last two epochs of 8: a large
-// charge counts until the epoch after its own is over (8 to 16 charges
-// later); a charge counts at most as the capacity.
-TEST(Reserve, TheEstimateIsTheLargestOfTheLast8To16Charges)
+// No charge settled before moves what a request reserves, by other keys or
+// by the key itself, for every algorithm: 16 charges of 0 by other keys,
+// or 16 one-token requests of the key, then 200 requests of one key at
+// once, each charged 50 when they end, 100 an hour: at most 3 admitted;
+// 16 charges of 100 by other keys, then a key with 99 left sends 3
+// one-token requests at once: all 3 admitted.
+TEST(Reserve, NoChargeSettledBeforeMovesTheReservation)
 {
-    Counted r("algorithm=fixed_window limit=1000 period=1h charge=$t name=w");
-    int64_t now = kT0;
-    auto charge = [&](uint64_t units) {
-        rl_check_t c = r.arrive("k" + std::to_string(now), now);
-        r.end(c, now, units);
-        now++;
-    };
-    charge(400);  // the first of its epoch: counts for 15 more
-    for (int i = 0; i < 15; i++) {
-        charge(10);
+    for (const char *alg : kCharged) {
+        const std::string name = alg;
+        for (int poison = 0; poison < 3; poison++) {
+            Counted r(name + " limit=100 period=1h charge=$t name=p");
+            r.serial("honest", 10, 50, kT0);
+            for (int i = 0; i < 16; i++) {
+                r.serial(poison == 0   ? "throwaway" + std::to_string(i)
+                         : poison == 1 ? "greedy"
+                                       : "big" + std::to_string(i),
+                         1,
+                         poison == 0   ? 0
+                         : poison == 1 ? 1
+                                       : 100,
+                         kT0);
+            }
+            if (poison < 2) {
+                std::vector<rl_check_t> in;
+                for (int i = 0; i < 200; i++) {
+                    rl_check_t c = r.arrive("greedy", kT0 + 1);
+                    if (c.decision.allowed) {
+                        in.push_back(c);
+                    } else {
+                        EXPECT_EQ(c.in_flight, 1) << name << ": only those in flight refuse it";
+                    }
+                }
+                EXPECT_GE(in.size(), 1u) << name;
+                EXPECT_LE(in.size(), 3u) << name << " poison " << poison;
+                for (rl_check_t &c : in) {
+                    r.end(c, kT0 + 2, 50);
+                }
+            } else {
+                r.serial("modest", 1, 1, kT0);
+                EXPECT_EQ(r.left("modest", kT0), 99u) << name;
+                std::vector<rl_check_t> in;
+                for (int i = 0; i < 3; i++) {
+                    in.push_back(r.arrive("modest", kT0 + 1));
+                    EXPECT_TRUE(in.back().decision.allowed) << name << " request " << i;
+                }
+                for (rl_check_t &c : in) {
+                    r.end(c, kT0 + 2, 1);
+                }
+                EXPECT_EQ(r.left("modest", kT0 + 2), 96u) << name;
+            }
+            EXPECT_TABLE_VALID(r.zone.table());
+        }
     }
-    EXPECT_EQ(r.estimate(), 400u);
-    charge(10);
-    EXPECT_EQ(r.estimate(), 10u);
-    for (int i = 0; i < 6; i++) {
-        charge(10);
-    }
-    charge(300);  // the last of its epoch: counts for 8 more
-    for (int i = 0; i < 8; i++) {
-        charge(10);
-    }
-    EXPECT_EQ(r.estimate(), 300u);
-    charge(10);
-    EXPECT_EQ(r.estimate(), 10u);
-    charge(5000);  // beyond the limit: counts as the limit
-    EXPECT_EQ(r.estimate(), 1000u);
 }
 
-// Whatever the charges and the order requests end in, what a key's
-// requests in flight together spend beyond what it had left is at most the
-// last admitted one's charge plus what charges above the estimate exceed
-// it: random bursts of requests of fresh keys, every algorithm with charge=.
-TEST(Reserve, ParallelRequestsOverrunAtMostTheBound)
+// An adversary that tries to be served as much as it can: it moves the
+// charges (other keys' and its own: 0, 1, 100, anything), keeps requests in
+// flight, ends them in any order with any charge, lets time pass, then
+// sends 200 requests at once whose upstream charges 50 each, ending some
+// of them as it goes.  Whatever it did, for every algorithm: a key never
+// has more than ceil(left / share) <= 3 requests in flight; a refusal is
+// told apart (in_flight) exactly when what the key has left plus what its
+// requests in flight reserved would admit it, and then starts no ban; and
+// the 200 are served at most 3 times.
+TEST(Reserve, ARandomizedAdversaryIsServedAtMostThreeAtOnce)
 {
-    std::mt19937_64 g(11);
+    std::mt19937_64 g(50);
     for (const char *alg : kCharged) {
-        Counted r(std::string(alg) + " limit=100 period=1h charge=$t name=b");
         const std::string name = alg;
+        Counted r(name + " limit=100 period=1h charge=$t ban=1h name=adv");
         int64_t now = kT0;
-        for (int round = 0; round < 200; round++) {
-            const uint64_t typical = 1 + g() % 60;
-            // the rule's recent charges
-            for (int i = 0; i < 2 * RL_CHARGES_EPOCH; i++) {
-                rl_check_t c = r.arrive("w" + std::to_string(round) + "_" + std::to_string(i), now);
-                r.end(c, now, typical);
-            }
-            const uint64_t estimate = r.estimate();
-            const std::string key = "burst" + std::to_string(round);
-            const uint64_t left = r.left(key, now);
-            std::vector<rl_check_t> in;
-            for (int i = 0; i < 30; i++) {
+        size_t most = 0, told = 0, rounds_served = 0;
+        for (int round = 0; round < 120; round++) {
+            const std::string key = "adv" + std::to_string(round % 7);
+            std::vector<rl_check_t> mine;
+            uint64_t held = 0;
+            auto end_one = [&](size_t k, uint64_t units) {
+                held -= mine[k].reserved;
+                r.end(mine[k], now, units);
+                mine.erase(mine.begin() + (long) k);
+            };
+            auto send = [&]() {
+                const uint64_t left = r.left(key, now);
                 rl_check_t c = r.arrive(key, now);
                 if (c.decision.allowed) {
-                    in.push_back(c);
+                    held += c.reserved;
+                    mine.push_back(c);
+                    most = std::max(most, mine.size());
+                    EXPECT_LE(mine.size(), 3u) << name << " round " << round;
+                } else if (!c.decision.never && r.banned(key, now) == 0 && c.decision.banned_ms == 0) {
+                    // a refusal of a key not banned: told apart exactly when
+                    // its requests in flight alone refused it
+                    const bool flight = held > 0 && left + held >= 1;
+                    EXPECT_EQ(c.in_flight, flight ? 1 : 0) << name << " round " << round << " left " << left;
+                    EXPECT_EQ(c.banning, flight ? 0 : 1) << name << " round " << round;
+                    told += flight;
+                }
+                return c.decision.allowed != 0;
+            };
+            // the charges move: other keys, and the key itself
+            for (int i = 0, n = (int) (g() % 24); i < n; i++) {
+                const uint64_t units[] = {0, 1, 100, g() % 300};
+                r.serial(g() % 2 ? key : "other" + std::to_string(g() % 1000), 1, units[g() % 4], now);
+            }
+            for (int i = 0, n = (int) (g() % 12); i < n; i++) {
+                if (g() % 2 || mine.empty()) {
+                    send();
+                } else {
+                    const uint64_t units[] = {0, 1, 50, 100};
+                    end_one(g() % mine.size(), units[g() % 4]);
                 }
             }
-            ASSERT_FALSE(in.empty()) << name;
-            uint64_t reserved = 0, spent = 0, above = 0;
-            std::shuffle(in.begin(), in.end(), g);
-            const uint64_t last = in.size();
-            for (rl_check_t &c : in) {
-                reserved += c.reserved;
-                const uint64_t units = g() % 8 == 0 ? typical + g() % 40 : g() % (typical + 1);
-                above += units > estimate ? units - estimate : 0;
-                spent += units;
-                r.end(c, now, units);
+            while (!mine.empty()) {
+                end_one(0, g() % 3);
             }
-            EXPECT_LE(reserved, left) << name << " round " << round;
-            EXPECT_LE(in.size(), left / std::max<uint64_t>(estimate, 1) + 1) << name << " round " << round;
-            const uint64_t most = typical + 40;  // any one charge
-            EXPECT_LE(spent, left + most + above) << name << " round " << round << ", " << last << " in flight";
-            now += 3600000;  // every key full again
+            now += (int64_t) (g() % 4) * 600000;  // sometimes a while
+            while (r.banned(key, now) != 0 || r.left(key, now) < 100) {
+                now += 3600000;  // back to full budget, the ban over
+            }
+            // 200 at once, each charged 50, some ended as the rest arrive
+            const uint64_t full = r.left(key, now);
+            size_t served = 0;
+            for (int i = 0; i < 200; i++) {
+                served += send();
+                if (!mine.empty() && g() % 16 == 0) {
+                    end_one(g() % mine.size(), 50);
+                }
+            }
+            EXPECT_LE(served, 3u) << name << " round " << round;
+            EXPECT_GE(served, 1u) << name << " round " << round << ", " << full << " left";
+            rounds_served += served;
+            while (!mine.empty()) {
+                end_one(0, 50);
+            }
+            now += 2 * 3600000 + 1;
         }
+        EXPECT_EQ(most, 3u) << name << ": three at once, no more";
+        EXPECT_GT(told, 0u) << name;
+        EXPECT_GT(rounds_served, 120u * 2) << name;
         EXPECT_TABLE_VALID(r.zone.table());
     }
 }
 
+// A refusal that only reservations in flight caused starts no ban; one of
+// a key whose settled charges spent its budget does.
+TEST(Ban, NoneFromARefusalTheSettledBudgetWouldAdmit)
+{
+    Counted r("algorithm=sliding_log limit=100 period=1h charge=$t ban=1h name=b");
+    for (int i = 0; i < 16; i++) {
+        r.serial("big" + std::to_string(i), 1, 100, kT0);  // whatever others charged
+    }
+    std::vector<rl_check_t> in;
+    int status = 0;
+    for (int i = 0; i < 4; i++) {
+        in.push_back(r.arrive("innocent", kT0 + 1, 1, &status));
+    }
+    EXPECT_TRUE(in[2].decision.allowed);
+    EXPECT_FALSE(in[3].decision.allowed);
+    EXPECT_EQ(in[3].in_flight, 1);
+    EXPECT_EQ(in[3].banning, 0);
+    EXPECT_EQ(in[3].decision.banned_ms, 0);
+    EXPECT_EQ(status, RL_STATUS_REJECTED_IN_FLIGHT);
+    EXPECT_EQ(r.banned("innocent", kT0 + 1), 0);
+    for (int i = 0; i < 3; i++) {
+        r.end(in[i], kT0 + 2, 1);
+    }
+    EXPECT_TRUE(r.arrive("innocent", kT0 + 3).decision.allowed) << "served: no ban";
+    rl_rule_stats_t st[RL_RULE_STATS_MAX];
+    rl_table_rule_stats(r.zone.mem, st, RL_RULE_STATS_MAX);
+    EXPECT_EQ(st[r.slot].bans, 0u);
+
+    // its budget spent by what it was charged: refused, and banned
+    r.serial("spender", 1, 100, kT0 + 4);
+    rl_check_t refused = r.arrive("spender", kT0 + 5, 1, &status);
+    EXPECT_FALSE(refused.decision.allowed);
+    EXPECT_EQ(refused.in_flight, 0);
+    EXPECT_EQ(refused.banning, 1);
+    EXPECT_EQ(status, RL_STATUS_REJECTED);
+    EXPECT_EQ(r.banned("spender", kT0 + 6), 3600000 - 1);
+}
+
 // A request its client abandoned keeps its reservation unless the rule
 // says abandoned=charge; a request of a rule without charge= has none to
-// evaluate.
+// evaluate.  (cost=1: a guess is charged one at most, and reserves that;
+// without it each would reserve 2, a third of 5.)
 TEST(Reserve, AnAbandonedRequestKeepsWhatItReserved)
 {
-    Counted keep("algorithm=sliding_log limit=5 period=15m charge=$failed name=keep");
-    Counted give("algorithm=sliding_log limit=5 period=15m charge=$failed abandoned=charge name=give");
+    Counted keep("algorithm=sliding_log limit=5 period=15m cost=1 charge=$failed name=keep");
+    Counted give("algorithm=sliding_log limit=5 period=15m cost=1 charge=$failed abandoned=charge name=give");
     for (int i = 0; i < 5; i++) {
         rl_check_t k = keep.arrive("guesser", kT0 + i);
         rl_check_t g = give.arrive("guesser", kT0 + i);

@@ -622,29 +622,32 @@ TEST(RedisAnswer, ASettleSaysWhatEachCheckCharged)
     rq.checks = c;
     rq.n = 4;
     rl_redis_answer_t a;
-    // the first check only; a bucket of 10 owes at most 10 more: 20
-    Reply ok({1, 15, 1, 0});
+    // the first check's charge, and the last's end (its reservation stands:
+    // nothing charged); a bucket of 10 owes at most 10 more: 20
+    Reply ok({1, 15, 1, 0, 0, 0, 0});
     ASSERT_EQ(rl_redis_answer(&rq, RL_REDIS_SETTLE, &ok.r, &a), RL_REDIS_DECIDED) << a.why;
     EXPECT_EQ(c[0].charged, 15u);
     EXPECT_EQ(c[0].in_debt, 1);
     EXPECT_EQ(c[0].capped, 0);
-    Reply cut({1, 12, 1, 1});
+    Reply cut({1, 12, 1, 1, 0, 0, 0});
     ASSERT_EQ(rl_redis_answer(&rq, RL_REDIS_SETTLE, &cut.r, &a), RL_REDIS_DECIDED) << a.why;
     EXPECT_EQ(c[0].charged, 12u);
     EXPECT_EQ(c[0].capped, 1);
     for (const std::vector<int64_t> &bad : std::vector<std::vector<int64_t>>{
-             {1, 16, 1, 1},        // more than the charge
-             {1, 12, 1, 0},        // less, not capped
-             {1, 0, 1, 1},         // in debt, nothing charged
-             {1, -1, 0, 1},        // negative
-             {1, 15, 2, 0},        // a flag of 2
-             {0, 15, 1, 0},        // not the settle's first item
-             {1, 15, 1, 0, 1, 0},  // two checks' worth
+             {1, 16, 1, 1, 0, 0, 0},           // more than the charge
+             {1, 12, 1, 0, 0, 0, 0},           // less, not capped
+             {1, 0, 1, 1, 0, 0, 0},            // in debt, nothing charged
+             {1, -1, 0, 1, 0, 0, 0},           // negative
+             {1, 15, 2, 0, 0, 0, 0},           // a flag of 2
+             {0, 15, 1, 0, 0, 0, 0},           // not the settle's first item
+             {1, 15, 1, 0, 1, 0, 0},           // a charge where the reservation stands
+             {1, 15, 1, 0},                    // one check's worth
+             {1, 15, 1, 0, 0, 0, 0, 1, 0, 0},  // three checks' worth
          }) {
         Reply b(bad);
         EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_SETTLE, &b.r, &a), RL_REDIS_FAILED) << bad.size();
     }
-    Reply b({1, 16, 1, 1});
+    Reply b({1, 16, 1, 1, 0, 0, 0});
     rl_redis_answer(&rq, RL_REDIS_SETTLE, &b.r, &a);
     EXPECT_EQ(std::string(a.why),
               "the settle of rule \"tokens\" says 16 units charged, in debt 1, capped 1: expected 0 to 15 charged of "
@@ -652,9 +655,9 @@ TEST(RedisAnswer, ASettleSaysWhatEachCheckCharged)
     // a charge past the bound (the largest rl_rule_charge gives): at most
     // the burst and a limit (20)
     c[0].charge = RL_NO_CHARGE - 1;
-    Reply most({1, 20, 1, 1});
+    Reply most({1, 20, 1, 1, 0, 0, 0});
     EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_SETTLE, &most.r, &a), RL_REDIS_DECIDED) << a.why;
-    Reply past({1, 21, 1, 1});
+    Reply past({1, 21, 1, 1, 0, 0, 0});
     EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_SETTLE, &past.r, &a), RL_REDIS_FAILED);
 }
 

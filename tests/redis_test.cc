@@ -139,7 +139,7 @@ TEST(Redis, CommandIsOneEvalshaWithKeysThenArguments)
     EXPECT_NE(cmd.find("\r\n$0\r\n\r\n$1\r\n1\r\n$1\r\n0\r\n$2\r\n10\r\n$2\r\n10\r\n$5\r\n60000\r\n"),
               std::string::npos)
         << cmd;
-    // cost 2, delay 0, no ban, no charge, no estimate, no override, no
+    // cost 2, delay 0, no ban, no charge, no share, no override, no
     // lease (not a concurrency rule), not full
     EXPECT_EQ(cmd.substr(cmd.size() - 62),
               "$1\r\n2\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n$0\r\n\r\n$1\r\n0\r\n");
@@ -240,14 +240,15 @@ TEST(Redis, ASettleSendsTheChecksThatSettleWithWhatTheirAdmissionLeft)
     std::string cmd(rl_redis_command_size(3, 3, sha.size()), '\0');
     cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_SETTLE, "rl:", 3, 0, &rq, -1));
     const std::vector<std::string> a = args_of(cmd);
-    ASSERT_EQ(a.size(), 3u + 1 + 2 + 21);
-    EXPECT_EQ(a[2], "1");  // one key: the state (a settle touches no ban)
+    ASSERT_EQ(a.size(), 3u + 2 + 2 + 21);
+    EXPECT_EQ(a[2], "2");  // the state (a settle touches no ban), its reservations in flight
     char key[80];
     EXPECT_EQ(a[3], std::string(key, rl_redis_key(key, "rl:", 3, 0, 11, "k", 1)));
-    EXPECT_EQ(a[4], "");  // Redis's clock
-    EXPECT_EQ(a[5], "settle");
+    EXPECT_EQ(a[4], std::string(key, rl_redis_key(key, "rl:", 3, 0, ~uint64_t{11}, "k", 1)));
+    EXPECT_EQ(a[5], "");  // Redis's clock
+    EXPECT_EQ(a[6], "settle");
     // the reservation given back (2), delay 0, ban 60000, charge=, no
-    // estimate, no override, no lease; the charge, the head after, when
+    // share, no override, no lease; the charge, the head after, when
     const std::vector<std::string> tail(a.end() - 12, a.end());
     EXPECT_EQ(tail, (std::vector<std::string>{"2", "0", "60000", "1", "0", "0", "0", "", "0", "400",
                                               std::to_string(kT0 + 2000), std::to_string(kT0)}));
@@ -257,8 +258,15 @@ TEST(Redis, ASettleSendsTheChecksThatSettleWithWhatTheirAdmissionLeft)
     cmd.assign(rl_redis_command_size(3, 3, sha.size()), '\0');
     cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_SETTLE, "rl:", 3, 0, &rq, -1));
     EXPECT_EQ(args_of(cmd)[a.size() - 3], std::to_string(RL_REDIS_UNITS_MAX));
-    // nothing settles: no check sent
+    // its reservation stands: sent all the same (its reservations in
+    // flight end), with -1 for units
     c[1].charge = RL_NO_CHARGE;
+    cmd.assign(rl_redis_command_size(3, 3, sha.size()), '\0');
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_SETTLE, "rl:", 3, 0, &rq, -1));
+    EXPECT_EQ(args_of(cmd).size(), a.size());
+    EXPECT_EQ(args_of(cmd)[a.size() - 3], "-1");
+    // nothing admitted: no check sent
+    c[1].outcome = RL_OUTCOME_REJECTED;
     cmd.assign(rl_redis_command_size(3, 3, sha.size()), '\0');
     cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_SETTLE, "rl:", 3, 0, &rq, -1));
     EXPECT_EQ(args_of(cmd).size(), 3u + 2);
@@ -367,8 +375,8 @@ TEST(RedisScript, TwoRulesOfOneNameSettleOneAfterTheOther)
     EXPECT_EQ(c[1].charged, 400u);
     rl_check_t look = one_check(&r, 5, "key", 0);  // cost 0: a look
     rl_request_t lq = request_of(&look, 1, RL_COMBINE_ALL);
-    call_script(sha, "two:", lq, RL_REDIS_DECIDE, now, &a);
-    EXPECT_EQ(look.decision.remaining, 200u);  // 1,000 less both charges
+    call_script(sha, "two:", lq, RL_REDIS_PEEK, now, &a);  // (a decision of cost 0 would reserve)
+    EXPECT_EQ(look.decision.remaining, 200u);              // 1,000 less both charges
 }
 
 // A refusal bans the key (ban=) for its time, in a Redis key of its own

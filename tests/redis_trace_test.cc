@@ -43,7 +43,8 @@ int decode(rl_request_t &rq, const rl_resp_t &r)
         d.banned_ms = v[8];
         rq.checks[i].after.t = v[9];
         rq.checks[i].reserved = (uint64_t) v[10];
-        rq.checks[i].banning = (int32_t) v[11];
+        rq.checks[i].banning = v[11] == 1;
+        rq.checks[i].in_flight = v[11] == 2;  // refused by reservations in flight alone
         rq.checks[i].at = r.items[1];
     }
     return rl::conclude(rq, r.items[0] != 0);
@@ -123,7 +124,7 @@ bool settle_in_redis(const std::string &sha, const std::string &prefix, std::vec
 // What the traces went through, so that a test can tell it saw charges,
 // debts, caps and bans.
 struct Seen {
-    size_t ends = 0, charged = 0, debts = 0, capped = 0, banned = 0, bans = 0, reserved = 0, estimated = 0;
+    size_t ends = 0, charged = 0, debts = 0, capped = 0, banned = 0, bans = 0, reserved = 0, estimated = 0, told = 0;
 };
 Seen seen;
 
@@ -134,10 +135,9 @@ struct Trace {
     void *table = nullptr;
     size_t table_size = 1 << 20;
     std::string prefix;
-    // each rule's counters in the table: its charges' estimate, which both
-    // the core and the script's call read (learned from the core's settles)
+    // each rule's counters in the table
     std::vector<int> counters;
-    // charges within half a limit: an estimate below what keys have left
+    // charges within half a limit: keys keep something left
     bool modest = false;
 
     Trace(const std::vector<std::string> &t, int comb, const std::string &pfx) : texts(t), combine(comb), prefix(pfx)
@@ -199,21 +199,25 @@ struct Trace {
         bool ok = la == ra && lb == rb;
         for (size_t i = 0; i < rules.size(); i++) {
             ok = ok && same_check(local[i].decision, remote[i].decision, i == lb) &&
-                 local[i].reserved == remote[i].reserved && local[i].banning == remote[i].banning;
-            // a charge= rule's estimate reserved; and with room to spare
+                 local[i].reserved == remote[i].reserved && local[i].banning == remote[i].banning &&
+                 local[i].in_flight == remote[i].in_flight;
+            // a charge= rule's share reserved; and with room to spare
             seen.reserved += local[i].reserved > local[i].cost;
             seen.estimated += local[i].reserved > local[i].cost && local[i].decision.remaining > 0;
+            seen.told += local[i].in_flight != 0;
         }
         if (!ok) {
             std::string msg = "op " + std::to_string(op) + " at " + std::to_string(now) + ", combine " +
                               std::to_string(combine) + ":\n";
             for (size_t i = 0; i < rules.size(); i++) {
-                msg += "  rule \"" + texts[i] + "\" key " + keys[i] + " cost " + std::to_string(costs[i]) +
-                       "\n    core:  " + describe(local[i].decision) +
-                       " reserved=" + std::to_string(local[i].reserved) +
-                       " banning=" + std::to_string(local[i].banning) + "\n    redis: " + describe(remote[i].decision) +
-                       " reserved=" + std::to_string(remote[i].reserved) +
-                       " banning=" + std::to_string(remote[i].banning) + "\n";
+                msg +=
+                    "  rule \"" + texts[i] + "\" key " + keys[i] + " cost " + std::to_string(costs[i]) +
+                    "\n    core:  " + describe(local[i].decision) + " reserved=" + std::to_string(local[i].reserved) +
+                    " banning=" + std::to_string(local[i].banning) +
+                    " in_flight=" + std::to_string(local[i].in_flight) +
+                    "\n    redis: " + describe(remote[i].decision) + " reserved=" + std::to_string(remote[i].reserved) +
+                    " banning=" + std::to_string(remote[i].banning) +
+                    " in_flight=" + std::to_string(remote[i].in_flight) + "\n";
             }
             ADD_FAILURE() << msg << "  allowed core " << la << " redis " << ra << ", binding " << lb << " / " << rb;
             return false;
@@ -448,12 +452,14 @@ TEST(RedisScript, ChargesAndBansMatchTheCoreOnRandomTraces)
         std::printf("%-15s %zu operations with charges and bans identical in Redis and the core\n", a, done);
     }
     std::printf("%zu requests ended: %zu charged, %zu in debt, %zu capped; %zu bans, %zu refusals while banned; "
-                "%zu decisions reserved more than their cost, %zu of them less than the key had left\n",
-                seen.ends, seen.charged, seen.debts, seen.capped, seen.bans, seen.banned, seen.reserved,
-                seen.estimated);
+                "%zu decisions reserved more than their cost, %zu of them less than the key had left; %zu refused "
+                "by reservations in flight alone\n",
+                seen.ends, seen.charged, seen.debts, seen.capped, seen.bans, seen.banned, seen.reserved, seen.estimated,
+                seen.told);
     // the traces went where the arithmetic differs most
     EXPECT_GT(seen.reserved, 1000u);
     EXPECT_GT(seen.estimated, 1000u);
+    EXPECT_GT(seen.told, 100u);
     EXPECT_GT(seen.debts, 1000u);
     EXPECT_GT(seen.capped, 500u);
     EXPECT_GT(seen.bans, 500u);

@@ -182,6 +182,12 @@ struct Spent {
         : loc({rule}, RL_COMBINE_ALL)
     {
         while (rl_decide(&loc.request({cost}), kT0) != RL_VERDICT_REJECTED) {
+            // each admitted request ends at once, charged its cost (a
+            // charge= rule's requests in flight would refuse in its stead)
+            for (size_t i = 0; i < loc.rq.n; i++) {
+                loc.c[i].charge = loc.c[i].cost;
+            }
+            rl_request_end(&loc.rq, kT0);
         }
         refused = loc.c[0].decision;
         stored = rl_refusals_store(cache.p(), cache.size, &loc.rq, rl_refusals_epoch(cache.p()), sent, came);

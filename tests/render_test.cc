@@ -223,7 +223,6 @@ struct Stats {
         counters[0].waited = 10;
         counters[0].bans = 11;
         counters[0].dry_run_bans = 12;
-        counters[0].estimate = 13;
         counters[0].overrides = 14;
         counters[0].overridden = 15;
         counters[0].limit_now = 17;
@@ -281,11 +280,11 @@ TEST(Stats, Json)
               "\"overrides\":16,\"overrides_capacity\":1000,\"evictions\":3,\"live_evictions\":1,\"summary_bytes\":8,"
               "\"summary_refusals\":4,\"rules\":{\"r1\":{"
               "\"allowed\":1,\"rejected\":2,\"delayed\":3,\"dry_run_rejected\":4,\"exempt\":5,\"charged\":6,"
-              "\"debts\":7,\"in_flight\":8,\"peak\":9,\"waited\":10,\"bans\":11,\"dry_run_bans\":12,\"charge_"
-              "estimate\":13,\"overrides\":14,\"overridden\":15,\"limit_now\":17,\"baseline_us\":18,"
+              "\"debts\":7,\"in_flight\":8,\"peak\":9,\"waited\":10,\"bans\":11,\"dry_run_bans\":12,"
+              "\"overrides\":14,\"overridden\":15,\"limit_now\":17,\"baseline_us\":18,"
               "\"recent_us\":19},\"gone\":{\"allowed\":0,\"rejected\":0,"
               "\"delayed\":0,\"dry_run_rejected\":0,\"exempt\":0,\"charged\":0,\"debts\":0,\"in_flight\":0,"
-              "\"peak\":0,\"waited\":0,\"bans\":0,\"dry_run_bans\":0,\"charge_estimate\":0,\"overrides\":0,"
+              "\"peak\":0,\"waited\":0,\"bans\":0,\"dry_run_bans\":0,\"overrides\":0,"
               "\"overridden\":0,\"limit_now\":0,\"baseline_us\":0,\"recent_us\":0}}},\"b-2.z\":{"
               "\"size\":64,\"bytes_used\":0,\"keys\":0,\"capacity\":0,\"overrides\":0,\"overrides_capacity\":0,"
               "\"evictions\":0,\"live_evictions\":0,\"summary_bytes\":0,\"summary_refusals\":0,\"rules\":{},"
@@ -350,11 +349,6 @@ TEST(Stats, Prometheus)
         "# TYPE nginx_ratelimit_dry_run_bans_total counter\n"
         "nginx_ratelimit_dry_run_bans_total{zone=\"a\",rule=\"r1\"} 12\n"
         "nginx_ratelimit_dry_run_bans_total{zone=\"a\",rule=\"gone\"} 0\n"
-        "# HELP nginx_ratelimit_charge_estimate_units What an admission reserves at most (charge=): the largest of "
-        "the rule's last 8 to 16 charges.\n"
-        "# TYPE nginx_ratelimit_charge_estimate_units gauge\n"
-        "nginx_ratelimit_charge_estimate_units{zone=\"a\",rule=\"r1\"} 13\n"
-        "nginx_ratelimit_charge_estimate_units{zone=\"a\",rule=\"gone\"} 0\n"
         "# HELP nginx_ratelimit_overrides Overrides held naming the rule (the key API's overrides).\n"
         "# TYPE nginx_ratelimit_overrides gauge\n"
         "nginx_ratelimit_overrides{zone=\"a\",rule=\"r1\"} 14\n"
@@ -467,7 +461,7 @@ TEST(Stats, Prometheus)
             << line;
         at = nl + 1;
     }
-    EXPECT_EQ(lines, 10 * (2 + 2) + 18 * (2 + 2) + 16 * (2 + 1) + 2 + 11 + 2 + 3);
+    EXPECT_EQ(lines, 10 * (2 + 2) + 17 * (2 + 2) + 16 * (2 + 1) + 2 + 11 + 2 + 3);
 }
 
 TEST(Stats, LogKeyOffShowsNoKey)

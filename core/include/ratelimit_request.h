@@ -53,7 +53,11 @@ enum rl_status {
     RL_STATUS_REJECTED,
     RL_STATUS_DELAYED_DRY_RUN,
     RL_STATUS_REJECTED_DRY_RUN,
-    RL_STATUS_EXEMPT
+    RL_STATUS_EXEMPT,
+    RL_STATUS_REJECTED_IN_FLIGHT  /* refused only because the key's
+                                   requests in flight (charge=) hold what
+                                   it has left: what their charges have
+                                   left it would admit it; starts no ban */
 };
 
 enum rl_verdict {
@@ -99,14 +103,18 @@ typedef struct {
     int64_t              at;        /*   and the time it decided at */
     uint64_t             reserved;  /* out: what an admission spends when
                                        it is decided: the cost; for a rule
-                                       with charge=, the larger of the cost
-                                       and the rule's estimate of a charge,
-                                       at most what the key has left (the
-                                       request's end gives it back and
-                                       spends the charge) */
+                                       with charge= and no cost=, at least
+                                       a third of what a key can hold
+                                       (check.cpp's reserve), at most what
+                                       the key has left (the request's end
+                                       gives it back and spends the
+                                       charge) */
     int32_t              banning;   /* out: this refusal starts a ban
                                        (ban=; a dry run's would, and
                                        stores none) */
+    int32_t              in_flight; /* out: a charge= rule refused it only
+                                       for what the key's requests in
+                                       flight reserved (it starts no ban) */
     uint64_t             charge;    /* in, for rl_request_end(): the units
                                        a charge= rule spends (RL_NO_CHARGE:
                                        none, the reservation stands) */

@@ -122,10 +122,6 @@ typedef struct {
     uint64_t  bans;             /* ban=: bans started, */
     uint64_t  dry_run_bans;     /*   and refusals of a dry run that would
                                      have started one (none is stored) */
-    uint64_t  estimate;         /* charge=: what an admission reserves at
-                                   most (rl_check_t.reserved): the largest
-                                   of the rule's last RL_CHARGES_EPOCH to
-                                   twice as many charges */
     uint64_t  overridden;       /* requests that met an override */
     uint64_t  overrides;        /* overrides held naming the rule (the
                                    caller's: rl_overrides_count) */
@@ -135,10 +131,6 @@ typedef struct {
     uint64_t  baseline_us;      /*   its baseline latency, */
     uint64_t  recent_us;        /*   its last interval's typical latency */
 } rl_rule_stats_t;
-
-/* charge=: a rule's estimate is the largest charge of its last two epochs
-   of so many charges. */
-#define RL_CHARGES_EPOCH  8
 
 /* The counters of rule `name`, claimed on first use; -1 when all are taken.
    The caller holds the table's lock. */

@@ -50,14 +50,16 @@ void refuse_until(rl_decision_t &d, int64_t until, int64_t now)
 }
 
 // The bans a refused request starts: each rule with ban= that refused it
-// (not for a cost the rule can never admit), and is not banning it already.
+// (not for a cost the rule can never admit, nor only for what the key's
+// requests in flight hold), and is not banning it already.
 // A dry run stores none: its refusal says what the ban would be, and is
 // counted as one a dry run would start.
 void ban(rl_check_t *c, Item *items, size_t n, bool dry, int64_t now)
 {
     for (size_t i = 0; i < n; i++) {
         const rl_rule_t &rule = *c[i].rule;
-        if (!rl::applies(c[i]) || rule.ban_ms == 0 || items[i].banned || c[i].decision.allowed || c[i].decision.never) {
+        if (!rl::applies(c[i]) || rule.ban_ms == 0 || items[i].banned || c[i].decision.allowed || c[i].decision.never ||
+            c[i].in_flight) {
             continue;
         }
         const int64_t until = now + rule.ban_ms;
@@ -79,28 +81,25 @@ void refuse_denied(rl_check_t &c, rl::State s, int64_t now)
 }
 
 // What an admission of check c spends when it is decided on state s: its
-// cost; for a rule with charge=, the larger of its cost and the rule's
-// estimate of a charge (the largest of its last charges), at most what the
-// key has left.  A key's requests in flight together then never reserve
-// more than it had: the first reserve what a request is likely to be
-// charged, and once the key has nothing left the next are refused, where
-// reserving only the cost would let any number through while their charges
-// are unknown.  Admission itself is unchanged (the cost fits in what is
-// left exactly when the reservation does); the request's end gives the
-// reservation back and spends the charge (settle.cpp).
+// cost; for a rule with charge= and no cost=, the larger of its cost and
+// the rule's share (charge_share: a third of what a key can hold), at most
+// what the key has left.  A key's requests in flight together then never
+// reserve more than it had, and at most three run at once: where reserving
+// only the cost would let any number through while their charges are
+// unknown, and reserving what past charges were would let whoever moves
+// them choose how many.  Admission itself is unchanged (the cost fits in
+// what is left exactly when the reservation does); the request's end gives
+// the reservation back and spends the charge (settle.cpp).
 uint64_t reserve(const rl_check_t &c, const rl::State &s, int64_t now)
 {
     const rl_rule_t &rule = *c.rule;
-    if (!rule.charge || c.counters <= 0) {
-        return c.cost;
-    }
-    const uint64_t guess = rl::Table::at(c.table)->estimate(c.counters - 1);
-    if (guess <= c.cost) {
+    const uint64_t share = rl::charge_share(rule);
+    if (share <= c.cost) {
         return c.cost;
     }
     rl::State look = s;  // a look writes nothing
     const uint64_t left = rl::transition(rule, look, now, 0, false).remaining;
-    return guess < left ? guess : left > c.cost ? left : c.cost;
+    return share < left ? share : left > c.cost ? left : c.cost;
 }
 
 // Another check of the request on the same key's state: rules with the
@@ -219,6 +218,18 @@ void queue(rl_request_t &rq, Item *items, bool queued, int64_t now)
     }
 }
 
+// A charge= rule's reservations in flight, once the request is decided
+// (and every admission written): an admission adds what it reserved; a
+// refusal is told apart when they alone refused it.
+void charged_flight(rl_check_t &c, const Item &it, bool allowed, int64_t now)
+{
+    if (allowed && c.decision.allowed && c.reserved > 0) {
+        rl::hold_flight(c, now);
+    } else if (!c.decision.allowed && !c.decision.never && !it.banned) {
+        rl::in_flight(c, now);
+    }
+}
+
 // What a request's checks add up to while they are decided.
 struct Tally {
     size_t allowing = 0, applying = 0, queuing = 0;
@@ -247,6 +258,7 @@ template <bool kOne> void decide(rl_request_t &rq, Item *items, size_t i, bool f
     c.at = now;
     c.reserved = rule.charge ? reserve(c, it.state, now) : c.cost;
     c.banning = 0;
+    c.in_flight = 0;
     it.banned = false;
     it.committed = false;
     if ((c.override & 0xf) == RL_OVERRIDE_DENY) {
@@ -404,6 +416,11 @@ template <bool kOne> int decide_as(rl_request_t &rq, int64_t now)
     if (!allowed) {
         queue(rq, items, queued, now);
     }
+    for (size_t i = 0; i < n; i++) {
+        if (rl::applies(c[i]) && c[i].rule->charge) {
+            charged_flight(c[i], items[i], allowed, now);
+        }
+    }
     if (!allowed && !queued) {
         count_summary_refusals(c, items, n);
         ban(c, items, n, rq.dry_run != 0, now);
@@ -433,7 +450,8 @@ uint64_t binds_below(uint64_t least, bool refused)
 // The request most locations with several rules send, in two passes: with
 // all, every rule that applies finds its key in the table (a block in its
 // rule's pool), and none shares its state with another check, holds slots
-// (concurrency) or bans.  Each rule is decided on its key as found (a head
+// (concurrency), bans or charges (its reservations in flight kept beside
+// it).  Each rule is decided on its key as found (a head
 // on a copy, a block read; the last block written as decided when every
 // other rule allowed); then, in the checks' order, each admission is
 // written where its key was found (nothing was inserted meanwhile: every
@@ -454,7 +472,7 @@ template <size_t kN> bool decide_found(rl_request_t &rq, int64_t now, int *verdi
             continue;
         }
         const rl_rule_t &rule = *ci.rule;
-        if (rl::has(rule, rl::kSlots) || rule.ban_ms > 0) {
+        if (rl::has(rule, rl::kSlots) || rule.ban_ms > 0 || rule.charge) {
             return false;
         }
         for (size_t j = 0; j < i; j++) {

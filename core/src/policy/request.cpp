@@ -435,6 +435,9 @@ int rl_request_end(rl_request_t *rq, int64_t now_ms)
             if (rl::settles(c)) {
                 rl::settle(c, now_ms);
             }
+            if (rl::charges(c)) {
+                rl::end_flight(c, now_ms);
+            }
             if (rl::applies(c) && rl::has(*c.rule, rl::kSlots)) {
                 freed += release(c, *rq, now_ms);
             }

@@ -28,6 +28,17 @@ inline bool settles(const rl_check_t &c)
     return charges(c) && c.charge != RL_NO_CHARGE;
 }
 
+// charge=: what a request of the rule reserves at least while it runs
+// (settle.cpp), its charge unknown till it ends; 0: its cost.
+uint64_t charge_share(const rl_rule_t &rule);
+// A key's reservations in flight (charge=), kept beside its state under
+// Table::flight_tag (settle.cpp): what an admitted check reserved is added
+// (hold_flight) and taken off when its request ends (end_flight);
+// in_flight() marks a refused check that only they refused.
+void hold_flight(const rl_check_t &c, int64_t now);
+void end_flight(const rl_check_t &c, int64_t now);
+void in_flight(rl_check_t &c, int64_t now);
+
 // Decides every check that applies on its key's state, combines, and
 // commits all that consume or none; a request that waits for a slot
 // (concurrency) joins the queues it waits in and spends nothing.  Then
@@ -61,6 +72,16 @@ inline void act(rl_request_t &rq)
     const bool dry = rq.dry_run != 0 && rq.verdict != RL_VERDICT_QUEUED;
     rq.action = dry ? RL_ACTION_PASS : by_verdict[v].action;
     rq.status = dry ? by_verdict[v].dry_status : by_verdict[v].status;
+    if (rq.status == RL_STATUS_REJECTED) {
+        // refused by reservations in flight alone: told apart
+        size_t refusing = 0, flight = 0;
+        for (size_t i = 0; i < rq.n; i++) {
+            const rl_check_t &c = rq.checks[i];
+            refusing += applies(c) && !c.decision.allowed;
+            flight += applies(c) && !c.decision.allowed && c.in_flight;
+        }
+        rq.status = flight > 0 && flight == refusing ? RL_STATUS_REJECTED_IN_FLIGHT : rq.status;
+    }
 }
 
 // conclude() of a request of one rule, not queued: the rule binds,

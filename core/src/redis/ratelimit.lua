@@ -10,17 +10,19 @@
 -- ARGV: now ("" = Redis's TIME), the call, then per rule: algorithm, limit,
 -- burst, period_ms, align, buckets, max_delay_ms, reset, utc_offset_min,
 -- cost (a settle: what the admission reserved), delay, ban_ms, charge (1:
--- the rule has charge=), estimate (charge=: what an admission reserves at
--- most), since (an override's: when the rule's limits as applied began, or
+-- the rule has charge=), share (charge=: what an admission reserves at
+-- least, within what the key has left), since (an override's: when the rule's limits as applied began, or
 -- 0), lease (concurrency: lease= in ms), lease_name (concurrency: the
 -- lease a decision takes, a release, renewal or restore names, or ""),
 -- full (concurrency, a decision: 1 if the request's server holds `limit`
 -- of the key's requests in flight already, some of which Redis may not
 -- hold: the rule refuses it); a settle
--- adds the units to spend, and the head's t after its
--- admission and when it was decided (what giving its reservation back
--- needs).  KEYS: each rule's state, then the ban of each rule with ban=
--- (not for a settle).
+-- adds the units to spend (-1: the reservation stands), and the head's t
+-- after its admission and when it was decided (what giving its reservation
+-- back needs).  KEYS: each rule's state, then the ban of each rule with
+-- ban= (not for a settle), then, for a decision or a settle, the
+-- reservations in flight of each rule with charge= (the units its key's
+-- admitted requests reserved and did not settle yet).
 --
 -- The calls:
 --   0, 1   decide the request (combine all, any): commit every consuming
@@ -31,7 +33,8 @@
 --          banned_ms, after, reserved, banning} (after: the head's t once
 --          committed, else 0; reserved: the units the decision was made
 --          for, its cost or a charge= rule's reservation; banning: 1 if
---          the refusal starts a ban, or would in a dry run; the policy the
+--          the refusal starts a ban, or would in a dry run, 2 if only the
+--          key's reservations in flight refused it (no ban); the policy the
 --          headers advertise is the core's: rl_redis_answer checks the
 --          reply against each rule and concludes with it).
 --   peek   decides every rule on its state as it is and writes nothing (a
@@ -43,8 +46,9 @@
 --          had a state, plus 2 if a ban was lifted}.
 --   settle a request ends (charge=): each rule gives back the cost its
 --          admission reserved and spends the charge instead, even into debt
---          (settle.cpp): {1, then per rule: units charged, 1 if the key is
---          in debt after it, 1 if the debt's bound capped it}.
+--          (settle.cpp), and takes it off the key's reservations in flight:
+--          {1, then per rule: units charged, 1 if the key is in debt after
+--          it, 1 if the debt's bound capped it}.
 --   release, renew, restore  concurrency: each rule's lease removed, or
 --          its deadline moved to lease= from now (renew: one expired
 --          already is not taken again; restore: it is written whatever,
@@ -850,6 +854,34 @@ local function banned_until(key, now, v)
   return 0
 end
 
+-- ---- reservations in flight (settle.cpp) ------------------------------------
+
+-- how long a key's reservations in flight are kept after its last
+-- admission or end (settle.cpp's kFlightHoldMs)
+local FLIGHT_HOLD = 3600000
+
+-- the units a key's requests in flight reserved: "units until", none once
+-- until has passed (as this call left them, when it wrote them: two rules
+-- of one name share them)
+local flight_now = {}
+local function flight_held(key, now, v)
+  if flight_now[key] then return flight_now[key] end
+  v = string_at(key, v)
+  local held, untl = string.match(v or '', '^(%d+) (%d+)$')
+  if held and tonumber(untl) > now then return tonumber(held) end
+  return 0
+end
+
+local function flight_set(key, held, now, testing)
+  flight_now[key] = held > 0 and held or 0
+  if held <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, num(held) .. ' ' .. num(now + FLIGHT_HOLD), 'PX',
+               num(testing and FLIGHT_HOLD + DAY or FLIGHT_HOLD))
+  end
+end
+
 -- a refusal while banned, or the one that starts a ban: the key may try
 -- again when the ban ends, not before
 local function refuse_until(d, ends, now)
@@ -889,7 +921,7 @@ for i = 1, n do
              period = tonumber(ARGV[a + 4]), align = tonumber(ARGV[a + 5]), buckets = tonumber(ARGV[a + 6]),
              max_delay = tonumber(ARGV[a + 7]), reset = tonumber(ARGV[a + 8]),
              utc_offset = tonumber(ARGV[a + 9]), cost = tonumber(ARGV[a + 10]), delay = tonumber(ARGV[a + 11]),
-             ban = tonumber(ARGV[a + 12]), charge = tonumber(ARGV[a + 13]), estimate = tonumber(ARGV[a + 14]),
+             ban = tonumber(ARGV[a + 12]), charge = tonumber(ARGV[a + 13]), share = tonumber(ARGV[a + 14]),
              since = tonumber(ARGV[a + 15]), lease = tonumber(ARGV[a + 16]), lease_name = ARGV[a + 17],
              full = tonumber(ARGV[a + 18])}
   if settle then
@@ -899,6 +931,16 @@ for i = 1, n do
     r.bankey = KEYS[n + bans]
   end
   rules[i] = r
+end
+-- charge=: the key's reservations in flight, after the bans
+local flights = 0
+if call == 'settle' or tonumber(call) then
+  for i = 1, n do
+    if rules[i].charge == 1 then
+      flights = flights + 1
+      rules[i].flightkey = KEYS[n + bans + flights]
+    end
+  end
 end
 
 if call == 'reset' then
@@ -940,7 +982,7 @@ end
 
 if settle then
   local out = {1}
-  local got, written = read_strings(n), {}
+  local got, written = read_strings(n + flights), {}
   for i = 1, n do
     local r = rules[i]
     local a = algorithms[r.algorithm]
@@ -949,12 +991,17 @@ if settle then
     if not written[KEYS[i]] then v = got[KEYS[i]] end
     local s = a.head and load_head(KEYS[i], v) or a.load(KEYS[i], r, nil, nil, v)
     if a.carry then s = a.carry(r, s, now) end
-    if r.cost > 0 then s = a.refund(r, s, now, r.cost, r.after, r.at) end
-    local before = a.decide(r, s, now, 0, false).remaining
-    local charged, capped = 0, false
-    if r.units > 0 then charged, capped, s = a.charge(r, s, now, r.units) end
-    if a.head then store_head(KEYS[i], s, now, testing) else a.settled(KEYS[i], r, s, now, testing) end
-    written[KEYS[i]] = true
+    local charged, capped, before = 0, false, 0
+    if r.units >= 0 then
+      if r.cost > 0 then s = a.refund(r, s, now, r.cost, r.after, r.at) end
+      before = a.decide(r, s, now, 0, false).remaining
+      if r.units > 0 then charged, capped, s = a.charge(r, s, now, r.units) end
+      if a.head then store_head(KEYS[i], s, now, testing) else a.settled(KEYS[i], r, s, now, testing) end
+      written[KEYS[i]] = true
+    end
+    if r.flightkey then
+      flight_set(r.flightkey, flight_held(r.flightkey, now, got[r.flightkey]) - r.cost, now, testing)
+    end
     out[#out + 1] = charged
     out[#out + 1] = charged > before and 1 or 0
     out[#out + 1] = capped and 1 or 0
@@ -967,14 +1014,14 @@ local dry = call == '2' or call == '3'
 local peek = call == 'peek'
 
 -- charge=: what an admission reserves, from a look at the key (check.cpp's
--- reserve): the larger of its cost and the rule's estimate, at most what
--- the key has left
+-- reserve): the larger of its cost and the rule's share, at most what the
+-- key has left
 local function reserve(r, look)
-  if r.estimate < look.remaining then return r.estimate end
+  if r.share < look.remaining then return r.share end
   return look.remaining > r.cost and look.remaining or r.cost
 end
 
-local got = read_strings(n + bans)
+local got = read_strings(n + bans + flights)
 
 local decisions, heads, after, banned, here, states = {}, {}, {}, {}, {}, {}
 local allowing = 0
@@ -987,7 +1034,8 @@ for i = 1, n do
             or a.load(KEYS[i], r, now, peek, got[KEYS[i]])
   states[i] = s
   if a.carry then s = a.carry(r, s, now) end
-  if r.charge == 1 and r.estimate > r.cost then r.cost = reserve(r, a.decide(r, s, now, 0, false)) end
+  r.asked = r.cost
+  if r.charge == 1 and r.share > r.cost then r.cost = reserve(r, a.decide(r, s, now, 0, false)) end
   local d, nh = a.decide(r, s, now, r.cost, false)
   if r.bankey then
     local ends = banned_until(r.bankey, now, got[r.bankey])
@@ -1029,14 +1077,28 @@ for i = 1, n do
   end
 end
 
--- a refused request bans its key for each ban= rule that refused it (not
--- for a cost the rule can never admit), unless banned already; a dry run's
--- refusal says what the ban would be, and stores none
+-- charge=: an admission adds what it reserved to the key's reservations
+-- in flight; a refusal that they alone caused (what the key has left and
+-- they hold would admit it) is told apart, and starts no ban
 local banning = {}
+for i = 1, n do
+  local r, d = rules[i], decisions[i]
+  if r.flightkey and committed[i] then
+    flight_set(r.flightkey, flight_held(r.flightkey, now, got[r.flightkey]) + r.cost, now, testing)
+  elseif r.flightkey and d.allowed == 0 and d.never == 0 and not banned[i] then
+    local held = flight_held(r.flightkey, now, got[r.flightkey])
+    if held > 0 and d.remaining + held >= r.asked then banning[i] = 2 end
+  end
+end
+
+-- a refused request bans its key for each ban= rule that refused it (not
+-- for a cost the rule can never admit, nor only for what the key's
+-- requests in flight hold), unless banned already; a dry run's refusal
+-- says what the ban would be, and stores none
 if not allowed and not peek then
   for i = 1, n do
     local r, d = rules[i], decisions[i]
-    if r.bankey and not banned[i] and d.allowed == 0 and d.never == 0 then
+    if r.bankey and not banned[i] and not banning[i] and d.allowed == 0 and d.never == 0 then
       local ends = now + r.ban
       if not dry then redis.call('SET', r.bankey, num(ends), 'PX', num(testing and r.ban + DAY or r.ban)) end
       refuse_until(d, ends, now)

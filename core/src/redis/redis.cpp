@@ -71,14 +71,29 @@ uint64_t ban_identity(uint64_t identity)
     return b != identity ? b : identity ^ 1;
 }
 
+// The identity of a key's reservations in flight (charge=, the table's
+// flight_tag): another name of the same key, in the same slot.
+uint64_t flight_identity(uint64_t identity)
+{
+    return ~identity;
+}
+
 // The checks a call sends: those that apply; for a settle, those that
-// settle a charge.
+// settle a charge, or end with their reservation standing (RL_NO_CHARGE:
+// their reservations in flight end all the same).
 bool sent(const rl_check_t &c, int call)
 {
     if (call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW || call == RL_REDIS_RESTORE) {
         return rl_redis_holds_lease(&c) != 0;
     }
-    return call == RL_REDIS_SETTLE ? rl::settles(c) : rl::applies(c);
+    return call == RL_REDIS_SETTLE ? rl::charges(c) : rl::applies(c);
+}
+
+// Whether a call names the key's reservations in flight: a decision or a
+// settle of a charge= rule.
+bool flies(const rl_check_t &c, int call)
+{
+    return c.rule->charge && (call == RL_REDIS_DECIDE || call == RL_REDIS_SETTLE);
 }
 
 // A concurrency check's lease, as the script names its member: the
@@ -206,9 +221,9 @@ unsigned rl_redis_key_slot(const void *key, size_t key_len)
 size_t rl_redis_command_size(size_t n, size_t prefix_len, size_t script_len)
 {
     const size_t arg = 1 + 20 + 2 + 2;  // $<len>\r\n...\r\n around each argument
-    // a state and a ban a rule; a settle's arguments
+    // a state, a ban and reservations in flight a rule; a settle's arguments
     return 1 + 20 + 2 + (arg + 7) + (arg + script_len) + (arg + 20) +
-           2 * n * (arg + prefix_len + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN) +
+           3 * n * (arg + prefix_len + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN) +
            (2 + n * (kArgsPerRule + kSettleArgs)) * (arg + 20);
 }
 
@@ -220,33 +235,38 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
     // the calls that change no rate: no ban is read or written
     const bool bare = settle || call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW || call == RL_REDIS_RESTORE;
     const rl_check_t *c = rq->checks;
-    size_t n = 0, bans = 0;
+    size_t n = 0, bans = 0, flights = 0;
     for (size_t i = 0; i < rq->n; i++) {
         if (sent(c[i], call)) {
             n++;
             bans += !bare && c[i].rule->ban_ms > 0;
+            flights += flies(c[i], call);
         }
     }
 
     rl::Writer w{buf};
-    w.header('*', 3 + n + bans + 2 + n * (kArgsPerRule + (settle ? kSettleArgs : 0)));
+    w.header('*', 3 + n + bans + flights + 2 + n * (kArgsPerRule + (settle ? kSettleArgs : 0)));
     if (eval) {
         w.arg("EVAL", 4);
     } else {
         w.arg("EVALSHA", 7);
     }
     w.arg(script, script_len);
-    w.arg((int64_t) (n + bans));
+    w.arg((int64_t) (n + bans + flights));
 
-    // each rule's state, then each ban= rule's ban
+    // each rule's state, then each ban= rule's ban, then each charge=
+    // rule's reservations in flight
     char key[256 + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN];
     const size_t plen = prefix_len < 256 ? prefix_len : 256;
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < 3; pass++) {
         for (size_t i = 0; i < rq->n; i++) {
-            if (!sent(c[i], call) || (pass == 1 && (bare || c[i].rule->ban_ms == 0))) {
+            if (!sent(c[i], call) || (pass == 1 && (bare || c[i].rule->ban_ms == 0)) ||
+                (pass == 2 && !flies(c[i], call))) {
                 continue;
             }
-            const uint64_t id = pass == 0 ? c[i].identity : ban_identity(c[i].identity);
+            const uint64_t id = pass == 0   ? c[i].identity
+                                : pass == 1 ? ban_identity(c[i].identity)
+                                            : flight_identity(c[i].identity);
             w.arg(key, rl_redis_key(key, prefix, plen, cluster, id, c[i].key, c[i].key_len));
         }
     }
@@ -285,10 +305,9 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
         w.arg(r.delay);
         w.arg(r.ban_ms);
         w.arg(r.charge ? 1 : 0);
-        // charge=: the rule's estimate of a charge, which a decision
-        // reserves within what the key has left (check.cpp's reserve)
-        const bool learns = call == RL_REDIS_DECIDE && r.charge && c[i].counters > 0;
-        w.arg(exact(learns ? rl::Table::at(c[i].table)->estimate(c[i].counters - 1) : 0));
+        // charge=: what a decision reserves at least, within what the
+        // key has left (check.cpp's reserve)
+        w.arg(exact(call == RL_REDIS_DECIDE ? rl::charge_share(r) : 0));
         // an override's: when the rule's limits as applied began
         w.arg(c[i].since);
         // concurrency: its lease's time, its name where it takes, releases,
@@ -299,7 +318,8 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
         w.arg(lease, lease_name(*rq, c[i], call, lease, sizeof(lease)));
         w.arg(call == RL_REDIS_DECIDE && c[i].full_here ? 1 : 0);
         if (settle) {
-            w.arg(exact(c[i].charge));
+            // -1: the reservation stands (RL_NO_CHARGE)
+            w.arg(c[i].charge == RL_NO_CHARGE ? (int64_t) -1 : exact(c[i].charge));
             w.arg(c[i].after.t);
             w.arg(c[i].at);
         }

@@ -217,16 +217,22 @@ bool in_range(const rl_check_t &c, const int64_t *v, bool peek, rl_redis_answer_
         {0, refused || (peek && cost == 0) ? ban : 0},
     };
     // reserved: the cost, or a charge= rule's reservation, at most what
-    // the key can hold; banning: a ban= rule's refusal, not a peek's
+    // the key can hold; banning: 1 for a ban= rule's refusal, 2 for a
+    // charge= rule's that only the key's requests in flight caused (no
+    // ban), not a peek's
     const uint64_t most = c.rule->charge && !peek && g.capacity > cost ? g.capacity : cost;
     if (v[kReserved] < (int64_t) cost || (uint64_t) v[kReserved] > most) {
         failed(out, "reserved of rule \"%s\" is %lld: it can only be %llu to %llu", c.rule->name,
                (long long) v[kReserved], (unsigned long long) cost, (unsigned long long) most);
         return false;
     }
-    if (v[kBanning] < 0 || v[kBanning] > (refused && ban > 0 && !peek ? 1 : 0)) {
-        failed(out, "banning of rule \"%s\" is %lld: it can only be 0%s", c.rule->name, (long long) v[kBanning],
-               refused && ban > 0 && !peek ? " or 1" : " (no ban started)");
+    const bool bans = refused && ban > 0 && !peek, flies = refused && c.rule->charge && !peek;
+    if (v[kBanning] < 0 || v[kBanning] > (flies ? 2 : bans ? 1 : 0) || (v[kBanning] == 1 && !bans)) {
+        failed(out, "banning of rule \"%s\" is %lld: it can only be 0%s%s", c.rule->name, (long long) v[kBanning],
+               bans ? " or 1" : "",
+               flies  ? " or 2 (refused in flight)"
+               : bans ? ""
+                      : " (no ban started)");
         return false;
     }
     for (size_t k = 0; k <= kBanned; k++) {
@@ -290,16 +296,16 @@ bool here_in_range(const rl_check_t &c, int64_t here, int64_t remaining, rl_redi
 }
 
 // A settle's answer for each check it settles: the units charged, the key
-// in debt, capped.
+// in debt, capped (a check whose reservation stands, RL_NO_CHARGE: none).
 int settled(rl_request_t *rq, const rl_resp_t &r, rl_redis_answer_t &out)
 {
     const int64_t *v = r.items + 1;
     for (size_t i = 0; i < rq->n; i++) {
         rl_check_t &c = rq->checks[i];
-        if (!rl::settles(c)) {
+        if (!rl::charges(c)) {
             continue;
         }
-        const uint64_t sent = c.charge < RL_REDIS_UNITS_MAX ? c.charge : RL_REDIS_UNITS_MAX;
+        const uint64_t sent = !rl::settles(c) ? 0 : c.charge < RL_REDIS_UNITS_MAX ? c.charge : RL_REDIS_UNITS_MAX;
         const uint64_t most = std::min<uint64_t>(sent, range_of(c).most_charged);
         if (v[0] < 0 || (uint64_t) v[0] > most || v[1] < 0 || v[1] > (v[0] > 0) || v[2] < 0 || v[2] > 1 ||
             (v[2] == 0 && (uint64_t) v[0] != sent)) {
@@ -319,8 +325,8 @@ int settled(rl_request_t *rq, const rl_resp_t &r, rl_redis_answer_t &out)
             c.charged = (uint64_t) v[0];
             c.in_debt = (int32_t) v[1];
             c.capped = (int32_t) v[2];
-            v += kSettlePerRule;
         }
+        v += rl::charges(c) ? kSettlePerRule : 0;
     }
     out.kind = RL_REDIS_DECIDED;
     return out.kind;
@@ -343,7 +349,8 @@ void take(rl_check_t &c, const int64_t *v, int64_t now)
     c.at = now;
     c.after = rl_state_t{v[kAfter], 0};
     c.reserved = (uint64_t) v[kReserved];
-    c.banning = (int32_t) v[kBanning];
+    c.banning = v[kBanning] == 1;
+    c.in_flight = v[kBanning] == 2;
 }
 
 // An error reply: NOSCRIPT, a redirection, a replica's refusal, or a
@@ -496,7 +503,7 @@ int answer(rl_request_t *rq, int call, const rl_resp_t &r, rl_redis_answer_t &ou
     const bool settle = call == RL_REDIS_SETTLE;
     size_t n = 0;
     for (size_t i = 0; i < rq->n; i++) {
-        n += settle ? rl::settles(rq->checks[i]) : rl::applies(rq->checks[i]);
+        n += settle ? rl::charges(rq->checks[i]) : rl::applies(rq->checks[i]);
     }
     const size_t head = call == RL_REDIS_DECIDE || call == RL_REDIS_PEEK ? kReplyHead : 1;
     const size_t per = call == RL_REDIS_RESET ? 1

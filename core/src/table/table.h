@@ -109,12 +109,7 @@ struct RuleCounters {
     uint64_t waited;        //   requests that waited for one
     uint64_t bans;          // ban=: bans started,
     uint64_t dry_run_bans;  // and dry-run refusals that would start one
-    // charge=: the largest charge of each of the last two epochs of
-    // RL_CHARGES_EPOCH charges (this one, by the parity of charges /
-    // RL_CHARGES_EPOCH, and the one before), and the charges settled
-    uint32_t charge_max[2];
-    uint32_t charges;
-    uint64_t overridden;  // requests that met an override
+    uint64_t overridden;    // requests that met an override
     // adaptive: the last interval decided by a key of the rule: its limit,
     // baseline and typical latency (us)
     uint32_t limit_now;
@@ -327,6 +322,15 @@ public:
         return b != tag ? b : tag ^ 1;
     }
 
+    // The tag under which a key's reservations in flight (charge=) are
+    // kept: a bijection of the key's tag, so never another flight's, and
+    // another key's only by a 64-bit chance.
+    static uint64_t flight_tag(uint64_t tag)
+    {
+        const uint64_t f = of_hash(tag, 0x666c69676874ull);  // "flight"
+        return f != tag ? f : f ^ 1;
+    }
+
     // The pool for an algorithm block of `blob` bytes, or -1.
     int pool_for(size_t blob) const;
     // The same, the pool of a found key's block when it is that one.
@@ -490,36 +494,6 @@ public:
         }
     }
 
-    // A charge settled for the rule counted in `slot`, learned for its
-    // estimate: the largest of its last RL_CHARGES_EPOCH to twice as many
-    // charges (those of this epoch and the one before), each at most
-    // `most`, what the key can hold (a reservation never exceeds what the
-    // key has left anyway).  The largest of n recent values is above all
-    // but about 1 in n + 1 of the next ones (a high quantile, not the
-    // mean), and a change of the charges replaces it within 2n of them.
-    void note_charge(int slot, uint64_t units, uint64_t most)
-    {
-        if (slot < 0 || (uint32_t) slot >= h_.rules_max) {
-            return;
-        }
-        RuleCounters &r = counters()[slot];
-        const uint32_t v = (uint32_t) (units < most ? units : most);  // most: a limit, 32 bits
-        const uint32_t e = (r.charges / RL_CHARGES_EPOCH) & 1;
-        const uint32_t was = r.charges % RL_CHARGES_EPOCH == 0 ? 0 : r.charge_max[e];
-        __atomic_store_n(&r.charge_max[e], v > was ? v : was, __ATOMIC_RELAXED);
-        r.charges++;
-    }
-    // What an admission of the rule counted in `slot` reserves at most
-    // (0: nothing learned).
-    uint64_t estimate(int slot) const
-    {
-        if (slot < 0 || (uint32_t) slot >= h_.rules_max) {
-            return 0;
-        }
-        const uint32_t a = __atomic_load_n(&counters()[slot].charge_max[0], __ATOMIC_RELAXED);
-        const uint32_t b = __atomic_load_n(&counters()[slot].charge_max[1], __ATOMIC_RELAXED);
-        return a > b ? a : b;
-    }
     // A ban started (or, dry, one a dry run would have started).
     void count_ban(int slot, bool dry)
     {

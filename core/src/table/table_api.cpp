@@ -142,7 +142,6 @@ size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out, size_t max)
         out[n].waited = __atomic_load_n(&rules[i].waited, __ATOMIC_RELAXED);
         out[n].bans = __atomic_load_n(&rules[i].bans, __ATOMIC_RELAXED);
         out[n].dry_run_bans = __atomic_load_n(&rules[i].dry_run_bans, __ATOMIC_RELAXED);
-        out[n].estimate = rl::Table::at(mem)->estimate((int) i);
         out[n].overridden = __atomic_load_n(&rules[i].overridden, __ATOMIC_RELAXED);
         out[n].overrides = 0;
         out[n].limit_now = __atomic_load_n(&rules[i].limit_now, __ATOMIC_RELAXED);
