@@ -501,6 +501,9 @@ sub at_once {
 # $total requests for one key (an X-Key header) at once, over $conns
 # keep-alive connections in as many processes, the connections spread over
 # the given ports in turn: (200s, 429s with a Retry-After, anything else).
+# Each process sends its requests one after another on its connection
+# (another when nginx closes it), with a client of a few lines: a loaded
+# machine's time goes to nginx rather than to HTTP::Tiny.
 sub burst {
     my (%o) = @_;
     my ($ports, $path, $key, $total, $conns) = @o{qw(ports path key total conns)};
@@ -508,12 +511,13 @@ sub burst {
         my $n = int($total / $conns) + ($_ < $total % $conns ? 1 : 0);
         my $port = $ports->[ $_ % @$ports ];
         sub {
-            my $http = HTTP::Tiny->new(keep_alive => 1, timeout => 20);
-            my @n = (0, 0, 0);
+            my ($s, @n) = (undef, 0, 0, 0);
             for (1 .. $n) {
-                my $r = $http->get("http://127.0.0.1:$port$path", { headers => { 'X-Key' => $key } });
-                $n[ $r->{status} == 200 ? 0
-                  : $r->{status} == 429 && ($r->{headers}{'retry-after'} // 0) >= 1 ? 1 : 2 ]++;
+                $s //= IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port) or die "connect: $!\n";
+                print $s "GET $path HTTP/1.1\r\nHost: t\r\nX-Key: $key\r\n\r\n";
+                my $r = keepalive_response($s, 20);
+                $n[ $r->{status} == 200 ? 0 : $r->{status} == 429 && ($r->{headers}{'retry-after'} // 0) >= 1 ? 1 : 2 ]++;
+                undef $s if ($r->{headers}{connection} // '') =~ /close/i;
             }
             return \@n;
         };
@@ -523,6 +527,27 @@ sub burst {
         $sum[$_] += $c->[$_] for 0 .. 2;
     }
     return @sum;
+}
+
+# One response read from a keep-alive connection, no more (its body by
+# Content-Length, or chunked), waiting $timeout s at most for each read:
+# parse_response's, the body as sent.
+sub keepalive_response {
+    my ($s, $timeout) = @_;
+    my ($buf, $sel, $end) = ('', IO::Select->new($s));
+    my $more = sub {
+        $sel->can_read($timeout) or die "RLTest: no answer in $timeout s\n";
+        sysread($s, $buf, 65536, length $buf) or die "RLTest: the connection closed in an answer\n";
+    };
+    $more->() until ($end = index($buf, "\r\n\r\n")) >= 0;
+    my $head = substr($buf, 0, $end + 4);
+    if ($head =~ /^Transfer-Encoding: *chunked/mi) {
+        $more->() until substr($buf, $end) =~ /\r\n0\r\n(?:[^\r\n]+\r\n)*\r\n\z/;
+    } else {
+        my ($len) = $head =~ /^Content-Length: *(\d+)/mi;
+        $more->() while length($buf) < $end + 4 + ($len // 0);
+    }
+    return parse_response($buf);
 }
 
 # Requests on one keep-alive connection, pipelined 200 at a time: one for
