@@ -262,15 +262,21 @@ sub master_pid { $_[0]{pid} }
 # die before its own SIGKILL would start another, which nothing would stop.
 sub kill_server {
     my ($self) = @_;
-    my $pid = $self->{pid} or return;
+    my $pid = delete $self->{pid} or return;
+    kill_nginx($pid);
+    @running = grep { $_ != $pid } @running;
+}
+
+# SIGKILL to a master and its workers (kill_server's), for what a test
+# leaves running when it ends or dies: a worker whose master is gone would
+# keep serving.
+sub kill_nginx {
+    my ($pid) = @_;
     kill 'STOP', $pid;
     # its state in /proc (after "(comm) "): T once stopped
     wait_until(sub { my ($state) = read_file("/proc/$pid/stat") =~ /.*\) (\S)/s; ($state // 'T') eq 'T' }, 5);
-    my @workers = $self->worker_pids;
-    delete $self->{pid};
-    kill 'KILL', @workers, $pid;
+    kill 'KILL', children_of($pid), $pid;
     waitpid($pid, 0);
-    @running = grep { $_ != $pid } @running;
 }
 
 sub signal {
@@ -281,13 +287,18 @@ sub signal {
 sub worker_pids {
     my ($self) = @_;
     return () unless $self->{pid};
+    return children_of($self->{pid});
+}
+
+sub children_of {
+    my ($parent) = @_;
     my @pids;
     for my $stat (glob '/proc/[0-9]*/stat') {
         my $s = read_file($stat) or next;
         # pid (comm) state ppid ...: comm may hold spaces, so split after ')'
         my ($pid, $rest) = $s =~ /^(\d+) \(.*\) (.*)$/s or next;
         my (undef, $ppid) = split ' ', $rest;
-        push @pids, $pid if $ppid == $self->{pid};
+        push @pids, $pid if $ppid == $parent;
     }
     return sort { $a <=> $b } @pids;
 }
@@ -895,17 +906,15 @@ sub wait_until {
 
 sub DESTROY {
     my ($self) = @_;
-    if (my $pid = $self->{pid}) {
-        kill 'KILL', $pid;
-        waitpid($pid, 0);
+    if (my $pid = delete $self->{pid}) {
+        kill_nginx($pid);
+        @running = grep { $_ != $pid } @running;
     }
 }
 
 END {
-    for my $pid (@running) {
-        kill 'KILL', $pid;
-        waitpid($pid, 0);
-    }
+    local $?;
+    kill_nginx($_) for @running;
 }
 
 package RLTest::Child;
