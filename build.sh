@@ -173,13 +173,17 @@ build() {
 # PROVE_JOBS at a time: a file mostly waits (for a window, a lease, a
 # timeout), and each has its own nginx, ports (RLTest::free_port), Redis
 # and temporary directories.  A file that cannot share the machine says so
-# near its top, on a line "# prove: serial, WHY"; those run one after the
-# other once the rest are done.
+# near its top, on a line "# prove: serial (WHY)"; those run one after the
+# other once the rest are done.  The whole t/ starts with the files that
+# took longest the last time (prove's state, in build/).
 prove_t() {
-    local files=("$@") parallel
-    [ ${#files[@]} -gt 0 ] || files=(t/)
+    local files=("$@") parallel state=(--state=save --statefile="$BUILD/prove-state")
+    if [ ${#files[@]} -eq 0 ]; then
+        files=(t/)
+        [ -f "$BUILD/prove-state" ] && state+=(--state=slow)
+    fi
     parallel=$(cd "$ROOT" && grep -L '^# prove: serial' t/*.t | paste -sd, -)
-    (cd "$ROOT" && prove --timer -j "$PROVE_JOBS" --rules "par={$parallel}" -r "${files[@]}")
+    (cd "$ROOT" && prove --timer -j "$PROVE_JOBS" "${state[@]}" --rules "par={$parallel}" -r "${files[@]}")
 }
 
 run_tests() {
