@@ -428,6 +428,8 @@ run_bench() {
     for b in throughput density shaping redis redis_concurrency sync adaptive config; do
         if [ "$which" = all ] || [ "$which" = "$b" ]; then
             log "$b"
+            # the redis bench's Kong-style peer runs on Debian's lua module
+            if [ "$b" = redis ]; then ensure_packages libnginx-mod-http-lua; fi
             if [ "$b" = config ]; then perl "$ROOT/bench/config_scale.pl"; else perl "$ROOT/bench/$b.pl"; fi
         fi
     done

@@ -47,7 +47,7 @@ static ngx_int_t ngx_http_ratelimit_apply_verdict(ngx_http_request_t *r,
 static ngx_int_t ngx_http_ratelimit_act_on_verdict(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, ngx_http_ratelimit_loc_conf_t *rlcf)
     NGX_HTTP_RATELIMIT_NOINLINE;
-static ngx_int_t ngx_http_ratelimit_policy(ngx_http_request_t *r,
+static ngx_int_t ngx_http_ratelimit_request_policy(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx);
 static void ngx_http_ratelimit_note_override(ngx_http_ratelimit_ctx_t *ctx);
 static ngx_int_t ngx_http_ratelimit_handler_rc(ngx_http_request_t *r,
@@ -435,7 +435,7 @@ ngx_http_ratelimit_act_on_verdict(ngx_http_request_t *r,
         if ((rlcf->policy_each
              || (rq->overridden
                  && (rlcf->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF)))
-            && ngx_http_ratelimit_policy(r, ctx) != NGX_OK)
+            && ngx_http_ratelimit_request_policy(r, ctx) != NGX_OK)
         {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
@@ -506,7 +506,8 @@ ngx_http_ratelimit_note_override(ngx_http_ratelimit_ctx_t *ctx)
  */
 
 static ngx_int_t
-ngx_http_ratelimit_policy(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx)
+ngx_http_ratelimit_request_policy(ngx_http_request_t *r,
+    ngx_http_ratelimit_ctx_t *ctx)
 {
     size_t            i, n;
     const rl_rule_t  *rules[RL_RULES_MAX];

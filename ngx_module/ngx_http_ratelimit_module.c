@@ -22,7 +22,7 @@
 
 static void *ngx_http_ratelimit_create_main_conf(ngx_conf_t *cf);
 static void *ngx_http_ratelimit_create_loc_conf(ngx_conf_t *cf);
-static ngx_int_t ngx_http_ratelimit_policy(ngx_conf_t *cf,
+static ngx_int_t ngx_http_ratelimit_location_policy(ngx_conf_t *cf,
     ngx_http_ratelimit_loc_conf_t *conf);
 static char *ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
@@ -304,7 +304,7 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     /* RateLimit-Policy is sent with the IETF headers only */
 
     if ((conf->headers & NGX_HTTP_RATELIMIT_HEADERS_IETF)
-        && ngx_http_ratelimit_policy(cf, conf) != NGX_OK)
+        && ngx_http_ratelimit_location_policy(cf, conf) != NGX_OK)
     {
         return NGX_CONF_ERROR;
     }
@@ -323,7 +323,8 @@ ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
  */
 
 static ngx_int_t
-ngx_http_ratelimit_policy(ngx_conf_t *cf, ngx_http_ratelimit_loc_conf_t *conf)
+ngx_http_ratelimit_location_policy(ngx_conf_t *cf,
+    ngx_http_ratelimit_loc_conf_t *conf)
 {
     size_t                      len;
     u_char                     *buf;

@@ -3,10 +3,15 @@
  *
  * A request's rules go to Redis in one script call (the core writes it,
  * rl_redis_command), on a connection of the server that holds its key's
- * slot; the core judges its reply (rl_redis_answer: the script's answer in
- * range, NOSCRIPT, a redirection, or a failure), and this file acts on
- * that: the request gets its decisions, the script is sent with EVAL,
- * Redis Cluster's MOVED and ASK are followed, or the request is decided by
+ * slot: FCALL of the script's library, which Redis keeps set up between
+ * calls, or where a connection finds no FCALL (Redis 6, an ACL user not
+ * allowed it or FUNCTION LOAD) the script, EVALSHA.  The core judges its
+ * reply (rl_redis_answer: the script's answer in range, the script not
+ * loaded, no FCALL, a redirection, or a failure), and this file acts on
+ * that: the request gets its decisions, the library is loaded (FUNCTION
+ * LOAD, once a connection) or the script sent with EVAL, the call sent
+ * again as a script, Redis Cluster's MOVED and ASK are followed, or the
+ * request is decided by
  * on_redis_error, with a line in the log (folded); a replica's READONLY
  * (its primary failed over) also closes the connection, so that the next
  * one reaches the primary (redis= resolved again).  A request waits on its
@@ -28,8 +33,16 @@
 static ngx_int_t ngx_http_ratelimit_redis_append(
     ngx_http_ratelimit_redis_conn_t *conn, ngx_http_ratelimit_redis_wait_t *w,
     ngx_uint_t eval);
+static ngx_int_t ngx_http_ratelimit_redis_unloaded(
+    ngx_http_ratelimit_redis_conn_t *conn, ngx_http_ratelimit_redis_wait_t *w,
+    const char **why);
+static void ngx_http_ratelimit_redis_as_scripts(
+    ngx_http_ratelimit_redis_conn_t *conn, const char *why);
 static void ngx_http_ratelimit_redis_log_reply(
     ngx_http_ratelimit_redis_conn_t *conn, ngx_uint_t level, const char *why,
+    rl_resp_t *reply, ngx_str_t *raw);
+static void ngx_http_ratelimit_redis_own_reply(
+    ngx_http_ratelimit_redis_conn_t *conn, ngx_http_ratelimit_redis_wait_t *w,
     rl_resp_t *reply, ngx_str_t *raw);
 static void ngx_http_ratelimit_redis_reply(void *c, rl_resp_t *reply,
     ngx_str_t *raw);
@@ -102,7 +115,9 @@ ngx_http_ratelimit_redis_send(ngx_http_ratelimit_redis_t *redis,
     w->timer.handler = ngx_http_ratelimit_redis_timeout;
     w->timer.data = w;
     w->timer.log = w->request ? w->request->connection->log : ngx_cycle->log;
-    ngx_add_timer(&w->timer, redis->timeout);   /* a graceful exit waits */
+
+    /* not cancelable: a graceful exit waits for the reply */
+    ngx_add_timer(&w->timer, w->timeout ? w->timeout : redis->timeout);
 
     /* (a call of another kind, redis_sync's exchange, has no request) */
     ngx_log_debug4(NGX_LOG_DEBUG_HTTP, w->timer.log, 0,
@@ -141,8 +156,12 @@ ngx_http_ratelimit_redis_append(ngx_http_ratelimit_redis_conn_t *conn,
     ngx_http_ratelimit_redis_t  *redis = conn->redis;
 
     if (w->command != NULL) {
+        w->via = eval ? RL_REDIS_EVAL : RL_REDIS_EVALSHA;
         return w->command(conn, w, eval);
     }
+
+    w->via = eval ? RL_REDIS_EVAL
+                  : conn->scripts ? RL_REDIS_EVALSHA : RL_REDIS_FCALL;
 
     if (eval) {
         script = rl_redis_script(&slen);
@@ -160,7 +179,7 @@ ngx_http_ratelimit_redis_append(ngx_http_ratelimit_redis_conn_t *conn,
     }
 
     conn->out_len += rl_redis_command((char *) conn->out + conn->out_len,
-                                      script, slen, eval, (int) w->call,
+                                      script, slen, (int) w->via, (int) w->call,
                                       (const char *) redis->prefix.data,
                                       redis->prefix.len, (int) redis->cluster,
                                       w->rq, -1);
@@ -168,6 +187,34 @@ ngx_http_ratelimit_redis_append(ngx_http_ratelimit_redis_conn_t *conn,
     ngx_http_ratelimit_redis_push(conn, w);
 
     return NGX_OK;
+}
+
+
+/* The reply to a connection's own command: AUTH, SELECT, ASKING (OWN),
+   which only "+OK" answers; FUNCTION LOAD (LOAD). */
+
+static void
+ngx_http_ratelimit_redis_own_reply(ngx_http_ratelimit_redis_conn_t *conn,
+    ngx_http_ratelimit_redis_wait_t *w, rl_resp_t *reply, ngx_str_t *raw)
+{
+    rl_redis_answer_t  a;
+
+    if (w == NGX_HTTP_RATELIMIT_REDIS_LOAD) {
+        if (rl_redis_load_answer(reply, &a) != RL_REDIS_DECIDED) {
+            ngx_http_ratelimit_redis_log_reply(conn, NGX_LOG_WARN,
+                "FUNCTION LOAD refused", reply, raw);
+            ngx_http_ratelimit_redis_as_scripts(conn, a.why);
+        }
+
+        return;
+    }
+
+    if (rl_redis_answer(NULL, 0, reply, &a) != RL_REDIS_DECIDED) {
+        ngx_http_ratelimit_redis_log_reply(conn, NGX_LOG_ERR,
+            "refused AUTH, SELECT or ASKING", reply, raw);
+        (void) ngx_atomic_fetch_add(&conn->redis->stats->errors, 1);
+        ngx_http_ratelimit_redis_fail(conn, "refused", 0);
+    }
 }
 
 
@@ -186,14 +233,8 @@ ngx_http_ratelimit_redis_reply(void *c, rl_resp_t *reply, ngx_str_t *raw)
     conn->head = (conn->head + 1) % NGX_HTTP_RATELIMIT_REDIS_RING;
     conn->count--;
 
-    if (w == NGX_HTTP_RATELIMIT_REDIS_OWN) {
-        if (rl_redis_answer(NULL, 0, reply, &a) != RL_REDIS_DECIDED) {
-            ngx_http_ratelimit_redis_log_reply(conn, NGX_LOG_ERR,
-                "refused AUTH, SELECT or ASKING", reply, raw);
-            (void) ngx_atomic_fetch_add(&redis->stats->errors, 1);
-            ngx_http_ratelimit_redis_fail(conn, "refused", 0);
-        }
-
+    if (ngx_http_ratelimit_redis_is_own(w)) {
+        ngx_http_ratelimit_redis_own_reply(conn, w, reply, raw);
         return;
     }
 
@@ -216,7 +257,8 @@ ngx_http_ratelimit_redis_reply(void *c, rl_resp_t *reply, ngx_str_t *raw)
                    &conn->node->name, w->call,
                    kind == RL_REDIS_DECIDED ? "decided"
                    : kind == RL_REDIS_REDIRECT ? "redirected"
-                   : kind == RL_REDIS_NOSCRIPT ? "no script" : "refused",
+                   : kind == RL_REDIS_NOSCRIPT ? "no script"
+                   : kind == RL_REDIS_NO_FUNCTIONS ? "no FCALL" : "refused",
                    ngx_http_ratelimit_redis_now_us() - w->start);
 
     switch (kind) {
@@ -235,21 +277,28 @@ ngx_http_ratelimit_redis_reply(void *c, rl_resp_t *reply, ngx_str_t *raw)
 
     case RL_REDIS_NOSCRIPT:
 
-        /* not loaded (first use, a restarted Redis, SCRIPT FLUSH): EVAL
-           loads the script and runs it, once */
+        /* not loaded (first use, a restarted Redis, FUNCTION FLUSH,
+           SCRIPT FLUSH) */
 
-        if (w->retried) {
-            why = "NOSCRIPT, after the script was sent with EVAL";
-            break;
-        }
-
-        w->retried = 1;
-
-        if (ngx_http_ratelimit_redis_append(conn, w, 1) == NGX_OK) {
+        if (ngx_http_ratelimit_redis_unloaded(conn, w, &why) == NGX_OK) {
             return;
         }
 
-        why = "NOSCRIPT, and no room to send the script with EVAL";
+        break;
+
+    case RL_REDIS_NO_FUNCTIONS:
+
+        /* Redis 6, or a user not allowed FCALL: the script instead */
+
+        ngx_http_ratelimit_redis_as_scripts(conn, a.why);
+
+        if (w->via == RL_REDIS_FCALL
+            && ngx_http_ratelimit_redis_append(conn, w, 0) == NGX_OK)
+        {
+            return;
+        }
+
+        why = "FCALL refused, and the call not sent again as a script";
         break;
 
     default:
@@ -279,6 +328,84 @@ ngx_http_ratelimit_redis_reply(void *c, rl_resp_t *reply, ngx_str_t *raw)
         ngx_http_ratelimit_redis_fail(conn, "a replica (READONLY): the "
                                       "primary failed over", 0);
     }
+}
+
+
+/*
+ * A call whose script Redis does not have.  Called as a function (FCALL):
+ * the library is sent on the connection (FUNCTION LOAD) and the call sent
+ * again after it; a call sent before a load on its connection is only sent
+ * again (the load comes before it now), as a script (EVALSHA) if the
+ * connection found it cannot load the library; a call not found after its
+ * own load fails.  Called as a script (EVALSHA): sent again with EVAL,
+ * once.
+ */
+
+static ngx_int_t
+ngx_http_ratelimit_redis_unloaded(ngx_http_ratelimit_redis_conn_t *conn,
+    ngx_http_ratelimit_redis_wait_t *w, const char **why)
+{
+    if (w->via == RL_REDIS_FCALL) {
+
+        if (!conn->scripts && conn->loaded <= w->seq) {
+            if (w->loaded) {
+                *why = "the function not found, after the library was sent";
+                return NGX_DECLINED;
+            }
+
+            if (ngx_http_ratelimit_redis_load(conn) != NGX_OK) {
+                *why = "the function not found, and no room to send the "
+                       "library";
+                return NGX_ERROR;
+            }
+
+            w->loaded = 1;
+        }
+
+        /* FCALL again, or EVALSHA where the library could not be loaded */
+
+        if (ngx_http_ratelimit_redis_append(conn, w, 0) != NGX_OK) {
+            *why = "the function not found, and no room to call it again";
+            return NGX_ERROR;
+        }
+
+        return NGX_OK;
+    }
+
+    if (w->retried) {
+        *why = "NOSCRIPT, after the script was sent with EVAL";
+        return NGX_DECLINED;
+    }
+
+    w->retried = 1;
+
+    if (ngx_http_ratelimit_redis_append(conn, w, 1) != NGX_OK) {
+        *why = "NOSCRIPT, and no room to send the script with EVAL";
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* A connection that cannot call the library (no FCALL, or the library not
+   loaded) calls the script from now on, until it is opened again. */
+
+static void
+ngx_http_ratelimit_redis_as_scripts(ngx_http_ratelimit_redis_conn_t *conn,
+    const char *why)
+{
+    if (conn->scripts) {
+        return;
+    }
+
+    conn->scripts = 1;
+
+    ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                  "ratelimit: redis %V: %s: the script called with EVALSHA "
+                  "on this connection, set up at each call (Redis 7 and "
+                  "FCALL and FUNCTION LOAD allowed: once)",
+                  &conn->node->name, why);
 }
 
 
@@ -485,15 +612,34 @@ ngx_http_ratelimit_redis_redirect(ngx_http_ratelimit_redis_wait_t *w,
 }
 
 
-/* A call waited redis_timeout: the connection is taken as stuck. */
+/*
+ * A call waited redis_timeout (or its own time): the connection is taken
+ * as stuck.  A call of its own time (an exchange's, which nothing waits
+ * for) waits on while the calls before it on its connection are answered:
+ * Redis is slow then, not stuck; it fails once the connection has been
+ * silent that long.
+ */
 
 static void
 ngx_http_ratelimit_redis_timeout(ngx_event_t *ev)
 {
+    ngx_msec_t                        silent;
     ngx_http_ratelimit_redis_conn_t  *conn;
     ngx_http_ratelimit_redis_wait_t  *w = ev->data;
 
     conn = w->conn;
+
+    if (w->timeout && conn != NULL
+        && conn->state == NGX_HTTP_RATELIMIT_REDIS_READY)
+    {
+        silent = ngx_current_msec - conn->replied_at;
+
+        if (silent < w->timeout) {
+            ngx_add_timer(&w->timer, w->timeout - silent);
+            return;
+        }
+    }
+
     w->timed_out = 1;
 
     (void) ngx_atomic_fetch_add(&w->redis->stats->timeouts, 1);

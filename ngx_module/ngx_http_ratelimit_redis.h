@@ -62,9 +62,15 @@ struct ngx_http_ratelimit_redis_wait_s {
     ngx_http_ratelimit_redis_answer_pt   answer;   /* NULL: the script's */
     void                              *conn;     /* while queued */
     ngx_uint_t                         slot;
+    ngx_uint_t                         seq;      /* its place on conn (the
+                                                    connection's pushed) */
     ngx_msec_t                         start;
+    ngx_msec_t                         timeout;  /* 0: redis_timeout */
     ngx_event_t                        timer;
-    unsigned                           retried:1;
+    unsigned                           via:2;    /* enum rl_redis_via: as
+                                                    last sent */
+    unsigned                           loaded:1; /* the library sent for it */
+    unsigned                           retried:1;  /* sent with EVAL */
     unsigned                           timed_out:1;
     unsigned                           redirects:3;  /* MOVED, ASK */
 };

@@ -52,7 +52,7 @@ static void ngx_http_ratelimit_redis_fail_log(
     ngx_http_ratelimit_redis_conn_t *conn, const char *why);
 
 
-ngx_uint_t  ngx_http_ratelimit_redis_own;
+ngx_uint_t  ngx_http_ratelimit_redis_own[2];
 
 
 /*
@@ -166,6 +166,10 @@ ngx_http_ratelimit_redis_connect(ngx_http_ratelimit_redis_conn_t *conn)
     conn->in_len = 0;
     conn->head = 0;
     conn->count = 0;
+    conn->pushed = 0;
+    conn->loaded = 0;
+    conn->replied_at = ngx_current_msec;
+    conn->scripts = 0;   /* FCALL first: the server may have been upgraded */
 
     db.data = dbs;
     db.len = ngx_sprintf(dbs, "%ui", redis->db) - dbs;
@@ -449,6 +453,28 @@ ngx_http_ratelimit_redis_own_command(ngx_http_ratelimit_redis_conn_t *conn,
 }
 
 
+/* The script's library sent on the connection (FUNCTION LOAD): the calls
+   sent after it find it. */
+
+ngx_int_t
+ngx_http_ratelimit_redis_load(ngx_http_ratelimit_redis_conn_t *conn)
+{
+    if (ngx_http_ratelimit_redis_reserve(conn, rl_redis_load_size())
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    conn->out_len += rl_redis_load_command((char *) conn->out + conn->out_len,
+                                           (const char *) conn->redis->sha);
+
+    ngx_http_ratelimit_redis_push(conn, NGX_HTTP_RATELIMIT_REDIS_LOAD);
+    conn->loaded = conn->pushed;
+
+    return NGX_OK;
+}
+
+
 void
 ngx_http_ratelimit_redis_push(ngx_http_ratelimit_redis_conn_t *conn,
     ngx_http_ratelimit_redis_wait_t *w)
@@ -457,10 +483,12 @@ ngx_http_ratelimit_redis_push(ngx_http_ratelimit_redis_conn_t *conn,
 
     slot = (conn->head + conn->count++) % NGX_HTTP_RATELIMIT_REDIS_RING;
     conn->ring[slot] = w;
+    conn->pushed++;
 
-    if (w != NGX_HTTP_RATELIMIT_REDIS_OWN) {
+    if (!ngx_http_ratelimit_redis_is_own(w)) {
         w->conn = conn;
         w->slot = slot;
+        w->seq = conn->pushed;
     }
 
     /* written once this event cycle is over: all commands in one send */
@@ -596,6 +624,7 @@ ngx_http_ratelimit_redis_read_handler(ngx_event_t *rev)
             off += used;
 
             conn->replied = 1;
+            conn->replied_at = ngx_current_msec;
             conn->node->tls_error[0] = '\0';   /* TLS works: log the next */
 
             if (conn->failures) {
@@ -741,7 +770,7 @@ ngx_http_ratelimit_redis_fail_log(ngx_http_ratelimit_redis_conn_t *conn,
     for (i = 0; i < conn->count; i++) {
         w = conn->ring[(conn->head + i) % NGX_HTTP_RATELIMIT_REDIS_RING];
 
-        if (w != NULL && w != NGX_HTTP_RATELIMIT_REDIS_OWN) {
+        if (w != NULL && !ngx_http_ratelimit_redis_is_own(w)) {
             count[ngx_http_ratelimit_redis_kind(w)]++;
         }
     }
@@ -839,7 +868,7 @@ ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,
     for (i = 0; i < conn->count; i++) {
         w = conn->ring[(conn->head + i) % NGX_HTTP_RATELIMIT_REDIS_RING];
 
-        if (w != NULL && w != NGX_HTTP_RATELIMIT_REDIS_OWN) {
+        if (w != NULL && !ngx_http_ratelimit_redis_is_own(w)) {
             w->conn = NULL;
             failed[n++] = w;
         }

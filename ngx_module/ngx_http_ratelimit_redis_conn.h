@@ -36,11 +36,17 @@
 #define NGX_HTTP_RATELIMIT_REDIS_RESOLVING   3    /* its server's host name:
                                                      no socket yet */
 
-/* the ring entry of a command sent for the connection itself (AUTH, SELECT) */
+/* the ring entries of commands sent for the connection itself: AUTH,
+   SELECT, ASKING (OWN); FUNCTION LOAD (LOAD) */
 #define NGX_HTTP_RATELIMIT_REDIS_OWN                                          \
-    ((ngx_http_ratelimit_redis_wait_t *) &ngx_http_ratelimit_redis_own)
+    ((ngx_http_ratelimit_redis_wait_t *) &ngx_http_ratelimit_redis_own[0])
+#define NGX_HTTP_RATELIMIT_REDIS_LOAD                                         \
+    ((ngx_http_ratelimit_redis_wait_t *) &ngx_http_ratelimit_redis_own[1])
+#define ngx_http_ratelimit_redis_is_own(w)                                    \
+    ((w) == NGX_HTTP_RATELIMIT_REDIS_OWN                                      \
+     || (w) == NGX_HTTP_RATELIMIT_REDIS_LOAD)
 
-extern ngx_uint_t  ngx_http_ratelimit_redis_own;
+extern ngx_uint_t  ngx_http_ratelimit_redis_own[2];
 
 
 typedef struct ngx_http_ratelimit_redis_node_s  ngx_http_ratelimit_redis_node_t;
@@ -75,6 +81,15 @@ struct ngx_http_ratelimit_redis_conn_s {
     ngx_uint_t                         head;
     ngx_uint_t                         count;
     ngx_http_ratelimit_redis_wait_t   *ring[NGX_HTTP_RATELIMIT_REDIS_RING];
+    ngx_msec_t                         replied_at;  /* the last reply read,
+                                                       or when connected */
+    ngx_uint_t                         pushed;  /* commands, since connected */
+    ngx_uint_t                         loaded;  /* pushed when the library
+                                                   was last sent (FUNCTION
+                                                   LOAD), or 0 */
+    unsigned                           scripts:1;  /* the server calls the
+                                                      script (EVALSHA): no
+                                                      FCALL, or no library */
 
     ngx_int_t                          tls_alert;   /* the last TLS alert
                                                         received, or -1 */
@@ -127,6 +142,7 @@ ngx_int_t ngx_http_ratelimit_redis_reserve(
 ngx_int_t ngx_http_ratelimit_redis_own_command(
     ngx_http_ratelimit_redis_conn_t *conn, const char *cmd, ngx_str_t *args,
     ngx_uint_t n);
+ngx_int_t ngx_http_ratelimit_redis_load(ngx_http_ratelimit_redis_conn_t *conn);
 void ngx_http_ratelimit_redis_push(ngx_http_ratelimit_redis_conn_t *conn,
     ngx_http_ratelimit_redis_wait_t *w);
 void ngx_http_ratelimit_redis_fail(ngx_http_ratelimit_redis_conn_t *conn,

@@ -335,6 +335,7 @@ ngx_http_ratelimit_zone_snapshot(ngx_http_request_t *r,
     if (counters) {
         ngx_http_ratelimit_claim_stats(zone, 0);
         z->ncounters = rl_table_rule_stats(zone->table, counters, room);
+        rl_overrides_count(zone->table, counters, z->ncounters);
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);

@@ -32,7 +32,7 @@ ngx_uint_t  ngx_http_ratelimit_sync_zones;
 struct ngx_http_ratelimit_sync_call_s {
     ngx_http_ratelimit_redis_wait_t   w;        /* first: the wait is the
                                                    call */
-    ngx_http_ratelimit_sync_t        *sync;
+    ngx_http_ratelimit_sync_flight_t *flight;
     rl_sync_item_t                   *items;
     size_t                            n;
     int64_t                           now;
@@ -43,11 +43,13 @@ struct ngx_http_ratelimit_sync_call_s {
 
 
 static void ngx_http_ratelimit_sync_exchange(ngx_event_t *ev);
-static ngx_int_t ngx_http_ratelimit_sync_room(ngx_http_ratelimit_sync_t *sync,
-    size_t n, ngx_log_t *log);
+static ngx_http_ratelimit_sync_flight_t *ngx_http_ratelimit_sync_flight(
+    ngx_http_ratelimit_sync_t *sync, ngx_log_t *log);
+static ngx_int_t ngx_http_ratelimit_sync_room(
+    ngx_http_ratelimit_sync_flight_t *f, size_t n, ngx_log_t *log);
 static void ngx_http_ratelimit_sync_done(ngx_http_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer);
-static void ngx_http_ratelimit_sync_ended(ngx_http_ratelimit_sync_t *sync);
+static void ngx_http_ratelimit_sync_ended(ngx_http_ratelimit_sync_flight_t *f);
 
 
 ngx_int_t
@@ -266,18 +268,20 @@ ngx_http_ratelimit_sync_figures(ngx_pool_t *pool,
 
 /*
  * The timer (or a request that found the journal half full): the
- * exchange, when this worker finds it due and has none of its own still
- * waiting for replies.  Calls Redis cannot take now (down, backing off)
- * give their units back at once.
+ * exchange, when this worker finds it due and has a flight free (earlier
+ * exchanges may still wait for replies).  Calls Redis cannot take now
+ * (down, backing off) give their units back at once.
  */
 
 static void
 ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
 {
-    int                              due;
-    size_t                           n, i, k, m;
-    ngx_http_ratelimit_sync_t       *sync = ev->data;
-    ngx_http_ratelimit_sync_call_t  *call;
+    int                                due;
+    size_t                             n, i, k, m;
+    ngx_msec_t                         timeout;
+    ngx_http_ratelimit_sync_t         *sync = ev->data;
+    ngx_http_ratelimit_sync_call_t    *call;
+    ngx_http_ratelimit_sync_flight_t  *f;
 
     if (ngx_exiting || ngx_terminate || ngx_quit) {
         return;
@@ -285,63 +289,64 @@ ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
 
     ngx_add_timer(&sync->timer, sync->interval);
 
-    if (sync->waiting) {
-        return;
+    f = ngx_http_ratelimit_sync_flight(sync, ev->log);
+    if (f == NULL) {
+        return;   /* the units wait in the journal */
     }
 
-    if (sync->items == NULL) {
-        sync->items = ngx_alloc(sync->keys * sizeof(rl_sync_item_t), ev->log);
-
-        if (sync->items == NULL) {
-            return;
-        }
-    }
-
-    sync->taken_at = ngx_http_ratelimit_now();
+    f->taken_at = ngx_http_ratelimit_now();
 
     ngx_shmtx_lock(&sync->shpool->mutex);
-    n = rl_sync_take(sync->journal, sync->taken_at, sync->interval,
-                     sync->items, &due);
+    n = rl_sync_take(sync->journal, f->taken_at, sync->interval,
+                     f->items, &due);
     ngx_shmtx_unlock(&sync->shpool->mutex);
 
     if (n == 0) {
         if (due) {
-            rl_sync_record(sync->journal, 0, 0, 0, 0, 0, sync->taken_at);
+            rl_sync_record(sync->journal, 0, 0, 0, 0, 0, f->taken_at);
         }
 
         return;
     }
 
-    if (ngx_http_ratelimit_sync_room(sync, n, ev->log) != NGX_OK) {
+    if (ngx_http_ratelimit_sync_room(f, n, ev->log) != NGX_OK) {
         ngx_shmtx_lock(&sync->shpool->mutex);
-        rl_sync_requeue(sync->journal, sync->items, n);
+        rl_sync_requeue(sync->journal, f->items, n);
         ngx_shmtx_unlock(&sync->shpool->mutex);
         return;
     }
 
-    sync->failed = 0;
-    sync->sent_keys = 0;
-    sync->sent_units = 0;
-    sync->late_units = 0;
-    sync->waiting = 0;
+    /* nothing waits for an exchange: its calls get the time the flights
+       cover, not a request's redis_timeout */
+
+    timeout = ngx_max(sync->redis->timeout,
+                      ngx_max(1000, NGX_HTTP_RATELIMIT_SYNC_FLIGHTS
+                                    * sync->interval));
+
+    f->failed = 0;
+    f->sent_keys = 0;
+    f->sent_units = 0;
+    f->late_units = 0;
+    f->waiting = 0;
 
     for (k = 0, i = 0, m = 0; i < n; k++) {
-        call = &sync->calls[k];
+        call = &f->calls[k];
         ngx_memzero(&call->w, sizeof(ngx_http_ratelimit_redis_wait_t));
 
-        call->sync = sync;
-        call->items = &sync->items[i];
+        call->flight = f;
+        call->items = &f->items[i];
         call->n = rl_sync_batch(call->items, n - i);
-        call->totals = &sync->totals[m];
+        call->totals = &f->totals[m];
         i += call->n;
         m += rl_sync_totals(call->items, call->n);
-        call->now = sync->taken_at;
+        call->now = f->taken_at;
         call->w.handler = ngx_http_ratelimit_sync_done;
         call->w.call = NGX_HTTP_RATELIMIT_REDIS_SYNC;
         call->w.command = ngx_http_ratelimit_sync_command;
         call->w.answer = ngx_http_ratelimit_sync_answer;
+        call->w.timeout = timeout;
 
-        sync->waiting++;
+        f->waiting++;
 
         if (ngx_http_ratelimit_redis_send(sync->redis, &call->w) == NGX_OK) {
             continue;
@@ -350,17 +355,50 @@ ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
         /* not sent: kept for the next exchange, as the same call (a copy
            sent before may have reached Redis) */
 
-        sync->waiting--;
-        sync->failed++;
+        f->waiting--;
+        f->failed++;
 
         ngx_shmtx_lock(&sync->shpool->mutex);
         rl_sync_requeue(sync->journal, call->items, call->n);
         ngx_shmtx_unlock(&sync->shpool->mutex);
     }
 
-    if (sync->waiting == 0) {
-        ngx_http_ratelimit_sync_ended(sync);
+    if (f->waiting == 0) {
+        ngx_http_ratelimit_sync_ended(f);
     }
+}
+
+
+/* A flight with no call awaiting its reply, its items' room made on
+   first use; NULL if every one waits. */
+
+static ngx_http_ratelimit_sync_flight_t *
+ngx_http_ratelimit_sync_flight(ngx_http_ratelimit_sync_t *sync, ngx_log_t *log)
+{
+    ngx_uint_t                         i;
+    ngx_http_ratelimit_sync_flight_t  *f;
+
+    for (i = 0; i < NGX_HTTP_RATELIMIT_SYNC_FLIGHTS; i++) {
+        f = &sync->flights[i];
+
+        if (f->waiting > 0) {
+            continue;
+        }
+
+        if (f->items == NULL) {
+            f->items = ngx_alloc(sync->keys * sizeof(rl_sync_item_t), log);
+
+            if (f->items == NULL) {
+                return NULL;
+            }
+
+            f->sync = sync;
+        }
+
+        return f;
+    }
+
+    return NULL;
 }
 
 
@@ -370,38 +408,38 @@ ngx_http_ratelimit_sync_exchange(ngx_event_t *ev)
  */
 
 static ngx_int_t
-ngx_http_ratelimit_sync_room(ngx_http_ratelimit_sync_t *sync, size_t n,
+ngx_http_ratelimit_sync_room(ngx_http_ratelimit_sync_flight_t *f, size_t n,
     ngx_log_t *log)
 {
     size_t  i, calls, totals;
 
     for (i = 0, calls = 0; i < n; calls++) {
-        i += rl_sync_batch(&sync->items[i], n - i);
+        i += rl_sync_batch(&f->items[i], n - i);
     }
 
-    totals = rl_sync_totals(sync->items, n);
+    totals = rl_sync_totals(f->items, n);
 
-    if (calls > sync->ncalls) {
-        ngx_free(sync->calls);
-        sync->ncalls = 0;
-        sync->calls = ngx_alloc(calls * sizeof(ngx_http_ratelimit_sync_call_t),
-                                log);
-        if (sync->calls == NULL) {
+    if (calls > f->ncalls) {
+        ngx_free(f->calls);
+        f->ncalls = 0;
+        f->calls = ngx_alloc(calls * sizeof(ngx_http_ratelimit_sync_call_t),
+                             log);
+        if (f->calls == NULL) {
             return NGX_ERROR;
         }
 
-        sync->ncalls = calls;
+        f->ncalls = calls;
     }
 
-    if (totals > sync->ntotals) {
-        ngx_free(sync->totals);
-        sync->ntotals = 0;
-        sync->totals = ngx_alloc(totals * sizeof(rl_sync_total_t), log);
-        if (sync->totals == NULL) {
+    if (totals > f->ntotals) {
+        ngx_free(f->totals);
+        f->ntotals = 0;
+        f->totals = ngx_alloc(totals * sizeof(rl_sync_total_t), log);
+        if (f->totals == NULL) {
             return NGX_ERROR;
         }
 
-        sync->ntotals = totals;
+        f->ntotals = totals;
     }
 
     return NGX_OK;
@@ -425,8 +463,8 @@ ngx_http_ratelimit_sync_command(void *c, ngx_http_ratelimit_redis_wait_t *w,
         script = rl_sync_script(&slen);
 
     } else {
-        script = (const char *) call->sync->sha;
-        slen = sizeof(call->sync->sha);
+        script = (const char *) call->flight->sync->sha;
+        slen = sizeof(call->flight->sync->sha);
     }
 
     if (ngx_http_ratelimit_redis_reserve(conn,
@@ -440,7 +478,7 @@ ngx_http_ratelimit_sync_command(void *c, ngx_http_ratelimit_redis_wait_t *w,
                                      script, slen, eval,
                                      (const char *) redis->prefix.data,
                                      redis->prefix.len,
-                                     rl_sync_nonce(call->sync->journal),
+                                     rl_sync_nonce(call->flight->sync->journal),
                                      call->items, call->n, call->now);
 
     ngx_http_ratelimit_redis_push(conn, w);
@@ -478,13 +516,15 @@ static void
 ngx_http_ratelimit_sync_done(ngx_http_ratelimit_redis_wait_t *w,
     rl_redis_answer_t *answer)
 {
-    size_t                           i;
-    uint64_t                         units;
-    ngx_http_ratelimit_sync_t       *sync;
-    ngx_http_ratelimit_sync_call_t  *call;
+    size_t                             i;
+    uint64_t                           units;
+    ngx_http_ratelimit_sync_t         *sync;
+    ngx_http_ratelimit_sync_call_t    *call;
+    ngx_http_ratelimit_sync_flight_t  *f;
 
     call = (ngx_http_ratelimit_sync_call_t *) w;
-    sync = call->sync;
+    f = call->flight;
+    sync = f->sync;
 
     ngx_shmtx_lock(&sync->shpool->mutex);
 
@@ -504,33 +544,33 @@ ngx_http_ratelimit_sync_done(ngx_http_ratelimit_redis_wait_t *w,
         }
 
         if (call->status == RL_SYNC_LATE) {
-            sync->late_units += units;
+            f->late_units += units;
 
         } else {
-            sync->sent_keys += call->n;
-            sync->sent_units += units;
+            f->sent_keys += call->n;
+            f->sent_units += units;
         }
 
     } else {
-        sync->failed++;
+        f->failed++;
     }
 
-    if (--sync->waiting == 0) {
-        ngx_http_ratelimit_sync_ended(sync);
+    if (--f->waiting == 0) {
+        ngx_http_ratelimit_sync_ended(f);
     }
 }
 
 
 static void
-ngx_http_ratelimit_sync_ended(ngx_http_ratelimit_sync_t *sync)
+ngx_http_ratelimit_sync_ended(ngx_http_ratelimit_sync_flight_t *f)
 {
-    int64_t  now;
+    int64_t                     now;
+    ngx_http_ratelimit_sync_t  *sync = f->sync;
 
     now = ngx_http_ratelimit_now();
 
-    rl_sync_record(sync->journal, sync->sent_keys, sync->sent_units,
-                   sync->failed, sync->late_units,
-                   sync->failed ? -1 : now - sync->taken_at, now);
+    rl_sync_record(sync->journal, f->sent_keys, f->sent_units, f->failed,
+                   f->late_units, f->failed ? -1 : now - f->taken_at, now);
 
     /* filled half again while this exchange waited: the next one now */
 

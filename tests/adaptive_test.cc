@@ -5,10 +5,12 @@
 // arrival order; arrivals open-loop (Poisson) at a set rate.  Seeded: a
 // trace gives the same limits every run.
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <queue>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "helpers.h"
@@ -17,10 +19,27 @@ namespace {
 
 const uint8_t kSecret[16] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3};
 
+// What a request asks of the upstream: a service time of its mean times
+// factor, and the status it ends with; what became of those of its kind.
+struct Kind {
+    double factor = 1;
+    uint32_t status = 200;
+    uint64_t served = 0, refused = 0;
+};
+
 struct Flight {
     std::vector<rl_check_t> checks;
     rl_request_t rq;
     int64_t arrived;
+    size_t kind;
+    int client;  // its closed-loop client (-1: an open-loop arrival)
+};
+
+// A client that sends its next request once the last one is answered
+// (after a refusal, retry_ms later).
+struct Client {
+    size_t kind;
+    int64_t next;
 };
 
 // The upstream and the rule in front of it.
@@ -33,6 +52,10 @@ struct Sim {
     uint32_t workers = 8;
     double mean_ms = 20;  // service time's mean
     double sigma = 0.5;   // of its logarithm
+    std::vector<Kind> kinds{Kind{}};
+    std::vector<double> mix;  // an open-loop arrival's kind: kind i + 1 with probability mix[i], else kind 0
+    std::vector<Client> clients;
+    int64_t think_ms = 2, retry_ms = 5;  // a client's next request after an answer, after a refusal
 
     // the upstream: who is served (until when), who waits
     std::vector<std::pair<int64_t, Flight *>> serving;
@@ -49,13 +72,28 @@ struct Sim {
         counters = 1 + rl_table_rule_slot(zone->mem, rule.name);
     }
 
-    double service()
+    // A kind of request (its index in kinds).
+    size_t kind(double factor, uint32_t status = 200)
     {
-        const double mu = std::log(mean_ms) - sigma * sigma / 2;
+        kinds.push_back(Kind{factor, status});
+        return kinds.size() - 1;
+    }
+
+    // n closed-loop clients of a kind.
+    void add_clients(size_t n, size_t k)
+    {
+        for (size_t i = 0; i < n; i++) {
+            clients.push_back(Client{k, now + (int64_t) i});
+        }
+    }
+
+    double service(double factor)
+    {
+        const double mu = std::log(mean_ms * factor) - sigma * sigma / 2;
         return std::exp(std::normal_distribution<double>(mu, sigma)(rng));
     }
 
-    void start(Flight *f) { serving.emplace_back(now + (int64_t) std::llround(service()), f); }
+    void start(Flight *f) { serving.emplace_back(now + (int64_t) std::llround(service(kinds[f->kind].factor)), f); }
 
     // A request of the key decided now (*verdict: rl_decide's).
     std::unique_ptr<Flight> decide(int *verdict)
@@ -65,17 +103,28 @@ struct Sim {
         f->rq = hashed(request_of(f->checks.data(), 1));
         f->rq.holder = 1;
         f->arrived = now;
+        f->kind = 0;
+        f->client = -1;
         *verdict = rl_decide(&f->rq, now);
         return f;
     }
 
-    void arrive()
+    void arrive(size_t k = 0, int client = -1)
     {
         int verdict;
         auto f = decide(&verdict);
+        f->kind = k;
+        f->client = client;
         if (verdict != RL_VERDICT_PASSED) {
             refused++;
+            kinds[k].refused++;
+            if (client >= 0) {
+                clients[(size_t) client].next = now + retry_ms;
+            }
             return;
+        }
+        if (client >= 0) {
+            clients[(size_t) client].next = INT64_MAX;
         }
         Flight *p = f.get();
         flights.push_back(std::move(f));
@@ -93,12 +142,29 @@ struct Sim {
         rl_request_end(&f->rq, now);
         latencies.push_back(now - f->arrived);
         served++;
+        kinds[f->kind].served++;
+        if (f->client >= 0) {
+            clients[(size_t) f->client].next = now + think_ms;
+        }
     }
 
-    // Runs ms milliseconds at rate requests a second.
+    size_t open_kind()
+    {
+        double u = std::uniform_real_distribution<double>(0, 1)(rng);
+        for (size_t i = 0; i < mix.size(); i++) {
+            if (u < mix[i]) {
+                return i + 1;
+            }
+            u -= mix[i];
+        }
+        return 0;
+    }
+
+    // Runs ms milliseconds, open-loop arrivals at rate requests a second
+    // beside the clients.
     void run(int64_t ms, double rate)
     {
-        std::exponential_distribution<double> gap(rate / 1000.0);
+        std::exponential_distribution<double> gap(rate > 0 ? rate / 1000.0 : 1);
         double next = (double) now + (rate > 0 ? gap(rng) : 1e18);
         const int64_t until = now + ms;
         for (; now < until; now++) {
@@ -106,7 +172,7 @@ struct Sim {
                 if (serving[i].first <= now) {
                     Flight *f = serving[i].second;
                     serving.erase(serving.begin() + (long) i);
-                    end(f, 200);
+                    end(f, kinds[f->kind].status);
                     if (!waiting.empty()) {
                         start(waiting.front());
                         waiting.pop();
@@ -116,8 +182,16 @@ struct Sim {
                 }
             }
             while (next <= (double) now) {
-                arrive();
+                arrive(open_kind());
                 next += gap(rng);
+            }
+            // the clients due, from one drawn at random: none comes first always
+            const size_t first = clients.empty() ? 0 : (size_t) (rng() % clients.size());
+            for (size_t k = 0; k < clients.size(); k++) {
+                const size_t c = (first + k) % clients.size();
+                if (clients[c].next <= now) {
+                    arrive(clients[c].kind, (int) c);
+                }
             }
         }
     }
@@ -268,7 +342,9 @@ TEST(Adaptive, SettlesRecoversAndFollowsASlowerUpstream)
     s.run(10000, 0.5 * kCapacity);
     const uint64_t refused = s.refused;
     s.run(10000, 0.5 * kCapacity);
-    EXPECT_EQ(s.refused, refused);  // at half capacity, nothing refused
+    // at half capacity (2,000 requests), nothing refused but a Poisson burst
+    // past the limit the overload left, which raises it: at most one in 500
+    EXPECT_LE(s.refused - refused, 4u);
 
     s.run(10000, 2 * kCapacity);
     s.mean_ms = 40;  // the upstream twice as slow, the load the same
@@ -301,30 +377,266 @@ TEST(Adaptive, AnEmptyWindowChangesNothing)
     EXPECT_EQ(after.baseline_us, before.baseline_us);
 }
 
-// 502, 503 and 504 answers are drops: the limit times 0.9 an interval that
-// saw one (at least one less); their latencies are not samples.
-TEST(Adaptive, OverloadAnswersLowerTheLimit)
+// 502, 503 and 504 answers are drops: in more than a tenth of an
+// interval's requests, at least 3 of them and 16 requests ended, the limit
+// times 0.9; their latencies are not samples, nor are a 404's.
+TEST(Adaptive, DropsInMoreThanATenthLowerTheLimit)
 {
-    Sim s("algorithm=adaptive limit=40 interval=100ms");
-    for (uint32_t status : {502u, 503u, 504u}) {
-        const uint32_t was = s.limit();
+    // one interval's ends: 404s, then drops; the limit after each
+    auto limits = [](uint32_t status, const std::vector<uint32_t> &ends) {
+        Sim s("algorithm=adaptive limit=40 interval=100ms");
+        std::vector<uint32_t> out;
         std::vector<std::unique_ptr<Flight>> fl;
-        for (int i = 0; i < 4; i++) {
+        for (size_t i = 0; i < ends.size(); i++) {
             int v;
-            auto f = s.decide(&v);
-            ASSERT_EQ(v, RL_VERDICT_PASSED);
-            fl.push_back(std::move(f));
+            fl.push_back(s.decide(&v));
+            EXPECT_EQ(v, RL_VERDICT_PASSED);
         }
-        for (auto &f : fl) {
-            s.now += 50;  // the first starts the interval, the last ends it
-            f->rq.latency_ms = 1;
-            f->rq.end_status = status;
-            rl_request_end(&f->rq, s.now);
+        for (size_t i = 0; i < ends.size(); i++) {
+            fl[i]->rq.latency_ms = 1;
+            fl[i]->rq.end_status = ends[i] != 0 ? ends[i] : status;
+            rl_request_end(&fl[i]->rq, s.now);
+            s.now += i == 0 ? 100 : 0;  // the first starts the interval
+            out.push_back(s.limit());
         }
-        EXPECT_LT(s.limit(), was) << status;
-        EXPECT_GE(s.limit(), was * 81 / 100 - 2) << status;  // one or two intervals, x 0.9 each
+        EXPECT_EQ(s.peek().baseline_us, 0u);  // no latency learned from them
+        return out;
+    };
+    for (uint32_t status : {502u, 503u, 504u}) {
+        SCOPED_TRACE(status);
+        // 2 drops of 16 (12.5%), then 3 of 21
+        std::vector<uint32_t> ends(14, 404);
+        ends.insert(ends.end(), {0, 0, 404, 404, 404, 404, 0});
+        std::vector<uint32_t> want(20, 40);
+        want.push_back(36);
+        EXPECT_EQ(limits(status, ends), want);
+        // 3 drops of 30 (a tenth), then 4 of 31
+        ends.assign(27, 404);
+        ends.insert(ends.end(), {0, 0, 0, 0});
+        want.assign(30, 40);
+        want.push_back(36);
+        EXPECT_EQ(limits(status, ends), want);
     }
-    EXPECT_EQ(s.peek().baseline_us, 0u);  // no latency learned from them
+}
+
+// A trace of fast requests beside slow ones (20 times as slow), at an
+// upstream with room to spare (it never queues), behind `rule`: the
+// requests of each kind served, and the lowest limit of its intervals.
+struct Trace {
+    size_t fast, slow;           // closed-loop clients,
+    int64_t think, retry;        //   their pauses after an answer and after a refusal (ms)
+    double rate, slow_share;     // open-loop arrivals a second, a share of them slow
+    uint32_t slow_status = 200;  // what the slow ones end with (504: they time out)
+};
+
+std::vector<uint64_t> served_behind(const char *rule, const Trace &t, uint32_t *lowest, double *mean)
+{
+    Sim s(rule);
+    s.workers = 1000;
+    const size_t slow = s.kind(20, t.slow_status);
+    s.mix = {t.slow_share};
+    s.add_clients(t.fast, 0);
+    s.add_clients(t.slow, slow);
+    s.think_ms = t.think;
+    s.retry_ms = t.retry;
+    *lowest = s.limit();
+    *mean = 0;
+    for (int i = 0; i < 120; i++) {
+        s.run(500, t.rate);
+        *lowest = std::min(*lowest, s.limit());
+        *mean += s.limit() / 120.0;
+    }
+    return {s.kinds[0].served, s.kinds[slow].served};
+}
+
+// 5% of the requests slow, open-loop (they hold half of the slots): the
+// limit stays within 25% of limit= in every interval, and the fast
+// requests' goodput within 10% of what a static limit of 16 lets through.
+TEST(Adaptive, AMinorityOfSlowRequestsKeepsTheLimit)
+{
+    for (const Trace &t : {Trace{0, 0, 0, 0, 380, 0.05}, Trace{0, 0, 0, 0, 450, 0.05}}) {
+        uint32_t lowest, ignored;
+        double mean;
+        const std::vector<uint64_t> served = served_behind("algorithm=adaptive limit=16", t, &lowest, &mean);
+        const std::vector<uint64_t> ref = served_behind("algorithm=concurrency limit=16", t, &ignored, &mean);
+        SCOPED_TRACE(testing::Message() << "rate " << t.rate << ": slow share "
+                                        << (double) served[1] / (double) (served[0] + served[1]));
+        EXPECT_GE(lowest, 12u);
+        EXPECT_GE((double) served[0], 0.9 * (double) ref[0]) << ref[0];
+        EXPECT_GT(served[1], 0u);
+    }
+}
+
+// The closed-loop clients of an API, 12 on a slow endpoint beside 20 on a
+// fast one, whatever their pauses: a tenth of the requests slow, holding two
+// thirds of the slots, and more of them whenever the limit is lower, so that
+// a lower limit makes the typical request slower (the mix, not a queue).  A
+// step down after which the typical request is slower is taken back: the
+// limit does not collapse (its mean within 10% of limit=, its lowest within
+// half), nor does the fast clients' goodput (within 10% of a static limit's).
+TEST(Adaptive, SlowClientsBesideFastOnesDoNotCollapseTheLimit)
+{
+    for (const Trace &t : {Trace{20, 12, 0, 20, 0, 0}, Trace{20, 12, 1, 5, 0, 0}, Trace{20, 12, 2, 5, 0, 0},
+                           Trace{20, 12, 2, 40, 0, 0}, Trace{20, 12, 3, 2, 0, 0}, Trace{20, 12, 5, 1, 0, 0}}) {
+        uint32_t lowest, ignored;
+        double mean;
+        const std::vector<uint64_t> served = served_behind("algorithm=adaptive limit=16", t, &lowest, &mean);
+        double unused;
+        const std::vector<uint64_t> ref = served_behind("algorithm=concurrency limit=16", t, &ignored, &unused);
+        SCOPED_TRACE(testing::Message() << "think " << t.think << ", retry " << t.retry << ": slow share "
+                                        << (double) served[1] / (double) (served[0] + served[1]));
+        EXPECT_GE(mean, 0.9 * 16);
+        EXPECT_GE(lowest, 8u);
+        EXPECT_GE((double) served[0], 0.9 * (double) ref[0]) << ref[0];
+    }
+}
+
+// The same where the slow endpoint times out (504), its requests a tenth to
+// a fifth of all: drops in more than a tenth of the requests are an
+// overload, which the controller cannot tell from an endpoint failing on
+// its own (it needs a rule of its own).  A step down after which more
+// requests fail, with fewer in flight, is taken back: the limit comes down
+// but not to min= (its mean above half of limit=; under 3 without that).
+TEST(Adaptive, ClientsOfATimingOutEndpointDoNotCollapseTheLimit)
+{
+    for (const Trace &t :
+         {Trace{20, 12, 0, 20, 0, 0, 504}, Trace{20, 12, 2, 5, 0, 0, 504}, Trace{20, 12, 5, 1, 0, 0, 504}}) {
+        uint32_t lowest;
+        double mean;
+        const std::vector<uint64_t> served = served_behind("algorithm=adaptive limit=16", t, &lowest, &mean);
+        SCOPED_TRACE(testing::Message() << "think " << t.think << ", retry " << t.retry << ": timeouts' share "
+                                        << (double) served[1] / (double) (served[0] + served[1]));
+        EXPECT_GE(mean, 16 / 2.0);
+    }
+}
+
+// A real overload with the same slow minority: an upstream of W = 8 at
+// twice what it can serve.  The limit still comes down near W, and the
+// upstream serves within 10% of what a static limit of W lets it.
+TEST(Adaptive, AnOverloadWithASlowMinorityIsShed)
+{
+    auto run = [](const char *rule, uint32_t *highest) {
+        Sim s(rule);
+        const size_t slow = s.kind(20);
+        s.mix = {0.05};
+        const double capacity = s.workers * 1000 / (s.mean_ms * (0.95 + 0.05 * 20));  // 205 a second
+        s.run(10000, 0.5 * capacity);
+        const uint64_t refused = s.refused;
+        s.run(10000, 2 * capacity);
+        const uint64_t served = s.served;
+        for (int i = 0; i < 120; i++) {
+            s.run(500, 2 * capacity);
+            *highest = std::max(*highest, s.limit());
+        }
+        EXPECT_GT(s.kinds[slow].served, 0u);
+        return std::make_pair((double) (s.served - served) / 60, refused);
+    };
+    uint32_t highest = 0, ignored = 0;
+    const auto [adaptive, quiet_refused] = run("algorithm=adaptive limit=64", &highest);
+    const double oracle = run("algorithm=concurrency limit=8", &ignored).first;
+    EXPECT_EQ(quiet_refused, 0u);  // at half its capacity, nothing refused
+    EXPECT_LE(highest, 16u);
+    EXPECT_GE(adaptive, 0.9 * oracle) << oracle;
+}
+
+// Fast answers that are errors, a flood of them: 404s and 500s at a tenth
+// of the upstream's latency, as many clients as the real ones; and a thread
+// of 502s (8 a second) beside 20 clients.  The baseline is the real
+// requests' (as with the same clients alone), the limit stays within 25% of
+// limit=, the real clients' goodput within 10% of what a static limit of 16
+// lets through.
+TEST(Adaptive, FastErrorsAreNoEvidence)
+{
+    auto run = [](const char *rule, uint32_t status, size_t clients, bool thread) {
+        auto s = std::make_unique<Sim>(rule);
+        s->workers = 1000;
+        s->add_clients(20, 0);
+        const size_t err = s->kind(status == 502 ? 0.05 : 0.1, status);
+        s->add_clients(clients, err);
+        s->retry_ms = 20;
+        uint32_t lowest = 16;
+        for (int i = 0; i < 60; i++) {
+            for (int k = 0; k < 4; k++) {
+                s->run(125, 0);
+                if (thread) {
+                    s->arrive(err);
+                }
+            }
+            lowest = std::min(lowest, s->limit());
+        }
+        return std::make_pair(std::move(s), lowest);
+    };
+    const uint32_t baseline = run("algorithm=adaptive limit=16", 200, 0, false).first->peek().baseline_us;
+    for (const auto &c :
+         {std::make_tuple(404u, 20, false), std::make_tuple(500u, 20, false), std::make_tuple(502u, 0, true)}) {
+        const auto r = run("algorithm=adaptive limit=16", std::get<0>(c), (size_t) std::get<1>(c), std::get<2>(c));
+        const uint64_t ref =
+            run("algorithm=concurrency limit=16", std::get<0>(c), (size_t) std::get<1>(c), std::get<2>(c))
+                .first->kinds[0]
+                .served;
+        SCOPED_TRACE(testing::Message() << std::get<0>(c));
+        EXPECT_GT(r.first->kinds[2].served, 100u);  // there were many
+        EXPECT_GE(r.first->peek().baseline_us, baseline * 85 / 100);
+        EXPECT_LE(r.first->peek().baseline_us, baseline * 115 / 100);
+        EXPECT_GE(r.second, 12u);
+        EXPECT_GE((double) r.first->kinds[0].served, 0.9 * (double) ref) << ref;
+    }
+}
+
+// An upstream that dies fails every request at once (502 in a millisecond):
+// no latency learned from that, the baseline stays; the limit comes down
+// (every request a drop), and back once the upstream is back.
+TEST(Adaptive, ADeadUpstreamIsNotAFastOne)
+{
+    Sim s("algorithm=adaptive limit=16");
+    s.workers = 1000;
+    s.add_clients(20, 0);
+    s.run(10000, 0);
+    const rl_peek_t healthy = s.peek();
+    ASSERT_GT(healthy.baseline_us, 10000u);
+    s.kinds[0].factor = 0.05;
+    s.kinds[0].status = 502;
+    s.run(12000, 0);
+    EXPECT_EQ(s.peek().baseline_us, healthy.baseline_us);
+    EXPECT_LE(s.limit(), 4u);
+    s.kinds[0] = Kind{};
+    s.run(10000, 0);
+    EXPECT_EQ(s.limit(), 16u);
+    EXPECT_GE(s.peek().baseline_us, healthy.baseline_us * 85 / 100);
+}
+
+// A controller a dead process half wrote (every byte of it garbage: the
+// latencies not numbers or far past any, a limit past limit=, a step taken
+// in the future, a histogram full) is read as a fresh one where it cannot
+// be right: the limit stays within min= and limit=, and the key learns
+// again (its baseline the upstream's, its limit limit=, as it never queues).
+TEST(Adaptive, AControllerHalfWrittenLearnsAgain)
+{
+    const rl_rule_t slots = rule_of("algorithm=concurrency limit=16");
+    for (int garbage : {0xff, 0x7f}) {
+        Sim s("algorithm=adaptive limit=16");
+        s.workers = 1000;
+        s.add_clients(20, 0);
+        s.run(5000, 0);
+        const uint32_t baseline = s.peek().baseline_us;
+        ASSERT_GT(baseline, 10000u);
+        rl::State st{};
+        ASSERT_TRUE(rl::Table::at(s.zone->mem)->find(rl_table_tag(s.zone->mem, 100, s.key.data(), s.key.size()), &st));
+        const size_t from = (rl_state_size(&slots) - sizeof(rl_state_t) + 7) & ~(size_t) 7;  // after the slots
+        std::memset(st.blob + from, garbage, rl_state_size(&s.rule) - sizeof(rl_state_t) - from);
+        uint32_t lowest = 16, highest = 0;
+        for (int i = 0; i < 20; i++) {
+            s.run(500, 0);
+            lowest = std::min(lowest, s.limit());
+            highest = std::max(highest, s.limit());
+        }
+        SCOPED_TRACE(garbage);
+        EXPECT_GE(lowest, 1u);
+        EXPECT_LE(highest, 16u);
+        EXPECT_EQ(s.limit(), 16u);
+        EXPECT_GE(s.peek().baseline_us, baseline * 80 / 100);
+        EXPECT_LE(s.peek().baseline_us, baseline * 120 / 100);
+    }
 }
 
 // A request its client abandoned (499) counts only when it already took

@@ -356,6 +356,17 @@ TEST(RedisAnswer, ErrorRepliesNoscriptAndRedirections)
     EXPECT_EQ(kind_of("NOSCRIPT No matching script. Please use EVAL."), RL_REDIS_NOSCRIPT);
     EXPECT_EQ(kind_of("NOSCRIPT"), RL_REDIS_NOSCRIPT);
     EXPECT_EQ(kind_of("NOSCRIPTS"), RL_REDIS_FAILED);
+    // FCALL of a library not loaded (Redis 7, Valkey): load it, call again
+    EXPECT_EQ(kind_of("ERR Function not found"), RL_REDIS_NOSCRIPT);
+    // FCALL unknown (Redis 6: `FCALL`; 7: 'FCALL'), or not the user's: the
+    // script instead; another command unknown, or another's NOPERM, fails
+    EXPECT_EQ(kind_of("ERR unknown command `FCALL`, with args beginning with: `ratelimit_0`, "), RL_REDIS_NO_FUNCTIONS);
+    EXPECT_EQ(kind_of("ERR unknown command 'fcall', with args beginning with: "), RL_REDIS_NO_FUNCTIONS);
+    EXPECT_EQ(kind_of("NOPERM this user has no permissions to run the 'fcall' command"), RL_REDIS_NO_FUNCTIONS);
+    EXPECT_EQ(kind_of("NOPERM User limiter has no permissions to run the 'fcall' command"), RL_REDIS_NO_FUNCTIONS);
+    EXPECT_EQ(kind_of("NOPERM this user has no permissions to access one of the keys used as arguments"),
+              RL_REDIS_FAILED);
+    EXPECT_EQ(kind_of("ERR unknown command 'EVALSHA', with args beginning with: "), RL_REDIS_FAILED);
     EXPECT_EQ(kind_of("ERR Error running script\nforged line"), RL_REDIS_FAILED);
     EXPECT_EQ(std::string(a.why), "an error reply");  // the text is the glue's to show, escaped
     // a replica (a failover): failed, and the connection is to be opened again
@@ -770,6 +781,28 @@ TEST(RedisAnswer, EveryDecisionOfTheCoreOnASteadyClockIsTaken)
         }
     }
     EXPECT_EQ(taken, 16u * 40 * 300);
+}
+
+// FUNCTION LOAD's reply: the library's name (loaded), or that it exists
+// (another server loaded it first) is the library there; any other error
+// (not allowed, a Redis that cannot load it) sends the calls as scripts.
+TEST(RedisAnswer, TheLibraryIsThereOrCallsGoAsScripts)
+{
+    rl_redis_answer_t a;
+    auto kind_of = [&](const std::string &bytes) {
+        rl_resp_t r;
+        EXPECT_EQ(rl_resp_parse(bytes.data(), bytes.size(), &r), (long) bytes.size()) << bytes;
+        return rl_redis_load_answer(&r, &a);
+    };
+    EXPECT_EQ(kind_of("$14\r\nratelimit_0123\r\n"), RL_REDIS_DECIDED);
+    EXPECT_EQ(kind_of("-ERR Library 'ratelimit_0123' already exists\r\n"), RL_REDIS_DECIDED);
+    EXPECT_EQ(kind_of("-NOPERM this user has no permissions to run the 'function|load' command\r\n"),
+              RL_REDIS_NO_FUNCTIONS);
+    EXPECT_EQ(std::string(a.why), "FUNCTION LOAD refused");
+    EXPECT_EQ(kind_of("-ERR unknown command 'FUNCTION', with args beginning with: 'LOAD' \r\n"), RL_REDIS_NO_FUNCTIONS);
+    EXPECT_EQ(kind_of("-ERR Error registering functions: user_function:1: syntax error\r\n"), RL_REDIS_NO_FUNCTIONS);
+    EXPECT_EQ(kind_of("+OK\r\n"), RL_REDIS_NO_FUNCTIONS);
+    EXPECT_EQ(kind_of(":1\r\n"), RL_REDIS_NO_FUNCTIONS);
 }
 
 }  // namespace

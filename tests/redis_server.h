@@ -154,6 +154,8 @@ private:
     Redis &redis = Redis::instance();                                                                                  \
     ASSERT_TRUE(redis.ok()) << redis.why()
 
+// The script's SHA-1, the script cached (EVALSHA) and loaded as a library
+// (FCALL), as the glue loads it.
 inline std::string script_sha()
 {
     Redis &redis = Redis::instance();
@@ -161,7 +163,13 @@ inline std::string script_sha()
     const char *text = rl_redis_script(&len);
     rl_resp_t r = redis.command({"SCRIPT", "LOAD", std::string(text, len)});
     EXPECT_EQ(r.type, RL_RESP_BULK) << std::string(r.str ? r.str : "", r.str_len);
-    return std::string(r.str, r.str_len);
+    const std::string sha(r.str, r.str_len);
+    std::string load(rl_redis_load_size(), '\0');
+    load.resize(rl_redis_load_command(load.data(), sha.data()));
+    rl_resp_t l = redis.call(load);
+    rl_redis_answer_t a;
+    EXPECT_EQ(rl_redis_load_answer(&l, &a), RL_REDIS_DECIDED) << std::string(l.str ? l.str : "", l.str_len);
+    return sha;
 }
 
 }  // namespace rltest

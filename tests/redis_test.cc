@@ -124,46 +124,6 @@ TEST(Redis, RulesTooFineForLuaNumbersAreRefused)
     EXPECT_EQ(rl_redis_rule_ok(&quota, err, sizeof(err)), RL_OK);
 }
 
-TEST(Redis, CommandIsOneEvalshaWithKeysThenArguments)
-{
-    rl_rule_t r = rule_of("algorithm=gcra limit=10 period=1m");
-    rl_check_t c = one_check(&r, 7, "bob", 2);
-    const std::string sha(40, 'f');
-    std::string cmd(rl_redis_command_size(1, 3, sha.size()), '\0');
-    rl_request_t rq = request_of(&c, 1, RL_COMBINE_ANY);
-    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_DECIDE, "rl:", 3, 0, &rq, -1));
-    rl_resp_t parsed;
-    EXPECT_EQ(rl_resp_parse(cmd.data(), cmd.size(), &parsed), (long) cmd.size());
-    EXPECT_EQ(parsed.integer, 3 + 1 + 2 + 18);
-    EXPECT_EQ(cmd.substr(0, 18), "*24\r\n$7\r\nEVALSHA\r\n");
-    EXPECT_NE(cmd.find("\r\n$0\r\n\r\n$1\r\n1\r\n$1\r\n0\r\n$2\r\n10\r\n$2\r\n10\r\n$5\r\n60000\r\n"),
-              std::string::npos)
-        << cmd;
-    // cost 2, delay 0, no ban, no charge, no share, no override, no
-    // lease (not a concurrency rule), not full
-    EXPECT_EQ(cmd.substr(cmd.size() - 62),
-              "$1\r\n2\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n$1\r\n0\r\n$0\r\n\r\n$1\r\n0\r\n");
-
-    // a concurrency check: its lease's time and name, and whether its
-    // server holds the limit already (a decision's only)
-    rl_rule_t slots = rule_of("algorithm=concurrency limit=3 lease=2s");
-    rl_check_t s = one_check(&slots, 9, "bob", 1);
-    s.lease = 5;
-    s.full_here = 1;
-    rl_request_t srq = request_of(&s, 1, RL_COMBINE_ALL);
-    srq.server = 0xaa;
-    srq.lease = 0xbb;
-    srq.holder = 42;
-    for (int call : {RL_REDIS_DECIDE, RL_REDIS_RESTORE}) {
-        cmd.assign(rl_redis_command_size(1, 3, sha.size()), '\0');
-        cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, call, "rl:", 3, 0, &srq, -1));
-        EXPECT_EQ(cmd.substr(cmd.size() - 62),
-                  std::string("$4\r\n2000\r\n$38\r\n00000000000000aa:00000000000000bb:42:5\r\n") +
-                      (call == RL_REDIS_DECIDE ? "$1\r\n1\r\n" : "$1\r\n0\r\n"))
-            << call;
-    }
-}
-
 // The arguments of a command, as strings (a command is an array of bulk
 // strings).
 std::vector<std::string> args_of(const std::string &cmd)
@@ -177,6 +137,55 @@ std::vector<std::string> args_of(const std::string &cmd)
         p = eol + 2 + len + 2;
     }
     return out;
+}
+
+TEST(Redis, CommandIsOneFcallWithKeysThenArguments)
+{
+    rl_rule_t r = rule_of("algorithm=gcra limit=10 period=1m");
+    rl_check_t c = one_check(&r, 7, "bob", 2);
+    const std::string sha(40, 'f');
+    rl_request_t rq = request_of(&c, 1, RL_COMBINE_ANY);
+    for (int via : {RL_REDIS_FCALL, RL_REDIS_EVALSHA}) {
+        std::string cmd(rl_redis_command_size(1, 3, sha.size()), '\0');
+        cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), via, RL_REDIS_DECIDE, "rl:", 3, 0, &rq, -1));
+        rl_resp_t parsed;
+        EXPECT_EQ(rl_resp_parse(cmd.data(), cmd.size(), &parsed), (long) cmd.size());
+        EXPECT_EQ(parsed.integer, 3 + 1 + 2 + 2);
+        const std::vector<std::string> a = args_of(cmd);
+        ASSERT_EQ(a.size(), 8u);
+        EXPECT_EQ(a[0], via == RL_REDIS_FCALL ? "FCALL" : "EVALSHA");
+        // the library's function, named by the script's SHA-1
+        EXPECT_EQ(a[1], via == RL_REDIS_FCALL ? "ratelimit_" + sha : sha);
+        EXPECT_EQ(a[2], "1");
+        EXPECT_EQ(a[4], "");   // Redis's clock
+        EXPECT_EQ(a[5], "1");  // any
+        // the spec: gcra, limit 10, burst 10, a minute, align epoch, the
+        // default buckets and max_delay; no reset, offset, delay, ban,
+        // charge, lease
+        EXPECT_EQ(a[6], "0 10 10 60000 0 10 60000 0 0 0 0 0 0");
+        EXPECT_EQ(a[7], "2");  // cost 2: no share, override, lease, not full
+    }
+
+    // a concurrency check: its lease's time (in the spec), its name, and
+    // whether its server holds the limit already (a decision's only)
+    rl_rule_t slots = rule_of("algorithm=concurrency limit=3 lease=2s");
+    rl_check_t s = one_check(&slots, 9, "bob", 1);
+    s.lease = 5;
+    s.full_here = 1;
+    rl_request_t srq = request_of(&s, 1, RL_COMBINE_ALL);
+    srq.server = 0xaa;
+    srq.lease = 0xbb;
+    srq.holder = 42;
+    for (int call : {RL_REDIS_DECIDE, RL_REDIS_RESTORE}) {
+        std::string cmd(rl_redis_command_size(1, 3, sha.size()), '\0');
+        cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), RL_REDIS_FCALL, call, "rl:", 3, 0, &srq, -1));
+        const std::vector<std::string> a = args_of(cmd);
+        ASSERT_EQ(a.size(), 8u);
+        EXPECT_EQ(a[6].substr(a[6].size() - 5), " 2000") << a[6];
+        EXPECT_EQ(a[7], std::string(call == RL_REDIS_DECIDE ? "1 0 0 1" : "1 0 0 0") +
+                            " 00000000000000aa:00000000000000bb:42:5")
+            << call;
+    }
 }
 
 TEST(Redis, ABanHasAKeyOfItsOwnAfterTheStatesInTheSameSlot)
@@ -199,7 +208,7 @@ TEST(Redis, ABanHasAKeyOfItsOwnAfterTheStatesInTheSameSlot)
         cmd.resize(
             rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_DECIDE, "rl:", 3, cluster, &rq, -1));
         const std::vector<std::string> a = args_of(cmd);
-        ASSERT_EQ(a.size(), 3u + 3 + 2 + 2 * 18);
+        ASSERT_EQ(a.size(), 3u + 3 + 2 + 2 * 2);
         EXPECT_EQ(a[2], "3");  // two states, one ban
         char key[80];
         EXPECT_EQ(a[3], std::string(key, rl_redis_key(key, "rl:", 3, cluster, 7, "bob", 3)));
@@ -211,8 +220,8 @@ TEST(Redis, ABanHasAKeyOfItsOwnAfterTheStatesInTheSameSlot)
         if (cluster) {
             EXPECT_EQ(rl_redis_slot(a[5].data(), a[5].size()), rl_redis_slot(a[3].data(), a[3].size()));
         }
-        EXPECT_EQ(a[8 + 11], "3600000");  // the first rule's ban=, then charge=
-        EXPECT_EQ(a[8 + 12], "0");
+        // the first rule's spec: sliding_log, 5 a second, ban=, no charge=
+        EXPECT_EQ(a[8], "4 5 5 1000 0 10 1000 0 0 0 3600000 0 0");
     }
 }
 
@@ -240,17 +249,17 @@ TEST(Redis, ASettleSendsTheChecksThatSettleWithWhatTheirAdmissionLeft)
     std::string cmd(rl_redis_command_size(3, 3, sha.size()), '\0');
     cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_SETTLE, "rl:", 3, 0, &rq, -1));
     const std::vector<std::string> a = args_of(cmd);
-    ASSERT_EQ(a.size(), 3u + 2 + 2 + 21);
+    ASSERT_EQ(a.size(), 3u + 2 + 2 + 5);
     EXPECT_EQ(a[2], "2");  // the state (a settle touches no ban), its reservations in flight
     char key[80];
     EXPECT_EQ(a[3], std::string(key, rl_redis_key(key, "rl:", 3, 0, 11, "k", 1)));
     EXPECT_EQ(a[4], std::string(key, rl_redis_key(key, "rl:", 3, 0, ~uint64_t{11}, "k", 1)));
     EXPECT_EQ(a[5], "");  // Redis's clock
     EXPECT_EQ(a[6], "settle");
-    // the reservation given back (2), delay 0, ban 60000, charge=, no
-    // share, no override, no lease; the charge, the head after, when
-    const std::vector<std::string> tail(a.end() - 12, a.end());
-    EXPECT_EQ(tail, (std::vector<std::string>{"2", "0", "60000", "1", "0", "0", "0", "", "0", "400",
+    // the spec (ban 60000, charge=), the reservation given back (2: no
+    // share, override or lease); the charge, the head after, when
+    const std::vector<std::string> tail(a.end() - 5, a.end());
+    EXPECT_EQ(tail, (std::vector<std::string>{"0 1000 1000 1000000 0 10 1000000 0 0 0 60000 1 0", "2", "400",
                                               std::to_string(kT0 + 2000), std::to_string(kT0)}));
     // a charge too large for Lua's numbers: sent capped, the debt's bound
     // caps it anyway
@@ -646,20 +655,57 @@ TEST(RedisScript, NoscriptIsAnErrorReplyAndEvalLoadsTheScript)
     const std::string sha = "0000000000000000000000000000000000000000";
     rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
     std::string cmd(rl_redis_command_size(1, 2, len), '\0');
-    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_DECIDE, "n:", 2, 0, &rq, kT0));
+    cmd.resize(
+        rl_redis_command(cmd.data(), sha.data(), sha.size(), RL_REDIS_EVALSHA, RL_REDIS_DECIDE, "n:", 2, 0, &rq, kT0));
     rl_resp_t reply = redis.call(cmd);
     EXPECT_EQ(reply.type, RL_RESP_ERROR);
     EXPECT_EQ(std::string(reply.str, 8), "NOSCRIPT");
     rl_redis_answer_t a;
     EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_DECIDE, &reply, &a), RL_REDIS_NOSCRIPT);
     cmd.assign(rl_redis_command_size(1, 2, len), '\0');
-    cmd.resize(rl_redis_command(cmd.data(), text, len, 1, RL_REDIS_DECIDE, "n:", 2, 0, &rq, kT0));
+    cmd.resize(rl_redis_command(cmd.data(), text, len, RL_REDIS_EVAL, RL_REDIS_DECIDE, "n:", 2, 0, &rq, kT0));
     reply = redis.call(cmd);
     ASSERT_EQ(rl_redis_answer(&rq, RL_REDIS_DECIDE, &reply, &a), RL_REDIS_DECIDED) << a.why;
     EXPECT_EQ(a.verdict, RL_VERDICT_PASSED);
     EXPECT_EQ(c.decision.remaining, 1u);
     // EVAL cached it: the real SHA-1 works now
     EXPECT_EQ(script_sha().size(), 40u);
+}
+
+// A Redis that lost its functions (a restart without persistence,
+// FUNCTION FLUSH): FCALL says so, as NOSCRIPT; FUNCTION LOAD loads the
+// library, and the same call is then decided.  Loading it again finds it.
+TEST(RedisScript, AFunctionNotFoundIsLoadedThenCalled)
+{
+    NEED_REDIS();
+    const std::string sha = script_sha();
+    redis.command({"FUNCTION", "FLUSH"});
+    rl_rule_t r = rule_of("algorithm=fixed_window limit=2 period=1m");
+    rl_check_t c = one_check(&r, 0, "x", 1);
+    rl_request_t rq = request_of(&c, 1, RL_COMBINE_ALL);
+    std::string cmd(rl_redis_command_size(1, 3, sha.size()), '\0');
+    cmd.resize(
+        rl_redis_command(cmd.data(), sha.data(), sha.size(), RL_REDIS_FCALL, RL_REDIS_DECIDE, "fn:", 3, 0, &rq, kT0));
+    rl_resp_t reply = redis.call(cmd);
+    ASSERT_EQ(reply.type, RL_RESP_ERROR);
+    rl_redis_answer_t a;
+    EXPECT_EQ(rl_redis_answer(&rq, RL_REDIS_DECIDE, &reply, &a), RL_REDIS_NOSCRIPT)
+        << std::string(reply.str, reply.str_len);
+    for (int i = 0; i < 2; i++) {
+        std::string load(rl_redis_load_size(), '\0');
+        load.resize(rl_redis_load_command(load.data(), sha.data()));
+        rl_resp_t loaded = redis.call(load);
+        EXPECT_EQ(loaded.type, i == 0 ? RL_RESP_BULK : RL_RESP_ERROR);  // then: it exists
+        EXPECT_EQ(rl_redis_load_answer(&loaded, &a), RL_REDIS_DECIDED) << std::string(loaded.str, loaded.str_len);
+    }
+    reply = redis.call(cmd);
+    ASSERT_EQ(rl_redis_answer(&rq, RL_REDIS_DECIDE, &reply, &a), RL_REDIS_DECIDED) << a.why;
+    EXPECT_EQ(a.verdict, RL_VERDICT_PASSED);
+    EXPECT_EQ(c.decision.remaining, 1u);
+    // the library by its name: another version's would be beside it
+    rl_resp_t list = redis.command({"FUNCTION", "LIST", "LIBRARYNAME", "ratelimit_" + sha});
+    EXPECT_EQ(list.type, RL_RESP_ARRAY);
+    EXPECT_EQ(list.integer, 1);
 }
 
 }  // namespace

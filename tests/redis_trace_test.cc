@@ -4,6 +4,8 @@
 // give identical decisions, remaining, reset, retry-after, the IETF t, the
 // policy and bans; with charge=, requests stay in flight and end in any
 // order, and each charge's units, debt and cap must be identical too.
+// Traces take turns calling the library's function (FCALL, which keeps
+// its rules' tables between calls) and the script (EVALSHA).
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -54,13 +56,13 @@ int decode(rl_request_t &rq, const rl_resp_t &r)
 // admitted, 0 if not, -1 for a reply that is not the script's answer.
 // steady: the trace's clock never stepped back more than
 // RL_REDIS_CLOCK_SLACK_MS, so every reply must be in range.
-int check_in_redis(const std::string &sha, const std::string &prefix, std::vector<rl_check_t> &c, int combine,
+int check_in_redis(const std::string &sha, int via, const std::string &prefix, std::vector<rl_check_t> &c, int combine,
                    int64_t now, size_t *binding, bool steady)
 {
     rl_request_t rq = request_of(c.data(), c.size(), combine);
     std::string cmd(rl_redis_command_size(c.size(), prefix.size(), sha.size()), '\0');
-    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_DECIDE, prefix.data(), prefix.size(), 0,
-                                &rq, now));
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), via, RL_REDIS_DECIDE, prefix.data(), prefix.size(),
+                                0, &rq, now));
     rl_resp_t r = Redis::instance().call(cmd);
     rl_redis_answer_t a;
     int verdict = rl_redis_answer(&rq, RL_REDIS_DECIDE, &r, &a) == RL_REDIS_DECIDED ? a.verdict : -1;
@@ -105,12 +107,13 @@ bool same_check(const rl_decision_t &core, const rl_decision_t &redis, bool bind
 
 // A request's charges settled through the script (with the trace's
 // clock): each settled check's charged, in_debt and capped set.
-bool settle_in_redis(const std::string &sha, const std::string &prefix, std::vector<rl_check_t> &c, int64_t now)
+bool settle_in_redis(const std::string &sha, int via, const std::string &prefix, std::vector<rl_check_t> &c,
+                     int64_t now)
 {
     rl_request_t rq = request_of(c.data(), c.size(), RL_COMBINE_ALL);
     std::string cmd(rl_redis_command_size(c.size(), prefix.size(), sha.size()), '\0');
-    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), 0, RL_REDIS_SETTLE, prefix.data(), prefix.size(), 0,
-                                &rq, now));
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), via, RL_REDIS_SETTLE, prefix.data(), prefix.size(),
+                                0, &rq, now));
     rl_resp_t r = Redis::instance().call(cmd);
     rl_redis_answer_t a;
     const int kind = rl_redis_answer(&rq, RL_REDIS_SETTLE, &r, &a);
@@ -135,6 +138,7 @@ struct Trace {
     void *table = nullptr;
     size_t table_size = 1 << 20;
     std::string prefix;
+    int via = RL_REDIS_FCALL;  // the library's function, or the script
     // each rule's counters in the table
     std::vector<int> counters;
     // charges within half a limit: keys keep something left
@@ -195,7 +199,7 @@ struct Trace {
         std::vector<rl_check_t> &local = f.local, &remote = f.remote;
         size_t lb, rb;
         const int la = decide(local.data(), local.size(), combine, now, &lb);
-        const int ra = check_in_redis(sha, prefix, remote, combine, now, &rb, steady);
+        const int ra = check_in_redis(sha, via, prefix, remote, combine, now, &rb, steady);
         bool ok = la == ra && lb == rb;
         for (size_t i = 0; i < rules.size(); i++) {
             ok = ok && same_check(local[i].decision, remote[i].decision, i == lb) &&
@@ -259,7 +263,7 @@ struct Trace {
         }
         rl_request_t rq = request_of(f.local.data(), f.local.size(), combine);
         rl_request_end(&rq, now);
-        if (!settle_in_redis(sha, prefix, f.remote, now)) {
+        if (!settle_in_redis(sha, via, prefix, f.remote, now)) {
             return false;
         }
         bool ok = true;
@@ -398,6 +402,7 @@ TEST(RedisScript, EveryAlgorithmMatchesTheCoreOnRandomTraces)
         // many short traces, each with its own random rule: >= 10,000 ops
         while (done < 10000 && !HasFailure()) {
             Trace t({random_rule(g, a)}, RL_COMBINE_ALL, "conf:" + std::to_string(trace++) + ":");
+            t.via = trace % 2 ? RL_REDIS_EVALSHA : RL_REDIS_FCALL;
             run_trace(sha, g, t, 400, &done);
         }
         EXPECT_GE(done, 10000u) << a;
@@ -420,6 +425,7 @@ void run_stacks(std::mt19937_64 &g, std::string (*rule)(std::mt19937_64 &, const
             rules.push_back(rule(g, kAlgorithms[g() % 7]));
         }
         Trace t(rules, g() % 2 ? RL_COMBINE_ANY : RL_COMBINE_ALL, prefix + std::to_string(trace++) + ":");
+        t.via = trace % 2 ? RL_REDIS_EVALSHA : RL_REDIS_FCALL;
         run_trace(sha, g, t, 200, &done);
     }
     EXPECT_GE(done, 10000u);
@@ -445,6 +451,7 @@ TEST(RedisScript, ChargesAndBansMatchTheCoreOnRandomTraces)
         size_t done = 0;
         while (done < 10000 && !HasFailure()) {
             Trace t({random_charged_rule(g, a)}, RL_COMBINE_ALL, "charge:" + std::to_string(trace++) + ":");
+            t.via = trace % 2 ? RL_REDIS_EVALSHA : RL_REDIS_FCALL;
             t.modest = g() % 3 == 0;
             run_trace(sha, g, t, 400, &done);
         }

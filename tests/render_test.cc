@@ -10,7 +10,7 @@
 #include "helpers.h"
 #include "json_check.h"
 #include "ratelimit_render.h"
-#include "render/out.h"
+#include "util/out.h"
 
 namespace {
 
@@ -368,7 +368,7 @@ TEST(Stats, Prometheus)
         "nginx_ratelimit_adaptive_baseline_microseconds{zone=\"a\",rule=\"r1\"} 18\n"
         "nginx_ratelimit_adaptive_baseline_microseconds{zone=\"a\",rule=\"gone\"} 0\n"
         "# HELP nginx_ratelimit_adaptive_recent_microseconds The upstream's typical latency over the adaptive rule's "
-        "last interval (geometric mean).\n"
+        "last interval (the geometric mean of its middle half).\n"
         "# TYPE nginx_ratelimit_adaptive_recent_microseconds gauge\n"
         "nginx_ratelimit_adaptive_recent_microseconds{zone=\"a\",rule=\"r1\"} 19\n"
         "nginx_ratelimit_adaptive_recent_microseconds{zone=\"a\",rule=\"gone\"} 0\n"

@@ -12,6 +12,7 @@
 #define RATELIMIT_OVERRIDE_H
 
 #include "ratelimit_rule.h"
+#include "ratelimit_table.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -104,6 +105,11 @@ typedef struct {
 } rl_overrides_stats_t;
 
 RL_API void rl_overrides_stats(const void *store, rl_overrides_stats_t *st);
+
+/* The overrides held naming each rule, into the n rule figures that
+   rl_table_rule_stats() wrote (their `overrides`), under the zone's lock. */
+RL_API void rl_overrides_count(const void *table, rl_rule_stats_t *out,
+    size_t n);
 
 /* A rule of the zone, as an override's carry-over needs it: its identity
    (rl_rule_identity) and its parameters as configured; and its key

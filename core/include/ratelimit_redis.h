@@ -22,8 +22,28 @@ extern "C" {
  * reply, so the fleet's servers all build the same keys and arguments.
  */
 
-/* The script's text. */
+/* The script's text (EVAL). */
 RL_API const char *rl_redis_script(size_t *len);
+
+/*
+ * How a call names the script: as a function of a library (FCALL: Redis 7
+ * and later, Valkey), whose code Redis keeps set up between calls, loaded
+ * once with rl_redis_load_command(); or as a script (Redis 6, or a user
+ * not allowed FCALL or FUNCTION LOAD), by its SHA-1 (EVALSHA) or with its
+ * text (EVAL, which caches it).  The library and its function are named
+ * "ratelimit_" and the script's SHA-1: servers of another version of the
+ * module load theirs beside it.
+ */
+enum rl_redis_via {
+    RL_REDIS_FCALL = 0,
+    RL_REDIS_EVALSHA,
+    RL_REDIS_EVAL
+};
+
+/* FUNCTION LOAD of the script as a library, sha its SHA-1 (40 hex digits):
+   the bytes it takes at most, and the command written (its length). */
+RL_API size_t rl_redis_load_size(void);
+RL_API size_t rl_redis_load_command(char *buf, const char *sha);
 
 /*
  * RL_OK if the rule's arithmetic stays exact in Redis's Lua (doubles, exact
@@ -101,15 +121,15 @@ RL_API uint64_t rl_redis_server_id(void);
 /*
  * Writes one RESP command calling the script (enum rl_redis_call) for the
  * request's checks that apply (a key; a settle's: those that settle a
- * charge), with its combine: EVALSHA with script = the script's SHA-1 in
- * hex, or (eval set) EVAL with the script's text.  The keys are each
- * check's state, then the ban of each check whose rule has ban= (named as
- * rl_redis_key() names a state, under another identity).  now_ms < 0 lets
- * the script read Redis's TIME; tests pass their own clock.  Returns the
- * bytes written.
+ * charge), with its combine, via (enum rl_redis_via) FCALL or EVALSHA with
+ * script = the script's SHA-1 in hex, or EVAL with the script's text.  The
+ * keys are each check's state, then the ban of each check whose rule has
+ * ban= (named as rl_redis_key() names a state, under another identity).
+ * now_ms < 0 lets the script read Redis's TIME; tests pass their own clock.
+ * Returns the bytes written.
  */
 RL_API size_t rl_redis_command(char *buf, const char *script, size_t script_len,
-    int eval, int call, const char *prefix, size_t prefix_len, int cluster,
+    int via, int call, const char *prefix, size_t prefix_len, int cluster,
     const rl_request_t *rq, int64_t now_ms);
 
 enum rl_resp_type {
@@ -154,12 +174,17 @@ enum rl_redis_kind {
                                    to a connection's own command */
     RL_REDIS_REDIRECT,          /* Redis Cluster's MOVED or ASK */
     RL_REDIS_NOSCRIPT,          /* the script is not loaded: call it again
-                                   with EVAL */
+                                   with EVAL, or (FCALL) load the library,
+                                   then call it */
     RL_REDIS_FAILED,            /* anything else: why says what */
-    RL_REDIS_READONLY           /* failed, by a replica (READONLY): the
+    RL_REDIS_READONLY,          /* failed, by a replica (READONLY): the
                                    primary failed over, the connection is to
                                    be opened again (to the host name's new
                                    address) */
+    RL_REDIS_NO_FUNCTIONS       /* FCALL unknown (Redis 6), or not allowed
+                                   (NOPERM), or the library not loaded
+                                   (FUNCTION LOAD refused): call the script
+                                   instead (EVALSHA) */
 };
 
 /*
@@ -222,6 +247,11 @@ typedef struct {
  */
 RL_API int rl_redis_answer(rl_request_t *rq, int call, const rl_resp_t *r,
     rl_redis_answer_t *out);
+
+/* The reply to FUNCTION LOAD (rl_redis_load_command): RL_REDIS_DECIDED,
+   the library is there (loaded now, or by another server before: "already
+   exists"), or RL_REDIS_NO_FUNCTIONS (why): calls go as scripts. */
+RL_API int rl_redis_load_answer(const rl_resp_t *r, rl_redis_answer_t *out);
 
 /*
  * Refusals remembered (core/src/redis/refusals.cpp): a zone with redis=

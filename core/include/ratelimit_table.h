@@ -123,8 +123,8 @@ typedef struct {
     uint64_t  dry_run_bans;     /*   and refusals of a dry run that would
                                      have started one (none is stored) */
     uint64_t  overridden;       /* requests that met an override */
-    uint64_t  overrides;        /* overrides held naming the rule (the
-                                   caller's: rl_overrides_count) */
+    uint64_t  overrides;        /* overrides held naming the rule
+                                   (rl_overrides_count) */
     uint64_t  limit_now;        /* adaptive: the limit of the key that
                                    moved its limit last (a rule of one
                                    key, key=backend_a: that key's), */

@@ -10,16 +10,24 @@ algorithm=adaptive's end-to-end test (t/adaptive.t) and its benchmark
       even if their client has gone (as a real backend's queue does).
       GET /set?mean=MS changes the mean at once (answered at once).
       GET /close answers nothing and closes (nginx: 502); GET /hang never
-      answers.  Anything else is served: "ok".
+      answers; GET /status/N answers status N at once.  GET /ms/N[/...] is
+      served as anything else, for a mean of N ms instead (an endpoint
+      of its own).  Anything else is served: "ok".
 
   rl_adaptive.py load URL --steps RATE:SECONDS[,RATE:SECONDS...]
-      [--timeout 1] [--at-step N:URL ...]
+      [--timeout 1] [--at-step N:URL ...] [--mix PATH:SHARE ...]
+      [--clients PATH:N[:PAUSE_MS] ...]
       Open-loop: requests start at exponential gaps of mean 1/RATE whatever
       the answers, each on its own connection, abandoned after --timeout
-      seconds.  Prints one JSON line a second: {"t":..., "step":...,
-      "rate":..., "sent":..., "ok":... (2xx within the timeout), "refused":
-      ... (429 or 503), "other":..., "timeouts":..., "p50_ms":..., "p99_ms":...
-      (of the 2xx)}; --at-step N:URL fetches URL when step N starts.
+      seconds; --mix sends a SHARE of them to PATH (of URL's server)
+      instead.  --clients adds N closed-loop clients of PATH for the whole
+      run: each sends its next request once the last is answered (PAUSE_MS
+      later, default 0), or 20 ms after a refusal.  Prints one JSON line a
+      second: {"t":..., "step":..., "rate":..., "sent":..., "ok":... (2xx
+      within the timeout), "refused": ... (429 or 503), "other":...,
+      "timeouts":..., "p50_ms":..., "p99_ms":... (of the 2xx), "paths":
+      {PATH: {"ok":..., "refused":..., "other":...}, ...}}; --at-step
+      N:URL fetches URL when step N starts.
 """
 import argparse
 import asyncio
@@ -41,8 +49,8 @@ class Upstream:
         self.rng = random.Random(seed)
         self.served = 0
 
-    def service_s(self):
-        mu = math.log(self.mean_ms) - self.sigma * self.sigma / 2
+    def service_s(self, mean_ms):
+        mu = math.log(mean_ms) - self.sigma * self.sigma / 2
         return self.rng.lognormvariate(mu, self.sigma) / 1000.0
 
     async def handle(self, reader, writer):
@@ -57,6 +65,7 @@ class Upstream:
                         break
                 parts = line.split()
                 path = parts[1].decode() if len(parts) > 1 else "/"
+                status = 200
                 if path.startswith("/set?mean="):
                     self.mean_ms = float(path.split("=", 1)[1])
                     body = b"set"
@@ -65,13 +74,17 @@ class Upstream:
                 elif path == "/hang":
                     await asyncio.sleep(3600)
                     break
+                elif path.startswith("/status/"):
+                    status = int(path.split("/")[2])
+                    body = b"status"
                 else:
+                    mean = float(path.split("/")[2]) if path.startswith("/ms/") else self.mean_ms
                     async with self.sem:  # FIFO: waiters in arrival order
-                        await asyncio.sleep(self.service_s())
+                        await asyncio.sleep(self.service_s(mean))
                     self.served += 1
                     body = b"ok"
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n"
-                             b"Content-Type: text/plain\r\n\r\n%s" % (len(body), body))
+                writer.write(b"HTTP/1.1 %d %s\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n\r\n%s"
+                             % (status, b"OK" if status == 200 else b"Status", len(body), body))
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -97,11 +110,19 @@ class Second:
     def __init__(self):
         self.sent = self.ok = self.refused = self.other = self.timeouts = 0
         self.lat = []
+        self.paths = {}
+
+    def count(self, path, what):
+        setattr(self, what, getattr(self, what) + 1)
+        p = self.paths.setdefault(path, {"ok": 0, "refused": 0, "other": 0})
+        p[what if what in p else "other"] += 1
 
 
 async def one(host, port, path, timeout, sec):
+    """One request; its status (0: no answer)."""
     start = time.monotonic()
     writer = None
+    status = 0
     try:
         async def go():
             nonlocal writer
@@ -114,19 +135,31 @@ async def one(host, port, path, timeout, sec):
         status = await asyncio.wait_for(go(), timeout)
         ms = (time.monotonic() - start) * 1000
         if 200 <= status < 300:
-            sec.ok += 1
+            sec.count(path, "ok")
             sec.lat.append(ms)
         elif status in (429, 503):
-            sec.refused += 1
+            sec.count(path, "refused")
         else:
-            sec.other += 1
+            sec.count(path, "other")
     except asyncio.TimeoutError:
-        sec.timeouts += 1
+        sec.count(path, "timeouts")
     except (ConnectionError, OSError, ValueError, IndexError):
-        sec.other += 1
+        sec.count(path, "other")
     finally:
         if writer is not None:
             writer.close()
+    return status
+
+
+async def client(host, port, path, timeout, pause_s, second_at, until):
+    """A closed-loop client of path until the clock reaches until."""
+    while time.monotonic() < until:
+        sec = second_at(time.monotonic())
+        if sec is None:
+            return
+        sec.sent += 1
+        status = await one(host, port, path, timeout, sec)
+        await asyncio.sleep(0.02 if status in (429, 503) else pause_s)
 
 
 def pct(values, p):
@@ -159,20 +192,49 @@ async def run_load(args):
     for a in args.at_step or []:
         n, url = a.split(":", 1)
         at_step[int(n)] = url
+    mix = []
+    for m in args.mix or []:
+        p, share = m.rsplit(":", 1)
+        mix.append((p, float(share)))
     rng = random.Random(args.seed)
     seconds = []  # (step, rate, Second)
     tasks = set()
     t0 = time.monotonic()
     step_start = t0
+    total = sum(d for _, d in steps)
+    n_total = sum(int(round(d)) for _, d in steps)
+    all_seconds = [Second() for _ in range(n_total)]
+
+    def second_at(t):
+        """The Second a request started at monotonic t counts in (None: past the run)."""
+        k = int(t - t0)
+        return all_seconds[k] if 0 <= k < n_total else None
+
+    for c in args.clients or []:
+        f = c.split(":")
+        pause = float(f[2]) / 1000 if len(f) > 2 else 0.0
+        for _ in range(int(f[1])):
+            task = asyncio.ensure_future(client(host, port, f[0], args.timeout, pause, second_at, t0 + total))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+    def pick():
+        u = rng.random()
+        for p, share in mix:
+            if u < share:
+                return p
+            u -= share
+        return path
+
     for i, (rate, dur) in enumerate(steps):
         if i in at_step:
             await fetch(at_step[i])
         step_start = time.monotonic()
         n_sec = int(round(dur))
         for k in range(n_sec):
-            seconds.append((i, rate, Second()))
-        nxt = step_start + rng.expovariate(rate)
+            seconds.append((i, rate, all_seconds[len(seconds)]))
         end = step_start + dur
+        nxt = step_start + rng.expovariate(rate) if rate > 0 else end
         while True:
             now = time.monotonic()
             if nxt >= end:
@@ -182,7 +244,7 @@ async def run_load(args):
             idx = len(seconds) - n_sec + min(n_sec - 1, int(nxt - step_start))
             sec = seconds[idx][2]
             sec.sent += 1
-            task = asyncio.ensure_future(one(host, port, path, args.timeout, sec))
+            task = asyncio.ensure_future(one(host, port, pick(), args.timeout, sec))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
             nxt += rng.expovariate(rate)
@@ -192,7 +254,7 @@ async def run_load(args):
     for t, (i, rate, s) in enumerate(seconds):
         print(json.dumps({"t": t, "step": i, "rate": rate, "sent": s.sent, "ok": s.ok, "refused": s.refused,
                           "other": s.other, "timeouts": s.timeouts, "p50_ms": pct(s.lat, 50),
-                          "p99_ms": pct(s.lat, 99)}))
+                          "p99_ms": pct(s.lat, 99), "paths": s.paths}))
     sys.stdout.flush()
 
 
@@ -210,6 +272,8 @@ def main():
     g.add_argument("--steps", required=True)
     g.add_argument("--timeout", type=float, default=1.0)
     g.add_argument("--at-step", action="append")
+    g.add_argument("--mix", action="append")
+    g.add_argument("--clients", action="append")
     g.add_argument("--seed", type=int, default=2)
     args = ap.parse_args()
     if args.mode == "upstream":

@@ -145,10 +145,11 @@ struct Algorithm {
     void (*carry)(const rl_rule_t &from, const rl_rule_t &to, State &s, int64_t at);
     // Requests in flight whose limit moves (kSlots; nullptr: the rule's
     // limit, and nothing learned): the slots open now; an admission that
-    // took a slot (held: the slots held now); a request's end that gave
-    // its slot back, true when the key's limit was decided again (learned).
+    // took a slot at now (held: the slots held now); a request's end that
+    // gave its slot back, true when the key's limit was decided again
+    // (learned).
     uint32_t (*slots_open)(const rl_rule_t &rule, const State &s);
-    void (*slot_taken)(const rl_rule_t &rule, State &s, uint32_t held);
+    void (*slot_taken)(const rl_rule_t &rule, State &s, int64_t now, uint32_t held);
     bool (*slot_ended)(const rl_rule_t &rule, State &s, int64_t now, const Ended &e, Learned *learned);
     // what the key API shows of a key's learning (its limit, latencies)
     void (*learned_of)(const rl_rule_t &rule, const State &s, Learned *learned);

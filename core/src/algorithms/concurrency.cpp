@@ -28,8 +28,8 @@
 #include <cstring>
 
 #include "algorithms/algorithm.h"
-#include "render/out.h"
 #include "util/error.h"
+#include "util/out.h"
 
 namespace rl {
 
@@ -231,7 +231,7 @@ void concurrency_take(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &
             c.slot = i + 1;
             b->held = held + 1;
             if (algorithm_of(rule).slot_taken != nullptr) {
-                algorithm_of(rule).slot_taken(rule, s, b->held);
+                algorithm_of(rule).slot_taken(rule, s, now, b->held);
             }
             break;
         }

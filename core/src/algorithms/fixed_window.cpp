@@ -12,7 +12,7 @@
 // boundary.  Jump-safe: a window whose end lies further ahead than the
 // current window's (the clock stepped back) is kept, count and all.
 #include "algorithms/algorithm.h"
-#include "render/out.h"
+#include "util/out.h"
 
 namespace rl {
 

@@ -5,7 +5,7 @@
 #include "algorithms/gcra.h"
 #include "algorithms/algorithm.h"
 #include "algorithms/exact_time.h"
-#include "render/out.h"
+#include "util/out.h"
 
 namespace rl {
 

@@ -19,7 +19,7 @@
 // first request over the pace.
 #include "algorithms/algorithm.h"
 #include "algorithms/exact_time.h"
-#include "render/out.h"
+#include "util/out.h"
 
 namespace rl {
 

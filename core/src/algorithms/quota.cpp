@@ -7,8 +7,8 @@
 
 #include "algorithms/algorithm.h"
 #include "algorithms/calendar.h"
-#include "render/out.h"
 #include "util/error.h"
+#include "util/out.h"
 
 namespace rl {
 

@@ -11,8 +11,8 @@
 #include <algorithm>
 
 #include "algorithms/algorithm.h"
-#include "render/out.h"
 #include "util/error.h"
+#include "util/out.h"
 
 namespace rl {
 

@@ -22,7 +22,7 @@
 #include <cstring>
 
 #include "algorithms/algorithm.h"
-#include "render/out.h"
+#include "util/out.h"
 
 namespace rl {
 

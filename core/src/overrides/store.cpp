@@ -9,6 +9,7 @@
 #include "algorithms/algorithm.h"
 #include "table/table.h"
 #include "util/address.h"
+#include "util/mix.h"
 
 namespace rl {
 
@@ -40,16 +41,6 @@ void mask_address(const uint8_t *addr, int family, uint32_t prefix, uint8_t out[
         const uint32_t bits = prefix > 8 * i ? prefix - 8 * i : 0;
         out[i] = bits >= 8 ? addr[i] : (uint8_t) (addr[i] & (uint8_t) (0xff00u >> bits));
     }
-}
-
-uint64_t mix(uint64_t x)
-{
-    // splitmix64's finalizer
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
 }
 
 uint64_t word(const uint8_t *p)
@@ -100,10 +91,10 @@ uint64_t Store::range_hash(const Table &table, int family, uint32_t prefix, cons
     // a cheap hash under the table's secret: ranges are few and the
     // operator's, and an entry found is compared with the target
     const uint8_t *k = table.header().secret;
-    uint64_t h = mix(word(k) ^ ((uint64_t) family << 8 | prefix));
-    h = mix(h ^ word(addr));
+    uint64_t h = splitmix64_mix(word(k) ^ ((uint64_t) family << 8 | prefix));
+    h = splitmix64_mix(h ^ word(addr));
     if (family == 6) {
-        h = mix(h ^ word(addr + 8) ^ word(k + 8));
+        h = splitmix64_mix(h ^ word(addr + 8) ^ word(k + 8));
     }
     return h;
 }
@@ -200,7 +191,7 @@ uint32_t Store::v6_bit(const uint8_t *addr)
 {
     uint32_t top;
     std::memcpy(&top, addr, 4);
-    return (uint32_t) (mix(top) % kFilterBits);
+    return (uint32_t) (splitmix64_mix(top) % kFilterBits);
 }
 
 namespace {

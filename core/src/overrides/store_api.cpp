@@ -90,6 +90,27 @@ void rl_overrides_stats(const void *store, rl_overrides_stats_t *st)
     st->remote_id = s->header().source_id;
 }
 
+void rl_overrides_count(const void *table, rl_rule_stats_t *out, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        out[k].overrides = 0;
+    }
+    const rl::Store *st = rl::Store::of(rl::Table::at(table));
+    if (st == nullptr) {
+        return;
+    }
+    const rl::OverrideEntry *e = st->entries();
+    for (uint32_t i = 0; i < st->used_entries(); i++) {
+        uint32_t at;
+        const int k = e[i].tag != 0 && e[i].ov.target.rule[0] != '\0'
+                          ? rl::Table::at(table)->find_rule(e[i].ov.target.rule, &at)
+                          : -1;
+        if (k >= 0 && (size_t) k < n) {
+            out[k].overrides++;
+        }
+    }
+}
+
 int rl_overrides_news(const rl_overrides_stats_t *st, uint64_t version, uint64_t id)
 {
     if (version == st->remote && id == st->remote_id) {

@@ -10,9 +10,9 @@
 
 #include "algorithms/algorithm.h"
 #include "overrides/store.h"
-#include "render/out.h"
 #include "util/address.h"
 #include "util/decimal.h"
+#include "util/out.h"
 
 namespace rl {
 

@@ -7,22 +7,29 @@
 -- rl_redis_rule_ok) so every quantity here stays exact.  Divisions go
 -- through fdiv, which corrects the rounded quotient.
 --
--- ARGV: now ("" = Redis's TIME), the call, then per rule: algorithm, limit,
--- burst, period_ms, align, buckets, max_delay_ms, reset, utc_offset_min,
--- cost (a settle: what the admission reserved), delay, ban_ms, charge (1:
--- the rule has charge=), share (charge=: what an admission reserves at
--- least, within what the key has left), since (an override's: when the rule's limits as applied began, or
--- 0), lease (concurrency: lease= in ms), lease_name (concurrency: the
--- lease a decision takes, a release, renewal or restore names, or ""),
--- full (concurrency, a decision: 1 if the request's server holds `limit`
--- of the key's requests in flight already, some of which Redis may not
--- hold: the rule refuses it); a settle
--- adds the units to spend (-1: the reservation stands), and the head's t
--- after its admission and when it was decided (what giving its reservation
--- back needs).  KEYS: each rule's state, then the ban of each rule with
--- ban= (not for a settle), then, for a decision or a settle, the
--- reservations in flight of each rule with charge= (the units its key's
--- admitted requests reserved and did not settle yet).
+-- Redis 7 and later (and Valkey) load it once as a library (FUNCTION
+-- LOAD; rl_redis_load_command names it) and call its function run with
+-- FCALL: its functions and tables are then set up once, not at each call.
+-- Redis 6 runs it as a script (EVALSHA, EVAL), which ends with the call.
+--
+-- ARGV: now ("" = Redis's TIME), the call, then per rule: its spec (the
+-- parameters the same for its every request: algorithm, limit, burst,
+-- period_ms, align, buckets, max_delay_ms, reset, utc_offset_min, delay,
+-- ban_ms, charge (1: the rule has charge=), lease (concurrency: lease= in
+-- ms), in one argument) and its request's: "cost" (a settle: what the
+-- admission reserved), or where any of the others is not 0 or empty, "cost
+-- share since full lease_name" (share, charge=: what an admission reserves
+-- at least, within what the key has left; since, an override's: when the
+-- rule's limits as applied began; full, concurrency, a decision: 1 if the
+-- request's server holds `limit` of the key's requests in flight already,
+-- some of which Redis may not hold: the rule refuses it; lease_name,
+-- concurrency: the lease a decision takes, a release, renewal or restore
+-- names); a settle adds the units to spend (-1: the reservation stands),
+-- and the head's t after its admission and when it was decided (what
+-- giving its reservation back needs).  KEYS: each rule's state, then the
+-- ban of each rule with ban= (not for a settle), then, for a decision or a
+-- settle, the reservations in flight of each rule with charge= (the units
+-- its key's admitted requests reserved and did not settle yet).
 --
 -- The calls:
 --   0, 1   decide the request (combine all, any): commit every consuming
@@ -67,7 +74,10 @@
 -- full budget (a ban when it ends), so Redis holds active keys only.
 
 
-local floor = math.floor
+-- the libraries' functions the script calls most, bound when it first runs:
+-- a library's code, as Redis Functions load it, sees none of them
+local floor, format
+
 local KMAX = 4611686018427387904   -- 2^62, exact_time.h's kUnitsMax
 local DAY = 86400000
 local CARRIED = 2147483648         -- 2^31, algorithms.h's kCarried
@@ -87,7 +97,7 @@ local function tdiv(a, b)   -- C's truncating division; b > 0
   return -fdiv(-a, b)
 end
 
-local function num(x) return string.format('%.0f', x) end
+local function num(x) return format('%d', x) end   -- an integer, below 2^63
 
 local function decision(window)
   return {allowed = 0, never = 0, remaining = 0, reset = 0, retry = 0, delay = 0, window = window, available = 0,
@@ -128,16 +138,22 @@ local function load_head(key, v)
   if not v then return {t = 0, n = 0} end
   local t, n, l, p = string.match(v, '^(%-?%d+) (%d+) ?(%d*) ?(%d*)$')
   if not t then return {t = 0, n = 0} end
-  l, p = tonumber(l), tonumber(p)
+  l = l ~= '' and l + 0 or nil   -- (a number from its digits, as tonumber)
+  p = p ~= '' and p + 0 or nil
   if l == 0 then l = nil end
   if p == 0 then p = nil end
-  return {t = tonumber(t), n = tonumber(n), l = l, p = p}
+  return {t = t + 0, n = n + 0, l = l, p = p}
 end
 
 local function store_head(key, h, now, testing)
-  local v = num(h.t) .. ' ' .. num(h.n)
-  if h.l then v = v .. ' ' .. num(h.l) end
-  if h.p then v = v .. ' ' .. num(h.p) end
+  local v
+  if h.l and h.p then
+    v = format('%d %d %d %d', h.t, h.n, h.l, h.p)
+  elseif h.l or h.p then
+    v = format('%d %d %d', h.t, h.n, h.l or h.p)
+  else
+    v = format('%d %d', h.t, h.n)
+  end
   redis.call('SET', key, v, 'PX', expire_in(h.t, now, testing))
 end
 
@@ -442,62 +458,75 @@ end
 
 -- sliding_window: b = {tick, c = {[0..S]}, owed}, tick j counted at
 -- j % (S + 1); owed (charge=): until when the key owes what a charge put
--- beyond the limit
-local function ring(r, b)
-  local S, W = r.buckets, r.period
-  local w = {S = S, W = W, xk = 0, xc = 0}   -- a tick counted xc more than the block says
-  function w.count(j)
-    local x = j == w.xk and w.xc or 0
-    if j > b.tick or j <= b.tick - (S + 1) then return x end
-    return x + b.c[j % (S + 1)]
+-- beyond the limit.  The ring's arithmetic takes the ring, S (r.buckets)
+-- and W (r.period).
+
+-- tick j's count, and xc more if j is xk (a cost counted ahead)
+local function ring_count(b, S, j, xk, xc)
+  local x = j == xk and xc or 0
+  if j > b.tick or j <= b.tick - (S + 1) then return x end
+  return x + b.c[j % (S + 1)]
+end
+
+-- the S ticks to k, summed
+local function ring_newest(b, S, k)
+  local c, t, n, sum = b.c, b.tick, S + 1, 0
+  for j = k - S + 1, k do
+    if j <= t and j > t - n then sum = sum + c[j % n] end
   end
-  function w.newest(k)
-    local sum = 0
-    for j = k - S + 1, k do sum = sum + w.count(j) end
-    return sum
-  end
-  function w.used(k, e, sum)
-    return sum * W + w.count(k - S) * (W - e)
-  end
-  function w.full_at(j) return cdiv((j + 1 + S) * W, S) end
-  function w.admissible_at(k, newer, from, want)
-    local cap = r.limit * W
-    local j = k
-    while true do
-      local fixed = (newer + want) * W
-      if fixed <= cap then
-        local room = cap - fixed
-        local old = w.count(j - S)
-        local e = 0
-        if old > 0 and fdiv(room, old) < W then e = W - fdiv(room, old) end
-        local at = cdiv(j * W + e, S)
-        if at * S < (j + 1) * W then return at > from and at or from end
-      end
-      newer = newer - w.count(j - S + 1)
-      j = j + 1
+  return sum
+end
+
+local function ring_used(b, S, W, k, e, sum)
+  return sum * W + ring_count(b, S, k - S, 0, 0) * (W - e)
+end
+
+local function ring_full_at(S, W, j) return cdiv((j + 1 + S) * W, S) end
+
+local function ring_admissible_at(r, b, S, W, k, newer, from, want, xk, xc)
+  local cap = r.limit * W
+  local j = k
+  while true do
+    local fixed = (newer + want) * W
+    if fixed <= cap then
+      local room = cap - fixed
+      local old = ring_count(b, S, j - S, xk, xc)
+      local e = 0
+      if old > 0 and fdiv(room, old) < W then e = W - fdiv(room, old) end
+      local at = cdiv(j * W + e, S)
+      if at * S < (j + 1) * W then return at > from and at or from end
     end
+    newer = newer - ring_count(b, S, j - S + 1, xk, xc)
+    j = j + 1
   end
-  function w.advance(k)   -- the ring moved on to tick k, the ticks it skips zeroed
-    if b.tick < k then
-      local j = b.tick + 1
-      while j <= k and j <= b.tick + S + 1 do b.c[j % (S + 1)] = 0; j = j + 1 end
-      b.tick = k
-    end
+end
+
+-- the ring moved on to tick k, the ticks it skips zeroed
+local function ring_advance(b, S, k)
+  if b.tick < k then
+    local j = b.tick + 1
+    while j <= k and j <= b.tick + S + 1 do b.c[j % (S + 1)] = 0; j = j + 1 end
+    b.tick = k
   end
-  return w
+end
+
+-- an admission of cost at tick k counted in the ring
+local function ring_add(b, S, W, k, cost)
+  ring_advance(b, S, k)
+  b.c[k % (S + 1)] = b.c[k % (S + 1)] + cost
+  b.expire = ring_full_at(S, W, k)
 end
 
 local function sliding_window_counted(r, b, now, cost, apply)
-  local w = ring(r, b)
-  local S, W = w.S, w.W
+  local S, W = r.buckets, r.period
   local k = fdiv(now * S, W)
   local e = now * S - k * W
   if b.tick > k then k = b.tick; e = 0 end
   local cap = r.limit * W
-  local sum = w.newest(k)
-  local u = w.used(k, e, sum)
+  local sum = ring_newest(b, S, k)
+  local u = ring_used(b, S, W, k, e, sum)
   local reset = 0
-  if b.tick > k - (S + 1) and u ~= 0 then reset = w.full_at(b.tick) - now end
+  if b.tick > k - (S + 1) and u ~= 0 then reset = ring_full_at(S, W, b.tick) - now end
   if cost > r.limit then
     return never(r.period, fdiv(cap - (u < cap and u or cap), W), reset)
   end
@@ -506,19 +535,17 @@ local function sliding_window_counted(r, b, now, cost, apply)
   if u + spend <= cap then
     d.allowed = 1
     d.remaining = fdiv(cap - u - spend, W)
-    d.reset = cost > 0 and w.full_at(k) - now or reset
-    w.xk, w.xc = k, cost
-    d.available = u + spend > 0 and w.admissible_at(k, sum + cost, now + 1, d.remaining + 1) - now or 0
-    w.xk, w.xc = 0, 0
-    if apply and cost > 0 then
-      w.advance(k)
-      b.c[k % (S + 1)] = b.c[k % (S + 1)] + cost
-      b.expire = w.full_at(k)
-    end
+    d.reset = cost > 0 and ring_full_at(S, W, k) - now or reset
+    d.available = u + spend > 0 and ring_admissible_at(r, b, S, W, k, sum + cost, now + 1, d.remaining + 1, k, cost) - now
+                  or 0
+    -- the tick an admission counts in (sliding_window_commit)
+    b.admit_at = cost > 0 and k
+    if apply and cost > 0 then ring_add(b, S, W, k, cost) end
   else
+    b.admit_at = false
     d.remaining = u < cap and fdiv(cap - u, W) or 0
     d.reset = reset
-    d.retry = w.admissible_at(k, sum, now + 1, cost) - now
+    d.retry = ring_admissible_at(r, b, S, W, k, sum, now + 1, cost, 0, 0) - now
     d.available = d.retry
   end
   return d
@@ -538,6 +565,7 @@ local function sliding_window(r, b, now, cost, apply)
     return d
   end
   local th = sliding_window_counted(r, b, owed, cost, false)
+  b.admit_at = false   -- (a refusal)
   if cost > r.limit then return never(r.period, 0, owed - now + th.reset) end
   local d = decision(r.period)
   d.reset = owed - now + th.reset
@@ -550,20 +578,19 @@ end
 -- the limit); what it counts beyond the limit is owed once the window has
 -- slid past it, at limit per period, at most a period
 local function sliding_window_charge(r, b, now, units)
-  local w = ring(r, b)
-  local S, W = w.S, w.W
+  local S, W = r.buckets, r.period
   local k = fdiv(now * S, W)
   local e = now * S - k * W
   if b.tick > k then k = b.tick; e = 0 end
-  w.advance(k)
-  local sum = w.newest(k)
+  ring_advance(b, S, k)
+  local sum = ring_newest(b, S, k)
   local total = 0
   for j = 0, S do total = total + b.c[j] end
   local most = 2 * r.limit
   local add = total < most and (units < most - total and units or most - total) or 0
   b.c[k % (S + 1)] = b.c[k % (S + 1)] + add
-  local counted = fdiv(w.used(k, e, sum) + add * W + W - 1, W)
-  local full = w.full_at(k)
+  local counted = fdiv(ring_used(b, S, W, k, e, sum) + add * W + W - 1, W)
+  local full = ring_full_at(S, W, k)
   if counted > r.limit then
     local owed = (b.owed > full and b.owed or full) + cdiv((counted - r.limit) * W, r.limit)
     b.owed = owed < full + W and owed or full + W
@@ -581,12 +608,15 @@ local function sliding_window_refund(r, b, now, cost, after, at)
 end
 
 local function load_ring(key, r, now, look, v)
-  local b = {tick = 0, c = {}, owed = 0}
+  -- (room for 15 buckets at once: the default is 10)
+  local b = {tick = 0, c = {[0] = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, owed = 0, admit_at = false,
+             expire = false}
   v = string_at(key, v)
   local i = -1
   if v then
+    local c = b.c
     for x in string.gmatch(v, '%-?%d+') do
-      if i < 0 then b.tick = tonumber(x) else b.c[i] = tonumber(x) end
+      if i < 0 then b.tick = x + 0 else c[i] = x + 0 end
       i = i + 1
     end
   end
@@ -596,25 +626,44 @@ local function load_ring(key, r, now, look, v)
   return b
 end
 
--- a ring and its expiry, in one SET
+-- a ring and its expiry, in one SET: its numbers in one format, of
+-- S + 2 of them (S + 3 with charge=), made once
+local ring_formats = {}
+
 local function store_ring(key, r, b, ttl)
-  local parts = {num(b.tick)}
-  for j = 0, r.buckets do parts[j + 2] = num(b.c[j]) end
-  if r.charge == 1 then parts[#parts + 1] = num(b.owed) end
-  redis.call('SET', key, table.concat(parts, ' '), 'PX', ttl)
+  local n = r.buckets + (r.charge == 1 and 3 or 2)
+  local f = ring_formats[n]
+  if not f then
+    f = string.rep('%d ', n - 1) .. '%d'
+    ring_formats[n] = f
+  end
+  local c, last = b.c, r.buckets
+  if r.charge == 1 then
+    last = last + 1
+    c[last] = b.owed
+  end
+  local v = format(f, b.tick, unpack(c, 0, last))
+  c[r.buckets + 1] = nil
+  redis.call('SET', key, v, 'PX', ttl)
 end
 
 -- an admission: the ring counted, written with its expiry; the head's t.
--- b: the ring as the decision read it (nil: read again, as when another
--- rule of the call wrote the key since)
+-- b: the ring as the decision read it, counted where it admitted (nil:
+-- read again and decided, as when another rule of the call wrote the key
+-- since)
 local function sliding_window_commit(key, r, now, testing, b)
-  b = b or load_ring(key, r)
-  sliding_window(r, b, now, r.cost, true)
+  local S, W = r.buckets, r.period
+  if b and b.admit_at then
+    ring_add(b, S, W, b.admit_at, r.cost)
+  else
+    b = b or load_ring(key, r)
+    sliding_window(r, b, now, r.cost, true)
+  end
   if not b.expire then
     -- refused as committed: an earlier rule of the call, of the same name,
     -- filled the ring it was decided on (check.cpp's commit_block does the
     -- same): nothing to write; the instant the ring is back to full budget
-    local full = ring(r, b).full_at(b.tick)
+    local full = ring_full_at(S, W, b.tick)
     return full > now and full or now
   end
   store_ring(key, r, b, expire_in(b.expire, now, testing))
@@ -623,7 +672,7 @@ end
 
 -- a settled ring, written whole
 local function sliding_window_settled(key, r, b, now, testing)
-  local full = ring(r, b).full_at(b.tick)
+  local full = ring_full_at(r.buckets, r.period, b.tick)
   store_ring(key, r, b, expire_in(b.owed > full and b.owed or full, now, testing))
 end
 
@@ -897,53 +946,103 @@ end
 
 -- ---- the call --------------------------------------------------------------
 
-if redis.replicate_commands then redis.replicate_commands() end   -- Redis < 5: TIME, then writes
+-- A rule's parameters, the same for its every request, arrive as one
+-- argument (its "spec", rl_redis_command), read into the rule's table
+-- once: a library loaded with FUNCTION LOAD keeps the tables between calls
+-- (by the rule's place in the call and its spec: 512 at most, then read
+-- again), a script (EVAL) reads each call's.  What a request sends and
+-- what the call works out is set in the table anew at each call.
+local SPEC = {'algorithm', 'limit', 'burst', 'period', 'align', 'buckets', 'max_delay', 'reset', 'utc_offset', 'delay',
+              'ban', 'charge', 'lease'}
+local kept, nkept = {}, 0
 
-local testing = ARGV[1] ~= ''
-local now
-if testing then
-  now = tonumber(ARGV[1])
-else
-  local tm = redis.call('TIME')
-  now = tonumber(tm[1]) * 1000 + floor(tonumber(tm[2]) / 1000)
-end
-local call = ARGV[2]
-local settle = call == 'settle'
-local leases = call == 'release' or call == 'renew' or call == 'restore'
-local per = settle and 21 or 18
-local n = (#ARGV - 2) / per
-
-local rules = {}
-local bans = 0
-for i = 1, n do
-  local a = 2 + (i - 1) * per
-  local r = {algorithm = tonumber(ARGV[a + 1]), limit = tonumber(ARGV[a + 2]), burst = tonumber(ARGV[a + 3]),
-             period = tonumber(ARGV[a + 4]), align = tonumber(ARGV[a + 5]), buckets = tonumber(ARGV[a + 6]),
-             max_delay = tonumber(ARGV[a + 7]), reset = tonumber(ARGV[a + 8]),
-             utc_offset = tonumber(ARGV[a + 9]), cost = tonumber(ARGV[a + 10]), delay = tonumber(ARGV[a + 11]),
-             ban = tonumber(ARGV[a + 12]), charge = tonumber(ARGV[a + 13]), share = tonumber(ARGV[a + 14]),
-             since = tonumber(ARGV[a + 15]), lease = tonumber(ARGV[a + 16]), lease_name = ARGV[a + 17],
-             full = tonumber(ARGV[a + 18])}
-  if settle then
-    r.units, r.after, r.at = tonumber(ARGV[a + 19]), tonumber(ARGV[a + 20]), tonumber(ARGV[a + 21])
-  elseif r.ban > 0 and not leases then
-    bans = bans + 1
-    r.bankey = KEYS[n + bans]
+-- ARGV from a: the rule's spec; its request's "cost" (a settle: what the
+-- admission reserved), or "cost share since full" and a lease's name where
+-- any is not 0 or empty; a settle's units (-1: the reservation stands),
+-- after, at
+local function rule_at(ARGV, a, i, settle)
+  local text = ARGV[a + 1]
+  local place = kept[i]
+  if not place then
+    place = {}
+    kept[i] = place
   end
-  rules[i] = r
+  local r = place[text]
+  if not r then
+    if nkept == 512 then
+      kept, nkept, place = {}, 0, {}
+      kept[i] = place
+    end
+    r = {}
+    local j = 0
+    for x in string.gmatch(text, '%-?%d+') do
+      j = j + 1
+      r[SPEC[j]] = x + 0
+    end
+    place[text], nkept = r, nkept + 1
+  end
+  local req = ARGV[a + 2]
+  if string.find(req, ' ', 1, true) then
+    local cost, share, since, full, lease = string.match(req, '^(%d+) (%d+) (%-?%d+) (%d) ?(%S*)$')
+    r.cost, r.share, r.since, r.full, r.lease_name = cost + 0, share + 0, since + 0, full + 0, lease
+  else
+    r.cost, r.share, r.since, r.full, r.lease_name = req + 0, 0, 0, 0, ''
+  end
+  r.bankey, r.flightkey, r.state, r.d, r.committed, r.banned, r.here, r.banning = false, false, false, false, false,
+                                                                                   false, false, false
+  if settle then
+    r.units, r.after, r.at = ARGV[a + 3] + 0, ARGV[a + 4] + 0, ARGV[a + 5] + 0
+  else
+    r.after = false
+  end
+  return r
 end
--- charge=: the key's reservations in flight, after the bans
-local flights = 0
-if call == 'settle' or tonumber(call) then
+
+local NONE = {}   -- read_strings' answer when it reads nothing (never written)
+local outs = {}   -- decide's answer
+local rules_kept = {}   -- a call's rules, 1 to its n
+
+-- every string a call reads (heads, rings, bans: the first `count` KEYS)
+-- in one MGET, by the key's place in KEYS; a list's or a sorted set's key
+-- is read by its own algorithm.  An ACL user not allowed MGET has each read
+-- by GET instead (string_at).
+local function read_strings(KEYS, rules, n, count)
+  if count < 2 then return NONE end
+  local strings = 0
   for i = 1, n do
-    if rules[i].charge == 1 then
-      flights = flights + 1
-      rules[i].flightkey = KEYS[n + bans + flights]
+    local a = algorithms[rules[i].algorithm]
+    if a.head or a.string then strings = strings + 1 end
+  end
+  local v
+  if strings == n then   -- every key's, in order
+    v = redis.pcall('MGET', unpack(KEYS, 1, count))
+    return v.err == nil and v or NONE
+  end
+  local wanted, at = {}, {}
+  for i = 1, count do
+    local a = i <= n and algorithms[rules[i].algorithm]
+    if not a or a.head or a.string then
+      wanted[#wanted + 1] = KEYS[i]
+      at[#at + 1] = i
     end
   end
+  if #wanted < 2 then return NONE end
+  v = redis.pcall('MGET', unpack(wanted))
+  if v.err ~= nil then return NONE end
+  local got = {}
+  for j = 1, #wanted do got[at[j]] = v[j] end
+  return got
 end
 
-if call == 'reset' then
+-- charge=: what an admission reserves, from a look at the key (check.cpp's
+-- reserve): the larger of its cost and the rule's share, at most what the
+-- key has left
+local function reserve(r, look)
+  if r.share < look.remaining then return r.share end
+  return look.remaining > r.cost and look.remaining or r.cost
+end
+
+local function reset(KEYS, rules, n, now)
   local out = {1}
   for i = 1, n do
     local r = rules[i]
@@ -955,40 +1054,15 @@ if call == 'reset' then
   return out
 end
 
-if leases then
-  local done = 0
-  for i = 1, n do done = done + lease_end(KEYS[i], rules[i], now, testing, call) end
-  return {1, done, n - done}
-end
-
--- every string a call reads (heads, rings, bans: the first `count` KEYS)
--- in one MGET, by key; a list's or a sorted set's key is read by its own
--- algorithm.  An ACL user not allowed MGET has each read by GET instead
--- (string_at).
-local function read_strings(count)
-  local wanted, got = {}, {}
-  for i = 1, count do
-    local a = i <= n and algorithms[rules[i].algorithm]
-    if not a or a.head or a.string then wanted[#wanted + 1] = KEYS[i] end
-  end
-  if #wanted > 1 then
-    local v = redis.pcall('MGET', unpack(wanted))
-    if v.err == nil then
-      for j = 1, #wanted do got[wanted[j]] = v[j] end
-    end
-  end
-  return got
-end
-
-if settle then
+local function settle(KEYS, rules, n, flights, now, testing)
   local out = {1}
-  local got, written = read_strings(n + flights), {}
+  local got, written = read_strings(KEYS, rules, n, n + flights), {}
   for i = 1, n do
     local r = rules[i]
     local a = algorithms[r.algorithm]
     -- as the MGET read it, unless an earlier rule of the call wrote it
     local v
-    if not written[KEYS[i]] then v = got[KEYS[i]] end
+    if not written[KEYS[i]] then v = got[i] end
     local s = a.head and load_head(KEYS[i], v) or a.load(KEYS[i], r, nil, nil, v)
     if a.carry then s = a.carry(r, s, now) end
     local charged, capped, before = 0, false, 0
@@ -1000,7 +1074,7 @@ if settle then
       written[KEYS[i]] = true
     end
     if r.flightkey then
-      flight_set(r.flightkey, flight_held(r.flightkey, now, got[r.flightkey]) - r.cost, now, testing)
+      flight_set(r.flightkey, flight_held(r.flightkey, now, got[r.flightat]) - r.cost, now, testing)
     end
     out[#out + 1] = charged
     out[#out + 1] = charged > before and 1 or 0
@@ -1009,112 +1083,181 @@ if settle then
   return out
 end
 
-local any = call == '1' or call == '3'
-local dry = call == '2' or call == '3'
-local peek = call == 'peek'
-
--- charge=: what an admission reserves, from a look at the key (check.cpp's
--- reserve): the larger of its cost and the rule's share, at most what the
--- key has left
-local function reserve(r, look)
-  if r.share < look.remaining then return r.share end
-  return look.remaining > r.cost and look.remaining or r.cost
-end
-
-local got = read_strings(n + bans + flights)
-
-local decisions, heads, after, banned, here, states = {}, {}, {}, {}, {}, {}
-local allowing = 0
-for i = 1, n do
-  local r = rules[i]
-  local a = algorithms[r.algorithm]
-  -- a rule sharing its key with an earlier one decides on the head that
-  -- one would leave (check.cpp's current())
-  local s = a.head and (heads[KEYS[i]] or load_head(KEYS[i], got[KEYS[i]]))
-            or a.load(KEYS[i], r, now, peek, got[KEYS[i]])
-  states[i] = s
-  if a.carry then s = a.carry(r, s, now) end
-  r.asked = r.cost
-  if r.charge == 1 and r.share > r.cost then r.cost = reserve(r, a.decide(r, s, now, 0, false)) end
-  local d, nh = a.decide(r, s, now, r.cost, false)
-  if r.bankey then
-    local ends = banned_until(r.bankey, now, got[r.bankey])
-    if ends > 0 and r.cost > 0 then
-      banned[i] = true
-      nh = nil   -- nothing spent
-      refuse_until(d, ends, now)
-    elseif ends > 0 and peek then
-      d.banned = ends - now
-    end
-  end
-  if a.head then
-    after[i] = nh or s
-    if not peek then heads[KEYS[i]] = after[i] end
-  end
-  if peek then here[i] = (a.here and r.lease_name ~= '') and a.here(KEYS[i], r.lease_name, now) or 0 end
-  decisions[i] = d
-  allowing = allowing + d.allowed
-end
-
-local allowed
-if any then allowed = allowing > 0 or n == 0 else allowed = allowing == n end
-
--- commit: every consuming rule or none (with any, the allowing ones); a
--- block is committed on its state as decided, unless an earlier rule of
--- the call wrote its key
-local committed, written = {}, {}
-for i = 1, n do
-  local r = rules[i]
-  if allowed and not peek and decisions[i].allowed == 1 and r.cost > 0 then
-    local a = algorithms[r.algorithm]
-    if a.head then
-      store_head(KEYS[i], after[i], now, testing)
-      committed[i] = after[i].t
-    else
-      committed[i] = a.commit(KEYS[i], r, now, testing, not written[KEYS[i]] and states[i] or nil)
-    end
-    written[KEYS[i]] = true
-  end
-end
-
--- charge=: an admission adds what it reserved to the key's reservations
--- in flight; a refusal that they alone caused (what the key has left and
--- they hold would admit it) is told apart, and starts no ban
-local banning = {}
-for i = 1, n do
-  local r, d = rules[i], decisions[i]
-  if r.flightkey and committed[i] then
-    flight_set(r.flightkey, flight_held(r.flightkey, now, got[r.flightkey]) + r.cost, now, testing)
-  elseif r.flightkey and d.allowed == 0 and d.never == 0 and not banned[i] then
-    local held = flight_held(r.flightkey, now, got[r.flightkey])
-    if held > 0 and d.remaining + held >= r.asked then banning[i] = 2 end
-  end
-end
-
--- a refused request bans its key for each ban= rule that refused it (not
--- for a cost the rule can never admit, nor only for what the key's
--- requests in flight hold), unless banned already; a dry run's refusal
--- says what the ban would be, and stores none
-if not allowed and not peek then
+-- a decision (call 0 to 3) or a peek; each rule's outcome is kept in it:
+-- r.d its decision, r.state its state as read, r.after its head after it,
+-- r.banned, r.here, r.committed, r.banning
+local function decide(KEYS, rules, n, bans, flights, now, testing, call)
+  local any = call == '1' or call == '3'
+  local dry = call == '2' or call == '3'
+  local peek = call == 'peek'
+  local got = read_strings(KEYS, rules, n, n + bans + flights)
+  local heads = n > 1 and {} or NONE
+  local allowing = 0
   for i = 1, n do
-    local r, d = rules[i], decisions[i]
-    if r.bankey and not banned[i] and not banning[i] and d.allowed == 0 and d.never == 0 then
-      local ends = now + r.ban
-      if not dry then redis.call('SET', r.bankey, num(ends), 'PX', num(testing and r.ban + DAY or r.ban)) end
-      refuse_until(d, ends, now)
-      banning[i] = 1
+    local r = rules[i]
+    local a = algorithms[r.algorithm]
+    -- a rule sharing its key with an earlier one decides on the head that
+    -- one would leave (check.cpp's current())
+    local s = a.head and (heads[KEYS[i]] or load_head(KEYS[i], got[i]))
+              or a.load(KEYS[i], r, now, peek, got[i])
+    r.state = s
+    if a.carry then s = a.carry(r, s, now) end
+    r.asked = r.cost
+    if r.charge == 1 and r.share > r.cost then r.cost = reserve(r, a.decide(r, s, now, 0, false)) end
+    local d, nh = a.decide(r, s, now, r.cost, false)
+    if r.bankey then
+      local ends = banned_until(r.bankey, now, got[r.banat])
+      if ends > 0 and r.cost > 0 then
+        r.banned = true
+        nh = nil   -- nothing spent
+        refuse_until(d, ends, now)
+      elseif ends > 0 and peek then
+        d.banned = ends - now
+      end
+    end
+    if a.head then
+      r.after = nh or s
+      if not peek and n > 1 then heads[KEYS[i]] = r.after end
+    end
+    if peek then r.here = (a.here and r.lease_name ~= '') and a.here(KEYS[i], r.lease_name, now) or 0 end
+    r.d = d
+    allowing = allowing + d.allowed
+  end
+
+  local allowed
+  if any then allowed = allowing > 0 or n == 0 else allowed = allowing == n end
+
+  -- commit: every consuming rule or none (with any, the allowing ones); a
+  -- block is committed on its state as decided, unless an earlier rule of
+  -- the call wrote its key
+  local written = n > 1 and {} or NONE
+  for i = 1, n do
+    local r = rules[i]
+    if allowed and not peek and r.d.allowed == 1 and r.cost > 0 then
+      local a = algorithms[r.algorithm]
+      if a.head then
+        store_head(KEYS[i], r.after, now, testing)
+        r.committed = r.after.t
+      else
+        r.committed = a.commit(KEYS[i], r, now, testing, not written[KEYS[i]] and r.state or nil)
+      end
+      if n > 1 then written[KEYS[i]] = true end
     end
   end
+
+  -- charge=: an admission adds what it reserved to the key's reservations
+  -- in flight; a refusal that they alone caused (what the key has left and
+  -- they hold would admit it) is told apart, and starts no ban
+  if flights > 0 then
+    for i = 1, n do
+      local r = rules[i]
+      local d = r.d
+      if r.flightkey and r.committed then
+        flight_set(r.flightkey, flight_held(r.flightkey, now, got[r.flightat]) + r.cost, now, testing)
+      elseif r.flightkey and d.allowed == 0 and d.never == 0 and not r.banned then
+        local held = flight_held(r.flightkey, now, got[r.flightat])
+        if held > 0 and d.remaining + held >= r.asked then r.banning = 2 end
+      end
+    end
+  end
+
+  -- a refused request bans its key for each ban= rule that refused it (not
+  -- for a cost the rule can never admit, nor only for what the key's
+  -- requests in flight hold), unless banned already; a dry run's refusal
+  -- says what the ban would be, and stores none
+  if not allowed and not peek then
+    for i = 1, n do
+      local r = rules[i]
+      local d = r.d
+      if r.bankey and not r.banned and not r.banning and d.allowed == 0 and d.never == 0 then
+        local ends = now + r.ban
+        if not dry then redis.call('SET', r.bankey, num(ends), 'PX', num(testing and r.ban + DAY or r.ban)) end
+        refuse_until(d, ends, now)
+        r.banning = 1
+      end
+    end
+  end
+
+  if n == 1 and not peek then
+    local r = rules[1]
+    local d = r.d
+    return {allowed and 1 or 0, now, d.allowed, d.never, d.remaining, d.reset, d.retry, d.delay, d.window, d.available,
+            d.banned, r.committed or 0, r.cost, r.banning or 0}
+  end
+  -- (the answer's table kept between a library's calls: Redis reads it up
+  -- to its first nil)
+  local out, o = outs, 2
+  out[1], out[2] = allowed and 1 or 0, now
+  for i = 1, n do
+    local r = rules[i]
+    local d = r.d
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = d.allowed, d.never, d.remaining, d.reset
+    out[o + 5], out[o + 6], out[o + 7] = d.retry, d.delay, d.window
+    out[o + 8], out[o + 9], out[o + 10] = d.available, d.banned, r.committed or 0
+    out[o + 11], out[o + 12] = r.cost, r.banning or 0
+    o = o + 12
+    if peek then
+      out[o + 1] = r.here
+      o = o + 1
+    end
+  end
+  out[o + 1] = nil
+  return out
 end
 
-local out = {allowed and 1 or 0, now}
-for i = 1, n do
-  local d = decisions[i]
-  local o = #out
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = d.allowed, d.never, d.remaining, d.reset
-  out[o + 5], out[o + 6], out[o + 7] = d.retry, d.delay, d.window
-  out[o + 8], out[o + 9], out[o + 10] = d.available, d.banned, committed[i] or 0
-  out[o + 11], out[o + 12] = rules[i].cost, banning[i] or 0
-  if peek then out[o + 13] = here[i] end
+-- ARGV: now ("" = Redis's TIME), the call, then each rule's (rule_at)
+local function run(KEYS, ARGV)
+  if not floor then floor, format = math.floor, string.format end
+  local testing = ARGV[1] ~= ''
+  local now
+  if testing then
+    now = ARGV[1] + 0
+  else
+    local tm = redis.call('TIME')
+    now = tm[1] * 1000 + floor(tm[2] / 1000)
+  end
+  local call = ARGV[2]
+  local settling = call == 'settle'
+  local leases = call == 'release' or call == 'renew' or call == 'restore'
+  local per = settling and 5 or 2
+  local n = (#ARGV - 2) / per
+
+  local rules = rules_kept
+  local bans = 0
+  for i = 1, n do
+    local r = rule_at(ARGV, 2 + (i - 1) * per, i, settling)
+    if not settling and r.ban > 0 and not leases then
+      bans = bans + 1
+      r.bankey, r.banat = KEYS[n + bans], n + bans
+    end
+    rules[i] = r
+  end
+  -- charge=: the key's reservations in flight, after the bans (what this
+  -- call wrote of them read again as it left them)
+  local flights = 0
+  if settling or call == '0' or call == '1' or call == '2' or call == '3' then
+    for i = 1, n do
+      local r = rules[i]
+      if r.charge == 1 then
+        flights = flights + 1
+        r.flightkey, r.flightat = KEYS[n + bans + flights], n + bans + flights
+      end
+    end
+    if flights > 0 then flight_now = {} end
+  end
+
+  if call == 'reset' then return reset(KEYS, rules, n, now) end
+  if leases then
+    local done = 0
+    for i = 1, n do done = done + lease_end(KEYS[i], rules[i], now, testing, call) end
+    return {1, done, n - done}
+  end
+  if settling then return settle(KEYS, rules, n, flights, now, testing) end
+  return decide(KEYS, rules, n, bans, flights, now, testing, call)
 end
-return out
+
+-- ---- as a script (EVAL, EVALSHA); a library (FUNCTION LOAD, FCALL) ends
+-- here instead with redis.register_function (rl_redis_library) ---------------
+
+if redis.replicate_commands then redis.replicate_commands() end   -- Redis < 5: TIME, then writes
+return run(KEYS, ARGV)

@@ -58,10 +58,25 @@ unsigned crc16(const char *p, size_t len)
     return crc;
 }
 
-// Fields per rule in the script's ARGV, and a settle's three more: the
-// units to spend, the head's t after the admission and when it was decided.
-const size_t kArgsPerRule = 18;
+// Arguments per rule in the script's ARGV (its spec, what its request
+// sends), and a settle's three more: the units to spend, the head's t after
+// the admission and when it was decided.
+const size_t kArgsPerRule = 2;
 const size_t kSettleArgs = 3;
+
+// The script as a library (FUNCTION LOAD): its text up to this line, which
+// begins what only a script run by EVAL does; then the function's
+// registration.
+const char kScriptTail[] = "\n-- ---- as a script (EVAL, EVALSHA)";
+const char kFunctionPrefix[] = "ratelimit_";  // and the script's SHA-1
+
+size_t library_len()
+{
+    const char *text = rl_redis_script_text;
+    const char *tail =
+        static_cast<const char *>(memmem(text, rl_redis_script_text_len, kScriptTail, sizeof(kScriptTail) - 1));
+    return tail != nullptr ? (size_t) (tail - text) + 1 : rl_redis_script_text_len;
+}
 
 // The identity of a key's ban (ban=), as the table's ban_tag: another name
 // of the same key, in the same slot.
@@ -221,13 +236,45 @@ unsigned rl_redis_key_slot(const void *key, size_t key_len)
 size_t rl_redis_command_size(size_t n, size_t prefix_len, size_t script_len)
 {
     const size_t arg = 1 + 20 + 2 + 2;  // $<len>\r\n...\r\n around each argument
-    // a state, a ban and reservations in flight a rule; a settle's arguments
-    return 1 + 20 + 2 + (arg + 7) + (arg + script_len) + (arg + 20) +
-           3 * n * (arg + prefix_len + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN) +
-           (2 + n * (kArgsPerRule + kSettleArgs)) * (arg + 20);
+    // the script's name (FCALL: a prefix before its SHA-1); a state, a ban
+    // and reservations in flight a rule; a spec of 13 numbers, a request's of 4 and a lease's
+    // name, a settle's arguments
+    return 1 + 20 + 2 + (arg + 7) + (arg + sizeof(kFunctionPrefix) + script_len) + (arg + 20) +
+           3 * n * (arg + prefix_len + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN) + 2 * (arg + 20) +
+           n * ((arg + 13 * 21) + (arg + 4 * 21 + 64) + kSettleArgs * (arg + 20));
 }
 
-size_t rl_redis_command(char *buf, const char *script, size_t script_len, int eval, int call, const char *prefix,
+size_t rl_redis_load_size(void)
+{
+    const size_t arg = 1 + 20 + 2 + 2;
+    return 1 + 20 + 2 + (arg + 8) + (arg + 4) + arg + library_len() + 2 * (sizeof(kFunctionPrefix) + 40) + 64;
+}
+
+size_t rl_redis_load_command(char *buf, const char *sha)
+{
+    static const char kHead[] = "#!lua name=";
+    static const char kRegister[] = "redis.register_function('";
+    static const char kRun[] = "', run)\n";
+    const size_t name = sizeof(kFunctionPrefix) - 1 + 40, body = library_len();
+    rl::Writer w{buf};
+    w.header('*', 3);
+    w.arg("FUNCTION", 8);
+    w.arg("LOAD", 4);
+    w.header('$', sizeof(kHead) - 1 + name + 1 + body + sizeof(kRegister) - 1 + name + sizeof(kRun) - 1);
+    w.raw(kHead, sizeof(kHead) - 1);
+    w.raw(kFunctionPrefix, sizeof(kFunctionPrefix) - 1);
+    w.raw(sha, 40);
+    w.raw("\n", 1);
+    w.raw(rl_redis_script_text, body);
+    w.raw(kRegister, sizeof(kRegister) - 1);
+    w.raw(kFunctionPrefix, sizeof(kFunctionPrefix) - 1);
+    w.raw(sha, 40);
+    w.raw(kRun, sizeof(kRun) - 1);
+    w.raw("\r\n", 2);
+    return (size_t) (w.p - buf);
+}
+
+size_t rl_redis_command(char *buf, const char *script, size_t script_len, int via, int call, const char *prefix,
                         size_t prefix_len, int cluster, const rl_request_t *rq, int64_t now_ms)
 {
     static const char *const kCalls[] = {nullptr, "peek", "reset", "settle", "release", "renew", "restore"};
@@ -246,12 +293,16 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
 
     rl::Writer w{buf};
     w.header('*', 3 + n + bans + flights + 2 + n * (kArgsPerRule + (settle ? kSettleArgs : 0)));
-    if (eval) {
-        w.arg("EVAL", 4);
+    if (via == RL_REDIS_FCALL) {
+        w.arg("FCALL", 5);
+        w.header('$', sizeof(kFunctionPrefix) - 1 + script_len);
+        w.raw(kFunctionPrefix, sizeof(kFunctionPrefix) - 1);
+        w.raw(script, script_len);
+        w.raw("\r\n", 2);
     } else {
-        w.arg("EVALSHA", 7);
+        w.arg(via == RL_REDIS_EVAL ? "EVAL" : "EVALSHA", via == RL_REDIS_EVAL ? 4 : 7);
+        w.arg(script, script_len);
     }
-    w.arg(script, script_len);
     w.arg((int64_t) (n + bans + flights));
 
     // each rule's state, then each ban= rule's ban, then each charge=
@@ -291,32 +342,48 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int ev
             continue;
         }
         const rl_rule_t &r = *c[i].rule;
-        w.arg(r.algorithm);
-        w.arg(r.limit);
-        w.arg(r.burst);
-        w.arg(r.period_ms);
-        w.arg(r.align);
-        w.arg(r.buckets);
-        w.arg(r.max_delay_ms);
-        w.arg(r.reset);
-        w.arg(r.utc_offset_min);
-        // a settle gives back what the admission reserved
-        w.arg(exact(settle ? c[i].reserved : c[i].cost));
-        w.arg(r.delay);
-        w.arg(r.ban_ms);
-        w.arg(r.charge ? 1 : 0);
-        // charge=: what a decision reserves at least, within what the
-        // key has left (check.cpp's reserve)
-        w.arg(exact(call == RL_REDIS_DECIDE ? rl::charge_share(r) : 0));
-        // an override's: when the rule's limits as applied began
-        w.arg(c[i].since);
-        // concurrency: its lease's time, its name where it takes, releases,
-        // renews or restores one, and 1 where its server holds the limit
-        // already (rl_request_hold_here)
-        w.arg(r.lease_ms);
+        // the rule's spec: what is the same for its every request, in the
+        // order of the script's SPEC
+        char spec[13 * 21];
+        rl::Writer s{spec};
+        const int64_t fields[] = {r.algorithm, r.limit,          r.burst,   r.period_ms,      r.align,
+                                  r.buckets,   r.max_delay_ms,   r.reset,   r.utc_offset_min, r.delay,
+                                  r.ban_ms,    r.charge ? 1 : 0, r.lease_ms};
+        for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++) {
+            if (f > 0) {
+                s.raw(" ", 1);
+            }
+            s.number(fields[f]);
+        }
+        w.arg(spec, (size_t) (s.p - spec));
+
+        // the request's: its cost (a settle gives back what the admission
+        // reserved), and where any is not 0 or empty, charge='s share, what
+        // a decision reserves at least within what the key has left
+        // (check.cpp's reserve), an override's instant its limits as
+        // applied began, concurrency's 1 where its server holds the limit
+        // already (rl_request_hold_here), and its lease's name where it
+        // takes, releases, renews or restores one
+        const uint64_t share = call == RL_REDIS_DECIDE ? rl::charge_share(r) : 0;
+        const int full = call == RL_REDIS_DECIDE && c[i].full_here ? 1 : 0;
         char lease[64];
-        w.arg(lease, lease_name(*rq, c[i], call, lease, sizeof(lease)));
-        w.arg(call == RL_REDIS_DECIDE && c[i].full_here ? 1 : 0);
+        const size_t lease_len = lease_name(*rq, c[i], call, lease, sizeof(lease));
+        char req[4 * 21 + 1 + sizeof(lease)];
+        rl::Writer q{req};
+        q.number(exact(settle ? c[i].reserved : c[i].cost));
+        if (share != 0 || c[i].since != 0 || full != 0 || lease_len > 0) {
+            q.raw(" ", 1);
+            q.number(exact(share));
+            q.raw(" ", 1);
+            q.number(c[i].since);
+            q.raw(" ", 1);
+            q.number(full);
+            if (lease_len > 0) {
+                q.raw(" ", 1);
+                q.raw(lease, lease_len);
+            }
+        }
+        w.arg(req, (size_t) (q.p - req));
         if (settle) {
             // -1: the reservation stands (RL_NO_CHARGE)
             w.arg(c[i].charge == RL_NO_CHARGE ? (int64_t) -1 : exact(c[i].charge));

@@ -3,11 +3,14 @@
 // here, once for each reply, before the glue acts on it (rl_redis_answer).
 // The script's answer is taken only in the shape its call gives (so many
 // integers) and with every value within what its check's rule can produce;
-// an error reply is the script not being loaded (NOSCRIPT), a Redis Cluster
+// an error reply is the script not being loaded (NOSCRIPT, or FCALL's
+// function not found), FCALL not known or not allowed, a Redis Cluster
 // redirection (MOVED, ASK), a replica's refusal to write (READONLY: a
 // failure after which the connection is opened again), or a failure.  A
 // failure is described in words
 // and numbers, never with the reply's bytes: the glue shows those escaped.
+#include <strings.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -353,12 +356,31 @@ void take(rl_check_t &c, const int64_t *v, int64_t now)
     c.in_flight = v[kBanning] == 2;
 }
 
-// An error reply: NOSCRIPT, a redirection, a replica's refusal, or a
-// failure.
+// The error's text holds word, in any case.
+bool mentions(const rl_resp_t &r, const char *word)
+{
+    const size_t len = std::strlen(word);
+    for (size_t i = 0; i + len <= r.str_len; i++) {
+        if (strncasecmp(r.str + i, word, len) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// An error reply: NOSCRIPT (or FCALL's function not loaded), FCALL unknown
+// or not allowed, a redirection, a replica's refusal, or a failure.
 int error_answer(const rl_request_t *rq, const rl_resp_t &r, rl_redis_answer_t &out)
 {
-    if (rq != nullptr && starts(r, "NOSCRIPT") && (r.str_len == 8 || r.str[8] == ' ')) {
+    if (rq != nullptr &&
+        ((starts(r, "NOSCRIPT") && (r.str_len == 8 || r.str[8] == ' ')) || starts(r, "ERR Function not found"))) {
         out.kind = RL_REDIS_NOSCRIPT;
+        return out.kind;
+    }
+    // Redis 6 (and a proxy) has no FCALL; an ACL user may not be allowed it
+    if (rq != nullptr && (starts(r, "ERR unknown command") || starts(r, "NOPERM")) && mentions(r, "fcall")) {
+        failed(out, "FCALL unknown or not allowed");
+        out.kind = RL_REDIS_NO_FUNCTIONS;
         return out.kind;
     }
     if (rq != nullptr && (starts(r, "MOVED ") || starts(r, "ASK "))) {
@@ -547,6 +569,19 @@ int rl_redis_answer(rl_request_t *rq, int call, const rl_resp_t *r, rl_redis_ans
     } catch (...) {
         return failed(*out, "internal error");
     }
+}
+
+int rl_redis_load_answer(const rl_resp_t *r, rl_redis_answer_t *out)
+{
+    std::memset(out, 0, sizeof(*out));
+    if (r->type == RL_RESP_BULK ||
+        (r->type == RL_RESP_ERROR && starts(*r, "ERR Library ") && mentions(*r, "already exists"))) {
+        out->kind = RL_REDIS_DECIDED;
+        return out->kind;
+    }
+    failed(*out, "FUNCTION LOAD refused");
+    out->kind = RL_REDIS_NO_FUNCTIONS;
+    return out->kind;
 }
 
 }  // extern "C"

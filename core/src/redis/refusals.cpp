@@ -50,6 +50,7 @@
 
 #include "algorithms/algorithms.h"
 #include "policy/request.h"
+#include "util/mix.h"
 
 namespace {
 
@@ -104,19 +105,9 @@ Entry *bucket(const void *cache, size_t size, uint64_t tag)
     return first + (size_t) (tag % (n / kWays)) * kWays;
 }
 
-uint64_t mix(uint64_t h)  // a 64-bit finalizer (MurmurHash3's fmix64)
-{
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    h ^= h >> 33;
-    return h;
-}
-
 uint64_t add(uint64_t h, uint64_t v)
 {
-    return mix(h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2)));
+    return rl::fmix64(h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2)));
 }
 
 // The rule's parameters as they apply to the request: the same tag only

@@ -2,7 +2,7 @@
 // rules as configured, a key's state in each rule (or what its reset found),
 // and the keys each rule refuses most.
 #include "algorithms/algorithm.h"
-#include "render/out.h"
+#include "util/out.h"
 
 namespace rl {
 

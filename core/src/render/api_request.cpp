@@ -16,7 +16,7 @@
 #include <cstdarg>
 #include <cstdio>
 
-#include "render/out.h"
+#include "util/out.h"
 
 namespace rl {
 

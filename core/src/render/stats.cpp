@@ -3,7 +3,7 @@
 // JSON, its metric, type and help in Prometheus, and where it is.
 #include <cstddef>
 
-#include "render/out.h"
+#include "util/out.h"
 
 namespace rl {
 
@@ -80,7 +80,7 @@ const Figure kRuleFigures[] = {
      "The upstream's latency without queueing, as the adaptive rule learned it.",
      offsetof(rl_rule_stats_t, baseline_us)},
     {"recent_us", "adaptive_recent_microseconds", "gauge",
-     "The upstream's typical latency over the adaptive rule's last interval (geometric mean).",
+     "The upstream's typical latency over the adaptive rule's last interval (the geometric mean of its middle half).",
      offsetof(rl_rule_stats_t, recent_us)},
 };
 

@@ -65,17 +65,6 @@ Owed unpack(uint64_t c)
     return Owed{(int64_t) (c >> 8), (uint32_t) (c & kFracFull)};
 }
 
-// A 64-bit finalizer (splitmix64's): the tag is a keyed hash already, this
-// only makes the cell indices independent of the bucket indices.
-uint64_t mix(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 // A slot's bytes at the fill a table reaches before it evicts: a bucket's
 // 64 bytes hold three, about 90% of them used.
 const uint64_t kSlotBytes = 24;
@@ -255,7 +244,9 @@ int64_t Table::bucket_of(uint64_t tag) const
 
 uint64_t Table::cell_of(uint64_t tag, int k) const
 {
-    return ((mix(tag + (uint64_t) k * 0x9e3779b97f4a7c15ull) >> 32) * h_.ncells) >> 32;
+    // the tag is a keyed hash already: the mix only makes the cell indices
+    // independent of the bucket indices
+    return ((splitmix64_mix(tag + (uint64_t) k * 0x9e3779b97f4a7c15ull) >> 32) * h_.ncells) >> 32;
 }
 
 // An evicted key's debt goes into its cells: a cell whose own debt has

@@ -35,6 +35,7 @@
 
 #include "algorithms/algorithms.h"
 #include "ratelimit.h"
+#include "util/mix.h"
 #include "util/siphash.h"
 
 namespace rl {
@@ -293,14 +294,8 @@ public:
     uint64_t hash(const void *key, size_t len) const { return SipHash13::bytes(h_.secret, key, len); }
     static uint64_t of_hash(uint64_t hash, uint64_t identity)
     {
-        // splitmix64's finalizer, a bijection of 64-bit words
-        uint64_t x = hash ^ identity;
-        x ^= x >> 30;
-        x *= 0xbf58476d1ce4e5b9ull;
-        x ^= x >> 27;
-        x *= 0x94d049bb133111ebull;
-        x ^= x >> 31;
-        return x != 0 ? x : 1;  // 0 marks an empty slot
+        const uint64_t x = splitmix64_mix(hash ^ identity);  // a bijection of 64-bit words
+        return x != 0 ? x : 1;                               // 0 marks an empty slot
     }
     // Keys live in their first bucket whenever it has room (see make_room),
     // so the first is the one worth fetching early.  A random bucket of a

@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include "overrides/store.h"
 #include "table/table.h"
 
 extern "C" {
@@ -143,23 +142,9 @@ size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out, size_t max)
         out[n].bans = __atomic_load_n(&rules[i].bans, __ATOMIC_RELAXED);
         out[n].dry_run_bans = __atomic_load_n(&rules[i].dry_run_bans, __ATOMIC_RELAXED);
         out[n].overridden = __atomic_load_n(&rules[i].overridden, __ATOMIC_RELAXED);
-        out[n].overrides = 0;
         out[n].limit_now = __atomic_load_n(&rules[i].limit_now, __ATOMIC_RELAXED);
         out[n].baseline_us = __atomic_load_n(&rules[i].baseline_us, __ATOMIC_RELAXED);
         out[n].recent_us = __atomic_load_n(&rules[i].recent_us, __ATOMIC_RELAXED);
-    }
-    // the overrides naming each rule counted
-    if (const rl::Store *st = rl::Store::of(rl::Table::at(mem))) {
-        const rl::OverrideEntry *e = st->entries();
-        for (uint32_t i = 0; i < st->used_entries(); i++) {
-            uint32_t at;
-            const int k = e[i].tag != 0 && e[i].ov.target.rule[0] != '\0'
-                              ? rl::Table::at(mem)->find_rule(e[i].ov.target.rule, &at)
-                              : -1;
-            if (k >= 0 && (size_t) k < n) {
-                out[k].overrides++;
-            }
-        }
     }
     return n;
 }

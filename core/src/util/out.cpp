@@ -1,6 +1,6 @@
 // The bounded writer of what the stats and the key API answer, and the
 // escaping of names and keys in JSON strings and Prometheus label values.
-#include "render/out.h"
+#include "util/out.h"
 
 namespace rl {
 
