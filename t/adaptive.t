@@ -19,8 +19,6 @@
 #   * Redis zones and bad parameters are refused by nginx -t.
 # Every bound is relative to figures the test measures (the reference
 # latency, the upstream's W): none depends on how fast the machine is.
-# prove: serial (the limit follows the latency the test measures, which the
-# other files' load would lengthen as it comes and goes)
 use strict;
 use warnings;
 use FindBin;
