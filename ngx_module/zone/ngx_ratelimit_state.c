@@ -20,9 +20,10 @@
  * state file at once when it appears, and no more while it is there: the
  * file is the new generation's from then on (the old master does not
  * write it as it exits either).  The new master, which makes its zones
- * from the file, waits for that write (until the file is replaced, at
- * most NGX_RATELIMIT_STATE_WAIT).  What the old generation's workers
- * spend after that write (until WINCH stops them) is not carried over.
+ * from the file, waits for that write (a file written since the pid file
+ * was renamed, at most NGX_RATELIMIT_STATE_WAIT).  What the old
+ * generation's workers spend after that write (until WINCH stops them)
+ * is not carried over.
  */
 
 
@@ -52,6 +53,8 @@ static rl_state_rule_t *ngx_ratelimit_state_rules(
     ngx_ratelimit_zone_t *zone, ngx_log_t *log);
 static void ngx_ratelimit_state_wait(ngx_ratelimit_zone_t *zone,
     ngx_log_t *log);
+static ngx_uint_t ngx_ratelimit_state_written_since(ngx_file_info_t *fi,
+    ngx_file_info_t *renamed);
 static ngx_uint_t ngx_ratelimit_state_handed_over(void);
 
 
@@ -255,17 +258,26 @@ ngx_ratelimit_state_report(ngx_ratelimit_zone_t *zone,
 /*
  * A new master of a binary upgrade: the old generation writes its file
  * when it sees its pid file renamed (.oldbin), which happened before this
- * binary started; the file read once it is replaced, or after
- * NGX_RATELIMIT_STATE_WAIT as it is.
+ * binary started; the file read once it is written since that rename
+ * (which a loaded machine may have done before this master looks), or
+ * after NGX_RATELIMIT_STATE_WAIT as it is.  Without the renamed pid
+ * file to tell when, a file replaced during the wait is the one.
  */
 
 static void
 ngx_ratelimit_state_wait(ngx_ratelimit_zone_t *zone,
     ngx_log_t *log)
 {
-    ngx_uint_t       waited;
-    ngx_file_info_t  fi;
-    ino_t            was;
+    ino_t             was;
+    ngx_uint_t        waited, since;
+    ngx_file_info_t   fi, renamed;
+    ngx_core_conf_t  *ccf;
+
+    ccf = (ngx_core_conf_t *) ngx_get_conf(zone->cycle->conf_ctx,
+                                           ngx_core_module);
+
+    since = ccf->oldpid.len
+            && ngx_file_info(ccf->oldpid.data, &renamed) != NGX_FILE_ERROR;
 
     was = ngx_file_info(zone->state_file.data, &fi) == NGX_FILE_ERROR
           ? 0 : ngx_file_uniq(&fi);
@@ -274,7 +286,8 @@ ngx_ratelimit_state_wait(ngx_ratelimit_zone_t *zone,
          waited += NGX_RATELIMIT_STATE_POLL)
     {
         if (ngx_file_info(zone->state_file.data, &fi) != NGX_FILE_ERROR
-            && ngx_file_uniq(&fi) != was)
+            && (since ? ngx_ratelimit_state_written_since(&fi, &renamed)
+                      : ngx_file_uniq(&fi) != was))
         {
             ngx_log_error(NGX_LOG_NOTICE, log, 0,
                           "ratelimit_zone \"%V\": the old generation wrote "
@@ -292,6 +305,19 @@ ngx_ratelimit_state_wait(ngx_ratelimit_zone_t *zone,
                   "its last one is read",
                   &zone->name, &zone->state_file,
                   (ngx_uint_t) NGX_RATELIMIT_STATE_WAIT);
+}
+
+
+/* Whether a file was last written at or after another was renamed (the
+   rename changed its inode), to the nanosecond the system keeps. */
+
+static ngx_uint_t
+ngx_ratelimit_state_written_since(ngx_file_info_t *fi,
+    ngx_file_info_t *renamed)
+{
+    return fi->st_mtim.tv_sec > renamed->st_ctim.tv_sec
+           || (fi->st_mtim.tv_sec == renamed->st_ctim.tv_sec
+               && fi->st_mtim.tv_nsec >= renamed->st_ctim.tv_nsec);
 }
 
 
