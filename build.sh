@@ -47,6 +47,8 @@ NGINX_SRC=${NGINX_SRC:-/usr/share/nginx/src}
 NGINX_BIN=${NGINX_BIN:-/usr/sbin/nginx}
 NGINX_TARBALLS=${NGINX_TARBALLS:-$ROOT/../shared/nginx}
 JOBS=$(nproc 2>/dev/null || echo 2)
+# end-to-end files at once (prove -j): they mostly wait, so more than cores
+PROVE_JOBS=${PROVE_JOBS:-8}
 VERSION=$(cat "$ROOT/VERSION")
 DEB_PACKAGE=libnginx-mod-http-ratelimit
 
@@ -167,12 +169,30 @@ build() {
     log "built $BUILD/ngx_http_ratelimit_module.so"
 }
 
+# prove_t [FILE...]: the end-to-end files (t/ unless FILEs are given),
+# PROVE_JOBS at a time: a file mostly waits (for a window, a lease, a
+# timeout), and each has its own nginx, ports (RLTest::free_port), Redis
+# and temporary directories.  A file that cannot share the machine says so
+# near its top, on a line "# prove: serial (WHY)"; those run one after the
+# other once the rest are done.  The whole t/ starts with the files that
+# took longest the last time (prove's state, in build/).
+prove_t() {
+    local files=("$@") parallel state=(--state=save --statefile="$BUILD/prove-state")
+    if [ ${#files[@]} -eq 0 ]; then
+        files=(t/)
+        [ -f "$BUILD/prove-state" ] && state+=(--state=slow)
+    fi
+    # grep -L fails when no file is tagged: every file is then parallel
+    parallel=$(cd "$ROOT" && { grep -L '^# prove: serial' t/*.t || true; } | paste -sd, -)
+    (cd "$ROOT" && prove --timer -j "$PROVE_JOBS" "${state[@]}" --rules "par={$parallel}" -r "${files[@]}")
+}
+
 run_tests() {
     ensure_packages "${TEST_PACKAGES[@]}"
     log "unit tests (ctest)"
     ctest --test-dir "$BUILD/cmake" --output-on-failure -j "$JOBS"
     log "end-to-end tests (prove -r t/)"
-    (cd "$ROOT" && prove -r t/)
+    prove_t
 }
 
 # Both suites again with the core, its tests, the tools and the module built
@@ -192,8 +212,8 @@ test_asan() {
     log "unit tests, sanitized (ctest)"
     ctest --test-dir "$dir/cmake" --output-on-failure -j "$JOBS"
     log "end-to-end tests, sanitized (prove -r t/)"
-    (cd "$ROOT" && RL_MODULE=$dir/ngx_http_ratelimit_module.so RL_REPLAY=$dir/ratelimit-replay \
-        RL_PRELOAD="$(gcc -print-file-name=libasan.so)" prove -r "${@:-t/}")
+    RL_MODULE=$dir/ngx_http_ratelimit_module.so RL_REPLAY=$dir/ratelimit-replay \
+        RL_PRELOAD="$(gcc -print-file-name=libasan.so)" prove_t "$@"
 }
 
 # build_release ENTRY DIR: nginx from the source of a release (a tarball of
@@ -238,7 +258,7 @@ matrix_entry() {
         [ "$entry" = "${entry%-static}" ] || module=static
     fi
     log "t/ against $("$nginx" -v 2>&1 | sed 's/.*: //') ($entry)"
-    (cd "$ROOT" && RL_NGINX=$nginx RL_MODULE=$module prove -r t/)
+    RL_NGINX=$nginx RL_MODULE=$module prove_t
 }
 
 matrix() {
@@ -450,7 +470,7 @@ check_format() {
     log "formatting (clang-format, tools/nginx-style)"
     (cd "$ROOT" && clang-format --dry-run --Werror core/src/*/*.cpp core/src/*/*.h core/tools/*.cpp core/tools/*.h \
         tests/*.cc tests/*.h tests/fuzz/*.cc bench/*.cc \
-        && tools/nginx-style ngx_module/*.c ngx_module/*.h core/include/ratelimit*.h bench/clock.c \
+        && tools/nginx-style ngx_module/*.c ngx_module/*/*.[ch] core/include/ratelimit*.h bench/clock.c \
         && tools/check-structure) \
         || { echo "formatting: see above (clang-format -i FILE for C++)" >&2; exit 1; }
 }

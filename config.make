@@ -55,7 +55,8 @@ END
 # include path).  Made again when the page or the script changes.
 
 rl_dashboard_page=$NGX_OBJS/ngx_http_ratelimit_dashboard_page.h
-rl_dashboard_obj=$NGX_OBJS/addon/ngx_module/ngx_http_ratelimit_dashboard.$ngx_objext
+# (nginx puts an addon's object in addon/ and its folder's name)
+rl_dashboard_obj=$NGX_OBJS/addon/api/ngx_http_ratelimit_dashboard.$ngx_objext
 
 cat << END                                                    >> $NGX_MAKEFILE
 

@@ -9,17 +9,15 @@
 #include "ngx_http_ratelimit_grpc.h"
 #include "ngx_http_ratelimit_handler.h"
 #include "ngx_http_ratelimit_headers.h"
-#include "ngx_http_ratelimit_log.h"
-#include "ngx_http_ratelimit_overrides.h"
-#include "ngx_http_ratelimit_redis_conn.h"
 #include "ngx_http_ratelimit_request.h"
-#include "ngx_http_ratelimit_state.h"
-#include "ngx_http_ratelimit_stats.h"
-#include "ngx_http_ratelimit_sync.h"
 #include "ngx_http_ratelimit_rule_conf.h"
-#include "ngx_http_ratelimit_zone_conf.h"
+#include "ngx_http_ratelimit_stats.h"
+#include "ngx_ratelimit_zone_conf.h"
+#include "ngx_ratelimit_log.h"
 
 
+static char *ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static void *ngx_http_ratelimit_create_main_conf(ngx_conf_t *cf);
 static void *ngx_http_ratelimit_create_loc_conf(ngx_conf_t *cf);
 static ngx_int_t ngx_http_ratelimit_location_policy(ngx_conf_t *cf,
@@ -34,12 +32,6 @@ static ngx_int_t ngx_http_ratelimit_first_handler(ngx_conf_t *cf,
 static ngx_int_t ngx_http_ratelimit_init_process(ngx_cycle_t *cycle);
 static void ngx_http_ratelimit_exit_process(ngx_cycle_t *cycle);
 static void ngx_http_ratelimit_exit_master(ngx_cycle_t *cycle);
-static ngx_int_t ngx_http_ratelimit_save_zone(ngx_http_ratelimit_zone_t *zone,
-    void *data);
-static ngx_int_t ngx_http_ratelimit_start_zone(ngx_http_ratelimit_zone_t *zone,
-    void *data);
-static ngx_int_t ngx_http_ratelimit_stop_zone(ngx_http_ratelimit_zone_t *zone,
-    void *data);
 
 
 /*
@@ -121,7 +113,7 @@ static ngx_command_t  ngx_http_ratelimit_commands[] = {
     { ngx_string("ratelimit_zone"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_2MORE,
       ngx_http_ratelimit_zone,
-      0,
+      NGX_HTTP_MAIN_CONF_OFFSET,
       0,
       NULL },
 
@@ -236,14 +228,35 @@ ngx_http_ratelimit_create_main_conf(ngx_conf_t *cf)
     /* the references are read in postconfiguration only: each zone's
        rules keep what the workers need of them */
 
-    if (ngx_array_init(&rmcf->zone_refs, cf->temp_pool, 64,
-                       sizeof(ngx_http_ratelimit_zone_ref_t))
+    if (ngx_array_init(&rmcf->common.zone_refs, cf->temp_pool, 64,
+                       sizeof(ngx_ratelimit_zone_ref_t))
         != NGX_OK)
     {
         return NULL;
     }
 
     return rmcf;
+}
+
+
+/*
+ * ratelimit_zone in the http block (ngx_ratelimit_zone_declare): a Redis
+ * zone names its servers with the http block's resolver, read as it
+ * connects (resolver may come after ratelimit_zone).
+ */
+
+static char *
+ngx_http_ratelimit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_ratelimit_main_conf_t *rmcf = conf;
+
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    rmcf->common.resolver = &clcf->resolver;
+    rmcf->common.resolver_timeout = &clcf->resolver_timeout;
+
+    return ngx_ratelimit_zone_declare(cf, &rmcf->common);
 }
 
 
@@ -278,8 +291,8 @@ ngx_http_ratelimit_create_loc_conf(ngx_conf_t *cf)
 static char *
 ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 {
-    ngx_http_ratelimit_loc_conf_t *prev = parent;
-    ngx_http_ratelimit_loc_conf_t *conf = child;
+    ngx_http_ratelimit_loc_conf_t  *prev = parent;
+    ngx_http_ratelimit_loc_conf_t  *conf = child;
 
     /* rules are inherited only by a level that has none, as limit_req's */
 
@@ -340,7 +353,7 @@ ngx_http_ratelimit_location_policy(ngx_conf_t *cf,
     }
 
     for (i = 0; i < n; i++) {
-        if (!rl_rule_policy_fixed(&rules[i].rule)) {
+        if (!rl_rule_policy_fixed(&rules[i].common.rule)) {
             return NGX_OK;
         }
     }
@@ -355,7 +368,7 @@ ngx_http_ratelimit_location_policy(ngx_conf_t *cf,
     }
 
     for (i = 0; i < n; i++) {
-        list[i] = &rules[i].rule;
+        list[i] = &rules[i].common.rule;
     }
 
     len = rl_policy_field(list, n, 0, (char *) buf, n * RL_POLICY_ITEM_MAX);
@@ -428,8 +441,8 @@ ngx_http_ratelimit_init(ngx_conf_t *cf)
 
     rmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_ratelimit_module);
 
-    if (ngx_http_ratelimit_zones_init(cf, rmcf) != NGX_OK
-        || ngx_http_ratelimit_log_init(cf, rmcf) != NGX_OK)
+    if (ngx_ratelimit_zones_init(cf, &rmcf->common) != NGX_OK
+        || ngx_ratelimit_log_init(cf, &rmcf->common) != NGX_OK)
     {
         return NGX_ERROR;
     }
@@ -440,7 +453,7 @@ ngx_http_ratelimit_init(ngx_conf_t *cf)
      * its requests pay nothing for the module.
      */
 
-    if (rmcf->zone_refs.nelts == 0) {
+    if (rmcf->common.zone_refs.nelts == 0) {
         return ngx_http_ratelimit_headers_init(cf, 0);
     }
 
@@ -505,73 +518,24 @@ ngx_http_ratelimit_first_handler(ngx_conf_t *cf, ngx_uint_t phase,
 }
 
 
-/*
- * A worker looks its rules' counters up in zones kept across a reload, and
- * starts their exchanges; as it exits, its Redis connections are closed.
- */
+/* A worker's start and exit, and the master's: its zones' (zone.c). */
 
 static ngx_int_t
 ngx_http_ratelimit_init_process(ngx_cycle_t *cycle)
 {
-    return ngx_http_ratelimit_each_zone(cycle, ngx_http_ratelimit_start_zone,
-                                        NULL);
-}
-
-
-static ngx_int_t
-ngx_http_ratelimit_start_zone(ngx_http_ratelimit_zone_t *zone, void *data)
-{
-    if (zone->sync != NULL) {
-        ngx_http_ratelimit_sync_start(zone->sync);
-    }
-
-    if (ngx_http_ratelimit_state_start(zone, (ngx_cycle_t *) ngx_cycle)
-        != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    return ngx_http_ratelimit_overrides_start(zone, (ngx_cycle_t *) ngx_cycle);
+    return ngx_ratelimit_zones_start(cycle);
 }
 
 
 static void
 ngx_http_ratelimit_exit_process(ngx_cycle_t *cycle)
 {
-    (void) ngx_http_ratelimit_each_zone(cycle, ngx_http_ratelimit_stop_zone,
-                                        NULL);
+    ngx_ratelimit_zones_stop(cycle);
 }
 
-
-static ngx_int_t
-ngx_http_ratelimit_stop_zone(ngx_http_ratelimit_zone_t *zone, void *data)
-{
-    if (zone->redis != NULL) {
-        ngx_http_ratelimit_redis_close(zone->redis);
-    }
-
-    if (zone->sync != NULL) {
-        ngx_http_ratelimit_sync_stop(zone->sync);
-    }
-
-    return NGX_OK;
-}
-
-
-/* The master's exit, after its workers: each zone's state file written. */
 
 static void
 ngx_http_ratelimit_exit_master(ngx_cycle_t *cycle)
 {
-    (void) ngx_http_ratelimit_each_zone(cycle, ngx_http_ratelimit_save_zone,
-                                        cycle->log);
-}
-
-
-static ngx_int_t
-ngx_http_ratelimit_save_zone(ngx_http_ratelimit_zone_t *zone, void *data)
-{
-    ngx_http_ratelimit_state_save(zone, data);
-
-    return NGX_OK;
+    ngx_ratelimit_zones_save(cycle);
 }

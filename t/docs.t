@@ -151,7 +151,7 @@ for my $file (@files) {
 # --- every directive and variable of the module is documented
 {
     my (@directives, @variables);
-    for my $c (sort glob "$root/ngx_module/*.c") {
+    for my $c (sort glob "$root/ngx_module/*.c $root/ngx_module/*/*.c") {
         my $src = RLTest::read_file($c);
         push @directives, $1 =~ /ngx_string\("([^"]+)"\)/g
             while $src =~ /ngx_command_t\s+\w+\[\]\s*=\s*\{(.*?)ngx_null_command/sg;

@@ -54,7 +54,7 @@ sub status { hit(@_)->{status} }
 # nginx started as a daemon (not this process's child: a kill -9 leaves no
 # child to reap, and a binary upgrade needs it, below); its master's pid.
 sub start_daemon {
-    my ($body) = @_;
+    my ($body, $nginx) = @_;
     my $text = $t->conf_text($body, workers => 2);
     $text =~ s/daemon off;/daemon on;/ or die;
     # nginx passes a new binary (USR2) only the environment `env` names
@@ -63,7 +63,7 @@ sub start_daemon {
     unlink "$p/nginx.pid";
     # as RLTest starts nginx: under the sanitizers, their runtime first
     local $ENV{LD_PRELOAD} = $ENV{RL_PRELOAD} if $ENV{RL_PRELOAD};
-    system($t->nginx, '-p', "$p/", '-c', "$p/nginx.conf", '-e', "$p/error.log") == 0 or die "nginx: $?";
+    system($nginx // $t->nginx, '-p', "$p/", '-c', "$p/nginx.conf", '-e', "$p/error.log") == 0 or die "nginx: $?";
     ok(wait_until(sub { (read_file("$p/nginx.pid") // '') =~ /^\d+/ && $t->get('/')->{status} != 599 }, 10),
        'nginx started as a daemon');
     my ($pid) = read_file("$p/nginx.pid") =~ /^(\d+)/;
@@ -178,14 +178,22 @@ my $load = RLTest::spawn(sub {
     return 0;
 });
 
+# USR2 to the master $t runs, then WINCH once the new one runs: the new
+# master's pid, once the old workers are gone
+sub upgrade {
+    my $old = $t->master_pid;
+    my %old_workers = map { $_ => 1 } $t->worker_pids;
+    kill 'USR2', $old;
+    ok(wait_until(sub { -f "$p/nginx.pid.oldbin" && (read_file("$p/nginx.pid") // '') =~ /^(\d+)/ && $1 != $old }, 10),
+       'USR2: a new master');
+    my ($new) = read_file("$p/nginx.pid") =~ /^(\d+)/;
+    kill 'WINCH', $old;
+    ok(wait_until(sub { !grep { kill 0, $_ } keys %old_workers }, 10), 'WINCH: the old workers are gone');
+    return $new;
+}
+
 my $old = $t->master_pid;
-my %old_workers = map { $_ => 1 } $t->worker_pids;
-kill 'USR2', $old;
-ok(wait_until(sub { -f "$p/nginx.pid.oldbin" && (read_file("$p/nginx.pid") // '') =~ /^(\d+)/ && $1 != $old }, 10),
-   'USR2: a new master');
-my ($new) = read_file("$p/nginx.pid") =~ /^(\d+)/;
-kill 'WINCH', $old;
-ok(wait_until(sub { !grep { kill 0, $_ } keys %old_workers }, 10), 'WINCH: the old workers are gone');
+my $new = upgrade();
 is(join(' ', map { status('/quota/f', "u$_") } 1 .. 2), '429 429',
    'the new generation refuses every key the old one spent');
 kill 'QUIT', $old;
@@ -202,6 +210,31 @@ is(join(' ', map { status('/quota/f', "u$_") } 1 .. 2), '429 429', 'and still do
 
 kill 'QUIT', $new;
 ok(wait_until(sub { !kill 0, $new }, 10), 'the new master stopped');
+
+# ---- a binary upgrade whose new binary starts late ----
+
+# the old generation writes its file a quarter of a second after USR2 at
+# most, before a new binary that starts a second late looks at it: that
+# file is the one (nginx starts a new binary by the path it was started
+# with, and sets NGINX for it)
+my $late = "$p/nginx-late";
+write_file($late, "#!/bin/bash\n[ -z \"\$NGINX\" ] || sleep 1\nexec -a \"\$0\" @{[ $t->nginx ]} \"\$@\"\n");
+chmod 0755, $late or die;
+unlink $file;
+$t->{pid} = start_daemon(conf(interval => '1h'), $late);
+is(join(' ', map { status('/quota/f', 'v1') } 1 .. 4), '200 200 200 429', 'a quota spent just before USR2');
+my $from = length $t->error_log;
+$old = $t->master_pid;
+$new = upgrade();
+my $log = substr($t->error_log, $from);
+like($log, qr/the old generation wrote state file "\Q$file\E" in \d+ ms/,
+     'the new master, started after the old generation wrote its file, takes it at once')
+    or diag($log =~ /^.*binary upgrade.*$/mg);
+is(status('/quota/f', 'v1'), 429, 'the new generation refuses the key');
+kill 'QUIT', $old, $new;
+ok(wait_until(sub { !kill(0, $old) && !kill(0, $new) }, 10), 'both masters stopped');
+delete $t->{pid};
+
 my @bad = grep { /\[(alert|emerg|crit)\]|exited on signal|AddressSanitizer|runtime error:/ } split /\n/, $t->error_log;
 ok(!@bad, 'error log clean') or diag(join "\n", @bad);
 

@@ -60,14 +60,13 @@ sub tls_missing {
     return $out =~ />>> 'tls-port/ ? "$server is built without TLS" : '';
 }
 
-# A cluster node also listens on its port + 10000 (the cluster bus): a free
-# pair below 55536.
+# A cluster node also listens on its port + 10000 (the cluster bus): a
+# port of the test's own (RLTest::free_port, 10000 to 19999) whose bus port
+# is free too.
 sub cluster_port {
     for (1 .. 100) {
-        my $p = 20000 + int(rand(25000));
-        my @s = map { IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $_, Proto => 'tcp', Listen => 1) }
-                ($p, $p + 10000);
-        return $p if $s[0] && $s[1];
+        my $p = RLTest::free_port();
+        return $p if RLTest::port_bindable($p + 10000);
     }
     die "RLRedis: no free port pair for a cluster node\n";
 }

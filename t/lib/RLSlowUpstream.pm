@@ -1,6 +1,6 @@
 package RLSlowUpstream;
 # A slow HTTP upstream for the tests: each request is held for the time its
-# URI asks (/hold/MS) or its X-Hold header (MS), then answered with the
+# X-Hold header asks (MS), else its URI (/hold/MS), then answered with the
 # status of its X-Answer-Status header (200) and the header line of its
 # X-Answer-Header, a process a connection, and the upstream counts the
 # requests in flight (the most at once too) and when each started and ended
@@ -48,8 +48,8 @@ sub serve {
     while ($head !~ /\r\n\r\n/) {
         sysread($c, $head, 4096, length $head) or return;
     }
-    my ($ms) = $head =~ m{^GET /hold/(\d+)};
-    ($ms) = $head =~ /^X-Hold: *(\d+)/mi unless defined $ms;
+    my ($ms) = $head =~ /^X-Hold: *(\d+)/mi;
+    ($ms) = $head =~ m{^GET /hold/(\d+)} unless defined $ms;
     my ($seq) = $head =~ /^X-Seq: *(\S+)/mi;
     $seq //= '-';
     # the answer a request asks for: its status, and a header line

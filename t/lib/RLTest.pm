@@ -40,7 +40,9 @@ our @EXPORT_OK = qw(statuses_of json_of basic_auth parse_response read_response 
 
 use Cwd qw(abs_path);
 use File::Basename qw(dirname);
+use Fcntl qw(O_CREAT O_RDONLY LOCK_EX LOCK_NB);
 use File::Path qw(make_path);
+use File::Spec;
 use File::Temp qw(tempdir);
 use HTTP::Tiny;
 use IO::Select;
@@ -101,12 +103,51 @@ sub read_file {
     return <$fh> // '';   # a /proc file whose process left meanwhile reads nothing
 }
 
+# A loopback port for a server of the test, its own for as long as the
+# test's process lives, whatever else runs at the same time (prove -j, or
+# another checkout's tests): ports come from a block of 100 between 10000
+# and 19999, below the kernel's ephemeral range (no connection takes its
+# own port there), and a block is the process's while it holds an flock on
+# the block's file in $TMPDIR/ngx-ratelimit-ports.  So a port the test
+# stops listening on (a restart, a server stopped on purpose, a port where
+# nothing listens) is taken by nothing else meanwhile.  A port of the block
+# that something else listens on is skipped; a child process takes a block
+# of its own.
+my ($port_pid, @ports) = (0);
+my @port_locks;
+
 sub free_port {
-    my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp', Listen => 1)
-        or die "RLTest: no free port: $!\n";
-    my $port = $s->sockport;
+    while (1) {
+        take_port_block() if $port_pid != $$ || !@ports;
+        my $port = shift @ports;
+        return $port if port_bindable($port);
+    }
+}
+
+sub take_port_block {
+    my $dir = File::Spec->tmpdir . '/ngx-ratelimit-ports';
+    mkdir $dir;
+    chmod 01777, $dir if -o $dir;   # any user's tests take blocks there
+    my $first = int(rand(100));
+    for my $i (0 .. 99) {
+        my $block = ($first + $i) % 100;
+        sysopen(my $fh, "$dir/$block", O_RDONLY | O_CREAT, 0644) or next;
+        next unless flock($fh, LOCK_EX | LOCK_NB);
+        push @port_locks, $fh;   # held until the process exits
+        ($port_pid, @ports) = ($$, map { 10000 + 100 * $block + $_ } 0 .. 99);
+        return;
+    }
+    die "RLTest: no free block of ports in $dir: 100 test processes hold one\n";
+}
+
+# Whether a TCP server may listen on 127.0.0.1:$port now (as nginx and
+# redis-server do, with SO_REUSEADDR).
+sub port_bindable {
+    my ($port) = @_;
+    my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $port, Proto => 'tcp', Listen => 1,
+                                  ReuseAddr => 1) or return 0;
     close $s;
-    return $port;
+    return 1;
 }
 
 # The configuration write_conf would write: the module, a main context that
@@ -156,6 +197,8 @@ sub write_conf {
     my ($self, $body, %opt) = @_;
     my $text = $self->conf_text($body, %opt);
     write_file("$self->{prefix}/nginx.conf", $text);
+    # the workers start() waits for
+    $self->{workers} = ($opt{master} // 'on') eq 'on' ? $opt{workers} // 1 : 0;
     return $text;
 }
 
@@ -183,6 +226,11 @@ sub start {
         return 0;
     }, 10);
     die "RLTest: nginx did not listen on $self->{port}:\n" . $self->error_log unless $up;
+    # the master listens before its workers run: a request, a signal or a
+    # count of workers waits until each has run the module's worker start
+    # (a worker that does not start is the test's to find)
+    my $n = $self->{workers} // 0;
+    wait_until(sub { $self->ready_workers >= $n }, 10) if $n;
     return $self;
 }
 
@@ -214,15 +262,21 @@ sub master_pid { $_[0]{pid} }
 # die before its own SIGKILL would start another, which nothing would stop.
 sub kill_server {
     my ($self) = @_;
-    my $pid = $self->{pid} or return;
+    my $pid = delete $self->{pid} or return;
+    kill_nginx($pid);
+    @running = grep { $_ != $pid } @running;
+}
+
+# SIGKILL to a master and its workers (kill_server's), for what a test
+# leaves running when it ends or dies: a worker whose master is gone would
+# keep serving.
+sub kill_nginx {
+    my ($pid) = @_;
     kill 'STOP', $pid;
     # its state in /proc (after "(comm) "): T once stopped
     wait_until(sub { my ($state) = read_file("/proc/$pid/stat") =~ /.*\) (\S)/s; ($state // 'T') eq 'T' }, 5);
-    my @workers = $self->worker_pids;
-    delete $self->{pid};
-    kill 'KILL', @workers, $pid;
+    kill 'KILL', children_of($pid), $pid;
     waitpid($pid, 0);
-    @running = grep { $_ != $pid } @running;
 }
 
 sub signal {
@@ -233,19 +287,31 @@ sub signal {
 sub worker_pids {
     my ($self) = @_;
     return () unless $self->{pid};
+    return children_of($self->{pid});
+}
+
+sub children_of {
+    my ($parent) = @_;
     my @pids;
     for my $stat (glob '/proc/[0-9]*/stat') {
         my $s = read_file($stat) or next;
         # pid (comm) state ppid ...: comm may hold spaces, so split after ')'
         my ($pid, $rest) = $s =~ /^(\d+) \(.*\) (.*)$/s or next;
         my (undef, $ppid) = split ' ', $rest;
-        push @pids, $pid if $ppid == $self->{pid};
+        push @pids, $pid if $ppid == $parent;
     }
     return sort { $a <=> $b } @pids;
 }
 
+# The workers that have started: nginx names a worker "nginx: worker
+# process" once its modules' worker start has run.
+sub ready_workers {
+    my ($self) = @_;
+    return grep { read_file("/proc/$_/cmdline") =~ /^nginx: worker process/ } $self->worker_pids;
+}
+
 # Optionally rewrites the configuration, then reloads and waits until every
-# worker is a new one.
+# worker is a new one, started.
 sub reload {
     my ($self, $body, %opt) = @_;
     $self->write_conf($body, %opt) if defined $body;
@@ -253,13 +319,15 @@ sub reload {
     $self->signal('HUP');
     wait_until(sub {
         my @now = $self->worker_pids;
-        return @now && !grep { $old{$_} } @now;
+        return @now && !grep({ $old{$_} } @now) && $self->ready_workers == @now;
     }, 10) or die "RLTest: reload did not complete:\n" . $self->error_log;
     return $self;
 }
 
 # A reload that does not wait for the old workers to exit (they may hold
-# requests, or be frozen): true once $n new workers run (within 10 s).
+# requests, or be frozen): true once the master runs $n new workers
+# (within 10 s; a new worker's start may wait for a lock a frozen one
+# holds).
 sub reload_started {
     my ($self, $n) = @_;
     my %old = map { $_ => 1 } $self->worker_pids;
@@ -444,6 +512,9 @@ sub at_once {
 # $total requests for one key (an X-Key header) at once, over $conns
 # keep-alive connections in as many processes, the connections spread over
 # the given ports in turn: (200s, 429s with a Retry-After, anything else).
+# Each process sends its requests one after another on its connection
+# (another when nginx closes it), with a client of a few lines: a loaded
+# machine's time goes to nginx rather than to HTTP::Tiny.
 sub burst {
     my (%o) = @_;
     my ($ports, $path, $key, $total, $conns) = @o{qw(ports path key total conns)};
@@ -451,12 +522,13 @@ sub burst {
         my $n = int($total / $conns) + ($_ < $total % $conns ? 1 : 0);
         my $port = $ports->[ $_ % @$ports ];
         sub {
-            my $http = HTTP::Tiny->new(keep_alive => 1, timeout => 20);
-            my @n = (0, 0, 0);
+            my ($s, @n) = (undef, 0, 0, 0);
             for (1 .. $n) {
-                my $r = $http->get("http://127.0.0.1:$port$path", { headers => { 'X-Key' => $key } });
-                $n[ $r->{status} == 200 ? 0
-                  : $r->{status} == 429 && ($r->{headers}{'retry-after'} // 0) >= 1 ? 1 : 2 ]++;
+                $s //= IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port) or die "connect: $!\n";
+                print $s "GET $path HTTP/1.1\r\nHost: t\r\nX-Key: $key\r\n\r\n";
+                my $r = keepalive_response($s, 20);
+                $n[ $r->{status} == 200 ? 0 : $r->{status} == 429 && ($r->{headers}{'retry-after'} // 0) >= 1 ? 1 : 2 ]++;
+                undef $s if ($r->{headers}{connection} // '') =~ /close/i;
             }
             return \@n;
         };
@@ -466,6 +538,27 @@ sub burst {
         $sum[$_] += $c->[$_] for 0 .. 2;
     }
     return @sum;
+}
+
+# One response read from a keep-alive connection, no more (its body by
+# Content-Length, or chunked), waiting $timeout s at most for each read:
+# parse_response's, the body as sent.
+sub keepalive_response {
+    my ($s, $timeout) = @_;
+    my ($buf, $sel, $end) = ('', IO::Select->new($s));
+    my $more = sub {
+        $sel->can_read($timeout) or die "RLTest: no answer in $timeout s\n";
+        sysread($s, $buf, 65536, length $buf) or die "RLTest: the connection closed in an answer\n";
+    };
+    $more->() until ($end = index($buf, "\r\n\r\n")) >= 0;
+    my $head = substr($buf, 0, $end + 4);
+    if ($head =~ /^Transfer-Encoding: *chunked/mi) {
+        $more->() until substr($buf, $end) =~ /\r\n0\r\n(?:[^\r\n]+\r\n)*\r\n\z/;
+    } else {
+        my ($len) = $head =~ /^Content-Length: *(\d+)/mi;
+        $more->() while length($buf) < $end + 4 + ($len // 0);
+    }
+    return parse_response($buf);
 }
 
 # Requests on one keep-alive connection, pipelined 200 at a time: one for
@@ -813,17 +906,15 @@ sub wait_until {
 
 sub DESTROY {
     my ($self) = @_;
-    if (my $pid = $self->{pid}) {
-        kill 'KILL', $pid;
-        waitpid($pid, 0);
+    if (my $pid = delete $self->{pid}) {
+        kill_nginx($pid);
+        @running = grep { $_ != $pid } @running;
     }
 }
 
 END {
-    for my $pid (@running) {
-        kill 'KILL', $pid;
-        waitpid($pid, 0);
-    }
+    local $?;
+    kill_nginx($_) for @running;
 }
 
 package RLTest::Child;

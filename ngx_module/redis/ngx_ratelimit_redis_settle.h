@@ -1,0 +1,40 @@
+
+/*
+ * ngx-ratelimit: the charges of a request decided in Redis, sent when it
+ * ends (ngx_ratelimit_redis_settle.c).
+ */
+
+#ifndef NGX_RATELIMIT_REDIS_SETTLE_H
+#define NGX_RATELIMIT_REDIS_SETTLE_H
+
+
+#include "ngx_ratelimit_redis.h"
+
+
+/*
+ * Sends the charges of a request that ended, decided in Redis: the checks
+ * that settle one (rl_check_charges, a charge known), copied, in one script
+ * call on the worker's connections, without waiting for the reply.
+ */
+void ngx_ratelimit_redis_settle(ngx_ratelimit_redis_t *redis,
+    rl_request_t *rq);
+
+/* Concurrency's leases: named before a request's call; held (1) by a
+   request that took any, in the worker's list that the renewals' timer
+   walks, or kept (1) by one on_redis_error=local admitted, to be written
+   into Redis; released when it ends (lease NULL: its call failed, and it
+   is not in the list).  A failed call of the zone puts the worker's leases
+   in restore (leases_lost): written into Redis again until it took them
+   all. */
+void ngx_ratelimit_redis_lease_prepare(ngx_ratelimit_redis_t *redis,
+    rl_request_t *rq);
+ngx_uint_t ngx_ratelimit_redis_lease_hold(ngx_ratelimit_redis_t *redis,
+    rl_request_t *rq, ngx_ratelimit_lease_t *lease);
+ngx_uint_t ngx_ratelimit_redis_lease_keep(ngx_ratelimit_redis_t *redis,
+    rl_request_t *rq, ngx_ratelimit_lease_t *lease);
+void ngx_ratelimit_redis_lease_release(ngx_ratelimit_redis_t *redis,
+    rl_request_t *rq, ngx_ratelimit_lease_t *lease);
+void ngx_ratelimit_redis_leases_lost(ngx_ratelimit_redis_t *redis);
+
+
+#endif /* NGX_RATELIMIT_REDIS_SETTLE_H */

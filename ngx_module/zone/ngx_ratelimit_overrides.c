@@ -1,0 +1,1090 @@
+
+/*
+ * ngx-ratelimit: a zone's overrides (ratelimit_zone overrides=N
+ * overrides_file=PATH): the store beside the zone's table (the core's:
+ * ratelimit_override.h), the file that keeps it across restarts and binary
+ * upgrades, read when the zone is new, written after each change, and the
+ * removal of expired overrides.
+ *
+ * The file is written off the request path: by a worker's timer after a
+ * change (the worker that made it, at once; worker 0 every second for the
+ * rest, expiries included), to a temporary file renamed over the old one,
+ * under the zone's lock only for the rename, and only if no newer version
+ * was renamed meanwhile.  A missing, truncated or corrupt file is said in
+ * the error log, line by line, and the zone starts with what could be read.
+ */
+
+
+#include "ngx_ratelimit_overrides.h"
+#include "ngx_ratelimit_file.h"
+#include "ngx_ratelimit_log.h"
+#include "ngx_ratelimit_redis_conn.h"
+#include "ngx_ratelimit_sync.h"
+
+
+#define NGX_RATELIMIT_OVERRIDES_TICK  1000
+/* a Redis zone's: how often each server asks for Redis's overrides'
+   version (a change applies on every server within about this) */
+#define NGX_RATELIMIT_OVERRIDES_POLL  250
+/* the lines of a file said one by one before the rest are counted */
+#define NGX_RATELIMIT_OVERRIDES_SAID  5
+/* a write waiting for its version gives up after so many answered polls
+   that hold an older one */
+#define NGX_RATELIMIT_OVERRIDES_TRIES  3
+
+
+/* A file's reading: the lines skipped, said or counted. */
+typedef struct {
+    ngx_uint_t   bad;       /* lines that do not read or break a rule */
+    ngx_uint_t   full;      /* overrides with no room */
+    ngx_uint_t   first_full; /* the first one's line */
+} ngx_ratelimit_overrides_read_t;
+
+
+static ngx_int_t ngx_ratelimit_overrides_line(ngx_log_t *log,
+    ngx_ratelimit_zone_t *zone, rl_override_rule_t *rules, ngx_uint_t n,
+    u_char *line, size_t len, ngx_uint_t number,
+    ngx_ratelimit_overrides_read_t *rd);
+static void ngx_ratelimit_overrides_tick(ngx_event_t *ev);
+static ngx_int_t ngx_ratelimit_overrides_write(
+    ngx_ratelimit_zone_t *zone, ngx_log_t *log);
+static u_char *ngx_ratelimit_overrides_text(
+    ngx_ratelimit_zone_t *zone, size_t *len, uint64_t *version);
+static void ngx_ratelimit_overrides_poll(ngx_ratelimit_zone_t *zone,
+    int64_t now);
+static ngx_ratelimit_overrides_poll_t *
+    ngx_ratelimit_overrides_poll_of(ngx_ratelimit_zone_t *zone);
+static void ngx_ratelimit_overrides_taken(
+    ngx_ratelimit_zone_t *zone, ngx_int_t rc);
+static void ngx_ratelimit_overrides_polled(
+    ngx_ratelimit_redis_wait_t *w, rl_redis_answer_t *answer);
+static void ngx_ratelimit_overrides_apply(
+    ngx_ratelimit_zone_t *zone);
+static ngx_int_t ngx_ratelimit_overrides_page(
+    ngx_ratelimit_zone_t *zone, rl_overrides_call_t *call);
+static ngx_int_t ngx_ratelimit_overrides_command(void *c,
+    ngx_ratelimit_redis_wait_t *w, ngx_uint_t eval);
+static ngx_int_t ngx_ratelimit_overrides_answer(
+    ngx_ratelimit_redis_wait_t *w, rl_resp_t *reply,
+    rl_redis_answer_t *a);
+
+
+/* overrides=N, overrides_file=PATH of ratelimit_zone */
+
+ngx_int_t
+ngx_ratelimit_overrides_param(ngx_conf_t *cf, ngx_str_t *value,
+    ngx_str_t *zone, ngx_uint_t *n, ngx_str_t *file)
+{
+    ngx_int_t  v;
+
+    if (value->len > 10 && ngx_strncmp(value->data, "overrides=", 10) == 0) {
+        v = ngx_atoi(value->data + 10, value->len - 10);
+
+        if (v == NGX_ERROR || v > RL_OVERRIDES_MAX) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"ratelimit_zone\" directive: invalid \"%V\" "
+                               "of zone \"%V\": expected the number of "
+                               "overrides the zone has room for, from 0 (none) "
+                               "to %d", value, zone, RL_OVERRIDES_MAX);
+            return NGX_ERROR;
+        }
+
+        *n = v;
+        return NGX_OK;
+    }
+
+    if (value->len > 15
+        && ngx_strncmp(value->data, "overrides_file=", 15) == 0)
+    {
+        file->data = value->data + 15;
+        file->len = value->len - 15;
+
+        if (ngx_conf_full_name(cf->cycle, file, 0) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        return NGX_OK;
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/* The bytes of a zone's store, after its table. */
+
+size_t
+ngx_ratelimit_overrides_bytes(ngx_ratelimit_zone_t *zone)
+{
+    return zone->overrides ? ngx_align(rl_overrides_size(zone->overrides), 64)
+                           : 0;
+}
+
+
+/*
+ * A zone's rules as the core's carry-over and its checks need them: a name
+ * once (the rules of a name share a state), the first rule of each name,
+ * sorted by name (zone->names, made with the configuration), with its key
+ * expression, in memory of the caller's.
+ */
+
+rl_override_rule_t *
+ngx_ratelimit_overrides_rules(ngx_ratelimit_zone_t *zone,
+    rl_override_rule_t *out, ngx_uint_t *n)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < zone->nnames; i++) {
+        out[i].rule = &zone->names[i]->rule;
+        out[i].identity = zone->names[i]->identity;
+        out[i].key = (char *) zone->names[i]->key.data;
+        out[i].key_len = zone->names[i]->key.len;
+    }
+
+    *n = zone->nnames;
+
+    return out;
+}
+
+
+/* The configured rule of a name in a zone, or NULL. */
+
+rl_override_rule_t *
+ngx_ratelimit_overrides_rule(rl_override_rule_t *rules, ngx_uint_t n,
+    const char *name)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < n; i++) {
+        if (ngx_strcmp(rules[i].rule->name, name) == 0) {
+            return &rules[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+/*
+ * The store laid out after the zone's table, or kept (a reload); a new one
+ * filled from the zone's file.  In the master, as the zone is made: nobody
+ * else has it yet, and a kept one is left as it is (its rules' identities
+ * are worked out again by each worker, ngx_ratelimit_overrides_start).
+ */
+
+void
+ngx_ratelimit_overrides_attach(ngx_ratelimit_zone_t *zone,
+    u_char *mem, ngx_log_t *log)
+{
+    if (zone->overrides == 0) {
+        return;
+    }
+
+    zone->store = mem;
+
+    if (rl_overrides_attach(zone->table, mem, zone->overrides) == 0
+        && zone->overrides_file.len)
+    {
+        ngx_ratelimit_overrides_load(zone, log);
+    }
+
+    if (zone->redis != NULL) {
+        rl_overrides_remote(zone->table);   /* a copy of Redis's */
+    }
+}
+
+
+/*
+ * The zone's file read into its new store, a line at a time: a line that
+ * cannot be read, or that the key API would not take (a rule the zone no
+ * longer has, its bounds broken, an expiry beyond 366 days), is said (file
+ * and line: the first few, then counted) and skipped; the overrides that
+ * find no room are counted, in one line.
+ */
+
+void
+ngx_ratelimit_overrides_load(ngx_ratelimit_zone_t *zone,
+    ngx_log_t *log)
+{
+    u_char               *text, *p, *last, *nl;
+    ssize_t               n;
+    ngx_fd_t              fd;
+    ngx_err_t             err;
+    ngx_uint_t            line, nrules, loaded, level;
+    const char           *what;
+    ngx_file_info_t       fi;
+    rl_override_rule_t   *rules;
+
+    ngx_ratelimit_overrides_read_t  rd;
+
+    fd = ngx_ratelimit_file_open(zone->overrides_file.data, 0, &fi, &err,
+                                 &what);
+
+    if (fd == NGX_INVALID_FILE) {
+        level = (err == NGX_ENOENT) ? NGX_LOG_NOTICE : NGX_LOG_ERR;
+        ngx_log_error(level, log, err,
+                      "ratelimit_zone \"%V\": overrides_file \"%V\" %s: the "
+                      "zone starts with no overrides", &zone->name,
+                      &zone->overrides_file,
+                      what ? what : "could not be opened");
+        return;
+    }
+
+    /* a file much larger than the zone's overrides' lines is not read */
+
+    if (ngx_file_size(&fi) > (off_t) (4 * zone->overrides
+                                      * RL_OVERRIDE_LINE_MAX + 65536))
+    {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "ratelimit_zone \"%V\": overrides_file \"%V\" is too "
+                      "large (%O bytes) for overrides=%ui: the zone starts "
+                      "with no overrides", &zone->name, &zone->overrides_file,
+                      ngx_file_size(&fi), zone->overrides);
+        (void) ngx_close_file(fd);
+        return;
+    }
+
+    text = ngx_alloc(ngx_file_size(&fi) + 1, log);
+    rules = ngx_alloc((zone->nnames + 1) * sizeof(rl_override_rule_t), log);
+    if (text == NULL || rules == NULL) {
+        goto failed;
+    }
+
+    n = ngx_read_fd(fd, text, ngx_file_size(&fi));
+    if (n < 0) {
+        goto failed;
+    }
+
+    (void) ngx_ratelimit_overrides_rules(zone, rules, &nrules);
+
+    loaded = 0;
+    last = text + n;
+    ngx_memzero(&rd, sizeof(ngx_ratelimit_overrides_read_t));
+
+    for (p = text, line = 1; p < last; p = nl + 1, line++) {
+        nl = ngx_strlchr(p, last, '\n');
+
+        if (nl == NULL) {
+            ngx_log_error(NGX_LOG_ERR, log, 0,
+                          "ratelimit_zone \"%V\": overrides_file \"%V\" line "
+                          "%ui: truncated (no end of line): skipped",
+                          &zone->name, &zone->overrides_file, line);
+            break;
+        }
+
+        loaded += ngx_ratelimit_overrides_line(log, zone, rules, nrules,
+                                               p, nl - p, line, &rd)
+                  == NGX_OK;
+    }
+
+    if (rd.bad > NGX_RATELIMIT_OVERRIDES_SAID) {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "ratelimit_zone \"%V\": overrides_file \"%V\": %ui more "
+                      "lines skipped, not said (%ui in all)", &zone->name,
+                      &zone->overrides_file,
+                      rd.bad - NGX_RATELIMIT_OVERRIDES_SAID, rd.bad);
+    }
+
+    if (rd.full) {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "ratelimit_zone \"%V\": overrides_file \"%V\": %ui "
+                      "overrides skipped, from line %ui on: no room "
+                      "(overrides=%ui)", &zone->name, &zone->overrides_file,
+                      rd.full, rd.first_full, zone->overrides);
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, log, 0,
+                  "ratelimit_zone \"%V\": %ui overrides read from \"%V\"",
+                  &zone->name, loaded, &zone->overrides_file);
+
+    ngx_free(text);
+    ngx_free(rules);
+    (void) ngx_close_file(fd);
+    return;
+
+failed:
+
+    ngx_log_error(NGX_LOG_ERR, log, ngx_errno,
+                  "ratelimit_zone \"%V\": overrides_file \"%V\" could not be "
+                  "read: the zone starts with no overrides",
+                  &zone->name, &zone->overrides_file);
+
+    if (text) {
+        ngx_free(text);
+    }
+
+    if (rules) {
+        ngx_free(rules);
+    }
+
+    (void) ngx_close_file(fd);
+}
+
+
+static ngx_int_t
+ngx_ratelimit_overrides_line(ngx_log_t *log,
+    ngx_ratelimit_zone_t *zone, rl_override_rule_t *rules, ngx_uint_t n,
+    u_char *line, size_t len, ngx_uint_t number,
+    ngx_ratelimit_overrides_read_t *rd)
+{
+    int                        rc;
+    int64_t                    now;
+    rl_override_t              ov;
+    const rl_override_rule_t  *rule;
+    char                       err[RL_ERR_MAX];
+
+    rc = rl_overrides_file_read((char *) line, len, &ov, err, sizeof(err));
+
+    if (rc == RL_DECLINED) {
+        return NGX_DECLINED;
+    }
+
+    now = ngx_ratelimit_now();
+
+    /* the key API's checks, in the core (one place for the API, the file
+       and Redis's hash) */
+
+    if (rc == RL_OK) {
+        rc = rl_override_admit(&ov, rules, n, 0, now, &rule, err,
+                               sizeof(err));
+    }
+
+    if (rc == RL_ERROR) {
+        if (rd->bad++ < NGX_RATELIMIT_OVERRIDES_SAID) {
+            ngx_log_error(NGX_LOG_ERR, log, 0,
+                          "ratelimit_zone \"%V\": overrides_file \"%V\" line "
+                          "%ui: %s: skipped", &zone->name,
+                          &zone->overrides_file, number, err);
+        }
+
+        return NGX_ERROR;
+    }
+
+    if (rc == RL_DECLINED) {
+        return NGX_DECLINED;   /* expired while nginx was down */
+    }
+
+    if (rl_override_put(zone->table, &ov, rule, now) != RL_OVERRIDE_OK) {
+        rd->first_full = rd->full++ ? rd->first_full : number;
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * A worker's start: the store's tags worked out again for the rules this
+ * configuration has (a reload may have changed a rule's algorithm, which
+ * makes its identity), and the timer.  A local zone's ticks only while
+ * there is something to do (an override to expire, the file to write):
+ * worker 0 from the start when the store holds overrides, a worker that
+ * changes one from then on; a store that holds none costs no tick.
+ */
+
+ngx_int_t
+ngx_ratelimit_overrides_start(ngx_ratelimit_zone_t *zone,
+    ngx_cycle_t *cycle)
+{
+    ngx_uint_t             n;
+    rl_override_rule_t    *rules;
+    rl_overrides_stats_t   st;
+
+    if (zone->store == NULL) {
+        return NGX_OK;
+    }
+
+    rules = ngx_palloc(cycle->pool,
+                       (zone->nnames + 1) * sizeof(rl_override_rule_t));
+    if (rules == NULL) {
+        return NGX_ERROR;
+    }
+
+    zone->override_rules = ngx_ratelimit_overrides_rules(zone, rules,
+                                                         &n);
+    zone->override_nrules = n;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    rl_overrides_retag(zone->table, rules, n);
+    rl_overrides_stats(zone->store, &st);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    zone->overrides_event.handler = ngx_ratelimit_overrides_tick;
+    zone->overrides_event.data = zone;
+    zone->overrides_event.log = cycle->log;
+    zone->overrides_event.cancelable = 1;
+
+    zone->overrides_redis = zone->redis ? zone->redis
+                            : zone->sync ? zone->sync->redis : NULL;
+
+    if (zone->overrides_redis) {
+        /* every worker takes Redis's overrides when it starts; worker 0 then
+           asks for their version every NGX_RATELIMIT_OVERRIDES_POLL */
+        ngx_add_timer(&zone->overrides_event, 1);
+
+    } else if (ngx_worker == 0 && st.held > 0) {
+        ngx_add_timer(&zone->overrides_event,
+                      NGX_RATELIMIT_OVERRIDES_TICK);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * A change made in this worker: the file written at once, and the ticks
+ * started (its expiry kept).
+ */
+
+void
+ngx_ratelimit_overrides_changed(ngx_ratelimit_zone_t *zone)
+{
+    if (zone->overrides_redis == NULL && zone->overrides_event.handler) {
+        if (zone->overrides_event.timer_set) {
+            ngx_del_timer(&zone->overrides_event);
+        }
+
+        ngx_add_timer(&zone->overrides_event, 1);
+    }
+}
+
+
+static void
+ngx_ratelimit_overrides_tick(ngx_event_t *ev)
+{
+    int64_t                now, expiry;
+    rl_overrides_stats_t   st;
+    ngx_ratelimit_zone_t  *zone = ev->data;
+
+    now = ngx_ratelimit_now();
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (zone->overrides_redis) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        ngx_ratelimit_overrides_poll(zone, now);
+
+        if (ngx_worker == 0 && !ngx_exiting && !ngx_terminate && !ngx_quit) {
+            ngx_add_timer(ev, NGX_RATELIMIT_OVERRIDES_POLL);
+        }
+
+        return;
+    }
+
+    expiry = rl_overrides_next_expiry(zone->table, zone->overrides_checked);
+
+    if (expiry != 0 && expiry <= now) {
+        (void) rl_overrides_expire(zone->table, zone->override_rules,
+                                   zone->override_nrules, now);
+    }
+
+    zone->overrides_checked = now;   /* every one expired by now is gone */
+
+    expiry = rl_overrides_next_expiry(zone->table, now);
+
+    rl_overrides_stats(zone->store, &st);
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (zone->overrides_file.len && st.written < st.version
+        && ngx_ratelimit_overrides_write(zone, ev->log) != NGX_OK)
+    {
+        /* said; tried again at the next tick */
+        expiry = now;
+    }
+
+    /* again while an override is to expire (or the file to write) */
+
+    if (expiry != 0 && !ngx_exiting && !ngx_terminate && !ngx_quit) {
+        ngx_add_timer(ev, NGX_RATELIMIT_OVERRIDES_TICK);
+    }
+}
+
+
+/*
+ * The file written: the overrides copied under the lock, written to a
+ * temporary file beside it (ngx_ratelimit_file.c), and renamed over
+ * it, unless a newer version was renamed meanwhile.  A failure is said
+ * once while it repeats (it is tried again every second), and its end.
+ */
+
+static ngx_int_t
+ngx_ratelimit_overrides_write(ngx_ratelimit_zone_t *zone,
+    ngx_log_t *log)
+{
+    u_char                *text;
+    size_t                 len;
+    uint64_t               version;
+    ngx_int_t              rc;
+    rl_overrides_stats_t   st;
+    ngx_ratelimit_file_t   f;
+
+    text = ngx_ratelimit_overrides_text(zone, &len, &version);
+    if (text == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = ngx_ratelimit_file_create(&f, &zone->overrides_file,
+                                   NGX_FILE_DEFAULT_ACCESS, log);
+
+    if (rc == NGX_OK) {
+        rc = ngx_ratelimit_file_write(&f, text, len);
+    }
+
+    if (rc == NGX_OK) {
+        rc = ngx_ratelimit_file_close(&f);
+    }
+
+    if (rc == NGX_OK) {
+        ngx_shmtx_lock(&zone->shpool->mutex);
+
+        rl_overrides_stats(zone->store, &st);
+
+        if (version > st.written) {
+            rc = ngx_ratelimit_file_rename(&f, &zone->overrides_file);
+
+            if (rc == NGX_OK) {
+                rl_overrides_written(zone->store, version);
+            }
+        }
+
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+    }
+
+    ngx_ratelimit_log_written(log, &zone->overrides_failing, rc, f.err,
+                              "ratelimit_zone \"%V\": overrides_file "
+                              "\"%V\"", &zone->name,
+                              &zone->overrides_file);
+
+    /* a version older than the file's is not renamed: removed */
+
+    ngx_ratelimit_file_discard(&f);
+    ngx_free(text);
+
+    return rc;
+}
+
+
+/* The file's text, of the store's overrides at one version, copied under
+   the lock. */
+
+static u_char *
+ngx_ratelimit_overrides_text(ngx_ratelimit_zone_t *zone,
+    size_t *len, uint64_t *version)
+{
+    u_char                *text, *p;
+    size_t                 i, n, total;
+    rl_override_t         *list;
+    rl_overrides_stats_t   st;
+
+    list = ngx_alloc(zone->overrides * sizeof(rl_override_t),
+                     ngx_cycle->log);
+    if (list == NULL) {
+        return NULL;
+    }
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    /* expired ones too: a limit override's key is carried back when it is
+       removed, which the next start does then */
+
+    n = rl_override_list(zone->table, NULL, 0, INT64_MIN, list,
+                         zone->overrides, &total);
+    rl_overrides_stats(zone->store, &st);
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    text = ngx_alloc(sizeof(RL_OVERRIDES_FILE_HEADER)
+                     + n * RL_OVERRIDE_LINE_MAX, ngx_cycle->log);
+    if (text == NULL) {
+        ngx_free(list);
+        return NULL;
+    }
+
+    p = ngx_cpymem(text, RL_OVERRIDES_FILE_HEADER,
+                   sizeof(RL_OVERRIDES_FILE_HEADER) - 1);
+
+    for (i = 0; i < n; i++) {
+        p += rl_overrides_file_line(&list[i], (char *) p);
+    }
+
+    ngx_free(list);
+
+    *len = p - text;
+    *version = st.version;
+
+    return text;
+}
+
+
+/* ---- a Redis zone's overrides: taken from Redis, written there ---------- */
+
+
+/* This worker's taking of them, made when first needed. */
+
+static ngx_ratelimit_overrides_poll_t *
+ngx_ratelimit_overrides_poll_of(ngx_ratelimit_zone_t *zone)
+{
+    ngx_ratelimit_overrides_poll_t  *p;
+
+    if (zone->poll == NULL) {
+        p = ngx_pcalloc(ngx_cycle->pool,
+                        sizeof(ngx_ratelimit_overrides_poll_t));
+        if (p == NULL) {
+            return NULL;
+        }
+
+        ngx_queue_init(&p->waiting);
+        zone->poll = p;
+    }
+
+    return zone->poll;
+}
+
+
+/*
+ * Redis's overrides taken into the zone's store when their version moved
+ * (in this worker: one poll at a time, another after it when asked for
+ * meanwhile), a page at a time; the store then replaced under the lock,
+ * and the refusals the zone remembers forgotten (none outlives an override
+ * that lifts it, an override's expiry too).
+ */
+
+static void
+ngx_ratelimit_overrides_poll(ngx_ratelimit_zone_t *zone, int64_t now)
+{
+    int64_t                          expiry;
+    ngx_ratelimit_overrides_poll_t  *p;
+
+    p = ngx_ratelimit_overrides_poll_of(zone);
+    if (p == NULL) {
+        return;
+    }
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    expiry = rl_overrides_next_expiry(zone->table, p->expiries);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+    p->expiries = now;
+
+    if (zone->redis && expiry != 0 && expiry <= now) {
+        rl_refusals_forget(zone->redis->refusals);
+    }
+
+    if (p->busy) {
+        p->again = 1;
+        return;
+    }
+
+    p->again = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    rl_overrides_stats(zone->store, &p->known);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    ngx_memzero(&p->oc.call, sizeof(rl_overrides_call_t));
+    p->oc.call.op = RL_OVERRIDES_POLL;
+    p->oc.call.version = p->known.remote;
+    p->oc.call.id = p->known.remote_id;
+    p->oc.call.cursor[0] = '0';
+    p->first = 0;
+    p->n = 0;
+    p->bad = 0;
+    p->full = 0;
+
+    if (ngx_ratelimit_overrides_send(zone, &p->oc,
+                                     ngx_ratelimit_overrides_polled)
+        != NGX_OK)
+    {
+        ngx_ratelimit_overrides_taken(zone, NGX_ERROR);
+        return;
+    }
+
+    p->busy = 1;
+}
+
+
+/*
+ * A write of this worker's waits until the zone's copy holds the version
+ * it made: Redis's overrides are taken again now (or once the poll under
+ * way has its answer).
+ */
+
+void
+ngx_ratelimit_overrides_await(ngx_ratelimit_zone_t *zone,
+    ngx_ratelimit_overrides_wait_t *aw, uint64_t version)
+{
+    ngx_ratelimit_overrides_poll_t  *p;
+
+    p = ngx_ratelimit_overrides_poll_of(zone);
+    if (p == NULL) {
+        aw->handler(aw, NGX_ERROR);
+        return;
+    }
+
+    aw->version = version;
+    aw->polls = 0;
+    ngx_queue_insert_tail(&p->waiting, &aw->queue);
+
+    ngx_ratelimit_overrides_poll(zone, ngx_ratelimit_now());
+}
+
+
+/* A write's wait given up (its request went away). */
+
+void
+ngx_ratelimit_overrides_unwait(ngx_ratelimit_overrides_wait_t *aw)
+{
+    if (aw->queue.next != NULL) {
+        ngx_queue_remove(&aw->queue);
+        ngx_queue_init(&aw->queue);
+    }
+}
+
+
+/*
+ * A poll ended: NGX_OK, the copy holds what Redis held (or what another
+ * worker took meanwhile), NGX_ERROR, Redis did not answer.  Each write
+ * waiting for a version the copy holds now is told so; one waiting for a
+ * later version waits for the next poll, at once, a few times; none waits
+ * past a poll Redis did not answer.
+ */
+
+static void
+ngx_ratelimit_overrides_taken(ngx_ratelimit_zone_t *zone,
+    ngx_int_t rc)
+{
+    ngx_queue_t                     *q, *next;
+    rl_overrides_stats_t             st;
+    ngx_ratelimit_overrides_poll_t  *p;
+    ngx_ratelimit_overrides_wait_t  *aw;
+
+    p = zone->poll;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    rl_overrides_stats(zone->store, &st);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    for (q = ngx_queue_head(&p->waiting);
+         q != ngx_queue_sentinel(&p->waiting);
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        aw = ngx_queue_data(q, ngx_ratelimit_overrides_wait_t, queue);
+
+        if (rc == NGX_OK && st.remote < aw->version
+            && ++aw->polls < NGX_RATELIMIT_OVERRIDES_TRIES)
+        {
+            continue;
+        }
+
+        ngx_queue_remove(q);
+        ngx_queue_init(q);
+
+        aw->handler(aw, rc == NGX_OK && st.remote >= aw->version
+                        ? NGX_OK : NGX_ERROR);
+    }
+
+    if (!p->busy && (p->again || !ngx_queue_empty(&p->waiting))) {
+        ngx_ratelimit_overrides_poll(zone, ngx_ratelimit_now());
+    }
+}
+
+
+static void
+ngx_ratelimit_overrides_polled(ngx_ratelimit_redis_wait_t *w,
+    rl_redis_answer_t *answer)
+{
+    ngx_ratelimit_zone_t            *zone;
+    ngx_ratelimit_overrides_call_t  *oc;
+    ngx_ratelimit_overrides_poll_t  *p;
+
+    oc = (ngx_ratelimit_overrides_call_t *) w;
+    zone = oc->zone;
+    p = zone->poll;
+    p->busy = 0;
+
+    if (answer == NULL) {
+        /* not answered: asked again at the next tick */
+        ngx_ratelimit_overrides_taken(zone, NGX_ERROR);
+        return;
+    }
+
+    if (oc->call.unchanged) {
+        ngx_ratelimit_overrides_taken(zone, NGX_OK);
+        return;
+    }
+
+    if (p->first != 0
+        && (oc->call.page_version != p->first
+            || oc->call.page_id != p->first_id))
+    {
+        p->n = 0;   /* changed while it was read: from the start */
+        p->first = 0;
+        p->bad = 0;
+        p->full = 0;
+        ngx_memcpy(oc->call.cursor, "0", 2);
+        oc->call.skip = 0;
+
+    } else {
+        p->first = oc->call.page_version;
+        p->first_id = oc->call.page_id;
+
+        if (ngx_ratelimit_overrides_page(zone, &oc->call) != NGX_OK) {
+            ngx_ratelimit_overrides_taken(zone, NGX_ERROR);
+            return;
+        }
+
+        if (!oc->call.more) {
+            ngx_ratelimit_overrides_apply(zone);
+            return;
+        }
+
+        ngx_memcpy(oc->call.cursor, oc->call.next_cursor,
+                   sizeof(oc->call.cursor));
+        oc->call.skip = oc->call.next_skip;
+    }
+
+    if (ngx_ratelimit_overrides_send(zone, oc,
+                                     ngx_ratelimit_overrides_polled)
+        != NGX_OK)
+    {
+        ngx_ratelimit_overrides_taken(zone, NGX_ERROR);
+        return;
+    }
+
+    p->busy = 1;
+}
+
+
+/*
+ * The overrides read put in place of the copy's, unless another worker
+ * took a copy since this one was asked for (maybe a newer one: asked for
+ * again); a hash that is not the one the copy came from said at warn (Redis
+ * lost it), and the fields skipped said once (not again while the same).
+ */
+
+static void
+ngx_ratelimit_overrides_apply(ngx_ratelimit_zone_t *zone)
+{
+    int                              news;
+    size_t                           held;
+    uint64_t                         said;
+    ngx_uint_t                       say;
+    rl_overrides_stats_t             st;
+    ngx_ratelimit_overrides_poll_t  *p;
+
+    p = zone->poll;
+
+    said = p->bad + p->full == 0
+           ? 0
+           : (uint64_t) ngx_crc32_short((u_char *) p->why,
+                                        ngx_strlen(p->why)) << 32
+             ^ p->bad << 16 ^ p->full;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    rl_overrides_stats(zone->store, &st);
+
+    if (st.remote != p->known.remote || st.remote_id != p->known.remote_id) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        p->again = 1;
+        ngx_ratelimit_overrides_taken(zone, NGX_OK);
+        return;
+    }
+
+    news = rl_overrides_news(&st, p->first, p->first_id);
+    held = st.held;
+
+    if (news != RL_OVERRIDES_SAME) {
+        held = rl_overrides_replace(zone->table, p->list, p->n,
+                                    zone->override_rules,
+                                    zone->override_nrules, p->first,
+                                    p->first_id);
+    }
+
+    say = rl_overrides_said(zone->store, said) && said != 0;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (zone->redis) {
+        rl_refusals_forget(zone->redis->refusals);
+    }
+
+    if (news == RL_OVERRIDES_LOST) {
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                      "ratelimit_zone \"%V\": Redis lost the overrides' hash "
+                      "this server held (version %uL of the hash made at "
+                      "%uL; Redis now holds version %uL of %uL: FLUSHALL, a "
+                      "restart without persistence, a failover): the zone "
+                      "applies the %uz overrides it holds now",
+                      &zone->name, st.remote, st.remote_id, p->first,
+                      p->first_id, held);
+    }
+
+    if (say) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "ratelimit_zone \"%V\": %ui fields of the overrides' "
+                      "hash in Redis skipped (the first: %s), %ui overrides "
+                      "for want of room (overrides=%ui); said again when "
+                      "they change", &zone->name, p->bad,
+                      p->bad ? p->why : "none", p->full, zone->overrides);
+    }
+
+    ngx_ratelimit_overrides_taken(zone, NGX_OK);
+}
+
+
+/*
+ * A page's lines read into the worker's list (as many as the zone holds),
+ * each taken as the key API's writes are; a field that is not is counted,
+ * the first one's why kept.
+ */
+
+static ngx_int_t
+ngx_ratelimit_overrides_page(ngx_ratelimit_zone_t *zone,
+    rl_overrides_call_t *call)
+{
+    int                              rc;
+    int64_t                          now;
+    const char                      *l, *end, *nl;
+    rl_override_t                    ov;
+    ngx_ratelimit_overrides_poll_t  *p;
+    char                             err[RL_ERR_MAX];
+
+    p = zone->poll;
+
+    if (p->list == NULL) {
+        p->list = ngx_alloc(zone->overrides * sizeof(rl_override_t),
+                            ngx_cycle->log);
+        if (p->list == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    now = ngx_ratelimit_now();
+    end = call->lines + call->lines_len;
+
+    for (l = call->lines; l < end; l = nl + 1) {
+        nl = (const char *) ngx_strlchr((u_char *) l, (u_char *) end, '\n');
+        if (nl == NULL) {
+            nl = end;
+        }
+
+        rc = rl_overrides_redis_read(l, nl - l, zone->override_rules,
+                                     zone->override_nrules,
+                                     zone->redis != NULL, now, &ov, err,
+                                     sizeof(err));
+
+        if (rc == RL_ERROR) {
+            if (p->bad++ == 0) {
+                ngx_cpystrn((u_char *) p->why, (u_char *) err,
+                            sizeof(p->why));
+            }
+
+        } else if (rc == RL_OK && p->n == zone->overrides) {
+            p->full++;
+
+        } else if (rc == RL_OK) {
+            p->list[p->n++] = ov;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * A call of the zone's overrides to Redis (a write of the key API's, or a
+ * poll), on the zone's connections, by the hash's slot in a Cluster.
+ */
+
+ngx_int_t
+ngx_ratelimit_overrides_send(ngx_ratelimit_zone_t *zone,
+    ngx_ratelimit_overrides_call_t *oc,
+    ngx_ratelimit_redis_done_pt done)
+{
+    void       *owner;
+    ngx_log_t  *log;
+
+    oc->zone = zone;
+
+    ngx_memzero(&oc->check, sizeof(rl_check_t));
+    oc->check.key = oc->target;
+    oc->check.key_len = rl_overrides_redis_target((char *) zone->name.data,
+                                                  zone->name.len, oc->target);
+    ngx_memzero(&oc->rq, sizeof(rl_request_t));
+    oc->rq.checks = &oc->check;
+    oc->rq.n = 1;
+
+    owner = oc->w.owner;   /* a write's: the key API's request */
+    log = oc->w.log;
+    ngx_memzero(&oc->w, sizeof(ngx_ratelimit_redis_wait_t));
+    oc->w.owner = owner;
+    oc->w.log = log;
+    oc->w.handler = done;
+    oc->w.rq = &oc->rq;
+    oc->w.call = NGX_RATELIMIT_REDIS_OVERRIDES;
+    oc->w.command = ngx_ratelimit_overrides_command;
+    oc->w.answer = ngx_ratelimit_overrides_answer;
+
+    return ngx_ratelimit_redis_send(zone->overrides_redis, &oc->w);
+}
+
+
+static ngx_int_t
+ngx_ratelimit_overrides_command(void *c,
+    ngx_ratelimit_redis_wait_t *w, ngx_uint_t eval)
+{
+    size_t                           slen;
+    const char                      *script;
+    ngx_ratelimit_redis_t           *redis;
+    ngx_ratelimit_redis_conn_t      *conn = c;
+    ngx_ratelimit_overrides_call_t  *oc;
+
+    oc = (ngx_ratelimit_overrides_call_t *) w;
+    redis = conn->redis;
+
+    /* EVAL each time: a few calls a second at most, a short script */
+
+    script = rl_overrides_redis_script(&slen);
+
+    if (ngx_ratelimit_redis_reserve(conn,
+            rl_overrides_redis_command_size(redis->prefix.len, slen))
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    conn->out_len += rl_overrides_redis_command(
+                         (char *) conn->out + conn->out_len, script, slen, 1,
+                         (const char *) redis->prefix.data, redis->prefix.len,
+                         redis->cluster, (char *) oc->zone->name.data,
+                         oc->zone->name.len, &oc->call);
+
+    ngx_ratelimit_redis_push(conn, w);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_ratelimit_overrides_answer(ngx_ratelimit_redis_wait_t *w,
+    rl_resp_t *reply, rl_redis_answer_t *a)
+{
+    ngx_ratelimit_overrides_call_t  *oc;
+
+    oc = (ngx_ratelimit_overrides_call_t *) w;
+
+    ngx_memzero(a, sizeof(rl_redis_answer_t));
+
+    if (reply->type == RL_RESP_ERROR) {
+        /* as any call's: a Cluster's redirection followed, a replica's
+           refusal, NOSCRIPT, or a failure */
+        return rl_redis_answer(&oc->rq, w->call, reply, a);
+    }
+
+    a->kind = rl_overrides_redis_answer(reply, &oc->call, a->why,
+                                        sizeof(a->why));
+
+    return a->kind;
+}
+

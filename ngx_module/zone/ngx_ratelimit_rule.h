@@ -1,0 +1,24 @@
+
+/*
+ * ngx-ratelimit: the part of a rule its zone knows, as a protocol's
+ * ratelimit directive reads it (ngx_ratelimit_rule.c).
+ */
+
+
+#ifndef NGX_RATELIMIT_RULE_H
+#define NGX_RATELIMIT_RULE_H
+
+
+#include "ngx_ratelimit_zone_conf.h"
+
+
+ngx_int_t ngx_ratelimit_rule_param(ngx_conf_t *cf, ngx_str_t *value,
+    ngx_str_t *zone, ngx_str_t *key);
+ngx_int_t ngx_ratelimit_rule_name(ngx_conf_t *cf, ngx_ratelimit_rule_t *rule,
+    char *name);
+void ngx_ratelimit_rule_key(ngx_ratelimit_rule_t *rule, ngx_str_t *key);
+ngx_int_t ngx_ratelimit_rule_zone(ngx_conf_t *cf, ngx_ratelimit_conf_t *conf,
+    ngx_ratelimit_rule_t *rule, ngx_str_t *zone, ngx_array_t *rules);
+
+
+#endif /* NGX_RATELIMIT_RULE_H */
