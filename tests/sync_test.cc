@@ -184,7 +184,7 @@ TEST(Sync, JournalAddsTakesAndGetsBackWhatRedisDidNotTake)
     EXPECT_EQ(sent[0].units, 3u);
     EXPECT_EQ(sent[1].units, 2u);
     EXPECT_EQ(sent[0].end, kT0 + 10000);
-    EXPECT_EQ(sent[0].buckets, 0u);
+    EXPECT_EQ(sent[0].ticks, 0u);
     // emptied, and not due again within the interval
     EXPECT_EQ(z.spend("a", 1, kT0 + 2), 1);
     int due = 1;
@@ -237,7 +237,7 @@ TEST(Sync, SlidingWindowJournalsByTick)
     EXPECT_EQ(sent[0].end, kT0 + 11000);  // when tick k leaves the window
     EXPECT_EQ(sent[1].tick, k + 1);
     EXPECT_EQ(sent[1].units, 3u);
-    EXPECT_EQ(sent[1].buckets, 10u);
+    EXPECT_EQ(sent[1].ticks, 10u);
     EXPECT_EQ(sent[1].period_ms, 10000);
     EXPECT_EQ(rl_sync_totals(sent.data(), sent.size()), 22u);
 }
@@ -340,11 +340,11 @@ TEST(Sync, CallsAreCutByTheirReply)
     EXPECT_EQ(rl_sync_batch(items.data(), items.size()), (size_t) RL_SYNC_BATCH);
     EXPECT_EQ(rl_sync_batch(items.data(), 5), 5u);
     for (auto &it : items) {
-        it.buckets = 10;
+        it.ticks = 10;
     }
     EXPECT_EQ(rl_sync_batch(items.data(), items.size()), (size_t) (RL_SYNC_REPLY_MAX / 11));
     for (auto &it : items) {
-        it.buckets = RL_BUCKETS_MAX;
+        it.ticks = RL_BUCKETS_MAX;
     }
     EXPECT_EQ(rl_sync_batch(items.data(), items.size()), (size_t) (RL_SYNC_REPLY_MAX / (RL_BUCKETS_MAX + 1)));
     EXPECT_GE(rl_sync_batch(items.data(), 1), 1u);
@@ -357,7 +357,7 @@ TEST(Sync, ReplyJudged)
     rl_sync_item_t items[2]{};
     items[0].tick = -1;
     items[1].tick = 100;
-    items[1].buckets = 2;
+    items[1].ticks = 2;
     rl_sync_total_t totals[4];
     int status = 9;
 
@@ -420,7 +420,7 @@ TEST(Sync, CommandCarriesEachItemsTickAndBuckets)
     items[0].units = 3;
     items[0].end = kT0 + 10000;
     items[1].tick = 1767225600;
-    items[1].buckets = 10;
+    items[1].ticks = 10;
     items[1].units = 2;
     items[1].end = kT0 + 11000;
     for (rl_sync_item_t &it : items) {
@@ -819,7 +819,7 @@ TEST(SyncScript, ACallAddsItsUnitsOnceWhateverItsCopies)
     first.units = 2;
     std::memset(first.name, 'b', RL_REDIS_HASH_LEN);
     tick.tick = now / 60000;
-    tick.buckets = 10;
+    tick.ticks = 10;
     tick.period_ms = 600000;
     tick.end = (tick.tick + 1 + 10) * 60000;
     tick.units = 4;

@@ -11,7 +11,7 @@
  * folds it): a key's count becomes the largest of what the server counted
  * and the fleet's total plus what the server spent since it sent.  Only
  * algorithms whose state is a count in a window merge so: fixed_window,
- * quota, and sliding_window, a count a tick (its units are journaled by
+ * quota, and a count by ticks, sliding_window's (its units are journaled by
  * tick, Redis keeps the fleet's count of each tick of a key in a hash,
  * and answers the ticks of the window); rl_sync_rule_ok says why another
  * is refused.
@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 /* Keys a script call carries at most (its reply: two integers a key, a
-   sliding_window key's buckets + 1), and the integers of its keys' totals
+   key of a count by ticks: its ticks + 1), and the integers of its keys' totals
    (the reply holds one more, first: what the call did). */
 #define RL_SYNC_BATCH      128
 #define RL_SYNC_REPLY_MAX  (2 * RL_SYNC_BATCH)
@@ -66,22 +66,24 @@ typedef struct {
                                    then on (ms since 1970, Redis's clock) */
     int64_t   end;              /* the window the units were spent in (a
                                    tick's: the last window holding it) */
-    int64_t   tick;             /* sliding_window: the tick they were
+    int64_t   tick;             /* a count by ticks: the tick they were
                                    spent in (-1: a count rule's window) */
-    int64_t   period_ms;        /* sliding_window: the rule's period, */
+    int64_t   period_ms;        /* a count by ticks: the rule's period, */
     uint32_t  units;
     uint32_t  next;             /* internal: the journal's chain */
-    uint8_t   buckets;          /* sliding_window: its ticks a window (0: a
-                                   count rule) */
+    uint8_t   ticks;            /* a count by ticks: its ticks a window (0:
+                                   a count of the whole window) */
     uint8_t   aligned;          /* a count rule's window is the same on
                                    every server (align=epoch, quota): its
                                    Redis key is named by its end */
-    uint16_t  block;            /* sliding_window: its block's bytes */
+    uint8_t   algorithm;        /* a count by ticks: the rule's, whose
+                                   record folds the ticks in */
+    uint16_t  block;            /* a count by ticks: its block's bytes */
     char      name[RL_REDIS_HASH_LEN]; /* its Redis key, after the prefix */
 } rl_sync_item_t;
 
 /* What Redis answered for an item: the fleet's window and its total (a
-   sliding_window item: buckets + 1 of them, one a tick of the window
+   count by ticks: ticks + 1 of them, one a tick of the window
    ending with the item's, oldest first, end the tick and total its
    count). */
 typedef struct {
@@ -181,7 +183,8 @@ RL_API size_t rl_sync_command_size(size_t n, size_t prefix_len,
  * 32 hex digits of the nonce and the call's number), the items' Redis
  * keys (prefix, "s:", the name, and for an aligned item ":" and its
  * window's end), now, the call's deadline, then each item's units, window
- * end, tick and kind (sliding_window: its buckets; -1 aligned, 0 not).
+ * end, tick and kind (a count by ticks: its ticks a window; -1 aligned,
+ * 0 not).
  * Returns the bytes written.
  */
 RL_API size_t rl_sync_command(char *buf, const char *script,
@@ -205,8 +208,8 @@ RL_API size_t rl_sync_totals(const rl_sync_item_t *items, size_t n);
  * Judges a reply to a call for n items: what the call did (RL_SYNC_ADDED,
  * _SEEN or _LATE, into *status), then exactly 1 integer an aligned item
  * (the total of its window), 2 another count item (the window's end within
- * a year of now, the total) and buckets + 1 a sliding_window item (its
- * ticks' counts), each total at most
+ * a year of now, the total) and ticks + 1 an item of a count by ticks
+ * (its ticks' counts), each total at most
  * RL_LIMIT_MAX times 4 (RL_REDIS_DECIDED, totals set), NOSCRIPT, or
  * failed (why says so).
  */
@@ -221,8 +224,9 @@ RL_API int rl_sync_answer(const rl_resp_t *r, const rl_sync_item_t *items,
  * nothing.  A key (a tick) with units in a call in doubt is not folded:
  * Redis may or may not hold them, and a count never goes down in its
  * window, so the key keeps its own count until that call is answered.
- * A sliding_window key's ring is folded tick by tick so (its cached sum
- * made again from the counters).
+ * A key of a count by ticks is folded tick by tick so, by its
+ * algorithm's record (sliding_window: its ring's cached sum made again
+ * from the counters).
  */
 RL_API void rl_sync_apply(void *sync, void *table,
     const rl_sync_item_t *items, const rl_sync_total_t *totals, size_t n,

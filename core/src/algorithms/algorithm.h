@@ -14,6 +14,7 @@
 
 #include "algorithms/algorithms.h"
 #include "ratelimit.h"
+#include "ratelimit_sync.h"
 
 namespace rl {
 
@@ -155,8 +156,14 @@ struct Algorithm {
     void (*bounds)(const rl_rule_t &rule, bool debt, Bounds &b) = nullptr;
 
     // redis_sync: why the state does not merge as a count (nullptr: it
-    // does, by the traits kCount and kTicks).
+    // does, by the traits kCount and kTicks).  A count by ticks (kTicks):
+    // the tick a request decided at `at` counts in, the end of the last
+    // window holding it, the rule's ticks a window and its period (the
+    // item's tick, end, ticks, period_ms); and the fleet's counts of the
+    // item's window's ticks (oldest first) folded into a key's block.
     const char *no_sync = nullptr;
+    void (*sync_tick)(const rl_rule_t &rule, int64_t at, rl_sync_item_t &item) = nullptr;
+    void (*merge)(const rl_sync_item_t &item, State &s, const uint64_t *counts) = nullptr;
 
     // The key API's fields of the rule's own parameters.
     void (*api_fields)(Out &o, const rl_rule_t &rule) = nullptr;

@@ -209,8 +209,6 @@ uint64_t part_of(uint32_t frac, uint64_t whole);
 uint32_t window_owed(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now);
 State restore_window(const rl_rule_t &rule, Owed o, int64_t now, int64_t end, bool aligned);
 
-// sliding_window's ticks folded in from the fleet (redis_sync).
-void sliding_window_merge(const rl_rule_t &rule, State &s, int64_t k, const uint64_t *at);
 
 // ---- refunds ---------------------------------------------------------------
 

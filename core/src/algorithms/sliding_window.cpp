@@ -540,38 +540,26 @@ void sliding_window_fields(Out &o, const rl_rule_t &rule)
     o.field("buckets", rule.buckets);
 }
 
-}  // namespace
+// redis_sync: a request decided at `at` counts in tick floor(at S / W),
+// which leaves the last window holding it at (tick + 1 + S) W / S.
+void sliding_window_sync_tick(const rl_rule_t &rule, int64_t at, rl_sync_item_t &item)
+{
+    const int64_t S = rule.buckets, W = rule.period_ms;
+    item.tick = floor_div(at * S, W);
+    item.end = ceil_div((uint64_t) ((item.tick + 1 + S) * W), (uint64_t) S);
+    item.period_ms = W;
+    item.ticks = (uint8_t) S;
+}
 
-extern const Algorithm kSlidingWindow = {
-    .name = "sliding_window",
-    .traits = kCount | kTicks,
-    .params = P_BUCKETS,
-    .name_tail = period_tail,
-    .block_size = sliding_window_blob_size,
-    .policy = limit_policy,
-    .transition = sliding_window,
-    .transition_binding = sliding_window_binding,
-    .charge = sliding_window_charge,
-    .refund = sliding_window_refund,
-    .owed = window_owed,
-    .restore = sliding_window_owed_state,
-    .restore_block = sliding_window_restore,
-    .redis_units = sliding_window_units,
-    .bounds = sliding_window_bounds,
-    .api_fields = sliding_window_fields,
-    .overridable = P_LIMIT,
-    .bound_block = sliding_window_bound,
-};
-
-// redis_sync: the fleet's counts of ticks k - S .. k (at[0] the oldest)
-// folded into the ring, each tick counting the largest of its own count
-// and the fleet's.  A tick that has left the ring is not brought back; a
+// redis_sync: the fleet's counts of the item's ticks k - S .. k (at[0] the
+// oldest) folded into the ring, each tick counting the largest of its own
+// count and the fleet's.  A tick that has left the ring is not brought back; a
 // newer tick moves the ring on.  The sum is made again from the counters,
 // and head.t is when the newest tick leaves the window.
-void sliding_window_merge(const rl_rule_t &rule, State &s, int64_t k, const uint64_t *at)
+void sliding_window_merge(const rl_sync_item_t &item, State &s, const uint64_t *at)
 {
     Block *b = reinterpret_cast<Block *>(s.blob);
-    const int64_t S = rule.buckets, W = rule.period_ms, ring = S + 1;
+    const int64_t k = item.tick, S = item.ticks, W = item.period_ms, ring = S + 1;
     if (b->tick > k + RL_PERIOD_MAX_MS * S / W + ring) {
         return;  // a block a process left half written: the next request's
     }
@@ -593,5 +581,30 @@ void sliding_window_merge(const rl_rule_t &rule, State &s, int64_t k, const uint
     const int64_t full = ceil_div((uint64_t) ((b->tick + 1 + S) * W), (uint64_t) S);
     s.head.t = s.head.t > full ? s.head.t : full;
 }
+
+}  // namespace
+
+extern const Algorithm kSlidingWindow = {
+    .name = "sliding_window",
+    .traits = kCount | kTicks,
+    .params = P_BUCKETS,
+    .name_tail = period_tail,
+    .block_size = sliding_window_blob_size,
+    .policy = limit_policy,
+    .transition = sliding_window,
+    .transition_binding = sliding_window_binding,
+    .charge = sliding_window_charge,
+    .refund = sliding_window_refund,
+    .owed = window_owed,
+    .restore = sliding_window_owed_state,
+    .restore_block = sliding_window_restore,
+    .redis_units = sliding_window_units,
+    .bounds = sliding_window_bounds,
+    .sync_tick = sliding_window_sync_tick,
+    .merge = sliding_window_merge,
+    .api_fields = sliding_window_fields,
+    .overridable = P_LIMIT,
+    .bound_block = sliding_window_bound,
+};
 
 }  // namespace rl

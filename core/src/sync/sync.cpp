@@ -29,7 +29,7 @@ namespace {
 // total of a window named by its end, or a window's end and total.
 size_t reply_ints(const rl_sync_item_t &it)
 {
-    return it.buckets > 0 ? it.buckets + 1u : it.aligned ? 1 : 2;
+    return it.ticks > 0 ? it.ticks + 1u : it.aligned ? 1 : 2;
 }
 
 constexpr uint32_t kMagic = 0x346e7973;  // "syn4": items of numbered calls
@@ -42,7 +42,7 @@ constexpr int64_t kAfterMs = 1000;
 // item always fits in a call
 static_assert(RL_SYNC_REPLY_MAX + 1 <= RL_RESP_ITEMS_MAX && RL_BUCKETS_MAX + 1 <= RL_SYNC_REPLY_MAX,
               "a sync call's reply fits rl_resp_t");
-static_assert(RL_BUCKETS_MAX <= UINT8_MAX, "an item's buckets fit a byte");
+static_assert(RL_BUCKETS_MAX <= UINT8_MAX, "an item's ticks fit a byte");
 
 struct alignas(64) SyncHeader {
     uint32_t magic;
@@ -75,8 +75,8 @@ struct alignas(64) SyncHeader {
 // align=first servers may start a key's window at different instants: the
 // first one stored is the fleet's, and the servers take it); a stored
 // window that is over (or none) is replaced by the sender's.  The key
-// expires a second after its window.  A sliding_window key (kind: its
-// buckets) is a hash of tick -> the fleet's units in it: the sender's
+// expires a second after its window.  A key counted by ticks (kind: its
+// ticks a window; sliding_window's) is a hash of tick -> the fleet's units in it: the sender's
 // units go to their tick, the answer is the counts of the S + 1 ticks of
 // the window ending with it, the ticks that have left are deleted once the
 // hash holds twice the window's, and the key expires a second after its
@@ -184,7 +184,7 @@ uint32_t index_size(uint32_t keys)
     return n;
 }
 
-// A journal's item is a key's, or a key's tick's (sliding_window).
+// A journal's item is a key's, or a key's tick's (a count by ticks).
 uint32_t bucket(const SyncHeader *h, uint64_t tag, int64_t tick)
 {
     tag ^= (uint64_t) tick * 0x9e3779b97f4a7c15ull;
@@ -348,11 +348,8 @@ int rl_sync_note(void *sync, const void *table, const rl_request_t *rq, int64_t 
         like.tick = -1;
         if (rl::has(*c.rule, rl::kTicks)) {
             // the units of the tick it was decided in
-            const int64_t S = c.rule->buckets, W = c.rule->period_ms;
-            like.tick = rl::floor_div(c.at * S, W);
-            like.end = rl::ceil_div((uint64_t) ((like.tick + 1 + S) * W), (uint64_t) S);
-            like.period_ms = W;
-            like.buckets = (uint8_t) S;
+            rl::algorithm_of(*c.rule).sync_tick(*c.rule, c.at, like);
+            like.algorithm = (uint8_t) c.rule->algorithm;
             like.block = (uint16_t) c.rule->block;
             like.units = (uint32_t) (c.cost < UINT32_MAX ? c.cost : UINT32_MAX);
         } else {
@@ -579,8 +576,8 @@ size_t rl_sync_command(char *buf, const char *script, size_t script_len, int eva
     for (size_t i = 0; i < n; i++) {
         w.arg((int64_t) items[i].units);
         w.arg(items[i].end);
-        w.arg(items[i].buckets > 0 ? items[i].tick : (int64_t) 0);
-        w.arg(items[i].buckets > 0 ? (int64_t) items[i].buckets : items[i].aligned ? -1 : 0);
+        w.arg(items[i].ticks > 0 ? items[i].tick : (int64_t) 0);
+        w.arg(items[i].ticks > 0 ? (int64_t) items[i].ticks : items[i].aligned ? -1 : 0);
     }
     return (size_t) (w.p - buf);
 }
@@ -604,7 +601,7 @@ size_t rl_sync_totals(const rl_sync_item_t *items, size_t n)
 {
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        m += items[i].buckets > 0 ? items[i].buckets + 1 : 1;
+        m += items[i].ticks > 0 ? items[i].ticks + 1 : 1;
     }
     return m;
 }
@@ -637,8 +634,8 @@ int rl_sync_answer(const rl_resp_t *r, const rl_sync_item_t *items, size_t n, in
     const int64_t most = 4ll * RL_LIMIT_MAX;
     const int64_t *v = r->items + 1;
     for (size_t i = 0; i < n; i++) {
-        if (items[i].buckets > 0) {
-            for (int64_t j = items[i].tick - items[i].buckets; j <= items[i].tick; j++, v++) {
+        if (items[i].ticks > 0) {
+            for (int64_t j = items[i].tick - items[i].ticks; j <= items[i].tick; j++, v++) {
                 if (*v < 0 || *v > most) {
                     rl::fail(why, whylen, "key %zu: a tick's count of %lld units", i, (long long) *v);
                     return RL_REDIS_FAILED;
@@ -664,13 +661,14 @@ int rl_sync_answer(const rl_resp_t *r, const rl_sync_item_t *items, size_t n, in
 
 namespace {
 
-// A sliding_window item's ticks folded into its key's ring: each tick
-// counts the fleet's units plus what this server spent in it since.
+// A count by ticks: an item's ticks folded into its key's block by its
+// algorithm's record, each tick counting the fleet's units plus what this
+// server spent in it since.
 void apply_ticks(SyncHeader *h, rl::Table *t, const rl_sync_item_t &it, const rl_sync_total_t *ticks, int64_t now_ms)
 {
     uint64_t at[RL_BUCKETS_MAX + 1];
     const uint64_t most = UINT32_MAX;
-    for (uint32_t j = 0; j <= it.buckets; j++) {
+    for (uint32_t j = 0; j <= it.ticks; j++) {
         uint64_t since = 0;
         // a tick in doubt keeps its own count (0: the largest is its own)
         const uint64_t c = unsent(h, it.tag, ticks[j].end, &since) ? ticks[j].total + since : 0;
@@ -680,14 +678,11 @@ void apply_ticks(SyncHeader *h, rl::Table *t, const rl_sync_item_t &it, const rl
     if (pool < 0) {
         return;  // no pool for the rule's blocks: its keys are decided as cold
     }
-    rl_rule_t rule{};  // the ticks of the rule, as the merge reads them
-    rule.buckets = it.buckets;
-    rule.period_ms = it.period_ms;
     rl::State found{};
     rl::Table::Ref ref{};
     const rl::Debt debt = t->find(it.tag, &found, &ref) ? rl::Table::debt(ref) : rl::Debt{0, false};
     rl::State s = t->acquire(it.tag, pool, now_ms);
-    rl::sliding_window_merge(rule, s, it.tick, at);
+    rl::algorithm_of(it.algorithm).merge(it, s, at);
     t->set_t(it.tag, s.head.t, debt);
 }
 
@@ -700,11 +695,11 @@ void rl_sync_apply(void *sync, void *table, const rl_sync_item_t *items, const r
     rl::Table *t = rl::Table::at(table);
     t->recover();
     for (size_t i = 0; i < n; i++) {
-        if (items[i].buckets > 0) {
+        if (items[i].ticks > 0) {
             if (items[i].end > now_ms) {
                 apply_ticks(h, t, items[i], totals, now_ms);
             }
-            totals += items[i].buckets + 1;
+            totals += items[i].ticks + 1;
             continue;
         }
         const rl_sync_total_t &fleet = *totals++;
