@@ -569,6 +569,19 @@ void adaptive_fields(Out &o, const rl_rule_t &rule)
 
 }  // namespace
 
+// ratelimit_stats: what the rule's keys learned last
+const Figure kLearnedFigures[] = {
+    {"limit_now", "adaptive_limit", "gauge",
+     "The limit of requests in flight now (adaptive; of the key that moved its limit last).",
+     offsetof(rl_rule_stats_t, limit_now)},
+    {"baseline_us", "adaptive_baseline_microseconds", "gauge",
+     "The upstream's latency without queueing, as the adaptive rule learned it.",
+     offsetof(rl_rule_stats_t, baseline_us)},
+    {"recent_us", "adaptive_recent_microseconds", "gauge",
+     "The upstream's typical latency over the adaptive rule's last interval (the geometric mean of its middle half).",
+     offsetof(rl_rule_stats_t, recent_us)},
+};
+
 extern const Algorithm kAdaptive = {
     .name = "adaptive",
     .traits = kSlots,
@@ -591,6 +604,8 @@ extern const Algorithm kAdaptive = {
     .slot_taken = adaptive_taken,
     .slot_ended = adaptive_ended,
     .learned_of = adaptive_learned,
+    .figures = kLearnedFigures,
+    .nfigures = sizeof(kLearnedFigures) / sizeof(kLearnedFigures[0]),
 };
 
 }  // namespace rl

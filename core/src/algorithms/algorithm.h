@@ -100,6 +100,17 @@ struct Slots {
 };
 extern const Slots kInFlight;
 
+// A figure of a rule's counters (ratelimit_stats, render/stats.cpp): its
+// name in JSON, its metric (after "nginx_ratelimit_"), type and help in
+// Prometheus, and where it is (in rl_rule_stats_t for a rule's).
+struct Figure {
+    const char *name;
+    const char *metric;
+    const char *type;
+    const char *help;
+    size_t offset;
+};
+
 struct Algorithm {
     const char *name = nullptr;  // algorithm=NAME
     uint32_t traits = 0;         // enum Trait (algorithms.h)
@@ -187,6 +198,10 @@ struct Algorithm {
     bool (*slot_ended)(const rl_rule_t &rule, State &s, int64_t now, const Ended &e, Learned *learned) = nullptr;
     // what the key API shows of a key's learning (its limit, latencies)
     void (*learned_of)(const rl_rule_t &rule, const State &s, Learned *learned) = nullptr;
+    // the figures of its own every rule's counters show after the common
+    // ones (ratelimit_stats; what slot_ended learned, in rl_rule_stats_t)
+    const Figure *figures = nullptr;
+    size_t nfigures = 0;
 
     // A key's block read from a state file (state.cpp), its head bounded
     // already: the times in it moved `back` ms (the file was written by a

@@ -309,7 +309,7 @@ bool release(rl_check_t &c, const rl_request_t &rq, int64_t now)
     rl::Learned learned{};
     if (freed && a.slot_ended != nullptr &&
         a.slot_ended(*c.rule, s, now, rl::Ended{rq.latency_ms, rq.end_status, c.at}, &learned) && c.counters > 0) {
-        table->note_adaptive(c.counters - 1, learned.limit, learned.baseline_us, learned.recent_us);
+        table->note_learned(c.counters - 1, learned.limit, learned.baseline_us, learned.recent_us);
     }
     table->set_held(c.tag, s.head.t, now);
     if (freed && c.counters > 0) {

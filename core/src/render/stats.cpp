@@ -3,19 +3,12 @@
 // JSON, its metric, type and help in Prometheus, and where it is.
 #include <cstddef>
 
+#include "algorithms/algorithm.h"
 #include "util/out.h"
 
 namespace rl {
 
 namespace {
-
-struct Figure {
-    const char *name;    // JSON
-    const char *metric;  // Prometheus, after "nginx_ratelimit_"
-    const char *type;
-    const char *help;
-    size_t offset;
-};
 
 template <typename T> uint64_t figure_of(const T &base, const Figure &f)
 {
@@ -43,7 +36,8 @@ const Figure kZoneFigures[] = {
      offsetof(rl_zone_snapshot_t, table.summary_refusals)},
 };
 
-// each rule's counters: its requests' outcomes, and what it charged
+// each rule's counters: its requests' outcomes, and what it charged; then
+// the figures of every algorithm's record (each_rule_figure)
 const Figure kRuleFigures[] = {
     {"allowed", "allowed_total", "counter", "Requests that passed and spent at the rule.",
      offsetof(rl_rule_stats_t, count[RL_OUTCOME_ALLOWED])},
@@ -73,15 +67,6 @@ const Figure kRuleFigures[] = {
      offsetof(rl_rule_stats_t, overrides)},
     {"overridden", "overridden_total", "counter", "Requests that met an override in the rule.",
      offsetof(rl_rule_stats_t, overridden)},
-    {"limit_now", "adaptive_limit", "gauge",
-     "The limit of requests in flight now (adaptive; of the key that moved its limit last).",
-     offsetof(rl_rule_stats_t, limit_now)},
-    {"baseline_us", "adaptive_baseline_microseconds", "gauge",
-     "The upstream's latency without queueing, as the adaptive rule learned it.",
-     offsetof(rl_rule_stats_t, baseline_us)},
-    {"recent_us", "adaptive_recent_microseconds", "gauge",
-     "The upstream's typical latency over the adaptive rule's last interval (the geometric mean of its middle half).",
-     offsetof(rl_rule_stats_t, recent_us)},
 };
 
 // a Redis zone's counters, in rl_redis_figures_t (the latency histogram
@@ -113,6 +98,21 @@ const Figure kSyncFigures[] = {
     {"lag_ms", "sync_lag_milliseconds", "gauge",
      "The last redis_sync exchange: from taking the journal to its last reply.", offsetof(rl_sync_figures_t, lag_ms)},
 };
+
+// A rule's figures in order: every rule's, then each algorithm's own, in
+// the order of the registry.
+template <typename F> void each_rule_figure(F show)
+{
+    for (const Figure &f : kRuleFigures) {
+        show(f);
+    }
+    for (uint32_t a = 0; a < RL_ALGORITHM_COUNT; a++) {
+        const Algorithm &algorithm = algorithm_of(a);
+        for (size_t i = 0; i < algorithm.nfigures; i++) {
+            show(algorithm.figures[i]);
+        }
+    }
+}
 
 rl_str_t name_of(const rl_rule_stats_t &r)
 {
@@ -320,13 +320,13 @@ size_t rl_render_stats_json(const rl_stats_snapshot_t *s, char *buf, size_t cap)
             o.put(k ? "," : "");
             o.json(rl::name_of(z.counters[k]));
             const char *sep = ":{\"";
-            for (const rl::Figure &f : rl::kRuleFigures) {
+            rl::each_rule_figure([&](const rl::Figure &f) {
                 o.put(sep);
                 o.put(f.name);
                 o.put("\":");
                 o.num(rl::figure_of(z.counters[k], f));
                 sep = ",\"";
-            }
+            });
             o.put("}");
         }
         o.put("}");
@@ -352,7 +352,7 @@ size_t rl_render_stats_prometheus(const rl_stats_snapshot_t *s, char *buf, size_
             rl::sample(o, rl::figure_of(s->zones[i], f));
         }
     }
-    for (const rl::Figure &f : rl::kRuleFigures) {
+    rl::each_rule_figure([&](const rl::Figure &f) {
         rl::describe(o, f);
         for (size_t i = 0; i < s->n; i++) {
             const rl_zone_snapshot_t &z = s->zones[i];
@@ -363,7 +363,7 @@ size_t rl_render_stats_prometheus(const rl_stats_snapshot_t *s, char *buf, size_
                 rl::sample(o, rl::figure_of(z.counters[k], f));
             }
         }
-    }
+    });
     rl::prometheus_redis(o, *s);
     rl::prometheus_sync(o, *s);
     rl::prometheus_top(o, *s);

@@ -111,8 +111,9 @@ struct RuleCounters {
     uint64_t bans;          // ban=: bans started,
     uint64_t dry_run_bans;  // and dry-run refusals that would start one
     uint64_t overridden;    // requests that met an override
-    // adaptive: the last interval decided by a key of the rule: its limit,
-    // baseline and typical latency (us)
+    // an algorithm that learns its limit (its record's slot_ended): the
+    // last interval decided by a key of the rule: its limit, baseline and
+    // typical latency (us)
     uint32_t limit_now;
     uint32_t baseline_us;
     uint32_t recent_us;
@@ -527,8 +528,9 @@ public:
         }
     }
 
-    // An adaptive rule's key decided an interval: its figures.
-    void note_adaptive(int slot, uint32_t limit, uint32_t baseline_us, uint32_t recent_us)
+    // A key of a rule that learns its limit decided an interval: what it
+    // learned.
+    void note_learned(int slot, uint32_t limit, uint32_t baseline_us, uint32_t recent_us)
     {
         if (slot >= 0 && (uint32_t) slot < h_.rules_max) {
             RuleCounters &r = counters()[slot];
