@@ -17,7 +17,8 @@ RL_CORE_DEPS = $RL_CORE_HDRS $ngx_addon_dir/config.make \\
 	$ngx_addon_dir/core/build.conf
 
 $RL_CORE_DIR/redis_script.cpp: $ngx_addon_dir/core/src/redis/ratelimit.lua \\
-		$ngx_addon_dir/core/src/redis/embed.sh
+		$ngx_addon_dir/core/src/redis/embed.sh \\
+		$ngx_addon_dir/core/include/ratelimit_rule.h
 	sh $ngx_addon_dir/core/src/redis/embed.sh \\
 		$ngx_addon_dir/core/src/redis/ratelimit.lua \$@
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/algorithm.h"
 #include "helpers.h"
 #include "policy/request.h"
 #include "redis_server.h"
@@ -137,6 +138,27 @@ std::vector<std::string> args_of(const std::string &cmd)
         p = eol + 2 + len + 2;
     }
     return out;
+}
+
+// The script knows its algorithms by name: the spec's number is read
+// through the names embed.sh wrote from enum rl_algorithm, which must be
+// the records' names, in the registry's order.
+TEST(Redis, ScriptNamesEveryAlgorithmAsItsRecordDoes)
+{
+    size_t len = 0;
+    const char *text = rl_redis_script(&len);
+    const std::string script(text, len);
+    std::string names = "local ALGORITHM_NAMES = {[0] = ";
+    for (uint32_t a = 0; a < RL_ALGORITHM_COUNT; a++) {
+        names += std::string(a > 0 ? ", '" : "'") + rl::algorithm_of(a).name + "'";
+    }
+    EXPECT_NE(script.find(names + "}\n"), std::string::npos) << names;
+    for (uint32_t a = 0; a < RL_ALGORITHM_COUNT; a++) {
+        if (rl::algorithm_of(a).no_redis == nullptr) {
+            EXPECT_NE(script.find("\n  " + std::string(rl::algorithm_of(a).name) + " = {"), std::string::npos)
+                << rl::algorithm_of(a).name;
+        }
+    }
 }
 
 TEST(Redis, CommandIsOneFcallWithKeysThenArguments)

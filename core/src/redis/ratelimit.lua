@@ -875,24 +875,29 @@ local function lease_end(key, r, now, testing, call)
   return live and 1 or 0
 end
 
--- ---- the table of the algorithms (registry.cpp), by enum rl_algorithm -----
+-- ---- the table of the algorithms (registry.cpp), by name -----------------
 --
 -- head: the state is a head (load_head, store_head); else the algorithm
 -- loads its block, commits an admission (the head's t after it) and
 -- writes a settled block.
 
 local algorithms = {
-  [0] = {head = true, decide = gcra, charge = paced_charge, refund = paced_refund, carry = paced_carry},   -- gcra
-  [1] = {head = true, decide = gcra, charge = paced_charge, refund = paced_refund, carry = paced_carry},   -- token_bucket
-  [2] = {head = true, decide = fixed_window, charge = fixed_window_charge, refund = window_refund},
-  [3] = {load = load_ring, string = true, decide = sliding_window, charge = sliding_window_charge, refund = sliding_window_refund,
-         commit = sliding_window_commit, settled = sliding_window_settled},
-  [4] = {load = load_log, decide = sliding_log, charge = sliding_log_charge, refund = sliding_log_refund,
-         commit = sliding_log_commit, settled = sliding_log_settled},
-  [5] = {head = true, decide = leaky_bucket, refund = paced_refund, carry = paced_carry},   -- leaky_bucket
-  [6] = {head = true, decide = quota, charge = quota_charge, refund = window_refund},
-  [7] = {load = load_leases, decide = concurrency, commit = lease_commit, here = leases_here},   -- concurrency
+  gcra = {head = true, decide = gcra, charge = paced_charge, refund = paced_refund, carry = paced_carry},
+  token_bucket = {head = true, decide = gcra, charge = paced_charge, refund = paced_refund, carry = paced_carry},
+  fixed_window = {head = true, decide = fixed_window, charge = fixed_window_charge, refund = window_refund},
+  sliding_window = {load = load_ring, string = true, decide = sliding_window, charge = sliding_window_charge,
+                    refund = sliding_window_refund, commit = sliding_window_commit, settled = sliding_window_settled},
+  sliding_log = {load = load_log, decide = sliding_log, charge = sliding_log_charge, refund = sliding_log_refund,
+                 commit = sliding_log_commit, settled = sliding_log_settled},
+  leaky_bucket = {head = true, decide = leaky_bucket, refund = paced_refund, carry = paced_carry},
+  quota = {head = true, decide = quota, charge = quota_charge, refund = window_refund},
+  concurrency = {load = load_leases, decide = concurrency, commit = lease_commit, here = leases_here},
 }
+
+-- A spec names its algorithm by its number in enum rl_algorithm
+-- (ratelimit_rule.h): its name is the constant's, RL_ taken off, in lower
+-- case, as embed.sh writes the list below from the header.
+local ALGORITHM_NAMES = {}   -- embed.sh: enum rl_algorithm
 
 -- ---- bans (check.cpp) ------------------------------------------------------
 
@@ -979,6 +984,7 @@ local function rule_at(ARGV, a, i, settle)
       j = j + 1
       r[SPEC[j]] = x + 0
     end
+    r.algorithm = ALGORITHM_NAMES[r.algorithm]
     place[text], nkept = r, nkept + 1
   end
   local req = ARGV[a + 2]
