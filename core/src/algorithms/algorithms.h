@@ -68,9 +68,6 @@ struct Span {
     int64_t window;
     int64_t next_end;
 };
-Span fixed_window_span(const rl_rule_t &rule, const State &s, int64_t now);
-Span quota_span(const rl_rule_t &rule, int64_t now);
-int64_t quota_end(const rl_rule_t &rule, int64_t now);
 
 // ---- requests in flight (slots.cpp) ---------------------------------------
 
