@@ -19,6 +19,8 @@
 #   * Redis zones and bad parameters are refused by nginx -t.
 # Every bound is relative to figures the test measures (the reference
 # latency, the upstream's W): none depends on how fast the machine is.
+# prove: serial (the limit follows the latencies it measures: the other files'
+# load would move them)
 use strict;
 use warnings;
 use FindBin;
@@ -128,9 +130,7 @@ my $over = load((4 * $CAPACITY) . ':8');
 my $refused = total($over, 'refused', 0, 7);
 ok($refused > 0, "four times the capacity: requests refused ($refused)");
 $s = $t->rule_stats('ad', 'ad');
-# (within 4 W: a machine busy beside the test adds latency no limit removes,
-# and the controller keeps a margin above W for it)
-ok($s->{limit_now} < 32 && $s->{limit_now} <= 4 * $W,
+ok($s->{limit_now} < 32 && $s->{limit_now} <= 3 * $W,
    "the limit came down near the upstream's W=$W: $s->{limit_now}");
 my $admitted = median(map { $_->{p50_ms} } @$over[ 4 .. 7 ]);
 ok($admitted <= 3 * $reference,
