@@ -193,7 +193,7 @@ void BM_TableLookupUpdate(benchmark::State &state)
         f.table->store(tag, s.head, rl::Debt{1, false}, kT0);
     }
     allocs.report(state);
-    state.counters["live_evictions"] = (double) f.table->header().counts.live_evictions;
+    state.counters["live_evictions"] = (double) f.table->layout().counts.live_evictions;
 }
 BENCHMARK(BM_TableLookupUpdate)->Arg(1000)->Arg(1000000)->Arg(10000000);
 

@@ -327,7 +327,7 @@ TEST(Check, RefundUncountsWindowsThatStillHoldTheRequest)
 // saved, which a write in place never needs).
 bool same_zone(TestZone &a, TestZone &b)
 {
-    const size_t journal = offsetof(rl::TableHeader, journal);
+    const size_t journal = offsetof(rl::TableLayout, journal);
     const size_t after = journal + sizeof(rl::Journal);
     return a.size == b.size && std::memcmp(a.mem, b.mem, journal) == 0 &&
            std::memcmp((char *) a.mem + after, (char *) b.mem + after, a.size - after) == 0;

@@ -60,8 +60,8 @@ struct Key {
 std::map<uint64_t, Key> keys_of(rl::Table *t, size_t blob)
 {
     std::map<uint64_t, Key> out;
-    const rl::TableHeader &h = t->header();
-    const rl::Bucket *b = reinterpret_cast<const rl::Bucket *>(reinterpret_cast<const char *>(t) + h.header_size);
+    const rl::TableLayout &h = t->layout();
+    const rl::Bucket *b = reinterpret_cast<const rl::Bucket *>(reinterpret_cast<const char *>(t) + h.layout_size);
     for (uint64_t i = 0; i < h.nbuckets; i++) {
         for (int s = 0; s < 3; s++) {
             if (b[i].tag[s] == 0) {
@@ -103,7 +103,7 @@ long crash_everywhere(Zone &zone, const std::function<void(rl::Table *)> &op, ui
         if (!crashed) {
             break;
         }
-        EXPECT_EQ(t->header().journal.active, 1u) << "step " << step << ": died inside an operation";
+        EXPECT_EQ(t->layout().journal.active, 1u) << "step " << step << ": died inside an operation";
         t->recover();
         std::string why;
         EXPECT_TRUE(t->check(&why)) << "after dying at step " << step << ": " << why;
@@ -172,7 +172,7 @@ TEST_P(Fault, AcquireOfABlockFromAFullPool)
         // evicted (its debt in the summary), not lost
         const long steps = crash_everywhere(
             zone, [&](rl::Table *t) { t->acquire(tag, 0, kNow); }, tag,
-            [](uint64_t, rl::Table *t) { return t->header().counts.evictions > 0; });
+            [](uint64_t, rl::Table *t) { return t->layout().counts.evictions > 0; });
         EXPECT_GT(steps, 3);
         zone.table()->acquire(tag, 0, kNow);
     }
@@ -255,7 +255,7 @@ TEST_P(Fault, RequestWithTwoRules)
                            check_of(zone.table(), &block, identity_of(block), key)};
         rl_request_t rq = hashed(request_of(c, 2));
         // two keys are written (one a rule); each table operation is whole
-        auto written = [&](uint64_t tag, rl::Table *t) { return tag == c[1].tag || t->header().counts.evictions > 0; };
+        auto written = [&](uint64_t tag, rl::Table *t) { return tag == c[1].tag || t->layout().counts.evictions > 0; };
         crash_everywhere(
             zone,
             [&](rl::Table *t) {

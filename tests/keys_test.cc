@@ -189,13 +189,13 @@ TEST(KeyReset, ClearsOneCellOfAKeyOwingOthersDebts)
         ASSERT_LT(i, 100000);
     }
     const std::vector<uint64_t> before(
-        reinterpret_cast<uint64_t *>(static_cast<char *>(z.mem) + z.table()->header().sketch_offset),
-        reinterpret_cast<uint64_t *>(static_cast<char *>(z.mem) + z.table()->header().sketch_offset) +
-            z.table()->header().ncells);
+        reinterpret_cast<uint64_t *>(static_cast<char *>(z.mem) + z.table()->layout().sketch_offset),
+        reinterpret_cast<uint64_t *>(static_cast<char *>(z.mem) + z.table()->layout().sketch_offset) +
+            z.table()->layout().ncells);
     EXPECT_FALSE(hit(z, r, innocent, now + 1).allowed);
     EXPECT_EQ(rl_table_reset(z.mem, tag_of(z, r, innocent), now + 1), RL_RESET_FORGIVEN);
     const uint64_t *after =
-        reinterpret_cast<uint64_t *>(static_cast<char *>(z.mem) + z.table()->header().sketch_offset);
+        reinterpret_cast<uint64_t *>(static_cast<char *>(z.mem) + z.table()->layout().sketch_offset);
     size_t changed = 0;
     for (size_t i = 0; i < before.size(); i++) {
         changed += before[i] != after[i];
@@ -248,7 +248,7 @@ TEST(TopKeys, FloodKeepsMemoryFixedAndEveryHeavyKeyListed)
     Rule r(z, "algorithm=gcra limit=1 period=1h name=flooded");
     const int64_t now = kEpoch0 + 1000;
     ASSERT_FALSE(hit(z, r, "first", now, 2).allowed);
-    const uint64_t top_used = z.table()->header().top_used, used = rl_table_bytes_used(z.mem);
+    const uint64_t top_used = z.table()->layout().top_used, used = rl_table_bytes_used(z.mem);
     std::mt19937_64 rng(7);
     uint64_t heavy = 0;
     const uint64_t n = 100000;
@@ -259,7 +259,7 @@ TEST(TopKeys, FloodKeepsMemoryFixedAndEveryHeavyKeyListed)
         }
         ASSERT_FALSE(hit(z, r, "flood" + std::to_string(i), now, 2).allowed);
     }
-    EXPECT_EQ(z.table()->header().top_used, top_used);
+    EXPECT_EQ(z.table()->layout().top_used, top_used);
     EXPECT_EQ(rl_table_bytes_used(z.mem), used + 0);  // refused keys take no slot either
     const rl_top_t t = top_of(z, r, now);
     EXPECT_EQ(t.refusals, n + heavy + 1);
@@ -412,6 +412,6 @@ TEST(TopKeys, ASmallZoneHasRoomForOneRule)
     EXPECT_TABLE_VALID(z.table());
     // the rules counted here, for a 1 MB zone: fingerprints or clear keys
     Zone big(1 << 20);
-    EXPECT_GE(big.table()->header().top_bytes / rl::TopList::bytes(false), 7u);
-    EXPECT_GE(big.table()->header().top_bytes / rl::TopList::bytes(true), 2u);
+    EXPECT_GE(big.table()->layout().top_bytes / rl::TopList::bytes(false), 7u);
+    EXPECT_GE(big.table()->layout().top_bytes / rl::TopList::bytes(true), 2u);
 }

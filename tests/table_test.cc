@@ -84,7 +84,7 @@ TEST(Table, SameKeyHashesDifferentlyInTwoZones)
     EXPECT_NE(a.table()->tag(1, "10.0.0.1", 8), b.table()->tag(1, "10.0.0.1", 8));
     EXPECT_EQ(a.table()->tag(1, "10.0.0.1", 8), a.table()->tag(1, "10.0.0.1", 8));
     EXPECT_NE(a.table()->tag(1, "10.0.0.1", 8), a.table()->tag(2, "10.0.0.1", 8));
-    EXPECT_NE(memcmp(a.table()->header().secret, b.table()->header().secret, 16), 0);
+    EXPECT_NE(memcmp(a.table()->layout().secret, b.table()->layout().secret, 16), 0);
 }
 
 // A rule's tag is made of the key's hash (once a request per zone) and the
@@ -259,14 +259,14 @@ struct BlobBlock : TestZone {
 TEST(TableBlocks, LayoutGivesBucketsAThirdAndPoolsTheRest)
 {
     BlobBlock b(1 << 20, {52, 416, 52});
-    const rl::TableHeader &h = b.table()->header();
+    const rl::TableLayout &h = b.table()->layout();
     EXPECT_EQ(h.npools, 2u);  // 52 twice is one pool
     EXPECT_EQ(h.pools[0].block_size, 64u);
     EXPECT_EQ(h.pools[1].block_size, 432u);
     // a 1/50 goes to the summary, a 1/128 out of the buckets' third to the top keys
     EXPECT_NEAR((double) h.nbuckets * 64,
-                ((1 << 20) - rl::Table::header_bytes(RL_RULE_STATS_MAX)) * 49 / 50 / 3.0 - (1 << 20) / 128.0, 4096);
-    EXPECT_EQ(h.ncells * 8, ((1 << 20) - rl::Table::header_bytes(RL_RULE_STATS_MAX)) / 50 / 64 * 64);
+                ((1 << 20) - rl::Table::layout_bytes(RL_RULE_STATS_MAX)) * 49 / 50 / 3.0 - (1 << 20) / 128.0, 4096);
+    EXPECT_EQ(h.ncells * 8, ((1 << 20) - rl::Table::layout_bytes(RL_RULE_STATS_MAX)) / 50 / 64 * 64);
     EXPECT_EQ(b.table()->pool_for(52), 0);
     EXPECT_EQ(b.table()->pool_for(416), 1);
     EXPECT_EQ(b.table()->pool_for(100), -1);
@@ -304,7 +304,7 @@ TEST(TableBlocks, BucketsFollowTheStack)
         TestZone z(size, BlockSizes{{blob}, slots16}, kSecret);
         // its own stack, whatever a reload's configuration stacks now
         EXPECT_TRUE(rl_table_valid(z.mem, z.size, &blob, 1));
-        return std::make_pair(z.stats().capacity, (uint64_t) z.table()->header().pools[0].blocks);
+        return std::make_pair(z.stats().capacity, (uint64_t) z.table()->layout().pools[0].blocks);
     };
     const uint32_t window = 56;  // in a block of 64 bytes
     const auto none = capacity(1 << 20, window, 0), alone = capacity(1 << 20, window, 16);
@@ -477,7 +477,7 @@ TEST(TableStats, RuleCounterClaimInterrupted)
     ASSERT_EQ(rl_table_rule_slot(b.mem, "b"), 1);
     // "c" half-claimed: its counters and index entry written, not counted
     ASSERT_EQ(rl_table_rule_slot(b.mem, "c"), 2);
-    t->header().nrules = 2;
+    t->layout().nrules = 2;
     EXPECT_EQ(rl_table_rule_slot(b.mem, "d"), 2);
     EXPECT_EQ(rl_table_rule_slot(b.mem, "c"), 3);
     EXPECT_EQ(rl_table_rule_slot(b.mem, "d"), 2);

@@ -101,7 +101,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     std::string why;
     CHECK(rl::Table::at(z.mem)->check(&why));
     if (rc != RL_OK) {
-        CHECK(rl::Table::at(z.mem)->header().counts.keys == 0);
+        CHECK(rl::Table::at(z.mem)->layout().counts.keys == 0);
         return 0;
     }
     CHECK(rep.restored + rep.expired + rep.no_block <= rep.keys);

@@ -206,7 +206,6 @@ uint64_t part_of(uint32_t frac, uint64_t whole);
 uint32_t window_owed(const rl_rule_t &rule, const State &s, const rl_decision_t &d, int64_t now);
 State restore_window(const rl_rule_t &rule, Owed o, int64_t now, int64_t end, bool aligned);
 
-
 // ---- refunds ---------------------------------------------------------------
 
 // Gives back what a request admitted at `at` spent (cost), leaving the head

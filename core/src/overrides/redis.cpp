@@ -176,7 +176,7 @@ size_t rl_overrides_redis_command(char *buf, const char *script, size_t script_l
                                   const rl_overrides_call_t *call)
 {
     rl::Writer w{buf};
-    w.header('*', 3 + 1 + (call->op == RL_OVERRIDES_POLL ? 7 : 5));
+    w.length_line('*', 3 + 1 + (call->op == RL_OVERRIDES_POLL ? 7 : 5));
     if (eval) {
         w.arg("EVAL", 4);
     } else {

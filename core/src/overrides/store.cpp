@@ -54,13 +54,13 @@ uint64_t word(const uint8_t *p)
 
 size_t Store::bytes(uint32_t capacity)
 {
-    return sizeof(StoreHeader) + (size_t) index_size_for(capacity) * sizeof(IndexSlot) +
+    return sizeof(StoreBooks) + (size_t) index_size_for(capacity) * sizeof(IndexSlot) +
            (size_t) capacity * sizeof(OverrideEntry);
 }
 
 Store *Store::of(Table *table)
 {
-    const uint64_t off = table->header().overrides;
+    const uint64_t off = table->layout().overrides;
     return off ? reinterpret_cast<Store *>(reinterpret_cast<char *>(table) + off) : nullptr;
 }
 
@@ -90,7 +90,7 @@ uint64_t Store::range_hash(const Table &table, int family, uint32_t prefix, cons
 {
     // a cheap hash under the table's secret: ranges are few and the
     // operator's, and an entry found is compared with the target
-    const uint8_t *k = table.header().secret;
+    const uint8_t *k = table.layout().secret;
     uint64_t h = splitmix64_mix(word(k) ^ ((uint64_t) family << 8 | prefix));
     h = splitmix64_mix(h ^ word(addr));
     if (family == 6) {

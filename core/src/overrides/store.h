@@ -79,7 +79,9 @@ struct Filters {
     uint32_t pad;
 };
 
-struct alignas(64) StoreHeader {
+// The store's books at its start: its size and index, its free entries,
+// its changes and the versions it holds.
+struct alignas(64) StoreBooks {
     char magic[8];
     uint32_t version;
     uint32_t capacity;
@@ -198,8 +200,8 @@ public:
     }
     // The soonest expiry after `after` (0: none).
     int64_t next_expiry(int64_t after);
-    StoreHeader &header() { return h_; }
-    const StoreHeader &header() const { return h_; }
+    StoreBooks &books() { return h_; }
+    const StoreBooks &books() const { return h_; }
     OverrideEntry *entries()
     {
         return reinterpret_cast<OverrideEntry *>(reinterpret_cast<char *>(this) + h_.entries_at);
@@ -214,9 +216,9 @@ public:
 private:
     static size_t entries_offset(uint32_t index_size)
     {
-        return sizeof(StoreHeader) + (size_t) index_size * sizeof(IndexSlot);
+        return sizeof(StoreBooks) + (size_t) index_size * sizeof(IndexSlot);
     }
-    IndexSlot *index() { return reinterpret_cast<IndexSlot *>(reinterpret_cast<char *>(this) + sizeof(StoreHeader)); }
+    IndexSlot *index() { return reinterpret_cast<IndexSlot *>(reinterpret_cast<char *>(this) + sizeof(StoreBooks)); }
     const IndexSlot *index() const { return const_cast<Store *>(this)->index(); }
     void index_put(uint64_t tag, uint32_t entry);
     void index_drop(uint64_t tag, uint32_t entry);
@@ -226,7 +228,7 @@ private:
     void filters_rebuild();
     void count_kind(const OverrideEntry &e, int delta);
 
-    StoreHeader h_;
+    StoreBooks h_;
 };
 
 // The rule as an override's limits apply to it (rl_override_apply).

@@ -21,7 +21,7 @@ const rl::Store *store_of(const void *table)
 // The table's link read by requests: the store, while it holds any.
 void note_held(rl::Table &table, const rl::Store &st)
 {
-    table.header().overrides_live = st.held() ? table.header().overrides : 0;
+    table.layout().overrides_live = st.held() ? table.layout().overrides : 0;
 }
 
 uint64_t identity_of(const rl_override_target_t &t, const rl_override_rule_t *rule)
@@ -69,7 +69,7 @@ int rl_overrides_attach(void *table, void *mem, uint32_t capacity)
     if (!kept) {
         st->init(capacity);
     }
-    t.header().overrides = (uint64_t) (static_cast<char *>(mem) - static_cast<char *>(table));
+    t.layout().overrides = (uint64_t) (static_cast<char *>(mem) - static_cast<char *>(table));
     note_held(t, *st);
     return kept ? 1 : 0;
 }
@@ -85,9 +85,9 @@ void rl_overrides_stats(const void *store, rl_overrides_stats_t *st)
     st->capacity = s->capacity();
     st->held = s->held();
     st->version = s->change();
-    st->written = s->header().written;
-    st->remote = s->header().source;
-    st->remote_id = s->header().source_id;
+    st->written = s->books().written;
+    st->remote = s->books().source;
+    st->remote_id = s->books().source_id;
 }
 
 void rl_overrides_count(const void *table, rl_rule_stats_t *out, size_t n)
@@ -127,7 +127,7 @@ int rl_overrides_news(const rl_overrides_stats_t *st, uint64_t version, uint64_t
 
 int rl_overrides_said(void *store, uint64_t said)
 {
-    rl::StoreHeader &h = static_cast<rl::Store *>(store)->header();
+    rl::StoreBooks &h = static_cast<rl::Store *>(store)->books();
     const bool news = h.said != said;
     h.said = said;
     return news ? 1 : 0;
@@ -136,7 +136,7 @@ int rl_overrides_said(void *store, uint64_t said)
 void rl_overrides_remote(void *table)
 {
     if (rl::Store *st = store_of(table)) {
-        st->header().remote = 1;
+        st->books().remote = 1;
     }
 }
 
@@ -165,8 +165,8 @@ size_t rl_overrides_replace(void *table, const rl_override_t *list, size_t n, co
         }
         e->ov = ov;
     }
-    st->header().source = version;
-    st->header().source_id = id;
+    st->books().source = version;
+    st->books().source_id = id;
     st->changed();
     note_held(t, *st);
     return st->held();
@@ -185,7 +185,7 @@ void rl_overrides_retag(void *table, const rl_override_rule_t *rules, size_t n)
 
 void rl_overrides_written(void *store, uint64_t version)
 {
-    static_cast<rl::Store *>(store)->header().written = version;
+    static_cast<rl::Store *>(store)->books().written = version;
 }
 
 int rl_override_put(void *table, const rl_override_t *ov, const rl_override_rule_t *rule, int64_t now_ms)
@@ -304,7 +304,7 @@ size_t rl_overrides_expire(void *table, const rl_override_rule_t *rules, size_t 
 
 int rl_overrides_held(const void *table)
 {
-    return __atomic_load_n(&rl::Table::at(table)->header().overrides_live, __ATOMIC_RELAXED) != 0;
+    return __atomic_load_n(&rl::Table::at(table)->layout().overrides_live, __ATOMIC_RELAXED) != 0;
 }
 
 int64_t rl_overrides_next_expiry(void *table, int64_t after)

@@ -157,7 +157,7 @@ void count_summary_refusals(const rl_check_t *c, const Item *items, size_t n)
                       !c[j].decision.never;
         }
         if (!counted) {
-            rl::Table::at(c[i].table)->header().counts.summary_refusals++;
+            rl::Table::at(c[i].table)->layout().counts.summary_refusals++;
         }
     }
 }

@@ -25,7 +25,7 @@ const OverrideEntry *find_text_address(const Table &table, const Store &st, cons
 // zone's carried there (since: the end).  (Apart: most requests meet none.)
 void ended(Table &table, Store &st, rl_check_t &c, const OverrideEntry *e)
 {
-    if (st.header().remote) {
+    if (st.books().remote) {
         c.since = e->ov.kind == RL_OVERRIDE_LIMIT ? e->ov.expires_ms : 0;
         return;
     }
@@ -37,7 +37,7 @@ void ended(Table &table, Store &st, rl_check_t &c, const OverrideEntry *e)
     }
     st.remove(const_cast<OverrideEntry *>(e));
     st.changed();
-    table.header().overrides_live = st.held() ? table.header().overrides : 0;
+    table.layout().overrides_live = st.held() ? table.layout().overrides : 0;
 }
 
 // A check as it was before the override it met applied.
@@ -73,7 +73,7 @@ void deny_decision(rl_decision_t &d, int64_t until, int64_t now)
 bool any_overrides(const rl_request_t &rq)
 {
     for (size_t i = 0; i < rq.n; i++) {
-        if (Table::at(rq.checks[i].table)->header().overrides_live | rq.checks[i].override) {
+        if (Table::at(rq.checks[i].table)->layout().overrides_live | rq.checks[i].override) {
             return true;
         }
     }

@@ -111,7 +111,7 @@ __attribute__((always_inline)) inline bool resolve_check(rl_request_t &rq, rl_ch
         unmeet(c);  // decided again (a request waiting for a slot)
     }
     Table &table = *Table::at(c.table);
-    const uint64_t at = table.header().overrides_live;
+    const uint64_t at = table.layout().overrides_live;
     if (at == 0 || !applies(c)) {
         return false;
     }

@@ -257,10 +257,10 @@ size_t rl_redis_load_command(char *buf, const char *sha)
     static const char kRun[] = "', run)\n";
     const size_t name = sizeof(kFunctionPrefix) - 1 + 40, body = library_len();
     rl::Writer w{buf};
-    w.header('*', 3);
+    w.length_line('*', 3);
     w.arg("FUNCTION", 8);
     w.arg("LOAD", 4);
-    w.header('$', sizeof(kHead) - 1 + name + 1 + body + sizeof(kRegister) - 1 + name + sizeof(kRun) - 1);
+    w.length_line('$', sizeof(kHead) - 1 + name + 1 + body + sizeof(kRegister) - 1 + name + sizeof(kRun) - 1);
     w.raw(kHead, sizeof(kHead) - 1);
     w.raw(kFunctionPrefix, sizeof(kFunctionPrefix) - 1);
     w.raw(sha, 40);
@@ -292,10 +292,10 @@ size_t rl_redis_command(char *buf, const char *script, size_t script_len, int vi
     }
 
     rl::Writer w{buf};
-    w.header('*', 3 + n + bans + flights + 2 + n * (kArgsPerRule + (settle ? kSettleArgs : 0)));
+    w.length_line('*', 3 + n + bans + flights + 2 + n * (kArgsPerRule + (settle ? kSettleArgs : 0)));
     if (via == RL_REDIS_FCALL) {
         w.arg("FCALL", 5);
-        w.header('$', sizeof(kFunctionPrefix) - 1 + script_len);
+        w.length_line('$', sizeof(kFunctionPrefix) - 1 + script_len);
         w.raw(kFunctionPrefix, sizeof(kFunctionPrefix) - 1);
         w.raw(script, script_len);
         w.raw("\r\n", 2);

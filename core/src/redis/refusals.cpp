@@ -43,7 +43,7 @@
 // place, and the combine.  A flood of distinct keys only replaces entries.
 // An entry is written under the zone's lock, seqlock style (seq odd while
 // written), and read without a lock: a torn read is a miss.  An epoch in
-// the header, stamped on every entry from the time its request was sent,
+// the EpochLine, stamped on every entry from the time its request was sent,
 // forgets everything at once.
 #include <algorithm>
 #include <atomic>
@@ -54,7 +54,8 @@
 
 namespace {
 
-struct Header {
+// The cache's first line: its epoch.
+struct EpochLine {
     std::atomic<uint32_t> epoch;
     uint32_t unused[15];
 };
@@ -72,7 +73,7 @@ struct Entry {
     std::atomic<int64_t> window_ms;
 };
 
-static_assert(sizeof(Header) == 64 && sizeof(Entry) == 64, "one cache line each");
+static_assert(sizeof(EpochLine) == 64 && sizeof(Entry) == 64, "one cache line each");
 
 constexpr size_t kWays = 2;
 constexpr size_t kEntriesMin = 16;
@@ -88,20 +89,20 @@ struct Seen {
     int64_t retry_at, reset_at, banned_at, window_ms;
 };
 
-Header *header(const void *cache)
+EpochLine *epoch_line(const void *cache)
 {
-    return static_cast<Header *>(const_cast<void *>(cache));
+    return static_cast<EpochLine *>(const_cast<void *>(cache));
 }
 
 size_t entries_of(size_t size)
 {
-    return size > sizeof(Header) ? (size - sizeof(Header)) / sizeof(Entry) : 0;
+    return size > sizeof(EpochLine) ? (size - sizeof(EpochLine)) / sizeof(Entry) : 0;
 }
 
 Entry *bucket(const void *cache, size_t size, uint64_t tag)
 {
     const size_t n = entries_of(size);
-    Entry *first = reinterpret_cast<Entry *>(header(cache) + 1);
+    Entry *first = reinterpret_cast<Entry *>(epoch_line(cache) + 1);
     return first + (size_t) (tag % (n / kWays)) * kWays;
 }
 
@@ -259,7 +260,7 @@ int find(const void *cache, size_t size, rl_request_t &rq, int64_t now)
         return 0;
     }
     const uint64_t tag = tag_of(rq);
-    const uint32_t epoch = header(cache)->epoch.load(std::memory_order_acquire);
+    const uint32_t epoch = epoch_line(cache)->epoch.load(std::memory_order_acquire);
     const Entry *e = bucket(cache, size, tag);
     for (size_t w = 0; w < kWays; w++) {
         Seen s;
@@ -280,7 +281,7 @@ int store(void *cache, size_t size, const rl_request_t &rq, uint32_t epoch, int6
         forget(cache, size, tag_of(rq));
         return 0;
     }
-    if (rq.binding >= rq.n || header(cache)->epoch.load(std::memory_order_acquire) != epoch) {
+    if (rq.binding >= rq.n || epoch_line(cache)->epoch.load(std::memory_order_acquire) != epoch) {
         return 0;
     }
     const bool every = rq.combine == RL_COMBINE_ANY && rq.n > 1;
@@ -360,12 +361,12 @@ size_t rl_refusals_size(size_t zone_size)
     while (n < kEntriesMax && (n * 2) * sizeof(Entry) * 16 <= zone_size) {
         n *= 2;
     }
-    return sizeof(Header) + n * sizeof(Entry);
+    return sizeof(EpochLine) + n * sizeof(Entry);
 }
 
 uint32_t rl_refusals_epoch(const void *cache)
 {
-    return cache != nullptr ? header(cache)->epoch.load(std::memory_order_acquire) : 0;
+    return cache != nullptr ? epoch_line(cache)->epoch.load(std::memory_order_acquire) : 0;
 }
 
 int rl_refusals_find(const void *cache, size_t size, rl_request_t *rq, int64_t now_ms)
@@ -381,7 +382,7 @@ int rl_refusals_store(void *cache, size_t size, const rl_request_t *rq, uint32_t
 void rl_refusals_forget(void *cache)
 {
     if (cache != nullptr) {
-        header(cache)->epoch.fetch_add(1, std::memory_order_acq_rel);
+        epoch_line(cache)->epoch.fetch_add(1, std::memory_order_acq_rel);
     }
 }
 

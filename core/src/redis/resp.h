@@ -37,7 +37,7 @@ struct Writer {
         }
     }
 
-    void header(char type, size_t n)
+    void length_line(char type, size_t n)
     {
         *p++ = type;
         number((int64_t) n);
@@ -46,7 +46,7 @@ struct Writer {
 
     void arg(const char *s, size_t len)
     {
-        header('$', len);
+        length_line('$', len);
         raw(s, len);
         raw("\r\n", 2);
     }

@@ -77,7 +77,7 @@ struct StateAccess {
     static const Bucket *buckets(const Table &t) { return t.buckets(); }
     static const uint8_t *block(const Table &t, uint32_t handle) { return t.block(handle); }
     static uint64_t *cells(const Table &t) { return t.cells(); }
-    static TableHeader &header(Table &t) { return t.h_; }
+    static TableLayout &layout(Table &t) { return t.h_; }
 };
 
 namespace {
@@ -105,7 +105,7 @@ struct Words {
 
 void write_header(rl_state_write_t *w, const Table &t, Words &o)
 {
-    const TableHeader &h = t.header();
+    const TableLayout &h = t.layout();
     uint64_t magic;
     std::memcpy(&magic, kMagic, 8);
     o.word(magic);
@@ -128,7 +128,7 @@ void write_header(rl_state_write_t *w, const Table &t, Words &o)
 void write_keys(rl_state_write_t *w, const Table &t, Words &o, uint64_t buckets)
 {
     const Bucket *b = StateAccess::buckets(t);
-    const uint64_t nslots = t.header().nbuckets * 3;
+    const uint64_t nslots = t.layout().nbuckets * 3;
     const uint64_t end = std::min(nslots, w->cursor + buckets * 3);
     for (; w->cursor < end; w->cursor++) {
         const Bucket &at = b[w->cursor / 3];
@@ -142,10 +142,10 @@ void write_keys(rl_state_write_t *w, const Table &t, Words &o, uint64_t buckets)
         if (has_block(at.meta, i)) {
             const uint32_t handle = at.n[i];
             const uint32_t pool = handle >> 24;
-            if (pool >= t.header().npools || (handle & (kBlocksMax - 1)) >= t.header().pools[pool].blocks) {
+            if (pool >= t.layout().npools || (handle & (kBlocksMax - 1)) >= t.layout().pools[pool].blocks) {
                 continue;  // a handle a dead process left: the key is lost
             }
-            words = (t.header().pools[pool].block_size - 8) / 8;
+            words = (t.layout().pools[pool].block_size - 8) / 8;
             blob = StateAccess::block(t, handle) + 8;
             if (words > kBlobWordsMax) {
                 continue;
@@ -166,7 +166,7 @@ void write_keys(rl_state_write_t *w, const Table &t, Words &o, uint64_t buckets)
 
 void write_cells(rl_state_write_t *w, const Table &t, Words &o, uint64_t buckets)
 {
-    const uint64_t n = t.header().counts.sketch_until > w->now ? t.header().ncells : 0;
+    const uint64_t n = t.layout().counts.sketch_until > w->now ? t.layout().ncells : 0;
     const uint64_t *c = StateAccess::cells(t);
     const uint64_t end = std::min(n, w->cursor + buckets * 3);
     for (; w->cursor < end && o.room() > 3; w->cursor++) {
@@ -209,17 +209,17 @@ bool parse(const Table &t, const uint8_t *file, size_t len, Parsed *f, char *err
         return false;
     }
     const uint64_t versions = f->word(1);
-    if ((uint32_t) versions != kFormat || (uint32_t) (versions >> 32) != t.header().version) {
+    if ((uint32_t) versions != kFormat || (uint32_t) (versions >> 32) != t.layout().version) {
         std::snprintf(err, errlen, "written by another version of the module (format %u, table %u; this one: %u, %u)",
                       (unsigned) (uint32_t) versions, (unsigned) (versions >> 32), (unsigned) kFormat,
-                      (unsigned) t.header().version);
+                      (unsigned) t.layout().version);
         return false;
     }
     if (rl_state_checksum(file, len) != f->word(nw - 1)) {
         std::snprintf(err, errlen, "damaged or truncated (checksum)");
         return false;
     }
-    if (t.header().counts.keys != 0) {
+    if (t.layout().counts.keys != 0) {
         std::snprintf(err, errlen, "the zone is not empty");
         return false;
     }
@@ -346,7 +346,7 @@ struct Bound {
 void apply(Table &t, const Parsed &f, const rl_state_rule_t *rules, size_t nrules, int64_t now,
            rl_state_report_t *report)
 {
-    TableHeader &h = StateAccess::header(t);
+    TableLayout &h = StateAccess::layout(t);
     std::memcpy(h.secret, f.file + 8 * 4, sizeof(h.secret));
     Bound bound;
     const int64_t written = (int64_t) f.word(2);
@@ -372,7 +372,7 @@ void apply(Table &t, const Parsed &f, const rl_state_rule_t *rules, size_t nrule
             continue;
         }
         const int pool = t.pool_for(words * 8);
-        if (pool < 0 || t.header().pools[pool].block_size - 8 != words * 8) {
+        if (pool < 0 || t.layout().pools[pool].block_size - 8 != words * 8) {
             report->no_block++;
             continue;
         }
@@ -442,7 +442,7 @@ int rl_state_write_next(rl_state_write_t *w, void *table, uint8_t *out, size_t c
         // fall through
     case 1:
         rl::write_keys(w, t, o, buckets);
-        if (w->cursor < t.header().nbuckets * 3) {
+        if (w->cursor < t.layout().nbuckets * 3) {
             break;
         }
         o.word(0);  // no more keys
@@ -450,7 +450,7 @@ int rl_state_write_next(rl_state_write_t *w, void *table, uint8_t *out, size_t c
         w->cursor = 0;
         break;
     case 2: {
-        const uint64_t n = t.header().counts.sketch_until > w->now ? t.header().ncells : 0;
+        const uint64_t n = t.layout().counts.sketch_until > w->now ? t.layout().ncells : 0;
         rl::write_cells(w, t, o, buckets);
         if (w->cursor < n) {
             break;

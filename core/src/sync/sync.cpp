@@ -2,7 +2,7 @@
 // exchange's script call and reply, and folding the fleet's totals into the
 // table (ratelimit_sync.h says how the pieces fit).
 //
-// The journal: a header, `keys` items, then an index of 2 x keys (a power
+// The journal: its SyncJournal (counts, the calls' nonce, figures), `keys` items, then an index of 2 x keys (a power
 // of two) chain heads, each an item's number plus 1 (0: none), by the
 // key's tag and tick.  An item is a key's (a tick's) units of one call, or
 // those not yet sent (call 0).  Items are appended and never removed until
@@ -44,7 +44,7 @@ static_assert(RL_SYNC_REPLY_MAX + 1 <= RL_RESP_ITEMS_MAX && RL_BUCKETS_MAX + 1 <
               "a sync call's reply fits rl_resp_t");
 static_assert(RL_BUCKETS_MAX <= UINT8_MAX, "an item's ticks fit a byte");
 
-struct alignas(64) SyncHeader {
+struct alignas(64) SyncJournal {
     uint32_t magic;
     uint32_t keys;
     uint32_t nindex;
@@ -150,27 +150,27 @@ const char kScript[] =
     "end\n"
     "return out\n";
 
-SyncHeader *header(void *mem)
+SyncJournal *journal_of(void *mem)
 {
-    return static_cast<SyncHeader *>(mem);
+    return static_cast<SyncJournal *>(mem);
 }
 
 // A journal half full (a flood of distinct keys) is taken before its
 // interval, so that it has room for the keys still to come; not while
 // Redis is away (a call's units came back and no exchange ended since:
 // they wait for the exchange of the interval, not a take a request).
-bool urgent(const SyncHeader *h)
+bool urgent(const SyncJournal *h)
 {
     return __atomic_load_n(&h->used, __ATOMIC_RELAXED) * 2 >= h->keys &&
            __atomic_load_n(&h->failing, __ATOMIC_RELAXED) == 0;
 }
 
-rl_sync_item_t *items_of(SyncHeader *h)
+rl_sync_item_t *items_of(SyncJournal *h)
 {
     return reinterpret_cast<rl_sync_item_t *>(h + 1);
 }
 
-uint32_t *index_of(SyncHeader *h)
+uint32_t *index_of(SyncJournal *h)
 {
     return reinterpret_cast<uint32_t *>(items_of(h) + h->keys);
 }
@@ -185,13 +185,13 @@ uint32_t index_size(uint32_t keys)
 }
 
 // A journal's item is a key's, or a key's tick's (a count by ticks).
-uint32_t bucket(const SyncHeader *h, uint64_t tag, int64_t tick)
+uint32_t bucket(const SyncJournal *h, uint64_t tag, int64_t tick)
 {
     tag ^= (uint64_t) tick * 0x9e3779b97f4a7c15ull;
     return (uint32_t) ((tag ^ tag >> 29) & (h->nindex - 1));
 }
 
-rl_sync_item_t *find(SyncHeader *h, uint64_t tag, int64_t tick, uint64_t call)
+rl_sync_item_t *find(SyncJournal *h, uint64_t tag, int64_t tick, uint64_t call)
 {
     rl_sync_item_t *items = items_of(h);
     for (uint32_t i = index_of(h)[bucket(h, tag, tick)]; i != 0; i = items[i - 1].next) {
@@ -205,7 +205,7 @@ rl_sync_item_t *find(SyncHeader *h, uint64_t tag, int64_t tick, uint64_t call)
 // What this server spent in a key's window (or tick) and has not sent yet;
 // false if some of its units are in a call in doubt: Redis may hold them
 // or not.
-bool unsent(SyncHeader *h, uint64_t tag, int64_t tick, uint64_t *units)
+bool unsent(SyncJournal *h, uint64_t tag, int64_t tick, uint64_t *units)
 {
     const rl_sync_item_t *items = items_of(h);
     *units = 0;
@@ -222,7 +222,7 @@ bool unsent(SyncHeader *h, uint64_t tag, int64_t tick, uint64_t *units)
 }
 
 // The index made again for the journal's items (after some were taken).
-void reindex(SyncHeader *h)
+void reindex(SyncJournal *h)
 {
     rl_sync_item_t *items = items_of(h);
     uint32_t *index = index_of(h);
@@ -238,7 +238,7 @@ void reindex(SyncHeader *h)
 // need be (name: its Redis key, made by the caller only then); false if
 // the journal is full.  Units not sent go to the key's item of call 0, so
 // that a call in doubt is sent again as it was.
-template <typename Name> bool add(SyncHeader *h, const rl_sync_item_t &like, Name name)
+template <typename Name> bool add(SyncJournal *h, const rl_sync_item_t &like, Name name)
 {
     const uint64_t tag = like.tag, units = like.units;
     const int64_t end = like.end;
@@ -281,12 +281,12 @@ uint64_t spent(const rl_check_t &c)
 
 size_t rl_sync_size(uint32_t keys)
 {
-    return sizeof(SyncHeader) + (size_t) keys * sizeof(rl_sync_item_t) + (size_t) index_size(keys) * 4;
+    return sizeof(SyncJournal) + (size_t) keys * sizeof(rl_sync_item_t) + (size_t) index_size(keys) * 4;
 }
 
 int rl_sync_init(void *mem, size_t size, uint32_t keys)
 {
-    SyncHeader *h = header(mem);
+    SyncJournal *h = journal_of(mem);
     if (h->magic == kMagic && h->keys == keys && size >= rl_sync_size(keys)) {
         return 1;
     }
@@ -300,7 +300,7 @@ int rl_sync_init(void *mem, size_t size, uint32_t keys)
 
 uint64_t rl_sync_nonce(const void *sync)
 {
-    return static_cast<const SyncHeader *>(sync)->nonce;
+    return static_cast<const SyncJournal *>(sync)->nonce;
 }
 
 int rl_sync_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
@@ -337,7 +337,7 @@ int rl_sync_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
 int rl_sync_note(void *sync, const void *table, const rl_request_t *rq, int64_t now_ms)
 {
     (void) now_ms;
-    SyncHeader *h = header(sync);
+    SyncJournal *h = journal_of(sync);
     for (size_t i = 0; i < rq->n; i++) {
         const rl_check_t &c = rq->checks[i];
         if (c.table != table || c.outcome != RL_OUTCOME_ALLOWED) {
@@ -377,7 +377,7 @@ int rl_sync_note(void *sync, const void *table, const rl_request_t *rq, int64_t 
 
 int rl_sync_urgent(const void *sync)
 {
-    return urgent(static_cast<const SyncHeader *>(sync));
+    return urgent(static_cast<const SyncJournal *>(sync));
 }
 
 namespace {
@@ -391,7 +391,7 @@ bool live(const rl_sync_item_t &it, int64_t now_ms)
 // The calls in doubt, each as it was sent (its items in their order, an
 // item whose window is over left out), by number, into out; the units not
 // sent stay in the journal.
-size_t take_doubt(SyncHeader *h, int64_t now_ms, rl_sync_item_t *out)
+size_t take_doubt(SyncJournal *h, int64_t now_ms, rl_sync_item_t *out)
 {
     rl_sync_item_t *items = items_of(h);
     size_t n = 0;
@@ -422,7 +422,7 @@ size_t take_doubt(SyncHeader *h, int64_t now_ms, rl_sync_item_t *out)
 
 // The units not sent, all of them, numbered by call as rl_sync_batch cuts
 // them; the journal emptied.
-size_t take_fresh(SyncHeader *h, int64_t now_ms, rl_sync_item_t *out)
+size_t take_fresh(SyncJournal *h, int64_t now_ms, rl_sync_item_t *out)
 {
     const rl_sync_item_t *items = items_of(h);
     size_t n = 0;
@@ -454,7 +454,7 @@ size_t take_fresh(SyncHeader *h, int64_t now_ms, rl_sync_item_t *out)
 
 size_t rl_sync_take(void *sync, int64_t now_ms, int64_t interval_ms, rl_sync_item_t *out, int *due)
 {
-    SyncHeader *h = header(sync);
+    SyncJournal *h = journal_of(sync);
     *due = 0;
     // a clock that stepped back more than an interval: due now
     if (!urgent(h) && now_ms < h->next_ms && h->next_ms - now_ms <= interval_ms) {
@@ -477,7 +477,7 @@ size_t rl_sync_take(void *sync, int64_t now_ms, int64_t interval_ms, rl_sync_ite
 
 void rl_sync_requeue(void *sync, const rl_sync_item_t *items, size_t n)
 {
-    SyncHeader *h = header(sync);
+    SyncJournal *h = journal_of(sync);
     __atomic_store_n(&h->failing, 1u, __ATOMIC_RELAXED);
     for (size_t i = 0; i < n; i++) {
         const rl_sync_item_t &it = items[i];
@@ -492,9 +492,9 @@ void rl_sync_record(void *sync, size_t keys, uint64_t units, uint64_t failures, 
                     int64_t now_ms)
 {
     if (failures == 0 && lag_ms >= 0) {
-        __atomic_store_n(&header(sync)->failing, 0u, __ATOMIC_RELAXED);
+        __atomic_store_n(&journal_of(sync)->failing, 0u, __ATOMIC_RELAXED);
     }
-    rl_sync_figures_t &f = header(sync)->figures;
+    rl_sync_figures_t &f = journal_of(sync)->figures;
     bump(f.keys, keys);
     bump(f.units, units);
     bump(f.failures, failures);
@@ -508,7 +508,7 @@ void rl_sync_record(void *sync, size_t keys, uint64_t units, uint64_t failures, 
 
 void rl_sync_get_figures(const void *sync, rl_sync_figures_t *out)
 {
-    const rl_sync_figures_t &f = static_cast<const SyncHeader *>(sync)->figures;
+    const rl_sync_figures_t &f = static_cast<const SyncJournal *>(sync)->figures;
     out->exchanges = __atomic_load_n(&f.exchanges, __ATOMIC_RELAXED);
     out->keys = __atomic_load_n(&f.keys, __ATOMIC_RELAXED);
     out->units = __atomic_load_n(&f.units, __ATOMIC_RELAXED);
@@ -537,7 +537,7 @@ size_t rl_sync_command(char *buf, const char *script, size_t script_len, int eva
                        size_t prefix_len, uint64_t nonce, const rl_sync_item_t *items, size_t n, int64_t now_ms)
 {
     rl::Writer w{buf};
-    w.header('*', 3 + 1 + n + 2 + 4 * n);
+    w.length_line('*', 3 + 1 + n + 2 + 4 * n);
     if (eval) {
         w.arg("EVAL", 4);
     } else {
@@ -551,7 +551,7 @@ size_t rl_sync_command(char *buf, const char *script, size_t script_len, int eva
         id[i] = "0123456789abcdef"[(nonce >> (60 - 4 * i)) & 15];
         id[16 + i] = "0123456789abcdef"[(items[0].call >> (60 - 4 * i)) & 15];
     }
-    w.header('$', prefix_len + 2 + sizeof(id));
+    w.length_line('$', prefix_len + 2 + sizeof(id));
     w.raw(prefix, prefix_len);
     w.raw("c:", 2);
     w.raw(id, sizeof(id));
@@ -564,7 +564,7 @@ size_t rl_sync_command(char *buf, const char *script, size_t script_len, int eva
             *e.p++ = ':';
             e.number(items[i].end);
         }
-        w.header('$', prefix_len + 2 + RL_REDIS_HASH_LEN + (size_t) (e.p - end));
+        w.length_line('$', prefix_len + 2 + RL_REDIS_HASH_LEN + (size_t) (e.p - end));
         w.raw(prefix, prefix_len);
         w.raw("s:", 2);
         w.raw(items[i].name, RL_REDIS_HASH_LEN);
@@ -664,7 +664,7 @@ namespace {
 // A count by ticks: an item's ticks folded into its key's block by its
 // algorithm's record, each tick counting the fleet's units plus what this
 // server spent in it since.
-void apply_ticks(SyncHeader *h, rl::Table *t, const rl_sync_item_t &it, const rl_sync_total_t *ticks, int64_t now_ms)
+void apply_ticks(SyncJournal *h, rl::Table *t, const rl_sync_item_t &it, const rl_sync_total_t *ticks, int64_t now_ms)
 {
     uint64_t at[RL_BUCKETS_MAX + 1];
     const uint64_t most = UINT32_MAX;
@@ -691,7 +691,7 @@ void apply_ticks(SyncHeader *h, rl::Table *t, const rl_sync_item_t &it, const rl
 void rl_sync_apply(void *sync, void *table, const rl_sync_item_t *items, const rl_sync_total_t *totals, size_t n,
                    int64_t now_ms)
 {
-    SyncHeader *h = header(sync);
+    SyncJournal *h = journal_of(sync);
     rl::Table *t = rl::Table::at(table);
     t->recover();
     for (size_t i = 0; i < n; i++) {

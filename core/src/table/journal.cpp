@@ -66,7 +66,7 @@ void Table::undo()
     Journal &j = h_.journal;
     const uint32_t lines = j.lines < (uint32_t) kJournalLines ? j.lines : (uint32_t) kJournalLines;
     for (uint32_t i = lines; i-- > 0;) {
-        if (j.offset[i] + 64 <= h_.size && j.offset[i] >= offsetof(TableHeader, counts)) {
+        if (j.offset[i] + 64 <= h_.size && j.offset[i] >= offsetof(TableLayout, counts)) {
             std::memcpy(reinterpret_cast<char *>(this) + j.offset[i], j.saved[i], 64);
         }
     }

@@ -23,7 +23,7 @@ void note_refused(const rl_request_t &rq, int64_t now)
             counted = o.table == c.table && o.counters == c.counters && o.tag == c.tag && o.outcome == c.outcome;
         }
         Table *table = Table::at(c.table);
-        if (counted || (uint32_t) c.counters > table->header().nrules) {
+        if (counted || (uint32_t) c.counters > table->layout().nrules) {
             continue;
         }
         const bool clear = c.rule->log_key != 0;
@@ -110,7 +110,7 @@ int rl_table_reset(void *mem, uint64_t tag, int64_t now_ms)
 void rl_table_top(const void *mem, int slot, int64_t now_ms, rl_top_t *out)
 {
     const rl::Table *table = rl::Table::at(mem);
-    const rl::TableHeader &h = table->header();
+    const rl::TableLayout &h = table->layout();
     out->state = RL_TOP_NONE;
     out->keys = 0;
     out->refusals = 0;

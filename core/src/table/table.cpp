@@ -97,7 +97,7 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, uint32_t rules_ma
                  char *err, size_t errlen)
 {
     rules_max = std::max<uint32_t>(rules_max, RL_RULE_STATS_MAX);
-    const uint64_t header = header_bytes(rules_max);
+    const uint64_t before_buckets = layout_bytes(rules_max);
     uint32_t sizes[kPoolsMax];
     uint32_t npools = 0, largest = 0;
 
@@ -121,7 +121,7 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, uint32_t rules_ma
         largest = std::max(largest, bs);
     }
 
-    const uint64_t all = size > header ? size - header : 0;
+    const uint64_t all = size > before_buckets ? size - before_buckets : 0;
     const uint64_t sketch_bytes = std::max<uint64_t>(64, all / kSketchShare / 64 * 64);
     const uint64_t top_bytes = std::min<uint64_t>(std::max<uint64_t>(TopList::bytes(false), all / kTopShare / 64 * 64),
                                                   rules_max * TopList::bytes(true));
@@ -143,7 +143,7 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, uint32_t rules_ma
     out->npools = npools;
     out->rules_max = rules_max;
     out->slots16 = slots16;
-    out->sketch_offset = header + out->nbuckets * 64;
+    out->sketch_offset = before_buckets + out->nbuckets * 64;
     out->ncells = sketch_bytes / sizeof(uint64_t);
     out->top_offset = out->sketch_offset + sketch_bytes;
     out->top_bytes = top_bytes;
@@ -159,7 +159,7 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, uint32_t rules_ma
             // with a page to spare for what the embedding puts before the table,
             // and the summary's share
             const uint64_t pools = 3 * (uint64_t) npools * kMinBlocks * largest / 2 + 64 * npools;
-            const uint64_t need = 4096 + header + 64 + pools * kSketchShare / (kSketchShare - 1);
+            const uint64_t need = 4096 + before_buckets + 64 + pools * kSketchShare / (kSketchShare - 1);
             std::snprintf(err, errlen,
                           "too small for its rules' states of up to %u bytes a key: it needs at least %lluk", largest,
                           (unsigned long long) (need + 1023) / 1024);
@@ -169,7 +169,7 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, uint32_t rules_ma
     if (out->nbuckets < kMinBuckets) {
         // a zone's size, with a page for what the embedding puts before the
         // table, in nginx's size syntax as the message above
-        const uint64_t least = header + kMinBuckets * sizeof(Bucket) + 64 + TopList::bytes(false);
+        const uint64_t least = before_buckets + kMinBuckets * sizeof(Bucket) + 64 + TopList::bytes(false);
         if (rules_max > RL_RULE_STATS_MAX) {
             std::snprintf(err, errlen, "too small for the counters of its rules' names: it needs at least %lluk",
                           (unsigned long long) (4096 + least + 1023) / 1024);
@@ -182,17 +182,17 @@ bool Table::plan(size_t size, const uint32_t *blobs, size_t n, uint32_t rules_ma
     return true;
 }
 
-// Writes the header only: the memory after it is zero already (the caller's
+// Writes the layout only: the memory after it is zero already (the caller's
 // promise, rl_table_init), and zero is an empty table: buckets of free slots
 // (tag 0), a summary owing nothing, pools whose blocks are all fresh (a block
 // is cleared when first used, alloc_block) and no top list claimed (cleared
 // when claimed, top_list).  A zone of any size costs memory as keys arrive.
 void Table::init(size_t size, const Layout &layout, const uint8_t secret[16])
 {
-    std::memset(this, 0, fixed_header_bytes());  // the counters' room is zero already
+    std::memset(this, 0, fixed_layout_bytes());  // the counters' room is zero already
     std::memcpy(h_.magic, kMagic, sizeof(kMagic));
     h_.version = kVersion;
-    h_.header_size = (uint32_t) header_bytes(layout.rules_max);
+    h_.layout_size = (uint32_t) layout_bytes(layout.rules_max);
     h_.rules_max = layout.rules_max;
     h_.names_mask = index_entries(layout.rules_max) - 1;
     h_.slots16 = layout.slots16;
@@ -211,7 +211,7 @@ bool Table::valid(size_t size, const Layout &layout) const
 {
     if (std::memcmp(h_.magic, kMagic, sizeof(kMagic)) != 0 || h_.version != kVersion ||
         h_.rules_max != layout.rules_max || h_.names_mask != index_entries(layout.rules_max) - 1 ||
-        h_.header_size != header_bytes(layout.rules_max) || h_.size != size || h_.nbuckets != layout.nbuckets ||
+        h_.layout_size != layout_bytes(layout.rules_max) || h_.size != size || h_.nbuckets != layout.nbuckets ||
         h_.npools != layout.npools || h_.sketch_offset != layout.sketch_offset || h_.ncells != layout.ncells ||
         h_.top_offset != layout.top_offset || h_.top_bytes != layout.top_bytes) {
         return false;

@@ -1,8 +1,9 @@
 // The shared-memory key table: fixed-size slots keyed by a 64-bit SipHash of
 // (rule identity, key bytes) under a per-table random secret, state inline.
 //
-// Layout: a header, buckets of one cache line each holding three slots
-// (tag, t, n: 20 bytes a key), then, only when rules of the zone need more
+// Layout: its TableLayout (sizes, offsets, secret, counts, journal), buckets
+// of one cache line each holding three slots (tag, t, n: 20 bytes a key),
+// then, only when rules of the zone need more
 // state than a slot holds (sliding_window, sliding_log), one pool of
 // fixed-size blocks per block size.
 //
@@ -185,10 +186,12 @@ struct alignas(64) Journal {
     alignas(64) uint8_t saved[kJournalLines][64];
 };
 
-struct alignas(64) TableHeader {
+// What the zone's start says of the table: its sizes and where each part
+// is, its secret, its counts and its journal.
+struct alignas(64) TableLayout {
     char magic[8];
     uint32_t version;
-    uint32_t header_size;
+    uint32_t layout_size;
     uint64_t size;  // bytes of the whole block
     uint64_t nbuckets;
     uint8_t secret[16];
@@ -208,7 +211,7 @@ struct alignas(64) TableHeader {
     alignas(64) Pool pools[kPoolsMax];
     Journal journal;
     // The rules' counters, claimed by name (rl_table_rule_slot): room for
-    // rules_max names, laid out after this header (Table::counters), then
+    // rules_max names, laid out after this layout (Table::counters), then
     // their index by name: names_mask + 1 entries, each a slot + 1 (0:
     // empty), probed linearly from the name's hash.  Written under the
     // lock, read without it.
@@ -237,14 +240,14 @@ public:
     static Table *at(void *mem) { return static_cast<Table *>(mem); }
     static const Table *at(const void *mem) { return static_cast<const Table *>(mem); }
 
-    // The header, its rules' counters and their index by name, for room
+    // The layout, its rules' counters and their index by name, for room
     // for rules_max names.
-    static size_t header_bytes(uint32_t rules_max)
+    static size_t layout_bytes(uint32_t rules_max)
     {
-        return fixed_header_bytes() + align64(rules_max * sizeof(RuleCounters)) +
+        return fixed_layout_bytes() + align64(rules_max * sizeof(RuleCounters)) +
                align64(index_entries(rules_max) * sizeof(uint32_t));
     }
-    static size_t fixed_header_bytes() { return align64(sizeof(TableHeader)); }
+    static size_t fixed_layout_bytes() { return align64(sizeof(TableLayout)); }
     static size_t align64(size_t n) { return (n + 63) & ~size_t{63}; }
     // Index entries for rules_max names: a power of two, at least twice as
     // many (so that a probe ends soon).
@@ -270,7 +273,7 @@ public:
     static bool plan(size_t size, const uint32_t *blobs, size_t n, uint32_t rules_max, uint32_t slots16, Layout *out,
                      char *err, size_t errlen);
 
-    // Over zeroed memory (rl_table_init): writes the header only.
+    // Over zeroed memory (rl_table_init): writes the layout only.
     void init(size_t size, const Layout &layout, const uint8_t secret[16]);
     bool valid(size_t size, const Layout &layout) const;
 
@@ -453,18 +456,18 @@ public:
     // Walks the whole table (tests, and after a repair).
     bool check(std::string *why) const;
 
-    const TableHeader &header() const { return h_; }
-    TableHeader &header() { return h_; }
+    const TableLayout &layout() const { return h_; }
+    TableLayout &layout() { return h_; }
 
     // The rules' counters (rules_max of them) and their index by name.
     RuleCounters *counters()
     {
-        return reinterpret_cast<RuleCounters *>(reinterpret_cast<char *>(this) + fixed_header_bytes());
+        return reinterpret_cast<RuleCounters *>(reinterpret_cast<char *>(this) + fixed_layout_bytes());
     }
     const RuleCounters *counters() const { return const_cast<Table *>(this)->counters(); }
     uint32_t *names_index()
     {
-        return reinterpret_cast<uint32_t *>(reinterpret_cast<char *>(this) + fixed_header_bytes() +
+        return reinterpret_cast<uint32_t *>(reinterpret_cast<char *>(this) + fixed_layout_bytes() +
                                             align64(h_.rules_max * sizeof(RuleCounters)));
     }
     // The slot of a rule name's counters, or -1 if it has none; where its
@@ -554,10 +557,10 @@ private:
         int i;
     };
 
-    Bucket *buckets() { return reinterpret_cast<Bucket *>(reinterpret_cast<char *>(this) + h_.header_size); }
+    Bucket *buckets() { return reinterpret_cast<Bucket *>(reinterpret_cast<char *>(this) + h_.layout_size); }
     const Bucket *buckets() const
     {
-        return reinterpret_cast<const Bucket *>(reinterpret_cast<const char *>(this) + h_.header_size);
+        return reinterpret_cast<const Bucket *>(reinterpret_cast<const char *>(this) + h_.layout_size);
     }
     uint8_t *block(uint32_t handle) const
     {
@@ -608,7 +611,7 @@ private:
     uint32_t alloc_block(uint32_t pool);
     void free_block(uint32_t handle);
 
-    TableHeader h_;
+    TableLayout h_;
 };
 
 }  // namespace rl

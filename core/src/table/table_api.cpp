@@ -13,7 +13,7 @@ extern "C" {
 size_t rl_table_min_size(void)
 {
     // and the least summary, and one rule's top keys
-    return rl::Table::header_bytes(RL_RULE_STATS_MAX) + rl::kMinBuckets * sizeof(rl::Bucket) + 64 +
+    return rl::Table::layout_bytes(RL_RULE_STATS_MAX) + rl::kMinBuckets * sizeof(rl::Bucket) + 64 +
            rl::TopList::bytes(false);
 }
 
@@ -83,7 +83,7 @@ int rl_table_valid(const void *mem, size_t size, const uint32_t *blob_sizes, siz
     // the room for rule names and the stack the table was laid out with (a
     // reload may bring more names, or fewer, or stack rules otherwise: the
     // zone is kept, see rl_table_rule_room)
-    const rl::TableHeader &h = rl::Table::at(mem)->header();
+    const rl::TableLayout &h = rl::Table::at(mem)->layout();
     return h.rules_max <= rl::kRulesRoomMax &&
                    rl::Table::plan(size, blob_sizes, n, h.rules_max, h.slots16, &layout, err, sizeof(err)) &&
                    rl::Table::at(mem)->valid(size, layout)
@@ -93,9 +93,9 @@ int rl_table_valid(const void *mem, size_t size, const uint32_t *blob_sizes, siz
 
 uint64_t rl_table_bytes_used(const void *mem)
 {
-    const rl::TableHeader &h = rl::Table::at(mem)->header();
+    const rl::TableLayout &h = rl::Table::at(mem)->layout();
     uint64_t used =
-        h.header_size + (h.counts.keys * sizeof(rl::Bucket) + 2) / 3 + h.ncells * sizeof(uint64_t) + h.top_used;
+        h.layout_size + (h.counts.keys * sizeof(rl::Bucket) + 2) / 3 + h.ncells * sizeof(uint64_t) + h.top_used;
     for (uint32_t i = 0; i < h.npools; i++) {
         used += (uint64_t) h.pools[i].used * h.pools[i].block_size;
     }
@@ -109,12 +109,12 @@ int rl_table_rule_slot(void *mem, const char *name)
 
 size_t rl_table_rule_room(const void *mem)
 {
-    return rl::Table::at(mem)->header().rules_max;
+    return rl::Table::at(mem)->layout().rules_max;
 }
 
 size_t rl_table_rules_counted(const void *mem)
 {
-    const rl::TableHeader &h = rl::Table::at(mem)->header();
+    const rl::TableLayout &h = rl::Table::at(mem)->layout();
     return std::min(__atomic_load_n(&h.nrules, __ATOMIC_ACQUIRE), h.rules_max);
 }
 
@@ -125,7 +125,7 @@ void rl_table_count(void *mem, int slot, int outcome)
 
 size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out, size_t max)
 {
-    const rl::TableHeader &h = rl::Table::at(mem)->header();
+    const rl::TableLayout &h = rl::Table::at(mem)->layout();
     const rl::RuleCounters *rules = rl::Table::at(mem)->counters();
     size_t n = 0;
     for (uint32_t i = 0; i < h.nrules && i < h.rules_max && n < max; i++, n++) {
@@ -151,7 +151,7 @@ size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out, size_t max)
 
 void rl_table_get_stats(const void *mem, rl_table_stats_t *st)
 {
-    const rl::TableHeader &h = rl::Table::at(mem)->header();
+    const rl::TableLayout &h = rl::Table::at(mem)->layout();
     st->size = h.size;
     st->capacity = h.nbuckets * 3;
     st->keys = h.counts.keys;
