@@ -528,11 +528,9 @@ int adaptive_finish(rl_rule_t &rule, char *err, size_t errlen)
                     "\"%s=\" does not apply to algorithm=adaptive: each request holds one slot while it runs",
                     rule.charge ? "charge" : "cost");
     }
-    if (rule.limit > RL_CONCURRENCY_MAX) {
-        return fail(err, errlen,
-                    "\"limit=%u\" is too large for algorithm=adaptive: a key holds at most %u requests in flight "
-                    "(its state keeps who holds each)",
-                    rule.limit, RL_CONCURRENCY_MAX);
+    if (limit_at_most(rule, RL_CONCURRENCY_MAX, "a key holds at most ",
+                      " requests in flight (its state keeps who holds each)", err, errlen) != RL_OK) {
+        return RL_ERROR;
     }
     if (!(rule.given & P_MIN)) {
         rule.adapt_min = 1;

@@ -236,4 +236,17 @@ bool too_large(const rl_rule_t &rule);
 void period_bounds(const rl_rule_t &rule, bool debt, Bounds &b);
 size_t no_block(const rl_rule_t &rule);
 
+// A state sized by the rule's largest limit (a slot, a time a unit): the
+// limit, or limit_max with limit=$variable; limit_known: limit=$variable
+// needs limit_max= (keeps: what the state keeps, example: a limit_max to
+// show); limit_at_most: that limit at most `most` (the reason around it:
+// before, after).  RL_OK, or RL_ERROR with err saying so.
+inline uint32_t largest_limit(const rl_rule_t &rule)
+{
+    return rule.limit_var ? rule.limit_max : rule.limit;
+}
+int limit_known(const rl_rule_t &rule, const char *keeps, uint32_t example, uint32_t most, char *err, size_t errlen);
+int limit_at_most(const rl_rule_t &rule, uint32_t most, const char *before, const char *after, char *err,
+                  size_t errlen);
+
 }  // namespace rl

@@ -27,11 +27,8 @@ namespace {
 // (limit_max with a variable).
 int concurrency_finish(rl_rule_t &rule, char *err, size_t errlen)
 {
-    if (rule.limit_var && !(rule.given & P_LIMIT_MAX)) {
-        return fail(err, errlen,
-                    "missing \"limit_max=\" for algorithm=concurrency with limit=$variable: its state keeps who "
-                    "holds each slot, sized by the largest limit, e.g. limit_max=100 (at most %u)",
-                    RL_CONCURRENCY_MAX);
+    if (limit_known(rule, "who holds each slot", 100, RL_CONCURRENCY_MAX, err, errlen) != RL_OK) {
+        return RL_ERROR;
     }
     if (rule.given & P_PERIOD) {
         return fail(err, errlen,
@@ -46,14 +43,8 @@ int concurrency_finish(rl_rule_t &rule, char *err, size_t errlen)
                     "\"%s=\" does not apply to algorithm=concurrency: each request holds one slot while it runs",
                     rule.charge ? "charge" : "cost");
     }
-    const uint32_t most = rule.limit_var ? rule.limit_max : rule.limit;
-    if (most > RL_CONCURRENCY_MAX) {
-        return fail(err, errlen,
-                    "\"%s=%u\" is too large for algorithm=concurrency: a key holds at most %u requests in flight "
-                    "(its state keeps who holds each)",
-                    rule.limit_var ? "limit_max" : "limit", most, RL_CONCURRENCY_MAX);
-    }
-    return RL_OK;
+    return limit_at_most(rule, RL_CONCURRENCY_MAX, "a key holds at most ",
+                         " requests in flight (its state keeps who holds each)", err, errlen);
 }
 
 void concurrency_tail(const rl_rule_t &, char *out, size_t len)

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "algorithms/algorithm.h"
+#include "util/error.h"
 
 namespace rl {
 
@@ -68,6 +69,27 @@ void period_bounds(const rl_rule_t &rule, bool debt, Bounds &b)
 size_t no_block(const rl_rule_t &)
 {
     return 0;
+}
+
+int limit_known(const rl_rule_t &rule, const char *keeps, uint32_t example, uint32_t most, char *err, size_t errlen)
+{
+    if (rule.limit_var && !(rule.given & P_LIMIT_MAX)) {
+        return fail(err, errlen,
+                    "missing \"limit_max=\" for algorithm=%s with limit=$variable: its state keeps %s, sized by the "
+                    "largest limit, e.g. limit_max=%u (at most %u)",
+                    algorithm_of(rule).name, keeps, example, most);
+    }
+    return RL_OK;
+}
+
+int limit_at_most(const rl_rule_t &rule, uint32_t most, const char *before, const char *after, char *err, size_t errlen)
+{
+    if (largest_limit(rule) > most) {
+        return fail(err, errlen, "\"%s=%u\" is too large for algorithm=%s: %s%u%s",
+                    rule.limit_var ? "limit_max" : "limit", largest_limit(rule), algorithm_of(rule).name, before, most,
+                    after);
+    }
+    return RL_OK;
 }
 
 }  // namespace rl

@@ -34,7 +34,7 @@ constexpr int64_t kAhead = 1ll << 39;
 // the limit is a variable).
 uint32_t ring_size(const rl_rule_t &rule)
 {
-    return rule.limit_var ? rule.limit_max : rule.limit;
+    return largest_limit(rule);
 }
 
 }  // namespace
@@ -279,18 +279,10 @@ namespace {
 // a request (limit_max with a variable), over at most 2^31 ms.
 int sliding_log_finish(rl_rule_t &rule, char *err, size_t errlen)
 {
-    if (rule.limit_var && !(rule.given & P_LIMIT_MAX)) {
-        return fail(err, errlen,
-                    "missing \"limit_max=\" for algorithm=sliding_log with limit=$variable: its state keeps one "
-                    "time a unit, sized by the largest limit, e.g. limit_max=1000 (at most %u)",
-                    RL_LOG_LIMIT_MAX);
-    }
-    const uint32_t most = rule.limit_var ? rule.limit_max : rule.limit;
-    if (most > RL_LOG_LIMIT_MAX) {
-        return fail(err, errlen,
-                    "\"%s=%u\" is too large for algorithm=sliding_log: it keeps one time a unit, at most %u; use "
-                    "sliding_window for larger limits",
-                    rule.limit_var ? "limit_max" : "limit", most, RL_LOG_LIMIT_MAX);
+    if (limit_known(rule, "one time a unit", 1000, RL_LOG_LIMIT_MAX, err, errlen) != RL_OK ||
+        limit_at_most(rule, RL_LOG_LIMIT_MAX, "it keeps one time a unit, at most ",
+                      "; use sliding_window for larger limits", err, errlen) != RL_OK) {
+        return RL_ERROR;
     }
     if (rule.period_ms > RL_LOG_PERIOD_MAX_MS) {
         return fail(err, errlen,

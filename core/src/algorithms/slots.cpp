@@ -41,7 +41,7 @@ constexpr int64_t kHeld = 1ll << 40;
 
 uint32_t slots_of(const rl_rule_t &rule)
 {
-    return rule.limit_var ? rule.limit_max : rule.limit;
+    return largest_limit(rule);
 }
 
 uint32_t queue_capacity(const rl_rule_t &rule)
