@@ -270,7 +270,8 @@ TEST(Redis, ABatchsAnswersFitOneReplyAndAreReadInTurn)
     EXPECT_EQ((size_t) off, reply.size());
     EXPECT_EQ(rl_resp_batch(reply.data(), reply.size(), 3), -1);  // not its count
     EXPECT_EQ(rl_resp_batch(reply.data(), reply.size(), 1), -1);
-    for (const std::string other : {"-NOSCRIPT No matching script\r\n", ":2\r\n", "*\r\n", "*-1\r\n", "*2", "*22\r\n"}) {
+    for (const std::string other :
+         {"-NOSCRIPT No matching script\r\n", ":2\r\n", "*\r\n", "*-1\r\n", "*2", "*22\r\n"}) {
         EXPECT_EQ(rl_resp_batch(other.data(), other.size(), 2), -1) << other;
     }
 }

@@ -282,8 +282,8 @@ struct Trace {
     // One request's outcome in the core (la, lb) and in Redis (ra, rb)
     // compared; false (with a failure) on a difference.  An admitted
     // request of a charge= rule stays in flight.
-    bool same_outcome(Flight &f, const std::vector<uint64_t> &costs, int la, size_t lb, int ra, size_t rb,
-                      int64_t now, size_t op)
+    bool same_outcome(Flight &f, const std::vector<uint64_t> &costs, int la, size_t lb, int ra, size_t rb, int64_t now,
+                      size_t op)
     {
         const std::vector<std::string> &keys = f.keys;
         std::vector<rl_check_t> &local = f.local, &remote = f.remote;
@@ -473,7 +473,8 @@ void run_trace(const std::string &sha, std::mt19937_64 &g, Trace &t, size_t ops,
             }
         }
         const bool steady = latest - now <= RL_REDIS_CLOCK_SLACK_MS;
-        if (t.batch ? !t.step_batch(sha, keys, costs, now, op, steady) : !t.step(sha, keys[0], costs[0], now, op, steady)) {
+        if (t.batch ? !t.step_batch(sha, keys, costs, now, op, steady)
+                    : !t.step(sha, keys[0], costs[0], now, op, steady)) {
             return;
         }
         *done += m;

@@ -133,13 +133,18 @@ size_t lease_name(const rl_request_t &rq, const rl_check_t &c, int call, char *o
     return n > 0 && (size_t) n < cap ? (size_t) n : 0;
 }
 
-
 // The answer's longest bytes, for a batch's (rl_redis_batch_takes): its
 // array's head, and each integer's ":" sign, 19 digits and CRLF.
 const size_t kAnswerHead = 8;
 const size_t kAnswerPerRule = 12;
 const size_t kIntegerMax = 23;
 const size_t kArgMax = 1 + 20 + 2 + 2;
+
+// The calls that change no rate: no ban is read or written.
+bool changes_no_rate(int call)
+{
+    return call == RL_REDIS_SETTLE || call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW || call == RL_REDIS_RESTORE;
+}
 
 // What a request's call sends: its rules, and its keys (a state a rule, a
 // ban a ban= rule, reservations in flight a charge= rule).
@@ -149,9 +154,7 @@ struct Sent {
 
 Sent sent_of(const rl_request_t &rq, int call)
 {
-    // the calls that change no rate: no ban is read or written
-    const bool bare = call == RL_REDIS_SETTLE || call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW ||
-                      call == RL_REDIS_RESTORE;
+    const bool bare = changes_no_rate(call);
     Sent k{0, 0};
     for (size_t i = 0; i < rq.n; i++) {
         const rl_check_t &c = rq.checks[i];
@@ -182,8 +185,7 @@ void name(rl::Writer &w, const char *script, size_t script_len, int via)
 // each charge= rule's reservations in flight.
 void keys(rl::Writer &w, const rl_request_t &rq, int call, const char *prefix, size_t prefix_len, int cluster)
 {
-    const bool bare = call == RL_REDIS_SETTLE || call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW ||
-                      call == RL_REDIS_RESTORE;
+    const bool bare = changes_no_rate(call);
     const rl_check_t *c = rq.checks;
     char key[256 + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN];
     const size_t plen = prefix_len < 256 ? prefix_len : 256;
