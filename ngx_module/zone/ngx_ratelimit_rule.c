@@ -138,3 +138,172 @@ ngx_ratelimit_rule_zone(ngx_conf_t *cf, ngx_ratelimit_conf_t *conf,
 
     return NGX_OK;
 }
+
+
+/*
+ * "ratelimit off" at a level (rules: its rules, of elements of size; off:
+ * its flag): the inherited rules removed, none at its level.
+ */
+
+char *
+ngx_ratelimit_rule_off(ngx_conf_t *cf, ngx_array_t *rules, ngx_flag_t *off,
+    size_t size)
+{
+    if (rules->elts != NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit off\" with rules at the same "
+                           "level: \"off\" removes the inherited rules, "
+                           "write it alone or not at all");
+        return NGX_CONF_ERROR;
+    }
+
+    /* no rules here, none inherited: an empty list */
+
+    if (ngx_array_init(rules, cf->pool, 1, size) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    *off = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * A new rule of a protocol at its level (rules: of elements of size),
+ * zeroed; NULL after "ratelimit off" there or past RL_RULES_MAX, said.
+ */
+
+void *
+ngx_ratelimit_rule_new(ngx_conf_t *cf, ngx_array_t *rules, ngx_flag_t off,
+    size_t size)
+{
+    void  *rule;
+
+    if (off) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit\" directive: rules after "
+                           "\"ratelimit off\" at the same level: \"off\" "
+                           "removes the inherited rules, write it alone or "
+                           "not at all");
+        return NULL;
+    }
+
+    /* room for one: most levels have one rule, and a configuration may
+       have thousands of them */
+
+    if (rules->elts == NULL
+        && ngx_array_init(rules, cf->pool, 1, size) != NGX_OK)
+    {
+        return NULL;
+    }
+
+    if (rules->nelts == RL_RULES_MAX) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit\" directive: too many rules: at most "
+                           "%d apply to one request", RL_RULES_MAX);
+        return NULL;
+    }
+
+    rule = ngx_array_push(rules);
+    if (rule == NULL) {
+        return NULL;
+    }
+
+    ngx_memzero(rule, size);
+
+    return rule;
+}
+
+
+/*
+ * The parameters of a ratelimit directive read into rule: the core parses
+ * its own (rl_rule_parse), zone= and key= are read here, and any other the
+ * core declines (a value with a $variable, charge=) is the protocol's
+ * (param); then the rule is finished and named.  key: empty when not
+ * given.
+ */
+
+ngx_int_t
+ngx_ratelimit_rule_read(ngx_conf_t *cf, ngx_ratelimit_rule_t *rule,
+    ngx_str_t *zone, ngx_str_t *key, ngx_ratelimit_param_pt param)
+{
+    int          rc;
+    ngx_int_t    n;
+    ngx_str_t   *value;
+    ngx_uint_t   i;
+    char         err[RL_ERR_MAX], name[RL_NAME_MAX];
+
+    value = cf->args->elts;
+
+    rl_rule_init(&rule->rule, name);
+
+    ngx_str_null(zone);
+    ngx_str_null(key);
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        rc = rl_rule_param(&rule->rule, (char *) value[i].data, value[i].len,
+                           err, sizeof(err));
+
+        if (rc == RL_ERROR) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"ratelimit\" directive: %s", err);
+            return NGX_ERROR;
+        }
+
+        if (rc != RL_DECLINED) {
+            continue;
+        }
+
+        n = ngx_ratelimit_rule_param(cf, &value[i], zone, key);
+
+        if (n == NGX_DECLINED) {
+            n = param(cf, rule, &value[i]);
+        }
+
+        if (n != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (zone->data == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit\" directive: missing \"zone=\": "
+                           "expected zone=NAME of a \"ratelimit_zone\"");
+        return NGX_ERROR;
+    }
+
+    if (rl_rule_finish(&rule->rule, err, sizeof(err)) != RL_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit\" directive: %s", err);
+        return NGX_ERROR;
+    }
+
+    return ngx_ratelimit_rule_name(cf, rule, name);
+}
+
+
+/*
+ * A key with no variable (variables: how many it names) said: one budget
+ * for every request, or, empty, none limited.  A rule that learns from its
+ * upstream (adaptive) names the upstream in a key of text.
+ */
+
+void
+ngx_ratelimit_rule_unkeyed(ngx_conf_t *cf, ngx_ratelimit_rule_t *rule,
+    ngx_str_t *key, ngx_uint_t variables)
+{
+    if (variables != 0 || (key->len && rl_rule_per_upstream(&rule->rule))) {
+        return;
+    }
+
+    ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                       "\"ratelimit\" directive: rule \"%s\": key=\"%V\" "
+                       "has no variable, %s", rule->rule.name, key,
+                       key->len ? "so every request shares one budget (a "
+                                  "global limit); write key=$NAME for one "
+                                  "budget per value of a variable"
+                                : "and an empty key exempts every "
+                                  "request");
+}
