@@ -109,7 +109,7 @@ sub tls {
 
 sub client_hello {
     my ($name) = @_;
-    my $sni = pack('n', 0) . pack('n', length($name)) . $name;                   # host_name
+    my $sni = "\x00" . pack('n', length($name)) . $name;                      # host_name
     my $ext = pack('n', 0) . pack('n', length($sni) + 2) . pack('n', length($sni)) . $sni;
     my $body = pack('n', 0x0303) . ("\x01" x 32) . "\x00"                         # no session id
              . pack('n', 2) . pack('n', 0x002f) . "\x01\x00"                      # a suite, no compression
@@ -180,6 +180,7 @@ sub count {
 
 sub DESTROY {
     my ($self) = @_;
+    local $?;   # the test's exit status stays its own
     for my $pid (grep { $_ } $self->{tcp}, $self->{udp}) {
         kill 'KILL', -$pid;
         kill 'KILL', $pid;
