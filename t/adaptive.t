@@ -19,6 +19,8 @@
 #   * Redis zones and bad parameters are refused by nginx -t.
 # Every bound is relative to figures the test measures (the reference
 # latency, the upstream's W): none depends on how fast the machine is.
+# prove: serial (the limit follows the latencies it measures: the other files'
+# load would move them)
 use strict;
 use warnings;
 use FindBin;

@@ -29,6 +29,9 @@ sub start_recipe {
     like($conf, qr/^\s*listen 8080;$/m, "$title: listens on 8080");
     $conf =~ s/listen 8080;/listen 127.0.0.1:%%PORT%%;/g;
     $conf =~ s/10\.0\.0\.5:6379/127.0.0.1:$o{redis}/g if $o{redis};
+    # the recipe's 50 ms budget decides locally on a machine too busy to
+    # answer within it; what is checked is the fleet's count, not the load
+    $conf =~ s/redis_timeout=50ms/redis_timeout=5s/g;
     $conf =~ s{/var/lib/nginx/}{%%PREFIX%%/}g;
     $t->start(<<"EOF" . $conf);
 log_format arrival '\$msec \$uri';
