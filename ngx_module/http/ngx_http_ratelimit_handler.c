@@ -288,8 +288,8 @@ ngx_http_ratelimit_cost(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule)
         ngx_str_null(&value);
     }
 
-    if (rl_rule_cost(&rule->common.rule, (char *) value.data, value.len, &cost, err,
-                     sizeof(err))
+    if (rl_rule_cost(&rule->common.rule, (char *) value.data, value.len,
+                     &cost, err, sizeof(err))
         != RL_OK)
     {
         ngx_http_ratelimit_log_bad(r, rule, err);
