@@ -22,6 +22,7 @@
 #include "ngx_http_ratelimit_request.h"
 #include "ngx_http_ratelimit_wait.h"
 #include "ngx_http_ratelimit_log.h"
+#include "ngx_ratelimit_rule.h"
 #include "ngx_ratelimit_sync.h"
 #include "ngx_ratelimit_zone.h"
 #include "ngx_ratelimit_redis.h"
@@ -280,43 +281,30 @@ ngx_http_ratelimit_vars(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
 static uint64_t
 ngx_http_ratelimit_cost(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule)
 {
-    char       err[RL_ERR_MAX];
-    uint64_t   cost;
+    ngx_log_t  log;
     ngx_str_t  value;
 
     if (ngx_http_complex_value(r, rule->vars->cost, &value) != NGX_OK) {
         ngx_str_null(&value);
     }
 
-    if (rl_rule_cost(&rule->common.rule, (char *) value.data, value.len,
-                     &cost, err, sizeof(err))
-        != RL_OK)
-    {
-        ngx_http_ratelimit_log_bad(r, rule, err);
-    }
-
-    return cost;
+    return ngx_ratelimit_rule_cost(ngx_http_ratelimit_request_log(r, &log),
+                                   &rule->common, &value);
 }
 
 
 /*
  * limit=$variable, burst=$variable: the rule as it applies to the request
- * (rl_rule_apply; a bad value is logged and replaced as the core says), in
- * the request's pool: a delayed request and the headers read it later.
+ * (ngx_ratelimit_rule_applied), in the request's pool: a delayed request
+ * and the headers read it later.
  */
 
 static const rl_rule_t *
 ngx_http_ratelimit_rule_as_applied(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule)
 {
-    char        err[RL_ERR_MAX];
-    ngx_str_t   limit, burst;
-    rl_rule_t  *applied;
-
-    applied = ngx_palloc(r->main->pool, sizeof(rl_rule_t));
-    if (applied == NULL) {
-        return NULL;
-    }
+    ngx_log_t  log;
+    ngx_str_t  limit, burst;
 
     ngx_str_null(&limit);
     ngx_str_null(&burst);
@@ -332,15 +320,9 @@ ngx_http_ratelimit_rule_as_applied(ngx_http_request_t *r,
         return NULL;
     }
 
-    if (rl_rule_apply(&rule->common.rule, (char *) limit.data, limit.len,
-                      (char *) burst.data, burst.len, applied, err,
-                      sizeof(err))
-        != RL_OK)
-    {
-        ngx_http_ratelimit_log_bad(r, rule, err);
-    }
-
-    return applied;
+    return ngx_ratelimit_rule_applied(r->main->pool,
+                                      ngx_http_ratelimit_request_log(r, &log),
+                                      &rule->common, &limit, &burst);
 }
 
 

@@ -20,6 +20,7 @@
 
 #include "ngx_stream_ratelimit_handler.h"
 #include "ngx_ratelimit_log.h"
+#include "ngx_ratelimit_rule.h"
 #include "ngx_ratelimit_sync.h"
 #include "ngx_ratelimit_zone.h"
 
@@ -37,8 +38,6 @@ static ngx_int_t ngx_stream_ratelimit_keep(ngx_stream_session_t *s,
 static void ngx_stream_ratelimit_delayed(ngx_event_t *ev);
 static ngx_int_t ngx_stream_ratelimit_gone(ngx_stream_session_t *s);
 static void ngx_stream_ratelimit_cleanup(void *data);
-static void ngx_stream_ratelimit_bad(ngx_stream_session_t *s,
-    ngx_stream_ratelimit_rule_t *rule, const char *what);
 static rl_rule_room_t *ngx_stream_ratelimit_more_room(rl_request_t *rq);
 static int ngx_stream_ratelimit_alive(uint32_t pid);
 
@@ -185,7 +184,6 @@ static ngx_int_t
 ngx_stream_ratelimit_check(ngx_stream_session_t *s,
     ngx_stream_ratelimit_rule_t *rule, rl_check_t *c)
 {
-    char       err[RL_ERR_MAX];
     ngx_str_t  key, value;
 
     if (ngx_stream_complex_value(s, rule->key, &key) != NGX_OK) {
@@ -212,12 +210,8 @@ ngx_stream_ratelimit_check(ngx_stream_session_t *s,
             ngx_str_null(&value);
         }
 
-        if (rl_rule_cost(&rule->common.rule, (char *) value.data, value.len,
-                         &c->cost, err, sizeof(err))
-            != RL_OK)
-        {
-            ngx_stream_ratelimit_bad(s, rule, err);
-        }
+        c->cost = ngx_ratelimit_rule_cost(s->connection->log, &rule->common,
+                                          &value);
     }
 
     if (rule->limit != NULL || rule->burst != NULL) {
@@ -231,24 +225,14 @@ ngx_stream_ratelimit_check(ngx_stream_session_t *s,
 }
 
 
-/*
- * limit=$variable, burst=$variable: the rule as it applies to the session
- * (rl_rule_apply; a bad value is logged and replaced as the core says), in
- * the session's pool.
- */
+/* limit=$variable, burst=$variable: the rule as it applies to the
+   session (ngx_ratelimit_rule_applied), in its pool. */
 
 static const rl_rule_t *
 ngx_stream_ratelimit_applied(ngx_stream_session_t *s,
     ngx_stream_ratelimit_rule_t *rule)
 {
-    char        err[RL_ERR_MAX];
-    ngx_str_t   limit, burst;
-    rl_rule_t  *applied;
-
-    applied = ngx_palloc(s->connection->pool, sizeof(rl_rule_t));
-    if (applied == NULL) {
-        return NULL;
-    }
+    ngx_str_t  limit, burst;
 
     ngx_str_null(&limit);
     ngx_str_null(&burst);
@@ -261,15 +245,8 @@ ngx_stream_ratelimit_applied(ngx_stream_session_t *s,
         return NULL;
     }
 
-    if (rl_rule_apply(&rule->common.rule, (char *) limit.data, limit.len,
-                      (char *) burst.data, burst.len, applied, err,
-                      sizeof(err))
-        != RL_OK)
-    {
-        ngx_stream_ratelimit_bad(s, rule, err);
-    }
-
-    return applied;
+    return ngx_ratelimit_rule_applied(s->connection->pool, s->connection->log,
+                                      &rule->common, &limit, &burst);
 }
 
 
@@ -429,16 +406,6 @@ ngx_stream_ratelimit_cleanup(void *data)
         (void) rl_request_end(&ctx->rq, ngx_ratelimit_now());
         ngx_ratelimit_unlock(&ctx->rq, mutex);
     }
-}
-
-
-/* A session's value of a variable that is not valid for its rule. */
-
-static void
-ngx_stream_ratelimit_bad(ngx_stream_session_t *s,
-    ngx_stream_ratelimit_rule_t *rule, const char *what)
-{
-    ngx_ratelimit_log_bad(s->connection->log, &rule->common, what);
 }
 
 

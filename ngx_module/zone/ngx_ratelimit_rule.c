@@ -11,6 +11,7 @@
 
 
 #include "ngx_ratelimit_rule.h"
+#include "ngx_ratelimit_log.h"
 
 
 /*
@@ -306,4 +307,59 @@ ngx_ratelimit_rule_unkeyed(ngx_conf_t *cf, ngx_ratelimit_rule_t *rule,
                                   "budget per value of a variable"
                                 : "and an empty key exempts every "
                                   "request");
+}
+
+
+/*
+ * cost=$variable's value for a request or session (value: evaluated by
+ * its protocol): the core says what it counts as (rl_rule_cost); a bad one
+ * is logged, folded, in log.
+ */
+
+uint64_t
+ngx_ratelimit_rule_cost(ngx_log_t *log, ngx_ratelimit_rule_t *rule,
+    ngx_str_t *value)
+{
+    char      err[RL_ERR_MAX];
+    uint64_t  cost;
+
+    if (rl_rule_cost(&rule->rule, (char *) value->data, value->len, &cost,
+                     err, sizeof(err))
+        != RL_OK)
+    {
+        ngx_ratelimit_log_bad(log, rule, err);
+    }
+
+    return cost;
+}
+
+
+/*
+ * limit=$variable, burst=$variable: the rule as it applies to a request or
+ * session (limit, burst: their values, empty where the rule has none), in
+ * pool (rl_rule_apply; a bad value is logged in log and replaced as the
+ * core says).
+ */
+
+const rl_rule_t *
+ngx_ratelimit_rule_applied(ngx_pool_t *pool, ngx_log_t *log,
+    ngx_ratelimit_rule_t *rule, ngx_str_t *limit, ngx_str_t *burst)
+{
+    char        err[RL_ERR_MAX];
+    rl_rule_t  *applied;
+
+    applied = ngx_palloc(pool, sizeof(rl_rule_t));
+    if (applied == NULL) {
+        return NULL;
+    }
+
+    if (rl_rule_apply(&rule->rule, (char *) limit->data, limit->len,
+                      (char *) burst->data, burst->len, applied, err,
+                      sizeof(err))
+        != RL_OK)
+    {
+        ngx_ratelimit_log_bad(log, rule, err);
+    }
+
+    return applied;
 }
