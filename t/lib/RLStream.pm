@@ -32,7 +32,14 @@ sub main {
     my ($t, $body) = @_;
     my $p = $t->prefix;
     $body =~ s/%%PREFIX%%/$p/g;
-    return "$body" if $t->module eq 'static';
+    return load_lines($t) . "\nstream {\n$body\n}\n";
+}
+
+# The lines that load nginx's stream module (where it is dynamic) and
+# ngx_stream_ratelimit_module.
+sub load_lines {
+    my ($t) = @_;
+    return '' if $t->module eq 'static';
     my $load = '';
     my $v = `$t->{nginx} -V 2>&1`;
     if ($v =~ /--with-stream=dynamic/) {
@@ -41,8 +48,7 @@ sub main {
         die "RLStream: $core not found: install libnginx-mod-stream\n" unless -f $core;
         $load .= "load_module $core;\n";
     }
-    $load .= 'load_module ' . stream_module($t) . ";\n";
-    return "$load\nstream {\n$body\n}\n";
+    return $load . 'load_module ' . stream_module($t) . ";\n";
 }
 
 sub stream_module {
