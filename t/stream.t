@@ -105,7 +105,7 @@ my $stream = <<"EOF2";
     }
 EOF2
 
-my $http = 'server { listen 127.0.0.1:%%PORT%%; location / { return 204; } }';
+my $http = 'server { listen 127.0.0.1:%%PORT%%; location /stats { ratelimit_stats; } location / { return 204; } }';
 $t->start($http, main => RLStream::main($t, $stream));
 
 sub tcps {
@@ -207,6 +207,14 @@ like(stream_log(), qr/^127\.0\.0\.10 $p{multi} 503 REJECTED per_port /m, '$ratel
 
 is(tcps($p{off}, 2, from => '127.0.0.11'), 'ok closed', 'a server without rules has the stream block\'s');
 is(tcps($p{lconn}, 3, from => '127.0.0.11'), 'ok ok ok', '"ratelimit off" removes them');
+
+# ---- the HTTP side's stats list the stream zones ----------------------------
+
+{
+    my $zone = $t->zone_stats('s');
+    ok($zone, 'ratelimit_stats of an http server lists the stream zone');
+    ok($zone && $zone->{rules}{five}, 'with its rules');
+}
 
 # ---- a reload keeps every key's state ----------------------------------------
 
