@@ -3,7 +3,8 @@
 #
 #   * redis=: limit=5 per address decided in Redis: exactly 5 connections
 #     admitted across both servers (the upstream counts 5), another
-#     address its own 5; UDP sessions the same;
+#     address its own 5; UDP sessions the same; a limit per SNI name
+#     (decided as the content phase starts) the same;
 #   * a session waits for Redis's reply while its worker serves others;
 #     its client may leave meanwhile;
 #   * concurrency in Redis: 2 sessions open across both servers, a third
@@ -29,7 +30,7 @@ my $dead = RLTest::free_port();   # nothing listens there
 my $up = RLStream::Upstream->new->start;
 my $upp = $up->port;
 
-my @p = qw(exact udp conc deny allow local sync);
+my @p = qw(exact sni udp conc deny allow local sync);
 my @fleet;
 my %p;
 for my $i (0, 1) {
@@ -49,6 +50,12 @@ for my $i (0, 1) {
     server {
         listen 127.0.0.1:$q{exact};
         ratelimit zone=exact limit=5 period=1m name=exact;
+        proxy_pass 127.0.0.1:$upp;
+    }
+    server {
+        listen 127.0.0.1:$q{sni};
+        ssl_preread on;
+        ratelimit zone=exact key=\$ssl_preread_server_name limit=2 period=1m name=sni;
         proxy_pass 127.0.0.1:$upp;
     }
     server {
@@ -117,6 +124,9 @@ ok($stats && $stats->{decisions} >= 1, 'the stats count decisions taken in Redis
 my $port1 = $p{1}{exact};
 like(RLTest::read_file($fleet[1]->prefix . '/stream.log'), qr/^127\.0\.0\.2 $port1 503 REJECTED exact$/m,
      'the other server refused the 6th: 503 REJECTED in its stream access log');
+
+my @sni = map { RLStream::tls($p{ $_ % 2 }{sni}, $_ < 3 ? 'a.example' : 'b.example') || 'closed' } 0 .. 5;
+is("@sni", 'ok ok closed ok ok closed', 'per SNI name through ssl_preread, decided in Redis: 2 a name across both servers');
 
 my $ubase = $up->count('udp');
 my @u = map { RLStream::udp($p{ $_ % 2 }{udp}, from => '127.0.0.4') || 'dropped' } 0 .. 5;
