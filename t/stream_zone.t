@@ -9,6 +9,8 @@
 #   * the stats, the key API and Prometheus mark stream zones
 #     ("block":"stream", a block="stream" label), HTTP ones "block":"http"
 #     (their Prometheus labels as they were);
+#   * a client that leaves while its connection is delayed gives its
+#     place back;
 #   * state=: a restart keeps every key's state.
 use strict;
 use warnings;
@@ -17,11 +19,12 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use RLTest qw(wait_until);
 use RLStream;
+use IO::Socket::INET;
 
 my $up = RLStream::Upstream->new->start;
 my $upp = $up->port;
 my $t = RLTest->new;
-my %p = map { $_ => RLTest::free_port() } qw(five over kept);
+my %p = map { $_ => RLTest::free_port() } qw(five over kept paced);
 
 my $stream = <<"EOF";
     ratelimit_zone sz 1m;
@@ -36,6 +39,11 @@ my $stream = <<"EOF";
     server {
         listen 127.0.0.1:$p{over};
         ratelimit zone=ov limit=5 period=1m name=over;
+        proxy_pass 127.0.0.1:$upp;
+    }
+    server {
+        listen 127.0.0.1:$p{paced};
+        ratelimit zone=sz algorithm=leaky_bucket limit=1 period=1s max_delay=1500ms name=paced;
         proxy_pass 127.0.0.1:$upp;
     }
     server {
@@ -90,6 +98,25 @@ is($r->{status}, 200, 'a key\'s limit raised to 7') or diag $r->{content};
 is(tcps($p{over}, 8, from => '127.0.0.5'), 'ok ok ok ok ok ok ok closed', 'the key has 7 connections, the 8th closed');
 is($t->request('DELETE', '/rl/zones/ov/overrides?range=127.0.0.3/32')->{status}, 200, 'the range\'s override removed');
 is(tcps($p{over}, 1, from => '127.0.0.3'), 'ok', 'the range connects again');
+
+# ---- a client that leaves while delayed gives its place back ---------------------------
+
+{
+    # limit=1 period=1s max_delay=1500ms: the first connects at once, the
+    # second is held a second; when it leaves, a third is held a second
+    # (admitted), not two (refused)
+    my $first = RLStream::tcp_open($p{paced}, from => '127.0.0.8');
+    ok($first, 'paced: the first connects at once');
+    my $second = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $p{paced}, LocalAddr => '127.0.0.8')
+        or die "connect: $!\n";
+    sleep 0.1;
+    close $second;
+    sleep 0.1;
+    my $third = RLStream::tcp_open($p{paced}, from => '127.0.0.8', timeout => 3);
+    ok($third, 'the second left while held: the third is held one period, and admitted');
+    close $first;
+    close $third if $third;
+}
 
 # ---- stream zones marked as such -----------------------------------------------------
 

@@ -53,6 +53,7 @@ static ngx_int_t ngx_stream_ratelimit_verdict(ngx_stream_session_t *s,
 static ngx_int_t ngx_stream_ratelimit_keep(ngx_stream_session_t *s,
     ngx_stream_ratelimit_ctx_t *ctx);
 static void ngx_stream_ratelimit_delayed(ngx_event_t *ev);
+static ngx_int_t ngx_stream_ratelimit_watch(ngx_stream_session_t *s);
 static ngx_int_t ngx_stream_ratelimit_gone(ngx_stream_session_t *s);
 static void ngx_stream_ratelimit_cleanup(void *data);
 static rl_rule_room_t *ngx_stream_ratelimit_more_room(rl_request_t *rq);
@@ -294,7 +295,7 @@ ngx_stream_ratelimit_decide_redis(ngx_stream_session_t *s,
 
     ctx->redis_waiting = 1;
 
-    return NGX_DONE;
+    return ngx_stream_ratelimit_watch(s);
 }
 
 
@@ -568,7 +569,7 @@ ngx_stream_ratelimit_verdict(ngx_stream_session_t *s,
         ctx->delayed = 1;
         ctx->refund = 1;
         ngx_add_timer(&ctx->delay, (ngx_msec_t) rq->delay_ms);
-        return NGX_DONE;
+        return ngx_stream_ratelimit_watch(s);
 
     default: /* RL_ACTION_REFUSE; RL_ACTION_WAIT: no queue (rq.last) */
         return NGX_STREAM_SERVICE_UNAVAILABLE;
@@ -653,6 +654,26 @@ ngx_stream_ratelimit_go_on(ngx_event_t *ev)
     }
 
     ngx_stream_core_run_phases(s);
+}
+
+
+/*
+ * A held TCP session's connection watched for reading: nginx watches none
+ * before its preread or proxy does, and its client's end (or bytes) runs
+ * the phases into the handler, which ends a session whose client left
+ * (ngx_stream_ratelimit_gone).  NGX_DONE: held.
+ */
+
+static ngx_int_t
+ngx_stream_ratelimit_watch(ngx_stream_session_t *s)
+{
+    if (s->connection->type == SOCK_STREAM
+        && ngx_handle_read_event(s->connection->read, 0) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_DONE;
 }
 
 
