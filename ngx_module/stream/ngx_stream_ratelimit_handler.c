@@ -356,30 +356,15 @@ ngx_stream_ratelimit_redis_verdict(ngx_stream_session_t *s,
     ngx_stream_ratelimit_ctx_t *ctx, ngx_ratelimit_zone_t *zone,
     ngx_uint_t by)
 {
-    ngx_ratelimit_redis_t  *redis = zone->redis;
-
     ctx->decided_by = by;
 
-    ngx_shmtx_lock(&zone->shpool->mutex);
-
-    rl_request_count(&ctx->rq, ngx_ratelimit_now());
-
-    if (by == NGX_STREAM_RATELIMIT_BY_REDIS) {
-        (void) rl_refusals_store(redis->refusals, redis->refusals_size,
-                                 &ctx->rq, ctx->redis_epoch, ctx->redis_sent,
-                                 ngx_ratelimit_monotonic_ms());
-    }
-
-    if (ctx->here) {
-        /* a check that took no lease gives its server's slot back */
-        ctx->here = rl_request_free_here(&ctx->rq, ngx_ratelimit_now(), 0)
-                    > 0;
-    }
-
-    ngx_shmtx_unlock(&zone->shpool->mutex);
+    ctx->here = ngx_ratelimit_redis_counted(zone, &ctx->rq,
+                                          by == NGX_STREAM_RATELIMIT_BY_REDIS,
+                                            ctx->redis_epoch, ctx->redis_sent,
+                                            ctx->here);
 
     if (by == NGX_STREAM_RATELIMIT_BY_REDIS) {
-        ctx->leased = ngx_ratelimit_redis_lease_hold(redis, &ctx->rq,
+        ctx->leased = ngx_ratelimit_redis_lease_hold(zone->redis, &ctx->rq,
                                                      &ctx->lease);
     }
 
@@ -406,25 +391,16 @@ ngx_stream_ratelimit_redis_fallback(ngx_stream_session_t *s,
     ngx_stream_ratelimit_ctx_t *ctx)
 {
     ngx_int_t                         rc;
-    ngx_shmtx_t                      *mutex;
+    ngx_ratelimit_zone_t             *zone;
     ngx_ratelimit_redis_t            *redis;
     ngx_stream_ratelimit_srv_conf_t  *rscf;
 
-    redis = ngx_ratelimit_zone_of(
-                ngx_ratelimit_rule_of(&ctx->rq.checks[0]))->redis;
+    zone = ngx_ratelimit_zone_of(ngx_ratelimit_rule_of(&ctx->rq.checks[0]));
+    redis = zone->redis;
     rscf = ngx_stream_get_module_srv_conf(s, ngx_stream_ratelimit_module);
 
-    (void) ngx_atomic_fetch_add(&redis->stats->fallbacks, 1);
-
-    ngx_ratelimit_redis_leases_lost(redis);
-
-    if (ctx->here) {
-        /* the slots taken for the call: a local decision takes its own */
-        ctx->here = 0;
-        mutex = ngx_ratelimit_lock(&ctx->rq);
-        (void) rl_request_free_here(&ctx->rq, ngx_ratelimit_now(), 1);
-        ngx_ratelimit_unlock(&ctx->rq, mutex);
-    }
+    ngx_ratelimit_redis_failed(zone, &ctx->rq, ctx->here);
+    ctx->here = 0;
 
     switch (redis->on_error) {
 
