@@ -527,7 +527,6 @@ static ngx_int_t
 ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
-    ngx_int_t                       decided;
     ngx_shmtx_t                    *mutex;
     ngx_ratelimit_zone_t           *zone;
     ngx_http_ratelimit_loc_conf_t  *rlcf;
@@ -537,24 +536,13 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     zone = ngx_ratelimit_zone_of(ngx_ratelimit_rule_of(&ctx->rq.checks[0]));
     redis = zone->redis;
 
-    /* the overrides its keys meet, from the copy of Redis's the zone holds:
-       a refusal, or an exemption from every rule, decided here */
+    switch (ngx_ratelimit_redis_known(zone, &ctx->rq)) {
 
-    if (zone->store != NULL && rl_overrides_held(zone->table)) {
-        ngx_shmtx_lock(&zone->shpool->mutex);
-        decided = rl_request_overrides(&ctx->rq, ngx_ratelimit_now());
-        ngx_shmtx_unlock(&zone->shpool->mutex);
-
-        if (decided) {
-            return ngx_http_ratelimit_redis_verdict(r, ctx, zone,
+    case NGX_RATELIMIT_REDIS_OVERRIDE:
+        return ngx_http_ratelimit_redis_verdict(r, ctx, zone,
                                                 NGX_HTTP_RATELIMIT_BY_LOCAL);
-        }
-    }
 
-    if (rl_refusals_find(redis->refusals, redis->refusals_size, &ctx->rq,
-                         ngx_ratelimit_monotonic_ms()))
-    {
-        (void) ngx_atomic_fetch_add(&redis->stats->cached, 1);
+    case NGX_RATELIMIT_REDIS_REMEMBERED:
         return ngx_http_ratelimit_redis_verdict(r, ctx, zone,
                                            NGX_HTTP_RATELIMIT_BY_REDIS_CACHED);
     }

@@ -904,3 +904,30 @@ ngx_ratelimit_redis_failed(ngx_ratelimit_zone_t *zone, rl_request_t *rq,
         ngx_shmtx_unlock(&zone->shpool->mutex);
     }
 }
+
+
+ngx_uint_t
+ngx_ratelimit_redis_known(ngx_ratelimit_zone_t *zone, rl_request_t *rq)
+{
+    int                     decided;
+    ngx_ratelimit_redis_t  *redis = zone->redis;
+
+    if (zone->store != NULL && rl_overrides_held(zone->table)) {
+        ngx_shmtx_lock(&zone->shpool->mutex);
+        decided = rl_request_overrides(rq, ngx_ratelimit_now());
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+
+        if (decided) {
+            return NGX_RATELIMIT_REDIS_OVERRIDE;
+        }
+    }
+
+    if (rl_refusals_find(redis->refusals, redis->refusals_size, rq,
+                         ngx_ratelimit_monotonic_ms()))
+    {
+        (void) ngx_atomic_fetch_add(&redis->stats->cached, 1);
+        return NGX_RATELIMIT_REDIS_REMEMBERED;
+    }
+
+    return NGX_RATELIMIT_REDIS_SEND;
+}

@@ -231,7 +231,6 @@ static ngx_int_t
 ngx_stream_ratelimit_decide_redis(ngx_stream_session_t *s,
     ngx_stream_ratelimit_ctx_t *ctx)
 {
-    ngx_int_t                    decided;
     ngx_shmtx_t                 *mutex;
     ngx_ratelimit_zone_t        *zone;
     ngx_ratelimit_redis_t       *redis;
@@ -240,21 +239,13 @@ ngx_stream_ratelimit_decide_redis(ngx_stream_session_t *s,
     zone = ngx_ratelimit_zone_of(ngx_ratelimit_rule_of(&ctx->rq.checks[0]));
     redis = zone->redis;
 
-    if (zone->store != NULL && rl_overrides_held(zone->table)) {
-        ngx_shmtx_lock(&zone->shpool->mutex);
-        decided = rl_request_overrides(&ctx->rq, ngx_ratelimit_now());
-        ngx_shmtx_unlock(&zone->shpool->mutex);
+    switch (ngx_ratelimit_redis_known(zone, &ctx->rq)) {
 
-        if (decided) {
-            return ngx_stream_ratelimit_redis_verdict(s, ctx, zone,
+    case NGX_RATELIMIT_REDIS_OVERRIDE:
+        return ngx_stream_ratelimit_redis_verdict(s, ctx, zone,
                                                 NGX_STREAM_RATELIMIT_BY_LOCAL);
-        }
-    }
 
-    if (rl_refusals_find(redis->refusals, redis->refusals_size, &ctx->rq,
-                         ngx_ratelimit_monotonic_ms()))
-    {
-        (void) ngx_atomic_fetch_add(&redis->stats->cached, 1);
+    case NGX_RATELIMIT_REDIS_REMEMBERED:
         return ngx_stream_ratelimit_redis_verdict(s, ctx, zone,
                                          NGX_STREAM_RATELIMIT_BY_REDIS_CACHED);
     }
