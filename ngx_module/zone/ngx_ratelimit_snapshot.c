@@ -133,6 +133,7 @@ ngx_ratelimit_zone_snapshot(ngx_pool_t *pool, ngx_ratelimit_zone_t *zone,
 
     z->table.size = zone->size;
     z->counters = counters;
+    z->block = ngx_ratelimit_rl_str(&zone->conf->block);
 
     if (zone->redis) {
         z->redis = ngx_ratelimit_snapshot_redis(pool, zone->redis->stats);

@@ -716,6 +716,13 @@ sub doc_conf {
     $extra .= "upstream backend {\n    server 127.0.0.1:1;\n}\n"
         if $text =~ m{proxy_pass\s+http://backend\b} && $text !~ /\bupstream\s+backend\b/;
 
+    # a stream {} example: the stream modules loaded (t/lib/RLStream.pm),
+    # the zones its rules name declared in it
+    if ($top{stream}) {
+        require RLStream;
+        $text =~ s/^(stream \{)$/$1\n$extra/m;
+        return $self->conf_text('', main => RLStream::load_lines($self) . $text);
+    }
     if (grep { $top{$_} } qw(load_module events http)) {
         my $p = $self->{prefix};
         my $main = join "\n", grep { $_ ne '' } $self->load_line, ($> == 0 ? 'user root;' : ''),
