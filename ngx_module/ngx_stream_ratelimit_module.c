@@ -22,8 +22,6 @@ static void *ngx_stream_ratelimit_create_srv_conf(ngx_conf_t *cf);
 static char *ngx_stream_ratelimit_merge_srv_conf(ngx_conf_t *cf,
     void *parent, void *child);
 static ngx_int_t ngx_stream_ratelimit_init(ngx_conf_t *cf);
-static ngx_int_t ngx_stream_ratelimit_local_zones(ngx_conf_t *cf,
-    ngx_stream_ratelimit_main_conf_t *rmcf);
 static void ngx_stream_ratelimit_wrap_content(ngx_conf_t *cf);
 static ngx_int_t ngx_stream_ratelimit_init_process(ngx_cycle_t *cycle);
 static void ngx_stream_ratelimit_exit_process(ngx_cycle_t *cycle);
@@ -205,8 +203,7 @@ ngx_stream_ratelimit_init(ngx_conf_t *cf)
                                                 ngx_stream_ratelimit_module);
 
     if (ngx_ratelimit_zones_init(cf, &rmcf->common) != NGX_OK
-        || ngx_ratelimit_log_init(cf, &rmcf->common) != NGX_OK
-        || ngx_stream_ratelimit_local_zones(cf, rmcf) != NGX_OK)
+        || ngx_ratelimit_log_init(cf, &rmcf->common) != NGX_OK)
     {
         return NGX_ERROR;
     }
@@ -238,41 +235,6 @@ ngx_stream_ratelimit_init(ngx_conf_t *cf)
     h[0] = ngx_stream_ratelimit_handler;
 
     ngx_stream_ratelimit_wrap_content(cf);
-
-    return NGX_OK;
-}
-
-
-/*
- * A session is decided in its zones: a zone that decides in Redis
- * (redis=) is refused (one of redis_sync= decides here and exchanges its
- * counts with Redis).
- */
-
-static ngx_int_t
-ngx_stream_ratelimit_local_zones(ngx_conf_t *cf,
-    ngx_stream_ratelimit_main_conf_t *rmcf)
-{
-    ngx_uint_t                 i;
-    ngx_ratelimit_zone_t      *zone;
-    ngx_ratelimit_zone_ref_t  *refs;
-
-    refs = rmcf->common.zone_refs.elts;
-
-    for (i = 0; i < rmcf->common.zone_refs.nelts; i++) {
-        zone = refs[i].shm_zone->data;
-
-        if (zone->redis != NULL) {
-            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                          "\"ratelimit\" directive: zone \"%V\" decides in "
-                          "Redis (redis=): a stream rule's zone decides in "
-                          "its own memory; expected a zone without redis=, "
-                          "or with redis_sync= for counts shared through "
-                          "Redis, used in %s:%ui", &zone->name,
-                          refs[i].file, refs[i].line);
-            return NGX_ERROR;
-        }
-    }
 
     return NGX_OK;
 }

@@ -55,9 +55,6 @@ stream_refused("ratelimit_zone s 1m; " . sprintf($server, 'ratelimit zone=s limi
                'ratelimit_log_level');
 stream_refused("ratelimit_zone s 1m; " . sprintf($server, 'ratelimit off; ratelimit zone=s limit=5;'),
                qr/rules after "ratelimit off" at the same level/, 'rules after off');
-stream_refused("ratelimit_zone r 1m redis=127.0.0.1:1; " . sprintf($server, 'ratelimit zone=r limit=5;'),
-               qr/"ratelimit" directive: zone "r" decides in Redis \(redis=\): a stream rule's zone decides in its own memory/,
-               'a Redis zone in stream');
 stream_refused("ratelimit_zone s 10k; " . sprintf($server, ''),
                qr/size "10k" of zone "s" is too small: the minimum is 32k/, 'a zone too small');
 

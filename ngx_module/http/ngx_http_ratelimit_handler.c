@@ -527,7 +527,6 @@ static ngx_int_t
 ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
-    ngx_int_t                       decided;
     ngx_shmtx_t                    *mutex;
     ngx_ratelimit_zone_t           *zone;
     ngx_http_ratelimit_loc_conf_t  *rlcf;
@@ -537,24 +536,13 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     zone = ngx_ratelimit_zone_of(ngx_ratelimit_rule_of(&ctx->rq.checks[0]));
     redis = zone->redis;
 
-    /* the overrides its keys meet, from the copy of Redis's the zone holds:
-       a refusal, or an exemption from every rule, decided here */
+    switch (ngx_ratelimit_redis_known(zone, &ctx->rq)) {
 
-    if (zone->store != NULL && rl_overrides_held(zone->table)) {
-        ngx_shmtx_lock(&zone->shpool->mutex);
-        decided = rl_request_overrides(&ctx->rq, ngx_ratelimit_now());
-        ngx_shmtx_unlock(&zone->shpool->mutex);
-
-        if (decided) {
-            return ngx_http_ratelimit_redis_verdict(r, ctx, zone,
+    case NGX_RATELIMIT_REDIS_OVERRIDE:
+        return ngx_http_ratelimit_redis_verdict(r, ctx, zone,
                                                 NGX_HTTP_RATELIMIT_BY_LOCAL);
-        }
-    }
 
-    if (rl_refusals_find(redis->refusals, redis->refusals_size, &ctx->rq,
-                         ngx_ratelimit_monotonic_ms()))
-    {
-        (void) ngx_atomic_fetch_add(&redis->stats->cached, 1);
+    case NGX_RATELIMIT_REDIS_REMEMBERED:
         return ngx_http_ratelimit_redis_verdict(r, ctx, zone,
                                            NGX_HTTP_RATELIMIT_BY_REDIS_CACHED);
     }
@@ -671,31 +659,15 @@ ngx_http_ratelimit_redis_verdict(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, ngx_ratelimit_zone_t *zone,
     ngx_uint_t by)
 {
-    ngx_ratelimit_redis_t  *redis = zone->redis;
-
     ctx->decided_by = by;
 
-    ngx_shmtx_lock(&zone->shpool->mutex);
-
-    rl_request_count(&ctx->rq, ngx_ratelimit_now());
-
-    if (by == NGX_HTTP_RATELIMIT_BY_REDIS) {
-        (void) rl_refusals_store(redis->refusals, redis->refusals_size,
-                                 &ctx->rq, ctx->redis_epoch, ctx->redis_sent,
-                                 ngx_ratelimit_monotonic_ms());
-    }
-
-    if (ctx->here) {
-        /* a check that took no lease gives its server's slot back */
-        ctx->here = rl_request_free_here(&ctx->rq, ngx_ratelimit_now(),
-                                         0)
-                    > 0;
-    }
-
-    ngx_shmtx_unlock(&zone->shpool->mutex);
+    ctx->here = ngx_ratelimit_redis_counted(zone, &ctx->rq,
+                                            by == NGX_HTTP_RATELIMIT_BY_REDIS,
+                                            ctx->redis_epoch, ctx->redis_sent,
+                                            ctx->here);
 
     if (by == NGX_HTTP_RATELIMIT_BY_REDIS) {
-        ctx->leased = ngx_ratelimit_redis_lease_hold(redis, &ctx->rq,
+        ctx->leased = ngx_ratelimit_redis_lease_hold(zone->redis, &ctx->rq,
                                                      &ctx->lease);
     }
 
@@ -717,26 +689,14 @@ ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
     ngx_int_t               rc;
-    ngx_shmtx_t            *mutex;
     ngx_ratelimit_zone_t   *zone;
     ngx_ratelimit_redis_t  *redis;
 
     zone = ngx_ratelimit_zone_of(ngx_ratelimit_rule_of(&ctx->rq.checks[0]));
     redis = zone->redis;
 
-    (void) ngx_atomic_fetch_add(&redis->stats->fallbacks, 1);
-
-    /* the worker's leases may be gone from Redis: written again once it
-       answers */
-    ngx_ratelimit_redis_leases_lost(redis);
-
-    if (ctx->here) {
-        /* the slots taken for the call: a local decision takes its own */
-        ctx->here = 0;
-        mutex = ngx_ratelimit_lock(&ctx->rq);
-        (void) rl_request_free_here(&ctx->rq, ngx_ratelimit_now(), 1);
-        ngx_ratelimit_unlock(&ctx->rq, mutex);
-    }
+    ngx_ratelimit_redis_failed(zone, &ctx->rq, ctx->here);
+    ctx->here = 0;
 
     switch (redis->on_error) {
 

@@ -14,12 +14,16 @@
  * held on a timer while a shaping rule delays it, then goes on.  A session
  * does not wait for a concurrency slot: a rule's queue refuses it at once.
  * A concurrency rule's slot is given back when the session ends, however
- * it ends (the pool's cleanup).
+ * it ends (the pool's cleanup).  A zone with redis= decides in Redis, as
+ * for HTTP: the session waits for the reply on the event loop, then goes
+ * on, is refused or delayed; on_redis_error decides while Redis fails.
  */
 
 
 #include "ngx_stream_ratelimit_handler.h"
 #include "ngx_ratelimit_log.h"
+#include "ngx_ratelimit_redis.h"
+#include "ngx_ratelimit_redis_settle.h"
 #include "ngx_ratelimit_rule.h"
 #include "ngx_ratelimit_sync.h"
 #include "ngx_ratelimit_zone.h"
@@ -27,6 +31,19 @@
 
 static ngx_int_t ngx_stream_ratelimit_decide(ngx_stream_session_t *s,
     ngx_stream_ratelimit_srv_conf_t *rscf);
+static ngx_int_t ngx_stream_ratelimit_decide_local(ngx_stream_session_t *s,
+    ngx_stream_ratelimit_ctx_t *ctx);
+static ngx_int_t ngx_stream_ratelimit_decide_redis(ngx_stream_session_t *s,
+    ngx_stream_ratelimit_ctx_t *ctx);
+static void ngx_stream_ratelimit_redis_done(ngx_ratelimit_redis_wait_t *w,
+    rl_redis_answer_t *answer);
+static ngx_int_t ngx_stream_ratelimit_redis_verdict(ngx_stream_session_t *s,
+    ngx_stream_ratelimit_ctx_t *ctx, ngx_ratelimit_zone_t *zone,
+    ngx_uint_t by);
+static ngx_int_t ngx_stream_ratelimit_redis_fallback(ngx_stream_session_t *s,
+    ngx_stream_ratelimit_ctx_t *ctx);
+static void ngx_stream_ratelimit_go_on(ngx_event_t *ev);
+static void ngx_stream_ratelimit_end(ngx_stream_ratelimit_ctx_t *ctx);
 static ngx_int_t ngx_stream_ratelimit_check(ngx_stream_session_t *s,
     ngx_stream_ratelimit_rule_t *rule, rl_check_t *c);
 static const rl_rule_t *ngx_stream_ratelimit_applied(ngx_stream_session_t *s,
@@ -36,6 +53,7 @@ static ngx_int_t ngx_stream_ratelimit_verdict(ngx_stream_session_t *s,
 static ngx_int_t ngx_stream_ratelimit_keep(ngx_stream_session_t *s,
     ngx_stream_ratelimit_ctx_t *ctx);
 static void ngx_stream_ratelimit_delayed(ngx_event_t *ev);
+static ngx_int_t ngx_stream_ratelimit_watch(ngx_stream_session_t *s);
 static ngx_int_t ngx_stream_ratelimit_gone(ngx_stream_session_t *s);
 static void ngx_stream_ratelimit_cleanup(void *data);
 static rl_rule_room_t *ngx_stream_ratelimit_more_room(rl_request_t *rq);
@@ -66,11 +84,11 @@ ngx_stream_ratelimit_handler(ngx_stream_session_t *s)
         return ngx_stream_ratelimit_decide(s, rscf);
     }
 
-    if (ctx->delayed) {
+    if (ctx->delayed || ctx->redis_waiting) {
         return ngx_stream_ratelimit_gone(s) ? NGX_STREAM_OK : NGX_DONE;
     }
 
-    return NGX_DECLINED;
+    return ctx->rc;   /* decided: NGX_DECLINED, or a refusal Redis gave */
 }
 
 
@@ -93,11 +111,11 @@ ngx_stream_ratelimit_content(ngx_stream_session_t *s)
     if (ctx == NULL) {
         rc = ngx_stream_ratelimit_decide(s, rscf);
 
-    } else if (ctx->delayed) {
+    } else if (ctx->delayed || ctx->redis_waiting) {
         rc = ngx_stream_ratelimit_gone(s) ? NGX_STREAM_OK : NGX_DONE;
 
     } else {
-        rc = NGX_DECLINED;
+        rc = ctx->rc;
     }
 
     if (rc == NGX_DECLINED) {
@@ -106,7 +124,7 @@ ngx_stream_ratelimit_content(ngx_stream_session_t *s)
     }
 
     if (rc == NGX_DONE) {
-        return;   /* its timer goes on */
+        return;   /* its timer, or Redis's reply, goes on */
     }
 
     ngx_stream_finalize_session(s, rc == NGX_ERROR
@@ -124,10 +142,8 @@ static ngx_int_t
 ngx_stream_ratelimit_decide(ngx_stream_session_t *s,
     ngx_stream_ratelimit_srv_conf_t *rscf)
 {
-    int64_t                       now;
     ngx_uint_t                    i;
     rl_check_t                    checks[RL_RULES_MAX];
-    ngx_shmtx_t                  *mutex;
     ngx_stream_ratelimit_ctx_t   *ctx;
     ngx_stream_ratelimit_rule_t  *rules;
 
@@ -139,6 +155,7 @@ ngx_stream_ratelimit_decide(ngx_stream_session_t *s,
     ngx_memzero(ctx, offsetof(ngx_stream_ratelimit_ctx_t, rq));
     ngx_memzero(&ctx->room, sizeof(rl_rule_room_t));
     ctx->session = s;
+    ctx->rc = NGX_DECLINED;
     ngx_stream_set_ctx(s, ctx, ngx_stream_ratelimit_module);
 
     rules = rscf->rules.elts;
@@ -158,12 +175,34 @@ ngx_stream_ratelimit_decide(ngx_stream_session_t *s,
     ctx->rq.alive = ngx_stream_ratelimit_alive;
     ctx->rq.room = &ctx->room;
     ctx->rq.more_room = ngx_stream_ratelimit_more_room;
+    ctx->ends = rscf->ends;
     ctx->rq.latency_ms = -1;
 
     /* a session does not wait for a slot: a queue refuses it at once */
     ctx->rq.last = 1;
 
     rl_request_hash(&ctx->rq);   /* outside the locks */
+
+    /* (a session exempt from every rule, using no zone, is not sent) */
+
+    if (ngx_ratelimit_zone_of(&rules[0].common)->redis != NULL
+        && ctx->rq.locks > 0)
+    {
+        return ngx_stream_ratelimit_decide_redis(s, ctx);
+    }
+
+    return ngx_stream_ratelimit_decide_local(s, ctx);
+}
+
+
+/* The session decided in its zones' memory, under their locks. */
+
+static ngx_int_t
+ngx_stream_ratelimit_decide_local(ngx_stream_session_t *s,
+    ngx_stream_ratelimit_ctx_t *ctx)
+{
+    int64_t       now;
+    ngx_shmtx_t  *mutex;
 
     now = ngx_ratelimit_now();
 
@@ -174,7 +213,212 @@ ngx_stream_ratelimit_decide(ngx_stream_session_t *s,
     }
     ngx_ratelimit_unlock(&ctx->rq, mutex);
 
-    return ngx_stream_ratelimit_verdict(s, rscf, ctx);
+    return ngx_stream_ratelimit_verdict(s,
+               ngx_stream_get_module_srv_conf(s, ngx_stream_ratelimit_module),
+               ctx);
+}
+
+
+/*
+ * Sends the session's rules to Redis, one script call for all of them,
+ * and returns NGX_DONE: the worker serves other sessions while the reply
+ * comes (ngx_stream_ratelimit_redis_done).  Unless the overrides the zone
+ * holds a copy of, or a refusal Redis gave that the zone remembers
+ * (rl_refusals_find), decide it at once.
+ */
+
+static ngx_int_t
+ngx_stream_ratelimit_decide_redis(ngx_stream_session_t *s,
+    ngx_stream_ratelimit_ctx_t *ctx)
+{
+    ngx_shmtx_t                 *mutex;
+    ngx_ratelimit_zone_t        *zone;
+    ngx_ratelimit_redis_t       *redis;
+    ngx_ratelimit_redis_wait_t  *w;
+
+    zone = ngx_ratelimit_zone_of(ngx_ratelimit_rule_of(&ctx->rq.checks[0]));
+    redis = zone->redis;
+
+    switch (ngx_ratelimit_redis_known(zone, &ctx->rq)) {
+
+    case NGX_RATELIMIT_REDIS_OVERRIDE:
+        return ngx_stream_ratelimit_redis_verdict(s, ctx, zone,
+                                                NGX_STREAM_RATELIMIT_BY_LOCAL);
+
+    case NGX_RATELIMIT_REDIS_REMEMBERED:
+        return ngx_stream_ratelimit_redis_verdict(s, ctx, zone,
+                                         NGX_STREAM_RATELIMIT_BY_REDIS_CACHED);
+    }
+
+    if (ngx_stream_ratelimit_keep(s, ctx) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    w = ngx_pcalloc(s->connection->pool, sizeof(ngx_ratelimit_redis_wait_t));
+    if (w == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->redis = w;
+    w->owner = ctx;
+    w->log = s->connection->log;
+    w->handler = ngx_stream_ratelimit_redis_done;
+    w->rq = &ctx->rq;
+
+    /* concurrency: the leases the call may take, named, and the slots the
+       session holds in this server's zone while Redis decides (as HTTP's
+       requests: the server's own count holds every session in flight) */
+    ngx_ratelimit_redis_lease_prepare(redis, &ctx->rq);
+
+    if (ctx->ends) {
+        mutex = ngx_ratelimit_lock(&ctx->rq);
+        ctx->here = rl_request_hold_here(&ctx->rq, ngx_ratelimit_now()) > 0;
+        ngx_ratelimit_unlock(&ctx->rq, mutex);
+    }
+
+    ctx->redis_epoch = rl_refusals_epoch(redis->refusals);
+    ctx->redis_sent = ngx_ratelimit_monotonic_ms();
+
+    if (ngx_ratelimit_redis_send(redis, w) != NGX_OK) {
+        /* Redis unreachable now: no waiting at all */
+        return ngx_stream_ratelimit_redis_fallback(s, ctx);
+    }
+
+    ctx->redis_waiting = 1;
+
+    return ngx_stream_ratelimit_watch(s);
+}
+
+
+/*
+ * Redis decided the session (answer: the core concluded it from the
+ * script's answer) or failed it (NULL: on_redis_error decides).  The
+ * session goes on from a posted event: a refusal ends the session, and its
+ * pool holds w, while the Redis connection still reads its replies.
+ */
+
+static void
+ngx_stream_ratelimit_redis_done(ngx_ratelimit_redis_wait_t *w,
+    rl_redis_answer_t *answer)
+{
+    ngx_int_t                    rc;
+    ngx_stream_session_t        *s;
+    ngx_ratelimit_zone_t        *zone;
+    ngx_stream_ratelimit_ctx_t  *ctx;
+
+    ctx = w->owner;
+    s = ctx->session;
+    zone = ngx_ratelimit_zone_of(ngx_ratelimit_rule_of(&ctx->rq.checks[0]));
+    ctx->redis_waiting = 0;
+
+    if (answer == NULL) {
+        /* the call may have taken its leases all the same: given back */
+        ngx_ratelimit_redis_lease_release(zone->redis, &ctx->rq, NULL);
+        rc = ngx_stream_ratelimit_redis_fallback(s, ctx);
+
+    } else {
+        (void) ngx_atomic_fetch_add(&zone->redis->stats->decisions, 1);
+        rc = ngx_stream_ratelimit_redis_verdict(s, ctx, zone,
+                                                NGX_STREAM_RATELIMIT_BY_REDIS);
+    }
+
+    /* delayed (NGX_DONE): its timer runs the phases on */
+
+    ctx->rc = (rc == NGX_DONE) ? NGX_DECLINED : rc;
+
+    if (rc != NGX_DONE) {
+        ctx->resume.handler = ngx_stream_ratelimit_go_on;
+        ctx->resume.data = ctx;
+        ctx->resume.log = s->connection->log;
+        ngx_post_event(&ctx->resume, &ngx_posted_events);
+    }
+}
+
+
+/*
+ * A session Redis decided (by: in Redis, from a refusal remembered, or
+ * from an override the zone holds), counted in this server's zone (its
+ * rules' counters, a refusal among the top keys) under its lock; Redis's
+ * answer noted among the refusals remembered; then applied.
+ */
+
+static ngx_int_t
+ngx_stream_ratelimit_redis_verdict(ngx_stream_session_t *s,
+    ngx_stream_ratelimit_ctx_t *ctx, ngx_ratelimit_zone_t *zone,
+    ngx_uint_t by)
+{
+    ctx->decided_by = by;
+
+    ctx->here = ngx_ratelimit_redis_counted(zone, &ctx->rq,
+                                          by == NGX_STREAM_RATELIMIT_BY_REDIS,
+                                            ctx->redis_epoch, ctx->redis_sent,
+                                            ctx->here);
+
+    if (by == NGX_STREAM_RATELIMIT_BY_REDIS) {
+        ctx->leased = ngx_ratelimit_redis_lease_hold(zone->redis, &ctx->rq,
+                                                     &ctx->lease);
+    }
+
+    if (by != NGX_STREAM_RATELIMIT_BY_REDIS
+        && by != NGX_STREAM_RATELIMIT_BY_LOCAL)
+    {
+        ctx->ends = 0;   /* it holds nothing to give back */
+    }
+
+    return ngx_stream_ratelimit_verdict(s,
+               ngx_stream_get_module_srv_conf(s, ngx_stream_ratelimit_module),
+               ctx);
+}
+
+
+/*
+ * on_redis_error: local decides in the zone with the same rules, and a
+ * session it admits keeps its leases' names, written into Redis once it
+ * answers again; allow passes the session, deny refuses it.
+ */
+
+static ngx_int_t
+ngx_stream_ratelimit_redis_fallback(ngx_stream_session_t *s,
+    ngx_stream_ratelimit_ctx_t *ctx)
+{
+    ngx_int_t                         rc;
+    ngx_ratelimit_zone_t             *zone;
+    ngx_ratelimit_redis_t            *redis;
+    ngx_stream_ratelimit_srv_conf_t  *rscf;
+
+    zone = ngx_ratelimit_zone_of(ngx_ratelimit_rule_of(&ctx->rq.checks[0]));
+    redis = zone->redis;
+    rscf = ngx_stream_get_module_srv_conf(s, ngx_stream_ratelimit_module);
+
+    ngx_ratelimit_redis_failed(zone, &ctx->rq, ctx->here);
+    ctx->here = 0;
+
+    switch (redis->on_error) {
+
+    case NGX_RATELIMIT_REDIS_LOCAL:
+        ctx->decided_by = NGX_STREAM_RATELIMIT_BY_FALLBACK_LOCAL;
+        rc = ngx_stream_ratelimit_decide_local(s, ctx);
+        break;
+
+    case NGX_RATELIMIT_REDIS_DENY:
+        ctx->decided_by = NGX_STREAM_RATELIMIT_BY_FALLBACK_DENY;
+        ctx->ends = 0;
+        rl_request_fail(&ctx->rq, 1);
+        rc = ngx_stream_ratelimit_verdict(s, rscf, ctx);
+        break;
+
+    default: /* NGX_RATELIMIT_REDIS_ALLOW */
+        ctx->decided_by = NGX_STREAM_RATELIMIT_BY_FALLBACK_ALLOW;
+        ctx->ends = 0;
+        rl_request_fail(&ctx->rq, 0);
+        rc = ngx_stream_ratelimit_verdict(s, rscf, ctx);
+        break;
+    }
+
+    ctx->leased = ngx_ratelimit_redis_lease_keep(redis, &ctx->rq,
+                                                 &ctx->lease);
+
+    return rc;
 }
 
 
@@ -274,8 +518,6 @@ ngx_stream_ratelimit_verdict(ngx_stream_session_t *s,
         }
     }
 
-    ctx->ends = rscf->ends;
-
     if ((ctx->ends || rq->action == RL_ACTION_DELAY)
         && ngx_stream_ratelimit_keep(s, ctx) != NGX_OK)
     {
@@ -294,7 +536,7 @@ ngx_stream_ratelimit_verdict(ngx_stream_session_t *s,
         ctx->delayed = 1;
         ctx->refund = 1;
         ngx_add_timer(&ctx->delay, (ngx_msec_t) rq->delay_ms);
-        return NGX_DONE;
+        return ngx_stream_ratelimit_watch(s);
 
     default: /* RL_ACTION_REFUSE; RL_ACTION_WAIT: no queue (rq.last) */
         return NGX_STREAM_SERVICE_UNAVAILABLE;
@@ -314,6 +556,10 @@ ngx_stream_ratelimit_keep(ngx_stream_session_t *s,
     rl_check_t          *checks;
     ngx_pool_cleanup_t  *cln;
 
+    if (ctx->kept) {
+        return NGX_OK;
+    }
+
     cln = ngx_pool_cleanup_add(s->connection->pool, 0);
     checks = ngx_palloc(s->connection->pool, ctx->rq.n * sizeof(rl_check_t));
 
@@ -326,6 +572,7 @@ ngx_stream_ratelimit_keep(ngx_stream_session_t *s,
 
     cln->handler = ngx_stream_ratelimit_cleanup;
     cln->data = ctx;
+    ctx->kept = 1;
 
     return NGX_OK;
 }
@@ -339,6 +586,26 @@ ngx_stream_ratelimit_keep(ngx_stream_session_t *s,
 static void
 ngx_stream_ratelimit_delayed(ngx_event_t *ev)
 {
+    ngx_stream_ratelimit_ctx_t  *ctx;
+
+    ctx = ev->data;
+
+    ctx->delayed = 0;
+    ctx->refund = 0;
+
+    ngx_stream_ratelimit_go_on(ev);
+}
+
+
+/*
+ * A held session decided: the phases run on into the handler, which
+ * returns what was decided, or the server's content handler of a late
+ * decision runs the same way.
+ */
+
+static void
+ngx_stream_ratelimit_go_on(ngx_event_t *ev)
+{
     ngx_stream_session_t             *s;
     ngx_stream_ratelimit_ctx_t       *ctx;
     ngx_stream_ratelimit_srv_conf_t  *rscf;
@@ -346,17 +613,34 @@ ngx_stream_ratelimit_delayed(ngx_event_t *ev)
     ctx = ev->data;
     s = ctx->session;
 
-    ctx->delayed = 0;
-    ctx->refund = 0;
-
     rscf = ngx_stream_get_module_srv_conf(s, ngx_stream_ratelimit_module);
 
     if (rscf->late) {
-        rscf->content(s);
+        ngx_stream_ratelimit_content(s);
         return;
     }
 
     ngx_stream_core_run_phases(s);
+}
+
+
+/*
+ * A held TCP session's connection watched for reading: nginx watches none
+ * before its preread or proxy does, and its client's end (or bytes) runs
+ * the phases into the handler, which ends a session whose client left
+ * (ngx_stream_ratelimit_gone).  NGX_DONE: held.
+ */
+
+static ngx_int_t
+ngx_stream_ratelimit_watch(ngx_stream_session_t *s)
+{
+    if (s->connection->type == SOCK_STREAM
+        && ngx_handle_read_event(s->connection->read, 0) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_DONE;
 }
 
 
@@ -378,8 +662,9 @@ ngx_stream_ratelimit_gone(ngx_stream_session_t *s)
 
 
 /*
- * However the session ends: its timer stopped; what a held session
- * reserved given back; its concurrency slots given back.
+ * However the session ends: its timer stopped and Redis not waited for
+ * any longer; what a held session reserved given back; its concurrency
+ * slots given back (ngx_stream_ratelimit_end).
  */
 
 static void
@@ -393,6 +678,15 @@ ngx_stream_ratelimit_cleanup(void *data)
         ngx_del_timer(&ctx->delay);
     }
 
+    if (ctx->resume.posted) {
+        ngx_delete_posted_event(&ctx->resume);
+    }
+
+    if (ctx->redis_waiting) {
+        ctx->redis_waiting = 0;
+        ngx_ratelimit_redis_cancel(ctx->redis);
+    }
+
     if (ctx->delayed && ctx->refund) {
         ctx->refund = 0;
         mutex = ngx_ratelimit_lock(&ctx->rq);
@@ -400,11 +694,60 @@ ngx_stream_ratelimit_cleanup(void *data)
         ngx_ratelimit_unlock(&ctx->rq, mutex);
     }
 
-    if (ctx->ends) {
-        ctx->ends = 0;
+    ngx_stream_ratelimit_end(ctx);
+}
+
+
+/*
+ * A session's end: the slots a Redis zone's session held in its server's
+ * zone while Redis decided; then, for one decided in Redis, its leases
+ * released there (not waited for); for one decided here, its slots given
+ * back, and the leases one on_redis_error=local admitted kept in Redis.
+ */
+
+static void
+ngx_stream_ratelimit_end(ngx_stream_ratelimit_ctx_t *ctx)
+{
+    ngx_uint_t              i;
+    ngx_shmtx_t            *mutex;
+    ngx_ratelimit_redis_t  *redis;
+
+    if (ctx->here) {
+        ctx->here = 0;
         mutex = ngx_ratelimit_lock(&ctx->rq);
-        (void) rl_request_end(&ctx->rq, ngx_ratelimit_now());
+        (void) rl_request_free_here(&ctx->rq, ngx_ratelimit_now(), 1);
         ngx_ratelimit_unlock(&ctx->rq, mutex);
+    }
+
+    if (!ctx->ends) {
+        return;
+    }
+
+    ctx->ends = 0;
+    redis = ngx_ratelimit_zone_of(
+                ngx_ratelimit_rule_of(&ctx->rq.checks[0]))->redis;
+
+    if (ctx->decided_by == NGX_STREAM_RATELIMIT_BY_REDIS) {
+        if (ctx->leased) {
+            ctx->leased = 0;
+            ngx_ratelimit_redis_lease_release(redis, &ctx->rq, &ctx->lease);
+        }
+
+        for (i = 0; i < ctx->rq.n; i++) {
+            ctx->rq.checks[i].charge = RL_NO_CHARGE;
+        }
+
+        ngx_ratelimit_redis_settle(redis, &ctx->rq);
+        return;
+    }
+
+    mutex = ngx_ratelimit_lock(&ctx->rq);
+    (void) rl_request_end(&ctx->rq, ngx_ratelimit_now());
+    ngx_ratelimit_unlock(&ctx->rq, mutex);
+
+    if (ctx->leased) {
+        ctx->leased = 0;
+        ngx_ratelimit_redis_lease_release(redis, &ctx->rq, &ctx->lease);
     }
 }
 

@@ -16,6 +16,17 @@
 #include <ngx_stream.h>
 
 #include "ngx_ratelimit_types.h"
+#include "ngx_ratelimit_redis_types.h"
+
+
+/* who decided a session (a zone with redis=: Redis, a refusal of Redis's
+   remembered, or on_redis_error's mode while Redis failed) */
+#define NGX_STREAM_RATELIMIT_BY_LOCAL          0
+#define NGX_STREAM_RATELIMIT_BY_REDIS          1
+#define NGX_STREAM_RATELIMIT_BY_REDIS_CACHED   2
+#define NGX_STREAM_RATELIMIT_BY_FALLBACK_LOCAL 3
+#define NGX_STREAM_RATELIMIT_BY_FALLBACK_ALLOW 4
+#define NGX_STREAM_RATELIMIT_BY_FALLBACK_DENY  5
 
 
 typedef struct {
@@ -52,9 +63,9 @@ typedef struct {
 
 /*
  * A session's context, in its pool: its decision, what $ratelimit_status
- * and $ratelimit_rule show, and, while it is delayed or until it ends, its
- * checks (a concurrency rule's slots are given back by the pool's cleanup,
- * however the session ends).
+ * and $ratelimit_rule show, and, while it is delayed, waits for Redis, or
+ * until it ends, its checks (a concurrency rule's slots and leases are
+ * given back by the pool's cleanup, however the session ends).
  */
 typedef struct {
     ngx_stream_session_t        *session;
@@ -62,11 +73,25 @@ typedef struct {
                                                decided */
     ngx_stream_ratelimit_rule_t *rule;      /* binding rule, or NULL */
     ngx_event_t                  delay;     /* a delayed session's timer */
-    rl_request_t                 rq;
-    rl_rule_room_t               room;
+    ngx_event_t                  resume;    /* Redis answered: it goes on */
+    ngx_int_t                    rc;        /* what the handler returns
+                                               once Redis decided */
+    ngx_ratelimit_redis_wait_t  *redis;     /* its call to Redis */
+    int64_t                      redis_sent; /* when it was sent, and the */
+    uint32_t                     redis_epoch; /* refusals' epoch then */
+    ngx_uint_t                   decided_by; /* NGX_STREAM_RATELIMIT_BY_* */
+    ngx_ratelimit_lease_t        lease;     /* with leased */
     unsigned                     delayed:1; /* held by its timer */
     unsigned                     refund:1;  /* give back if it ends held */
     unsigned                     ends:1;    /* holds slots until it ends */
+    unsigned                     kept:1;    /* checks in its pool, and its
+                                               cleanup added */
+    unsigned                     redis_waiting:1;
+    unsigned                     leased:1;  /* holds leases in Redis */
+    unsigned                     here:1;    /* holds slots in its server's
+                                               zone while Redis decides */
+    rl_request_t                 rq;
+    rl_rule_room_t               room;
 } ngx_stream_ratelimit_ctx_t;
 
 

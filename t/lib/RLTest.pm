@@ -9,6 +9,7 @@ package RLTest;
 #
 #   my $t = RLTest->new->start('ratelimit_zone z 1m; server { listen 127.0.0.1:%%PORT%%; ... }',
 #                              workers => 2);              # the body of http {}
+#   RLTest::locations('/a/' => 'ratelimit zone=z limit=1;');  # a location a rule set, serving html/
 #   my $r = $t->get('/index.html', { 'X-User' => 'a' });   # HTTP::Tiny response
 #   $t->request('DELETE', '/rl/zones/z/keys?key=a');       # any method
 #   $t->get_as('/p/', user => 'alice');                    # X-User: alice
@@ -599,6 +600,19 @@ sub nginx_t {
 sub one_location {
     my ($text, $location) = @_;
     return "server {\n    listen 127.0.0.1:%%PORT%%;\n    location ${\ ($location // '/')} { $text }\n}\n";
+}
+
+# Locations serving the prefix's html/ under their directives, a pair each:
+# RLTest::locations('/a/' => 'ratelimit zone=z limit=1;', '/k' => ...); a
+# path ending in "/" serves the folder, any other path index.html.
+sub locations {
+    my @pairs = @_;
+    my $text = '';
+    while (my ($path, $directives) = splice(@pairs, 0, 2)) {
+        my $alias = $path =~ m{/$} ? 'html/' : 'html/index.html';
+        $text .= "    location $path {\n        $directives\n        alias %%PREFIX%%/$alias;\n    }\n";
+    }
+    return $text;
 }
 
 # `nginx -t` of what write_conf would write for $body and %opt.
