@@ -484,14 +484,14 @@ fuzz() {
 }
 
 # The formatting: clang-format's for the C++ core, its tests, benchmarks
-# and tools (.clang-format), nginx's for the C glue and bench/clock.c
-# (tools/nginx-style).
+# and tools (.clang-format), nginx's for the C glue, bench/clock.c
+# and bench/connect.c (tools/nginx-style).
 check_format() {
     ensure_packages clang-format perl
     log "formatting (clang-format, tools/nginx-style)"
     (cd "$ROOT" && clang-format --dry-run --Werror core/src/*/*.cpp core/src/*/*.h core/tools/*.cpp core/tools/*.h \
         tests/*.cc tests/*.h tests/fuzz/*.cc bench/*.cc \
-        && tools/nginx-style ngx_module/*.c ngx_module/*/*.[ch] core/include/ratelimit*.h bench/clock.c \
+        && tools/nginx-style ngx_module/*.c ngx_module/*/*.[ch] core/include/ratelimit*.h bench/clock.c bench/connect.c \
         && tools/check-structure) \
         || { echo "formatting: see above (clang-format -i FILE for C++)" >&2; exit 1; }
 }

@@ -75,9 +75,20 @@ $t->start('server { listen 127.0.0.1:%%PORT%%; return 204; }',
           main => "worker_cpu_affinity 01;\nworker_rlimit_nofile 65536;\n" . RLStream::main($t, $stream));
 my ($worker) = $t->worker_pids;
 
-# HAProxy: the manual's form, the source tracked, then refused over N
+# HAProxy: the manual's form, the source tracked, then refused over N; the
+# rate over an hour, as nginx's period, so that an address spent stays so
+# between its rounds
 my $dir = $t->prefix;
-my $stick = 'stick-table type ip size 400k expire 60s store conn_rate(60s)';
+my $stick = 'stick-table type ip size 400k expire 1h store conn_rate(1h)';
+# frontend NAME refuses a source over N connections
+my $frontends = join '', map { <<"EOF" } [ 'accept', 'ha-accept', 1000000000 ], [ 'refused', 'ha-refused', 1 ];
+frontend $_->[0]
+    bind 127.0.0.1:$port{ $_->[1] }
+    $stick
+    tcp-request connection track-sc0 src
+    tcp-request connection reject if { sc_conn_rate(0) gt $_->[2] }
+    default_backend up
+EOF
 RLTest::write_file("$dir/haproxy.cfg", <<"EOF");
 global
     nbthread 1
@@ -87,19 +98,7 @@ defaults
     timeout connect 5s
     timeout client 30s
     timeout server 30s
-frontend accept
-    bind 127.0.0.1:$port{'ha-accept'}
-    $stick
-    tcp-request connection track-sc0 src
-    tcp-request connection reject if { sc_conn_rate(0) gt 1000000000 }
-    default_backend up
-frontend refused
-    bind 127.0.0.1:$port{'ha-refused'}
-    $stick
-    tcp-request connection track-sc0 src
-    tcp-request connection reject if { sc_conn_rate(0) gt 1 }
-    default_backend up
-backend up
+${frontends}backend up
     server up 127.0.0.1:$upp
 EOF
 my $ha = fork() // die "fork: $!\n";
@@ -108,7 +107,7 @@ if ($ha == 0) {
     open(STDERR, '>&', \*STDOUT);
     exec('taskset', '-c', '0', '/usr/sbin/haproxy', '-db', '-f', "$dir/haproxy.cfg") or POSIX::_exit(127);
 }
-END { if ($ha) { kill 'TERM', $ha; waitpid($ha, 0); } }
+END { local $?; if ($ha) { kill 'TERM', $ha; waitpid($ha, 0); } }
 wait_until(sub { IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port{'ha-refused'}") }, 10)
     or die "haproxy did not start:\n" . RLTest::read_file("$dir/haproxy.log");
 
