@@ -88,6 +88,7 @@ TEST(Bandwidth, SliceIsATenthOfASecondWithinBounds)
     EXPECT_EQ(rl_bandwidth_slice(kMB), kMB / 10);
     EXPECT_EQ(rl_bandwidth_slice(1000), (uint64_t) RL_BANDWIDTH_SLICE_MIN);
     EXPECT_EQ(rl_bandwidth_slice(RL_BANDWIDTH_MAX), (uint64_t) RL_BANDWIDTH_SLICE_MAX);
+    EXPECT_EQ(rl_bandwidth_slice(100 * kMB), 10 * kMB);
 }
 
 // The grant's boundaries: an idle key sends burst + one slice at once; the

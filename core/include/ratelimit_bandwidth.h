@@ -32,7 +32,7 @@ extern "C" {
 /* what a slice is, in bytes: rate / 10 (a tenth of a second of the rate),
    within these bounds */
 #define RL_BANDWIDTH_SLICE_MIN  (4 * 1024)
-#define RL_BANDWIDTH_SLICE_MAX  (1024 * 1024)
+#define RL_BANDWIDTH_SLICE_MAX  (64 * 1024 * 1024)
 
 typedef struct {
     char      name[RL_NAME_MAX]; /* name=, or "bandwidth" */
