@@ -219,6 +219,7 @@ ngx_http_ratelimit_bandwidth(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_ratelimit_bw_loc_conf_t *blcf = conf;
 
+    size_t                              n;
     ngx_str_t                          *value, key;
     ngx_uint_t                          i;
     ngx_http_ratelimit_bw_rule_t       *rule, **ref;
@@ -306,10 +307,9 @@ ngx_http_ratelimit_bandwidth(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     /* a rule of name= shares its keys wherever it is; one without, with
        the rules of the same key */
 
+    n = (rule->rule.seen & RL_BANDWIDTH_NAMED) ? 0 : key.len;
     rule->identity = rl_bandwidth_identity(rule->rule.name,
-                                           (char *) key.data,
-                                           (rule->rule.seen & RL_BANDWIDTH_NAMED) ? 0
-                                                                 : key.len);
+                                           (char *) key.data, n);
 
     ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
     ccv.cf = cf;

@@ -186,7 +186,8 @@ int rl_bandwidth_param(rl_bandwidth_rule_t *rule, const char *p, size_t len, cha
         } else if (vlen == 2 && std::memcmp(v, "in", 2) == 0) {
             rule->direction = RL_BANDWIDTH_IN;
         } else {
-            return rl::fail(err, errlen, "invalid direction \"%.*s\": expected \"out\" (responses) or \"in\" (request bodies)",
+            return rl::fail(err, errlen,
+                            "invalid direction \"%.*s\": expected \"out\" (responses) or \"in\" (request bodies)",
                             (int) (vlen < 64 ? vlen : 64), v);
         }
         return RL_OK;
@@ -204,7 +205,8 @@ int rl_bandwidth_param(rl_bandwidth_rule_t *rule, const char *p, size_t len, cha
 int rl_bandwidth_finish(rl_bandwidth_rule_t *rule, char *err, size_t errlen)
 {
     if (!(rule->seen & rl::kRate)) {
-        return rl::fail(err, errlen, "rate= is missing: expected bytes a second (rate=1m) or a variable (rate=$plan_rate)");
+        return rl::fail(err, errlen,
+                        "rate= is missing: expected bytes a second (rate=1m) or a variable (rate=$plan_rate)");
     }
     return RL_OK;
 }
@@ -212,7 +214,9 @@ int rl_bandwidth_finish(rl_bandwidth_rule_t *rule, char *err, size_t errlen)
 uint64_t rl_bandwidth_slice(uint64_t rate)
 {
     const uint64_t s = rate / 10;
-    return s < RL_BANDWIDTH_SLICE_MIN ? RL_BANDWIDTH_SLICE_MIN : s > RL_BANDWIDTH_SLICE_MAX ? RL_BANDWIDTH_SLICE_MAX : s;
+    return s < RL_BANDWIDTH_SLICE_MIN   ? RL_BANDWIDTH_SLICE_MIN
+           : s > RL_BANDWIDTH_SLICE_MAX ? RL_BANDWIDTH_SLICE_MAX
+                                        : s;
 }
 
 rl_bandwidth_grant_t rl_bandwidth_grant(int64_t tat_us, int64_t now_us, uint64_t bytes, uint64_t rate, uint64_t burst)
