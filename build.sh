@@ -67,8 +67,9 @@ PACKAGES=(nginx nginx-dev cmake make g++ libgtest-dev libpcre2-dev libssl-dev
 # nginx -t's memory with /usr/bin/time; t/grpc.t runs a real gRPC server and
 # client (python3-grpcio, with Debian's own python3) and looks at the HTTP/2
 # answer with curl; t/adaptive.t runs its upstream and load generator with
-# python3; t/state_bounds.t runs nginx a day ahead under libfaketime
-TEST_PACKAGES=(chromium time python3-grpcio curl python3 faketime)
+# python3; t/state_bounds.t runs nginx a day ahead under libfaketime; the
+# stream tests (t/stream*.t) load Debian's ngx_stream_module.so
+TEST_PACKAGES=(chromium time python3-grpcio curl python3 faketime libnginx-mod-stream)
 
 # bold on a terminal only: CI logs and files get plain text
 if [ -t 2 ]; then
@@ -146,7 +147,10 @@ build_module() {
                 . ./conf_flags
                 flags=("${NGX_CONF_FLAGS[@]}")
             fi
-            CXXFLAGS=$cxxflags ./configure "${flags[@]}" --with-cc-opt="$cc_opt" \
+            # --with-stream: the stream module's headers (nginx-dev has no
+            # source to build --with-stream=dynamic from), so that
+            # ngx_stream_ratelimit_module is built beside the HTTP one
+            CXXFLAGS=$cxxflags ./configure "${flags[@]}" --with-stream --with-cc-opt="$cc_opt" \
                 --with-ld-opt="$ld_opt" --add-dynamic-module="$ROOT" >"$objdir/configure.log" 2>&1 \
                 || { tail -30 "$objdir/configure.log"; exit 1; }
         )
@@ -159,6 +163,10 @@ build_module() {
     # a new file, not rewritten in place: a running nginx may have it mapped
     cp "$objdir/objs/ngx_http_ratelimit_module.so" "$out.tmp"
     mv -f "$out.tmp" "$out"
+    # the stream module beside it: ngx_stream_ratelimit_module.so
+    local stream_out=${out%/*}/ngx_stream_ratelimit_module.so
+    cp "$objdir/objs/ngx_stream_ratelimit_module.so" "$stream_out.tmp"
+    mv -f "$stream_out.tmp" "$stream_out"
 }
 
 build() {
@@ -166,7 +174,7 @@ build() {
     mkdir -p "$BUILD"
     build_core "$BUILD/cmake" -DRL_WERROR=ON -DRL_TOOLS_DIR="$BUILD"
     build_module "$BUILD/nginx" "$BUILD/ngx_http_ratelimit_module.so"
-    log "built $BUILD/ngx_http_ratelimit_module.so"
+    log "built $BUILD/ngx_http_ratelimit_module.so and $BUILD/ngx_stream_ratelimit_module.so"
 }
 
 # prove_t [FILE...]: the end-to-end files (t/ unless FILEs are given),
@@ -235,7 +243,7 @@ build_release() {
         # grpc_pass): the modules t/ uses beyond the default ones
         (cd "$dir/src" && CXXFLAGS=$STRICT_CXXFLAGS auto/configure --prefix="$dir/prefix" --with-compat \
             --with-http_realip_module --with-http_stub_status_module --with-http_auth_request_module \
-            --with-http_v2_module \
+            --with-http_v2_module --with-stream --with-stream_ssl_preread_module \
             "$add=$ROOT" >"$dir/configure.log" 2>&1) \
             || { tail -30 "$dir/configure.log"; die "configure of nginx $version failed"; }
         echo "$stamp" >"$dir/.stamp"

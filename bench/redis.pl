@@ -165,8 +165,13 @@ sub run_wrk {
             $decision_usec += $ran->{$cmd}[1];
         }
     }
+    # a call decides one request, or a batch of them: the script's time a
+    # decision is its time over the requests (charged: two calls each, the
+    # decision and its charge)
+    my $per = $loc eq 'charged' ? 2 : 1;
     my %r = (rps => $rps, us => ($cpu_after - $cpu) * 1e6 / $n, cmds => $calls / $n, redis_us => $usec / $n,
-             decision_us => $decisions ? $decision_usec / $decisions : 0, ran => $ran, requests => $n);
+             decision_us => !$decisions ? 0 : $loc eq 'sync' ? $decision_usec / $decisions : $decision_usec / ($n * $per),
+             batch => $decisions ? $n * $per / $decisions : 0, ran => $ran, requests => $n);
     if ($sync) {
         my $s = sync_figures();
         $r{dropped} = $s->{dropped} - $sync->{dropped};
@@ -184,7 +189,7 @@ for my $round (1 .. $rounds) {
         my $x = run_wrk($loc);
         push @{ $r{$loc}{$_} }, $x->{$_} for grep { !ref $x->{$_} } keys %$x;
         printf STDERR "  round %d %-12s %8.0f req/s %6.2f us/req  Redis: %.2f commands %.2f us a request, "
-            . "%.2f us a decision%s\n", $round, $loc, @$x{qw(rps us cmds redis_us decision_us)},
+            . "%.2f us a decision (%.1f a call)%s\n", $round, $loc, @$x{qw(rps us cmds redis_us decision_us batch)},
             $loc eq 'sync' ? sprintf(', %d of %d units dropped', $x->{dropped}, $x->{units} + $x->{dropped}) : '';
     }
 }
@@ -273,12 +278,13 @@ my %name = (plain => 'plain', gcra => 'exact Redis zone, gcra', fixed_window => 
             stack3 => 'the same, gcra+sliding_window+quota', charged => 'the same, gcra charge=',
             kong => 'Kong-style fixed window in Lua', sync => 'redis_sync=100ms, fixed_window');
 my $plain = median(@{ $r{plain}{rps} });
-printf "%-38s %10s %8s %10s %14s %13s %14s\n", 'location', 'req/s', 'x plain', 'worker us', 'Redis cmd/req',
-    'Redis us/req', 'us a decision';
+printf "%-38s %10s %8s %10s %14s %13s %14s %12s\n", 'location', 'req/s', 'x plain', 'worker us', 'Redis cmd/req',
+    'Redis us/req', 'us a decision', 'a call';
 for my $loc (@locations) {
     my $m = { map { $_ => median(@{ $r{$loc}{$_} }) } keys %{ $r{$loc} } };
-    printf "%-38s %10.0f %8.2f %10.2f %14.2f %13.2f %14s\n", $name{$loc}, $m->{rps}, $m->{rps} / $plain, $m->{us},
-        $m->{cmds}, $m->{redis_us}, $m->{decision_us} ? sprintf('%.2f', $m->{decision_us}) : '-';
+    printf "%-38s %10.0f %8.2f %10.2f %14.2f %13.2f %14s %12s\n", $name{$loc}, $m->{rps}, $m->{rps} / $plain, $m->{us},
+        $m->{cmds}, $m->{redis_us}, $m->{decision_us} ? sprintf('%.2f', $m->{decision_us}) : '-',
+        $m->{batch} && $loc ne 'sync' ? sprintf('%.1f', $m->{batch}) : '-';
 }
 my $k = median(@{ $r{kong}{rps} });
 printf "exact Redis zone over the Kong-style peer, requests/s: gcra %.2fx, fixed_window %.2fx\n",

@@ -13,6 +13,7 @@
 #include "ngx_http_ratelimit_rule_conf.h"
 #include "ngx_http_ratelimit_stats.h"
 #include "ngx_ratelimit_zone_conf.h"
+#include "ngx_ratelimit_choice.h"
 #include "ngx_ratelimit_log.h"
 
 
@@ -24,8 +25,6 @@ static ngx_int_t ngx_http_ratelimit_location_policy(ngx_conf_t *cf,
     ngx_http_ratelimit_loc_conf_t *conf);
 static char *ngx_http_ratelimit_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
-static char *ngx_http_ratelimit_set_choice(ngx_conf_t *cf,
-    ngx_command_t *cmd, void *conf);
 static ngx_int_t ngx_http_ratelimit_init(ngx_conf_t *cf);
 static ngx_int_t ngx_http_ratelimit_first_handler(ngx_conf_t *cf,
     ngx_uint_t phase, ngx_http_handler_pt handler);
@@ -34,22 +33,10 @@ static void ngx_http_ratelimit_exit_process(ngx_cycle_t *cycle);
 static void ngx_http_ratelimit_exit_master(ngx_cycle_t *cycle);
 
 
-/*
- * What a directive of one value takes: words (values, NULL: none), or a
- * number from min to max (max 0: none); allowed, for its error message.
- */
-typedef struct {
-    ngx_conf_enum_t             *values;
-    ngx_int_t                    min;
-    ngx_int_t                    max;
-    char                        *allowed;
-} ngx_http_ratelimit_choice_t;
-
-
 #define ngx_http_ratelimit_stringify(n)    #n
 #define ngx_http_ratelimit_number_text(n)  ngx_http_ratelimit_stringify(n)
 
-static ngx_http_ratelimit_choice_t  ngx_http_ratelimit_status_choice = {
+static ngx_ratelimit_choice_t  ngx_http_ratelimit_status_choice = {
     NULL, 400, 599, "a status code from 400 to 599"
 };
 
@@ -59,22 +46,11 @@ static ngx_conf_enum_t  ngx_http_ratelimit_grpc_off[] = {
     { ngx_null_string, 0 }
 };
 
-static ngx_http_ratelimit_choice_t  ngx_http_ratelimit_grpc_choice = {
+static ngx_ratelimit_choice_t  ngx_http_ratelimit_grpc_choice = {
     ngx_http_ratelimit_grpc_off, RL_GRPC_STATUS_MIN, RL_GRPC_STATUS_MAX,
     "a gRPC status code from "
     ngx_http_ratelimit_number_text(RL_GRPC_STATUS_MIN) " to "
     ngx_http_ratelimit_number_text(RL_GRPC_STATUS_MAX) ", or \"off\""
-};
-
-
-static ngx_conf_enum_t  ngx_http_ratelimit_combine_values[] = {
-    { ngx_string("all"), RL_COMBINE_ALL },
-    { ngx_string("any"), RL_COMBINE_ANY },
-    { ngx_null_string, 0 }
-};
-
-static ngx_http_ratelimit_choice_t  ngx_http_ratelimit_combine_choice = {
-    ngx_http_ratelimit_combine_values, 0, 0, "\"all\" or \"any\""
 };
 
 
@@ -87,24 +63,9 @@ static ngx_conf_enum_t  ngx_http_ratelimit_headers_values[] = {
     { ngx_null_string, 0 }
 };
 
-static ngx_http_ratelimit_choice_t  ngx_http_ratelimit_headers_choice = {
+static ngx_ratelimit_choice_t  ngx_http_ratelimit_headers_choice = {
     ngx_http_ratelimit_headers_values, 0, 0,
     "\"off\", \"legacy\", \"ietf\" or \"both\""
-};
-
-
-static ngx_conf_enum_t  ngx_http_ratelimit_log_levels[] = {
-    { ngx_string("off"), NGX_HTTP_RATELIMIT_LOG_OFF },
-    { ngx_string("info"), NGX_LOG_INFO },
-    { ngx_string("notice"), NGX_LOG_NOTICE },
-    { ngx_string("warn"), NGX_LOG_WARN },
-    { ngx_string("error"), NGX_LOG_ERR },
-    { ngx_null_string, 0 }
-};
-
-static ngx_http_ratelimit_choice_t  ngx_http_ratelimit_log_level_choice = {
-    ngx_http_ratelimit_log_levels, 0, 0,
-    "\"off\", \"info\", \"notice\", \"warn\" or \"error\""
 };
 
 
@@ -126,28 +87,28 @@ static ngx_command_t  ngx_http_ratelimit_commands[] = {
 
     { ngx_string("ratelimit_combine"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_ratelimit_set_choice,
+      ngx_ratelimit_set_choice,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_ratelimit_loc_conf_t, combine),
-      &ngx_http_ratelimit_combine_choice },
+      &ngx_ratelimit_combine_choice },
 
     { ngx_string("ratelimit_status"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_ratelimit_set_choice,
+      ngx_ratelimit_set_choice,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_ratelimit_loc_conf_t, status_code),
       &ngx_http_ratelimit_status_choice },
 
     { ngx_string("ratelimit_grpc_status"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_ratelimit_set_choice,
+      ngx_ratelimit_set_choice,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_ratelimit_loc_conf_t, grpc_status),
       &ngx_http_ratelimit_grpc_choice },
 
     { ngx_string("ratelimit_headers"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_ratelimit_set_choice,
+      ngx_ratelimit_set_choice,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_ratelimit_loc_conf_t, headers),
       &ngx_http_ratelimit_headers_choice },
@@ -161,10 +122,10 @@ static ngx_command_t  ngx_http_ratelimit_commands[] = {
 
     { ngx_string("ratelimit_log_level"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_ratelimit_set_choice,
+      ngx_ratelimit_set_choice,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_ratelimit_loc_conf_t, log_level),
-      &ngx_http_ratelimit_log_level_choice },
+      &ngx_ratelimit_log_level_choice },
 
     { ngx_string("ratelimit_stats"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
@@ -234,6 +195,8 @@ ngx_http_ratelimit_create_main_conf(ngx_conf_t *cf)
     {
         return NULL;
     }
+
+    ngx_str_set(&rmcf->common.block, "http");
 
     return rmcf;
 }
@@ -382,55 +345,6 @@ ngx_http_ratelimit_location_policy(ngx_conf_t *cf,
     ngx_memcpy(conf->policy.data, buf, len);
 
     return NGX_OK;
-}
-
-
-/*
- * A directive of one value, a word or a number (cmd->post says which it
- * takes), whose error names the directive, the value and what it takes.
- */
-
-static char *
-ngx_http_ratelimit_set_choice(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    char  *p = conf;
-
-    ngx_int_t                     n;
-    ngx_str_t                    *value;
-    ngx_uint_t                   *np, i;
-    ngx_conf_enum_t              *e;
-    ngx_http_ratelimit_choice_t  *choice;
-
-    np = (ngx_uint_t *) (p + cmd->offset);
-
-    if (*np != NGX_CONF_UNSET_UINT) {
-        return "is duplicate";
-    }
-
-    value = cf->args->elts;
-    choice = cmd->post;
-
-    for (e = choice->values, i = 0; e != NULL && e[i].name.len != 0; i++) {
-        if (e[i].name.len == value[1].len
-            && ngx_strcasecmp(e[i].name.data, value[1].data) == 0)
-        {
-            *np = e[i].value;
-            return NGX_CONF_OK;
-        }
-    }
-
-    n = ngx_atoi(value[1].data, value[1].len);
-
-    if (choice->max > 0 && n >= choice->min && n <= choice->max) {
-        *np = n;
-        return NGX_CONF_OK;
-    }
-
-    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "invalid value \"%V\" in \"%V\" directive: expected %s",
-                       &value[1], &cmd->name, choice->allowed);
-
-    return NGX_CONF_ERROR;
 }
 
 

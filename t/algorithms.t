@@ -55,18 +55,31 @@ sub headers_of {
     is($r[0]{content}, "ok\n", 'gcra: the file is served');
 }
 
-# gcra with burst 4 at 10/s: 4 at once, then one each 100 ms.
+# gcra with burst 4 at 10/s: 4 at once, then one each 100 ms.  The five
+# requests must come within 100 ms and the last two within 50 ms of each
+# other: a machine that stalls longer is given the burst back (400 ms) and
+# the block again.
 {
-    my $start = time;
-    my @r = $t->gets('/gcra-burst/index.html', 5);
+    my (@r, $r, $next);
+    for my $try (1 .. 5) {
+        select(undef, undef, undef, 0.5) if $try > 1;
+        my $start = time;
+        @r = $t->gets('/gcra-burst/index.html', 5);
+        my $five = time - $start;
+        select(undef, undef, undef, 0.15 - (time - $start)) if time - $start < 0.15;
+        my $then = time;
+        $r = $t->get('/gcra-burst/index.html');
+        $next = $t->get('/gcra-burst/index.html');
+        my $two = time - $then;
+        last if $five < 0.09 && $two < 0.04;
+        Test::More::diag(sprintf('five requests in %.3f s, two in %.3f s: again', $five, $two));
+    }
     is_deeply([ map { $_->{status} } @r ], [ 200, 200, 200, 200, 429 ], 'gcra burst: 4 at once');
     is(headers_of($r[3]), '10 0 1 -', 'gcra burst: reset 400 ms rounds up to 1 s');
     is(headers_of($r[4]), '10 0 1 1', 'gcra burst: Retry-After at least 1');
-    select(undef, undef, undef, 0.15 - (time - $start)) if time - $start < 0.15;
     # 100 ms after the first request one more unit has refilled
-    my $r = $t->get('/gcra-burst/index.html');
     is($r->{status}, 200, 'gcra burst: admitted after T = 100 ms');
-    is($t->get('/gcra-burst/index.html')->{status}, 429, 'gcra burst: and only one');
+    is($next->{status}, 429, 'gcra burst: and only one');
 }
 
 # token_bucket limit=2 period=10s burst=4: 4 tokens, one back each 5 s.

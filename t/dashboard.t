@@ -214,6 +214,8 @@ $t->put_file('html/canned/stats.json', JSON::PP->new->canonical->encode({
                                     # a concurrency rule, and a rule with charge=
                                     slots => { allowed => 5, in_flight => 2, peak => 3, waited => 4 },
                                     tokens => { allowed => 3, charged => 1600, debts => 1 } } },
+               # a zone of stream {}
+               tcp => { block => 'stream', keys => 1, rules => { ssh => { rejected => 2 } } },
                map { ($_ => { keys => 3, rules => { map { ($_ => { rejected => 7 }) } @canned_names } }) }
                @canned_names } }));
 $t->put_file('htpasswd', "ops:{PLAIN}secret\n");
@@ -303,6 +305,10 @@ has($dom, qr/class="total-charged"[^>]*data-value="1600"|data-value="1600"[^>]*c
 has($dom, qr/class="total-debts"[^>]*data-value="1"|data-value="1"[^>]*class="total-debts"/, 'canned stats: requests left in debt');
 has($dom, qr/<span class="zname">odd &lt;b&gt;&amp;amp;&lt;\/b&gt;<\/span>/, 'canned stats: a name is text, not markup');
 has($dom, qr/<span id="status">live/, 'canned stats: no page error');
+has($dom, qr/<span class="zname">tcp<\/span>(?:<span class="tag"[^>]*><\/span>)?<span class="tag block">stream<\/span>/,
+    'canned stats: a stream zone labelled "stream"');
+hasnt($dom, qr/<span class="zname">bare<\/span>(?:<span[^>]*>[^<]*<\/span>)*<span class="tag block">stream/,
+      'canned stats: a zone without "block" has no label');
 for my $name (@canned_names) {
     my $text = html_text($name);
     my @zones = $dom =~ /<span class="zname">\Q$text\E<\/span>/g;

@@ -12,7 +12,7 @@ use RLStructured;
 my $t = RLTest->new();
 $t->put_file('html/sorry.html', "slow down\n");
 
-$t->start(<<'EOF');
+$t->start(<<'EOF'
 log_format finalized '$status $ratelimit_status $ratelimit_remaining';
 ratelimit_zone z 1m;
 server {
@@ -34,21 +34,6 @@ server {
         ratelimit zone=z limit=$http_x_plan limit_default=2 period=1m name=plan;
         ratelimit zone=z algorithm=fixed_window limit=100 period=1h name=hour_var;
         ratelimit_headers ietf;
-        alias %%PREFIX%%/html/;
-    }
-    location /ietf/ {
-        ratelimit zone=z limit=2 period=1m name=ietf;
-        ratelimit_headers ietf;
-        alias %%PREFIX%%/html/;
-    }
-    location /both/ {
-        ratelimit zone=z limit=2 period=1m name=both;
-        ratelimit_headers both;
-        alias %%PREFIX%%/html/;
-    }
-    location /off/ {
-        ratelimit zone=z limit=2 period=1m name=off;
-        ratelimit_headers off;
         alias %%PREFIX%%/html/;
     }
     location /status/ {
@@ -74,8 +59,11 @@ server {
         access_log %%PREFIX%%/finalized.log finalized;
         alias %%PREFIX%%/html/;
     }
-}
 EOF
+    # a location a choice of ratelimit_headers, each its own rule
+    . RLTest::locations(map { ("/$_/" => "ratelimit zone=z limit=2 period=1m name=$_; ratelimit_headers $_;") }
+                        qw(ietf both off))
+    . "}\n");
 
 # a response a filter finalizes the request with (not_modified's 412 to an
 # If-Unmodified-Since in the past) carries the headers, and the variables

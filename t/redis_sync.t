@@ -40,26 +40,12 @@ server {
     access_log %%PREFIX%%/sync.log sync;
     keepalive_requests 100000;
 
-    location /exact {
-        ratelimit zone=exact key=\$http_x_key algorithm=fixed_window limit=1000 period=10s name=w;
-        alias %%PREFIX%%/html/index.html;
-    }
-    location /flood {
-        ratelimit zone=flood key=\$http_x_key algorithm=fixed_window limit=1000 period=10s name=w;
-        alias %%PREFIX%%/html/index.html;
-    }
-    location /slide {
-        ratelimit zone=slide key=\$http_x_key algorithm=sliding_window limit=1000 period=10s buckets=10 name=w;
-        alias %%PREFIX%%/html/index.html;
-    }
-    location /down {
-        ratelimit zone=down key=\$http_x_key algorithm=fixed_window limit=1000 period=1h name=w;
-        alias %%PREFIX%%/html/index.html;
-    }
-    location /restart {
-        ratelimit zone=restart key=\$http_x_key algorithm=quota limit=1000 reset=daily name=q;
-        alias %%PREFIX%%/html/index.html;
-    }
+@{[ RLTest::locations(
+    '/exact' => 'ratelimit zone=exact key=$http_x_key algorithm=fixed_window limit=1000 period=10s name=w;',
+    '/flood' => 'ratelimit zone=flood key=$http_x_key algorithm=fixed_window limit=1000 period=10s name=w;',
+    '/slide' => 'ratelimit zone=slide key=$http_x_key algorithm=sliding_window limit=1000 period=10s buckets=10 name=w;',
+    '/down' => 'ratelimit zone=down key=$http_x_key algorithm=fixed_window limit=1000 period=1h name=w;',
+    '/restart' => 'ratelimit zone=restart key=$http_x_key algorithm=quota limit=1000 reset=daily name=q;') ]}
     location = /stats { ratelimit_stats; }
 }
 EOF

@@ -24,10 +24,7 @@ ratelimit_zone keys 64k redis=127.0.0.1:$rport redis_prefix=k: redis_sync=10s re
 server {
     listen 127.0.0.1:%%PORT%%;
     keepalive_requests 100000;
-    location /k {
-        ratelimit zone=keys key=\$http_x_key algorithm=fixed_window limit=5 period=1h name=w;
-        alias %%PREFIX%%/html/index.html;
-    }
+@{[ RLTest::locations('/k' => 'ratelimit zone=keys key=$http_x_key algorithm=fixed_window limit=5 period=1h name=w;') ]}
     location = /stats { ratelimit_stats; }
 }
 EOF

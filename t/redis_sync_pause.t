@@ -36,39 +36,19 @@ if ($to_hour < 120) {
 }
 
 # Each phase's locations have zones of their own (a Redis prefix each).
-my $conf = <<"EOF";
-ratelimit_zone fw 1m redis=127.0.0.1:$rport redis_prefix=fw: redis_sync=100ms redis_timeout=500ms;
-ratelimit_zone sw 1m redis=127.0.0.1:$rport redis_prefix=sw: redis_sync=100ms redis_timeout=500ms;
-ratelimit_zone fw2 1m redis=127.0.0.1:$rport redis_prefix=fw2: redis_sync=100ms redis_timeout=500ms;
-ratelimit_zone sw2 1m redis=127.0.0.1:$rport redis_prefix=sw2: redis_sync=100ms redis_timeout=500ms;
-ratelimit_zone slow 1m redis=127.0.0.1:$rport redis_prefix=slow: redis_sync=100ms;
+my ($zones, @locations) = ('');
+for my $zone (qw(fw sw fw2 sw2 slow)) {
+    my $algorithm = $zone =~ /^sw/ ? 'sliding_window buckets=10' : 'fixed_window';
+    my $timeout = $zone eq 'slow' ? '' : ' redis_timeout=500ms';
+    $zones .= "ratelimit_zone $zone 1m redis=127.0.0.1:$rport redis_prefix=$zone: redis_sync=100ms$timeout;\n";
+    push @locations, "/$zone" => "ratelimit zone=$zone key=\$http_x_key algorithm=$algorithm limit=1000 period=1h name=w;";
+}
+my $conf = $zones . <<"EOF" . RLTest::locations(@locations) . "}\n";
 
 server {
     listen 127.0.0.1:%%PORT%%;
     keepalive_requests 1000000;
-
-    location /fw {
-        ratelimit zone=fw key=\$http_x_key algorithm=fixed_window limit=1000 period=1h name=w;
-        alias %%PREFIX%%/html/index.html;
-    }
-    location /sw {
-        ratelimit zone=sw key=\$http_x_key algorithm=sliding_window limit=1000 period=1h buckets=10 name=w;
-        alias %%PREFIX%%/html/index.html;
-    }
-    location /fw2 {
-        ratelimit zone=fw2 key=\$http_x_key algorithm=fixed_window limit=1000 period=1h name=w;
-        alias %%PREFIX%%/html/index.html;
-    }
-    location /sw2 {
-        ratelimit zone=sw2 key=\$http_x_key algorithm=sliding_window limit=1000 period=1h buckets=10 name=w;
-        alias %%PREFIX%%/html/index.html;
-    }
-    location /slow {
-        ratelimit zone=slow key=\$http_x_key algorithm=fixed_window limit=1000 period=1h name=w;
-        alias %%PREFIX%%/html/index.html;
-    }
     location = /stats { ratelimit_stats; }
-}
 EOF
 
 my @servers = map { RLTest->new->start($conf, workers => 2) } 1 .. 2;

@@ -9,7 +9,7 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use RLTest;
 
-my $t = RLTest->new->start(<<'EOF');
+my $t = RLTest->new->start(<<'EOF'
 ratelimit_zone z 1m;
 ratelimit_zone other 64k;
 
@@ -26,40 +26,20 @@ server {
     location /inherit/ {
         alias %%PREFIX%%/html/;
     }
-    location /own/ {
-        ratelimit zone=z key=$http_x_user limit=3 period=1h name=own;
-        alias %%PREFIX%%/html/;
-    }
-
-    # per user, and per address the user comes from; two zones
-    location /stacked/ {
-        ratelimit zone=z key=$http_x_user limit=5 period=1h name=per_user;
-        ratelimit zone=other key=$http_x_addr limit=2 period=1h name=per_addr;
-        alias %%PREFIX%%/html/;
-    }
-    location /any/ {
-        ratelimit zone=z key=$http_x_user limit=1 period=1h name=free;
-        ratelimit zone=z key=$http_x_user limit=2 period=1h name=paid;
-        ratelimit_combine any;
-        alias %%PREFIX%%/html/;
-    }
-    location /exempt/ {
-        ratelimit zone=z key=$http_x_key limit=1 period=1h name=keyed;
-        alias %%PREFIX%%/html/;
-    }
-    location /dry/ {
-        ratelimit zone=z key=$http_x_user limit=2 period=1h name=dry;
-        ratelimit_dry_run on;
-        alias %%PREFIX%%/html/;
-    }
-    location /cost/ {
-        ratelimit zone=z key=$http_x_user limit=10 period=1h cost=$arg_c name=cost;
-        alias %%PREFIX%%/html/;
-    }
-    location /peek/ {
-        ratelimit zone=z key=$http_x_user limit=10 period=1h cost=$arg_c name=peek zero_cost=on;
-        alias %%PREFIX%%/html/;
-    }
+EOF
+    . RLTest::locations(
+        '/own/' => 'ratelimit zone=z key=$http_x_user limit=3 period=1h name=own;',
+        # per user, and per address the user comes from; two zones
+        '/stacked/' => 'ratelimit zone=z key=$http_x_user limit=5 period=1h name=per_user;
+                        ratelimit zone=other key=$http_x_addr limit=2 period=1h name=per_addr;',
+        '/any/' => 'ratelimit zone=z key=$http_x_user limit=1 period=1h name=free;
+                    ratelimit zone=z key=$http_x_user limit=2 period=1h name=paid;
+                    ratelimit_combine any;',
+        '/exempt/' => 'ratelimit zone=z key=$http_x_key limit=1 period=1h name=keyed;',
+        '/dry/' => 'ratelimit zone=z key=$http_x_user limit=2 period=1h name=dry; ratelimit_dry_run on;',
+        '/cost/' => 'ratelimit zone=z key=$http_x_user limit=10 period=1h cost=$arg_c name=cost;',
+        '/peek/' => 'ratelimit zone=z key=$http_x_user limit=10 period=1h cost=$arg_c name=peek zero_cost=on;')
+    . <<'EOF');
     location /redirect/ {
         ratelimit zone=z key=$http_x_user limit=2 period=1h name=redirect;
         try_files /missing @named;

@@ -19,29 +19,20 @@ my $secret = 'sk_live_9Q7x3Vb2Lm8Tz';
 
 my $t = RLTest->new();
 $t->put_file('htpasswd', "ops:{PLAIN}secret\n");
-$t->start(<<'EOF', log_level => 'info');
+$t->start(<<'EOF'
 keepalive_requests 100000000;
 ratelimit_zone z 1m;
 server {
     listen 127.0.0.1:%%PORT%%;
     server_name logs.test;
 
-    location /arg/ {
-        ratelimit zone=z key=$arg_k limit=1 period=1h name=by_arg;
-        try_files /index.html =404;
-    }
-    location /uri/ {
-        ratelimit zone=z key=$uri limit=1 period=1h name=by_uri;
-        try_files /index.html =404;
-    }
-    location /hdr/ {
-        ratelimit zone=z key=$http_x_key limit=1 period=1h name=by_header;
-        try_files /index.html =404;
-    }
-    location /ref/ {
-        ratelimit zone=z key=$http_referer limit=1 period=1h name=by_referer;
-        try_files /index.html =404;
-    }
+EOF
+    # one rule a key a client chooses, each its own name
+    . join('', map { "    location /$_->[0]/ { ratelimit zone=z key=$_->[1] limit=1 period=1h name=$_->[2];"
+                     . " try_files /index.html =404; }\n" }
+                   [arg => '$arg_k', 'by_arg'], [uri => '$uri', 'by_uri'],
+                   [hdr => '$http_x_key', 'by_header'], [ref => '$http_referer', 'by_referer'])
+    . <<'EOF', log_level => 'info');
     # delays log at info: a shaping rule whose key is the query
     location /shape/ {
         ratelimit zone=z key=$arg_k algorithm=leaky_bucket limit=1 period=1s name=shaped;

@@ -15,24 +15,14 @@ ratelimit_zone api 1m;
 ratelimit_zone odd-zone.v2_ 64k;
 server {
     listen 127.0.0.1:%%PORT%%;
-    location /a/ {
-        ratelimit zone=api key=$http_x_user limit=3 period=1h name=a;
-        alias %%PREFIX%%/html/;
-    }
-    location /dry/ {
-        ratelimit zone=api key=$http_x_user limit=1 period=1h name=dry;
-        ratelimit_dry_run on;
-        alias %%PREFIX%%/html/;
-    }
-    location /shape/ {
-        ratelimit zone=api key=$http_x_user algorithm=leaky_bucket limit=4 period=1s name=shape;
-        alias %%PREFIX%%/html/;
-    }
-    location /stacked/ {
-        ratelimit zone=api key=$http_x_user limit=2 period=1h name=narrow;
-        ratelimit zone=odd-zone.v2_ key=$http_x_user limit=10 period=1h name=wide;
-        alias %%PREFIX%%/html/;
-    }
+EOF
+$body .= RLTest::locations(
+    '/a/' => 'ratelimit zone=api key=$http_x_user limit=3 period=1h name=a;',
+    '/dry/' => 'ratelimit zone=api key=$http_x_user limit=1 period=1h name=dry; ratelimit_dry_run on;',
+    '/shape/' => 'ratelimit zone=api key=$http_x_user algorithm=leaky_bucket limit=4 period=1s name=shape;',
+    '/stacked/' => 'ratelimit zone=api key=$http_x_user limit=2 period=1h name=narrow;
+                    ratelimit zone=odd-zone.v2_ key=$http_x_user limit=10 period=1h name=wide;');
+$body .= <<'EOF';
     location = /stats {
         ratelimit_stats;
         allow 127.0.0.1;

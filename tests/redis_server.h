@@ -74,6 +74,9 @@ public:
         }
     }
 
+    // The last reply's bytes.
+    const std::string &raw() const { return buf_; }
+
     rl_resp_t command(std::initializer_list<std::string> args)
     {
         std::string cmd = "*" + std::to_string(args.size()) + "\r\n";

@@ -188,6 +188,94 @@ TEST(Redis, CommandIsOneFcallWithKeysThenArguments)
     }
 }
 
+// A batch: one call of the script, each request's keys in turn, then the
+// clock, "batch", and each request's call, its rules and their arguments.
+TEST(Redis, ABatchIsOneCallOfEveryRequestsKeysThenEachRequestsArguments)
+{
+    rl_rule_t r = rule_of("algorithm=gcra limit=10 period=1m");
+    rl_rule_t b = rule_of("algorithm=fixed_window limit=5 period=1s ban=1m");
+    rl_check_t one = one_check(&r, 7, "bob", 2);
+    rl_check_t two[2] = {one_check(&r, 7, "amy", 1), one_check(&b, 8, "amy", 3)};
+    rl_request_t rq1 = request_of(&one, 1, RL_COMBINE_ALL), rq2 = request_of(two, 2, RL_COMBINE_ANY);
+    const rl_request_t *rqs[] = {&rq1, &rq2};
+    const std::string sha(40, 'f');
+    std::string cmd(rl_redis_batch_size(rqs, 2, 3, sha.size()), '\0');
+    cmd.resize(rl_redis_batch_command(cmd.data(), sha.data(), sha.size(), RL_REDIS_FCALL, "rl:", 3, rqs, 2, -1));
+    const std::vector<std::string> a = args_of(cmd);
+    // FCALL name 4 keys (bob's; amy's two states and her ban), "", batch,
+    // then 0 1 spec cost, then 1 2 spec cost spec cost
+    ASSERT_EQ(a.size(), 3u + 4 + 2 + 4 + 6);
+    EXPECT_EQ(a[1], "ratelimit_" + sha);
+    EXPECT_EQ(a[2], "4");
+    char key[128];
+    EXPECT_EQ(a[3], std::string(key, rl_redis_key(key, "rl:", 3, 0, 7, "bob", 3)));
+    EXPECT_EQ(a[4], std::string(key, rl_redis_key(key, "rl:", 3, 0, 7, "amy", 3)));
+    EXPECT_EQ(a[5], std::string(key, rl_redis_key(key, "rl:", 3, 0, 8, "amy", 3)));
+    EXPECT_NE(a[6], a[5]);  // the ban's
+    EXPECT_EQ(a[7], "");
+    EXPECT_EQ(a[8], "batch");
+    EXPECT_EQ(a[9], "0");
+    EXPECT_EQ(a[10], "1");
+    EXPECT_EQ(a[12], "2");
+    EXPECT_EQ(a[13], "1");  // any
+    EXPECT_EQ(a[14], "2");
+    EXPECT_EQ(a[16], "1");
+    EXPECT_EQ(a[18], "3");
+    EXPECT_EQ(a[11], a[15]);  // one rule, one spec
+}
+
+// A batch takes RL_REDIS_BATCH_MAX requests at most, and no more than
+// their longest answers fit in one reply; its reply's answers are read one
+// after the other, and anything else (an error) answers each of them.
+TEST(Redis, ABatchsAnswersFitOneReplyAndAreReadInTurn)
+{
+    rl_rule_t r = rule_of("algorithm=gcra limit=10 period=1m");
+    rl_check_t one = one_check(&r, 7, "bob", 1);
+    rl_request_t rq = request_of(&one, 1, RL_COMBINE_ALL);
+    size_t bytes = 0, n = 0;
+    while (rl_redis_batch_takes(&bytes, n, &rq)) {
+        n++;
+    }
+    // one rule's answer: 14 integers of 23 bytes at most and its head
+    EXPECT_EQ(n, (size_t) (RL_RESP_REPLY_MAX - 8) / (8 + 14 * 23));
+    EXPECT_LE(bytes, (size_t) RL_RESP_REPLY_MAX);
+    EXPECT_EQ(rl_redis_answer_max(&rq), 8u + 14 * 23);
+
+    std::vector<rl_rule_t> many(RL_RULES_MAX, r);
+    std::vector<rl_check_t> cs;
+    for (rl_rule_t &m : many) {
+        cs.push_back(one_check(&m, 7, "bob", 1));
+    }
+    rl_request_t big = request_of(cs.data(), cs.size(), RL_COMBINE_ALL);
+    bytes = 0;
+    EXPECT_EQ(rl_redis_batch_takes(&bytes, 0, &big), 1);  // a request alone always fits
+    EXPECT_EQ(rl_redis_batch_takes(&bytes, 1, &big), 0);
+    bytes = 0;
+    EXPECT_EQ(rl_redis_batch_takes(&bytes, RL_REDIS_BATCH_MAX - 1, &rq), 1);
+    EXPECT_EQ(rl_redis_batch_takes(&bytes, RL_REDIS_BATCH_MAX, &rq), 0);
+
+    const std::string reply = "*2\r\n*2\r\n:1\r\n:5\r\n*2\r\n:0\r\n:6\r\n";
+    rl_resp_t whole;
+    ASSERT_EQ(rl_resp_parse(reply.data(), reply.size(), &whole), (long) reply.size());
+    long off = rl_resp_batch(reply.data(), reply.size(), 2);
+    ASSERT_EQ(off, 4);
+    for (int64_t first : {1, 0}) {
+        rl_resp_t item;
+        const long used = rl_resp_parse(reply.data() + off, reply.size() - (size_t) off, &item);
+        ASSERT_GT(used, 0);
+        EXPECT_EQ(item.nitems, 2u);
+        EXPECT_EQ(item.items[0], first);
+        off += used;
+    }
+    EXPECT_EQ((size_t) off, reply.size());
+    EXPECT_EQ(rl_resp_batch(reply.data(), reply.size(), 3), -1);  // not its count
+    EXPECT_EQ(rl_resp_batch(reply.data(), reply.size(), 1), -1);
+    for (const std::string other :
+         {"-NOSCRIPT No matching script\r\n", ":2\r\n", "*\r\n", "*-1\r\n", "*2", "*22\r\n"}) {
+        EXPECT_EQ(rl_resp_batch(other.data(), other.size(), 2), -1) << other;
+    }
+}
+
 TEST(Redis, ABanHasAKeyOfItsOwnAfterTheStatesInTheSameSlot)
 {
     rl_rule_t banning = rule_of("algorithm=sliding_log limit=5 period=1s ban=1h");

@@ -56,14 +56,10 @@ int decode(rl_request_t &rq, const rl_resp_t &r)
 // admitted, 0 if not, -1 for a reply that is not the script's answer.
 // steady: the trace's clock never stepped back more than
 // RL_REDIS_CLOCK_SLACK_MS, so every reply must be in range.
-int check_in_redis(const std::string &sha, int via, const std::string &prefix, std::vector<rl_check_t> &c, int combine,
-                   int64_t now, size_t *binding, bool steady)
+// A reply to one request judged: 1 if admitted, 0 if not, -1 for a reply
+// that is not the script's answer.
+int verdict_of(rl_request_t &rq, const rl_resp_t &r, bool steady)
 {
-    rl_request_t rq = request_of(c.data(), c.size(), combine);
-    std::string cmd(rl_redis_command_size(c.size(), prefix.size(), sha.size()), '\0');
-    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), via, RL_REDIS_DECIDE, prefix.data(), prefix.size(),
-                                0, &rq, now));
-    rl_resp_t r = Redis::instance().call(cmd);
     rl_redis_answer_t a;
     int verdict = rl_redis_answer(&rq, RL_REDIS_DECIDE, &r, &a) == RL_REDIS_DECIDED ? a.verdict : -1;
     if (verdict < 0) {
@@ -74,8 +70,53 @@ int check_in_redis(const std::string &sha, int via, const std::string &prefix, s
         verdict = decode(rq, r);
     }
     EXPECT_GE(verdict, 0) << "reply type " << (char) r.type << ": " << std::string(r.str ? r.str : "", r.str_len);
-    *binding = rq.binding;
     return verdict < 0 ? -1 : verdict != RL_VERDICT_REJECTED;
+}
+
+int check_in_redis(const std::string &sha, int via, const std::string &prefix, std::vector<rl_check_t> &c, int combine,
+                   int64_t now, size_t *binding, bool steady)
+{
+    rl_request_t rq = request_of(c.data(), c.size(), combine);
+    std::string cmd(rl_redis_command_size(c.size(), prefix.size(), sha.size()), '\0');
+    cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), via, RL_REDIS_DECIDE, prefix.data(), prefix.size(),
+                                0, &rq, now));
+    rl_resp_t r = Redis::instance().call(cmd);
+    const int allowed = verdict_of(rq, r, steady);
+    *binding = rq.binding;
+    return allowed;
+}
+
+// Requests through the script in one batch (rl_redis_batch_command), each
+// answer judged for its request as one call's: allowed[i], binding[i].
+void batch_in_redis(const std::string &sha, int via, const std::string &prefix,
+                    std::vector<std::vector<rl_check_t> *> &cs, int combine, int64_t now, std::vector<int> &allowed,
+                    std::vector<size_t> &binding, bool steady)
+{
+    std::vector<rl_request_t> rqs;
+    std::vector<const rl_request_t *> ptrs;
+    for (std::vector<rl_check_t> *c : cs) {
+        rqs.push_back(request_of(c->data(), c->size(), combine));
+    }
+    for (const rl_request_t &rq : rqs) {
+        ptrs.push_back(&rq);
+    }
+    std::string cmd(rl_redis_batch_size(ptrs.data(), ptrs.size(), prefix.size(), sha.size()), '\0');
+    cmd.resize(rl_redis_batch_command(cmd.data(), sha.data(), sha.size(), via, prefix.data(), prefix.size(),
+                                      ptrs.data(), ptrs.size(), now));
+    Redis &redis = Redis::instance();
+    (void) redis.call(cmd);
+    const std::string &raw = redis.raw();
+    long off = rl_resp_batch(raw.data(), raw.size(), rqs.size());
+    ASSERT_GT(off, 0) << "not a batch's answer: " << raw.substr(0, 200);
+    for (size_t i = 0; i < rqs.size(); i++) {
+        rl_resp_t item;
+        const long used = rl_resp_parse(raw.data() + off, raw.size() - (size_t) off, &item);
+        ASSERT_GT(used, 0) << "answer " << i << " of " << rqs.size();
+        off += used;
+        allowed.push_back(verdict_of(rqs[i], item, steady));
+        binding.push_back(rqs[i].binding);
+    }
+    EXPECT_EQ((size_t) off, raw.size());
 }
 
 std::string describe(const rl_decision_t &d)
@@ -143,6 +184,9 @@ struct Trace {
     std::vector<int> counters;
     // charges within half a limit: keys keep something left
     bool modest = false;
+    // requests sent in batches of 1 to batch at one instant (0: one call
+    // each)
+    size_t batch = 0;
 
     Trace(const std::vector<std::string> &t, int comb, const std::string &pfx) : texts(t), combine(comb), prefix(pfx)
     {
@@ -196,10 +240,53 @@ struct Trace {
         Flight f{keys, {}, {}};
         f.local = checks(f.keys, costs);
         f.remote = checks(f.keys, costs);
-        std::vector<rl_check_t> &local = f.local, &remote = f.remote;
         size_t lb, rb;
-        const int la = decide(local.data(), local.size(), combine, now, &lb);
-        const int ra = check_in_redis(sha, via, prefix, remote, combine, now, &rb, steady);
+        const int la = decide(f.local.data(), f.local.size(), combine, now, &lb);
+        const int ra = check_in_redis(sha, via, prefix, f.remote, combine, now, &rb, steady);
+        return same_outcome(f, costs, la, lb, ra, rb, now, op);
+    }
+
+    // Requests at one instant both ways: one after the other in the core,
+    // in one batch in Redis; false (with a failure) on a difference.
+    bool step_batch(const std::string &sha, const std::vector<std::vector<std::string>> &keys,
+                    const std::vector<std::vector<uint64_t>> &costs, int64_t now, size_t op, bool steady)
+    {
+        std::vector<Flight> fs(keys.size());  // sized first: the checks point into their keys
+        std::vector<std::vector<rl_check_t> *> remote;
+        std::vector<int> la;
+        std::vector<size_t> lb;
+        for (size_t i = 0; i < fs.size(); i++) {
+            fs[i].keys = keys[i];
+            fs[i].local = checks(fs[i].keys, costs[i]);
+            fs[i].remote = checks(fs[i].keys, costs[i]);
+            size_t b;
+            la.push_back(decide(fs[i].local.data(), fs[i].local.size(), combine, now, &b));
+            lb.push_back(b);
+            remote.push_back(&fs[i].remote);
+        }
+        std::vector<int> ra;
+        std::vector<size_t> rb;
+        batch_in_redis(sha, via, prefix, remote, combine, now, ra, rb, steady);
+        if (ra.size() != fs.size()) {
+            return false;
+        }
+        for (size_t i = 0; i < fs.size(); i++) {
+            if (!same_outcome(fs[i], costs[i], la[i], lb[i], ra[i], rb[i], now, op)) {
+                ADD_FAILURE() << "request " << i << " of a batch of " << fs.size();
+                return false;
+            }
+        }
+        return true;
+    }
+
+    // One request's outcome in the core (la, lb) and in Redis (ra, rb)
+    // compared; false (with a failure) on a difference.  An admitted
+    // request of a charge= rule stays in flight.
+    bool same_outcome(Flight &f, const std::vector<uint64_t> &costs, int la, size_t lb, int ra, size_t rb, int64_t now,
+                      size_t op)
+    {
+        const std::vector<std::string> &keys = f.keys;
+        std::vector<rl_check_t> &local = f.local, &remote = f.remote;
         bool ok = la == ra && lb == rb;
         for (size_t i = 0; i < rules.size(); i++) {
             ok = ok && same_check(local[i].decision, remote[i].decision, i == lb) &&
@@ -372,19 +459,25 @@ void run_trace(const std::string &sha, std::mt19937_64 &g, Trace &t, size_t ops,
                 return;
             }
         }
-        std::vector<std::string> keys;
-        std::vector<uint64_t> costs;
-        const std::string key = "k" + std::to_string(g() % 3);
-        for (const rl_rule_t &r : t.rules) {
-            keys.push_back(key);
-            const uint64_t top = std::max(r.limit, r.burst);
-            const unsigned c = (unsigned) (g() % 100);
-            costs.push_back(c < 70 ? 1 : c < 80 ? 0 : c < 97 ? g() % (top + 1) : top + 1 + g() % 3);
+        // one request, or (t.batch) 1 to t.batch of them at this instant
+        const size_t m = t.batch ? 1 + g() % t.batch : 1;
+        std::vector<std::vector<std::string>> keys(m);
+        std::vector<std::vector<uint64_t>> costs(m);
+        for (size_t j = 0; j < m; j++) {
+            const std::string key = "k" + std::to_string(g() % 3);
+            for (const rl_rule_t &r : t.rules) {
+                keys[j].push_back(key);
+                const uint64_t top = std::max(r.limit, r.burst);
+                const unsigned c = (unsigned) (g() % 100);
+                costs[j].push_back(c < 70 ? 1 : c < 80 ? 0 : c < 97 ? g() % (top + 1) : top + 1 + g() % 3);
+            }
         }
-        if (!t.step(sha, keys, costs, now, op, latest - now <= RL_REDIS_CLOCK_SLACK_MS)) {
+        const bool steady = latest - now <= RL_REDIS_CLOCK_SLACK_MS;
+        if (t.batch ? !t.step_batch(sha, keys, costs, now, op, steady)
+                    : !t.step(sha, keys[0], costs[0], now, op, steady)) {
             return;
         }
-        ++*done;
+        *done += m;
         now = next_time(g, now, period);
     }
 }
@@ -478,6 +571,42 @@ TEST(RedisScript, StackedRulesWithChargesAndBansMatchTheCore)
     NEED_REDIS();
     std::mt19937_64 g(2626);
     run_stacks(g, random_charged_rule, "stackc:");
+}
+
+// Batches (several requests in one call, at one instant of Redis's clock):
+// every request's answer is the one the core gives deciding them one after
+// the other, for every algorithm, stacks, charges and bans, whether the
+// requests of a batch share their keys or not.
+TEST(RedisScript, BatchesMatchTheCoreOneRequestAfterTheOther)
+{
+    NEED_REDIS();
+    const std::string sha = script_sha();
+    std::mt19937_64 g(20261207);
+    int trace = 0;
+    for (const char *a : kAlgorithms) {
+        size_t done = 0;
+        while (done < 4000 && !HasFailure()) {
+            Trace t({g() % 2 ? random_rule(g, a) : random_charged_rule(g, a)}, RL_COMBINE_ALL,
+                    "batch:" + std::to_string(trace++) + ":");
+            t.via = trace % 2 ? RL_REDIS_EVALSHA : RL_REDIS_FCALL;
+            t.batch = 8;
+            run_trace(sha, g, t, 200, &done);
+        }
+        EXPECT_GE(done, 4000u) << a;
+    }
+    size_t done = 0;
+    while (done < 4000 && !HasFailure()) {
+        std::vector<std::string> rules;
+        const size_t n = 2 + g() % 2;
+        for (size_t i = 0; i < n; i++) {
+            rules.push_back(random_charged_rule(g, kAlgorithms[g() % 7]));
+        }
+        Trace t(rules, g() % 2 ? RL_COMBINE_ANY : RL_COMBINE_ALL, "batchs:" + std::to_string(trace++) + ":");
+        t.via = trace % 2 ? RL_REDIS_EVALSHA : RL_REDIS_FCALL;
+        t.batch = 8;
+        run_trace(sha, g, t, 100, &done);
+    }
+    EXPECT_GE(done, 4000u);
 }
 
 }  // namespace

@@ -298,6 +298,28 @@ TEST(Stats, Json)
     EXPECT_TRUE(json_valid(out));
 }
 
+// A zone says the block that declared it: "block" last among its figures
+// (stats and key API); a label after the zone's in Prometheus for a block
+// other than http, whose series keep the labels they had.
+TEST(Stats, BlockOfAZone)
+{
+    Stats s;
+    s.zones[0].block = str("stream");
+    s.zones[1].block = str("http");
+    const std::string json = render([&](char *b, size_t c) { return rl_render_stats_json(&s.snap, b, c); });
+    EXPECT_NE(json.find("\"summary_refusals\":4,\"block\":\"stream\",\"rules\":{"), std::string::npos) << json;
+    EXPECT_NE(json.find("\"summary_refusals\":0,\"block\":\"http\",\"rules\":{}"), std::string::npos) << json;
+    EXPECT_TRUE(json_valid(json));
+    const std::string prom = render([&](char *b, size_t c) { return rl_render_stats_prometheus(&s.snap, b, c); });
+    EXPECT_NE(prom.find("nginx_ratelimit_zone_size_bytes{zone=\"a\",block=\"stream\"} 100\n"), std::string::npos);
+    EXPECT_NE(prom.find("nginx_ratelimit_allowed_total{zone=\"a\",block=\"stream\",rule=\"r1\"} 1\n"),
+              std::string::npos);
+    EXPECT_NE(prom.find("nginx_ratelimit_zone_size_bytes{zone=\"b-2.z\"} 64\n"), std::string::npos);
+    EXPECT_EQ(prom.find("block=\"http\""), std::string::npos);
+    const std::string api = render([&](char *b, size_t c) { return rl_render_api_zone(&s.zones[0], b, c); });
+    EXPECT_NE(api.find("\"block\":\"stream\""), std::string::npos) << api;
+}
+
 TEST(Stats, JsonOfNoZone)
 {
     const rl_stats_snapshot_t none{str("1.2.3"), 0, nullptr};

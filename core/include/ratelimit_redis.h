@@ -132,6 +132,31 @@ RL_API size_t rl_redis_command(char *buf, const char *script, size_t script_len,
     int via, int call, const char *prefix, size_t prefix_len, int cluster,
     const rl_request_t *rq, int64_t now_ms);
 
+/*
+ * A batch: the decisions (RL_REDIS_DECIDE) of several requests in one call
+ * of the script, as if each were called in turn at the same instant of
+ * Redis's clock: what one writes, the next reads.  Not for Redis Cluster
+ * (the requests' keys lie in other slots).  Its reply is an array of each
+ * request's answer, in order (rl_resp_batch); an error answers each of
+ * them.  A batch takes up to RL_REDIS_BATCH_MAX requests whose answers
+ * fit one reply (RL_RESP_REPLY_MAX): rl_redis_batch_takes adds rq's
+ * longest answer to *bytes (0 for an empty batch of count requests) and
+ * returns 1, or 0 if the batch is full.
+ */
+#define RL_REDIS_BATCH_MAX  64
+RL_API int rl_redis_batch_takes(size_t *bytes, size_t count,
+    const rl_request_t *rq);
+
+/* The bytes rl_redis_batch_command writes at most, and the command. */
+RL_API size_t rl_redis_batch_size(const rl_request_t *const *rqs, size_t n,
+    size_t prefix_len, size_t script_len);
+RL_API size_t rl_redis_batch_command(char *buf, const char *script,
+    size_t script_len, int via, const char *prefix, size_t prefix_len,
+    const rl_request_t *const *rqs, size_t n, int64_t now_ms);
+
+/* The longest answer of the script to rq's decision, in bytes. */
+RL_API size_t rl_redis_answer_max(const rl_request_t *rq);
+
 enum rl_resp_type {
     RL_RESP_STATUS = '+',
     RL_RESP_ERROR = '-',
@@ -164,6 +189,14 @@ typedef struct {
  * array says it will be): the caller drops the connection.
  */
 RL_API long rl_resp_parse(const char *p, size_t len, rl_resp_t *r);
+
+/*
+ * A batch's reply of n answers, read whole (rl_resp_parse): the offset of
+ * its first answer, each read in turn by rl_resp_parse and judged by
+ * rl_redis_answer for its request; or -1 if it is not an array of n (an
+ * error, which answers each request of the batch).
+ */
+RL_API long rl_resp_batch(const char *p, size_t len, size_t n);
 
 /* What a reply is (rl_redis_answer), for the glue to act on. */
 enum rl_redis_kind {

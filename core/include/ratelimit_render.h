@@ -119,6 +119,9 @@ typedef struct {
     const rl_sync_figures_t   *sync;      /* redis_sync: its exchanges;
                                              NULL: none */
     uint64_t                   sync_interval_ms;
+    rl_str_t                   block;     /* the block that declared it:
+                                             "http", "stream" (empty: not
+                                             said) */
 } rl_zone_snapshot_t;
 
 typedef struct {

@@ -259,13 +259,9 @@ ngx_http_ratelimit_api_zones(ngx_http_request_t *r,
 
         len = rl_render_api_zone(&z, NULL, 0);
         p = ngx_pnalloc(r->pool, len);
-        if (p == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
 
-        rl_render_api_zone(&z, p, len);
-
-        return ngx_http_ratelimit_send_json(r, NGX_HTTP_OK, (u_char *) p, len);
+        return ngx_http_ratelimit_send_rendered(r, p,
+                   p ? rl_render_api_zone(&z, p, len) : 0);
     }
 
     if (ngx_ratelimit_snapshot(r->pool, NGX_RATELIMIT_SNAPSHOT_RULES, &s)
@@ -278,13 +274,9 @@ ngx_http_ratelimit_api_zones(ngx_http_request_t *r,
 
     len = rl_render_api_zones(&s, rlcf->api_write, NULL, 0);
     p = ngx_pnalloc(r->pool, len);
-    if (p == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
 
-    rl_render_api_zones(&s, rlcf->api_write, p, len);
-
-    return ngx_http_ratelimit_send_json(r, NGX_HTTP_OK, (u_char *) p, len);
+    return ngx_http_ratelimit_send_rendered(r, p,
+               p ? rl_render_api_zones(&s, rlcf->api_write, p, len) : 0);
 }
 
 
@@ -350,13 +342,9 @@ ngx_http_ratelimit_api_top(ngx_http_request_t *r,
 
     len = rl_render_api_top(&t, NULL, 0);
     p = ngx_pnalloc(r->pool, len);
-    if (p == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
 
-    rl_render_api_top(&t, p, len);
-
-    return ngx_http_ratelimit_send_json(r, NGX_HTTP_OK, (u_char *) p, len);
+    return ngx_http_ratelimit_send_rendered(r, p,
+               p ? rl_render_api_top(&t, p, len) : 0);
 }
 
 

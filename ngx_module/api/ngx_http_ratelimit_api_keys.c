@@ -157,13 +157,9 @@ ngx_http_ratelimit_api_answer(ngx_http_request_t *r,
 
     len = rl_render_api_keys(&k, NULL, 0);
     p = ngx_pnalloc(r->pool, len);
-    if (p == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
 
-    rl_render_api_keys(&k, p, len);
-
-    return ngx_http_ratelimit_send_json(r, NGX_HTTP_OK, (u_char *) p, len);
+    return ngx_http_ratelimit_send_rendered(r, p,
+               p ? rl_render_api_keys(&k, p, len) : 0);
 }
 
 
@@ -312,15 +308,30 @@ ngx_http_ratelimit_api_user_verified(ngx_http_request_t *r)
 }
 
 
+/* Overrides as JSON: one, or a page of them. */
+
+ngx_int_t
+ngx_http_ratelimit_api_send_overrides(ngx_http_request_t *r,
+    rl_overrides_view_t *v)
+{
+    char    *p;
+    size_t   len;
+
+    len = rl_render_api_overrides(v, NULL, 0);
+    p = ngx_pnalloc(r->pool, len);
+
+    return ngx_http_ratelimit_send_rendered(r, p,
+               p ? rl_render_api_overrides(v, p, len) : 0);
+}
+
+
 /* One override, as JSON. */
 
 ngx_int_t
 ngx_http_ratelimit_api_override_answer(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q)
 {
-    char                 *p;
-    size_t                len;
-    rl_overrides_view_t   v;
+    rl_overrides_view_t  v;
 
     ngx_memzero(&v, sizeof(rl_overrides_view_t));
     v.zone = ngx_ratelimit_rl_str(&q->zone->name);
@@ -330,15 +341,7 @@ ngx_http_ratelimit_api_override_answer(ngx_http_request_t *r,
     v.n = 1;
     v.list = &q->ov;
 
-    len = rl_render_api_overrides(&v, NULL, 0);
-    p = ngx_pnalloc(r->pool, len);
-    if (p == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    rl_render_api_overrides(&v, p, len);
-
-    return ngx_http_ratelimit_send_json(r, NGX_HTTP_OK, (u_char *) p, len);
+    return ngx_http_ratelimit_api_send_overrides(r, &v);
 }
 
 

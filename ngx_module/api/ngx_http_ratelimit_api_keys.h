@@ -40,6 +40,8 @@ void ngx_http_ratelimit_api_log_reset(ngx_http_request_t *r,
 char *ngx_http_ratelimit_api_who(ngx_http_request_t *r, u_char *who);
 
 /* An override read, written or removed (q->ov): its answer, its log line. */
+ngx_int_t ngx_http_ratelimit_api_send_overrides(ngx_http_request_t *r,
+    rl_overrides_view_t *v);
 ngx_int_t ngx_http_ratelimit_api_override_answer(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q);
 void ngx_http_ratelimit_api_log_override(ngx_http_request_t *r,

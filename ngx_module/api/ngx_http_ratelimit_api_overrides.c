@@ -243,8 +243,7 @@ static ngx_int_t
 ngx_http_ratelimit_api_list(ngx_http_request_t *r,
     ngx_http_ratelimit_api_req_t *q)
 {
-    char                  *p;
-    size_t                 len, total;
+    size_t                 total;
     rl_override_t         *list;
     rl_overrides_view_t    v;
 
@@ -275,13 +274,5 @@ ngx_http_ratelimit_api_list(ngx_http_request_t *r,
         v.total = total;
     }
 
-    len = rl_render_api_overrides(&v, NULL, 0);
-    p = ngx_pnalloc(r->pool, len);
-    if (p == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    rl_render_api_overrides(&v, p, len);
-
-    return ngx_http_ratelimit_send_json(r, NGX_HTTP_OK, (u_char *) p, len);
+    return ngx_http_ratelimit_api_send_overrides(r, &v);
 }

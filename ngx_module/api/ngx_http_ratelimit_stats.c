@@ -35,6 +35,8 @@ ngx_http_ratelimit_stats_handler(ngx_http_request_t *r)
     ngx_str_t             format, type;
     ngx_uint_t            prometheus;
     rl_stats_snapshot_t   s;
+    size_t              (*render)(const rl_stats_snapshot_t *s, char *buf,
+                                  size_t cap);
 
     rc = ngx_http_ratelimit_get_only(r, NULL);
     if (rc != NGX_OK) {
@@ -54,28 +56,24 @@ ngx_http_ratelimit_stats_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    /* the size first, then the text */
-
     if (prometheus) {
-        len = rl_render_stats_prometheus(&s, NULL, 0);
-        p = ngx_pnalloc(r->pool, len);
-        if (p == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        rl_render_stats_prometheus(&s, p, len);
+        render = rl_render_stats_prometheus;
         ngx_str_set(&type, "text/plain; version=0.0.4");
 
     } else {
-        len = rl_render_stats_json(&s, NULL, 0);
-        p = ngx_pnalloc(r->pool, len);
-        if (p == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        rl_render_stats_json(&s, p, len);
+        render = rl_render_stats_json;
         ngx_str_set(&type, "application/json");
     }
+
+    /* the size first, then the text */
+
+    len = render(&s, NULL, 0);
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    render(&s, p, len);
 
     return ngx_http_ratelimit_send(r, NGX_HTTP_OK, &type, (u_char *) p, len);
 }

@@ -82,6 +82,72 @@ ngx_ratelimit_file_open(u_char *name, ngx_uint_t follow,
 
 
 /*
+ * A zone's file (state=, overrides_file=) read whole as the zone starts,
+ * into memory of its own (ngx_free()), *n bytes; NULL where it is not
+ * read, with a line that says why (a notice where there is no file) and
+ * what the zone starts with instead.  A symbolic link is not followed.
+ */
+
+u_char *
+ngx_ratelimit_file_read(ngx_ratelimit_file_read_t *rd, ssize_t *n,
+    ngx_log_t *log)
+{
+    u_char           *data;
+    ngx_fd_t          fd;
+    ngx_err_t         err;
+    ngx_uint_t        level;
+    const char       *why;
+    ngx_file_info_t   fi;
+
+    fd = ngx_ratelimit_file_open(rd->name->data, 0, &fi, &err, &why);
+
+    if (fd == NGX_INVALID_FILE) {
+        level = (err == NGX_ENOENT) ? NGX_LOG_NOTICE : NGX_LOG_ERR;
+        ngx_log_error(level, log, err,
+                      "ratelimit_zone \"%V\": %s \"%V\" %s: %s",
+                      rd->zone, rd->what, rd->name,
+                      why ? why : "could not be opened", rd->instead);
+        return NULL;
+    }
+
+    if (ngx_file_size(&fi) > rd->max) {
+        ngx_log_error(NGX_LOG_ERR, log, 0,
+                      "ratelimit_zone \"%V\": %s \"%V\" is too large (%O "
+                      "bytes) %s: %s", rd->zone, rd->what, rd->name,
+                      ngx_file_size(&fi), rd->bound, rd->instead);
+        (void) ngx_close_file(fd);
+        return NULL;
+    }
+
+    err = 0;
+    data = ngx_alloc(ngx_file_size(&fi) + 1, log);
+
+    if (data == NULL) {
+        err = ngx_errno;
+
+    } else {
+        *n = ngx_read_fd(fd, data, ngx_file_size(&fi));
+
+        if (*n < 0) {
+            err = ngx_errno;
+            ngx_free(data);
+            data = NULL;
+        }
+    }
+
+    if (data == NULL) {
+        ngx_log_error(NGX_LOG_ERR, log, err,
+                      "ratelimit_zone \"%V\": %s \"%V\" could not be read: "
+                      "%s", rd->zone, rd->what, rd->name, rd->instead);
+    }
+
+    (void) ngx_close_file(fd);
+
+    return data;
+}
+
+
+/*
  * A new temporary file beside name, for the whole of what name is to hold
  * (f->fd); NGX_ERROR with f->err.  f is ngx_ratelimit_file_discard's
  * either way.

@@ -35,6 +35,75 @@ static ngx_ratelimit_rule_log_t *ngx_ratelimit_rule_log(
 #define NGX_RATELIMIT_FOLD_BAD        2
 
 
+/* $ratelimit_status's words, by enum rl_status, in every protocol */
+
+ngx_str_t  ngx_ratelimit_status_names[] = {
+    ngx_null_string,
+    ngx_string("PASSED"),
+    ngx_string("DELAYED"),
+    ngx_string("REJECTED"),
+    ngx_string("DELAYED_DRY_RUN"),
+    ngx_string("REJECTED_DRY_RUN"),
+    ngx_string("EXEMPT"),
+    ngx_string("REJECTED_IN_FLIGHT")
+};
+
+
+/*
+ * The line of a decided request or session, in log at its level (0: off):
+ * its refusal ("would reject" in a dry run); its delay, or its wait for a
+ * slot (the first time: waited 0), one level lower; nothing for one that
+ * passed.  Written or folded (ngx_ratelimit_log_line).
+ */
+
+void
+ngx_ratelimit_log_verdict(ngx_log_t *log, ngx_uint_t level, rl_request_t *rq,
+    ngx_uint_t waited)
+{
+    const char  *what;
+    ngx_uint_t   lower;
+    rl_check_t  *binding;
+
+    binding = &rq->checks[rq->binding];
+
+    /* one level below the location's: delays, waits */
+    lower = level == NGX_LOG_INFO || level == 0 ? level : level + 1;
+
+    switch (rq->verdict) {
+
+    case RL_VERDICT_REJECTED:
+        what = rq->dry_run ? "would reject (dry run)" : "rejected";
+        break;
+
+    case RL_VERDICT_DELAYED:
+        what = rq->dry_run ? "would delay (dry run)" : "delaying";
+        level = lower;
+        break;
+
+    case RL_VERDICT_QUEUED:
+        if (waited) {
+            return;
+        }
+
+        what = "waiting for a slot";
+        level = lower;
+        break;
+
+    default:
+        return;
+    }
+
+    if (level == 0 || log->log_level < level
+        || !ngx_ratelimit_log_line(ngx_ratelimit_rule_of(binding), binding,
+                                   level))
+    {
+        return;
+    }
+
+    ngx_ratelimit_log_check(log, level, what, binding);
+}
+
+
 /*
  * The line of a check that refused or delayed its request ("rejected",
  * "delaying", ...: what), in log at level, once ngx_ratelimit_log_line()

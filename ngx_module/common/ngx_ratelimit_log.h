@@ -11,6 +11,10 @@
 #include "ngx_ratelimit_types.h"
 
 
+extern ngx_str_t  ngx_ratelimit_status_names[];
+
+void ngx_ratelimit_log_verdict(ngx_log_t *log, ngx_uint_t level,
+    rl_request_t *rq, ngx_uint_t waited);
 ngx_uint_t ngx_ratelimit_log_line(ngx_ratelimit_rule_t *rule,
     rl_check_t *check, ngx_uint_t level);
 void ngx_ratelimit_log_check(ngx_log_t *log, ngx_uint_t level,

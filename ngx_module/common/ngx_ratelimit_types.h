@@ -202,6 +202,9 @@ struct ngx_ratelimit_conf_s {
     ngx_event_t                  fold_event;
     ngx_resolver_t             **resolver;
     ngx_msec_t                  *resolver_timeout;
+    ngx_str_t                    block;     /* "http", "stream": the block
+                                               that declares its zones, and
+                                               whose rules name them */
 };
 
 

@@ -147,3 +147,19 @@ ngx_http_ratelimit_send_json(ngx_http_request_t *r, ngx_uint_t status,
     return ngx_http_ratelimit_send(r, status, &ngx_http_ratelimit_json_type,
                                    data, len);
 }
+
+
+/*
+ * The JSON a core renderer wrote into the buffer it sized first, with 200;
+ * data is NULL where the pool had no room for it: a 500.
+ */
+
+ngx_int_t
+ngx_http_ratelimit_send_rendered(ngx_http_request_t *r, char *data, size_t len)
+{
+    if (data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_ratelimit_send_json(r, NGX_HTTP_OK, (u_char *) data, len);
+}

@@ -20,6 +20,8 @@ ngx_int_t ngx_http_ratelimit_send(ngx_http_request_t *r, ngx_uint_t status,
     ngx_str_t *type, u_char *data, size_t len);
 ngx_int_t ngx_http_ratelimit_send_json(ngx_http_request_t *r,
     ngx_uint_t status, u_char *data, size_t len);
+ngx_int_t ngx_http_ratelimit_send_rendered(ngx_http_request_t *r, char *data,
+    size_t len);
 
 
 #endif /* NGX_HTTP_RATELIMIT_ANSWER_H */

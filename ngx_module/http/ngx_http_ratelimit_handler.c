@@ -22,6 +22,7 @@
 #include "ngx_http_ratelimit_request.h"
 #include "ngx_http_ratelimit_wait.h"
 #include "ngx_http_ratelimit_log.h"
+#include "ngx_ratelimit_rule.h"
 #include "ngx_ratelimit_sync.h"
 #include "ngx_ratelimit_zone.h"
 #include "ngx_ratelimit_redis.h"
@@ -280,43 +281,30 @@ ngx_http_ratelimit_vars(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
 static uint64_t
 ngx_http_ratelimit_cost(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule)
 {
-    char       err[RL_ERR_MAX];
-    uint64_t   cost;
+    ngx_log_t  log;
     ngx_str_t  value;
 
     if (ngx_http_complex_value(r, rule->vars->cost, &value) != NGX_OK) {
         ngx_str_null(&value);
     }
 
-    if (rl_rule_cost(&rule->common.rule, (char *) value.data, value.len, &cost, err,
-                     sizeof(err))
-        != RL_OK)
-    {
-        ngx_http_ratelimit_log_bad(r, rule, err);
-    }
-
-    return cost;
+    return ngx_ratelimit_rule_cost(ngx_http_ratelimit_request_log(r, &log),
+                                   &rule->common, &value);
 }
 
 
 /*
  * limit=$variable, burst=$variable: the rule as it applies to the request
- * (rl_rule_apply; a bad value is logged and replaced as the core says), in
- * the request's pool: a delayed request and the headers read it later.
+ * (ngx_ratelimit_rule_applied), in the request's pool: a delayed request
+ * and the headers read it later.
  */
 
 static const rl_rule_t *
 ngx_http_ratelimit_rule_as_applied(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule)
 {
-    char        err[RL_ERR_MAX];
-    ngx_str_t   limit, burst;
-    rl_rule_t  *applied;
-
-    applied = ngx_palloc(r->main->pool, sizeof(rl_rule_t));
-    if (applied == NULL) {
-        return NULL;
-    }
+    ngx_log_t  log;
+    ngx_str_t  limit, burst;
 
     ngx_str_null(&limit);
     ngx_str_null(&burst);
@@ -332,15 +320,9 @@ ngx_http_ratelimit_rule_as_applied(ngx_http_request_t *r,
         return NULL;
     }
 
-    if (rl_rule_apply(&rule->common.rule, (char *) limit.data, limit.len,
-                      (char *) burst.data, burst.len, applied, err,
-                      sizeof(err))
-        != RL_OK)
-    {
-        ngx_http_ratelimit_log_bad(r, rule, err);
-    }
-
-    return applied;
+    return ngx_ratelimit_rule_applied(r->main->pool,
+                                      ngx_http_ratelimit_request_log(r, &log),
+                                      &rule->common, &limit, &burst);
 }
 
 
@@ -545,7 +527,6 @@ static ngx_int_t
 ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
-    ngx_int_t                       decided;
     ngx_shmtx_t                    *mutex;
     ngx_ratelimit_zone_t           *zone;
     ngx_http_ratelimit_loc_conf_t  *rlcf;
@@ -555,24 +536,13 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
     zone = ngx_ratelimit_zone_of(ngx_ratelimit_rule_of(&ctx->rq.checks[0]));
     redis = zone->redis;
 
-    /* the overrides its keys meet, from the copy of Redis's the zone holds:
-       a refusal, or an exemption from every rule, decided here */
+    switch (ngx_ratelimit_redis_known(zone, &ctx->rq)) {
 
-    if (zone->store != NULL && rl_overrides_held(zone->table)) {
-        ngx_shmtx_lock(&zone->shpool->mutex);
-        decided = rl_request_overrides(&ctx->rq, ngx_ratelimit_now());
-        ngx_shmtx_unlock(&zone->shpool->mutex);
-
-        if (decided) {
-            return ngx_http_ratelimit_redis_verdict(r, ctx, zone,
+    case NGX_RATELIMIT_REDIS_OVERRIDE:
+        return ngx_http_ratelimit_redis_verdict(r, ctx, zone,
                                                 NGX_HTTP_RATELIMIT_BY_LOCAL);
-        }
-    }
 
-    if (rl_refusals_find(redis->refusals, redis->refusals_size, &ctx->rq,
-                         ngx_ratelimit_monotonic_ms()))
-    {
-        (void) ngx_atomic_fetch_add(&redis->stats->cached, 1);
+    case NGX_RATELIMIT_REDIS_REMEMBERED:
         return ngx_http_ratelimit_redis_verdict(r, ctx, zone,
                                            NGX_HTTP_RATELIMIT_BY_REDIS_CACHED);
     }
@@ -689,31 +659,15 @@ ngx_http_ratelimit_redis_verdict(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx, ngx_ratelimit_zone_t *zone,
     ngx_uint_t by)
 {
-    ngx_ratelimit_redis_t  *redis = zone->redis;
-
     ctx->decided_by = by;
 
-    ngx_shmtx_lock(&zone->shpool->mutex);
-
-    rl_request_count(&ctx->rq, ngx_ratelimit_now());
-
-    if (by == NGX_HTTP_RATELIMIT_BY_REDIS) {
-        (void) rl_refusals_store(redis->refusals, redis->refusals_size,
-                                 &ctx->rq, ctx->redis_epoch, ctx->redis_sent,
-                                 ngx_ratelimit_monotonic_ms());
-    }
-
-    if (ctx->here) {
-        /* a check that took no lease gives its server's slot back */
-        ctx->here = rl_request_free_here(&ctx->rq, ngx_ratelimit_now(),
-                                         0)
-                    > 0;
-    }
-
-    ngx_shmtx_unlock(&zone->shpool->mutex);
+    ctx->here = ngx_ratelimit_redis_counted(zone, &ctx->rq,
+                                            by == NGX_HTTP_RATELIMIT_BY_REDIS,
+                                            ctx->redis_epoch, ctx->redis_sent,
+                                            ctx->here);
 
     if (by == NGX_HTTP_RATELIMIT_BY_REDIS) {
-        ctx->leased = ngx_ratelimit_redis_lease_hold(redis, &ctx->rq,
+        ctx->leased = ngx_ratelimit_redis_lease_hold(zone->redis, &ctx->rq,
                                                      &ctx->lease);
     }
 
@@ -735,26 +689,14 @@ ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
     ngx_http_ratelimit_ctx_t *ctx)
 {
     ngx_int_t               rc;
-    ngx_shmtx_t            *mutex;
     ngx_ratelimit_zone_t   *zone;
     ngx_ratelimit_redis_t  *redis;
 
     zone = ngx_ratelimit_zone_of(ngx_ratelimit_rule_of(&ctx->rq.checks[0]));
     redis = zone->redis;
 
-    (void) ngx_atomic_fetch_add(&redis->stats->fallbacks, 1);
-
-    /* the worker's leases may be gone from Redis: written again once it
-       answers */
-    ngx_ratelimit_redis_leases_lost(redis);
-
-    if (ctx->here) {
-        /* the slots taken for the call: a local decision takes its own */
-        ctx->here = 0;
-        mutex = ngx_ratelimit_lock(&ctx->rq);
-        (void) rl_request_free_here(&ctx->rq, ngx_ratelimit_now(), 1);
-        ngx_ratelimit_unlock(&ctx->rq, mutex);
-    }
+    ngx_ratelimit_redis_failed(zone, &ctx->rq, ctx->here);
+    ctx->here = 0;
 
     switch (redis->on_error) {
 

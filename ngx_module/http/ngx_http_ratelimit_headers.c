@@ -7,6 +7,7 @@
 
 #include "ngx_http_ratelimit_headers.h"
 #include "ngx_http_ratelimit_request.h"
+#include "ngx_ratelimit_log.h"
 
 
 static ngx_int_t ngx_http_ratelimit_header_filter(ngx_http_request_t *r);
@@ -75,18 +76,6 @@ static ngx_http_variable_t  ngx_http_ratelimit_vars[] = {
       ngx_http_ratelimit_override_variable, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
       ngx_http_null_variable
-};
-
-
-static ngx_str_t  ngx_http_ratelimit_status_names[] = {
-    ngx_null_string,
-    ngx_string("PASSED"),
-    ngx_string("DELAYED"),
-    ngx_string("REJECTED"),
-    ngx_string("DELAYED_DRY_RUN"),
-    ngx_string("REJECTED_DRY_RUN"),
-    ngx_string("EXEMPT"),
-    ngx_string("REJECTED_IN_FLIGHT")
 };
 
 
@@ -441,7 +430,7 @@ ngx_http_ratelimit_variable(ngx_http_request_t *r,
     }
 
     if (data == NGX_HTTP_RATELIMIT_VAR_STATUS) {
-        s = &ngx_http_ratelimit_status_names[ctx->status];
+        s = &ngx_ratelimit_status_names[ctx->status];
         v->len = s->len;
         v->data = s->data;
         return NGX_OK;

@@ -10,55 +10,23 @@
 #include "ngx_http_ratelimit_log.h"
 
 
-static void ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
-    const char *what, rl_check_t *check);
 static u_char *ngx_http_ratelimit_log_context(ngx_log_t *log, u_char *buf,
     size_t len);
 
 
 /*
- * The line of a decided request, at the location's level: its refusal
- * ("would reject" in a dry run); its delay, or its wait for a slot (the
- * first time), one level lower; nothing for a request that passed.
+ * The line of a decided request, at the location's level
+ * (ngx_ratelimit_log_verdict), in the request's log.
  */
 
 void
 ngx_http_ratelimit_log_verdict(ngx_http_request_t *r, ngx_uint_t level,
     rl_request_t *rq, ngx_uint_t waited)
 {
-    ngx_uint_t   lower;
-    rl_check_t  *binding;
+    ngx_log_t  log;
 
-    binding = &rq->checks[rq->binding];
-
-    /* one level below the location's: delays, waits */
-    lower = level == NGX_LOG_INFO || level == NGX_HTTP_RATELIMIT_LOG_OFF
-            ? level : level + 1;
-
-    switch (rq->verdict) {
-
-    case RL_VERDICT_REJECTED:
-        ngx_http_ratelimit_log(r, level,
-                               rq->dry_run ? "would reject (dry run)"
-                                           : "rejected", binding);
-        break;
-
-    case RL_VERDICT_DELAYED:
-        ngx_http_ratelimit_log(r, lower,
-                               rq->dry_run ? "would delay (dry run)"
-                                           : "delaying", binding);
-        break;
-
-    case RL_VERDICT_QUEUED:
-        if (!waited) {
-            ngx_http_ratelimit_log(r, lower, "waiting for a slot", binding);
-        }
-
-        break;
-
-    default:
-        break;
-    }
+    ngx_ratelimit_log_verdict(ngx_http_ratelimit_request_log(r, &log), level,
+                              rq, waited);
 }
 
 
@@ -143,24 +111,6 @@ ngx_http_ratelimit_debug_end(ngx_http_request_t *r, rl_request_t *rq,
 }
 
 #endif
-
-
-static void
-ngx_http_ratelimit_log(ngx_http_request_t *r, ngx_uint_t level,
-    const char *what, rl_check_t *check)
-{
-    ngx_log_t  log;
-
-    if (level == NGX_HTTP_RATELIMIT_LOG_OFF
-        || r->connection->log->log_level < level
-        || !ngx_ratelimit_log_line(ngx_ratelimit_rule_of(check), check, level))
-    {
-        return;
-    }
-
-    ngx_ratelimit_log_check(ngx_http_ratelimit_request_log(r, &log), level,
-                            what, check);
-}
 
 
 /*

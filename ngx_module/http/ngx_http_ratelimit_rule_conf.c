@@ -13,13 +13,8 @@
 #include "ngx_ratelimit_rule.h"
 
 
-static char *ngx_http_ratelimit_off(ngx_conf_t *cf,
-    ngx_http_ratelimit_loc_conf_t *rlcf);
-static ngx_http_ratelimit_rule_t *ngx_http_ratelimit_new_rule(ngx_conf_t *cf,
-    ngx_http_ratelimit_loc_conf_t *rlcf);
 static ngx_int_t ngx_http_ratelimit_glue_param(ngx_conf_t *cf,
-    ngx_http_ratelimit_rule_t *rule, ngx_str_t *value, ngx_str_t *zone,
-    ngx_str_t *key);
+    ngx_ratelimit_rule_t *common, ngx_str_t *value);
 static ngx_int_t ngx_http_ratelimit_compile_key(ngx_conf_t *cf,
     ngx_http_ratelimit_rule_t *rule, ngx_str_t *key);
 static ngx_int_t ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
@@ -41,66 +36,28 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_ratelimit_loc_conf_t *rlcf = conf;
 
-    int                         rc;
     ngx_str_t                  *value, zone, key;
-    ngx_uint_t                  i;
     ngx_http_ratelimit_rule_t  *rule;
-    char                        err[RL_ERR_MAX], name[RL_NAME_MAX];
 
     static ngx_str_t  default_key = ngx_string("$binary_remote_addr");
 
     value = cf->args->elts;
 
     if (cf->args->nelts == 2 && ngx_strcmp(value[1].data, "off") == 0) {
-        return ngx_http_ratelimit_off(cf, rlcf);
+        return ngx_ratelimit_rule_off(cf, &rlcf->rules, &rlcf->off,
+                                      sizeof(ngx_http_ratelimit_rule_t));
     }
 
-    rule = ngx_http_ratelimit_new_rule(cf, rlcf);
+    rule = ngx_ratelimit_rule_new(cf, &rlcf->rules, rlcf->off,
+                                  sizeof(ngx_http_ratelimit_rule_t));
     if (rule == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    rl_rule_init(&rule->common.rule, name);
-
-    ngx_str_null(&zone);
-    ngx_str_null(&key);
-
-    for (i = 1; i < cf->args->nelts; i++) {
-
-        rc = rl_rule_param(&rule->common.rule, (char *) value[i].data,
-                           value[i].len, err, sizeof(err));
-
-        if (rc == RL_ERROR) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"ratelimit\" directive: %s", err);
-            return NGX_CONF_ERROR;
-        }
-
-        /* RL_DECLINED: zone=, key=, charge=, or cost=, limit= or burst=
-           with a $variable */
-
-        if (rc == RL_DECLINED
-            && ngx_http_ratelimit_glue_param(cf, rule, &value[i], &zone, &key)
-               != NGX_OK)
-        {
-            return NGX_CONF_ERROR;
-        }
-    }
-
-    if (zone.data == NULL) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"ratelimit\" directive: missing \"zone=\": "
-                           "expected zone=NAME of a \"ratelimit_zone\"");
-        return NGX_CONF_ERROR;
-    }
-
-    if (rl_rule_finish(&rule->common.rule, err, sizeof(err)) != RL_OK) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"ratelimit\" directive: %s", err);
-        return NGX_CONF_ERROR;
-    }
-
-    if (ngx_ratelimit_rule_name(cf, &rule->common, name) != NGX_OK) {
+    if (ngx_ratelimit_rule_read(cf, &rule->common, &zone, &key,
+                                ngx_http_ratelimit_glue_param)
+        != NGX_OK)
+    {
         return NGX_CONF_ERROR;
     }
 
@@ -118,99 +75,21 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
-/* "ratelimit off": the inherited rules removed, none at its level. */
-
-static char *
-ngx_http_ratelimit_off(ngx_conf_t *cf, ngx_http_ratelimit_loc_conf_t *rlcf)
-{
-    if (rlcf->rules.elts != NULL) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"ratelimit off\" with rules at the same "
-                           "level: \"off\" removes the inherited rules, "
-                           "write it alone or not at all");
-        return NGX_CONF_ERROR;
-    }
-
-    /* no rules here, none inherited: an empty list */
-
-    if (ngx_array_init(&rlcf->rules, cf->pool, 1,
-                       sizeof(ngx_http_ratelimit_rule_t))
-        != NGX_OK)
-    {
-        return NGX_CONF_ERROR;
-    }
-
-    rlcf->off = 1;
-
-    return NGX_CONF_OK;
-}
-
-
-/* A new rule at its level, zeroed (the core initializes its part). */
-
-static ngx_http_ratelimit_rule_t *
-ngx_http_ratelimit_new_rule(ngx_conf_t *cf,
-    ngx_http_ratelimit_loc_conf_t *rlcf)
-{
-    ngx_http_ratelimit_rule_t  *rule;
-
-    if (rlcf->off) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"ratelimit\" directive: rules after "
-                           "\"ratelimit off\" at the same level: \"off\" "
-                           "removes the inherited rules, write it alone or "
-                           "not at all");
-        return NULL;
-    }
-
-    /* room for one: most locations have one rule, and a configuration
-       may have thousands of them */
-
-    if (rlcf->rules.elts == NULL
-        && ngx_array_init(&rlcf->rules, cf->pool, 1,
-                          sizeof(ngx_http_ratelimit_rule_t))
-           != NGX_OK)
-    {
-        return NULL;
-    }
-
-    if (rlcf->rules.nelts == RL_RULES_MAX) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"ratelimit\" directive: too many rules: at most "
-                           "%d apply to one request", RL_RULES_MAX);
-        return NULL;
-    }
-
-    rule = ngx_array_push(&rlcf->rules);
-    if (rule == NULL) {
-        return NULL;
-    }
-
-    ngx_memzero(rule, sizeof(ngx_http_ratelimit_rule_t));
-
-    return rule;
-}
-
-
 /*
- * A parameter the core declined, the glue's: zone=, key=, or one whose
- * value nginx evaluates (charge=, cost=, limit= or burst= with a
- * $variable), compiled.
+ * A parameter the core declined that is HTTP's: one whose value nginx
+ * evaluates (charge=, cost=, limit= or burst= with a $variable), compiled.
  */
 
 static ngx_int_t
-ngx_http_ratelimit_glue_param(ngx_conf_t *cf, ngx_http_ratelimit_rule_t *rule,
-    ngx_str_t *value, ngx_str_t *zone, ngx_str_t *key)
+ngx_http_ratelimit_glue_param(ngx_conf_t *cf, ngx_ratelimit_rule_t *common,
+    ngx_str_t *value)
 {
-    ngx_int_t                          rc;
     ngx_str_t                          s;
+    ngx_http_ratelimit_rule_t         *rule;
     ngx_http_complex_value_t         **cv;
     ngx_http_compile_complex_value_t   ccv;
 
-    rc = ngx_ratelimit_rule_param(cf, value, zone, key);
-    if (rc != NGX_DECLINED) {
-        return rc;
-    }
+    rule = (ngx_http_ratelimit_rule_t *) common;
 
     s.data = ngx_strlchr(value->data, value->data + value->len, '=') + 1;
     s.len = value->data + value->len - s.data;
@@ -261,20 +140,8 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
     ngx_str_t   s;
     ngx_uint_t  i;
 
-    /* a rule that learns from its upstream (adaptive) names the upstream */
-
-    if (ngx_http_script_variables_count(key) == 0
-        && !(key->len && rl_rule_per_upstream(&rule->common.rule)))
-    {
-        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
-                           "\"ratelimit\" directive: rule \"%s\": key=\"%V\" "
-                           "has no variable, %s", rule->common.rule.name, key,
-                           key->len ? "so every request shares one budget (a "
-                                      "global limit); write key=$NAME for one "
-                                      "budget per value of a variable"
-                                    : "and an empty key exempts every "
-                                      "request");
-    }
+    ngx_ratelimit_rule_unkeyed(cf, &rule->common, key,
+                               ngx_http_script_variables_count(key));
 
     if (ngx_http_ratelimit_compile_key(cf, rule, key) != NGX_OK) {
         return NGX_ERROR;

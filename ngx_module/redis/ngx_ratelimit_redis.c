@@ -46,6 +46,8 @@ static void ngx_ratelimit_redis_own_reply(
     rl_resp_t *reply, ngx_str_t *raw);
 static void ngx_ratelimit_redis_reply(void *c, rl_resp_t *reply,
     ngx_str_t *raw);
+static void ngx_ratelimit_redis_answered(ngx_ratelimit_redis_conn_t *conn,
+    ngx_ratelimit_redis_wait_t *w, rl_resp_t *reply, ngx_str_t *raw);
 static ngx_int_t ngx_ratelimit_redis_redirect(
     ngx_ratelimit_redis_wait_t *w, rl_redis_answer_t *a);
 static void ngx_ratelimit_redis_log_folded(ngx_event_t *ev);
@@ -132,11 +134,15 @@ ngx_ratelimit_redis_cancel(ngx_ratelimit_redis_wait_t *w)
 {
     ngx_ratelimit_redis_conn_t  *conn = w->conn;
 
-    if (conn != NULL && conn->ring[w->slot] == w) {
+    if (conn != NULL && w->batched) {
+        conn->batch[w->slot] = NULL;  /* left out of its batch */
+
+    } else if (conn != NULL && conn->ring[w->slot] == w) {
         conn->ring[w->slot] = NULL;   /* its reply is read and dropped */
     }
 
     w->conn = NULL;
+    w->batched = 0;
 
     if (w->timer.timer_set) {
         ngx_del_timer(&w->timer);
@@ -155,6 +161,13 @@ ngx_ratelimit_redis_append(ngx_ratelimit_redis_conn_t *conn,
     if (w->command != NULL) {
         w->via = eval ? RL_REDIS_EVAL : RL_REDIS_EVALSHA;
         return w->command(conn, w, eval);
+    }
+
+    /* a decision goes in the connection's batch; not with Redis Cluster,
+       whose requests' keys lie in other slots */
+
+    if (!eval && w->call == RL_REDIS_DECIDE && !redis->cluster) {
+        return ngx_ratelimit_redis_batch(conn, w);
     }
 
     w->via = eval ? RL_REDIS_EVAL
@@ -218,17 +231,24 @@ ngx_ratelimit_redis_own_reply(ngx_ratelimit_redis_conn_t *conn,
 static void
 ngx_ratelimit_redis_reply(void *c, rl_resp_t *reply, ngx_str_t *raw)
 {
-    ngx_int_t                    kind;
-    const char                  *why;
-    rl_redis_answer_t            a;
+    long                         off, used;
+    ngx_str_t                    item_raw;
+    rl_resp_t                    item;
+    ngx_uint_t                   i, n;
     ngx_ratelimit_redis_conn_t  *conn = c;
-    ngx_ratelimit_redis_t       *redis = conn->redis;
-    ngx_ratelimit_redis_wait_t  *w;
+    ngx_ratelimit_redis_wait_t  *w, *batch[RL_REDIS_BATCH_MAX];
 
-    w = conn->ring[conn->head];
-    conn->ring[conn->head] = NULL;
-    conn->head = (conn->head + 1) % NGX_RATELIMIT_REDIS_RING;
-    conn->count--;
+    n = conn->answers[conn->head];
+    batch[0] = conn->ring[conn->head];
+
+    for (i = 0; i < n; i++) {
+        batch[i] = conn->ring[conn->head];
+        conn->ring[conn->head] = NULL;
+        conn->head = (conn->head + 1) % NGX_RATELIMIT_REDIS_RING;
+        conn->count--;
+    }
+
+    w = batch[0];
 
     if (ngx_ratelimit_redis_is_own(w)) {
         ngx_ratelimit_redis_own_reply(conn, w, reply, raw);
@@ -236,6 +256,46 @@ ngx_ratelimit_redis_reply(void *c, rl_resp_t *reply, ngx_str_t *raw)
     }
 
     conn->backoff = NGX_RATELIMIT_REDIS_BACKOFF;   /* it answers */
+
+    if (n == 1) {
+        ngx_ratelimit_redis_answered(conn, w, reply, raw);
+        return;
+    }
+
+    /* a batch: each answer to its request, or an error to each */
+
+    off = rl_resp_batch((char *) raw->data, raw->len, n);
+
+    for (i = 0; i < n; i++) {
+        used = off < 0 ? -1 : rl_resp_parse((char *) raw->data + off,
+                                            raw->len - (size_t) off, &item);
+
+        if (used <= 0) {
+            off = -1;
+            ngx_ratelimit_redis_answered(conn, batch[i], reply, raw);
+            continue;
+        }
+
+        item_raw.data = raw->data + off;
+        item_raw.len = used;
+        off += used;
+
+        ngx_ratelimit_redis_answered(conn, batch[i], &item, &item_raw);
+    }
+}
+
+
+/* A reply to one call: its request decided, or the call sent again
+   (NOSCRIPT, no FCALL, a redirection), or failed. */
+
+static void
+ngx_ratelimit_redis_answered(ngx_ratelimit_redis_conn_t *conn,
+    ngx_ratelimit_redis_wait_t *w, rl_resp_t *reply, ngx_str_t *raw)
+{
+    ngx_int_t               kind;
+    const char             *why;
+    rl_redis_answer_t       a;
+    ngx_ratelimit_redis_t  *redis = conn->redis;
 
     if (w == NULL) {
         return;   /* its request timed out or went away */

@@ -29,6 +29,8 @@ static ngx_int_t ngx_ratelimit_redis_connect_named(
     ngx_ratelimit_redis_conn_t *conn);
 static void ngx_ratelimit_redis_resolved(
     ngx_ratelimit_redis_node_t *node, const char *why);
+static ngx_int_t ngx_ratelimit_redis_batch_write(
+    ngx_ratelimit_redis_conn_t *conn);
 static void ngx_ratelimit_redis_write_handler(ngx_event_t *wev);
 static void ngx_ratelimit_redis_read_handler(ngx_event_t *rev);
 static void ngx_ratelimit_redis_drop(ngx_connection_t *c);
@@ -67,10 +69,22 @@ ngx_ratelimit_redis_pick(ngx_ratelimit_redis_node_t *node)
 
     pool = node->conns[0].redis->pool;
 
+    /* a connection with a batch to write takes the next decision too */
+
+    for (i = 0; i < pool; i++) {
+        conn = &node->conns[i];
+
+        if (conn->nbatch > 0
+            && conn->count + conn->nbatch < NGX_RATELIMIT_REDIS_RING)
+        {
+            return conn;
+        }
+    }
+
     for (i = 0; i < pool; i++) {
         conn = &node->conns[(node->next + i) % pool];
 
-        if (conn->count == NGX_RATELIMIT_REDIS_RING
+        if (conn->count + conn->nbatch >= NGX_RATELIMIT_REDIS_RING
             || (conn->state == NGX_RATELIMIT_REDIS_DOWN
                 && ((ngx_msec_int_t) (ngx_current_msec - conn->retry_at) < 0
                     || ngx_ratelimit_redis_connect(conn) != NGX_OK)))
@@ -482,6 +496,7 @@ ngx_ratelimit_redis_push(ngx_ratelimit_redis_conn_t *conn,
 
     slot = (conn->head + conn->count++) % NGX_RATELIMIT_REDIS_RING;
     conn->ring[slot] = w;
+    conn->answers[slot] = 1;
     conn->pushed++;
 
     if (!ngx_ratelimit_redis_is_own(w)) {
@@ -497,6 +512,114 @@ ngx_ratelimit_redis_push(ngx_ratelimit_redis_conn_t *conn,
     {
         ngx_post_event(conn->peer.connection->write, &ngx_posted_events);
     }
+}
+
+
+/*
+ * A decision joins the connection's batch: the decisions sent on it in
+ * this cycle of the worker's events go to Redis in one call, written just
+ * before the connection's output is sent (or when the batch is full), each
+ * answered to its own request.
+ */
+
+ngx_int_t
+ngx_ratelimit_redis_batch(ngx_ratelimit_redis_conn_t *conn,
+    ngx_ratelimit_redis_wait_t *w)
+{
+    if (!rl_redis_batch_takes(&conn->batch_bytes, conn->nbatch, w->rq)) {
+        if (ngx_ratelimit_redis_batch_write(conn) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        (void) rl_redis_batch_takes(&conn->batch_bytes, 0, w->rq);
+    }
+
+    w->conn = conn;
+    w->slot = conn->nbatch;
+    w->batched = 1;
+    conn->batch[conn->nbatch++] = w;
+
+    if (conn->state == NGX_RATELIMIT_REDIS_READY
+        && !conn->peer.connection->write->posted)
+    {
+        ngx_post_event(conn->peer.connection->write, &ngx_posted_events);
+    }
+
+    return NGX_OK;
+}
+
+
+/* The batch written: one call for its decisions (a request gone while it
+   waited is left out), its ring's entries answered by one reply. */
+
+static ngx_int_t
+ngx_ratelimit_redis_batch_write(ngx_ratelimit_redis_conn_t *conn)
+{
+    size_t                       len;
+    ngx_uint_t                   i, n, first, via;
+    ngx_ratelimit_redis_t       *redis = conn->redis;
+    ngx_ratelimit_redis_wait_t  *w;
+    const rl_request_t          *rqs[RL_REDIS_BATCH_MAX];
+
+    n = 0;
+
+    for (i = 0; i < conn->nbatch; i++) {
+        w = conn->batch[i];
+
+        if (w != NULL) {
+            conn->batch[n] = w;
+            rqs[n++] = w->rq;
+        }
+    }
+
+    conn->nbatch = n;
+    conn->batch_bytes = 0;
+
+    if (n == 0) {
+        return NGX_OK;
+    }
+
+    via = conn->scripts ? RL_REDIS_EVALSHA : RL_REDIS_FCALL;
+
+    len = n == 1 ? rl_redis_command_size(rqs[0]->n, redis->prefix.len,
+                                         sizeof(redis->sha))
+                 : rl_redis_batch_size(rqs, n, redis->prefix.len,
+                                       sizeof(redis->sha));
+
+    if (ngx_ratelimit_redis_reserve(conn, len) != NGX_OK) {
+        ngx_ratelimit_redis_fail(conn, "no memory for a batch", 0);
+        return NGX_ERROR;
+    }
+
+    if (n == 1) {
+        conn->out_len += rl_redis_command((char *) conn->out + conn->out_len,
+                                          (const char *) redis->sha,
+                                          sizeof(redis->sha), (int) via,
+                                          RL_REDIS_DECIDE,
+                                          (const char *) redis->prefix.data,
+                                          redis->prefix.len, 0, rqs[0], -1);
+
+    } else {
+        conn->out_len += rl_redis_batch_command(
+                             (char *) conn->out + conn->out_len,
+                             (const char *) redis->sha, sizeof(redis->sha),
+                             (int) via, (const char *) redis->prefix.data,
+                             redis->prefix.len, rqs, n, -1);
+    }
+
+    first = (conn->head + conn->count) % NGX_RATELIMIT_REDIS_RING;
+    conn->nbatch = 0;
+
+    for (i = 0; i < n; i++) {
+        w = conn->batch[i];
+        w->batched = 0;
+        w->via = via;
+        ngx_ratelimit_redis_push(conn, w);
+    }
+
+    conn->answers[first] = (u_char) n;
+
+    return NGX_OK;
 }
 
 
@@ -552,6 +675,12 @@ ngx_ratelimit_redis_write_handler(ngx_event_t *wev)
         }
 
         conn->state = NGX_RATELIMIT_REDIS_READY;
+    }
+
+    if (conn->nbatch > 0
+        && ngx_ratelimit_redis_batch_write(conn) != NGX_OK)
+    {
+        return;
     }
 
     while (conn->out_sent < conn->out_len) {
@@ -774,6 +903,12 @@ ngx_ratelimit_redis_fail_log(ngx_ratelimit_redis_conn_t *conn,
         }
     }
 
+    for (i = 0; i < conn->nbatch; i++) {
+        if (conn->batch[i] != NULL) {
+            count[0]++;
+        }
+    }
+
     p = line;
     last = line + sizeof(line);
 
@@ -842,7 +977,8 @@ ngx_ratelimit_redis_fail(ngx_ratelimit_redis_conn_t *conn,
 {
     ngx_uint_t                   i, n;
     ngx_ratelimit_redis_t       *redis = conn->redis;
-    ngx_ratelimit_redis_wait_t  *w, *failed[NGX_RATELIMIT_REDIS_RING];
+    ngx_ratelimit_redis_wait_t  *w, *failed[NGX_RATELIMIT_REDIS_RING
+                                          + RL_REDIS_BATCH_MAX];
 
     if (!conn->quiet) {
         ngx_ratelimit_redis_fail_log(conn, why);
@@ -873,6 +1009,18 @@ ngx_ratelimit_redis_fail(ngx_ratelimit_redis_conn_t *conn,
         }
     }
 
+    for (i = 0; i < conn->nbatch; i++) {
+        w = conn->batch[i];
+
+        if (w != NULL) {
+            w->conn = NULL;
+            w->batched = 0;
+            failed[n++] = w;
+        }
+    }
+
+    conn->nbatch = 0;
+    conn->batch_bytes = 0;
     conn->head = 0;
     conn->count = 0;
     conn->out_len = 0;

@@ -861,3 +861,73 @@ ngx_ratelimit_leases_done(ngx_ratelimit_redis_wait_t *w,
 
     ngx_ratelimit_settle_free(redis, s);
 }
+
+
+ngx_uint_t
+ngx_ratelimit_redis_counted(ngx_ratelimit_zone_t *zone, rl_request_t *rq,
+    ngx_uint_t by_redis, uint32_t epoch, int64_t sent, ngx_uint_t here)
+{
+    ngx_ratelimit_redis_t  *redis = zone->redis;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    rl_request_count(rq, ngx_ratelimit_now());
+
+    if (by_redis) {
+        (void) rl_refusals_store(redis->refusals, redis->refusals_size, rq,
+                                 epoch, sent, ngx_ratelimit_monotonic_ms());
+    }
+
+    if (here) {
+        here = rl_request_free_here(rq, ngx_ratelimit_now(), 0) > 0;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return here;
+}
+
+
+void
+ngx_ratelimit_redis_failed(ngx_ratelimit_zone_t *zone, rl_request_t *rq,
+    ngx_uint_t here)
+{
+    (void) ngx_atomic_fetch_add(&zone->redis->stats->fallbacks, 1);
+
+    /* the worker's leases may be gone from Redis: written again once it
+       answers */
+    ngx_ratelimit_redis_leases_lost(zone->redis);
+
+    if (here) {
+        ngx_shmtx_lock(&zone->shpool->mutex);
+        (void) rl_request_free_here(rq, ngx_ratelimit_now(), 1);
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+    }
+}
+
+
+ngx_uint_t
+ngx_ratelimit_redis_known(ngx_ratelimit_zone_t *zone, rl_request_t *rq)
+{
+    int                     decided;
+    ngx_ratelimit_redis_t  *redis = zone->redis;
+
+    if (zone->store != NULL && rl_overrides_held(zone->table)) {
+        ngx_shmtx_lock(&zone->shpool->mutex);
+        decided = rl_request_overrides(rq, ngx_ratelimit_now());
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+
+        if (decided) {
+            return NGX_RATELIMIT_REDIS_OVERRIDE;
+        }
+    }
+
+    if (rl_refusals_find(redis->refusals, redis->refusals_size, rq,
+                         ngx_ratelimit_monotonic_ms()))
+    {
+        (void) ngx_atomic_fetch_add(&redis->stats->cached, 1);
+        return NGX_RATELIMIT_REDIS_REMEMBERED;
+    }
+
+    return NGX_RATELIMIT_REDIS_SEND;
+}

@@ -83,6 +83,9 @@ struct ngx_ratelimit_redis_wait_s {
     unsigned                           retried:1;  /* sent with EVAL */
     unsigned                           timed_out:1;
     unsigned                           redirects:3;  /* MOVED, ASK */
+    unsigned                           batched:1;  /* in conn's batch, not
+                                                      written yet (slot: its
+                                                      place there) */
 };
 
 
@@ -271,6 +274,15 @@ struct ngx_ratelimit_redis_conn_s {
     ngx_uint_t                         head;
     ngx_uint_t                         count;
     ngx_ratelimit_redis_wait_t        *ring[NGX_RATELIMIT_REDIS_RING];
+    /* the ring's entries the reply to a command answers, at its first's
+       slot: 1, or a batch's requests */
+    u_char                             answers[NGX_RATELIMIT_REDIS_RING];
+
+    /* decisions to be written in one call (a batch), once the worker's
+       events of this cycle are handled, or when it is full */
+    ngx_ratelimit_redis_wait_t        *batch[RL_REDIS_BATCH_MAX];
+    ngx_uint_t                         nbatch;
+    size_t                             batch_bytes;
     ngx_msec_t                         replied_at;  /* the last reply read,
                                                        or when connected */
     ngx_uint_t                         pushed;  /* commands, since connected */

@@ -205,53 +205,35 @@ void
 ngx_ratelimit_overrides_load(ngx_ratelimit_zone_t *zone,
     ngx_log_t *log)
 {
-    u_char               *text, *p, *last, *nl;
-    ssize_t               n;
-    ngx_fd_t              fd;
-    ngx_err_t             err;
-    ngx_uint_t            line, nrules, loaded, level;
-    const char           *what;
-    ngx_file_info_t       fi;
-    rl_override_rule_t   *rules;
+    u_char                     *text, *p, *last, *nl;
+    ssize_t                     n;
+    ngx_uint_t                  line, nrules, loaded;
+    rl_override_rule_t         *rules;
+    ngx_ratelimit_file_read_t   file;
+    u_char                      bound[sizeof("for overrides=") + NGX_INT_T_LEN];
 
     ngx_ratelimit_overrides_read_t  rd;
 
-    fd = ngx_ratelimit_file_open(zone->overrides_file.data, 0, &fi, &err,
-                                 &what);
-
-    if (fd == NGX_INVALID_FILE) {
-        level = (err == NGX_ENOENT) ? NGX_LOG_NOTICE : NGX_LOG_ERR;
-        ngx_log_error(level, log, err,
-                      "ratelimit_zone \"%V\": overrides_file \"%V\" %s: the "
-                      "zone starts with no overrides", &zone->name,
-                      &zone->overrides_file,
-                      what ? what : "could not be opened");
-        return;
-    }
-
     /* a file much larger than the zone's overrides' lines is not read */
 
-    if (ngx_file_size(&fi) > (off_t) (4 * zone->overrides
-                                      * RL_OVERRIDE_LINE_MAX + 65536))
-    {
-        ngx_log_error(NGX_LOG_ERR, log, 0,
-                      "ratelimit_zone \"%V\": overrides_file \"%V\" is too "
-                      "large (%O bytes) for overrides=%ui: the zone starts "
-                      "with no overrides", &zone->name, &zone->overrides_file,
-                      ngx_file_size(&fi), zone->overrides);
-        (void) ngx_close_file(fd);
+    ngx_sprintf(bound, "for overrides=%ui%Z", zone->overrides);
+
+    file.zone = &zone->name;
+    file.what = "overrides_file";
+    file.name = &zone->overrides_file;
+    file.max = (off_t) (4 * zone->overrides * RL_OVERRIDE_LINE_MAX + 65536);
+    file.bound = (const char *) bound;
+    file.instead = "the zone starts with no overrides";
+
+    text = ngx_ratelimit_file_read(&file, &n, log);
+    if (text == NULL) {
         return;
     }
 
-    text = ngx_alloc(ngx_file_size(&fi) + 1, log);
     rules = ngx_alloc((zone->nnames + 1) * sizeof(rl_override_rule_t), log);
-    if (text == NULL || rules == NULL) {
-        goto failed;
-    }
-
-    n = ngx_read_fd(fd, text, ngx_file_size(&fi));
-    if (n < 0) {
-        goto failed;
+    if (rules == NULL) {
+        ngx_free(text);
+        return;
     }
 
     (void) ngx_ratelimit_overrides_rules(zone, rules, &nrules);
@@ -298,25 +280,6 @@ ngx_ratelimit_overrides_load(ngx_ratelimit_zone_t *zone,
 
     ngx_free(text);
     ngx_free(rules);
-    (void) ngx_close_file(fd);
-    return;
-
-failed:
-
-    ngx_log_error(NGX_LOG_ERR, log, ngx_errno,
-                  "ratelimit_zone \"%V\": overrides_file \"%V\" could not be "
-                  "read: the zone starts with no overrides",
-                  &zone->name, &zone->overrides_file);
-
-    if (text) {
-        ngx_free(text);
-    }
-
-    if (rules) {
-        ngx_free(rules);
-    }
-
-    (void) ngx_close_file(fd);
 }
 
 

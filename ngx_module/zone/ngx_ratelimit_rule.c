@@ -11,6 +11,7 @@
 
 
 #include "ngx_ratelimit_rule.h"
+#include "ngx_ratelimit_log.h"
 
 
 /*
@@ -137,4 +138,228 @@ ngx_ratelimit_rule_zone(ngx_conf_t *cf, ngx_ratelimit_conf_t *conf,
     ref->index = rules->nelts - 1;
 
     return NGX_OK;
+}
+
+
+/*
+ * "ratelimit off" at a level (rules: its rules, of elements of size; off:
+ * its flag): the inherited rules removed, none at its level.
+ */
+
+char *
+ngx_ratelimit_rule_off(ngx_conf_t *cf, ngx_array_t *rules, ngx_flag_t *off,
+    size_t size)
+{
+    if (rules->elts != NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit off\" with rules at the same "
+                           "level: \"off\" removes the inherited rules, "
+                           "write it alone or not at all");
+        return NGX_CONF_ERROR;
+    }
+
+    /* no rules here, none inherited: an empty list */
+
+    if (ngx_array_init(rules, cf->pool, 1, size) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    *off = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * A new rule of a protocol at its level (rules: of elements of size),
+ * zeroed; NULL after "ratelimit off" there or past RL_RULES_MAX, said.
+ */
+
+void *
+ngx_ratelimit_rule_new(ngx_conf_t *cf, ngx_array_t *rules, ngx_flag_t off,
+    size_t size)
+{
+    void  *rule;
+
+    if (off) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit\" directive: rules after "
+                           "\"ratelimit off\" at the same level: \"off\" "
+                           "removes the inherited rules, write it alone or "
+                           "not at all");
+        return NULL;
+    }
+
+    /* room for one: most levels have one rule, and a configuration may
+       have thousands of them */
+
+    if (rules->elts == NULL
+        && ngx_array_init(rules, cf->pool, 1, size) != NGX_OK)
+    {
+        return NULL;
+    }
+
+    if (rules->nelts == RL_RULES_MAX) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit\" directive: too many rules: at most "
+                           "%d apply to one request", RL_RULES_MAX);
+        return NULL;
+    }
+
+    rule = ngx_array_push(rules);
+    if (rule == NULL) {
+        return NULL;
+    }
+
+    ngx_memzero(rule, size);
+
+    return rule;
+}
+
+
+/*
+ * The parameters of a ratelimit directive read into rule: the core parses
+ * its own (rl_rule_parse), zone= and key= are read here, and any other the
+ * core declines (a value with a $variable, charge=) is the protocol's
+ * (param); then the rule is finished and named.  key: empty when not
+ * given.
+ */
+
+ngx_int_t
+ngx_ratelimit_rule_read(ngx_conf_t *cf, ngx_ratelimit_rule_t *rule,
+    ngx_str_t *zone, ngx_str_t *key, ngx_ratelimit_param_pt param)
+{
+    int          rc;
+    ngx_int_t    n;
+    ngx_str_t   *value;
+    ngx_uint_t   i;
+    char         err[RL_ERR_MAX], name[RL_NAME_MAX];
+
+    value = cf->args->elts;
+
+    rl_rule_init(&rule->rule, name);
+
+    ngx_str_null(zone);
+    ngx_str_null(key);
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        rc = rl_rule_param(&rule->rule, (char *) value[i].data, value[i].len,
+                           err, sizeof(err));
+
+        if (rc == RL_ERROR) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"ratelimit\" directive: %s", err);
+            return NGX_ERROR;
+        }
+
+        if (rc != RL_DECLINED) {
+            continue;
+        }
+
+        n = ngx_ratelimit_rule_param(cf, &value[i], zone, key);
+
+        if (n == NGX_DECLINED) {
+            n = param(cf, rule, &value[i]);
+        }
+
+        if (n != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (zone->data == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit\" directive: missing \"zone=\": "
+                           "expected zone=NAME of a \"ratelimit_zone\"");
+        return NGX_ERROR;
+    }
+
+    if (rl_rule_finish(&rule->rule, err, sizeof(err)) != RL_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit\" directive: %s", err);
+        return NGX_ERROR;
+    }
+
+    return ngx_ratelimit_rule_name(cf, rule, name);
+}
+
+
+/*
+ * A key with no variable (variables: how many it names) said: one budget
+ * for every request, or, empty, none limited.  A rule that learns from its
+ * upstream (adaptive) names the upstream in a key of text.
+ */
+
+void
+ngx_ratelimit_rule_unkeyed(ngx_conf_t *cf, ngx_ratelimit_rule_t *rule,
+    ngx_str_t *key, ngx_uint_t variables)
+{
+    if (variables != 0 || (key->len && rl_rule_per_upstream(&rule->rule))) {
+        return;
+    }
+
+    ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                       "\"ratelimit\" directive: rule \"%s\": key=\"%V\" "
+                       "has no variable, %s", rule->rule.name, key,
+                       key->len ? "so every request shares one budget (a "
+                                  "global limit); write key=$NAME for one "
+                                  "budget per value of a variable"
+                                : "and an empty key exempts every "
+                                  "request");
+}
+
+
+/*
+ * cost=$variable's value for a request or session (value: evaluated by
+ * its protocol): the core says what it counts as (rl_rule_cost); a bad one
+ * is logged, folded, in log.
+ */
+
+uint64_t
+ngx_ratelimit_rule_cost(ngx_log_t *log, ngx_ratelimit_rule_t *rule,
+    ngx_str_t *value)
+{
+    char      err[RL_ERR_MAX];
+    uint64_t  cost;
+
+    if (rl_rule_cost(&rule->rule, (char *) value->data, value->len, &cost,
+                     err, sizeof(err))
+        != RL_OK)
+    {
+        ngx_ratelimit_log_bad(log, rule, err);
+    }
+
+    return cost;
+}
+
+
+/*
+ * limit=$variable, burst=$variable: the rule as it applies to a request or
+ * session (limit, burst: their values, empty where the rule has none), in
+ * pool (rl_rule_apply; a bad value is logged in log and replaced as the
+ * core says).
+ */
+
+const rl_rule_t *
+ngx_ratelimit_rule_applied(ngx_pool_t *pool, ngx_log_t *log,
+    ngx_ratelimit_rule_t *rule, ngx_str_t *limit, ngx_str_t *burst)
+{
+    char        err[RL_ERR_MAX];
+    rl_rule_t  *applied;
+
+    applied = ngx_palloc(pool, sizeof(rl_rule_t));
+    if (applied == NULL) {
+        return NULL;
+    }
+
+    if (rl_rule_apply(&rule->rule, (char *) limit->data, limit->len,
+                      (char *) burst->data, burst->len, applied, err,
+                      sizeof(err))
+        != RL_OK)
+    {
+        ngx_ratelimit_log_bad(log, rule, err);
+    }
+
+    return applied;
 }

@@ -134,6 +134,7 @@ ngx_ratelimit_zone_snapshot(ngx_pool_t *pool, ngx_ratelimit_zone_t *zone,
 
     z->table.size = zone->size;
     z->counters = counters;
+    z->block = ngx_ratelimit_rl_str(&zone->conf->block);
 
     if (zone->redis) {
         z->redis = ngx_ratelimit_snapshot_redis(pool, zone->redis->stats);
@@ -175,9 +176,9 @@ static ngx_int_t
 ngx_ratelimit_snapshot_rules(ngx_pool_t *pool, ngx_ratelimit_zone_t *zone,
     rl_zone_snapshot_t *z)
 {
-    ngx_uint_t                   i;
-    rl_rule_view_t              *views;
-    ngx_ratelimit_rule_t  **rules;
+    ngx_uint_t               i;
+    rl_rule_view_t          *views;
+    ngx_ratelimit_rule_t   **rules;
 
     rules = zone->rules.elts;
     views = ngx_palloc(pool, (zone->rules.nelts + 1)
@@ -213,11 +214,11 @@ static ngx_int_t
 ngx_ratelimit_snapshot_tops(ngx_pool_t *pool, ngx_ratelimit_zone_t *zone,
     rl_zone_snapshot_t *z)
 {
-    size_t                      k;
-    rl_top_t                   *top;
-    ngx_str_t                   name;
-    rl_top_view_t              *tops;
-    ngx_ratelimit_rule_t  *rule;
+    size_t                  k;
+    rl_top_t               *top;
+    ngx_str_t               name;
+    rl_top_view_t          *tops;
+    ngx_ratelimit_rule_t   *rule;
 
     top = ngx_palloc(pool, sizeof(rl_top_t));
     tops = ngx_pcalloc(pool, (z->ncounters + 1) * sizeof(rl_top_view_t));

@@ -113,17 +113,13 @@ void
 ngx_ratelimit_state_load(ngx_ratelimit_zone_t *zone,
     ngx_log_t *log)
 {
-    u_char             *data;
-    ssize_t             n;
-    int64_t             now;
-    ngx_fd_t            fd;
-    ngx_err_t           err;
-    ngx_uint_t          level;
-    const char         *what;
-    ngx_file_info_t     fi;
-    rl_state_rule_t    *rules;
-    rl_state_report_t   rep;
-    char                why[RL_ERR_MAX];
+    u_char                     *data;
+    ssize_t                     n;
+    int64_t                     now;
+    rl_state_rule_t            *rules;
+    rl_state_report_t           rep;
+    ngx_ratelimit_file_read_t   rd;
+    char                        why[RL_ERR_MAX];
 
     if (zone->state_file.len == 0 || ngx_test_config) {
         return;
@@ -138,41 +134,24 @@ ngx_ratelimit_state_load(ngx_ratelimit_zone_t *zone,
 
     ngx_time_update();
 
-    fd = ngx_ratelimit_file_open(zone->state_file.data, 0, &fi, &err,
-                                 &what);
-
-    if (fd == NGX_INVALID_FILE) {
-        level = (err == NGX_ENOENT) ? NGX_LOG_NOTICE : NGX_LOG_ERR;
-        ngx_log_error(level, log, err,
-                      "ratelimit_zone \"%V\": state file \"%V\" %s: the zone "
-                      "starts empty", &zone->name, &zone->state_file,
-                      what ? what : "could not be opened");
-        return;
-    }
-
-    data = NULL;
-    rules = NULL;
-
     /* a file much larger than any the zone writes is not read */
 
-    if (ngx_file_size(&fi) > (off_t) (4 * zone->size + RL_STATE_CHUNK_MIN)) {
-        ngx_log_error(NGX_LOG_ERR, log, 0,
-                      "ratelimit_zone \"%V\": state file \"%V\" is too large "
-                      "(%O bytes) for the zone: the zone starts empty",
-                      &zone->name, &zone->state_file, ngx_file_size(&fi));
-        (void) ngx_close_file(fd);
+    rd.zone = &zone->name;
+    rd.what = "state file";
+    rd.name = &zone->state_file;
+    rd.max = (off_t) (4 * zone->size + RL_STATE_CHUNK_MIN);
+    rd.bound = "for the zone";
+    rd.instead = "the zone starts empty";
+
+    data = ngx_ratelimit_file_read(&rd, &n, log);
+    if (data == NULL) {
         return;
     }
 
-    data = ngx_alloc(ngx_file_size(&fi) + 1, log);
     rules = ngx_ratelimit_state_rules(zone, log);
-    if (data == NULL || rules == NULL) {
-        goto failed;
-    }
-
-    n = ngx_read_fd(fd, data, ngx_file_size(&fi));
-    if (n < 0) {
-        goto failed;
+    if (rules == NULL) {
+        ngx_free(data);
+        return;
     }
 
     now = ngx_ratelimit_now();
@@ -185,31 +164,13 @@ ngx_ratelimit_state_load(ngx_ratelimit_zone_t *zone,
                       "ratelimit_zone \"%V\": state file \"%V\" not read, %s: "
                       "the zone starts empty",
                       &zone->name, &zone->state_file, why);
-        goto done;
+
+    } else {
+        ngx_ratelimit_state_report(zone, &rep, now, log);
     }
 
-    ngx_ratelimit_state_report(zone, &rep, now, log);
-
-    goto done;
-
-failed:
-
-    ngx_log_error(NGX_LOG_ERR, log, ngx_errno,
-                  "ratelimit_zone \"%V\": state file \"%V\" could not be "
-                  "read: the zone starts empty",
-                  &zone->name, &zone->state_file);
-
-done:
-
-    if (data) {
-        ngx_free(data);
-    }
-
-    if (rules) {
-        ngx_free(rules);
-    }
-
-    (void) ngx_close_file(fd);
+    ngx_free(data);
+    ngx_free(rules);
 }
 
 

@@ -798,9 +798,26 @@ ngx_ratelimit_lock_all(rl_request_t *rq, ngx_uint_t lock)
  * is written.
  */
 
+/*
+ * Each protocol's module (the http and the stream one, either loaded
+ * alone) starts, stops and saves every zone of the tag, whichever block
+ * declared it: the first call in a process does it for the cycle, the
+ * other's finds it done.
+ */
+
+static ngx_cycle_t  *ngx_ratelimit_started, *ngx_ratelimit_stopped,
+                    *ngx_ratelimit_saved;
+
+
 ngx_int_t
 ngx_ratelimit_zones_start(ngx_cycle_t *cycle)
 {
+    if (ngx_ratelimit_started == cycle) {
+        return NGX_OK;
+    }
+
+    ngx_ratelimit_started = cycle;
+
     return ngx_ratelimit_each_zone(cycle, ngx_ratelimit_start_zone, NULL);
 }
 
@@ -823,6 +840,12 @@ ngx_ratelimit_start_zone(ngx_ratelimit_zone_t *zone, void *data)
 void
 ngx_ratelimit_zones_stop(ngx_cycle_t *cycle)
 {
+    if (ngx_ratelimit_stopped == cycle) {
+        return;
+    }
+
+    ngx_ratelimit_stopped = cycle;
+
     (void) ngx_ratelimit_each_zone(cycle, ngx_ratelimit_stop_zone, NULL);
 }
 
@@ -845,6 +868,12 @@ ngx_ratelimit_stop_zone(ngx_ratelimit_zone_t *zone, void *data)
 void
 ngx_ratelimit_zones_save(ngx_cycle_t *cycle)
 {
+    if (ngx_ratelimit_saved == cycle) {
+        return;
+    }
+
+    ngx_ratelimit_saved = cycle;
+
     (void) ngx_ratelimit_each_zone(cycle, ngx_ratelimit_save_zone,
                                    cycle->log);
 }

@@ -35,6 +35,9 @@ static ngx_int_t ngx_ratelimit_check_redis_rule(ngx_conf_t *cf,
     ngx_ratelimit_zone_ref_t *ref);
 static ngx_int_t ngx_ratelimit_zone_names(ngx_conf_t *cf,
     ngx_ratelimit_conf_t *conf);
+static ngx_int_t ngx_ratelimit_zone_block(ngx_conf_t *cf,
+    ngx_ratelimit_conf_t *conf, ngx_ratelimit_zone_t *zone,
+    ngx_ratelimit_zone_ref_t *ref);
 
 
 /*
@@ -662,6 +665,31 @@ ngx_ratelimit_zone_stack(ngx_ratelimit_zone_t *zone,
 
 
 /*
+ * A rule names a zone of its own block (conf): zones have one namespace,
+ * but a zone is planned for its rules once its block is read, and serves
+ * that block's rules only.
+ */
+
+static ngx_int_t
+ngx_ratelimit_zone_block(ngx_conf_t *cf, ngx_ratelimit_conf_t *conf,
+    ngx_ratelimit_zone_t *zone, ngx_ratelimit_zone_ref_t *ref)
+{
+    if (zone->conf == conf) {
+        return NGX_OK;
+    }
+
+    ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                  "\"ratelimit\" directive: zone \"%V\" is declared in the "
+                  "%V block (%s:%ui): a rule of the %V block names a zone "
+                  "of the %V block, used in %s:%ui", &zone->name,
+                  &zone->conf->block, zone->file, zone->line, &conf->block,
+                  &conf->block, ref->file, ref->line);
+
+    return NGX_ERROR;
+}
+
+
+/*
  * Every zone a rule names is declared; each learns its rules and the block
  * sizes their states need, and is checked: its size fits them, Redis zones'
  * rules stay exact in Redis, and it has room to count every rule name.
@@ -703,15 +731,19 @@ ngx_ratelimit_zones_init(ngx_conf_t *cf, ngx_ratelimit_conf_t *conf)
         if (refs[i].shm_zone->data == NULL) {
             ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
                           "\"ratelimit\" directive: zone=%V is not declared: "
-                          "expected a \"ratelimit_zone %V SIZE;\" in the http "
+                          "expected a \"ratelimit_zone %V SIZE;\" in the %V "
                           "block, used in %s:%ui",
                           &refs[i].shm_zone->shm.name,
-                          &refs[i].shm_zone->shm.name,
+                          &refs[i].shm_zone->shm.name, &conf->block,
                           refs[i].file, refs[i].line);
             return NGX_ERROR;
         }
 
         zone = refs[i].shm_zone->data;
+
+        if (ngx_ratelimit_zone_block(cf, conf, zone, &refs[i]) != NGX_OK) {
+            return NGX_ERROR;
+        }
         rule = ngx_array_push(&zone->rules);
         if (rule == NULL) {
             return NGX_ERROR;

@@ -9,6 +9,7 @@ package RLTest;
 #
 #   my $t = RLTest->new->start('ratelimit_zone z 1m; server { listen 127.0.0.1:%%PORT%%; ... }',
 #                              workers => 2);              # the body of http {}
+#   RLTest::locations('/a/' => 'ratelimit zone=z limit=1;');  # a location a rule set, serving html/
 #   my $r = $t->get('/index.html', { 'X-User' => 'a' });   # HTTP::Tiny response
 #   $t->request('DELETE', '/rl/zones/z/keys?key=a');       # any method
 #   $t->get_as('/p/', user => 'alice');                    # X-User: alice
@@ -601,6 +602,19 @@ sub one_location {
     return "server {\n    listen 127.0.0.1:%%PORT%%;\n    location ${\ ($location // '/')} { $text }\n}\n";
 }
 
+# Locations serving the prefix's html/ under their directives, a pair each:
+# RLTest::locations('/a/' => 'ratelimit zone=z limit=1;', '/k' => ...); a
+# path ending in "/" serves the folder, any other path index.html.
+sub locations {
+    my @pairs = @_;
+    my $text = '';
+    while (my ($path, $directives) = splice(@pairs, 0, 2)) {
+        my $alias = $path =~ m{/$} ? 'html/' : 'html/index.html';
+        $text .= "    location $path {\n        $directives\n        alias %%PREFIX%%/$alias;\n    }\n";
+    }
+    return $text;
+}
+
 # `nginx -t` of what write_conf would write for $body and %opt.
 sub test_conf {
     my ($self, $body, %opt) = @_;
@@ -702,6 +716,13 @@ sub doc_conf {
     $extra .= "upstream backend {\n    server 127.0.0.1:1;\n}\n"
         if $text =~ m{proxy_pass\s+http://backend\b} && $text !~ /\bupstream\s+backend\b/;
 
+    # a stream {} example: the stream modules loaded (t/lib/RLStream.pm),
+    # the zones its rules name declared in it
+    if ($top{stream}) {
+        require RLStream;
+        $text =~ s/^(stream \{)$/$1\n$extra/m;
+        return $self->conf_text('', main => RLStream::load_lines($self) . $text);
+    }
     if (grep { $top{$_} } qw(load_module events http)) {
         my $p = $self->{prefix};
         my $main = join "\n", grep { $_ ne '' } $self->load_line, ($> == 0 ? 'user root;' : ''),

@@ -1086,11 +1086,11 @@ end
 -- a decision (call 0 to 3) or a peek; each rule's outcome is kept in it:
 -- r.d its decision, r.state its state as read, r.after its head after it,
 -- r.banned, r.here, r.committed, r.banning
-local function decide(KEYS, rules, n, bans, flights, now, testing, call)
+local function decide(KEYS, rules, n, bans, flights, now, testing, call, got)
   local any = call == '1' or call == '3'
   local dry = call == '2' or call == '3'
   local peek = call == 'peek'
-  local got = read_strings(KEYS, rules, n, n + bans + flights)
+  got = got or read_strings(KEYS, rules, n, n + bans + flights)
   local heads = n > 1 and {} or NONE
   local allowing = 0
   for i = 1, n do
@@ -1205,27 +1205,18 @@ local function decide(KEYS, rules, n, bans, flights, now, testing, call)
   return out
 end
 
--- ARGV: now ("" = Redis's TIME), the call, then each rule's (rule_at)
-local function run(KEYS, ARGV)
-  if not floor then floor, format = math.floor, string.format end
-  local testing = ARGV[1] ~= ''
-  local now
-  if testing then
-    now = ARGV[1] + 0
-  else
-    local tm = redis.call('TIME')
-    now = tm[1] * 1000 + floor(tm[2] / 1000)
-  end
-  local call = ARGV[2]
+-- one request's call (a decision, or another call) of n rules whose
+-- arguments start at ARGV[a + 1] (rule_at), its keys KEYS; got: the strings
+-- its decision reads, read already (a batch's), or nil
+local function call_one(KEYS, ARGV, a, n, call, now, testing, got)
   local settling = call == 'settle'
   local leases = call == 'release' or call == 'renew' or call == 'restore'
   local per = settling and 5 or 2
-  local n = (#ARGV - 2) / per
 
   local rules = rules_kept
   local bans = 0
   for i = 1, n do
-    local r = rule_at(ARGV, 2 + (i - 1) * per, i, settling)
+    local r = rule_at(ARGV, a + (i - 1) * per, i, settling)
     if not settling and r.ban > 0 and not leases then
       bans = bans + 1
       r.bankey, r.banat = KEYS[n + bans], n + bans
@@ -1253,7 +1244,75 @@ local function run(KEYS, ARGV)
     return {1, done, n - done}
   end
   if settling then return settle(KEYS, rules, n, flights, now, testing) end
-  return decide(KEYS, rules, n, bans, flights, now, testing, call)
+  return decide(KEYS, rules, n, bans, flights, now, testing, call, got)
+end
+
+-- the keys a request's call names: each rule's state, then each ban= rule's
+-- ban, then each charge= rule's reservations in flight (rule_at's specs:
+-- the 11th number is ban=, the 12th charge)
+local function keys_of(ARGV, a, n)
+  local k = n
+  for i = 1, n do
+    local text = ARGV[a + 2 * i - 1]
+    local r = kept[i] and kept[i][text]
+    local ban, charge
+    if r then
+      ban, charge = r.ban, r.charge
+    else
+      ban, charge = string.match(text, '^%S+ %S+ %S+ %S+ %S+ %S+ %S+ %S+ %S+ %S+ (%d+) (%d)')
+      ban, charge = ban + 0, charge + 0
+    end
+    if ban > 0 then k = k + 1 end
+    if charge == 1 then k = k + 1 end
+  end
+  return k
+end
+
+-- a batch: the decisions of several requests in one call, each answered
+-- as its own call would be, in order, as if called one after the other
+-- (the clock read once).  ARGV from 3: each request's call (0 to 3), its
+-- number of rules n and its rules' arguments (2 a rule); KEYS: each
+-- request's keys in turn.  Every string the batch names is read in one
+-- MGET; a request naming a key an earlier one of the batch named reads
+-- its own (what the earlier one wrote).
+local function batch(KEYS, ARGV, now, testing)
+  local all = redis.pcall('MGET', unpack(KEYS))
+  if all.err ~= nil then all = nil end
+  local answers, named = {}, {}
+  local a, k = 2, 0
+  while a < #ARGV do
+    local call, n = ARGV[a + 1], ARGV[a + 2] + 0
+    local count = keys_of(ARGV, a + 2, n)
+    local keys, got = {}, all and {}
+    for j = 1, count do
+      local key = KEYS[k + j]
+      keys[j] = key
+      if named[key] then got = nil end
+      named[key] = true
+      if got then got[j] = all[k + j] end
+    end
+    outs = {}   -- each answer its own table
+    answers[#answers + 1] = call_one(keys, ARGV, a + 2, n, call, now, testing, got)
+    a, k = a + 2 + 2 * n, k + count
+  end
+  return answers
+end
+
+-- ARGV: now ("" = Redis's TIME), the call ("batch": several), then each
+-- rule's (rule_at)
+local function run(KEYS, ARGV)
+  if not floor then floor, format = math.floor, string.format end
+  local testing = ARGV[1] ~= ''
+  local now
+  if testing then
+    now = ARGV[1] + 0
+  else
+    local tm = redis.call('TIME')
+    now = tm[1] * 1000 + floor(tm[2] / 1000)
+  end
+  local call = ARGV[2]
+  if call == 'batch' then return batch(KEYS, ARGV, now, testing) end
+  return call_one(KEYS, ARGV, 2, (#ARGV - 2) / (call == 'settle' and 5 or 2), call, now, testing)
 end
 
 -- ---- as a script (EVAL, EVALSHA); a library (FUNCTION LOAD, FCALL) ends

@@ -133,6 +133,156 @@ size_t lease_name(const rl_request_t &rq, const rl_check_t &c, int call, char *o
     return n > 0 && (size_t) n < cap ? (size_t) n : 0;
 }
 
+// The answer's longest bytes, for a batch's (rl_redis_batch_takes): its
+// array's head, and each integer's ":" sign, 19 digits and CRLF.
+const size_t kAnswerHead = 8;
+const size_t kAnswerPerRule = 12;
+const size_t kIntegerMax = 23;
+const size_t kArgMax = 1 + 20 + 2 + 2;
+
+// The calls that change no rate: no ban is read or written.
+bool changes_no_rate(int call)
+{
+    return call == RL_REDIS_SETTLE || call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW || call == RL_REDIS_RESTORE;
+}
+
+// What a request's call sends: its rules, and its keys (a state a rule, a
+// ban a ban= rule, reservations in flight a charge= rule).
+struct Sent {
+    size_t n, keys;
+};
+
+Sent sent_of(const rl_request_t &rq, int call)
+{
+    const bool bare = changes_no_rate(call);
+    Sent k{0, 0};
+    for (size_t i = 0; i < rq.n; i++) {
+        const rl_check_t &c = rq.checks[i];
+        if (sent(c, call)) {
+            k.n++;
+            k.keys += 1 + (!bare && c.rule->ban_ms > 0) + flies(c, call);
+        }
+    }
+    return k;
+}
+
+// FCALL of the library's function, or the script by EVALSHA or EVAL.
+void name(rl::Writer &w, const char *script, size_t script_len, int via)
+{
+    if (via == RL_REDIS_FCALL) {
+        w.arg("FCALL", 5);
+        w.header('$', sizeof(kFunctionPrefix) - 1 + script_len);
+        w.raw(kFunctionPrefix, sizeof(kFunctionPrefix) - 1);
+        w.raw(script, script_len);
+        w.raw("\r\n", 2);
+    } else {
+        w.arg(via == RL_REDIS_EVAL ? "EVAL" : "EVALSHA", via == RL_REDIS_EVAL ? 4 : 7);
+        w.arg(script, script_len);
+    }
+}
+
+// A request's keys: each rule's state, then each ban= rule's ban, then
+// each charge= rule's reservations in flight.
+void keys(rl::Writer &w, const rl_request_t &rq, int call, const char *prefix, size_t prefix_len, int cluster)
+{
+    const bool bare = changes_no_rate(call);
+    const rl_check_t *c = rq.checks;
+    char key[256 + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN];
+    const size_t plen = prefix_len < 256 ? prefix_len : 256;
+    for (int pass = 0; pass < 3; pass++) {
+        for (size_t i = 0; i < rq.n; i++) {
+            if (!sent(c[i], call) || (pass == 1 && (bare || c[i].rule->ban_ms == 0)) ||
+                (pass == 2 && !flies(c[i], call))) {
+                continue;
+            }
+            const uint64_t id = pass == 0   ? c[i].identity
+                                : pass == 1 ? ban_identity(c[i].identity)
+                                            : flight_identity(c[i].identity);
+            w.arg(key, rl_redis_key(key, prefix, plen, cluster, id, c[i].key, c[i].key_len));
+        }
+    }
+}
+
+// The script's clock: a test's, or "" for Redis's TIME.
+void clock(rl::Writer &w, int64_t now_ms)
+{
+    if (now_ms >= 0) {
+        w.arg(now_ms);
+    } else {
+        w.arg("", 0);
+    }
+}
+
+// A decision's call: 0 all, 1 any; 2 more for a dry run (it bans nobody).
+int64_t decision_call(const rl_request_t &rq)
+{
+    return (rq.combine == RL_COMBINE_ANY ? 1 : 0) + (rq.dry_run ? 2 : 0);
+}
+
+// Each rule's arguments: its spec, its request's, and a settle's.
+void rule_args(rl::Writer &w, const rl_request_t &rq, int call)
+{
+    const bool settle = call == RL_REDIS_SETTLE;
+    const rl_check_t *c = rq.checks;
+    // a cost or a charge beyond what any rule admits is only ever compared
+    // or capped: sent capped where Lua's doubles are still exact
+    auto exact = [](uint64_t v) { return (int64_t) (v < RL_REDIS_UNITS_MAX ? v : RL_REDIS_UNITS_MAX); };
+    for (size_t i = 0; i < rq.n; i++) {
+        if (!sent(c[i], call)) {
+            continue;
+        }
+        const rl_rule_t &r = *c[i].rule;
+        // the rule's spec: what is the same for its every request, in the
+        // order of the script's SPEC
+        char spec[13 * 21];
+        rl::Writer s{spec};
+        const int64_t fields[] = {r.algorithm, r.limit,          r.burst,   r.period_ms,      r.align,
+                                  r.buckets,   r.max_delay_ms,   r.reset,   r.utc_offset_min, r.delay,
+                                  r.ban_ms,    r.charge ? 1 : 0, r.lease_ms};
+        for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++) {
+            if (f > 0) {
+                s.raw(" ", 1);
+            }
+            s.number(fields[f]);
+        }
+        w.arg(spec, (size_t) (s.p - spec));
+
+        // the request's: its cost (a settle gives back what the admission
+        // reserved), and where any is not 0 or empty, charge='s share, what
+        // a decision reserves at least within what the key has left
+        // (check.cpp's reserve), an override's instant its limits as
+        // applied began, concurrency's 1 where its server holds the limit
+        // already (rl_request_hold_here), and its lease's name where it
+        // takes, releases, renews or restores one
+        const uint64_t share = call == RL_REDIS_DECIDE ? rl::charge_share(r) : 0;
+        const int full = call == RL_REDIS_DECIDE && c[i].full_here ? 1 : 0;
+        char lease[64];
+        const size_t lease_len = lease_name(rq, c[i], call, lease, sizeof(lease));
+        char req[4 * 21 + 1 + sizeof(lease)];
+        rl::Writer q{req};
+        q.number(exact(settle ? c[i].reserved : c[i].cost));
+        if (share != 0 || c[i].since != 0 || full != 0 || lease_len > 0) {
+            q.raw(" ", 1);
+            q.number(exact(share));
+            q.raw(" ", 1);
+            q.number(c[i].since);
+            q.raw(" ", 1);
+            q.number(full);
+            if (lease_len > 0) {
+                q.raw(" ", 1);
+                q.raw(lease, lease_len);
+            }
+        }
+        w.arg(req, (size_t) (q.p - req));
+        if (settle) {
+            // -1: the reservation stands (RL_NO_CHARGE)
+            w.arg(c[i].charge == RL_NO_CHARGE ? (int64_t) -1 : exact(c[i].charge));
+            w.arg(c[i].after.t);
+            w.arg(c[i].at);
+        }
+    }
+}
+
 }  // namespace
 
 extern "C" {
@@ -277,121 +427,89 @@ size_t rl_redis_load_command(char *buf, const char *sha)
 size_t rl_redis_command(char *buf, const char *script, size_t script_len, int via, int call, const char *prefix,
                         size_t prefix_len, int cluster, const rl_request_t *rq, int64_t now_ms)
 {
-    static const char *const kCalls[] = {nullptr, "peek", "reset", "settle", "release", "renew", "restore"};
-    const bool settle = call == RL_REDIS_SETTLE;
-    // the calls that change no rate: no ban is read or written
-    const bool bare = settle || call == RL_REDIS_RELEASE || call == RL_REDIS_RENEW || call == RL_REDIS_RESTORE;
-    const rl_check_t *c = rq->checks;
-    size_t n = 0, bans = 0, flights = 0;
-    for (size_t i = 0; i < rq->n; i++) {
-        if (sent(c[i], call)) {
-            n++;
-            bans += !bare && c[i].rule->ban_ms > 0;
-            flights += flies(c[i], call);
-        }
-    }
-
+    const Sent k = sent_of(*rq, call);
     rl::Writer w{buf};
-    w.header('*', 3 + n + bans + flights + 2 + n * (kArgsPerRule + (settle ? kSettleArgs : 0)));
-    if (via == RL_REDIS_FCALL) {
-        w.arg("FCALL", 5);
-        w.header('$', sizeof(kFunctionPrefix) - 1 + script_len);
-        w.raw(kFunctionPrefix, sizeof(kFunctionPrefix) - 1);
-        w.raw(script, script_len);
-        w.raw("\r\n", 2);
-    } else {
-        w.arg(via == RL_REDIS_EVAL ? "EVAL" : "EVALSHA", via == RL_REDIS_EVAL ? 4 : 7);
-        w.arg(script, script_len);
-    }
-    w.arg((int64_t) (n + bans + flights));
-
-    // each rule's state, then each ban= rule's ban, then each charge=
-    // rule's reservations in flight
-    char key[256 + RL_REDIS_TAG_LEN + RL_REDIS_HASH_LEN];
-    const size_t plen = prefix_len < 256 ? prefix_len : 256;
-    for (int pass = 0; pass < 3; pass++) {
-        for (size_t i = 0; i < rq->n; i++) {
-            if (!sent(c[i], call) || (pass == 1 && (bare || c[i].rule->ban_ms == 0)) ||
-                (pass == 2 && !flies(c[i], call))) {
-                continue;
-            }
-            const uint64_t id = pass == 0   ? c[i].identity
-                                : pass == 1 ? ban_identity(c[i].identity)
-                                            : flight_identity(c[i].identity);
-            w.arg(key, rl_redis_key(key, prefix, plen, cluster, id, c[i].key, c[i].key_len));
-        }
-    }
-
-    if (now_ms >= 0) {
-        w.arg(now_ms);
-    } else {
-        w.arg("", 0);
-    }
+    w.header('*', 3 + k.keys + 2 + k.n * (kArgsPerRule + (call == RL_REDIS_SETTLE ? kSettleArgs : 0)));
+    name(w, script, script_len, via);
+    w.arg((int64_t) k.keys);
+    keys(w, *rq, call, prefix, prefix_len, cluster);
+    clock(w, now_ms);
     if (call > RL_REDIS_DECIDE && call <= RL_REDIS_RESTORE) {
+        static const char *const kCalls[] = {nullptr, "peek", "reset", "settle", "release", "renew", "restore"};
         w.arg(kCalls[call], std::strlen(kCalls[call]));
     } else {
-        // a decision: 0 all, 1 any; 2 more for a dry run (it bans nobody)
-        w.arg((rq->combine == RL_COMBINE_ANY ? 1 : 0) + (rq->dry_run ? 2 : 0));
+        w.arg(decision_call(*rq));
     }
+    rule_args(w, *rq, call);
+    return (size_t) (w.p - buf);
+}
 
-    // a cost or a charge beyond what any rule admits is only ever compared
-    // or capped: sent capped where Lua's doubles are still exact
-    auto exact = [](uint64_t v) { return (int64_t) (v < RL_REDIS_UNITS_MAX ? v : RL_REDIS_UNITS_MAX); };
-    for (size_t i = 0; i < rq->n; i++) {
-        if (!sent(c[i], call)) {
-            continue;
-        }
-        const rl_rule_t &r = *c[i].rule;
-        // the rule's spec: what is the same for its every request, in the
-        // order of the script's SPEC
-        char spec[13 * 21];
-        rl::Writer s{spec};
-        const int64_t fields[] = {r.algorithm, r.limit,          r.burst,   r.period_ms,      r.align,
-                                  r.buckets,   r.max_delay_ms,   r.reset,   r.utc_offset_min, r.delay,
-                                  r.ban_ms,    r.charge ? 1 : 0, r.lease_ms};
-        for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++) {
-            if (f > 0) {
-                s.raw(" ", 1);
-            }
-            s.number(fields[f]);
-        }
-        w.arg(spec, (size_t) (s.p - spec));
+size_t rl_redis_answer_max(const rl_request_t *rq)
+{
+    const size_t n = sent_of(*rq, RL_REDIS_DECIDE).n;
+    return kAnswerHead + (2 + kAnswerPerRule * n) * kIntegerMax;
+}
 
-        // the request's: its cost (a settle gives back what the admission
-        // reserved), and where any is not 0 or empty, charge='s share, what
-        // a decision reserves at least within what the key has left
-        // (check.cpp's reserve), an override's instant its limits as
-        // applied began, concurrency's 1 where its server holds the limit
-        // already (rl_request_hold_here), and its lease's name where it
-        // takes, releases, renews or restores one
-        const uint64_t share = call == RL_REDIS_DECIDE ? rl::charge_share(r) : 0;
-        const int full = call == RL_REDIS_DECIDE && c[i].full_here ? 1 : 0;
-        char lease[64];
-        const size_t lease_len = lease_name(*rq, c[i], call, lease, sizeof(lease));
-        char req[4 * 21 + 1 + sizeof(lease)];
-        rl::Writer q{req};
-        q.number(exact(settle ? c[i].reserved : c[i].cost));
-        if (share != 0 || c[i].since != 0 || full != 0 || lease_len > 0) {
-            q.raw(" ", 1);
-            q.number(exact(share));
-            q.raw(" ", 1);
-            q.number(c[i].since);
-            q.raw(" ", 1);
-            q.number(full);
-            if (lease_len > 0) {
-                q.raw(" ", 1);
-                q.raw(lease, lease_len);
-            }
-        }
-        w.arg(req, (size_t) (q.p - req));
-        if (settle) {
-            // -1: the reservation stands (RL_NO_CHARGE)
-            w.arg(c[i].charge == RL_NO_CHARGE ? (int64_t) -1 : exact(c[i].charge));
-            w.arg(c[i].after.t);
-            w.arg(c[i].at);
-        }
+int rl_redis_batch_takes(size_t *bytes, size_t count, const rl_request_t *rq)
+{
+    const size_t more = rl_redis_answer_max(rq);
+    if (count >= RL_REDIS_BATCH_MAX || *bytes + more > RL_RESP_REPLY_MAX - kAnswerHead) {
+        return 0;
+    }
+    *bytes += more;
+    return 1;
+}
+
+size_t rl_redis_batch_size(const rl_request_t *const *rqs, size_t n, size_t prefix_len, size_t script_len)
+{
+    size_t rules = 0;
+    for (size_t i = 0; i < n; i++) {
+        rules += rqs[i]->n;
+    }
+    return rl_redis_command_size(rules, prefix_len, script_len) + n * 2 * (kArgMax + 20);
+}
+
+size_t rl_redis_batch_command(char *buf, const char *script, size_t script_len, int via, const char *prefix,
+                              size_t prefix_len, const rl_request_t *const *rqs, size_t n, int64_t now_ms)
+{
+    size_t keys_n = 0, args = 2;
+    for (size_t i = 0; i < n; i++) {
+        const Sent k = sent_of(*rqs[i], RL_REDIS_DECIDE);
+        keys_n += k.keys;
+        args += 2 + k.n * kArgsPerRule;
+    }
+    rl::Writer w{buf};
+    w.header('*', 3 + keys_n + args);
+    name(w, script, script_len, via);
+    w.arg((int64_t) keys_n);
+    for (size_t i = 0; i < n; i++) {
+        keys(w, *rqs[i], RL_REDIS_DECIDE, prefix, prefix_len, 0);
+    }
+    clock(w, now_ms);
+    w.arg("batch", 5);
+    for (size_t i = 0; i < n; i++) {
+        w.arg(decision_call(*rqs[i]));
+        w.arg((int64_t) sent_of(*rqs[i], RL_REDIS_DECIDE).n);
+        rule_args(w, *rqs[i], RL_REDIS_DECIDE);
     }
     return (size_t) (w.p - buf);
+}
+
+long rl_resp_batch(const char *p, size_t len, size_t n)
+{
+    // "*N\r\n": the array's head, its answers after it
+    int64_t count = 0;
+    size_t i = 1;
+    if (len < 4 || p[0] != RL_RESP_ARRAY) {
+        return -1;
+    }
+    while (i < len && i < 8 && p[i] >= '0' && p[i] <= '9') {
+        count = count * 10 + (p[i++] - '0');
+    }
+    if (i == 1 || i + 2 > len || p[i] != '\r' || p[i + 1] != '\n' || count != (int64_t) n) {
+        return -1;
+    }
+    return (long) (i + 2);
 }
 
 }  // extern "C"

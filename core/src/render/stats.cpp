@@ -2,6 +2,7 @@
 // format (0.0.4), both from the figure tables below: a figure's name in
 // JSON, its metric, type and help in Prometheus, and where it is.
 #include <cstddef>
+#include <cstring>
 
 #include "util/out.h"
 
@@ -182,13 +183,18 @@ void describe(Out &o, const Figure &f)
     o.put("\n");
 }
 
-// nginx_ratelimit_METRIC{zone="Z"
+// nginx_ratelimit_METRIC{zone="Z" (a zone of another block than http:
+// ,block="B")
 void series(Out &o, const char *metric, const rl_zone_snapshot_t &z)
 {
     o.put("nginx_ratelimit_");
     o.put(metric);
     o.put("{zone=");
     o.label(z.name);
+    if (z.block.len != 0 && !(z.block.len == 4 && std::memcmp(z.block.data, "http", 4) == 0)) {
+        o.put(",block=");  // an HTTP zone's series keep their labels as they were
+        o.label(z.block);
+    }
 }
 
 void sample(Out &o, uint64_t value)
@@ -306,6 +312,10 @@ void zone_figures(Out &o, const rl_zone_snapshot_t &z)
         o.put("\":");
         o.num(figure_of(z, f));
         sep = ",\"";
+    }
+    if (z.block.len != 0) {
+        o.put(",\"block\":");
+        o.json(z.block);
     }
 }
 
