@@ -86,6 +86,8 @@ static char *ngx_http_ratelimit_bandwidth(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_ratelimit_bw_param(ngx_conf_t *cf,
     ngx_http_ratelimit_bw_rule_t *rule, ngx_str_t *value, ngx_str_t *key);
+static ngx_http_complex_value_t *ngx_http_ratelimit_bw_value(ngx_conf_t *cf,
+    ngx_str_t *value);
 static void *ngx_http_ratelimit_bw_create_main_conf(ngx_conf_t *cf);
 static void *ngx_http_ratelimit_bw_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_ratelimit_bw_merge_loc_conf(ngx_conf_t *cf,
@@ -224,7 +226,6 @@ ngx_http_ratelimit_bandwidth(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_uint_t                          i;
     ngx_http_ratelimit_bw_rule_t       *rule, **ref;
     ngx_http_ratelimit_bw_main_conf_t  *bmcf;
-    ngx_http_compile_complex_value_t    ccv;
     char                                err[RL_ERR_MAX];
 
     value = cf->args->elts;
@@ -293,17 +294,6 @@ ngx_http_ratelimit_bandwidth(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    if (rule->rule.direction == RL_BANDWIDTH_IN) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"ratelimit_bandwidth\" directive: "
-                           "\"direction=in\" is not supported: nginx reads "
-                           "a request body whenever its socket is readable "
-                           "and has no timer to resume the reading, so a "
-                           "module cannot pace an upload; expected "
-                           "\"direction=out\" (or none)");
-        return NGX_CONF_ERROR;
-    }
-
     /* a rule of name= shares its keys wherever it is; one without, with
        the rules of the same key */
 
@@ -311,17 +301,10 @@ ngx_http_ratelimit_bandwidth(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     rule->identity = rl_bandwidth_identity(rule->rule.name,
                                            (char *) key.data, n);
 
-    ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
-    ccv.cf = cf;
-    ccv.value = &key;
-    ccv.complex_value = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
-    if (ccv.complex_value == NULL
-        || ngx_http_compile_complex_value(&ccv) != NGX_OK)
-    {
+    rule->key = ngx_http_ratelimit_bw_value(cf, &key);
+    if (rule->key == NULL) {
         return NGX_CONF_ERROR;
     }
-
-    rule->key = ccv.complex_value;
 
     rule->shm_zone = ngx_shared_memory_add(cf, &rule->zone_name, 0,
                                            &ngx_ratelimit_zone_tag);
@@ -349,7 +332,6 @@ ngx_http_ratelimit_bw_param(ngx_conf_t *cf, ngx_http_ratelimit_bw_rule_t *rule,
     ngx_str_t *value, ngx_str_t *key)
 {
     ngx_str_t                          s;
-    ngx_http_compile_complex_value_t   ccv;
     char                               err[RL_ERR_MAX];
 
     if (ngx_strncmp(value->data, "zone=", 5) == 0
@@ -390,6 +372,17 @@ ngx_http_ratelimit_bw_param(ngx_conf_t *cf, ngx_http_ratelimit_bw_rule_t *rule,
         return NGX_ERROR;
     }
 
+    if (rule->rule.direction == RL_BANDWIDTH_IN) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_bandwidth\" directive: "
+                           "\"direction=in\" is not supported: nginx reads "
+                           "a request body whenever its socket is readable "
+                           "and has no timer to resume the reading, so a "
+                           "module cannot pace an upload; expected "
+                           "\"direction=out\" (or none)");
+        return NGX_ERROR;
+    }
+
     if (!rule->rule.rate_varies || rule->rate != NULL
         || ngx_strncmp(value->data, "rate=", 5) != 0)
     {
@@ -399,19 +392,30 @@ ngx_http_ratelimit_bw_param(ngx_conf_t *cf, ngx_http_ratelimit_bw_rule_t *rule,
     s.data = value->data + 5;
     s.len = value->len - 5;
 
+    rule->rate = ngx_http_ratelimit_bw_value(cf, &s);
+
+    return rule->rate ? NGX_OK : NGX_ERROR;
+}
+
+
+/* A value nginx evaluates for each request, compiled. */
+
+static ngx_http_complex_value_t *
+ngx_http_ratelimit_bw_value(ngx_conf_t *cf, ngx_str_t *value)
+{
+    ngx_http_compile_complex_value_t  ccv;
+
     ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
     ccv.cf = cf;
-    ccv.value = &s;
+    ccv.value = value;
     ccv.complex_value = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
     if (ccv.complex_value == NULL
         || ngx_http_compile_complex_value(&ccv) != NGX_OK)
     {
-        return NGX_ERROR;
+        return NULL;
     }
 
-    rule->rate = ccv.complex_value;
-
-    return NGX_OK;
+    return ccv.complex_value;
 }
 
 

@@ -12,6 +12,7 @@
 
 #include "ratelimit_bandwidth.h"
 #include "table/table.h"
+#include "util/decimal.h"
 #include "util/error.h"
 #include "util/siphash.h"
 
@@ -104,20 +105,8 @@ int rl_bandwidth_size(const char *text, size_t len, uint64_t *out)
     default:
         break;
     }
-    if (len == 0) {
-        return RL_ERROR;
-    }
     uint64_t v = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (text[i] < '0' || text[i] > '9') {
-            return RL_ERROR;
-        }
-        v = v * 10 + (uint64_t) (text[i] - '0');
-        if (v > RL_BANDWIDTH_MAX) {
-            return RL_ERROR;
-        }
-    }
-    if (v == 0 || v > RL_BANDWIDTH_MAX / scale) {
+    if (!rl::decimal(text, len, RL_BANDWIDTH_MAX / scale, &v) || v == 0) {
         return RL_ERROR;
     }
     *out = v * scale;
