@@ -83,6 +83,16 @@ const Figure kRuleFigures[] = {
     {"recent_us", "adaptive_recent_microseconds", "gauge",
      "The upstream's typical latency over the adaptive rule's last interval (the geometric mean of its middle half).",
      offsetof(rl_rule_stats_t, recent_us)},
+    {"bytes", "bandwidth_bytes_total", "counter", "Bytes the rule granted its keys' responses (ratelimit_bandwidth).",
+     offsetof(rl_rule_stats_t, bytes)},
+    {"bytes_per_second", "bandwidth_bytes_per_second", "gauge",
+     "Bytes the rule granted in the last whole second (ratelimit_bandwidth).",
+     offsetof(rl_rule_stats_t, bytes_per_second)},
+    {"connections", "bandwidth_connections", "gauge", "Responses sending under the rule now (ratelimit_bandwidth).",
+     offsetof(rl_rule_stats_t, connections)},
+    {"delayed_now", "bandwidth_delayed_connections", "gauge",
+     "Of those, responses waiting for their next slice now (ratelimit_bandwidth).",
+     offsetof(rl_rule_stats_t, delayed_now)},
 };
 
 // a Redis zone's counters, in rl_redis_figures_t (the latency histogram
