@@ -15,9 +15,10 @@
 #                       (1.30.4), or VERSION-static (compiled in with
 #                       --add-module); default: debian and every MATRIX entry
 #   ./build.sh deb      build/deb/libnginx-mod-http-ratelimit_<version>_<arch>.deb
+#                       and libnginx-mod-stream-ratelimit_<version>_<arch>.deb
 #                       for the installed Debian nginx
-#   ./build.sh test-deb build the package, install it into this machine's
-#                       nginx, test it (debian/tests/installed), purge it
+#   ./build.sh test-deb build the packages, install them into this machine's
+#                       nginx, test them (debian/tests/installed), purge them
 #   ./build.sh fuzz [SECONDS]  the libFuzzer targets, each for SECONDS (60)
 #   ./build.sh stress [ROUNDS] reloads and worker kills under load (100)
 #   ./build.sh check-format  the C++ core as clang-format says, the C glue
@@ -27,7 +28,7 @@
 #                       127.0.0.1:8080 (PORT=8081 for another port) in the
 #                       foreground; Ctrl-C stops it
 #   ./build.sh bench    build, then run the benchmarks (bench/README.md);
-#                       ./build.sh bench core|state|throughput|density|shaping|redis|redis_concurrency|adaptive|config
+#                       ./build.sh bench core|state|throughput|density|shaping|redis|redis_concurrency|adaptive|config|stream|bandwidth
 #                       runs one of them
 #   ./build.sh instructions [--check]  build, then count each benchmark
 #                       location's instructions a request under callgrind
@@ -50,7 +51,8 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 # end-to-end files at once (prove -j): they mostly wait, so more than cores
 PROVE_JOBS=${PROVE_JOBS:-8}
 VERSION=$(cat "$ROOT/VERSION")
-DEB_PACKAGE=libnginx-mod-http-ratelimit
+# the source package is named after the first; debian/control
+DEB_PACKAGES=(libnginx-mod-http-ratelimit libnginx-mod-stream-ratelimit)
 
 # The nginx releases of the matrix besides Debian's own (entry "debian"),
 # and one of them again with the module compiled in.
@@ -292,27 +294,31 @@ matrix() {
 # dh with the nginx sequence, dh_nginx, the nginx_mod build system), from a
 # copy of the tree in build/deb, so that nothing is written into the source
 # tree; debian/changelog is written there from VERSION, the one place the
-# version is kept.  Prints the package's path last.
+# version is kept.  Prints the packages' paths last, a line each.
 build_deb() {
-    local stage=$BUILD/deb/src deb when
-    ensure_packages "${PACKAGES[@]}" dpkg-dev debhelper build-essential
-    deb=$BUILD/deb/${DEB_PACKAGE}_${VERSION}_$(dpkg --print-architecture).deb
-    log "Debian package $deb"
+    local stage=$BUILD/deb/src debs=() p when
+    ensure_packages "${PACKAGES[@]}" libnginx-mod-stream dpkg-dev debhelper build-essential
+    for p in "${DEB_PACKAGES[@]}"; do
+        debs+=("$BUILD/deb/${p}_${VERSION}_$(dpkg --print-architecture).deb")
+    done
+    log "Debian packages ${debs[*]}"
     rm -rf "$stage"
     mkdir -p "$stage/ngx-ratelimit"
     tar -C "$ROOT" --exclude=./build --exclude=./.git -cf - . | tar -C "$stage/ngx-ratelimit" -xf -
     # the date of the last commit, so that a rebuild makes the same package
     when=$(git -C "$ROOT" log -1 --format=%ct 2>/dev/null || date +%s)
     {
-        printf '%s (%s) unstable; urgency=medium\n\n' "$DEB_PACKAGE" "$VERSION"
+        printf '%s (%s) unstable; urgency=medium\n\n' "${DEB_PACKAGES[0]}" "$VERSION"
         printf '  * Version %s: see CHANGELOG.md.\n\n' "$VERSION"
         printf ' -- %s  %s\n' "$(sed -n 's/^Maintainer: //p' "$ROOT/debian/control")" "$(date -R -d "@$when")"
     } >"$stage/ngx-ratelimit/debian/changelog"
     (cd "$stage/ngx-ratelimit" && dpkg-buildpackage -b -us -uc) >"$BUILD/deb/build.log" 2>&1 \
         || { tail -40 "$BUILD/deb/build.log"; die "dpkg-buildpackage failed: see $BUILD/deb/build.log"; }
-    mv -f "$stage/$(basename "$deb")" "$deb"
-    dpkg-deb -f "$deb" Package Version Architecture Depends >&2
-    echo "$deb"
+    for p in "${debs[@]}"; do
+        mv -f "$stage/$(basename "$p")" "$p"
+        dpkg-deb -f "$p" Package Version Architecture Depends >&2
+    done
+    printf '%s\n' "${debs[@]}"
 }
 
 # the system's nginx (the one of /run/nginx.pid) is running
@@ -325,29 +331,31 @@ system_nginx_running() {
 # that nothing of it is left.  A package installed before is not touched,
 # and no system nginx is left running that was not running before.
 test_deb() {
-    local deb was_running=no
-    deb=$(build_deb | tail -1)
-    if dpkg-query -W -f='${Status}' "$DEB_PACKAGE" 2>/dev/null | grep -q 'ok installed'; then
-        die "$DEB_PACKAGE is installed already: test-deb would purge it; remove it first"
-    fi
+    local debs p was_running=no
+    mapfile -t debs < <(build_deb | tail -${#DEB_PACKAGES[@]})
+    for p in "${DEB_PACKAGES[@]}"; do
+        if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed'; then
+            die "$p is installed already: test-deb would purge it; remove it first"
+        fi
+    done
     system_nginx_running && was_running=yes
     trap purge_deb EXIT
-    log "apt-get install $deb"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o Dpkg::Use-Pty=0 "$deb" >&2
+    log "apt-get install ${debs[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o Dpkg::Use-Pty=0 "${debs[@]}" >&2
     log "debian/tests/installed"
-    (cd "$ROOT" && RL_DEB=$deb prove debian/tests/installed)
+    (cd "$ROOT" && prove debian/tests/installed)
     trap - EXIT
     purge_deb
     check_purged
     if [ $was_running = no ] && system_nginx_running; then
         die "the system nginx was left running"
     fi
-    log "test-deb: installed, loaded, limited a request, purged, nothing left"
+    log "test-deb: installed, loaded, limited a request and a connection, purged, nothing left"
 }
 
 purge_deb() {
-    log "apt-get purge $DEB_PACKAGE"
-    DEBIAN_FRONTEND=noninteractive apt-get purge -y -q -o Dpkg::Use-Pty=0 "$DEB_PACKAGE" >&2
+    log "apt-get purge ${DEB_PACKAGES[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get purge -y -q -o Dpkg::Use-Pty=0 "${DEB_PACKAGES[@]}" >&2
 }
 
 check_purged() {
@@ -355,9 +363,12 @@ check_purged() {
     left=$(find /usr/lib/nginx/modules /usr/share/nginx/modules-available /etc/nginx/modules-enabled \
                 -name '*ratelimit*' 2>/dev/null || true)
     [ -z "$left" ] || die "left after purge: $left"
-    if dpkg-query -W -f='${Status}' "$DEB_PACKAGE" 2>/dev/null | grep -qv 'not-installed'; then
-        die "$DEB_PACKAGE is still known to dpkg after purge"
-    fi
+    local p
+    for p in "${DEB_PACKAGES[@]}"; do
+        if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -qv 'not-installed'; then
+            die "$p is still known to dpkg after purge"
+        fi
+    done
 }
 
 DEMO_PREFIX=
@@ -434,11 +445,13 @@ run_bench() {
         log "eviction summary"
         "$BUILD/cmake/summary_bench"
     fi
-    for b in throughput density shaping redis redis_concurrency sync adaptive config; do
+    for b in throughput density shaping redis redis_concurrency sync adaptive config stream bandwidth; do
         if [ "$which" = all ] || [ "$which" = "$b" ]; then
             log "$b"
             # the redis bench's Kong-style peer runs on Debian's lua module
             if [ "$b" = redis ]; then ensure_packages libnginx-mod-http-lua; fi
+            # the stream bench's peer is Debian's HAProxy; its client is C
+            if [ "$b" = stream ]; then ensure_packages haproxy gcc libnginx-mod-stream; fi
             if [ "$b" = config ]; then perl "$ROOT/bench/config_scale.pl"; else perl "$ROOT/bench/$b.pl"; fi
         fi
     done
@@ -471,14 +484,14 @@ fuzz() {
 }
 
 # The formatting: clang-format's for the C++ core, its tests, benchmarks
-# and tools (.clang-format), nginx's for the C glue and bench/clock.c
-# (tools/nginx-style).
+# and tools (.clang-format), nginx's for the C glue, bench/clock.c
+# and bench/connect.c (tools/nginx-style).
 check_format() {
     ensure_packages clang-format perl
     log "formatting (clang-format, tools/nginx-style)"
     (cd "$ROOT" && clang-format --dry-run --Werror core/src/*/*.cpp core/src/*/*.h core/tools/*.cpp core/tools/*.h \
         tests/*.cc tests/*.h tests/fuzz/*.cc bench/*.cc \
-        && tools/nginx-style ngx_module/*.c ngx_module/*/*.[ch] core/include/ratelimit*.h bench/clock.c \
+        && tools/nginx-style ngx_module/*.c ngx_module/*/*.[ch] core/include/ratelimit*.h bench/clock.c bench/connect.c \
         && tools/check-structure) \
         || { echo "formatting: see above (clang-format -i FILE for C++)" >&2; exit 1; }
 }
@@ -503,6 +516,6 @@ case "${1:-build}" in
     instructions) shift; instructions "$@" ;;
     stress) build; stress "${2:-100}" ;;
     check-format) check_format ;;
-    *) echo "usage: $0 [build|test|test-asan|matrix [ENTRY...]|deb|test-deb|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|state|throughput|density|shaping|redis|redis_concurrency|sync|adaptive|config]|instructions [--check]]" >&2
+    *) echo "usage: $0 [build|test|test-asan|matrix [ENTRY...]|deb|test-deb|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|state|throughput|density|shaping|redis|redis_concurrency|sync|adaptive|config|stream|bandwidth]|instructions [--check]]" >&2
        exit 2 ;;
 esac

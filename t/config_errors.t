@@ -141,7 +141,7 @@ my @bad = (
       qr/invalid "abandoned=free": expected abandoned=keep or abandoned=charge/ ],
     [ 'zone too small for its sliding_log', 'ratelimit_zone small 64k;',
       'ratelimit zone=small algorithm=sliding_log limit=10000 period=1h;',
-      qr/"ratelimit_zone" directive: zone "small" of size 65536 is too small for its rules' states of up to 40032 bytes a key: it needs at least 260k/ ],
+      qr/"ratelimit_zone" directive: zone "small" of size 65536 is too small for its rules' states of up to 40032 bytes a key: it needs at least 263k/ ],
     [ 'redis without port', 'ratelimit_zone r 1m redis=127.0.0.1;', '',
       qr/"ratelimit_zone" directive: invalid "redis=127.0.0.1" of zone "r": no port; expected redis=HOST:PORT/ ],
     [ 'redis bad port', 'ratelimit_zone r 1m redis=127.0.0.1:99999;', '',

@@ -52,6 +52,11 @@ server {
         }
         return 200 "welcome\\n";
     }
+    location /api/export/ {
+        ratelimit off;
+        ratelimit_bandwidth off;
+        alias %%PREFIX%%/html/;
+    }
     location /v1/ {
         ratelimit off;
         add_header X-Tokens-Used \$http_x_test_tokens always;
@@ -236,6 +241,47 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
     my @late = map { sprintf('%.0f', 1000 * ($at[$_] - $t0)) } 0 .. $#at;
     ok(!grep({ $late[$_] < 200 * $_ - 1 } 0 .. $#late),
        "$title: one every 200 ms at the backend (ms after the first request: @late)");
+}
+
+{
+    my $title = 'A download server: one rate per client, however many connections';
+    $tested{$title} = 1;
+    my $t = start_recipe($title);
+    mkdir $t->prefix . '/www';
+    mkdir $t->prefix . '/www/files';
+    RLTest::write_file($t->prefix . "/www/files/f$_", 'x' x (2 * 1024 * 1024)) for 1 .. 4;
+    my $small = time;
+    is(length $t->get('/files/f1')->{content}, 2 * 1024 * 1024, "$title: a file within the burst");
+    cmp_ok(time - $small, '<', 1, "$title: ... goes at once");
+    sleep 4;    # the burst back
+    # 4 connections, 8 MB: 4 MB and a slice at once, the rest at 1 MB/s
+    my $port = $t->port;
+    my $s = time;
+    system('curl -s --no-progress-meter -Z --parallel-immediate '
+           . join(' ', map { "-o /dev/null http://127.0.0.1:$port/files/f$_" } 1 .. 4)) == 0 or die;
+    my $took = time - $s;
+    ok($took > 3.4 && $took < 4.4, sprintf('%s: 8 MB over 4 connections in %.2f s, not 2', $title, $took));
+    $t->stop();
+}
+
+{
+    my $title = 'API egress by plan';
+    $tested{$title} = 1;
+    my $t = start_recipe($title);
+    RLTest::write_file($t->prefix . '/html/half', 'x' x (512 * 1024));
+    my $s = time;
+    my $r = $t->get('/api/export/half', { 'X-Api-Key' => 'k-free' });
+    my $free = time - $s;
+    is(length $r->{content}, 512 * 1024, "$title: a free key's response, whole, through the proxy");
+    ok($free > 1.7 && $free < 2.4, sprintf('%s: 512 KB at 256 KB/s in %.2f s', $title, $free));
+    $s = time;
+    $r = $t->get('/api/export/half', { 'X-Api-Key' => 'k-8f3a9c' });
+    my $pro = time - $s;
+    is(length $r->{content}, 512 * 1024, "$title: a paying key's response, whole");
+    cmp_ok($pro, '<', 0.8, sprintf('%s: a paying key at 4 MB/s, 512 KB in %.2f s', $title, $pro));
+    $t->stop();
+    like($t->file('egress.log'), qr{^k-free /api/export/half 262144 524288$}m, "$title: the rate given, logged");
+    like($t->file('egress.log'), qr{^k-8f3a9c /api/export/half 4194304 524288$}m, "$title: the paying key's");
 }
 
 {

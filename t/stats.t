@@ -50,19 +50,22 @@ my $api = $s->{zones}{api};
 is_deeply($api->{rules}{a}, { allowed => 3, rejected => 2, delayed => 0, dry_run_rejected => 0, exempt => 2,
                                  charged => 0, debts => 0, in_flight => 0, peak => 0, waited => 0, bans => 0,
                                  dry_run_bans => 0, limit_now => 0, baseline_us => 0,
-                                 recent_us => 0, overrides => 0, overridden => 0 },
+                                 recent_us => 0, overrides => 0, overridden => 0,
+                                 bytes => 0, bytes_per_second => 0, connections => 0, delayed_now => 0 },
           'json: rule a');
 is_deeply($api->{rules}{dry}, { allowed => 1, rejected => 0, delayed => 0, dry_run_rejected => 2, exempt => 0,
                                    charged => 0, debts => 0, in_flight => 0, peak => 0, waited => 0, bans => 0,
                                  dry_run_bans => 0, limit_now => 0, baseline_us => 0,
-                                 recent_us => 0, overrides => 0, overridden => 0 },
+                                 recent_us => 0, overrides => 0, overridden => 0,
+                                 bytes => 0, bytes_per_second => 0, connections => 0, delayed_now => 0 },
           'json: dry run');
 is($api->{rules}{shape}{delayed}, 2, 'json: delayed');
 is($api->{rules}{shape}{allowed}, 1, 'json: shaped, not delayed');
 is_deeply($api->{rules}{narrow}, { allowed => 2, rejected => 2, delayed => 0, dry_run_rejected => 0, exempt => 0,
                                       charged => 0, debts => 0, in_flight => 0, peak => 0, waited => 0, bans => 0,
                                  dry_run_bans => 0, limit_now => 0, baseline_us => 0,
-                                 recent_us => 0, overrides => 0, overridden => 0 },
+                                 recent_us => 0, overrides => 0, overridden => 0,
+                                 bytes => 0, bytes_per_second => 0, connections => 0, delayed_now => 0 },
           'json: stacked, narrow rule');
 is($s->{zones}{'odd-zone.v2_'}{rules}{wide}{allowed}, 2, 'json: stacked, the other rule spent only the admitted');
 is($s->{zones}{'odd-zone.v2_'}{rules}{wide}{rejected}, 0, 'json: and rejected none');

@@ -228,6 +228,10 @@ struct Stats {
         counters[0].limit_now = 17;
         counters[0].baseline_us = 18;
         counters[0].recent_us = 19;
+        counters[0].bytes = 20;
+        counters[0].bytes_per_second = 21;
+        counters[0].connections = 22;
+        counters[0].delayed_now = 23;
         std::strcpy(counters[1].name, "gone");  // no rule of this configuration
 
         keys[0].tag = 0x0123456789abcdef;
@@ -282,10 +286,12 @@ TEST(Stats, Json)
               "\"allowed\":1,\"rejected\":2,\"delayed\":3,\"dry_run_rejected\":4,\"exempt\":5,\"charged\":6,"
               "\"debts\":7,\"in_flight\":8,\"peak\":9,\"waited\":10,\"bans\":11,\"dry_run_bans\":12,"
               "\"overrides\":14,\"overridden\":15,\"limit_now\":17,\"baseline_us\":18,"
-              "\"recent_us\":19},\"gone\":{\"allowed\":0,\"rejected\":0,"
+              "\"recent_us\":19,\"bytes\":20,\"bytes_per_second\":21,\"connections\":22,\"delayed_now\":23},\"gone\":{"
+              "\"allowed\":0,\"rejected\":0,"
               "\"delayed\":0,\"dry_run_rejected\":0,\"exempt\":0,\"charged\":0,\"debts\":0,\"in_flight\":0,"
               "\"peak\":0,\"waited\":0,\"bans\":0,\"dry_run_bans\":0,\"overrides\":0,"
-              "\"overridden\":0,\"limit_now\":0,\"baseline_us\":0,\"recent_us\":0}}},\"b-2.z\":{"
+              "\"overridden\":0,\"limit_now\":0,\"baseline_us\":0,\"recent_us\":0,\"bytes\":0,\"bytes_per_second\":0,"
+              "\"connections\":0,\"delayed_now\":0}}},\"b-2.z\":{"
               "\"size\":64,\"bytes_used\":0,\"keys\":0,\"capacity\":0,\"overrides\":0,\"overrides_capacity\":0,"
               "\"evictions\":0,\"live_evictions\":0,\"summary_bytes\":0,\"summary_refusals\":0,\"rules\":{},"
               "\"redis\":{\"server\":\"127.0.0.1:6379\",\"decisions\":1,\"errors\":2,\"timeouts\":3,\"fallbacks\":4,"
@@ -394,6 +400,25 @@ TEST(Stats, Prometheus)
         "# TYPE nginx_ratelimit_adaptive_recent_microseconds gauge\n"
         "nginx_ratelimit_adaptive_recent_microseconds{zone=\"a\",rule=\"r1\"} 19\n"
         "nginx_ratelimit_adaptive_recent_microseconds{zone=\"a\",rule=\"gone\"} 0\n"
+        "# HELP nginx_ratelimit_bandwidth_bytes_total Bytes the rule granted its keys' responses "
+        "(ratelimit_bandwidth).\n"
+        "# TYPE nginx_ratelimit_bandwidth_bytes_total counter\n"
+        "nginx_ratelimit_bandwidth_bytes_total{zone=\"a\",rule=\"r1\"} 20\n"
+        "nginx_ratelimit_bandwidth_bytes_total{zone=\"a\",rule=\"gone\"} 0\n"
+        "# HELP nginx_ratelimit_bandwidth_bytes_per_second Bytes the rule granted in the last whole second "
+        "(ratelimit_bandwidth).\n"
+        "# TYPE nginx_ratelimit_bandwidth_bytes_per_second gauge\n"
+        "nginx_ratelimit_bandwidth_bytes_per_second{zone=\"a\",rule=\"r1\"} 21\n"
+        "nginx_ratelimit_bandwidth_bytes_per_second{zone=\"a\",rule=\"gone\"} 0\n"
+        "# HELP nginx_ratelimit_bandwidth_connections Responses sending under the rule now (ratelimit_bandwidth).\n"
+        "# TYPE nginx_ratelimit_bandwidth_connections gauge\n"
+        "nginx_ratelimit_bandwidth_connections{zone=\"a\",rule=\"r1\"} 22\n"
+        "nginx_ratelimit_bandwidth_connections{zone=\"a\",rule=\"gone\"} 0\n"
+        "# HELP nginx_ratelimit_bandwidth_delayed_connections Of those, responses waiting for their next slice now "
+        "(ratelimit_bandwidth).\n"
+        "# TYPE nginx_ratelimit_bandwidth_delayed_connections gauge\n"
+        "nginx_ratelimit_bandwidth_delayed_connections{zone=\"a\",rule=\"r1\"} 23\n"
+        "nginx_ratelimit_bandwidth_delayed_connections{zone=\"a\",rule=\"gone\"} 0\n"
         "# HELP nginx_ratelimit_redis_decisions_total Requests decided in Redis.\n"
         "# TYPE nginx_ratelimit_redis_decisions_total counter\n"
         "nginx_ratelimit_redis_decisions_total{zone=\"b-2.z\"} 1\n"
@@ -483,7 +508,7 @@ TEST(Stats, Prometheus)
             << line;
         at = nl + 1;
     }
-    EXPECT_EQ(lines, 10 * (2 + 2) + 17 * (2 + 2) + 16 * (2 + 1) + 2 + 11 + 2 + 3);
+    EXPECT_EQ(lines, 10 * (2 + 2) + 21 * (2 + 2) + 16 * (2 + 1) + 2 + 11 + 2 + 3);
 }
 
 TEST(Stats, LogKeyOffShowsNoKey)

@@ -130,6 +130,15 @@ typedef struct {
                                    key, key=backend_a: that key's), */
     uint64_t  baseline_us;      /*   its baseline latency, */
     uint64_t  recent_us;        /*   its last interval's typical latency */
+    uint64_t  bytes;            /* bandwidth: bytes granted, */
+    uint64_t  bytes_per_second; /*   in the last whole second
+                                     (rl_bandwidth_rates), */
+    uint64_t  connections;      /*   connections sending now, */
+    uint64_t  delayed_now;      /*   of those, waiting for their slice */
+    uint64_t  second;           /*   the second bytes were last granted
+                                     in (since the epoch), */
+    uint64_t  second_bytes;     /*   bytes granted in it, and in the */
+    uint64_t  previous_bytes;   /*   second before it */
 } rl_rule_stats_t;
 
 /* The counters of rule `name`, claimed on first use; -1 when all are taken.

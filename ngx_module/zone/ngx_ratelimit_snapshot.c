@@ -126,6 +126,7 @@ ngx_ratelimit_zone_snapshot(ngx_pool_t *pool, ngx_ratelimit_zone_t *zone,
     if (counters) {
         ngx_ratelimit_claim_stats(zone, 0);
         z->ncounters = rl_table_rule_stats(zone->table, counters, room);
+        rl_bandwidth_rates(counters, z->ncounters, ngx_ratelimit_now());
         rl_overrides_count(zone->table, counters, z->ncounters);
     }
 

@@ -41,14 +41,20 @@ sub load_lines {
     my ($t) = @_;
     return '' if $t->module eq 'static';
     my $load = '';
-    my $v = `$t->{nginx} -V 2>&1`;
-    if ($v =~ /--with-stream=dynamic/) {
-        my ($dir) = $v =~ /--modules-path=(\S+)/;
+    if (core_dynamic($t)) {
+        my ($dir) = `$t->{nginx} -V 2>&1` =~ /--modules-path=(\S+)/;
         my $core = ($dir // '/usr/lib/nginx/modules') . '/ngx_stream_module.so';
         die "RLStream: $core not found: install libnginx-mod-stream\n" unless -f $core;
         $load .= "load_module $core;\n";
     }
     return $load . 'load_module ' . stream_module($t) . ";\n";
+}
+
+# nginx's own stream module is a .so of its own (Debian's), not compiled in
+# (a release configured --with-stream, as ./build.sh matrix builds them)
+sub core_dynamic {
+    my ($t) = @_;
+    return `$t->{nginx} -V 2>&1` =~ /--with-stream=dynamic/ ? 1 : 0;
 }
 
 sub stream_module {

@@ -70,6 +70,20 @@ const Figure kRuleFigures[] = {
      offsetof(rl_rule_stats_t, overridden)},
 };
 
+// a rule's bandwidth (ratelimit_bandwidth), after the algorithms' own
+const Figure kBandwidthFigures[] = {
+    {"bytes", "bandwidth_bytes_total", "counter", "Bytes the rule granted its keys' responses (ratelimit_bandwidth).",
+     offsetof(rl_rule_stats_t, bytes)},
+    {"bytes_per_second", "bandwidth_bytes_per_second", "gauge",
+     "Bytes the rule granted in the last whole second (ratelimit_bandwidth).",
+     offsetof(rl_rule_stats_t, bytes_per_second)},
+    {"connections", "bandwidth_connections", "gauge", "Responses sending under the rule now (ratelimit_bandwidth).",
+     offsetof(rl_rule_stats_t, connections)},
+    {"delayed_now", "bandwidth_delayed_connections", "gauge",
+     "Of those, responses waiting for their next slice now (ratelimit_bandwidth).",
+     offsetof(rl_rule_stats_t, delayed_now)},
+};
+
 // a Redis zone's counters, in rl_redis_figures_t (the latency histogram
 // is written apart)
 const Figure kRedisFigures[] = {
@@ -101,7 +115,7 @@ const Figure kSyncFigures[] = {
 };
 
 // A rule's figures in order: every rule's, then each algorithm's own, in
-// the order of the registry.
+// the order of the registry, then its bandwidth's.
 template <typename F> void each_rule_figure(F show)
 {
     for (const Figure &f : kRuleFigures) {
@@ -112,6 +126,9 @@ template <typename F> void each_rule_figure(F show)
         for (size_t i = 0; i < algorithm.nfigures; i++) {
             show(algorithm.figures[i]);
         }
+    }
+    for (const Figure &f : kBandwidthFigures) {
+        show(f);
     }
 }
 

@@ -18,7 +18,7 @@ namespace rl {
 namespace {
 
 const char kMagic[8] = {'R', 'L', 'T', 'A', 'B', 'L', 'E', '6'};
-const uint32_t kVersion = 12;  // a zone of another layout version is laid out afresh
+const uint32_t kVersion = 13;  // a zone of another layout version is laid out afresh
 const uint32_t kMinBlocks = 4;
 
 // Buckets a cuckoo search may visit before giving up and evicting.  Enough

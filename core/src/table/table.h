@@ -118,6 +118,15 @@ struct RuleCounters {
     uint32_t limit_now;
     uint32_t baseline_us;
     uint32_t recent_us;
+    // bandwidth (bandwidth/bandwidth.cpp): bytes granted, the second they
+    // were last granted in and its bytes and the second's before, the
+    // connections sending and those of them waiting for their slice
+    uint64_t bytes;
+    int64_t second;
+    uint64_t second_bytes;
+    uint64_t previous_bytes;
+    int64_t connections;
+    int64_t delayed;
 };
 
 // The keys a rule refuses most (top.cpp): a Space-Saving summary of

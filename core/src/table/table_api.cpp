@@ -145,6 +145,15 @@ size_t rl_table_rule_stats(const void *mem, rl_rule_stats_t *out, size_t max)
         out[n].limit_now = __atomic_load_n(&rules[i].limit_now, __ATOMIC_RELAXED);
         out[n].baseline_us = __atomic_load_n(&rules[i].baseline_us, __ATOMIC_RELAXED);
         out[n].recent_us = __atomic_load_n(&rules[i].recent_us, __ATOMIC_RELAXED);
+        out[n].bytes = __atomic_load_n(&rules[i].bytes, __ATOMIC_RELAXED);
+        out[n].second = (uint64_t) __atomic_load_n(&rules[i].second, __ATOMIC_RELAXED);
+        out[n].second_bytes = __atomic_load_n(&rules[i].second_bytes, __ATOMIC_RELAXED);
+        out[n].previous_bytes = __atomic_load_n(&rules[i].previous_bytes, __ATOMIC_RELAXED);
+        const int64_t conns = __atomic_load_n(&rules[i].connections, __ATOMIC_RELAXED);
+        out[n].connections = conns > 0 ? (uint64_t) conns : 0;
+        const int64_t delayed = __atomic_load_n(&rules[i].delayed, __ATOMIC_RELAXED);
+        out[n].delayed_now = delayed > 0 ? (uint64_t) delayed : 0;
+        out[n].bytes_per_second = 0;
     }
     return n;
 }
