@@ -248,7 +248,7 @@ void rl_bandwidth_open(void *table, int slot, uint64_t tag, int64_t now_us)
     }
     e.connections++;
     t->store(tag, rl::pack(e), rl::Debt{0, false}, now_us / 1000);
-    if (slot >= 0 && (uint32_t) slot < t->header().rules_max) {
+    if (slot >= 0 && (uint32_t) slot < t->layout().rules_max) {
         __atomic_add_fetch(&t->counters()[slot].connections, 1, __ATOMIC_RELAXED);
     }
 }
@@ -272,7 +272,7 @@ int64_t rl_bandwidth_take(void *table, int slot, uint64_t tag, int64_t now_us, u
     } else {
         t->store(tag, rl::pack(e), rl::Debt{0, false}, now_us / 1000);
     }
-    if (slot >= 0 && (uint32_t) slot < t->header().rules_max) {
+    if (slot >= 0 && (uint32_t) slot < t->layout().rules_max) {
         // the bytes of the second they are granted in
         rl::RuleCounters &r = t->counters()[slot];
         const int64_t second = now_us / 1000000;
@@ -303,7 +303,7 @@ void rl_bandwidth_close(void *table, int slot, uint64_t tag, int64_t now_us, uin
         e.connections -= e.connections > 0;
         rl::Table::update(ref, rl::pack(e), rl::Debt{0, false});
     }
-    if (slot >= 0 && (uint32_t) slot < t->header().rules_max) {
+    if (slot >= 0 && (uint32_t) slot < t->layout().rules_max) {
         __atomic_sub_fetch(&t->counters()[slot].connections, 1, __ATOMIC_RELAXED);
     }
 }
@@ -311,7 +311,7 @@ void rl_bandwidth_close(void *table, int slot, uint64_t tag, int64_t now_us, uin
 void rl_bandwidth_count_delayed(void *table, int slot, int delta)
 {
     rl::Table *t = rl::Table::at(table);
-    if (slot >= 0 && (uint32_t) slot < t->header().rules_max) {
+    if (slot >= 0 && (uint32_t) slot < t->layout().rules_max) {
         __atomic_add_fetch(&t->counters()[slot].delayed, delta, __ATOMIC_RELAXED);
     }
 }
