@@ -365,11 +365,25 @@ sub first_done { my $d = $_[0]{done}; $d = $_->{done} < $d ? $_->{done} : $d for
          'Prometheus: bytes a second');
     like($prom, qr/^nginx_ratelimit_bandwidth_delayed_connections\{zone="z",rule="shared"\} \d+/m,
          'Prometheus: delayed connections');
+    # the key API: the key's rate, its connections, the bytes granted
+    # ahead of now (at least the slices the waiting ones were given)
+    my $key = $t->key_rule('z', 'st', 'shared');
+    is($key->{kind}, 'bandwidth', 'key API: a bandwidth rule\'s key');
+    is($key->{rate}, $MB, 'key API: its rate');
+    is($key->{connections}, 4, 'key API: 4 connections in flight');
+    cmp_ok($key->{owed_bytes}, '>', 0, "key API: $key->{owed_bytes} bytes granted ahead of now");
+    cmp_ok($key->{next_slice_ms}, '<=', 600, "key API: its next slice in $key->{next_slice_ms} ms");
+    my $all = $t->get_json('/rl/zones/z/keys?key=st');
+    is(scalar(grep { $_->{rule} eq 'shared' } @{ $all->{rules} }), 1, 'key API: the rule once without rule=');
     $pid->wait;
     RLTest::wait_until(sub { $t->rule_stats('z', 'shared')->{connections} == 0 }, 5);
     $rule = $t->rule_stats('z', 'shared');
     is($rule->{connections}, 0, 'stats: no connection once they end');
     is($rule->{delayed_now}, 0, 'stats: none waiting');
+    $key = $t->key_rule('z', 'st', 'shared');
+    is($key->{connections}, 0, 'key API: no connection once they end');
+    is($t->key_rule('z', 'nobody', 'shared')->{state}, 'none', 'key API: a key never seen');
+    is($t->key_rule('z', 'x', 'plan')->{rate}, undef, 'key API: a rate from a variable is null');
 }
 
 $t->stop;

@@ -50,9 +50,9 @@ typedef struct {
 
 
 typedef struct {
-    ngx_array_t                  rules;     /* every rule's pointer, for the
+    ngx_array_t                  rules;     /* every rule's pointer: the
                                                checks once the configuration
-                                               is read */
+                                               is read, the key API */
 } ngx_http_ratelimit_bw_main_conf_t;
 
 
@@ -174,7 +174,7 @@ ngx_http_ratelimit_bw_create_main_conf(ngx_conf_t *cf)
         return NULL;
     }
 
-    if (ngx_array_init(&bmcf->rules, cf->temp_pool, 4,
+    if (ngx_array_init(&bmcf->rules, cf->pool, 4,
                        sizeof(ngx_http_ratelimit_bw_rule_t *))
         != NGX_OK)
     {
@@ -965,6 +965,112 @@ ngx_http_ratelimit_bw_sent(ngx_http_ratelimit_bw_ctx_t *ctx)
         cl->next = ctx->free;
         ctx->free = cl;
     }
+}
+
+
+/*
+ * The key API: whether a zone has a bandwidth rule of a name, and a key's
+ * states in the zone's bandwidth rules, pushed after its request rules'
+ * (rl_key_state_t, bandwidth set; read by rl_bandwidth_peek): each rule
+ * naming the zone once (rules of one identity share the key's entry), or
+ * the rule asked.  A fingerprint is one rule's key: it is shown in the
+ * first bandwidth rule only when no request rule showed it.
+ */
+
+static ngx_http_ratelimit_bw_rule_t *
+ngx_http_ratelimit_bw_zone_rule(ngx_ratelimit_zone_t *zone, ngx_str_t *name,
+    ngx_uint_t *i)
+{
+    ngx_http_ratelimit_bw_rule_t       **rules;
+    ngx_http_ratelimit_bw_main_conf_t   *bmcf;
+
+    bmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                          ngx_http_ratelimit_bandwidth_module);
+    if (bmcf == NULL) {
+        return NULL;
+    }
+
+    rules = bmcf->rules.elts;
+
+    for ( /* void */ ; *i < bmcf->rules.nelts; (*i)++) {
+        if (rules[*i]->common.shm_zone->data == zone
+            && (name->len == 0
+                || (rules[*i]->common.name.len == name->len
+                    && ngx_strncmp(rules[*i]->common.name.data, name->data,
+                                   name->len) == 0)))
+        {
+            return rules[(*i)++];
+        }
+    }
+
+    return NULL;
+}
+
+
+ngx_uint_t
+ngx_http_ratelimit_bandwidth_rule(ngx_ratelimit_zone_t *zone,
+    ngx_str_t *name)
+{
+    ngx_uint_t  i;
+
+    i = 0;
+
+    return ngx_http_ratelimit_bw_zone_rule(zone, name, &i) != NULL;
+}
+
+
+ngx_int_t
+ngx_http_ratelimit_bandwidth_states(ngx_ratelimit_zone_t *zone,
+    rl_api_request_t *in, ngx_array_t *states)
+{
+    ngx_str_t                      asked;
+    ngx_uint_t                     i, j, first;
+    rl_key_state_t                *st, *seen;
+    ngx_http_ratelimit_bw_rule_t  *rule;
+
+    asked.data = (u_char *) in->rule;
+    asked.len = in->rule_len;
+    first = states->nelts;
+    i = 0;
+
+    while ((rule = ngx_http_ratelimit_bw_zone_rule(zone, &asked, &i))) {
+
+        if (in->has_fingerprint && states->nelts > 0) {
+            break;
+        }
+
+        seen = states->elts;
+
+        for (j = first; j < states->nelts; j++) {
+            if (((ngx_ratelimit_rule_t *) seen[j].data)->identity
+                == rule->common.identity)
+            {
+                break;
+            }
+        }
+
+        if (j < states->nelts) {
+            continue;
+        }
+
+        st = ngx_array_push(states);
+        if (st == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memzero(st, sizeof(rl_key_state_t));
+        st->data = &rule->common;
+        st->rule = ngx_ratelimit_rl_str(&rule->common.name);
+        st->bandwidth = 1;
+        st->rate = rule->rate ? 0 : rule->rule.rate;
+        st->burst = rule->rule.burst;
+        st->tag = in->has_fingerprint
+                  ? in->fingerprint
+                  : rl_table_tag(zone->table, rule->common.identity,
+                                 in->key, in->key_len);
+    }
+
+    return NGX_OK;
 }
 
 
