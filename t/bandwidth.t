@@ -48,6 +48,10 @@ server {
         ratelimit_bandwidth zone=z key=\$http_x_key rate=\$plan_rate name=plan;
         alias %%PREFIX%%/html/;
     }
+    location /flood/ {
+        ratelimit_bandwidth zone=z key=\$http_x_plan rate=\$plan_rate name=flood;
+        alias %%PREFIX%%/html/;
+    }
     # a per-address rate and a per-key one: the tighter governs
     location /two/ {
         ratelimit_bandwidth zone=z key=\$binary_remote_addr rate=4m name=addr;
@@ -101,6 +105,7 @@ for my $n (1 .. 4) {
 }
 RLTest::write_file($t->prefix . '/html/half', 'x' x ($MB / 2));
 RLTest::write_file($t->prefix . '/html/small', 'x' x 50000);
+RLTest::write_file($t->prefix . '/html/tiny', 'x' x 99 . "\n");
 
 # Downloads at once, each on its own connection, read as fast as they come:
 # each [path, key, close_at (seconds from the start; undef: to the end)].
@@ -309,7 +314,8 @@ sub first_done { my $d = $_[0]{done}; $d = $_->{done} < $d ? $_->{done} : $d for
     cmp_ok($c->{done} - $start, '<', 1, 'no plan: the rule does not apply');
     my $r = $t->get('/plan/half', { 'X-Plan' => 'broken', 'X-Key' => 'p2' });
     is(length $r->{content}, $MB / 2, 'a plan whose rate is no size: served');
-    $t->log_like(qr/ratelimit_bandwidth "plan": rate= is not a size/, 'a bad rate is logged');
+    $t->log_like(qr/rule "plan" in zone "z": rate= is not a size \(its 4 bytes\): the bandwidth rule does not apply/,
+                 'a bad rate is logged');
     my $s = time;
     $r = $t->get('/plan/f1m', { 'X-Plan' => 'silver', 'X-Key' => 'p3' });
     my $took = time - $s;
@@ -317,6 +323,20 @@ sub first_done { my $d = $_[0]{done}; $d = $_->{done} < $d ? $_->{done} : $d for
     ok($took > 1.7 && $took < 2.3, sprintf('a plan of 512k: 1 MB in %.2f s', $took));
     RLTest::wait_until(sub { $t->file('bw.log') =~ m{^/plan/f1m p3 } }, 5);
     like($t->file('bw.log'), qr{^/plan/f1m p3 524288 1048576$}m, '$ratelimit_bandwidth_rate: the rate given');
+}
+
+# a flood of bad rates: a line a second in a worker, the rest counted
+# (one keep-alive connection: one worker), none lost
+{
+    my $t0 = time;
+    my %status = $t->pipelined('/flood/tiny', 'X-Plan', ('broken') x 150);
+    my $elapsed = time - $t0;
+    is($status{200}, 150, 'a flood of bad rates: every request served');
+    my ($lines, $folded) = $t->wait_folded(qr/rule "flood" in zone "z": rate= is not a size/,
+                                           qr/(\d+) more requests with a bad value \(see above\) by rule "flood"/, 150);
+    is($lines + $folded, 150, "a flood of bad rates: lines ($lines) and folded ($folded) count every one");
+    ok($lines >= 1 && $lines <= $elapsed + 2,
+       "a flood of bad rates: at most a line a second ($lines in " . sprintf('%.1f', $elapsed) . ' s)');
 }
 
 # two rules: the tighter (512k) governs; off removes them
@@ -345,11 +365,25 @@ sub first_done { my $d = $_[0]{done}; $d = $_->{done} < $d ? $_->{done} : $d for
          'Prometheus: bytes a second');
     like($prom, qr/^nginx_ratelimit_bandwidth_delayed_connections\{zone="z",rule="shared"\} \d+/m,
          'Prometheus: delayed connections');
+    # the key API: the key's rate, its connections, the bytes granted
+    # ahead of now (at least the slices the waiting ones were given)
+    my $key = $t->key_rule('z', 'st', 'shared');
+    is($key->{kind}, 'bandwidth', 'key API: a bandwidth rule\'s key');
+    is($key->{rate}, $MB, 'key API: its rate');
+    is($key->{connections}, 4, 'key API: 4 connections in flight');
+    cmp_ok($key->{owed_bytes}, '>', 0, "key API: $key->{owed_bytes} bytes granted ahead of now");
+    cmp_ok($key->{next_slice_ms}, '<=', 600, "key API: its next slice in $key->{next_slice_ms} ms");
+    my $all = $t->get_json('/rl/zones/z/keys?key=st');
+    is(scalar(grep { $_->{rule} eq 'shared' } @{ $all->{rules} }), 1, 'key API: the rule once without rule=');
     $pid->wait;
     RLTest::wait_until(sub { $t->rule_stats('z', 'shared')->{connections} == 0 }, 5);
     $rule = $t->rule_stats('z', 'shared');
     is($rule->{connections}, 0, 'stats: no connection once they end');
     is($rule->{delayed_now}, 0, 'stats: none waiting');
+    $key = $t->key_rule('z', 'st', 'shared');
+    is($key->{connections}, 0, 'key API: no connection once they end');
+    is($t->key_rule('z', 'nobody', 'shared')->{state}, 'none', 'key API: a key never seen');
+    is($t->key_rule('z', 'x', 'plan')->{rate}, undef, 'key API: a rate from a variable is null');
 }
 
 $t->stop;

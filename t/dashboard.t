@@ -213,7 +213,10 @@ $t->put_file('html/canned/stats.json', JSON::PP->new->canonical->encode({
     zones => { bare => { rules => { r1 => {},
                                     # a concurrency rule, and a rule with charge=
                                     slots => { allowed => 5, in_flight => 2, peak => 3, waited => 4 },
-                                    tokens => { allowed => 3, charged => 1600, debts => 1 } } },
+                                    tokens => { allowed => 3, charged => 1600, debts => 1 },
+                                    # a ratelimit_bandwidth rule
+                                    bw => { bytes => 9 * 1048576, bytes_per_second => 1572864,
+                                            connections => 5, delayed_now => 4 } } },
                # a zone of stream {}
                tcp => { block => 'stream', keys => 1, rules => { ssh => { rejected => 2 } } },
                map { ($_ => { keys => 3, rules => { map { ($_ => { rejected => 7 }) } @canned_names } }) }
@@ -303,6 +306,17 @@ has($dom, qr/class="total-peak"[^>]*data-value="3"|data-value="3"[^>]*class="tot
 has($dom, qr/class="total-waited"[^>]*data-value="4"|data-value="4"[^>]*class="total-waited"/, 'canned stats: requests that waited');
 has($dom, qr/class="total-charged"[^>]*data-value="1600"|data-value="1600"[^>]*class="total-charged"/, 'canned stats: units charged');
 has($dom, qr/class="total-debts"[^>]*data-value="1"|data-value="1"[^>]*class="total-debts"/, 'canned stats: requests left in debt');
+{
+    my $bw = part($dom, 'article', 'data-rule', 'bw');
+    has($bw, qr/<b class="bw-rate" data-value="1572864"[^>]*>1\.5 MiB\/s<\/b> sent a second/,
+        'canned stats: a bandwidth rule\'s bytes a second');
+    has($bw, qr/<b class="bw-connections" data-value="5"/, 'canned stats: its responses sending');
+    has($bw, qr/<b class="bw-delayed" data-value="4"[^>]*>4<\/b> waiting for their slice/,
+        'canned stats: its delayed connections');
+    has($bw, qr/<table class="top" hidden="">/, 'canned stats: no top refused keys for a bandwidth rule');
+    my $slots = part($dom, 'article', 'data-rule', 'slots');
+    has($slots, qr/<div class="bandwidth" hidden="">/, 'canned stats: no bandwidth figures for another rule');
+}
 has($dom, qr/<span class="zname">odd &lt;b&gt;&amp;amp;&lt;\/b&gt;<\/span>/, 'canned stats: a name is text, not markup');
 has($dom, qr/<span id="status">live/, 'canned stats: no page error');
 has($dom, qr/<span class="zname">tcp<\/span>(?:<span class="tag"[^>]*><\/span>)?<span class="tag block">stream<\/span>/,

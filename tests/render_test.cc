@@ -647,6 +647,36 @@ TEST(Api, KeysLookedUp)
     EXPECT_TRUE(json_valid(out));
 }
 
+// A bandwidth rule's key: its connections, the bytes granted ahead of now
+// at its rate, its next slice's wait beyond the burst; a rate from a
+// variable has neither
+TEST(Api, KeysBandwidth)
+{
+    rl_key_state_t st[2]{};
+    st[0].rule = str("dl");
+    st[0].tag = 1;
+    st[0].bandwidth = 1;
+    st[0].rate = 1048576;
+    st[0].burst = 524288;  // half a second of the rate
+    st[0].bw.held = 1;
+    st[0].bw.connections = 3;
+    st[0].bw.ahead_us = 1500000;  // 1.5 MB granted ahead: 1 s beyond the burst
+    st[1].rule = str("plan");
+    st[1].tag = 2;
+    st[1].bandwidth = 1;
+    st[1].bw.ahead_us = 0;
+    const rl_key_snapshot_t k{str("z"), "k", 1, 0, 0, 2, st};
+    const std::string out = render([&](char *b, size_t c) { return rl_render_api_keys(&k, b, c); });
+    EXPECT_EQ(out, "{\"zone\":\"z\",\"key\":\"k\",\"rules\":["
+                   "{\"rule\":\"dl\",\"fingerprint\":\"0000000000000001\",\"kind\":\"bandwidth\",\"state\":\"held\","
+                   "\"rate\":1048576,\"burst\":524288,\"connections\":3,\"ahead_ms\":1500,"
+                   "\"owed_bytes\":1572864,\"next_slice_ms\":1000},"
+                   "{\"rule\":\"plan\",\"fingerprint\":\"0000000000000002\",\"kind\":\"bandwidth\",\"state\":\"none\","
+                   "\"rate\":null,\"burst\":0,\"connections\":0,\"ahead_ms\":0,\"owed_bytes\":null,"
+                   "\"next_slice_ms\":null}]}\n");
+    EXPECT_TRUE(json_valid(out));
+}
+
 TEST(Api, KeysReset)
 {
     Zone zone;

@@ -19,6 +19,7 @@
 
 #include "ratelimit.h"
 #include "ratelimit_sync.h"
+#include "ratelimit_bandwidth.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -131,15 +132,21 @@ typedef struct {
 } rl_stats_snapshot_t;
 
 /* A key's state in a rule, read (rl_table_peek) or reset (rl_table_reset),
-   or the same from Redis. */
+   or the same from Redis; or in a bandwidth rule (bandwidth set, config
+   NULL), read by rl_bandwidth_peek. */
 typedef struct {
-    rl_str_t          rule;     /* its name */
-    const rl_rule_t  *config;
-    uint64_t          tag;      /* the key's fingerprint in the rule */
-    uint64_t          cost;     /* of its next request */
-    rl_peek_t         peek;     /* read */
-    int               reset;    /* reset: RL_RESET_* */
-    void             *data;     /* the caller's */
+    rl_str_t             rule;     /* its name */
+    const rl_rule_t     *config;
+    uint64_t             tag;      /* the key's fingerprint in the rule */
+    uint64_t             cost;     /* of its next request */
+    rl_peek_t            peek;     /* read */
+    int                  reset;    /* reset: RL_RESET_* */
+    void                *data;     /* the caller's */
+    int                  bandwidth;
+    uint64_t             rate;     /* bandwidth: its rate= (0: from a
+                                      variable, a request's own) */
+    uint64_t             burst;
+    rl_bandwidth_peek_t  bw;
 } rl_key_state_t;
 
 typedef struct {

@@ -10,6 +10,7 @@
 
 #include "ngx_http_ratelimit_api_keys.h"
 #include "ngx_http_ratelimit_answer.h"
+#include "ngx_http_ratelimit_bandwidth.h"
 #include "ngx_ratelimit_snapshot.h"
 #include "ngx_ratelimit_zone.h"
 #include "ngx_ratelimit_log.h"
@@ -34,6 +35,16 @@ ngx_http_ratelimit_api_keys(ngx_http_request_t *r,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    /* a bandwidth rule's key is read, not reset: its entry counts its
+       connections in flight */
+
+    if (!q->in.reset
+        && ngx_http_ratelimit_bandwidth_states(q->zone, &q->in, q->states)
+           != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
     st = q->states->elts;
 
     /* under the zone's lock, as a request: no state changes in between */
@@ -45,7 +56,11 @@ ngx_http_ratelimit_api_keys(ngx_http_request_t *r,
     for (i = 0; i < q->states->nelts; i++) {
         rule = st[i].data;
 
-        if (q->in.reset) {
+        if (st[i].bandwidth) {
+            rl_bandwidth_peek(q->zone->table, st[i].tag, now * 1000,
+                              &st[i].bw);
+
+        } else if (q->in.reset) {
             st[i].reset = rl_table_reset(q->zone->table, st[i].tag, now);
 
         } else {

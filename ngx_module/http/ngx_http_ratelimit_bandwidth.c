@@ -17,6 +17,7 @@
 
 
 #include "ngx_http_ratelimit_bandwidth.h"
+#include "ngx_http_ratelimit_log.h"
 #include "ngx_ratelimit_zone_conf.h"
 
 
@@ -28,12 +29,13 @@
 #define NGX_HTTP_RATELIMIT_BANDWIDTH_RULES     8
 
 
+/* a rule: its zone, name, identity and log lines in common, as a
+   request rule's (ngx_ratelimit_rule_t; its rl_rule_t unused) */
 typedef struct {
-    ngx_shm_zone_t              *shm_zone;
+    ngx_ratelimit_rule_t         common;
     ngx_http_complex_value_t    *key;
     ngx_http_complex_value_t    *rate;      /* rate=$var; NULL: rule.rate */
     rl_bandwidth_rule_t          rule;
-    uint64_t                     identity;
     ngx_str_t                    zone_name;
     u_char                      *file;      /* where it is written */
     ngx_uint_t                   line;
@@ -48,9 +50,9 @@ typedef struct {
 
 
 typedef struct {
-    ngx_array_t                  rules;     /* every rule's pointer, for the
+    ngx_array_t                  rules;     /* every rule's pointer: the
                                                checks once the configuration
-                                               is read */
+                                               is read, the key API */
 } ngx_http_ratelimit_bw_main_conf_t;
 
 
@@ -98,6 +100,8 @@ static ngx_int_t ngx_http_ratelimit_bw_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 static ngx_http_ratelimit_bw_ctx_t *ngx_http_ratelimit_bw_start(
     ngx_http_request_t *r, ngx_http_ratelimit_bw_loc_conf_t *blcf);
+static void ngx_http_ratelimit_bw_log_bad(ngx_http_request_t *r,
+    ngx_http_ratelimit_bw_rule_t *rule, size_t len);
 static void ngx_http_ratelimit_bw_cleanup(void *data);
 static ngx_int_t ngx_http_ratelimit_bw_grant(ngx_http_request_t *r,
     ngx_http_ratelimit_bw_ctx_t *ctx);
@@ -170,7 +174,7 @@ ngx_http_ratelimit_bw_create_main_conf(ngx_conf_t *cf)
         return NULL;
     }
 
-    if (ngx_array_init(&bmcf->rules, cf->temp_pool, 4,
+    if (ngx_array_init(&bmcf->rules, cf->pool, 4,
                        sizeof(ngx_http_ratelimit_bw_rule_t *))
         != NGX_OK)
     {
@@ -241,8 +245,11 @@ ngx_http_ratelimit_bandwidth(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return blcf->rules ? NGX_CONF_OK : NGX_CONF_ERROR;
     }
 
+    /* room for all at once: the main configuration points to them */
+
     if (blcf->rules == NULL) {
-        blcf->rules = ngx_array_create(cf->pool, 2,
+        blcf->rules = ngx_array_create(cf->pool,
+                                       NGX_HTTP_RATELIMIT_BANDWIDTH_RULES,
                                        sizeof(ngx_http_ratelimit_bw_rule_t));
         if (blcf->rules == NULL) {
             return NGX_CONF_ERROR;
@@ -298,17 +305,19 @@ ngx_http_ratelimit_bandwidth(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
        the rules of the same key */
 
     n = (rule->rule.seen & RL_BANDWIDTH_NAMED) ? 0 : key.len;
-    rule->identity = rl_bandwidth_identity(rule->rule.name,
-                                           (char *) key.data, n);
+    rule->common.identity = rl_bandwidth_identity(rule->rule.name,
+                                                  (char *) key.data, n);
+    rule->common.name.data = (u_char *) rule->rule.name;
+    rule->common.name.len = ngx_strlen(rule->rule.name);
 
     rule->key = ngx_http_ratelimit_bw_value(cf, &key);
     if (rule->key == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    rule->shm_zone = ngx_shared_memory_add(cf, &rule->zone_name, 0,
-                                           &ngx_ratelimit_zone_tag);
-    if (rule->shm_zone == NULL) {
+    rule->common.shm_zone = ngx_shared_memory_add(cf, &rule->zone_name, 0,
+                                                  &ngx_ratelimit_zone_tag);
+    if (rule->common.shm_zone == NULL) {
         return NGX_CONF_ERROR;
     }
 
@@ -455,7 +464,7 @@ ngx_http_ratelimit_bw_init(ngx_conf_t *cf)
     rules = bmcf->rules.elts;
 
     for (i = 0; i < bmcf->rules.nelts; i++) {
-        zone = rules[i]->shm_zone->data;
+        zone = rules[i]->common.shm_zone->data;
 
         if (zone == NULL) {
             ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
@@ -636,21 +645,17 @@ ngx_http_ratelimit_bw_start(ngx_http_request_t *r,
                 != RL_OK)
             {
                 if (value.len) {
-                    ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                                  "ratelimit_bandwidth \"%s\": rate= is "
-                                  "not a size (its %uz bytes): the rule "
-                                  "does not apply to the request",
-                                  rules[i].rule.name, value.len);
+                    ngx_http_ratelimit_bw_log_bad(r, &rules[i], value.len);
                 }
 
                 continue;
             }
         }
 
-        zone = rules[i].shm_zone->data;
+        zone = rules[i].common.shm_zone->data;
         k = &ctx->keys[ctx->nkeys++];
         k->zone = zone;
-        k->tag = rl_table_tag(zone->table, rules[i].identity, key.data,
+        k->tag = rl_table_tag(zone->table, rules[i].common.identity, key.data,
                               key.len);
         k->rate = rate;
         k->burst = rules[i].rule.burst;
@@ -688,6 +693,28 @@ ngx_http_ratelimit_bw_start(ngx_http_request_t *r,
     cln->data = ctx;
 
     return ctx;
+}
+
+
+/*
+ * A request's rate= that is no size, at warn, folded as a request rule's
+ * bad values are (ngx_ratelimit_log_bad): its length only, the value is
+ * the client's.
+ */
+
+static void
+ngx_http_ratelimit_bw_log_bad(ngx_http_request_t *r,
+    ngx_http_ratelimit_bw_rule_t *rule, size_t len)
+{
+    ngx_log_t  log;
+    u_char     what[128];
+
+    ngx_snprintf(what, sizeof(what),
+                 "rate= is not a size (its %uz bytes): the bandwidth rule "
+                 "does not apply to the request%Z", len);
+
+    ngx_ratelimit_log_bad(ngx_http_ratelimit_request_log(r, &log),
+                          &rule->common, (const char *) what);
 }
 
 
@@ -938,6 +965,112 @@ ngx_http_ratelimit_bw_sent(ngx_http_ratelimit_bw_ctx_t *ctx)
         cl->next = ctx->free;
         ctx->free = cl;
     }
+}
+
+
+/*
+ * The key API: whether a zone has a bandwidth rule of a name, and a key's
+ * states in the zone's bandwidth rules, pushed after its request rules'
+ * (rl_key_state_t, bandwidth set; read by rl_bandwidth_peek): each rule
+ * naming the zone once (rules of one identity share the key's entry), or
+ * the rule asked.  A fingerprint is one rule's key: it is shown in the
+ * first bandwidth rule only when no request rule showed it.
+ */
+
+static ngx_http_ratelimit_bw_rule_t *
+ngx_http_ratelimit_bw_zone_rule(ngx_ratelimit_zone_t *zone, ngx_str_t *name,
+    ngx_uint_t *i)
+{
+    ngx_http_ratelimit_bw_rule_t       **rules;
+    ngx_http_ratelimit_bw_main_conf_t   *bmcf;
+
+    bmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                          ngx_http_ratelimit_bandwidth_module);
+    if (bmcf == NULL) {
+        return NULL;
+    }
+
+    rules = bmcf->rules.elts;
+
+    for ( /* void */ ; *i < bmcf->rules.nelts; (*i)++) {
+        if (rules[*i]->common.shm_zone->data == zone
+            && (name->len == 0
+                || (rules[*i]->common.name.len == name->len
+                    && ngx_strncmp(rules[*i]->common.name.data, name->data,
+                                   name->len) == 0)))
+        {
+            return rules[(*i)++];
+        }
+    }
+
+    return NULL;
+}
+
+
+ngx_uint_t
+ngx_http_ratelimit_bandwidth_rule(ngx_ratelimit_zone_t *zone,
+    ngx_str_t *name)
+{
+    ngx_uint_t  i;
+
+    i = 0;
+
+    return ngx_http_ratelimit_bw_zone_rule(zone, name, &i) != NULL;
+}
+
+
+ngx_int_t
+ngx_http_ratelimit_bandwidth_states(ngx_ratelimit_zone_t *zone,
+    rl_api_request_t *in, ngx_array_t *states)
+{
+    ngx_str_t                      asked;
+    ngx_uint_t                     i, j, first;
+    rl_key_state_t                *st, *seen;
+    ngx_http_ratelimit_bw_rule_t  *rule;
+
+    asked.data = (u_char *) in->rule;
+    asked.len = in->rule_len;
+    first = states->nelts;
+    i = 0;
+
+    while ((rule = ngx_http_ratelimit_bw_zone_rule(zone, &asked, &i))) {
+
+        if (in->has_fingerprint && states->nelts > 0) {
+            break;
+        }
+
+        seen = states->elts;
+
+        for (j = first; j < states->nelts; j++) {
+            if (((ngx_ratelimit_rule_t *) seen[j].data)->identity
+                == rule->common.identity)
+            {
+                break;
+            }
+        }
+
+        if (j < states->nelts) {
+            continue;
+        }
+
+        st = ngx_array_push(states);
+        if (st == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memzero(st, sizeof(rl_key_state_t));
+        st->data = &rule->common;
+        st->rule = ngx_ratelimit_rl_str(&rule->common.name);
+        st->bandwidth = 1;
+        st->rate = rule->rate ? 0 : rule->rule.rate;
+        st->burst = rule->rule.burst;
+        st->tag = in->has_fingerprint
+                  ? in->fingerprint
+                  : rl_table_tag(zone->table, rule->common.identity,
+                                 in->key, in->key_len);
+    }
+
+    return NGX_OK;
 }
 
 

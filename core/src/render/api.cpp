@@ -58,8 +58,51 @@ void zone_json(Out &o, const rl_zone_snapshot_t &z)
 // in_flight on a Redis zone), seconds as the headers show them
 // (rl_seconds, rl_retry_after_seconds); after a reset
 // {"rule":R,"fingerprint":F,"held":B,"forgiven":B,"unbanned":B}.
+// A bandwidth rule's key: {"rule":R,"fingerprint":F,"kind":"bandwidth",
+// "state":"held"|"none","rate":N,"burst":N,"connections":N,"ahead_ms":MS,
+// "owed_bytes":N,"next_slice_ms":MS}: its connections in flight, how far
+// the bytes granted run ahead of now, those bytes at its rate and when its
+// next slice is due (with a rate from a variable, "rate":null and the
+// last two null: each request has its own rate).
+void bandwidth_json(Out &o, const rl_key_state_t &st)
+{
+    o.put("{\"rule\":");
+    o.json(st.rule);
+    o.put(",");
+    fingerprint(o, st.tag);
+    o.put(",\"kind\":\"bandwidth\",\"state\":\"");
+    o.put(st.bw.held ? "held" : "none");
+    o.put("\"");
+    const int64_t ahead = st.bw.ahead_us;
+    if (st.rate == 0) {
+        o.put(",\"rate\":null");
+    } else {
+        o.field("rate", st.rate);
+    }
+    o.field("burst", st.burst);
+    o.field("connections", st.bw.connections);
+    o.put(",\"ahead_ms\":");
+    o.num0((ahead + 999) / 1000);
+    if (st.rate == 0) {
+        o.put(",\"owed_bytes\":null,\"next_slice_ms\":null}");
+        return;
+    }
+    // ahead_us <= (burst + slice) / rate + idle time: its product with the
+    // rate (at most RL_BANDWIDTH_MAX) is kept in 64 bits by dividing first
+    const uint64_t us = (uint64_t) (ahead > 0 ? ahead : 0);
+    o.field("owed_bytes", us / 1000000 * st.rate + us % 1000000 * st.rate / 1000000);
+    const rl_bandwidth_grant_t g = rl_bandwidth_grant(ahead, 0, 0, st.rate, st.burst);
+    o.put(",\"next_slice_ms\":");
+    o.num0((g.wait_us + 999) / 1000);
+    o.put("}");
+}
+
 void state_json(Out &o, const rl_key_state_t &st, bool reset)
 {
+    if (st.bandwidth) {
+        bandwidth_json(o, st);
+        return;
+    }
     o.put("{\"rule\":");
     o.json(st.rule);
     o.put(",");
