@@ -79,7 +79,8 @@ $t->conf_refused("ratelimit_zone a 1m state=$p/nginx.pid;\n",
     $text =~ s/^error_log .*\n//m or die;
     my $file = "$p/test-e.conf";
     RLTest::write_file($file, $text);
-    my $out = `${\ $t->nginx} -t -p $p/ -c $file -e $p/e.log 2>&1`;
+    my $preload = $ENV{RL_PRELOAD} ? "LD_PRELOAD=$ENV{RL_PRELOAD} " : '';
+    my $out = `$preload${\ $t->nginx} -t -p $p/ -c $file -e $p/e.log 2>&1`;
     isnt($? >> 8, 0, 'nginx -t fails: the error log of -e');
     like($out, qr/overrides_file=\Q$p\E\/e.log of zone "a" \(in \Q$file\E:\d+\) is "\Q$p\E\/e.log", $written/,
          'nginx -t names it: the error log of -e');
@@ -92,7 +93,8 @@ $t->conf_refused("ratelimit_zone a 1m state=$p/nginx.pid;\n",
     my $text = $t->conf_text("ratelimit_zone r 1m redis=127.0.0.1:6379 redis_password_file=$p/fifo;\n");
     RLTest::write_file("$p/fifo.conf", $text);
     my $at = time;
-    my $out = `timeout 10 ${\ $t->nginx} -t -p $p/ -c $p/fifo.conf -e $p/test-error.log 2>&1`;
+    my $preload = $ENV{RL_PRELOAD} ? "LD_PRELOAD=$ENV{RL_PRELOAD} " : '';
+    my $out = `timeout 10 env $preload${\ $t->nginx} -t -p $p/ -c $p/fifo.conf -e $p/test-error.log 2>&1`;
     my $took = time - $at;
     isnt($? >> 8, 0, 'nginx -t fails: a FIFO as redis_password_file=');
     ok($took < 5, "at once ($took s)");

@@ -18,6 +18,9 @@ use RLTest;
 
 my $faketime = '/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1';
 plan(skip_all => "no $faketime (Debian's libfaketime)") unless -f $faketime;
+# nginx preloaded with both the sanitizers' runtime and libfaketime hangs
+# before main (each interposes the clock's functions as it starts)
+plan(skip_all => 'libfaketime and the sanitizers\' runtime do not start together') if $ENV{RL_PRELOAD};
 
 my $t = RLTest->new();
 my $p = $t->prefix;
@@ -42,8 +45,7 @@ sub statuses { join ' ', map { hit(@_[0, 1])->{status} } 1 .. $_[2] }
 # ---- a file from a clock a day ahead ----
 
 {
-    # the sanitizers' runtime (RL_PRELOAD) first, as RLTest starts nginx
-    local $ENV{RL_PRELOAD} = join(' ', grep { $_ } $ENV{RL_PRELOAD}, $faketime);
+    local $ENV{RL_PRELOAD} = $faketime;
     local $ENV{FAKETIME} = '+1d';
     $t->start(conf('limit=5 period=1h'));
 }

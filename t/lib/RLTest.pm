@@ -168,9 +168,12 @@ sub conf_text {
     $body =~ s/%%PORT%%/$self->{port}/g;
     $body =~ s/%%PREFIX%%/$p/g;
     my $load = $self->load_line;
+    # under the sanitizers, their options pass to a new binary a binary
+    # upgrade starts (nginx keeps no other variable of its own)
+    my $env = $ENV{RL_PRELOAD} ? "env ASAN_OPTIONS;\nenv UBSAN_OPTIONS;\n" : '';
     return <<"EOF";
 $load
-${user}worker_processes $workers;
+$env${user}worker_processes $workers;
 daemon off;
 master_process $master;
 pid $p/nginx.pid;
