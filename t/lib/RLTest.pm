@@ -354,6 +354,8 @@ sub forget_kills {
     my ($self, $pids, %opt) = @_;
     my $reaped = wait_until(sub { !$self->zombie_workers }, 10);
     return $reaped unless @$pids;
+    # the master writes each one's line after it reaps it
+    wait_until(sub { my $l = $self->error_log; !grep { $l !~ /worker process $_ exited on signal 9/ } @$pids }, 5);
     my $who = join '|', @$pids;
     my $lines = $opt{locked} ? qr/worker process (?:$who) exited on signal 9|was locked by (?:$who)\b/
               : qr/worker process (?:$who) exited on signal 9/;
