@@ -1,7 +1,8 @@
 
 /*
  * ngx-ratelimit: a zone's overrides, its file, and the removal of expired
- * ones (ngx_ratelimit_overrides.c).
+ * ones (ngx_ratelimit_overrides.c); a Redis zone's, taken from Redis and
+ * written there (ngx_ratelimit_overrides_redis.c).
  */
 
 #ifndef NGX_RATELIMIT_OVERRIDES_H
@@ -66,6 +67,10 @@ struct ngx_ratelimit_overrides_poll_s {
 };
 
 
+/* a Redis zone's: how often each server asks for Redis's overrides'
+   version (a change applies on every server within about this) */
+#define NGX_RATELIMIT_OVERRIDES_POLL  250
+
 /* overrides= when a zone does not say */
 #define NGX_RATELIMIT_OVERRIDES_DEFAULT  1000
 
@@ -84,6 +89,8 @@ rl_override_rule_t *ngx_ratelimit_overrides_rule(
 ngx_int_t ngx_ratelimit_overrides_start(ngx_ratelimit_zone_t *zone,
     ngx_cycle_t *cycle);
 void ngx_ratelimit_overrides_changed(ngx_ratelimit_zone_t *zone);
+void ngx_ratelimit_overrides_poll(ngx_ratelimit_zone_t *zone,
+    int64_t now);
 void ngx_ratelimit_overrides_await(ngx_ratelimit_zone_t *zone,
     ngx_ratelimit_overrides_wait_t *aw, uint64_t version);
 void ngx_ratelimit_overrides_unwait(
