@@ -8,7 +8,7 @@
 #     a key reset lets its address in again;
 #   * the stats, the key API and Prometheus mark stream zones
 #     ("block":"stream", a block="stream" label), HTTP ones "block":"http"
-#     (their Prometheus labels as they were);
+#     (their Prometheus series with no block label);
 #   * a client that leaves while its connection is delayed gives its
 #     place back;
 #   * state=: a restart keeps every key's state.
@@ -128,7 +128,7 @@ is($zones && $zones->{zones}{ov}{block}, 'stream', 'the key API marks a stream z
     or diag explain $zones;
 my $metrics = $t->get("/stats?format=prometheus")->{content};
 like($metrics, qr/^nginx_ratelimit_\w+\{[^}]*zone="sz"[^}]*block="stream"/m, 'Prometheus: block="stream" on a stream zone\'s series');
-like($metrics, qr/^nginx_ratelimit_zone_keys\{zone="hz"\} \d+$/m, 'an HTTP zone\'s series keep their labels as they were');
+like($metrics, qr/^nginx_ratelimit_zone_keys\{zone="hz"\} \d+$/m, 'an HTTP zone\'s series carry no block label');
 
 # ---- state=: a restart keeps every key's state ---------------------------------------
 

@@ -41,9 +41,6 @@ typedef struct {
 /* The smallest block a table without blocks accepts. */
 RL_API size_t rl_table_min_size(void);
 
-/* Key slots a table of size bytes without blocks holds. */
-RL_API uint64_t rl_table_capacity_for(size_t size);
-
 /* RL_OK if a table of size bytes can hold these block sizes; else err. */
 RL_API int rl_table_plan(size_t size, const uint32_t *blob_sizes, size_t n,
     char *err, size_t errlen);

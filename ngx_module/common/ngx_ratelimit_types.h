@@ -35,6 +35,16 @@ typedef struct ngx_ratelimit_overrides_poll_s
     ngx_ratelimit_overrides_poll_t;
 
 
+/* Who decided a request or a session ($ratelimit_decided_by's words, in
+   this order): in the zone, in Redis, by on_redis_error's mode while Redis
+   failed, or from a refusal of Redis's remembered; 0 while nothing has. */
+#define NGX_RATELIMIT_BY_LOCAL           1
+#define NGX_RATELIMIT_BY_REDIS           2
+#define NGX_RATELIMIT_BY_FALLBACK_LOCAL  3
+#define NGX_RATELIMIT_BY_FALLBACK_ALLOW  4
+#define NGX_RATELIMIT_BY_FALLBACK_DENY   5
+#define NGX_RATELIMIT_BY_REDIS_CACHED    6
+
 /* A rule whose counters in its zone a worker has not looked up yet. */
 #define NGX_RATELIMIT_STATS_UNKNOWN     (-2)
 

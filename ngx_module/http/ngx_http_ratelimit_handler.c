@@ -203,7 +203,7 @@ ngx_http_ratelimit_decide(ngx_http_request_t *r,
                                                                          ctx));
     }
 
-    ctx->decided_by = NGX_HTTP_RATELIMIT_BY_LOCAL;
+    ctx->decided_by = NGX_RATELIMIT_BY_LOCAL;
 
     return ngx_http_ratelimit_handler_rc(r, ctx,
                                      ngx_http_ratelimit_decide_local(r, ctx));
@@ -281,6 +281,8 @@ ngx_http_ratelimit_vars(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
 static uint64_t
 ngx_http_ratelimit_cost(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule)
 {
+    char       err[RL_ERR_MAX];
+    uint64_t   cost;
     ngx_log_t  log;
     ngx_str_t  value;
 
@@ -288,8 +290,14 @@ ngx_http_ratelimit_cost(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule)
         ngx_str_null(&value);
     }
 
-    return ngx_ratelimit_rule_cost(ngx_http_ratelimit_request_log(r, &log),
-                                   &rule->common, &value);
+    cost = ngx_ratelimit_rule_cost(&rule->common, &value, err);
+
+    if (err[0] != '\0') {
+        ngx_ratelimit_log_bad(ngx_http_ratelimit_request_log(r, &log),
+                              &rule->common, err);
+    }
+
+    return cost;
 }
 
 
@@ -303,8 +311,10 @@ static const rl_rule_t *
 ngx_http_ratelimit_rule_as_applied(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule)
 {
-    ngx_log_t  log;
-    ngx_str_t  limit, burst;
+    char              err[RL_ERR_MAX];
+    ngx_log_t         log;
+    ngx_str_t         limit, burst;
+    const rl_rule_t  *applied;
 
     ngx_str_null(&limit);
     ngx_str_null(&burst);
@@ -320,9 +330,15 @@ ngx_http_ratelimit_rule_as_applied(ngx_http_request_t *r,
         return NULL;
     }
 
-    return ngx_ratelimit_rule_applied(r->main->pool,
-                                      ngx_http_ratelimit_request_log(r, &log),
-                                      &rule->common, &limit, &burst);
+    applied = ngx_ratelimit_rule_applied(r->main->pool, &rule->common,
+                                         &limit, &burst, err);
+
+    if (err[0] != '\0') {
+        ngx_ratelimit_log_bad(ngx_http_ratelimit_request_log(r, &log),
+                              &rule->common, err);
+    }
+
+    return applied;
 }
 
 
@@ -540,11 +556,11 @@ ngx_http_ratelimit_decide_redis(ngx_http_request_t *r,
 
     case NGX_RATELIMIT_REDIS_OVERRIDE:
         return ngx_http_ratelimit_redis_verdict(r, ctx, zone,
-                                                NGX_HTTP_RATELIMIT_BY_LOCAL);
+                                                NGX_RATELIMIT_BY_LOCAL);
 
     case NGX_RATELIMIT_REDIS_REMEMBERED:
         return ngx_http_ratelimit_redis_verdict(r, ctx, zone,
-                                           NGX_HTTP_RATELIMIT_BY_REDIS_CACHED);
+                                           NGX_RATELIMIT_BY_REDIS_CACHED);
     }
 
     if (ngx_http_ratelimit_keep_checks(ctx) != NGX_OK) {
@@ -639,7 +655,7 @@ ngx_http_ratelimit_redis_decided(ngx_ratelimit_redis_wait_t *w,
     } else {
         (void) ngx_atomic_fetch_add(&zone->redis->stats->decisions, 1);
         rc = ngx_http_ratelimit_redis_verdict(r, ctx, zone,
-                                              NGX_HTTP_RATELIMIT_BY_REDIS);
+                                              NGX_RATELIMIT_BY_REDIS);
     }
 
     ngx_http_ratelimit_resume(r, ctx, rc);
@@ -662,11 +678,11 @@ ngx_http_ratelimit_redis_verdict(ngx_http_request_t *r,
     ctx->decided_by = by;
 
     ctx->here = ngx_ratelimit_redis_counted(zone, &ctx->rq,
-                                            by == NGX_HTTP_RATELIMIT_BY_REDIS,
+                                            by == NGX_RATELIMIT_BY_REDIS,
                                             ctx->redis_epoch, ctx->redis_sent,
                                             ctx->here);
 
-    if (by == NGX_HTTP_RATELIMIT_BY_REDIS) {
+    if (by == NGX_RATELIMIT_BY_REDIS) {
         ctx->leased = ngx_ratelimit_redis_lease_hold(zone->redis, &ctx->rq,
                                                      &ctx->lease);
     }
@@ -701,18 +717,18 @@ ngx_http_ratelimit_redis_fallback(ngx_http_request_t *r,
     switch (redis->on_error) {
 
     case NGX_RATELIMIT_REDIS_LOCAL:
-        ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL;
+        ctx->decided_by = NGX_RATELIMIT_BY_FALLBACK_LOCAL;
         rc = ngx_http_ratelimit_decide_local(r, ctx);
         break;
 
     case NGX_RATELIMIT_REDIS_DENY:
-        ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_DENY;
+        ctx->decided_by = NGX_RATELIMIT_BY_FALLBACK_DENY;
         rl_request_fail(&ctx->rq, 1);
         rc = ngx_http_ratelimit_apply_verdict(r, ctx);
         break;
 
     default: /* NGX_RATELIMIT_REDIS_ALLOW */
-        ctx->decided_by = NGX_HTTP_RATELIMIT_BY_FALLBACK_ALLOW;
+        ctx->decided_by = NGX_RATELIMIT_BY_FALLBACK_ALLOW;
         rl_request_fail(&ctx->rq, 0);
         rc = ngx_http_ratelimit_apply_verdict(r, ctx);
         break;

@@ -258,9 +258,9 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
     }
 
     if (!ctx->ends || ctx->ended || !ctx->kept
-        || (ctx->decided_by != NGX_HTTP_RATELIMIT_BY_LOCAL
-            && ctx->decided_by != NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL
-            && ctx->decided_by != NGX_HTTP_RATELIMIT_BY_REDIS))
+        || (ctx->decided_by != NGX_RATELIMIT_BY_LOCAL
+            && ctx->decided_by != NGX_RATELIMIT_BY_FALLBACK_LOCAL
+            && ctx->decided_by != NGX_RATELIMIT_BY_REDIS))
     {
         return;
     }
@@ -280,7 +280,7 @@ ngx_http_ratelimit_end(ngx_http_ratelimit_ctx_t *ctx, ngx_uint_t charges)
                     : RL_NO_CHARGE;
     }
 
-    if (ctx->decided_by == NGX_HTTP_RATELIMIT_BY_REDIS) {
+    if (ctx->decided_by == NGX_RATELIMIT_BY_REDIS) {
         redis = ngx_ratelimit_zone_of(
                     ngx_ratelimit_rule_of(&ctx->rq.checks[0]))->redis;
 

@@ -19,14 +19,6 @@
 #include "ngx_ratelimit_redis_types.h"
 
 
-/* $ratelimit_decided_by: where the decision was taken */
-#define NGX_HTTP_RATELIMIT_BY_LOCAL          1
-#define NGX_HTTP_RATELIMIT_BY_REDIS          2
-#define NGX_HTTP_RATELIMIT_BY_FALLBACK_LOCAL 3
-#define NGX_HTTP_RATELIMIT_BY_FALLBACK_ALLOW 4
-#define NGX_HTTP_RATELIMIT_BY_FALLBACK_DENY  5
-#define NGX_HTTP_RATELIMIT_BY_REDIS_CACHED   6
-
 /* ratelimit_headers */
 #define NGX_HTTP_RATELIMIT_HEADERS_LEGACY    0x01
 #define NGX_HTTP_RATELIMIT_HEADERS_IETF      0x02
@@ -126,7 +118,7 @@ struct ngx_http_ratelimit_ctx_s {
     ngx_pool_cleanup_t           cleanup;   /* in r->main's pool */
     ngx_uint_t                   status;    /* enum rl_status */
     ngx_uint_t                   headers;   /* mode of the checking location */
-    ngx_uint_t                   decided_by; /* NGX_HTTP_RATELIMIT_BY_* */
+    ngx_uint_t                   decided_by; /* NGX_RATELIMIT_BY_* */
 
     ngx_http_ratelimit_rule_t   *rule;      /* binding rule, or NULL */
     const rl_rule_t             *applied;   /* its parameters as applied to

@@ -50,7 +50,7 @@ ngx_int_t
 ngx_http_ratelimit_delay(ngx_http_request_t *r, ngx_http_ratelimit_ctx_t *ctx)
 {
     ctx->delayed = 1;
-    ctx->refund = ctx->decided_by != NGX_HTTP_RATELIMIT_BY_REDIS;
+    ctx->refund = ctx->decided_by != NGX_RATELIMIT_BY_REDIS;
 
     return ngx_http_ratelimit_hold(r, ngx_http_ratelimit_delayed,
                                    (ngx_msec_t) ctx->rq.delay_ms);

@@ -191,6 +191,8 @@ ngx_stream_ratelimit_decide(ngx_stream_session_t *s,
         return ngx_stream_ratelimit_decide_redis(s, ctx);
     }
 
+    ctx->decided_by = NGX_RATELIMIT_BY_LOCAL;
+
     return ngx_stream_ratelimit_decide_local(s, ctx);
 }
 
@@ -243,11 +245,11 @@ ngx_stream_ratelimit_decide_redis(ngx_stream_session_t *s,
 
     case NGX_RATELIMIT_REDIS_OVERRIDE:
         return ngx_stream_ratelimit_redis_verdict(s, ctx, zone,
-                                                NGX_STREAM_RATELIMIT_BY_LOCAL);
+                                                NGX_RATELIMIT_BY_LOCAL);
 
     case NGX_RATELIMIT_REDIS_REMEMBERED:
         return ngx_stream_ratelimit_redis_verdict(s, ctx, zone,
-                                         NGX_STREAM_RATELIMIT_BY_REDIS_CACHED);
+                                         NGX_RATELIMIT_BY_REDIS_CACHED);
     }
 
     if (ngx_stream_ratelimit_keep(s, ctx) != NGX_OK) {
@@ -319,7 +321,7 @@ ngx_stream_ratelimit_redis_done(ngx_ratelimit_redis_wait_t *w,
     } else {
         (void) ngx_atomic_fetch_add(&zone->redis->stats->decisions, 1);
         rc = ngx_stream_ratelimit_redis_verdict(s, ctx, zone,
-                                                NGX_STREAM_RATELIMIT_BY_REDIS);
+                                                NGX_RATELIMIT_BY_REDIS);
     }
 
     /* delayed (NGX_DONE): its timer runs the phases on */
@@ -350,17 +352,17 @@ ngx_stream_ratelimit_redis_verdict(ngx_stream_session_t *s,
     ctx->decided_by = by;
 
     ctx->here = ngx_ratelimit_redis_counted(zone, &ctx->rq,
-                                          by == NGX_STREAM_RATELIMIT_BY_REDIS,
+                                          by == NGX_RATELIMIT_BY_REDIS,
                                             ctx->redis_epoch, ctx->redis_sent,
                                             ctx->here);
 
-    if (by == NGX_STREAM_RATELIMIT_BY_REDIS) {
+    if (by == NGX_RATELIMIT_BY_REDIS) {
         ctx->leased = ngx_ratelimit_redis_lease_hold(zone->redis, &ctx->rq,
                                                      &ctx->lease);
     }
 
-    if (by != NGX_STREAM_RATELIMIT_BY_REDIS
-        && by != NGX_STREAM_RATELIMIT_BY_LOCAL)
+    if (by != NGX_RATELIMIT_BY_REDIS
+        && by != NGX_RATELIMIT_BY_LOCAL)
     {
         ctx->ends = 0;   /* it holds nothing to give back */
     }
@@ -396,19 +398,19 @@ ngx_stream_ratelimit_redis_fallback(ngx_stream_session_t *s,
     switch (redis->on_error) {
 
     case NGX_RATELIMIT_REDIS_LOCAL:
-        ctx->decided_by = NGX_STREAM_RATELIMIT_BY_FALLBACK_LOCAL;
+        ctx->decided_by = NGX_RATELIMIT_BY_FALLBACK_LOCAL;
         rc = ngx_stream_ratelimit_decide_local(s, ctx);
         break;
 
     case NGX_RATELIMIT_REDIS_DENY:
-        ctx->decided_by = NGX_STREAM_RATELIMIT_BY_FALLBACK_DENY;
+        ctx->decided_by = NGX_RATELIMIT_BY_FALLBACK_DENY;
         ctx->ends = 0;
         rl_request_fail(&ctx->rq, 1);
         rc = ngx_stream_ratelimit_verdict(s, rscf, ctx);
         break;
 
     default: /* NGX_RATELIMIT_REDIS_ALLOW */
-        ctx->decided_by = NGX_STREAM_RATELIMIT_BY_FALLBACK_ALLOW;
+        ctx->decided_by = NGX_RATELIMIT_BY_FALLBACK_ALLOW;
         ctx->ends = 0;
         rl_request_fail(&ctx->rq, 0);
         rc = ngx_stream_ratelimit_verdict(s, rscf, ctx);
@@ -428,6 +430,7 @@ static ngx_int_t
 ngx_stream_ratelimit_check(ngx_stream_session_t *s,
     ngx_stream_ratelimit_rule_t *rule, rl_check_t *c)
 {
+    char       err[RL_ERR_MAX];
     ngx_str_t  key, value;
 
     if (ngx_stream_complex_value(s, rule->key, &key) != NGX_OK) {
@@ -454,8 +457,11 @@ ngx_stream_ratelimit_check(ngx_stream_session_t *s,
             ngx_str_null(&value);
         }
 
-        c->cost = ngx_ratelimit_rule_cost(s->connection->log, &rule->common,
-                                          &value);
+        c->cost = ngx_ratelimit_rule_cost(&rule->common, &value, err);
+
+        if (err[0] != '\0') {
+            ngx_ratelimit_log_bad(s->connection->log, &rule->common, err);
+        }
     }
 
     if (rule->limit != NULL || rule->burst != NULL) {
@@ -476,7 +482,9 @@ static const rl_rule_t *
 ngx_stream_ratelimit_applied(ngx_stream_session_t *s,
     ngx_stream_ratelimit_rule_t *rule)
 {
-    ngx_str_t  limit, burst;
+    char              err[RL_ERR_MAX];
+    ngx_str_t         limit, burst;
+    const rl_rule_t  *applied;
 
     ngx_str_null(&limit);
     ngx_str_null(&burst);
@@ -489,8 +497,14 @@ ngx_stream_ratelimit_applied(ngx_stream_session_t *s,
         return NULL;
     }
 
-    return ngx_ratelimit_rule_applied(s->connection->pool, s->connection->log,
-                                      &rule->common, &limit, &burst);
+    applied = ngx_ratelimit_rule_applied(s->connection->pool, &rule->common,
+                                         &limit, &burst, err);
+
+    if (err[0] != '\0') {
+        ngx_ratelimit_log_bad(s->connection->log, &rule->common, err);
+    }
+
+    return applied;
 }
 
 
@@ -534,7 +548,8 @@ ngx_stream_ratelimit_verdict(ngx_stream_session_t *s,
         ctx->delay.data = ctx;
         ctx->delay.log = s->connection->log;
         ctx->delayed = 1;
-        ctx->refund = 1;
+        /* Redis keeps what it reserved (as HTTP's delayed requests) */
+        ctx->refund = ctx->decided_by != NGX_RATELIMIT_BY_REDIS;
         ngx_add_timer(&ctx->delay, (ngx_msec_t) rq->delay_ms);
         return ngx_stream_ratelimit_watch(s);
 
@@ -719,7 +734,14 @@ ngx_stream_ratelimit_end(ngx_stream_ratelimit_ctx_t *ctx)
         ngx_ratelimit_unlock(&ctx->rq, mutex);
     }
 
-    if (!ctx->ends) {
+    /* a session nothing decided (its client left while Redis was asked)
+       holds nothing; on_redis_error=allow or deny reserved nothing */
+
+    if (!ctx->ends
+        || (ctx->decided_by != NGX_RATELIMIT_BY_LOCAL
+            && ctx->decided_by != NGX_RATELIMIT_BY_FALLBACK_LOCAL
+            && ctx->decided_by != NGX_RATELIMIT_BY_REDIS))
+    {
         return;
     }
 
@@ -727,7 +749,7 @@ ngx_stream_ratelimit_end(ngx_stream_ratelimit_ctx_t *ctx)
     redis = ngx_ratelimit_zone_of(
                 ngx_ratelimit_rule_of(&ctx->rq.checks[0]))->redis;
 
-    if (ctx->decided_by == NGX_STREAM_RATELIMIT_BY_REDIS) {
+    if (ctx->decided_by == NGX_RATELIMIT_BY_REDIS) {
         if (ctx->leased) {
             ctx->leased = 0;
             ngx_ratelimit_redis_lease_release(redis, &ctx->rq, &ctx->lease);

@@ -19,16 +19,6 @@
 #include "ngx_ratelimit_redis_types.h"
 
 
-/* who decided a session (a zone with redis=: Redis, a refusal of Redis's
-   remembered, or on_redis_error's mode while Redis failed) */
-#define NGX_STREAM_RATELIMIT_BY_LOCAL          0
-#define NGX_STREAM_RATELIMIT_BY_REDIS          1
-#define NGX_STREAM_RATELIMIT_BY_REDIS_CACHED   2
-#define NGX_STREAM_RATELIMIT_BY_FALLBACK_LOCAL 3
-#define NGX_STREAM_RATELIMIT_BY_FALLBACK_ALLOW 4
-#define NGX_STREAM_RATELIMIT_BY_FALLBACK_DENY  5
-
-
 typedef struct {
     ngx_ratelimit_rule_t         common;    /* first: a check's data is
                                                both (ngx_ratelimit_rule_of) */
@@ -79,7 +69,7 @@ typedef struct {
     ngx_ratelimit_redis_wait_t  *redis;     /* its call to Redis */
     int64_t                      redis_sent; /* when it was sent, and the */
     uint32_t                     redis_epoch; /* refusals' epoch then */
-    ngx_uint_t                   decided_by; /* NGX_STREAM_RATELIMIT_BY_* */
+    ngx_uint_t                   decided_by; /* NGX_RATELIMIT_BY_* */
     ngx_ratelimit_lease_t        lease;     /* with leased */
     unsigned                     delayed:1; /* held by its timer */
     unsigned                     refund:1;  /* give back if it ends held */

@@ -122,24 +122,6 @@ ngx_ratelimit_overrides_rules(ngx_ratelimit_zone_t *zone,
 }
 
 
-/* The configured rule of a name in a zone, or NULL. */
-
-rl_override_rule_t *
-ngx_ratelimit_overrides_rule(rl_override_rule_t *rules, ngx_uint_t n,
-    const char *name)
-{
-    ngx_uint_t  i;
-
-    for (i = 0; i < n; i++) {
-        if (ngx_strcmp(rules[i].rule->name, name) == 0) {
-            return &rules[i];
-        }
-    }
-
-    return NULL;
-}
-
-
 /*
  * The store laid out after the zone's table, or kept (a reload); a new one
  * filled from the zone's file.  In the master, as the zone is made: nobody

@@ -84,8 +84,6 @@ void ngx_ratelimit_overrides_load(ngx_ratelimit_zone_t *zone,
     ngx_log_t *log);
 rl_override_rule_t *ngx_ratelimit_overrides_rules(
     ngx_ratelimit_zone_t *zone, rl_override_rule_t *out, ngx_uint_t *n);
-rl_override_rule_t *ngx_ratelimit_overrides_rule(
-    rl_override_rule_t *rules, ngx_uint_t n, const char *name);
 ngx_int_t ngx_ratelimit_overrides_start(ngx_ratelimit_zone_t *zone,
     ngx_cycle_t *cycle);
 void ngx_ratelimit_overrides_changed(ngx_ratelimit_zone_t *zone);

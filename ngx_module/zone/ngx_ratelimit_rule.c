@@ -312,23 +312,22 @@ ngx_ratelimit_rule_unkeyed(ngx_conf_t *cf, ngx_ratelimit_rule_t *rule,
 
 /*
  * cost=$variable's value for a request or session (value: evaluated by
- * its protocol): the core says what it counts as (rl_rule_cost); a bad one
- * is logged, folded, in log.
+ * its protocol): the core says what it counts as (rl_rule_cost); what is
+ * wrong with a bad one in err (RL_ERR_MAX bytes; "" for a good one), for
+ * its caller to log (ngx_ratelimit_log_bad): the log's context is built
+ * only then.
  */
 
 uint64_t
-ngx_ratelimit_rule_cost(ngx_log_t *log, ngx_ratelimit_rule_t *rule,
-    ngx_str_t *value)
+ngx_ratelimit_rule_cost(ngx_ratelimit_rule_t *rule, ngx_str_t *value,
+    char *err)
 {
-    char      err[RL_ERR_MAX];
     uint64_t  cost;
 
-    if (rl_rule_cost(&rule->rule, (char *) value->data, value->len, &cost,
-                     err, sizeof(err))
-        != RL_OK)
-    {
-        ngx_ratelimit_log_bad(log, rule, err);
-    }
+    err[0] = '\0';
+
+    (void) rl_rule_cost(&rule->rule, (char *) value->data, value->len, &cost,
+                        err, RL_ERR_MAX);
 
     return cost;
 }
@@ -337,29 +336,26 @@ ngx_ratelimit_rule_cost(ngx_log_t *log, ngx_ratelimit_rule_t *rule,
 /*
  * limit=$variable, burst=$variable: the rule as it applies to a request or
  * session (limit, burst: their values, empty where the rule has none), in
- * pool (rl_rule_apply; a bad value is logged in log and replaced as the
- * core says).
+ * pool (rl_rule_apply: a bad value is replaced as the core says, and what
+ * is wrong with it is in err, as ngx_ratelimit_rule_cost's).
  */
 
 const rl_rule_t *
-ngx_ratelimit_rule_applied(ngx_pool_t *pool, ngx_log_t *log,
-    ngx_ratelimit_rule_t *rule, ngx_str_t *limit, ngx_str_t *burst)
+ngx_ratelimit_rule_applied(ngx_pool_t *pool, ngx_ratelimit_rule_t *rule,
+    ngx_str_t *limit, ngx_str_t *burst, char *err)
 {
-    char        err[RL_ERR_MAX];
     rl_rule_t  *applied;
+
+    err[0] = '\0';
 
     applied = ngx_palloc(pool, sizeof(rl_rule_t));
     if (applied == NULL) {
         return NULL;
     }
 
-    if (rl_rule_apply(&rule->rule, (char *) limit->data, limit->len,
-                      (char *) burst->data, burst->len, applied, err,
-                      sizeof(err))
-        != RL_OK)
-    {
-        ngx_ratelimit_log_bad(log, rule, err);
-    }
+    (void) rl_rule_apply(&rule->rule, (char *) limit->data, limit->len,
+                         (char *) burst->data, burst->len, applied, err,
+                         RL_ERR_MAX);
 
     return applied;
 }

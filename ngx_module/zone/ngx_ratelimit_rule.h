@@ -30,10 +30,11 @@ void *ngx_ratelimit_rule_new(ngx_conf_t *cf, ngx_array_t *rules,
     ngx_flag_t off, size_t size);
 ngx_int_t ngx_ratelimit_rule_read(ngx_conf_t *cf, ngx_ratelimit_rule_t *rule,
     ngx_str_t *zone, ngx_str_t *key, ngx_ratelimit_param_pt param);
-uint64_t ngx_ratelimit_rule_cost(ngx_log_t *log, ngx_ratelimit_rule_t *rule,
-    ngx_str_t *value);
-const rl_rule_t *ngx_ratelimit_rule_applied(ngx_pool_t *pool, ngx_log_t *log,
-    ngx_ratelimit_rule_t *rule, ngx_str_t *limit, ngx_str_t *burst);
+uint64_t ngx_ratelimit_rule_cost(ngx_ratelimit_rule_t *rule,
+    ngx_str_t *value, char *err);
+const rl_rule_t *ngx_ratelimit_rule_applied(ngx_pool_t *pool,
+    ngx_ratelimit_rule_t *rule, ngx_str_t *limit, ngx_str_t *burst,
+    char *err);
 void ngx_ratelimit_rule_unkeyed(ngx_conf_t *cf, ngx_ratelimit_rule_t *rule,
     ngx_str_t *key, ngx_uint_t variables);
 

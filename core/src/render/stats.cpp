@@ -199,7 +199,7 @@ void series(Out &o, const char *metric, const rl_zone_snapshot_t &z)
     o.put("{zone=");
     o.label(z.name);
     if (z.block.len != 0 && !(z.block.len == 4 && std::memcmp(z.block.data, "http", 4) == 0)) {
-        o.put(",block=");  // an HTTP zone's series keep their labels as they were
+        o.put(",block=");  // an HTTP zone's series carry none: queries made for them match
         o.label(z.block);
     }
 }

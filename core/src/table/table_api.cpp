@@ -17,13 +17,6 @@ size_t rl_table_min_size(void)
            rl::TopList::bytes(false);
 }
 
-uint64_t rl_table_capacity_for(size_t size)
-{
-    rl::Layout layout;
-    char err[RL_ERR_MAX];
-    return rl::Table::plan(size, nullptr, 0, 0, 0, &layout, err, sizeof(err)) ? layout.nbuckets * 3 : 0;
-}
-
 uint32_t rl_table_stack(uint64_t slots, uint64_t blocks)
 {
     // (past 64 slots a block the buckets' share is two thirds anyway)
