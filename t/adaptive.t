@@ -255,7 +255,10 @@ my $before = $t->rule_stats('ad', 'mix')->{baseline_us};
 ok($before >= 1000 * $MEAN / 2, "the baseline of the fast requests: $before us");
 load(($CAPACITY) . ':4', '/mix/ms/' . $MEAN, '--mix', '/mix/status/404:0.5');
 my $after = $t->rule_stats('ad', 'mix')->{baseline_us};
-ok($after >= 0.75 * $before, "a flood of 404s leaves the baseline: $after us");
+# (against the upstream's own 50 ms where a busy machine made the first
+# reading longer: it inflates latencies, never shortens them)
+my $real = $before < 1000 * $MEAN ? $before : 1000 * $MEAN;
+ok($after >= 0.75 * $real, "a flood of 404s leaves the baseline: $after us (before: $before us)");
 
 # nginx -t
 $t->conf_refused("ratelimit_zone r 1m redis=127.0.0.1:6379;\n"

@@ -291,7 +291,11 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
         my $redis = RLTest::optional_redis("\"$title\" is not run") or skip 'redis-server is not installed', 4;
         my @fleet = map { start_recipe($title, redis => $redis->port) } 1 .. 2;
         my @s;
+        my $t0 = time;
         push @s, $fleet[ $_ % 2 ]->get('/api/x', { 'X-Api-Key' => 'k1' })->{status} for 1 .. 101;
+        # gcra: 100 at once, then one every 600 ms: a machine slow enough
+        # to take that long over the 101 requests earns the key more
+        my $earned = int((time - $t0) / 0.6);
         # a request Redis did not answer in time is decided by the server
         # alone (on_redis_error=local, counted as a fallback): exact when
         # there is none
@@ -301,6 +305,11 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
             diag("decided by on_redis_error=local: @late");
             cmp_ok(scalar(grep { $_ == 200 } @s), '<=', 101, "$title: 100 a minute, and those decided locally");
             pass("$title: the 101st, decided locally");
+        } elsif ($earned) {
+            my $ok = grep { $_ == 200 } @s;
+            ok($ok >= 100 && $ok <= 100 + $earned,
+               "$title: 100 a minute across two servers, and $earned more earned in the requests' time ($ok)");
+            pass("$title: the 101st, after one was earned");
         } else {
             is(scalar(grep { $_ == 200 } @s), 100, "$title: 100 a minute across two servers");
             is($s[-1], 429, "$title: the 101st refused, whichever server");
