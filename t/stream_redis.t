@@ -2,7 +2,8 @@
 # Stream zones on Redis, end to end: two nginx servers share one Redis.
 #
 #   * redis=: limit=5 per address decided in Redis: exactly 5 connections
-#     admitted across both servers (the upstream counts 5), another
+#     admitted across both servers, one after another and 30 at once (the
+#     upstream counts 5), another
 #     address its own 5; UDP sessions the same; a limit per SNI name
 #     (decided as the content phase starts) the same;
 #   * a session waits for Redis's reply while its worker serves others;
@@ -124,6 +125,18 @@ ok($stats && $stats->{decisions} >= 1, 'the stats count decisions taken in Redis
 my $port1 = $p{1}{exact};
 like(RLTest::read_file($fleet[1]->prefix . '/stream.log'), qr/^127\.0\.0\.2 $port1 503 REJECTED exact$/m,
      'the other server refused the 6th: 503 REJECTED in its stream access log');
+
+# 30 connections at once, 15 to each server, all waiting for Redis
+# together: still exactly 5
+$base = $up->count('tcp');
+my @open = map {
+    IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $p{ $_ % 2 }{exact}, Proto => 'tcp',
+                          LocalAddr => '127.0.0.9', Timeout => 5) or die "connect: $!"
+} 0 .. 29;
+my $answered = grep { RLStream::read_line($_, 5) =~ /^ok/ } @open;
+close $_ for @open;
+is($answered, 5, '30 connections at once over both servers: exactly 5 admitted');
+is(upstream_after('tcp', $base + 5), $base + 5, 'the upstream counts 5 of them');
 
 my @sni = map { RLStream::tls($p{ $_ % 2 }{sni}, $_ < 3 ? 'a.example' : 'b.example') || 'closed' } 0 .. 5;
 is("@sni", 'ok ok closed ok ok closed', 'per SNI name through ssl_preread, decided in Redis: 2 a name across both servers');
