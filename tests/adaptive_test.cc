@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "algorithms/algorithm.h"
 #include "helpers.h"
 
 namespace {
@@ -216,17 +217,17 @@ TEST(Adaptive, RuleParameters)
     char err[RL_ERR_MAX];
     ASSERT_EQ(rl_rule_parse(&r, name_room(), "algorithm=adaptive limit=64", err, sizeof(err)), RL_OK) << err;
     EXPECT_STREQ(r.name, "adaptive_64_adaptive");
-    EXPECT_EQ(r.adapt_min, 1u);
-    EXPECT_EQ(r.tolerance, 120u);
-    EXPECT_EQ(r.interval_ms, 500);
+    EXPECT_EQ(rl::own_value(r, "min"), 1);
+    EXPECT_EQ(rl::own_value(r, "tolerance"), 120);
+    EXPECT_EQ(rl::own_value(r, "interval"), 500);
     ASSERT_EQ(rl_rule_parse(&r, name_room(), "algorithm=adaptive limit=64 min=4 initial=16 tolerance=1.5 interval=1s",
                             err, sizeof(err)),
               RL_OK)
         << err;
-    EXPECT_EQ(r.adapt_min, 4u);
-    EXPECT_EQ(r.adapt_initial, 16u);
-    EXPECT_EQ(r.tolerance, 150u);
-    EXPECT_EQ(r.interval_ms, 1000);
+    EXPECT_EQ(rl::own_value(r, "min"), 4);
+    EXPECT_EQ(rl::own_value(r, "initial"), 16);
+    EXPECT_EQ(rl::own_value(r, "tolerance"), 150);
+    EXPECT_EQ(rl::own_value(r, "interval"), 1000);
     const struct {
         const char *text, *says;
     } bad[] = {
@@ -249,10 +250,10 @@ TEST(Adaptive, RuleParameters)
     }
     ASSERT_EQ(rl_rule_parse(&r, name_room(), "algorithm=adaptive limit=8 tolerance=10", err, sizeof(err)), RL_OK)
         << err;
-    EXPECT_EQ(r.tolerance, 1000u);
+    EXPECT_EQ(rl::own_value(r, "tolerance"), 1000);
     ASSERT_EQ(rl_rule_parse(&r, name_room(), "algorithm=adaptive limit=8 tolerance=1.05", err, sizeof(err)), RL_OK)
         << err;
-    EXPECT_EQ(r.tolerance, 105u);
+    EXPECT_EQ(rl::own_value(r, "tolerance"), 105);
 }
 
 TEST(Adaptive, NotDecidedInRedis)

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/algorithm.h"
 #include "helpers.h"
 
 namespace {
@@ -76,7 +77,7 @@ TEST(Concurrency, RuleParameters)
     ASSERT_EQ(rl_rule_parse(&r, name_room(), "algorithm=concurrency limit=2 max_wait=10s", err, sizeof(err)), RL_OK)
         << err;
     EXPECT_STREQ(r.name, "concurrency_2_at_once");
-    EXPECT_EQ(r.max_wait_ms, 10000);
+    EXPECT_EQ(rl::own_value(r, "max_wait"), 10000);
     EXPECT_EQ(rl_rule_parse(&r, name_room(), "algorithm=concurrency limit=2 period=1m", err, sizeof(err)), RL_ERROR);
     EXPECT_NE(std::string(err).find("\"period=\" does not apply to algorithm=concurrency"), std::string::npos) << err;
     EXPECT_EQ(rl_rule_parse(&r, name_room(), "algorithm=concurrency limit=2 cost=3", err, sizeof(err)), RL_ERROR);
@@ -88,7 +89,7 @@ TEST(Concurrency, RuleParameters)
     // a Redis zone holds slots as leases; a wait there is refused
     ASSERT_EQ(rl_rule_parse(&r, name_room(), "algorithm=concurrency limit=2", err, sizeof(err)), RL_OK);
     EXPECT_EQ(rl_redis_rule_ok(&r, err, sizeof(err)), RL_OK) << err;
-    EXPECT_EQ(r.lease_ms, RL_LEASE_DEFAULT_MS);
+    EXPECT_EQ(rl::own_value(r, "lease"), RL_LEASE_DEFAULT_MS);
     ASSERT_EQ(rl_rule_parse(&r, name_room(), "algorithm=concurrency limit=2 max_wait=1s", err, sizeof(err)), RL_OK);
     EXPECT_EQ(rl_redis_rule_ok(&r, err, sizeof(err)), RL_ERROR);
     EXPECT_EQ(rl_rule_parse(&r, name_room(), "algorithm=concurrency limit=2 lease=500ms", err, sizeof(err)), RL_ERROR);

@@ -587,7 +587,7 @@ TEST(Redis, ConcurrencyIsDecidedInRedisWithoutWaits)
     char err[RL_ERR_MAX];
     rl_rule_t r = rule_of("algorithm=concurrency limit=10");
     EXPECT_EQ(rl_redis_rule_ok(&r, err, sizeof(err)), RL_OK) << err;
-    EXPECT_EQ(r.lease_ms, RL_LEASE_DEFAULT_MS);
+    EXPECT_EQ(rl_redis_lease_ms(&r), RL_LEASE_DEFAULT_MS);
     rl_rule_t waits = rule_of("algorithm=concurrency limit=10 max_wait=2s");
     EXPECT_EQ(rl_redis_rule_ok(&waits, err, sizeof(err)), RL_ERROR);
     EXPECT_NE(std::string(err).find("\"max_wait=\" does not apply to algorithm=concurrency in a Redis zone"),
@@ -596,7 +596,7 @@ TEST(Redis, ConcurrencyIsDecidedInRedisWithoutWaits)
     rl_rule_t adaptive = rule_of("algorithm=adaptive limit=10");
     EXPECT_EQ(rl_redis_rule_ok(&adaptive, err, sizeof(err)), RL_ERROR);
     rl_rule_t leased = rule_of("algorithm=concurrency limit=3 lease=10s");
-    EXPECT_EQ(leased.lease_ms, 10000);
+    EXPECT_EQ(rl_redis_lease_ms(&leased), 10000);
 }
 
 // Concurrency's leases through the script: a key's slots held across

@@ -2,6 +2,7 @@
 #include <cstring>
 #include <string>
 
+#include "algorithms/algorithm.h"
 #include "helpers.h"
 
 namespace {
@@ -42,7 +43,7 @@ TEST(Rule, AcceptsEdgeValues)
     EXPECT_EQ(rule_of("limit=1 period=366d").period_ms, 366LL * 86400000);
     EXPECT_EQ(rule_of("limit=5 cost=0").cost, 0u);
     EXPECT_EQ(rule_of("limit=5 burst=7 cost=7").cost, 7u);
-    EXPECT_EQ(rule_of("algorithm=fixed_window limit=5 align=first").align, (uint32_t) RL_ALIGN_FIRST);
+    EXPECT_EQ(rl::own_value(rule_of("algorithm=fixed_window limit=5 align=first"), "align"), (uint32_t) RL_ALIGN_FIRST);
     EXPECT_EQ(rule_of("zone=api key=$remote_addr limit=5").limit, 5u);  // the glue's, ignored
 }
 
@@ -68,9 +69,9 @@ TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
               "invalid \"period=367d\": expected a time from 1ms to 366d, like 500ms, 1s, 1m, 1h, 7d");
     EXPECT_EQ(error_of("limit=5 colour=red"),
               "unknown parameter \"colour=red\": expected zone=, key=, algorithm=, limit=, period=, burst=, "
-              "cost=, name=, align=, buckets=, max_delay=, delay=, reset=, utc_offset=, zero_cost=, log_key=, "
-              "limit_default=, "
-              "limit_max=, charge=, ban=, max_wait=, abandoned=, min=, initial=, tolerance=, interval= or lease=");
+              "cost=, name=, zero_cost=, log_key=, limit_default=, limit_max=, charge=, ban=, abandoned=, align=, "
+              "buckets=, max_delay=, delay=, reset=, utc_offset=, max_wait=, lease=, min=, initial=, tolerance= or "
+              "interval=");
     EXPECT_EQ(error_of("limit=5 zero_cost=on"),
               "\"zero_cost=\" applies to cost=$variable only: a constant cost=0 always looks without spending");
     EXPECT_EQ(error_of("limit=5 zero_cost=maybe"),
@@ -165,17 +166,17 @@ TEST(Rule, StateBoundEdges)
 
 TEST(Rule, AlgorithmSpecificParameters)
 {
-    EXPECT_EQ(rule_of("algorithm=sliding_window limit=5").buckets, 10u);
-    EXPECT_EQ(rule_of("algorithm=sliding_window limit=5 buckets=1").buckets, 1u);
-    EXPECT_EQ(rule_of("algorithm=sliding_window limit=5 buckets=100").buckets, 100u);
-    EXPECT_EQ(rule_of("algorithm=leaky_bucket limit=5 period=1m").max_delay_ms, 60000);
-    EXPECT_EQ(rule_of("algorithm=leaky_bucket limit=5 max_delay=0").max_delay_ms, 0);
-    EXPECT_EQ(rule_of("algorithm=leaky_bucket limit=5 max_delay=2500ms").max_delay_ms, 2500);
+    EXPECT_EQ(rl::own_value(rule_of("algorithm=sliding_window limit=5"), "buckets"), 10);
+    EXPECT_EQ(rl::own_value(rule_of("algorithm=sliding_window limit=5 buckets=1"), "buckets"), 1);
+    EXPECT_EQ(rl::own_value(rule_of("algorithm=sliding_window limit=5 buckets=100"), "buckets"), 100);
+    EXPECT_EQ(rl::own_value(rule_of("algorithm=leaky_bucket limit=5 period=1m"), "max_delay"), 60000);
+    EXPECT_EQ(rl::own_value(rule_of("algorithm=leaky_bucket limit=5 max_delay=0"), "max_delay"), 0);
+    EXPECT_EQ(rl::own_value(rule_of("algorithm=leaky_bucket limit=5 max_delay=2500ms"), "max_delay"), 2500);
     rl_rule_t q = rule_of("algorithm=quota limit=1000 reset=monthly utc_offset=-05:30");
-    EXPECT_EQ(q.reset, (uint32_t) RL_RESET_MONTHLY);
-    EXPECT_EQ(q.utc_offset_min, -330);
+    EXPECT_EQ(rl::own_value(q, "reset"), RL_RESET_MONTHLY);
+    EXPECT_EQ(rl::own_value(q, "utc_offset"), -330);
     EXPECT_STREQ(q.name, "quota_1000_monthly");
-    EXPECT_EQ(rule_of("algorithm=quota limit=1 reset=daily utc_offset=+14:00").utc_offset_min, 840);
+    EXPECT_EQ(rl::own_value(rule_of("algorithm=quota limit=1 reset=daily utc_offset=+14:00"), "utc_offset"), 840);
     EXPECT_EQ(rule_of("algorithm=sliding_log limit=10000 period=24d").limit, 10000u);
 
     EXPECT_EQ(error_of("algorithm=sliding_window limit=5 buckets=0"),

@@ -112,6 +112,12 @@ enum rl_redis_call {
 RL_API int rl_redis_holds_lease(const rl_check_t *check);
 
 /*
+ * How long a slot of the rule is leased in Redis before its server must
+ * renew it (lease=; 0: the rule takes no slot).
+ */
+RL_API int64_t rl_redis_lease_ms(const rl_rule_t *rule);
+
+/*
  * A server's id for its leases' names: random (getrandom(), else the clock
  * and the process mixed), never 0.  Made once for all the workers of one
  * nginx and kept in its zone.

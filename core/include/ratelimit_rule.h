@@ -90,16 +90,9 @@ typedef struct {
     uint32_t  burst;            /* gcra, token_bucket: capacity (limit) */
     uint32_t  cost;             /* constant cost (default 1) */
     int64_t   period_ms;        /* default 1000; quota: the current period */
-    int64_t   max_delay_ms;     /* leaky_bucket: longest delay (period) */
-    uint32_t  delay;            /* leaky_bucket: requests over the pace
-                                   served at once before the rest are
-                                   delayed (0), as limit_req's delay= */
-    int32_t   utc_offset_min;   /* quota: calendar's offset from UTC */
     uint32_t  limit_max;        /* with a variable: the largest limit and
                                    burst it may give (sizes sliding_log's
                                    state) */
-    uint32_t  buckets;          /* sliding_window: sub-buckets (default 10) */
-    uint8_t   reset;            /* quota: enum rl_reset */
     uint8_t   cost_var;         /* cost= is a $variable (the glue's) */
     uint8_t   zero_cost;        /* zero_cost=on: a cost variable's 0 looks
                                    without spending (else it counts as 1) */
@@ -117,7 +110,6 @@ typedef struct {
                                    abandoned (ended with 499) spends:
                                    RL_ABANDONED_KEEP what it reserved, or
                                    RL_ABANDONED_CHARGE its charge */
-    uint8_t   align;            /* fixed_window: enum rl_align */
     uint8_t   key_addr;         /* the key is the client's address (the
                                    glue's): RL_KEY_ADDR_BINARY or
                                    RL_KEY_ADDR_TEXT; 0: another key.  An
@@ -129,19 +121,11 @@ typedef struct {
                                    on the expression it names only */
     int64_t   ban_ms;           /* ban=: a key this rule refuses is
                                    refused for so long (0: no ban) */
-    int64_t   max_wait_ms;      /* concurrency: how long a request may
-                                   wait for a slot (0: refused at once) */
-    uint32_t  adapt_min;        /* adaptive: the least limit (min=), */
-    uint32_t  adapt_initial;    /*   a new key's limit (initial=), */
-    uint32_t  tolerance;        /*   the typical latency's growth over
-                                   the baseline tolerated, in hundredths
-                                   (tolerance=1.5: 150), */
-    uint32_t  given;            /* internal: parameters set explicitly */
-    int64_t   interval_ms;      /*   how often the limit moves (interval=) */
-    int64_t   lease_ms;         /* concurrency in a Redis zone: how long a
-                                   slot is held without its server renewing
-                                   it (lease=, default 30s): a server that
-                                   dies loses its slots so long after */
+    uint64_t  own[5];           /* the parameters of the algorithm's own
+                                   (buckets=, max_delay=, reset=, ...): a
+                                   block its file declares and reads
+                                   (core/src/algorithms/algorithm.h) */
+    uint64_t  given;            /* internal: parameters set explicitly */
     const char *name;           /* given by name=, or rl_rule_finish's:
                                    NUL-terminated, up to RL_NAME_MAX bytes,
                                    written in the room rl_rule_init was

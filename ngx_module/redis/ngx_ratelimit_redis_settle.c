@@ -461,9 +461,10 @@ ngx_ratelimit_leases_join(ngx_ratelimit_redis_t *redis,
     for (i = 0; i < rq->n; i++) {
         if (rl_redis_holds_lease(&rq->checks[i])
             && (every == 0
-                || (ngx_msec_t) rq->checks[i].rule->lease_ms / 3 < every))
+                || (ngx_msec_t) rl_redis_lease_ms(rq->checks[i].rule) / 3
+                   < every))
         {
-            every = (ngx_msec_t) rq->checks[i].rule->lease_ms / 3;
+            every = (ngx_msec_t) rl_redis_lease_ms(rq->checks[i].rule) / 3;
         }
     }
 
@@ -854,7 +855,7 @@ ngx_ratelimit_leases_done(ngx_ratelimit_redis_wait_t *w,
                       "for other requests meanwhile%s",
                       &redis->server, answer->leases_gone, &redis->zone,
                       s->rq.checks[0].rule->name,
-                      (ngx_msec_t) s->rq.checks[0].rule->lease_ms,
+                      (ngx_msec_t) rl_redis_lease_ms(s->rq.checks[0].rule),
                       w->call == RL_REDIS_RENEW
                       ? "; written into Redis again" : "");
     }

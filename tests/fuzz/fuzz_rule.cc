@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/algorithm.h"
 #include "ratelimit.h"
 
 #define CHECK(cond)                                                                                                    \
@@ -36,9 +37,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(r.period_ms >= 1 && r.period_ms <= RL_PERIOD_MAX_MS);
     CHECK(r.burst >= 1 && r.burst <= RL_LIMIT_MAX);
     CHECK(r.cost <= (bucket ? r.burst : r.limit));
-    CHECK(r.buckets >= 1 && r.buckets <= RL_BUCKETS_MAX);
-    CHECK(r.max_delay_ms >= 0 && r.max_delay_ms <= RL_PERIOD_MAX_MS);
-    CHECK(r.utc_offset_min >= -RL_UTC_OFFSET_MAX_MIN && r.utc_offset_min <= RL_UTC_OFFSET_MAX_MIN);
+    const int64_t buckets = rl::own_value(r, "buckets"), max_delay = rl::own_value(r, "max_delay"),
+                  offset = rl::own_value(r, "utc_offset");
+    CHECK(r.algorithm != RL_SLIDING_WINDOW || (buckets >= 1 && buckets <= RL_BUCKETS_MAX));
+    CHECK(max_delay >= 0 && max_delay <= RL_PERIOD_MAX_MS);
+    CHECK(offset >= -RL_UTC_OFFSET_MAX_MIN && offset <= RL_UTC_OFFSET_MAX_MIN);
     CHECK(std::memchr(r.name, '\0', RL_NAME_MAX) != nullptr && r.name[0] != '\0');
     if (r.algorithm == RL_SLIDING_LOG) {
         CHECK(r.limit <= RL_LOG_LIMIT_MAX && r.period_ms <= RL_LOG_PERIOD_MAX_MS);

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include "algorithms/algorithm.h"
 #include "ratelimit.h"
 
 #define CHECK(cond)                                                                                                    \
@@ -89,12 +90,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const bool bucket = a == RL_GCRA || a == RL_TOKEN_BUCKET;
     const uint64_t capacity = bucket ? r.burst : r.limit;
     // the shortest window: a quota's calendar period is at least a day
-    const int64_t window = a == RL_QUOTA ? (int64_t) 86400000 * (r.reset == RL_RESET_MONTHLY  ? 28
-                                                                 : r.reset == RL_RESET_WEEKLY ? 7
-                                                                                              : 1)
+    const int64_t reset = rl::own_value(r, "reset"), max_delay = rl::own_value(r, "max_delay");
+    const uint64_t delay = (uint64_t) rl::own_value(r, "delay");
+    const int64_t window = a == RL_QUOTA ? (int64_t) 86400000 * (reset == RL_RESET_MONTHLY  ? 28
+                                                                 : reset == RL_RESET_WEEKLY ? 7
+                                                                                            : 1)
                                          : r.period_ms;
     const uint64_t max_remaining =
-        a == RL_LEAKY_BUCKET ? r.delay + (uint64_t) r.max_delay_ms * r.limit / r.period_ms + 1 : capacity;
+        a == RL_LEAKY_BUCKET ? delay + (uint64_t) max_delay * r.limit / r.period_ms + 1 : capacity;
 
     std::vector<uint8_t> state(rl_state_size(&r), 0), before;
     std::vector<Admitted> log;
@@ -172,8 +175,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 // the drain instant likewise, to at most now + max_delay +
                 // (delay + cost) T
                 if (span >= 0) {
-                    CHECK(units * (uint64_t) r.period_ms <= ((uint64_t) span + (uint64_t) r.max_delay_ms) * r.limit +
-                                                                (last.units + r.delay) * r.period_ms);
+                    CHECK(units * (uint64_t) r.period_ms <=
+                          ((uint64_t) span + (uint64_t) max_delay) * r.limit + (last.units + delay) * r.period_ms);
                 }
                 break;
             case RL_SLIDING_LOG:

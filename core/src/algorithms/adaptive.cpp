@@ -124,6 +124,77 @@ constexpr double kJudged = 0.8;             // a step down that lowered the conc
 constexpr double kFrom = 0.25, kTo = 0.75;  // the samples the typical latency is of
 constexpr double kLongest = 1e9;            // ms: what the controller keeps is below (else a torn write)
 
+// Its own parameters, after the slots' (max_wait=): the least limit
+// (min=), a new key's limit (initial=; 0: limit=), the typical latency's
+// growth over the baseline tolerated in hundredths (tolerance=1.5: 150),
+// and how often the limit moves (interval=).
+struct AdaptiveParams {
+    SlotParams slots;
+    uint32_t adapt_min;
+    uint32_t adapt_initial;
+    uint32_t tolerance;
+    int64_t interval_ms;
+};
+
+// "1.5", "2", "1.25" as hundredths (150, 200, 125): at most two decimals,
+// from 1.05 to 10.
+bool parse_tolerance(const char *p, size_t len, void *field)
+{
+    uint64_t n = 0;
+    size_t decimals = 0;
+    bool dot = false, digits = false;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] == '.' && !dot) {
+            dot = true;
+            continue;
+        }
+        if (p[i] < '0' || p[i] > '9' || (dot && ++decimals > 2) || n > 100000) {
+            return false;
+        }
+        n = n * 10 + (uint64_t) (p[i] - '0');
+        digits = true;
+    }
+    for (; decimals < 2; decimals++) {
+        n *= 10;
+    }
+    const uint32_t hundredths = (uint32_t) n;
+    std::memcpy(field, &hundredths, sizeof(hundredths));
+    return digits && hundredths >= 105 && hundredths <= 1000;
+}
+
+const OwnParam own[] = {
+    kMaxWait,
+    {.name = "min",
+     .kind = OwnParam::kNumber,
+     .offset = offsetof(AdaptiveParams, adapt_min),
+     .min = 1,
+     .max = RL_CONCURRENCY_MAX},
+    {.name = "initial",
+     .kind = OwnParam::kNumber,
+     .offset = offsetof(AdaptiveParams, adapt_initial),
+     .min = 1,
+     .max = RL_CONCURRENCY_MAX},
+    {.name = "tolerance",
+     .kind = OwnParam::kParsed,
+     .offset = offsetof(AdaptiveParams, tolerance),
+     .min = 0,
+     .max = 0,
+     .expected = "a number from 1.05 to 10 with at most two decimals, like 1.5: how many times its baseline the "
+                 "upstream's typical latency may grow to",
+     .parse = parse_tolerance},
+    {.name = "interval",
+     .kind = OwnParam::kTime,
+     .offset = offsetof(AdaptiveParams, interval_ms),
+     .min = 50,
+     .max = 60000,
+     .expected = "a time from 50ms to 1m, like 500ms, 2s"},
+};
+
+AdaptiveParams params(const rl_rule_t &rule)
+{
+    return params_of<AdaptiveParams>(rule);
+}
+
 // The histogram: bucket b < kExact holds the latencies of b ms (0: under
 // one); above, each doubling [2^e, 2^(e+1)) in kSub buckets of 2^e / kSub
 // ms, up to 2^17 ms (2 min 11 s; longer ones in the last).
@@ -159,7 +230,7 @@ struct Controller {
 
 uint32_t initial_of(const rl_rule_t &rule)
 {
-    return rule.adapt_initial != 0 ? rule.adapt_initial : rule.limit;
+    return params(rule).adapt_initial != 0 ? params(rule).adapt_initial : rule.limit;
 }
 
 size_t controller_at(const rl_rule_t &rule)
@@ -240,7 +311,7 @@ double typical(const Controller &c)
 
 uint32_t clamp_limit(const rl_rule_t &rule, double l)
 {
-    const double lo = rule.adapt_min, hi = rule.limit;
+    const double lo = params(rule).adapt_min, hi = rule.limit;
     return (uint32_t) (l < lo ? lo : l > hi ? hi : l);
 }
 
@@ -265,7 +336,7 @@ void start_interval(Controller &c, int64_t now)
 
 double tolerance_of(const rl_rule_t &rule)
 {
-    return rule.tolerance / 100.0;
+    return params(rule).tolerance / 100.0;
 }
 
 // Whether a figure the controller keeps is one it could have written: a
@@ -467,7 +538,7 @@ bool adaptive_ended(const rl_rule_t &rule, State &s, int64_t now, const Ended &e
         return false;
     }
     Controller &c = *p;
-    if (c.start == 0 || now < c.start || now - c.start > kStale * rule.interval_ms) {
+    if (c.start == 0 || now < c.start || now - c.start > kStale * params(rule).interval_ms) {
         start_interval(c, now);  // the first, a clock stepped back, or too old to say anything of now
     }
     uint32_t held, queued;
@@ -481,7 +552,7 @@ bool adaptive_ended(const rl_rule_t &rule, State &s, int64_t now, const Ended &e
                                : e.status < 400) {
         count_latency(c, latency);
     }
-    if (now - c.start < rule.interval_ms || (c.samples < kMinSamples && !dropping(c))) {
+    if (now - c.start < params(rule).interval_ms || (c.samples < kMinSamples && !dropping(c))) {
         return false;
     }
     decide(rule, c, now);
@@ -532,23 +603,25 @@ int adaptive_finish(rl_rule_t &rule, char *err, size_t errlen)
                       " requests in flight (its state keeps who holds each)", err, errlen) != RL_OK) {
         return RL_ERROR;
     }
-    if (!(rule.given & P_MIN)) {
-        rule.adapt_min = 1;
+    AdaptiveParams p = params(rule);
+    if (!given(rule, "min")) {
+        p.adapt_min = 1;
     }
-    if (rule.adapt_min > rule.limit) {
-        return fail(err, errlen, "\"min=%u\" exceeds limit=%u: min= is the least limit, limit= the most",
-                    rule.adapt_min, rule.limit);
+    if (p.adapt_min > rule.limit) {
+        return fail(err, errlen, "\"min=%u\" exceeds limit=%u: min= is the least limit, limit= the most", p.adapt_min,
+                    rule.limit);
     }
-    if ((rule.given & P_INITIAL) && (rule.adapt_initial < rule.adapt_min || rule.adapt_initial > rule.limit)) {
+    if (given(rule, "initial") && (p.adapt_initial < p.adapt_min || p.adapt_initial > rule.limit)) {
         return fail(err, errlen, "\"initial=%u\" is outside min=%u and limit=%u: a new key's limit lies between",
-                    rule.adapt_initial, rule.adapt_min, rule.limit);
+                    p.adapt_initial, p.adapt_min, rule.limit);
     }
-    if (!(rule.given & P_TOLERANCE)) {
-        rule.tolerance = kDefaultTolerance;
+    if (!given(rule, "tolerance")) {
+        p.tolerance = kDefaultTolerance;
     }
-    if (!(rule.given & P_INTERVAL)) {
-        rule.interval_ms = kDefaultIntervalMs;
+    if (!given(rule, "interval")) {
+        p.interval_ms = kDefaultIntervalMs;
     }
+    set_params(rule, p);
     return RL_OK;
 }
 
@@ -559,10 +632,10 @@ void adaptive_tail(const rl_rule_t &, char *out, size_t len)
 
 void adaptive_fields(Out &o, const rl_rule_t &rule)
 {
-    o.field("min", (uint64_t) rule.adapt_min);
+    o.field("min", (uint64_t) params(rule).adapt_min);
     o.field("initial", (uint64_t) initial_of(rule));
-    o.field("tolerance_pct", (uint64_t) rule.tolerance);
-    o.field("interval_ms", (uint64_t) rule.interval_ms);
+    o.field("tolerance_pct", (uint64_t) params(rule).tolerance);
+    o.field("interval_ms", (uint64_t) params(rule).interval_ms);
 }
 
 }  // namespace
@@ -583,7 +656,8 @@ const Figure kLearnedFigures[] = {
 extern const Algorithm kAdaptive = {
     .name = "adaptive",
     .traits = kSlots,
-    .params = P_MAX_WAIT | P_MIN | P_INITIAL | P_TOLERANCE | P_INTERVAL,
+    .own = own,
+    .nown = sizeof(own) / sizeof(own[0]),
     .finish = adaptive_finish,
     .name_tail = adaptive_tail,
     .block_size = adaptive_block,

@@ -4,13 +4,15 @@
 // API shows of it.  Each algorithm's file defines its record; the concerns
 // (the rule parser, the decision, settling, the summary, Redis, the key
 // API) reach it through algorithm_of(rule) (registry.cpp's table), never by
-// naming an algorithm.  Adding one: its file with its record, its row in
-// registry.cpp, its function in core/src/redis/ratelimit.lua, its tests
-// (docs/architecture.md, "Where to add").
+// naming an algorithm.  Adding one: its constant in enum rl_algorithm,
+// its file with its parameters' struct and rows and its record, its row
+// in registry.cpp, its function in core/src/redis/ratelimit.lua, its
+// tests (docs/architecture.md, "Where to add").
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "algorithms/algorithms.h"
 #include "ratelimit.h"
@@ -20,9 +22,10 @@ namespace rl {
 
 class Out;
 
-// The parameters a rule may give, as bits (rule.cpp parses them).  Those
-// of one algorithm's own are its record's `params`: any other algorithm
-// refuses them, naming whose they are.
+// The parameters every rule may give, as bits of rl_rule_t.given
+// (rule.cpp parses them).  An algorithm's own parameters are its record's
+// rows (`own`, OwnParam), their bits from kOwnFirst up (own_bit): any
+// other algorithm refuses them, naming whose they are.
 enum Param : uint32_t {
     P_ALGORITHM = 1u << 0,
     P_LIMIT = 1u << 1,
@@ -30,25 +33,80 @@ enum Param : uint32_t {
     P_BURST = 1u << 3,
     P_COST = 1u << 4,
     P_NAME = 1u << 5,
-    P_ALIGN = 1u << 6,
-    P_BUCKETS = 1u << 7,
-    P_MAX_DELAY = 1u << 8,
-    P_RESET = 1u << 9,
-    P_UTC_OFFSET = 1u << 10,
-    P_ZERO_COST = 1u << 11,
-    P_LOG_KEY = 1u << 12,
-    P_LIMIT_DEFAULT = 1u << 13,
-    P_LIMIT_MAX = 1u << 14,
-    P_DELAY = 1u << 15,
-    P_CHARGE = 1u << 16,
-    P_BAN = 1u << 17,
-    P_MAX_WAIT = 1u << 18,
-    P_ABANDONED = 1u << 19,
-    P_MIN = 1u << 20,
-    P_INITIAL = 1u << 21,
-    P_TOLERANCE = 1u << 22,
-    P_INTERVAL = 1u << 23,
-    P_LEASE = 1u << 24,
+    P_ZERO_COST = 1u << 6,
+    P_LOG_KEY = 1u << 7,
+    P_LIMIT_DEFAULT = 1u << 8,
+    P_LIMIT_MAX = 1u << 9,
+    P_CHARGE = 1u << 10,
+    P_BAN = 1u << 11,
+    P_ABANDONED = 1u << 12,
+};
+constexpr unsigned kOwnFirst = 32;
+
+// An algorithm's own parameters are a struct its file declares, kept in
+// the rule's block rl_rule_t.own: read with params_of, written with
+// set_params.
+template <typename T> T params_of(const rl_rule_t &rule)
+{
+    static_assert(sizeof(T) <= sizeof(rule.own) && alignof(T) <= alignof(uint64_t), "it fits rl_rule_t.own");
+    T p;
+    std::memcpy(&p, rule.own, sizeof(p));
+    return p;
+}
+
+template <typename T> void set_params(rl_rule_t &rule, const T &p)
+{
+    static_assert(sizeof(T) <= sizeof(rule.own) && alignof(T) <= alignof(uint64_t), "it fits rl_rule_t.own");
+    std::memcpy(rule.own, &p, sizeof(p));
+}
+
+// A word a parameter may be (reset=daily): its text and its value.
+struct Word {
+    const char *text;
+    uint32_t value;
+};
+
+// One of an algorithm's own parameters, as rule.cpp parses it into the
+// block: name=VALUE written at `offset` of rl_rule_t.own, as
+//   kNumber  an integer from min to max (a uint32_t);
+//   kTime    a time from min to max ms (an int64_t), else `expected`;
+//   kWord    one of `words` (a uint8_t);
+//   kParsed  what `parse` makes of it (an int32_t or uint32_t), else
+//            `expected`.
+// Two algorithms that share a parameter give the same row at the same
+// offset (max_wait=, kMaxWait).
+struct OwnParam {
+    enum Kind { kNumber, kTime, kWord, kParsed };
+    const char *name;
+    Kind kind;
+    size_t offset;
+    int64_t min, max;
+    const char *expected = nullptr;
+    const Word *words = nullptr;
+    size_t nwords = 0;
+    bool (*parse)(const char *p, size_t len, void *field) = nullptr;
+};
+
+// The Redis script's SPEC of a rule holds, after what every rule has, the
+// parameters of some algorithm's own (spec_of fills them, a record's
+// `spec` its own).
+enum SpecField {
+    kSpecAlign,
+    kSpecBuckets,
+    kSpecMaxDelay,
+    kSpecReset,
+    kSpecUtcOffset,
+    kSpecDelay,
+    kSpecLease,
+    kSpecOwn
+};
+
+// A shaper's queue beyond its period (kShaper; the record's `queue`): its
+// longest delay (max_delay=) and the requests over the pace served at
+// once (delay=).
+struct Queue {
+    int64_t wait_ms;
+    uint32_t at_once;
 };
 
 // What a request's end tells an algorithm that learns from it (slot_ended):
@@ -100,6 +158,18 @@ struct Slots {
 };
 extern const Slots kInFlight;
 
+// The slots' parameters (concurrency's and adaptive's, at the start of
+// their blocks): how long a request may wait for a slot (max_wait=; 0:
+// refused at once), and in a Redis zone how long a slot is held without
+// its server renewing it (lease=: a server that dies loses its slots so
+// long after).
+struct SlotParams {
+    int64_t max_wait_ms;
+    int64_t lease_ms;
+};
+inline constexpr OwnParam kMaxWait = {"max_wait", OwnParam::kTime, offsetof(SlotParams, max_wait_ms),
+                                      0,          3600000,         "a time from 0ms to 1h, like 500ms, 10s, 1m"};
+
 // A figure of a rule's counters (ratelimit_stats, render/stats.cpp): its
 // name in JSON, its metric (after "nginx_ratelimit_"), type and help in
 // Prometheus, and where it is (in rl_rule_stats_t for a rule's).
@@ -114,12 +184,18 @@ struct Figure {
 struct Algorithm {
     const char *name = nullptr;  // algorithm=NAME
     uint32_t traits = 0;         // enum Trait (algorithms.h)
-    uint32_t params = 0;         // the parameters of its own (enum Param)
+    // the parameters of its own, in its block (nullptr: none)
+    const OwnParam *own = nullptr;
+    size_t nown = 0;
 
     // rl_rule_finish, after the checks every rule has: its own checks and
     // defaults (nullptr: none); RL_OK, or RL_ERROR with err naming the
     // parameter.  Then the default name's last word ("1m", "daily").
     int (*finish)(rl_rule_t &rule, char *err, size_t errlen) = nullptr;
+    // Its own parameters not given that follow the rest (max_delay= the
+    // period): set when the rule is finished, and again when an override
+    // changed the rest (nullptr: none).
+    void (*follow)(rl_rule_t &rule) = nullptr;
     void (*name_tail)(const rl_rule_t &rule, char *out, size_t len) = nullptr;
 
     // derive(): the bytes of a key's block beyond the slot, and the policy
@@ -134,6 +210,8 @@ struct Algorithm {
 
     // check(state, now, cost) -> decision (algorithms.h, Transition)
     Transition transition = nullptr;
+    // A shaper's queue (kShaper; nullptr: none).
+    Queue (*queue)(const rl_rule_t &rule) = nullptr;
     // The same for a rule of a stack, whose decision reaches the headers
     // only if it leaves fewer units than binds_below (the stack's other
     // rules leave fewer, or refuse): an admission leaving as many or more
@@ -165,6 +243,11 @@ struct Algorithm {
     const char *no_redis = nullptr;
     unsigned __int128 (*redis_units)(const rl_rule_t &rule, uint64_t count) = nullptr;
     void (*bounds)(const rl_rule_t &rule, bool debt, Bounds &b) = nullptr;
+    // A rule of an algorithm decided there that a Redis zone cannot
+    // decide as given (nullptr: any): RL_ERROR with err saying why.  Its
+    // own fields of the spec (kSpecOwn; nullptr: none).
+    int (*redis_rule_ok)(const rl_rule_t &rule, char *err, size_t errlen) = nullptr;
+    void (*spec)(const rl_rule_t &rule, int64_t (&fields)[kSpecOwn]) = nullptr;
 
     // redis_sync: why the state does not merge as a count (nullptr: it
     // does, by the traits kCount and kTicks).  A count by ticks (kTicks):
@@ -173,6 +256,9 @@ struct Algorithm {
     // item's tick, end, ticks, period_ms); and the fleet's counts of the
     // item's window's ticks (oldest first) folded into a key's block.
     const char *no_sync = nullptr;
+    // whether a key's windows start at its first request (align=first;
+    // nullptr: at multiples of the period since the epoch)
+    bool (*windows_keyed)(const rl_rule_t &rule) = nullptr;
     void (*sync_tick)(const rl_rule_t &rule, int64_t at, rl_sync_item_t &item) = nullptr;
     void (*merge)(const rl_sync_item_t &item, State &s, const uint64_t *counts) = nullptr;
 
@@ -221,6 +307,29 @@ inline const Algorithm &algorithm_of(uint32_t algorithm)
 inline const Algorithm &algorithm_of(const rl_rule_t &rule)
 {
     return algorithm_of(rule.algorithm);
+}
+
+// The bit of rl_rule_t.given of an algorithm's own parameter, by its
+// name (0: no algorithm has it); whether the rule gave it.
+uint64_t own_bit(const char *name);
+inline bool given(const rl_rule_t &rule, const char *name)
+{
+    return (rule.given & own_bit(name)) != 0;
+}
+
+// The value of the rule's own parameter of this name, as its row reads
+// it (0: its algorithm has none): for tests and tools.
+int64_t own_value(const rl_rule_t &rule, const char *name);
+
+// The spec's own fields of the rule (kSpecOwn), what a rule of another
+// algorithm always sent in their place where its own record has none.
+void spec_of(const rl_rule_t &rule, int64_t (&fields)[kSpecOwn]);
+
+// A shaper's queue ({0, 0} for any other rule).
+inline Queue queue_of(const rl_rule_t &rule)
+{
+    const Algorithm &a = algorithm_of(rule);
+    return a.queue != nullptr ? a.queue(rule) : Queue{0, 0};
 }
 
 // The default name's last word of an algorithm with a period: the period

@@ -22,6 +22,18 @@ namespace rl {
 
 namespace {
 
+// Its own parameters are the slots' (SlotParams): max_wait=, and lease=
+// (default 30s).
+const OwnParam own[] = {
+    kMaxWait,
+    {.name = "lease",
+     .kind = OwnParam::kTime,
+     .offset = offsetof(SlotParams, lease_ms),
+     .min = 1000,
+     .max = 3600000,
+     .expected = "a time from 1s to 1h, like 10s, 30s, 5m"},
+};
+
 // Not a rate: no period, no cost, no charge; its state keeps who holds
 // each slot, so a limit of at most 4,096, known before a request
 // (limit_max with a variable).
@@ -35,8 +47,10 @@ int concurrency_finish(rl_rule_t &rule, char *err, size_t errlen)
                     "\"period=\" does not apply to algorithm=concurrency: it limits the requests of a key in "
                     "flight at once, not a rate (add a rule of another algorithm for a rate)");
     }
-    if (!(rule.given & P_LEASE)) {
-        rule.lease_ms = RL_LEASE_DEFAULT_MS;
+    if (!given(rule, "lease")) {
+        SlotParams p = params_of<SlotParams>(rule);
+        p.lease_ms = RL_LEASE_DEFAULT_MS;
+        set_params(rule, p);
     }
     if ((rule.given & P_COST) || rule.charge) {
         return fail(err, errlen,
@@ -62,8 +76,28 @@ void concurrency_fields(Out &o, const rl_rule_t &rule)
 // no decision has a window.
 void concurrency_bounds(const rl_rule_t &rule, bool, Bounds &b)
 {
-    b.longest = (unsigned __int128) (rule.lease_ms > 0 ? rule.lease_ms : RL_LEASE_DEFAULT_MS);
+    const int64_t lease = params_of<SlotParams>(rule).lease_ms;
+    b.longest = (unsigned __int128) (lease > 0 ? lease : RL_LEASE_DEFAULT_MS);
     b.window_min = b.window_max = 0;
+}
+
+// A request waiting for a slot would wait in its server's queue while the
+// slot frees on another server.
+int concurrency_redis_ok(const rl_rule_t &rule, char *err, size_t errlen)
+{
+    if (params_of<SlotParams>(rule).max_wait_ms > 0) {
+        return fail(err, errlen,
+                    "\"max_wait=\" does not apply to algorithm=concurrency in a Redis zone: a request would wait in "
+                    "its server's queue while the slot it waits for frees on another server, which only asking "
+                    "Redis again and again would tell; refuse at once (max_wait=0, the default), or use a zone "
+                    "without redis= to wait");
+    }
+    return RL_OK;
+}
+
+void concurrency_spec(const rl_rule_t &rule, int64_t (&fields)[kSpecOwn])
+{
+    fields[kSpecLease] = params_of<SlotParams>(rule).lease_ms;
 }
 
 }  // namespace
@@ -71,7 +105,8 @@ void concurrency_bounds(const rl_rule_t &rule, bool, Bounds &b)
 extern const Algorithm kConcurrency = {
     .name = "concurrency",
     .traits = kSlots,
-    .params = P_MAX_WAIT | P_LEASE,
+    .own = own,
+    .nown = 2,
     .finish = concurrency_finish,
     .name_tail = concurrency_tail,
     .block_size = slots_block_size,
@@ -79,6 +114,8 @@ extern const Algorithm kConcurrency = {
     .transition = slots_transition,
     .no_charge = "each request holds one slot while it runs",
     .bounds = concurrency_bounds,
+    .redis_rule_ok = concurrency_redis_ok,
+    .spec = concurrency_spec,
     .no_sync = "it counts requests in flight, which an exchange of counts every interval cannot hold to a limit "
                "across servers (nor give back a dead server's slots); use redis= for a fleet-wide concurrency "
                "limit (leases in Redis)",

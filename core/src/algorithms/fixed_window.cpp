@@ -18,6 +18,27 @@ namespace rl {
 
 namespace {
 
+// Its own parameter: where a key's windows start (align=, enum rl_align).
+struct FixedWindowParams {
+    uint8_t align;
+};
+
+const Word aligns[] = {{"epoch", RL_ALIGN_EPOCH}, {"first", RL_ALIGN_FIRST}};
+const OwnParam own[] = {
+    {.name = "align",
+     .kind = OwnParam::kWord,
+     .offset = offsetof(FixedWindowParams, align),
+     .min = 0,
+     .max = 0,
+     .words = aligns,
+     .nwords = 2},
+};
+
+bool windows_from_first(const rl_rule_t &rule)
+{
+    return params_of<FixedWindowParams>(rule).align == RL_ALIGN_FIRST;
+}
+
 // The units a key has spent in the window ending `end`, from its head: the
 // window's count when the head is that window, 0 for an older one.
 uint64_t spent_in(const State &s, int64_t end)
@@ -133,7 +154,7 @@ Span fixed_window_span(const rl_rule_t &rule, const State &s, int64_t now)
     const int64_t period = rule.period_ms;
     int64_t end;
 
-    if (rule.align == RL_ALIGN_FIRST) {
+    if (windows_from_first(rule)) {
         end = s.head.t > now ? s.head.t : now + period;
         if ((s.head.n & kCarried) && s.head.t > now && s.head.t - now > period) {
             end = s.head.t - period;  // the full window before a carried one
@@ -179,14 +200,19 @@ uint64_t fixed_window_charge(const rl_rule_t &rule, State &s, int64_t now, uint6
 State fixed_window_restore(const rl_rule_t &rule, Owed o, int64_t now)
 {
     const int64_t P = rule.period_ms;
-    const bool epoch = rule.align == RL_ALIGN_EPOCH;
+    const bool epoch = !windows_from_first(rule);
     return restore_window(rule, o, now, epoch ? floor_div(now, P) * P + P : now + P, epoch);
 }
 
 void fixed_window_fields(Out &o, const rl_rule_t &rule)
 {
     o.field("period_ms", (uint64_t) rule.period_ms);
-    o.put(rule.align == RL_ALIGN_FIRST ? ",\"align\":\"first\"" : ",\"align\":\"epoch\"");
+    o.put(windows_from_first(rule) ? ",\"align\":\"first\"" : ",\"align\":\"epoch\"");
+}
+
+void fixed_window_spec(const rl_rule_t &rule, int64_t (&fields)[kSpecOwn])
+{
+    fields[kSpecAlign] = params_of<FixedWindowParams>(rule).align;
 }
 
 }  // namespace
@@ -194,7 +220,8 @@ void fixed_window_fields(Out &o, const rl_rule_t &rule)
 extern const Algorithm kFixedWindow = {
     .name = "fixed_window",
     .traits = kCount,
-    .params = P_ALIGN,
+    .own = own,
+    .nown = 1,
     .name_tail = period_tail,
     .block_size = no_block,
     .policy = limit_policy,
@@ -204,6 +231,8 @@ extern const Algorithm kFixedWindow = {
     .owed = window_owed,
     .restore = fixed_window_restore,
     .bounds = period_bounds,
+    .spec = fixed_window_spec,
+    .windows_keyed = windows_from_first,
     .api_fields = fixed_window_fields,
     .overridable = P_LIMIT | P_PERIOD,
 };

@@ -25,6 +25,51 @@ namespace rl {
 
 namespace {
 
+// Its own parameters: the longest a request waits (max_delay=, default
+// the period) and the requests over the pace served at once (delay=, 0).
+struct LeakyBucketParams {
+    int64_t max_delay_ms;
+    uint32_t delay;
+};
+
+const OwnParam own[] = {
+    {.name = "max_delay",
+     .kind = OwnParam::kTime,
+     .offset = offsetof(LeakyBucketParams, max_delay_ms),
+     .min = 0,
+     .max = RL_PERIOD_MAX_MS,
+     .expected = "a time from 0ms to 366d, like 500ms, 5s, 1m"},
+    {.name = "delay",
+     .kind = OwnParam::kNumber,
+     .offset = offsetof(LeakyBucketParams, delay),
+     .min = 0,
+     .max = RL_LIMIT_MAX},  // limit_req's delay=
+};
+
+Queue shaper_queue(const rl_rule_t &rule)
+{
+    const LeakyBucketParams p = params_of<LeakyBucketParams>(rule);
+    return Queue{p.max_delay_ms, p.delay};
+}
+
+// max_delay= not given follows the period
+void shaper_follow(rl_rule_t &rule)
+{
+    static const uint64_t max_delay = own_bit("max_delay");
+    if (!(rule.given & max_delay)) {
+        LeakyBucketParams p = params_of<LeakyBucketParams>(rule);
+        p.max_delay_ms = rule.period_ms;
+        set_params(rule, p);
+    }
+}
+
+void shaper_spec(const rl_rule_t &rule, int64_t (&fields)[kSpecOwn])
+{
+    const LeakyBucketParams p = params_of<LeakyBucketParams>(rule);
+    fields[kSpecMaxDelay] = p.max_delay_ms;
+    fields[kSpecDelay] = p.delay;
+}
+
 // Requests of cost 1 admissible (at once or delayed) with the queue
 // `queued` units long, and the units of time until there is one more (or,
 // if none can come, the queue is empty).
@@ -40,8 +85,9 @@ rl_decision_t leaky_bucket(const rl_rule_t &rule, State &s, int64_t now, uint64_
     // in units of 1/limit ms: an interval, the queue served at once, the
     // longest queue admitted, and the wait until this request's slot
     const uint64_t T = (uint64_t) rule.period_ms;
-    const uint64_t served = (uint64_t) rule.delay * T;
-    const uint64_t most = served + (uint64_t) rule.max_delay_ms * rule.limit;
+    const LeakyBucketParams p = params_of<LeakyBucketParams>(rule);
+    const uint64_t served = (uint64_t) p.delay * T;
+    const uint64_t most = served + (uint64_t) p.max_delay_ms * rule.limit;
     const uint64_t wait = paced_ahead(rule, s, now);
 
     rl_decision_t d{};  // the one object returned, built in the caller's
@@ -85,7 +131,8 @@ rl_decision_t leaky_bucket(const rl_rule_t &rule, State &s, int64_t now, uint64_
 // limit per period.
 void shaper_policy(rl_rule_t &rule)
 {
-    rule.policy_quota = rule.delay + (uint64_t) rule.max_delay_ms * rule.limit / (uint64_t) rule.period_ms + 1;
+    const LeakyBucketParams p = params_of<LeakyBucketParams>(rule);
+    rule.policy_quota = p.delay + (uint64_t) p.max_delay_ms * rule.limit / (uint64_t) rule.period_ms + 1;
     rule.policy_window_ms = paced_window(rule);
 }
 
@@ -93,8 +140,9 @@ void shaper_policy(rl_rule_t &rule)
 // period served at once and a count's worth of period and max_delay.
 unsigned __int128 shaper_units(const rl_rule_t &rule, uint64_t count)
 {
-    return (unsigned __int128) count * (uint64_t) (rule.period_ms + rule.max_delay_ms) +
-           (unsigned __int128) rule.delay * (uint64_t) rule.period_ms;
+    const LeakyBucketParams p = params_of<LeakyBucketParams>(rule);
+    return (unsigned __int128) count * (uint64_t) (rule.period_ms + p.max_delay_ms) +
+           (unsigned __int128) p.delay * (uint64_t) rule.period_ms;
 }
 
 // The longest queue: what is served at once, max_delay of waiting, and the
@@ -111,7 +159,7 @@ void shaper_bounds(const rl_rule_t &rule, bool, Bounds &b)
 void shaper_fields(Out &o, const rl_rule_t &rule)
 {
     o.field("period_ms", (uint64_t) rule.period_ms);
-    o.field("max_delay_ms", (uint64_t) rule.max_delay_ms);
+    o.field("max_delay_ms", (uint64_t) params_of<LeakyBucketParams>(rule).max_delay_ms);
 }
 
 }  // namespace
@@ -119,11 +167,14 @@ void shaper_fields(Out &o, const rl_rule_t &rule)
 extern const Algorithm kLeakyBucket = {
     .name = "leaky_bucket",
     .traits = kPaced | kShaper,
-    .params = P_MAX_DELAY | P_DELAY,
+    .own = own,
+    .nown = 2,
+    .follow = shaper_follow,
     .name_tail = period_tail,
     .block_size = paced_block_size,
     .policy = shaper_policy,
     .transition = leaky_bucket,
+    .queue = shaper_queue,
     .no_charge =
         "a shaper sets each request's delay before it is served, so what the request spends cannot change after it",
     .refund = paced_refund,
@@ -132,6 +183,7 @@ extern const Algorithm kLeakyBucket = {
     .restore_block = paced_restore_block,
     .redis_units = shaper_units,
     .bounds = shaper_bounds,
+    .spec = shaper_spec,
     .no_sync = "keeps a time, not a count",
     .api_fields = shaper_fields,
     .overridable = P_LIMIT | P_PERIOD,

@@ -16,7 +16,8 @@ uint64_t paced_capacity(const rl_rule_t &rule)
 {
     const uint64_t T = (uint64_t) rule.period_ms;
     if (has(rule, kShaper)) {
-        return (uint64_t) rule.max_delay_ms * rule.limit + ((uint64_t) rule.limit + rule.delay) * T;
+        const Queue q = queue_of(rule);
+        return (uint64_t) q.wait_ms * rule.limit + ((uint64_t) rule.limit + q.at_once) * T;
     }
     return (uint64_t) rule.burst * T;
 }

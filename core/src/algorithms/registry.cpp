@@ -2,6 +2,7 @@
 // concerns reach through it: a charge, a refund.  The records' shared
 // parts (a period's name, policy and bounds) are here too.
 #include <cstdio>
+#include <cstring>
 
 #include "algorithms/algorithm.h"
 #include "util/error.h"
@@ -34,6 +35,71 @@ void refund(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t after, in
     const Algorithm &a = algorithm_of(rule);
     if (a.refund != nullptr) {
         a.refund(rule, s, cost, after, at, now);
+    }
+}
+
+uint64_t own_bit(const char *name)
+{
+    // in the records' order, each name once (a row two records share has
+    // one bit)
+    unsigned bit = kOwnFirst;
+    for (uint32_t a = 0; a < RL_ALGORITHM_COUNT; a++) {
+        const Algorithm &r = algorithm_of(a);
+        for (size_t i = 0; i < r.nown; i++) {
+            if (std::strcmp(r.own[i].name, name) == 0) {
+                return 1ull << bit;
+            }
+            bool before = false;
+            for (uint32_t b = 0; b < a && !before; b++) {
+                const Algorithm &o = algorithm_of(b);
+                for (size_t j = 0; j < o.nown && !before; j++) {
+                    before = std::strcmp(o.own[j].name, r.own[i].name) == 0;
+                }
+            }
+            bit += before ? 0 : 1;
+        }
+    }
+    return 0;
+}
+
+int64_t own_value(const rl_rule_t &rule, const char *name)
+{
+    const Algorithm &a = algorithm_of(rule);
+    for (size_t i = 0; i < a.nown; i++) {
+        const OwnParam &p = a.own[i];
+        if (std::strcmp(p.name, name) != 0) {
+            continue;
+        }
+        const unsigned char *field = reinterpret_cast<const unsigned char *>(rule.own) + p.offset;
+        int64_t ms;
+        uint32_t n;
+        int32_t parsed;
+        switch (p.kind) {
+        case OwnParam::kTime:
+            std::memcpy(&ms, field, sizeof(ms));
+            return ms;
+        case OwnParam::kNumber:
+            std::memcpy(&n, field, sizeof(n));
+            return n;
+        case OwnParam::kWord:
+            return *field;
+        default:
+            std::memcpy(&parsed, field, sizeof(parsed));
+            return parsed;
+        }
+    }
+    return 0;
+}
+
+void spec_of(const rl_rule_t &rule, int64_t (&fields)[kSpecOwn])
+{
+    // a sliding window's default buckets, a shaper's default max_delay
+    fields[kSpecAlign] = fields[kSpecReset] = fields[kSpecUtcOffset] = fields[kSpecDelay] = fields[kSpecLease] = 0;
+    fields[kSpecBuckets] = 10;
+    fields[kSpecMaxDelay] = rule.period_ms;
+    const Algorithm &a = algorithm_of(rule);
+    if (a.spec != nullptr) {
+        a.spec(rule, fields);
     }
 }
 

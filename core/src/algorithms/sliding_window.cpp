@@ -28,6 +28,37 @@ namespace rl {
 
 namespace {
 
+// Its own parameter: the ticks of a window (buckets=, default 10).
+struct SlidingWindowParams {
+    uint32_t buckets;
+};
+
+const OwnParam own[] = {
+    {.name = "buckets",
+     .kind = OwnParam::kNumber,
+     .offset = offsetof(SlidingWindowParams, buckets),
+     .min = 1,
+     .max = RL_BUCKETS_MAX},
+};
+
+uint32_t buckets_of(const rl_rule_t &rule)
+{
+    return params_of<SlidingWindowParams>(rule).buckets;
+}
+
+// buckets= not given (0: a value given is 1 or more)
+void sliding_window_follow(rl_rule_t &rule)
+{
+    if (buckets_of(rule) == 0) {
+        set_params(rule, SlidingWindowParams{10});
+    }
+}
+
+void sliding_window_spec(const rl_rule_t &rule, int64_t (&fields)[kSpecOwn])
+{
+    fields[kSpecBuckets] = buckets_of(rule);
+}
+
 struct Block {
     int64_t tick;       // the newest tick with a counter
     uint32_t total;     // the sum of count[]
@@ -183,7 +214,7 @@ struct Window {
 
 size_t sliding_window_blob_size(const rl_rule_t &rule)
 {
-    return offsetof(Block, count) + sizeof(uint32_t) * (rule.buckets + 1) + (rule.charge ? sizeof(int64_t) : 0);
+    return offsetof(Block, count) + sizeof(uint32_t) * (buckets_of(rule) + 1) + (rule.charge ? sizeof(int64_t) : 0);
 }
 
 // charge=: the instant until which a key owes units beyond the limit, after
@@ -192,14 +223,14 @@ int64_t owed_until(const rl_rule_t &rule, const Block *b)
 {
     int64_t t = 0;
     if (rule.charge && b != nullptr) {
-        std::memcpy(&t, &b->count[rule.buckets + 1], sizeof(t));
+        std::memcpy(&t, &b->count[buckets_of(rule) + 1], sizeof(t));
     }
     return t;
 }
 
 void set_owed_until(const rl_rule_t &rule, Block *b, int64_t t)
 {
-    std::memcpy(&b->count[rule.buckets + 1], &t, sizeof(t));
+    std::memcpy(&b->count[buckets_of(rule) + 1], &t, sizeof(t));
 }
 
 // A block from a state file: its ticks and what a charge owes beyond the
@@ -209,7 +240,7 @@ void set_owed_until(const rl_rule_t &rule, Block *b, int64_t t)
 void sliding_window_bound(const rl_rule_t &rule, State &s, int64_t now, int64_t back)
 {
     Block *b = reinterpret_cast<Block *>(s.blob);
-    const int64_t S = rule.buckets, W = rule.period_ms;
+    const int64_t S = buckets_of(rule), W = rule.period_ms;
     const int64_t k = floor_div(now * S, W);
     const int64_t tick = (int64_t) ((uint64_t) b->tick - (uint64_t) floor_div(back * S, W));  // any tick reads safely
     b->tick = tick > k ? k : tick;
@@ -224,7 +255,7 @@ void sliding_window_bound(const rl_rule_t &rule, State &s, int64_t now, int64_t 
 // When a unit admitted now has left the window entirely.
 int64_t sliding_window_full_at(const rl_rule_t &rule, int64_t now)
 {
-    const int64_t S = rule.buckets, W = rule.period_ms;
+    const int64_t S = buckets_of(rule), W = rule.period_ms;
     return ceil_div((uint64_t) ((floor_div(now * S, W) + 1 + S) * W), (uint64_t) S);
 }
 
@@ -236,7 +267,7 @@ void sliding_window_restore(const rl_rule_t &rule, State &s, int64_t now)
         return;
     }
     Block *b = reinterpret_cast<Block *>(s.blob);
-    const int64_t S = rule.buckets, W = rule.period_ms;
+    const int64_t S = buckets_of(rule), W = rule.period_ms;
     const int64_t k = floor_div(now * S, W);
     // the least j with ceil((j + 1 + S) * W / S) >= t
     int64_t j = floor_div((s.head.t - 1) * S, W) - S;
@@ -287,7 +318,7 @@ int64_t units_left(uint64_t limit, uint64_t sum, uint64_t old, uint64_t more, in
 // clears it.)
 bool unusual_block(const rl_rule_t &rule, const Block *b, int64_t k)
 {
-    const int64_t S = rule.buckets;
+    const int64_t S = buckets_of(rule);
     const int64_t year = RL_PERIOD_MAX_MS * S / rule.period_ms + S + 1;
     return b->tick > k + year;
 }
@@ -306,7 +337,7 @@ RL_HOT void counted(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost,
                     uint64_t binds_below = kBinds)
 {
     Block *b = reinterpret_cast<Block *>(s.blob);
-    const int64_t S = rule.buckets, W = rule.period_ms;
+    const int64_t S = buckets_of(rule), W = rule.period_ms;
 
     // tick k holds [k*W, (k+1)*W) in units of 1/S ms
     int64_t k = floor_div(now * S, W);
@@ -407,7 +438,8 @@ void unusual(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool a
     State empty{rl_state_t{0, 0}, nullptr};
     counted(rule, empty, now, cost, false, d);
     if (apply && d.allowed && cost > 0) {
-        b->tick = floor_div(now * rule.buckets, rule.period_ms) - rule.buckets - 1;  // the advance zeroes it all
+        b->tick =
+            floor_div(now * buckets_of(rule), rule.period_ms) - buckets_of(rule) - 1;  // the advance zeroes it all
         counted(rule, s, now, cost, true, d);
     }
 }
@@ -458,7 +490,7 @@ rl_decision_t sliding_window_binding(const rl_rule_t &rule, State &s, int64_t no
 uint64_t sliding_window_charge(const rl_rule_t &rule, State &s, int64_t now, uint64_t units, bool *capped)
 {
     Block *b = reinterpret_cast<Block *>(s.blob);
-    const int64_t S = rule.buckets, W = rule.period_ms;
+    const int64_t S = buckets_of(rule), W = rule.period_ms;
     int64_t k = floor_div(now * S, W);
     int64_t e = now * S - k * W;
     if (b->tick > k) {
@@ -499,7 +531,7 @@ uint64_t sliding_window_charge(const rl_rule_t &rule, State &s, int64_t now, uin
 void sliding_window_refund(const rl_rule_t &rule, State &s, uint64_t cost, rl_state_t, int64_t at, int64_t)
 {
     Block *b = reinterpret_cast<Block *>(s.blob);
-    const int64_t S = rule.buckets, W = rule.period_ms;
+    const int64_t S = buckets_of(rule), W = rule.period_ms;
     const int64_t k = floor_div(at * S, W);
     if (b == nullptr || k > b->tick || k <= b->tick - (S + 1)) {
         return;
@@ -528,7 +560,7 @@ unsigned __int128 sliding_window_units(const rl_rule_t &rule, uint64_t count)
 void sliding_window_bounds(const rl_rule_t &rule, bool debt, Bounds &b)
 {
     const uint64_t T = rule.period_ms > 0 ? (uint64_t) rule.period_ms : 1;
-    const uint64_t S = rule.buckets > 0 ? rule.buckets : 1;
+    const uint64_t S = buckets_of(rule) > 0 ? buckets_of(rule) : 1;
     const uint64_t tick = (T + S - 1) / S;
     b.longest = debt ? 3 * (unsigned __int128) T + 2 * tick + 2 : T + tick;
     b.window_min = b.window_max = (int64_t) T;
@@ -537,14 +569,14 @@ void sliding_window_bounds(const rl_rule_t &rule, bool debt, Bounds &b)
 void sliding_window_fields(Out &o, const rl_rule_t &rule)
 {
     o.field("period_ms", (uint64_t) rule.period_ms);
-    o.field("buckets", rule.buckets);
+    o.field("buckets", buckets_of(rule));
 }
 
 // redis_sync: a request decided at `at` counts in tick floor(at S / W),
 // which leaves the last window holding it at (tick + 1 + S) W / S.
 void sliding_window_sync_tick(const rl_rule_t &rule, int64_t at, rl_sync_item_t &item)
 {
-    const int64_t S = rule.buckets, W = rule.period_ms;
+    const int64_t S = buckets_of(rule), W = rule.period_ms;
     item.tick = floor_div(at * S, W);
     item.end = ceil_div((uint64_t) ((item.tick + 1 + S) * W), (uint64_t) S);
     item.period_ms = W;
@@ -587,7 +619,9 @@ void sliding_window_merge(const rl_sync_item_t &item, State &s, const uint64_t *
 extern const Algorithm kSlidingWindow = {
     .name = "sliding_window",
     .traits = kCount | kTicks,
-    .params = P_BUCKETS,
+    .own = own,
+    .nown = 1,
+    .follow = sliding_window_follow,
     .name_tail = period_tail,
     .block_size = sliding_window_blob_size,
     .policy = limit_policy,
@@ -600,6 +634,7 @@ extern const Algorithm kSlidingWindow = {
     .restore_block = sliding_window_restore,
     .redis_units = sliding_window_units,
     .bounds = sliding_window_bounds,
+    .spec = sliding_window_spec,
     .sync_tick = sliding_window_sync_tick,
     .merge = sliding_window_merge,
     .api_fields = sliding_window_fields,

@@ -46,7 +46,7 @@ uint32_t slots_of(const rl_rule_t &rule)
 
 uint32_t queue_capacity(const rl_rule_t &rule)
 {
-    if (rule.max_wait_ms == 0) {
+    if (params_of<SlotParams>(rule).max_wait_ms == 0) {
         return 0;
     }
     const uint32_t q = 4 * slots_of(rule);
@@ -176,9 +176,9 @@ rl_decision_t decide(const rl_rule_t &rule, State &s, int64_t now, const rl_chec
     if (ahead < free) {
         d.allowed = 1;
         d.remaining = free - 1;
-    } else if (rule.max_wait_ms > 0 && (ahead < queued || queued < queue_capacity(rule))) {
+    } else if (params_of<SlotParams>(rule).max_wait_ms > 0 && (ahead < queued || queued < queue_capacity(rule))) {
         d.queued = 1;  // in the queue, or room to join it
-        d.delay_ms = rule.max_wait_ms;
+        d.delay_ms = params_of<SlotParams>(rule).max_wait_ms;
     }
     (void) now;
     return d;

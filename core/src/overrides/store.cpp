@@ -394,8 +394,9 @@ void apply_override(const rl_rule_t &rule, const rl_override_t &ov, rl_rule_t &o
     }
     if (ov.given & RL_OVERRIDE_GIVE_PERIOD) {
         out.period_ms = ov.period_ms;
-        if (!(rule.given & P_MAX_DELAY)) {
-            out.max_delay_ms = ov.period_ms;  // a max_delay not given follows the period
+        const Algorithm &a = algorithm_of(out);
+        if (a.follow != nullptr) {
+            a.follow(out);  // a max_delay not given follows the period
         }
     }
     derive(out);

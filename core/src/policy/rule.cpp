@@ -4,7 +4,6 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
-#include <initializer_list>
 #include <string>
 
 #include "algorithms/algorithm.h"
@@ -25,69 +24,24 @@ char *name_room(rl_rule_t *rule)
 
 using namespace rl;
 
-// Every parameter the core parses, by name.
+// Every parameter a rule of any algorithm may give, by name (an
+// algorithm's own are its record's rows, OwnParam).
 const struct {
     const char *name;
     uint32_t bit;
 } params[] = {
-    {"algorithm", P_ALGORITHM},
-    {"limit", P_LIMIT},
-    {"period", P_PERIOD},
-    {"burst", P_BURST},
-    {"cost", P_COST},
-    {"name", P_NAME},
-    {"align", P_ALIGN},
-    {"buckets", P_BUCKETS},
-    {"max_delay", P_MAX_DELAY},
-    {"delay", P_DELAY},  // limit_req's delay=
-    {"reset", P_RESET},
-    {"utc_offset", P_UTC_OFFSET},
-    {"zero_cost", P_ZERO_COST},
-    {"log_key", P_LOG_KEY},
-    {"limit_default", P_LIMIT_DEFAULT},
-    {"limit_max", P_LIMIT_MAX},
-    {"charge", P_CHARGE},
-    {"ban", P_BAN},
-    {"max_wait", P_MAX_WAIT},
+    {"algorithm", P_ALGORITHM}, {"limit", P_LIMIT},     {"period", P_PERIOD},
+    {"burst", P_BURST},         {"cost", P_COST},       {"name", P_NAME},
+    {"zero_cost", P_ZERO_COST}, {"log_key", P_LOG_KEY}, {"limit_default", P_LIMIT_DEFAULT},
+    {"limit_max", P_LIMIT_MAX}, {"charge", P_CHARGE},   {"ban", P_BAN},
     {"abandoned", P_ABANDONED},
-    {"min", P_MIN},
-    {"initial", P_INITIAL},
-    {"tolerance", P_TOLERANCE},
-    {"interval", P_INTERVAL},
-    {"lease", P_LEASE},
 };
 
 // The parameters that may be a $variable, evaluated by the glue per request.
 const uint32_t variable_params = P_COST | P_LIMIT | P_BURST;
 
-struct Name {
-    const char *text;
-    uint32_t value;
-};
-
-const Name aligns[] = {{"epoch", RL_ALIGN_EPOCH}, {"first", RL_ALIGN_FIRST}};
-const Name switches[] = {{"on", 1}, {"off", 0}};
-const Name resets[] = {{"daily", RL_RESET_DAILY}, {"weekly", RL_RESET_WEEKLY}, {"monthly", RL_RESET_MONTHLY}};
-const Name abandons[] = {{"keep", RL_ABANDONED_KEEP}, {"charge", RL_ABANDONED_CHARGE}};
-
-// "+HH:MM" or "-HH:MM", at most 14:00 either way.
-bool parse_offset(const char *p, size_t len, int32_t *minutes)
-{
-    if (len != 6 || (p[0] != '+' && p[0] != '-') || p[3] != ':') {
-        return false;
-    }
-    for (size_t i : {1, 2, 4, 5}) {
-        if (p[i] < '0' || p[i] > '9') {
-            return false;
-        }
-    }
-    const int h = (p[1] - '0') * 10 + (p[2] - '0'), m = (p[4] - '0') * 10 + (p[5] - '0');
-    if (m > 59 || h * 60 + m > RL_UTC_OFFSET_MAX_MIN) {
-        return false;
-    }
-    *minutes = (p[0] == '-' ? -1 : 1) * (h * 60 + m);
-    return true;
-}
+const Word switches[] = {{"on", 1}, {"off", 0}};
+const Word abandons[] = {{"keep", RL_ABANDONED_KEEP}, {"charge", RL_ABANDONED_CHARGE}};
 
 struct Text {
     const char *p;
@@ -95,37 +49,12 @@ struct Text {
     bool is(const char *s) const { return std::strlen(s) == len && std::memcmp(p, s, len) == 0; }
 };
 
-// "1.5", "2", "1.25" as hundredths (150, 200, 125): at most two decimals.
-bool parse_hundredths(Text v, uint32_t *out)
-{
-    uint64_t n = 0;
-    size_t i = 0, decimals = 0;
-    bool dot = false, digits = false;
-    for (; i < v.len; i++) {
-        const char c = v.p[i];
-        if (c == '.' && !dot) {
-            dot = true;
-            continue;
-        }
-        if (c < '0' || c > '9' || (dot && ++decimals > 2) || n > 100000) {
-            return false;
-        }
-        n = n * 10 + (uint64_t) (c - '0');
-        digits = true;
-    }
-    for (; decimals < 2; decimals++) {
-        n *= 10;
-    }
-    *out = (uint32_t) n;
-    return digits;
-}
-
 bool parse_uint(Text v, uint64_t max, uint64_t *out)
 {
     return decimal(v.p, v.len, max, out);
 }
 
-bool lookup(const Name *names, size_t n, Text v, uint32_t *out)
+bool lookup(const Word *names, size_t n, Text v, uint32_t *out)
 {
     for (size_t i = 0; i < n; i++) {
         if (v.is(names[i].text)) {
@@ -134,17 +63,6 @@ bool lookup(const Name *names, size_t n, Text v, uint32_t *out)
         }
     }
     return false;
-}
-
-// The word of a value, the other way round: "?" for none.
-const char *name_of(const Name *names, size_t n, uint32_t value)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (names[i].value == value) {
-            return names[i].text;
-        }
-    }
-    return "?";
 }
 
 const char *algorithm_name(uint32_t a)
@@ -177,28 +95,40 @@ void algorithm_list(char *out, size_t len)
     }
 }
 
-// The algorithms with any of these traits, or taking any of these
-// parameters of their own: "gcra and token_bucket".
-std::string whose(uint32_t traits, uint32_t param)
+// An algorithm's own parameter of this name (nullptr: none).
+const OwnParam *own_row(const Algorithm &a, const char *name, size_t len)
+{
+    for (size_t i = 0; i < a.nown; i++) {
+        if (std::strlen(a.own[i].name) == len && std::memcmp(a.own[i].name, name, len) == 0) {
+            return &a.own[i];
+        }
+    }
+    return nullptr;
+}
+
+// The first algorithm's own parameter of this name (nullptr: none).
+const OwnParam *own_row(Text name)
+{
+    for (uint32_t a = 0; a < RL_ALGORITHM_COUNT; a++) {
+        if (const OwnParam *p = own_row(algorithm_of(a), name.p, name.len)) {
+            return p;
+        }
+    }
+    return nullptr;
+}
+
+// The algorithms with any of these traits, or taking this parameter as
+// their own: "gcra and token_bucket".
+std::string whose(uint32_t traits, const char *param)
 {
     std::string names;
     for (uint32_t a = 0; a < RL_ALGORITHM_COUNT; a++) {
         const Algorithm &r = algorithm_of(a);
-        if ((r.traits & traits) || (r.params & param)) {
+        if ((r.traits & traits) || (param != nullptr && own_row(r, param, std::strlen(param)) != nullptr)) {
             names += (names.empty() ? "" : " and ") + std::string(r.name);
         }
     }
     return names;
-}
-
-// The parameters some algorithm takes as its own.
-uint32_t whose_params()
-{
-    uint32_t own = 0;
-    for (uint32_t a = 0; a < RL_ALGORITHM_COUNT; a++) {
-        own |= algorithm_of(a).params;
-    }
-    return own;
 }
 
 // The shortest exact spelling of a period: 60000 -> "1m", 1500 -> "1500ms".
@@ -239,11 +169,7 @@ const NumberParam number_params[] = {
     {P_LIMIT_DEFAULT, &rl_rule_t::limit, 1, RL_LIMIT_MAX},  // the limit until a request's variable says
     {P_BURST, &rl_rule_t::burst, 1, RL_LIMIT_MAX},
     {P_COST, &rl_rule_t::cost, 0, RL_LIMIT_MAX},
-    {P_DELAY, &rl_rule_t::delay, 0, RL_LIMIT_MAX},
     {P_LIMIT_MAX, &rl_rule_t::limit_max, 1, RL_LIMIT_MAX},
-    {P_BUCKETS, &rl_rule_t::buckets, 1, RL_BUCKETS_MAX},
-    {P_MIN, &rl_rule_t::adapt_min, 1, RL_CONCURRENCY_MAX},
-    {P_INITIAL, &rl_rule_t::adapt_initial, 1, RL_CONCURRENCY_MAX},
 };
 
 struct TimeParam {
@@ -255,31 +181,62 @@ struct TimeParam {
 const TimeParam time_params[] = {
     {P_PERIOD, &rl_rule_t::period_ms, 1, RL_PERIOD_MAX_MS, "a time from 1ms to 366d, like 500ms, 1s, 1m, 1h, 7d"},
     {P_BAN, &rl_rule_t::ban_ms, 1, RL_BAN_MAX_MS, "a time from 1ms to 366d, like 30s, 15m, 1h"},
-    {P_MAX_WAIT, &rl_rule_t::max_wait_ms, 0, 3600000, "a time from 0ms to 1h, like 500ms, 10s, 1m"},
-    {P_MAX_DELAY, &rl_rule_t::max_delay_ms, 0, RL_PERIOD_MAX_MS, "a time from 0ms to 366d, like 500ms, 5s, 1m"},
-    {P_INTERVAL, &rl_rule_t::interval_ms, 50, 60000, "a time from 50ms to 1m, like 500ms, 2s"},
-    {P_LEASE, &rl_rule_t::lease_ms, 1000, 3600000, "a time from 1s to 1h, like 10s, 30s, 5m"},
 };
 
 struct WordParam {
     uint32_t bit;
     uint8_t rl_rule_t::*field;
-    const Name *words;
+    const Word *words;
     size_t n;
 };
 const WordParam word_params[] = {
-    {P_RESET, &rl_rule_t::reset, resets, 3},           {P_ALIGN, &rl_rule_t::align, aligns, 2},
-    {P_ABANDONED, &rl_rule_t::abandoned, abandons, 2}, {P_ZERO_COST, &rl_rule_t::zero_cost, switches, 2},
+    {P_ABANDONED, &rl_rule_t::abandoned, abandons, 2},
+    {P_ZERO_COST, &rl_rule_t::zero_cost, switches, 2},
     {P_LOG_KEY, &rl_rule_t::log_key, switches, 2},
 };
 
+// The value of a number, a time or a word parameter, or the message
+// saying what it may be: "expected an integer from 1 to 100", "expected
+// reset=daily, reset=weekly or reset=monthly".
+int number_of(Text v, uint64_t min, uint64_t max, bool variable, Text whole, uint64_t *n, char *err, size_t errlen)
+{
+    if (!parse_uint(v, max, n) || *n < min) {
+        return fail(err, errlen, "invalid \"%.*s\": expected an integer from %llu to %llu%s", (int) whole.len, whole.p,
+                    (unsigned long long) min, (unsigned long long) max, variable ? ", or a $variable" : "");
+    }
+    return RL_OK;
+}
+
+int time_of(Text v, int64_t min, int64_t max, const char *expected, Text whole, int64_t *ms, char *err, size_t errlen)
+{
+    if (rl_parse_time_ms(v.p, v.len, ms) != RL_OK || *ms < min || *ms > max) {
+        return fail(err, errlen, "invalid \"%.*s\": expected %s", (int) whole.len, whole.p, expected);
+    }
+    return RL_OK;
+}
+
+int word_of(const Word *words, size_t n, Text name, Text v, Text whole, uint32_t *word, char *err, size_t errlen)
+{
+    if (lookup(words, n, v, word)) {
+        return RL_OK;
+    }
+    char expected[RL_ERR_MAX / 2] = "";
+    size_t at = 0;
+    for (size_t i = 0; i < n && at < sizeof(expected); i++) {
+        at += (size_t) std::snprintf(expected + at, sizeof(expected) - at, "%s%.*s=%s",
+                                     i == 0      ? ""
+                                     : i + 1 < n ? ", "
+                                                 : " or ",
+                                     (int) name.len, name.p, words[i].text);
+    }
+    return fail(err, errlen, "invalid \"%.*s\": expected %s", (int) whole.len, whole.p, expected);
+}
+
 int set_number(rl_rule_t *rule, const NumberParam &p, Text v, Text whole, char *err, size_t errlen)
 {
-    uint64_t n;
-    if (!parse_uint(v, p.max, &n) || n < p.min) {
-        return fail(err, errlen, "invalid \"%.*s\": expected an integer from %llu to %llu%s", (int) whole.len, whole.p,
-                    (unsigned long long) p.min, (unsigned long long) p.max,
-                    (p.bit & variable_params) ? ", or a $variable" : "");
+    uint64_t n = 0;
+    if (number_of(v, p.min, p.max, p.bit & variable_params, whole, &n, err, errlen) != RL_OK) {
+        return RL_ERROR;
     }
     rule->*p.field = (uint32_t) n;
     return RL_OK;
@@ -287,72 +244,77 @@ int set_number(rl_rule_t *rule, const NumberParam &p, Text v, Text whole, char *
 
 int set_time(rl_rule_t *rule, const TimeParam &p, Text v, Text whole, char *err, size_t errlen)
 {
-    int64_t ms;
-    if (rl_parse_time_ms(v.p, v.len, &ms) != RL_OK || ms < p.min || ms > p.max) {
-        return fail(err, errlen, "invalid \"%.*s\": expected %s", (int) whole.len, whole.p, p.expected);
-    }
-    rule->*p.field = ms;
-    return RL_OK;
+    return time_of(v, p.min, p.max, p.expected, whole, &(rule->*p.field), err, errlen);
 }
 
-// "expected reset=daily, reset=weekly or reset=monthly"
 int set_word(rl_rule_t *rule, const WordParam &p, Text name, Text v, Text whole, char *err, size_t errlen)
 {
     uint32_t word;
-    if (lookup(p.words, p.n, v, &word)) {
-        rule->*p.field = (uint8_t) word;
-        return RL_OK;
+    if (word_of(p.words, p.n, name, v, whole, &word, err, errlen) != RL_OK) {
+        return RL_ERROR;
     }
-    char expected[RL_ERR_MAX / 2] = "";
-    size_t at = 0;
-    for (size_t i = 0; i < p.n && at < sizeof(expected); i++) {
-        at += (size_t) std::snprintf(expected + at, sizeof(expected) - at, "%s%.*s=%s",
-                                     i == 0        ? ""
-                                     : i + 1 < p.n ? ", "
-                                                   : " or ",
-                                     (int) name.len, name.p, p.words[i].text);
-    }
-    return fail(err, errlen, "invalid \"%.*s\": expected %s", (int) whole.len, whole.p, expected);
+    rule->*p.field = (uint8_t) word;
+    return RL_OK;
 }
 
-// The parameters of their own kind: algorithm=, name=, utc_offset=.
+// An algorithm's own parameter, into the rule's block where its row says.
+int set_own(rl_rule_t *rule, const OwnParam &p, Text name, Text v, Text whole, char *err, size_t errlen)
+{
+    unsigned char *field = reinterpret_cast<unsigned char *>(rule->own) + p.offset;
+    uint64_t n = 0;
+    int64_t ms = 0;
+    uint32_t word = 0;
+    switch (p.kind) {
+    case OwnParam::kNumber:
+        if (number_of(v, (uint64_t) p.min, (uint64_t) p.max, false, whole, &n, err, errlen) != RL_OK) {
+            return RL_ERROR;
+        }
+        word = (uint32_t) n;
+        std::memcpy(field, &word, sizeof(word));
+        return RL_OK;
+    case OwnParam::kTime:
+        if (time_of(v, p.min, p.max, p.expected, whole, &ms, err, errlen) != RL_OK) {
+            return RL_ERROR;
+        }
+        std::memcpy(field, &ms, sizeof(ms));
+        return RL_OK;
+    case OwnParam::kWord:
+        if (word_of(p.words, p.nwords, name, v, whole, &word, err, errlen) != RL_OK) {
+            return RL_ERROR;
+        }
+        *field = (uint8_t) word;
+        return RL_OK;
+    default:
+        if (!p.parse(v.p, v.len, field)) {
+            return fail(err, errlen, "invalid \"%.*s\": expected %s", (int) whole.len, whole.p, p.expected);
+        }
+        return RL_OK;
+    }
+}
+
+// The parameters of their own kind: algorithm=, name=.
 int set_other(rl_rule_t *rule, uint32_t bit, Text v, Text whole, char *err, size_t errlen)
 {
     const int w = (int) whole.len;
-    switch (bit) {
-    case P_ALGORITHM:
+    if (bit == P_ALGORITHM) {
         if (!algorithm_named(v, &rule->algorithm)) {
             char list[RL_ERR_MAX / 2];
             algorithm_list(list, sizeof(list));
             return fail(err, errlen, "invalid \"%.*s\": expected algorithm=%s", w, whole.p, list);
         }
         return RL_OK;
-    case P_NAME:
-        if (!rl_name_valid(v.p, v.len)) {
-            return fail(err, errlen, "invalid \"%.*s\": expected " RL_NAME_EXPECTED, w, whole.p);
-        }
-        std::memcpy(name_room(rule), v.p, v.len);
-        name_room(rule)[v.len] = '\0';
-        return RL_OK;
-    case P_TOLERANCE:
-        if (!parse_hundredths(v, &rule->tolerance) || rule->tolerance < 105 || rule->tolerance > 1000) {
-            return fail(err, errlen,
-                        "invalid \"%.*s\": expected a number from 1.05 to 10 with at most two decimals, like 1.5: "
-                        "how many times its baseline the upstream's typical latency may grow to",
-                        w, whole.p);
-        }
-        return RL_OK;
-    default: /* P_UTC_OFFSET */
-        if (!parse_offset(v.p, v.len, &rule->utc_offset_min)) {
-            return fail(err, errlen, "invalid \"%.*s\": expected +HH:MM or -HH:MM, at most 14:00, like +05:30", w,
-                        whole.p);
-        }
-        return RL_OK;
     }
+    if (!rl_name_valid(v.p, v.len)) {  // P_NAME
+        return fail(err, errlen, "invalid \"%.*s\": expected " RL_NAME_EXPECTED, w, whole.p);
+    }
+    std::memcpy(name_room(rule), v.p, v.len);
+    name_room(rule)[v.len] = '\0';
+    return RL_OK;
 }
 
 // The parameter's bit in the table of parameters (0: none), and the list
-// of them for a message.
+// of them for a message: every rule's, then the algorithms' own, each
+// once, in the records' order.
 uint32_t param_bit(Text name)
 {
     for (const auto &p : params) {
@@ -365,13 +327,31 @@ uint32_t param_bit(Text name)
 
 int unknown_param(Text whole, char *err, size_t errlen)
 {
-    char expected[RL_ERR_MAX] = "zone=, key=";
-    const size_t n = sizeof(params) / sizeof(params[0]);
-    for (size_t i = 0; i < n; i++) {
-        const size_t at = std::strlen(expected);
-        std::snprintf(expected + at, sizeof(expected) - at, "%s%s=", i + 1 < n ? ", " : " or ", params[i].name);
+    std::string expected = "zone=, key=";
+    for (const auto &p : params) {
+        expected += std::string(", ") + p.name + "=";
     }
-    return fail(err, errlen, "unknown parameter \"%.*s\": expected %s", (int) whole.len, whole.p, expected);
+    for (uint32_t a = 0; a < RL_ALGORITHM_COUNT; a++) {
+        const Algorithm &r = algorithm_of(a);
+        for (size_t i = 0; i < r.nown; i++) {
+            if (own_row(Text{r.own[i].name, std::strlen(r.own[i].name)}) == &r.own[i]) {
+                expected += std::string(", ") + r.own[i].name + "=";
+            }
+        }
+    }
+    expected.replace(expected.rfind(", "), 2, " or ");
+    return fail(err, errlen, "unknown parameter \"%.*s\": expected %s", (int) whole.len, whole.p, expected.c_str());
+}
+
+// The rule gives a parameter once.
+int given_once(rl_rule_t *rule, uint64_t bit, Text whole, char *err, size_t errlen)
+{
+    if (rule->given & bit) {
+        return fail(err, errlen, "duplicate parameter \"%.*s\": each parameter may be given once", (int) whole.len,
+                    whole.p);
+    }
+    rule->given |= bit;
+    return RL_OK;
 }
 
 int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t errlen)
@@ -381,13 +361,19 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
     }
     const uint32_t bit = param_bit(name);
     if (bit == 0) {
-        return unknown_param(whole, err, errlen);
+        // an algorithm's own, whichever the rule's is: check_given
+        // refuses another's
+        const OwnParam *own = own_row(name);
+        if (own == nullptr) {
+            return unknown_param(whole, err, errlen);
+        }
+        return given_once(rule, own_bit(own->name), whole, err, errlen) != RL_OK
+                   ? RL_ERROR
+                   : set_own(rule, *own, name, v, whole, err, errlen);
     }
-    if (rule->given & bit) {
-        return fail(err, errlen, "duplicate parameter \"%.*s\": each parameter may be given once", (int) whole.len,
-                    whole.p);
+    if (given_once(rule, bit, whole, err, errlen) != RL_OK) {
+        return RL_ERROR;
     }
-    rule->given |= bit;
 
     if (bit == P_CHARGE) {
         if (v.len == 0) {
@@ -433,13 +419,16 @@ int check_given(const rl_rule_t &rule, const Algorithm &a, char *err, size_t err
             std::snprintf(burst, sizeof(burst), "%u", rule.burst);
         }
         return fail(err, errlen, "\"burst=%s\" does not apply to algorithm=%s: burst is for %s", burst, a.name,
-                    whose(kBucket, 0).c_str());
+                    whose(kBucket, nullptr).c_str());
     }
-    for (const auto &p : params) {
-        const uint32_t own = whose_params();
-        if ((rule.given & p.bit & own) && !(a.params & p.bit)) {
-            return fail(err, errlen, "\"%s=\" does not apply to algorithm=%s: %s is for %s", p.name, a.name, p.name,
-                        whose(0, p.bit).c_str());
+    for (uint32_t other = 0; other < RL_ALGORITHM_COUNT; other++) {
+        const Algorithm &o = algorithm_of(other);
+        for (size_t i = 0; i < o.nown; i++) {
+            const char *name = o.own[i].name;
+            if ((rule.given & own_bit(name)) && own_row(a, name, std::strlen(name)) == nullptr) {
+                return fail(err, errlen, "\"%s=\" does not apply to algorithm=%s: %s is for %s", name, a.name, name,
+                            whose(0, name).c_str());
+            }
         }
     }
     if (rule.charge && a.charge == nullptr) {
@@ -483,14 +472,15 @@ int too_large_error(const rl_rule_t &rule, const Algorithm &a, char *err, size_t
     const uint64_t max_units = kUnitsBound;
     const bool bucket = a.traits & kBucket, leaky = a.traits & kShaper;
     const uint64_t count = bucket ? rule.burst : rule.limit;
-    const uint64_t span = (uint64_t) rule.period_ms + (leaky ? (uint64_t) rule.max_delay_ms : 0);
+    const Queue q = queue_of(rule);
+    const uint64_t span = (uint64_t) rule.period_ms + (uint64_t) q.wait_ms;
     char period[32];
     format_period(rule.period_ms, period, sizeof(period));
-    if (leaky && rule.delay > 0) {
+    if (leaky && q.at_once > 0) {
         return fail(err, errlen,
                     "limit=%u and delay=%u with \"period=%s\" and max_delay are too large: (limit + delay) x period "
                     "+ limit x max_delay in ms may be at most 2^61",
-                    rule.limit, rule.delay, period);
+                    rule.limit, q.at_once, period);
     }
     if (bucket && rule.charge) {
         return fail(err, errlen,
@@ -525,11 +515,8 @@ int check_bounds(rl_rule_t &rule, const Algorithm &a, char *err, size_t errlen)
     if (!(rule.given & P_BURST) || rule.burst_var) {
         rule.burst = rule.limit;
     }
-    if (!(rule.given & P_BUCKETS)) {
-        rule.buckets = 10;
-    }
-    if (!(rule.given & P_MAX_DELAY)) {
-        rule.max_delay_ms = rule.period_ms;
+    if (a.follow != nullptr) {
+        a.follow(rule);
     }
     const bool bucket = a.traits & kBucket;
     const uint32_t capacity = bucket ? rule.burst : rule.limit;
@@ -552,8 +539,8 @@ void default_name(rl_rule_t &rule, const Algorithm &a)
         std::snprintf(extra, sizeof(extra), "_bvar");
     } else if ((a.traits & kBucket) && rule.burst != rule.limit) {
         std::snprintf(extra, sizeof(extra), "_b%u", rule.burst);
-    } else if (rule.delay > 0) {
-        std::snprintf(extra, sizeof(extra), "_d%u", rule.delay);
+    } else if (queue_of(rule).at_once > 0) {
+        std::snprintf(extra, sizeof(extra), "_d%u", queue_of(rule).at_once);
     }
     std::snprintf(name_room(&rule), RL_NAME_MAX, "%s_%s_%s%s", a.name, limit, tail, extra);
 }
@@ -604,8 +591,9 @@ bool too_large(const rl_rule_t &rule)
     const bool bucket = traits & kBucket, leaky = traits & kShaper;
     // with charge=, a bucket may owe a limit beyond its burst (RL_DEBT)
     const uint64_t count = bucket ? (uint64_t) rule.burst + (rule.charge ? rule.limit : 0) : rule.limit;
-    const uint64_t span = (uint64_t) rule.period_ms + (leaky ? (uint64_t) rule.max_delay_ms : 0);
-    const unsigned __int128 served = leaky ? (unsigned __int128) rule.delay * (uint64_t) rule.period_ms : 0;
+    const Queue q = queue_of(rule);
+    const uint64_t span = (uint64_t) rule.period_ms + (uint64_t) q.wait_ms;
+    const unsigned __int128 served = (unsigned __int128) q.at_once * (uint64_t) rule.period_ms;
     return (bucket || leaky) && (unsigned __int128) count * span + served > kUnitsBound;
 }
 
@@ -621,7 +609,6 @@ void rl_rule_init(rl_rule_t *rule, char name[RL_NAME_MAX])
     rule->algorithm = RL_ALGORITHM_DEFAULT;
     rule->period_ms = 1000;
     rule->cost = 1;
-    rule->align = RL_ALIGN_EPOCH;
 }
 
 int rl_rule_param(rl_rule_t *rule, const char *param, size_t len, char *err, size_t errlen)
@@ -811,11 +798,6 @@ int rl_name_valid(const char *name, size_t len)
 const char *rl_algorithm_name(uint32_t algorithm)
 {
     return algorithm_name(algorithm);
-}
-
-const char *rl_reset_name(uint32_t reset)
-{
-    return name_of(resets, 3, reset);
 }
 
 int rl_parse_time_ms(const char *s, size_t len, int64_t *ms)

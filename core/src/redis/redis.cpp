@@ -236,9 +236,21 @@ void rule_args(rl::Writer &w, const rl_request_t &rq, int call)
         // order of the script's SPEC
         char spec[13 * 21];
         rl::Writer s{spec};
-        const int64_t fields[] = {r.algorithm, r.limit,          r.burst,   r.period_ms,      r.align,
-                                  r.buckets,   r.max_delay_ms,   r.reset,   r.utc_offset_min, r.delay,
-                                  r.ban_ms,    r.charge ? 1 : 0, r.lease_ms};
+        int64_t own[rl::kSpecOwn];
+        rl::spec_of(r, own);
+        const int64_t fields[] = {r.algorithm,
+                                  r.limit,
+                                  r.burst,
+                                  r.period_ms,
+                                  own[rl::kSpecAlign],
+                                  own[rl::kSpecBuckets],
+                                  own[rl::kSpecMaxDelay],
+                                  own[rl::kSpecReset],
+                                  own[rl::kSpecUtcOffset],
+                                  own[rl::kSpecDelay],
+                                  r.ban_ms,
+                                  r.charge ? 1 : 0,
+                                  own[rl::kSpecLease]};
         for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++) {
             if (f > 0) {
                 s.raw(" ", 1);
@@ -287,6 +299,13 @@ void rule_args(rl::Writer &w, const rl_request_t &rq, int call)
 
 extern "C" {
 
+int64_t rl_redis_lease_ms(const rl_rule_t *rule)
+{
+    int64_t own[rl::kSpecOwn];
+    rl::spec_of(*rule, own);
+    return own[rl::kSpecLease];
+}
+
 int rl_redis_holds_lease(const rl_check_t *c)
 {
     return rl::applies(*c) && rl::has(*c->rule, rl::kSlots) && c->lease > 0;
@@ -309,13 +328,8 @@ int rl_redis_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
     if (a.no_redis != nullptr) {
         return rl::fail(err, errlen, "algorithm=%s is not decided in Redis: %s", a.name, a.no_redis);
     }
-    if ((a.traits & rl::kSlots) && rule->max_wait_ms > 0) {
-        return rl::fail(err, errlen,
-                        "\"max_wait=\" does not apply to algorithm=%s in a Redis zone: a request would wait in "
-                        "its server's queue while the slot it waits for frees on another server, which only "
-                        "asking Redis again and again would tell; refuse at once (max_wait=0, the default), or "
-                        "use a zone without redis= to wait",
-                        a.name);
+    if (a.redis_rule_ok != nullptr && a.redis_rule_ok(*rule, err, errlen) != RL_OK) {
+        return RL_ERROR;
     }
     if (a.redis_units == nullptr) {
         return RL_OK;  // counters and times only

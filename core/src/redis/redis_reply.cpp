@@ -75,7 +75,7 @@ Range range_of(const rl_rule_t &rule, bool carried)
     rl_decision_t policy{};
     rl::policy(rule, policy);
     g.quota = capped(policy.quota);
-    g.max_delay = (a.traits & rl::kShaper) ? rule.max_delay_ms : 0;
+    g.max_delay = rl::queue_of(rule).wait_ms;
     // with charge=, a key may owe a limit beyond an empty budget: a
     // bucket's debt, a window carried into the next, a log moved a period
     // later, a sliding window owing up to a period after it

@@ -48,7 +48,7 @@
 #include <algorithm>
 #include <atomic>
 
-#include "algorithms/algorithms.h"
+#include "algorithms/algorithm.h"
 #include "policy/request.h"
 #include "util/mix.h"
 
@@ -115,16 +115,18 @@ uint64_t add(uint64_t h, uint64_t v)
 // under the same arithmetic.
 uint64_t add_rule(uint64_t h, const rl_rule_t &r)
 {
+    int64_t own[rl::kSpecOwn];
+    rl::spec_of(r, own);
     const uint64_t v[] = {r.algorithm,
                           r.limit,
                           r.burst,
                           (uint64_t) r.period_ms,
-                          r.align,
-                          r.buckets,
-                          (uint64_t) r.max_delay_ms,
-                          r.delay,
-                          r.reset,
-                          (uint64_t) (int64_t) r.utc_offset_min,
+                          (uint64_t) own[rl::kSpecAlign],
+                          (uint64_t) own[rl::kSpecBuckets],
+                          (uint64_t) own[rl::kSpecMaxDelay],
+                          (uint64_t) own[rl::kSpecDelay],
+                          (uint64_t) own[rl::kSpecReset],
+                          (uint64_t) own[rl::kSpecUtcOffset],
                           (uint64_t) r.ban_ms,
                           r.charge,
                           r.limit_max};

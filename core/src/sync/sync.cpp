@@ -355,7 +355,8 @@ int rl_sync_note(void *sync, const void *table, const rl_request_t *rq, int64_t 
         } else {
             const uint64_t units = spent(c);
             like.end = c.after.t;
-            like.aligned = c.rule->align == RL_ALIGN_EPOCH;  // (a quota's calendar too)
+            const rl::Algorithm &a = rl::algorithm_of(*c.rule);
+            like.aligned = a.windows_keyed == nullptr || !a.windows_keyed(*c.rule);  // (a quota's calendar too)
             like.units = (uint32_t) (units < UINT32_MAX ? units : UINT32_MAX);
         }
         const uint64_t units = like.units;
