@@ -164,30 +164,12 @@ bool parse_tolerance(const char *p, size_t len, void *field)
 
 const OwnParam own[] = {
     kMaxWait,
-    {.name = "min",
-     .kind = OwnParam::kNumber,
-     .offset = offsetof(AdaptiveParams, adapt_min),
-     .min = 1,
-     .max = RL_CONCURRENCY_MAX},
-    {.name = "initial",
-     .kind = OwnParam::kNumber,
-     .offset = offsetof(AdaptiveParams, adapt_initial),
-     .min = 1,
-     .max = RL_CONCURRENCY_MAX},
-    {.name = "tolerance",
-     .kind = OwnParam::kParsed,
-     .offset = offsetof(AdaptiveParams, tolerance),
-     .min = 0,
-     .max = 0,
-     .expected = "a number from 1.05 to 10 with at most two decimals, like 1.5: how many times its baseline the "
-                 "upstream's typical latency may grow to",
-     .parse = parse_tolerance},
-    {.name = "interval",
-     .kind = OwnParam::kTime,
-     .offset = offsetof(AdaptiveParams, interval_ms),
-     .min = 50,
-     .max = 60000,
-     .expected = "a time from 50ms to 1m, like 500ms, 2s"},
+    number_param("min", offsetof(AdaptiveParams, adapt_min), 1, RL_CONCURRENCY_MAX),
+    number_param("initial", offsetof(AdaptiveParams, adapt_initial), 1, RL_CONCURRENCY_MAX),
+    parsed_param("tolerance", offsetof(AdaptiveParams, tolerance), parse_tolerance,
+                 "a number from 1.05 to 10 with at most two decimals, like 1.5: how many times its baseline the "
+                 "upstream's typical latency may grow to"),
+    time_param("interval", offsetof(AdaptiveParams, interval_ms), 50, 60000, "a time from 50ms to 1m, like 500ms, 2s"),
 };
 
 AdaptiveParams params(const rl_rule_t &rule)

@@ -87,6 +87,25 @@ struct OwnParam {
     bool (*parse)(const char *p, size_t len, void *field) = nullptr;
 };
 
+// Its rows, one a line: number_param("buckets", offsetof(...), 1, 100).
+constexpr OwnParam number_param(const char *name, size_t offset, int64_t min, int64_t max)
+{
+    return OwnParam{name, OwnParam::kNumber, offset, min, max};
+}
+constexpr OwnParam time_param(const char *name, size_t offset, int64_t min, int64_t max, const char *expected)
+{
+    return OwnParam{name, OwnParam::kTime, offset, min, max, expected};
+}
+constexpr OwnParam word_param(const char *name, size_t offset, const Word *words, size_t nwords)
+{
+    return OwnParam{name, OwnParam::kWord, offset, 0, 0, nullptr, words, nwords};
+}
+constexpr OwnParam parsed_param(const char *name, size_t offset, bool (*parse)(const char *, size_t, void *),
+                                const char *expected)
+{
+    return OwnParam{name, OwnParam::kParsed, offset, 0, 0, expected, nullptr, 0, parse};
+}
+
 // The Redis script's SPEC of a rule holds, after what every rule has, the
 // parameters of some algorithm's own (spec_of fills them, a record's
 // `spec` its own).
@@ -167,8 +186,8 @@ struct SlotParams {
     int64_t max_wait_ms;
     int64_t lease_ms;
 };
-inline constexpr OwnParam kMaxWait = {"max_wait", OwnParam::kTime, offsetof(SlotParams, max_wait_ms),
-                                      0,          3600000,         "a time from 0ms to 1h, like 500ms, 10s, 1m"};
+inline constexpr OwnParam kMaxWait =
+    time_param("max_wait", offsetof(SlotParams, max_wait_ms), 0, 3600000, "a time from 0ms to 1h, like 500ms, 10s, 1m");
 
 // A figure of a rule's counters (ratelimit_stats, render/stats.cpp): its
 // name in JSON, its metric (after "nginx_ratelimit_"), type and help in

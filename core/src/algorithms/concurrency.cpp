@@ -26,12 +26,7 @@ namespace {
 // (default 30s).
 const OwnParam own[] = {
     kMaxWait,
-    {.name = "lease",
-     .kind = OwnParam::kTime,
-     .offset = offsetof(SlotParams, lease_ms),
-     .min = 1000,
-     .max = 3600000,
-     .expected = "a time from 1s to 1h, like 10s, 30s, 5m"},
+    time_param("lease", offsetof(SlotParams, lease_ms), 1000, 3600000, "a time from 1s to 1h, like 10s, 30s, 5m"),
 };
 
 // Not a rate: no period, no cost, no charge; its state keeps who holds

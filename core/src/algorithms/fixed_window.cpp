@@ -25,13 +25,7 @@ struct FixedWindowParams {
 
 const Word aligns[] = {{"epoch", RL_ALIGN_EPOCH}, {"first", RL_ALIGN_FIRST}};
 const OwnParam own[] = {
-    {.name = "align",
-     .kind = OwnParam::kWord,
-     .offset = offsetof(FixedWindowParams, align),
-     .min = 0,
-     .max = 0,
-     .words = aligns,
-     .nwords = 2},
+    word_param("align", offsetof(FixedWindowParams, align), aligns, 2),
 };
 
 bool windows_from_first(const rl_rule_t &rule)

@@ -33,17 +33,9 @@ struct LeakyBucketParams {
 };
 
 const OwnParam own[] = {
-    {.name = "max_delay",
-     .kind = OwnParam::kTime,
-     .offset = offsetof(LeakyBucketParams, max_delay_ms),
-     .min = 0,
-     .max = RL_PERIOD_MAX_MS,
-     .expected = "a time from 0ms to 366d, like 500ms, 5s, 1m"},
-    {.name = "delay",
-     .kind = OwnParam::kNumber,
-     .offset = offsetof(LeakyBucketParams, delay),
-     .min = 0,
-     .max = RL_LIMIT_MAX},  // limit_req's delay=
+    time_param("max_delay", offsetof(LeakyBucketParams, max_delay_ms), 0, RL_PERIOD_MAX_MS,
+               "a time from 0ms to 366d, like 500ms, 5s, 1m"),
+    number_param("delay", offsetof(LeakyBucketParams, delay), 0, RL_LIMIT_MAX),  // limit_req's delay=
 };
 
 Queue shaper_queue(const rl_rule_t &rule)

@@ -48,20 +48,9 @@ bool parse_offset(const char *p, size_t len, void *field)
 }
 
 const OwnParam own[] = {
-    {.name = "reset",
-     .kind = OwnParam::kWord,
-     .offset = offsetof(QuotaParams, reset),
-     .min = 0,
-     .max = 0,
-     .words = resets,
-     .nwords = 3},
-    {.name = "utc_offset",
-     .kind = OwnParam::kParsed,
-     .offset = offsetof(QuotaParams, utc_offset_min),
-     .min = 0,
-     .max = 0,
-     .expected = "+HH:MM or -HH:MM, at most 14:00, like +05:30",
-     .parse = parse_offset},
+    word_param("reset", offsetof(QuotaParams, reset), resets, 3),
+    parsed_param("utc_offset", offsetof(QuotaParams, utc_offset_min), parse_offset,
+                 "+HH:MM or -HH:MM, at most 14:00, like +05:30"),
 };
 
 uint32_t reset_of(const rl_rule_t &rule)

@@ -34,11 +34,7 @@ struct SlidingWindowParams {
 };
 
 const OwnParam own[] = {
-    {.name = "buckets",
-     .kind = OwnParam::kNumber,
-     .offset = offsetof(SlidingWindowParams, buckets),
-     .min = 1,
-     .max = RL_BUCKETS_MAX},
+    number_param("buckets", offsetof(SlidingWindowParams, buckets), 1, RL_BUCKETS_MAX),
 };
 
 uint32_t buckets_of(const rl_rule_t &rule)
