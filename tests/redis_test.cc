@@ -210,6 +210,36 @@ TEST(Redis, CommandIsOneFcallWithKeysThenArguments)
     }
 }
 
+// The spec of a rule of each algorithm, as the script reads it: its own
+// parameters in their places (align, buckets, max_delay, reset,
+// utc_offset, delay, lease), and where another algorithm's stand the
+// values every rule has always sent (align 0, buckets 10, max_delay the
+// period, the rest 0).
+TEST(Redis, TheSpecHoldsEachAlgorithmsOwnParametersInTheirPlaces)
+{
+    const std::string sha(40, 'f');
+    auto spec_of = [&sha](const char *text) {
+        rl_rule_t r = rule_of(text);
+        rl_check_t c = one_check(&r, 7, "bob", 1);
+        rl_request_t rq = request_of(&c, 1, RL_COMBINE_ANY);
+        std::string cmd(rl_redis_command_size(1, 3, sha.size()), '\0');
+        cmd.resize(rl_redis_command(cmd.data(), sha.data(), sha.size(), RL_REDIS_FCALL, RL_REDIS_DECIDE, "rl:", 3, 0,
+                                    &rq, -1));
+        const std::vector<std::string> a = args_of(cmd);
+        return a.size() == 8 ? a[6] : "(" + std::to_string(a.size()) + " arguments)";
+    };
+    EXPECT_EQ(spec_of("algorithm=token_bucket limit=5 burst=8 period=1m"), "1 5 8 60000 0 10 60000 0 0 0 0 0 0");
+    EXPECT_EQ(spec_of("algorithm=fixed_window limit=5 period=1m align=first"), "2 5 5 60000 1 10 60000 0 0 0 0 0 0");
+    EXPECT_EQ(spec_of("algorithm=sliding_window limit=5 period=1m buckets=6"), "3 5 5 60000 0 6 60000 0 0 0 0 0 0");
+    EXPECT_EQ(spec_of("algorithm=sliding_log limit=5 period=1m"), "4 5 5 60000 0 10 60000 0 0 0 0 0 0");
+    EXPECT_EQ(spec_of("algorithm=leaky_bucket limit=5 max_delay=2s delay=3"), "5 5 5 1000 0 10 2000 0 0 3 0 0 0");
+    EXPECT_EQ(spec_of("algorithm=leaky_bucket limit=5 period=1m"), "5 5 5 60000 0 10 60000 0 0 0 0 0 0");
+    EXPECT_EQ(spec_of("algorithm=quota limit=5 reset=weekly utc_offset=-05:30"),
+              "6 5 5 604800000 0 10 604800000 1 -330 0 0 0 0");
+    EXPECT_EQ(spec_of("algorithm=concurrency limit=3 lease=5s"), "7 3 3 1000 0 10 1000 0 0 0 0 0 5000");
+    EXPECT_EQ(spec_of("algorithm=concurrency limit=3"), "7 3 3 1000 0 10 1000 0 0 0 0 0 30000");
+}
+
 // A batch: one call of the script, each request's keys in turn, then the
 // clock, "batch", and each request's call, its rules and their arguments.
 TEST(Redis, ABatchIsOneCallOfEveryRequestsKeysThenEachRequestsArguments)

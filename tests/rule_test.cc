@@ -185,6 +185,19 @@ TEST(Rule, AlgorithmSpecificParameters)
               "invalid \"buckets=101\": expected an integer from 1 to 100");
     EXPECT_EQ(error_of("limit=5 buckets=4"),
               "\"buckets=\" does not apply to algorithm=gcra: buckets is for sliding_window");
+    // an algorithm's own parameter before algorithm=, once only, and
+    // refused by another algorithm even when that one's own come first
+    EXPECT_EQ(rl::own_value(rule_of("buckets=4 algorithm=sliding_window limit=5"), "buckets"), 4);
+    EXPECT_EQ(error_of("algorithm=sliding_window limit=5 buckets=4 buckets=5"),
+              "duplicate parameter \"buckets=5\": each parameter may be given once");
+    EXPECT_EQ(error_of("max_delay=5s delay=2 buckets=3 algorithm=leaky_bucket limit=5"),
+              "\"buckets=\" does not apply to algorithm=leaky_bucket: buckets is for sliding_window");
+    EXPECT_EQ(error_of("algorithm=concurrency limit=5 max_wait=1s max_wait=2s"),
+              "duplicate parameter \"max_wait=2s\": each parameter may be given once");
+    EXPECT_EQ(error_of("limit=5 max_wait=1s"),
+              "\"max_wait=\" does not apply to algorithm=gcra: max_wait is for concurrency and adaptive");
+    EXPECT_EQ(error_of("algorithm=adaptive limit=5 lease=10s"),
+              "\"lease=\" does not apply to algorithm=adaptive: lease is for concurrency");
     EXPECT_EQ(error_of("algorithm=sliding_log limit=10001"),
               "\"limit=10001\" is too large for algorithm=sliding_log: it keeps one time a unit, at most 10000; use "
               "sliding_window for larger limits");

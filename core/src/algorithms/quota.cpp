@@ -205,12 +205,8 @@ extern const Algorithm kQuota = {
 
 }  // namespace rl
 
+// resets[] is in the order of enum rl_reset
 extern "C" const char *rl_reset_name(uint32_t reset)
 {
-    for (const rl::Word &w : rl::resets) {
-        if (w.value == reset) {
-            return w.text;
-        }
-    }
-    return "?";
+    return reset < sizeof(rl::resets) / sizeof(rl::resets[0]) ? rl::resets[reset].text : "?";
 }
