@@ -228,16 +228,24 @@ TEST(Redis, TheSpecHoldsEachAlgorithmsOwnParametersInTheirPlaces)
         const std::vector<std::string> a = args_of(cmd);
         return a.size() == 8 ? a[6] : "(" + std::to_string(a.size()) + " arguments)";
     };
-    EXPECT_EQ(spec_of("algorithm=token_bucket limit=5 burst=8 period=1m"), "1 5 8 60000 0 10 60000 0 0 0 0 0 0");
-    EXPECT_EQ(spec_of("algorithm=fixed_window limit=5 period=1m align=first"), "2 5 5 60000 1 10 60000 0 0 0 0 0 0");
-    EXPECT_EQ(spec_of("algorithm=sliding_window limit=5 period=1m buckets=6"), "3 5 5 60000 0 6 60000 0 0 0 0 0 0");
-    EXPECT_EQ(spec_of("algorithm=sliding_log limit=5 period=1m"), "4 5 5 60000 0 10 60000 0 0 0 0 0 0");
-    EXPECT_EQ(spec_of("algorithm=leaky_bucket limit=5 max_delay=2s delay=3"), "5 5 5 1000 0 10 2000 0 0 3 0 0 0");
-    EXPECT_EQ(spec_of("algorithm=leaky_bucket limit=5 period=1m"), "5 5 5 60000 0 10 60000 0 0 0 0 0 0");
-    EXPECT_EQ(spec_of("algorithm=quota limit=5 reset=weekly utc_offset=-05:30"),
-              "6 5 5 604800000 0 10 604800000 1 -330 0 0 0 0");
-    EXPECT_EQ(spec_of("algorithm=concurrency limit=3 lease=5s"), "7 3 3 1000 0 10 1000 0 0 0 0 0 5000");
-    EXPECT_EQ(spec_of("algorithm=concurrency limit=3"), "7 3 3 1000 0 10 1000 0 0 0 0 0 30000");
+    // the rule, and its spec: algorithm, limit, burst, period, align,
+    // buckets, max_delay, reset, utc_offset, delay, ban, charge, lease
+    const struct {
+        const char *rule, *spec;
+    } rules[] = {
+        {"algorithm=token_bucket limit=5 burst=8 period=1m", "1 5 8 60000 0 10 60000 0 0 0 0 0 0"},
+        {"algorithm=fixed_window limit=5 period=1m align=first", "2 5 5 60000 1 10 60000 0 0 0 0 0 0"},
+        {"algorithm=sliding_window limit=5 period=1m buckets=6", "3 5 5 60000 0 6 60000 0 0 0 0 0 0"},
+        {"algorithm=sliding_log limit=5 period=1m", "4 5 5 60000 0 10 60000 0 0 0 0 0 0"},
+        {"algorithm=leaky_bucket limit=5 max_delay=2s delay=3", "5 5 5 1000 0 10 2000 0 0 3 0 0 0"},
+        {"algorithm=leaky_bucket limit=5 period=1m", "5 5 5 60000 0 10 60000 0 0 0 0 0 0"},
+        {"algorithm=quota limit=5 reset=weekly utc_offset=-05:30", "6 5 5 604800000 0 10 604800000 1 -330 0 0 0 0"},
+        {"algorithm=concurrency limit=3 lease=5s", "7 3 3 1000 0 10 1000 0 0 0 0 0 5000"},
+        {"algorithm=concurrency limit=3", "7 3 3 1000 0 10 1000 0 0 0 0 0 30000"},
+    };
+    for (const auto &r : rules) {
+        EXPECT_EQ(spec_of(r.rule), r.spec) << r.rule;
+    }
 }
 
 // A batch: one call of the script, each request's keys in turn, then the
