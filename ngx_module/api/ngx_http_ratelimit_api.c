@@ -30,7 +30,7 @@
 
 #include "ngx_http_ratelimit_api.h"
 #include "ngx_http_ratelimit_api_keys.h"
-#include "ngx_http_ratelimit_bandwidth.h"
+#include "ngx_ratelimit_bandwidth.h"
 #include "ngx_http_ratelimit_api_overrides.h"
 #include "ngx_http_ratelimit_api_redis.h"
 #include "ngx_http_ratelimit_answer.h"
@@ -213,7 +213,7 @@ ngx_http_ratelimit_api_answer_request(ngx_http_request_t *r, ngx_str_t *body)
 
         if (rule.len && ngx_ratelimit_zone_rule(q->zone, &rule) == NULL
             && (q->in.resource != RL_API_KEYS
-                || !ngx_http_ratelimit_bandwidth_rule(q->zone, &rule)))
+                || !ngx_ratelimit_bw_zone_has(q->zone, &rule)))
         {
             return ngx_http_ratelimit_api_fail(r, q, RL_API_NO_RULE);
         }

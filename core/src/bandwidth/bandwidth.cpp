@@ -25,7 +25,7 @@ constexpr uint32_t kFracMask = (1u << kFracBits) - 1;
 constexpr uint32_t kConnectionsMax = (1u << (32 - kFracBits)) - 1;
 
 // the parameters, a bit each, for "each may be given once"
-constexpr uint32_t kRate = 1, kBurst = 2, kDirection = 4, kName = RL_BANDWIDTH_NAMED;
+constexpr uint32_t kRate = 1, kBurst = 2, kDirection = 4, kName = RL_BANDWIDTH_NAMED, kAfter = 16;
 
 struct Entry {
     int64_t tat_us;
@@ -127,14 +127,17 @@ int rl_bandwidth_param(rl_bandwidth_rule_t *rule, const char *p, size_t len, cha
         bit = rl::kRate;
     } else if (rl::starts_with(p, len, "burst=", &at)) {
         bit = rl::kBurst;
+    } else if (rl::starts_with(p, len, "after=", &at)) {
+        bit = rl::kAfter;
     } else if (rl::starts_with(p, len, "direction=", &at)) {
         bit = rl::kDirection;
     } else if (rl::starts_with(p, len, "name=", &at)) {
         bit = rl::kName;
     } else {
-        return rl::fail(err, errlen,
-                        "unknown parameter \"%.*s\": expected rate=, burst=, direction=, name= (and zone=, key=)",
-                        (int) (len < 64 ? len : 64), p);
+        return rl::fail(
+            err, errlen,
+            "unknown parameter \"%.*s\": expected rate=, burst=, after=, direction=, name= (and zone=, key=)",
+            (int) (len < 64 ? len : 64), p);
     }
     if (rule->seen & bit) {
         return rl::fail(err, errlen, "duplicate parameter \"%.*s\": each parameter may be given once",
@@ -159,24 +162,30 @@ int rl_bandwidth_param(rl_bandwidth_rule_t *rule, const char *p, size_t len, cha
         }
         return RL_OK;
     case rl::kBurst:
+    case rl::kAfter: {
+        uint64_t *size = bit == rl::kBurst ? &rule->burst : &rule->after;
         if (vlen == 1 && v[0] == '0') {
-            rule->burst = 0;
+            *size = 0;
             return RL_OK;
         }
-        if (rl_bandwidth_size(v, vlen, &rule->burst) != RL_OK) {
+        if (rl_bandwidth_size(v, vlen, size) != RL_OK) {
             return rl::fail(err, errlen,
-                            "invalid burst \"%.*s\": expected bytes from 0 to 100g, in nginx's units (512k, 4m)",
-                            (int) (vlen < 64 ? vlen : 64), v);
+                            "invalid %s \"%.*s\": expected bytes from 0 to 100g, in nginx's units (512k, 4m)",
+                            bit == rl::kBurst ? "burst" : "after", (int) (vlen < 64 ? vlen : 64), v);
         }
         return RL_OK;
+    }
     case rl::kDirection:
         if (vlen == 3 && std::memcmp(v, "out", 3) == 0) {
             rule->direction = RL_BANDWIDTH_OUT;
         } else if (vlen == 2 && std::memcmp(v, "in", 2) == 0) {
             rule->direction = RL_BANDWIDTH_IN;
+        } else if (vlen == 4 && std::memcmp(v, "both", 4) == 0) {
+            rule->direction = RL_BANDWIDTH_BOTH;
         } else {
             return rl::fail(err, errlen,
-                            "invalid direction \"%.*s\": expected \"out\" (responses) or \"in\" (request bodies)",
+                            "invalid direction \"%.*s\": expected \"out\" (toward the client), \"in\" (from it) "
+                            "or \"both\"",
                             (int) (vlen < 64 ? vlen : 64), v);
         }
         return RL_OK;
