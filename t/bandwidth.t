@@ -62,6 +62,10 @@ server {
             alias %%PREFIX%%/html/;
         }
     }
+    location /after/ {
+        ratelimit_bandwidth zone=z key=\$http_x_key rate=256k after=1m name=after;
+        alias %%PREFIX%%/html/;
+    }
     location /stats { ratelimit_stats; }
     location /rl/ { ratelimit_api; }
 }
@@ -307,6 +311,18 @@ sub first_done { my $d = $_[0]{done}; $d = $_->{done} < $d ? $_->{done} : $d for
     within(rate_of($start + 0.3, first_done(@c), @c), $MB, 0.10, '8 HTTP/2 streams of a key together');
 }
 
+# after=1m rate=256k: the first MB of a response at once (not counted),
+# the rest at the rate; a second response of the key has its own first MB
+{
+    RLTest::write_file($t->prefix . '/html/f1m5', 'x' x (1.5 * $MB));
+    for my $i (1, 2) {
+        my ($start, $c) = downloads(['/after/f1m5', 'aft']);
+        cmp_ok(bytes_at($c, $start + 0.4), '>=', $MB, "after=: response $i: the first MB at once");
+        my $took = $c->{done} - $start;
+        ok($took > 1.6 && $took < 2.4, sprintf('after=: response %d: 512 KB more at 256k a second, %.2f s', $i, $took));
+    }
+}
+
 # rate= from a variable: a plan's rate; a value that is no size: no rule
 {
     my ($start, $c) = downloads(['/plan/f2m', 'p1']);
@@ -375,6 +391,17 @@ sub first_done { my $d = $_[0]{done}; $d = $_->{done} < $d ? $_->{done} : $d for
     cmp_ok($key->{next_slice_ms}, '<=', 600, "key API: its next slice in $key->{next_slice_ms} ms");
     my $all = $t->get_json('/rl/zones/z/keys?key=st');
     is(scalar(grep { $_->{rule} eq 'shared' } @{ $all->{rules} }), 1, 'key API: the rule once without rule=');
+    # the top keys by bytes: the key downloading among them, counted in
+    # bytes (the keys of the tests above too: the window is a minute or two)
+    my $top = $t->get_json('/rl/zones/z/top?rule=shared')->{rules}{shared};
+    my ($st) = grep { $_->{fingerprint} eq $key->{fingerprint} } @{ $top->{keys} };
+    cmp_ok($st ? $st->{bytes} : 0, '>=', 2.5 * $MB, 'top keys: the key downloading, its bytes');
+    my @bytes = map { $_->{bytes} } @{ $top->{keys} };
+    is_deeply(\@bytes, [sort { $b <=> $a } @bytes], 'top keys: most bytes first (' . join(' ', @bytes) . ')');
+    ok(!exists $top->{refusals} && !exists $top->{keys}[0]{refused}, 'top keys: bytes, not refusals');
+    like($t->get('/stats?format=prometheus')->{content},
+         qr/^nginx_ratelimit_top_bytes\{zone="z",rule="shared",fingerprint="$key->{fingerprint}"\} \d+/m,
+         'Prometheus: the top keys by bytes');
     $pid->wait;
     RLTest::wait_until(sub { $t->rule_stats('z', 'shared')->{connections} == 0 }, 5);
     $rule = $t->rule_stats('z', 'shared');

@@ -337,7 +337,24 @@ sub upstream_samples {
     ok($took > 1.6 && $took < 2.4, sprintf('after=: the next 512 KB at 256k a second, %.2f s in all', $took));
 }
 
-# the stats: the rules' bytes and connections; the key API: a key's rule
+# the key API during a transfer: the key's rate and its sessions in
+# flight; its top keys by bytes
+{
+    my $pid = RLTest::spawn(sub { downloads(map { [$p{shared}, '127.0.0.10', $MB] } 1 .. 3); return 1 });
+    sleep 1.5;
+    my $key = $t->key_rule('z', '127.0.0.10', 'shared');
+    is($key->{kind}, 'bandwidth', 'key API: a stream bandwidth rule\'s key');
+    is($key->{rate}, $MB, 'key API: its rate');
+    is($key->{connections}, 3, 'key API: 3 sessions in flight');
+    $pid->wait;
+    my $top = $t->get_json('/rl/zones/z/top?rule=shared')->{rules}{shared};
+    my @bytes = map { $_->{bytes} } @{ $top->{keys} };
+    cmp_ok(scalar(@bytes), '>=', 5, 'top keys: the rule\'s keys');
+    is_deeply(\@bytes, [sort { $b <=> $a } @bytes], 'top keys: most bytes first (' . join(' ', @bytes) . ')');
+    ok(!exists $top->{refusals}, 'top keys: bytes, not refusals');
+}
+
+# the stats: the rules' bytes and connections
 {
     my $r = $t->rule_stats('z', 'shared');
     cmp_ok($r->{bytes}, '>=', 4 * $MB + 2 * $MB, 'stats: the bytes the rule granted');

@@ -281,4 +281,54 @@ TEST(Bandwidth, KeyInTheTable)
     EXPECT_TABLE_VALID(zone.table());
 }
 
+// The rule's top keys rank by the bytes granted (KiB, a grant rounded up),
+// not by grants: a key of one large slice above a key of three small ones.
+TEST(Bandwidth, TopKeysByBytes)
+{
+    TestZone zone(64 * 1024, kSecret);
+    char name[] = "dl";
+    const int slot = rl_table_rule_slot(zone.mem, name);
+    ASSERT_GE(slot, 0);
+    const uint64_t id = rl_bandwidth_identity("dl", "$k", 2);
+    const uint64_t big = rl_table_tag(zone.mem, id, "big", 3);
+    const uint64_t small = rl_table_tag(zone.mem, id, "small", 5);
+    const int64_t now = 1700000000 * kSec;
+    rl_bandwidth_take(zone.mem, slot, big, now, 100 * 1024, kMB, kMB);
+    for (int i = 0; i < 3; i++) {
+        rl_bandwidth_take(zone.mem, slot, small, now, 4 * 1024 + 1, kMB, kMB);
+    }
+    rl_top_t top;
+    rl_table_top(zone.mem, slot, now / 1000, &top);
+    ASSERT_EQ(top.state, RL_TOP_KEPT);
+    EXPECT_EQ(top.kib, 1);
+    ASSERT_EQ(top.n, 2u);
+    EXPECT_EQ(top.top[0].tag, big);
+    EXPECT_EQ(top.top[0].refused, 100u);
+    EXPECT_EQ(top.top[1].tag, small);
+    EXPECT_EQ(top.top[1].refused, 15u);  // 3 x 5 KiB: 4 KiB and a byte each
+    EXPECT_EQ(top.refusals, 115u);
+    EXPECT_TABLE_VALID(zone.table());
+}
+
+TEST(Bandwidth, AfterAndBoth)
+{
+    rl_bandwidth_rule_t r;
+    rl_bandwidth_init(&r);
+    std::string why;
+    ASSERT_EQ(param(&r, "after=10m"), RL_OK);
+    EXPECT_EQ(r.after, 10 * kMB);
+    EXPECT_EQ(param(&r, "after=1m", &why), RL_ERROR);
+    EXPECT_NE(why.find("duplicate parameter \"after=1m\""), std::string::npos) << why;
+    ASSERT_EQ(param(&r, "direction=both"), RL_OK);
+    EXPECT_EQ(r.direction, (uint32_t) RL_BANDWIDTH_BOTH);
+    rl_bandwidth_rule_t b;
+    rl_bandwidth_init(&b);
+    EXPECT_EQ(param(&b, "after=0"), RL_OK);
+    EXPECT_EQ(b.after, 0u);
+    rl_bandwidth_rule_t c;
+    rl_bandwidth_init(&c);
+    EXPECT_EQ(param(&c, "after=-1", &why), RL_ERROR);
+    EXPECT_NE(why.find("invalid after \"-1\""), std::string::npos) << why;
+}
+
 }  // namespace

@@ -294,6 +294,12 @@ int64_t rl_bandwidth_take(void *table, int slot, uint64_t tag, int64_t now_us, u
             rl::add(r.second_bytes, bytes);
         }
         rl::add(r.bytes, bytes);
+        // the top keys by bytes: KiB, rounded up, a grant's weight
+        if (rl::TopList *l = t->top_list(slot, true, false)) {
+            l->kib = 1;
+            const uint64_t kib = (bytes + 1023) / 1024;
+            l->note(tag, nullptr, 0, now_us / 1000, kib < UINT32_MAX ? (uint32_t) kib : UINT32_MAX);
+        }
     }
     return g.wait_us;
 }
