@@ -81,7 +81,9 @@ my $up = RLTest::tcp_server($listen, sub {
 END { local $?; if ($up) { kill "KILL", -$up; waitpid($up, 0) } }
 
 my $t = RLTest->new;
-my %p = map { $_ => RLTest::free_port() } qw(one shared plain up both after);
+my %p = map { $_ => RLTest::free_port() } qw(one shared plain up both after udp);
+my $udp_up = RLStream::Upstream->new->start;
+my $udpp = $udp_up->port;
 
 my $stream = <<"EOF";
     ratelimit_zone z 1m;
@@ -110,6 +112,12 @@ my $stream = <<"EOF";
         listen 127.0.0.1:$p{both} reuseport;
         ratelimit_bandwidth zone=z key=\$remote_addr rate=1m direction=both name=both;
         proxy_pass 127.0.0.1:$upp;
+    }
+    server {
+        listen 127.0.0.1:$p{udp} udp;
+        ratelimit_bandwidth zone=z key=\$remote_addr rate=8k burst=0 name=udp;
+        proxy_timeout 5s;
+        proxy_pass 127.0.0.1:$udpp;
     }
     server {
         listen 127.0.0.1:$p{after} reuseport;
@@ -335,6 +343,25 @@ sub upstream_samples {
     cmp_ok(bytes_at($c, $start + 0.4), '>=', $MB, 'after=: the first MB at once');
     my $took = $c->{done} - $start;
     ok($took > 1.6 && $took < 2.4, sprintf('after=: the next 512 KB at 256k a second, %.2f s in all', $took));
+}
+
+# UDP: a session's datagrams paced whole: 9 answers of 1003 bytes at 8k a
+# second come one every 122 ms (the first at once), none cut
+{
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $p{udp}, Proto => 'udp',
+                                  LocalAddr => '127.0.0.11') or die "udp: $!";
+    my $began = time;
+    send($s, 'd' x 1000, 0) for 1 .. 9;
+    my ($n, @sizes) = (0);
+    my $sel = IO::Select->new($s);
+    while ($n < 9 && $sel->can_read(5)) {
+        recv($s, my $buf, 4096, 0);
+        push @sizes, length $buf;
+        $n++;
+    }
+    my $took = time - $began;
+    is(join(' ', @sizes), join(' ', (1003) x 9), 'UDP: 9 answers, each whole');
+    ok($took > 0.85 && $took < 1.4, sprintf('UDP: 8 of 1003 bytes at 8k a second, %.2f s', $took));
 }
 
 # the key API during a transfer: the key's rate and its sessions in
