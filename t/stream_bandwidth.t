@@ -144,6 +144,11 @@ EOF
                . "proxy_pass 127.0.0.1:$upp; }",
                qr/zone=nope is not declared: expected a "ratelimit_zone nope SIZE;" in the stream block/,
                'an undeclared zone');
+    my ($rc, $out) = $t->test_conf(RLTest::one_location('ratelimit_bandwidth zone=s key=$remote_addr rate=1m;'),
+                                   main => $main->('ratelimit_zone s 1m;'));
+    isnt($rc, 0, 'nginx -t fails: an http rule naming a zone of the stream block');
+    like($out, qr/zone "s" is declared in the stream block .*: a rule of the http block names a zone of the http block/,
+         'nginx -t names it: a zone of the other block');
     $refused->("ratelimit_zone z 1m;\n"
                . "server { listen 127.0.0.1:1; ratelimit_bandwidth zone=z key=\$remote_addr rate=1m "
                . "direction=up; proxy_pass 127.0.0.1:$upp; }",

@@ -165,7 +165,8 @@ ngx_ratelimit_bw_identity(ngx_conf_t *cf, ngx_ratelimit_bw_rule_t *rule)
 
 
 /*
- * Once a block's configuration is read: the rule's zone is declared, and
+ * Once a block's configuration is read: the rule's zone is declared, in
+ * the rule's block (zone names are one namespace across blocks), and
  * local (a slice's grant is one locked call in shared memory; through
  * Redis it would be a round trip a slice); the zone lists it for the key
  * API.
@@ -187,6 +188,20 @@ ngx_ratelimit_bw_check(ngx_conf_t *cf, ngx_ratelimit_bw_rule_t *rule,
                       "in the %s block, used in %s:%ui",
                       &rule->zone_name, &rule->zone_name, block, rule->file,
                       rule->line);
+        return NGX_ERROR;
+    }
+
+    if (zone->conf != NULL
+        && (zone->conf->block.len != ngx_strlen(block)
+            || ngx_strncmp(zone->conf->block.data, block,
+                           zone->conf->block.len) != 0))
+    {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "\"ratelimit_bandwidth\" directive: zone \"%V\" is "
+                      "declared in the %V block (%s:%ui): a rule of the %s "
+                      "block names a zone of the %s block, used in %s:%ui",
+                      &zone->name, &zone->conf->block, zone->file,
+                      zone->line, block, block, rule->file, rule->line);
         return NGX_ERROR;
     }
 
