@@ -11,6 +11,7 @@ use IO::Select;
 use IO::Socket::INET;
 use Time::HiRes qw(time sleep);
 use RLTest;
+use RLRate qw(bytes_at rate_of within first_done);
 use RLH2;
 
 my $MB = 1024 * 1024;
@@ -211,35 +212,6 @@ sub h2_downloads {
     close $s;
     return ($start, map { $stream{$_} } sort { $a <=> $b } keys %stream);
 }
-
-# Bytes a connection had at time $at.
-sub bytes_at {
-    my ($c, $at) = @_;
-    my $b = 0;
-    for my $s (@{ $c->{samples} }) {
-        last if $s->[0] > $at;
-        $b = $s->[1];
-    }
-    return $b;
-}
-
-# Bytes a second the connections got together from $from to $to.
-sub rate_of {
-    my ($from, $to, @c) = @_;
-    my $bytes = 0;
-    $bytes += bytes_at($_, $to) - bytes_at($_, $from) for @c;
-    return $bytes / ($to - $from);
-}
-
-sub within {
-    my ($got, $want, $share, $what) = @_;
-    local $Test::Builder::Level = $Test::Builder::Level + 1;
-    ok(abs($got - $want) <= $want * $share,
-       sprintf('%s: %.3f MB/s, %.3f MB/s +-%d%%', $what, $got / $MB, $want / $MB, $share * 100));
-}
-
-# the first connection to finish: until then, all are busy
-sub first_done { my $d = $_[0]{done}; $d = $_->{done} < $d ? $_->{done} : $d for @_; return $d }
 
 # one key, one connection, rate=1m burst=1m, a 4 MB file: the first MB at
 # once, then 1 MB/s +-5%

@@ -26,6 +26,7 @@ use IO::Select;
 use IO::Socket::INET;
 use Time::HiRes qw(time sleep);
 use RLTest;
+use RLRate qw(bytes_at rate_of within first_done);
 use RLStream;
 
 my $MB = 1024 * 1024;
@@ -81,7 +82,7 @@ my $up = RLTest::tcp_server($listen, sub {
 END { local $?; if ($up) { kill "KILL", -$up; waitpid($up, 0) } }
 
 my $t = RLTest->new;
-my %p = map { $_ => RLTest::free_port() } qw(one shared plain up both after udp);
+my %p = map { $_ => RLTest::free_port() } qw(one shared plain up both after udp fast);
 my $udp_up = RLStream::Upstream->new->start;
 my $udpp = $udp_up->port;
 
@@ -111,6 +112,11 @@ my $stream = <<"EOF";
     server {
         listen 127.0.0.1:$p{both} reuseport;
         ratelimit_bandwidth zone=z key=\$remote_addr rate=1m direction=both name=both;
+        proxy_pass 127.0.0.1:$upp;
+    }
+    server {
+        listen 127.0.0.1:$p{fast} reuseport;
+        ratelimit_bandwidth zone=z key=\$remote_addr rate=48m name=fast;
         proxy_pass 127.0.0.1:$upp;
     }
     server {
@@ -205,32 +211,6 @@ sub downloads {
     return ($start, @conn);
 }
 
-sub bytes_at {
-    my ($c, $at) = @_;
-    my $b = 0;
-    for my $s (@{ $c->{samples} }) {
-        last if $s->[0] > $at;
-        $b = $s->[1];
-    }
-    return $b;
-}
-
-sub rate_of {
-    my ($from, $to, @c) = @_;
-    my $bytes = 0;
-    $bytes += bytes_at($_, $to) - bytes_at($_, $from) for @c;
-    return $bytes / ($to - $from);
-}
-
-sub within {
-    my ($got, $want, $share, $what) = @_;
-    local $Test::Builder::Level = $Test::Builder::Level + 1;
-    ok(abs($got - $want) <= $want * $share,
-       sprintf('%s: %.3f MB/s, %.3f MB/s +-%d%%', $what, $got / $MB, $want / $MB, $share * 100));
-}
-
-sub first_done { my $d = $_[0]{done}; $d = $_->{done} < $d ? $_->{done} : $d for @_; return $d }
-
 # The upstream's reads of a "put" or "both" session, as samples.
 sub upstream_samples {
     my ($line) = @_;
@@ -245,6 +225,15 @@ sub upstream_samples {
     cmp_ok(bytes_at($c, $start + 0.3), '>=', $MB, 'one session: the burst at once');
     cmp_ok($c->{done} - $start, '>', 2.8, sprintf('one session: 4 MB in %.2f s', $c->{done} - $start));
     within(rate_of($start + 1, $c->{done}, $c), $MB, 0.05, 'one session after the burst');
+}
+
+# a rate far above the proxy's 16 KB buffer a millisecond: 48 MB/s, not
+# one buffer a timer tick (16 MB/s); at most the rate
+{
+    my ($start, $c) = downloads([$p{fast}, '127.0.0.12', 48 * $MB]);
+    is($c->{bytes}, 48 * $MB, 'a fast rate: the whole transfer');
+    my $rate = rate_of($start, $c->{done}, $c);
+    ok($rate > 24 * $MB && $rate < 48 * 1.1 * $MB, sprintf('a fast rate: %.1f MB/s of 48', $rate / $MB));
 }
 
 # 4 sessions of one key (over both workers, by reuseport): 1 MB/s +-10%

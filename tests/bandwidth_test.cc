@@ -91,6 +91,23 @@ TEST(Bandwidth, SliceIsATenthOfASecondWithinBounds)
     EXPECT_EQ(rl_bandwidth_slice(100 * kMB), 10 * kMB);
 }
 
+// What a flow asks for: what it holds, within a hundredth of a second of
+// the rate and a slice (1 MB/s: 10485 to 104857 bytes); a datagram whole.
+TEST(Bandwidth, AskIsWhatIsHeldWithinBounds)
+{
+    EXPECT_EQ(rl_bandwidth_ask(kMB, 16384, 0, 0), 16384u);
+    EXPECT_EQ(rl_bandwidth_ask(kMB, 99, 0, 0), kMB / 100);
+    EXPECT_EQ(rl_bandwidth_ask(kMB, 10 * kMB, 0, 0), kMB / 10);
+    EXPECT_EQ(rl_bandwidth_ask(kMB, 50000, 20000, 0), 30000u);
+    // 100 GB/s: a proxy's 16 KB buffer asks for a slice's tenth, 6.4 MB,
+    // not one 16 KB grant a millisecond
+    EXPECT_EQ(rl_bandwidth_ask(RL_BANDWIDTH_MAX, 16384, 0, 0), (uint64_t) RL_BANDWIDTH_SLICE_MAX / 10);
+    // a datagram: at least itself, beyond a slice if it is larger
+    EXPECT_EQ(rl_bandwidth_ask(1000, 1003, 0, 1), 1003u);
+    EXPECT_EQ(rl_bandwidth_ask(1000, 1003, 1000, 1), (uint64_t) RL_BANDWIDTH_SLICE_MIN / 10);
+    EXPECT_EQ(rl_bandwidth_ask(kMB, 65000, 0, 1), 65000u);
+}
+
 // The grant's boundaries: an idle key sends burst + one slice at once; the
 // next slice waits exactly until the key is back within burst.
 TEST(Bandwidth, GrantBoundaries)

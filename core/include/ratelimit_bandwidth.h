@@ -77,6 +77,16 @@ RL_API int rl_bandwidth_finish(rl_bandwidth_rule_t *rule, char *err,
    from RL_BANDWIDTH_SLICE_MIN to RL_BANDWIDTH_SLICE_MAX bytes. */
 RL_API uint64_t rl_bandwidth_slice(uint64_t rate);
 
+/* What a flow asks for when it may pass nothing more: the `held` bytes
+   it waits to pass beyond `avail` (granted already), at least a
+   hundredth of a second of the rate (a flow's waits are timers that tick
+   in milliseconds: smaller asks, one a tick, would cap the rate) and at
+   most a slice; a flow of datagrams (whole) at least its next one, which
+   goes whole.  What is granted and not passed when the flow ends is given
+   back (rl_bandwidth_close). */
+RL_API uint64_t rl_bandwidth_ask(uint64_t rate, uint64_t held, uint64_t avail,
+    int whole);
+
 /* The key's state after a slice of `bytes` (the pure transition), and
    how long from now the slice waits (0: it may be sent now). */
 typedef struct {

@@ -192,53 +192,15 @@ ngx_stream_ratelimit_bandwidth(ngx_conf_t *cf, ngx_command_t *cmd,
 {
     ngx_stream_ratelimit_bw_srv_conf_t *bscf = conf;
 
-    ngx_str_t                            *value;
+    char                                 *rv;
     ngx_stream_ratelimit_bw_rule_t       *rule, **ref;
     ngx_stream_ratelimit_bw_main_conf_t  *bmcf;
 
-    value = cf->args->elts;
-
-    if (cf->args->nelts == 2 && ngx_strcmp(value[1].data, "off") == 0) {
-        if (bscf->rules != NULL) {
-            return "is duplicate: \"off\" removes the inherited rules and "
-                   "may not stand beside a rule";
-        }
-
-        bscf->rules = ngx_array_create(cf->pool, 1,
-                                       sizeof(ngx_stream_ratelimit_bw_rule_t));
-        return bscf->rules ? NGX_CONF_OK : NGX_CONF_ERROR;
-    }
-
-    /* room for all at once: the main configuration points to them */
-
-    if (bscf->rules == NULL) {
-        bscf->rules = ngx_array_create(cf->pool, NGX_RATELIMIT_BW_RULES,
-                                       sizeof(ngx_stream_ratelimit_bw_rule_t));
-        if (bscf->rules == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-    } else if (bscf->rules->nelts == 0) {
-        return "is duplicate: \"off\" removes the inherited rules and "
-               "may not stand beside a rule";
-    }
-
-    if (bscf->rules->nelts == NGX_RATELIMIT_BW_RULES) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"ratelimit_bandwidth\" directive: more than %d "
-                           "rules in one server", NGX_RATELIMIT_BW_RULES);
-        return NGX_CONF_ERROR;
-    }
-
-    rule = ngx_array_push(bscf->rules);
-    if (rule == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    ngx_memzero(rule, sizeof(ngx_stream_ratelimit_bw_rule_t));
-
-    if (ngx_ratelimit_bw_read(cf, &rule->bw) != NGX_CONF_OK) {
-        return NGX_CONF_ERROR;
+    rv = ngx_ratelimit_bw_directive(cf, &bscf->rules,
+                                    sizeof(ngx_stream_ratelimit_bw_rule_t),
+                                    (ngx_ratelimit_bw_rule_t **) &rule);
+    if (rv != NGX_CONF_OK || rule == NULL) {
+        return rv;
     }
 
     rule->key = ngx_stream_ratelimit_bw_value(cf, &rule->bw.key);

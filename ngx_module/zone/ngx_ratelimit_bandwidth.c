@@ -17,6 +17,8 @@
 #include "ngx_ratelimit_log.h"
 
 
+static char *ngx_ratelimit_bw_read(ngx_conf_t *cf,
+    ngx_ratelimit_bw_rule_t *rule);
 static ngx_int_t ngx_ratelimit_bw_param(ngx_conf_t *cf,
     ngx_ratelimit_bw_rule_t *rule, ngx_str_t *value);
 static uint64_t ngx_ratelimit_bw_identity(ngx_conf_t *cf,
@@ -28,11 +30,68 @@ static ngx_ratelimit_bw_rule_t *ngx_ratelimit_bw_zone_rule(
 
 /*
  * ratelimit_bandwidth zone=Z key=K rate=R [burst=B] [after=A]
- *     [direction=D] [name=N]: the parameters, into a rule the protocol
- * then compiles the key and rate= of.
+ *     [direction=D] [name=N];
+ * ratelimit_bandwidth off;
+ *
+ * A level's rules (*rules: NULL, none given; empty, "off"), each of the
+ * protocol's `size` with the rule read here first: *rule the one read
+ * (the protocol then compiles its key and rate=), or NULL for "off".
  */
 
 char *
+ngx_ratelimit_bw_directive(ngx_conf_t *cf, ngx_array_t **rules, size_t size,
+    ngx_ratelimit_bw_rule_t **rule)
+{
+    ngx_str_t  *value;
+
+    value = cf->args->elts;
+    *rule = NULL;
+
+    if (*rules != NULL && (*rules)->nelts == 0) {
+        return "is duplicate: \"off\" removes the inherited rules and "
+               "may not stand beside a rule";
+    }
+
+    if (cf->args->nelts == 2 && ngx_strcmp(value[1].data, "off") == 0) {
+        if (*rules != NULL) {
+            return "is duplicate: \"off\" removes the inherited rules and "
+                   "may not stand beside a rule";
+        }
+
+        *rules = ngx_array_create(cf->pool, 1, size);
+        return *rules ? NGX_CONF_OK : NGX_CONF_ERROR;
+    }
+
+    /* room for all at once: the main configuration points to them */
+
+    if (*rules == NULL) {
+        *rules = ngx_array_create(cf->pool, NGX_RATELIMIT_BW_RULES, size);
+        if (*rules == NULL) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    if ((*rules)->nelts == NGX_RATELIMIT_BW_RULES) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit_bandwidth\" directive: more than %d "
+                           "rules in one block", NGX_RATELIMIT_BW_RULES);
+        return NGX_CONF_ERROR;
+    }
+
+    *rule = ngx_array_push(*rules);
+    if (*rule == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memzero(*rule, size);
+
+    return ngx_ratelimit_bw_read(cf, *rule);
+}
+
+
+/* The parameters, into a rule. */
+
+static char *
 ngx_ratelimit_bw_read(ngx_conf_t *cf, ngx_ratelimit_bw_rule_t *rule)
 {
     ngx_str_t   *value;
@@ -41,7 +100,6 @@ ngx_ratelimit_bw_read(ngx_conf_t *cf, ngx_ratelimit_bw_rule_t *rule)
 
     value = cf->args->elts;
 
-    ngx_memzero(rule, sizeof(ngx_ratelimit_bw_rule_t));
     rl_bandwidth_init(&rule->rule);
     rule->file = cf->conf_file->file.name.data;
     rule->line = cf->conf_file->line;
@@ -351,9 +409,9 @@ ngx_ratelimit_bw_flow_add(ngx_ratelimit_bw_flow_t *flow,
 
 
 /*
- * A slice of every rule's key: NGX_OK, passed now; or NGX_AGAIN, due in
- * *delay (the longest of the rules': a slice goes when all grant it).  A
- * flow of datagrams asks for its next one whole.
+ * A slice of every rule's key (as much as rl_bandwidth_ask says): NGX_OK,
+ * passed now; or NGX_AGAIN, due in *delay (the longest of the rules': a
+ * slice goes when all grant it).
  */
 
 ngx_int_t
@@ -361,7 +419,7 @@ ngx_ratelimit_bw_grant(ngx_ratelimit_bw_flow_t *flow, ngx_msec_t *delay)
 {
     off_t                    held;
     int64_t                  now_us, wait, w;
-    uint64_t                 want, slice;
+    uint64_t                 want;
     ngx_uint_t               i;
     ngx_chain_t             *cl;
     ngx_ratelimit_bw_key_t  *k;
@@ -371,19 +429,12 @@ ngx_ratelimit_bw_grant(ngx_ratelimit_bw_flow_t *flow, ngx_msec_t *delay)
         held += ngx_buf_size(cl->buf);
 
         if (flow->whole && held > 0) {
-            break;
+            break;      /* the next datagram */
         }
     }
 
-    if (flow->whole) {
-        want = flow->after + flow->credit;
-        want = (uint64_t) held > want ? held - want : 1;
-
-    } else {
-        slice = rl_bandwidth_slice(flow->rate);
-        want = ((uint64_t) held < slice && held > 0) ? (uint64_t) held
-                                                     : slice;
-    }
+    want = rl_bandwidth_ask(flow->rate, held > 0 ? (uint64_t) held : 0,
+                            flow->after + flow->credit, flow->whole);
 
     /* the time now, not the event loop's cached one: a slice's due time
        is a fraction of a second */
@@ -588,14 +639,18 @@ ngx_ratelimit_bw_sent(ngx_ratelimit_bw_flow_t *flow)
 }
 
 
+/* The wall clock in microseconds, as the core's instants are: nginx's
+   cached time has milliseconds only, and a key's slices may be a fraction
+   of one apart. */
+
 static int64_t
 ngx_ratelimit_bw_now(void)
 {
-    ngx_time_t  *tp;
+    struct timeval  tv;
 
-    tp = ngx_timeofday();
+    ngx_gettimeofday(&tv);
 
-    return (int64_t) tp->sec * 1000000 + tp->msec * 1000;
+    return (int64_t) tv.tv_sec * 1000000 + tv.tv_usec;
 }
 
 

@@ -75,7 +75,8 @@ typedef struct {
 } ngx_ratelimit_bw_flow_t;
 
 
-char *ngx_ratelimit_bw_read(ngx_conf_t *cf, ngx_ratelimit_bw_rule_t *rule);
+char *ngx_ratelimit_bw_directive(ngx_conf_t *cf, ngx_array_t **rules,
+    size_t size, ngx_ratelimit_bw_rule_t **rule);
 ngx_int_t ngx_ratelimit_bw_check(ngx_conf_t *cf,
     ngx_ratelimit_bw_rule_t *rule, const char *block);
 void ngx_ratelimit_bw_log_bad(ngx_log_t *log, ngx_ratelimit_bw_rule_t *rule,

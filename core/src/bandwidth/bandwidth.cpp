@@ -217,6 +217,17 @@ uint64_t rl_bandwidth_slice(uint64_t rate)
                                         : s;
 }
 
+uint64_t rl_bandwidth_ask(uint64_t rate, uint64_t held, uint64_t avail, int whole)
+{
+    const uint64_t slice = rl_bandwidth_slice(rate);
+    const uint64_t least = slice / 10;
+    const uint64_t need = held > avail ? held - avail : 0;
+    if (whole) {
+        return need > least ? need : least;
+    }
+    return need < least ? least : need > slice ? slice : need;
+}
+
 rl_bandwidth_grant_t rl_bandwidth_grant(int64_t tat_us, int64_t now_us, uint64_t bytes, uint64_t rate, uint64_t burst)
 {
     // A slice waits while the key's slices granted before it end more
