@@ -5,14 +5,12 @@
  * workers (docs/algorithms.md, "Bandwidth").  A module of its own in the
  * same object: its directive, its body filter, its variable.
  *
- * The body filter passes a response on in slices the core grants
- * (rl_bandwidth_take, one locked call a slice in the key's zone): a slice
+ * The body filter passes a response on in slices the core grants, as a
+ * flow of zone/ngx_ratelimit_bandwidth.c (which holds what HTTP and stream
+ * share: the rule's parameters, the grants, the pieces passed): a slice
  * granted now is passed at once; one granted for later waits on the
  * connection's write timer, as limit_rate's wait does (the write event
- * delayed: ngx_http_writer resumes the response when it fires).  What the
- * filter holds it passes in pieces: buffers of its own over a part of the
- * original's bytes (memory or file), the original marked sent only once
- * its last piece is, so that an upstream's buffers are not reused early.
+ * delayed: ngx_http_writer resumes the response when it fires).
  */
 
 
