@@ -11,6 +11,7 @@ use IO::Select;
 use IO::Socket::INET;
 use Time::HiRes qw(time sleep);
 use RLTest;
+use RLRate qw(bytes_at rate_of within first_done);
 use RLH2;
 
 my $MB = 1024 * 1024;
@@ -61,6 +62,10 @@ server {
             ratelimit_bandwidth off;
             alias %%PREFIX%%/html/;
         }
+    }
+    location /after/ {
+        ratelimit_bandwidth zone=z key=\$http_x_key rate=256k after=1m name=after;
+        alias %%PREFIX%%/html/;
     }
     location /stats { ratelimit_stats; }
     location /rl/ { ratelimit_api; }
@@ -208,35 +213,6 @@ sub h2_downloads {
     return ($start, map { $stream{$_} } sort { $a <=> $b } keys %stream);
 }
 
-# Bytes a connection had at time $at.
-sub bytes_at {
-    my ($c, $at) = @_;
-    my $b = 0;
-    for my $s (@{ $c->{samples} }) {
-        last if $s->[0] > $at;
-        $b = $s->[1];
-    }
-    return $b;
-}
-
-# Bytes a second the connections got together from $from to $to.
-sub rate_of {
-    my ($from, $to, @c) = @_;
-    my $bytes = 0;
-    $bytes += bytes_at($_, $to) - bytes_at($_, $from) for @c;
-    return $bytes / ($to - $from);
-}
-
-sub within {
-    my ($got, $want, $share, $what) = @_;
-    local $Test::Builder::Level = $Test::Builder::Level + 1;
-    ok(abs($got - $want) <= $want * $share,
-       sprintf('%s: %.3f MB/s, %.3f MB/s +-%d%%', $what, $got / $MB, $want / $MB, $share * 100));
-}
-
-# the first connection to finish: until then, all are busy
-sub first_done { my $d = $_[0]{done}; $d = $_->{done} < $d ? $_->{done} : $d for @_; return $d }
-
 # one key, one connection, rate=1m burst=1m, a 4 MB file: the first MB at
 # once, then 1 MB/s +-5%
 {
@@ -307,6 +283,18 @@ sub first_done { my $d = $_[0]{done}; $d = $_->{done} < $d ? $_->{done} : $d for
     within(rate_of($start + 0.3, first_done(@c), @c), $MB, 0.10, '8 HTTP/2 streams of a key together');
 }
 
+# after=1m rate=256k: the first MB of a response at once (not counted),
+# the rest at the rate; a second response of the key has its own first MB
+{
+    RLTest::write_file($t->prefix . '/html/f1m5', 'x' x (1.5 * $MB));
+    for my $i (1, 2) {
+        my ($start, $c) = downloads(['/after/f1m5', 'aft']);
+        cmp_ok(bytes_at($c, $start + 0.4), '>=', $MB, "after=: response $i: the first MB at once");
+        my $took = $c->{done} - $start;
+        ok($took > 1.6 && $took < 2.4, sprintf('after=: response %d: 512 KB more at 256k a second, %.2f s', $i, $took));
+    }
+}
+
 # rate= from a variable: a plan's rate; a value that is no size: no rule
 {
     my ($start, $c) = downloads(['/plan/f2m', 'p1']);
@@ -375,6 +363,17 @@ sub first_done { my $d = $_[0]{done}; $d = $_->{done} < $d ? $_->{done} : $d for
     cmp_ok($key->{next_slice_ms}, '<=', 600, "key API: its next slice in $key->{next_slice_ms} ms");
     my $all = $t->get_json('/rl/zones/z/keys?key=st');
     is(scalar(grep { $_->{rule} eq 'shared' } @{ $all->{rules} }), 1, 'key API: the rule once without rule=');
+    # the top keys by bytes: the key downloading among them, counted in
+    # bytes (the keys of the tests above too: the window is a minute or two)
+    my $top = $t->get_json('/rl/zones/z/top?rule=shared')->{rules}{shared};
+    my ($st) = grep { $_->{fingerprint} eq $key->{fingerprint} } @{ $top->{keys} };
+    cmp_ok($st ? $st->{bytes} : 0, '>=', 2.5 * $MB, 'top keys: the key downloading, its bytes');
+    my @bytes = map { $_->{bytes} } @{ $top->{keys} };
+    is_deeply(\@bytes, [sort { $b <=> $a } @bytes], 'top keys: most bytes first (' . join(' ', @bytes) . ')');
+    ok(!exists $top->{refusals} && !exists $top->{keys}[0]{refused}, 'top keys: bytes, not refusals');
+    like($t->get('/stats?format=prometheus')->{content},
+         qr/^nginx_ratelimit_top_bytes\{zone="z",rule="shared",fingerprint="$key->{fingerprint}"\} \d+/m,
+         'Prometheus: the top keys by bytes');
     $pid->wait;
     RLTest::wait_until(sub { $t->rule_stats('z', 'shared')->{connections} == 0 }, 5);
     $rule = $t->rule_stats('z', 'shared');

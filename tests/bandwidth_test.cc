@@ -91,6 +91,23 @@ TEST(Bandwidth, SliceIsATenthOfASecondWithinBounds)
     EXPECT_EQ(rl_bandwidth_slice(100 * kMB), 10 * kMB);
 }
 
+// What a flow asks for: what it holds, within a hundredth of a second of
+// the rate and a slice (1 MB/s: 10485 to 104857 bytes); a datagram whole.
+TEST(Bandwidth, AskIsWhatIsHeldWithinBounds)
+{
+    EXPECT_EQ(rl_bandwidth_ask(kMB, 16384, 0, 0), 16384u);
+    EXPECT_EQ(rl_bandwidth_ask(kMB, 99, 0, 0), kMB / 100);
+    EXPECT_EQ(rl_bandwidth_ask(kMB, 10 * kMB, 0, 0), kMB / 10);
+    EXPECT_EQ(rl_bandwidth_ask(kMB, 50000, 20000, 0), 30000u);
+    // 100 GB/s: a proxy's 16 KB buffer asks for a slice's tenth, 6.4 MB,
+    // not one 16 KB grant a millisecond
+    EXPECT_EQ(rl_bandwidth_ask(RL_BANDWIDTH_MAX, 16384, 0, 0), (uint64_t) RL_BANDWIDTH_SLICE_MAX / 10);
+    // a datagram: at least itself, beyond a slice if it is larger
+    EXPECT_EQ(rl_bandwidth_ask(1000, 1003, 0, 1), 1003u);
+    EXPECT_EQ(rl_bandwidth_ask(1000, 1003, 1000, 1), (uint64_t) RL_BANDWIDTH_SLICE_MIN / 10);
+    EXPECT_EQ(rl_bandwidth_ask(kMB, 65000, 0, 1), 65000u);
+}
+
 // The grant's boundaries: an idle key sends burst + one slice at once; the
 // next slice waits exactly until the key is back within burst.
 TEST(Bandwidth, GrantBoundaries)
@@ -279,6 +296,56 @@ TEST(Bandwidth, KeyInTheTable)
     EXPECT_EQ(st[0].connections, 0u);
     EXPECT_EQ(st[0].delayed_now, 0u);
     EXPECT_TABLE_VALID(zone.table());
+}
+
+// The rule's top keys rank by the bytes granted (KiB, a grant rounded up),
+// not by grants: a key of one large slice above a key of three small ones.
+TEST(Bandwidth, TopKeysByBytes)
+{
+    TestZone zone(64 * 1024, kSecret);
+    char name[] = "dl";
+    const int slot = rl_table_rule_slot(zone.mem, name);
+    ASSERT_GE(slot, 0);
+    const uint64_t id = rl_bandwidth_identity("dl", "$k", 2);
+    const uint64_t big = rl_table_tag(zone.mem, id, "big", 3);
+    const uint64_t small = rl_table_tag(zone.mem, id, "small", 5);
+    const int64_t now = 1700000000 * kSec;
+    rl_bandwidth_take(zone.mem, slot, big, now, 100 * 1024, kMB, kMB);
+    for (int i = 0; i < 3; i++) {
+        rl_bandwidth_take(zone.mem, slot, small, now, 4 * 1024 + 1, kMB, kMB);
+    }
+    rl_top_t top;
+    rl_table_top(zone.mem, slot, now / 1000, &top);
+    ASSERT_EQ(top.state, RL_TOP_KEPT);
+    EXPECT_EQ(top.kib, 1);
+    ASSERT_EQ(top.n, 2u);
+    EXPECT_EQ(top.top[0].tag, big);
+    EXPECT_EQ(top.top[0].refused, 100u);
+    EXPECT_EQ(top.top[1].tag, small);
+    EXPECT_EQ(top.top[1].refused, 15u);  // 3 x 5 KiB: 4 KiB and a byte each
+    EXPECT_EQ(top.refusals, 115u);
+    EXPECT_TABLE_VALID(zone.table());
+}
+
+TEST(Bandwidth, AfterAndBoth)
+{
+    rl_bandwidth_rule_t r;
+    rl_bandwidth_init(&r);
+    std::string why;
+    ASSERT_EQ(param(&r, "after=10m"), RL_OK);
+    EXPECT_EQ(r.after, 10 * kMB);
+    EXPECT_EQ(param(&r, "after=1m", &why), RL_ERROR);
+    EXPECT_NE(why.find("duplicate parameter \"after=1m\""), std::string::npos) << why;
+    ASSERT_EQ(param(&r, "direction=both"), RL_OK);
+    EXPECT_EQ(r.direction, (uint32_t) RL_BANDWIDTH_BOTH);
+    rl_bandwidth_rule_t b;
+    rl_bandwidth_init(&b);
+    EXPECT_EQ(param(&b, "after=0"), RL_OK);
+    EXPECT_EQ(b.after, 0u);
+    rl_bandwidth_rule_t c;
+    rl_bandwidth_init(&c);
+    EXPECT_EQ(param(&c, "after=-1", &why), RL_ERROR);
+    EXPECT_NE(why.find("invalid after \"-1\""), std::string::npos) << why;
 }
 
 }  // namespace

@@ -718,6 +718,23 @@ TEST(Api, Top)
               "{\"zone\":\"api\",\"since_ms\":120000,\"scope\":\"server\",\"rules\":{}}\n");
 }
 
+// A bandwidth rule's top keys count bytes: labelled "bytes", never
+// "refusals" or "refused", in JSON and Prometheus.
+TEST(Api, TopOfABandwidthRuleIsInBytes)
+{
+    rl_top_key_t key{};
+    key.tag = 0xab;
+    key.refused = 3;  // KiB
+    key.error = 1;
+    rl_top_view_t v{str("bw"), 0, RL_TOP_KEPT, 5, 1, &key, 1};
+    rl_top_snapshot_t t{str("z"), 60000, 0, 1, &v};
+    const std::string out = render([&](char *b, size_t c) { return rl_render_api_top(&t, b, c); });
+    EXPECT_EQ(out, "{\"zone\":\"z\",\"since_ms\":0,\"rules\":{\"bw\":{\"state\":\"kept\",\"bytes\":5120,"
+                   "\"entries\":32,\"keys\":[{\"fingerprint\":\"00000000000000ab\",\"bytes\":3072,"
+                   "\"error\":1024}]}}}\n");
+    EXPECT_TRUE(json_valid(out));
+}
+
 // Every byte a key can hold, in a key asked about and in the top keys: the
 // answer is valid JSON, the key shown as log lines show it.
 TEST(Api, HostileKeysStayValidJson)

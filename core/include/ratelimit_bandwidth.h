@@ -22,9 +22,13 @@
 extern "C" {
 #endif
 
-/* the directions of a rule: a response's body, a request's */
-#define RL_BANDWIDTH_OUT  0
-#define RL_BANDWIDTH_IN   1
+/* the directions of a rule: toward the client (a response's body, a
+   proxied session's bytes from its upstream), from it (a request's body, a
+   session's bytes to its upstream), or both, each direction a slice of its
+   own from the one key */
+#define RL_BANDWIDTH_OUT   0
+#define RL_BANDWIDTH_IN    1
+#define RL_BANDWIDTH_BOTH  2
 
 /* the fastest rate and the largest burst a rule takes: 100 GB/s, 100 GB */
 #define RL_BANDWIDTH_MAX  (100ull * 1024 * 1024 * 1024)
@@ -40,7 +44,10 @@ typedef struct {
                                     variable (rate_text) */
     uint64_t  burst;             /* bytes an idle key may send at once
                                     beyond its slice */
-    uint32_t  direction;         /* RL_BANDWIDTH_OUT or _IN */
+    uint64_t  after;             /* bytes of each response (or session's
+                                    direction) sent before the rule
+                                    applies, not counted (limit_rate_after) */
+    uint32_t  direction;         /* RL_BANDWIDTH_OUT, _IN or _BOTH */
     uint32_t  rate_varies;       /* rate= is a variable ($...), its value
                                     read for each request */
     uint32_t  seen;              /* parameters given, a bit each: name=
@@ -56,7 +63,7 @@ RL_API int rl_bandwidth_size(const char *text, size_t len, uint64_t *out);
 /* A rule made empty, its name "bandwidth". */
 RL_API void rl_bandwidth_init(rl_bandwidth_rule_t *rule);
 
-/* One "name=value" parameter (rate=, burst=, direction=, name=); RL_OK,
+/* One "name=value" parameter (rate=, burst=, after=, direction=, name=); RL_OK,
    or RL_ERROR with a message naming the parameter and what it takes.
    rate=$var: rate_varies set, rate 0. */
 RL_API int rl_bandwidth_param(rl_bandwidth_rule_t *rule, const char *param,
@@ -69,6 +76,16 @@ RL_API int rl_bandwidth_finish(rl_bandwidth_rule_t *rule, char *err,
 /* The slice a connection asks for at a rate: a tenth of a second of it,
    from RL_BANDWIDTH_SLICE_MIN to RL_BANDWIDTH_SLICE_MAX bytes. */
 RL_API uint64_t rl_bandwidth_slice(uint64_t rate);
+
+/* What a flow asks for when it may pass nothing more: the `held` bytes
+   it waits to pass beyond `avail` (granted already), at least a
+   hundredth of a second of the rate (a flow's waits are timers that tick
+   in milliseconds: smaller asks, one a tick, would cap the rate) and at
+   most a slice; a flow of datagrams (whole) at least its next one, which
+   goes whole.  What is granted and not passed when the flow ends is given
+   back (rl_bandwidth_close). */
+RL_API uint64_t rl_bandwidth_ask(uint64_t rate, uint64_t held, uint64_t avail,
+    int whole);
 
 /* The key's state after a slice of `bytes` (the pure transition), and
    how long from now the slice waits (0: it may be sent now). */

@@ -96,6 +96,8 @@ typedef struct {
     uint64_t             refusals;
     size_t               n;
     const rl_top_key_t  *keys;      /* most refused first */
+    int                  kib;       /* a bandwidth rule's: its counts are
+                                       KiB granted (rl_top_t's kib) */
 } rl_top_view_t;
 
 /* A zone's figures, at one moment. */

@@ -254,7 +254,9 @@ typedef struct {
 typedef struct {
     int32_t        state;       /* enum rl_top_state */
     int32_t        keys;        /* entries keep their keys in clear */
-    uint64_t       refusals;    /* every refusal in the window */
+    int32_t        kib;         /* a bandwidth rule's: counts are KiB
+                                   granted, not refusals */
+    uint64_t       refusals;    /* every refusal in the window (KiB) */
     int64_t        since_ms;    /* the window: from since_ms until now */
     size_t         n;
     rl_top_key_t   top[2 * RL_TOP_ENTRIES];  /* most refused first */

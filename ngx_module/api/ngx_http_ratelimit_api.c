@@ -30,7 +30,7 @@
 
 #include "ngx_http_ratelimit_api.h"
 #include "ngx_http_ratelimit_api_keys.h"
-#include "ngx_http_ratelimit_bandwidth.h"
+#include "ngx_ratelimit_bandwidth.h"
 #include "ngx_http_ratelimit_api_overrides.h"
 #include "ngx_http_ratelimit_api_redis.h"
 #include "ngx_http_ratelimit_answer.h"
@@ -212,8 +212,9 @@ ngx_http_ratelimit_api_answer_request(ngx_http_request_t *r, ngx_str_t *body)
         rule.len = q->in.rule_len;
 
         if (rule.len && ngx_ratelimit_zone_rule(q->zone, &rule) == NULL
-            && (q->in.resource != RL_API_KEYS
-                || !ngx_http_ratelimit_bandwidth_rule(q->zone, &rule)))
+            && ((q->in.resource != RL_API_KEYS
+                 && q->in.resource != RL_API_TOP)
+                || !ngx_ratelimit_bw_zone_has(q->zone, &rule)))
         {
             return ngx_http_ratelimit_api_fail(r, q, RL_API_NO_RULE);
         }
@@ -298,15 +299,17 @@ ngx_http_ratelimit_api_top(ngx_http_request_t *r,
     char                   *p;
     size_t                  len;
     rl_top_t               *top;
-    ngx_uint_t              i;
+    ngx_uint_t              i, j, nbw;
     rl_top_view_t          *v;
     rl_top_snapshot_t       t;
     ngx_ratelimit_rule_t  **rules;
 
     rules = q->zone->rules.elts;
 
+    nbw = q->zone->bandwidth ? q->zone->bandwidth->nelts : 0;
+
     top = ngx_palloc(r->pool, sizeof(rl_top_t));
-    v = ngx_pcalloc(r->pool, (q->zone->rules.nelts + 1)
+    v = ngx_pcalloc(r->pool, (q->zone->rules.nelts + nbw + 1)
                              * sizeof(rl_top_view_t));
     if (top == NULL || v == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -342,6 +345,37 @@ ngx_http_ratelimit_api_top(ngx_http_request_t *r,
         }
 
         t.n++;
+    }
+
+    /* the bandwidth rules' keys by bytes, a name once */
+
+    rules = nbw ? q->zone->bandwidth->elts : NULL;
+
+    for (i = 0; i < nbw; i++) {
+        for (j = 0; j < t.n; j++) {
+            if (v[j].rule.len == rules[i]->name.len
+                && ngx_strncmp(v[j].rule.data, rules[i]->name.data,
+                               v[j].rule.len) == 0)
+            {
+                break;
+            }
+        }
+
+        if (j < t.n || !ngx_http_ratelimit_api_rule_asked(q, rules[i])) {
+            continue;
+        }
+
+        ngx_shmtx_lock(&q->zone->shpool->mutex);
+        slot = rl_table_rule_slot(q->zone->table,
+                                  (const char *) rules[i]->name.data);
+        ngx_shmtx_unlock(&q->zone->shpool->mutex);
+
+        if (ngx_ratelimit_top_view(r->pool, q->zone, rules[i], slot, top,
+                                   &v[t.n++])
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
     }
 
     len = rl_render_api_top(&t, NULL, 0);

@@ -10,7 +10,7 @@
 
 #include "ngx_http_ratelimit_api_keys.h"
 #include "ngx_http_ratelimit_answer.h"
-#include "ngx_http_ratelimit_bandwidth.h"
+#include "ngx_ratelimit_bandwidth.h"
 #include "ngx_ratelimit_snapshot.h"
 #include "ngx_ratelimit_zone.h"
 #include "ngx_ratelimit_log.h"
@@ -39,7 +39,7 @@ ngx_http_ratelimit_api_keys(ngx_http_request_t *r,
        connections in flight */
 
     if (!q->in.reset
-        && ngx_http_ratelimit_bandwidth_states(q->zone, &q->in, q->states)
+        && ngx_ratelimit_bw_states(q->zone, &q->in, q->states)
            != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;

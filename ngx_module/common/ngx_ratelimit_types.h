@@ -91,6 +91,13 @@ typedef struct {
     uint64_t                     stack_blocks;
     ngx_array_t                  rules;     /* ngx_ratelimit_rule_t *: the
                                                rules naming it */
+    ngx_array_t                 *bandwidth; /* ngx_ratelimit_bw_rule_t *
+                                               (its first member an
+                                               ngx_ratelimit_rule_t): the
+                                               bandwidth rules naming it,
+                                               of either block (the key
+                                               API, the top keys); NULL:
+                                               none */
     ngx_ratelimit_rule_t       **names;     /* its first rule of each name,
                                                sorted by name */
     ngx_uint_t                   nnames;

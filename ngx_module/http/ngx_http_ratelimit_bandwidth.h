@@ -15,11 +15,5 @@
 
 extern ngx_module_t  ngx_http_ratelimit_bandwidth_module;
 
-/* The key API's view of a zone's bandwidth rules. */
-ngx_uint_t ngx_http_ratelimit_bandwidth_rule(ngx_ratelimit_zone_t *zone,
-    ngx_str_t *name);
-ngx_int_t ngx_http_ratelimit_bandwidth_states(ngx_ratelimit_zone_t *zone,
-    rl_api_request_t *in, ngx_array_t *states);
-
 
 #endif /* NGX_HTTP_RATELIMIT_BANDWIDTH_H */

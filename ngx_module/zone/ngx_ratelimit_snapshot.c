@@ -21,6 +21,8 @@ static ngx_int_t ngx_ratelimit_snapshot_one(ngx_ratelimit_zone_t *zone,
     void *data);
 static ngx_int_t ngx_ratelimit_snapshot_rules(ngx_pool_t *pool,
     ngx_ratelimit_zone_t *zone, rl_zone_snapshot_t *z);
+static ngx_ratelimit_rule_t *ngx_ratelimit_snapshot_bandwidth(
+    ngx_ratelimit_zone_t *zone, ngx_str_t *name);
 static ngx_int_t ngx_ratelimit_snapshot_tops(ngx_pool_t *pool,
     ngx_ratelimit_zone_t *zone, rl_zone_snapshot_t *z);
 static rl_redis_figures_t *ngx_ratelimit_snapshot_redis(ngx_pool_t *pool,
@@ -205,6 +207,35 @@ ngx_ratelimit_snapshot_rules(ngx_pool_t *pool, ngx_ratelimit_zone_t *zone,
 
 
 /*
+ * A bandwidth rule of the zone by name: the first member of each of
+ * zone->bandwidth is the part the zone knows.
+ */
+
+static ngx_ratelimit_rule_t *
+ngx_ratelimit_snapshot_bandwidth(ngx_ratelimit_zone_t *zone, ngx_str_t *name)
+{
+    ngx_uint_t              i;
+    ngx_ratelimit_rule_t  **rules;
+
+    if (zone->bandwidth == NULL) {
+        return NULL;
+    }
+
+    rules = zone->bandwidth->elts;
+
+    for (i = 0; i < zone->bandwidth->nelts; i++) {
+        if (rules[i]->name.len == name->len
+            && ngx_strncmp(rules[i]->name.data, name->data, name->len) == 0)
+        {
+            return rules[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+/*
  * The keys each counted rule refuses most, for a rule of this configuration
  * (a name of an earlier one has none to show): each rule's copied under
  * the zone's lock.
@@ -231,6 +262,10 @@ ngx_ratelimit_snapshot_tops(ngx_pool_t *pool, ngx_ratelimit_zone_t *zone,
         name.len = ngx_strlen(name.data);
 
         rule = ngx_ratelimit_zone_rule(zone, &name);
+
+        if (rule == NULL) {
+            rule = ngx_ratelimit_snapshot_bandwidth(zone, &name);
+        }
 
         if (rule != NULL
             && ngx_ratelimit_top_view(pool, zone, rule, (int) k, top,
@@ -260,6 +295,7 @@ ngx_ratelimit_top_view(ngx_pool_t *pool, ngx_ratelimit_zone_t *zone,
     v->rule = ngx_ratelimit_rl_str(&rule->name);
     v->log_key = rule->rule.log_key;
     v->state = top->state;
+    v->kib = top->kib;
     v->refusals = top->refusals;
     v->n = top->n;
     v->keys = NULL;

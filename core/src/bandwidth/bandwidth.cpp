@@ -25,7 +25,7 @@ constexpr uint32_t kFracMask = (1u << kFracBits) - 1;
 constexpr uint32_t kConnectionsMax = (1u << (32 - kFracBits)) - 1;
 
 // the parameters, a bit each, for "each may be given once"
-constexpr uint32_t kRate = 1, kBurst = 2, kDirection = 4, kName = RL_BANDWIDTH_NAMED;
+constexpr uint32_t kRate = 1, kBurst = 2, kDirection = 4, kName = RL_BANDWIDTH_NAMED, kAfter = 16;
 
 struct Entry {
     int64_t tat_us;
@@ -127,14 +127,17 @@ int rl_bandwidth_param(rl_bandwidth_rule_t *rule, const char *p, size_t len, cha
         bit = rl::kRate;
     } else if (rl::starts_with(p, len, "burst=", &at)) {
         bit = rl::kBurst;
+    } else if (rl::starts_with(p, len, "after=", &at)) {
+        bit = rl::kAfter;
     } else if (rl::starts_with(p, len, "direction=", &at)) {
         bit = rl::kDirection;
     } else if (rl::starts_with(p, len, "name=", &at)) {
         bit = rl::kName;
     } else {
-        return rl::fail(err, errlen,
-                        "unknown parameter \"%.*s\": expected rate=, burst=, direction=, name= (and zone=, key=)",
-                        (int) (len < 64 ? len : 64), p);
+        return rl::fail(
+            err, errlen,
+            "unknown parameter \"%.*s\": expected rate=, burst=, after=, direction=, name= (and zone=, key=)",
+            (int) (len < 64 ? len : 64), p);
     }
     if (rule->seen & bit) {
         return rl::fail(err, errlen, "duplicate parameter \"%.*s\": each parameter may be given once",
@@ -159,24 +162,30 @@ int rl_bandwidth_param(rl_bandwidth_rule_t *rule, const char *p, size_t len, cha
         }
         return RL_OK;
     case rl::kBurst:
+    case rl::kAfter: {
+        uint64_t *size = bit == rl::kBurst ? &rule->burst : &rule->after;
         if (vlen == 1 && v[0] == '0') {
-            rule->burst = 0;
+            *size = 0;
             return RL_OK;
         }
-        if (rl_bandwidth_size(v, vlen, &rule->burst) != RL_OK) {
+        if (rl_bandwidth_size(v, vlen, size) != RL_OK) {
             return rl::fail(err, errlen,
-                            "invalid burst \"%.*s\": expected bytes from 0 to 100g, in nginx's units (512k, 4m)",
-                            (int) (vlen < 64 ? vlen : 64), v);
+                            "invalid %s \"%.*s\": expected bytes from 0 to 100g, in nginx's units (512k, 4m)",
+                            bit == rl::kBurst ? "burst" : "after", (int) (vlen < 64 ? vlen : 64), v);
         }
         return RL_OK;
+    }
     case rl::kDirection:
         if (vlen == 3 && std::memcmp(v, "out", 3) == 0) {
             rule->direction = RL_BANDWIDTH_OUT;
         } else if (vlen == 2 && std::memcmp(v, "in", 2) == 0) {
             rule->direction = RL_BANDWIDTH_IN;
+        } else if (vlen == 4 && std::memcmp(v, "both", 4) == 0) {
+            rule->direction = RL_BANDWIDTH_BOTH;
         } else {
             return rl::fail(err, errlen,
-                            "invalid direction \"%.*s\": expected \"out\" (responses) or \"in\" (request bodies)",
+                            "invalid direction \"%.*s\": expected \"out\" (toward the client), \"in\" (from it) "
+                            "or \"both\"",
                             (int) (vlen < 64 ? vlen : 64), v);
         }
         return RL_OK;
@@ -206,6 +215,17 @@ uint64_t rl_bandwidth_slice(uint64_t rate)
     return s < RL_BANDWIDTH_SLICE_MIN   ? RL_BANDWIDTH_SLICE_MIN
            : s > RL_BANDWIDTH_SLICE_MAX ? RL_BANDWIDTH_SLICE_MAX
                                         : s;
+}
+
+uint64_t rl_bandwidth_ask(uint64_t rate, uint64_t held, uint64_t avail, int whole)
+{
+    const uint64_t slice = rl_bandwidth_slice(rate);
+    const uint64_t least = slice / 10;
+    const uint64_t need = held > avail ? held - avail : 0;
+    if (whole) {
+        return need > least ? need : least;
+    }
+    return need < least ? least : need > slice ? slice : need;
 }
 
 rl_bandwidth_grant_t rl_bandwidth_grant(int64_t tat_us, int64_t now_us, uint64_t bytes, uint64_t rate, uint64_t burst)
@@ -285,6 +305,12 @@ int64_t rl_bandwidth_take(void *table, int slot, uint64_t tag, int64_t now_us, u
             rl::add(r.second_bytes, bytes);
         }
         rl::add(r.bytes, bytes);
+        // the top keys by bytes: KiB, rounded up, a grant's weight
+        if (rl::TopList *l = t->top_list(slot, true, false)) {
+            l->kib = 1;
+            const uint64_t kib = (bytes + 1023) / 1024;
+            l->note(tag, nullptr, 0, now_us / 1000, kib < UINT32_MAX ? (uint32_t) kib : UINT32_MAX);
+        }
     }
     return g.wait_us;
 }

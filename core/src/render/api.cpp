@@ -153,15 +153,18 @@ void state_json(Out &o, const rl_key_state_t &st, bool reset)
 
 // "R":{"state":S,"refusals":N,"entries":32,"keys":[{"fingerprint":F,
 // "key":K,"refused":N,"error":N,"banned_ms":MS},...]}: "key" only where
-// the rule logs keys in clear, "banned_ms" only for a key a ban= keeps out
+// the rule logs keys in clear, "banned_ms" only for a key a ban= keeps out;
+// a bandwidth rule's counts bytes granted (in KiB, each grant rounded up):
+// "bytes" for "refusals" and for each key's "refused", its error in bytes
 void top_json(Out &o, const rl_top_view_t &t)
 {
     static const char *const states[] = {"none", "kept", "no_room"};
+    const uint64_t unit = t.kib ? 1024 : 1;
     o.json(t.rule);
     o.put(":{\"state\":\"");
     o.put(t.state >= RL_TOP_NONE && t.state <= RL_TOP_NO_ROOM ? states[t.state] : "none");
     o.put("\"");
-    o.field("refusals", t.refusals);
+    o.field(t.kib ? "bytes" : "refusals", t.refusals * unit);
     o.field("entries", RL_TOP_ENTRIES);
     o.put(",\"keys\":[");
     for (size_t j = 0; j < t.n; j++) {
@@ -172,8 +175,8 @@ void top_json(Out &o, const rl_top_view_t &t)
             o.put(",\"key\":");
             o.json_shown(k.key, k.key_len, k.key_cut != 0);
         }
-        o.field("refused", k.refused);
-        o.field("error", k.error);
+        o.field(t.kib ? "bytes" : "refused", k.refused * unit);
+        o.field("error", k.error * unit);
         if (k.banned_ms > 0) {
             o.field("banned_ms", (uint64_t) k.banned_ms);
         }

@@ -277,22 +277,35 @@ void prometheus_sync(Out &o, const rl_stats_snapshot_t &s)
 }
 
 // a series a key: nginx_ratelimit_top_refused{zone,rule,fingerprint}, with
-// key= where the rule logs keys in clear
-void prometheus_top(Out &o, const rl_stats_snapshot_t &s)
+// key= where the rule logs keys in clear; a bandwidth rule's keys in
+// nginx_ratelimit_top_bytes (bytes granted, counted in KiB)
+void prometheus_top(Out &o, const rl_stats_snapshot_t &s, int kib)
 {
-    o.put("# HELP nginx_ratelimit_top_refused Refusals in the last one to two minutes of the keys a rule refuses "
-          "most (at most 64 a rule).\n"
-          "# TYPE nginx_ratelimit_top_refused gauge\n");
+    bool any = !kib;
+    for (size_t i = 0; !any && i < s.n; i++) {
+        for (size_t k = 0; s.zones[i].tops != nullptr && k < s.zones[i].ncounters; k++) {
+            any |= s.zones[i].tops[k].kib != 0;
+        }
+    }
+    if (!any) {
+        return;  // no bandwidth rule's keys: no family of them
+    }
+    o.put(kib ? "# HELP nginx_ratelimit_top_bytes Bytes granted in the last one to two minutes to the keys a "
+                "bandwidth rule grants most (at most 64 a rule; counted in KiB, each grant rounded up).\n"
+                "# TYPE nginx_ratelimit_top_bytes gauge\n"
+              : "# HELP nginx_ratelimit_top_refused Refusals in the last one to two minutes of the keys a rule "
+                "refuses most (at most 64 a rule).\n"
+                "# TYPE nginx_ratelimit_top_refused gauge\n");
     for (size_t i = 0; i < s.n; i++) {
         const rl_zone_snapshot_t &z = s.zones[i];
         for (size_t k = 0; z.tops != nullptr && k < z.ncounters; k++) {
             const rl_top_view_t &t = z.tops[k];
-            for (size_t j = 0; j < t.n; j++) {
+            for (size_t j = 0; (t.kib != 0) == (kib != 0) && j < t.n; j++) {
                 const rl_top_key_t &key = t.keys[j];
                 char fp[16];
                 Out hex(fp, sizeof(fp));
                 hex.hex16(key.tag);
-                series(o, "top_refused", z);
+                series(o, kib ? "top_bytes" : "top_refused", z);
                 o.put(",rule=");
                 o.label(name_of(z.counters[k]));
                 o.put(",fingerprint=");
@@ -301,7 +314,7 @@ void prometheus_top(Out &o, const rl_stats_snapshot_t &s)
                     o.put(",key=");
                     o.label_shown(key.key, key.key_len, key.key_cut != 0);
                 }
-                sample(o, key.refused);
+                sample(o, kib ? key.refused * 1024 : key.refused);
             }
         }
     }
@@ -393,7 +406,8 @@ size_t rl_render_stats_prometheus(const rl_stats_snapshot_t *s, char *buf, size_
     });
     rl::prometheus_redis(o, *s);
     rl::prometheus_sync(o, *s);
-    rl::prometheus_top(o, *s);
+    rl::prometheus_top(o, *s, 0);
+    rl::prometheus_top(o, *s, 1);
     return o.len();
 }
 

@@ -113,6 +113,7 @@ void rl_table_top(const void *mem, int slot, int64_t now_ms, rl_top_t *out)
     const rl::TableLayout &h = table->layout();
     out->state = RL_TOP_NONE;
     out->keys = 0;
+    out->kib = 0;
     out->refusals = 0;
     out->since_ms = 0;
     out->n = 0;

@@ -151,6 +151,8 @@ struct alignas(64) TopList {
     uint32_t used[2];  // its entries in use
     uint32_t keys;     // 1: each entry keeps its key (kTopKeyBytes), after
                        // the list
+    uint32_t kib;      // 1: a bandwidth rule's, whose counts are the KiB
+                       // granted its keys, not refusals
     TopEntry half[2][RL_TOP_ENTRIES];
 
     static size_t bytes(bool keys) { return sizeof(TopList) + (keys ? 2 * RL_TOP_ENTRIES * kTopKeyBytes : 0); }
@@ -160,9 +162,10 @@ struct alignas(64) TopList {
     }
     const uint8_t *key(uint32_t h, uint32_t i) const { return const_cast<TopList *>(this)->key(h, i); }
 
-    // A refusal of a key (its bytes kept if the list keeps keys and bytes
-    // is not null); the list as the API shows it; a reset key taken off.
-    void note(uint64_t tag, const void *bytes, size_t len, int64_t now);
+    // A refusal of a key, or `weight` of them (its bytes kept if the list
+    // keeps keys and bytes is not null); the list as the API shows it; a
+    // reset key taken off.
+    void note(uint64_t tag, const void *bytes, size_t len, int64_t now, uint32_t weight = 1);
     void read(int64_t now, rl_top_t *out) const;
     void forget(uint64_t tag);
 };

@@ -15,6 +15,10 @@
 // a key refused more than (the window's refusals / RL_TOP_ENTRIES) times in
 // the window is more than that in one of its epochs, hence listed.  Fixed
 // memory, no allocation, a few cache lines a refusal.
+//
+// A bandwidth rule's list counts the KiB its slices grant each key (a
+// weight a grant, rounded up) instead of refusals: the same summary by
+// weight, whose bounds hold in KiB.
 #include <algorithm>
 #include <cstring>
 
@@ -30,6 +34,11 @@ int64_t epoch_of(int64_t now)
     return floor_div(now, RL_TOP_EPOCH_MS);
 }
 
+uint32_t add_saturated(uint32_t count, uint32_t weight)
+{
+    return count > UINT32_MAX - weight ? UINT32_MAX : count + weight;
+}
+
 uint32_t in_use(uint32_t used)
 {
     return used < RL_TOP_ENTRIES ? used : RL_TOP_ENTRIES;  // a process may have died writing it
@@ -37,7 +46,7 @@ uint32_t in_use(uint32_t used)
 
 }  // namespace
 
-void TopList::note(uint64_t tag, const void *bytes, size_t len, int64_t now)
+void TopList::note(uint64_t tag, const void *bytes, size_t len, int64_t now, uint32_t weight)
 {
     const int64_t e = epoch_of(now);
     const uint32_t h = (uint32_t) (e & 1);
@@ -49,13 +58,13 @@ void TopList::note(uint64_t tag, const void *bytes, size_t len, int64_t now)
     const uint32_t n = in_use(used[h]);
     for (uint32_t i = 0; i < n; i++) {
         if (entry[i].tag == tag) {
-            entry[i].count += entry[i].count < UINT32_MAX;
+            entry[i].count = add_saturated(entry[i].count, weight);
             return;
         }
     }
     uint32_t i = n;
     if (n < RL_TOP_ENTRIES) {
-        entry[i] = TopEntry{tag, 1, 0};
+        entry[i] = TopEntry{tag, weight, 0};
         used[h] = n + 1;
     } else {
         i = 0;
@@ -65,7 +74,7 @@ void TopList::note(uint64_t tag, const void *bytes, size_t len, int64_t now)
             }
         }
         const uint32_t least = entry[i].count;
-        entry[i] = TopEntry{tag, least + (least < UINT32_MAX), least};
+        entry[i] = TopEntry{tag, add_saturated(least, weight), least};
     }
     if (keys) {
         uint8_t *k = key(h, i);
@@ -81,6 +90,7 @@ void TopList::read(int64_t now, rl_top_t *out) const
 {
     const int64_t e = epoch_of(now);
     out->keys = keys != 0;
+    out->kib = kib != 0;
     out->refusals = 0;
     out->since_ms = (e - 1) * RL_TOP_EPOCH_MS;
     out->n = 0;
