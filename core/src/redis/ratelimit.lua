@@ -1274,6 +1274,86 @@ local function keys_of(ARGV, a, n)
   return k
 end
 
+-- ---- the lean path: a decision of one gcra or token_bucket rule ----------
+--
+-- A request of one such rule, with no ban=, no charge=, no override's
+-- instant and a plain cost, on a state written under the rule's own limit
+-- and period (or none), is decided here as gcra() and decide() would, and
+-- answered with what the core cannot know: "ALLOWED NOW" and the state as
+-- read, if any ("1 1796687107030 1796687107030 5 100 1000"); the core works
+-- the figures out from them with its own gcra (rl_redis_answer), and finds
+-- the same admission or refuses the answer.  Nothing is made but the
+-- answer's string and the state's: the spec read once (by its text, 512 at
+-- most, then read again), the state without the rule's table, the
+-- transition inline.  Any other request goes the whole way (call_one).
+
+-- an integer's digits, those below 65536 made once (Lua's own, %.14g,
+-- and Redis's for a number argument, %.17g, cost a float's formatting)
+local smalls = {}
+local function small(x)
+  local v = smalls[x]
+  if v then return v end
+  v = format('%d', x)
+  if x >= 0 and x < 65536 then smalls[x] = v end
+  return v
+end
+
+local lean_specs, nlean = {}, 0
+
+-- the spec's figures the lean path needs, or false: its rule goes the
+-- whole way (spec: rule_at's)
+local function lean_of(text)
+  local g = lean_specs[text]
+  if g ~= nil then return g end
+  if nlean == 512 then lean_specs, nlean = {}, 0 end
+  local f, j = {}, 0
+  for x in string.gmatch(text, '%-?%d+') do
+    j = j + 1
+    f[j] = x + 0
+  end
+  local name = ALGORITHM_NAMES[f[1]]
+  -- limit, burst, period; ban (11th), charge (12th)
+  if (name == 'gcra' or name == 'token_bucket') and f[11] == 0 and f[12] == 0 and f[2] > 0 and f[4] > 0 then
+    local limit, period = f[2], f[4]
+    g = {limit = limit, burst = f[3], period = period, tau = f[3] * period, far = floor(KMAX / limit),
+         tail = format('%d %d', limit, period)}
+  else
+    g = false
+  end
+  lean_specs[text], nlean = g, nlean + 1
+  return g
+end
+
+-- the decision of cost on the state v (false: none) of key, its admission
+-- written: the answer's string; nil if the state was written under other
+-- parameters (the whole way decides it).  now_s: now's digits.
+local function lean_gcra(key, v, g, cost, now, now_s, testing)
+  local t, n = 0, 0
+  if v then
+    local ts, ns, tail = string.match(v, '^(%-?%d+) (%d+) (.*)$')
+    if tail ~= g.tail then return nil end
+    t, n = ts + 0, ns + 0
+  end
+  local limit = g.limit
+  local ahead = 0   -- units_ahead
+  if t >= now then
+    local ms = t - now
+    if ms >= g.far then ahead = KMAX else ahead = ms * limit + n end
+  end
+  local need = ahead + cost * g.period
+  if cost > g.burst or (need > g.tau and cost > 0) then
+    return v and '0 ' .. now_s .. ' ' .. v or '0 ' .. now_s
+  end
+  if cost > 0 then   -- paced_after, store_head
+    local q = fdiv(need, limit)
+    local ttl = q + 1
+    if testing then ttl = ttl + DAY end
+    redis.call('SET', key, (q == 0 and now_s or format('%d', now + q)) .. ' ' .. small(need - q * limit) .. ' ' ..
+               g.tail, 'PX', small(ttl))
+  end
+  return v and '1 ' .. now_s .. ' ' .. v or '1 ' .. now_s
+end
+
 -- a batch: the decisions of several requests in one call, each answered
 -- as its own call would be, in order, as if called one after the other
 -- (the clock read once).  ARGV from 3: each request's call (0 to 3), its
@@ -1286,8 +1366,25 @@ local function batch(KEYS, ARGV, now, testing)
   if all.err ~= nil then all = nil end
   local answers, named = {}, {}
   local a, k = 2, 0
+  local now_s = format('%d', now)
   while a < #ARGV do
     local call, n = ARGV[a + 1], ARGV[a + 2] + 0
+    local answer
+    if n == 1 and (call == '0' or call == '1') then
+      local g, cost = lean_of(ARGV[a + 3]), tonumber(ARGV[a + 4])
+      if g and cost then
+        local key = KEYS[k + 1]
+        local v
+        if all and not named[key] then v = all[k + 1] else v = redis.call('GET', key) end
+        answer = lean_gcra(key, v, g, cost, now, now_s, testing)
+        if answer then
+          named[key] = true
+          answers[#answers + 1] = answer
+          a, k = a + 4, k + 1
+        end
+      end
+    end
+    if not answer then
     local count = keys_of(ARGV, a + 2, n)
     local keys, got = {}, all and {}
     for j = 1, count do
@@ -1300,6 +1397,7 @@ local function batch(KEYS, ARGV, now, testing)
     outs = {}   -- each answer its own table
     answers[#answers + 1] = call_one(keys, ARGV, a + 2, n, call, now, testing, got)
     a, k = a + 2 + 2 * n, k + count
+    end
   end
   return answers
 end
@@ -1318,6 +1416,13 @@ local function run(KEYS, ARGV)
   end
   local call = ARGV[2]
   if call == 'batch' then return batch(KEYS, ARGV, now, testing) end
+  if (call == '0' or call == '1') and #ARGV == 4 then
+    local g, cost = lean_of(ARGV[3]), tonumber(ARGV[4])
+    if g and cost then
+      local answer = lean_gcra(KEYS[1], redis.call('GET', KEYS[1]), g, cost, now, format('%d', now), testing)
+      if answer then return answer end
+    end
+  end
   return call_one(KEYS, ARGV, 2, (#ARGV - 2) / (call == 'settle' and 5 or 2), call, now, testing)
 end
 
