@@ -97,7 +97,17 @@ local function tdiv(a, b)   -- C's truncating division; b > 0
   return -fdiv(-a, b)
 end
 
-local function num(x) return format('%d', x) end   -- an integer, below 2^63
+-- an integer's digits (below 2^63), those below 65536 made once: Lua's
+-- own (%.14g) and Redis's for a number argument (%.17g) cost a float's
+-- formatting
+local nums = {}
+local function num(x)
+  local v = nums[x]
+  if v then return v end
+  v = format('%d', x)
+  if x >= 0 and x < 65536 then nums[x] = v end
+  return v
+end
 
 local function decision(window)
   return {allowed = 0, never = 0, remaining = 0, reset = 0, retry = 0, delay = 0, window = window, available = 0,
@@ -626,25 +636,19 @@ local function load_ring(key, r, now, look, v)
   return b
 end
 
--- a ring and its expiry, in one SET: its numbers in one format, of
--- S + 2 of them (S + 3 with charge=), made once
-local ring_formats = {}
+-- a ring and its expiry, in one SET: its S + 2 numbers (S + 3 with
+-- charge=), joined (their digits num's, in a list kept between calls)
+local ring_parts = {}
 
 local function store_ring(key, r, b, ttl)
-  local n = r.buckets + (r.charge == 1 and 3 or 2)
-  local f = ring_formats[n]
-  if not f then
-    f = string.rep('%d ', n - 1) .. '%d'
-    ring_formats[n] = f
-  end
-  local c, last = b.c, r.buckets
+  local c, parts, last = b.c, ring_parts, r.buckets
+  parts[1] = num(b.tick)
+  for j = 0, last do parts[j + 2] = num(c[j]) end
   if r.charge == 1 then
     last = last + 1
-    c[last] = b.owed
+    parts[last + 2] = num(b.owed)
   end
-  local v = format(f, b.tick, unpack(c, 0, last))
-  c[r.buckets + 1] = nil
-  redis.call('SET', key, v, 'PX', ttl)
+  redis.call('SET', key, table.concat(parts, ' ', 1, last + 2), 'PX', ttl)
 end
 
 -- an admission: the ring counted, written with its expiry; the head's t.
@@ -1005,7 +1009,7 @@ local function rule_at(ARGV, a, i, settle)
 end
 
 local NONE = {}   -- read_strings' answer when it reads nothing (never written)
-local outs = {}   -- decide's answer
+local ZEROS = {}   -- decide's answer is made at its size from these
 local rules_kept = {}   -- a call's rules, 1 to its n
 
 -- every string a call reads (heads, rings, bans: the first `count` KEYS)
@@ -1190,9 +1194,10 @@ local function decide(KEYS, rules, n, bans, flights, now, testing, call, got)
     return {allowed and 1 or 0, now, d.allowed, d.never, d.remaining, d.reset, d.retry, d.delay, d.window, d.available,
             d.banned, r.committed or 0, r.cost, r.banning or 0}
   end
-  -- (the answer's table kept between a library's calls: Redis reads it up
-  -- to its first nil)
-  local out, o = outs, 2
+  -- (the answer's table made at its size at once)
+  local size = 2 + n * (peek and 13 or 12)
+  for i = #ZEROS + 1, size do ZEROS[i] = 0 end
+  local out, o = {unpack(ZEROS, 1, size)}, 2
   out[1], out[2] = allowed and 1 or 0, now
   for i = 1, n do
     local r = rules[i]
@@ -1207,7 +1212,6 @@ local function decide(KEYS, rules, n, bans, flights, now, testing, call, got)
       o = o + 1
     end
   end
-  out[o + 1] = nil
   return out
 end
 
@@ -1287,17 +1291,6 @@ end
 -- most, then read again), the state without the rule's table, the
 -- transition inline.  Any other request goes the whole way (call_one).
 
--- an integer's digits, those below 65536 made once (Lua's own, %.14g,
--- and Redis's for a number argument, %.17g, cost a float's formatting)
-local smalls = {}
-local function small(x)
-  local v = smalls[x]
-  if v then return v end
-  v = format('%d', x)
-  if x >= 0 and x < 65536 then smalls[x] = v end
-  return v
-end
-
 local lean_specs, nlean = {}, 0
 
 -- the spec's figures the lean path needs, or false: its rule goes the
@@ -1348,8 +1341,8 @@ local function lean_gcra(key, v, g, cost, now, now_s, testing)
     local q = fdiv(need, limit)
     local ttl = q + 1
     if testing then ttl = ttl + DAY end
-    redis.call('SET', key, (q == 0 and now_s or format('%d', now + q)) .. ' ' .. small(need - q * limit) .. ' ' ..
-               g.tail, 'PX', small(ttl))
+    redis.call('SET', key, (q == 0 and now_s or format('%d', now + q)) .. ' ' .. num(need - q * limit) .. ' ' ..
+               g.tail, 'PX', num(ttl))
   end
   return v and '1 ' .. now_s .. ' ' .. v or '1 ' .. now_s
 end
@@ -1394,7 +1387,6 @@ local function batch(KEYS, ARGV, now, testing)
       named[key] = true
       if got then got[j] = all[k + j] end
     end
-    outs = {}   -- each answer its own table
     answers[#answers + 1] = call_one(keys, ARGV, a + 2, n, call, now, testing, got)
     a, k = a + 2 + 2 * n, k + count
     end
