@@ -399,7 +399,7 @@ TEST(RedisAnswer, ALeanStringIsWorkedOutByTheCoreAndJudged)
     EXPECT_EQ(kind_of("1 0"), RL_REDIS_FAILED);
     EXPECT_EQ(std::string(a.why).find("the script's clock is "), 0u) << a.why;
     // a string to a request the script answers with integers
-    for (const char *rule : {"algorithm=fixed_window limit=10", "limit=10 ban=1m", "limit=10 charge=1",
+    for (const char *rule : {"algorithm=sliding_window limit=10", "limit=10 ban=1m", "limit=10 charge=1",
                              "algorithm=leaky_bucket limit=10"}) {
         One other(rule, 1);
         const std::string bytes = "$" + std::to_string(2 + now.size()) + "\r\n1 " + now + "\r\n";
@@ -410,6 +410,38 @@ TEST(RedisAnswer, ALeanStringIsWorkedOutByTheCoreAndJudged)
     }
     one.rq.dry_run = 1;
     EXPECT_EQ(kind_of("1 " + now), RL_REDIS_FAILED);
+}
+
+// The same of a count: "T N", N units in the window ending T.
+TEST(RedisAnswer, ALeanStringOfACountIsItsWindow)
+{
+    One one("algorithm=fixed_window limit=10 period=1m", 3);
+    rl_redis_answer_t a;
+    auto kind_of = [&](const std::string &text) {
+        const std::string bytes = "$" + std::to_string(text.size()) + "\r\n" + text + "\r\n";
+        rl_resp_t r;
+        EXPECT_EQ(rl_resp_parse(bytes.data(), bytes.size(), &r), (long) bytes.size()) << bytes;
+        return rl_redis_answer(&one.rq, RL_REDIS_DECIDE, &r, &a);
+    };
+    const std::string now = std::to_string(kNow + 15000), end = std::to_string(kNow + 60000);
+    ASSERT_EQ(kind_of("1 " + now), RL_REDIS_DECIDED) << a.why;
+    EXPECT_EQ(one.c.decision.remaining, 7u);
+    EXPECT_EQ(one.c.decision.reset_ms, 45000);
+    EXPECT_EQ(one.c.after.t, kNow + 60000);  // the window the script counted them in
+    ASSERT_EQ(kind_of("1 " + now + " " + end + " 6"), RL_REDIS_DECIDED) << a.why;
+    EXPECT_EQ(one.c.decision.remaining, 1u);
+    // the last window's count is over: a fresh window
+    ASSERT_EQ(kind_of("1 " + now + " " + std::to_string(kNow) + " 9"), RL_REDIS_DECIDED) << a.why;
+    EXPECT_EQ(one.c.decision.remaining, 7u);
+    ASSERT_EQ(kind_of("0 " + now + " " + end + " 8"), RL_REDIS_DECIDED) << a.why;
+    EXPECT_EQ(a.verdict, RL_VERDICT_REJECTED);
+    EXPECT_EQ(one.c.decision.retry_after_ms, 45000);
+    EXPECT_EQ(kind_of("1 " + now + " " + end + " 8"), RL_REDIS_FAILED);
+    for (const std::string &bad : std::vector<std::string>{
+             "1 " + now + " " + end, "1 " + now + " " + end + " 6 10 60000", "1 " + now + " " + end + " 2147483648"}) {
+        EXPECT_EQ(kind_of(bad), RL_REDIS_FAILED) << bad;
+        EXPECT_EQ(std::string(a.why).find("a string answer out of shape"), 0u) << bad << ": " << a.why;
+    }
 }
 
 TEST(RedisAnswer, ErrorRepliesNoscriptAndRedirections)

@@ -1278,44 +1278,20 @@ local function keys_of(ARGV, a, n)
   return k
 end
 
--- ---- the lean path: a decision of one gcra or token_bucket rule ----------
+-- ---- the lean path: a decision of one gcra, token_bucket, fixed_window or
+-- quota rule -------------------------------------------------------------------
 --
 -- A request of one such rule, with no ban=, no charge=, no override's
--- instant and a plain cost, on a state written under the rule's own limit
--- and period (or none), is decided here as gcra() and decide() would, and
--- answered with what the core cannot know: "ALLOWED NOW" and the state as
--- read, if any ("1 1796687107030 1796687107030 5 100 1000"); the core works
--- the figures out from them with its own gcra (rl_redis_answer), and finds
--- the same admission or refuses the answer.  Nothing is made but the
--- answer's string and the state's: the spec read once (by its text, 512 at
--- most, then read again), the state without the rule's table, the
--- transition inline.  Any other request goes the whole way (call_one).
-
-local lean_specs, nlean = {}, 0
-
--- the spec's figures the lean path needs, or false: its rule goes the
--- whole way (spec: rule_at's)
-local function lean_of(text)
-  local g = lean_specs[text]
-  if g ~= nil then return g end
-  if nlean == 512 then lean_specs, nlean = {}, 0 end
-  local f, j = {}, 0
-  for x in string.gmatch(text, '%-?%d+') do
-    j = j + 1
-    f[j] = x + 0
-  end
-  local name = ALGORITHM_NAMES[f[1]]
-  -- limit, burst, period; ban (11th), charge (12th)
-  if (name == 'gcra' or name == 'token_bucket') and f[11] == 0 and f[12] == 0 and f[2] > 0 and f[4] > 0 then
-    local limit, period = f[2], f[4]
-    g = {limit = limit, burst = f[3], period = period, tau = f[3] * period, far = floor(KMAX / limit),
-         tail = format('%d %d', limit, period)}
-  else
-    g = false
-  end
-  lean_specs[text], nlean = g, nlean + 1
-  return g
-end
+-- instant and a plain cost, on a state written under the rule's own
+-- parameters (or none), is decided here as its algorithm and decide()
+-- would, and answered with what the core cannot know: "ALLOWED NOW" and
+-- the state as read, if any ("1 1796687107030 1796687107030 5 100 1000");
+-- the core works the figures out from them with its own transition
+-- (rl_redis_answer), and finds the same admission or refuses the answer.
+-- Nothing is made but the answer's string and the state's: the spec read
+-- once (by its text, 512 at most, then read again), the state without the
+-- rule's table, the transition inline.  Any other request goes the whole
+-- way (call_one).
 
 -- the decision of cost on the state v (false: none) of key, its admission
 -- written: the answer's string; nil if the state was written under other
@@ -1347,6 +1323,70 @@ local function lean_gcra(key, v, g, cost, now, now_s, testing)
   return v and '1 ' .. now_s .. ' ' .. v or '1 ' .. now_s
 end
 
+-- fixed_window, quota: the same, on a state "T N" (the window ending T
+-- holds N units; one a charge carried past its window goes the whole way)
+local function lean_window(key, v, g, cost, now, now_s, testing)
+  local t, n = 0, 0
+  if v then
+    local ts, ns = string.match(v, '^(%-?%d+) (%d+)$')
+    if not ts then return nil end
+    t, n = ts + 0, ns + 0
+    if n >= CARRIED then return nil end
+  end
+  local wend   -- fixed_window_span, quota_period, windowed_count
+  if g.quota then
+    wend = quota_period(g, now)
+  elseif g.align == 1 then
+    wend = t > now and t or now + g.period
+  else
+    wend = fdiv(now, g.period) * g.period + g.period
+  end
+  if t > wend then wend = t end
+  local spent = (t == wend or (t > now and t < wend)) and n or 0
+  local left = spent < g.limit and g.limit - spent or 0
+  if cost > g.limit or cost > left then
+    return v and '0 ' .. now_s .. ' ' .. v or '0 ' .. now_s
+  end
+  if cost > 0 then
+    local ttl = wend + 1 - now
+    if ttl < 1 then ttl = 1 end
+    if testing then ttl = ttl + DAY end
+    redis.call('SET', key, num(wend) .. ' ' .. num(spent + cost), 'PX', num(ttl))
+  end
+  return v and '1 ' .. now_s .. ' ' .. v or '1 ' .. now_s
+end
+
+local lean_specs, nlean = {}, 0
+
+-- the spec's figures the lean path needs, or false: its rule goes the
+-- whole way (spec: rule_at's)
+local function lean_of(text)
+  local g = lean_specs[text]
+  if g ~= nil then return g end
+  if nlean == 512 then lean_specs, nlean = {}, 0 end
+  local f, j = {}, 0
+  for x in string.gmatch(text, '%-?%d+') do
+    j = j + 1
+    f[j] = x + 0
+  end
+  local name = ALGORITHM_NAMES[f[1]]
+  -- limit, burst, period, align, reset, utc_offset; ban (11th), charge
+  -- (12th)
+  g = false
+  if f[11] == 0 and f[12] == 0 and f[2] > 0 then
+    local limit, period = f[2], f[4]
+    if (name == 'gcra' or name == 'token_bucket') and period > 0 then
+      g = {decide = lean_gcra, limit = limit, burst = f[3], period = period, tau = f[3] * period,
+           far = floor(KMAX / limit), tail = format('%d %d', limit, period)}
+    elseif name == 'fixed_window' or name == 'quota' then
+      g = {decide = lean_window, quota = name == 'quota', limit = limit, period = period, align = f[5],
+           reset = f[8], utc_offset = f[9]}
+    end
+  end
+  lean_specs[text], nlean = g, nlean + 1
+  return g
+end
+
 -- a batch: the decisions of several requests in one call, each answered
 -- as its own call would be, in order, as if called one after the other
 -- (the clock read once).  ARGV from 3: each request's call (0 to 3), its
@@ -1369,7 +1409,7 @@ local function batch(KEYS, ARGV, now, testing)
         local key = KEYS[k + 1]
         local v
         if all and not named[key] then v = all[k + 1] else v = redis.call('GET', key) end
-        answer = lean_gcra(key, v, g, cost, now, now_s, testing)
+        answer = g.decide(key, v, g, cost, now, now_s, testing)
         if answer then
           named[key] = true
           answers[#answers + 1] = answer
@@ -1411,7 +1451,7 @@ local function run(KEYS, ARGV)
   if (call == '0' or call == '1') and #ARGV == 4 then
     local g, cost = lean_of(ARGV[3]), tonumber(ARGV[4])
     if g and cost then
-      local answer = lean_gcra(KEYS[1], redis.call('GET', KEYS[1]), g, cost, now, format('%d', now), testing)
+      local answer = g.decide(KEYS[1], redis.call('GET', KEYS[1]), g, cost, now, format('%d', now), testing)
       if answer then return answer end
     end
   end

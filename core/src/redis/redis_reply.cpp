@@ -481,13 +481,15 @@ int decision_answer(rl_request_t *rq, int call, const int64_t *items, size_t n, 
     return out.kind;
 }
 
-// The lean answer (ratelimit.lua's lean_gcra) to a decision of one gcra or
-// token_bucket rule: "ALLOWED NOW" and the key's state as the script read
-// it, if any ("T N LIMIT PERIOD", the instant T + N/LIMIT ms written under
-// the rule's own limit and period).  The figures are its algorithm's on
-// that state at the script's clock, as the script's whole way works them
-// out, into items (the integers of the whole answer); false if the request
-// is not one the script answers so, or the string is out of shape (why).
+// The lean answer (ratelimit.lua's lean path) to a decision of one gcra,
+// token_bucket, fixed_window or quota rule: "ALLOWED NOW" and the key's
+// state as the script read it, if any: "T N LIMIT PERIOD" for a paced
+// rule (the instant T + N/LIMIT ms, written under the rule's own limit and
+// period), "T N" for a count (N units in the window ending T).  The
+// figures are its algorithm's on that state at the script's clock, as the
+// script's whole way works them out, into items (the integers of the whole
+// answer); false if the request is not one the script answers so, or the
+// string is out of shape (why).
 bool lean_items(const rl_request_t &rq, const rl_resp_t &r, int64_t *items, rl_redis_answer_t &out)
 {
     const rl_check_t *c = nullptr;
@@ -500,24 +502,28 @@ bool lean_items(const rl_request_t &rq, const rl_resp_t &r, int64_t *items, rl_r
             c = &rq.checks[i];
         }
     }
-    if (c == nullptr || !(rl::algorithm_of(*c->rule).traits & rl::kBucket) || c->rule->ban_ms > 0 || c->rule->charge ||
-        c->since != 0 || rq.dry_run || c->rule->limit == 0 || c->rule->period_ms <= 0) {
+    const rl::Algorithm *a = c != nullptr ? &rl::algorithm_of(*c->rule) : nullptr;
+    const bool paced = a != nullptr && (a->traits & rl::kBucket);
+    const bool count = a != nullptr && (a->traits & rl::kCount) && !(a->traits & rl::kTicks);
+    if (!(paced || count) || c->rule->ban_ms > 0 || c->rule->charge || c->since != 0 || rq.dry_run ||
+        c->rule->limit == 0 || (paced && c->rule->period_ms <= 0)) {
         failed(out, "a string answer to a request the script answers with integers");
         return false;
     }
-    // its numbers, split at single spaces: 2, or 6 with a state
+    // its numbers, split at single spaces: 2, and the state's after them
+    const size_t fields = paced ? 6 : 4;
     int64_t v[6];
-    size_t count = 0;
+    size_t n = 0;
     const char *p = r.str, *end = r.str + r.str_len;
-    while (count < 6) {
+    while (n < fields) {
         const char *sp = static_cast<const char *>(std::memchr(p, ' ', (size_t) (end - p)));
         const char *e = sp != nullptr ? sp : end;
-        const bool minus = count == 2 && e > p && *p == '-';  // T may be before 1970 (a test's clock)
+        const bool minus = n == 2 && e > p && *p == '-';  // T may be before 1970 (a test's clock)
         uint64_t u;
         if (!number(p + minus, e, 16, RL_REDIS_UNITS_MAX << 2, &u)) {
             break;
         }
-        v[count++] = minus ? -(int64_t) u : (int64_t) u;
+        v[n++] = minus ? -(int64_t) u : (int64_t) u;
         if (sp == nullptr) {
             p = end + 1;
             break;
@@ -525,28 +531,46 @@ bool lean_items(const rl_request_t &rq, const rl_resp_t &r, int64_t *items, rl_r
         p = sp + 1;
     }
     const rl_rule_t &rule = *c->rule;
-    if (p != end + 1 || (count != 2 && count != 6) || v[0] > 1 ||
-        (count == 6 && (v[4] != (int64_t) rule.limit || v[5] != rule.period_ms))) {
-        failed(out,
-               "a string answer out of shape: expected \"ALLOWED NOW\", and \"T N %llu %lld\" after it if the "
-               "key has a state",
-               (unsigned long long) rule.limit, (long long) rule.period_ms);
+    const bool state = n == fields;
+    if (p != end + 1 || (n != 2 && !state) || v[0] > 1 ||
+        (state && paced && (v[4] != (int64_t) rule.limit || v[5] != rule.period_ms)) ||
+        (state && count && v[3] >= (int64_t) rl::kCarried)) {
+        if (paced) {
+            failed(out,
+                   "a string answer out of shape: expected \"ALLOWED NOW\", and \"T N %llu %lld\" after it if the "
+                   "key has a state",
+                   (unsigned long long) rule.limit, (long long) rule.period_ms);
+        } else {
+            failed(out, "a string answer out of shape: expected \"ALLOWED NOW\", and \"T N\" after it if the key "
+                        "has a state, N below 2^31");
+        }
         return false;
     }
     const int64_t now = v[1];
     const uint64_t cost = c->cost < RL_REDIS_UNITS_MAX ? c->cost : RL_REDIS_UNITS_MAX;  // as sent
-    // the units from now to the instant, as the script counts them; a state
-    // whose head gives them to the core's gcra
-    uint64_t ahead = 0;
-    rl::State s{rl_state_t{now, 0}, nullptr};
-    if (count == 6 && v[2] >= now) {
-        const uint64_t ms = (uint64_t) (v[2] - now);
-        ahead = ms >= rl::kUnitsMax / rule.limit ? rl::kUnitsMax : ms * rule.limit + (uint64_t) v[3];
-        s.head = ahead >= rl::kUnitsMax ? rl_state_t{v[2], 0} : rl::instant_after(now, ahead, rule.limit);
+    rl::State s{rl_state_t{0, 0}, nullptr};
+    rl_decision_t d;
+    int64_t after = 0;  // the head's t the script wrote, if it did
+    if (paced) {
+        // the units from now to the instant, as the script counts them; a
+        // head that gives them to the core's transition
+        uint64_t ahead = 0;
+        s.head = rl_state_t{now, 0};
+        if (state && v[2] >= now) {
+            const uint64_t ms = (uint64_t) (v[2] - now);
+            ahead = ms >= rl::kUnitsMax / rule.limit ? rl::kUnitsMax : ms * rule.limit + (uint64_t) v[3];
+            s.head = ahead >= rl::kUnitsMax ? rl_state_t{v[2], 0} : rl::instant_after(now, ahead, rule.limit);
+        }
+        d = a->transition(rule, s, now, cost, false);
+        // the script writes the instant's whole ms rounded down
+        after = d.allowed && cost > 0 ? now + (int64_t) ((ahead + cost * rule.period_ms) / rule.limit) : 0;
+    } else {
+        if (state) {
+            s.head = rl_state_t{v[2], (uint32_t) v[3]};  // the core's head, as the script keeps it
+        }
+        d = a->transition(rule, s, now, cost, true);
+        after = d.allowed && cost > 0 ? s.head.t : 0;
     }
-    const rl_decision_t d = rl::algorithm_of(rule).transition(rule, s, now, cost, false);
-    // the head's t the script wrote: the instant's whole ms, rounded down
-    const int64_t after = d.allowed && cost > 0 ? now + (int64_t) ((ahead + cost * rule.period_ms) / rule.limit) : 0;
     const int64_t whole[kReplyHead + kReplyPerRule] = {v[0],
                                                        now,
                                                        d.allowed,
