@@ -97,15 +97,15 @@ local function tdiv(a, b)   -- C's truncating division; b > 0
   return -fdiv(-a, b)
 end
 
--- an integer's digits (below 2^63), those below 65536 made once: Lua's
--- own (%.14g) and Redis's for a number argument (%.17g) cost a float's
--- formatting
+-- an integer's digits (below 2^63), those below 1024 made once (a ring's
+-- counts, short expiries): Lua's own (%.14g) and Redis's for a number
+-- argument (%.17g) cost a float's formatting
 local nums = {}
 local function num(x)
   local v = nums[x]
   if v then return v end
   v = format('%d', x)
-  if x >= 0 and x < 65536 then nums[x] = v end
+  if x >= 0 and x < 1024 then nums[x] = v end
   return v
 end
 
