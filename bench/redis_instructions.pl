@@ -8,9 +8,12 @@
 # (a random key among 100,000 a request, limits that never refuse, the
 # specs of bench/redis.pl's locations); the instructions over the
 # decisions.  The argument lists are built before Redis starts, so that the
-# count is Redis's alone.
+# count is Redis's alone.  With --time, the same calls go to a plain
+# redis-server instead, and the figure is its time a decision (INFO
+# commandstats: the FCALL's or EVALSHA's usec over its decisions), which a
+# shared machine's load moves.
 #
-#   bench/redis_instructions.pl [--batches 200]
+#   bench/redis_instructions.pl [--batches 200] [--time]
 use strict;
 use warnings;
 use FindBin;
@@ -18,8 +21,8 @@ use Getopt::Long;
 use IO::Socket::INET;
 use Time::HiRes qw(sleep);
 
-my $batches = 200;
-GetOptions('batches=i' => \$batches) or die "usage: $0 [--batches N]\n";
+my ($batches, $time) = (200, 0);
+GetOptions('batches=i' => \$batches, 'time' => \$time) or die "usage: $0 [--batches N] [--time]\n";
 my $root = "$FindBin::Bin/..";
 
 sub slurp { local (@ARGV, $/) = @_; <> }
@@ -109,8 +112,10 @@ sub instructions {
     if (!$pid) {
         open(STDOUT, '>', '/dev/null');
         open(STDERR, '>', '/dev/null');
+        my @redis = ('redis-server', '--port', $port, '--save', '', '--appendonly', 'no');
+        exec(@redis) if $time;
         exec('valgrind', '--tool=callgrind', "--callgrind-out-file=$out", '--toggle-collect=fcallCommand',
-             '--toggle-collect=evalShaCommand', 'redis-server', '--port', $port, '--save', '', '--appendonly', 'no');
+             '--toggle-collect=evalShaCommand', @redis);
     }
     my $s;
     for (1 .. 200) { last if $s = IO::Socket::INET->new("127.0.0.1:$port"); sleep 0.1 }
@@ -125,18 +130,24 @@ sub instructions {
         die "$stack: " . scalar(@$answers) . " answers to $per decisions\n"
             unless $per == 1 || (ref $answers && @$answers == $per);
     }
+    print $s command('INFO', 'commandstats');
+    my ($usec) = reply($s) =~ /^cmdstat_(?:fcall|evalsha):calls=\d+,usec=(\d+)/m;
     print $s command('SHUTDOWN', 'NOSAVE');
     waitpid($pid, 0);
+    return $usec / ($batches * $per) if $time;
     my ($total) = `callgrind_annotate $out 2>/dev/null` =~ /^([\d,]+)\s.*PROGRAM TOTALS/m or die "no callgrind total\n";
     unlink $out;
     $total =~ tr/,//d;
     return $total / ($batches * $per);
 }
 
-printf "redis instructions a decision: %s, callgrind inside FCALL and EVALSHA, %d calls a case, a random key of "
-    . "100,000 a request\n", (`redis-server --version` =~ /(v=\S+)/)[0], $batches;
+printf "redis %s a decision: %s, %s, %d calls a case, a random key of 100,000 a request%s\n",
+    $time ? 'us' : 'instructions', (`redis-server --version` =~ /(v=\S+)/)[0],
+    $time ? 'INFO commandstats of FCALL and EVALSHA' : 'callgrind inside FCALL and EVALSHA', $batches,
+    $time ? sprintf('; load average %s', (split ' ', slurp('/proc/loadavg'))[0]) : '';
 for my $case ([ 'gcra', 16, 'FCALL' ], [ 'gcra', 16, 'EVALSHA' ], [ 'gcra', 1, 'FCALL' ], [ 'gcra', 1, 'EVALSHA' ],
               [ 'fixed_window', 16, 'FCALL' ], [ 'gcra+sliding_window+quota', 16, 'FCALL' ],
               [ 'gcra charge=', 16, 'FCALL' ]) {
-    printf "  %-28s %-8s %2d a call: %8.0f\n", @$case[0, 2, 1], instructions(@$case);
+    printf $time ? "  %-28s %-8s %2d a call: %8.2f\n" : "  %-28s %-8s %2d a call: %8.0f\n", @$case[0, 2, 1],
+        instructions(@$case);
 }
