@@ -345,6 +345,15 @@ TEST(RedisAnswer, RepliesOfTheWrongShape)
     }
 }
 
+// The kind of a string answer (a bulk string of text) to rq's decision.
+int string_answer(rl_request_t &rq, const std::string &text, rl_redis_answer_t &a)
+{
+    const std::string bytes = "$" + std::to_string(text.size()) + "\r\n" + text + "\r\n";
+    rl_resp_t r;
+    EXPECT_EQ(rl_resp_parse(bytes.data(), bytes.size(), &r), (long) bytes.size()) << bytes;
+    return rl_redis_answer(&rq, RL_REDIS_DECIDE, &r, &a);
+}
+
 // A decision of one gcra rule answered with a string: "ALLOWED NOW" and
 // the state as the script read it; the figures are the core's, the
 // script's admission must be theirs, and anything out of shape is refused.
@@ -352,12 +361,7 @@ TEST(RedisAnswer, ALeanStringIsWorkedOutByTheCoreAndJudged)
 {
     One one("algorithm=gcra limit=10 period=1m", 1);
     rl_redis_answer_t a;
-    auto kind_of = [&](const std::string &text) {
-        const std::string bytes = "$" + std::to_string(text.size()) + "\r\n" + text + "\r\n";
-        rl_resp_t r;
-        EXPECT_EQ(rl_resp_parse(bytes.data(), bytes.size(), &r), (long) bytes.size()) << bytes;
-        return rl_redis_answer(&one.rq, RL_REDIS_DECIDE, &r, &a);
-    };
+    auto kind_of = [&](const std::string &text) { return string_answer(one.rq, text, a); };
     const std::string now = std::to_string(kNow);
     // no state: a full bucket of 10, one unit spent (6 s a unit)
     ASSERT_EQ(kind_of("1 " + now), RL_REDIS_DECIDED) << a.why;
@@ -402,10 +406,7 @@ TEST(RedisAnswer, ALeanStringIsWorkedOutByTheCoreAndJudged)
     for (const char *rule : {"algorithm=sliding_window limit=10", "limit=10 ban=1m", "limit=10 charge=1",
                              "algorithm=leaky_bucket limit=10"}) {
         One other(rule, 1);
-        const std::string bytes = "$" + std::to_string(2 + now.size()) + "\r\n1 " + now + "\r\n";
-        rl_resp_t r;
-        ASSERT_GT(rl_resp_parse(bytes.data(), bytes.size(), &r), 0);
-        EXPECT_EQ(rl_redis_answer(&other.rq, RL_REDIS_DECIDE, &r, &a), RL_REDIS_FAILED) << rule;
+        EXPECT_EQ(string_answer(other.rq, "1 " + now, a), RL_REDIS_FAILED) << rule;
         EXPECT_EQ(std::string(a.why), "a string answer to a request the script answers with integers") << rule;
     }
     one.rq.dry_run = 1;
@@ -417,12 +418,7 @@ TEST(RedisAnswer, ALeanStringOfACountIsItsWindow)
 {
     One one("algorithm=fixed_window limit=10 period=1m", 3);
     rl_redis_answer_t a;
-    auto kind_of = [&](const std::string &text) {
-        const std::string bytes = "$" + std::to_string(text.size()) + "\r\n" + text + "\r\n";
-        rl_resp_t r;
-        EXPECT_EQ(rl_resp_parse(bytes.data(), bytes.size(), &r), (long) bytes.size()) << bytes;
-        return rl_redis_answer(&one.rq, RL_REDIS_DECIDE, &r, &a);
-    };
+    auto kind_of = [&](const std::string &text) { return string_answer(one.rq, text, a); };
     const std::string now = std::to_string(kNow + 15000), end = std::to_string(kNow + 60000);
     ASSERT_EQ(kind_of("1 " + now), RL_REDIS_DECIDED) << a.why;
     EXPECT_EQ(one.c.decision.remaining, 7u);
