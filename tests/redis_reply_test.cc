@@ -345,6 +345,101 @@ TEST(RedisAnswer, RepliesOfTheWrongShape)
     }
 }
 
+// The kind of a string answer (a bulk string of text) to rq's decision.
+int string_answer(rl_request_t &rq, const std::string &text, rl_redis_answer_t &a)
+{
+    const std::string bytes = "$" + std::to_string(text.size()) + "\r\n" + text + "\r\n";
+    rl_resp_t r;
+    EXPECT_EQ(rl_resp_parse(bytes.data(), bytes.size(), &r), (long) bytes.size()) << bytes;
+    return rl_redis_answer(&rq, RL_REDIS_DECIDE, &r, &a);
+}
+
+// A decision of one gcra rule answered with a string: "ALLOWED NOW" and
+// the state as the script read it; the figures are the core's, the
+// script's admission must be theirs, and anything out of shape is refused.
+TEST(RedisAnswer, ALeanStringIsWorkedOutByTheCoreAndJudged)
+{
+    One one("algorithm=gcra limit=10 period=1m", 1);
+    rl_redis_answer_t a;
+    auto kind_of = [&](const std::string &text) { return string_answer(one.rq, text, a); };
+    const std::string now = std::to_string(kNow);
+    // no state: a full bucket of 10, one unit spent (6 s a unit)
+    ASSERT_EQ(kind_of("1 " + now), RL_REDIS_DECIDED) << a.why;
+    EXPECT_EQ(a.verdict, RL_VERDICT_PASSED);
+    EXPECT_EQ(one.c.decision.remaining, 9u);
+    EXPECT_EQ(one.c.decision.reset_ms, 6000);
+    EXPECT_EQ(one.c.decision.available_ms, 6000);
+    EXPECT_EQ(one.c.decision.window_ms, 60000);
+    EXPECT_EQ(one.c.after.t, kNow + 6000);  // the head the script wrote
+    EXPECT_EQ(one.c.reserved, 1u);
+    // the instant 6 s ahead (a unit spent): 8 left after this one
+    ASSERT_EQ(kind_of("1 " + now + " " + std::to_string(kNow + 6000) + " 0 10 60000"), RL_REDIS_DECIDED) << a.why;
+    EXPECT_EQ(one.c.decision.remaining, 8u);
+    EXPECT_EQ(one.c.after.t, kNow + 12000);
+    // 3 ms and 4 units of 1/10 ms ahead: the fraction counts
+    ASSERT_EQ(kind_of("1 " + now + " " + std::to_string(kNow + 3) + " 4 10 60000"), RL_REDIS_DECIDED) << a.why;
+    EXPECT_EQ(one.c.decision.reset_ms, 6004);  // (34 + 60000) / 10, rounded up
+    EXPECT_EQ(one.c.after.t, kNow + 6003);     // rounded down, as the script writes it
+    // the bucket spent: refused, 6 s to wait (the script's refusal)
+    const std::string spent = " " + std::to_string(kNow + 60000) + " 0 10 60000";
+    ASSERT_EQ(kind_of("0 " + now + spent), RL_REDIS_DECIDED) << a.why;
+    EXPECT_EQ(a.verdict, RL_VERDICT_REJECTED);
+    EXPECT_EQ(one.c.decision.retry_after_ms, 6000);
+    EXPECT_EQ(one.c.after.t, 0);
+    // an admission the state does not allow, or a refusal it does not make
+    EXPECT_EQ(kind_of("1 " + now + spent), RL_REDIS_FAILED);
+    EXPECT_EQ(std::string(a.why).find("the request's answer is 1 where its rules' answers make it 0"), 0u) << a.why;
+    EXPECT_EQ(kind_of("0 " + now), RL_REDIS_FAILED);
+    // out of shape
+    for (const std::string &bad : std::vector<std::string>{
+             std::string(""), "1", "1 " + now + " ", " 1 " + now, "1  " + now, "2 " + now, "-1 " + now, "1 x",
+             "1 " + now + " 5", "1 " + now + " 5 0 10", "1 " + now + " 5 0 11 60000", "1 " + now + " 5 0 10 1000",
+             "1 " + now + " 5 0 10 60000 1", "1 " + now + " 5 -1 10 60000", "1 " + now + " 5 0 10 60000 ",
+             "1 " + now + " 99999999999999999 0 10 60000"}) {
+        EXPECT_EQ(kind_of(bad), RL_REDIS_FAILED) << bad;
+        EXPECT_EQ(std::string(a.why).find("a string answer out of shape"), 0u) << bad << ": " << a.why;
+    }
+    // the script's clock as the whole answer's
+    EXPECT_EQ(kind_of("1 0"), RL_REDIS_FAILED);
+    EXPECT_EQ(std::string(a.why).find("the script's clock is "), 0u) << a.why;
+    // a string to a request the script answers with integers
+    for (const char *rule : {"algorithm=sliding_window limit=10", "limit=10 ban=1m", "limit=10 charge=1",
+                             "algorithm=leaky_bucket limit=10"}) {
+        One other(rule, 1);
+        EXPECT_EQ(string_answer(other.rq, "1 " + now, a), RL_REDIS_FAILED) << rule;
+        EXPECT_EQ(std::string(a.why), "a string answer to a request the script answers with integers") << rule;
+    }
+    one.rq.dry_run = 1;
+    EXPECT_EQ(kind_of("1 " + now), RL_REDIS_FAILED);
+}
+
+// The same of a count: "T N", N units in the window ending T.
+TEST(RedisAnswer, ALeanStringOfACountIsItsWindow)
+{
+    One one("algorithm=fixed_window limit=10 period=1m", 3);
+    rl_redis_answer_t a;
+    auto kind_of = [&](const std::string &text) { return string_answer(one.rq, text, a); };
+    const std::string now = std::to_string(kNow + 15000), end = std::to_string(kNow + 60000);
+    ASSERT_EQ(kind_of("1 " + now), RL_REDIS_DECIDED) << a.why;
+    EXPECT_EQ(one.c.decision.remaining, 7u);
+    EXPECT_EQ(one.c.decision.reset_ms, 45000);
+    EXPECT_EQ(one.c.after.t, kNow + 60000);  // the window the script counted them in
+    ASSERT_EQ(kind_of("1 " + now + " " + end + " 6"), RL_REDIS_DECIDED) << a.why;
+    EXPECT_EQ(one.c.decision.remaining, 1u);
+    // the last window's count is over: a fresh window
+    ASSERT_EQ(kind_of("1 " + now + " " + std::to_string(kNow) + " 9"), RL_REDIS_DECIDED) << a.why;
+    EXPECT_EQ(one.c.decision.remaining, 7u);
+    ASSERT_EQ(kind_of("0 " + now + " " + end + " 8"), RL_REDIS_DECIDED) << a.why;
+    EXPECT_EQ(a.verdict, RL_VERDICT_REJECTED);
+    EXPECT_EQ(one.c.decision.retry_after_ms, 45000);
+    EXPECT_EQ(kind_of("1 " + now + " " + end + " 8"), RL_REDIS_FAILED);
+    for (const std::string &bad : std::vector<std::string>{
+             "1 " + now + " " + end, "1 " + now + " " + end + " 6 10 60000", "1 " + now + " " + end + " 2147483648"}) {
+        EXPECT_EQ(kind_of(bad), RL_REDIS_FAILED) << bad;
+        EXPECT_EQ(std::string(a.why).find("a string answer out of shape"), 0u) << bad << ": " << a.why;
+    }
+}
+
 TEST(RedisAnswer, ErrorRepliesNoscriptAndRedirections)
 {
     One one("limit=10", 1);

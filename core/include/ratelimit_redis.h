@@ -287,6 +287,19 @@ typedef struct {
 RL_API int rl_redis_answer(rl_request_t *rq, int call, const rl_resp_t *r,
     rl_redis_answer_t *out);
 
+/*
+ * A decision of one gcra or token_bucket rule (no ban=, no charge=, no
+ * override's instant) is answered with a string: "ALLOWED NOW" and the
+ * key's state as the script read it, if any, "T N LIMIT PERIOD" (the
+ * instant T + N/LIMIT ms); rl_redis_answer works the figures out from it
+ * with the core's gcra.  This gives them as the integers of the whole
+ * answer (2 + 12, as an array's items), unjudged, into items: 1, or 0 if
+ * r is not such an answer to rq (for tools and tests that read the
+ * script's numbers as they are).
+ */
+RL_API int rl_redis_lean_items(const rl_request_t *rq, const rl_resp_t *r,
+    int64_t *items);
+
 /* The reply to FUNCTION LOAD (rl_redis_load_command): RL_REDIS_DECIDED,
    the library is there (loaded now, or by another server before: "already
    exists"), or RL_REDIS_NO_FUNCTIONS (why): calls go as scripts. */

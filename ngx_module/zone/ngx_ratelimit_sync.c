@@ -100,9 +100,12 @@ ngx_ratelimit_sync_param(ngx_conf_t *cf, ngx_ratelimit_sync_t **sync,
 
 
 /*
- * The journal has room for a key a KB of the zone (64 to 65,536 keys, 104
- * to 112 bytes each with the index): keys changed in one interval beyond
- * that spend locally and are counted as dropped.
+ * The journal has room for a key each 256 bytes of the zone (64 to 65,536
+ * keys, 104 to 112 bytes each with the index, up to 44% of the zone; the
+ * table takes 20 bytes a key): room for the keys that come while four
+ * exchanges await Redis, which merge there, so that an exchange grows
+ * with what Redis is slow to take rather than dropping it.  Beyond it a
+ * key spends locally and its units are counted as dropped.
  */
 
 ngx_int_t
@@ -132,7 +135,7 @@ ngx_ratelimit_sync_finish(ngx_conf_t *cf, ngx_ratelimit_sync_t *sync,
 
     sync->redis = redis;
     sync->keys = (uint32_t) ngx_max(RL_SYNC_KEYS_MIN,
-                                    ngx_min(RL_SYNC_KEYS_MAX, size / 1024));
+                                    ngx_min(RL_SYNC_KEYS_MAX, size / 256));
 
     script = rl_sync_script(&len);
     ngx_sha1_init(&sha1);

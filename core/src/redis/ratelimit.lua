@@ -97,7 +97,17 @@ local function tdiv(a, b)   -- C's truncating division; b > 0
   return -fdiv(-a, b)
 end
 
-local function num(x) return format('%d', x) end   -- an integer, below 2^63
+-- an integer's digits (below 2^63), those below 1024 made once (a ring's
+-- counts, short expiries): Lua's own (%.14g) and Redis's for a number
+-- argument (%.17g) cost a float's formatting
+local nums = {}
+local function num(x)
+  local v = nums[x]
+  if v then return v end
+  v = format('%d', x)
+  if x >= 0 and x < 1024 then nums[x] = v end
+  return v
+end
 
 local function decision(window)
   return {allowed = 0, never = 0, remaining = 0, reset = 0, retry = 0, delay = 0, window = window, available = 0,
@@ -626,25 +636,19 @@ local function load_ring(key, r, now, look, v)
   return b
 end
 
--- a ring and its expiry, in one SET: its numbers in one format, of
--- S + 2 of them (S + 3 with charge=), made once
-local ring_formats = {}
+-- a ring and its expiry, in one SET: its S + 2 numbers (S + 3 with
+-- charge=), joined (their digits num's, in a list kept between calls)
+local ring_parts = {}
 
 local function store_ring(key, r, b, ttl)
-  local n = r.buckets + (r.charge == 1 and 3 or 2)
-  local f = ring_formats[n]
-  if not f then
-    f = string.rep('%d ', n - 1) .. '%d'
-    ring_formats[n] = f
-  end
-  local c, last = b.c, r.buckets
+  local c, parts, last = b.c, ring_parts, r.buckets
+  parts[1] = num(b.tick)
+  for j = 0, last do parts[j + 2] = num(c[j]) end
   if r.charge == 1 then
     last = last + 1
-    c[last] = b.owed
+    parts[last + 2] = num(b.owed)
   end
-  local v = format(f, b.tick, unpack(c, 0, last))
-  c[r.buckets + 1] = nil
-  redis.call('SET', key, v, 'PX', ttl)
+  redis.call('SET', key, table.concat(parts, ' ', 1, last + 2), 'PX', ttl)
 end
 
 -- an admission: the ring counted, written with its expiry; the head's t.
@@ -1005,7 +1009,7 @@ local function rule_at(ARGV, a, i, settle)
 end
 
 local NONE = {}   -- read_strings' answer when it reads nothing (never written)
-local outs = {}   -- decide's answer
+local ZEROS = {}   -- decide's answer is made at its size from these
 local rules_kept = {}   -- a call's rules, 1 to its n
 
 -- every string a call reads (heads, rings, bans: the first `count` KEYS)
@@ -1190,9 +1194,10 @@ local function decide(KEYS, rules, n, bans, flights, now, testing, call, got)
     return {allowed and 1 or 0, now, d.allowed, d.never, d.remaining, d.reset, d.retry, d.delay, d.window, d.available,
             d.banned, r.committed or 0, r.cost, r.banning or 0}
   end
-  -- (the answer's table kept between a library's calls: Redis reads it up
-  -- to its first nil)
-  local out, o = outs, 2
+  -- (the answer's table made at its size at once)
+  local size = 2 + n * (peek and 13 or 12)
+  for i = #ZEROS + 1, size do ZEROS[i] = 0 end
+  local out, o = {unpack(ZEROS, 1, size)}, 2
   out[1], out[2] = allowed and 1 or 0, now
   for i = 1, n do
     local r = rules[i]
@@ -1207,7 +1212,6 @@ local function decide(KEYS, rules, n, bans, flights, now, testing, call, got)
       o = o + 1
     end
   end
-  out[o + 1] = nil
   return out
 end
 
@@ -1274,6 +1278,115 @@ local function keys_of(ARGV, a, n)
   return k
 end
 
+-- ---- the lean path: a decision of one gcra, token_bucket, fixed_window or
+-- quota rule -------------------------------------------------------------------
+--
+-- A request of one such rule, with no ban=, no charge=, no override's
+-- instant and a plain cost, on a state written under the rule's own
+-- parameters (or none), is decided here as its algorithm and decide()
+-- would, and answered with what the core cannot know: "ALLOWED NOW" and
+-- the state as read, if any ("1 1796687107030 1796687107030 5 100 1000");
+-- the core works the figures out from them with its own transition
+-- (rl_redis_answer), and finds the same admission or refuses the answer.
+-- Nothing is made but the answer's string and the state's: the spec read
+-- once (by its text, 512 at most, then read again), the state without the
+-- rule's table, the transition inline.  Any other request goes the whole
+-- way (call_one).
+
+-- the decision of cost on the state v (false: none) of key, its admission
+-- written: the answer's string; nil if the state was written under other
+-- parameters (the whole way decides it).  now_s: now's digits.
+local function lean_gcra(key, v, g, cost, now, now_s, testing)
+  local t, n = 0, 0
+  if v then
+    local ts, ns, tail = string.match(v, '^(%-?%d+) (%d+) (.*)$')
+    if tail ~= g.tail then return nil end
+    t, n = ts + 0, ns + 0
+  end
+  local limit = g.limit
+  local ahead = 0   -- units_ahead
+  if t >= now then
+    local ms = t - now
+    if ms >= g.far then ahead = KMAX else ahead = ms * limit + n end
+  end
+  local need = ahead + cost * g.period
+  if cost > g.burst or (need > g.tau and cost > 0) then
+    return v and '0 ' .. now_s .. ' ' .. v or '0 ' .. now_s
+  end
+  if cost > 0 then   -- paced_after, store_head
+    local q = fdiv(need, limit)
+    local ttl = q + 1
+    if testing then ttl = ttl + DAY end
+    redis.call('SET', key, (q == 0 and now_s or format('%d', now + q)) .. ' ' .. num(need - q * limit) .. ' ' ..
+               g.tail, 'PX', num(ttl))
+  end
+  return v and '1 ' .. now_s .. ' ' .. v or '1 ' .. now_s
+end
+
+-- fixed_window, quota: the same, on a state "T N" (the window ending T
+-- holds N units; one a charge carried past its window goes the whole way)
+local function lean_window(key, v, g, cost, now, now_s, testing)
+  local t, n = 0, 0
+  if v then
+    local ts, ns = string.match(v, '^(%-?%d+) (%d+)$')
+    if not ts then return nil end
+    t, n = ts + 0, ns + 0
+    if n >= CARRIED then return nil end
+  end
+  local wend   -- fixed_window_span, quota_period, windowed_count
+  if g.quota then
+    wend = quota_period(g, now)
+  elseif g.align == 1 then
+    wend = t > now and t or now + g.period
+  else
+    wend = fdiv(now, g.period) * g.period + g.period
+  end
+  if t > wend then wend = t end
+  local spent = (t == wend or (t > now and t < wend)) and n or 0
+  local left = spent < g.limit and g.limit - spent or 0
+  if cost > g.limit or cost > left then
+    return v and '0 ' .. now_s .. ' ' .. v or '0 ' .. now_s
+  end
+  if cost > 0 then
+    local ttl = wend + 1 - now
+    if ttl < 1 then ttl = 1 end
+    if testing then ttl = ttl + DAY end
+    redis.call('SET', key, num(wend) .. ' ' .. num(spent + cost), 'PX', num(ttl))
+  end
+  return v and '1 ' .. now_s .. ' ' .. v or '1 ' .. now_s
+end
+
+local lean_specs, nlean = {}, 0
+
+-- the spec's figures the lean path needs, or false: its rule goes the
+-- whole way (spec: rule_at's)
+local function lean_of(text)
+  local g = lean_specs[text]
+  if g ~= nil then return g end
+  if nlean == 512 then lean_specs, nlean = {}, 0 end
+  local f, j = {}, 0
+  for x in string.gmatch(text, '%-?%d+') do
+    j = j + 1
+    f[j] = x + 0
+  end
+  local name = ALGORITHM_NAMES[f[1]]
+  -- limit, burst, period, align, reset, utc_offset; ban (11th), charge
+  -- (12th)
+  g = false
+  if f[11] == 0 and f[12] == 0 and f[2] > 0 then
+    local limit, period = f[2], f[4]
+    if (name == 'gcra' or name == 'token_bucket') and period > 0 then
+      g = {decide = lean_gcra, limit = limit, burst = f[3], period = period, tau = f[3] * period,
+           far = floor(KMAX / limit), tail = format('%d %d', limit, period)}
+    elseif name == 'fixed_window' or name == 'quota' then
+      g = {decide = lean_window, quota = name == 'quota', limit = limit, period = period, align = f[5],
+           reset = f[8], utc_offset = f[9]}
+    end
+  end
+  lean_specs[text], nlean = g, nlean + 1
+  return g
+end
+
 -- a batch: the decisions of several requests in one call, each answered
 -- as its own call would be, in order, as if called one after the other
 -- (the clock read once).  ARGV from 3: each request's call (0 to 3), its
@@ -1286,8 +1399,25 @@ local function batch(KEYS, ARGV, now, testing)
   if all.err ~= nil then all = nil end
   local answers, named = {}, {}
   local a, k = 2, 0
+  local now_s = format('%d', now)
   while a < #ARGV do
     local call, n = ARGV[a + 1], ARGV[a + 2] + 0
+    local answer
+    if n == 1 and (call == '0' or call == '1') then
+      local g, cost = lean_of(ARGV[a + 3]), tonumber(ARGV[a + 4])
+      if g and cost then
+        local key = KEYS[k + 1]
+        local v
+        if all and not named[key] then v = all[k + 1] else v = redis.call('GET', key) end
+        answer = g.decide(key, v, g, cost, now, now_s, testing)
+        if answer then
+          named[key] = true
+          answers[#answers + 1] = answer
+          a, k = a + 4, k + 1
+        end
+      end
+    end
+    if not answer then
     local count = keys_of(ARGV, a + 2, n)
     local keys, got = {}, all and {}
     for j = 1, count do
@@ -1297,9 +1427,9 @@ local function batch(KEYS, ARGV, now, testing)
       named[key] = true
       if got then got[j] = all[k + j] end
     end
-    outs = {}   -- each answer its own table
     answers[#answers + 1] = call_one(keys, ARGV, a + 2, n, call, now, testing, got)
     a, k = a + 2 + 2 * n, k + count
+    end
   end
   return answers
 end
@@ -1318,6 +1448,13 @@ local function run(KEYS, ARGV)
   end
   local call = ARGV[2]
   if call == 'batch' then return batch(KEYS, ARGV, now, testing) end
+  if (call == '0' or call == '1') and #ARGV == 4 then
+    local g, cost = lean_of(ARGV[3]), tonumber(ARGV[4])
+    if g and cost then
+      local answer = g.decide(KEYS[1], redis.call('GET', KEYS[1]), g, cost, now, format('%d', now), testing)
+      if answer then return answer end
+    end
+  end
   return call_one(KEYS, ARGV, 2, (#ARGV - 2) / (call == 'settle' and 5 or 2), call, now, testing)
 end
 

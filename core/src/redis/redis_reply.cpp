@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/exact_time.h"
 #include "policy/request.h"
 #include "redis/resp.h"
 #include "util/error.h"
@@ -419,9 +420,9 @@ int reset_answer(const rl_request_t *rq, const int64_t *v, rl_redis_answer_t &ou
 // range, the request's answer as its combine makes it of theirs, each
 // head's t after a commit; then the checks' decisions set and the request
 // concluded.
-int decision_answer(rl_request_t *rq, int call, const rl_resp_t &r, size_t n, rl_redis_answer_t &out)
+int decision_answer(rl_request_t *rq, int call, const int64_t *items, size_t n, rl_redis_answer_t &out)
 {
-    const int64_t now = r.items[1];
+    const int64_t now = items[1];
     if (now < 1 || now > (int64_t) RL_REDIS_UNITS_MAX) {
         return failed(out, "the script's clock is %lld: it can only be 1 to %llu (ms from 1970)", (long long) now,
                       (unsigned long long) RL_REDIS_UNITS_MAX);
@@ -429,7 +430,7 @@ int decision_answer(rl_request_t *rq, int call, const rl_resp_t &r, size_t n, rl
     const bool peek = call == RL_REDIS_PEEK;
     const size_t per = kReplyPerRule + (peek ? 1 : 0);
     size_t allowing = 0;
-    const int64_t *v = r.items + kReplyHead;
+    const int64_t *v = items + kReplyHead;
     for (size_t i = 0; i < rq->n; i++) {
         if (rl::applies(rq->checks[i])) {
             if (!in_range(rq->checks[i], v, peek, out) ||
@@ -443,11 +444,11 @@ int decision_answer(rl_request_t *rq, int call, const rl_resp_t &r, size_t n, rl
     // a peek combines with all (the script's default)
     const bool any = call == RL_REDIS_DECIDE && rq->combine == RL_COMBINE_ANY;
     const bool allowed = any ? allowing > 0 || n == 0 : allowing == n;
-    if (r.items[0] != (int64_t) allowed) {
+    if (items[0] != (int64_t) allowed) {
         return failed(out, "the request's answer is %lld where its rules' answers make it %d (%zu of %zu allowing)",
-                      (long long) r.items[0], (int) allowed, allowing, n);
+                      (long long) items[0], (int) allowed, allowing, n);
     }
-    v = r.items + kReplyHead;
+    v = items + kReplyHead;
     for (size_t i = 0; i < rq->n; i++) {
         const rl_check_t &c = rq->checks[i];
         if (rl::applies(c)) {
@@ -458,7 +459,7 @@ int decision_answer(rl_request_t *rq, int call, const rl_resp_t &r, size_t n, rl
             v += per;
         }
     }
-    v = r.items + kReplyHead;
+    v = items + kReplyHead;
     for (size_t i = 0; i < rq->n; i++) {
         rl_check_t &c = rq->checks[i];
         if (rl::applies(c)) {
@@ -478,6 +479,125 @@ int decision_answer(rl_request_t *rq, int call, const rl_resp_t &r, size_t n, rl
         out.verdict = rl::conclude(*rq, allowed);
     }
     return out.kind;
+}
+
+// The lean answer (ratelimit.lua's lean path) to a decision of one gcra,
+// token_bucket, fixed_window or quota rule: "ALLOWED NOW" and the key's
+// state as the script read it, if any: "T N LIMIT PERIOD" for a paced
+// rule (the instant T + N/LIMIT ms, written under the rule's own limit and
+// period), "T N" for a count (N units in the window ending T).  The
+// figures are its algorithm's on that state at the script's clock, as the
+// script's whole way works them out, into items (the integers of the whole
+// answer); false if the request is not one the script answers so, or the
+// string is out of shape (why).
+bool lean_items(const rl_request_t &rq, const rl_resp_t &r, int64_t *items, rl_redis_answer_t &out)
+{
+    const rl_check_t *c = nullptr;
+    for (size_t i = 0; i < rq.n; i++) {
+        if (rl::applies(rq.checks[i])) {
+            if (c != nullptr) {
+                failed(out, "a string answer to a request of more than one rule");
+                return false;
+            }
+            c = &rq.checks[i];
+        }
+    }
+    const rl::Algorithm *a = c != nullptr ? &rl::algorithm_of(*c->rule) : nullptr;
+    const bool paced = a != nullptr && (a->traits & rl::kBucket);
+    const bool count = a != nullptr && (a->traits & rl::kCount) && !(a->traits & rl::kTicks);
+    if (!(paced || count) || c->rule->ban_ms > 0 || c->rule->charge || c->since != 0 || rq.dry_run ||
+        c->rule->limit == 0 || (paced && c->rule->period_ms <= 0)) {
+        failed(out, "a string answer to a request the script answers with integers");
+        return false;
+    }
+    // its numbers, split at single spaces: 2, and the state's after them
+    const size_t fields = paced ? 6 : 4;
+    int64_t v[6];
+    size_t n = 0;
+    const char *p = r.str, *end = r.str + r.str_len;
+    while (n < fields) {
+        const char *sp = static_cast<const char *>(std::memchr(p, ' ', (size_t) (end - p)));
+        const char *e = sp != nullptr ? sp : end;
+        const bool minus = n == 2 && e > p && *p == '-';  // T may be before 1970 (a test's clock)
+        uint64_t u;
+        if (!number(p + minus, e, 16, RL_REDIS_UNITS_MAX << 2, &u)) {
+            break;
+        }
+        v[n++] = minus ? -(int64_t) u : (int64_t) u;
+        if (sp == nullptr) {
+            p = end + 1;
+            break;
+        }
+        p = sp + 1;
+    }
+    const rl_rule_t &rule = *c->rule;
+    const bool state = n == fields;
+    if (p != end + 1 || (n != 2 && !state) || v[0] > 1 ||
+        (state && paced && (v[4] != (int64_t) rule.limit || v[5] != rule.period_ms)) ||
+        (state && count && v[3] >= (int64_t) rl::kCarried)) {
+        if (paced) {
+            failed(out,
+                   "a string answer out of shape: expected \"ALLOWED NOW\", and \"T N %llu %lld\" after it if the "
+                   "key has a state",
+                   (unsigned long long) rule.limit, (long long) rule.period_ms);
+        } else {
+            failed(out, "a string answer out of shape: expected \"ALLOWED NOW\", and \"T N\" after it if the key "
+                        "has a state, N below 2^31");
+        }
+        return false;
+    }
+    const int64_t now = v[1];
+    const uint64_t cost = c->cost < RL_REDIS_UNITS_MAX ? c->cost : RL_REDIS_UNITS_MAX;  // as sent
+    rl::State s{rl_state_t{0, 0}, nullptr};
+    rl_decision_t d;
+    int64_t after = 0;  // the head's t the script wrote, if it did
+    if (paced) {
+        // the units from now to the instant, as the script counts them; a
+        // head that gives them to the core's transition
+        uint64_t ahead = 0;
+        s.head = rl_state_t{now, 0};
+        if (state && v[2] >= now) {
+            const uint64_t ms = (uint64_t) (v[2] - now);
+            ahead = ms >= rl::kUnitsMax / rule.limit ? rl::kUnitsMax : ms * rule.limit + (uint64_t) v[3];
+            s.head = ahead >= rl::kUnitsMax ? rl_state_t{v[2], 0} : rl::instant_after(now, ahead, rule.limit);
+        }
+        d = a->transition(rule, s, now, cost, false);
+        // the script writes the instant's whole ms rounded down
+        after = d.allowed && cost > 0 ? now + (int64_t) ((ahead + cost * rule.period_ms) / rule.limit) : 0;
+    } else {
+        if (state) {
+            s.head = rl_state_t{v[2], (uint32_t) v[3]};  // the core's head, as the script keeps it
+        }
+        d = a->transition(rule, s, now, cost, true);
+        after = d.allowed && cost > 0 ? s.head.t : 0;
+    }
+    const int64_t whole[kReplyHead + kReplyPerRule] = {v[0],
+                                                       now,
+                                                       d.allowed,
+                                                       d.never,
+                                                       (int64_t) d.remaining,
+                                                       d.reset_ms,
+                                                       d.retry_after_ms,
+                                                       d.delay_ms,
+                                                       d.window_ms,
+                                                       d.available_ms,
+                                                       d.banned_ms,
+                                                       after,
+                                                       (int64_t) cost,
+                                                       0};
+    std::memcpy(items, whole, sizeof(whole));
+    return true;
+}
+
+// A lean answer: its integers worked out, then judged as the whole
+// answer's (its request's answer the script's own admission).
+int lean_answer(rl_request_t *rq, const rl_resp_t &r, rl_redis_answer_t &out)
+{
+    int64_t items[kReplyHead + kReplyPerRule];
+    if (!lean_items(*rq, r, items, out)) {
+        return out.kind;
+    }
+    return decision_answer(rq, RL_REDIS_DECIDE, items, 1, out);
 }
 
 // A release's, a renewal's or a restore's answer: {1, leases live, leases
@@ -532,6 +652,9 @@ int answer(rl_request_t *rq, int call, const rl_resp_t &r, rl_redis_answer_t &ou
                        : settle               ? kSettlePerRule
                                               : (size_t) kReplyPerRule + (call == RL_REDIS_PEEK ? 1 : 0);
     const size_t items = head + n * per;
+    if (call == RL_REDIS_DECIDE && r.type == RL_RESP_BULK && r.integer >= 0) {
+        return lean_answer(rq, r, out);
+    }
     if (r.type != RL_RESP_ARRAY) {
         return failed(out, "a %s, expected an array of %zu integers", type_name(r), items);
     }
@@ -545,7 +668,7 @@ int answer(rl_request_t *rq, int call, const rl_resp_t &r, rl_redis_answer_t &ou
     }
     return settle                   ? settled(rq, r, out)
            : call == RL_REDIS_RESET ? reset_answer(rq, r.items + 1, out)
-                                    : decision_answer(rq, call, r, n, out);
+                                    : decision_answer(rq, call, r.items, n, out);
 }
 
 }  // namespace
@@ -568,6 +691,16 @@ int rl_redis_answer(rl_request_t *rq, int call, const rl_resp_t *r, rl_redis_ans
         return answer(rq, call, *r, *out);
     } catch (...) {
         return failed(*out, "internal error");
+    }
+}
+
+int rl_redis_lean_items(const rl_request_t *rq, const rl_resp_t *r, int64_t *items)
+{
+    rl_redis_answer_t out;
+    try {
+        return r->type == RL_RESP_BULK && r->integer >= 0 && lean_items(*rq, *r, items, out) ? 1 : 0;
+    } catch (...) {
+        return 0;
     }
 }
 
