@@ -332,7 +332,9 @@ sub h2_downloads {
     my $s = time;
     my $r = $t->get('/two/f1m', { 'X-Key' => 't1' });
     my $took = time - $s;
-    ok($took > 1.7 && $took < 2.3, sprintf('two rules: the tighter governs, 1 MB in %.2f s', $took));
+    # (not the looser rule's 1 s; what a loaded machine's late timers add
+    # on top of 2 s is no part of this test: the rate's own is above)
+    ok($took > 1.7 && $took < 3.5, sprintf('two rules: the tighter governs, 1 MB in %.2f s', $took));
     $s = time;
     $r = $t->get('/two/off/f1m', { 'X-Key' => 't1' });
     cmp_ok(time - $s, '<', 0.5, 'off: no rule');

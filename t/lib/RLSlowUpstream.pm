@@ -67,8 +67,7 @@ sub serve {
 # in flight by delta, and an event line, under the lock
 sub change {
     my ($self, $delta, $event) = @_;
-    open(my $lock, '>>', "$self->{dir}/lock") or return;   # the test is over
-    flock($lock, LOCK_EX);
+    my $lock = $self->locked or return;
     my ($now, $most) = split ' ', RLTest::read_file("$self->{dir}/count");
     $now += $delta;
     $most = $now if $now > $most;
@@ -79,10 +78,29 @@ sub change {
     close $lock;
 }
 
-sub counts { split ' ', RLTest::read_file("$_[0]{dir}/count") }
+# the counts as the last change left them (a reader without the lock may
+# find the file emptied mid-write)
+sub counts {
+    my ($self) = @_;
+    my $lock = $self->locked or return (0, 0);
+    return split ' ', RLTest::read_file("$self->{dir}/count");
+}
+
+# the lock the counts are written under, held until the handle is dropped
+sub locked {
+    my ($self) = @_;
+    open(my $lock, '>>', "$self->{dir}/lock") or return;   # the test is over
+    flock($lock, LOCK_EX);
+    return $lock;
+}
 sub in_flight { ($_[0]->counts)[0] }
 sub most { ($_[0]->counts)[1] }
-sub reset_most { my ($self) = @_; my ($now) = $self->counts; RLTest::write_file("$self->{dir}/count", "$now $now\n") }
+sub reset_most {
+    my ($self) = @_;
+    my $lock = $self->locked or return;
+    my ($now) = split ' ', RLTest::read_file("$self->{dir}/count");
+    RLTest::write_file("$self->{dir}/count", "$now $now\n");
+}
 
 sub events {
     my ($self) = @_;
