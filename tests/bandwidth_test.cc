@@ -298,6 +298,28 @@ TEST(Bandwidth, KeyInTheTable)
     EXPECT_TABLE_VALID(zone.table());
 }
 
+// The wall clock stepped back an hour: the key's TAT, an hour ahead of the
+// clock now, is read as its connections' slices ahead at most (1 MB/s, no
+// burst, one connection: two slices of 100 ms), not an hour's stall.
+TEST(Bandwidth, AClockSteppedBackStallsAKeyForItsSlicesOnly)
+{
+    TestZone zone(64 * 1024, kSecret);
+    char name[] = "dl";
+    const int slot = rl_table_rule_slot(zone.mem, name);
+    const uint64_t tag = rl_table_tag(zone.mem, rl_bandwidth_identity("dl", "k", 1), "a", 1);
+    const int64_t now = 1700000000 * kSec;
+    const int64_t hour = 3600 * kSec;
+
+    rl_bandwidth_open(zone.mem, slot, tag, now + hour);
+    EXPECT_EQ(rl_bandwidth_take(zone.mem, slot, tag, now + hour, 100000, 1000000, 0), 0);
+    EXPECT_EQ(rl_bandwidth_take(zone.mem, slot, tag, now + hour, 100000, 1000000, 0), 100000);
+    // back an hour: the next slice waits 200 ms (the reach), and the key's
+    // slices follow at the rate from there: a TAT within reach is kept
+    EXPECT_EQ(rl_bandwidth_take(zone.mem, slot, tag, now, 100000, 1000000, 0), 200000);
+    EXPECT_EQ(rl_bandwidth_take(zone.mem, slot, tag, now + 200000, 100000, 1000000, 0), 100000);
+    EXPECT_EQ(rl_bandwidth_take(zone.mem, slot, tag, now + 200000, 100000, 1000000, 0), 200000);
+}
+
 // The rule's top keys rank by the bytes granted (KiB, a grant rounded up),
 // not by grants: a key of one large slice above a key of three small ones.
 TEST(Bandwidth, TopKeysByBytes)

@@ -583,6 +583,10 @@ ngx_ratelimit_bw_pass(ngx_pool_t *pool, ngx_ratelimit_bw_flow_t *flow,
             p->shadow = b;
             flow->offset = 0;
             flow->in = cl->next;
+
+            /* the link ngx_chain_add_copy made: the pool's again, or a
+               long response would grow the pool by a link a buffer */
+            ngx_free_chain(pool, cl);
         }
 
         piece->next = NULL;

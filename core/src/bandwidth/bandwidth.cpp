@@ -59,6 +59,20 @@ int64_t cost_us(uint64_t bytes, uint64_t rate)
     return (int64_t) ((bytes * 1000000 + rate - 1) / rate);
 }
 
+// The furthest ahead of now a key's slices can put its TAT: its burst,
+// and a slice (or a whole datagram, up to 64 KB) for each of its
+// connections and one more.  A TAT beyond it is the wall clock stepped
+// back (or a state written by a clock ahead of this one): read as that
+// far, so that a step back of an hour stalls the key for no more than
+// its own slices' time.
+int64_t tat_within_reach(const Entry &e, int64_t now_us, uint64_t rate, uint64_t burst)
+{
+    const uint64_t slice = rl_bandwidth_slice(rate);
+    const int64_t each = cost_us(slice > 65536 ? slice : 65536, rate);
+    const int64_t reach = now_us + cost_us(burst, rate) + ((int64_t) e.connections + 1) * each;
+    return e.tat_us > reach ? reach : e.tat_us;
+}
+
 bool starts_with(const char *p, size_t len, const char *prefix, size_t *value)
 {
     const size_t n = std::strlen(prefix);
@@ -284,6 +298,7 @@ int64_t rl_bandwidth_take(void *table, int slot, uint64_t tag, int64_t now_us, u
     const bool found = t->find(tag, &s, &ref);
     if (found) {
         e = rl::unpack(s.head);
+        e.tat_us = rl::tat_within_reach(e, now_us, rate, burst);
     }
     const rl_bandwidth_grant_t g = rl_bandwidth_grant(e.tat_us, now_us, bytes, rate, burst);
     e.tat_us = g.tat_us;
