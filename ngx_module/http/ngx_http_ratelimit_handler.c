@@ -254,15 +254,30 @@ ngx_http_ratelimit_key(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
 }
 
 
-/* A rule with variables, as it applies to the request: its cost, limit
-   and burst (most rules have none: their check holds the rule as it is). */
+/* A rule with variables, as it applies to the request: its cost, class,
+   limit and burst (most rules have none: their check holds the rule as it
+   is). */
 
 static ngx_int_t
 ngx_http_ratelimit_vars(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
     rl_check_t *c)
 {
+    ngx_str_t  value;
+
     if (rule->vars->cost != NULL) {
         c->cost = ngx_http_ratelimit_cost(r, rule);
+    }
+
+    /* priority=: a value naming no class is the rule's default class (the
+       core's), never an error */
+
+    if (rule->vars->priority != NULL) {
+        if (ngx_http_complex_value(r, rule->vars->priority, &value) != NGX_OK)
+        {
+            ngx_str_null(&value);
+        }
+
+        c->klass = rl_class_of(c->rule, (char *) value.data, value.len);
     }
 
     if (rule->vars->limit != NULL || rule->vars->burst != NULL) {
@@ -376,6 +391,8 @@ ngx_http_ratelimit_apply_verdict(ngx_http_request_t *r,
         ctx->applied = binding->rule;
         ctx->decision = binding->decision;
         ctx->tag = binding->tag;
+        ctx->klass = binding->klass;
+        ctx->shed = binding->shed;
         ctx->policy = rlcf->policy;
     }
 

@@ -49,6 +49,9 @@ enum Param : uint32_t {
     P_TOLERANCE = 1u << 22,
     P_INTERVAL = 1u << 23,
     P_LEASE = 1u << 24,
+    P_PRIORITY = 1u << 25,
+    P_CLASSES = 1u << 26,
+    P_CLASS_DEFAULT = 1u << 27,
 };
 
 // What a request's end tells an algorithm that learns from it (slot_ended):
@@ -78,7 +81,9 @@ struct Bounds {
 };
 
 // Requests in flight (kSlots): a request decided on its key's slots,
-// admitted (a slot is free and no waiter is ahead of it), queued (max_wait:
+// admitted (a slot is free and no waiter is ahead of it; with priority
+// classes, a slot its class may take and no waiter served before it:
+// c.shed says why not), queued (max_wait:
 // it waits, or may join the queue; delay_ms is max_wait) or refused, the
 // slots and places of holders that alive() says no longer exist freed
 // first when none would be free (*reclaimed: slots freed); an admitted
@@ -89,7 +94,7 @@ struct Bounds {
 // what its algorithm learned).  slots.cpp's kInFlight, for concurrency and
 // adaptive alike.
 struct Slots {
-    rl_decision_t (*decide)(const rl_rule_t &rule, State &s, int64_t now, const rl_check_t &c, int (*alive)(uint32_t),
+    rl_decision_t (*decide)(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, int (*alive)(uint32_t),
                             uint32_t *reclaimed);
     void (*take)(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t holder);
     void (*join)(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t holder);

@@ -13,11 +13,22 @@
 // length, who holds each slot (a process id, 0 for a free slot), then the
 // queue of waiters in arrival order (process id and ticket).
 //
+// A rule with priority classes (ratelimit_classes.h) keeps, after the
+// queue, the slots each class holds, the class of each slot and of each
+// waiter.  A request of class c may take a free slot unless the free
+// slots are kept for other classes' shares (a class holding fewer than
+// its share keeps the rest of it free), and the waiters go first by class,
+// then in arrival order: a freed slot goes to the highest class waiting
+// that may take it.  A class borrows any slot no share keeps.
+//
 // A process that dies holding slots or places never gives them back
 // itself: whoever finds the key with no free slot, or waits behind a
 // place, asks whether each holder still exists (the caller's alive()) and
 // frees what dead ones held, at once.
+#include <cstring>
+
 #include "algorithms/algorithm.h"
+#include "policy/classes.h"
 
 namespace rl {
 
@@ -58,6 +69,51 @@ Waiter *queue_of(const rl_rule_t &rule, Block *b)
     return reinterpret_cast<Waiter *>(&b->holder[slots_of(rule)]);
 }
 
+// A rule with classes: the slots each class holds, then each slot's class
+// and each waiter's, after the queue.
+struct Classed {
+    uint32_t held[RL_CLASSES_MAX];
+    uint8_t klass[1];  // [slots], then [queue capacity]
+};
+
+bool classed(const rl_rule_t &rule)
+{
+    return rule.classes != nullptr && rule.classes->n > 0;
+}
+
+Classed *classed_of(const rl_rule_t &rule, Block *b)
+{
+    return reinterpret_cast<Classed *>(queue_of(rule, b) + queue_capacity(rule));
+}
+
+uint8_t *slot_class(const rl_rule_t &rule, Block *b)
+{
+    return classed_of(rule, b)->klass;
+}
+
+uint8_t *waiter_class(const rl_rule_t &rule, Block *b)
+{
+    return classed_of(rule, b)->klass + slots_of(rule);
+}
+
+// A request's class, the lowest for a value out of range.
+uint32_t class_of(const rl_rule_t &rule, const rl_check_t &c)
+{
+    return c.klass < rule.classes->n ? c.klass : rule.classes->n - 1;
+}
+
+// The slots each class holds counted again from the slots' classes.
+void recount_classes(const rl_rule_t &rule, Block *b)
+{
+    Classed *k = classed_of(rule, b);
+    std::memset(k->held, 0, sizeof(k->held));
+    for (uint32_t i = 0; i < slots_of(rule); i++) {
+        if (b->holder[i] != 0) {
+            k->held[k->klass[i] < RL_CLASSES_MAX ? k->klass[i] : RL_CLASSES_MAX - 1]++;
+        }
+    }
+}
+
 // The key's block, or nullptr for a fresh key (all free, nothing queued).
 Block *block_of(const State &s)
 {
@@ -80,6 +136,9 @@ uint32_t held_count(const rl_rule_t &rule, State &s)
     for (uint32_t i = 0; i < slots; i++) {
         n += b->holder[i] != 0;
     }
+    if (classed(rule)) {
+        recount_classes(rule, b);
+    }
     return b->held = n;
 }
 
@@ -95,6 +154,23 @@ uint32_t open_slots(const rl_rule_t &rule, const State &s)
 {
     const Algorithm &a = algorithm_of(rule);
     return a.slots_open != nullptr ? a.slots_open(rule, s) : rule.limit;
+}
+
+// The waiters `keep` keeps, in their order (their classes with them).
+template <class Keep> void keep_waiters(const rl_rule_t &rule, Block *b, Keep keep)
+{
+    Waiter *q = queue_of(rule, b);
+    uint8_t *k = classed(rule) ? waiter_class(rule, b) : nullptr;
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < b->queued && i < queue_capacity(rule); i++) {
+        if (keep(q[i])) {
+            if (k != nullptr) {
+                k[kept] = k[i];
+            }
+            q[kept++] = q[i];
+        }
+    }
+    b->queued = kept;
 }
 
 // Frees what processes that no longer exist held: their slots and their
@@ -131,21 +207,105 @@ uint32_t reclaim(const rl_rule_t &rule, State &s, int (*alive)(uint32_t))
         held += b->holder[i] != 0;
     }
     b->held = held;  // counted again: a process may have died writing it
-    Waiter *q = queue_of(rule, b);
-    uint32_t kept = 0;
-    for (uint32_t i = 0; i < b->queued && i < queue_capacity(rule); i++) {
-        if (lives(q[i].holder)) {
-            q[kept++] = q[i];
-        }
+    if (classed(rule)) {
+        recount_classes(rule, b);
     }
-    b->queued = kept;
+    keep_waiters(rule, b, [&](const Waiter &w) { return lives(w.holder); });
     return freed;
 }
 
-rl_decision_t decide(const rl_rule_t &rule, State &s, int64_t now, const rl_check_t &c, int (*alive)(uint32_t),
+// What a class's request finds: the classes' slots held as they will be
+// once the waiters served before it took theirs.  free(): the slots open
+// and not held; kept(c): those the shares of classes other than c keep;
+// room(c): those c may take.
+struct Shares {
+    const rl_classes_t &k;
+    uint32_t open;
+    uint32_t held[RL_CLASSES_MAX];
+    int64_t free;
+
+    int64_t kept(uint32_t c) const
+    {
+        int64_t n = 0;
+        for (uint32_t j = 0; j < k.n; j++) {
+            const uint32_t r = class_reserved(k, j, open);
+            n += j != c && held[j] < r ? r - held[j] : 0;
+        }
+        return n;
+    }
+    int64_t room(uint32_t c) const { return free - kept(c); }
+    // `waiting` requests of class c served, as many as it has room for
+    void serve(uint32_t c, uint32_t waiting)
+    {
+        const int64_t r = room(c);
+        const uint32_t n = r <= 0 ? 0 : r < waiting ? (uint32_t) r : waiting;
+        held[c] += n;
+        free -= n;
+    }
+};
+
+// The decision of a request of a rule with classes: the waiters of higher
+// classes served first, then those of its own ahead of it; admitted if a
+// slot is left that its class may take, else queued (max_wait: it is in
+// the queue, or there is room, or a waiter of a lower class to give its
+// place up), else refused, c.shed saying why.
+rl_decision_t decide_classed(const rl_rule_t &rule, Block *b, uint32_t held, uint32_t open, rl_check_t &c)
+{
+    const rl_classes_t &k = *rule.classes;
+    const uint32_t mine = class_of(rule, c);
+    uint32_t waiting[RL_CLASSES_MAX] = {};
+    uint32_t ahead = 0, lowest = 0;
+    bool in_queue = false;
+    Shares sh{k, open, {}, held < open ? (int64_t) (open - held) : 0};
+    if (b != nullptr) {
+        std::memcpy(sh.held, classed_of(rule, b)->held, sizeof(sh.held));
+        const Waiter *q = queue_of(rule, b);
+        const uint8_t *wk = waiter_class(rule, b);
+        for (uint32_t i = 0; i < b->queued; i++) {
+            const uint32_t wc = wk[i] < k.n ? wk[i] : k.n - 1;
+            in_queue = in_queue || (c.ticket != 0 && q[i].ticket == c.ticket);
+            ahead += wc == mine && !in_queue;
+            waiting[wc]++;
+            lowest = wc > lowest ? wc : lowest;
+        }
+    }
+    const int64_t alone = sh.room(mine);  // with nobody waiting
+    for (uint32_t j = 0; j < mine; j++) {
+        sh.serve(j, waiting[j]);
+    }
+    const int64_t room = sh.room(mine);
+    rl_decision_t d{};
+    c.shed = RL_SHED_NONE;
+    if ((int64_t) ahead < room) {
+        d.allowed = 1;
+        d.remaining = (uint64_t) (room - ahead - 1);
+        return d;
+    }
+    const uint32_t queued = b != nullptr ? b->queued : 0;
+    if (rule.max_wait_ms > 0 && (in_queue || queued < queue_capacity(rule) || lowest > mine)) {
+        d.queued = 1;
+        d.delay_ms = rule.max_wait_ms;
+    }
+    c.shed = held >= open ? RL_SHED_FULL : alone <= 0 ? RL_SHED_SHARE : RL_SHED_QUEUE;
+    return d;
+}
+
+rl_decision_t decide(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, int (*alive)(uint32_t),
                      uint32_t *reclaimed)
 {
     *reclaimed = 0;
+    if (classed(rule)) {
+        Block *b = block_of(s);
+        uint32_t held = held_count(rule, s);
+        const uint32_t open = open_slots(rule, s);
+        rl_decision_t d = decide_classed(rule, b, held, open, c);
+        if (!d.allowed && b != nullptr) {
+            *reclaimed = reclaim(rule, s, alive);
+            held = held_count(rule, s);
+            d = decide_classed(rule, b, held, open, c);
+        }
+        return d;
+    }
     Block *b = block_of(s);
     uint32_t held = held_count(rule, s);
 
@@ -190,14 +350,8 @@ void leave_queue(const rl_rule_t &rule, State &s, rl_check_t &c)
     if (c.ticket == 0 || b == nullptr) {
         return;
     }
-    Waiter *q = queue_of(rule, b);
-    uint32_t kept = 0;
-    for (uint32_t i = 0; i < b->queued && i < queue_capacity(rule); i++) {
-        if (q[i].ticket != c.ticket) {
-            q[kept++] = q[i];
-        }
-    }
-    b->queued = kept;
+    const uint32_t ticket = c.ticket;
+    keep_waiters(rule, b, [ticket](const Waiter &w) { return w.ticket != ticket; });
     c.ticket = 0;
 }
 
@@ -211,6 +365,11 @@ void take(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t 
             b->holder[i] = holder != 0 ? holder : 1;
             c.slot = i + 1;
             b->held = held + 1;
+            if (classed(rule)) {
+                const uint32_t k = class_of(rule, c);
+                slot_class(rule, b)[i] = (uint8_t) k;
+                classed_of(rule, b)->held[k]++;
+            }
             if (algorithm_of(rule).slot_taken != nullptr) {
                 algorithm_of(rule).slot_taken(rule, s, now, b->held);
             }
@@ -219,6 +378,25 @@ void take(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t 
     }
     leave_queue(rule, s, c);
     s.head.t = horizon(rule, b, now);
+}
+
+// A full queue that a request of class `mine` joins: the latest waiter of
+// the lowest class below it leaves (decided again, it finds itself out of
+// the queue, and joins it again only if there is room).
+void give_place_up(const rl_rule_t &rule, Block *b, uint32_t mine)
+{
+    const uint8_t *wk = waiter_class(rule, b);
+    uint32_t out = b->queued, lowest = mine;
+    for (uint32_t i = 0; i < b->queued; i++) {
+        if (wk[i] >= lowest && wk[i] > mine) {
+            lowest = wk[i];
+            out = i;
+        }
+    }
+    if (out < b->queued) {
+        const uint32_t ticket = queue_of(rule, b)[out].ticket;
+        keep_waiters(rule, b, [ticket](const Waiter &w) { return w.ticket != ticket; });
+    }
 }
 
 void join(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t holder)
@@ -231,8 +409,14 @@ void join(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t 
             return;  // waiting already
         }
     }
+    if (b->queued == queue_capacity(rule) && classed(rule)) {
+        give_place_up(rule, b, class_of(rule, c));
+    }
     if (b->queued < queue_capacity(rule)) {
         c.ticket = ++b->next_ticket != 0 ? b->next_ticket : ++b->next_ticket;
+        if (classed(rule)) {
+            waiter_class(rule, b)[b->queued] = (uint8_t) class_of(rule, c);
+        }
         q[b->queued++] = Waiter{holder != 0 ? holder : 1, c.ticket};
     }
     s.head.t = horizon(rule, b, now);
@@ -246,6 +430,10 @@ bool release(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32
         b->holder[c.slot - 1] = 0;
         const uint32_t held = held_count(rule, s);
         b->held = held > 0 ? held - 1 : 0;
+        if (classed(rule)) {
+            uint32_t &n = classed_of(rule, b)->held[slot_class(rule, b)[c.slot - 1] % RL_CLASSES_MAX];
+            n = n > 0 ? n - 1 : 0;
+        }
         freed = true;
     }
     c.slot = 0;
@@ -258,7 +446,9 @@ bool release(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32
 
 size_t slots_block_size(const rl_rule_t &rule)
 {
-    return offsetof(Block, holder) + sizeof(uint32_t) * slots_of(rule) + sizeof(Waiter) * queue_capacity(rule);
+    const size_t classes = classed(rule) ? offsetof(Classed, klass) + slots_of(rule) + queue_capacity(rule) : 0;
+    return offsetof(Block, holder) + sizeof(uint32_t) * slots_of(rule) + sizeof(Waiter) * queue_capacity(rule) +
+           classes;
 }
 
 rl_decision_t slots_transition(const rl_rule_t &rule, State &s, int64_t, uint64_t cost, bool)
