@@ -309,3 +309,126 @@ TEST(Priority, ADeadHoldersSlotsComeBackToTheirClass)
     EXPECT_EQ(c3.decide(kT0 + 1), RL_VERDICT_REJECTED);
     g_dead.clear();
 }
+
+TEST(Priority, FairSharesAlone)
+{
+    EXPECT_EQ(parse_error("algorithm=concurrency limit=10 fair=$t"), "OK");
+    EXPECT_EQ(parse_error("algorithm=concurrency limit=10 fair=tenant"),
+              "invalid \"fair=tenant\": expected a $variable whose value names a request's tenant, like "
+              "fair=$http_x_tenant");
+    EXPECT_EQ(parse_error("limit=10 fair=$t"),
+              "\"fair=\" does not apply to algorithm=gcra: fair is for concurrency and adaptive");
+    Zone z("algorithm=concurrency limit=10 fair=$t");
+    EXPECT_STREQ(rl_class_name(&z.rule, 0), "all");
+    EXPECT_NE(rl_tenant_of("", 0), 0u);
+    EXPECT_NE(rl_tenant_of("a", 1), rl_tenant_of("b", 1));
+}
+
+namespace {
+
+struct Tenant : Request {
+    Tenant(Zone &z, const std::string &tenant, const std::string &klass = "all") : Request(z, klass)
+    {
+        check.tenant = rl_tenant_of(tenant.data(), tenant.size());
+    }
+};
+
+}  // namespace
+
+TEST(Priority, AWaitingTenantUnderItsShareGoesBeforeOneOverIt)
+{
+    Zone z("algorithm=concurrency limit=4 max_wait=5s fair=$t");
+    std::deque<Tenant> a;
+    for (int i = 0; i < 4; i++) {
+        a.emplace_back(z, "flooder");
+        EXPECT_EQ(a.back().decide(kT0), RL_VERDICT_PASSED);
+    }
+    std::deque<Tenant> aw;
+    for (int i = 0; i < 6; i++) {
+        aw.emplace_back(z, "flooder");
+        EXPECT_EQ(aw.back().decide(kT0 + 1), RL_VERDICT_QUEUED);
+    }
+    Tenant b(z, "quiet"), b2(z, "quiet"), c(z, "third");
+    EXPECT_EQ(b.decide(kT0 + 2), RL_VERDICT_QUEUED);
+    EXPECT_EQ(b2.decide(kT0 + 2), RL_VERDICT_QUEUED);
+    EXPECT_EQ(c.decide(kT0 + 3), RL_VERDICT_QUEUED);
+    // a slot frees: the flooder holds 3, over its share of 4 among 3
+    // tenants (2); third and quiet hold none, third with fewer waiting
+    a[0].end(kT0 + 4);
+    EXPECT_EQ(aw[0].decide(kT0 + 4), RL_VERDICT_QUEUED);
+    EXPECT_STREQ(aw[0].shed(), "fair");
+    EXPECT_EQ(b.decide(kT0 + 4), RL_VERDICT_QUEUED);
+    EXPECT_EQ(c.decide(kT0 + 4), RL_VERDICT_PASSED);
+    // the flooder at its share (2), third 1, quiet none: quiet's
+    a[1].end(kT0 + 5);
+    EXPECT_EQ(aw[0].decide(kT0 + 5), RL_VERDICT_QUEUED);
+    EXPECT_EQ(b2.decide(kT0 + 5), RL_VERDICT_QUEUED);  // behind its own tenant's first
+    EXPECT_EQ(b.decide(kT0 + 5), RL_VERDICT_PASSED);
+    // each holds 1: quiet, with 1 waiting, before the flooder with 6
+    a[2].end(kT0 + 6);
+    EXPECT_EQ(aw[0].decide(kT0 + 6), RL_VERDICT_QUEUED);
+    EXPECT_EQ(b2.decide(kT0 + 6), RL_VERDICT_PASSED);
+    // the flooder alone again: every slot its own
+    b.end(kT0 + 7);
+    b2.end(kT0 + 7);
+    c.end(kT0 + 7);
+    for (int i = 0; i < 3; i++) {
+        EXPECT_EQ(aw[(size_t) i].decide(kT0 + 8), RL_VERDICT_PASSED) << i;
+    }
+    EXPECT_EQ(aw[3].decide(kT0 + 8), RL_VERDICT_QUEUED);
+}
+
+TEST(Priority, AFullQueueGivesAFloodersLatestPlaceToAnotherTenant)
+{
+    Zone z("algorithm=concurrency limit=1 max_wait=5s fair=$t");
+    Tenant a(z, "flooder");
+    EXPECT_EQ(a.decide(kT0), RL_VERDICT_PASSED);
+    std::deque<Tenant> aw;
+    for (int i = 0; i < 16; i++) {
+        aw.emplace_back(z, "flooder");
+        EXPECT_EQ(aw.back().decide(kT0 + 1), RL_VERDICT_QUEUED);
+    }
+    Tenant more(z, "flooder");
+    EXPECT_EQ(more.decide(kT0 + 2), RL_VERDICT_REJECTED);
+    Tenant b(z, "quiet");
+    EXPECT_EQ(b.decide(kT0 + 2), RL_VERDICT_QUEUED);
+    EXPECT_EQ(aw.back().decide(kT0 + 3), RL_VERDICT_REJECTED);  // its place given up
+    a.end(kT0 + 4);
+    EXPECT_EQ(aw[0].decide(kT0 + 4), RL_VERDICT_QUEUED);
+    EXPECT_EQ(b.decide(kT0 + 4), RL_VERDICT_PASSED);
+}
+
+TEST(Priority, WithoutAQueueATenantLeavesRoomForOthers)
+{
+    Zone z("algorithm=concurrency limit=10 fair=$t");
+    std::deque<Tenant> a;
+    int passed = 0;
+    for (int i = 0; i < 10; i++) {
+        a.emplace_back(z, "flooder");
+        passed += a.back().decide(kT0) == RL_VERDICT_PASSED;
+    }
+    EXPECT_EQ(passed, 9);  // a tenth kept for a tenant yet to come
+    EXPECT_STREQ(a.back().shed(), "fair");
+    Tenant b(z, "quiet"), b2(z, "quiet");
+    EXPECT_EQ(b.decide(kT0 + 1), RL_VERDICT_PASSED);
+    // quiet under its share of 5, the flooder over it: a freed slot stays
+    // free for quiet
+    a[0].end(kT0 + 2);
+    Tenant a2(z, "flooder");
+    EXPECT_EQ(a2.decide(kT0 + 2), RL_VERDICT_REJECTED);
+    EXPECT_STREQ(a2.shed(), "fair");
+    EXPECT_EQ(b2.decide(kT0 + 2), RL_VERDICT_PASSED);
+}
+
+TEST(Priority, FairSharesWithinAClassOnly)
+{
+    // fairness orders a class's own waiters; a higher class goes first
+    Zone z("algorithm=concurrency limit=1 max_wait=5s priority=$c classes=critical,best_effort fair=$t");
+    Tenant a(z, "x", "best_effort"), w(z, "y", "best_effort"), crit(z, "x", "critical");
+    EXPECT_EQ(a.decide(kT0), RL_VERDICT_PASSED);
+    EXPECT_EQ(w.decide(kT0 + 1), RL_VERDICT_QUEUED);
+    EXPECT_EQ(crit.decide(kT0 + 2), RL_VERDICT_QUEUED);
+    a.end(kT0 + 3);
+    EXPECT_EQ(w.decide(kT0 + 3), RL_VERDICT_QUEUED);
+    EXPECT_EQ(crit.decide(kT0 + 3), RL_VERDICT_PASSED);
+}

@@ -70,7 +70,8 @@ TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
               "unknown parameter \"colour=red\": expected zone=, key=, algorithm=, limit=, period=, burst=, "
               "cost=, name=, align=, buckets=, max_delay=, delay=, reset=, utc_offset=, zero_cost=, log_key=, "
               "limit_default=, "
-              "limit_max=, charge=, ban=, max_wait=, abandoned=, min=, initial=, tolerance=, interval= or lease=");
+              "limit_max=, charge=, ban=, max_wait=, abandoned=, min=, initial=, tolerance=, interval=, lease=, "
+              "priority=, classes=, class_default= or fair=");
     EXPECT_EQ(error_of("limit=5 zero_cost=on"),
               "\"zero_cost=\" applies to cost=$variable only: a constant cost=0 always looks without spending");
     EXPECT_EQ(error_of("limit=5 zero_cost=maybe"),

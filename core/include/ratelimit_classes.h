@@ -4,8 +4,10 @@
  * a request's class among classes=, highest first, each with the share of
  * the key's slots kept for it (classes=critical:20%,standard,best_effort).
  * A rule points at its classes (rl_rule_t.classes), in memory its reader
- * gives before the parameters are parsed; a rule without priority= has
- * none (NULL), and is decided as if the classes did not exist.
+ * gives before the parameters are parsed; a rule without priority= or
+ * fair= has none (NULL), and is decided as if the classes did not exist.
+ * fair=$variable names each request's tenant: a class's slots are shared
+ * equally by the tenants that want them.
  */
 
 #ifndef RATELIMIT_CLASSES_H
@@ -30,7 +32,8 @@ typedef struct rl_classes_s {
                                     class takes them while it does not use
                                     them (0: none) */
     uint32_t  given;             /* internal: which of priority=,
-                                    classes=, class_default= were given */
+                                    classes=, class_default=, fair= were
+                                    given (fair= alone: one class, "all") */
     char      name[RL_CLASSES_MAX][RL_CLASS_NAME_MAX];
     char      fallback_name[RL_CLASS_NAME_MAX]; /* class_default= as
                                     written, until the rule is finished */
@@ -41,14 +44,16 @@ typedef struct rl_classes_s {
  * every open slot is held; the free ones are kept for other classes'
  * shares; the free ones go to requests waiting ahead of it (higher
  * classes, or its own class's earlier ones) and the queue has no room; it
- * waited max_wait for one.
+ * waited max_wait for one; its tenant (fair=) holds its fair share of its
+ * class's slots, and the rest are kept for the class's other tenants.
  */
 enum rl_shed {
     RL_SHED_NONE = 0,
     RL_SHED_FULL,
     RL_SHED_SHARE,
     RL_SHED_QUEUE,
-    RL_SHED_WAITED
+    RL_SHED_WAITED,
+    RL_SHED_FAIR
 };
 
 /*
@@ -69,8 +74,14 @@ RL_API int rl_rule_parse_classes(rl_rule_t *rule, char name[RL_NAME_MAX],
 RL_API uint32_t rl_class_of(const rl_rule_t *rule, const char *value,
     size_t len);
 
+/*
+ * The tenant a request's value of fair=$variable names (rl_check_t's
+ * tenant): never 0.
+ */
+RL_API uint32_t rl_tenant_of(const char *value, size_t len);
+
 /* A class's name ("?" for none), and a reason's ("full", "share",
-   "queue", "waited"; "" for RL_SHED_NONE). */
+   "queue", "waited", "fair"; "" for RL_SHED_NONE). */
 RL_API const char *rl_class_name(const rl_rule_t *rule, uint32_t klass);
 RL_API const char *rl_shed_name(uint32_t shed);
 

@@ -129,6 +129,8 @@ typedef struct {
     uint32_t             klass;     /*   in: the request's class of a
                                        rule with priority= (rl_class_of()),
                                        0 the highest; */
+    uint32_t             tenant;    /*   in: its tenant (fair=,
+                                       rl_tenant_of()), 0: none; */
     uint32_t             shed;      /*   out: why it
                                        was not admitted (enum rl_shed,
                                        ratelimit_classes.h), out of

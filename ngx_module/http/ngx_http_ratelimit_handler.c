@@ -255,7 +255,7 @@ ngx_http_ratelimit_key(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
 
 
 /* A rule with variables, as it applies to the request: its cost, class,
-   limit and burst (most rules have none: their check holds the rule as it
+   tenant, limit and burst (most rules have none: their check holds the rule as it
    is). */
 
 static ngx_int_t
@@ -278,6 +278,14 @@ ngx_http_ratelimit_vars(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
         }
 
         c->klass = rl_class_of(c->rule, (char *) value.data, value.len);
+    }
+
+    if (rule->vars->fair != NULL) {
+        if (ngx_http_complex_value(r, rule->vars->fair, &value) != NGX_OK) {
+            ngx_str_null(&value);
+        }
+
+        c->tenant = rl_tenant_of((char *) value.data, value.len);
     }
 
     if (rule->vars->limit != NULL || rule->vars->burst != NULL) {

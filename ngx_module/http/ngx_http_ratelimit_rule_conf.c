@@ -77,7 +77,7 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 /*
  * A parameter the core declined that is HTTP's: one whose value nginx
- * evaluates (charge=, priority=, cost=, limit= or burst= with a
+ * evaluates (charge=, priority=, fair=, cost=, limit= or burst= with a
  * $variable), compiled.
  */
 
@@ -105,6 +105,7 @@ ngx_http_ratelimit_glue_param(ngx_conf_t *cf, ngx_ratelimit_rule_t *common,
 
     cv = ngx_strncmp(value->data, "charge=", 7) == 0 ? &rule->vars->charge
          : value->data[0] == 'p' ? &rule->vars->priority
+         : value->data[0] == 'f' ? &rule->vars->fair
          : value->data[0] == 'c' ? &rule->vars->cost
          : value->data[0] == 'l' ? &rule->vars->limit : &rule->vars->burst;
 

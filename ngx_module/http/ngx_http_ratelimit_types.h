@@ -45,6 +45,8 @@ typedef struct {
                                                ends; NULL: none */
     ngx_http_complex_value_t    *priority;  /* priority=$var: the class;
                                                NULL: none */
+    ngx_http_complex_value_t    *fair;      /* fair=$var: the tenant;
+                                               NULL: none */
 } ngx_http_ratelimit_rule_vars_t;
 
 

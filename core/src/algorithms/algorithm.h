@@ -52,6 +52,7 @@ enum Param : uint32_t {
     P_PRIORITY = 1u << 25,
     P_CLASSES = 1u << 26,
     P_CLASS_DEFAULT = 1u << 27,
+    P_FAIR = 1u << 28,
 };
 
 // What a request's end tells an algorithm that learns from it (slot_ended):

@@ -71,7 +71,7 @@ void concurrency_bounds(const rl_rule_t &rule, bool, Bounds &b)
 extern const Algorithm kConcurrency = {
     .name = "concurrency",
     .traits = kSlots,
-    .params = P_MAX_WAIT | P_LEASE | P_PRIORITY | P_CLASSES | P_CLASS_DEFAULT,
+    .params = P_MAX_WAIT | P_LEASE | P_PRIORITY | P_CLASSES | P_CLASS_DEFAULT | P_FAIR,
     .finish = concurrency_finish,
     .name_tail = concurrency_tail,
     .block_size = slots_block_size,

@@ -96,6 +96,33 @@ uint8_t *waiter_class(const rl_rule_t &rule, Block *b)
     return classed_of(rule, b)->klass + slots_of(rule);
 }
 
+// fair=: each slot's tenant and each waiter's, after the classes.
+bool fair(const rl_rule_t &rule)
+{
+    return (rule.classes->given & P_FAIR) != 0;
+}
+
+size_t classes_size(const rl_rule_t &rule)
+{
+    return offsetof(Classed, klass) + slots_of(rule) + queue_capacity(rule);
+}
+
+uint32_t *slot_tenant(const rl_rule_t &rule, Block *b)
+{
+    const size_t at = (classes_size(rule) + 3) & ~size_t{3};
+    return reinterpret_cast<uint32_t *>(reinterpret_cast<char *>(classed_of(rule, b)) + at);
+}
+
+uint32_t *waiter_tenant(const rl_rule_t &rule, Block *b)
+{
+    return slot_tenant(rule, b) + slots_of(rule);
+}
+
+uint32_t tenant_of(const rl_check_t &c)
+{
+    return c.tenant != 0 ? c.tenant : 1;
+}
+
 // A request's class, the lowest for a value out of range.
 uint32_t class_of(const rl_rule_t &rule, const rl_check_t &c)
 {
@@ -161,11 +188,15 @@ template <class Keep> void keep_waiters(const rl_rule_t &rule, Block *b, Keep ke
 {
     Waiter *q = queue_of(rule, b);
     uint8_t *k = classed(rule) ? waiter_class(rule, b) : nullptr;
+    uint32_t *t = k != nullptr && fair(rule) ? waiter_tenant(rule, b) : nullptr;
     uint32_t kept = 0;
     for (uint32_t i = 0; i < b->queued && i < queue_capacity(rule); i++) {
         if (keep(q[i])) {
             if (k != nullptr) {
                 k[kept] = k[i];
+            }
+            if (t != nullptr) {
+                t[kept] = t[i];
             }
             q[kept++] = q[i];
         }
@@ -244,6 +275,110 @@ struct Shares {
     }
 };
 
+// The tenants of one class of a key (fair=): the slots each holds, the
+// requests each has waiting.  Up to kMost tenants apart; any more count as
+// one more.
+struct Tenants {
+    static constexpr uint32_t kRoom = 128, kMost = 96, kOthers = kRoom;
+    uint32_t id[kRoom + 1] = {};
+    uint32_t held[kRoom + 1] = {};
+    uint32_t waiting[kRoom + 1] = {};
+    uint32_t n = 0;
+
+    uint32_t at(uint32_t t)
+    {
+        t = t != 0 ? t : 1;  // 0 marks a free entry
+        for (uint32_t i = (t * 2654435761u) >> 25;; i = (i + 1) & (kRoom - 1)) {
+            if (id[i] == t) {
+                return i;
+            }
+            if (id[i] == 0) {
+                if (n == kMost) {
+                    n += id[kOthers] == 0;
+                    id[kOthers] = 1;
+                    return kOthers;
+                }
+                id[i] = t;
+                n++;
+                return i;
+            }
+        }
+    }
+};
+
+// Where a request stands among its class's waiters when its tenant's share
+// counts (fair=): a tenant holding fewer than an equal share of the slots
+// its class may have (`have`) is served before one holding its share or
+// more; then the tenant holding fewer slots first; then the one with fewer
+// requests waiting; then in arrival order (each tenant served in turn, as
+// a slot it takes counts).  ahead: the class's waiters served before
+// it; over: its tenant holds its share; keep: the slots an admission must
+// leave free (below); crowding:
+// a tenant with two waiters more than its own, whose latest a full queue
+// gives up for it.
+struct FairPlace {
+    uint32_t ahead = 0;
+    uint32_t keep = 0;
+    bool over = false;
+    bool crowding = false;
+};
+
+FairPlace fair_place(const rl_rule_t &rule, Block *b, uint32_t mine, const rl_check_t &c, int64_t have)
+{
+    Tenants ts;
+    FairPlace f;
+    const uint8_t *sk = b != nullptr ? slot_class(rule, b) : nullptr;
+    const uint8_t *wk = b != nullptr ? waiter_class(rule, b) : nullptr;
+    const uint32_t *st = b != nullptr ? slot_tenant(rule, b) : nullptr;
+    const uint32_t *wt = b != nullptr ? waiter_tenant(rule, b) : nullptr;
+    const uint32_t queued = b != nullptr ? b->queued : 0;
+    for (uint32_t i = 0; b != nullptr && i < slots_of(rule); i++) {
+        if (b->holder[i] != 0 && sk[i] == mine) {
+            ts.held[ts.at(st[i])]++;
+        }
+    }
+    for (uint32_t i = 0; i < queued; i++) {
+        if (wk[i] == mine) {
+            ts.waiting[ts.at(wt[i])]++;
+        }
+    }
+    const uint32_t me = ts.at(tenant_of(c));
+    const uint64_t cap = have > 0 ? (uint64_t) have : 0;
+    const uint64_t share = cap / ts.n + (cap % ts.n != 0);
+    auto over = [&](uint32_t t) { return ts.held[t] >= (share > 0 ? share : 1); };
+    f.over = over(me);
+    bool seen = false;
+    const Waiter *q = b != nullptr ? queue_of(rule, b) : nullptr;
+    for (uint32_t i = 0; i < queued; i++) {
+        if (wk[i] != mine) {
+            continue;
+        }
+        if (c.ticket != 0 && q[i].ticket == c.ticket) {
+            seen = true;
+            continue;
+        }
+        const uint32_t t = ts.at(wt[i]);
+        const bool o = over(t);
+        f.ahead += o != f.over                         ? !o
+                   : ts.held[t] != ts.held[me]       ? ts.held[t] < ts.held[me]
+                   : ts.waiting[t] != ts.waiting[me] ? ts.waiting[t] < ts.waiting[me]
+                                                     : !seen;
+        f.crowding = f.crowding || ts.waiting[t] > ts.waiting[me] + 1;
+    }
+    // without a queue, what an admission leaves free: a tenth of the
+    // slots for tenants yet to come once a tenant holds half its share
+    // with one more tenant, and, for one over its share, a slot for each
+    // other tenant under its own
+    const uint64_t half = (cap / (ts.n + 1) + 1) / 2;
+    if (rule.max_wait_ms == 0 && half > 0 && ts.held[me] >= half) {
+        f.keep = cap / 10 > 0 ? (uint32_t) (cap / 10) : 1;
+        for (uint32_t t = 0; f.over && t <= Tenants::kRoom; t++) {
+            f.keep += ts.id[t] != 0 && t != me && !over(t);
+        }
+    }
+    return f;
+}
+
 // The decision of a request of a rule with classes: the waiters of higher
 // classes served first, then those of its own ahead of it; admitted if a
 // slot is left that its class may take, else queued (max_wait: it is in
@@ -274,38 +409,49 @@ rl_decision_t decide_classed(const rl_rule_t &rule, Block *b, uint32_t held, uin
         sh.serve(j, waiting[j]);
     }
     const int64_t room = sh.room(mine);
+    FairPlace f;
+    if (fair(rule)) {
+        f = fair_place(rule, b, mine, c, sh.held[mine] + (room > 0 ? room : 0));
+        ahead = f.ahead;
+    }
     rl_decision_t d{};
     c.shed = RL_SHED_NONE;
-    if ((int64_t) ahead < room) {
+    if ((int64_t) (ahead + f.keep) < room) {
         d.allowed = 1;
         d.remaining = (uint64_t) (room - ahead - 1);
         return d;
     }
     const uint32_t queued = b != nullptr ? b->queued : 0;
-    if (rule.max_wait_ms > 0 && (in_queue || queued < queue_capacity(rule) || lowest > mine)) {
+    if (rule.max_wait_ms > 0 &&
+        (in_queue || queued < queue_capacity(rule) || lowest > mine || (f.crowding && !f.over))) {
         d.queued = 1;
         d.delay_ms = rule.max_wait_ms;
     }
-    c.shed = held >= open ? RL_SHED_FULL : alone <= 0 ? RL_SHED_SHARE : RL_SHED_QUEUE;
+    c.shed = held >= open ? RL_SHED_FULL
+             : alone <= 0 ? RL_SHED_SHARE
+             : f.over || (int64_t) ahead < room ? RL_SHED_FAIR
+                                                : RL_SHED_QUEUE;
     return d;
 }
 
-rl_decision_t decide(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, int (*alive)(uint32_t),
-                     uint32_t *reclaimed)
+// A rule with classes: decided again once the slots and places of
+// holders that no longer exist are freed, if it is not admitted.
+rl_decision_t decide_with_classes(const rl_rule_t &rule, State &s, rl_check_t &c, int (*alive)(uint32_t),
+                                  uint32_t *reclaimed)
 {
-    *reclaimed = 0;
-    if (classed(rule)) {
-        Block *b = block_of(s);
-        uint32_t held = held_count(rule, s);
-        const uint32_t open = open_slots(rule, s);
-        rl_decision_t d = decide_classed(rule, b, held, open, c);
-        if (!d.allowed && b != nullptr) {
-            *reclaimed = reclaim(rule, s, alive);
-            held = held_count(rule, s);
-            d = decide_classed(rule, b, held, open, c);
-        }
-        return d;
+    Block *b = block_of(s);
+    const uint32_t open = open_slots(rule, s);
+    rl_decision_t d = decide_classed(rule, b, held_count(rule, s), open, c);
+    if (!d.allowed && b != nullptr) {
+        *reclaimed = reclaim(rule, s, alive);
+        d = decide_classed(rule, b, held_count(rule, s), open, c);
     }
+    return d;
+}
+
+rl_decision_t decide_in_order(const rl_rule_t &rule, State &s, int64_t now, const rl_check_t &c,
+                              int (*alive)(uint32_t), uint32_t *reclaimed)
+{
     Block *b = block_of(s);
     uint32_t held = held_count(rule, s);
 
@@ -344,6 +490,14 @@ rl_decision_t decide(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c
     return d;
 }
 
+rl_decision_t decide(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, int (*alive)(uint32_t),
+                     uint32_t *reclaimed)
+{
+    *reclaimed = 0;
+    return classed(rule) ? decide_with_classes(rule, s, c, alive, reclaimed)
+                         : decide_in_order(rule, s, now, c, alive, reclaimed);
+}
+
 void leave_queue(const rl_rule_t &rule, State &s, rl_check_t &c)
 {
     Block *b = block_of(s);
@@ -369,6 +523,9 @@ void take(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t 
                 const uint32_t k = class_of(rule, c);
                 slot_class(rule, b)[i] = (uint8_t) k;
                 classed_of(rule, b)->held[k]++;
+                if (fair(rule)) {
+                    slot_tenant(rule, b)[i] = tenant_of(c);
+                }
             }
             if (algorithm_of(rule).slot_taken != nullptr) {
                 algorithm_of(rule).slot_taken(rule, s, now, b->held);
@@ -382,8 +539,10 @@ void take(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t 
 
 // A full queue that a request of class `mine` joins: the latest waiter of
 // the lowest class below it leaves (decided again, it finds itself out of
-// the queue, and joins it again only if there is room).
-void give_place_up(const rl_rule_t &rule, Block *b, uint32_t mine)
+// the queue, and joins it again only if there is room); with fair=, else
+// the latest waiter of its class whose tenant has the most waiting, two
+// more than its own.
+void give_place_up(const rl_rule_t &rule, Block *b, uint32_t mine, uint32_t tenant)
 {
     const uint8_t *wk = waiter_class(rule, b);
     uint32_t out = b->queued, lowest = mine;
@@ -391,6 +550,24 @@ void give_place_up(const rl_rule_t &rule, Block *b, uint32_t mine)
         if (wk[i] >= lowest && wk[i] > mine) {
             lowest = wk[i];
             out = i;
+        }
+    }
+    if (out == b->queued && fair(rule)) {
+        Tenants ts;
+        const uint32_t *wt = waiter_tenant(rule, b);
+        uint32_t most = 0;
+        for (uint32_t i = 0; i < b->queued; i++) {
+            if (wk[i] == mine) {
+                ts.waiting[ts.at(wt[i])]++;
+            }
+        }
+        const uint32_t own = ts.waiting[ts.at(tenant)];
+        for (uint32_t i = 0; i < b->queued; i++) {
+            const uint32_t w = ts.waiting[ts.at(wt[i])];
+            if (wk[i] == mine && w > own + 1 && w >= most) {
+                most = w;
+                out = i;
+            }
         }
     }
     if (out < b->queued) {
@@ -410,12 +587,15 @@ void join(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t 
         }
     }
     if (b->queued == queue_capacity(rule) && classed(rule)) {
-        give_place_up(rule, b, class_of(rule, c));
+        give_place_up(rule, b, class_of(rule, c), tenant_of(c));
     }
     if (b->queued < queue_capacity(rule)) {
         c.ticket = ++b->next_ticket != 0 ? b->next_ticket : ++b->next_ticket;
         if (classed(rule)) {
             waiter_class(rule, b)[b->queued] = (uint8_t) class_of(rule, c);
+        }
+        if (classed(rule) && fair(rule)) {
+            waiter_tenant(rule, b)[b->queued] = tenant_of(c);
         }
         q[b->queued++] = Waiter{holder != 0 ? holder : 1, c.ticket};
     }
@@ -446,7 +626,8 @@ bool release(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32
 
 size_t slots_block_size(const rl_rule_t &rule)
 {
-    const size_t classes = classed(rule) ? offsetof(Classed, klass) + slots_of(rule) + queue_capacity(rule) : 0;
+    const size_t tenants = classed(rule) && fair(rule) ? 3 + sizeof(uint32_t) * (slots_of(rule) + queue_capacity(rule)) : 0;
+    const size_t classes = classed(rule) ? classes_size(rule) + tenants : 0;
     return offsetof(Block, holder) + sizeof(uint32_t) * slots_of(rule) + sizeof(Waiter) * queue_capacity(rule) +
            classes;
 }

@@ -1,5 +1,5 @@
-// Priority classes: priority=, classes= and class_default= parsed and
-// checked (rule.cpp hands them here), and a request's value of priority=
+// Priority classes: priority=, classes=, class_default= and fair= parsed
+// and checked (rule.cpp hands them here), and a request's value of priority=
 // read as a class.  How a key's slots go to the classes is slots.cpp's.
 #include <cstdio>
 #include <cstring>
@@ -9,6 +9,7 @@
 #include "ratelimit.h"
 #include "util/decimal.h"
 #include "util/error.h"
+#include "util/siphash.h"
 
 namespace rl {
 
@@ -102,11 +103,13 @@ int class_param(rl_rule_t &rule, uint32_t bit, const char *v, size_t len, const 
     }
     rl_classes_t &k = *rule.classes;
     k.given |= bit;
-    if (bit == P_PRIORITY) {
+    if (bit == P_PRIORITY || bit == P_FAIR) {
         if (len < 2 || v[0] != '$') {
             return fail(err, errlen,
-                        "invalid \"%.*s\": expected a $variable whose value names a request's class, like "
-                        "priority=$request_class",
+                        bit == P_PRIORITY ? "invalid \"%.*s\": expected a $variable whose value names a request's "
+                                            "class, like priority=$request_class"
+                                          : "invalid \"%.*s\": expected a $variable whose value names a request's "
+                                            "tenant, like fair=$http_x_tenant",
                         w, whole);
         }
         return RL_DECLINED;  // the glue evaluates it per request
@@ -130,6 +133,12 @@ int classes_finish(rl_rule_t &rule, char *err, size_t errlen)
     }
     rl_classes_t &k = *rule.classes;
     if (k.given == 0) {
+        return RL_OK;
+    }
+    if (k.given == P_FAIR) {
+        // fairness alone: one class, every request's
+        std::memcpy(k.name[0], "all", 4);
+        k.n = 1;
         return RL_OK;
     }
     if (!(k.given & P_PRIORITY)) {
@@ -183,9 +192,19 @@ const char *rl_class_name(const rl_rule_t *rule, uint32_t klass)
     return k != nullptr && klass < k->n ? k->name[klass] : "?";
 }
 
+uint32_t rl_tenant_of(const char *value, size_t len)
+{
+    // a fixed key: a client who chooses its tenant's value may name any
+    // tenant already, and gains nothing from a collision
+    static const uint8_t k[16] = {'n', 'g', 'x', '-', 'r', 'a', 't', 'e', 'l', 'i', 'm', 'i', 't', 'f', 'a', 'i'};
+    rl::SipHash h(k);
+    h.update(value, len);
+    return (uint32_t) h.finish() | 1;
+}
+
 const char *rl_shed_name(uint32_t shed)
 {
-    static const char *const names[] = {"", "full", "share", "queue", "waited"};
+    static const char *const names[] = {"", "full", "share", "queue", "waited", "fair"};
     return shed < sizeof(names) / sizeof(names[0]) ? names[shed] : "?";
 }
 

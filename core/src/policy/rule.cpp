@@ -59,6 +59,7 @@ const struct {
     {"priority", P_PRIORITY},
     {"classes", P_CLASSES},
     {"class_default", P_CLASS_DEFAULT},
+    {"fair", P_FAIR},
 };
 
 // The parameters that may be a $variable, evaluated by the glue per request.
@@ -401,7 +402,7 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
         rule->charge = 1;
         return RL_DECLINED;  // the glue evaluates it when the request ends
     }
-    if (bit & (P_PRIORITY | P_CLASSES | P_CLASS_DEFAULT)) {
+    if (bit & (P_PRIORITY | P_CLASSES | P_CLASS_DEFAULT | P_FAIR)) {
         return class_param(*rule, bit, v.p, v.len, whole.p, whole.len, err, errlen);
     }
     if ((bit & variable_params) && v.len > 0 && v.p[0] == '$') {
@@ -590,7 +591,7 @@ int parse_words(rl_rule_t *rule, const char *text, char *err, size_t errlen)
         }
         // zone= and key= name nginx's things; charge= is spent by the caller
         if (rc == RL_DECLINED && std::strncmp(start, "zone=", 5) != 0 && std::strncmp(start, "key=", 4) != 0 &&
-            std::strncmp(start, "charge=", 7) != 0 && std::strncmp(start, "priority=", 9) != 0) {
+            std::strncmp(start, "charge=", 7) != 0 && std::strncmp(start, "priority=", 9) != 0 && std::strncmp(start, "fair=", 5) != 0) {
             return fail(err, errlen, "invalid \"%.*s\": variables are only known inside nginx", (int) (p - start),
                         start);
         }
