@@ -84,6 +84,18 @@ is(statuses_of(@r), '200 200 200 200 429', 'critical takes its 2 kept slots besi
 is($r[4]{headers}{'x-reason'}, 'full', '... every slot held: reason full');
 is($up->most, 4, 'the upstream never held more than the limit');
 
+# the key API: a class's slots held, its requests waiting, its share kept
+{
+    my @bg = map { $t->open_request('/shares/', { 'X-Key' => 'api', 'X-Class' => 'best_effort' }) } 1 .. 2;
+    RLTest::wait_until(sub { ($t->key_rule('p', 'api', 'shares')->{in_flight} // 0) >= 2 }, 10);
+    my $k = $t->key_rule('p', 'api', 'shares');
+    is(join(' ', map { "$_:$k->{classes}{$_}{in_flight}/$k->{classes}{$_}{waiting}/$k->{classes}{$_}{kept}" }
+            qw(critical best_effort)),
+       'critical:0/0/2 best_effort:2/0/0', 'key API: each class\'s in_flight/waiting/kept');
+    close $_ for @bg;
+    RLTest::wait_until(sub { ($t->key_rule('p', 'api', 'shares')->{in_flight} // 1) == 0 }, 10);
+}
+
 # critical alone borrows every slot: no share keeps any for best effort
 @r = $t->at_once({ gap => 0.05 }, map { [ '/shares/', 'X-Key' => 'c', 'X-Class' => 'critical' ] } 1 .. 5);
 is(statuses_of(@r), '200 200 200 200 429', 'critical alone borrows all 4 slots');

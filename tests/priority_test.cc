@@ -165,6 +165,12 @@ TEST(Priority, AShareIsKeptFromOtherClassesAndTheRestIsBorrowed)
     Request crit(z, "critical");
     EXPECT_EQ(crit.decide(kT0), RL_VERDICT_REJECTED);
     EXPECT_STREQ(crit.shed(), "full");
+    rl_peek_t pk;
+    rl_table_peek(z.zone.mem, &z.rule, crit.check.tag, 1, kT0, &pk);
+    EXPECT_EQ(pk.class_in_flight[0], 3u);
+    EXPECT_EQ(pk.class_in_flight[1], 7u);
+    EXPECT_EQ(pk.class_kept[0], 3u);
+    EXPECT_EQ(pk.class_kept[1], 0u);
 
     // critical alone borrows every slot best effort (no share) leaves
     Zone alone("algorithm=concurrency limit=10 priority=$c classes=critical:30%,best_effort name=q");
@@ -431,4 +437,22 @@ TEST(Priority, FairSharesWithinAClassOnly)
     a.end(kT0 + 3);
     EXPECT_EQ(w.decide(kT0 + 3), RL_VERDICT_QUEUED);
     EXPECT_EQ(crit.decide(kT0 + 3), RL_VERDICT_PASSED);
+}
+
+TEST(Priority, SharesRoundUpAndNeverLockEachOtherOut)
+{
+    // 10% of 8 slots keeps one; 50% and 50% of 1 slot keep one each: the
+    // first class to ask takes it, neither waits for the other's share
+    Zone z("algorithm=concurrency limit=8 priority=$c classes=critical,best_effort:10%");
+    std::deque<Request> held;
+    EXPECT_EQ(admit(z, held, "critical", 9, kT0), 7);
+    EXPECT_STREQ(held.back().shed(), "share");
+    EXPECT_EQ(admit(z, held, "best_effort", 2, kT0), 1);
+    Zone one("algorithm=concurrency limit=1 priority=$c classes=a:50%,b:50%");
+    Request a(one, "a"), b(one, "b");
+    EXPECT_EQ(b.decide(kT0), RL_VERDICT_PASSED);
+    EXPECT_EQ(a.decide(kT0), RL_VERDICT_REJECTED);
+    EXPECT_STREQ(a.shed(), "full");
+    b.end(kT0 + 1);
+    EXPECT_EQ(a.decide(kT0 + 1), RL_VERDICT_PASSED);
 }

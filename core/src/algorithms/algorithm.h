@@ -91,7 +91,8 @@ struct Bounds {
 // request takes a slot (c.slot) and leaves the queue; a queued one joins it
 // if it is not in it (c.ticket); one that leaves the queue; one that ends
 // or gives up releases its slot and place (true if it held a slot); what a
-// key holds and how many wait; the slots open now (the rule's limit, or
+// key holds and how many wait (with priority classes, by class, and the
+// slots each class's share keeps); the slots open now (the rule's limit, or
 // what its algorithm learned).  slots.cpp's kInFlight, for concurrency and
 // adaptive alike.
 struct Slots {
@@ -102,6 +103,7 @@ struct Slots {
     void (*leave)(const rl_rule_t &rule, State &s, rl_check_t &c);
     bool (*release)(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t holder);
     void (*held)(const rl_rule_t &rule, const State &s, uint32_t *held, uint32_t *queued);
+    void (*by_class)(const rl_rule_t &rule, const State &s, uint32_t *held, uint32_t *queued, uint32_t *kept);
     uint32_t (*open)(const rl_rule_t &rule, const State &s);
 };
 extern const Slots kInFlight;

@@ -246,32 +246,44 @@ uint32_t reclaim(const rl_rule_t &rule, State &s, int (*alive)(uint32_t))
 }
 
 // What a class's request finds: the classes' slots held as they will be
-// once the waiters served before it took theirs.  free(): the slots open
-// and not held; kept(c): those the shares of classes other than c keep;
-// room(c): those c may take.
+// once the waiters served before it took theirs.  free: the slots open and
+// not held; kept(c): those the shares of classes other than c keep;
+// room(c): those c may take, every free one while c holds fewer than its
+// own share (so that shares rounded up never lock each other out).
 struct Shares {
     const rl_classes_t &k;
     uint32_t open;
     uint32_t held[RL_CLASSES_MAX];
     int64_t free;
 
+    int64_t unmet(uint32_t c) const
+    {
+        const uint32_t r = class_reserved(k, c, open);
+        return held[c] < r ? r - held[c] : 0;
+    }
     int64_t kept(uint32_t c) const
     {
         int64_t n = 0;
         for (uint32_t j = 0; j < k.n; j++) {
-            const uint32_t r = class_reserved(k, j, open);
-            n += j != c && held[j] < r ? r - held[j] : 0;
+            n += j != c ? unmet(j) : 0;
         }
         return n;
     }
-    int64_t room(uint32_t c) const { return free - kept(c); }
-    // `waiting` requests of class c served, as many as it has room for
+    int64_t room(uint32_t c) const { return unmet(c) > 0 ? free : free - kept(c); }
+    // `waiting` requests of class c served, as many as it has room for:
+    // first within its own share, then beyond it
     void serve(uint32_t c, uint32_t waiting)
     {
-        const int64_t r = room(c);
-        const uint32_t n = r <= 0 ? 0 : r < waiting ? (uint32_t) r : waiting;
-        held[c] += n;
-        free -= n;
+        for (int phase = 0; phase < 2 && waiting > 0; phase++) {
+            int64_t r = room(c);
+            if (phase == 0) {
+                r = r < unmet(c) ? r : unmet(c);
+            }
+            const uint32_t n = r <= 0 ? 0 : r < waiting ? (uint32_t) r : waiting;
+            held[c] += n;
+            free -= n;
+            waiting -= n;
+        }
     }
 };
 
@@ -656,6 +668,25 @@ void slots_held(const rl_rule_t &rule, const State &s, uint32_t *held, uint32_t 
     *queued = s.blob != nullptr ? block_of(s)->queued : 0;
 }
 
+static_assert(sizeof(rl_peek_t::class_in_flight) / sizeof(uint32_t) == RL_CLASSES_MAX, "rl_peek_t's classes");
+
+// A key's slots held and requests waiting by class, and the slots each
+// class's share keeps now (a rule with classes).
+void slots_by_class(const rl_rule_t &rule, const State &s, uint32_t *held, uint32_t *queued, uint32_t *kept)
+{
+    const rl_classes_t &k = *rule.classes;
+    const uint32_t open = open_slots(rule, s);
+    Block *b = block_of(s);
+    for (uint32_t i = 0; i < k.n; i++) {
+        held[i] = b != nullptr ? classed_of(rule, b)->held[i] : 0;
+        queued[i] = 0;
+        kept[i] = class_reserved(k, i, open);
+    }
+    for (uint32_t i = 0; b != nullptr && i < b->queued && i < queue_capacity(rule); i++) {
+        queued[waiter_class(rule, b)[i] < k.n ? waiter_class(rule, b)[i] : k.n - 1]++;
+    }
+}
+
 // The policy: the limit, and no window (slots come back as requests end).
 void slots_policy(rl_rule_t &rule)
 {
@@ -670,6 +701,7 @@ const Slots kInFlight = {
     .leave = leave_queue,
     .release = release,
     .held = slots_held,
+    .by_class = slots_by_class,
     .open = open_slots,
 };
 

@@ -169,7 +169,7 @@ int classes_finish(rl_rule_t &rule, char *err, size_t errlen)
 
 uint32_t class_reserved(const rl_classes_t &k, uint32_t klass, uint32_t open)
 {
-    return (uint32_t) ((uint64_t) open * k.share[klass] / 100);
+    return (uint32_t) (((uint64_t) open * k.share[klass] + 99) / 100);
 }
 
 }  // namespace rl

@@ -19,7 +19,8 @@ int class_param(rl_rule_t &rule, uint32_t bit, const char *v, size_t len, const 
 // class_default= found.
 int classes_finish(rl_rule_t &rule, char *err, size_t errlen);
 
-// The slots of `open` a class's share keeps for it (rounded down).
+// The slots of `open` a class's share keeps for it (rounded up: a share
+// of a few slots keeps one).
 uint32_t class_reserved(const rl_classes_t &k, uint32_t klass, uint32_t open);
 
 }  // namespace rl
