@@ -68,27 +68,10 @@ sub start_upstream {
 # $upport
 sub start_nginx {
     my ($t, $directives, $upport) = @_;
-    $t->{quiet} = 1;
-    $t->start(<<"EOF", workers => 1, no_access_log => 1, connections => 8192);
+    RLBench::start_inflight_nginx($t, <<'EOF', $directives, $upport);
 ratelimit_zone b 1m;
-map "" \$backend_key { default backend_a; }
-limit_conn_zone \$backend_key zone=c:1m;
-upstream backend {
-    server 127.0.0.1:$upport;
-    keepalive 64;
-}
-server {
-    listen 127.0.0.1:%%PORT%%;
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
-    location / {
-        $directives
-        proxy_pass http://backend;
-    }
-    location = /stats {
-        ratelimit_stats;
-    }
-}
+map "" $backend_key { default backend_a; }
+limit_conn_zone $backend_key zone=c:1m;
 EOF
 }
 

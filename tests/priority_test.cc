@@ -35,7 +35,10 @@ struct Zone {
     rl_rule_t rule;
     TestZone zone;
 
-    explicit Zone(const std::string &text) : rule(parsed(text, &classes)), zone(1 << 20, std::vector<rl_rule_t>{rule}, kSecret) {}
+    explicit Zone(const std::string &text)
+        : rule(parsed(text, &classes)), zone(1 << 20, std::vector<rl_rule_t>{rule}, kSecret)
+    {
+    }
     Zone(const Zone &) = delete;  // its rule points into it
 
     static rl_rule_t parsed(const std::string &text, rl_classes_t *k)
@@ -86,11 +89,23 @@ int admit(Zone &z, std::deque<Request> &held, const std::string &klass, int n, i
     return passed;
 }
 
+// n more requests (Request or Tenant, made of args) decided at now, each
+// with the verdict expected.
+template <class R, class... Args>
+void fill(std::deque<R> &into, int n, int64_t now, int verdict, Zone &z, const Args &...args)
+{
+    for (int i = 0; i < n; i++) {
+        into.emplace_back(z, args...);
+        EXPECT_EQ(into.back().decide(now), verdict) << i;
+    }
+}
+
 }  // namespace
 
 TEST(Priority, RuleParameters)
 {
-    EXPECT_EQ(parse_error("algorithm=concurrency limit=10 priority=$c classes=critical:20%,standard,best_effort"), "OK");
+    EXPECT_EQ(parse_error("algorithm=concurrency limit=10 priority=$c classes=critical:20%,standard,best_effort"),
+              "OK");
     EXPECT_EQ(parse_error("algorithm=adaptive limit=100 priority=$c classes=a,b class_default=a"), "OK");
     EXPECT_EQ(parse_error("algorithm=concurrency limit=10 classes=a,b"),
               "\"classes=\" applies with priority=$variable only: the variable names each request's class");
@@ -111,8 +126,9 @@ TEST(Priority, RuleParameters)
               "kept");
     EXPECT_EQ(parse_error("algorithm=concurrency limit=10 priority=$c classes=a,b,a"),
               "invalid \"classes=a,b,a\": class \"a\" is named twice");
-    EXPECT_NE(parse_error("algorithm=concurrency limit=10 priority=$c classes=a,,b").find("a class \"\" is not 1 to 31"),
-              std::string::npos);
+    EXPECT_NE(
+        parse_error("algorithm=concurrency limit=10 priority=$c classes=a,,b").find("a class \"\" is not 1 to 31"),
+        std::string::npos);
     EXPECT_EQ(parse_error("algorithm=concurrency limit=10 priority=$c classes=a,b,c,d,e,f,g,h,i"),
               "invalid \"classes=a,b,c,d,e,f,g,h,i\": at most 8 classes");
     EXPECT_EQ(parse_error("algorithm=concurrency limit=10 priority=$c classes=a,b class_default=z"),
@@ -246,10 +262,7 @@ TEST(Priority, AFullQueueGivesTheLatestLowestPlaceToAHigherClass)
     Request a(z, "critical");
     EXPECT_EQ(a.decide(kT0), RL_VERDICT_PASSED);
     std::deque<Request> waiting;
-    for (int i = 0; i < 16; i++) {
-        waiting.emplace_back(z, "best_effort");
-        EXPECT_EQ(waiting.back().decide(kT0 + 1), RL_VERDICT_QUEUED);
-    }
+    fill(waiting, 16, kT0 + 1, RL_VERDICT_QUEUED, z, "best_effort");
     Request more(z, "best_effort");
     EXPECT_EQ(more.decide(kT0 + 2), RL_VERDICT_REJECTED);  // no room, none lower
     EXPECT_STREQ(more.shed(), "full");
@@ -345,15 +358,9 @@ TEST(Priority, AWaitingTenantUnderItsShareGoesBeforeOneOverIt)
 {
     Zone z("algorithm=concurrency limit=4 max_wait=5s fair=$t");
     std::deque<Tenant> a;
-    for (int i = 0; i < 4; i++) {
-        a.emplace_back(z, "flooder");
-        EXPECT_EQ(a.back().decide(kT0), RL_VERDICT_PASSED);
-    }
+    fill(a, 4, kT0, RL_VERDICT_PASSED, z, "flooder");
     std::deque<Tenant> aw;
-    for (int i = 0; i < 6; i++) {
-        aw.emplace_back(z, "flooder");
-        EXPECT_EQ(aw.back().decide(kT0 + 1), RL_VERDICT_QUEUED);
-    }
+    fill(aw, 6, kT0 + 1, RL_VERDICT_QUEUED, z, "flooder");
     Tenant b(z, "quiet"), b2(z, "quiet"), c(z, "third");
     EXPECT_EQ(b.decide(kT0 + 2), RL_VERDICT_QUEUED);
     EXPECT_EQ(b2.decide(kT0 + 2), RL_VERDICT_QUEUED);
@@ -390,10 +397,7 @@ TEST(Priority, AFullQueueGivesAFloodersLatestPlaceToAnotherTenant)
     Tenant a(z, "flooder");
     EXPECT_EQ(a.decide(kT0), RL_VERDICT_PASSED);
     std::deque<Tenant> aw;
-    for (int i = 0; i < 16; i++) {
-        aw.emplace_back(z, "flooder");
-        EXPECT_EQ(aw.back().decide(kT0 + 1), RL_VERDICT_QUEUED);
-    }
+    fill(aw, 16, kT0 + 1, RL_VERDICT_QUEUED, z, "flooder");
     Tenant more(z, "flooder");
     EXPECT_EQ(more.decide(kT0 + 2), RL_VERDICT_REJECTED);
     Tenant b(z, "quiet");

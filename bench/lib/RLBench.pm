@@ -61,4 +61,31 @@ sub start_upstream {
     return ($pid, $port);
 }
 
+# nginx ($t's, one worker) with one location of $directives in front of
+# the upstream at $upport (keep-alive), $http in the http block (zones,
+# maps), the stats at /stats.
+sub start_inflight_nginx {
+    my ($t, $http, $directives, $upport) = @_;
+    $t->{quiet} = 1;
+    $t->start(<<"EOF", workers => 1, no_access_log => 1, connections => 8192);
+$http
+upstream backend {
+    server 127.0.0.1:$upport;
+    keepalive 64;
+}
+server {
+    listen 127.0.0.1:%%PORT%%;
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+    location / {
+        $directives
+        proxy_pass http://backend;
+    }
+    location = /stats {
+        ratelimit_stats;
+    }
+}
+EOF
+}
+
 1;

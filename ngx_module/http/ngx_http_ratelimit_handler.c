@@ -255,8 +255,8 @@ ngx_http_ratelimit_key(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
 
 
 /* A rule with variables, as it applies to the request: its cost, class,
-   tenant, limit and burst (most rules have none: their check holds the rule as it
-   is). */
+   tenant, limit and burst (most rules have none: their check holds the
+   rule as it is). */
 
 static ngx_int_t
 ngx_http_ratelimit_vars(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,

@@ -583,7 +583,8 @@ const Figure kLearnedFigures[] = {
 extern const Algorithm kAdaptive = {
     .name = "adaptive",
     .traits = kSlots,
-    .params = P_MAX_WAIT | P_MIN | P_INITIAL | P_TOLERANCE | P_INTERVAL | P_PRIORITY | P_CLASSES | P_CLASS_DEFAULT | P_FAIR,
+    .params =
+        P_MAX_WAIT | P_MIN | P_INITIAL | P_TOLERANCE | P_INTERVAL | P_PRIORITY | P_CLASSES | P_CLASS_DEFAULT | P_FAIR,
     .finish = adaptive_finish,
     .name_tail = adaptive_tail,
     .block_size = adaptive_block,

@@ -371,7 +371,7 @@ FairPlace fair_place(const rl_rule_t &rule, Block *b, uint32_t mine, const rl_ch
         }
         const uint32_t t = ts.at(wt[i]);
         const bool o = over(t);
-        f.ahead += o != f.over                         ? !o
+        f.ahead += o != f.over                       ? !o
                    : ts.held[t] != ts.held[me]       ? ts.held[t] < ts.held[me]
                    : ts.waiting[t] != ts.waiting[me] ? ts.waiting[t] < ts.waiting[me]
                                                      : !seen;
@@ -439,8 +439,8 @@ rl_decision_t decide_classed(const rl_rule_t &rule, Block *b, uint32_t held, uin
         d.queued = 1;
         d.delay_ms = rule.max_wait_ms;
     }
-    c.shed = held >= open ? RL_SHED_FULL
-             : alone <= 0 ? RL_SHED_SHARE
+    c.shed = held >= open                       ? RL_SHED_FULL
+             : alone <= 0                       ? RL_SHED_SHARE
              : f.over || (int64_t) ahead < room ? RL_SHED_FAIR
                                                 : RL_SHED_QUEUE;
     return d;
@@ -461,8 +461,8 @@ rl_decision_t decide_with_classes(const rl_rule_t &rule, State &s, rl_check_t &c
     return d;
 }
 
-rl_decision_t decide_in_order(const rl_rule_t &rule, State &s, int64_t now, const rl_check_t &c,
-                              int (*alive)(uint32_t), uint32_t *reclaimed)
+rl_decision_t decide_in_order(const rl_rule_t &rule, State &s, int64_t now, const rl_check_t &c, int (*alive)(uint32_t),
+                              uint32_t *reclaimed)
 {
     Block *b = block_of(s);
     uint32_t held = held_count(rule, s);
@@ -638,7 +638,8 @@ bool release(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32
 
 size_t slots_block_size(const rl_rule_t &rule)
 {
-    const size_t tenants = classed(rule) && fair(rule) ? 3 + sizeof(uint32_t) * (slots_of(rule) + queue_capacity(rule)) : 0;
+    const size_t tenants =
+        classed(rule) && fair(rule) ? 3 + sizeof(uint32_t) * (slots_of(rule) + queue_capacity(rule)) : 0;
     const size_t classes = classed(rule) ? classes_size(rule) + tenants : 0;
     return offsetof(Block, holder) + sizeof(uint32_t) * slots_of(rule) + sizeof(Waiter) * queue_capacity(rule) +
            classes;

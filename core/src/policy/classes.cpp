@@ -86,8 +86,8 @@ int read_classes(rl_classes_t &k, const char *v, size_t len, const char *whole, 
     }
     if (sum > 100) {
         return fail(err, errlen,
-                    "invalid \"%.*s\": the shares add up to %u%%: at most 100%% of the key's slots can be kept",
-                    wlen, whole, sum);
+                    "invalid \"%.*s\": the shares add up to %u%%: at most 100%% of the key's slots can be kept", wlen,
+                    whole, sum);
     }
     return RL_OK;
 }
@@ -160,8 +160,8 @@ int classes_finish(rl_rule_t &rule, char *err, size_t errlen)
             for (uint32_t i = 0; i < k.n && at < sizeof(list); i++) {
                 at += (size_t) std::snprintf(list + at, sizeof(list) - at, "%s%s", i ? ", " : "", k.name[i]);
             }
-            return fail(err, errlen, "invalid \"class_default=%s\": expected a class of classes=: %s",
-                        k.fallback_name, list);
+            return fail(err, errlen, "invalid \"class_default=%s\": expected a class of classes=: %s", k.fallback_name,
+                        list);
         }
     }
     return RL_OK;

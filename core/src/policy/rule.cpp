@@ -591,7 +591,8 @@ int parse_words(rl_rule_t *rule, const char *text, char *err, size_t errlen)
         }
         // zone= and key= name nginx's things; charge= is spent by the caller
         if (rc == RL_DECLINED && std::strncmp(start, "zone=", 5) != 0 && std::strncmp(start, "key=", 4) != 0 &&
-            std::strncmp(start, "charge=", 7) != 0 && std::strncmp(start, "priority=", 9) != 0 && std::strncmp(start, "fair=", 5) != 0) {
+            std::strncmp(start, "charge=", 7) != 0 && std::strncmp(start, "priority=", 9) != 0 &&
+            std::strncmp(start, "fair=", 5) != 0) {
             return fail(err, errlen, "invalid \"%.*s\": variables are only known inside nginx", (int) (p - start),
                         start);
         }
@@ -653,8 +654,7 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
         const Algorithm &a = algorithm_of(*rule);
         if (check_given(*rule, a, err, errlen) != RL_OK || check_variables(*rule, err, errlen) != RL_OK ||
             (a.finish != nullptr && a.finish(*rule, err, errlen) != RL_OK) ||
-            classes_finish(*rule, err, errlen) != RL_OK ||
-            check_bounds(*rule, a, err, errlen) != RL_OK) {
+            classes_finish(*rule, err, errlen) != RL_OK || check_bounds(*rule, a, err, errlen) != RL_OK) {
             return RL_ERROR;
         }
         if (!(rule->given & P_NAME)) {
