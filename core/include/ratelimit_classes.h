@@ -34,6 +34,7 @@ typedef struct rl_classes_s {
     uint32_t  given;             /* internal: which of priority=,
                                     classes=, class_default=, fair= were
                                     given (fair= alone: one class, "all") */
+    uint32_t  name_len[RL_CLASSES_MAX];
     char      name[RL_CLASSES_MAX][RL_CLASS_NAME_MAX];
     char      fallback_name[RL_CLASS_NAME_MAX]; /* class_default= as
                                     written, until the rule is finished */

@@ -35,6 +35,8 @@ static ngx_int_t ngx_http_ratelimit_decide(ngx_http_request_t *r,
     ngx_http_ratelimit_loc_conf_t *rlcf);
 static ngx_int_t ngx_http_ratelimit_key(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, ngx_str_t *key);
+static ngx_int_t ngx_http_ratelimit_value(ngx_http_request_t *r,
+    ngx_http_complex_value_t *cv, ngx_int_t index, ngx_str_t *value);
 static ngx_int_t ngx_http_ratelimit_vars(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, rl_check_t *c);
 static uint64_t ngx_http_ratelimit_cost(ngx_http_request_t *r,
@@ -233,22 +235,32 @@ static ngx_int_t
 ngx_http_ratelimit_key(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
     ngx_str_t *key)
 {
+    return ngx_http_ratelimit_value(r, rule->key, rule->key_index, key);
+}
+
+
+/* A value: its one variable read in place (index), else cv evaluated. */
+
+static ngx_int_t
+ngx_http_ratelimit_value(ngx_http_request_t *r, ngx_http_complex_value_t *cv,
+    ngx_int_t index, ngx_str_t *value)
+{
     ngx_http_variable_value_t  *vv;
 
-    if (rule->key_index == NGX_ERROR) {
-        return ngx_http_complex_value(r, rule->key, key);
+    if (index == NGX_ERROR) {
+        return ngx_http_complex_value(r, cv, value);
     }
 
-    vv = ngx_http_get_indexed_variable(r, rule->key_index);
+    vv = ngx_http_get_indexed_variable(r, index);
 
     if (vv == NULL || vv->not_found) {
-        key->len = 0;
-        key->data = NULL;
+        value->len = 0;
+        value->data = NULL;
         return vv == NULL ? NGX_ERROR : NGX_OK;
     }
 
-    key->len = vv->len;
-    key->data = vv->data;
+    value->len = vv->len;
+    value->data = vv->data;
 
     return NGX_OK;
 }
@@ -272,7 +284,9 @@ ngx_http_ratelimit_vars(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
        core's), never an error */
 
     if (rule->vars->priority != NULL) {
-        if (ngx_http_complex_value(r, rule->vars->priority, &value) != NGX_OK)
+        if (ngx_http_ratelimit_value(r, rule->vars->priority,
+                                     rule->vars->priority_index, &value)
+            != NGX_OK)
         {
             ngx_str_null(&value);
         }
@@ -281,7 +295,10 @@ ngx_http_ratelimit_vars(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
     }
 
     if (rule->vars->fair != NULL) {
-        if (ngx_http_complex_value(r, rule->vars->fair, &value) != NGX_OK) {
+        if (ngx_http_ratelimit_value(r, rule->vars->fair,
+                                     rule->vars->fair_index, &value)
+            != NGX_OK)
+        {
             ngx_str_null(&value);
         }
 

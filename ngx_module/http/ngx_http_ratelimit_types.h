@@ -47,6 +47,9 @@ typedef struct {
                                                NULL: none */
     ngx_http_complex_value_t    *fair;      /* fair=$var: the tenant;
                                                NULL: none */
+    int32_t                      priority_index; /* one variable each */
+    int32_t                      fair_index;     /* (NGX_ERROR: another
+                                               value) */
 } ngx_http_ratelimit_rule_vars_t;
 
 

@@ -247,29 +247,28 @@ uint32_t reclaim(const rl_rule_t &rule, State &s, int (*alive)(uint32_t))
 
 // What a class's request finds: the classes' slots held as they will be
 // once the waiters served before it took theirs.  free: the slots open and
-// not held; kept(c): those the shares of classes other than c keep;
-// room(c): those c may take, every free one while c holds fewer than its
-// own share (so that shares rounded up never lock each other out).
+// not held; unmet(c): the slots c's share keeps (its share less what it
+// holds); room(c): those c may take, every free one while c holds fewer
+// than its own share (so that shares rounded up never lock each other
+// out), else those the other classes' shares do not keep.
 struct Shares {
-    const rl_classes_t &k;
-    uint32_t open;
+    uint32_t n;
+    uint32_t reserved[RL_CLASSES_MAX];
     uint32_t held[RL_CLASSES_MAX];
     int64_t free;
+    int64_t kept;  // the sum of unmet()
 
-    int64_t unmet(uint32_t c) const
+    Shares(const rl_classes_t &k, uint32_t open, const uint32_t *holding, int64_t free_now) : n(k.n), free(free_now)
     {
-        const uint32_t r = class_reserved(k, c, open);
-        return held[c] < r ? r - held[c] : 0;
-    }
-    int64_t kept(uint32_t c) const
-    {
-        int64_t n = 0;
-        for (uint32_t j = 0; j < k.n; j++) {
-            n += j != c ? unmet(j) : 0;
+        kept = 0;
+        for (uint32_t j = 0; j < n; j++) {
+            reserved[j] = class_reserved(k, j, open);
+            held[j] = holding != nullptr ? holding[j] : 0;
+            kept += unmet(j);
         }
-        return n;
     }
-    int64_t room(uint32_t c) const { return unmet(c) > 0 ? free : free - kept(c); }
+    int64_t unmet(uint32_t c) const { return held[c] < reserved[c] ? reserved[c] - held[c] : 0; }
+    int64_t room(uint32_t c) const { return unmet(c) > 0 ? free : free - (kept - unmet(c)); }
     // `waiting` requests of class c served, as many as it has room for:
     // first within its own share, then beyond it
     void serve(uint32_t c, uint32_t waiting)
@@ -279,10 +278,12 @@ struct Shares {
             if (phase == 0) {
                 r = r < unmet(c) ? r : unmet(c);
             }
-            const uint32_t n = r <= 0 ? 0 : r < waiting ? (uint32_t) r : waiting;
-            held[c] += n;
-            free -= n;
-            waiting -= n;
+            const uint32_t m = r <= 0 ? 0 : r < waiting ? (uint32_t) r : waiting;
+            kept -= unmet(c);
+            held[c] += m;
+            kept += unmet(c);
+            free -= m;
+            waiting -= m;
         }
     }
 };
@@ -403,9 +404,8 @@ rl_decision_t decide_classed(const rl_rule_t &rule, Block *b, uint32_t held, uin
     uint32_t waiting[RL_CLASSES_MAX] = {};
     uint32_t ahead = 0, lowest = 0;
     bool in_queue = false;
-    Shares sh{k, open, {}, held < open ? (int64_t) (open - held) : 0};
-    if (b != nullptr) {
-        std::memcpy(sh.held, classed_of(rule, b)->held, sizeof(sh.held));
+    Shares sh(k, open, b != nullptr ? classed_of(rule, b)->held : nullptr, held < open ? (int64_t) (open - held) : 0);
+    if (b != nullptr && b->queued > 0) {
         const Waiter *q = queue_of(rule, b);
         const uint8_t *wk = waiter_class(rule, b);
         for (uint32_t i = 0; i < b->queued; i++) {

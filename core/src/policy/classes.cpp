@@ -25,7 +25,7 @@ bool class_char(char c)
 uint32_t find_class(const rl_classes_t &k, const char *name, size_t len)
 {
     for (uint32_t i = 0; i < k.n; i++) {
-        if (std::strlen(k.name[i]) == len && std::memcmp(k.name[i], name, len) == 0) {
+        if (k.name_len[i] == len && std::memcmp(k.name[i], name, len) == 0) {
             return i;
         }
     }
@@ -62,6 +62,7 @@ int read_class(rl_classes_t &k, const char *p, size_t len, const char *whole, in
     }
     std::memcpy(k.name[k.n], p, nlen);
     k.name[k.n][nlen] = '\0';
+    k.name_len[k.n] = (uint32_t) nlen;
     k.share[k.n++] = (uint32_t) share;
     return RL_OK;
 }
@@ -138,6 +139,7 @@ int classes_finish(rl_rule_t &rule, char *err, size_t errlen)
     if (k.given == P_FAIR) {
         // fairness alone: one class, every request's
         std::memcpy(k.name[0], "all", 4);
+        k.name_len[0] = 3;
         k.n = 1;
         return RL_OK;
     }
