@@ -253,8 +253,8 @@ uint32_t reclaim(const rl_rule_t &rule, State &s, int (*alive)(uint32_t))
 // out), else those the other classes' shares do not keep.
 struct Shares {
     uint32_t n;
-    uint32_t reserved[RL_CLASSES_MAX];
-    uint32_t held[RL_CLASSES_MAX];
+    uint32_t reserved[RL_CLASSES_MAX] = {};
+    uint32_t held[RL_CLASSES_MAX] = {};
     int64_t free;
     int64_t kept;  // the sum of unmet()
 
@@ -417,10 +417,10 @@ rl_decision_t decide_classed(const rl_rule_t &rule, Block *b, uint32_t held, uin
         }
     }
     const int64_t alone = sh.room(mine);  // with nobody waiting
-    for (uint32_t j = 0; j < mine; j++) {
+    for (uint32_t j = 0; j < mine && b != nullptr && b->queued > 0; j++) {
         sh.serve(j, waiting[j]);
     }
-    const int64_t room = sh.room(mine);
+    const int64_t room = b != nullptr && b->queued > 0 ? sh.room(mine) : alone;
     FairPlace f;
     if (fair(rule)) {
         f = fair_place(rule, b, mine, c, sh.held[mine] + (room > 0 ? room : 0));
