@@ -35,7 +35,7 @@ static ngx_int_t ngx_http_ratelimit_decide(ngx_http_request_t *r,
     ngx_http_ratelimit_loc_conf_t *rlcf);
 static ngx_int_t ngx_http_ratelimit_key(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, ngx_str_t *key);
-static ngx_int_t ngx_http_ratelimit_value(ngx_http_request_t *r,
+static ngx_inline ngx_int_t ngx_http_ratelimit_value(ngx_http_request_t *r,
     ngx_http_complex_value_t *cv, ngx_int_t index, ngx_str_t *value);
 static ngx_int_t ngx_http_ratelimit_vars(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, rl_check_t *c);
@@ -241,7 +241,7 @@ ngx_http_ratelimit_key(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
 
 /* A value: its one variable read in place (index), else cv evaluated. */
 
-static ngx_int_t
+static ngx_inline ngx_int_t
 ngx_http_ratelimit_value(ngx_http_request_t *r, ngx_http_complex_value_t *cv,
     ngx_int_t index, ngx_str_t *value)
 {

@@ -66,6 +66,12 @@ void concurrency_bounds(const rl_rule_t &rule, bool, Bounds &b)
     b.window_min = b.window_max = 0;
 }
 
+// The slots and queue, then the classes' part if any.
+size_t concurrency_block(const rl_rule_t &rule)
+{
+    return slots_block_size(rule) + slots_classes_size(rule);
+}
+
 }  // namespace
 
 extern const Algorithm kConcurrency = {
@@ -74,7 +80,7 @@ extern const Algorithm kConcurrency = {
     .params = P_MAX_WAIT | P_LEASE | P_PRIORITY | P_CLASSES | P_CLASS_DEFAULT | P_FAIR,
     .finish = concurrency_finish,
     .name_tail = concurrency_tail,
-    .block_size = slots_block_size,
+    .block_size = concurrency_block,
     .policy = slots_policy,
     .transition = slots_transition,
     .no_charge = "each request holds one slot while it runs",

@@ -70,7 +70,8 @@ Waiter *queue_of(const rl_rule_t &rule, Block *b)
 }
 
 // A rule with classes: the slots each class holds, then each slot's class
-// and each waiter's, after the queue.
+// and each waiter's, at the end of the key's block (after what its
+// algorithm keeps beyond the queue: slots_classes_size).
 struct Classed {
     uint32_t held[RL_CLASSES_MAX];
     uint8_t klass[1];  // [slots], then [queue capacity]
@@ -83,7 +84,7 @@ bool classed(const rl_rule_t &rule)
 
 Classed *classed_of(const rl_rule_t &rule, Block *b)
 {
-    return reinterpret_cast<Classed *>(queue_of(rule, b) + queue_capacity(rule));
+    return reinterpret_cast<Classed *>(reinterpret_cast<char *>(b) + rule.block - slots_classes_size(rule));
 }
 
 uint8_t *slot_class(const rl_rule_t &rule, Block *b)
@@ -149,6 +150,20 @@ Block *block_of(const State &s)
 
 // The slots held, counted again if the count cannot be right (a process
 // died writing the block).
+// The count of a block a process died writing, counted again (apart: the
+// count read above is inlined where it is needed).
+[[gnu::noinline]] uint32_t recount(const rl_rule_t &rule, Block *b)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < slots_of(rule); i++) {
+        n += b->holder[i] != 0;
+    }
+    if (classed(rule)) {
+        recount_classes(rule, b);
+    }
+    return b->held = n;
+}
+
 uint32_t held_count(const rl_rule_t &rule, State &s)
 {
     Block *b = block_of(s);
@@ -159,14 +174,7 @@ uint32_t held_count(const rl_rule_t &rule, State &s)
     if (b->held <= slots) {
         return b->held;
     }
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < slots; i++) {
-        n += b->holder[i] != 0;
-    }
-    if (classed(rule)) {
-        recount_classes(rule, b);
-    }
-    return b->held = n;
+    return recount(rule, b);
 }
 
 // A key is kept while anything is held or queued, and always where its
@@ -638,11 +646,16 @@ bool release(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32
 
 size_t slots_block_size(const rl_rule_t &rule)
 {
-    const size_t tenants =
-        classed(rule) && fair(rule) ? 3 + sizeof(uint32_t) * (slots_of(rule) + queue_capacity(rule)) : 0;
-    const size_t classes = classed(rule) ? classes_size(rule) + tenants : 0;
-    return offsetof(Block, holder) + sizeof(uint32_t) * slots_of(rule) + sizeof(Waiter) * queue_capacity(rule) +
-           classes;
+    return offsetof(Block, holder) + sizeof(uint32_t) * slots_of(rule) + sizeof(Waiter) * queue_capacity(rule);
+}
+
+size_t slots_classes_size(const rl_rule_t &rule)
+{
+    if (!classed(rule)) {
+        return 0;
+    }
+    const size_t tenants = fair(rule) ? 3 + sizeof(uint32_t) * (slots_of(rule) + queue_capacity(rule)) : 0;
+    return (classes_size(rule) + tenants + 3) & ~size_t{3};
 }
 
 rl_decision_t slots_transition(const rl_rule_t &rule, State &s, int64_t, uint64_t cost, bool)
