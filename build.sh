@@ -28,7 +28,7 @@
 #                       127.0.0.1:8080 (PORT=8081 for another port) in the
 #                       foreground; Ctrl-C stops it
 #   ./build.sh bench    build, then run the benchmarks (bench/README.md);
-#                       ./build.sh bench core|state|throughput|density|shaping|redis|redis_concurrency|adaptive|config|stream|bandwidth
+#                       ./build.sh bench core|state|throughput|density|shaping|redis|redis_concurrency|adaptive|priority|config|stream|bandwidth
 #                       runs one of them
 #   ./build.sh instructions [--check]  build, then count each benchmark
 #                       location's instructions a request under callgrind
@@ -448,7 +448,7 @@ run_bench() {
         log "eviction summary"
         "$BUILD/cmake/summary_bench"
     fi
-    for b in throughput density shaping redis redis_concurrency sync adaptive config stream bandwidth; do
+    for b in throughput density shaping redis redis_concurrency sync adaptive priority config stream bandwidth; do
         if [ "$which" = all ] || [ "$which" = "$b" ]; then
             log "$b"
             # the redis bench's Kong-style peer runs on Debian's lua module
@@ -519,6 +519,6 @@ case "${1:-build}" in
     instructions) shift; instructions "$@" ;;
     stress) build; stress "${2:-100}" ;;
     check-format) check_format ;;
-    *) echo "usage: $0 [build|test|test-asan|matrix [ENTRY...]|deb|test-deb|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|state|throughput|density|shaping|redis|redis_concurrency|sync|adaptive|config|stream|bandwidth]|instructions [--check]]" >&2
+    *) echo "usage: $0 [build|test|test-asan|matrix [ENTRY...]|deb|test-deb|fuzz [SECONDS]|stress [ROUNDS]|check-format|demo|bench [core|summary|state|throughput|density|shaping|redis|redis_concurrency|sync|adaptive|priority|config|stream|bandwidth]|instructions [--check]]" >&2
        exit 2 ;;
 esac

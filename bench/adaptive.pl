@@ -37,6 +37,7 @@ use POSIX ();
 use Time::HiRes qw(sleep time);
 use JSON::PP ();
 use RLTest;
+use RLBench;
 
 my $step_s = 15;
 my ($csv, $only) = (undef, '');
@@ -46,8 +47,7 @@ GetOptions('seconds-per-step=i' => \$step_s, 'csv=s' => \$csv, 'only=s' => \$onl
 my $W = 8;
 my $MEAN = 40;
 my $CAP = 1000 * $W / $MEAN;
-my $python = '/usr/bin/python3';
-my $helper = "$FindBin::Bin/../t/lib/rl_adaptive.py";
+my ($python, $helper) = ($RLBench::python, $RLBench::helper);
 my @steps = ([0.5, 'x0.5'], [2, 'x2'], [4, 'x4'], [0.5, 'x0.5 again'], [2, 'x2, S doubled']);
 my $steps = join ',', map { ($_->[0] * $CAP) . ":$step_s" } @steps;
 
@@ -61,43 +61,17 @@ my @names = ('no limit', 'static W', 'limit_conn W', 'adaptive');
 
 sub start_upstream {
     my ($portfile, $workers) = @_;
-    unlink $portfile;
-    my $pid = fork() // die "fork: $!";
-    if ($pid == 0) {
-        exec($python, $helper, 'upstream', $portfile, '--workers', $workers // $W, '--mean-ms', $MEAN, '--sigma', 0.5)
-            or POSIX::_exit(127);
-    }
-    RLTest::wait_until(sub { -s $portfile }, 10) or die "the upstream did not start\n";
-    my $port = RLTest::read_file($portfile);
-    chomp $port;
-    return ($pid, $port);
+    return RLBench::start_upstream($portfile, $workers // $W, $MEAN);
 }
 
 # nginx ($t's) with a location of $directives in front of the upstream at
 # $upport
 sub start_nginx {
     my ($t, $directives, $upport) = @_;
-    $t->{quiet} = 1;
-    $t->start(<<"EOF", workers => 1, no_access_log => 1, connections => 8192);
+    RLBench::start_inflight_nginx($t, <<'EOF', $directives, $upport);
 ratelimit_zone b 1m;
-map "" \$backend_key { default backend_a; }
-limit_conn_zone \$backend_key zone=c:1m;
-upstream backend {
-    server 127.0.0.1:$upport;
-    keepalive 64;
-}
-server {
-    listen 127.0.0.1:%%PORT%%;
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
-    location / {
-        $directives
-        proxy_pass http://backend;
-    }
-    location = /stats {
-        ratelimit_stats;
-    }
-}
+map "" $backend_key { default backend_a; }
+limit_conn_zone $backend_key zone=c:1m;
 EOF
 }
 

@@ -159,6 +159,46 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
 }
 
 {
+    my $title = 'Keep checkout alive in a sale';
+    $tested{$title} = 1;
+    my $up = RLSlowUpstream->new->start;
+    my $t = start_recipe($title, backend => $up->port);
+    # each class reaches the backend while there is room
+    is(join(' ', map { $t->get($_)->{status} } '/checkout/1', '/search?q=x', '/about'), '200 200 200',
+       "$title: checkout, browse and other served below the limit");
+    $t->stop();
+    $up->stop();
+}
+
+{
+    my $title = 'Paying tenants before free ones';
+    $tested{$title} = 1;
+    my $up = RLSlowUpstream->new->start;
+    my $t = start_recipe($title, backend => $up->port);
+    is(join(' ', map { $t->get('/api/x', { 'X-Api-Key' => $_ })->{status} } 'key-of-acme', 'unknown', ''),
+       '200 200 200', "$title: a paying key, an unknown one and none served below the limit");
+    $t->stop();
+    $up->stop();
+}
+
+{
+    my $title = 'Health checks never shed';
+    $tested{$title} = 1;
+    my $up = RLSlowUpstream->new->start;
+    my $t = start_recipe($title, backend => $up->port);
+    # traffic fills the 98 slots the probes' 2% does not keep: the 99th is
+    # refused, a probe is served
+    my @held = map { $t->open_request('/page', { 'X-Hold' => 20000 }) } 1 .. 98;
+    RLTest::wait_until(sub { ($up->in_flight // 0) >= 98 }, 30);
+    is($up->in_flight, 98, "$title: 98 requests of traffic held at the backend");
+    is($t->get('/page')->{status}, 503, "$title: the 99th refused (503, an overload): the probes' share is kept");
+    is($t->get('/healthz')->{status}, 200, "$title: the health check served");
+    close $_ for @held;
+    $t->stop();
+    $up->stop();
+}
+
+{
     my $title = 'An AI endpoint limited in tokens';
     $tested{$title} = 1;
     my $t = start_recipe($title);

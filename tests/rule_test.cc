@@ -69,9 +69,9 @@ TEST(Rule, ErrorsNameTheParameterValueAndWhatIsAllowed)
               "invalid \"period=367d\": expected a time from 1ms to 366d, like 500ms, 1s, 1m, 1h, 7d");
     EXPECT_EQ(error_of("limit=5 colour=red"),
               "unknown parameter \"colour=red\": expected zone=, key=, algorithm=, limit=, period=, burst=, "
-              "cost=, name=, zero_cost=, log_key=, limit_default=, limit_max=, charge=, ban=, abandoned=, align=, "
-              "buckets=, max_delay=, delay=, reset=, utc_offset=, max_wait=, lease=, min=, initial=, tolerance= or "
-              "interval=");
+              "cost=, name=, zero_cost=, log_key=, limit_default=, limit_max=, charge=, ban=, abandoned=, "
+              "priority=, classes=, class_default=, fair=, align=, buckets=, max_delay=, delay=, reset=, "
+              "utc_offset=, max_wait=, lease=, min=, initial=, tolerance= or interval=");
     EXPECT_EQ(error_of("limit=5 zero_cost=on"),
               "\"zero_cost=\" applies to cost=$variable only: a constant cost=0 always looks without spending");
     EXPECT_EQ(error_of("limit=5 zero_cost=maybe"),

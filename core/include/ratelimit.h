@@ -11,6 +11,7 @@
 #define RATELIMIT_H
 
 #include "ratelimit_rule.h"
+#include "ratelimit_classes.h"
 #include "ratelimit_table.h"
 #include "ratelimit_request.h"
 #include "ratelimit_redis.h"

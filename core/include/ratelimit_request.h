@@ -126,6 +126,15 @@ typedef struct {
                                        server's own count of the key's
                                        requests in flight:
                                        rl_request_hold_here()); */
+    uint32_t             klass;     /*   in: the request's class of a
+                                       rule with priority= (rl_class_of()),
+                                       0 the highest; */
+    uint32_t             tenant;    /*   in: its tenant (fair=,
+                                       rl_tenant_of()), 0: none; */
+    uint32_t             shed;      /*   out: why it
+                                       was not admitted (enum rl_shed,
+                                       ratelimit_classes.h), out of
+                                       rl_decide(); */
     uint32_t             ticket;    /*   its place in the key's queue while
                                        it waits (0: none).  Both out of
                                        rl_decide(), in to the next

@@ -148,6 +148,10 @@ typedef struct {
                                    a state found further ahead is read as
                                    this far (a file from a clock that ran
                                    ahead, a rule relaxed since) */
+    struct rl_classes_s *classes; /* concurrency, adaptive: priority= and
+                                   its classes (ratelimit_classes.h), in
+                                   memory the rule's reader gives before
+                                   its parameters are parsed; NULL: none */
 } rl_rule_t;
 
 /* Results of rl_rule_param. */

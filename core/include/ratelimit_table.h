@@ -193,6 +193,11 @@ typedef struct {
                                      queueing, as learned (0: none yet), */
     uint32_t       recent_us;   /*   its typical latency over the last
                                      interval */
+    uint32_t       class_in_flight[8]; /* a rule with priority classes:
+                                     each class's slots held, */
+    uint32_t       class_waiting[8];   /*   its requests waiting, */
+    uint32_t       class_kept[8];      /*   and the slots its share keeps
+                                     now (of the slots open) */
 } rl_peek_t;
 
 /*

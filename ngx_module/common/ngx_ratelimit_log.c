@@ -131,6 +131,21 @@ ngx_ratelimit_log_check(ngx_log_t *log, ngx_uint_t level, const char *what,
         return;
     }
 
+    /* a rule with priority classes: the request's class, and why its
+       class had no slot (rl_shed_name) */
+
+    if (check->rule->classes != NULL) {
+        ngx_log_error(level, log, 0,
+                      "ratelimit: %s by rule \"%V\" in zone \"%V\", key %*s, "
+                      "class %s%s%s", what, &rule->name,
+                      &ngx_ratelimit_zone_of(rule)->name,
+                      (size_t) (p - key), key,
+                      rl_class_name(check->rule, check->klass),
+                      check->shed ? ", reason " : "",
+                      rl_shed_name(check->shed));
+        return;
+    }
+
     ngx_log_error(level, log, 0,
                   "ratelimit: %s by rule \"%V\" in zone \"%V\", key %*s, "
                   "cost %uL%s, retry after %L ms", what, &rule->name,

@@ -35,6 +35,8 @@ static ngx_int_t ngx_http_ratelimit_decide(ngx_http_request_t *r,
     ngx_http_ratelimit_loc_conf_t *rlcf);
 static ngx_int_t ngx_http_ratelimit_key(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, ngx_str_t *key);
+static ngx_inline ngx_int_t ngx_http_ratelimit_value(ngx_http_request_t *r,
+    ngx_http_complex_value_t *cv, ngx_int_t index, ngx_str_t *value);
 static ngx_int_t ngx_http_ratelimit_vars(ngx_http_request_t *r,
     ngx_http_ratelimit_rule_t *rule, rl_check_t *c);
 static uint64_t ngx_http_ratelimit_cost(ngx_http_request_t *r,
@@ -233,36 +235,74 @@ static ngx_int_t
 ngx_http_ratelimit_key(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
     ngx_str_t *key)
 {
+    return ngx_http_ratelimit_value(r, rule->key, rule->key_index, key);
+}
+
+
+/* A value: its one variable read in place (index), else cv evaluated. */
+
+static ngx_inline ngx_int_t
+ngx_http_ratelimit_value(ngx_http_request_t *r, ngx_http_complex_value_t *cv,
+    ngx_int_t index, ngx_str_t *value)
+{
     ngx_http_variable_value_t  *vv;
 
-    if (rule->key_index == NGX_ERROR) {
-        return ngx_http_complex_value(r, rule->key, key);
+    if (index == NGX_ERROR) {
+        return ngx_http_complex_value(r, cv, value);
     }
 
-    vv = ngx_http_get_indexed_variable(r, rule->key_index);
+    vv = ngx_http_get_indexed_variable(r, index);
 
     if (vv == NULL || vv->not_found) {
-        key->len = 0;
-        key->data = NULL;
+        value->len = 0;
+        value->data = NULL;
         return vv == NULL ? NGX_ERROR : NGX_OK;
     }
 
-    key->len = vv->len;
-    key->data = vv->data;
+    value->len = vv->len;
+    value->data = vv->data;
 
     return NGX_OK;
 }
 
 
-/* A rule with variables, as it applies to the request: its cost, limit
-   and burst (most rules have none: their check holds the rule as it is). */
+/* A rule with variables, as it applies to the request: its cost, class,
+   tenant, limit and burst (most rules have none: their check holds the
+   rule as it is). */
 
 static ngx_int_t
 ngx_http_ratelimit_vars(ngx_http_request_t *r, ngx_http_ratelimit_rule_t *rule,
     rl_check_t *c)
 {
+    ngx_str_t  value;
+
     if (rule->vars->cost != NULL) {
         c->cost = ngx_http_ratelimit_cost(r, rule);
+    }
+
+    /* priority=: a value naming no class is the rule's default class (the
+       core's), never an error */
+
+    if (rule->vars->priority != NULL) {
+        if (ngx_http_ratelimit_value(r, rule->vars->priority,
+                                     rule->vars->priority_index, &value)
+            != NGX_OK)
+        {
+            ngx_str_null(&value);
+        }
+
+        c->klass = rl_class_of(c->rule, (char *) value.data, value.len);
+    }
+
+    if (rule->vars->fair != NULL) {
+        if (ngx_http_ratelimit_value(r, rule->vars->fair,
+                                     rule->vars->fair_index, &value)
+            != NGX_OK)
+        {
+            ngx_str_null(&value);
+        }
+
+        c->tenant = rl_tenant_of((char *) value.data, value.len);
     }
 
     if (rule->vars->limit != NULL || rule->vars->burst != NULL) {
@@ -392,6 +432,8 @@ ngx_http_ratelimit_apply_verdict(ngx_http_request_t *r,
         ctx->applied = binding->rule;
         ctx->decision = binding->decision;
         ctx->tag = binding->tag;
+        ctx->klass = binding->klass;
+        ctx->shed = binding->shed;
         ctx->policy = rlcf->policy;
     }
 

@@ -39,7 +39,9 @@ enum {
     NGX_HTTP_RATELIMIT_VAR_DECIDED_BY,
     NGX_HTTP_RATELIMIT_VAR_FINGERPRINT,
     NGX_HTTP_RATELIMIT_VAR_CHARGED,
-    NGX_HTTP_RATELIMIT_VAR_OVERRIDE
+    NGX_HTTP_RATELIMIT_VAR_OVERRIDE,
+    NGX_HTTP_RATELIMIT_VAR_CLASS,
+    NGX_HTTP_RATELIMIT_VAR_REASON
 };
 
 
@@ -71,6 +73,12 @@ static ngx_http_variable_t  ngx_http_ratelimit_vars[] = {
 
     { ngx_string("ratelimit_charged"), NULL, ngx_http_ratelimit_variable,
       NGX_HTTP_RATELIMIT_VAR_CHARGED, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ratelimit_class"), NULL, ngx_http_ratelimit_variable,
+      NGX_HTTP_RATELIMIT_VAR_CLASS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ratelimit_reason"), NULL, ngx_http_ratelimit_variable,
+      NGX_HTTP_RATELIMIT_VAR_REASON, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
     { ngx_string("ratelimit_override"), NULL,
       ngx_http_ratelimit_override_variable, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
@@ -412,7 +420,11 @@ ngx_http_ratelimit_variable(ngx_http_request_t *r,
         || (data == NGX_HTTP_RATELIMIT_VAR_CHARGED && !ctx->charged_set)
         || (data != NGX_HTTP_RATELIMIT_VAR_STATUS
             && data != NGX_HTTP_RATELIMIT_VAR_DECIDED_BY && ctx->rule == NULL)
-        || (data == NGX_HTTP_RATELIMIT_VAR_DECIDED_BY && ctx->decided_by == 0))
+        || (data == NGX_HTTP_RATELIMIT_VAR_DECIDED_BY && ctx->decided_by == 0)
+        || ((data == NGX_HTTP_RATELIMIT_VAR_CLASS
+             || data == NGX_HTTP_RATELIMIT_VAR_REASON)
+            && ctx->applied->classes == NULL)
+        || (data == NGX_HTTP_RATELIMIT_VAR_REASON && ctx->shed == 0))
     {
         v->not_found = 1;
         return NGX_OK;
@@ -433,6 +445,16 @@ ngx_http_ratelimit_variable(ngx_http_request_t *r,
         s = &ngx_ratelimit_status_names[ctx->status];
         v->len = s->len;
         v->data = s->data;
+        return NGX_OK;
+    }
+
+    if (data == NGX_HTTP_RATELIMIT_VAR_CLASS
+        || data == NGX_HTTP_RATELIMIT_VAR_REASON)
+    {
+        v->data = (u_char *) (data == NGX_HTTP_RATELIMIT_VAR_CLASS
+                              ? rl_class_name(ctx->applied, ctx->klass)
+                              : rl_shed_name(ctx->shed));
+        v->len = ngx_strlen(v->data);
         return NGX_OK;
     }
 

@@ -20,6 +20,8 @@ static ngx_int_t ngx_http_ratelimit_compile_key(ngx_conf_t *cf,
 static ngx_int_t ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
     ngx_http_ratelimit_loc_conf_t *rlcf, ngx_http_ratelimit_rule_t *rule,
     ngx_str_t *key);
+static int32_t ngx_http_ratelimit_variable_index(ngx_conf_t *cf,
+    ngx_str_t *value);
 static ngx_int_t ngx_http_ratelimit_rule_zone(ngx_conf_t *cf,
     ngx_http_ratelimit_loc_conf_t *rlcf, ngx_http_ratelimit_rule_t *rule,
     ngx_str_t *zone);
@@ -77,13 +79,15 @@ ngx_http_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 /*
  * A parameter the core declined that is HTTP's: one whose value nginx
- * evaluates (charge=, cost=, limit= or burst= with a $variable), compiled.
+ * evaluates (charge=, priority=, fair=, cost=, limit= or burst= with a
+ * $variable), compiled.
  */
 
 static ngx_int_t
 ngx_http_ratelimit_glue_param(ngx_conf_t *cf, ngx_ratelimit_rule_t *common,
     ngx_str_t *value)
 {
+    int32_t                            index;
     ngx_str_t                          s;
     ngx_http_ratelimit_rule_t         *rule;
     ngx_http_complex_value_t         **cv;
@@ -100,14 +104,29 @@ ngx_http_ratelimit_glue_param(ngx_conf_t *cf, ngx_ratelimit_rule_t *common,
         if (rule->vars == NULL) {
             return NGX_ERROR;
         }
+
+        rule->vars->priority_index = NGX_ERROR;
+        rule->vars->fair_index = NGX_ERROR;
     }
 
     cv = ngx_strncmp(value->data, "charge=", 7) == 0 ? &rule->vars->charge
+         : value->data[0] == 'p' ? &rule->vars->priority
+         : value->data[0] == 'f' ? &rule->vars->fair
          : value->data[0] == 'c' ? &rule->vars->cost
          : value->data[0] == 'l' ? &rule->vars->limit : &rule->vars->burst;
 
     if (cv == &rule->vars->cost) {
         rule->common.cost_varies = 1;
+    }
+
+    if (cv == &rule->vars->priority || cv == &rule->vars->fair) {
+        index = ngx_http_ratelimit_variable_index(cf, &s);
+        if (index == NGX_ERROR - 1) {
+            return NGX_ERROR;
+        }
+
+        *(cv == &rule->vars->priority ? &rule->vars->priority_index
+                                      : &rule->vars->fair_index) = index;
     }
 
     *cv = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
@@ -136,10 +155,6 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
     ngx_http_ratelimit_loc_conf_t *rlcf, ngx_http_ratelimit_rule_t *rule,
     ngx_str_t *key)
 {
-    u_char      c;
-    ngx_str_t   s;
-    ngx_uint_t  i;
-
     ngx_ratelimit_rule_unkeyed(cf, &rule->common, key,
                                ngx_http_script_variables_count(key));
 
@@ -149,31 +164,47 @@ ngx_http_ratelimit_rule_key(ngx_conf_t *cf,
 
     ngx_ratelimit_rule_key(&rule->common, key);
 
-    rule->key_index = NGX_ERROR;
+    rule->key_index = ngx_http_ratelimit_variable_index(cf, key);
 
-    if (key->len > 1 && key->data[0] == '$'
-        && ngx_http_script_variables_count(key) == 1)
+    return rule->key_index == NGX_ERROR - 1 ? NGX_ERROR : NGX_OK;
+}
+
+
+/*
+ * The index of a value that is exactly one variable ("$name"), read without
+ * copying it (ngx_http_ratelimit_value); NGX_ERROR for any other value,
+ * NGX_ERROR - 1 when the index cannot be had.
+ */
+
+static int32_t
+ngx_http_ratelimit_variable_index(ngx_conf_t *cf, ngx_str_t *value)
+{
+    u_char      c;
+    ngx_int_t   index;
+    ngx_str_t   s;
+    ngx_uint_t  i;
+
+    if (value->len < 2 || value->data[0] != '$'
+        || ngx_http_script_variables_count(value) != 1)
     {
-        s.data = key->data + 1;
-        s.len = key->len - 1;
+        return NGX_ERROR;
+    }
 
-        for (i = 0; i < s.len; i++) {
-            c = s.data[i];
-            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-                  || (c >= '0' && c <= '9') || c == '_'))
-            {
-                break;
-            }
-        }
+    s.data = value->data + 1;
+    s.len = value->len - 1;
 
-        if (i == s.len) {
-            rule->key_index = ngx_http_get_variable_index(cf, &s);
-            if (rule->key_index == NGX_ERROR) {
-                return NGX_ERROR;
-            }
+    for (i = 0; i < s.len; i++) {
+        c = s.data[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+              || (c >= '0' && c <= '9') || c == '_'))
+        {
+            return NGX_ERROR;
         }
     }
 
+    index = ngx_http_get_variable_index(cf, &s);
+
+    return index == NGX_ERROR ? NGX_ERROR - 1 : (int32_t) index;
     return NGX_OK;
 }
 

@@ -35,6 +35,13 @@ typedef struct {
     ngx_http_complex_value_t    *burst;     /* burst=$var; NULL: rule.burst */
     ngx_http_complex_value_t    *charge;    /* charge=, spent as the request
                                                ends; NULL: none */
+    ngx_http_complex_value_t    *priority;  /* priority=$var: the class;
+                                               NULL: none */
+    ngx_http_complex_value_t    *fair;      /* fair=$var: the tenant;
+                                               NULL: none */
+    int32_t                      priority_index; /* one variable each */
+    int32_t                      fair_index;     /* (NGX_ERROR: another
+                                               value) */
 } ngx_http_ratelimit_rule_vars_t;
 
 
@@ -170,6 +177,9 @@ struct ngx_http_ratelimit_ctx_s {
     /* with rule */
     rl_decision_t                decision;  /* binding rule's decision */
     uint64_t                     tag;       /* binding rule's key, hashed */
+    uint32_t                     klass;     /* its class (priority=) */
+    uint32_t                     shed;      /* why it was not admitted
+                                               (enum rl_shed) */
     ngx_str_t                    policy;    /* RateLimit-Policy */
     /* the header filter's */
     u_char                       values[3 * NGX_INT64_LEN]; /* of the

@@ -96,7 +96,8 @@ ngx_stream_ratelimit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 /*
  * A parameter the core declined that is the stream module's: cost=,
  * limit= or burst= with a $variable, compiled.  charge= settles what a
- * request turned out to cost as it ends: a session has no such end here.
+ * request turned out to cost as it ends: a session has no such end here;
+ * priority= and fair= order HTTP requests only.
  */
 
 static ngx_int_t
@@ -115,6 +116,17 @@ ngx_stream_ratelimit_param(ngx_conf_t *cf, ngx_ratelimit_rule_t *common,
                            "block: charge= is for HTTP requests; expected "
                            "cost=N or cost=$variable, counted as a "
                            "session starts", value);
+        return NGX_ERROR;
+    }
+
+    if (ngx_strncmp(value->data, "priority=", 9) == 0
+        || ngx_strncmp(value->data, "fair=", 5) == 0)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"ratelimit\" directive: \"%V\" in the stream "
+                           "block: priority classes and fair shares are for "
+                           "HTTP requests; a session takes its slot by "
+                           "arrival", value);
         return NGX_ERROR;
     }
 

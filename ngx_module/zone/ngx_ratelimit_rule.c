@@ -229,15 +229,21 @@ ngx_int_t
 ngx_ratelimit_rule_read(ngx_conf_t *cf, ngx_ratelimit_rule_t *rule,
     ngx_str_t *zone, ngx_str_t *key, ngx_ratelimit_param_pt param)
 {
-    int          rc;
-    ngx_int_t    n;
-    ngx_str_t   *value;
-    ngx_uint_t   i;
-    char         err[RL_ERR_MAX], name[RL_NAME_MAX];
+    int            rc;
+    ngx_int_t      n;
+    ngx_str_t     *value;
+    ngx_uint_t     i;
+    rl_classes_t   classes;
+    char           err[RL_ERR_MAX], name[RL_NAME_MAX];
 
     value = cf->args->elts;
 
     rl_rule_init(&rule->rule, name);
+
+    /* room for priority classes, kept only if the rule has any */
+
+    ngx_memzero(&classes, sizeof(rl_classes_t));
+    rule->rule.classes = &classes;
 
     ngx_str_null(zone);
     ngx_str_null(key);
@@ -279,6 +285,17 @@ ngx_ratelimit_rule_read(ngx_conf_t *cf, ngx_ratelimit_rule_t *rule,
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"ratelimit\" directive: %s", err);
         return NGX_ERROR;
+    }
+
+    rule->rule.classes = NULL;
+
+    if (classes.n > 0) {
+        rule->rule.classes = ngx_pnalloc(cf->pool, sizeof(rl_classes_t));
+        if (rule->rule.classes == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(rule->rule.classes, &classes, sizeof(rl_classes_t));
     }
 
     return ngx_ratelimit_rule_name(cf, rule, name);

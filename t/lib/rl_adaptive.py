@@ -26,7 +26,8 @@ algorithm=adaptive's end-to-end test (t/adaptive.t) and its benchmark
       second: {"t":..., "step":..., "rate":..., "sent":..., "ok":... (2xx
       within the timeout), "refused": ... (429 or 503), "other":...,
       "timeouts":..., "p50_ms":..., "p99_ms":... (of the 2xx), "paths":
-      {PATH: {"ok":..., "refused":..., "other":...}, ...}}; --at-step
+      {PATH: {"ok":..., "refused":..., "other":..., "p99_ms":...}, ...}};
+      --at-step
       N:URL fetches URL when step N starts.
 """
 import argparse
@@ -137,6 +138,7 @@ async def one(host, port, path, timeout, sec):
         if 200 <= status < 300:
             sec.count(path, "ok")
             sec.lat.append(ms)
+            sec.paths[path].setdefault("lat", []).append(ms)
         elif status in (429, 503):
             sec.count(path, "refused")
         else:
@@ -252,6 +254,8 @@ async def run_load(args):
     if tasks:
         await asyncio.wait(tasks, timeout=args.timeout + 1)
     for t, (i, rate, s) in enumerate(seconds):
+        for p in s.paths.values():
+            p["p99_ms"] = pct(p.pop("lat", []), 99)
         print(json.dumps({"t": t, "step": i, "rate": rate, "sent": s.sent, "ok": s.ok, "refused": s.refused,
                           "other": s.other, "timeouts": s.timeouts, "p50_ms": pct(s.lat, 50),
                           "p99_ms": pct(s.lat, 99), "paths": s.paths}))

@@ -95,8 +95,9 @@
 //
 // State: the slots' block (slots, holders, queue), then the controller
 // with the interval's histogram, at a multiple of 8 bytes (the block is
-// 8-aligned), read and written in place under the zone's lock.  A key is
-// kept in the table while idle (its baseline is what it learned).
+// 8-aligned), read and written in place under the zone's lock, then the
+// priority classes' part if any (slots_classes_size).  A key is kept in
+// the table while idle (its baseline is what it learned).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -559,7 +560,7 @@ void adaptive_learned(const rl_rule_t &rule, const State &s, Learned *learned)
 
 size_t adaptive_block(const rl_rule_t &rule)
 {
-    return controller_at(rule) + sizeof(Controller);
+    return controller_at(rule) + sizeof(Controller) + slots_classes_size(rule);
 }
 
 // limit= is the most; min=, initial= within it; no period, cost or charge.

@@ -40,6 +40,12 @@ enum Param : uint32_t {
     P_CHARGE = 1u << 10,
     P_BAN = 1u << 11,
     P_ABANDONED = 1u << 12,
+    // the in-flight algorithms' classes (kSlots): their settings are a
+    // struct of their own (rl_classes_t), not the block
+    P_PRIORITY = 1u << 13,
+    P_CLASSES = 1u << 14,
+    P_CLASS_DEFAULT = 1u << 15,
+    P_FAIR = 1u << 16,
 };
 constexpr unsigned kOwnFirst = 32;
 
@@ -155,24 +161,28 @@ struct Bounds {
 };
 
 // Requests in flight (kSlots): a request decided on its key's slots,
-// admitted (a slot is free and no waiter is ahead of it), queued (max_wait:
+// admitted (a slot is free and no waiter is ahead of it; with priority
+// classes, a slot its class may take and no waiter served before it:
+// c.shed says why not), queued (max_wait:
 // it waits, or may join the queue; delay_ms is max_wait) or refused, the
 // slots and places of holders that alive() says no longer exist freed
 // first when none would be free (*reclaimed: slots freed); an admitted
 // request takes a slot (c.slot) and leaves the queue; a queued one joins it
 // if it is not in it (c.ticket); one that leaves the queue; one that ends
 // or gives up releases its slot and place (true if it held a slot); what a
-// key holds and how many wait; the slots open now (the rule's limit, or
+// key holds and how many wait (with priority classes, by class, and the
+// slots each class's share keeps); the slots open now (the rule's limit, or
 // what its algorithm learned).  slots.cpp's kInFlight, for concurrency and
 // adaptive alike.
 struct Slots {
-    rl_decision_t (*decide)(const rl_rule_t &rule, State &s, int64_t now, const rl_check_t &c, int (*alive)(uint32_t),
+    rl_decision_t (*decide)(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, int (*alive)(uint32_t),
                             uint32_t *reclaimed);
     void (*take)(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t holder);
     void (*join)(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t holder);
     void (*leave)(const rl_rule_t &rule, State &s, rl_check_t &c);
     bool (*release)(const rl_rule_t &rule, State &s, int64_t now, rl_check_t &c, uint32_t holder);
     void (*held)(const rl_rule_t &rule, const State &s, uint32_t *held, uint32_t *queued);
+    void (*by_class)(const rl_rule_t &rule, const State &s, uint32_t *held, uint32_t *queued, uint32_t *kept);
     uint32_t (*open)(const rl_rule_t &rule, const State &s);
 };
 extern const Slots kInFlight;

@@ -77,6 +77,9 @@ struct Span {
 // peek: the slots left), what a key holds and how many wait, and the
 // policy (the limit, no window).
 size_t slots_block_size(const rl_rule_t &rule);
+// With priority classes, the bytes of their part, last in the key's block
+// (its algorithm's block_size adds them; 0 without).
+size_t slots_classes_size(const rl_rule_t &rule);
 rl_decision_t slots_transition(const rl_rule_t &rule, State &s, int64_t now, uint64_t cost, bool apply);
 void slots_held(const rl_rule_t &rule, const State &s, uint32_t *held, uint32_t *queued);
 void slots_policy(rl_rule_t &rule);

@@ -95,6 +95,12 @@ void concurrency_spec(const rl_rule_t &rule, int64_t (&fields)[kSpecOwn])
     fields[kSpecLease] = params_of<SlotParams>(rule).lease_ms;
 }
 
+// The slots and queue, then the classes' part if any.
+size_t concurrency_block(const rl_rule_t &rule)
+{
+    return slots_block_size(rule) + slots_classes_size(rule);
+}
+
 }  // namespace
 
 extern const Algorithm kConcurrency = {
@@ -104,7 +110,7 @@ extern const Algorithm kConcurrency = {
     .nown = 2,
     .finish = concurrency_finish,
     .name_tail = concurrency_tail,
-    .block_size = slots_block_size,
+    .block_size = concurrency_block,
     .policy = slots_policy,
     .transition = slots_transition,
     .no_charge = "each request holds one slot while it runs",

@@ -394,6 +394,11 @@ template <bool kOne> int decide_as(rl_request_t &rq, int64_t now)
     }
     if (queued && (rq.dry_run || rq.last)) {
         queued = false;  // a dry run waits for nothing: a would-be refusal
+        for (size_t i = 0; rq.last && i < n; i++) {
+            if (rl::applies(c[i]) && c[i].decision.queued && c[i].shed != RL_SHED_NONE) {
+                c[i].shed = RL_SHED_WAITED;  // its max_wait is over
+            }
+        }
     }
 
     // With any, only the allowing rules consume; with all, every rule

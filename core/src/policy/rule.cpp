@@ -8,6 +8,7 @@
 
 #include "algorithms/algorithm.h"
 #include "algorithms/exact_time.h"
+#include "policy/classes.h"
 #include "ratelimit.h"
 #include "util/decimal.h"
 #include "util/error.h"
@@ -30,11 +31,23 @@ const struct {
     const char *name;
     uint32_t bit;
 } params[] = {
-    {"algorithm", P_ALGORITHM}, {"limit", P_LIMIT},     {"period", P_PERIOD},
-    {"burst", P_BURST},         {"cost", P_COST},       {"name", P_NAME},
-    {"zero_cost", P_ZERO_COST}, {"log_key", P_LOG_KEY}, {"limit_default", P_LIMIT_DEFAULT},
-    {"limit_max", P_LIMIT_MAX}, {"charge", P_CHARGE},   {"ban", P_BAN},
+    {"algorithm", P_ALGORITHM},
+    {"limit", P_LIMIT},
+    {"period", P_PERIOD},
+    {"burst", P_BURST},
+    {"cost", P_COST},
+    {"name", P_NAME},
+    {"zero_cost", P_ZERO_COST},
+    {"log_key", P_LOG_KEY},
+    {"limit_default", P_LIMIT_DEFAULT},
+    {"limit_max", P_LIMIT_MAX},
+    {"charge", P_CHARGE},
+    {"ban", P_BAN},
     {"abandoned", P_ABANDONED},
+    {"priority", P_PRIORITY},
+    {"classes", P_CLASSES},
+    {"class_default", P_CLASS_DEFAULT},
+    {"fair", P_FAIR},
 };
 
 // The parameters that may be a $variable, evaluated by the glue per request.
@@ -383,6 +396,9 @@ int set_param(rl_rule_t *rule, Text name, Text v, Text whole, char *err, size_t 
         rule->charge = 1;
         return RL_DECLINED;  // the glue evaluates it when the request ends
     }
+    if (bit & (P_PRIORITY | P_CLASSES | P_CLASS_DEFAULT | P_FAIR)) {
+        return class_param(*rule, bit, v.p, v.len, whole.p, whole.len, err, errlen);
+    }
     if ((bit & variable_params) && v.len > 0 && v.p[0] == '$') {
         (bit == P_COST ? rule->cost_var : bit == P_LIMIT ? rule->limit_var : rule->burst_var) = 1;
         return RL_DECLINED;  // the glue evaluates it per request
@@ -420,6 +436,18 @@ int check_given(const rl_rule_t &rule, const Algorithm &a, char *err, size_t err
         }
         return fail(err, errlen, "\"burst=%s\" does not apply to algorithm=%s: burst is for %s", burst, a.name,
                     whose(kBucket, nullptr).c_str());
+    }
+    // the classes' parameters: the in-flight algorithms'
+    static const struct {
+        Param bit;
+        const char *name;
+    } kClassParams[] = {
+        {P_PRIORITY, "priority"}, {P_CLASSES, "classes"}, {P_CLASS_DEFAULT, "class_default"}, {P_FAIR, "fair"}};
+    for (const auto &p : kClassParams) {
+        if ((rule.given & p.bit) && !(a.traits & kSlots)) {
+            return fail(err, errlen, "\"%s=\" does not apply to algorithm=%s: %s is for %s", p.name, a.name, p.name,
+                        whose(kSlots, nullptr).c_str());
+        }
     }
     for (uint32_t other = 0; other < RL_ALGORITHM_COUNT; other++) {
         const Algorithm &o = algorithm_of(other);
@@ -570,7 +598,8 @@ int parse_words(rl_rule_t *rule, const char *text, char *err, size_t errlen)
         }
         // zone= and key= name nginx's things; charge= is spent by the caller
         if (rc == RL_DECLINED && std::strncmp(start, "zone=", 5) != 0 && std::strncmp(start, "key=", 4) != 0 &&
-            std::strncmp(start, "charge=", 7) != 0) {
+            std::strncmp(start, "charge=", 7) != 0 && std::strncmp(start, "priority=", 9) != 0 &&
+            std::strncmp(start, "fair=", 5) != 0) {
             return fail(err, errlen, "invalid \"%.*s\": variables are only known inside nginx", (int) (p - start),
                         start);
         }
@@ -632,7 +661,7 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
         const Algorithm &a = algorithm_of(*rule);
         if (check_given(*rule, a, err, errlen) != RL_OK || check_variables(*rule, err, errlen) != RL_OK ||
             (a.finish != nullptr && a.finish(*rule, err, errlen) != RL_OK) ||
-            check_bounds(*rule, a, err, errlen) != RL_OK) {
+            classes_finish(*rule, err, errlen) != RL_OK || check_bounds(*rule, a, err, errlen) != RL_OK) {
             return RL_ERROR;
         }
         if (!(rule->given & P_NAME)) {
@@ -647,9 +676,23 @@ int rl_rule_finish(rl_rule_t *rule, char *err, size_t errlen)
 
 int rl_rule_parse(rl_rule_t *rule, char name[RL_NAME_MAX], const char *text, char *err, size_t errlen)
 {
+    return rl_rule_parse_classes(rule, name, nullptr, text, err, errlen);
+}
+
+int rl_rule_parse_classes(rl_rule_t *rule, char name[RL_NAME_MAX], rl_classes_t *classes, const char *text, char *err,
+                          size_t errlen)
+{
     rl_rule_init(rule, name);
     rule->keyed = rl_rule_keyed("", 0);  // key= may name its expression
-    return parse_words(rule, text, err, errlen);
+    if (classes != nullptr) {
+        std::memset(classes, 0, sizeof(*classes));
+        rule->classes = classes;
+    }
+    const int rc = parse_words(rule, text, err, errlen);
+    if (classes != nullptr && classes->n == 0) {
+        rule->classes = nullptr;  // none given: decided as a rule without
+    }
+    return rc;
 }
 
 int rl_rule_apply(const rl_rule_t *rule, const char *limit, size_t limit_len, const char *burst, size_t burst_len,

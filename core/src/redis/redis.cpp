@@ -331,6 +331,12 @@ int rl_redis_rule_ok(const rl_rule_t *rule, char *err, size_t errlen)
     if (a.redis_rule_ok != nullptr && a.redis_rule_ok(*rule, err, errlen) != RL_OK) {
         return RL_ERROR;
     }
+    if (rule->classes != nullptr && rule->classes->n > 0) {
+        return rl::fail(err, errlen,
+                        "\"priority=\" does not apply in a Redis zone: a class's share of the fleet's slots would "
+                        "need every server's classes in Redis; use a zone without redis= for priority classes "
+                        "(each server keeps them for its own slots)");
+    }
     if (a.redis_units == nullptr) {
         return RL_OK;  // counters and times only
     }

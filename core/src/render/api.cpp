@@ -1,6 +1,8 @@
 // What the key API (ratelimit_api) answers, as JSON: the zones and their
 // rules as configured, a key's state in each rule (or what its reset found),
 // and the keys each rule refuses most.
+#include <cstring>
+
 #include "algorithms/algorithm.h"
 #include "util/out.h"
 
@@ -51,11 +53,33 @@ void zone_json(Out &o, const rl_zone_snapshot_t &z)
     o.put("}");
 }
 
+// A rule with priority classes: ,"classes":{"NAME":{"in_flight":N,
+// "waiting":N,"kept":N},...}, highest first ("kept": the slots its share
+// keeps of those open now).
+void classes_json(Out &o, const rl_rule_t &rule, const rl_peek_t &pk)
+{
+    if (rule.classes == nullptr) {
+        return;
+    }
+    o.put(",\"classes\":{");
+    for (uint32_t i = 0; i < rule.classes->n && i < 8; i++) {
+        o.put(i ? "," : "");
+        o.json(rule.classes->name[i], std::strlen(rule.classes->name[i]));
+        o.put(":{\"in_flight\":");
+        o.num(pk.class_in_flight[i]);
+        o.field("waiting", pk.class_waiting[i]);
+        o.field("kept", pk.class_kept[i]);
+        o.put("}");
+    }
+    o.put("}");
+}
+
 // A state: {"rule":R,"fingerprint":F,"state":"held"|"summary"|"none",
 // "refused":B,"remaining":N,"reset":S,"reset_ms":MS,"retry_after":S,
 // "retry_after_ms":MS,"delay_ms":MS,"banned_ms":MS,"limit":N,"cost":N} (and
 // "in_flight", "waiting" for concurrency, with "in_flight_here" after
-// in_flight on a Redis zone), seconds as the headers show them
+// in_flight on a Redis zone, and "classes" after "waiting" for a rule with
+// priority classes), seconds as the headers show them
 // (rl_seconds, rl_retry_after_seconds); after a reset
 // {"rule":R,"fingerprint":F,"held":B,"forgiven":B,"unbanned":B}.
 // A bandwidth rule's key: {"rule":R,"fingerprint":F,"kind":"bandwidth",
@@ -140,6 +164,7 @@ void state_json(Out &o, const rl_key_state_t &st, bool reset)
             o.field("in_flight_here", pk.in_flight_here);
         }
         o.field("waiting", pk.waiting);
+        classes_json(o, *st.config, pk);
         if (algorithm_of(*st.config).learned_of != nullptr) {
             o.field("limit_now", pk.limit_now);
             o.field("baseline_us", pk.baseline_us);

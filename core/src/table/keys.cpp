@@ -65,6 +65,9 @@ void rl_table_peek(void *mem, const rl_rule_t *rule, uint64_t tag, uint64_t cost
         if (rl::has(*rule, rl::kSlots)) {
             const rl::Algorithm &a = rl::algorithm_of(*rule);
             a.slots->held(*rule, s, &out->in_flight, &out->waiting);
+            if (rule->classes != nullptr) {
+                a.slots->by_class(*rule, s, out->class_in_flight, out->class_waiting, out->class_kept);
+            }
             if (a.learned_of != nullptr) {
                 rl::Learned l{};
                 a.learned_of(*rule, s, &l);
