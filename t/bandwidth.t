@@ -89,6 +89,10 @@ EOF
         . "ratelimit_zone z 1m;\n";
     $t->conf_refused($body, qr/"ratelimit_bandwidth" directive: invalid rate "fast": expected bytes a second/,
                      'a rate that is no size');
+    $body = RLTest::one_location('ratelimit zone=z limit=5 name=dl; ratelimit_bandwidth zone=z key=$remote_addr rate=1m name=dl;')
+        . "ratelimit_zone z 1m;\n";
+    $t->conf_refused($body, qr/"ratelimit_bandwidth" directive: name=dl is a "ratelimit" rule's in zone "z": .*expected a name of its own/,
+                     'the name of a request rule of its zone');
     $body = RLTest::one_location('ratelimit_bandwidth zone=z key=$remote_addr;') . "ratelimit_zone z 1m;\n";
     $t->conf_refused($body, qr/"ratelimit_bandwidth" directive: rate= is missing/, 'no rate');
     $body = RLTest::one_location('ratelimit_bandwidth zone=z key=$remote_addr rate=1m direction=in;')

@@ -315,6 +315,11 @@ sub to_midnight { my $now = time; return 86400 - ($now - floor($now / 86400) * 8
     is(length $r->{content}, 512 * 1024, "$title: a free key's response, whole, through the proxy");
     ok($free > 1.7 && $free < 2.4, sprintf('%s: 512 KB at 256 KB/s in %.2f s', $title, $free));
     $s = time;
+    $r = $t->get('/api/export/half');
+    my $none = time - $s;
+    is(length $r->{content}, 512 * 1024, "$title: a response to no key, whole");
+    ok($none > 1.7, sprintf('%s: no key is no way around the free rate: 512 KB in %.2f s', $title, $none));
+    $s = time;
     $r = $t->get('/api/export/half', { 'X-Api-Key' => 'k-8f3a9c' });
     my $pro = time - $s;
     is(length $r->{content}, 512 * 1024, "$title: a paying key's response, whole");

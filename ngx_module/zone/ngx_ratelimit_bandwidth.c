@@ -234,6 +234,7 @@ ngx_int_t
 ngx_ratelimit_bw_check(ngx_conf_t *cf, ngx_ratelimit_bw_rule_t *rule,
     const char *block)
 {
+    ngx_str_t                  name;
     ngx_ratelimit_zone_t      *zone;
     ngx_ratelimit_bw_rule_t  **ref;
 
@@ -272,6 +273,22 @@ ngx_ratelimit_bw_check(ngx_conf_t *cf, ngx_ratelimit_bw_rule_t *rule,
                       "would wait for a round trip; expected a local "
                       "zone (no redis=, no redis_sync=), used in %s:%ui",
                       &rule->zone_name, rule->file, rule->line);
+        return NGX_ERROR;
+    }
+
+    /* a rule's counters in its zone are found by name: a request rule's
+       and a bandwidth rule's would be one */
+
+    name.data = (u_char *) rule->rule.name;
+    name.len = ngx_strlen(rule->rule.name);
+
+    if (ngx_ratelimit_zone_rule(zone, &name) != NULL) {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "\"ratelimit_bandwidth\" directive: name=%V is a "
+                      "\"ratelimit\" rule's in zone \"%V\": a bandwidth "
+                      "rule's bytes and a request rule's requests are "
+                      "counted apart; expected a name of its own, used in "
+                      "%s:%ui", &name, &zone->name, rule->file, rule->line);
         return NGX_ERROR;
     }
 
