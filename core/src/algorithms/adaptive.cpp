@@ -216,14 +216,19 @@ uint32_t initial_of(const rl_rule_t &rule)
     return params(rule).adapt_initial != 0 ? params(rule).adapt_initial : rule.limit;
 }
 
-size_t controller_at(const rl_rule_t &rule)
+// The block: the slots, the controller (8-aligned), then the classes'
+// part if any.  A decision finds the controller from the block's size
+// (rule.block, adaptive_block's), without working the slots out again.
+size_t controller_after_slots(const rl_rule_t &rule)
 {
     return (slots_block_size(rule) + 7) & ~size_t{7};
 }
 
 Controller *controller_of(const rl_rule_t &rule, const State &s)
 {
-    return s.blob != nullptr ? reinterpret_cast<Controller *>(s.blob + controller_at(rule)) : nullptr;
+    return s.blob != nullptr
+               ? reinterpret_cast<Controller *>(s.blob + rule.block - sizeof(Controller) - slots_classes_size(rule))
+               : nullptr;
 }
 
 // L, as a fresh key (0) or one a dead process half wrote has it.
@@ -560,7 +565,7 @@ void adaptive_learned(const rl_rule_t &rule, const State &s, Learned *learned)
 
 size_t adaptive_block(const rl_rule_t &rule)
 {
-    return controller_at(rule) + sizeof(Controller) + slots_classes_size(rule);
+    return controller_after_slots(rule) + sizeof(Controller) + slots_classes_size(rule);
 }
 
 // limit= is the most; min=, initial= within it; no period, cost or charge.
