@@ -90,14 +90,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const bool bucket = a == RL_GCRA || a == RL_TOKEN_BUCKET;
     const uint64_t capacity = bucket ? r.burst : r.limit;
     // the shortest window: a quota's calendar period is at least a day
-    const int64_t reset = rl::own_value(r, "reset"), max_delay = rl::own_value(r, "max_delay");
+    const int64_t rule_reset = rl::own_value(r, "reset"), rule_max_delay = rl::own_value(r, "max_delay");
     const uint64_t delay = (uint64_t) rl::own_value(r, "delay");
-    const int64_t window = a == RL_QUOTA ? (int64_t) 86400000 * (reset == RL_RESET_MONTHLY  ? 28
-                                                                 : reset == RL_RESET_WEEKLY ? 7
-                                                                                            : 1)
+    const int64_t window = a == RL_QUOTA ? (int64_t) 86400000 * (rule_reset == RL_RESET_MONTHLY  ? 28
+                                                                 : rule_reset == RL_RESET_WEEKLY ? 7
+                                                                                                 : 1)
                                          : r.period_ms;
     const uint64_t max_remaining =
-        a == RL_LEAKY_BUCKET ? delay + (uint64_t) max_delay * r.limit / r.period_ms + 1 : capacity;
+        a == RL_LEAKY_BUCKET ? delay + (uint64_t) rule_max_delay * r.limit / r.period_ms + 1 : capacity;
 
     std::vector<uint8_t> state(rl_state_size(&r), 0), before;
     std::vector<Admitted> log;
@@ -144,7 +144,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(d.available_ms >= 0 && d.available_ms <= d.reset_ms);
         CHECK(changed == (cost > 0));
         CHECK(d.delay_ms >= 0 && (a == RL_LEAKY_BUCKET || d.delay_ms == 0));
-        CHECK(d.delay_ms <= r.max_delay_ms || a != RL_LEAKY_BUCKET);
+        CHECK(d.delay_ms <= rule_max_delay || a != RL_LEAKY_BUCKET);
         if (cost == 0) {
             continue;
         }
