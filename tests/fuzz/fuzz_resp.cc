@@ -60,8 +60,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     c[i].charged = 0;
                 }
                 const int kind = rl_redis_answer(&rq, call, &r, &a);
-                CHECK(kind >= RL_REDIS_DECIDED && kind <= RL_REDIS_READONLY);
-                CHECK((kind != RL_REDIS_FAILED && kind != RL_REDIS_READONLY) || std::strlen(a.why) > 0);
+                CHECK(kind >= RL_REDIS_DECIDED && kind <= RL_REDIS_NO_FUNCTIONS);
+                CHECK(kind == RL_REDIS_DECIDED || kind == RL_REDIS_REDIRECT || kind == RL_REDIS_NOSCRIPT ||
+                      std::strlen(a.why) > 0);
                 CHECK(kind != RL_REDIS_READONLY || (r.type == RL_RESP_ERROR && r.str_len >= 8));
                 CHECK(kind != RL_REDIS_REDIRECT || (a.slot < 16384 && a.port > 0 && a.port < 65536 && a.host_len > 0));
                 CHECK(call != RL_REDIS_DECIDE || kind != RL_REDIS_DECIDED ||
@@ -101,7 +102,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     leases += rl_redis_holds_lease(&c[i]);
                 }
                 const int kind = rl_redis_answer(&rq, call, &r, &a);
-                CHECK(kind >= RL_REDIS_DECIDED && kind <= RL_REDIS_READONLY);
+                CHECK(kind >= RL_REDIS_DECIDED && kind <= RL_REDIS_NO_FUNCTIONS);
                 CHECK(call == RL_REDIS_DECIDE || kind != RL_REDIS_DECIDED || a.leases_done + a.leases_gone == leases);
                 for (size_t i = 0; kind == RL_REDIS_DECIDED && call == RL_REDIS_DECIDE && i < n; i++) {
                     CHECK(c[i].rule != &slots || c[i].lease == 0 ||
