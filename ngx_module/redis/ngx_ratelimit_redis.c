@@ -167,7 +167,12 @@ ngx_ratelimit_redis_append(ngx_ratelimit_redis_conn_t *conn,
        whose requests' keys lie in other slots */
 
     if (!eval && w->call == RL_REDIS_DECIDE && !redis->cluster) {
-        return ngx_ratelimit_redis_batch(conn, w);
+        if (ngx_ratelimit_redis_batch(conn, w) != NGX_OK) {
+            ngx_ratelimit_redis_fail(conn, "no memory for a batch", 0);
+            return NGX_ERROR;
+        }
+
+        return NGX_OK;
     }
 
     w->via = eval ? RL_REDIS_EVAL

@@ -23,6 +23,7 @@ void ngx_ratelimit_redis_push(ngx_ratelimit_redis_conn_t *conn,
     ngx_ratelimit_redis_wait_t *w);
 ngx_int_t ngx_ratelimit_redis_batch(ngx_ratelimit_redis_conn_t *conn,
     ngx_ratelimit_redis_wait_t *w);
+ngx_int_t ngx_ratelimit_redis_batch_write(ngx_ratelimit_redis_conn_t *conn);
 void ngx_ratelimit_redis_fail(ngx_ratelimit_redis_conn_t *conn,
     const char *why, ngx_uint_t timeout);
 void ngx_ratelimit_redis_lost(ngx_ratelimit_redis_conn_t *conn,
